@@ -1,0 +1,11 @@
+from django.apps import AppConfig
+
+
+class BillingIntegrationConfig(AppConfig):
+    name = "billing_integration"
+    label = "billing_integration"
+    verbose_name = "Billing"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from . import checks  # noqa: F401  (registers the system checks)

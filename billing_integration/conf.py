@@ -1,0 +1,156 @@
+"""The one place the app reads its configuration.
+
+Everything lives in a single ``BILLING`` dict in Django settings; every key has a default
+(``DEFAULTS``) or is required. A missing required key raises ``BillingConfigurationError``
+naming the exact key to set and, for the connection keys, the environment variable the
+example project reads it from.
+
+    from billing_integration.conf import billing_settings
+    billing_settings.BASE_URL
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.signals import setting_changed
+
+from .exceptions import BillingConfigurationError
+
+#: Keys that have no sensible default and must be set, with the environment name the
+#: example project (and the sandbox's printout) uses for them.
+REQUIRED: dict[str, str] = {
+    "BASE_URL": "BILLING_BASE_URL",
+    "AUTH_URL": "BILLING_AUTH_URL",
+    "CHECKOUT_URL": "BILLING_CHECKOUT_URL",
+    "CLIENT_ID": "BILLING_CLIENT_ID",
+    "CLIENT_SECRET": "BILLING_CLIENT_SECRET",
+}
+
+#: The documented defaults. README.md lists each with its meaning.
+DEFAULTS: dict[str, Any] = {
+    # --- connection -------------------------------------------------------------------
+    "BASE_URL": None,  # billing paths are {BASE_URL}/v1/api/billing/...
+    "AUTH_URL": None,  # token at {AUTH_URL}/realms/{REALM}/protocol/openid-connect/token
+    "CHECKOUT_URL": None,  # customers are sent to {CHECKOUT_URL}/checkout/<session_id>
+    "REALM": "sandbox",
+    "CLIENT_ID": None,
+    "CLIENT_SECRET": None,
+    "CONNECT_TIMEOUT": 5.0,  # seconds
+    "READ_TIMEOUT": 30.0,  # seconds
+    # --- retries (5xx, 429, timeouts, connection errors; never other 4xx) -------------
+    "MAX_RETRIES": 4,  # retries after the first attempt
+    "BACKOFF_BASE": 0.5,  # seconds; attempt n waits up to BASE * 2**n (full jitter)
+    "BACKOFF_MAX": 20.0,  # cap of one computed backoff wait
+    "RETRY_AFTER_MAX": 60.0,  # cap of an honoured Retry-After
+    # --- tokens -------------------------------------------------------------------------
+    "TOKEN_REFRESH_RATIO": 0.8,  # refresh once 80% of expires_in has passed
+    "TOKEN_CACHE": "default",  # Django cache alias shared by all processes
+    "TOKEN_LOCK_TIMEOUT": 10.0,  # seconds one process may hold the fetch lock
+    # --- lists --------------------------------------------------------------------------
+    "PAGE_SIZE": 100,  # limit= of list calls
+    "MAX_PAGES": 100_000,  # hard stop for a server that never ends a list
+    # --- currencies: the service's integer ids <-> ISO codes --------------------------
+    "CURRENCIES": {1: "XOF", 2: "USD", 3: "EUR", 4: "GHS", 5: "KES", 6: "NGN"},
+    # --- webhooks -------------------------------------------------------------------------
+    "WEBHOOK_SECRET": None,  # "whsec_<base64>", or a list of them during rotation
+    "WEBHOOK_BASIC_AUTH": None,  # "user:password" as an alternative to signatures
+    "WEBHOOK_ALLOW_UNVERIFIED": False,  # accept unsigned deliveries (a check warns)
+    "WEBHOOK_TOLERANCE": 300,  # seconds of clock skew accepted on webhook-timestamp
+    "WEBHOOK_PROCESS_INLINE": False,  # process events in the request instead of Celery
+    "EVENT_TYPE_ALIASES": {},  # extra spellings -> canonical event type
+    # --- customers and checkout -----------------------------------------------------------
+    "SUBSCRIBER_MODEL": None,  # default: settings.AUTH_USER_MODEL
+    "CUSTOMER_IDENTIFIER": "billing_integration.customers.default_identifier",
+    "CUSTOMER_FIELDS": "billing_integration.customers.default_fields",
+    "CHECKOUT_EXPIRY": 300,  # seconds; the service's own default is 5 minutes
+    "SUBSCRIPTION_REQUIRED_URL": "/",  # where access checks send non-subscribers
+    # --- outbox -----------------------------------------------------------------------------
+    "OUTBOX_MAX_ATTEMPTS": 8,
+    "OUTBOX_RETRY_BASE": 2.0,  # seconds; task retry n waits BASE * 2**n (capped below)
+    "OUTBOX_RETRY_MAX": 300.0,  # keep below the broker's visibility timeout
+    "OUTBOX_STALE_AFTER": 60.0,  # the beat drain picks up entries older than this
+}
+
+SECRET_KEYS = frozenset({"CLIENT_SECRET", "WEBHOOK_SECRET", "WEBHOOK_BASIC_AUTH"})
+
+
+class BillingSettings:
+    """Attribute access to ``settings.BILLING`` merged over ``DEFAULTS``."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, Any] | None = None
+
+    @property
+    def user_settings(self) -> dict[str, Any]:
+        value = getattr(settings, "BILLING", None) or {}
+        if not isinstance(value, dict):
+            raise BillingConfigurationError("settings.BILLING must be a dict.", setting="BILLING")
+        return value
+
+    def as_dict(self) -> dict[str, Any]:
+        if self._cache is None:
+            unknown = sorted(set(self.user_settings) - set(DEFAULTS))
+            if unknown:
+                raise BillingConfigurationError(
+                    f"Unknown key(s) in settings.BILLING: {', '.join(unknown)}. "
+                    f"Known keys: {', '.join(sorted(DEFAULTS))}.",
+                    setting="BILLING",
+                )
+            merged = {**DEFAULTS, **self.user_settings}
+            if merged["SUBSCRIBER_MODEL"] is None:
+                merged["SUBSCRIBER_MODEL"] = settings.AUTH_USER_MODEL
+            merged["CURRENCIES"] = {int(k): str(v) for k, v in merged["CURRENCIES"].items()}
+            self._cache = merged
+        return self._cache
+
+    def get(self, key: str) -> Any:
+        return self.as_dict()[key]
+
+    def __getattr__(self, key: str) -> Any:
+        if key.startswith("_") or key not in DEFAULTS:
+            raise AttributeError(f"No billing setting {key!r}")
+        value = self.as_dict()[key]
+        if key in REQUIRED and not value:
+            raise BillingConfigurationError(
+                f"Set BILLING[{key!r}] in your Django settings "
+                f"(the example project reads it from the environment variable {REQUIRED[key]}).",
+                setting=f"BILLING['{key}']",
+            )
+        return value
+
+    def reload(self) -> None:
+        self._cache = None
+
+    # Currency mapping -------------------------------------------------------------------
+    def currency_code(self, currency_id: int | str) -> str:
+        """The ISO code for one of the service's integer currency ids."""
+        try:
+            return self.as_dict()["CURRENCIES"][int(currency_id)]
+        except (KeyError, ValueError, TypeError):
+            raise BillingConfigurationError(
+                f"Currency id {currency_id!r} is not in BILLING['CURRENCIES'].",
+                setting="BILLING['CURRENCIES']",
+            ) from None
+
+    def currency_id(self, code: str) -> int:
+        """The service's integer id for an ISO currency code."""
+        for cid, ccode in self.as_dict()["CURRENCIES"].items():
+            if ccode.upper() == str(code).upper():
+                return cid
+        raise BillingConfigurationError(
+            f"Currency code {code!r} is not in BILLING['CURRENCIES'].",
+            setting="BILLING['CURRENCIES']",
+        )
+
+
+billing_settings = BillingSettings()
+
+
+def _reload(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("BILLING", "AUTH_USER_MODEL"):
+        billing_settings.reload()
+
+
+setting_changed.connect(_reload)

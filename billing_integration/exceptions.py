@@ -1,0 +1,183 @@
+"""One exception tree, rooted in ``BillingError``.
+
+    BillingError
+    ├── BillingConfigurationError   (also django ImproperlyConfigured)
+    ├── BillingTransportError       timeouts, connection errors (retryable)
+    ├── BillingAPIError             the service answered with an error status
+    │   ├── BillingAuthenticationError   401/403 (after one token refetch)
+    │   ├── BillingNotFoundError         404
+    │   ├── BillingValidationError       400/422: the request was refused
+    │   │   └── BillingIdempotencyConflict  422 for a reused idempotency key
+    │   ├── BillingConflictError         409
+    │   ├── BillingRateLimitError        429 (retryable)
+    │   └── BillingServerError           5xx (retryable)
+    └── WebhookError
+        └── WebhookVerificationError
+
+No exception text or repr ever contains the client secret, a token or the webhook secret:
+bodies are redacted (``redact``) before they are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+
+_SECRET_FIELD = re.compile(
+    r"(access_token|refresh_token|client_secret|id_token|password|secret|x-kc-token|token)",
+    re.IGNORECASE,
+)
+_MAX_BODY = 2000
+
+
+class BillingError(Exception):
+    """Base class of every error the app raises."""
+
+
+class BillingConfigurationError(BillingError, ImproperlyConfigured):
+    """A setting is missing or malformed; ``setting`` names the one to fix."""
+
+    def __init__(self, message: str, *, setting: str | None = None) -> None:
+        super().__init__(message)
+        self.setting = setting
+
+
+class BillingTransportError(BillingError):
+    """The request did not get an HTTP answer (timeout, refused or reset connection)."""
+
+    retryable = True
+
+    def __init__(self, message: str, *, operation: str | None = None) -> None:
+        super().__init__(f"{operation}: {message}" if operation else message)
+        self.operation = operation
+
+
+class BillingAPIError(BillingError):
+    """The service answered an operation with an error status."""
+
+    retryable = False
+
+    def __init__(
+        self,
+        *,
+        status: int,
+        operation: str,
+        body: Any = None,
+        request_id: str | None = None,
+        message: str | None = None,
+    ) -> None:
+        self.status = status
+        self.operation = operation
+        self.body = redact(body)
+        self.request_id = request_id
+        detail = message or _summary(self.body)
+        text = f"{operation} failed with HTTP {status}"
+        if detail:
+            text += f": {detail}"
+        if request_id:
+            text += f" (request id {request_id})"
+        super().__init__(text)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(status={self.status}, operation={self.operation!r})"
+
+
+class BillingAuthenticationError(BillingAPIError):
+    """Credentials refused, or a fresh token refused again."""
+
+
+class BillingNotFoundError(BillingAPIError):
+    """The resource does not exist remotely."""
+
+
+class BillingValidationError(BillingAPIError):
+    """The service refused the request body (400/422); not retried."""
+
+
+class BillingIdempotencyConflict(BillingValidationError):
+    """An idempotency key was reused with a different body."""
+
+
+class BillingConflictError(BillingAPIError):
+    """409 Conflict."""
+
+
+class BillingRateLimitError(BillingAPIError):
+    retryable = True
+
+    def __init__(self, *, retry_after: float | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.retry_after = retry_after
+
+
+class BillingServerError(BillingAPIError):
+    retryable = True
+
+
+class WebhookError(BillingError):
+    """A delivery to the event callback could not be accepted."""
+
+
+class WebhookVerificationError(WebhookError):
+    """Signature, timestamp or credentials of a delivery do not check out."""
+
+
+def error_for_status(status: int) -> type[BillingAPIError]:
+    if status in (401, 403):
+        return BillingAuthenticationError
+    if status == 404:
+        return BillingNotFoundError
+    if status == 409:
+        return BillingConflictError
+    if status == 429:
+        return BillingRateLimitError
+    if status >= 500:
+        return BillingServerError
+    if status in (400, 422) or 400 <= status < 500:
+        return BillingValidationError
+    return BillingAPIError
+
+
+def redact(value: Any) -> Any:
+    """Return ``value`` with every secret-looking field replaced by ``"[redacted]"``.
+
+    Works on parsed JSON (dicts and lists) and on text (JSON or form-encoded).
+    """
+    if isinstance(value, dict):
+        return {
+            k: "[redacted]" if _SECRET_FIELD.search(str(k)) else redact(v) for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [redact(v) for v in value]
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            text = re.sub(
+                r"((?:access_token|refresh_token|client_secret|secret|token)[\"']?\s*[=:]\s*[\"']?)"
+                r"[^\"'&\s,}]+",
+                r"\1[redacted]",
+                value,
+                flags=re.IGNORECASE,
+            )
+            return text[:_MAX_BODY]
+        if isinstance(parsed, (dict, list)):
+            return redact(parsed)
+        return value[:_MAX_BODY]
+    return value
+
+
+def _summary(body: Any) -> str:
+    if body is None or body == "":
+        return ""
+    if isinstance(body, dict):
+        for key in ("error_description", "message", "error", "detail", "errors"):
+            if key in body:
+                return json.dumps(body[key])[:300] if not isinstance(body[key], str) else body[key]
+    text = body if isinstance(body, str) else json.dumps(body)
+    return text[:300]

@@ -1,0 +1,17 @@
+"""Models of the app, one module per concern.
+
+- ``base``: ``RemoteObject``, the abstract base of every mirrored object.
+- ``products``, ``customers``, ``subscriptions``, ``checkout``: the mirrored resources.
+- ``outbox``: the transactional outbox of local changes to push.
+- ``events``: the log of received event deliveries.
+- ``records``: invoices, payments and refunds, known only from events.
+"""
+
+from .base import *  # noqa: F403
+from .checkout import *  # noqa: F403
+from .customers import *  # noqa: F403
+from .events import *  # noqa: F403
+from .outbox import *  # noqa: F403
+from .products import *  # noqa: F403
+from .records import *  # noqa: F403
+from .subscriptions import *  # noqa: F403

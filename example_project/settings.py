@@ -1,0 +1,127 @@
+"""Settings of the example project.
+
+Everything that differs between machines comes from the environment (django-environ), with
+embedded defaults that need no server: SQLite, and a Celery broker on the local filesystem.
+The sandbox (``python manage.py billing_sandbox``) prints the BILLING_* lines to paste.
+"""
+
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = BASE_DIR / "var"
+
+env = environ.Env()
+environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+
+DEBUG = env.bool("DEBUG", default=True)
+SECRET_KEY = env("SECRET_KEY", default="example-project-not-for-production")
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "testserver"])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "billing_integration",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "example_project.urls"
+WSGI_APPLICATION = "example_project.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "example_project" / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'db.sqlite3'}")}
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # Several processes (web, worker, beat) share the file: wait for locks, don't fail.
+    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
+
+CACHES = {
+    "default": env.cache_url(
+        "CACHE_URL", default="dbcache://billing_cache"
+    ),
+}
+
+AUTH_PASSWORD_VALIDATORS = []
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/"
+
+# --- billing_integration --------------------------------------------------------------------
+BILLING = {
+    "BASE_URL": env("BILLING_BASE_URL", default="http://127.0.0.1:8100"),
+    "AUTH_URL": env("BILLING_AUTH_URL", default="http://127.0.0.1:8100/auth"),
+    "CHECKOUT_URL": env("BILLING_CHECKOUT_URL", default="http://127.0.0.1:8100"),
+    "CLIENT_ID": env("BILLING_CLIENT_ID", default="sandbox-client"),
+    "CLIENT_SECRET": env("BILLING_CLIENT_SECRET", default="sandbox-secret"),
+    "WEBHOOK_SECRET": env("BILLING_WEBHOOK_SECRET", default=None),
+}
+
+# --- Celery ---------------------------------------------------------------------------------
+# Default: a broker on the local filesystem, so the demo needs no server. Production: set
+# CELERY_BROKER_URL to redis://... or amqp://... (see README).
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="filesystem://")
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    _queue = VAR_DIR / "celery-broker"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_queue),
+        "data_folder_out": str(_queue),
+        "processed_folder": str(VAR_DIR / "celery-processed"),
+        "store_processed": False,
+    }
+    for _d in (_queue, VAR_DIR / "celery-processed"):
+        _d.mkdir(parents=True, exist_ok=True)
+else:
+    # Redis and SQS redeliver an unacknowledged message after the visibility timeout:
+    # keep it above the longest task retry wait (BILLING['OUTBOX_RETRY_MAX']).
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_RESULT_BACKEND = None
+
+VAR_DIR.mkdir(exist_ok=True)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"billing_integration": {"handlers": ["console"], "level": env("BILLING_LOG_LEVEL", default="INFO")}},
+}
