@@ -33,17 +33,26 @@ def check_billing_settings(app_configs: Any = None, **kwargs: Any) -> list:
     for key in ("CLIENT_ID", "CLIENT_SECRET"):
         if not conf.get(key):
             errors.append(
-                Error(f"BILLING['{key}'] is not set.", hint=_hint(key), id="billing_integration.E001")
+                Error(
+                    f"BILLING['{key}'] is not set.", hint=_hint(key), id="billing_integration.E001"
+                )
             )
     for key in URL_KEYS:
         value = conf.get(key)
         if not value:
             errors.append(
-                Error(f"BILLING['{key}'] is not set.", hint=_hint(key), id="billing_integration.E002")
+                Error(
+                    f"BILLING['{key}'] is not set.", hint=_hint(key), id="billing_integration.E002"
+                )
             )
             continue
         parts = urlsplit(str(value))
-        if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
+        if (
+            parts.scheme not in ("http", "https")
+            or not parts.netloc
+            or parts.query
+            or parts.fragment
+        ):
             errors.append(
                 Error(
                     f"BILLING['{key}'] is not an absolute http(s) URL without query: {value!r}.",
@@ -51,10 +60,15 @@ def check_billing_settings(app_configs: Any = None, **kwargs: Any) -> list:
                     id="billing_integration.E003",
                 )
             )
-        elif parts.scheme == "http" and not settings.DEBUG and parts.hostname not in (
-            "127.0.0.1",
-            "localhost",
-            "::1",
+        elif (
+            parts.scheme == "http"
+            and not settings.DEBUG
+            and parts.hostname
+            not in (
+                "127.0.0.1",
+                "localhost",
+                "::1",
+            )
         ):
             errors.append(
                 Warning(
@@ -68,7 +82,9 @@ def check_billing_settings(app_configs: Any = None, **kwargs: Any) -> list:
     secret_list = secrets if isinstance(secrets, (list, tuple)) else [secrets] if secrets else []
     for index, secret in enumerate(secret_list):
         if not _valid_whsec(secret):
-            label = "BILLING['WEBHOOK_SECRET']" + (f"[{index}]" if isinstance(secrets, (list, tuple)) else "")
+            label = "BILLING['WEBHOOK_SECRET']" + (
+                f"[{index}]" if isinstance(secrets, (list, tuple)) else ""
+            )
             errors.append(
                 Error(
                     f"{label} is not of the form 'whsec_<base64>'.",
@@ -87,26 +103,22 @@ def check_billing_settings(app_configs: Any = None, **kwargs: Any) -> list:
             )
         )
     verified = bool(secret_list) or bool(basic)
-    if not verified and not settings.DEBUG:
-        errors.append(
-            (Warning if conf.get("WEBHOOK_ALLOW_UNVERIFIED") else Error)(
-                "Event callbacks are not verified: neither BILLING['WEBHOOK_SECRET'] nor "
-                "BILLING['WEBHOOK_BASIC_AUTH'] is set.",
-                hint="Set BILLING['WEBHOOK_SECRET'] (environment variable BILLING_WEBHOOK_SECRET)"
-                + (
-                    "."
-                    if conf.get("WEBHOOK_ALLOW_UNVERIFIED")
-                    else ", or set BILLING['WEBHOOK_ALLOW_UNVERIFIED'] = True to accept forged events."
-                ),
-                id="billing_integration.W001" if conf.get("WEBHOOK_ALLOW_UNVERIFIED") else "billing_integration.E006",
-            )
-        )
-    elif conf.get("WEBHOOK_ALLOW_UNVERIFIED"):
+    if conf.get("WEBHOOK_ALLOW_UNVERIFIED"):
         errors.append(
             Warning(
-                "BILLING['WEBHOOK_ALLOW_UNVERIFIED'] is True: unsigned event deliveries are accepted.",
-                hint="Turn it off once BILLING['WEBHOOK_SECRET'] is set.",
-                id="billing_integration.W002",
+                "BILLING['WEBHOOK_ALLOW_UNVERIFIED'] is True: unsigned event deliveries are "
+                "accepted, so anyone who can reach the callback URL can forge billing events.",
+                hint="Set BILLING['WEBHOOK_SECRET'] and drop WEBHOOK_ALLOW_UNVERIFIED.",
+                id="billing_integration.W001",
+            )
+        )
+    elif not verified and not settings.DEBUG:
+        errors.append(
+            Error(
+                "Event callbacks cannot be verified: neither BILLING['WEBHOOK_SECRET'] nor "
+                "BILLING['WEBHOOK_BASIC_AUTH'] is set, so every delivery will be refused.",
+                hint="Set BILLING['WEBHOOK_SECRET'] (environment variable BILLING_WEBHOOK_SECRET).",
+                id="billing_integration.E006",
             )
         )
     for key in ("PAGE_SIZE", "MAX_RETRIES", "CHECKOUT_EXPIRY", "WEBHOOK_TOLERANCE"):

@@ -64,9 +64,7 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
 
 CACHES = {
-    "default": env.cache_url(
-        "CACHE_URL", default="dbcache://billing_cache"
-    ),
+    "default": env.cache_url("CACHE_URL", default="dbcache://billing_cache"),
 }
 
 AUTH_PASSWORD_VALIDATORS = []
@@ -123,5 +121,10 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"billing_integration": {"handlers": ["console"], "level": env("BILLING_LOG_LEVEL", default="INFO")}},
+    "loggers": {
+        "billing_integration": {
+            "handlers": ["console"],
+            "level": env("BILLING_LOG_LEVEL", default="INFO"),
+        }
+    },
 }

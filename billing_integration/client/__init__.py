@@ -1,0 +1,51 @@
+"""The billing API client: the only code in the app that speaks HTTP to the service.
+
+from billing_integration.client import get_client
+product = get_client().create_product(payload, idempotency_key=key)
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from django.core.signals import setting_changed
+
+from .client import API_PREFIX, BillingClient
+from .retry import RetryPolicy
+
+__all__ = ["API_PREFIX", "BillingClient", "RetryPolicy", "get_client", "reset_client"]
+
+_lock = threading.Lock()
+_client: BillingClient | None = None
+_pid: int | None = None
+
+
+def get_client() -> BillingClient:
+    """The process's client: one ``requests.Session`` (keep-alive pool) per process."""
+    global _client, _pid
+    client, pid = _client, _pid
+    if client is not None and pid == os.getpid():
+        return client
+    with _lock:
+        if _client is None or _pid != os.getpid():  # new process after fork: new session
+            _client = BillingClient()
+            _pid = os.getpid()
+        return _client
+
+
+def reset_client() -> None:
+    """Forget the process's client (after a settings change; tests)."""
+    global _client
+    with _lock:
+        if _client is not None:
+            _client.session.close()
+        _client = None
+
+
+def _on_setting_changed(*, setting: str, **kwargs: object) -> None:
+    if setting in ("BILLING", "CACHES"):
+        reset_client()
+
+
+setting_changed.connect(_on_setting_changed)

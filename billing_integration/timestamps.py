@@ -1,0 +1,29 @@
+"""The service's timestamp form: ISO 8601 UTC with milliseconds (``2025-01-31T12:00:00.000Z``)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+
+def format_timestamp(value: datetime) -> str:
+    """Render an aware (or UTC-naive) datetime in the service's form."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    value = value.astimezone(UTC)
+    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+
+
+def parse_timestamp(value: str | None) -> datetime | None:
+    """Parse a timestamp from the service; ``None`` and ``""`` give ``None``.
+
+    Tolerant of the variants a real service may send (no milliseconds, ``+00:00``, microseconds).
+    Raises ``ValueError`` for anything else.
+    """
+    if value in (None, ""):
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"Not a timestamp: {value!r}")
+    parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.astimezone(UTC)
