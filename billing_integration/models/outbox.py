@@ -1,1 +1,131 @@
-__all__: list[str] = []
+"""The transactional outbox: one row per logical push of a local change.
+
+Written by a ``post_save`` receiver in the same transaction as the change (a rollback leaves
+no row), pushed by the ``push_entry`` Celery task after commit, drained periodically for
+lost messages. See ``docs/mirror.md`` for the state machine.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from django.contrib.contenttypes.models import ContentType
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+__all__ = ["OutboxEntry", "OutboxOperation", "OutboxQuerySet", "OutboxState"]
+
+
+class OutboxOperation(models.TextChoices):
+    CREATE = "create", _("Create")
+    UPDATE = "update", _("Update")
+
+
+class OutboxState(models.TextChoices):
+    PENDING = "pending", _("Pending")
+    IN_PROGRESS = "in_progress", _("In progress")
+    DONE = "done", _("Done")
+    FAILED = "failed", _("Failed")
+
+
+OPEN_STATES = (OutboxState.PENDING, OutboxState.IN_PROGRESS)
+
+
+class OutboxQuerySet(models.QuerySet):
+    def for_object(self, obj: models.Model) -> OutboxQuerySet:
+        return self.filter(
+            content_type=ContentType.objects.get_for_model(obj, for_concrete_model=True),
+            object_id=obj.pk,
+        )
+
+    def open(self) -> OutboxQuerySet:
+        return self.filter(state__in=OPEN_STATES)
+
+    def pending(self) -> OutboxQuerySet:
+        return self.filter(state=OutboxState.PENDING)
+
+    def failed(self) -> OutboxQuerySet:
+        return self.filter(state=OutboxState.FAILED)
+
+    def due(self, stale_after: float, lease: float) -> OutboxQuerySet:
+        """Entries the periodic drain should (re)enqueue: pending ones whose task should
+        have run by now, and in-progress ones whose worker's lease has expired."""
+        now = timezone.now()
+        return self.filter(
+            Q(
+                state=OutboxState.PENDING,
+                updated_at__lte=now - timedelta(seconds=stale_after),
+            )
+            & (Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
+            | Q(state=OutboxState.IN_PROGRESS, started_at__lte=now - timedelta(seconds=lease))
+        )
+
+    def retry_failed(self) -> int:
+        """Put failed entries back in the queue (same key; a refused body is rebuilt).
+
+        Returns the number of entries re-queued. Their tasks are enqueued after commit.
+        """
+        from django.db import transaction
+
+        from ..outbox.tasks import enqueue
+
+        ids = list(self.filter(state=OutboxState.FAILED).values_list("pk", flat=True))
+        for entry in OutboxEntry.objects.filter(pk__in=ids):
+            entry.state = OutboxState.PENDING
+            entry.attempts = 0
+            entry.next_attempt_at = None
+            if not entry.in_doubt:
+                # The service refused the request: nothing was created, a new body and key
+                # are safe.
+                entry.payload = None
+                entry.idempotency_key = uuid.uuid4()
+            entry.save()
+            transaction.on_commit(lambda pk=entry.pk: enqueue(pk))
+        return len(ids)
+
+
+class OutboxEntry(models.Model):
+    content_type = models.ForeignKey(ContentType, on_delete=models.CASCADE)
+    object_id = models.BigIntegerField()
+    operation = models.CharField(max_length=8, choices=OutboxOperation.choices)
+    idempotency_key = models.UUIDField(default=uuid.uuid4, editable=False)
+    state = models.CharField(
+        max_length=16, choices=OutboxState.choices, default=OutboxState.PENDING, db_index=True
+    )
+    #: Wire fields marked changed by related rows (cycles, prices) since the last push.
+    changed_fields = models.JSONField(default=list, blank=True)
+    #: The body sent on the first attempt, resent unchanged by every retry (same key).
+    payload = models.JSONField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True, default="")
+    #: True when the last failure leaves the remote outcome unknown (timeouts, 5xx):
+    #: later entries of the same object wait behind it, and a retry reuses key and body.
+    in_doubt = models.BooleanField(default=False)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = OutboxQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["pk"]
+        verbose_name = _("outbox entry")
+        verbose_name_plural = _("outbox entries")
+        indexes = [
+            models.Index(fields=["content_type", "object_id", "state"], name="billing_outbox_obj"),
+            models.Index(fields=["state", "updated_at"], name="billing_outbox_due"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.operation} {self.content_type.model}#{self.object_id} ({self.state})"
+
+    @property
+    def target(self) -> Any:
+        model = self.content_type.model_class()
+        return model._default_manager.filter(pk=self.object_id).first() if model else None

@@ -1,1 +1,185 @@
-__all__: list[str] = []
+"""Products, their billing cycles and prices.
+
+A product is authored locally and pushed. It is never deleted: the service has no delete
+operation and archiving keeps billing history, so ``delete()`` (instance and queryset) and
+a ``pre_delete`` guard raise ``ProductDeletionRefused``.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from django.db import models
+from django.db.models.deletion import ProtectedError
+from django.utils.translation import gettext_lazy as _
+
+from ..exceptions import BillingError
+from .base import RemoteObject
+
+__all__ = [
+    "BillingCycle",
+    "CycleUnit",
+    "Price",
+    "Product",
+    "ProductDeletionRefused",
+    "ProductQuerySet",
+    "ProductStatus",
+    "ProductType",
+]
+
+DELETE_MESSAGE = (
+    "Billing products are never deleted: the billing service keeps their history and has "
+    "no delete operation. Archive the product instead (status = 'archived')."
+)
+
+
+class ProductDeletionRefused(BillingError, ProtectedError):
+    """Raised when code (or the admin) tries to delete a ``Product``."""
+
+    def __init__(self, objects: Any = ()) -> None:
+        ProtectedError.__init__(self, DELETE_MESSAGE, objects)
+
+
+class ProductStatus(models.TextChoices):
+    DRAFT = "draft", _("Draft")
+    PUBLISHED = "published", _("Published")
+    ARCHIVED = "archived", _("Archived")
+
+
+class ProductType(models.TextChoices):
+    SUBSCRIPTION = "subscription", _("Subscription (recurring)")
+    ONE_TIME = "one_time", _("One-time")
+
+
+class CycleUnit(models.TextChoices):
+    MONTHS = "months", _("Months")
+    YEARS = "years", _("Years")
+
+
+class ProductQuerySet(models.QuerySet):
+    def published(self) -> ProductQuerySet:
+        return self.filter(status=ProductStatus.PUBLISHED)
+
+    def archived(self) -> ProductQuerySet:
+        return self.filter(status=ProductStatus.ARCHIVED)
+
+    def subscriptions(self) -> ProductQuerySet:
+        return self.filter(product_type=ProductType.SUBSCRIPTION)
+
+    def one_time(self) -> ProductQuerySet:
+        return self.filter(product_type=ProductType.ONE_TIME)
+
+    def archive(self) -> int:
+        """Archive every product of the queryset, one save each (so each is pushed)."""
+        count = 0
+        for product in self.exclude(status=ProductStatus.ARCHIVED):
+            product.archive()
+            count += 1
+        return count
+
+    def delete(self) -> Any:
+        raise ProductDeletionRefused(list(self[:10]))
+
+    delete.queryset_only = True  # type: ignore[attr-defined]
+
+
+class Product(RemoteObject):
+    name = models.CharField(_("name"), max_length=255)
+    description = models.TextField(_("description"), blank=True, default="")
+    status = models.CharField(
+        _("status"), max_length=16, choices=ProductStatus.choices, default=ProductStatus.DRAFT
+    )
+    product_type = models.CharField(
+        _("type"), max_length=16, choices=ProductType.choices, default=ProductType.SUBSCRIPTION
+    )
+    selected_currencies = models.JSONField(
+        _("currencies"), default=list, blank=True, help_text=_("Integer currency ids.")
+    )
+    billing_type = models.CharField(max_length=32, default="flat-rate")
+
+    objects = ProductQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name", "pk"]
+        verbose_name = _("product")
+        verbose_name_plural = _("products")
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_one_time(self) -> bool:
+        return self.product_type == ProductType.ONE_TIME
+
+    def delete(self, *args: Any, **kwargs: Any) -> Any:
+        raise ProductDeletionRefused([self])
+
+    def archive(self) -> None:
+        """Retire the product (the replacement for deleting it); pushed like any change."""
+        self.status = ProductStatus.ARCHIVED
+        self.save(update_fields=["status", "updated_at"])
+
+    def publish(self) -> None:
+        self.status = ProductStatus.PUBLISHED
+        self.save(update_fields=["status", "updated_at"])
+
+
+class BillingCycle(models.Model):
+    product = models.ForeignKey(Product, on_delete=models.CASCADE, related_name="cycles")
+    unit = models.CharField(max_length=8, choices=CycleUnit.choices, default=CycleUnit.MONTHS)
+    frequency = models.PositiveIntegerField(default=1)
+
+    class Meta:
+        ordering = ["product", "unit", "frequency", "pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["product", "unit", "frequency"], name="billing_cycle_unique_per_product"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.code
+
+    @property
+    def code(self) -> str:
+        """The wire form ``<cycle>-<frequency>``, e.g. ``months-1``."""
+        return f"{self.unit}-{self.frequency}"
+
+
+class Price(models.Model):
+    """A price in one currency, either of a billing cycle or (one-time) of the product."""
+
+    cycle = models.ForeignKey(
+        BillingCycle, on_delete=models.CASCADE, related_name="prices", null=True, blank=True
+    )
+    product = models.ForeignKey(
+        Product, on_delete=models.CASCADE, related_name="root_prices", null=True, blank=True
+    )
+    currency_id = models.PositiveIntegerField(help_text=_("The service's integer currency id."))
+    amount = models.DecimalField(max_digits=14, decimal_places=2, default=Decimal("0"))
+
+    class Meta:
+        ordering = ["currency_id", "pk"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(
+                    models.Q(cycle__isnull=False, product__isnull=True)
+                    | models.Q(cycle__isnull=True, product__isnull=False)
+                ),
+                name="billing_price_cycle_xor_product",
+            )
+        ]
+
+    def __str__(self) -> str:
+        from ..conf import billing_settings
+
+        try:
+            code = billing_settings.currency_code(self.currency_id)
+        except Exception:
+            code = str(self.currency_id)
+        return f"{self.amount} {code}"
+
+    @property
+    def owner(self) -> Product:
+        return self.product if self.product_id else self.cycle.product
