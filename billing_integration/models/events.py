@@ -1,1 +1,77 @@
-__all__: list[str] = []
+"""The log of event deliveries received on the callback (``WebhookEvent``).
+
+Every verified delivery is stored *first*, raw, before anything is parsed or applied; the
+log is then the source of truth for processing, deduplication (``event_id`` is unique) and
+replay. Deliveries whose body is not a JSON object are kept too, in state ``rejected``, so
+they can be inspected; they are never processed.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+__all__ = ["EventState", "WebhookEvent"]
+
+
+class EventState(models.TextChoices):
+    RECEIVED = "received", _("Received")
+    PROCESSED = "processed", _("Processed")
+    FAILED = "failed", _("Failed")
+    IGNORED = "ignored", _("Ignored (no handler)")
+    REJECTED = "rejected", _("Rejected (malformed body)")
+
+
+class WebhookEvent(models.Model):
+    """One delivery of an event by the billing service."""
+
+    #: The envelope ``id`` (else the ``webhook-id`` header, else a hash of the body).
+    #: Unique: a redelivery of the same event is recognised and never applied twice.
+    event_id = models.CharField(_("event id"), max_length=255, unique=True)
+    #: The type exactly as the service spelled it.
+    raw_type = models.CharField(_("type as received"), max_length=255, blank=True, default="")
+    #: The canonical type (``invoice.paid``), or "" when the spelling is not known.
+    type = models.CharField(_("type"), max_length=64, blank=True, default="", db_index=True)
+    #: The raw request body, exactly as received (decoded as UTF-8).
+    body = models.TextField(_("raw body"), blank=True, default="")
+    #: Request headers, with authorization and signature headers redacted.
+    headers = models.JSONField(_("headers"), default=dict, blank=True)
+    #: How the delivery was authenticated: ``signature``, ``basic`` or ``none``.
+    verified_by = models.CharField(max_length=16, blank=True, default="")
+
+    received_at = models.DateTimeField(_("received at"), default=timezone.now, db_index=True)
+    #: The envelope's ``created_at``: when the service says the event happened.
+    occurred_at = models.DateTimeField(_("occurred at"), null=True, blank=True)
+    #: The remote id of the object the event is about (``data.id``), for ordering and search.
+    object_id = models.CharField(_("object id"), max_length=64, blank=True, default="", db_index=True)
+
+    state = models.CharField(
+        max_length=16, choices=EventState.choices, default=EventState.RECEIVED, db_index=True
+    )
+    #: What processing did: ``applied``, ``stale`` (an older event, skipped), ...
+    outcome = models.CharField(max_length=32, blank=True, default="")
+    attempts = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True, default="")
+    traceback = models.TextField(blank=True, default="")
+    processed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("event delivery")
+        verbose_name_plural = _("event deliveries")
+        ordering = ("-received_at", "-id")
+        indexes = [models.Index(fields=["state", "received_at"], name="billing_event_state_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.type or self.raw_type or '?'} {self.event_id} ({self.state})"
+
+    @property
+    def payload(self) -> dict:
+        """The parsed envelope (``{}`` if the body is not a JSON object)."""
+        from ..webhooks.envelope import parse_body
+
+        try:
+            value = parse_body(self.body)
+        except ValueError:
+            return {}
+        return value
