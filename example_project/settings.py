@@ -5,6 +5,7 @@ embedded defaults that need no server: SQLite, and a Celery broker on the local 
 The sandbox (``python manage.py billing_sandbox``) prints the BILLING_* lines to paste.
 """
 
+import os
 from pathlib import Path
 
 import environ
@@ -62,6 +63,14 @@ DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'd
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # Several processes (web, worker, beat) share the file: wait for locks, don't fail.
     DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
+    # (mirror) Take the write lock when a transaction starts: concurrent writers then wait
+    # (timeout above) instead of failing with "database is locked" on a lock upgrade.
+    DATABASES["default"]["OPTIONS"]["transaction_mode"] = "IMMEDIATE"
+    # (mirror) Tests: a file DB, so a real Celery worker process can open the test database.
+    # One file per test process (concurrent runs must not share it).
+    DATABASES["default"]["TEST"] = {
+        "NAME": env("TEST_SQLITE_NAME", default=str(VAR_DIR / f"test-db-{os.getpid()}.sqlite3"))
+    }
 
 CACHES = {
     "default": env.cache_url("CACHE_URL", default="dbcache://billing_cache"),
@@ -114,6 +123,10 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_BACKEND = None
+# (mirror) Periodic tasks: drain outbox entries whose message was lost, and reconcile.
+from billing_integration.outbox import BEAT_SCHEDULE as _BILLING_BEAT  # noqa: E402
+
+CELERY_BEAT_SCHEDULE = {**_BILLING_BEAT}
 
 VAR_DIR.mkdir(exist_ok=True)
 

@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
-from django.db import models
+from typing import Any
+
+from django.db import models, router, transaction
 from django.utils.translation import gettext_lazy as _
 
-__all__ = ["RemoteObject", "SyncState"]
+__all__ = ["AtomicSaveMixin", "RemoteObject", "SyncState"]
+
+
+class AtomicSaveMixin:
+    """``save()`` runs in a transaction, so the outbox entry its ``post_save`` writes is
+    committed together with the change even in autocommit mode."""
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        using = kwargs.get("using") or router.db_for_write(type(self), instance=self)
+        with transaction.atomic(using=using, savepoint=False):
+            super().save(*args, **kwargs)  # type: ignore[misc]
 
 
 class SyncState(models.TextChoices):
@@ -14,7 +26,7 @@ class SyncState(models.TextChoices):
     FAILED = "failed", _("Failed")
 
 
-class RemoteObject(models.Model):
+class RemoteObject(AtomicSaveMixin, models.Model):
     """A local row mirroring one resource of the billing service.
 
     The local primary key is our own; ``remote_id`` is the service's UUID, null until the

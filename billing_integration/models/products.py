@@ -15,7 +15,7 @@ from django.db.models.deletion import ProtectedError
 from django.utils.translation import gettext_lazy as _
 
 from ..exceptions import BillingError
-from .base import RemoteObject
+from .base import AtomicSaveMixin, RemoteObject
 
 __all__ = [
     "BillingCycle",
@@ -125,7 +125,7 @@ class Product(RemoteObject):
         self.save(update_fields=["status", "updated_at"])
 
 
-class BillingCycle(models.Model):
+class BillingCycle(AtomicSaveMixin, models.Model):
     product = models.ForeignKey(Product, on_delete=models.CASCADE, related_name="cycles")
     unit = models.CharField(max_length=8, choices=CycleUnit.choices, default=CycleUnit.MONTHS)
     frequency = models.PositiveIntegerField(default=1)
@@ -147,7 +147,7 @@ class BillingCycle(models.Model):
         return f"{self.unit}-{self.frequency}"
 
 
-class Price(models.Model):
+class Price(AtomicSaveMixin, models.Model):
     """A price in one currency, either of a billing cycle or (one-time) of the product."""
 
     cycle = models.ForeignKey(

@@ -1,0 +1,1 @@
+"""Pull (remote -> local): ``billing_integration.sync.pull``. See ``docs/mirror.md``."""

@@ -1,0 +1,72 @@
+"""``python manage.py billing_sync [products] [customers] [subscriptions]``
+
+Pull the lists from the billing service and upsert them locally (all three when none is
+named), printing created / updated / unchanged counts. Progress is shown on a terminal.
+``--drain`` first pushes the outbox entries whose message was lost, inline (no worker needed);
+``--retry-failed`` puts failed outbox entries back in the queue first.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ...exceptions import BillingError
+
+RESOURCES = ("products", "customers", "subscriptions")
+
+
+class Command(BaseCommand):
+    help = "Pull products, customers and subscriptions from the billing service."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("resources", nargs="*", metavar="resource",
+                            help="products, customers, subscriptions (default: all)")
+        parser.add_argument("--drain", action="store_true",
+                            help="push stale outbox entries inline before pulling")
+        parser.add_argument("--retry-failed", action="store_true",
+                            help="re-queue failed outbox entries before pulling")
+        parser.add_argument("--no-progress", action="store_true")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        from ...models import OutboxEntry
+        from ...outbox.tasks import drain_outbox
+        from ...sync import pull
+
+        unknown = set(options["resources"]) - set(RESOURCES)
+        if unknown:
+            raise CommandError(f"Unknown resource(s) {sorted(unknown)}; choose from {RESOURCES}")
+        resources = [r for r in RESOURCES if r in (options["resources"] or RESOURCES)]
+        tty = not options["no_progress"] and hasattr(self.stdout, "isatty") and (
+            self.stdout.isatty() or sys.stdout.isatty()
+        )
+
+        if options["retry_failed"]:
+            count = OutboxEntry.objects.retry_failed()
+            self.stdout.write(f"outbox: {count} failed entries re-queued")
+        if options["drain"]:
+            count = drain_outbox(inline=True)
+            self.stdout.write(f"outbox: {count} stale entries pushed")
+
+        def progress(resource: str, counts: pull.PullCounts) -> None:
+            if tty:
+                self.stdout.ending = ""
+                self.stdout.write(f"\r{resource}: page {counts.pages}, {counts.total} rows ...")
+                self.stdout.ending = "\n"
+                self.stdout.flush()
+
+        functions = {
+            "products": pull.pull_products,
+            "customers": pull.pull_customers,
+            "subscriptions": pull.pull_subscriptions,
+        }
+        for resource in resources:
+            try:
+                counts = functions[resource](progress=progress)
+            except BillingError as exc:
+                raise CommandError(f"{resource}: {exc}") from exc
+            if tty:
+                self.stdout.write("\r\033[K", ending="")
+            self.stdout.write(self.style.SUCCESS(f"{resource}: {counts}"))

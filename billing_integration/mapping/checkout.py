@@ -1,0 +1,57 @@
+"""CheckoutSession <-> wire. POST /checkout_sessions sends ``selected_currency`` as an
+integer *id* (unlike subscriptions, which send the code)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.utils import timezone
+
+from ..conf import billing_settings
+from .common import as_uuid, remote_meta, ts, wire_ts
+
+if TYPE_CHECKING:
+    from ..models import CheckoutSession
+
+
+def currency_id(value: Any) -> int | None:
+    if value in (None, ""):
+        return None
+    if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
+        return int(value)
+    return billing_settings.currency_id(str(value))
+
+
+def to_remote(session: CheckoutSession) -> dict[str, Any]:
+    expires = session.expires_at or timezone.now() + timedelta(
+        seconds=billing_settings.CHECKOUT_EXPIRY
+    )
+    return {
+        "customer": str(session.customer.remote_id) if session.customer_id else "",
+        "product": str(session.product.remote_id) if session.product_id else "",
+        "expires_at": wire_ts(expires),
+        "action": session.action or "new_subscription",
+        "selected_currency": currency_id(session.selected_currency),
+        "selected_billing_cycle": session.selected_billing_cycle,
+    }
+
+
+def from_remote(data: dict[str, Any]) -> dict[str, Any]:
+    fields = remote_meta(data)
+    fields.update(
+        status=data.get("status") or "",
+        expires_at=ts(data.get("expires_at")),
+        action=data.get("action") or "new_subscription",
+        completed_at=ts(data.get("completed_at")),
+        selected_billing_cycle=data.get("selected_billing_cycle") or "",
+        selected_currency=currency_id(data.get("selected_currency")),
+        upgrade_to=data.get("upgrade_to"),
+        downgrade_to=data.get("downgrade_to"),
+    )
+    return fields
+
+
+def remote_refs(data: dict[str, Any]) -> dict[str, Any]:
+    """The customer and product references of a session, as UUIDs."""
+    return {"customer": as_uuid(data.get("customer")), "product": as_uuid(data.get("product"))}

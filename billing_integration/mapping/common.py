@@ -1,0 +1,67 @@
+"""Helpers shared by the per-resource mappings."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from ..timestamps import format_timestamp, parse_timestamp
+
+#: The ``RemoteObject`` fields every resource fills the same way.
+META_FIELDS = (
+    "remote_id",
+    "remote_created",
+    "remote_updated",
+    "remote_user_created",
+    "remote_user_updated",
+    "remote_data",
+)
+
+
+def as_uuid(value: Any) -> uuid.UUID | None:
+    if value in (None, ""):
+        return None
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        return None
+
+
+def ts(value: Any) -> datetime | None:
+    """A wire timestamp as an aware datetime; tolerant (``None`` for junk)."""
+    if isinstance(value, datetime):
+        return value
+    try:
+        return parse_timestamp(value)
+    except ValueError:
+        return None
+
+
+def wire_ts(value: datetime | None) -> str | None:
+    return None if value is None else format_timestamp(value)
+
+
+def wire_amount(value: Decimal | float | int) -> int | float:
+    """A JSON number: an integer when the amount is whole, else a float."""
+    dec = Decimal(str(value))
+    return int(dec) if dec == dec.to_integral_value() else float(dec)
+
+
+def as_decimal(value: Any) -> Decimal:
+    return Decimal(str(value)).quantize(Decimal("0.01"))
+
+
+def remote_meta(data: dict[str, Any]) -> dict[str, Any]:
+    """The ``RemoteObject`` field values of any resource."""
+    return {
+        "remote_id": as_uuid(data.get("id")),
+        "remote_created": ts(data.get("date_created")),
+        "remote_updated": ts(data.get("date_updated")),
+        "remote_user_created": as_uuid(data.get("user_created")),
+        "remote_user_updated": as_uuid(data.get("user_updated")),
+        "remote_data": data,
+    }

@@ -1,0 +1,40 @@
+"""Customer <-> wire. POST /customers accepts ``identifier``, ``first_name``, ``last_name``,
+``email`` (all strings); the address lines, phone and status are read-only remote fields."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .common import remote_meta
+
+if TYPE_CHECKING:
+    from ..models import Customer
+
+CREATE_FIELDS = ("identifier", "first_name", "last_name", "email")
+
+
+def to_remote(customer: Customer) -> dict[str, Any]:
+    return {field: str(getattr(customer, field) or "") for field in CREATE_FIELDS}
+
+
+def from_remote(data: dict[str, Any]) -> dict[str, Any]:
+    fields = remote_meta(data)
+    fields.update(
+        identifier=data.get("identifier") or "",
+        first_name=data.get("first_name") or "",
+        last_name=data.get("last_name") or "",
+        email=data.get("email") or "",
+        address_line_1=data.get("address_line_1"),
+        address_line_2=data.get("address_line_2"),
+        phone=data.get("phone"),
+        status=data.get("status") or "",
+    )
+    return fields
+
+
+def differs(customer: Customer) -> list[str]:
+    """Create fields whose local value differs from the last remote JSON (the service has no
+    customer update operation, so these can only be reported)."""
+    remote = customer.remote_data if isinstance(customer.remote_data, dict) else {}
+    local = to_remote(customer)
+    return [f for f in CREATE_FIELDS if (remote.get(f) or "") != local[f]]

@@ -1,0 +1,147 @@
+"""``post_save`` receivers: every local change of a mirrored object writes (or extends) an
+outbox entry in the same transaction, and enqueues its push once the transaction commits.
+
+Collapsing: a change to an object that already has a pending entry not yet attempted
+(``attempts == 0``) and not locked by a worker reuses that entry; otherwise a new entry is
+written. A burst of edits therefore gives at most two calls: the one in flight and one more.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from django.contrib.contenttypes.models import ContentType
+from django.db import connections, models, router, transaction
+from django.db.models.signals import post_delete, post_save, pre_delete
+
+from ..models.base import SyncState
+from ..models.customers import Customer
+from ..models.outbox import OutboxEntry, OutboxOperation, OutboxState
+from ..models.products import BillingCycle, Price, Product, ProductDeletionRefused
+from ..models.subscriptions import Subscription
+from .context import is_from_remote
+
+logger = logging.getLogger("billing_integration.outbox")
+
+__all__ = ["record_change"]
+
+
+def _locking(qs: models.QuerySet, using: str) -> models.QuerySet:
+    features = connections[using].features
+    if not features.has_select_for_update:
+        return qs
+    if features.has_select_for_update_skip_locked:
+        return qs.select_for_update(skip_locked=True)
+    return qs.select_for_update()
+
+
+def record_change(obj: models.Model, changed: Iterable[str] = ()) -> OutboxEntry:
+    """Write or extend the pending outbox entry of ``obj`` (inside the current transaction).
+
+    ``changed`` names wire fields known to be changed (``subscription_blueprint`` when a
+    cycle or price changed). Returns the entry; its push is enqueued on commit when new.
+    """
+    using = router.db_for_write(type(obj), instance=obj)
+    ct = ContentType.objects.db_manager(using).get_for_model(obj, for_concrete_model=True)
+    changed = sorted(set(changed))
+    with transaction.atomic(using=using, savepoint=False):
+        qs = OutboxEntry.objects.using(using).filter(
+            content_type=ct, object_id=obj.pk, state=OutboxState.PENDING, attempts=0
+        )
+        entry = _locking(qs, using).order_by("pk").first()
+        if entry is not None:
+            if changed and not set(changed) <= set(entry.changed_fields):
+                entry.changed_fields = sorted(set(entry.changed_fields) | set(changed))
+                entry.save(update_fields=["changed_fields", "updated_at"])
+            return entry
+        entry = OutboxEntry.objects.using(using).create(
+            content_type=ct,
+            object_id=obj.pk,
+            operation=(
+                OutboxOperation.CREATE
+                if getattr(obj, "remote_id", None) is None
+                else OutboxOperation.UPDATE
+            ),
+            changed_fields=changed,
+        )
+        type(obj)._default_manager.using(using).filter(pk=obj.pk).update(
+            sync_state=SyncState.PENDING
+        )
+        pk = entry.pk
+        transaction.on_commit(lambda: _enqueue(pk), using=using, robust=True)
+    return entry
+
+
+def _enqueue(pk: int) -> None:
+    from .tasks import enqueue
+
+    enqueue(pk)
+
+
+# --- receivers --------------------------------------------------------------------------------
+def _skip(raw: bool) -> bool:
+    return raw or is_from_remote()
+
+
+def product_saved(sender: Any, instance: Product, raw: bool = False, **kwargs: Any) -> None:
+    if not _skip(raw):
+        record_change(instance)
+
+
+def _product_part_changed(product: Product | None) -> None:
+    if product is None or product.pk is None:
+        return
+    field = "prices" if product.is_one_time else "subscription_blueprint"
+    record_change(product, [field])
+
+
+def cycle_changed(sender: Any, instance: BillingCycle, raw: bool = False, **kwargs: Any) -> None:
+    if _skip(raw):
+        return
+    try:
+        product = instance.product
+    except Product.DoesNotExist:
+        return
+    _product_part_changed(product)
+
+
+def price_changed(sender: Any, instance: Price, raw: bool = False, **kwargs: Any) -> None:
+    if _skip(raw):
+        return
+    try:
+        product = instance.product if instance.product_id else instance.cycle.product
+    except (Product.DoesNotExist, BillingCycle.DoesNotExist):
+        return
+    _product_part_changed(product)
+
+
+def customer_saved(sender: Any, instance: Customer, raw: bool = False, **kwargs: Any) -> None:
+    if not _skip(raw):
+        record_change(instance)
+
+
+def subscription_saved(
+    sender: Any, instance: Subscription, raw: bool = False, **kwargs: Any
+) -> None:
+    # Subscriptions are created remotely once (POST /subscriptions); the service owns their
+    # state afterwards and offers no update, so only unpushed ones make an entry.
+    if not _skip(raw) and instance.remote_id is None:
+        record_change(instance)
+
+
+def refuse_product_delete(sender: Any, instance: Product, **kwargs: Any) -> None:
+    raise ProductDeletionRefused([instance])
+
+
+post_save.connect(product_saved, sender=Product, dispatch_uid="billing_outbox_product")
+post_save.connect(cycle_changed, sender=BillingCycle, dispatch_uid="billing_outbox_cycle")
+post_delete.connect(cycle_changed, sender=BillingCycle, dispatch_uid="billing_outbox_cycle_del")
+post_save.connect(price_changed, sender=Price, dispatch_uid="billing_outbox_price")
+post_delete.connect(price_changed, sender=Price, dispatch_uid="billing_outbox_price_del")
+post_save.connect(customer_saved, sender=Customer, dispatch_uid="billing_outbox_customer")
+post_save.connect(
+    subscription_saved, sender=Subscription, dispatch_uid="billing_outbox_subscription"
+)
+pre_delete.connect(refuse_product_delete, sender=Product, dispatch_uid="billing_refuse_delete")
