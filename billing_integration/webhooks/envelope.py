@@ -1,0 +1,104 @@
+"""Reading the event envelope tolerantly.
+
+DESIGN.md fixes ``{"id", "type", "created_at", "data"}``; a real service may say ``event``
+or ``event_type`` for the type, ``timestamp`` for the time, ``payload`` or ``object`` for the
+data. Nothing here raises on odd values: unknown shapes give empty fields.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from ..timestamps import parse_timestamp
+
+_ID_KEYS = ("id", "event_id", "eventId", "uuid")
+_TYPE_KEYS = ("type", "event_type", "eventType", "event", "name")
+_TIME_KEYS = ("created_at", "createdAt", "timestamp", "occurred_at", "date_created", "created")
+_DATA_KEYS = ("data", "payload", "object", "resource")
+
+
+def clean_text(value: str, limit: int | None = None) -> str:
+    """A string PostgreSQL accepts (no NUL characters), optionally cut to ``limit``."""
+    if "\x00" in value:
+        value = value.replace("\x00", "\ufffd")
+    return value[:limit] if limit is not None else value
+
+
+def parse_body(body: str | bytes) -> dict[str, Any]:
+    """The envelope as a dict; ``ValueError`` if the body is not a JSON object."""
+    if isinstance(body, bytes):
+        body = body.decode("utf-8")  # UnicodeDecodeError is a ValueError
+    value = json.loads(body)
+    if not isinstance(value, dict):
+        raise ValueError("The event body is not a JSON object.")
+    return value
+
+
+def parse_time(value: Any) -> datetime | None:
+    """A datetime from an ISO string or a unix timestamp (seconds or milliseconds)."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        if isinstance(value, (int, float)):
+            seconds = value / 1000 if value > 1e11 else value
+            return datetime.fromtimestamp(seconds, tz=UTC)
+        if isinstance(value, str):
+            text = value.strip()
+            if text.isdigit():
+                return parse_time(int(text))
+            return parse_timestamp(text)
+    except (ValueError, OverflowError, OSError):
+        return None
+    return None
+
+
+def _first(mapping: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    for key in keys:
+        if key in mapping:
+            return mapping[key]
+    return None
+
+
+@dataclass
+class Envelope:
+    event_id: str
+    raw_type: str
+    occurred_at: datetime | None
+    data: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def object_id(self) -> str:
+        value = self.data.get("id")
+        return clean_text(str(value), 64) if isinstance(value, (str, int)) else ""
+
+
+def read_envelope(payload: dict[str, Any], *, message_id: str | None, body: bytes) -> Envelope:
+    """Pull id, type, time and data out of a parsed envelope, tolerantly.
+
+    The event id is the envelope's ``id``, else the ``webhook-id`` header, else a hash of the
+    body (so an identical redelivery is still recognised).
+    """
+    raw_id = _first(payload, _ID_KEYS)
+    if isinstance(raw_id, (str, int)) and not isinstance(raw_id, bool) and str(raw_id).strip():
+        event_id = str(raw_id).strip()
+    elif message_id:
+        event_id = message_id
+    else:
+        event_id = "sha256:" + hashlib.sha256(body).hexdigest()
+    if len(event_id) > 255:
+        event_id = "sha256:" + hashlib.sha256(event_id.encode("utf-8", "replace")).hexdigest()
+    raw_type = _first(payload, _TYPE_KEYS)
+    raw_type = raw_type if isinstance(raw_type, str) else ""
+    data = _first(payload, _DATA_KEYS)
+    if isinstance(data, dict) and isinstance(data.get("object"), dict) and "id" not in data:
+        data = data["object"]
+    return Envelope(
+        event_id=clean_text(event_id),
+        raw_type=clean_text(raw_type, 255),
+        occurred_at=parse_time(_first(payload, _TIME_KEYS)),
+        data=data if isinstance(data, dict) else {},
+    )

@@ -1,0 +1,157 @@
+"""Storing a verified delivery (``store_delivery``) and handing it to processing.
+
+The ingest path does one INSERT for a new event (plus one SELECT for a duplicate); the
+event id's unique index is what makes a redelivery harmless.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from django.db import IntegrityError, connection, transaction
+
+from ..conf import billing_settings
+from ..models import EventState, WebhookEvent
+from .envelope import clean_text, read_envelope
+from .types import normalize_type
+from .verification import Verification
+
+logger = logging.getLogger("billing_integration.webhooks")
+
+__all__ = ["StoreResult", "enqueue", "safe_headers", "store_delivery"]
+
+#: Header names never stored (credentials, signatures, cookies); matched case-insensitively.
+_SECRET_HEADERS = frozenset(
+    {
+        "authorization",
+        "proxy-authorization",
+        "cookie",
+        "set-cookie",
+        "webhook-signature",
+        "svix-signature",
+        "x-api-key",
+    }
+)
+_SECRET_WORDS = ("secret", "token", "password", "signature", "auth", "api-key", "apikey")
+_MAX_HEADERS = 64
+_MAX_HEADER_VALUE = 1024
+
+
+def safe_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The request headers as a plain dict, lower-cased, with secrets redacted."""
+    result: dict[str, str] = {}
+    for name, value in list(headers.items())[:_MAX_HEADERS]:
+        key = clean_text(str(name).lower(), 128)
+        if key in _SECRET_HEADERS or any(word in key for word in _SECRET_WORDS):
+            result[key] = "[redacted]"
+        else:
+            result[key] = clean_text(str(value), _MAX_HEADER_VALUE)
+    return result
+
+
+@dataclass
+class StoreResult:
+    event: WebhookEvent | None
+    created: bool
+    state: str
+    error: str = ""
+
+
+def _insert(event: WebhookEvent) -> bool:
+    """INSERT the row; False if the event id exists already."""
+    try:
+        if connection.in_atomic_block:
+            with transaction.atomic():  # a savepoint: an IntegrityError must not break the caller
+                event.save(force_insert=True)
+        else:
+            event.save(force_insert=True)  # autocommit: a single statement
+    except IntegrityError:
+        return False
+    return True
+
+
+def store_delivery(
+    body: bytes, headers: Mapping[str, str], verification: Verification
+) -> StoreResult:
+    """Store one verified delivery; raises ``DatabaseError`` only if it could not be stored.
+
+    A body that is not a JSON object is stored in state ``rejected`` (for inspection, never
+    processed) and reported with ``error``; a redelivery of a stored event is recognised by
+    its event id and reported with ``created=False``.
+    """
+    stored_headers = safe_headers(headers)
+    payload: object = None
+    error = ""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        text = body.decode("utf-8", "replace")
+        error = "The body is not UTF-8."
+    else:
+        try:
+            payload = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            error = f"Malformed JSON: {str(exc)[:200]}"
+    if not error and not isinstance(payload, dict):
+        error = f"The body is a JSON {type(payload).__name__}, not an object."
+    if error:
+        digest = hashlib.sha256(body).hexdigest()
+        event = WebhookEvent(
+            event_id=clean_text(f"invalid:{verification.message_id or 'sha256'}:{digest}", 255),
+            body=clean_text(text),
+            headers=stored_headers,
+            verified_by=verification.method,
+            state=EventState.REJECTED,
+            error=error,
+        )
+        created = _insert(event)
+        return StoreResult(event if created else None, created, EventState.REJECTED, error)
+
+    assert isinstance(payload, dict)
+    envelope = read_envelope(payload, message_id=verification.message_id, body=body)
+    event = WebhookEvent(
+        event_id=envelope.event_id,
+        raw_type=envelope.raw_type,
+        type=normalize_type(envelope.raw_type),
+        body=clean_text(text),
+        headers=stored_headers,
+        verified_by=verification.method,
+        occurred_at=envelope.occurred_at,
+        object_id=envelope.object_id,
+    )
+    if _insert(event):
+        return StoreResult(event, True, EventState.RECEIVED)
+    existing = (
+        WebhookEvent.objects.filter(event_id=envelope.event_id).values_list("pk", "state").first()
+    )
+    if existing is None:  # pragma: no cover - the row vanished between the two statements
+        return StoreResult(None, False, "")
+    event.pk, state = existing
+    return StoreResult(event, False, state)
+
+
+def enqueue(event_pk: int) -> None:
+    """Hand a stored event to processing: inline, or a Celery task (after commit).
+
+    Never raises: the event is stored, and a failure to enqueue leaves it ``received`` for
+    ``process_pending`` (or a redelivery) to pick up.
+    """
+
+    def run() -> None:
+        try:
+            if billing_settings.WEBHOOK_PROCESS_INLINE:
+                from .processing import process_event
+
+                process_event(event_pk)
+            else:
+                from .tasks import process_webhook_event
+
+                process_webhook_event.delay(event_pk)
+        except Exception:
+            logger.exception("Could not hand event %s to processing; it stays received", event_pk)
+
+    transaction.on_commit(run)

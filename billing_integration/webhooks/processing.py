@@ -1,0 +1,278 @@
+"""Applying stored events: ``process_event(pk)``, idempotent and safe to run concurrently.
+
+One transaction per event:
+
+1. lock the event row (``select_for_update``); a processed (or rejected) event is left alone,
+   so an event is applied once however often it is delivered or enqueued;
+2. find the handler for its canonical type (re-normalised now, so an alias or handler added
+   since the delivery applies on replay); none -> ``ignored``, kept for later;
+3. the handler locks the rows it changes in a fixed order, skips an older event, applies;
+4. mark the event ``processed`` (``outcome`` ``applied`` or ``stale``) and, on commit, send
+   the signals.
+
+A handler error rolls the whole transaction back and the event is marked ``failed`` with the
+error, the traceback and the attempt count. A handler may ask for an object to be pulled from
+the API first (``PullRequired``); that happens outside the transaction, at most once per
+object (per ``PULL_ONCE_TTL``) and the handler then runs again.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback as tb
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.core.cache import cache
+from django.db import DatabaseError, IntegrityError, OperationalError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from ..exceptions import (
+    BillingRateLimitError,
+    BillingServerError,
+    BillingTransportError,
+)
+from ..models import EventState, WebhookEvent
+from .envelope import parse_body, read_envelope
+from .handlers import EventContext, HandlerResult, PullRequired, get_handler
+from .signals import SIGNALS, billing_event_received
+from .types import normalize_type
+
+logger = logging.getLogger("billing_integration.webhooks")
+
+__all__ = ["ProcessResult", "process_event", "process_pending", "pull_missing", "replay_events"]
+
+#: Seconds during which an object that was pulled is not pulled again for another event.
+PULL_ONCE_TTL = 3600
+_RETRYABLE = (OperationalError, BillingTransportError, BillingServerError, BillingRateLimitError)
+_MAX_ROUNDS = 4
+
+
+@dataclass
+class ProcessResult:
+    pk: int
+    state: str
+    outcome: str = ""
+    retryable: bool = False
+    error: str = ""
+
+
+def pull_missing(kind: str, remote_id: uuid.UUID, *, customer: uuid.UUID | None = None) -> None:
+    """Fetch an object an event names but that is not known locally, through the client.
+
+    ``kind`` is ``subscription`` or ``customer``. Subscriptions are pulled for their customer
+    (the list call filtered by customer where the pull supports it), customers by a pull of
+    the customer list. Each ``(kind, id)`` is pulled at most once per ``PULL_ONCE_TTL``
+    seconds across processes (a cache key); later events naming it go on without it.
+    """
+    key = f"billing:webhook-pull:{kind}:{remote_id}"
+    try:
+        first = cache.add(key, 1, timeout=PULL_ONCE_TTL)
+    except Exception:  # a cache outage must not stop processing
+        first = True
+    if not first:
+        return
+    from ..sync import pull
+
+    if kind == "customer":
+        pull.pull_customers()
+    elif kind == "subscription":
+        if customer is not None:
+            # The customer first, so the pulled subscription links to it.
+            from ..models import Customer
+
+            if not Customer.objects.filter(remote_id=customer).exists():
+                pull.pull_customers()
+        pull.pull_subscriptions()
+
+
+def _load_context(event: WebhookEvent, event_type: str) -> EventContext:
+    payload = parse_body(event.body)
+    envelope = read_envelope(payload, message_id=None, body=event.body.encode())
+    return EventContext(
+        event=event,
+        event_type=event_type,
+        data=envelope.data,
+        occurred_at=event.occurred_at or envelope.occurred_at,
+    )
+
+
+def _apply(pk: int, pulled: set[tuple[str, uuid.UUID]], force: bool) -> ProcessResult:
+    with transaction.atomic():
+        event = WebhookEvent.objects.select_for_update().get(pk=pk)
+        if event.state == EventState.REJECTED or (
+            event.state == EventState.PROCESSED and not force
+        ):
+            return ProcessResult(pk, event.state, event.outcome)
+        event_type = normalize_type(event.raw_type) or event.type
+        handler = get_handler(event_type)
+        now = timezone.now()
+        event.attempts += 1
+        event.processed_at = now
+        event.error = event.traceback = ""
+        if handler is None:
+            event.state = EventState.IGNORED
+            event.outcome = ""
+            event.error = f"No handler for event type {event.raw_type[:100]!r}."
+            event.type = event_type
+            event.save(
+                update_fields=[
+                    "state",
+                    "outcome",
+                    "error",
+                    "traceback",
+                    "attempts",
+                    "processed_at",
+                    "type",
+                ]
+            )
+            return ProcessResult(pk, event.state)
+        ctx = _load_context(event, event_type)
+        ctx.pulled = pulled
+        result: HandlerResult = handler.handle(ctx)
+        event.type = event_type
+        event.state = EventState.PROCESSED
+        event.outcome = result.outcome
+        event.save(
+            update_fields=[
+                "state",
+                "outcome",
+                "error",
+                "traceback",
+                "attempts",
+                "processed_at",
+                "type",
+            ]
+        )
+        if result.outcome == "applied":
+            transaction.on_commit(lambda: send_signals(event, ctx, result))
+        return ProcessResult(pk, event.state, result.outcome)
+
+
+def _record_failure(pk: int, exc: BaseException, *, final: bool) -> ProcessResult:
+    retryable = isinstance(exc, _RETRYABLE)
+    message = f"{type(exc).__name__}: {exc}"[:2000]
+    trace = "".join(tb.format_exception(exc))[-20000:]
+    try:
+        WebhookEvent.objects.filter(pk=pk).exclude(state=EventState.PROCESSED).update(
+            state=EventState.FAILED,
+            attempts=F("attempts") + 1,
+            error=message,
+            traceback=trace,
+            processed_at=timezone.now(),
+        )
+    except DatabaseError:
+        logger.exception("Could not record the failure of event %s", pk)
+    log = logger.warning if retryable and not final else logger.error
+    log("Event %s failed: %s", pk, message)
+    return ProcessResult(pk, EventState.FAILED, retryable=retryable, error=message)
+
+
+def process_event(pk: int, *, force: bool = False, final: bool = True) -> ProcessResult:
+    """Apply one stored event (by primary key) once; never raises for a handler error.
+
+    ``force`` re-applies an already processed event (its state is still compared with the
+    stored one, so an older event changes nothing). ``final`` is False while a task still has
+    retries left (only affects logging).
+    """
+    pulled: set[tuple[str, uuid.UUID]] = set()
+    last_exc: BaseException | None = None
+    for _ in range(_MAX_ROUNDS):
+        try:
+            return _apply(pk, pulled, force)
+        except WebhookEvent.DoesNotExist:
+            return ProcessResult(pk, "missing", error="No such event.")
+        except PullRequired as need:
+            pulled.add((need.kind, need.remote_id))
+            try:
+                pull_missing(need.kind, need.remote_id, customer=need.customer)
+            except Exception as exc:
+                # The event is still applied without the object (the raw ids are kept).
+                logger.warning("Pulling %s %s failed: %s", need.kind, need.remote_id, exc)
+            continue
+        except IntegrityError as exc:
+            # Two events inserted the same new record concurrently; the retry finds the row.
+            last_exc = exc
+            continue
+        except Exception as exc:
+            return _record_failure(pk, exc, final=final)
+    return _record_failure(pk, last_exc or RuntimeError("Too many processing rounds."), final=final)
+
+
+def send_signals(event: WebhookEvent, ctx: EventContext, result: HandlerResult) -> None:
+    """Send the type's signal and ``billing_event_received`` (robustly: errors are logged)."""
+    kwargs: dict[str, Any] = {
+        "event": event,
+        "event_type": ctx.event_type,
+        "data": ctx.data,
+        "objects": result.objects,
+        **{k: v for k, v in result.objects.items() if k not in ("event", "data", "sender")},
+    }
+    for signal in (SIGNALS.get(ctx.event_type), billing_event_received):
+        if signal is None:
+            continue
+        for receiver, response in signal.send_robust(sender=WebhookEvent, **kwargs):
+            if isinstance(response, Exception):
+                logger.error(
+                    "Receiver %r of %s raised: %r",
+                    receiver,
+                    ctx.event_type,
+                    response,
+                    exc_info=(type(response), response, response.__traceback__),
+                )
+
+
+def replay_events(
+    queryset: Iterable[WebhookEvent] | Any, *, inline: bool = True, force: bool = False
+) -> dict[str, int]:
+    """Process the given events again (the admin action and ``billing_replay_events``).
+
+    Rejected events are skipped; processed ones only with ``force``. With ``inline`` the
+    events are processed here, in order of reception, else enqueued on Celery. Returns
+    counts by resulting state (``enqueued`` when not inline).
+    """
+    counts: dict[str, int] = {}
+    pks = list(
+        queryset.exclude(state=EventState.REJECTED)
+        .order_by("received_at", "pk")
+        .values_list("pk", flat=True)
+        if hasattr(queryset, "exclude")
+        else [e.pk for e in queryset if e.state != EventState.REJECTED]
+    )
+    if not force:
+        pks = list(
+            WebhookEvent.objects.filter(pk__in=pks)
+            .exclude(state=EventState.PROCESSED)
+            .order_by("received_at", "pk")
+            .values_list("pk", flat=True)
+        )
+    for pk in pks:
+        if inline:
+            result = process_event(pk, force=force)
+            counts[result.state] = counts.get(result.state, 0) + 1
+        else:
+            from .tasks import process_webhook_event
+
+            process_webhook_event.delay(pk, force=force)
+            counts["enqueued"] = counts.get("enqueued", 0) + 1
+    return counts
+
+
+def process_pending(older_than: float = 60.0, limit: int = 1000) -> int:
+    """Enqueue events still ``received`` after ``older_than`` seconds (a lost task, a broker
+    outage at delivery time). Meant for Celery beat; returns how many were enqueued."""
+    from .tasks import process_webhook_event
+
+    cutoff = timezone.now() - timedelta(seconds=older_than)
+    pks = list(
+        WebhookEvent.objects.filter(state=EventState.RECEIVED, received_at__lt=cutoff)
+        .order_by("received_at")
+        .values_list("pk", flat=True)[:limit]
+    )
+    for pk in pks:
+        process_webhook_event.delay(pk)
+    return len(pks)

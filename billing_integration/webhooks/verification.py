@@ -1,0 +1,198 @@
+"""Authenticity of event deliveries, checked on the raw body before anything is parsed.
+
+Standard Webhooks (https://www.standardwebhooks.com/): headers ``webhook-id``,
+``webhook-timestamp`` (unix seconds) and ``webhook-signature`` (space-separated
+``v1,<base64 HMAC-SHA256 of "id.timestamp.body">``), secrets ``whsec_<base64>``. Several
+secrets may be configured at once (rotation): a signature made with any of them is accepted.
+HTTP basic auth on the callback URL is the alternative. Unverified deliveries are accepted
+only with ``BILLING['WEBHOOK_ALLOW_UNVERIFIED']`` (and a warning is logged for each).
+
+No message raised here ever contains a secret, a signature or a password.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ..conf import billing_settings
+from ..exceptions import WebhookVerificationError
+
+logger = logging.getLogger("billing_integration.webhooks")
+
+__all__ = [
+    "MissingHeadersError",
+    "StaleTimestampError",
+    "Verification",
+    "WebhookVerificationError",
+    "sign",
+    "verify_basic_auth",
+    "verify_request",
+    "verify_signature",
+]
+
+_SECRET_PREFIX = "whsec_"
+_MAX_HEADER = 4096
+
+
+class MissingHeadersError(WebhookVerificationError):
+    """The signature headers (or the credentials) are absent or malformed: HTTP 400."""
+
+    status = 400
+
+
+class StaleTimestampError(WebhookVerificationError):
+    """``webhook-timestamp`` is outside the tolerance: HTTP 401."""
+
+    status = 401
+
+
+@dataclass(frozen=True)
+class Verification:
+    """How a delivery was authenticated (``method``) and its ``webhook-id`` if signed."""
+
+    method: str  # "signature" | "basic" | "none"
+    message_id: str | None = None
+    timestamp: int | None = None
+
+
+def _decode_secret(secret: str) -> bytes:
+    value = secret[len(_SECRET_PREFIX) :] if secret.startswith(_SECRET_PREFIX) else secret
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        # Not base64: some services hand out raw secrets. Use the bytes as they are.
+        return value.encode("utf-8")
+
+
+def _secrets(secrets: str | Sequence[str] | None) -> list[bytes]:
+    if not secrets:
+        return []
+    items = [secrets] if isinstance(secrets, str) else list(secrets)
+    return [_decode_secret(s) for s in items if s]
+
+
+def sign(body: bytes, secret: str, msg_id: str, timestamp: int) -> str:
+    """The ``webhook-signature`` value for a body (``v1,<base64>``)."""
+    digest = hmac.new(
+        _decode_secret(secret), f"{msg_id}.{timestamp}.".encode() + body, hashlib.sha256
+    ).digest()
+    return "v1," + base64.b64encode(digest).decode("ascii")
+
+
+def _header(headers: Mapping[str, str], *names: str) -> str | None:
+    for name in names:
+        value = headers.get(name)
+        if value is not None:
+            return value
+    return None
+
+
+def verify_signature(
+    body: bytes,
+    headers: Mapping[str, str],
+    secrets: str | Sequence[str],
+    *,
+    tolerance: int = 300,
+    now: float | None = None,
+) -> Verification:
+    """Check a Standard Webhooks signature; raise ``WebhookVerificationError`` if it fails.
+
+    ``headers`` must be case-insensitive (Django's ``request.headers`` is). ``svix-*`` header
+    names are accepted as synonyms.
+    """
+    msg_id = _header(headers, "webhook-id", "svix-id")
+    timestamp = _header(headers, "webhook-timestamp", "svix-timestamp")
+    signature = _header(headers, "webhook-signature", "svix-signature")
+    if not msg_id or not timestamp or not signature:
+        raise MissingHeadersError(
+            "Missing webhook-id, webhook-timestamp or webhook-signature header."
+        )
+    if len(msg_id) > 255 or len(signature) > _MAX_HEADER or len(timestamp) > 20:
+        raise MissingHeadersError("Malformed webhook signature headers.")
+    try:
+        ts = int(timestamp.strip())
+    except ValueError:
+        raise MissingHeadersError("webhook-timestamp is not an integer.") from None
+    current = time.time() if now is None else now
+    if abs(current - ts) > tolerance:
+        raise StaleTimestampError(
+            f"webhook-timestamp is {int(current - ts)} s away from now (tolerance {tolerance} s)."
+        )
+    keys = _secrets(secrets)
+    if not keys:
+        raise WebhookVerificationError("No webhook secret is configured.")
+    signed = f"{msg_id}.{ts}.".encode() + body
+    expected = [hmac.new(key, signed, hashlib.sha256).digest() for key in keys]
+    valid = False
+    for candidate in signature.split():
+        version, _, value = candidate.partition(",")
+        if version != "v1" or not value:
+            continue
+        try:
+            given = base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            continue
+        for digest in expected:
+            # Evaluate every comparison: the time taken does not reveal which one matched.
+            valid |= hmac.compare_digest(digest, given)
+    if not valid:
+        raise WebhookVerificationError("No valid webhook signature.")
+    return Verification("signature", message_id=msg_id, timestamp=ts)
+
+
+def verify_basic_auth(headers: Mapping[str, str], credentials: str) -> Verification:
+    """Check ``Authorization: Basic`` against ``"user:password"`` in constant time."""
+    authorization = headers.get("authorization") or ""
+    scheme, _, value = authorization.partition(" ")
+    if scheme.lower() != "basic" or not value or len(value) > _MAX_HEADER:
+        raise MissingHeadersError("Missing HTTP basic credentials.")
+    try:
+        given = base64.b64decode(value.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        raise MissingHeadersError("Malformed HTTP basic credentials.") from None
+    if not hmac.compare_digest(given, credentials.encode("utf-8")):
+        raise WebhookVerificationError("Invalid HTTP basic credentials.")
+    return Verification("basic")
+
+
+def verify_request(body: bytes, headers: Mapping[str, str]) -> Verification:
+    """Authenticate one delivery according to the settings.
+
+    With a secret configured a valid signature is accepted; with basic auth configured,
+    valid credentials are; with both, either. With neither, the delivery is refused unless
+    ``WEBHOOK_ALLOW_UNVERIFIED`` is set (then accepted with a logged warning).
+    """
+    conf = billing_settings.as_dict()
+    secrets = conf.get("WEBHOOK_SECRET")
+    basic = conf.get("WEBHOOK_BASIC_AUTH")
+    if secrets and basic:
+        has_signature = _header(headers, "webhook-signature", "svix-signature") is not None
+        if has_signature or not headers.get("authorization"):
+            try:
+                return verify_signature(
+                    body, headers, secrets, tolerance=int(conf["WEBHOOK_TOLERANCE"])
+                )
+            except WebhookVerificationError:
+                if not headers.get("authorization"):
+                    raise
+        return verify_basic_auth(headers, str(basic))
+    if secrets:
+        return verify_signature(body, headers, secrets, tolerance=int(conf["WEBHOOK_TOLERANCE"]))
+    if basic:
+        return verify_basic_auth(headers, str(basic))
+    if conf.get("WEBHOOK_ALLOW_UNVERIFIED"):
+        logger.warning(
+            "Accepting an unverified event delivery (BILLING['WEBHOOK_ALLOW_UNVERIFIED'] is True)."
+        )
+        return Verification("none", message_id=_header(headers, "webhook-id", "svix-id"))
+    raise WebhookVerificationError(
+        "Event deliveries cannot be verified: set BILLING['WEBHOOK_SECRET'] or "
+        "BILLING['WEBHOOK_BASIC_AUTH']."
+    )

@@ -1,0 +1,65 @@
+"""The event callback: verify the raw body, store it, answer 2xx; processing comes after.
+
+``POST`` -> 200 for a stored (or already stored) event, 400 for missing or malformed
+signature headers and for a body that is not a JSON object (kept as ``rejected``), 401 for
+a bad signature, a stale timestamp or wrong credentials, 503 only when the event could not
+be stored. ``HEAD`` (and ``GET``) -> 200 with no body, for reachability probes.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.core.exceptions import RequestDataTooBig
+from django.db import DatabaseError, transaction
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_http_methods
+
+from ..exceptions import WebhookVerificationError
+from ..models import EventState
+from .ingest import enqueue, store_delivery
+from .verification import verify_request
+
+logger = logging.getLogger("billing_integration.webhooks")
+
+__all__ = ["webhook"]
+
+
+@csrf_exempt
+@transaction.non_atomic_requests
+@require_http_methods(["POST", "HEAD", "GET"])
+def webhook(request: HttpRequest) -> HttpResponse:
+    if request.method != "POST":
+        return HttpResponse(status=200)
+    try:
+        body = request.body
+    except RequestDataTooBig:
+        return JsonResponse({"error": "Body too large."}, status=413)
+    try:
+        verification = verify_request(body, request.headers)
+    except WebhookVerificationError as exc:
+        status = getattr(exc, "status", 401)
+        logger.warning("Refused an event delivery (%s): %s", status, exc)
+        response = JsonResponse({"error": str(exc)}, status=status)
+        if status == 401 and "basic" in str(exc).lower():
+            response["WWW-Authenticate"] = 'Basic realm="billing webhooks"'
+        return response
+    try:
+        stored = store_delivery(body, request.headers, verification)
+    except DatabaseError:
+        logger.exception("Could not store an event delivery")
+        return JsonResponse({"error": "The event could not be stored; retry later."}, status=503)
+    if stored.state == EventState.REJECTED:
+        return JsonResponse({"error": stored.error or "Malformed body."}, status=400)
+    event = stored.event
+    if event is not None and (stored.created or stored.state == EventState.RECEIVED):
+        # New, or a redelivery of one not processed yet (its task may have been lost).
+        enqueue(event.pk)
+    return JsonResponse(
+        {
+            "status": "received" if stored.created else "duplicate",
+            "id": event.event_id if event is not None else None,
+        },
+        status=200,
+    )

@@ -1,0 +1,306 @@
+"""The callback endpoint: verification, storing first, duplicates, malformed bodies."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import uuid
+from unittest import mock
+
+import pytest
+from django.core.management import call_command
+from django.db import DatabaseError
+from django.urls import reverse
+
+from billing_integration.models import EventState, WebhookEvent
+
+from .conftest import OTHER_SECRET, SECRET, as_meta, envelope, post_signed, sign
+
+URL = "/billing/webhooks/"
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def stored_only(settings):
+    """The secret set, processing on Celery (the task is mocked out)."""
+    settings.BILLING = {**settings.BILLING, "WEBHOOK_SECRET": SECRET}
+    with mock.patch("billing_integration.webhooks.tasks.process_webhook_event.delay") as delay:
+        yield delay
+
+
+def test_url_is_named_and_served_under_billing():
+    assert reverse("billing_integration:webhook") == URL
+
+
+def test_head_and_get_probe(client, stored_only):
+    assert client.head(URL).status_code == 200
+    assert client.get(URL).status_code == 200
+    assert client.put(URL, data=b"{}").status_code == 405
+    assert WebhookEvent.objects.count() == 0
+
+
+def test_valid_delivery_is_stored_and_enqueued(
+    client, stored_only, django_capture_on_commit_callbacks
+):
+    payload = envelope("invoice.paid", {"id": str(uuid.uuid4()), "status": "paid"})
+    with django_capture_on_commit_callbacks(execute=True):
+        response = post_signed(client, payload, extra={"HTTP_AUTHORIZATION": "Bearer abc"})
+    assert response.status_code == 200, response.content
+    assert response.json() == {"status": "received", "id": payload["id"]}
+    event = WebhookEvent.objects.get()
+    assert event.event_id == payload["id"]
+    assert event.type == "invoice.paid" and event.raw_type == "invoice.paid"
+    assert event.state == EventState.RECEIVED
+    assert json.loads(event.body) == payload
+    assert event.object_id == payload["data"]["id"]
+    assert event.occurred_at is not None and event.verified_by == "signature"
+    # Signature and credentials never stored; other headers are.
+    assert event.headers["webhook-signature"] == "[redacted]"
+    assert event.headers["authorization"] == "[redacted]"
+    assert event.headers["webhook-id"] == payload["id"]
+    assert SECRET not in json.dumps(event.headers)
+    stored_only.assert_called_once_with(event.pk)
+
+
+def test_csrf_is_not_required(stored_only):
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    response = post_signed(client, envelope("invoice.paid", {"id": str(uuid.uuid4())}))
+    assert response.status_code == 200
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        pytest.param(lambda h: h.update({"webhook-signature": "v1,AAAA"}), id="wrong-signature"),
+        pytest.param(
+            lambda h: h.update({"webhook-signature": "v2,xx v1,@@@"}), id="garbage-signature"
+        ),
+        pytest.param(lambda h: h.update({"webhook-id": "other-id"}), id="id-swapped"),
+        pytest.param(
+            lambda h: h.update({"webhook-timestamp": str(int(time.time()) - 301)}), id="stale"
+        ),
+        pytest.param(
+            lambda h: h.update({"webhook-timestamp": str(int(time.time()) + 400)}), id="future"
+        ),
+    ],
+)
+def test_bad_signatures_are_401_and_nothing_stored(client, stored_only, mutate):
+    body = json.dumps(envelope("invoice.paid", {"id": str(uuid.uuid4())})).encode()
+    headers = sign(body)
+    mutate(headers)
+    response = client.post(URL, data=body, content_type="application/json", **as_meta(headers))
+    assert response.status_code == 401
+    assert SECRET not in response.content.decode()
+    assert WebhookEvent.objects.count() == 0
+    stored_only.assert_not_called()
+
+
+@pytest.mark.parametrize("missing", ["webhook-id", "webhook-timestamp", "webhook-signature"])
+def test_missing_headers_are_400(client, stored_only, missing):
+    body = json.dumps(envelope("invoice.paid", {"id": str(uuid.uuid4())})).encode()
+    headers = sign(body)
+    del headers[missing]
+    response = client.post(URL, data=body, content_type="application/json", **as_meta(headers))
+    assert response.status_code == 400
+    assert WebhookEvent.objects.count() == 0
+
+
+def test_non_integer_timestamp_is_400(client, stored_only):
+    body = b"{}"
+    headers = sign(body)
+    headers["webhook-timestamp"] = "yesterday"
+    response = client.post(URL, data=body, content_type="application/json", **as_meta(headers))
+    assert response.status_code == 400
+
+
+def test_tampered_body_is_refused(client, stored_only):
+    body = json.dumps(envelope("invoice.paid", {"id": str(uuid.uuid4()), "amount": 1})).encode()
+    headers = sign(body)
+    tampered = body.replace(b'"amount": 1', b'"amount": 9')
+    response = client.post(URL, data=tampered, content_type="application/json", **as_meta(headers))
+    assert response.status_code == 401
+    assert WebhookEvent.objects.count() == 0
+
+
+def test_tolerance_is_configurable(client, settings, stored_only):
+    settings.BILLING = {**settings.BILLING, "WEBHOOK_TOLERANCE": 3600}
+    payload = envelope("invoice.paid", {"id": str(uuid.uuid4())})
+    assert post_signed(client, payload, timestamp=int(time.time()) - 1800).status_code == 200
+    settings.BILLING = {**settings.BILLING, "WEBHOOK_TOLERANCE": 10}
+    payload = envelope("invoice.paid", {"id": str(uuid.uuid4())})
+    assert post_signed(client, payload, timestamp=int(time.time()) - 60).status_code == 401
+    assert WebhookEvent.objects.count() == 1
+
+
+def test_rotated_secrets_both_accepted(client, settings, stored_only):
+    settings.BILLING = {**settings.BILLING, "WEBHOOK_SECRET": [OTHER_SECRET, SECRET]}
+    old = envelope("invoice.paid", {"id": str(uuid.uuid4())})
+    new = envelope("invoice.paid", {"id": str(uuid.uuid4())})
+    assert post_signed(client, old, secret=SECRET).status_code == 200
+    assert post_signed(client, new, secret=OTHER_SECRET).status_code == 200
+    # A third, unknown secret is refused; so is the old one once rotation is over.
+    third = "whsec_" + base64.b64encode(b"x" * 32).decode()
+    assert post_signed(client, envelope("invoice.paid", {}), secret=third).status_code == 401
+    settings.BILLING = {**settings.BILLING, "WEBHOOK_SECRET": OTHER_SECRET}
+    assert post_signed(client, envelope("invoice.paid", {}), secret=SECRET).status_code == 401
+    assert WebhookEvent.objects.count() == 2
+
+
+def test_several_signatures_in_header_one_valid(client, stored_only):
+    payload = envelope("invoice.paid", {"id": str(uuid.uuid4())})
+    body = json.dumps(payload).encode()
+    headers = sign(body, msg_id=payload["id"])
+    headers["webhook-signature"] = "v1,bm9wZQ== " + headers["webhook-signature"]
+    response = client.post(URL, data=body, content_type="application/json", **as_meta(headers))
+    assert response.status_code == 200
+
+
+def _basic(user_pass: str) -> dict[str, str]:
+    return {"HTTP_AUTHORIZATION": "Basic " + base64.b64encode(user_pass.encode()).decode()}
+
+
+def test_basic_auth_alternative(client, settings, stored_only):
+    settings.BILLING = {
+        **settings.BILLING,
+        "WEBHOOK_SECRET": None,
+        "WEBHOOK_BASIC_AUTH": "hook:s3cr3t",
+    }
+    body = json.dumps(envelope("invoice.paid", {"id": str(uuid.uuid4())})).encode()
+    ok = client.post(URL, data=body, content_type="application/json", **_basic("hook:s3cr3t"))
+    assert ok.status_code == 200
+    bad = client.post(URL, data=body, content_type="application/json", **_basic("hook:wrong"))
+    assert bad.status_code == 401 and bad["WWW-Authenticate"].startswith("Basic")
+    assert "s3cr3t" not in bad.content.decode()
+    none = client.post(URL, data=body, content_type="application/json")
+    assert none.status_code == 400
+    event = WebhookEvent.objects.get()
+    assert event.verified_by == "basic" and event.headers["authorization"] == "[redacted]"
+
+
+def test_unverified_refused_unless_explicitly_allowed(client, settings, stored_only, caplog):
+    settings.BILLING = {**settings.BILLING, "WEBHOOK_SECRET": None, "WEBHOOK_BASIC_AUTH": None}
+    body = json.dumps(envelope("invoice.paid", {"id": str(uuid.uuid4())})).encode()
+    assert client.post(URL, data=body, content_type="application/json").status_code == 401
+    assert WebhookEvent.objects.count() == 0
+    settings.BILLING = {**settings.BILLING, "WEBHOOK_ALLOW_UNVERIFIED": True}
+    with caplog.at_level("WARNING", logger="billing_integration.webhooks"):
+        assert client.post(URL, data=body, content_type="application/json").status_code == 200
+    assert "unverified" in caplog.text
+    assert WebhookEvent.objects.get().verified_by == "none"
+
+
+def test_unverified_setting_raises_a_system_check_warning(settings):
+    from billing_integration.checks import check_billing_settings
+
+    settings.BILLING = {
+        **settings.BILLING,
+        "WEBHOOK_SECRET": None,
+        "WEBHOOK_ALLOW_UNVERIFIED": True,
+    }
+    settings.DEBUG = False
+    ids = {m.id for m in check_billing_settings()}
+    assert "billing_integration.W001" in ids
+
+
+def test_malformed_json_is_400_and_kept_for_inspection(client, stored_only):
+    body = b'{"id": "x", "type": "invoice.paid", "data": {'
+    response = post_signed(client, body=body, msg_id="msg_broken")
+    assert response.status_code == 400
+    event = WebhookEvent.objects.get()
+    assert event.state == EventState.REJECTED
+    assert event.body == body.decode()
+    assert "Malformed JSON" in event.error
+    assert event.event_id.startswith("invalid:msg_broken:")
+    stored_only.assert_not_called()
+    # A redelivery of the same broken body is not stored twice.
+    assert post_signed(client, body=body, msg_id="msg_broken").status_code == 400
+    assert WebhookEvent.objects.count() == 1
+
+
+@pytest.mark.parametrize("body", [b"[1, 2]", b'"text"', b"\xff\xfe not utf-8", b""])
+def test_non_object_bodies_are_rejected(client, stored_only, body):
+    response = post_signed(client, body=body)
+    assert response.status_code == 400
+    assert WebhookEvent.objects.get().state == EventState.REJECTED
+
+
+def test_duplicate_delivery_is_2xx_and_stored_once(
+    client, stored_only, django_capture_on_commit_callbacks
+):
+    payload = envelope("invoice.paid", {"id": str(uuid.uuid4())})
+    with django_capture_on_commit_callbacks(execute=True):
+        first = post_signed(client, payload)
+    WebhookEvent.objects.update(state=EventState.PROCESSED)
+    with django_capture_on_commit_callbacks(execute=True):
+        second = post_signed(client, payload)  # a new webhook-timestamp, same id
+    assert first.status_code == second.status_code == 200
+    assert second.json()["status"] == "duplicate"
+    assert WebhookEvent.objects.count() == 1
+    assert stored_only.call_count == 1  # the processed duplicate is not enqueued again
+
+
+def test_duplicate_of_unprocessed_event_is_enqueued_again(
+    client, stored_only, django_capture_on_commit_callbacks
+):
+    payload = envelope("invoice.paid", {"id": str(uuid.uuid4())})
+    with django_capture_on_commit_callbacks(execute=True):
+        post_signed(client, payload)
+        post_signed(client, payload)
+    assert WebhookEvent.objects.count() == 1
+    assert stored_only.call_count == 2  # the first task may have been lost
+
+
+def test_unknown_type_is_stored_and_acknowledged(client, stored_only):
+    payload = envelope("customer.teleported", {"id": str(uuid.uuid4())})
+    assert post_signed(client, payload).status_code == 200
+    event = WebhookEvent.objects.get()
+    assert event.type == "" and event.raw_type == "customer.teleported"
+
+
+def test_store_failure_is_503(client, stored_only):
+    payload = envelope("invoice.paid", {"id": str(uuid.uuid4())})
+    with mock.patch.object(WebhookEvent, "save", side_effect=DatabaseError("down")):
+        response = post_signed(client, payload)
+    assert response.status_code == 503
+    stored_only.assert_not_called()
+
+
+def test_broker_failure_still_acknowledges(client, settings, django_capture_on_commit_callbacks):
+    settings.BILLING = {**settings.BILLING, "WEBHOOK_SECRET": SECRET}
+    payload = envelope("invoice.paid", {"id": str(uuid.uuid4())})
+    with (
+        mock.patch(
+            "billing_integration.webhooks.tasks.process_webhook_event.delay",
+            side_effect=ConnectionError("broker down"),
+        ),
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        response = post_signed(client, payload)
+    assert response.status_code == 200
+    assert WebhookEvent.objects.get().state == EventState.RECEIVED
+
+
+def test_ingest_path_query_count(client, stored_only, django_assert_max_num_queries):
+    # Warm-up (content types, savepoint machinery), then a fresh event.
+    post_signed(client, envelope("invoice.paid", {"id": str(uuid.uuid4())}))
+    with django_assert_max_num_queries(
+        3
+    ):  # SAVEPOINT + INSERT + RELEASE inside the test transaction
+        response = post_signed(client, envelope("invoice.paid", {"id": str(uuid.uuid4())}))
+    assert response.status_code == 200
+
+
+def test_system_checks_pass_with_a_secret(settings):
+    settings.BILLING = {**settings.BILLING, "WEBHOOK_SECRET": SECRET}
+    call_command("check")
+
+
+def test_own_signer_matches_the_reference_library():
+    from billing_integration.webhooks.verification import sign as own_sign
+
+    body = '{"a": "é"}'
+    headers = sign(body, msg_id="msg_1", timestamp=1_700_000_000)
+    assert own_sign(body.encode(), SECRET, "msg_1", 1_700_000_000) == headers["webhook-signature"]
