@@ -60,6 +60,8 @@ DEFAULTS: dict[str, Any] = {
     "WEBHOOK_TOLERANCE": 300,  # seconds of clock skew accepted on webhook-timestamp
     "WEBHOOK_PROCESS_INLINE": False,  # process events in the request instead of Celery
     "EVENT_TYPE_ALIASES": {},  # extra spellings -> canonical event type
+    "EVENT_HANDLERS": {},  # canonical type -> dotted path of an EventHandler subclass
+    "WEBHOOK_MAX_ATTEMPTS": 5,  # processing attempts of an event (transient errors) before failed
     # --- customers and checkout -----------------------------------------------------------
     "SUBSCRIBER_MODEL": None,  # default: settings.AUTH_USER_MODEL
     "CUSTOMER_IDENTIFIER": "billing_integration.customers.default_identifier",
