@@ -1,0 +1,161 @@
+"""The hosted checkout page: ``/checkout/<session_id>``.
+
+GET shows the product, price and cycle with a phone number field; POST ``step=phone`` shows the
+"Confirm with your PIN on your phone" step (a simulated prompt with an "I entered my PIN"
+button); POST ``step=confirm`` pays per the test phone number (see ``ledger``) and shows the
+result, linking (and redirecting after a few seconds) to the return URL when one is known:
+``?return_url=`` on the page, else the sandbox's configured ``return_url``. ``{session_id}`` in
+it is replaced by the session id. Expired sessions answer 410, completed ones say so.
+"""
+
+from __future__ import annotations
+
+import re
+from html import escape
+from typing import Any
+from urllib.parse import urlsplit
+
+from werkzeug.wrappers import Request, Response
+
+from .config import SandboxConfig
+from .ledger import NEVER, SUCCESS, Ledger
+from .store import Store
+
+_PHONE = re.compile(r"^\+?[0-9][0-9 \-.()]{6,19}$")
+_CSS = (
+    "body{font-family:system-ui,sans-serif;max-width:28rem;margin:3rem auto;padding:0 1rem;"
+    "color:#222}main{border:1px solid #ddd;border-radius:8px;padding:1.5rem}"
+    "button{padding:.6rem 1.2rem;font-size:1rem}input{padding:.5rem;font-size:1rem;width:100%;"
+    "box-sizing:border-box;margin:.5rem 0 1rem}.muted{color:#666}.error{color:#b00020}"
+)
+MESSAGES = {
+    "declined": "Your payment was declined.",
+    "insufficient_funds": "Your payment failed: insufficient funds.",
+}
+
+
+def page(
+    title: str, body: str, status: int = 200, outcome: str = "", refresh: str | None = None
+) -> Response:
+    meta = ""
+    if refresh:
+        meta = f'<meta http-equiv="refresh" content="3;url={escape(refresh)}">'
+    html = (
+        f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">{meta}"
+        f"<title>{escape(title)} - Billing sandbox checkout</title><style>{_CSS}</style></head>"
+        f"<body><p class=\"muted\">Billing sandbox (test mode)</p>"
+        f"<main data-outcome=\"{escape(outcome)}\"><h1>{escape(title)}</h1>{body}</main>"
+        f"</body></html>"
+    )
+    return Response(html, status=status, mimetype="text/html")
+
+
+class CheckoutPages:
+    def __init__(self, store: Store, config: SandboxConfig, ledger: Ledger) -> None:
+        self.store = store
+        self.config = config
+        self.ledger = ledger
+
+    def return_url(self, request: Request, session_id: str) -> str | None:
+        url = request.values.get("return_url") or self.config.return_url
+        if not url or urlsplit(url).scheme not in ("http", "https"):
+            return None
+        return url.replace("{session_id}", session_id)
+
+    def _describe(self, session: dict[str, Any]) -> tuple[dict[str, Any], str, str]:
+        product = self.store.get("product", session["product"]) or {"name": "?"}
+        currency = self.config.currency_code(session["selected_currency"]) or "?"
+        amount = self.ledger.price(product, session["selected_billing_cycle"],
+                                   session["selected_currency"])
+        code = session["selected_billing_cycle"]
+        if code:
+            unit, _, freq = code.rpartition("-")
+            cycle = f"every {unit[:-1]}" if freq == "1" else f"every {freq} {unit}"
+        else:
+            cycle = "one-time payment"
+        return product, f"{amount:g} {currency}", cycle
+
+    def _hidden(self, return_url: str | None) -> str:
+        if not return_url:
+            return ""
+        return f'<input type="hidden" name="return_url" value="{escape(return_url)}">'
+
+    def handle(self, request: Request, session_id: str) -> Response:
+        session = self.store.get("checkout_session", session_id)
+        if session is None:
+            return page("Checkout not found", "<p>There is no checkout session with this "
+                        "address.</p>", status=404, outcome="not_found")
+        session = self.ledger.expire_if_due(session)
+        return_url = self.return_url(request, session_id)
+        back = ""
+        if return_url:
+            back = f'<p><a id="return" href="{escape(return_url)}">Return to the merchant</a></p>'
+        if session["status"] == "expired":
+            return page("This checkout session has expired",
+                        "<p>The session expired before the payment was confirmed. Please "
+                        "start again from the merchant's site.</p>" + back,
+                        status=410, outcome="expired")
+        if session["status"] == "completed":
+            return page("Payment already completed",
+                        "<p>This checkout session is already completed; nothing more to do."
+                        "</p>" + back, outcome="completed")
+        product, price, cycle = self._describe(session)
+        summary = (
+            f"<p><strong id=\"product\">{escape(product['name'])}</strong></p>"
+            f"<p id=\"price\">{escape(price)} <span id=\"cycle\" class=\"muted\">"
+            f"({escape(cycle)})</span></p>"
+        )
+        action = f"/checkout/{escape(session_id)}"
+        step = request.form.get("step") if request.method == "POST" else None
+        if step in ("phone", "confirm"):
+            phone = (request.form.get("phone") or "").strip()
+            if not _PHONE.match(phone):
+                return self._phone_form(summary, action, return_url,
+                                        "Enter a valid mobile-money phone number.", 400)
+            if step == "phone":
+                return page(
+                    "Confirm with your PIN on your phone",
+                    summary + f"<p>We sent a payment prompt to <strong>{escape(phone)}"
+                    "</strong>. Confirm with your PIN on your phone, then continue.</p>"
+                    f"<form method=\"post\" action=\"{action}\">"
+                    "<input type=\"hidden\" name=\"step\" value=\"confirm\">"
+                    f"<input type=\"hidden\" name=\"phone\" value=\"{escape(phone)}\">"
+                    f"{self._hidden(return_url)}"
+                    "<button type=\"submit\">I entered my PIN</button></form>",
+                    outcome="pin",
+                )
+            return self._confirm(session, phone, summary, action, return_url, back)
+        return self._phone_form(summary, action, return_url)
+
+    def _phone_form(self, summary: str, action: str, return_url: str | None,
+                    error: str = "", status: int = 200) -> Response:
+        err = f'<p class="error">{escape(error)}</p>' if error else ""
+        return page(
+            "Checkout",
+            summary + err + f"<form method=\"post\" action=\"{action}\">"
+            "<input type=\"hidden\" name=\"step\" value=\"phone\">"
+            "<label for=\"phone\">Mobile-money phone number</label>"
+            "<input id=\"phone\" name=\"phone\" type=\"tel\" required "
+            "placeholder=\"0700000001\">"
+            f"{self._hidden(return_url)}<button type=\"submit\">Pay</button></form>",
+            status=status, outcome="form" if not error else "invalid_phone",
+        )
+
+    def _confirm(self, session, phone, summary, action, return_url, back) -> Response:
+        result = self.ledger.confirm_checkout(session, phone)
+        outcome = result["outcome"]
+        if outcome == SUCCESS:
+            return page("Payment successful",
+                        summary + "<p>Thank you, your payment is confirmed and your "
+                        "subscription is active.</p>" + back,
+                        outcome="success", refresh=return_url)
+        if outcome == NEVER:
+            return page("Waiting for your confirmation",
+                        summary + "<p>We have not received your PIN confirmation yet. This "
+                        "session stays open until it expires.</p>" + back,
+                        status=202, outcome="pending")
+        message = MESSAGES.get(outcome, "Your payment failed.")
+        return page("Payment failed",
+                    summary + f"<p class=\"error\">{escape(message)}</p>"
+                    f"<p><a href=\"{action}\">Try another number</a></p>" + back,
+                    status=402, outcome=outcome)

@@ -1,0 +1,94 @@
+"""The sandbox's own configuration, persisted in its store (credentials, secret, callback...)."""
+
+from __future__ import annotations
+
+import base64
+import secrets
+import uuid
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from .store import Store
+
+DEFAULT_CLIENT_ID = "sandbox-client"
+DEFAULT_CLIENT_SECRET = "sandbox-secret"
+DEFAULT_CURRENCIES: dict[int, str] = {1: "XOF", 2: "USD", 3: "EUR", 4: "GHS", 5: "KES", 6: "NGN"}
+#: Namespace for the fixed account UUID of each client id.
+ACCOUNT_NAMESPACE = uuid.UUID("5b0c3a52-6a55-4f43-9a43-2f6b8a1d7e01")
+
+
+def account_for(client_id: str) -> str:
+    """The fixed account UUID of a client (``user_created`` / ``user_updated``)."""
+    return str(uuid.uuid5(ACCOUNT_NAMESPACE, client_id))
+
+
+def new_webhook_secret() -> str:
+    return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+
+
+@dataclass
+class SandboxConfig:
+    client_id: str = DEFAULT_CLIENT_ID
+    client_secret: str = DEFAULT_CLIENT_SECRET
+    token_lifetime: int = 300  # seconds (expires_in)
+    refresh_lifetime: int = 1800  # seconds (refresh_expires_in)
+    webhook_secret: str = ""
+    callback_url: str | None = None
+    retry_schedule: list[float] = field(default_factory=lambda: [1.0, 5.0, 30.0, 120.0, 600.0])
+    max_attempts: int = 6
+    delivery_timeout: float = 5.0
+    return_url: str | None = None
+    checkout_expiry: int = 300  # seconds; default expires_at of a checkout session
+    currencies: dict[int, str] = field(default_factory=lambda: dict(DEFAULT_CURRENCIES))
+
+    @property
+    def account(self) -> str:
+        return account_for(self.client_id)
+
+    def currency_code(self, currency_id: int) -> str | None:
+        return self.currencies.get(currency_id)
+
+    def currency_id(self, code: str) -> int | None:
+        for cid, ccode in self.currencies.items():
+            if ccode == code:
+                return cid
+        return None
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["currencies"] = {str(k): v for k, v in self.currencies.items()}
+        data["account"] = self.account
+        return data
+
+    def update(self, values: dict[str, Any]) -> list[str]:
+        """Apply known keys (``None`` values are ignored); returns unknown keys."""
+        known = {f.name for f in fields(self)}
+        unknown = [k for k in values if k not in known]
+        for key, value in values.items():
+            if key not in known:
+                continue
+            if key == "currencies" and value is not None:
+                value = {int(k): str(v) for k, v in value.items()}
+            if key == "retry_schedule" and value is not None:
+                if isinstance(value, str):
+                    value = [float(x) for x in value.split(",") if x.strip()]
+                value = [float(x) for x in value]
+            setattr(self, key, value)
+        return unknown
+
+    # -- persistence -----------------------------------------------------------------------
+    @classmethod
+    def load(cls, store: Store, overrides: dict[str, Any] | None = None) -> SandboxConfig:
+        config = cls()
+        stored = store.get_config("settings")
+        if stored:
+            stored.pop("account", None)
+            config.update(stored)
+        config.update({k: v for k, v in (overrides or {}).items() if v is not None})
+        if not config.webhook_secret:
+            config.webhook_secret = new_webhook_secret()
+        config.save(store)
+        return config
+
+    def save(self, store: Store) -> None:
+        store.set_config("settings", self.as_dict())

@@ -1,0 +1,191 @@
+"""Control endpoints under ``/_sandbox/`` (JSON, no auth): what tests and developers use to
+drive the sandbox. Not subject to faults and not written to the request log.
+"""
+
+from __future__ import annotations
+
+import json
+from html import escape
+from typing import TYPE_CHECKING, Any
+
+from werkzeug.routing import Rule
+from werkzeug.wrappers import Request, Response
+
+from .store import public
+from .web import error_response, json_response
+
+if TYPE_CHECKING:
+    from .app import SandboxApp
+
+KINDS = ("product", "blueprint", "customer", "subscription", "checkout_session", "payment",
+         "invoice", "refund", "event")
+
+RULES = [
+    Rule("/_sandbox/", endpoint="dashboard", methods=["GET"]),
+    Rule("/_sandbox/health", endpoint="health", methods=["GET"]),
+    Rule("/_sandbox/config", endpoint="config", methods=["GET", "POST"]),
+    Rule("/_sandbox/callback", endpoint="callback", methods=["GET", "POST", "DELETE"]),
+    Rule("/_sandbox/reset", endpoint="reset", methods=["POST"]),
+    Rule("/_sandbox/requests", endpoint="requests", methods=["GET", "DELETE"]),
+    Rule("/_sandbox/faults", endpoint="faults", methods=["GET", "POST", "DELETE"]),
+    Rule("/_sandbox/tokens/revoke", endpoint="revoke", methods=["POST"]),
+    Rule("/_sandbox/clock", endpoint="clock", methods=["GET"]),
+    Rule("/_sandbox/clock/advance", endpoint="advance", methods=["POST"]),
+    Rule("/_sandbox/trigger", endpoint="trigger", methods=["POST"]),
+    Rule("/_sandbox/deliveries", endpoint="deliveries", methods=["GET"]),
+    Rule("/_sandbox/deliveries/flush", endpoint="flush", methods=["POST"]),
+    Rule("/_sandbox/events", endpoint="events", methods=["GET"]),
+    Rule("/_sandbox/seed", endpoint="seed", methods=["POST"]),
+    Rule("/_sandbox/objects/<kind>", endpoint="objects", methods=["GET"]),
+    Rule("/_sandbox/objects/<kind>/<obj_id>", endpoint="object", methods=["GET"]),
+]
+
+
+def _body(request: Request) -> dict[str, Any]:
+    raw = request.get_data(cache=True)
+    if not raw:
+        return {}
+    value = json.loads(raw)
+    if not isinstance(value, dict):
+        raise ValueError("the body must be a JSON object")
+    return value
+
+
+class Control:
+    def __init__(self, app: SandboxApp) -> None:
+        self.app = app
+
+    def dispatch(self, endpoint: str, request: Request, args: dict[str, Any]) -> Response:
+        try:
+            body = _body(request) if request.method in ("POST", "PUT") else {}
+        except ValueError as exc:
+            return error_response(400, "invalid_json", f"Invalid JSON body: {exc}")
+        try:
+            return getattr(self, f"do_{endpoint}")(request, body, **args)
+        except (ValueError, TypeError) as exc:
+            return error_response(400, "invalid", str(exc))
+
+    # -- state ---------------------------------------------------------------------------------
+    def do_health(self, request, body) -> Response:
+        return json_response({"status": "ok", "time": self.app.clock.now_str()})
+
+    def do_config(self, request, body) -> Response:
+        if request.method == "POST":
+            unknown = self.app.config.update(body)
+            if unknown:
+                return error_response(400, "unknown_setting", f"Unknown: {', '.join(unknown)}")
+            self.app.config.save(self.app.store)
+        return json_response(self.app.config.as_dict())
+
+    def do_callback(self, request, body) -> Response:
+        if request.method == "POST":
+            url = body.get("url")
+            if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+                return error_response(400, "invalid", "url must be an http(s) URL.", "url")
+            self.app.config.callback_url = url
+            self.app.config.save(self.app.store)
+        elif request.method == "DELETE":
+            self.app.config.callback_url = None
+            self.app.config.save(self.app.store)
+        return json_response({"url": self.app.config.callback_url,
+                              "webhook_secret": self.app.config.webhook_secret})
+
+    def do_reset(self, request, body) -> Response:
+        self.app.reset(config=bool(body.get("config")))
+        return json_response({"reset": True, "config": self.app.config.as_dict()})
+
+    def do_requests(self, request, body) -> Response:
+        if request.method == "DELETE":
+            self.app.log.clear()
+            return json_response({"cleared": True})
+        return json_response({"data": self.app.log.entries(request.args.get("operation"))})
+
+    def do_faults(self, request, body) -> Response:
+        if request.method == "POST":
+            return json_response(self.app.faults.add(body))
+        if request.method == "DELETE":
+            self.app.faults.clear()
+        return json_response(self.app.faults.state())
+
+    def do_revoke(self, request, body) -> Response:
+        return json_response({"revoked": self.app.tokens.revoke_all()})
+
+    # -- clock -------------------------------------------------------------------------------
+    def do_clock(self, request, body) -> Response:
+        return json_response({"now": self.app.clock.now_str(), "offset": self.app.clock.offset})
+
+    def do_advance(self, request, body) -> Response:
+        seconds = float(body.get("seconds", 0)) + float(body.get("minutes", 0)) * 60
+        seconds += float(body.get("hours", 0)) * 3600 + float(body.get("days", 0)) * 86400
+        if seconds < 0:
+            raise ValueError("the clock only moves forward")
+        summary = self.app.advance(seconds)
+        return json_response({"now": self.app.clock.now_str(), "offset": self.app.clock.offset,
+                              **summary})
+
+    # -- events ------------------------------------------------------------------------------
+    def do_trigger(self, request, body) -> Response:
+        status, payload = self.app.guard(
+            lambda: (200, self.app.ledger.trigger(body.get("type"), body.get("object"),
+                                                  body.get("reason")))
+        )
+        return json_response(payload, status=status)
+
+    def do_deliveries(self, request, body) -> Response:
+        return json_response({"data": self.app.delivery.list(request.args.get("status")),
+                              "pending": self.app.delivery.pending()})
+
+    def do_flush(self, request, body) -> Response:
+        idle = self.app.delivery.wait_idle(float(body.get("timeout", 10)))
+        return json_response({"idle": idle, "pending": self.app.delivery.pending()},
+                             status=200 if idle else 504)
+
+    def do_events(self, request, body) -> Response:
+        events = self.app.store.page("event", None)
+        wanted = request.args.get("type")
+        if wanted:
+            events = [e for e in events if e["type"] in wanted.split(",")]
+        return json_response({"data": events})
+
+    def do_seed(self, request, body) -> Response:
+        status, payload = self.app.guard(lambda: (200, self.app.ledger.seed(
+            self.app.config.account, int(body.get("customers", 0)),
+            int(body.get("subscriptions", 0)), body.get("product"))))
+        return json_response(payload, status=status)
+
+    def do_objects(self, request, body, kind: str) -> Response:
+        if kind not in KINDS:
+            return error_response(404, "not_found", f"Unknown kind {kind}; one of {KINDS}.")
+        return json_response({"data": [public(d) for d in self.app.store.page(kind, None)]})
+
+    def do_object(self, request, body, kind: str, obj_id: str) -> Response:
+        doc = self.app.store.get(kind, obj_id) if kind in KINDS else None
+        if doc is None:
+            return error_response(404, "not_found", f"No {kind} {obj_id}.")
+        return json_response({"data": public(doc)})
+
+    # -- dashboard ---------------------------------------------------------------------------
+    def do_dashboard(self, request, body) -> Response:
+        app = self.app
+        counts = "".join(
+            f"<tr><td>{k}</td><td>{app.store.count(k)}</td></tr>" for k in KINDS
+        )
+        rows = "".join(
+            f"<tr><td>{escape(d['event_type'])}</td><td>{escape(d['status'])}</td>"
+            f"<td>{d['attempts']}</td><td>{escape(d['url'])}</td>"
+            f"<td>{escape(json.dumps(d['log'][-1:]))}</td></tr>"
+            for d in reversed(app.delivery.list(limit=100_000)[-200:])
+        )
+        html = (
+            "<!doctype html><html><head><meta charset='utf-8'><title>Billing sandbox</title>"
+            "<style>body{font-family:system-ui,sans-serif;margin:2rem}td,th{border:1px solid "
+            "#ddd;padding:.3rem .6rem;font-size:.9rem}table{border-collapse:collapse}</style>"
+            "</head><body><h1>Billing sandbox</h1>"
+            f"<p>Sandbox time: {escape(app.clock.now_str())} (offset {app.clock.offset}s)</p>"
+            f"<p>Callback: {escape(str(app.config.callback_url))}</p>"
+            f"<h2>Objects</h2><table>{counts}</table>"
+            "<h2>Deliveries (latest first)</h2><table><tr><th>type</th><th>status</th>"
+            f"<th>attempts</th><th>url</th><th>last attempt</th></tr>{rows}</table>"
+            "</body></html>"
+        )
+        return Response(html, mimetype="text/html")

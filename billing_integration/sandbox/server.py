@@ -1,0 +1,180 @@
+"""Serving the sandbox: a threaded Werkzeug server with HTTP/1.1 keep-alive, and the CLI.
+
+    python -m billing_integration.sandbox --port 8100 [--host H] [--data FILE] [--reset]
+        [--client-id ID] [--client-secret S] [--token-lifetime SECONDS]
+        [--callback-url URL] [--webhook-secret whsec_...] [--retry-schedule 1,5,30]
+        [--max-attempts N] [--return-url URL] [--memory] [--quiet]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import socket
+import struct
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from werkzeug.serving import WSGIRequestHandler, make_server
+
+from .app import SandboxApp
+from .config import SandboxConfig
+from .store import Store
+from .web import DropConnection
+
+DEFAULT_DATA = "var/sandbox.sqlite3"
+
+
+class SandboxRequestHandler(WSGIRequestHandler):
+    """HTTP/1.1 keep-alive; ``DropConnection`` closes the socket with a TCP RST."""
+
+    protocol_version = "HTTP/1.1"
+    _rst = False
+
+    def connection_dropped(self, error: BaseException, environ: Any = None) -> None:
+        self.close_connection = True
+        if isinstance(error, DropConnection):
+            self._rst = True
+            with contextlib.suppress(OSError):
+                self.connection.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                )
+
+    def finish(self) -> None:
+        super().finish()
+        if self._rst:
+            with contextlib.suppress(OSError):
+                self.connection.close()  # linger 0: the peer sees a reset, not a clean close
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        if not getattr(self.server.app, "quiet", False):
+            super().log_request(code, size)
+
+
+class SandboxServer:
+    """A sandbox bound to a port; ``start()`` serves from a background thread."""
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 8100,
+        data: str | Path | None = DEFAULT_DATA,
+        *,
+        reset: bool = False,
+        quiet: bool = False,
+        **settings: Any,
+    ) -> None:
+        self.store = Store(data, reset=reset)
+        self.config = SandboxConfig.load(self.store, settings)
+        self.app = SandboxApp(self.store, self.config)
+        self.app.quiet = quiet
+        self.httpd = make_server(
+            host, port, self.app, threaded=True, request_handler=SandboxRequestHandler
+        )
+        self.httpd.daemon_threads = True
+        self.host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host  # noqa: S104
+        self.port = self.httpd.server_port
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        """The settings the app needs, as the environment variables of the example project."""
+        return {
+            "BILLING_BASE_URL": self.url,
+            "BILLING_AUTH_URL": f"{self.url}/auth",
+            "BILLING_CHECKOUT_URL": self.url,
+            "BILLING_CLIENT_ID": self.config.client_id,
+            "BILLING_CLIENT_SECRET": self.config.client_secret,
+            "BILLING_WEBHOOK_SECRET": self.config.webhook_secret,
+        }
+
+    def start(self) -> SandboxServer:
+        self.app.delivery.start()
+        self._thread = threading.Thread(
+            target=self.httpd.serve_forever, name="billing-sandbox", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def serve_forever(self) -> None:
+        self.app.delivery.start()
+        try:
+            self.httpd.serve_forever()
+        finally:
+            self.app.delivery.stop()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.app.delivery.stop()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.store.close()
+
+    def __enter__(self) -> SandboxServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="billing_sandbox", description="Offline sandbox of the billing service."
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8100)
+    parser.add_argument("--data", default=DEFAULT_DATA,
+                        help=f"SQLite file keeping the state (default {DEFAULT_DATA})")
+    parser.add_argument("--memory", action="store_true", help="keep the state in memory only")
+    parser.add_argument("--reset", action="store_true", help="wipe the data file first")
+    parser.add_argument("--client-id", help="default sandbox-client")
+    parser.add_argument("--client-secret", help="default sandbox-secret")
+    parser.add_argument("--token-lifetime", type=int, help="expires_in in seconds (default 300)")
+    parser.add_argument("--callback-url", help="where events are delivered")
+    parser.add_argument("--webhook-secret",
+                        help="whsec_... signing secret (default: generated once and kept)")
+    parser.add_argument("--retry-schedule", help="delivery retry delays in seconds, e.g. 1,5,30")
+    parser.add_argument("--max-attempts", type=int, help="delivery attempts before giving up")
+    parser.add_argument("--return-url",
+                        help="where checkout sends the customer back ({session_id} replaced)")
+    parser.add_argument("--quiet", action="store_true", help="do not log each request")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = build_parser().parse_args(argv)
+    server = SandboxServer(
+        options.host,
+        options.port,
+        None if options.memory else options.data,
+        reset=options.reset,
+        quiet=options.quiet,
+        client_id=options.client_id,
+        client_secret=options.client_secret,
+        token_lifetime=options.token_lifetime,
+        callback_url=options.callback_url,
+        webhook_secret=options.webhook_secret,
+        retry_schedule=options.retry_schedule,
+        max_attempts=options.max_attempts,
+        return_url=options.return_url,
+    )
+    for key, value in server.env().items():
+        print(f"{key}={value}")
+    where = "memory" if options.memory else options.data
+    print(f"# Billing sandbox on {server.url} (state: {where}); "
+          f"dashboard {server.url}/_sandbox/ - Ctrl+C to stop", file=sys.stderr)
+    sys.stdout.flush()
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.httpd.server_close()
+        server.store.close()
+    return 0

@@ -1,0 +1,218 @@
+"""``SandboxHandle``: a small client of the sandbox's control endpoints, and ``sign_webhook``."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import requests
+
+from billing_integration.sandbox.events import sign_headers
+
+#: Fast delivery retries for tests (seconds).
+TEST_RETRY_SCHEDULE = [0.05, 0.1, 0.2, 0.4]
+
+
+def sign_webhook(
+    body: bytes | str,
+    secret: str,
+    msg_id: str | None = None,
+    timestamp: int | float | None = None,
+) -> dict[str, str]:
+    """Standard Webhooks headers for ``body``, signed with ``secret`` the way the sandbox does.
+
+    Returns ``{"webhook-id", "webhook-timestamp", "webhook-signature", "content-type"}``;
+    ``msg_id`` defaults to a new UUID and ``timestamp`` (unix seconds) to now.
+    """
+    return sign_headers(body, secret, msg_id=msg_id or str(uuid.uuid4()), timestamp=timestamp)
+
+
+def start_sandbox(**settings: Any):
+    """Start an in-memory sandbox on a free port in a background thread (call ``.stop()``)."""
+    from billing_integration.sandbox.server import SandboxServer
+
+    settings.setdefault("retry_schedule", TEST_RETRY_SCHEDULE)
+    settings.setdefault("max_attempts", 5)
+    settings.setdefault("delivery_timeout", 2.0)
+    return SandboxServer("127.0.0.1", 0, None, quiet=True, **settings).start()
+
+
+class SandboxHandle:
+    """Drive a running sandbox at ``url`` through its ``/_sandbox/`` control endpoints."""
+
+    def __init__(self, url: str, defaults: dict[str, Any] | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.http = requests.Session()
+        self.defaults = dict(defaults or {})
+        self._config: dict[str, Any] | None = None
+
+    # -- addresses and credentials ---------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        return self.url
+
+    @property
+    def auth_url(self) -> str:
+        return f"{self.url}/auth"
+
+    @property
+    def checkout_url(self) -> str:
+        return self.url
+
+    @property
+    def token_url(self) -> str:
+        return f"{self.auth_url}/realms/sandbox/protocol/openid-connect/token"
+
+    @property
+    def api_url(self) -> str:
+        return f"{self.url}/v1/api/billing"
+
+    def config(self, **values: Any) -> dict[str, Any]:
+        """Read (and with ``values``, change) the sandbox's configuration."""
+        if values:
+            self._config = self._post("/_sandbox/config", values)
+        elif self._config is None:
+            self._config = self._get("/_sandbox/config")
+        return self._config
+
+    @property
+    def client_id(self) -> str:
+        return self.config()["client_id"]
+
+    @property
+    def client_secret(self) -> str:
+        return self.config()["client_secret"]
+
+    @property
+    def webhook_secret(self) -> str:
+        return self.config()["webhook_secret"]
+
+    def django_settings(self) -> dict[str, Any]:
+        """The ``BILLING`` keys that point the app at this sandbox."""
+        return {
+            "BASE_URL": self.base_url,
+            "AUTH_URL": self.auth_url,
+            "CHECKOUT_URL": self.checkout_url,
+            "CLIENT_ID": self.client_id,
+            "CLIENT_SECRET": self.client_secret,
+            "WEBHOOK_SECRET": self.webhook_secret,
+        }
+
+    # -- plumbing --------------------------------------------------------------------------
+    def _get(self, path: str, **params: Any) -> Any:
+        response = self.http.get(self.url + path, params=params, timeout=30)
+        response.raise_for_status()
+        return response.json()
+
+    def _post(self, path: str, body: dict[str, Any] | None = None, timeout: float = 30) -> Any:
+        response = self.http.post(self.url + path, json=body or {}, timeout=timeout)
+        response.raise_for_status()
+        return response.json()
+
+    def _delete(self, path: str) -> Any:
+        response = self.http.delete(self.url + path, timeout=30)
+        response.raise_for_status()
+        return response.json()
+
+    # -- state -------------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Wipe the state, faults, request log and clock; restore the default settings."""
+        self._post("/_sandbox/reset")
+        self._config = None
+        if self.defaults:
+            self.config(**self.defaults)
+
+    def token(self) -> str:
+        """A fresh access token for the configured client."""
+        response = self.http.post(self.token_url, data={
+            "grant_type": "client_credentials",
+            "client_id": self.client_id,
+            "client_secret": self.client_secret,
+        }, timeout=30)
+        response.raise_for_status()
+        return response.json()["access_token"]
+
+    def revoke_tokens(self) -> int:
+        return self._post("/_sandbox/tokens/revoke")["revoked"]
+
+    def requests(self, operation: str | None = None) -> list[dict[str, Any]]:
+        """What the sandbox received (token, billing and checkout calls), oldest first."""
+        params = {"operation": operation} if operation else {}
+        return self._get("/_sandbox/requests", **params)["data"]
+
+    def clear_requests(self) -> None:
+        self._delete("/_sandbox/requests")
+
+    def faults(self, **knobs: Any) -> dict[str, Any]:
+        """Add a fault rule (see docs/sandbox.md), e.g. ``faults(operation="create_product",
+        status=503, count=2)``; without arguments, return the current faults."""
+        if knobs:
+            return self._post("/_sandbox/faults", knobs)
+        return self._get("/_sandbox/faults")
+
+    def clear_faults(self) -> None:
+        self._delete("/_sandbox/faults")
+
+    def objects(self, kind: str) -> list[dict[str, Any]]:
+        return self._get(f"/_sandbox/objects/{kind}")["data"]
+
+    def object(self, kind: str, obj_id: str) -> dict[str, Any]:
+        return self._get(f"/_sandbox/objects/{kind}/{obj_id}")["data"]
+
+    def seed(self, customers: int = 0, subscriptions: int = 0,
+             product: str | None = None) -> dict[str, Any]:
+        return self._post("/_sandbox/seed", {"customers": customers,
+                                             "subscriptions": subscriptions,
+                                             "product": product}, timeout=120)
+
+    # -- events and time ---------------------------------------------------------------------
+    def trigger(self, event_type: str, obj: str, reason: str | None = None) -> dict[str, Any]:
+        """Emit ``event_type`` for object id ``obj`` with its state change; returns the event."""
+        body = {"type": event_type, "object": obj}
+        if reason:
+            body["reason"] = reason
+        return self._post("/_sandbox/trigger", body)
+
+    def advance(self, seconds: float = 0, *, days: float = 0) -> dict[str, Any]:
+        """Move the sandbox clock forward; returns what was billed and expired."""
+        return self._post("/_sandbox/clock/advance", {"seconds": seconds, "days": days})
+
+    def now(self) -> str:
+        return self._get("/_sandbox/clock")["now"]
+
+    def set_callback(self, url: str | None) -> None:
+        if url is None:
+            self._delete("/_sandbox/callback")
+        else:
+            self._post("/_sandbox/callback", {"url": url})
+        self._config = None
+
+    def events(self, event_type: str | None = None) -> list[dict[str, Any]]:
+        params = {"type": event_type} if event_type else {}
+        return self._get("/_sandbox/events", **params)["data"]
+
+    def deliveries(self, status: str | None = None) -> list[dict[str, Any]]:
+        params = {"status": status} if status else {}
+        return self._get("/_sandbox/deliveries", **params)["data"]
+
+    def wait_for_deliveries(self, timeout: float = 10.0) -> bool:
+        """Block until no delivery is pending; False if ``timeout`` passed first."""
+        response = self.http.post(self.url + "/_sandbox/deliveries/flush",
+                                  json={"timeout": timeout}, timeout=timeout + 10)
+        return response.status_code == 200
+
+    # -- checkout ---------------------------------------------------------------------------
+    def complete_checkout(
+        self, session_id: str, phone: str = "0700000001", return_url: str | None = None
+    ) -> requests.Response:
+        """Walk the hosted page with plain HTTP: phone step, then "I entered my PIN".
+
+        Returns the final page's response (``data-outcome`` in the HTML tells the result).
+        """
+        page = f"{self.url}/checkout/{session_id}"
+        extra = {"return_url": return_url} if return_url else {}
+        first = self.http.post(page, data={"step": "phone", "phone": phone, **extra}, timeout=30)
+        if first.status_code != 200:
+            return first
+        return self.http.post(page, data={"step": "confirm", "phone": phone, **extra},
+                              timeout=30)

@@ -1,0 +1,86 @@
+"""pytest plugin: a real sandbox server for the session, reset for each test.
+
+Fixtures:
+
+- ``billing_sandbox_server`` (session): the running ``SandboxServer`` (in memory, free port,
+  fast delivery retries).
+- ``billing_sandbox`` (function): a ``SandboxHandle`` on it after a full reset (state, faults,
+  request log, deliveries, clock, settings). When Django is configured it also points
+  ``settings.BILLING`` at the sandbox through pytest-django's ``settings`` fixture (other
+  ``BILLING`` keys are kept), drops cached tokens and the per-process client.
+
+Django is imported lazily: this module loads in every pytest run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from .helpers import TEST_RETRY_SCHEDULE, SandboxHandle, start_sandbox
+
+SESSION_DEFAULTS: dict[str, Any] = {
+    "callback_url": None,
+    "return_url": None,
+    "retry_schedule": TEST_RETRY_SCHEDULE,
+    "max_attempts": 5,
+    "delivery_timeout": 2.0,
+    "token_lifetime": 300,
+}
+
+
+@pytest.fixture(scope="session")
+def billing_sandbox_server() -> Iterator[Any]:
+    server = start_sandbox(**{k: v for k, v in SESSION_DEFAULTS.items() if v is not None})
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def billing_sandbox(billing_sandbox_server: Any, request: pytest.FixtureRequest) -> SandboxHandle:
+    handle = SandboxHandle(billing_sandbox_server.url, defaults=SESSION_DEFAULTS)
+    billing_sandbox_server.app.delivery.wait_idle(timeout=2)  # let a previous test's queue go
+    handle.reset()
+    _point_django_at(handle, request)
+    return handle
+
+
+def _point_django_at(handle: SandboxHandle, request: pytest.FixtureRequest) -> None:
+    try:
+        from django.conf import settings as django_settings
+    except ImportError:
+        return
+    if not django_settings.configured:
+        return
+    try:
+        settings = request.getfixturevalue("settings")  # pytest-django
+    except pytest.FixtureLookupError:
+        return
+    billing = dict(getattr(settings, "BILLING", None) or {})
+    billing.update(handle.django_settings())
+    settings.BILLING = billing
+    _forget_tokens(billing.get("TOKEN_CACHE", "default"))
+
+
+def _forget_tokens(alias: str) -> None:
+    """Drop cached tokens and the per-process client so nothing from a previous test leaks."""
+    from django.core.cache import caches
+
+    with contextlib.suppress(Exception):  # e.g. a database cache in a test without DB access
+        from django.db import transaction
+
+        cache = caches[alias]
+        if cache.__class__.__name__ == "DatabaseCache":
+            with transaction.atomic(using=getattr(cache, "_db", None) or "default"):
+                cache.clear()
+        else:
+            cache.clear()
+    with contextlib.suppress(ImportError):
+        from billing_integration.client import reset_client
+
+        reset_client()
