@@ -76,18 +76,20 @@ def pull_missing(kind: str, remote_id: uuid.UUID, *, customer: uuid.UUID | None 
         first = True
     if not first:
         return
+    from ..models import Customer
     from ..sync import pull
 
     if kind == "customer":
         pull.pull_customers()
     elif kind == "subscription":
+        owner = None
         if customer is not None:
             # The customer first, so the pulled subscription links to it.
-            from ..models import Customer
-
-            if not Customer.objects.filter(remote_id=customer).exists():
+            owner = Customer.objects.filter(remote_id=customer).first()
+            if owner is None:
                 pull.pull_customers()
-        pull.pull_subscriptions()
+                owner = Customer.objects.filter(remote_id=customer).first()
+        pull.pull_subscriptions(customer=owner)
 
 
 def _load_context(event: WebhookEvent, event_type: str) -> EventContext:
