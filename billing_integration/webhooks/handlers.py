@@ -31,6 +31,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
 from django.db import models
@@ -149,6 +150,11 @@ def _currency(value: Any) -> str:
         return subscription_mapping.currency_code(value)[:8]
     except BillingConfigurationError:
         return str(value)[:8]
+
+
+def changed(remote_id: Any, stored_remote_id: Any, fk: Any) -> bool:
+    """A link must be (re)resolved: the remote id differs, or it is set but not linked."""
+    return remote_id != stored_remote_id or (remote_id is not None and fk is None)
 
 
 def _text(value: Any, limit: int) -> str:
@@ -303,22 +309,43 @@ class RecordHandler(EventHandler):
         self, ctx: EventContext, record: Any, values: dict[str, Any], related: dict[str, Any]
     ) -> None:
         """Set the foreign keys from the remote ids, querying only when they changed."""
-        subscription = related.get("subscription")
+        subscription: Any = related.get("subscription")
         sub_rid = values["subscription_remote_id"]
-        if sub_rid != record.subscription_remote_id or (sub_rid and record.subscription_id is None):
+        needs_lookup = changed(sub_rid, record.subscription_remote_id, record.subscription_id) or (
+            changed(values["customer_remote_id"], record.customer_remote_id, record.customer_id)
+            or changed(
+                values.get("product_remote_id"),
+                getattr(record, "product_remote_id", None),
+                getattr(record, "product_id", None),
+            )
+        )
+        if subscription is None and sub_rid and needs_lookup:
+            # One query gives the subscription and, through it, its customer and product.
+            row = (
+                Subscription.objects.filter(remote_id=sub_rid)
+                .values(
+                    "pk",
+                    "remote_id",
+                    "customer_id",
+                    "customer_remote_id",
+                    "product_id",
+                    "product_remote_id",
+                )
+                .order_by()[:1]
+            )
+            subscription = SimpleNamespace(**row[0]) if row else None
+        if changed(sub_rid, record.subscription_remote_id, record.subscription_id):
             if subscription is not None and subscription.remote_id == sub_rid:
                 record.subscription_id = subscription.pk
-            elif sub_rid:
-                record.subscription_id = (
-                    Subscription.objects.filter(remote_id=sub_rid)
-                    .values_list("pk", flat=True)
-                    .first()
-                )
             else:
                 record.subscription_id = None
         cust_rid = values["customer_remote_id"]
         if cust_rid != record.customer_remote_id or (cust_rid and record.customer_id is None):
-            if subscription is not None and subscription.customer_remote_id == cust_rid:
+            if (
+                subscription is not None
+                and subscription.customer_remote_id == cust_rid
+                and subscription.customer_id is not None
+            ):
                 record.customer_id = subscription.customer_id
             else:
                 record.customer_id = self.customer_id(ctx, cust_rid)

@@ -1,0 +1,67 @@
+"""Process stored event deliveries again: ``python manage.py billing_replay_events``.
+
+Without options: every event not processed yet (received, failed, ignored). ``--failed``
+only failed ones; ``--ignored`` only ignored ones (e.g. after adding a handler or an alias);
+``--type`` a canonical or raw type; ``--since`` an ISO date or datetime (received at or
+after); ``--force`` also re-applies processed events (an older event still changes nothing);
+``--async`` enqueues Celery tasks instead of processing here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
+
+from billing_integration.models import EventState, WebhookEvent
+from billing_integration.webhooks.processing import replay_events
+from billing_integration.webhooks.types import normalize_type
+
+
+class Command(BaseCommand):
+    help = "Process stored billing events again (failed, ignored or all not yet processed)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--failed", action="store_true", help="Only failed events.")
+        parser.add_argument("--ignored", action="store_true", help="Only ignored events.")
+        parser.add_argument("--type", dest="event_type", help="Only events of this type.")
+        parser.add_argument("--since", help="Only events received at or after this date/time.")
+        parser.add_argument("--force", action="store_true", help="Also re-apply processed events.")
+        parser.add_argument(
+            "--async", dest="use_celery", action="store_true", help="Enqueue Celery tasks."
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        events = WebhookEvent.objects.exclude(state=EventState.REJECTED)
+        states = []
+        if options["failed"]:
+            states.append(EventState.FAILED)
+        if options["ignored"]:
+            states.append(EventState.IGNORED)
+        if states:
+            events = events.filter(state__in=states)
+        if options["event_type"]:
+            wanted = options["event_type"]
+            canonical = normalize_type(wanted) or wanted
+            events = events.filter(Q(type=canonical) | Q(raw_type=wanted))
+        if options["since"]:
+            events = events.filter(received_at__gte=self._since(options["since"]))
+        counts = replay_events(events, inline=not options["use_celery"], force=options["force"])
+        total = sum(counts.values())
+        detail = ", ".join(f"{state}: {n}" for state, n in sorted(counts.items())) or "nothing"
+        self.stdout.write(f"Replayed {total} event(s) ({detail}).")
+
+    @staticmethod
+    def _since(value: str) -> Any:
+        moment = parse_datetime(value)
+        if moment is None:
+            day = parse_date(value)
+            if day is None:
+                raise CommandError(f"--since: not a date or datetime: {value!r}")
+            moment = timezone.datetime(day.year, day.month, day.day)
+        if timezone.is_naive(moment):
+            moment = timezone.make_aware(moment, timezone.get_default_timezone())
+        return moment
