@@ -73,13 +73,14 @@ DEFAULTS: dict[str, Any] = {
     "OUTBOX_RETRY_BASE": 2.0,  # seconds; task retry n waits BASE * 2**n (capped below)
     "OUTBOX_RETRY_MAX": 300.0,  # keep below the broker's visibility timeout
     "OUTBOX_STALE_AFTER": 60.0,  # the beat drain picks up entries older than this
-}
-
     # (mirror) seconds a worker's claim on an entry holds before another may take it over
     # (a killed worker); keep above the longest single push incl. the client's own retries.
     "OUTBOX_LEASE": 300.0,
     "OUTBOX_DRAIN_BATCH": 1000,  # (mirror) entries one drain run re-enqueues at most
     "OUTBOX_DEFER_DELAY": 2.0,  # (mirror) seconds before a push waiting behind another retries
+    "OUTBOX_QUEUE": None,  # (mirror) Celery queue of the push tasks; None = the default queue
+}
+
 SECRET_KEYS = frozenset({"CLIENT_SECRET", "WEBHOOK_SECRET", "WEBHOOK_BASIC_AUTH"})
 
 

@@ -97,6 +97,9 @@ BILLING = {
     "CLIENT_SECRET": env("BILLING_CLIENT_SECRET", default="sandbox-secret"),
     "WEBHOOK_SECRET": env("BILLING_WEBHOOK_SECRET", default=None),
 }
+# (mirror) Any other BILLING key as JSON, e.g. BILLING_EXTRA='{"OUTBOX_RETRY_BASE": 0.5}'
+# (used by the worker processes the tests and benchmarks start).
+BILLING.update(env.json("BILLING_EXTRA", default={}))
 
 # --- Celery ---------------------------------------------------------------------------------
 # Default: a broker on the local filesystem, so the demo needs no server. Production: set

@@ -26,6 +26,24 @@ class SyncState(models.TextChoices):
     FAILED = "failed", _("Failed")
 
 
+#: Fields only the remote side (push answers, pulls, events) writes. A plain ``save()`` of an
+#: instance loaded before a push never writes them back (it would erase the remote id).
+REMOTE_STATE_FIELDS = frozenset(
+    {
+        "remote_id",
+        "remote_created",
+        "remote_updated",
+        "remote_user_created",
+        "remote_user_updated",
+        "remote_data",
+        "sync_state",
+        "sync_error",
+        "last_attempt_at",
+        "last_synced_at",
+    }
+)
+
+
 class RemoteObject(AtomicSaveMixin, models.Model):
     """A local row mirroring one resource of the billing service.
 
@@ -53,6 +71,23 @@ class RemoteObject(AtomicSaveMixin, models.Model):
 
     class Meta:
         abstract = True
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        from ..outbox.context import is_from_remote
+
+        if (
+            not self._state.adding
+            and not args
+            and kwargs.get("update_fields") is None
+            and not kwargs.get("force_insert")
+            and not is_from_remote()
+        ):
+            kwargs["update_fields"] = [
+                f.name
+                for f in self._meta.concrete_fields
+                if not f.primary_key and f.name not in REMOTE_STATE_FIELDS
+            ]
+        super().save(*args, **kwargs)
 
     @property
     def is_pushed(self) -> bool:

@@ -36,7 +36,11 @@ def enqueue(entry_id: int, countdown: float | None = None) -> bool:
     """Publish ``push_entry(entry_id)``; returns False (and logs) if the broker refused."""
     try:
         push_entry.apply_async(
-            (entry_id,), countdown=countdown, retry=True, retry_policy=PUBLISH_RETRY_POLICY
+            (entry_id,),
+            countdown=countdown,
+            retry=True,
+            retry_policy=PUBLISH_RETRY_POLICY,
+            **_queue(),
         )
         return True
     except Exception as exc:  # broker down: the entry stays pending for the drain
@@ -44,6 +48,11 @@ def enqueue(entry_id: int, countdown: float | None = None) -> bool:
             "outbox entry %s not enqueued (%s); the drain will pick it up", entry_id, exc
         )
         return False
+
+
+def _queue() -> dict[str, Any]:
+    queue = billing_settings.OUTBOX_QUEUE
+    return {"queue": queue} if queue else {}
 
 
 @shared_task(
@@ -60,7 +69,9 @@ def push_entry(self: Any, entry_id: int, deferrals: int = 0) -> str:
 
     result = push_entry_now(entry_id)
     if result.status == RETRY:
-        raise self.retry(countdown=result.retry_in, args=(entry_id, deferrals), max_retries=None)
+        raise self.retry(
+            countdown=result.retry_in, args=(entry_id, deferrals), max_retries=None, **_queue()
+        )
     if result.status == BUSY:
         if deferrals >= MAX_DEFERRALS:
             return "left to the drain"
@@ -68,6 +79,7 @@ def push_entry(self: Any, entry_id: int, deferrals: int = 0) -> str:
             countdown=result.retry_in or billing_settings.OUTBOX_DEFER_DELAY,
             args=(entry_id, deferrals + 1),
             max_retries=None,
+            **_queue(),
         )
     return result.status
 

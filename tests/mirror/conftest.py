@@ -1,0 +1,142 @@
+"""Fixtures of the mirror tests: recorded enqueues, a real Celery worker process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def recorded_enqueues(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> list:
+    """Outside worker tests, enqueued pushes are recorded instead of sent to a broker."""
+    calls: list[int] = []
+    if request.node.get_closest_marker("worker") is None:
+        from billing_integration.outbox import tasks
+
+        monkeypatch.setattr(tasks, "enqueue", lambda pk, countdown=None: calls.append(pk) or True)
+    return calls
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {predicate}")
+        time.sleep(interval)
+
+
+def database_url() -> str:
+    """A URL of the database the tests run on (the test database), for other processes."""
+    s = connection.settings_dict
+    if s["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{s['NAME']}"
+    if "postgresql" in s["ENGINE"]:
+        auth = s["USER"] or "postgres"
+        if s.get("PASSWORD"):
+            auth += f":{s['PASSWORD']}"
+        return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
+    raise RuntimeError(f"no URL form for {s['ENGINE']}")
+
+
+class Worker:
+    """A real ``celery -A example_project worker`` subprocess on a private queue."""
+
+    def __init__(self, sandbox: Any, *, concurrency: int = 1, extra: dict | None = None,
+                 broker_url: str | None = None, beat: bool = False) -> None:
+        self.sandbox = sandbox
+        self.queue = f"mirror-test-{uuid.uuid4().hex[:8]}"
+        self.concurrency = concurrency
+        self.extra = extra or {}
+        self.broker_url = broker_url
+        self.beat = beat
+        self.proc: subprocess.Popen | None = None
+        self.log = Path(tempfile.mkstemp(prefix="celery-worker-", suffix=".log")[1])
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        billing = self.sandbox.django_settings()
+        env.update(
+            DJANGO_SETTINGS_MODULE="example_project.settings",
+            DATABASE_URL=database_url(),
+            BILLING_BASE_URL=billing["BASE_URL"],
+            BILLING_AUTH_URL=billing["AUTH_URL"],
+            BILLING_CHECKOUT_URL=billing["CHECKOUT_URL"],
+            BILLING_CLIENT_ID=billing["CLIENT_ID"],
+            BILLING_CLIENT_SECRET=billing["CLIENT_SECRET"],
+            BILLING_EXTRA=json.dumps({"OUTBOX_QUEUE": self.queue, **self.extra}),
+            CELERY_TASK_ALWAYS_EAGER="0",
+            PYTHONPATH=str(ROOT),
+        )
+        if billing.get("WEBHOOK_SECRET"):
+            env["BILLING_WEBHOOK_SECRET"] = billing["WEBHOOK_SECRET"]
+        if self.broker_url:
+            env["CELERY_BROKER_URL"] = self.broker_url
+        return env
+
+    def start(self) -> Worker:
+        cmd = [sys.executable, "-m", "celery", "-A", "example_project", "worker",
+               "-Q", self.queue, "-c", str(self.concurrency), "-l", "INFO",
+               "--without-gossip", "--without-mingle", "--without-heartbeat",
+               "-n", f"{self.queue}@%h"]
+        if self.beat:
+            cmd.append("-B")
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=self.env(), stdout=self.log.open("w"), stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        wait_for(lambda: "ready." in self.output() or self.proc.poll() is not None, timeout=60)
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"worker exited:\n{self.output()[-3000:]}")
+        return self
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def celery_worker_process(
+    billing_sandbox: Any, transactional_db: None, settings: Any
+) -> Iterator[Callable[..., Worker]]:
+    """Start real worker processes against the sandbox and the test database; this process
+    publishes its pushes to the worker's private queue."""
+    started: list[Worker] = []
+
+    def start(**kwargs: Any) -> Worker:
+        worker = Worker(billing_sandbox, **kwargs)
+        settings.BILLING = {**settings.BILLING, "OUTBOX_QUEUE": worker.queue, **worker.extra}
+        worker.start()
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()
+        if os.environ.get("MIRROR_KEEP_WORKER_LOGS"):
+            print(worker.output()[-5000:])
+        worker.log.unlink(missing_ok=True)

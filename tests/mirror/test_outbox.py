@@ -1,0 +1,348 @@
+"""The outbox against the sandbox over real HTTP, pushed synchronously (no worker)."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from decimal import Decimal
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import transaction
+
+from billing_integration.customers import ensure_customer_pushed, get_or_create_customer
+from billing_integration.models import (
+    BillingCycle,
+    Customer,
+    OutboxEntry,
+    Price,
+    Product,
+    ProductDeletionRefused,
+    Subscription,
+)
+from billing_integration.outbox import from_remote
+from billing_integration.outbox.push import BUSY, DONE, FAILED, RETRY, push_entry_now
+from billing_integration.outbox.tasks import drain_outbox
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def make_product(name: str = "Pro plan", one_time: bool = False) -> Product:
+    with transaction.atomic():
+        product = Product.objects.create(
+            name=name,
+            description="All features",
+            selected_currencies=[1, 2],
+            product_type="one_time" if one_time else "subscription",
+        )
+        if one_time:
+            Price.objects.create(product=product, currency_id=1, amount=Decimal("5000"))
+        else:
+            cycle = BillingCycle.objects.create(product=product, unit="months", frequency=1)
+            Price.objects.create(cycle=cycle, currency_id=1, amount=Decimal("10000"))
+            Price.objects.create(cycle=cycle, currency_id=2, amount=Decimal("19.99"))
+    return product
+
+
+def push_all() -> list[str]:
+    return [push_entry_now(pk).status for pk in OutboxEntry.objects.open().values_list("pk", flat=True)]
+
+
+def test_create_product_sends_blueprint_with_the_entry_key(billing_sandbox, recorded_enqueues):
+    product = make_product()
+    entries = list(OutboxEntry.objects.all())
+    assert len(entries) == 1, "one entry for the product, its cycle and prices"
+    assert recorded_enqueues == [entries[0].pk]
+
+    assert push_entry_now(entries[0].pk).status == DONE
+
+    calls = billing_sandbox.requests(operation="create_product")
+    assert len(calls) == 1
+    assert calls[0]["headers"]["x-idempotency-id"] == str(entries[0].idempotency_key)
+    body = calls[0]["body"]
+    assert body["selected_currencies"] == ["1", "2"]
+    assert body["subscription_blueprint"] == {
+        "billing_type": "flat-rate",
+        "billing_cycles": [
+            {
+                "cycle": "months",
+                "frequency": 1,
+                "prices": [{"currency": 1, "amount": 10000}, {"currency": 2, "amount": 19.99}],
+            }
+        ],
+    }
+    product.refresh_from_db()
+    remote = billing_sandbox.objects("product")
+    assert [str(product.remote_id)] == [p["id"] for p in remote]
+    assert product.sync_state == "synced"
+    assert product.remote_data["id"] == str(product.remote_id)
+    assert product.remote_created is not None
+
+
+def test_one_time_product_sends_root_prices(billing_sandbox):
+    make_product("Setup fee", one_time=True)
+    push_all()
+    body = billing_sandbox.requests(operation="create_product")[0]["body"]
+    assert body["prices"] == [{"currency": 1, "amount": 5000}]
+    assert "subscription_blueprint" not in body
+
+
+def test_a_burst_of_edits_makes_one_patch_with_the_final_state(billing_sandbox):
+    product = make_product()
+    push_all()
+    for i in range(10):
+        product.name = f"Pro plan v{i}"
+        product.save()
+    product.publish()
+    assert OutboxEntry.objects.open().count() == 1
+    assert push_all() == [DONE]
+    patches = billing_sandbox.requests(operation="update_product")
+    assert len(patches) == 1
+    assert patches[0]["body"] == {"name": "Pro plan v9", "status": "published"}
+    product.refresh_from_db()
+    assert product.remote_id is not None, "a stale instance's save keeps the remote id"
+    remote = billing_sandbox.object("product", str(product.remote_id))
+    assert (remote["name"], remote["status"]) == ("Pro plan v9", "published")
+
+
+def test_update_of_a_price_patches_the_blueprint_and_archive_patches_status(billing_sandbox):
+    product = make_product()
+    push_all()
+    price = Price.objects.get(cycle__product=product, currency_id=1)
+    price.amount = Decimal("12000")
+    price.save()
+    push_all()
+    product.archive()
+    push_all()
+    patches = billing_sandbox.requests(operation="update_product")
+    assert len(patches) == 2
+    assert set(patches[0]["body"]) == {"subscription_blueprint"}
+    assert patches[0]["body"]["subscription_blueprint"]["billing_cycles"][0]["prices"][0] == {
+        "currency": 1,
+        "amount": 12000,
+    }
+    assert patches[1]["body"] == {"status": "archived"}
+    product.refresh_from_db()
+    assert billing_sandbox.object("product", str(product.remote_id))["status"] == "archived"
+
+
+def test_an_edit_while_the_create_is_in_flight_gets_its_own_entry_behind_it(billing_sandbox):
+    product = make_product()
+    first = OutboxEntry.objects.get()
+    OutboxEntry.objects.filter(pk=first.pk).update(state="in_progress", attempts=1)  # claimed
+    product.name = "Renamed"
+    product.save()
+    second = OutboxEntry.objects.exclude(pk=first.pk).get()
+    assert push_entry_now(second.pk).status == BUSY  # waits for the create
+    assert billing_sandbox.requests(operation="create_product") == []
+    OutboxEntry.objects.filter(pk=first.pk).update(state="pending", started_at=None)
+    assert push_entry_now(first.pk).status == DONE
+    assert push_entry_now(second.pk).status == DONE
+    assert len(billing_sandbox.requests(operation="create_product")) == 1
+    # The create carried the state at push time, so the update has nothing left to send.
+    assert len(billing_sandbox.requests(operation="update_product")) <= 1
+    product.refresh_from_db()
+    assert billing_sandbox.object("product", str(product.remote_id))["name"] == "Renamed"
+
+
+def test_a_rolled_back_change_leaves_no_entry_and_sends_nothing(billing_sandbox, recorded_enqueues):
+    with pytest.raises(RuntimeError), transaction.atomic():
+        make_product()
+        raise RuntimeError("boom")
+    assert OutboxEntry.objects.count() == 0
+    assert Product.objects.count() == 0
+    assert recorded_enqueues == []
+    assert drain_outbox(inline=True) == 0
+    assert billing_sandbox.requests(operation="create_product") == []
+
+
+def test_a_retry_resends_the_same_key_and_body(billing_sandbox, settings):
+    settings.BILLING = {**settings.BILLING, "MAX_RETRIES": 0}
+    make_product()
+    entry = OutboxEntry.objects.get()
+    billing_sandbox.faults(operation="create_product", status=503, count=1)
+    assert push_entry_now(entry.pk).status == RETRY
+    entry.refresh_from_db()
+    assert (entry.state, entry.attempts, entry.in_doubt) == ("pending", 1, True)
+    assert "503" in entry.last_error
+    assert entry.next_attempt_at is not None
+    assert push_entry_now(entry.pk).status == DONE
+    calls = billing_sandbox.requests(operation="create_product")
+    assert len(calls) == 2
+    assert {c["headers"]["x-idempotency-id"] for c in calls} == {str(entry.idempotency_key)}
+    assert calls[0]["body"] == calls[1]["body"]
+    assert len(billing_sandbox.objects("product")) == 1
+
+
+def test_a_reset_after_commit_creates_one_remote_object(billing_sandbox):
+    product = make_product()
+    billing_sandbox.faults(operation="create_product", reset_after_commit_rate=1.0, count=1)
+    assert push_all() == [DONE]
+    calls = billing_sandbox.requests(operation="create_product")
+    assert len(calls) == 2
+    assert len({c["headers"]["x-idempotency-id"] for c in calls}) == 1
+    remote = billing_sandbox.objects("product")
+    assert len(remote) == 1
+    product.refresh_from_db()
+    assert str(product.remote_id) == remote[0]["id"]
+
+
+def test_exhausted_retries_mark_the_entry_failed_and_retryable(billing_sandbox, settings):
+    settings.BILLING = {**settings.BILLING, "MAX_RETRIES": 0, "OUTBOX_MAX_ATTEMPTS": 2}
+    product = make_product()
+    entry = OutboxEntry.objects.get()
+    billing_sandbox.faults(operation="create_product", status=503, count=2)
+    assert push_entry_now(entry.pk).status == RETRY
+    assert push_entry_now(entry.pk).status == FAILED
+    entry.refresh_from_db()
+    product.refresh_from_db()
+    assert entry.state == "failed" and entry.in_doubt
+    assert product.sync_state == "failed" and "503" in product.sync_error
+    key = entry.idempotency_key
+    assert OutboxEntry.objects.retry_failed() == 1
+    entry.refresh_from_db()
+    assert (entry.state, entry.idempotency_key) == ("pending", key)  # outcome unknown: same key
+    assert push_entry_now(entry.pk).status == DONE
+    product.refresh_from_db()
+    assert product.sync_state == "synced" and product.remote_id is not None
+
+
+def test_a_refused_request_fails_at_once(billing_sandbox):
+    make_product()
+    entry = OutboxEntry.objects.get()
+    billing_sandbox.faults(operation="create_product", status=400, count=1)
+    assert push_entry_now(entry.pk).status == FAILED
+    entry.refresh_from_db()
+    assert entry.state == "failed" and not entry.in_doubt and entry.attempts == 1
+
+
+def test_saves_from_the_remote_side_never_push(billing_sandbox):
+    with from_remote():
+        Product.objects.create(name="Pulled", remote_id=uuid.uuid4())
+        Customer.objects.create(identifier="x", remote_id=uuid.uuid4())
+    assert OutboxEntry.objects.count() == 0
+
+
+def test_deleting_a_product_is_refused_and_points_to_archiving(billing_sandbox):
+    product = make_product()
+    with pytest.raises(ProductDeletionRefused, match="Archive"):
+        product.delete()
+    with pytest.raises(ProductDeletionRefused):
+        Product.objects.filter(pk=product.pk).delete()
+    assert Product.objects.filter(pk=product.pk).exists()
+
+
+def test_two_pushers_never_push_the_same_entry_at_once(billing_sandbox):
+    make_product()
+    entry = OutboxEntry.objects.get()
+    billing_sandbox.faults(operation="create_product", latency=0.5)
+    results: list[str] = []
+
+    def run() -> None:
+        results.append(push_entry_now(entry.pk).status)
+
+    threads = [threading.Thread(target=run) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results).count(DONE) == 1, results
+    assert len(billing_sandbox.requests(operation="create_product")) == 1
+
+
+# --- customers -----------------------------------------------------------------------------------
+def test_customer_from_subscriber_and_synchronous_push_uses_the_entry_key(billing_sandbox):
+    user = get_user_model().objects.create(
+        username="ada", first_name="Ada", last_name="Lovelace", email="ada@example.com"
+    )
+    customer, created = get_or_create_customer(user)
+    assert created and customer.identifier == f"auth.user:{user.pk}"
+    assert (customer.first_name, customer.email) == ("Ada", "ada@example.com")
+    assert get_or_create_customer(user) == (customer, False)
+    entry = OutboxEntry.objects.get()
+
+    ensure_customer_pushed(customer)
+    assert customer.remote_id is not None
+    # The queued task for the same entry then finds nothing to do.
+    assert push_entry_now(entry.pk).status == "skipped"
+    ensure_customer_pushed(customer)
+    calls = billing_sandbox.requests(operation="create_customer")
+    assert len(calls) == 1
+    assert calls[0]["headers"]["x-idempotency-id"] == str(entry.idempotency_key)
+    assert calls[0]["body"] == {
+        "identifier": f"auth.user:{user.pk}",
+        "first_name": "Ada",
+        "last_name": "Lovelace",
+        "email": "ada@example.com",
+    }
+    assert [c["id"] for c in billing_sandbox.objects("customer")] == [str(customer.remote_id)]
+
+
+def test_customer_identifier_rule_is_overridable(billing_sandbox, settings):
+    settings.BILLING = {
+        **settings.BILLING,
+        "CUSTOMER_IDENTIFIER": "tests.mirror.test_outbox.email_identifier",
+    }
+    user = get_user_model().objects.create(username="bob", email="bob@example.com")
+    customer, _ = get_or_create_customer(user)
+    assert customer.identifier == "user-bob@example.com"
+
+
+def email_identifier(subscriber) -> str:
+    return f"user-{subscriber.email}"
+
+
+# --- subscriptions -------------------------------------------------------------------------------
+def test_subscription_created_through_the_api_pushes_its_dependencies_first(billing_sandbox):
+    product = make_product()
+    product.publish()
+    user = get_user_model().objects.create(username="sub", email="s@example.com")
+    customer, _ = get_or_create_customer(user)
+    sub = Subscription.objects.create(
+        product=product,
+        customer=customer,
+        selected_currency="XOF",
+        selected_billing_cycle="months-1",
+        auto_renew=True,
+    )
+    entry = OutboxEntry.objects.for_object(sub).get()
+    assert push_entry_now(entry.pk).status == DONE
+    sub.refresh_from_db()
+    customer.refresh_from_db()
+    product.refresh_from_db()
+    assert customer.remote_id and product.remote_id and sub.remote_id
+    call = billing_sandbox.requests(operation="create_subscription")[0]
+    assert call["headers"]["x-idempotency-id"] == str(entry.idempotency_key)
+    assert call["body"] == {
+        "customer": str(customer.remote_id),
+        "product": str(product.remote_id),
+        "selected_currency": "XOF",
+        "selected_billing_cycle": "months-1",
+        "auto_renew": True,
+    }
+    assert sub.status == "published"
+    assert sub.product_remote_id == product.remote_id
+    assert Subscription.objects.for_subscriber(user).active().get() == sub
+    assert push_all() in ([], [DONE], [DONE, DONE])  # the dependencies' own entries: no-ops
+    assert len(billing_sandbox.requests(operation="create_customer")) == 1
+    assert len(billing_sandbox.requests(operation="create_product")) == 1
+
+
+def test_drain_re_enqueues_entries_whose_message_was_lost(billing_sandbox, recorded_enqueues):
+    make_product()
+    entry = OutboxEntry.objects.get()
+    recorded_enqueues.clear()
+    assert drain_outbox() == 0  # not stale yet
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    OutboxEntry.objects.filter(pk=entry.pk).update(updated_at=timezone.now() - timedelta(hours=1))
+    assert drain_outbox() == 1
+    assert recorded_enqueues == [entry.pk]
+    assert drain_outbox() == 0  # touched: not again before OUTBOX_STALE_AFTER
+    OutboxEntry.objects.filter(pk=entry.pk).update(updated_at=timezone.now() - timedelta(hours=1))
+    assert drain_outbox(inline=True) == 1
+    entry.refresh_from_db()
+    assert entry.state == "done"
+    assert len(billing_sandbox.requests(operation="create_product")) == 1
