@@ -123,10 +123,8 @@ class SandboxServer:
         self.stop()
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="billing_sandbox", description="Offline sandbox of the billing service."
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The sandbox's options (shared by the CLI and the ``billing_sandbox`` command)."""
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8100)
     parser.add_argument("--data", default=DEFAULT_DATA,
@@ -144,32 +142,39 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--return-url",
                         help="where checkout sends the customer back ({session_id} replaced)")
     parser.add_argument("--quiet", action="store_true", help="do not log each request")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="billing_sandbox", description="Offline sandbox of the billing service."
+    )
+    add_arguments(parser)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    options = build_parser().parse_args(argv)
+def run(options: dict[str, Any]) -> int:
+    """Start the sandbox from parsed options, print the settings to paste, serve until ^C."""
     server = SandboxServer(
-        options.host,
-        options.port,
-        None if options.memory else options.data,
-        reset=options.reset,
-        quiet=options.quiet,
-        client_id=options.client_id,
-        client_secret=options.client_secret,
-        token_lifetime=options.token_lifetime,
-        callback_url=options.callback_url,
-        webhook_secret=options.webhook_secret,
-        retry_schedule=options.retry_schedule,
-        max_attempts=options.max_attempts,
-        return_url=options.return_url,
+        options["host"],
+        options["port"],
+        None if options.get("memory") else options["data"],
+        reset=options.get("reset", False),
+        quiet=options.get("quiet", False),
+        client_id=options.get("client_id"),
+        client_secret=options.get("client_secret"),
+        token_lifetime=options.get("token_lifetime"),
+        callback_url=options.get("callback_url"),
+        webhook_secret=options.get("webhook_secret"),
+        retry_schedule=options.get("retry_schedule"),
+        max_attempts=options.get("max_attempts"),
+        return_url=options.get("return_url"),
     )
     for key, value in server.env().items():
         print(f"{key}={value}")
-    where = "memory" if options.memory else options.data
+    sys.stdout.flush()
+    where = "memory" if options.get("memory") else options["data"]
     print(f"# Billing sandbox on {server.url} (state: {where}); "
           f"dashboard {server.url}/_sandbox/ - Ctrl+C to stop", file=sys.stderr)
-    sys.stdout.flush()
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -178,3 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         server.httpd.server_close()
         server.store.close()
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(vars(build_parser().parse_args(argv)))

@@ -1,0 +1,23 @@
+"""``python manage.py billing_sandbox --port 8100``: run the offline sandbox of the service.
+
+A thin wrapper of ``billing_integration.sandbox.server`` (the sandbox itself never uses
+Django). It prints the ``BILLING_*`` lines to paste into the environment of the app.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from billing_integration.sandbox.server import add_arguments, run
+
+
+class Command(BaseCommand):
+    help = "Run the offline sandbox of the billing service (API, checkout page, events)."
+
+    def add_arguments(self, parser: Any) -> None:
+        add_arguments(parser)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        run(options)

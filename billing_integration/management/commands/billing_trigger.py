@@ -1,0 +1,46 @@
+"""``python manage.py billing_trigger TYPE OBJECT_ID``: make the sandbox emit an event.
+
+Posts to the sandbox's ``/_sandbox/trigger`` control endpoint, which applies the state change
+the event implies (``subscription.canceled`` cancels the subscription, ``refund.approved``
+approves the refund, ...) and delivers the signed event to the registered callback.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import requests
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+EVENT_TYPES = (
+    "subscription.renewal", "subscription.canceled", "subscription.paused",
+    "payment.completed", "payment.failed", "payment.canceled",
+    "refund.initiated", "refund.approved", "refund.rejected",
+    "invoice.paid", "invoice.voided", "invoice.marked_uncollectable", "invoice.deleted",
+)
+
+
+class Command(BaseCommand):
+    help = "Make the billing sandbox emit an event for an object (with its state change)."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("type", choices=EVENT_TYPES, help="event type")
+        parser.add_argument("object_id", help="subscription, payment, refund or invoice id")
+        parser.add_argument("--sandbox-url", help="default: BILLING['BASE_URL'] or :8100")
+        parser.add_argument("--reason", help="failure or refund reason")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        url = options["sandbox_url"] or (getattr(settings, "BILLING", None) or {}).get(
+            "BASE_URL") or "http://127.0.0.1:8100"
+        body = {"type": options["type"], "object": options["object_id"]}
+        if options["reason"]:
+            body["reason"] = options["reason"]
+        try:
+            response = requests.post(url.rstrip("/") + "/_sandbox/trigger", json=body, timeout=30)
+        except requests.RequestException as exc:
+            raise CommandError(f"Cannot reach the sandbox at {url}: {exc}") from exc
+        if response.status_code != 200:
+            raise CommandError(f"The sandbox answered {response.status_code}: {response.text}")
+        self.stdout.write(json.dumps(response.json(), indent=2))
