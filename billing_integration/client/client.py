@@ -84,7 +84,8 @@ class BillingClient:
         self.tokens = TokenProvider(
             self._request_token,
             cache_alias=conf.TOKEN_CACHE,
-            scope=f"{self.auth_url}|{self.realm}|{self.client_id}",
+            # The key is a hash: credentials changed -> another token; nothing readable stored.
+            scope=f"{self.auth_url}|{self.realm}|{self.client_id}|{self.__secret}",
             refresh_ratio=conf.TOKEN_REFRESH_RATIO,
             lock_timeout=conf.TOKEN_LOCK_TIMEOUT,
         )
