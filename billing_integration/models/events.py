@@ -32,7 +32,7 @@ class WebhookEvent(models.Model):
     #: The type exactly as the service spelled it.
     raw_type = models.CharField(_("type as received"), max_length=255, blank=True, default="")
     #: The canonical type (``invoice.paid``), or "" when the spelling is not known.
-    type = models.CharField(_("type"), max_length=64, blank=True, default="", db_index=True)
+    type = models.CharField(_("type"), max_length=64, blank=True, default="")
     #: The raw request body, exactly as received (decoded as UTF-8).
     body = models.TextField(_("raw body"), blank=True, default="")
     #: Request headers, with authorization and signature headers redacted.
@@ -40,15 +40,14 @@ class WebhookEvent(models.Model):
     #: How the delivery was authenticated: ``signature``, ``basic`` or ``none``.
     verified_by = models.CharField(max_length=16, blank=True, default="")
 
-    received_at = models.DateTimeField(_("received at"), default=timezone.now, db_index=True)
+    received_at = models.DateTimeField(_("received at"), default=timezone.now)
     #: The envelope's ``created_at``: when the service says the event happened.
     occurred_at = models.DateTimeField(_("occurred at"), null=True, blank=True)
     #: The remote id of the object the event is about (``data.id``), for ordering and search.
-    object_id = models.CharField(_("object id"), max_length=64, blank=True, default="", db_index=True)
+    object_id = models.CharField(_("object id"), max_length=64, blank=True, default="")
 
-    state = models.CharField(
-        max_length=16, choices=EventState.choices, default=EventState.RECEIVED, db_index=True
-    )
+    # Indexed through (state, received_at) only: every index costs on the ingest INSERT.
+    state = models.CharField(max_length=16, choices=EventState.choices, default=EventState.RECEIVED)
     #: What processing did: ``applied``, ``stale`` (an older event, skipped), ...
     outcome = models.CharField(max_length=32, blank=True, default="")
     attempts = models.PositiveIntegerField(default=0)

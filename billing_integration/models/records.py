@@ -78,7 +78,12 @@ class EventRecord(models.Model):
 
 class Invoice(EventRecord):
     status = models.CharField(
-        _("status"), max_length=32, blank=True, default="", choices=InvoiceStatus.choices, db_index=True
+        _("status"),
+        max_length=32,
+        blank=True,
+        default="",
+        choices=InvoiceStatus.choices,
+        db_index=True,
     )
     product = models.ForeignKey(
         "billing_integration.Product",
@@ -100,7 +105,12 @@ class Invoice(EventRecord):
 
 class Payment(EventRecord):
     status = models.CharField(
-        _("status"), max_length=32, blank=True, default="", choices=PaymentStatus.choices, db_index=True
+        _("status"),
+        max_length=32,
+        blank=True,
+        default="",
+        choices=PaymentStatus.choices,
+        db_index=True,
     )
     product = models.ForeignKey(
         "billing_integration.Product",
@@ -129,7 +139,12 @@ class Payment(EventRecord):
 
 class Refund(EventRecord):
     status = models.CharField(
-        _("status"), max_length=32, blank=True, default="", choices=RefundStatus.choices, db_index=True
+        _("status"),
+        max_length=32,
+        blank=True,
+        default="",
+        choices=RefundStatus.choices,
+        db_index=True,
     )
     payment = models.ForeignKey(
         Payment,
