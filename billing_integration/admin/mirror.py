@@ -1,0 +1,1 @@
+"""Admin: see the package docstring."""
