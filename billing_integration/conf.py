@@ -68,6 +68,15 @@ DEFAULTS: dict[str, Any] = {
     "CUSTOMER_FIELDS": "billing_integration.customers.default_fields",
     "CHECKOUT_EXPIRY": 300,  # seconds; the service's own default is 5 minutes
     "SUBSCRIPTION_REQUIRED_URL": "/",  # where access checks send non-subscribers
+    # (checkout) SUBSCRIPTION_REQUIRED_URL above: a URL name ("pricing") or a path;
+    # the access checks add "?next=<the refused path>"
+    # (checkout) dotted path of a callable(request) -> subscriber (a team, an organisation)
+    # or None; None here = request.user (anonymous -> no subscriber)
+    "SUBSCRIBER_RESOLVER": None,
+    # (checkout) retries of create_checkout_session while the customer waits (the client's
+    # MAX_RETRIES is for background work), and the longest Retry-After honoured meanwhile
+    "CHECKOUT_MAX_RETRIES": 1,
+    "CHECKOUT_RETRY_AFTER_MAX": 2.0,
     # --- outbox -----------------------------------------------------------------------------
     "OUTBOX_MAX_ATTEMPTS": 8,
     "OUTBOX_RETRY_BASE": 2.0,  # seconds; task retry n waits BASE * 2**n (capped below)
