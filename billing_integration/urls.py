@@ -2,10 +2,21 @@
 
 from django.urls import path
 
+from .api import views as api_views
+from .checkout import views as checkout_views
 from .webhooks import views as webhook_views
 
 app_name = "billing_integration"
 
 urlpatterns: list = [
     path("webhooks/", webhook_views.webhook, name="webhook"),
+    # checkout (issue 6)
+    path("checkout/", checkout_views.checkout, name="checkout"),
+    path("checkout/return/", checkout_views.checkout_return, name="checkout_return"),
+    path(
+        "api/checkout-sessions/",
+        api_views.CheckoutSessionCreate.as_view(),
+        name="api_checkout_sessions",
+    ),
+    path("api/subscriptions/", api_views.SubscriptionList.as_view(), name="api_subscriptions"),
 ]

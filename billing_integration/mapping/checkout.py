@@ -33,7 +33,8 @@ def to_remote(session: CheckoutSession) -> dict[str, Any]:
         "expires_at": wire_ts(expires),
         "action": session.action or "new_subscription",
         "selected_currency": currency_id(session.selected_currency),
-        "selected_billing_cycle": session.selected_billing_cycle,
+        # null for one-time products (the service refuses a cycle for them)
+        "selected_billing_cycle": session.selected_billing_cycle or None,
     }
 
 

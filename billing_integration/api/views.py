@@ -1,0 +1,73 @@
+"""DRF endpoints for single-page front ends.
+
+- ``POST api/checkout-sessions/`` (``CheckoutSessionCreate``): ``{"product", "cycle",
+  "currency"}`` -> 201 ``{"id", "url", "expires_at"}``; send the browser to ``url``. Errors:
+  ``{"detail", "code"}`` with 400 / 403 / 404 / 409 / 502 / 503.
+- ``GET api/subscriptions/`` (``SubscriptionList``): the current subscriber's subscriptions
+  (``?active=1`` for the active ones only).
+
+Authentication and throttling follow your ``REST_FRAMEWORK`` settings (DRF's defaults are
+session and basic authentication); both need an authenticated user.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from rest_framework import generics, permissions, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from ..access import get_subscriber
+from ..checkout.services import CheckoutError, ServiceUnavailable, start_checkout
+from ..client import get_client
+from ..exceptions import BillingError
+from ..models import Subscription
+from .serializers import (
+    CheckoutSessionCreateSerializer,
+    CheckoutSessionSerializer,
+    SubscriptionSerializer,
+)
+
+__all__ = ["CheckoutSessionCreate", "SubscriptionList"]
+
+
+class CheckoutSessionCreate(APIView):
+    permission_classes = [permissions.IsAuthenticated]
+
+    def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        incoming = CheckoutSessionCreateSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        data = incoming.validated_data
+        try:
+            session = start_checkout(
+                get_subscriber(request),
+                data["product"],
+                data.get("cycle") or None,
+                data.get("currency") or None,
+            )
+            url = get_client().checkout_url(str(session.remote_id))
+        except CheckoutError as exc:
+            return Response({"detail": exc.message, "code": exc.code}, status=exc.status)
+        except BillingError:
+            exc = ServiceUnavailable()
+            return Response({"detail": exc.message, "code": exc.code}, status=exc.status)
+        body = CheckoutSessionSerializer(session, context={"checkout_url": url}).data
+        return Response(body, status=status.HTTP_201_CREATED)
+
+
+class SubscriptionList(generics.ListAPIView):
+    permission_classes = [permissions.IsAuthenticated]
+    serializer_class = SubscriptionSerializer
+    pagination_class = None
+
+    def get_queryset(self) -> QuerySet[Subscription]:
+        subscriber = get_subscriber(self.request)
+        if subscriber is None:
+            return Subscription.objects.none()
+        qs = Subscription.objects.for_subscriber(subscriber)
+        if self.request.query_params.get("active") in ("1", "true", "yes"):
+            qs = qs.active()
+        return qs.select_related("product").order_by("-created_at", "pk")

@@ -1,0 +1,354 @@
+"""Start a hosted checkout: validate, make sure the customer exists remotely, create the
+session, record it.
+
+    from billing_integration.checkout.services import start_checkout, CheckoutError
+    session = start_checkout(request.user, product, "months-1", "XOF")
+    return redirect(get_client().checkout_url(session.remote_id))
+
+Guarantees:
+
+- nothing is written when the choice is invalid (unknown / unpublished product, unknown
+  cycle or currency): validation runs before the customer is looked up;
+- the local ``CheckoutSession`` row is written only after the service answered with the new
+  session (never a half-made session);
+- the customer is created and pushed through its own outbox entry and idempotency key
+  (``ensure_customer_pushed``), so a second click, a worker or a retry never creates a
+  second remote customer;
+- one idempotency key per checkout attempt (the client's retries reuse it);
+- every failure is a ``CheckoutError`` with an HTTP status and a message fit for the user.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from ..access import resolve_product
+from ..client import get_client
+from ..client.retry import RetryPolicy
+from ..conf import billing_settings
+from ..customers import ensure_customer_pushed, get_or_create_customer
+from ..exceptions import (
+    BillingAPIError,
+    BillingConfigurationError,
+    BillingError,
+    BillingServerError,
+    BillingValidationError,
+)
+from ..mapping import checkout as checkout_map
+from ..models import BillingCycle, CheckoutSession, Price, Product, ProductStatus
+from ..models.base import SyncState
+from ..outbox import from_remote
+
+logger = logging.getLogger("billing_integration.checkout")
+
+__all__ = [
+    "CheckoutError",
+    "CheckoutRefused",
+    "CheckoutSelection",
+    "InvalidChoice",
+    "NoSubscriber",
+    "ProductUnavailable",
+    "ServiceUnavailable",
+    "start_checkout",
+    "validate_selection",
+]
+
+ACTION_NEW = "new_subscription"
+
+
+# --- errors -------------------------------------------------------------------------------------
+class CheckoutError(BillingError):
+    """A checkout that cannot start. ``status`` is the HTTP status to answer with,
+    ``message`` a sentence for the customer (no internals), ``code`` a stable identifier."""
+
+    status: int = 400
+    code: str = "checkout_error"
+    default_message = "The checkout could not be started."
+
+    def __init__(self, message: str | None = None, *, status: int | None = None,
+                 code: str | None = None) -> None:
+        self.message = message or self.default_message
+        if status is not None:
+            self.status = status
+        if code is not None:
+            self.code = code
+        super().__init__(self.message)
+
+
+class ProductUnavailable(CheckoutError):
+    """Unknown product (404), or not on sale: draft, archived, not pushed yet (409)."""
+
+    status = 409
+    code = "product_unavailable"
+    default_message = "This product is not available for purchase."
+
+
+class InvalidChoice(CheckoutError):
+    """An unknown billing cycle or currency for the product (400)."""
+
+    status = 400
+    code = "invalid_choice"
+    default_message = "This billing option is not offered for this product."
+
+
+class NoSubscriber(CheckoutError):
+    """The request has no subscriber (e.g. a user without a team) (403)."""
+
+    status = 403
+    code = "no_subscriber"
+    default_message = "Your account cannot subscribe (no billing account is linked to it)."
+
+
+class ServiceUnavailable(CheckoutError):
+    """The billing service is down, slow, or refused our credentials (503)."""
+
+    status = 503
+    code = "service_unavailable"
+    default_message = (
+        "The payment service is temporarily unavailable. Nothing was charged; please try "
+        "again in a few minutes."
+    )
+
+
+class CheckoutRefused(CheckoutError):
+    """The service refused the session for a reason not covered above (502)."""
+
+    status = 502
+    code = "checkout_refused"
+    default_message = "The payment service refused to start this checkout. Please try again later."
+
+
+# --- validation ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CheckoutSelection:
+    """A validated choice: the product, its cycle (``None`` for one-time products) and the
+    service's integer currency id."""
+
+    product: Product
+    cycle: BillingCycle | None
+    currency_id: int
+
+    @property
+    def cycle_code(self) -> str:
+        return self.cycle.code if self.cycle is not None else ""
+
+
+def _currency_id(currency: Any) -> int:
+    try:
+        value = checkout_map.currency_id(
+            currency.strip() if isinstance(currency, str) else currency
+        )
+    except BillingConfigurationError:
+        raise InvalidChoice(f"The currency {str(currency)[:16]!r} is not offered.") from None
+    if value is None or value not in billing_settings.CURRENCIES:
+        raise InvalidChoice(f"The currency {str(currency)[:16]!r} is not offered.")
+    return value
+
+
+def validate_selection(product: Any, cycle: Any = None, currency: Any = None) -> CheckoutSelection:
+    """Check a product / cycle / currency choice against the local catalogue.
+
+    ``product``: a ``Product``, pk, remote id or name. ``cycle``: a ``BillingCycle`` or its code
+    (``"months-1"``); required for subscription products, ignored for one-time products.
+    ``currency``: a code (``"XOF"``) or an integer id; when omitted, the first of the
+    product's currencies that has a price. Reads only; raises ``ProductUnavailable`` or
+    ``InvalidChoice``.
+    """
+    resolved = product if isinstance(product, Product) else None
+    if resolved is None and product not in (None, ""):
+        try:
+            resolved = resolve_product(product)
+        except (ValueError, TypeError):
+            resolved = None
+    if resolved is None:
+        raise ProductUnavailable(
+            "This product does not exist.", status=404, code="product_not_found"
+        )
+    if resolved.pk is not None:
+        resolved.refresh_from_db()  # the status as stored now, not as the caller loaded it
+    if resolved.status == ProductStatus.ARCHIVED:
+        raise ProductUnavailable("This product has been retired and can no longer be bought.",
+                                 code="product_archived")
+    if resolved.status != ProductStatus.PUBLISHED:
+        raise ProductUnavailable("This product is not on sale yet.", code="product_not_published")
+    if resolved.remote_id is None:
+        raise ProductUnavailable(
+            "This product is not available for purchase yet. Please try again in a minute.",
+            code="product_not_synced",
+        )
+
+    chosen_cycle: BillingCycle | None = None
+    if resolved.is_one_time:
+        prices = Price.objects.filter(product=resolved)
+    else:
+        if isinstance(cycle, BillingCycle):
+            code = cycle.code if cycle.product_id == resolved.pk else None
+        else:
+            code = str(cycle or "").strip()
+        if not code:
+            cycles = list(resolved.cycles.all()[:2])
+            if len(cycles) != 1:
+                raise InvalidChoice("Choose a billing cycle.", code="cycle_required")
+            chosen_cycle = cycles[0]
+        else:
+            unit, _, freq = code.partition("-")
+            chosen_cycle = (
+                resolved.cycles.filter(unit=unit, frequency=int(freq)).first()
+                if freq.isdigit() and len(freq) < 6
+                else None
+            )
+            if chosen_cycle is None:
+                raise InvalidChoice(
+                    f"The billing cycle {code[:32]!r} is not offered for this product.",
+                    code="unknown_cycle",
+                )
+        prices = Price.objects.filter(cycle=chosen_cycle)
+
+    offered = {int(c) for c in (resolved.selected_currencies or []) if str(c).isdigit()}
+    priced = set(prices.values_list("currency_id", flat=True))
+    if currency in (None, ""):
+        candidates = [c for c in (resolved.selected_currencies or []) if str(c).isdigit()]
+        usable = [int(c) for c in candidates if int(c) in priced]
+        if not usable:
+            raise InvalidChoice("This product has no price in any currency.", code="no_price")
+        currency_id = usable[0]
+    else:
+        currency_id = _currency_id(currency)
+        if currency_id not in offered or currency_id not in priced:
+            code_text = billing_settings.CURRENCIES.get(currency_id, str(currency_id))
+            raise InvalidChoice(
+                f"This product is not sold in {code_text}.", code="unknown_currency"
+            )
+    return CheckoutSelection(product=resolved, cycle=chosen_cycle, currency_id=currency_id)
+
+
+# --- the service call ---------------------------------------------------------------------------
+def _checkout_client() -> Any:
+    """The process's client with the checkout's short retry policy (a customer is waiting)."""
+    base = get_client()
+    client = copy.copy(base)  # shares the HTTP session and the token provider
+    client.retry = RetryPolicy(
+        max_retries=int(billing_settings.CHECKOUT_MAX_RETRIES),
+        backoff_base=base.retry.backoff_base,
+        backoff_max=min(base.retry.backoff_max, 2.0),
+        retry_after_max=float(billing_settings.CHECKOUT_RETRY_AFTER_MAX),
+    )
+    return client
+
+
+def _error_codes(body: Any) -> set[str]:
+    """Error codes in an error body of unknown shape (``{"errors": [{"code"}]}``,
+    ``{"error": {"code"}}``, ``{"code"}``, Directus ``extensions.code``)."""
+    found: set[str] = set()
+
+    def visit(node: Any, depth: int = 0) -> None:
+        if depth > 4:
+            return
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "code" and isinstance(value, str):
+                    found.add(value)
+                else:
+                    visit(value, depth + 1)
+        elif isinstance(node, list):
+            for item in node[:20]:
+                visit(item, depth + 1)
+
+    visit(body)
+    return found
+
+
+def _translate(exc: BillingError, operation: str) -> CheckoutError:
+    """A ``CheckoutError`` for a failure of the service (logged without secrets)."""
+    if isinstance(exc, CheckoutError):
+        return exc
+    if isinstance(exc, BillingValidationError):
+        codes = _error_codes(exc.body)
+        for code in ("product_archived", "product_not_published"):
+            if code in codes:
+                logger.warning("checkout refused by the service (%s): %s", operation, code)
+                return ProductUnavailable(code=code)
+        logger.error("checkout: the service refused %s: %s", operation, exc)
+        return CheckoutRefused()
+    if isinstance(exc, BillingAPIError) and not isinstance(exc, BillingServerError) and (
+        exc.status not in (401, 403, 429)
+    ):
+        logger.error("checkout: %s failed: %s", operation, exc)
+        return CheckoutRefused()
+    logger.error("checkout: %s failed, service unavailable: %s", operation, exc)
+    return ServiceUnavailable()
+
+
+def start_checkout(
+    subscriber: Any,
+    product: Any,
+    cycle: Any = None,
+    currency: Any = None,
+    *,
+    client: Any = None,
+) -> CheckoutSession:
+    """Start a hosted checkout for ``subscriber`` and return the recorded ``CheckoutSession``.
+
+    Send the customer to ``get_client().checkout_url(session.remote_id)``. Raises a
+    ``CheckoutError`` subclass (``ProductUnavailable`` 404/409, ``InvalidChoice`` 400,
+    ``NoSubscriber`` 403, ``ServiceUnavailable`` 503, ``CheckoutRefused`` 502).
+    """
+    if subscriber is None or getattr(subscriber, "pk", None) is None:
+        raise NoSubscriber()
+    selection = validate_selection(product, cycle, currency)
+
+    # The customer: created (with its outbox entry) if needed, then pushed synchronously
+    # through that same entry and key.
+    try:
+        customer, _ = get_or_create_customer(subscriber)
+        customer = ensure_customer_pushed(customer)
+    except BillingError as exc:
+        raise _translate(exc, "create_customer") from exc
+    if customer.remote_id is None:  # pragma: no cover - ensure_customer_pushed raises instead
+        raise ServiceUnavailable()
+
+    expires = timezone.now() + timedelta(seconds=int(billing_settings.CHECKOUT_EXPIRY))
+    session = CheckoutSession(
+        customer=customer,
+        product=selection.product,
+        expires_at=expires.replace(microsecond=expires.microsecond // 1000 * 1000),
+        action=ACTION_NEW,
+        selected_billing_cycle=selection.cycle_code,
+        selected_currency=selection.currency_id,
+    )
+    payload = checkout_map.to_remote(session)
+    key = str(uuid.uuid4())  # one key per attempt; the client's retries reuse it
+    try:
+        data = (client or _checkout_client()).create_checkout_session(payload, idempotency_key=key)
+    except BillingError as exc:
+        raise _translate(exc, "create_checkout_session") from exc
+    if not isinstance(data, dict) or checkout_map.from_remote(data).get("remote_id") is None:
+        logger.error("checkout: the service answered without a session id")
+        raise CheckoutRefused()
+
+    fields = checkout_map.from_remote(data)
+    for name, value in fields.items():
+        if name in ("expires_at",) and value is None:
+            continue
+        setattr(session, name, value)
+    session.sync_state = SyncState.SYNCED
+    session.last_synced_at = timezone.now()
+    with transaction.atomic(), from_remote():
+        session.save()
+    logger.info(
+        "checkout session %s started for customer %s, product %s (%s, currency %s)",
+        session.remote_id,
+        customer.remote_id,
+        selection.product.remote_id,
+        selection.cycle_code or "one-time",
+        selection.currency_id,
+    )
+    return session

@@ -1,0 +1,181 @@
+"""The checkout views: thin wrappers around ``services``.
+
+- ``checkout`` (POST, login required): starts a session and answers 302 to
+  ``{CHECKOUT_URL}/checkout/<session_id>`` -- the only place it ever redirects to (a ``next``
+  field is kept for the return page's "continue" link, and only if it is a local path).
+  Failures render ``billing_integration/checkout_error.html`` with the error's status.
+- ``checkout_return`` (GET, login required): pulls the subscriber's subscriptions and shows
+  the outcome (active / pending / failed) in ``billing_integration/checkout_return.html``.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.db.models import Q
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_POST
+
+from ..access import get_subscriber
+from ..client import get_client
+from ..exceptions import BillingError
+from ..models import CheckoutSession, Customer, Payment, Subscription
+from .services import CheckoutError, NoSubscriber, ServiceUnavailable, start_checkout
+
+logger = logging.getLogger("billing_integration.checkout")
+
+__all__ = ["checkout", "checkout_outcome", "checkout_return"]
+
+NEXT_SESSION_KEY = "billing_checkout_next"
+ERROR_TEMPLATE = "billing_integration/checkout_error.html"
+RETURN_TEMPLATE = "billing_integration/checkout_return.html"
+
+
+def _safe_next(request: HttpRequest, value: str | None) -> str | None:
+    if value and url_has_allowed_host_and_scheme(
+        value, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return value
+    return None
+
+
+def _error_page(request: HttpRequest, error: CheckoutError) -> HttpResponse:
+    return render(
+        request,
+        ERROR_TEMPLATE,
+        {"error": error, "message": error.message, "code": error.code, "status": error.status},
+        status=error.status,
+    )
+
+
+@never_cache
+@login_required
+@require_POST
+def checkout(request: HttpRequest) -> HttpResponse:
+    """Start a hosted checkout for the request's subscriber; 302 to the hosted page."""
+    data = request.POST
+    try:
+        session = start_checkout(
+            get_subscriber(request),
+            data.get("product"),
+            data.get("cycle") or None,
+            data.get("currency") or None,
+        )
+        url = get_client().checkout_url(str(session.remote_id))
+    except CheckoutError as exc:
+        return _error_page(request, exc)
+    except BillingError as exc:  # e.g. configuration
+        logger.error("checkout failed: %s", exc)
+        return _error_page(request, ServiceUnavailable())
+    next_url = _safe_next(request, data.get("next"))
+    if hasattr(request, "session"):
+        if next_url:
+            request.session[NEXT_SESSION_KEY] = next_url
+        else:
+            request.session.pop(NEXT_SESSION_KEY, None)
+    return HttpResponseRedirect(url)
+
+
+# --- return -------------------------------------------------------------------------------------
+ACTIVE, PENDING, FAILED, NONE = "active", "pending", "failed", "none"
+
+
+def checkout_outcome(customer: Customer | None, session: CheckoutSession | None) -> dict[str, Any]:
+    """The outcome of ``session`` (or of the customer's checkouts if ``None``) from local data:
+
+    - ``active``: an active subscription to the session's product (any product without a
+      session);
+    - ``failed``: a failed or canceled payment for the customer (and product) since the session
+      started, or the session expired;
+    - ``pending``: otherwise, while the session may still complete;
+    - ``none``: no customer, no session and no subscription.
+    """
+    result: dict[str, Any] = {"outcome": NONE, "subscription": None, "payment": None,
+                              "session": session}
+    if customer is None:
+        return result
+    subs = Subscription.objects.active().for_customer(customer).select_related("product")
+    if session is not None and session.product_id:
+        subs = subs.filter(product_id=session.product_id)
+    sub = subs.first()
+    if sub is not None:
+        result.update(outcome=ACTIVE, subscription=sub)
+        return result
+    if session is None:
+        return result
+    payments = Payment.objects.filter(
+        Q(customer=customer) | Q(customer_remote_id=customer.remote_id),
+        status__in=("failed", "canceled"),
+        created_at__gte=session.created_at,
+    )
+    if session.product is not None and session.product.remote_id is not None:
+        payments = payments.filter(
+            Q(product_remote_id=session.product.remote_id) | Q(product_remote_id__isnull=True)
+        )
+    payment = payments.order_by("-created_at", "-pk").first()
+    if payment is not None:
+        result.update(outcome=FAILED, payment=payment)
+        return result
+    if session.status == "expired":
+        result.update(outcome=FAILED)
+        return result
+    result.update(outcome=PENDING)
+    return result
+
+
+def _session_for(customer: Customer | None, ref: str | None) -> CheckoutSession | None:
+    """The customer's session named by ``ref`` (remote id), else its latest one. Never another
+    customer's session, whatever the query string says."""
+    if customer is None:
+        return None
+    sessions = CheckoutSession.objects.filter(customer=customer).select_related("product")
+    if ref:
+        try:
+            found = sessions.filter(remote_id=uuid.UUID(str(ref))).first()
+        except ValueError:
+            found = None
+        if found is not None:
+            return found
+    return sessions.order_by("-created_at", "-pk").first()
+
+
+@never_cache
+@login_required
+@require_GET
+def checkout_return(request: HttpRequest) -> HttpResponse:
+    """After the hosted page: refresh the subscriber's subscriptions, show the outcome."""
+    subscriber = get_subscriber(request)
+    if subscriber is None:
+        return _error_page(request, NoSubscriber())
+    customer = Customer.objects.filter(subscriber=subscriber).first()
+    refreshed = True
+    if customer is not None and customer.remote_id is not None:
+        from ..sync.pull import pull_subscriptions
+
+        try:
+            pull_subscriptions(customer)
+        except BillingError as exc:
+            logger.warning("checkout return: could not refresh subscriptions: %s", exc)
+            refreshed = False
+    ref = request.GET.get("session_id") or request.GET.get("session")
+    session = _session_for(customer, ref)
+    context = checkout_outcome(customer, session)
+    next_url = None
+    if hasattr(request, "session"):
+        next_url = _safe_next(request, request.session.get(NEXT_SESSION_KEY))
+    context.update(
+        refreshed=refreshed,
+        next_url=next_url or "/",
+        subscriptions=(
+            Subscription.objects.for_customer(customer).select_related("product")
+            if customer is not None
+            else Subscription.objects.none()
+        ),
+    )
+    return render(request, RETURN_TEMPLATE, context)
