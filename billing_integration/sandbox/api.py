@@ -471,11 +471,9 @@ class BillingAPI:
         """Create and store a subscription starting now (shared with checkout and seeding)."""
         now = self.clock.now()
         unit, freq = timeutil.parse_cycle(cycle_code)
-        if trial_end is not None and trial_end > now:
-            end = trial_end
-        else:
-            trial_end_str = None if trial_end is None else timeutil.fmt(trial_end)
-            end = timeutil.add_cycle(now, unit, freq)
+        in_trial = trial_end is not None and trial_end > now
+        # A trial's end is the first billing date; otherwise one cycle from now.
+        end = trial_end if in_trial else timeutil.add_cycle(now, unit, freq)
         doc = self._meta(account)
         doc.update({
             "status": "published",
@@ -486,10 +484,7 @@ class BillingAPI:
             "next_billing_date": timeutil.fmt(end),
             "auto_renew": auto_renew,
             "discount_coupon": None,
-            "trial_end_date": (
-                timeutil.fmt(trial_end) if trial_end is not None and trial_end > now
-                else trial_end_str
-            ),
+            "trial_end_date": None if trial_end is None else timeutil.fmt(trial_end),
             "selected_billing_cycle": cycle_code,
             "selected_currency": currency_code,
             "_phone": phone,
