@@ -29,6 +29,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "billing_integration",
+    "example_project",  # (demo) the billing_demo_seed command
 ]
 
 MIDDLEWARE = [
@@ -106,14 +107,18 @@ BILLING.update(env.json("BILLING_EXTRA", default={}))
 # CELERY_BROKER_URL to redis://... or amqp://... (see README).
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    _queue = VAR_DIR / "celery-broker"
+    # (demo) CELERY_BROKER_FOLDER gives a stack its own queue folder (`make demo-check` runs
+    # beside a running `make demo` without the two workers taking each other's messages).
+    _broker_dir = Path(env("CELERY_BROKER_FOLDER", default=str(VAR_DIR)))
+    _queue = _broker_dir / "celery-broker"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_queue),
         "data_folder_out": str(_queue),
-        "processed_folder": str(VAR_DIR / "celery-processed"),
+        "processed_folder": str(_broker_dir / "celery-processed"),
         "store_processed": False,
+        "polling_interval": 0.1,  # (mirror) seconds between looks at the folder (default 1)
     }
-    for _d in (_queue, VAR_DIR / "celery-processed"):
+    for _d in (_queue, _broker_dir / "celery-processed"):
         _d.mkdir(parents=True, exist_ok=True)
 else:
     # Redis and SQS redeliver an unacknowledged message after the visibility timeout:

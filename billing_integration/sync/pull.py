@@ -143,7 +143,11 @@ def _bulk_upsert(
             )
             continue
         fields = {k: v for k, v in fields.items() if k not in create_only}
-        if getattr(obj, "sync_state", None) in LOCAL_CHANGES and obj.remote_id is not None:
+        if (
+            local_owned
+            and getattr(obj, "sync_state", None) in LOCAL_CHANGES
+            and obj.remote_id is not None
+        ):
             # Local changes waiting to be pushed: keep them; still record what we saw.
             fields = {k: v for k, v in fields.items() if k not in local_owned}
             counts.skipped += 1

@@ -1,0 +1,131 @@
+"""A real Celery worker process pushing to the sandbox (Redis broker when CELERY_BROKER_URL is
+set, else the filesystem transport; PostgreSQL or a file SQLite test database)."""
+
+from __future__ import annotations
+
+import signal
+import time
+from decimal import Decimal
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import transaction
+
+from billing_integration.customers import get_or_create_customer
+from billing_integration.models import (
+    BillingCycle,
+    OutboxEntry,
+    Price,
+    Product,
+    Subscription,
+)
+from billing_integration.outbox.tasks import drain_outbox
+from billing_integration.sync.pull import pull_subscriptions
+
+from .conftest import wait_for
+
+pytestmark = [pytest.mark.worker, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def all_done(timeout: float = 60) -> None:
+    wait_for(lambda: not OutboxEntry.objects.exclude(state="done").exists(), timeout=timeout)
+
+
+def new_product() -> Product:
+    with transaction.atomic():
+        product = Product.objects.create(name="Team plan", selected_currencies=[1])
+        cycle = BillingCycle.objects.create(product=product, unit="months", frequency=1)
+        Price.objects.create(cycle=cycle, currency_id=1, amount=Decimal("7500"))
+    return product
+
+
+def test_worker_pushes_product_lifecycle_customer_and_subscription(
+    celery_worker_process, billing_sandbox
+):
+    worker = celery_worker_process()
+    product = new_product()
+    all_done()
+    product.refresh_from_db()
+    assert product.remote_id is not None, worker.output()[-3000:]
+
+    product.name = "Team plan 2"
+    product.save()
+    all_done()
+    product.publish()
+    all_done()
+    remote = billing_sandbox.object("product", str(product.remote_id))
+    assert (remote["name"], remote["status"]) == ("Team plan 2", "published")
+
+    user = get_user_model().objects.create(username="w", first_name="W", email="w@example.com")
+    customer, _ = get_or_create_customer(user)
+    all_done()
+    customer.refresh_from_db()
+    assert customer.remote_id is not None
+
+    sub = Subscription.objects.create(
+        product=product,
+        customer=customer,
+        selected_currency="XOF",
+        selected_billing_cycle="months-1",
+    )
+    all_done()
+    sub.refresh_from_db()
+    assert sub.remote_id is not None and sub.status == "published"
+    # Read it back from the service.
+    counts = pull_subscriptions()
+    assert counts.unchanged + counts.updated == 1 and counts.created == 0
+    assert Subscription.objects.for_subscriber(user).active().get() == sub
+
+    product.archive()  # existing subscriptions are kept
+    all_done()
+    assert billing_sandbox.object("product", str(product.remote_id))["status"] == "archived"
+
+    keys = [r["headers"]["x-idempotency-id"] for r in billing_sandbox.requests()
+            if r["method"] in ("POST", "PATCH") and r["operation"] != "token"]
+    # product: create, rename, publish, archive; customer: create; subscription: create
+    assert len(keys) == len(set(keys)) == 6
+    assert len(billing_sandbox.requests(operation="create_subscription")) == 1
+    assert len(billing_sandbox.objects("customer")) == 1
+
+
+def test_rollback_sends_nothing_through_the_worker(celery_worker_process, billing_sandbox):
+    celery_worker_process()
+    with pytest.raises(RuntimeError), transaction.atomic():
+        new_product()
+        raise RuntimeError("rolled back")
+    marker = new_product()  # a committed change after it: once it is pushed, the queue is empty
+    all_done()
+    marker.refresh_from_db()
+    creates = billing_sandbox.requests(operation="create_product")
+    assert len(creates) == 1 and creates[0]["body"]["name"] == "Team plan"
+    assert OutboxEntry.objects.count() == 1
+
+
+def test_redelivery_after_a_killed_worker_sends_the_same_key_once_created(
+    celery_worker_process, billing_sandbox
+):
+    extra = {"OUTBOX_LEASE": 2.0, "OUTBOX_STALE_AFTER": 0.0}
+    # The service commits the create, then the answer is lost while the worker is killed.
+    billing_sandbox.faults(operation="create_product", latency=3.0, count=1)
+    worker = celery_worker_process(extra=extra)
+    product = new_product()
+    entry = OutboxEntry.objects.get()
+    wait_for(lambda: billing_sandbox.requests(operation="create_product"), timeout=30)
+    worker.stop(signal.SIGKILL)
+    wait_for(lambda: billing_sandbox.objects("product"), timeout=10)  # created remotely
+    entry.refresh_from_db()
+    assert entry.state == "in_progress"
+    product.refresh_from_db()
+    assert product.remote_id is None  # the answer never arrived
+
+    celery_worker_process(extra=extra)
+    time.sleep(2.5)  # the lease of the killed worker expires
+    assert drain_outbox() == 1  # the periodic safety net re-enqueues it
+    all_done()
+    calls = billing_sandbox.requests(operation="create_product")
+    assert len(calls) == 2
+    assert {c["headers"]["x-idempotency-id"] for c in calls} == {str(entry.idempotency_key)}
+    remote = billing_sandbox.objects("product")
+    assert len(remote) == 1
+    product.refresh_from_db()
+    assert str(product.remote_id) == remote[0]["id"]
