@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: venv test lint demo sandbox bench clean
+.PHONY: venv test lint demo demo-setup demo-check browser sandbox bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,43 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+
+# --- the demo (example project): everything on embedded defaults (SQLite file, filesystem
+# broker, database cache); no server needed. Ports: make demo DEMO_WEB_PORT=8001 ...
+DEMO_HOST         ?= 127.0.0.1
+DEMO_WEB_PORT     ?= 8000
+DEMO_SANDBOX_PORT ?= 8100
+DEMO_SANDBOX      := http://$(DEMO_HOST):$(DEMO_SANDBOX_PORT)
+DEMO_ENV := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" DEMO_HOST=$(DEMO_HOST) \
+	DEMO_WEB_PORT=$(DEMO_WEB_PORT) DEMO_SANDBOX_PORT=$(DEMO_SANDBOX_PORT) \
+	BILLING_BASE_URL=$(DEMO_SANDBOX) BILLING_AUTH_URL=$(DEMO_SANDBOX)/auth \
+	BILLING_CHECKOUT_URL=$(DEMO_SANDBOX)
+
+demo-setup: $(STAMP)
+	$(DEMO_ENV) $(PY) manage.py migrate --noinput -v 0
+	$(DEMO_ENV) $(PY) manage.py createcachetable
+	$(DEMO_ENV) $(PY) manage.py billing_demo_seed
+
+demo: demo-setup
+	@echo ""
+	@echo "  Acme Cloud (example project)  http://$(DEMO_HOST):$(DEMO_WEB_PORT)/"
+	@echo "    pricing                     http://$(DEMO_HOST):$(DEMO_WEB_PORT)/pricing/"
+	@echo "    members only                http://$(DEMO_HOST):$(DEMO_WEB_PORT)/members/"
+	@echo "    admin                       http://$(DEMO_HOST):$(DEMO_WEB_PORT)/admin/"
+	@echo "  Billing sandbox dashboard     $(DEMO_SANDBOX)/_sandbox/"
+	@echo "  Logins (demo only)            admin / admin (superuser), demo / demo"
+	@echo "  Test phone numbers            0700000001 succeeds, 0700000002 declined"
+	@echo "  Stop with Ctrl-C."
+	@echo ""
+	$(DEMO_ENV) $(VENV)/bin/honcho -e example_project/demo.env -f Procfile start
+
+# Start the stack on free ports in var/demo-check/, check it end to end over HTTP, stop it.
+demo-check: $(STAMP)
+	$(PY) example_project/demo_check.py
+
+# The browser test (Debian's chromium; skipped with a reason when /usr/bin/chromium is absent).
+browser: $(STAMP)
+	$(VENV)/bin/pytest tests/browser $(PYTEST_ARGS)
 
 sandbox: $(STAMP)
 	$(PY) manage.py billing_sandbox --port 8100

@@ -1,0 +1,109 @@
+"""Pages of the example SaaS: home, pricing, members-only, account, sign-up.
+
+Thin on purpose: everything billing goes through the app's public names (the template tag
+``billing_checkout_button``, the ``subscription_required`` decorator, the models).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import login
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.forms import UserCreationForm
+from django.db.models import Prefetch
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
+
+from billing_integration.access import active_subscriptions, subscription_required
+from billing_integration.conf import billing_settings
+from billing_integration.models import BillingCycle, Payment, Price, Product, Subscription
+
+
+def _currency(currency_id: int) -> str:
+    try:
+        return billing_settings.currency_code(currency_id)
+    except Exception:
+        return str(currency_id)
+
+
+def home(request: HttpRequest) -> HttpResponse:
+    subscribed = request.user.is_authenticated and active_subscriptions(request.user).exists()
+    return render(request, "example/home.html", {"subscribed": subscribed})
+
+
+def pricing(request: HttpRequest) -> HttpResponse:
+    """Published subscription products; one checkout button per cycle and currency."""
+    products = (
+        Product.objects.published()
+        .subscriptions()
+        .prefetch_related(
+            Prefetch(
+                "cycles",
+                queryset=BillingCycle.objects.order_by("unit", "frequency").prefetch_related(
+                    Prefetch("prices", queryset=Price.objects.order_by("currency_id"))
+                ),
+            )
+        )
+    )
+    plans: list[dict[str, Any]] = []
+    for product in products:
+        options = [
+            {
+                "cycle": cycle,
+                "price": price,
+                "currency": _currency(price.currency_id),
+            }
+            for cycle in product.cycles.all()
+            for price in cycle.prices.all()
+        ]
+        plans.append({"product": product, "options": options})
+    current: set[int] = set()
+    if request.user.is_authenticated:
+        current = set(active_subscriptions(request.user).values_list("product_id", flat=True))
+    return render(
+        request,
+        "example/pricing.html",
+        {"plans": plans, "current": current, "refused": bool(request.GET.get("next"))},
+    )
+
+
+@subscription_required(redirect_url="pricing")  # anonymous users go to the login page first
+def members(request: HttpRequest) -> HttpResponse:
+    subscriptions = active_subscriptions(request.user).select_related("product")
+    return render(request, "example/members.html", {"subscriptions": subscriptions})
+
+
+@login_required
+def account(request: HttpRequest) -> HttpResponse:
+    subscriptions = (
+        Subscription.objects.for_subscriber(request.user)
+        .select_related("product")
+        .order_by("-created_at")
+    )
+    payments = (
+        Payment.objects.filter(customer__subscriber=request.user)
+        .select_related("product")
+        .order_by("-remote_created", "-id")
+    )
+    return render(
+        request,
+        "example/account.html",
+        {"subscriptions": subscriptions, "payments": payments},
+    )
+
+
+def signup(request: HttpRequest) -> HttpResponse:
+    """Create an account with Django's ``UserCreationForm``, log in, go on."""
+    next_url = request.POST.get("next") or request.GET.get("next") or ""
+    if not url_has_allowed_host_and_scheme(next_url, {request.get_host()}):
+        next_url = ""
+    if request.user.is_authenticated:
+        return redirect(next_url or "pricing")
+    form = UserCreationForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        user = form.save()
+        login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+        return redirect(next_url or "pricing")
+    return render(request, "registration/signup.html", {"form": form, "next": next_url})
