@@ -1,0 +1,515 @@
+"""Reporting figures, as database aggregates over the local mirror.
+
+Every function here runs one query (an aggregate grouped by product and currency, sometimes
+by month too) and returns plain data (lists of dicts with ``Decimal`` / ``int`` values). Python
+only merges the few grouped rows; it never loops over subscriptions or payments.
+
+The rules (docs/reporting.md explains them at length):
+
+- **dates**: a subscription *starts* at ``remote_created`` (the service's ``date_created``,
+  else the local ``created_at``). Payments, refunds and invoices happen at ``remote_created``
+  (else ``created_at``).
+- **end of a subscription** (``ended_at``): a subscription in one of ``INACTIVE_STATUSES``
+  (canceled, paused, ended, expired) ended when it was last changed remotely
+  (``remote_updated``, which the ``subscription.canceled`` / ``paused`` events set; else the
+  local ``updated_at``). A subscription in an active status whose cycle ended without renewal
+  (``cycle_end_date`` passed, not in trial) ended at ``cycle_end_date`` (it lapsed).
+  Otherwise it has not ended.
+- **active now**: ``Subscription.objects.active()``, the documented rule. **Active at a past
+  instant t**: started at or before t and not ended at t. At t = now both rules agree.
+- **cancellations** of a month: subscriptions whose ``ended_at`` falls in the month (pauses
+  and lapses count: the subscription stopped paying). **churn rate** = cancellations of the
+  month / subscriptions active at the start of the month.
+- **MRR**: over active subscriptions not in trial (a trial pays nothing yet), the price of
+  the subscription's product for its ``selected_billing_cycle`` and ``selected_currency``,
+  divided by the cycle length in months (frequency x 12 for years).
+  Looked up in SQL (a Subquery on ``Price``; the currency id is turned into its code with a
+  Case/When over ``BILLING['CURRENCIES']``). A subscription without a matching price counts
+  as active but adds nothing to MRR (``unpriced`` tells how many).
+- **trials**: a subscription with a ``trial_end_date``. A trial *ends* in the month of its
+  ``trial_end_date`` (when that is past) and *converts* when the subscription has at least
+  one completed payment.
+- **refunds**: ``approved`` refunds count as refunded money; ``initiated`` ones as pending.
+- **money is never summed across currencies**: every figure is keyed by currency code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import (
+    Case,
+    CharField,
+    Count,
+    DateTimeField,
+    DecimalField,
+    Exists,
+    ExpressionWrapper,
+    F,
+    IntegerField,
+    Max,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+    When,
+)
+from django.db.models.expressions import RawSQL
+from django.db.models.functions import Cast, Coalesce, Concat, TruncMonth, Upper
+from django.utils import timezone
+
+from ..conf import billing_settings
+from ..models import (
+    INACTIVE_STATUSES,
+    Customer,
+    Invoice,
+    InvoiceStatus,
+    Payment,
+    PaymentStatus,
+    Price,
+    Refund,
+    RefundStatus,
+    Subscription,
+)
+
+__all__ = [
+    "AT_RISK_INVOICE_STATUSES",
+    "Period",
+    "current_subscriptions",
+    "customer_summary",
+    "customers_at_risk",
+    "customers_at_risk_count",
+    "month_key",
+    "month_starts",
+    "payment_history",
+    "refund_history",
+    "subscription_history",
+    "trial_history",
+]
+
+MONEY = DecimalField(max_digits=24, decimal_places=6)
+CENT = Decimal("0.01")
+#: Invoice states that make a customer "at risk" besides a failed last payment. The interface
+#: lists paid / void / uncollectable / deleted; anything else (``open``, ``unpaid``, ``""``)
+#: is an invoice still waiting for its money.
+SETTLED_INVOICE_STATUSES = (InvoiceStatus.PAID, InvoiceStatus.VOID, InvoiceStatus.DELETED)
+AT_RISK_INVOICE_STATUSES = ("uncollectable", "unpaid", "open", "past_due", "")
+
+
+# --- the period ------------------------------------------------------------------------------
+def month_start(value: datetime) -> datetime:
+    value = timezone.localtime(value)
+    return value.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
+def add_months(value: datetime, months: int) -> datetime:
+    index = value.year * 12 + value.month - 1 + months
+    return value.replace(year=index // 12, month=index % 12 + 1)
+
+
+def month_starts(months: int, now: datetime | None = None) -> list[datetime]:
+    """The first instants of the last ``months`` months, oldest first, the current one last."""
+    current = month_start(now or timezone.now())
+    return [add_months(current, -i) for i in range(months - 1, -1, -1)]
+
+
+@dataclass(frozen=True)
+class Period:
+    """What a report covers: the last ``months`` months up to ``now``, optionally one
+    product (local pk) and one currency code."""
+
+    months: int = 12
+    product: int | None = None
+    currency: str | None = None
+    now: datetime = field(default_factory=timezone.now)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.months <= 120:
+            raise ValueError("months must be between 1 and 120")
+        if self.currency:
+            object.__setattr__(self, "currency", self.currency.upper())
+
+    @property
+    def starts(self) -> list[datetime]:
+        return month_starts(self.months, self.now)
+
+    @property
+    def start(self) -> datetime:
+        return self.starts[0]
+
+    def bounds(self) -> list[tuple[datetime, datetime]]:
+        """``(start, end)`` of each month, the last one ending at ``now``."""
+        starts = self.starts
+        ends = [*starts[1:], self.now]
+        return list(zip(starts, ends, strict=True))
+
+
+def month_key(month: datetime) -> str:
+    return timezone.localtime(month).strftime("%Y-%m")
+
+
+# --- shared expressions ----------------------------------------------------------------------
+def started_at() -> Coalesce:
+    return Coalesce("remote_created", "created_at", output_field=DateTimeField())
+
+
+def ended_at(now: datetime) -> Case:
+    """When a subscription stopped being active (see the module docstring), else NULL."""
+    return Case(
+        When(
+            status__in=INACTIVE_STATUSES,
+            then=Coalesce("remote_updated", "updated_at", output_field=DateTimeField()),
+        ),
+        When(
+            Q(cycle_end_date__lte=now) & ~Q(trial_end_date__gt=now),
+            then=F("cycle_end_date"),
+        ),
+        default=Value(None, output_field=DateTimeField()),
+        output_field=DateTimeField(),
+    )
+
+
+def active_at(t: datetime) -> Q:
+    """Active at instant ``t`` over the ``started``/``ended`` annotations."""
+    return Q(started__lte=t) & (Q(ended__isnull=True) | Q(ended__gt=t))
+
+
+def currency_code_of_id(field_name: str) -> Case:
+    """SQL turning one of the service's integer currency ids into its code."""
+    return Case(
+        *[
+            When(**{field_name: cid}, then=Value(code))
+            for cid, code in billing_settings.CURRENCIES.items()
+        ],
+        default=Value(""),
+        output_field=CharField(),
+    )
+
+
+def monthly_price() -> Subquery:
+    """The subscription's price normalised to a month, looked up in SQL (see MRR)."""
+    months = ExpressionWrapper(
+        F("cycle__frequency") * Case(When(cycle__unit="years", then=12), default=1),
+        output_field=IntegerField(),
+    )
+    prices = (
+        Price.objects.filter(cycle__product=OuterRef("product_id"))
+        .annotate(
+            cycle_code=Concat(
+                "cycle__unit", Value("-"), Cast("cycle__frequency", CharField()),
+                output_field=CharField(),
+            ),
+            code=currency_code_of_id("currency_id"),
+        )
+        .filter(cycle_code=OuterRef("selected_billing_cycle"), code=OuterRef("currency"))
+        # ``* 1.0`` (a SQL literal): exact numeric on PostgreSQL, no integer division on SQLite.
+        .annotate(
+            monthly=ExpressionWrapper(
+                F("amount") * RawSQL("1.0", ()) / months, output_field=MONEY
+            )
+        )
+        .order_by("pk")
+        .values("monthly")[:1]
+    )
+    return Subquery(prices, output_field=MONEY)
+
+
+def _subscriptions(period: Period, qs: QuerySet | None = None) -> QuerySet:
+    qs = Subscription.objects.all() if qs is None else qs
+    qs = qs.annotate(currency=Upper("selected_currency"))
+    if period.product:
+        qs = qs.filter(product_id=period.product)
+    if period.currency:
+        qs = qs.filter(currency=period.currency)
+    return qs.order_by()
+
+
+def _records(
+    model: type, period: Period, *, product: Any = None, lifetime: bool = False
+) -> QuerySet:
+    """Payments, refunds or invoices of the period (``lifetime``: up to now), annotated with
+    ``at`` (when it happened), ``code`` (currency code) and ``product_ref``."""
+    qs = model.objects.annotate(
+        at=Coalesce("remote_created", "created_at", output_field=DateTimeField()),
+        code=Upper("currency"),
+        product_ref=product if product is not None else F("product_id"),
+    ).filter(at__lte=period.now)
+    if not lifetime:
+        qs = qs.filter(at__gte=period.start)
+    if period.product:
+        qs = qs.filter(product_ref=period.product)
+    if period.currency:
+        qs = qs.filter(code=period.currency)
+    return qs.order_by()
+
+
+def _money(value: Any) -> Decimal:
+    return (Decimal(value) if value is not None else Decimal(0)).quantize(CENT)
+
+
+# --- subscriptions ---------------------------------------------------------------------------
+def current_subscriptions(period: Period) -> list[dict[str, Any]]:
+    """Active subscriptions now (``objects.active()``), trialing ones and MRR (of the active
+    subscriptions not in trial), grouped by product, billing cycle and currency. One query."""
+    now = period.now
+    rows = (
+        _subscriptions(period, Subscription.objects.active(now))
+        .values("product_id", "selected_billing_cycle", "currency")
+        .annotate(
+            active=Count("pk"),
+            trialing=Count("pk", filter=Q(trial_end_date__gt=now)),
+            monthly=monthly_price(),
+        )
+        .annotate(
+            mrr=ExpressionWrapper((F("active") - F("trialing")) * F("monthly"), output_field=MONEY)
+        )
+    )
+    return [
+        {
+            "product_id": r["product_id"],
+            "cycle": r["selected_billing_cycle"],
+            "currency": r["currency"],
+            "active": r["active"],
+            "trialing": r["trialing"],
+            "unpriced": 0 if r["monthly"] is not None else r["active"],
+            "mrr": _money(r["mrr"]),
+        }
+        for r in rows
+    ]
+
+
+def subscription_history(period: Period) -> list[dict[str, Any]]:
+    """Per product, currency and month: active at the start of the month, new, cancellations
+    and MRR at the end of the month (``now`` for the current one; subscriptions in trial at
+    that instant add nothing). One query: conditional
+    counts over all subscriptions grouped by product, cycle and currency."""
+    bounds = period.bounds()
+    aggregates: dict[str, Any] = {}
+    for i, (start, end) in enumerate(bounds):
+        aggregates[f"s{i}"] = Count("pk", filter=active_at(start))
+        aggregates[f"e{i}"] = Count("pk", filter=active_at(end))
+        aggregates[f"n{i}"] = Count("pk", filter=Q(started__gte=start, started__lt=end))
+        aggregates[f"c{i}"] = Count("pk", filter=Q(ended__gte=start, ended__lt=end))
+        aggregates[f"p{i}"] = Count("pk", filter=active_at(end) & ~Q(trial_end_date__gt=end))
+    rows = (
+        _subscriptions(period)
+        .annotate(started=started_at(), ended=ended_at(period.now))
+        .values("product_id", "selected_billing_cycle", "currency")
+        .annotate(monthly=monthly_price(), **aggregates)
+    )
+    out: dict[tuple, dict[str, Any]] = {}
+    for r in rows:
+        monthly = Decimal(r["monthly"]) if r["monthly"] is not None else Decimal(0)
+        for i, (start, _end) in enumerate(bounds):
+            key = (r["product_id"], r["currency"], month_key(start))
+            row = out.setdefault(
+                key,
+                {"product_id": key[0], "currency": key[1], "month": key[2], "active_start": 0,
+                 "active_end": 0, "new": 0, "cancellations": 0, "mrr": Decimal(0)},
+            )
+            row["active_start"] += r[f"s{i}"]
+            row["active_end"] += r[f"e{i}"]
+            row["new"] += r[f"n{i}"]
+            row["cancellations"] += r[f"c{i}"]
+            row["mrr"] += r[f"p{i}"] * monthly
+    for row in out.values():
+        row["mrr"] = _money(row["mrr"])
+    return sorted(out.values(), key=lambda r: (r["month"], str(r["product_id"]), r["currency"]))
+
+
+def trial_history(period: Period) -> list[dict[str, Any]]:
+    """Per product, currency and month: trials that ended in the month and how many of
+    them converted (the subscription has a completed payment). One query."""
+    paid = Payment.objects.filter(subscription=OuterRef("pk"), status=PaymentStatus.COMPLETED)
+    rows = (
+        _subscriptions(period)
+        .filter(trial_end_date__gte=period.start, trial_end_date__lte=period.now)
+        .annotate(month=TruncMonth("trial_end_date"), converted=Exists(paid))
+        .values("product_id", "currency", "month")
+        .annotate(ended=Count("pk"), converted_n=Count("pk", filter=Q(converted=True)))
+    )
+    return [
+        {"product_id": r["product_id"], "currency": r["currency"], "month": month_key(r["month"]),
+         "trials_ended": r["ended"], "trials_converted": r["converted_n"]}
+        for r in rows
+    ]
+
+
+# --- payments and refunds --------------------------------------------------------------------
+def payment_history(period: Period) -> list[dict[str, Any]]:
+    """Per product, currency and month: payments completed / failed / canceled and their
+    amounts. One query (TruncMonth, conditional Count/Sum)."""
+    rows = (
+        _records(Payment, period)
+        .annotate(month=TruncMonth("at"))
+        .values("product_id", "code", "month")
+        .annotate(
+            completed=Count("pk", filter=Q(status=PaymentStatus.COMPLETED)),
+            completed_amount=Sum("amount", filter=Q(status=PaymentStatus.COMPLETED)),
+            failed=Count("pk", filter=Q(status=PaymentStatus.FAILED)),
+            failed_amount=Sum("amount", filter=Q(status=PaymentStatus.FAILED)),
+            canceled=Count("pk", filter=Q(status=PaymentStatus.CANCELED)),
+        )
+    )
+    return [
+        {"product_id": r["product_id"], "currency": r["code"], "month": month_key(r["month"]),
+         "payments_completed": r["completed"], "paid_amount": _money(r["completed_amount"]),
+         "payments_failed": r["failed"], "failed_amount": _money(r["failed_amount"]),
+         "payments_canceled": r["canceled"]}
+        for r in rows
+    ]
+
+
+def refund_history(period: Period) -> list[dict[str, Any]]:
+    """Per product (of the refunded subscription, else of the payment), currency and month:
+    approved refunds (count, amount) and initiated ones. One query."""
+    product = Coalesce("subscription__product_id", "payment__product_id")
+    rows = (
+        _records(Refund, period, product=product)
+        .filter(status__in=(RefundStatus.APPROVED, RefundStatus.INITIATED))
+        .annotate(month=TruncMonth("at"))
+        .values("product_ref", "code", "month")
+        .annotate(
+            approved=Count("pk", filter=Q(status=RefundStatus.APPROVED)),
+            approved_amount=Sum("amount", filter=Q(status=RefundStatus.APPROVED)),
+            pending=Count("pk", filter=Q(status=RefundStatus.INITIATED)),
+        )
+    )
+    return [
+        {"product_id": r["product_ref"], "currency": r["code"], "month": month_key(r["month"]),
+         "refunds": r["approved"], "refunded_amount": _money(r["approved_amount"]),
+         "refunds_pending": r["pending"]}
+        for r in rows
+    ]
+
+
+# --- customers -------------------------------------------------------------------------------
+def _customer_figures(period: Period) -> QuerySet:
+    """Customers with, per currency of their payments: lifetime paid, failed payments, active
+    subscriptions and last payment state, all as correlated subqueries (one query)."""
+    payments = Payment.objects.filter(customer=OuterRef("customer_id")).order_by()
+    if period.product:
+        payments = payments.filter(product_id=period.product)
+    last = payments.order_by("-remote_created", "-pk").values("status")[:1]
+    active = (
+        Subscription.objects.active(period.now)
+        .filter(customer=OuterRef("customer_id"))
+        .order_by()
+        .values("customer")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    if period.product:
+        active = active.filter(product_id=period.product)
+    return (
+        _records(Payment, period, lifetime=True)
+        .filter(customer__isnull=False)
+        .values("customer_id", "code")
+        .annotate(
+            paid=Sum("amount", filter=Q(status=PaymentStatus.COMPLETED)),
+            failed=Count("pk", filter=Q(status=PaymentStatus.FAILED)),
+            failed_amount=Sum("amount", filter=Q(status=PaymentStatus.FAILED)),
+            last_payment_at=Max("at"),
+            last_status=Subquery(last),
+            identifier=Subquery(
+                Customer.objects.filter(pk=OuterRef("customer_id")).values("identifier")[:1]
+            ),
+            active_subscriptions=Coalesce(Subquery(active), 0),
+        )
+    )
+
+
+def _customer_rows(rows: Any) -> list[dict[str, Any]]:
+    return [
+        {"customer_id": r["customer_id"], "identifier": r["identifier"], "currency": r["code"],
+         "lifetime_paid": _money(r["paid"]), "failed_payments": r["failed"],
+         "failed_amount": _money(r["failed_amount"]), "active_subscriptions":
+         r["active_subscriptions"], "last_payment_status": r["last_status"] or "",
+         "last_payment_at": r["last_payment_at"]}
+        for r in rows
+    ]
+
+
+def customer_summary(period: Period, limit: int | None = 25) -> list[dict[str, Any]]:
+    """Per customer and currency (lifetime, not limited to the period): paid, failed payments
+    and amount, active subscriptions, last payment state. Top ``limit`` by paid amount
+    (``None``: every customer, for the CSV export). One query."""
+    qs = _customer_figures(period).order_by(F("paid").desc(nulls_last=True), "customer_id")
+    return _customer_rows(qs if limit is None else qs[:limit])
+
+
+def _at_risk(period: Period) -> QuerySet:
+    """Customers with an active subscription whose last payment failed
+    (``Subscription.last_payment_status``, kept by the payment events), or with an unpaid or
+    uncollectable invoice (any state but paid / void / deleted). One query (no payment scan).
+    Each row says why (``reasons``) and how many such invoices the customer has."""
+    subs = Subscription.objects.active(period.now).filter(
+        customer=OuterRef("pk"), last_payment_status=PaymentStatus.FAILED
+    )
+    invoices = Invoice.objects.filter(customer=OuterRef("pk")).exclude(
+        status__in=SETTLED_INVOICE_STATUSES
+    )
+    if period.product:
+        subs = subs.filter(product_id=period.product)
+        invoices = invoices.filter(product_id=period.product)
+    if period.currency:
+        subs = subs.annotate(c=Upper("selected_currency")).filter(c=period.currency)
+        invoices = invoices.annotate(c=Upper("currency")).filter(c=period.currency)
+    open_invoices = (
+        invoices.order_by().values("customer").annotate(n=Count("pk")).values("n")
+    )
+    uncollectable = (
+        invoices.filter(status=InvoiceStatus.UNCOLLECTABLE)
+        .order_by().values("customer").annotate(n=Count("pk")).values("n")
+    )
+    failing = subs.order_by().values("customer").annotate(n=Count("pk")).values("n")
+    return (
+        Customer.objects.annotate(
+            failing_subscriptions=Coalesce(Subquery(failing), 0),
+            unpaid_invoices=Coalesce(Subquery(open_invoices), 0),
+            uncollectable_invoices=Coalesce(Subquery(uncollectable), 0),
+        )
+        .filter(Q(failing_subscriptions__gt=0) | Q(unpaid_invoices__gt=0))
+    )
+
+
+def customers_at_risk_count(period: Period) -> int:
+    """How many customers are at risk (the list may be limited). One query."""
+    return _at_risk(period).order_by().count()
+
+
+def customers_at_risk(period: Period, limit: int | None = 50) -> list[dict[str, Any]]:
+    """The customers at risk (see ``_at_risk``), most failing first, with the reasons.
+    One query."""
+    qs = (
+        _at_risk(period)
+        .order_by("-failing_subscriptions", "-unpaid_invoices", "identifier", "pk")
+        .values("pk", "identifier", "first_name", "last_name", "email",
+                "failing_subscriptions", "unpaid_invoices", "uncollectable_invoices")
+    )
+    if limit is not None:
+        qs = qs[:limit]
+    out = []
+    for r in qs:
+        reasons = []
+        if r["failing_subscriptions"]:
+            reasons.append("failed payment")
+        if r["uncollectable_invoices"]:
+            reasons.append("uncollectable invoice")
+        if r["unpaid_invoices"] - r["uncollectable_invoices"]:
+            reasons.append("unpaid invoice")
+        out.append({
+            "customer_id": r["pk"], "identifier": r["identifier"],
+            "name": f"{r['first_name']} {r['last_name']}".strip(), "email": r["email"],
+            "failing_subscriptions": r["failing_subscriptions"],
+            "unpaid_invoices": r["unpaid_invoices"] - r["uncollectable_invoices"],
+            "uncollectable_invoices": r["uncollectable_invoices"],
+            "reasons": ", ".join(reasons),
+        })
+    return out
+
