@@ -1,1 +1,349 @@
-"""Admin: see the package docstring."""
+"""Admin of the mirrored customers, subscriptions and checkout sessions, and the shared helpers
+of the billing admin (sync-state badge, links between objects, outbox actions).
+
+Remote-owned fields are read-only everywhere. Subscriptions and checkout sessions are read-only
+as a whole: the service owns their state (no update, cancel or pause operation), so the admin
+offers no add, change or delete for them. Nothing of the mirror is ever deleted from the admin:
+the service has no delete operation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.contenttypes.models import ContentType
+from django.db import models
+from django.http import HttpRequest
+from django.urls import NoReverseMatch, reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext_lazy as _
+
+from ..exceptions import BillingError
+from ..models import CheckoutSession, Customer, OutboxEntry, Subscription, SyncState
+
+__all__ = [
+    "REMOTE_STATE_READONLY",
+    "CheckoutSessionAdmin",
+    "CustomerAdmin",
+    "ReadOnlyAdminMixin",
+    "SyncStateAdminMixin",
+    "admin_link",
+    "admin_links",
+    "retry_failed_pushes",
+    "state_badge",
+]
+
+#: Colours of the badges (sync states, event states, record statuses).
+BADGE_COLOURS = {
+    SyncState.SYNCED: "#2e7d32",
+    SyncState.PENDING: "#9a6700",
+    SyncState.FAILED: "#c62828",
+    "processed": "#2e7d32",
+    "received": "#9a6700",
+    "ignored": "#616161",
+    "rejected": "#6a1b9a",
+    "failed": "#c62828",
+}
+
+#: The remote-state fields of every ``RemoteObject``, shown read-only.
+REMOTE_STATE_READONLY = (
+    "sync_badge",
+    "sync_error_text",
+    "remote_id",
+    "remote_created",
+    "remote_updated",
+    "last_attempt_at",
+    "last_synced_at",
+)
+
+
+def state_badge(value: str, label: str | None = None) -> SafeString:
+    """A small coloured label for a state value."""
+    colour = BADGE_COLOURS.get(value, "#616161")
+    return format_html(
+        '<span class="billing-badge billing-badge-{}" style="background:{};color:#fff;'
+        'padding:1px 6px;border-radius:8px;font-size:11px;white-space:nowrap">{}</span>',
+        value or "none",
+        colour,
+        label or value or "-",
+    )
+
+
+def admin_link(obj: models.Model | None, label: Any = None) -> SafeString | str:
+    """A link to the admin change page of ``obj`` (plain text if it has no admin)."""
+    if obj is None:
+        return "-"
+    opts = obj._meta
+    try:
+        url = reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk])
+    except NoReverseMatch:
+        return str(label if label is not None else obj)
+    return format_html('<a href="{}">{}</a>', url, label if label is not None else obj)
+
+
+def admin_links(objects: Iterable[models.Model], empty: str = "-") -> SafeString | str:
+    """Links to several objects, one per line."""
+    items = [(admin_link(o),) for o in objects]
+    if not items:
+        return empty
+    return format_html_join(format_html("<br>"), "{}", items)
+
+
+def changelist_link(model: type[models.Model], label: Any, **params: Any) -> SafeString:
+    """A link to the changelist of ``model`` filtered by ``params``."""
+    opts = model._meta
+    url = reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist")
+    query = "&".join(f"{k}={v}" for k, v in params.items())
+    return format_html('<a href="{}?{}">{}</a>', url, query, label)
+
+
+def retry_failed_pushes(queryset: models.QuerySet) -> int:
+    """Re-queue the failed outbox entries of the objects of ``queryset`` (outbox layer)."""
+    ct = ContentType.objects.get_for_model(queryset.model, for_concrete_model=True)
+    pks = list(queryset.values_list("pk", flat=True))
+    return OutboxEntry.objects.filter(content_type=ct, object_id__in=pks).retry_failed()
+
+
+class SyncStateAdminMixin:
+    """Sync state badge, last error and remote ids for admins of ``RemoteObject`` models."""
+
+    @admin.display(description=_("sync"), ordering="sync_state")
+    def sync_badge(self, obj: Any) -> SafeString:
+        return state_badge(obj.sync_state, obj.get_sync_state_display())
+
+    @admin.display(description=_("last sync error"))
+    def sync_error_text(self, obj: Any) -> SafeString | str:
+        if not obj.sync_error:
+            return "-"
+        return format_html(
+            '<pre style="white-space:pre-wrap;color:#c62828;margin:0">{}</pre>', obj.sync_error
+        )
+
+    @admin.display(description=_("last error"))
+    def sync_error_short(self, obj: Any) -> str:
+        error = obj.sync_error or ""
+        return (error[:80] + "…") if len(error) > 80 else (error or "")
+
+
+class ReadOnlyAdminMixin:
+    """No add, change or delete: the change view is a read-only view (view permission)."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class NoDeleteMixin:
+    """The service has no delete operation: nothing mirrored is deleted from the admin."""
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions = super().get_actions(request)  # type: ignore[misc]
+        actions.pop("delete_selected", None)
+        return actions
+
+
+# --- customers ----------------------------------------------------------------------------------
+@admin.register(Customer)
+class CustomerAdmin(NoDeleteMixin, SyncStateAdminMixin, admin.ModelAdmin):
+    list_display = (
+        "identifier",
+        "full_name",
+        "email",
+        "subscriber_link",
+        "status",
+        "sync_badge",
+        "remote_id",
+        "sync_error_short",
+    )
+    list_filter = ("sync_state", "status")
+    search_fields = ("identifier", "email", "first_name", "last_name", "remote_id")
+    list_select_related = ("subscriber",)
+    raw_id_fields = ("subscriber",)
+    actions = ("sync_now", "retry_failed_push")
+    #: Service-owned fields, never editable.
+    remote_owned = ("address_line_1", "address_line_2", "phone", "status")
+    #: Supplied on creation; the service offers no customer update, so they are frozen once
+    #: the customer has been pushed.
+    creation_fields = ("subscriber", "identifier", "first_name", "last_name", "email")
+    related_readonly = ("subscriptions_links", "checkout_sessions_links")
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        fieldsets: list[Any] = [
+            (None, {"fields": self.creation_fields}),
+            (_("Set by the billing service"), {"fields": self.remote_owned}),
+        ]
+        if obj is not None:
+            fieldsets.append((_("Related"), {"fields": self.related_readonly}))
+            fieldsets.append((_("Synchronisation"), {"fields": REMOTE_STATE_READONLY}))
+        return fieldsets
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        fields = self.remote_owned + self.related_readonly + REMOTE_STATE_READONLY
+        if obj is not None and obj.remote_id is not None:
+            fields = self.creation_fields + fields
+        return fields
+
+    @admin.display(description=_("name"), ordering="last_name")
+    def full_name(self, obj: Customer) -> str:
+        return f"{obj.first_name} {obj.last_name}".strip()
+
+    @admin.display(description=_("subscriber"))
+    def subscriber_link(self, obj: Customer) -> SafeString | str:
+        return admin_link(obj.subscriber)
+
+    @admin.display(description=_("subscriptions"))
+    def subscriptions_links(self, obj: Customer) -> SafeString | str:
+        return admin_links(obj.subscriptions.select_related("product", "customer"))
+
+    @admin.display(description=_("checkout sessions"))
+    def checkout_sessions_links(self, obj: Customer) -> SafeString | str:
+        return admin_links(obj.checkout_sessions.all())
+
+    @admin.action(description=_("Sync now (pull customers from the service)"),
+                  permissions=["change"])
+    def sync_now(self, request: HttpRequest, queryset: models.QuerySet) -> None:
+        from ..sync.pull import pull_customers
+
+        try:
+            counts = pull_customers()
+        except BillingError as exc:
+            self.message_user(request, _("Pull failed: %s") % exc, messages.ERROR)
+            return
+        self.message_user(request, _("Customers pulled: %s") % counts.as_dict(), messages.SUCCESS)
+
+    @admin.action(description=_("Retry failed push"), permissions=["change"])
+    def retry_failed_push(self, request: HttpRequest, queryset: models.QuerySet) -> None:
+        count = retry_failed_pushes(queryset)
+        self.message_user(request, _("%d failed push(es) re-queued.") % count, messages.SUCCESS)
+
+
+# --- subscriptions ------------------------------------------------------------------------------
+@admin.register(Subscription)
+class SubscriptionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, admin.ModelAdmin):
+    list_display = (
+        "__str__",
+        "customer_link",
+        "product_link",
+        "status",
+        "selected_billing_cycle",
+        "selected_currency",
+        "next_billing_date",
+        "last_payment_status",
+        "sync_badge",
+        "remote_id",
+    )
+    list_filter = ("status", "sync_state", "last_payment_status", "auto_renew")
+    search_fields = (
+        "remote_id",
+        "customer__identifier",
+        "customer__email",
+        "product__name",
+        "customer_remote_id",
+        "product_remote_id",
+    )
+    list_select_related = ("customer", "product")
+    date_hierarchy = "created_at"
+    fieldsets = (
+        (None, {"fields": ("customer_link", "product_link", "status", "auto_renew")}),
+        (
+            _("Cycle"),
+            {
+                "fields": (
+                    "selected_billing_cycle",
+                    "selected_currency",
+                    "cycle_start_date",
+                    "cycle_end_date",
+                    "next_billing_date",
+                    "trial_end_date",
+                    "last_payment_status",
+                )
+            },
+        ),
+        (_("Records"), {"fields": ("payments_links", "invoices_links", "refunds_links")}),
+        (
+            _("Synchronisation"),
+            {"fields": (*REMOTE_STATE_READONLY, "customer_remote_id", "product_remote_id")},
+        ),
+    )
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        return tuple(f for _name, opts in self.fieldsets for f in opts["fields"])
+
+    @admin.display(description=_("customer"), ordering="customer__identifier")
+    def customer_link(self, obj: Subscription) -> SafeString | str:
+        return admin_link(obj.customer) if obj.customer_id else str(obj.customer_remote_id or "-")
+
+    @admin.display(description=_("product"), ordering="product__name")
+    def product_link(self, obj: Subscription) -> SafeString | str:
+        return admin_link(obj.product) if obj.product_id else str(obj.product_remote_id or "-")
+
+    @admin.display(description=_("payments"))
+    def payments_links(self, obj: Subscription) -> SafeString | str:
+        return admin_links(obj.payments.all())
+
+    @admin.display(description=_("invoices"))
+    def invoices_links(self, obj: Subscription) -> SafeString | str:
+        return admin_links(obj.invoices.all())
+
+    @admin.display(description=_("refunds"))
+    def refunds_links(self, obj: Subscription) -> SafeString | str:
+        return admin_links(obj.refunds.all())
+
+
+# --- checkout sessions --------------------------------------------------------------------------
+@admin.register(CheckoutSession)
+class CheckoutSessionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, admin.ModelAdmin):
+    list_display = (
+        "__str__",
+        "customer_link",
+        "product_link",
+        "status",
+        "selected_billing_cycle",
+        "selected_currency",
+        "expires_at",
+        "completed_at",
+        "sync_badge",
+    )
+    list_filter = ("status", "sync_state", "action")
+    search_fields = ("remote_id", "customer__identifier", "customer__email", "product__name")
+    list_select_related = ("customer", "product")
+    date_hierarchy = "created_at"
+    fieldsets = (
+        (None, {"fields": ("customer_link", "product_link", "status", "action")}),
+        (
+            _("Details"),
+            {
+                "fields": (
+                    "selected_billing_cycle",
+                    "selected_currency",
+                    "expires_at",
+                    "completed_at",
+                    "upgrade_to",
+                    "downgrade_to",
+                )
+            },
+        ),
+        (_("Synchronisation"), {"fields": REMOTE_STATE_READONLY}),
+    )
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        return tuple(f for _name, opts in self.fieldsets for f in opts["fields"])
+
+    @admin.display(description=_("customer"), ordering="customer__identifier")
+    def customer_link(self, obj: CheckoutSession) -> SafeString | str:
+        return admin_link(obj.customer)
+
+    @admin.display(description=_("product"), ordering="product__name")
+    def product_link(self, obj: CheckoutSession) -> SafeString | str:
+        return admin_link(obj.product)

@@ -1,1 +1,545 @@
-"""Admin: see the package docstring."""
+"""Admin of products: billing cycles with their prices inline, root prices of one-time products,
+publish / archive / sync actions, a confirmation page before changing the prices or cycles of
+a product that has subscriptions, and archive instead of delete.
+
+How a product with a monthly price is made in one screen (see ``docs/admin.md``): the product
+form, a "Billing cycles" inline row (unit ``months``, frequency ``1``) and, on that row, the
+compact prices field (``XOF 10000, USD 19.99``). Each cycle row also links to a cycle page with
+one row per price (``show_change_link``). One-time products use the "Prices" inline instead.
+
+Saving goes through the models only: every save writes an outbox entry (``post_save``) that a
+Celery task pushes after commit. The admin never calls the HTTP client.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin.utils import flatten_fieldsets, unquote
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import models, transaction
+from django.db.models import Count
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.translation import gettext_lazy as _
+
+from ..conf import billing_settings
+from ..exceptions import BillingError
+from ..models import (
+    INACTIVE_STATUSES,
+    BillingCycle,
+    Price,
+    Product,
+    ProductStatus,
+    Subscription,
+)
+from .mirror import (
+    REMOTE_STATE_READONLY,
+    SyncStateAdminMixin,
+    admin_link,
+    changelist_link,
+    retry_failed_pushes,
+)
+
+__all__ = [
+    "CONFIRM_FIELD",
+    "PRICE_CHANGE_WARNING",
+    "BillingCycleAdmin",
+    "BillingCycleForm",
+    "ProductAdmin",
+    "format_prices",
+    "parse_prices",
+]
+
+#: The POST flag that confirms a change of prices or cycles of a product with subscriptions.
+CONFIRM_FIELD = "_confirm_pricing_change"
+#: The interface's warning (PATCH /products/{id}).
+PRICE_CHANGE_WARNING = _(
+    "Changes to prices and billing intervals may affect existing subscriptions."
+)
+
+
+# --- the compact prices editor of a cycle row ---------------------------------------------------
+def _currencies() -> dict[int, str]:
+    return dict(billing_settings.CURRENCIES)
+
+
+def parse_prices(text: str) -> dict[int, Decimal]:
+    """Parse ``"XOF 10000, USD 19.99"`` (codes or integer ids; separators ``,`` ``;`` or new
+    lines; ``XOF=10000`` and ``1:10000`` also accepted) into ``{currency_id: amount}``."""
+    prices: dict[int, Decimal] = {}
+    codes = {code.upper(): cid for cid, code in _currencies().items()}
+    for raw in re.split(r"[,;\n]+", text or ""):
+        item = raw.strip()
+        if not item:
+            continue
+        match = re.fullmatch(r"([A-Za-z]{3}|\d+)\s*[=:\s]\s*(-?[\d.]+)", item)
+        if not match:
+            raise ValidationError(
+                _("“%(item)s” is not a price: write a currency and an amount, e.g. XOF 10000."),
+                params={"item": item},
+            )
+        currency, amount_text = match.groups()
+        if currency.isdigit():
+            cid = int(currency)
+            if cid not in _currencies():
+                raise ValidationError(_("Unknown currency id %(c)s."), params={"c": cid})
+        else:
+            if currency.upper() not in codes:
+                raise ValidationError(_("Unknown currency %(c)s."), params={"c": currency})
+            cid = codes[currency.upper()]
+        try:
+            amount = Decimal(amount_text)
+        except InvalidOperation:
+            raise ValidationError(
+                _("“%(a)s” is not an amount."), params={"a": amount_text}
+            ) from None
+        if amount < 0 or amount.as_tuple().exponent < -2:  # type: ignore[operator]
+            raise ValidationError(
+                _("%(a)s: amounts are positive, with at most two decimals."), params={"a": amount}
+            )
+        if cid in prices:
+            raise ValidationError(_("Currency %(c)s appears twice."), params={"c": currency})
+        prices[cid] = amount
+    return prices
+
+
+def format_prices(prices: dict[int, Decimal] | list[Price]) -> str:
+    """The compact text of prices (inverse of ``parse_prices``)."""
+    if not isinstance(prices, dict):
+        prices = {p.currency_id: p.amount for p in prices}
+    names = _currencies()
+    return ", ".join(f"{names.get(cid, cid)} {amount}" for cid, amount in sorted(prices.items()))
+
+
+class BillingCycleForm(forms.ModelForm):
+    """A cycle with its prices in one text field (``prices``)."""
+
+    prices = forms.CharField(
+        label=_("prices"),
+        required=False,
+        widget=forms.TextInput(attrs={"size": 30, "placeholder": "XOF 10000, USD 19.99"}),
+        help_text=_("Currency and amount, comma-separated, e.g. “XOF 10000, USD 19.99”."),
+    )
+
+    class Meta:
+        model = BillingCycle
+        fields = ("unit", "frequency")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is not None:
+            self.fields["prices"].initial = format_prices(list(self.instance.prices.all()))
+
+    def clean_prices(self) -> dict[int, Decimal]:
+        return parse_prices(self.cleaned_data.get("prices") or "")
+
+    def save(self, commit: bool = True) -> BillingCycle:
+        cycle = super().save(commit=commit)
+        if commit:
+            self.save_prices(cycle)
+        return cycle
+
+    def save_prices(self, cycle: BillingCycle) -> None:
+        """Make the cycle's prices those of the field (only the rows that differ are written)."""
+        if "prices" not in self.changed_data and not getattr(self, "_was_new", False):
+            return
+        wanted: dict[int, Decimal] = self.cleaned_data.get("prices") or {}
+        existing = {p.currency_id: p for p in cycle.prices.all()}
+        for cid, price in existing.items():
+            if cid not in wanted:
+                price.delete()
+            elif price.amount != wanted[cid]:
+                price.amount = wanted[cid]
+                price.save()
+        for cid, amount in wanted.items():
+            if cid not in existing:
+                Price.objects.create(cycle=cycle, currency_id=cid, amount=amount)
+
+    def _post_clean(self) -> None:
+        self._was_new = self.instance.pk is None
+        super()._post_clean()
+
+
+class BillingCycleInline(admin.TabularInline):
+    model = BillingCycle
+    form = BillingCycleForm
+    fields = ("unit", "frequency", "prices")
+    extra = 1
+    show_change_link = True
+    verbose_name = _("billing cycle")
+    verbose_name_plural = _("billing cycles (subscription products)")
+
+    def get_queryset(self, request: HttpRequest) -> models.QuerySet:
+        return super().get_queryset(request).prefetch_related("prices")
+
+    def get_extra(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> int:
+        if obj is not None and (obj.is_one_time or obj.cycles.exists()):
+            return 0
+        return 1
+
+
+class RootPriceInline(admin.TabularInline):
+    model = Price
+    fk_name = "product"
+    fields = ("currency_id", "amount")
+    extra = 0
+    verbose_name = _("price")
+    verbose_name_plural = _("prices (one-time products)")
+
+
+class CyclePriceInline(admin.TabularInline):
+    model = Price
+    fk_name = "cycle"
+    fields = ("currency_id", "amount")
+    extra = 1
+
+
+class ProductForm(forms.ModelForm):
+    selected_currencies = forms.TypedMultipleChoiceField(
+        label=_("currencies"),
+        coerce=int,
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text=_("Currencies the product is sold in. Currencies of its prices are added."),
+    )
+
+    class Meta:
+        model = Product
+        fields = ("name", "description", "product_type", "status", "selected_currencies")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["selected_currencies"].choices = [
+            (cid, f"{code} ({cid})") for cid, code in sorted(_currencies().items())
+        ]
+        if self.instance.pk is not None:
+            self.initial["selected_currencies"] = [
+                int(c) for c in self.instance.selected_currencies or []
+            ]
+
+
+@admin.register(Product)
+class ProductAdmin(SyncStateAdminMixin, admin.ModelAdmin):
+    form = ProductForm
+    inlines = (BillingCycleInline, RootPriceInline)
+    list_display = (
+        "name",
+        "product_type",
+        "status",
+        "sync_badge",
+        "remote_id",
+        "subscriber_count",
+        "sync_error_short",
+    )
+    list_filter = ("status", "product_type", "sync_state")
+    search_fields = ("name", "description", "remote_id")
+    actions = ("publish", "archive", "sync_now", "retry_failed_push")
+    change_form_template = "admin/billing_integration/product/change_form.html"
+    fieldsets = (
+        (None, {"fields": ("name", "description", "product_type", "status",
+                           "selected_currencies")}),
+        (_("Synchronisation"), {"fields": (*REMOTE_STATE_READONLY, "subscriptions_link")}),
+    )
+    readonly_fields = (*REMOTE_STATE_READONLY, "subscriptions_link")
+
+    # -- list ------------------------------------------------------------------------------------
+    def get_queryset(self, request: HttpRequest) -> models.QuerySet:
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                _subscriber_count=Count(
+                    "subscriptions",
+                    filter=~models.Q(subscriptions__status__in=INACTIVE_STATUSES),
+                    distinct=True,
+                )
+            )
+        )
+
+    @admin.display(description=_("subscriptions"), ordering="_subscriber_count")
+    def subscriber_count(self, obj: Product) -> Any:
+        count = getattr(obj, "_subscriber_count", None)
+        if count is None:
+            count = obj.subscriptions.exclude(status__in=INACTIVE_STATUSES).count()
+        return changelist_link(Subscription, count, product__id__exact=obj.pk) if count else 0
+
+    @admin.display(description=_("subscriptions"))
+    def subscriptions_link(self, obj: Product) -> Any:
+        total = obj.subscriptions.count()
+        return changelist_link(Subscription, _("%d subscription(s)") % total,
+                               product__id__exact=obj.pk)
+
+    # -- delete is replaced by archive -----------------------------------------------------------
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions
+
+    def get_urls(self) -> list[Any]:
+        info = self.opts.app_label, self.opts.model_name
+        return [
+            path(
+                "<path:object_id>/archive/",
+                self.admin_site.admin_view(self.archive_view),
+                name="{}_{}_archive".format(*info),
+            ),
+            *super().get_urls(),
+        ]
+
+    def archive_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """GET: a confirmation page; POST: archive the product (pushed like any change)."""
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None:
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+        if not self.has_change_permission(request, obj):
+            raise PermissionDenied
+        change_url = reverse(
+            f"admin:{self.opts.app_label}_{self.opts.model_name}_change", args=[obj.pk]
+        )
+        if request.method == "POST":
+            if obj.status != ProductStatus.ARCHIVED:
+                obj.archive()
+                self.log_change(request, obj, [{"changed": {"fields": ["status"]}}])
+            self.message_user(request, _("“%s” is archived.") % obj, messages.SUCCESS)
+            return HttpResponseRedirect(change_url)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": _("Archive %s") % obj,
+            "object": obj,
+            "opts": self.opts,
+            "change_url": change_url,
+            "subscription_count": obj.subscriptions.count(),
+        }
+        return TemplateResponse(
+            request, "admin/billing_integration/product/archive_confirmation.html", context
+        )
+
+    # -- actions ---------------------------------------------------------------------------------
+    def _set_status(self, request: HttpRequest, queryset: models.QuerySet, status: str) -> int:
+        count = 0
+        pks = list(queryset.values_list("pk", flat=True))
+        with transaction.atomic():
+            rows = Product.objects.filter(pk__in=pks).exclude(status=status).select_for_update()
+            for product in rows:
+                if status == ProductStatus.ARCHIVED:
+                    product.archive()
+                else:
+                    product.publish()
+                self.log_change(request, product, [{"changed": {"fields": ["status"]}}])
+                count += 1
+        return count
+
+    @admin.action(description=_("Publish selected products"), permissions=["change"])
+    def publish(self, request: HttpRequest, queryset: models.QuerySet) -> None:
+        count = self._set_status(request, queryset, ProductStatus.PUBLISHED)
+        self.message_user(request, _("%d product(s) published; the change is being pushed.")
+                          % count, messages.SUCCESS)
+
+    @admin.action(description=_("Archive selected products"), permissions=["change"])
+    def archive(self, request: HttpRequest, queryset: models.QuerySet) -> None:
+        count = self._set_status(request, queryset, ProductStatus.ARCHIVED)
+        self.message_user(request, _("%d product(s) archived; the change is being pushed.")
+                          % count, messages.SUCCESS)
+
+    @admin.action(description=_("Sync now (pull products from the service)"),
+                  permissions=["change"])
+    def sync_now(self, request: HttpRequest, queryset: models.QuerySet) -> None:
+        from ..sync.pull import pull_products
+
+        try:
+            counts = pull_products()
+        except BillingError as exc:
+            self.message_user(request, _("Pull failed: %s") % exc, messages.ERROR)
+            return
+        self.message_user(request, _("Products pulled: %s") % counts.as_dict(), messages.SUCCESS)
+
+    @admin.action(description=_("Retry failed push"), permissions=["change"])
+    def retry_failed_push(self, request: HttpRequest, queryset: models.QuerySet) -> None:
+        count = retry_failed_pushes(queryset)
+        self.message_user(request, _("%d failed push(es) re-queued.") % count, messages.SUCCESS)
+
+    # -- saving ----------------------------------------------------------------------------------
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        super().save_related(request, form, formsets, change)
+        product = form.instance
+        used = set(
+            Price.objects.filter(models.Q(product=product) | models.Q(cycle__product=product))
+            .values_list("currency_id", flat=True)
+        )
+        current = [int(c) for c in product.selected_currencies or []]
+        if not used <= set(current):
+            product.selected_currencies = sorted(set(current) | used)
+            product.save(update_fields=["selected_currencies", "updated_at"])
+
+    # -- confirmation before changing prices or cycles of a product with subscriptions ----------
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        if request.method == "POST" and object_id and CONFIRM_FIELD not in request.POST:
+            response = self._pricing_confirmation(request, object_id)
+            if response is not None:
+                return response
+        return super().changeform_view(request, object_id, form_url, extra_context)
+
+    def _pricing_confirmation(self, request: HttpRequest, object_id: str) -> HttpResponse | None:
+        """The confirmation page when a valid POST changes cycles or prices of a product that
+        has subscriptions; None otherwise (the normal save or error page follows)."""
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None or not self.has_change_permission(request, obj):
+            return None
+        total = obj.subscriptions.count()
+        if not total:
+            return None
+        fieldsets = self.get_fieldsets(request, obj)
+        form_class = self.get_form(request, obj, change=True, fields=flatten_fieldsets(fieldsets))
+        form = form_class(request.POST, request.FILES, instance=obj)
+        formsets, _inlines = self._create_formsets(request, obj, change=True)
+        if not (form.is_valid() and all(fs.is_valid() for fs in formsets)):
+            return None
+        changes = [
+            change
+            for fs in formsets
+            if fs.model in (BillingCycle, Price)
+            for change in _formset_changes(fs)
+        ]
+        if not changes:
+            return None
+        context = {
+            **self.admin_site.each_context(request),
+            "title": _("Confirm the change of prices or billing cycles"),
+            "object": obj,
+            "opts": self.opts,
+            "changes": changes,
+            "subscription_count": total,
+            "active_count": Subscription.objects.for_product(obj).active().count(),
+            "warning": PRICE_CHANGE_WARNING,
+            "post_items": [
+                (key, value)
+                for key, values in request.POST.lists()
+                if key != "csrfmiddlewaretoken"
+                for value in values
+            ],
+            "confirm_field": CONFIRM_FIELD,
+            "change_url": reverse(
+                f"admin:{self.opts.app_label}_{self.opts.model_name}_change", args=[obj.pk]
+            ),
+        }
+        return TemplateResponse(
+            request, "admin/billing_integration/product/confirm_pricing_change.html", context
+        )
+
+    def render_change_form(self, request: HttpRequest, context: dict[str, Any], add: bool = False,
+                           change: bool = False, form_url: str = "", obj: Any = None) -> Any:
+        if obj is not None:
+            context["archive_url"] = reverse(
+                f"admin:{self.opts.app_label}_{self.opts.model_name}_archive", args=[obj.pk]
+            )
+            context["can_archive"] = (
+                obj.status != ProductStatus.ARCHIVED and self.has_change_permission(request, obj)
+            )
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+
+def _formset_changes(formset: Any) -> list[str]:
+    """Human descriptions of what a valid cycle or price formset would change."""
+    changes: list[str] = []
+    for form in formset.forms:
+        deleted = formset.can_delete and formset._should_delete_form(form)
+        if not form.has_changed() and not deleted:
+            continue
+        instance = form.instance
+        label = (
+            str(instance) if instance.pk else ", ".join(
+                f"{k}={v}" for k, v in form.cleaned_data.items()
+                if k in ("unit", "frequency", "currency_id", "amount")
+            )
+        )
+        if deleted:
+            if instance.pk:
+                changes.append(_("remove %s") % label)
+        elif instance.pk is None:
+            changes.append(_("add %s") % label)
+        else:
+            fields = ", ".join(form.changed_data)
+            changes.append(_("change %(obj)s (%(fields)s)") % {"obj": label, "fields": fields})
+    return changes
+
+
+# --- a cycle with one row per price (reached from the cycle inline's "change" link) ------------
+@admin.register(BillingCycle)
+class BillingCycleAdmin(admin.ModelAdmin):
+    fields = ("product_link", "unit", "frequency")
+    readonly_fields = ("product_link",)
+    inlines = (CyclePriceInline,)
+    list_select_related = ("product",)
+
+    def get_model_perms(self, request: HttpRequest) -> dict[str, bool]:
+        return {}  # reached from the product page only, not listed on the index
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # cycles are added on the product page
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # removed on the product page (with the subscriptions confirmation)
+
+    @admin.display(description=_("product"))
+    def product_link(self, obj: BillingCycle) -> Any:
+        return admin_link(obj.product)
+
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        if request.method == "POST" and object_id and CONFIRM_FIELD not in request.POST:
+            obj = self.get_object(request, unquote(object_id))
+            if obj is not None and obj.product.subscriptions.exists():
+                formsets, _inl = self._create_formsets(request, obj, change=True)
+                form = self.get_form(request, obj, change=True)(request.POST, instance=obj)
+                if (form.is_valid() and all(f.is_valid() for f in formsets)
+                        and (form.has_changed()
+                             or any(_formset_changes(f) for f in formsets))):
+                    changes = _formset_changes(formsets[0]) if formsets else []
+                    if form.has_changed():
+                        changes.insert(0, _("change cycle %s") % obj)
+                    context = {
+                        **self.admin_site.each_context(request),
+                        "title": _("Confirm the change of prices or billing cycles"),
+                        "object": obj.product,
+                        "opts": self.opts,
+                        "changes": changes,
+                        "subscription_count": obj.product.subscriptions.count(),
+                        "active_count": Subscription.objects.for_product(obj.product)
+                        .active()
+                        .count(),
+                        "warning": PRICE_CHANGE_WARNING,
+                        "post_items": [
+                            (k, v)
+                            for k, vs in request.POST.lists()
+                            if k != "csrfmiddlewaretoken"
+                            for v in vs
+                        ],
+                        "confirm_field": CONFIRM_FIELD,
+                        "change_url": request.path,
+                    }
+                    return TemplateResponse(
+                        request,
+                        "admin/billing_integration/product/confirm_pricing_change.html",
+                        context,
+                    )
+        return super().changeform_view(request, object_id, form_url, extra_context)

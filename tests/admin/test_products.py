@@ -1,0 +1,364 @@
+"""The product admin: add form with inlines, actions, confirmation page, no delete, permissions."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.core.exceptions import ValidationError
+from django.test import Client
+from django.urls import reverse
+
+from billing_integration.admin.products import CONFIRM_FIELD, parse_prices
+from billing_integration.models import BillingCycle, OutboxEntry, Price, Product
+
+from .conftest import make_product, make_subscription, product_form_data, staff_with
+
+pytestmark = pytest.mark.django_db
+
+CHANGELIST = reverse("admin:billing_integration_product_changelist")
+ADD = reverse("admin:billing_integration_product_add")
+
+
+def change_url(product: Product) -> str:
+    return reverse("admin:billing_integration_product_change", args=[product.pk])
+
+
+def action(client: Client, name: str, *products: Product):
+    return client.post(
+        CHANGELIST,
+        {"action": name, "_selected_action": [str(p.pk) for p in products], "index": "0"},
+    )
+
+
+# --- add form ---------------------------------------------------------------------------------
+def test_add_product_with_monthly_price_in_one_form(
+    admin_client, recorded_enqueues, django_capture_on_commit_callbacks
+):
+    data = product_form_data(
+        name="Pro plan",
+        description="All features",
+        **{
+            "cycles-TOTAL_FORMS": "1",
+            "cycles-0-unit": "months",
+            "cycles-0-frequency": "1",
+            "cycles-0-prices": "XOF 10000, USD 19.99",
+        },
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        response = admin_client.post(ADD, data)
+    assert response.status_code == 302, response.content.decode()[:3000]
+    product = Product.objects.get(name="Pro plan")
+    assert product.status == "draft" and product.product_type == "subscription"
+    cycle = product.cycles.get()
+    assert cycle.code == "months-1"
+    assert {(p.currency_id, p.amount) for p in cycle.prices.all()} == {
+        (1, Decimal("10000")), (2, Decimal("19.99"))
+    }
+    # Currencies of the prices are added to the product's currencies.
+    assert sorted(product.selected_currencies) == [1, 2]
+    # One outbox entry (a create) for the product with its cycle and prices, enqueued once.
+    entry = OutboxEntry.objects.get()
+    assert entry.operation == "create" and entry.object_id == product.pk
+    assert recorded_enqueues == [entry.pk]
+
+
+def test_add_one_time_product_with_root_prices(admin_client):
+    data = product_form_data(
+        name="Setup fee",
+        product_type="one_time",
+        **{
+            "root_prices-TOTAL_FORMS": "1",
+            "root_prices-0-currency_id": "1",
+            "root_prices-0-amount": "5000",
+        },
+    )
+    response = admin_client.post(ADD, data)
+    assert response.status_code == 302
+    product = Product.objects.get(name="Setup fee")
+    assert [(p.currency_id, p.amount) for p in product.root_prices.all()] == [
+        (1, Decimal("5000"))
+    ]
+    assert not BillingCycle.objects.filter(product=product).exists()
+
+
+def test_bad_prices_text_is_a_form_error(admin_client):
+    data = product_form_data(
+        name="Broken",
+        **{"cycles-TOTAL_FORMS": "1", "cycles-0-unit": "months", "cycles-0-frequency": "1",
+           "cycles-0-prices": "XOF ten"},
+    )
+    response = admin_client.post(ADD, data)
+    assert response.status_code == 200
+    assert "is not a price" in response.content.decode()
+    assert not Product.objects.exists()
+
+
+def test_parse_prices_forms():
+    assert parse_prices("XOF 10000; usd=19.99\n3:5") == {
+        1: Decimal("10000"), 2: Decimal("19.99"), 3: Decimal("5")
+    }
+    assert parse_prices("") == {}
+    for bad in ("ZZZ 1", "99 1", "XOF 1.234", "XOF 1, XOF 2", "XOF"):
+        with pytest.raises(ValidationError):
+            parse_prices(bad)
+
+
+# --- list ---------------------------------------------------------------------------------------
+def test_changelist_columns_filters_search_and_bounded_queries(
+    admin_client, django_assert_max_num_queries
+):
+    products = [make_product(f"P{i:02d}", remote=True) for i in range(20)]
+    for _ in range(3):
+        make_subscription(products[0])
+    make_subscription(products[0], status="canceled")
+    with django_assert_max_num_queries(12):
+        response = admin_client.get(CHANGELIST)
+    assert response.status_code == 200
+    rows = response.context["cl"].result_list
+    assert len(rows) == 20
+    counts = {p.name: p._subscriber_count for p in rows}
+    assert counts["P00"] == 3 and counts["P01"] == 0  # the canceled one is not counted
+    html = response.content.decode()
+    assert "billing-badge-synced" in html and str(products[0].remote_id) in html
+    for query in ("?status__exact=published", "?product_type__exact=one_time",
+                  "?sync_state__exact=failed", f"?q={products[3].remote_id}"):
+        response = admin_client.get(CHANGELIST + query)
+        assert response.status_code == 200
+    assert [p.name for p in admin_client.get(CHANGELIST + "?q=P03").context["cl"].result_list] \
+        == ["P03"]
+
+
+def test_change_view_shows_sync_state_and_last_error(admin_client):
+    product = make_product(remote=True)
+    Product.objects.filter(pk=product.pk).update(sync_state="failed",
+                                                 sync_error="HTTP 422: name is required")
+    html = admin_client.get(change_url(product)).content.decode()
+    assert "billing-badge-failed" in html
+    assert "HTTP 422: name is required" in html
+    assert "XOF 10000.00" in html  # the cycle's prices in the compact field
+
+
+# --- actions ------------------------------------------------------------------------------------
+def test_publish_and_archive_actions_change_status_and_write_outbox(
+    admin_client, recorded_enqueues, django_capture_on_commit_callbacks
+):
+    a, b = make_product("A", remote=True), make_product("B", remote=True, status="published")
+    with django_capture_on_commit_callbacks(execute=True):
+        response = action(admin_client, "publish", a, b)
+    assert response.status_code == 302
+    a.refresh_from_db()
+    b.refresh_from_db()
+    assert a.status == "published" and b.status == "published"
+    # Only the product whose status changed is pushed (an update).
+    assert list(OutboxEntry.objects.values_list("object_id", "operation")) == [(a.pk, "update")]
+    with django_capture_on_commit_callbacks(execute=True):
+        action(admin_client, "archive", a, b)
+    assert set(Product.objects.values_list("status", flat=True)) == {"archived"}
+    assert OutboxEntry.objects.count() == 2  # a's entry (not attempted) collapsed; b's new
+    assert len(recorded_enqueues) == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_publish_action_reaches_the_sandbox(billing_sandbox, admin_client):
+    from billing_integration.outbox.push import DONE, push_entry_now
+
+    def push_all() -> list[str]:
+        return [push_entry_now(pk).status
+                for pk in OutboxEntry.objects.open().values_list("pk", flat=True)]
+
+    # Created through the admin add form, pushed: the sandbox has the draft product.
+    data = product_form_data(
+        name="Pro plan",
+        **{"cycles-TOTAL_FORMS": "1", "cycles-0-unit": "months", "cycles-0-frequency": "1",
+           "cycles-0-prices": "XOF 10000"},
+    )
+    assert admin_client.post(ADD, data).status_code == 302
+    assert push_all() == [DONE]
+    product = Product.objects.get()
+    assert product.remote_id is not None and product.sync_state == "synced"
+    [created] = billing_sandbox.requests(operation="create_product")
+    assert created["body"]["subscription_blueprint"]["billing_cycles"][0]["prices"] == [
+        {"currency": 1, "amount": 10000}
+    ]
+
+    action(admin_client, "publish", product)
+    assert push_all() == [DONE]
+    [patch] = billing_sandbox.requests(operation="update_product")
+    assert patch["method"] == "PATCH" and patch["body"]["status"] == "published"
+    assert billing_sandbox.object("product", str(product.remote_id))["status"] == "published"
+
+    action(admin_client, "archive", product)
+    assert push_all() == [DONE]
+    assert billing_sandbox.object("product", str(product.remote_id))["status"] == "archived"
+    product.refresh_from_db()
+    assert product.status == "archived" and product.sync_state == "synced"
+
+
+def test_retry_failed_push_action_requeues_the_entry(admin_client, recorded_enqueues):
+    product = make_product(remote=True)
+    product.publish()
+    entry = OutboxEntry.objects.get()
+    OutboxEntry.objects.filter(pk=entry.pk).update(state="failed", attempts=3,
+                                                   last_error="HTTP 422")
+    other = make_product("Other", remote=True)
+    other.publish()
+    OutboxEntry.objects.filter(object_id=other.pk).update(state="failed")
+    recorded_enqueues.clear()
+    action(admin_client, "retry_failed_push", product)
+    entry.refresh_from_db()
+    assert entry.state == "pending" and entry.attempts == 0
+    assert OutboxEntry.objects.get(object_id=other.pk).state == "failed"  # not selected
+
+
+def test_sync_now_action_pulls_products(admin_client, billing_sandbox):
+    from billing_integration.client import get_client
+
+    get_client().create_product({"name": "Remote plan", "description": "", "status": "published",
+                                 "selected_currencies": ["1"], "prices": [
+                                     {"currency": 1, "amount": 500}]})
+    assert not Product.objects.filter(name="Remote plan").exists()
+    local = make_product("Local")
+    response = action(admin_client, "sync_now", local)
+    assert response.status_code == 302
+    assert Product.objects.filter(name="Remote plan", status="published").exists()
+
+
+# --- the confirmation before changing prices of a product with subscriptions -----------------
+def test_price_change_with_subscribers_needs_confirmation(admin_client):
+    product = make_product(remote=True)
+    make_subscription(product)
+    make_subscription(product, status="canceled")
+    data = product_form_data(product, **{"cycles-0-prices": "XOF 12000"})
+    response = admin_client.post(change_url(product), data)
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "may affect existing subscriptions" in html
+    assert "2 subscriptions (1 active)" in html
+    assert "change months-1 (prices)" in html
+    assert f'name="{CONFIRM_FIELD}"' in html
+    # Nothing saved yet.
+    assert Price.objects.get().amount == Decimal("10000")
+    assert not OutboxEntry.objects.exists()
+
+    # The confirmation page re-posts the same data with the flag: now it is saved.
+    response = admin_client.post(change_url(product), {**data, CONFIRM_FIELD: "1"})
+    assert response.status_code == 302
+    assert Price.objects.get().amount == Decimal("12000")
+    entry = OutboxEntry.objects.get()
+    assert entry.changed_fields == ["subscription_blueprint"]
+
+
+def test_cycle_added_or_removed_with_subscribers_needs_confirmation(admin_client):
+    product = make_product(remote=True)
+    make_subscription(product)
+    add_cycle = product_form_data(product, **{
+        "cycles-TOTAL_FORMS": "2", "cycles-1-unit": "years", "cycles-1-frequency": "1",
+        "cycles-1-prices": "XOF 100000", "cycles-1-product": str(product.pk)})
+    response = admin_client.post(change_url(product), add_cycle)
+    assert response.status_code == 200 and "add unit=years" in response.content.decode()
+    assert product.cycles.count() == 1
+    remove = product_form_data(product, **{"cycles-0-DELETE": "on"})
+    response = admin_client.post(change_url(product), remove)
+    assert response.status_code == 200 and "remove months-1" in response.content.decode()
+    assert product.cycles.count() == 1
+
+
+def test_no_confirmation_without_subscribers_or_without_price_changes(admin_client):
+    lonely = make_product("Lonely", remote=True)
+    response = admin_client.post(change_url(lonely),
+                                 product_form_data(lonely, **{"cycles-0-prices": "XOF 1"}))
+    assert response.status_code == 302
+    assert Price.objects.get(cycle__product=lonely).amount == Decimal("1")
+
+    busy = make_product("Busy", remote=True)
+    make_subscription(busy)
+    response = admin_client.post(change_url(busy),
+                                 product_form_data(busy, description="New words"))
+    assert response.status_code == 302  # only the description changed: saved at once
+    busy.refresh_from_db()
+    assert busy.description == "New words"
+
+
+def test_cycle_page_also_asks_for_confirmation(admin_client):
+    product = make_product(remote=True)
+    make_subscription(product)
+    cycle = product.cycles.get()
+    price = cycle.prices.get()
+    url = reverse("admin:billing_integration_billingcycle_change", args=[cycle.pk])
+    assert admin_client.get(url).status_code == 200
+    data = {
+        "unit": "months", "frequency": "1",
+        "prices-TOTAL_FORMS": "1", "prices-INITIAL_FORMS": "1",
+        "prices-MIN_NUM_FORMS": "0", "prices-MAX_NUM_FORMS": "1000",
+        "prices-0-id": str(price.pk), "prices-0-cycle": str(cycle.pk),
+        "prices-0-currency_id": "1", "prices-0-amount": "15000", "_save": "Save",
+    }
+    response = admin_client.post(url, data)
+    assert response.status_code == 200 and "may affect existing" in response.content.decode()
+    assert Price.objects.get().amount == Decimal("10000")
+    assert admin_client.post(url, {**data, CONFIRM_FIELD: "1"}).status_code == 302
+    assert Price.objects.get().amount == Decimal("15000")
+
+
+# --- delete replaced by archive --------------------------------------------------------------
+def test_delete_is_not_offered_and_forged_deletes_do_nothing(admin_client):
+    product = make_product(remote=True)
+    html = admin_client.get(CHANGELIST).content.decode()
+    assert "delete_selected" not in html
+    change = admin_client.get(change_url(product)).content.decode()
+    assert "/delete/" not in change and "billing-archive-link" in change
+
+    delete_url = reverse("admin:billing_integration_product_delete", args=[product.pk])
+    assert admin_client.get(delete_url).status_code == 403
+    assert admin_client.post(delete_url, {"post": "yes"}).status_code == 403
+    action(admin_client, "delete_selected", product)
+    assert Product.objects.filter(pk=product.pk).exists()
+
+
+def test_archive_button_archives_after_confirmation(admin_client, recorded_enqueues):
+    product = make_product(remote=True, status="published")
+    url = reverse("admin:billing_integration_product_archive", args=[product.pk])
+    page = admin_client.get(url)
+    assert page.status_code == 200 and "Yes, archive it" in page.content.decode()
+    product.refresh_from_db()
+    assert product.status == "published"
+    assert admin_client.post(url).status_code == 302
+    product.refresh_from_db()
+    assert product.status == "archived"
+    assert OutboxEntry.objects.get().object_id == product.pk
+
+
+# --- permissions --------------------------------------------------------------------------------
+def test_view_only_staff_cannot_publish_or_archive(viewer_client):
+    product = make_product(remote=True)
+    response = viewer_client.get(CHANGELIST)
+    assert response.status_code == 200
+    html = response.content.decode()
+    for name in ("publish", "archive", "sync_now", "retry_failed_push"):
+        assert f'value="{name}"' not in html
+    # Forged POSTs change nothing.
+    action(viewer_client, "publish", product)
+    action(viewer_client, "archive", product)
+    product.refresh_from_db()
+    assert product.status == "draft"
+    assert not OutboxEntry.objects.exists()
+    url = reverse("admin:billing_integration_product_archive", args=[product.pk])
+    assert viewer_client.post(url).status_code == 403
+    assert viewer_client.post(change_url(product), product_form_data(
+        product, status="published")).status_code == 403
+    product.refresh_from_db()
+    assert product.status == "draft"
+
+
+def test_staff_with_change_permission_can_publish(db):
+    user = staff_with("view_product", "change_product")
+    client = Client()
+    client.force_login(user)
+    product = make_product(remote=True)
+    assert 'value="publish"' in client.get(CHANGELIST).content.decode()
+    action(client, "publish", product)
+    product.refresh_from_db()
+    assert product.status == "published"
+    assert not Permission.objects.filter(user=user, codename="delete_product").exists()
