@@ -1,12 +1,11 @@
 """Fixtures for the sandbox tests: an API client speaking plain HTTP, and object factories.
 
-The ``billing_sandbox`` fixture comes from the ``billing_integration.testing`` plugin; it is
-registered here too in case the package is not installed (no entry point yet).
+The ``billing_sandbox`` fixture comes from the ``billing_integration.testing`` plugin (the
+``pytest11`` entry point of the installed package; ``make test`` installs it).
 """
 
 from __future__ import annotations
 
-import importlib
 import re
 import uuid
 from typing import Any
@@ -16,12 +15,6 @@ import requests
 
 UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 TS_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    plugin = importlib.import_module("billing_integration.testing.plugin")
-    if not config.pluginmanager.is_registered(plugin):
-        config.pluginmanager.register(plugin, "billing_integration.testing.plugin")
 
 
 class Api:
