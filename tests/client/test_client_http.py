@@ -117,6 +117,7 @@ def test_single_flight_under_concurrency(billing_sandbox, settings):
         # Threads cannot see the test's uncommitted cache rows; a process-wide cache stands in
         # (CI runs this against Redis through CACHE_URL).
         settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+        cache.clear()  # LocMemCache storage outlives settings changes: start empty
     billing_sandbox.faults(operation="token", latency=0.3)
     clients = [BillingClient() for _ in range(6)]
     errors = []
