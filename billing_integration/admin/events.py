@@ -1,1 +1,108 @@
-"""Admin: see the package docstring."""
+"""Admin of the event log (``WebhookEvent``): filters by type and state, the raw body and the
+headers (redacted when stored) pretty-printed, and "Replay" actions that call the webhooks
+layer (``replay_events``). Deliveries are never added or edited from the admin.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db import models
+from django.http import HttpRequest, HttpResponse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext_lazy as _
+
+from ..models import WebhookEvent
+from .mirror import state_badge
+
+__all__ = ["WebhookEventAdmin", "pretty_json"]
+
+
+def pretty_json(value: Any) -> SafeString:
+    """``value`` (JSON text or data) indented in a ``<pre>``; text that is not JSON as is."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return format_html('<pre class="billing-json">{}</pre>', value)
+    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+    return format_html('<pre class="billing-json" style="white-space:pre-wrap">{}</pre>', text)
+
+
+@admin.register(WebhookEvent)
+class WebhookEventAdmin(admin.ModelAdmin):
+    list_display = ("event_id", "type", "raw_type", "state_badge", "outcome", "attempts",
+                    "object_id", "received_at", "occurred_at", "error_short")
+    list_filter = ("state", "type", "verified_by")
+    date_hierarchy = "received_at"
+    search_fields = ("=event_id", "=object_id", "raw_type")
+    actions = ("replay", "replay_force")
+    fieldsets = (
+        (None, {"fields": ("event_id", "type", "raw_type", "state_badge", "outcome", "attempts",
+                           "object_id", "verified_by")}),
+        (_("Times"), {"fields": ("received_at", "occurred_at", "processed_at")}),
+        (_("Error"), {"fields": ("error", "traceback_pre")}),
+        (_("Delivery"), {"fields": ("body_pretty", "headers_pretty")}),
+    )
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        from django.contrib.admin.utils import flatten_fieldsets
+
+        return flatten_fieldsets(self.fieldsets)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        # Everything is read-only: no save buttons (the change permission is for the actions).
+        extra = {"show_save": False, "show_save_and_continue": False,
+                 "show_save_and_add_another": False, **(extra_context or {})}
+        return super().change_view(request, object_id, form_url, extra)
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        """Never write a delivery from the admin (all fields are read-only anyway)."""
+
+    @admin.display(description=_("state"), ordering="state")
+    def state_badge(self, obj: WebhookEvent) -> SafeString:
+        return state_badge(obj.state, obj.get_state_display())
+
+    @admin.display(description=_("error"))
+    def error_short(self, obj: WebhookEvent) -> str:
+        return (obj.error[:80] + "…") if len(obj.error) > 80 else obj.error
+
+    @admin.display(description=_("traceback"))
+    def traceback_pre(self, obj: WebhookEvent) -> SafeString | str:
+        return format_html("<pre>{}</pre>", obj.traceback) if obj.traceback else "-"
+
+    @admin.display(description=_("raw body"))
+    def body_pretty(self, obj: WebhookEvent) -> SafeString:
+        return pretty_json(obj.body)
+
+    @admin.display(description=_("headers (redacted)"))
+    def headers_pretty(self, obj: WebhookEvent) -> SafeString:
+        return pretty_json(obj.headers or {})
+
+    def _replay(self, request: HttpRequest, queryset: models.QuerySet, force: bool) -> None:
+        from ..webhooks.processing import replay_events
+
+        counts = replay_events(queryset, inline=True, force=force)
+        if not counts:
+            self.message_user(request, _("Nothing to replay (processed and rejected events are "
+                                         "skipped)."), messages.WARNING)
+            return
+        summary = ", ".join(f"{state}: {n}" for state, n in sorted(counts.items()))
+        level = messages.WARNING if counts.get("failed") else messages.SUCCESS
+        self.message_user(request, _("Replayed: %s") % summary, level)
+
+    @admin.action(description=_("Replay (events not processed yet)"), permissions=["change"])
+    def replay(self, request: HttpRequest, queryset: models.QuerySet) -> None:
+        self._replay(request, queryset, force=False)
+
+    @admin.action(description=_("Re-apply, processed ones too (older never overwrites newer)"),
+                  permissions=["change"])
+    def replay_force(self, request: HttpRequest, queryset: models.QuerySet) -> None:
+        self._replay(request, queryset, force=True)

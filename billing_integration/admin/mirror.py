@@ -18,7 +18,7 @@ from django.db import models
 from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
 from ..exceptions import BillingError
@@ -89,7 +89,7 @@ def admin_links(objects: Iterable[models.Model], empty: str = "-") -> SafeString
     items = [(admin_link(o),) for o in objects]
     if not items:
         return empty
-    return format_html_join(format_html("<br>"), "{}", items)
+    return format_html_join(mark_safe("<br>"), "{}", items)
 
 
 def changelist_link(model: type[models.Model], label: Any, **params: Any) -> SafeString:

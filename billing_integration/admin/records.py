@@ -1,1 +1,133 @@
-"""Admin: see the package docstring."""
+"""Admin of invoices, payments and refunds: read-only records known only from events.
+
+No add, change or delete (the view permission shows the change page read-only); links to the
+customer, subscription, product, invoice and payment each record names.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext_lazy as _
+
+from ..models import Invoice, Payment, Refund
+from .mirror import ReadOnlyAdminMixin, admin_link, admin_links, state_badge
+
+__all__ = ["InvoiceAdmin", "PaymentAdmin", "RefundAdmin"]
+
+COMMON_LIST = ("remote_id", "status_badge", "amount", "currency", "customer_link",
+               "subscription_link")
+COMMON_SEARCH = ("remote_id", "customer__identifier", "customer__email", "customer_remote_id",
+                 "subscription_remote_id")
+
+
+class RecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Shared read-only layout of the three records."""
+
+    list_filter: Any = ("status", "currency")
+    search_fields: Any = COMMON_SEARCH
+    date_hierarchy = "remote_created"
+    list_select_related: Any = ("customer", "subscription__product", "subscription__customer")
+    detail_fields: tuple[str, ...] = ()
+    link_fields: tuple[str, ...] = ("customer_link", "subscription_link")
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        return (
+            (None, {"fields": ("remote_id", "status_badge", "amount", "currency",
+                               *self.detail_fields)}),
+            (_("Related"), {"fields": self.link_fields}),
+            (_("Remote"), {"fields": ("remote_created", "remote_updated", "customer_remote_id",
+                                      "subscription_remote_id", "remote_data_pretty")}),
+        )
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        from django.contrib.admin.utils import flatten_fieldsets
+
+        return flatten_fieldsets(self.get_fieldsets(request, obj))
+
+    @admin.display(description=_("status"), ordering="status")
+    def status_badge(self, obj: Any) -> SafeString:
+        colour_key = {"paid": "processed", "completed": "processed", "approved": "processed",
+                      "failed": "failed", "void": "ignored", "canceled": "ignored",
+                      "rejected": "failed", "uncollectable": "failed", "deleted": "ignored",
+                      "initiated": "received"}.get(obj.status, obj.status)
+        from .mirror import BADGE_COLOURS
+
+        colour = BADGE_COLOURS.get(colour_key)
+        return state_badge(colour_key if colour else obj.status, obj.get_status_display())
+
+    @admin.display(description=_("customer"), ordering="customer__identifier")
+    def customer_link(self, obj: Any) -> SafeString | str:
+        return admin_link(obj.customer) if obj.customer_id else str(obj.customer_remote_id or "-")
+
+    @admin.display(description=_("subscription"))
+    def subscription_link(self, obj: Any) -> SafeString | str:
+        if obj.subscription_id:
+            return admin_link(obj.subscription)
+        return str(obj.subscription_remote_id or "-")
+
+    @admin.display(description=_("raw data"))
+    def remote_data_pretty(self, obj: Any) -> SafeString:
+        from .events import pretty_json
+
+        return pretty_json(obj.remote_data)
+
+
+@admin.register(Invoice)
+class InvoiceAdmin(RecordAdmin):
+    list_display = (*COMMON_LIST, "product_link", "period_start", "period_end")
+    list_select_related = ("customer", "product", "subscription__product",
+                           "subscription__customer")
+    search_fields = (*COMMON_SEARCH, "product__name")
+    detail_fields = ("period_start", "period_end")
+    link_fields = ("customer_link", "subscription_link", "product_link", "payments_links")
+
+    @admin.display(description=_("product"), ordering="product__name")
+    def product_link(self, obj: Invoice) -> SafeString | str:
+        return admin_link(obj.product) if obj.product_id else str(obj.product_remote_id or "-")
+
+    @admin.display(description=_("payments"))
+    def payments_links(self, obj: Invoice) -> SafeString | str:
+        return admin_links(Payment.objects.filter(invoice_remote_id=obj.remote_id))
+
+
+@admin.register(Payment)
+class PaymentAdmin(RecordAdmin):
+    list_display = (*COMMON_LIST, "product_link", "failure_reason")
+    list_filter = ("status", "currency", "failure_reason")
+    list_select_related = ("customer", "product", "subscription__product",
+                           "subscription__customer")
+    search_fields = (*COMMON_SEARCH, "invoice_remote_id", "product__name")
+    detail_fields = ("failure_reason",)
+    link_fields = ("customer_link", "subscription_link", "product_link", "invoice_link",
+                   "refunds_links")
+
+    @admin.display(description=_("product"), ordering="product__name")
+    def product_link(self, obj: Payment) -> SafeString | str:
+        return admin_link(obj.product) if obj.product_id else str(obj.product_remote_id or "-")
+
+    @admin.display(description=_("invoice"))
+    def invoice_link(self, obj: Payment) -> SafeString | str:
+        invoice = obj.invoice
+        return admin_link(invoice) if invoice else str(obj.invoice_remote_id or "-")
+
+    @admin.display(description=_("refunds"))
+    def refunds_links(self, obj: Payment) -> SafeString | str:
+        return admin_links(obj.refunds.all())
+
+
+@admin.register(Refund)
+class RefundAdmin(RecordAdmin):
+    list_display = (*COMMON_LIST, "payment_link", "reason")
+    list_select_related = ("customer", "payment", "subscription__product",
+                           "subscription__customer")
+    search_fields = (*COMMON_SEARCH, "payment_remote_id", "reason")
+    detail_fields = ("reason",)
+    link_fields = ("customer_link", "subscription_link", "payment_link")
+
+    @admin.display(description=_("payment"))
+    def payment_link(self, obj: Refund) -> SafeString | str:
+        return admin_link(obj.payment) if obj.payment_id else str(obj.payment_remote_id or "-")

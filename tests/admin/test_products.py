@@ -361,4 +361,9 @@ def test_staff_with_change_permission_can_publish(db):
     action(client, "publish", product)
     product.refresh_from_db()
     assert product.status == "published"
-    assert not Permission.objects.filter(user=user, codename="delete_product").exists()
+    # Even with every product permission, delete stays refused.
+    user.user_permissions.add(Permission.objects.get(codename="delete_product"))
+    client.force_login(user)
+    delete_url = reverse("admin:billing_integration_product_delete", args=[product.pk])
+    assert client.post(delete_url, {"post": "yes"}).status_code == 403
+    assert Product.objects.filter(pk=product.pk).exists()
