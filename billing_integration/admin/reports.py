@@ -1,1 +1,158 @@
-"""Admin: see the package docstring."""
+"""Admin: the reporting dashboard.
+
+The default admin site cannot get extra URLs from a reusable app, so the dashboard is the
+changelist of ``Report`` (a proxy of ``Subscription``): the admin index links to it and the
+``view_report`` permission guards it. GET parameters: ``product`` (pk), ``currency`` (code),
+``months`` (1-36, default 12); ``export=<table>`` returns that table as CSV.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.utils import timezone
+from django.utils.text import slugify
+
+from ..conf import billing_settings
+from ..models import Product, Report
+from ..reporting.charts import bar_chart, line_chart
+from ..reporting.csv import TABLES, table_csv
+from ..reporting.report import Period, Table, build_report
+from ..reporting.report import Report as ReportData
+
+MAX_MONTHS = 36
+
+
+def report_time() -> datetime:
+    """The instant reports end at (a function, so tests can pin it)."""
+    return timezone.now()
+
+
+def parse_filters(params: Any) -> Period:
+    """A ``Period`` from GET parameters; bad values fall back to the defaults."""
+    try:
+        months = min(max(int(params.get("months") or 12), 1), MAX_MONTHS)
+    except ValueError:
+        months = 12
+    try:
+        product = int(params.get("product") or 0) or None
+    except ValueError:
+        product = None
+    currency = (params.get("currency") or "").strip().upper()[:8] or None
+    return Period(months=months, product=product, currency=currency, now=report_time())
+
+
+def display(value: Any, kind: str) -> str:
+    if value is None:
+        return "-"
+    if kind == "money":
+        return f"{Decimal(value):,.2f}"
+    if kind == "rate":
+        return f"{Decimal(value) * 100:.1f}%"
+    if kind == "datetime" and isinstance(value, datetime):
+        return timezone.localtime(value).strftime("%Y-%m-%d %H:%M")
+    if kind == "int":
+        return f"{value:,}"
+    return str(value)
+
+
+def table_context(table: Table) -> dict[str, Any]:
+    return {
+        "name": table.name,
+        "title": table.title,
+        "columns": table.columns,
+        "rows": [[(display(v, c.kind), c.kind) for v, c in zip(row, table.columns, strict=True)]
+                 for row in table.values()],
+    }
+
+
+def charts(report: ReportData) -> list[dict[str, Any]]:
+    """Per currency: MRR, new vs cancellations, churn rate, payments completed vs failed."""
+    out = []
+    months = report.months
+    for currency in report.currencies:
+        def series(key: str, currency: str = currency) -> list[Any]:
+            return [v for _, v in report.series(currency, key)]
+
+        churn = [(v or 0) * 100 for v in series("churn_rate")]
+        out.append({
+            "currency": currency,
+            "totals": report.totals(currency),
+            "svgs": [
+                line_chart(f"MRR ({currency})", months, {"MRR": series("mrr")}),
+                bar_chart(f"New subscriptions and cancellations ({currency})", months,
+                          {"new": series("new"), "cancellations": series("cancellations")}),
+                line_chart(f"Churn rate ({currency})", months, {"churn %": churn}, unit="%"),
+                bar_chart(f"Payments ({currency})", months,
+                          {"completed": series("payments_completed"),
+                           "failed": series("payments_failed")}),
+                bar_chart(f"Failed and refunded amounts ({currency})", months,
+                          {"failed": series("failed_amount"),
+                           "refunded": series("refunded_amount")}),
+            ],
+        })
+    return out
+
+
+@admin.register(Report)
+class ReportAdmin(admin.ModelAdmin):
+    """The dashboard (see the module docstring). Nothing to add, change or delete."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        period = parse_filters(request.GET)
+        export = request.GET.get("export")
+        if export:
+            if export not in TABLES:
+                return HttpResponse(f"Unknown table; choose from {', '.join(TABLES)}.",
+                                    status=400, content_type="text/plain")
+            report = build_report(period, customer_limit=None, at_risk_limit=None)
+            response = HttpResponse(table_csv(report, export), content_type="text/csv")
+            stamp = timezone.localtime(period.now).strftime("%Y%m%d")
+            suffix = "-".join(filter(None, [slugify(period.currency or ""),
+                                            str(period.product or "")]))
+            filename = f"billing-{export}-{period.months}m{'-' + suffix if suffix else ''}"
+            response["Content-Disposition"] = f'attachment; filename="{filename}-{stamp}.csv"'
+            return response
+
+        report = build_report(period)
+        query = request.GET.copy()
+        query.pop("export", None)
+        tables = report.tables()
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": "Billing reports",
+            "subtitle": None,
+            "period": period,
+            "report": report,
+            "charts": charts(report),
+            "tables": [table_context(t) for t in tables.values()],
+            "at_risk_total": report.at_risk_total,
+            "products": list(Product.objects.order_by("name").values_list("pk", "name")),
+            "currencies": sorted(set(billing_settings.CURRENCIES.values())
+                                 | set(report.currencies)),
+            "month_choices": (1, 3, 6, 12, 24, 36),
+            "query": query.urlencode(),
+            **(extra_context or {}),
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(
+            request, "admin/billing_integration/report/dashboard.html", context
+        )

@@ -5,6 +5,7 @@
 - ``outbox``: the transactional outbox of local changes to push.
 - ``events``: the log of received event deliveries.
 - ``records``: invoices, payments and refunds, known only from events.
+- ``reporting``: ``Report``, the proxy behind the admin reporting dashboard.
 """
 
 from .base import *  # noqa: F403
@@ -14,4 +15,5 @@ from .events import *  # noqa: F403
 from .outbox import *  # noqa: F403
 from .products import *  # noqa: F403
 from .records import *  # noqa: F403
+from .reporting import *  # noqa: F403
 from .subscriptions import *  # noqa: F403

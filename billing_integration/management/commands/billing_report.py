@@ -1,0 +1,88 @@
+"""``python manage.py billing_report [--product PK|NAME] [--currency XOF] [--months 12]
+[--csv TABLE] [--at ISO]``
+
+Print the reporting dashboard's tables in the terminal (the same figures, from the local
+mirror), or one table as CSV (``--csv overview|monthly|monthly_by_product|customers|at_risk``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from ...reporting.csv import TABLES, table_csv
+from ...reporting.report import Period, Table, build_report
+
+
+def format_table(table: Table) -> str:
+    """A plain-text table: a title, a header, aligned columns (numbers on the right)."""
+    from ...admin.reports import display
+
+    header = [c.label for c in table.columns]
+    rows = [[display(v, c.kind) for v, c in zip(row, table.columns, strict=True)]
+            for row in table.values()]
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(
+            cell.ljust(w) if c.kind == "text" else cell.rjust(w)
+            for cell, w, c in zip(cells, widths, table.columns, strict=True)
+        ).rstrip()
+
+    out = [table.title, "=" * len(table.title), line(header),
+           "  ".join("-" * w for w in widths)]
+    out += [line(r) for r in rows] or ["(nothing in this period)"]
+    return "\n".join(out)
+
+
+class Command(BaseCommand):
+    help = "Print the billing report (MRR, active subscriptions, churn, payments, customers)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--product", help="product pk or exact name (default: all)")
+        parser.add_argument("--currency", help="currency code, e.g. XOF (default: each)")
+        parser.add_argument("--months", type=int, default=12, help="months back (default 12)")
+        parser.add_argument("--csv", choices=TABLES, metavar="TABLE",
+                            help=f"print one table as CSV: {', '.join(TABLES)}")
+        parser.add_argument("--at", help="report as of this ISO 8601 instant (default: now)")
+        parser.add_argument("--customers", type=int, default=25,
+                            help="customers listed (default 25, 0 = all)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        from ...models import Product
+
+        product = None
+        if options["product"]:
+            value = options["product"]
+            match = Product.objects.filter(pk=int(value)) if value.isdigit() else (
+                Product.objects.filter(name=value))
+            product = match.values_list("pk", flat=True).first()
+            if product is None:
+                raise CommandError(f"No product {value!r}.")
+        at = parse_datetime(options["at"]) if options["at"] else timezone.now()
+        if at is None:
+            raise CommandError(f"--at {options['at']!r} is not an ISO 8601 date-time.")
+        if timezone.is_naive(at):
+            at = timezone.make_aware(at)
+        try:
+            period = Period(months=options["months"], product=product,
+                            currency=options["currency"], now=at)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        limit = options["customers"] or None
+        if options["csv"]:
+            report = build_report(period, customer_limit=None, at_risk_limit=None)
+            self.stdout.write(table_csv(report, options["csv"]), ending="")
+            return
+        report = build_report(period, customer_limit=limit, at_risk_limit=limit)
+        scope = f"last {period.months} months ({report.months[0]} .. {report.months[-1]})"
+        self.stdout.write(f"Billing report, {scope}"
+                          + (f", product {report.product_name(product)}" if product else "")
+                          + (f", {period.currency}" if period.currency else "") + "\n")
+        for name, table in report.tables().items():
+            if name == "at_risk":
+                table.title = f"{table.title}: {report.at_risk_total}"
+            self.stdout.write(format_table(table) + "\n")

@@ -1,0 +1,180 @@
+"""The admin dashboard, CSV export, the terminal command and constant query counts."""
+
+from __future__ import annotations
+
+import csv
+import io
+import uuid
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.urls import reverse
+
+from billing_integration.admin import reports as admin_reports
+from billing_integration.models import Customer, Payment, Subscription
+from billing_integration.reporting.charts import bar_chart, line_chart
+from billing_integration.reporting.report import Period, build_report
+
+from .conftest import NOW, build_world, dt
+
+pytestmark = pytest.mark.django_db
+URL = "admin:billing_integration_report_changelist"
+
+
+@pytest.fixture
+def pinned(monkeypatch):
+    monkeypatch.setattr(admin_reports, "report_time", lambda: NOW)
+
+
+@pytest.fixture
+def staff(client, django_user_model):
+    user = django_user_model.objects.create_superuser("boss", "boss@example.com", "pw")
+    client.force_login(user)
+    return client
+
+
+def test_admin_index_links_to_the_dashboard(staff):
+    response = staff.get(reverse("admin:index"))
+    assert response.status_code == 200
+    assert reverse(URL).encode() in response.content
+
+
+def test_dashboard_renders_charts_and_numbers(staff, world, pinned):
+    response = staff.get(reverse(URL))
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert html.count("class=\"billing-chart\"") == 10  # 5 charts for each of XOF and USD
+    assert "MRR (XOF)" in html and "Payments (USD)" in html
+    assert "14,500.00" in html  # XOF MRR in the tables
+    assert "14500.00 XOF" in html  # ... and beside the charts
+    assert "25.0%" in html  # XOF churn of 2025-04
+    assert 'id="table-at_risk"' in html and "Customers at risk (3)" in html
+    for name in ("overview", "monthly", "monthly_by_product", "customers", "at_risk"):
+        assert f"export={name}" in html
+
+
+def test_dashboard_filters(staff, world, pinned):
+    response = staff.get(reverse(URL), {"currency": "usd", "months": "3",
+                                        "product": str(world.p1.pk)})
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert html.count("class=\"billing-chart\"") == 5
+    assert "MRR (XOF)" not in html and "MRR (USD)" in html
+    assert "2025-04" in html and "2025-03" not in html
+    # nonsense parameters fall back to the defaults
+    response = staff.get(reverse(URL), {"months": "lots", "product": "x"})
+    assert response.status_code == 200 and response.content.decode().count("billing-chart\"") == 10
+
+
+def test_dashboard_needs_the_view_permission(client, django_user_model, world):
+    user = django_user_model.objects.create_user("clerk", password="pw", is_staff=True)
+    client.force_login(user)
+    assert client.get(reverse(URL)).status_code == 403
+    client.logout()
+    assert client.get(reverse(URL)).status_code == 302  # to the admin login
+
+
+def test_csv_export(staff, world, pinned):
+    response = staff.get(reverse(URL), {"export": "monthly", "currency": "XOF"})
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/csv")
+    assert "attachment" in response["Content-Disposition"]
+    rows = list(csv.DictReader(io.StringIO(response.content.decode())))
+    assert [r["month"] for r in rows][:2] == ["2024-07", "2024-08"]
+    april = next(r for r in rows if r["month"] == "2025-04")
+    assert april["churn_rate"] == "0.2500" and april["mrr"] == "14500.00"
+    assert april["refunded_amount"] == "5000.00"
+
+    response = staff.get(reverse(URL), {"export": "at_risk"})
+    rows = list(csv.DictReader(io.StringIO(response.content.decode())))
+    assert [r["identifier"] for r in rows] == ["c5", "c3", "c4"]
+    assert staff.get(reverse(URL), {"export": "nope"}).status_code == 400
+
+
+def test_csv_neutralises_formulas(world):
+    from billing_integration.reporting.csv import table_csv
+
+    Customer.objects.filter(identifier="c5").update(identifier="=HYPERLINK(1)")
+    text = table_csv(build_report(Period(now=NOW)), "at_risk")
+    assert "'=HYPERLINK(1)" in text
+
+
+def test_charts_escape_text():
+    svg = bar_chart("<b>&", ["2025-01"], {"x<y": [3]})
+    assert "<b>" not in svg and "&lt;b&gt;&amp;" in svg and "x&lt;y" in svg
+    svg = line_chart("MRR", ["2025-01", "2025-02"], {"MRR": [Decimal("10"), None]})
+    assert svg.count("<circle") == 2 and "<polyline" in svg
+
+
+def test_command_prints_the_tables(world):
+    out = io.StringIO()
+    call_command("billing_report", "--at", NOW.isoformat(), stdout=out)
+    text = out.getvalue()
+    assert "Billing report, last 12 months (2024-07 .. 2025-06)" in text
+    assert "Customers at risk: 3" in text
+    line = next(ln for ln in text.splitlines() if ln.startswith("All products") and "XOF" in ln)
+    assert "14,500.00" in line  # MRR
+    assert line.split()[3:5] == ["4", "1"]  # active, in trial
+
+
+def test_command_filters_and_csv(world):
+    out = io.StringIO()
+    call_command("billing_report", "--at", NOW.isoformat(), "--product", "Team",
+                 "--currency", "USD", "--csv", "overview", stdout=out)
+    rows = list(csv.DictReader(io.StringIO(out.getvalue())))
+    assert {(r["product"], r["currency"]) for r in rows} == {("Team", "USD"),
+                                                             ("All products", "USD")}
+    assert rows[0]["failed_amount"] == "30.00"
+    with pytest.raises(CommandError):
+        call_command("billing_report", "--product", "Nope")
+    with pytest.raises(CommandError):
+        call_command("billing_report", "--months", "0")
+
+
+def add_bulk(n_subs: int, n_payments: int) -> None:
+    """More of the same data: subscriptions on both products, payments of every state."""
+    world_customer = Customer.objects.create(identifier=f"bulk-{uuid.uuid4()}")
+    template = list(Subscription.objects.all())
+    subs = []
+    for i in range(n_subs):
+        s = template[i % len(template)]
+        subs.append(Subscription(
+            product_id=s.product_id, customer=world_customer, remote_id=uuid.uuid4(),
+            selected_billing_cycle=s.selected_billing_cycle,
+            selected_currency=s.selected_currency, status=s.status,
+            remote_created=dt(2024, 1 + i % 12, 1 + i % 27), remote_updated=s.remote_updated,
+            cycle_end_date=s.cycle_end_date, trial_end_date=s.trial_end_date,
+            last_payment_status=s.last_payment_status))
+    subs = Subscription.objects.bulk_create(subs)
+    Payment.objects.bulk_create(
+        Payment(remote_id=uuid.uuid4(), status=("completed", "failed", "canceled")[i % 3],
+                amount=Decimal(100 + i), currency=("XOF", "USD")[i % 2],
+                customer=world_customer, product_id=subs[i % len(subs)].product_id,
+                subscription=subs[i % len(subs)],
+                remote_created=NOW - timedelta(days=i % 400))
+        for i in range(n_payments))
+
+
+@pytest.mark.parametrize("extra", [0, 300])
+def test_constant_number_of_queries(extra, django_assert_num_queries):
+    build_world()
+    if extra:
+        add_bulk(extra, extra * 3)
+    with django_assert_num_queries(9):
+        report = build_report(Period(now=NOW))
+    assert report.overview
+    with django_assert_num_queries(9):
+        build_report(Period(now=NOW, currency="XOF", months=24))
+
+
+@pytest.mark.parametrize("extra", [0, 300])
+def test_dashboard_query_count(staff, pinned, extra, django_assert_max_num_queries):
+    build_world()
+    if extra:
+        add_bulk(extra, extra * 3)
+    # 9 report queries + the product list of the filter + session and user
+    with django_assert_max_num_queries(12):
+        assert staff.get(reverse(URL)).status_code == 200
