@@ -367,3 +367,13 @@ def test_staff_with_change_permission_can_publish(db):
     delete_url = reverse("admin:billing_integration_product_delete", args=[product.pk])
     assert client.post(delete_url, {"post": "yes"}).status_code == 403
     assert Product.objects.filter(pk=product.pk).exists()
+
+
+def test_add_page_offers_the_documented_fields(admin_client):
+    """The names docs/admin.md gives the browser test."""
+    html = admin_client.get(ADD).content.decode()
+    for name in ("name", "description", "product_type", "status", "selected_currencies",
+                 "cycles-0-unit", "cycles-0-frequency", "cycles-0-prices",
+                 "cycles-TOTAL_FORMS", "root_prices-TOTAL_FORMS", "_save"):
+        assert f'name="{name}"' in html, name
+    assert "billing-archive-link" not in html
