@@ -116,9 +116,10 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "data_folder_out": str(_queue),
         "processed_folder": str(_broker_dir / "celery-processed"),
         "store_processed": False,
+        "control_folder": str(_broker_dir / "celery-control"),  # else ./control in the cwd
         "polling_interval": 0.1,  # (mirror) seconds between looks at the folder (default 1)
     }
-    for _d in (_queue, _broker_dir / "celery-processed"):
+    for _d in (_queue, _broker_dir / "celery-processed", _broker_dir / "celery-control"):
         _d.mkdir(parents=True, exist_ok=True)
 else:
     # Redis and SQS redeliver an unacknowledged message after the visibility timeout:
