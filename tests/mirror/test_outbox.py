@@ -45,7 +45,8 @@ def make_product(name: str = "Pro plan", one_time: bool = False) -> Product:
 
 
 def push_all() -> list[str]:
-    return [push_entry_now(pk).status for pk in OutboxEntry.objects.open().values_list("pk", flat=True)]
+    ids = OutboxEntry.objects.open().values_list("pk", flat=True)
+    return [push_entry_now(pk).status for pk in ids]
 
 
 def test_create_product_sends_blueprint_with_the_entry_key(billing_sandbox, recorded_enqueues):
