@@ -269,3 +269,35 @@ def test_local_next_is_kept_for_the_return_page(billing_sandbox, product, logged
     post(logged_in, product, next="/members/")
     page = logged_in.get("/billing/checkout/return/")
     assert 'href="/members/"' in page.content.decode()
+
+
+def test_simultaneous_clicks_push_one_customer(billing_sandbox, product, user):
+    """Two checkout requests at the same moment (a double click, two tabs): one customer."""
+    import threading
+
+    from django.db import connection
+    from django.test import Client
+
+    billing_sandbox.faults(operation="create_customer", latency=0.3)
+    barrier = threading.Barrier(2)
+    statuses: list[int] = []
+
+    def click() -> None:
+        try:
+            c = Client()
+            c.force_login(user)
+            barrier.wait()
+            statuses.append(post(c, product).status_code)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=click) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert statuses == [302, 302]
+    assert len(billing_sandbox.objects("customer")) == 1
+    assert len(billing_sandbox.requests(operation="create_customer")) == 1
+    assert Customer.objects.count() == 1
+    assert CheckoutSession.objects.count() == 2
