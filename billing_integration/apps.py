@@ -9,3 +9,4 @@ class BillingIntegrationConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks  # noqa: F401  (registers the system checks)
+        from .outbox import signals  # noqa: F401  (connects the receivers that write the outbox)

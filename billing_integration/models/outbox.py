@@ -129,7 +129,3 @@ class OutboxEntry(models.Model):
     def target(self) -> Any:
         model = self.content_type.model_class()
         return model._default_manager.filter(pk=self.object_id).first() if model else None
-
-
-# The receivers that write entries (kept beside the model so they are always connected).
-from ..outbox import signals as _signals  # noqa: E402, F401
