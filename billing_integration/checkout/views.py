@@ -18,6 +18,7 @@ from django.contrib.auth.decorators import login_required
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
+from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
@@ -92,7 +93,7 @@ def checkout_outcome(customer: Customer | None, session: CheckoutSession | None)
     - ``active``: an active subscription to the session's product (any product without a
       session);
     - ``failed``: a failed or canceled payment for the customer (and product) since the session
-      started, or the session expired;
+      started, or the session expired (its status, or ``expires_at`` has passed);
     - ``pending``: otherwise, while the session may still complete;
     - ``none``: no customer, no session and no subscription.
     """
@@ -122,7 +123,9 @@ def checkout_outcome(customer: Customer | None, session: CheckoutSession | None)
     if payment is not None:
         result.update(outcome=FAILED, payment=payment)
         return result
-    if session.status == "expired":
+    if session.status == "expired" or (
+        session.expires_at is not None and session.expires_at <= timezone.now()
+    ):
         result.update(outcome=FAILED)
         return result
     result.update(outcome=PENDING)

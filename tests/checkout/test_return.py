@@ -121,3 +121,18 @@ def test_service_down_on_return_still_answers(billing_sandbox, product, logged_i
 def test_anonymous_return_goes_to_login(client):
     response = client.get(RETURN)
     assert response.status_code == 302 and "login" in response["Location"]
+
+
+def test_expired_session_shows_failed(billing_sandbox, product, logged_in):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    session = start(logged_in, product)
+    assert outcome(logged_in.get(RETURN, {"session_id": str(session.remote_id)})) == "pending"
+    CheckoutSession.objects.filter(pk=session.pk).update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    response = logged_in.get(RETURN, {"session_id": str(session.remote_id)})
+    assert outcome(response) == "failed"
+    assert "expired" in response.content.decode()
