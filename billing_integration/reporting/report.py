@@ -4,10 +4,11 @@
     report = build_report(Period(months=12, product=None, currency="XOF"))
     report.tables()["monthly"].rows
 
-Queries (always the same nine, whatever the data size): products, current subscriptions,
-subscription history, trials, payments, refunds, top customers, customers at risk, and the
-count of customers at risk. Python merges the grouped rows (a few per product, currency and
-month) into tables; money stays per currency.
+Queries (always the same eleven, whatever the data size): products, prices (normalised to a
+month), current subscriptions, subscription history, trials, payments, refunds, top
+customers (figures, then details), customers at risk, and the count of customers at risk.
+Python merges the grouped rows (a few per product, currency and month) into tables; money
+stays per currency.
 """
 
 from __future__ import annotations
@@ -154,8 +155,9 @@ def build_report(
 ) -> Report:
     """Run the report queries for ``period`` and assemble the tables."""
     products = dict(Product.objects.order_by().values_list("pk", "name"))
-    current = metrics.current_subscriptions(period)
-    history = metrics.subscription_history(period)
+    prices = metrics.price_table()
+    current = metrics.current_subscriptions(period, prices)
+    history = metrics.subscription_history(period, prices)
     trials = metrics.trial_history(period)
     payments = metrics.payment_history(period)
     refunds = metrics.refund_history(period)
