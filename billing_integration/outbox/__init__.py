@@ -20,8 +20,11 @@ from .context import from_remote, is_from_remote
 __all__ = ["BEAT_SCHEDULE", "beat_schedule", "from_remote", "is_from_remote"]
 
 
-def beat_schedule(drain_every: float = 60.0, sync_every: float = 3600.0) -> dict[str, Any]:
-    """A Celery beat schedule to merge into ``CELERY_BEAT_SCHEDULE``."""
+def beat_schedule(
+    drain_every: float = 60.0, sync_every: float = 3600.0, events_every: float = 60.0
+) -> dict[str, Any]:
+    """A Celery beat schedule to merge into ``CELERY_BEAT_SCHEDULE``: the outbox drain, the
+    periodic pull, and the sweep of received events whose processing message was lost."""
     return {
         "billing-drain-outbox": {
             "task": "billing_integration.drain_outbox",
@@ -33,8 +36,14 @@ def beat_schedule(drain_every: float = 60.0, sync_every: float = 3600.0) -> dict
             "schedule": sync_every,
             "options": {"expires": sync_every},
         },
+        "billing-process-pending-events": {
+            "task": "billing_integration.process_pending_webhook_events",
+            "schedule": events_every,
+            "options": {"expires": events_every},
+        },
     }
 
 
-#: The default schedule: drain lost outbox messages every minute, reconcile every hour.
+#: The default schedule: drain lost outbox messages and sweep stuck events every minute,
+#: reconcile every hour.
 BEAT_SCHEDULE: dict[str, Any] = beat_schedule()
