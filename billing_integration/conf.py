@@ -88,6 +88,12 @@ DEFAULTS: dict[str, Any] = {
     "OUTBOX_DRAIN_BATCH": 1000,  # (mirror) entries one drain run re-enqueues at most
     "OUTBOX_DEFER_DELAY": 2.0,  # (mirror) seconds before a push waiting behind another retries
     "OUTBOX_QUEUE": None,  # (mirror) Celery queue of the push tasks; None = the default queue
+    # (wake-up) a commit kicks a drain task once per burst (billing_integration.wakeup):
+    "KICK_TTL": 30.0,  # seconds a pending wake-up suppresses further kicks (a lost message)
+    "KICK_CACHE": None,  # Django cache alias shared by all processes; None = TOKEN_CACHE
+    "OUTBOX_DRAIN_SECONDS": 20.0,  # one drain task run pushes this long, then kicks itself
+    "OUTBOX_CLAIM_BATCH": 100,  # due entries fetched per query by a drain task run
+    "WEBHOOK_DRAIN_SECONDS": 20.0,  # one event drain run processes this long, then kicks itself
 }
 
 SECRET_KEYS = frozenset({"CLIENT_SECRET", "WEBHOOK_SECRET", "WEBHOOK_BASIC_AUTH"})

@@ -60,6 +60,8 @@ class PushResult:
     calls: int = 0
     retry_in: float | None = None
     error: BaseException | None = None
+    #: BUSY because another worker holds the entry (it will finish it): nothing to re-try.
+    held: bool = False
 
 
 def backoff(attempt: int) -> float:
@@ -184,7 +186,9 @@ def push_entry_now(entry_id: int, *, _depth: int = 0) -> PushResult:
         entry = _skip_locked(OutboxEntry.objects.using(using).filter(pk=entry_id), using).first()
         if entry is None:
             if OutboxEntry.objects.using(using).filter(pk=entry_id).exists():
-                return PushResult(BUSY, entry_id, retry_in=billing_settings.OUTBOX_DEFER_DELAY)
+                return PushResult(
+                    BUSY, entry_id, retry_in=billing_settings.OUTBOX_DEFER_DELAY, held=True
+                )
             return PushResult(SKIPPED, entry_id)
         if entry.state in (OutboxState.DONE, OutboxState.FAILED):
             return PushResult(SKIPPED, entry_id)
@@ -192,7 +196,7 @@ def push_entry_now(entry_id: int, *, _depth: int = 0) -> PushResult:
             entry.started_at > now - timedelta(seconds=lease)
         ):
             left = (entry.started_at + timedelta(seconds=lease) - now).total_seconds()
-            return PushResult(BUSY, entry_id, retry_in=max(1.0, left))
+            return PushResult(BUSY, entry_id, retry_in=max(1.0, left), held=True)
         blocked = (
             OutboxEntry.objects.using(using)
             .filter(

@@ -19,35 +19,35 @@ from celery import shared_task
 from django.utils import timezone
 
 from ..conf import billing_settings
+from ..wakeup import PUBLISH_RETRY_POLICY as _PUBLISH_RETRY_POLICY
 
 logger = logging.getLogger("billing_integration.outbox")
 
-__all__ = ["drain_outbox", "enqueue", "push_entry", "sync_all"]
+__all__ = ["drain_outbox", "enqueue", "push_entry", "push_pending", "sync_all"]
 
 #: Publishing must not hang a web request when the broker is down: the periodic drain
 #: (or ``billing_sync --drain``) picks the entry up later.
-PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2,
-                        "interval_max": 0.5}
+PUBLISH_RETRY_POLICY = _PUBLISH_RETRY_POLICY
 #: How many times a push that waits behind another is re-scheduled before the drain takes over.
 MAX_DEFERRALS = 60
 
 
+def wakeup_name() -> str:
+    """The wake-up flag of the push drain (one per outbox queue)."""
+    return f"outbox:{billing_settings.OUTBOX_QUEUE or 'default'}"
+
+
 def enqueue(entry_id: int, countdown: float | None = None) -> bool:
-    """Publish ``push_entry(entry_id)``; returns False (and logs) if the broker refused."""
-    try:
-        push_entry.apply_async(
-            (entry_id,),
-            countdown=countdown,
-            retry=True,
-            retry_policy=PUBLISH_RETRY_POLICY,
-            **_queue(),
-        )
-        return True
-    except Exception as exc:  # broker down: the entry stays pending for the drain
-        logger.warning(
-            "outbox entry %s not enqueued (%s); the drain will pick it up", entry_id, exc
-        )
-        return False
+    """Make sure ``entry_id`` is pushed soon: kick the ``push_pending`` drain (one message per
+    burst, see ``billing_integration.wakeup``), or, with ``countdown``, a drain timer.
+
+    Returns False when nothing was sent (a wake-up already pending, or the broker refused; the
+    entry stays pending for that drain or the periodic one)."""
+    from ..wakeup import kick, schedule
+
+    if countdown:
+        return schedule(wakeup_name(), push_pending, countdown, **_queue())
+    return kick(wakeup_name(), push_pending, **_queue())
 
 
 def _queue() -> dict[str, Any]:
@@ -82,6 +82,34 @@ def push_entry(self: Any, entry_id: int, deferrals: int = 0) -> str:
             **_queue(),
         )
     return result.status
+
+
+@shared_task(
+    name="billing_integration.push_pending",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    ignore_result=True,
+)
+def push_pending() -> int:
+    """The drain woken by ``enqueue`` (a kick): clear the wake-up flag FIRST, then push every
+    due entry (``drain.push_due``) in this one task run, re-using the DB connection and the
+    HTTP session. Past ``OUTBOX_DRAIN_SECONDS`` / ``OUTBOX_DRAIN_BATCH`` entries it kicks
+    itself again; entries due later (retry backoff, waiting behind another) get a timer.
+    Returns the number of entries handled."""
+    from ..wakeup import clear, kick, schedule
+    from .drain import push_due
+
+    name = wakeup_name()
+    clear(name)  # before looking: a change committed after this kicks a new run
+    report = push_due(
+        seconds=float(billing_settings.OUTBOX_DRAIN_SECONDS),
+        max_entries=int(billing_settings.OUTBOX_DRAIN_BATCH),
+    )
+    if report.more:
+        kick(name, push_pending, **_queue())
+    elif report.next_in is not None:
+        schedule(name, push_pending, report.next_in, **_queue())
+    return report.handled
 
 
 @shared_task(name="billing_integration.drain_outbox", ignore_result=True)

@@ -8,7 +8,14 @@ from celery import shared_task
 
 from ..conf import billing_settings
 
-__all__ = ["process_pending_webhook_events", "process_webhook_event"]
+#: The wake-up flag of the event drain (``billing_integration.wakeup``).
+WAKEUP_NAME = "webhooks"
+
+__all__ = [
+    "process_pending_webhook_events",
+    "process_received_events",
+    "process_webhook_event",
+]
 
 
 @shared_task(bind=True, name="billing_integration.process_webhook_event", acks_late=True)
@@ -32,3 +39,41 @@ def process_pending_webhook_events(older_than: float = 60.0) -> int:
     from .processing import process_pending
 
     return process_pending(older_than=older_than)
+
+
+@shared_task(name="billing_integration.process_received_events", acks_late=True,
+             ignore_result=True)
+def process_received_events() -> int:
+    """The drain the webhook view kicks (``billing_integration.wakeup``): clear the wake-up
+    flag FIRST, then process every ``received`` event in order of reception, in this one task
+    run. An event failing transiently is handed to ``process_webhook_event`` with a countdown,
+    as that task's first retry (so ``WEBHOOK_MAX_ATTEMPTS`` counts the drain's attempt). Past
+    ``WEBHOOK_DRAIN_SECONDS`` the drain kicks itself again. Returns the events handled."""
+    import time
+
+    from ..models import EventState, WebhookEvent
+    from ..wakeup import clear, kick
+    from .processing import process_event
+
+    clear(WAKEUP_NAME)  # before looking: an event stored after this kicks a new run
+    max_attempts = int(billing_settings.WEBHOOK_MAX_ATTEMPTS)
+    deadline = time.monotonic() + float(billing_settings.WEBHOOK_DRAIN_SECONDS)
+    seen: set[int] = set()
+    while True:
+        pks = [
+            pk
+            for pk in WebhookEvent.objects.filter(state=EventState.RECEIVED)
+            .order_by("received_at", "pk")
+            .values_list("pk", flat=True)[: len(seen) + 100]
+            if pk not in seen
+        ]
+        if not pks:
+            return len(seen)
+        for pk in pks:
+            if time.monotonic() >= deadline:
+                kick(WAKEUP_NAME, process_received_events)
+                return len(seen)
+            seen.add(pk)
+            result = process_event(pk, final=max_attempts <= 1)
+            if result.retryable and max_attempts > 1:
+                process_webhook_event.apply_async((pk,), countdown=1, retries=1)
