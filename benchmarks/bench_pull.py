@@ -1,0 +1,310 @@
+"""Pull of 10,000 customers and 10,000 subscriptions from a sandbox process (issue 4).
+
+Target: ``pull_customers()`` + ``pull_subscriptions()`` on an empty mirror take <= 2x the
+floor, the raw paged fetch of the same lists (one keep-alive ``requests.Session``, the same
+page size as the client) plus one ``bulk_create`` of minimal rows into the same tables.
+Also prints the SQL queries of the pull (and per page) and its peak memory.
+
+    .venv/bin/python benchmarks/bench_pull.py [--customers 10000] [--subscriptions 10000]
+                                              [--rounds 3]
+
+Database: ``DATABASE_URL``. Unset: a temporary SQLite file (removed afterwards). A
+``postgres://`` URL: the database it names is created and dropped by the script, so its name
+must start with ``bench`` (e.g. ``postgres://postgres@127.0.0.1:5432/bench_pull``). A
+``sqlite://`` URL is used as given and must hold an empty mirror. Migrations run
+programmatically. Rounds alternate the two paths (the pull first, so ``ru_maxrss`` after the
+first pull is the pull's own peak); the times are the medians of the rounds. The query count
+and the ``tracemalloc`` peak come from two extra, untimed pulls (both instruments slow the
+code they watch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import requests
+
+from benchmarks.sandbox_process import sandbox_process
+
+TARGET = 2.0
+
+
+# --- database ----------------------------------------------------------------------------------
+@contextmanager
+def bench_database(url: str) -> Iterator[str]:
+    """Yield the ``DATABASE_URL`` to use; create/drop a PostgreSQL ``bench*`` database or a
+    temporary SQLite file around the run."""
+    if not url:
+        tmp = Path(tempfile.mkdtemp(prefix="bench-pull-"))
+        try:
+            yield f"sqlite:///{tmp / 'db.sqlite3'}"
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
+    if url.startswith(("postgres://", "postgresql://", "pgsql://")):
+        parts = urlsplit(url)
+        dbname = parts.path.lstrip("/")
+        if not dbname.startswith("bench"):
+            raise SystemExit(
+                f"refusing to create/drop database {dbname!r}: its name must start with 'bench'"
+            )
+        import psycopg
+
+        admin = urlunsplit(parts._replace(scheme="postgresql", path="/postgres"))
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{dbname}"')
+        try:
+            yield url
+        finally:
+            from django.db import connections
+
+            connections.close_all()
+            with psycopg.connect(admin, autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+        return
+    yield url  # another URL (e.g. an SQLite file): used as given, must be an empty mirror
+
+
+def empty_mirror() -> None:
+    from billing_integration.models import Customer, Subscription
+
+    Subscription.objects.all().delete()
+    Customer.objects.all().delete()
+
+
+# --- the two paths -----------------------------------------------------------------------------
+class Floor:
+    """Raw paged GETs with one keep-alive session, then one ``bulk_create`` per table."""
+
+    def __init__(self, base_url: str, token: str, page_size: int) -> None:
+        self.session = requests.Session()
+        self.base_url = base_url + "/v1/api/billing"
+        self.headers = {"Accept": "application/json", "x-kc-token": token}
+        self.page_size = page_size
+        self.pages = 0
+
+    def fetch(self, resource_name: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        offset = 0
+        while True:
+            response = self.session.get(
+                f"{self.base_url}/{resource_name}",
+                params={"limit": self.page_size, "offset": offset},
+                headers=self.headers,
+                timeout=30,
+            )
+            response.raise_for_status()
+            page = response.json()["data"]
+            self.pages += 1
+            items.extend(page)
+            if len(page) < self.page_size:
+                return items
+            offset += len(page)
+
+    def __call__(self) -> tuple[int, int]:
+        from billing_integration.models import Customer, Subscription
+
+        customers = self.fetch("customers")
+        subscriptions = self.fetch("subscriptions")
+        Customer.objects.bulk_create(
+            [Customer(remote_id=c["id"], identifier=c["identifier"]) for c in customers]
+        )
+        Subscription.objects.bulk_create([Subscription(remote_id=s["id"]) for s in subscriptions])
+        return len(customers), len(subscriptions)
+
+
+def pull() -> tuple[Any, Any]:
+    from billing_integration.sync.pull import pull_customers, pull_subscriptions
+
+    return pull_customers(), pull_subscriptions()
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    started = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - started, result
+
+
+@contextmanager
+def time_breakdown(connection: Any, client: Any) -> Iterator[dict[str, float]]:
+    """Seconds spent in the client's HTTP calls (with JSON decoding), in SQL statements and
+    in commits, while the block runs (an untimed run: the wrappers cost a little)."""
+    spent = {"http": 0.0, "sql": 0.0, "commit": 0.0}
+
+    def clocked(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[name] += time.perf_counter() - started
+
+        return wrapper
+
+    def sql(execute: Callable[..., Any], *args: Any) -> Any:
+        return clocked("sql", execute)(*args)
+
+    wrapper = connection._connections[connection._alias]  # the DatabaseWrapper
+    wrapper._commit = clocked("commit", wrapper._commit)
+    client._call = clocked("http", client._call)
+    try:
+        with connection.execute_wrapper(sql):
+            yield spent
+    finally:
+        del wrapper._commit, client._call
+
+
+def maxrss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def traced_peak_mib(fn: Callable[[], Any]) -> float:
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        fn()
+        return tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
+
+
+# --- main --------------------------------------------------------------------------------------
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--customers", type=int, default=10_000)
+    parser.add_argument("--subscriptions", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+
+    with sandbox_process() as env, bench_database(os.environ.get("DATABASE_URL", "")) as db_url:
+        os.environ.update(env)
+        os.environ.update(
+            DATABASE_URL=db_url,
+            CACHE_URL="locmemcache://",
+            DEBUG="0",  # DEBUG=True would log every query (time and memory)
+        )
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "example_project.settings")
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+        from django.db import connection
+        from django.test.utils import CaptureQueriesContext
+
+        from billing_integration.client import get_client
+        from billing_integration.models import Customer, Subscription
+        from billing_integration.sync.pull import pull_products
+
+        call_command("migrate", verbosity=0)
+        if Customer.objects.exists() or Subscription.objects.exists():
+            raise SystemExit(f"{db_url}: the mirror is not empty; use an empty database")
+
+        seeded = requests.post(
+            env["BILLING_BASE_URL"] + "/_sandbox/seed",
+            json={"customers": args.customers, "subscriptions": args.subscriptions},
+            timeout=600,
+        )
+        seeded.raise_for_status()
+        client = get_client()
+        pull_products()  # the seeded plan (untimed): subscriptions link to it; warms the token
+        token = requests.post(
+            client.token_url,
+            data={
+                "grant_type": "client_credentials",
+                "client_id": env["BILLING_CLIENT_ID"],
+                "client_secret": env["BILLING_CLIENT_SECRET"],
+            },
+            timeout=10,
+        ).json()["access_token"]
+        floor = Floor(env["BILLING_BASE_URL"], token, client.page_size)
+        vendor = connection.vendor
+        print(
+            f"database: {vendor} ({connection.settings_dict['NAME']}); sandbox process; "
+            f"{args.customers} customers, {args.subscriptions} subscriptions; "
+            f"page size {client.page_size}; {args.rounds} rounds"
+        )
+        rss_start = maxrss_mib()
+
+        floor_times: list[float] = []
+        pull_times: list[float] = []
+        rss_after_pull = 0.0
+        for i in range(args.rounds):
+            t_pull, (cust, subs) = timed(pull)
+            if cust.created != args.customers or subs.created != args.subscriptions:
+                raise SystemExit(f"pull created {cust} / {subs}: expected everything new")
+            if i == 0:
+                rss_after_pull = maxrss_mib()
+            empty_mirror()
+            t_floor, (n_cust, n_subs) = timed(floor)
+            if (n_cust, n_subs) != (args.customers, args.subscriptions):
+                raise SystemExit(f"floor fetched {n_cust}/{n_subs}")
+            empty_mirror()
+            pull_times.append(t_pull)
+            floor_times.append(t_floor)
+            print(
+                f"  round {i + 1}: pull {t_pull:.3f} s, floor {t_floor:.3f} s, "
+                f"ratio {t_pull / t_floor:.2f}"
+            )
+        rss_end = maxrss_mib()
+
+        # Untimed: the queries of one pull, then its tracemalloc peak (and the floor's).
+        with CaptureQueriesContext(connection) as ctx:
+            cust, subs = pull()
+        queries = len(ctx.captured_queries)
+        pages = cust.pages + subs.pages
+        empty_mirror()
+        with time_breakdown(connection, client) as spent:
+            t_instrumented, _ = timed(pull)
+        empty_mirror()
+        pull_peak = traced_peak_mib(pull)
+        empty_mirror()
+        floor_peak = traced_peak_mib(floor)
+        empty_mirror()
+
+    t_floor = statistics.median(floor_times)
+    t_pull = statistics.median(pull_times)
+    ratio = t_pull / t_floor
+    print(f"floor (raw paged GETs + one bulk_create per table): {t_floor:.3f} s (median)")
+    print(f"pull_customers() + pull_subscriptions():             {t_pull:.3f} s (median)")
+    print(
+        f"ratio pull/floor: {ratio:.2f}  (target <= {TARGET:.1f}: "
+        f"{'met' if ratio <= TARGET else 'MISSED'})"
+    )
+    print(
+        f"SQL queries of the pull: {queries} for {pages} pages "
+        f"({queries / max(pages, 1):.2f} per page; customers {cust.pages} pages, "
+        f"subscriptions {subs.pages} pages)"
+    )
+    python = t_instrumented - sum(spent.values())
+    print(
+        f"where the pull's time goes (instrumented run, {t_instrumented:.3f} s): "
+        f"HTTP+JSON {spent['http']:.3f} s, SQL statements {spent['sql']:.3f} s, "
+        f"commits {spent['commit']:.3f} s, Python (mapping, model instances, "
+        f"bulk_create preparation) {python:.3f} s"
+    )
+    print(
+        f"peak memory: tracemalloc pull {pull_peak:.1f} MiB (floor {floor_peak:.1f} MiB); "
+        f"ru_maxrss {rss_start:.0f} MiB before, {rss_after_pull:.0f} MiB after the first pull, "
+        f"{rss_end:.0f} MiB after the floor rounds"
+    )
+    return 0 if ratio <= TARGET else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
