@@ -295,8 +295,10 @@ def queries_per_event() -> tuple[dict[int, int], dict[int, int]]:
         request = factory.post(
             "/billing/webhooks/", data=body, content_type="application/json", **meta
         )
-        delay = "billing_integration.webhooks.tasks.process_webhook_event.delay"
-        with mock.patch(delay), CaptureQueriesContext(connection) as ctx:
+        with (
+            mock.patch("billing_integration.wakeup.kick"),
+            CaptureQueriesContext(connection) as ctx,
+        ):
             response = views.webhook(request)
         assert response.status_code == 200, response.content
         ingest[stored_now] = statements(ctx)

@@ -135,7 +135,9 @@ def store_delivery(
 
 
 def enqueue(event_pk: int) -> None:
-    """Hand a stored event to processing: inline, or a Celery task (after commit).
+    """Hand a stored event to processing: inline, or (after commit) a coalesced kick of the
+    ``process_received_events`` drain: one Celery message per burst of deliveries, not one per
+    event (see ``billing_integration.wakeup``).
 
     Never raises: the event is stored, and a failure to enqueue leaves it ``received`` for
     ``process_pending`` (or a redelivery) to pick up.
@@ -148,9 +150,10 @@ def enqueue(event_pk: int) -> None:
 
                 process_event(event_pk)
             else:
-                from .tasks import process_webhook_event
+                from ..wakeup import kick
+                from .tasks import WAKEUP_NAME, process_received_events
 
-                process_webhook_event.delay(event_pk)
+                kick(WAKEUP_NAME, process_received_events)
         except Exception:
             logger.exception("Could not hand event %s to processing; it stays received", event_pk)
 

@@ -13,7 +13,9 @@ from django.core.management import call_command
 from django.db import DatabaseError
 from django.urls import reverse
 
+from billing_integration import wakeup
 from billing_integration.models import EventState, WebhookEvent
+from billing_integration.webhooks.tasks import WAKEUP_NAME, process_received_events
 
 from .conftest import OTHER_SECRET, SECRET, as_meta, envelope, post_signed, sign
 
@@ -23,10 +25,10 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def stored_only(settings):
-    """The secret set, processing on Celery (the task is mocked out)."""
+    """The secret set, processing on Celery: the hand-off (a kick of the drain) is recorded."""
     settings.BILLING = {**settings.BILLING, "WEBHOOK_SECRET": SECRET}
-    with mock.patch("billing_integration.webhooks.tasks.process_webhook_event.delay") as delay:
-        yield delay
+    with mock.patch("billing_integration.wakeup.kick") as kick:
+        yield kick
 
 
 def test_url_is_named_and_served_under_billing():
@@ -60,7 +62,7 @@ def test_valid_delivery_is_stored_and_enqueued(
     assert event.headers["authorization"] == "[redacted]"
     assert event.headers["webhook-id"] == payload["id"]
     assert SECRET not in json.dumps(event.headers)
-    stored_only.assert_called_once_with(event.pk)
+    stored_only.assert_called_once_with(WAKEUP_NAME, process_received_events)
 
 
 def test_csrf_is_not_required(stored_only):
@@ -270,17 +272,19 @@ def test_store_failure_is_503(client, stored_only):
 
 def test_broker_failure_still_acknowledges(client, settings, django_capture_on_commit_callbacks):
     settings.BILLING = {**settings.BILLING, "WEBHOOK_SECRET": SECRET}
+    wakeup.clear(WAKEUP_NAME)  # no drain pending: this delivery's kick must publish
     payload = envelope("invoice.paid", {"id": str(uuid.uuid4())})
     with (
-        mock.patch(
-            "billing_integration.webhooks.tasks.process_webhook_event.delay",
-            side_effect=ConnectionError("broker down"),
-        ),
+        mock.patch.object(
+            process_received_events, "apply_async", side_effect=ConnectionError("broker down")
+        ) as publish,
         django_capture_on_commit_callbacks(execute=True),
     ):
         response = post_signed(client, payload)
+    assert publish.call_count == 1
     assert response.status_code == 200
     assert WebhookEvent.objects.get().state == EventState.RECEIVED
+    wakeup.clear(WAKEUP_NAME)
 
 
 def test_ingest_path_query_count(client, stored_only, django_assert_max_num_queries):
