@@ -1,14 +1,17 @@
 """Benchmark of the reporting dashboard on PostgreSQL (prints time and query count).
 
     .venv/bin/python benchmarks/bench_reporting.py [--subscriptions 100000] [--payments 1000000]
-                                                   [--runs 5] [--keep]
+                                                   [--runs 5] [--keep] [--reuse]
 
 Creates a dedicated database ``billing_bench_reporting`` on the server of ``DATABASE_URL``
 (default postgres://postgres@127.0.0.1:5432/test), migrates it, bulk-loads products,
 customers, subscriptions, payments, refunds and invoices with COPY, runs ANALYZE, then times
 ``build_report()`` (the dashboard's queries) and the whole admin page, and prints the query
 count against the target (constant; page under 1 s). The database is dropped at the end
-unless ``--keep``. Not a test: nothing is asserted.
+unless ``--keep``. ``--reuse`` skips the load when a kept database is there (migrating it
+first, so new indexes get built on the existing rows). ``BENCH_EXPLAIN=1`` prints
+``EXPLAIN (ANALYZE, BUFFERS)`` of every query of the page, ``BENCH_SQL=1`` their times.
+Not a test: nothing is asserted.
 """
 
 from __future__ import annotations
@@ -45,6 +48,12 @@ def create_database() -> None:
     with admin_conn() as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{DB_NAME}"')
         conn.execute(f'CREATE DATABASE "{DB_NAME}"')
+
+
+def database_exists() -> bool:
+    with admin_conn() as conn:
+        row = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DB_NAME,))
+        return row.fetchone() is not None
 
 
 def drop_database() -> None:
@@ -184,7 +193,7 @@ def load(n_subs: int, n_payments: int, seed: int = 7) -> dict[str, int]:
         for pk, cust, prod, cur in subs[: max(n_subs // 5, 1)]))
     counts["customers"] = n_customers
     with connection.cursor() as cursor:
-        cursor.execute("ANALYZE")
+        cursor.execute("VACUUM ANALYZE")
     get_user_model().objects.create_superuser("bench", "bench@example.com", "pw")
     return counts
 
@@ -227,6 +236,14 @@ def measure(runs: int) -> None:
     if os.environ.get("BENCH_SQL"):
         for q in ctx.captured_queries:
             print(f"  {q['time']}s  {q['sql'][:160]}")
+    if os.environ.get("BENCH_EXPLAIN"):
+        with connection.cursor() as cursor:
+            for q in ctx.captured_queries:
+                if not q["sql"].lstrip().upper().startswith("SELECT"):
+                    continue
+                cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + q["sql"])
+                print(f"\n--- {q['time']}s  {q['sql'][:300]}")
+                print("\n".join(r[0] for r in cursor.fetchall()))
 
 
 def main() -> None:
@@ -235,18 +252,32 @@ def main() -> None:
     parser.add_argument("--payments", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    parser.add_argument("--reuse", action="store_true",
+                        help="use the kept database as it is (no reload); implies --keep")
     args = parser.parse_args()
 
-    create_database()
+    reuse = args.reuse and database_exists()
+    if args.reuse:
+        args.keep = True
+    if not reuse:
+        create_database()
     setup_django()
     try:
         from django.core.management import call_command
 
-        call_command("migrate", verbosity=0)
         t0 = time.perf_counter()
-        counts = load(args.subscriptions, args.payments)
-        print(f"loaded {counts} in {time.perf_counter() - t0:.1f} s "
-              f"into database {DB_NAME}")
+        call_command("migrate", verbosity=0)
+        if reuse:
+            from django.db import connection
+
+            with connection.cursor() as cursor:
+                cursor.execute("VACUUM ANALYZE")
+            print(f"reused database {DB_NAME} (migrate + ANALYZE "
+                  f"{time.perf_counter() - t0:.1f} s)")
+        else:
+            counts = load(args.subscriptions, args.payments)
+            print(f"loaded {counts} in {time.perf_counter() - t0:.1f} s "
+                  f"into database {DB_NAME}")
         measure(args.runs)
     finally:
         if not args.keep:

@@ -9,6 +9,8 @@ its ``date_updated`` (an older event never overwrites a newer one).
 from __future__ import annotations
 
 from django.db import models
+from django.db.models import F
+from django.db.models.functions import Coalesce, Upper
 from django.utils.translation import gettext_lazy as _
 
 __all__ = ["Invoice", "InvoiceStatus", "Payment", "PaymentStatus", "Refund", "RefundStatus"]
@@ -128,6 +130,24 @@ class Payment(EventRecord):
         verbose_name = _("payment")
         verbose_name_plural = _("payments")
         ordering = ("-remote_created", "-id")
+        # Reporting (billing_integration.reporting.metrics); INCLUDE is PostgreSQL only, so
+        # that it answers the dashboard's two payment aggregates with index-only scans.
+        indexes = [
+            # payment_history: the period filter on COALESCE(remote_created, created_at)
+            # (also gives PostgreSQL statistics on that expression).
+            models.Index(
+                Coalesce("remote_created", "created_at"),
+                include=["product", "currency", "status", "amount", "remote_created",
+                         "created_at"],
+                name="payment_at_covering",
+            ),
+            # customer_summary: lifetime figures grouped by customer and currency code.
+            models.Index(
+                F("customer"), Upper("currency"),
+                include=["currency", "status", "amount", "remote_created", "created_at"],
+                name="payment_customer_covering",
+            ),
+        ]
 
     @property
     def invoice(self) -> Invoice | None:

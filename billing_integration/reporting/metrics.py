@@ -296,8 +296,10 @@ def subscription_history(
     counts over all subscriptions grouped by product, cycle and currency."""
     bounds = period.bounds()
     aggregates: dict[str, Any] = {}
+    # active at the start of month i = active at the end of month i - 1 (the same instant):
+    # only the first start is counted on its own (11 fewer conditional counts for 12 months).
+    aggregates["s0"] = Count("pk", filter=active_at(bounds[0][0]))
     for i, (start, end) in enumerate(bounds):
-        aggregates[f"s{i}"] = Count("pk", filter=active_at(start))
         aggregates[f"e{i}"] = Count("pk", filter=active_at(end))
         aggregates[f"n{i}"] = Count("pk", filter=Q(started__gte=start, started__lt=end))
         aggregates[f"c{i}"] = Count("pk", filter=Q(ended__gte=start, ended__lt=end))
@@ -320,7 +322,7 @@ def subscription_history(
                 {"product_id": key[0], "currency": key[1], "month": key[2], "active_start": 0,
                  "active_end": 0, "new": 0, "cancellations": 0, "mrr": Decimal(0)},
             )
-            row["active_start"] += r[f"s{i}"]
+            row["active_start"] += r[f"s{i}"] if i == 0 else r[f"e{i - 1}"]
             row["active_end"] += r[f"e{i}"]
             row["new"] += r[f"n{i}"]
             row["cancellations"] += r[f"c{i}"]
@@ -351,17 +353,20 @@ def trial_history(period: Period) -> list[dict[str, Any]]:
 # --- payments and refunds --------------------------------------------------------------------
 def payment_history(period: Period) -> list[dict[str, Any]]:
     """Per product, currency and month: payments completed / failed / canceled and their
-    amounts. One query (TruncMonth, conditional Count/Sum)."""
+    amounts. One query (TruncMonth, conditional Count/Sum).
+
+    Counts are of ``status`` (never NULL), not of ``pk``: every column the query reads is in
+    the ``payment_at_covering`` index, so PostgreSQL answers it with an index-only scan."""
     rows = (
         _records(Payment, period)
         .annotate(month=TruncMonth("at"))
         .values("product_id", "code", "month")
         .annotate(
-            completed=Count("pk", filter=Q(status=PaymentStatus.COMPLETED)),
+            completed=Count("status", filter=Q(status=PaymentStatus.COMPLETED)),
             completed_amount=Sum("amount", filter=Q(status=PaymentStatus.COMPLETED)),
-            failed=Count("pk", filter=Q(status=PaymentStatus.FAILED)),
+            failed=Count("status", filter=Q(status=PaymentStatus.FAILED)),
             failed_amount=Sum("amount", filter=Q(status=PaymentStatus.FAILED)),
-            canceled=Count("pk", filter=Q(status=PaymentStatus.CANCELED)),
+            canceled=Count("status", filter=Q(status=PaymentStatus.CANCELED)),
         )
     )
     return [
@@ -403,14 +408,17 @@ def customer_summary(period: Period, limit: int | None = 25) -> list[dict[str, A
     ``limit`` by paid amount (``None``: every customer, for the CSV export).
 
     Two queries: the grouped payment aggregate (no subquery: a Subquery there would join its
-    GROUP BY and run for every payment row), then the details of the listed customers only."""
+    GROUP BY and run for every payment row), then the details of the listed customers only.
+    The aggregate reads only columns of the ``payment_customer_covering`` index (hence
+    ``Count("status")``, never NULL, rather than ``Count("pk")``): an index-only scan in
+    customer order on PostgreSQL, no sort of the payments."""
     figures = (
         _records(Payment, period, lifetime=True)
         .filter(customer__isnull=False)
         .values("customer_id", "code")
         .annotate(
             paid=Sum("amount", filter=Q(status=PaymentStatus.COMPLETED)),
-            failed=Count("pk", filter=Q(status=PaymentStatus.FAILED)),
+            failed=Count("status", filter=Q(status=PaymentStatus.FAILED)),
             failed_amount=Sum("amount", filter=Q(status=PaymentStatus.FAILED)),
             last_payment_at=Max("at"),
         )
