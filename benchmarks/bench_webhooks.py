@@ -36,6 +36,9 @@ WORKERS = int(os.environ.get("BENCH_WORKERS", str(2 * (os.cpu_count() or 1))))
 
 os.environ.setdefault("DATABASE_URL", DEFAULT_DB)
 os.environ.setdefault("CELERY_BROKER_URL", "redis://127.0.0.1:6379/7")
+# The coalesced hand-off (billing_integration.wakeup) keeps its flag in the cache: a shared
+# one, as in production.
+os.environ.setdefault("CACHE_URL", "redis://127.0.0.1:6379/8")
 os.environ["DJANGO_SETTINGS_MODULE"] = "webhook_bench_site"
 sys.path[:0] = [str(ROOT), str(BENCH_DIR)]
 
@@ -108,6 +111,7 @@ def prepare() -> None:
     from django.db import connection
 
     call_command("migrate", verbosity=0)
+    call_command("createcachetable", verbosity=0)  # when CACHE_URL names a database cache
     from webhook_bench_site import BARE_TABLE
 
     with connection.cursor() as cursor:
