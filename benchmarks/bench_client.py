@@ -56,6 +56,7 @@ def main() -> None:
         client = get_client()
         token_url = client.token_url
         raw = requests.Session()
+        raw.trust_env = False  # as the client's session: no per-request proxy/netrc lookups
         token = raw.post(
             token_url,
             data={
