@@ -67,14 +67,13 @@ DEFAULTS: dict[str, Any] = {
     "CUSTOMER_IDENTIFIER": "billing_integration.customers.default_identifier",
     "CUSTOMER_FIELDS": "billing_integration.customers.default_fields",
     "CHECKOUT_EXPIRY": 300,  # seconds; the service's own default is 5 minutes
-    "SUBSCRIPTION_REQUIRED_URL": "/",  # where access checks send non-subscribers
-    # (checkout) SUBSCRIPTION_REQUIRED_URL above: a URL name ("pricing") or a path;
-    # the access checks add "?next=<the refused path>"
-    # (checkout) dotted path of a callable(request) -> subscriber (a team, an organisation)
-    # or None; None here = request.user (anonymous -> no subscriber)
+    # where access checks send non-subscribers: a URL name ("pricing") or a path; "?next=" added
+    "SUBSCRIPTION_REQUIRED_URL": "/",
+    # dotted path of a callable(request) -> subscriber (a team, an organisation) or None;
+    # None here means request.user (anonymous: no subscriber)
     "SUBSCRIBER_RESOLVER": None,
-    # (checkout) retries of create_checkout_session while the customer waits (the client's
-    # MAX_RETRIES is for background work), and the longest Retry-After honoured meanwhile
+    # retries of create_checkout_session while the customer waits (MAX_RETRIES is for
+    # background work), and the longest Retry-After honoured meanwhile (seconds)
     "CHECKOUT_MAX_RETRIES": 1,
     "CHECKOUT_RETRY_AFTER_MAX": 2.0,
     # --- outbox -----------------------------------------------------------------------------
@@ -82,22 +81,19 @@ DEFAULTS: dict[str, Any] = {
     "OUTBOX_RETRY_BASE": 2.0,  # seconds; task retry n waits BASE * 2**n (capped below)
     "OUTBOX_RETRY_MAX": 300.0,  # keep below the broker's visibility timeout
     "OUTBOX_STALE_AFTER": 60.0,  # the beat drain picks up entries older than this
-    # (mirror) seconds a worker's claim on an entry holds before another may take it over
-    # (a killed worker); keep above the longest single push incl. the client's own retries.
+    # seconds a worker's claim on an entry holds before another may take it over (a killed
+    # worker); keep above the longest single push including the client's own retries
     "OUTBOX_LEASE": 300.0,
-    "OUTBOX_DRAIN_BATCH": 1000,  # (mirror) entries one drain run re-enqueues at most
-    "OUTBOX_DEFER_DELAY": 2.0,  # (mirror) seconds before a push waiting behind another retries
-    "OUTBOX_QUEUE": None,  # (mirror) Celery queue of the push tasks; None = the default queue
-    # (wake-up) a commit kicks a drain task once per burst (billing_integration.wakeup):
+    "OUTBOX_DRAIN_BATCH": 1000,  # entries one periodic drain run re-enqueues at most
+    "OUTBOX_DEFER_DELAY": 2.0,  # seconds before a push waiting behind another retries
+    "OUTBOX_QUEUE": None,  # Celery queue of the push tasks; None = the default queue
+    # --- wake-ups: a commit kicks a drain task once per burst (billing_integration.wakeup) ---
     "KICK_TTL": 30.0,  # seconds a pending wake-up suppresses further kicks (a lost message)
     "KICK_CACHE": None,  # Django cache alias shared by all processes; None = TOKEN_CACHE
     "OUTBOX_DRAIN_SECONDS": 20.0,  # one drain task run pushes this long, then kicks itself
     "OUTBOX_CLAIM_BATCH": 100,  # due entries fetched per query by a drain task run
     "WEBHOOK_DRAIN_SECONDS": 20.0,  # one event drain run processes this long, then kicks itself
 }
-
-SECRET_KEYS = frozenset({"CLIENT_SECRET", "WEBHOOK_SECRET", "WEBHOOK_BASIC_AUTH"})
-
 
 class BillingSettings:
     """Attribute access to ``settings.BILLING`` merged over ``DEFAULTS``."""
