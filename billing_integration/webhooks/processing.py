@@ -44,6 +44,9 @@ from .types import normalize_type
 
 logger = logging.getLogger("billing_integration.webhooks")
 
+#: What processing writes back on the event row.
+_OUTCOME_FIELDS = ["state", "outcome", "error", "traceback", "attempts", "processed_at", "type"]
+
 __all__ = ["ProcessResult", "process_event", "process_pending", "pull_missing", "replay_events"]
 
 #: Seconds during which an object that was pulled is not pulled again for another event.
@@ -121,17 +124,7 @@ def _apply(pk: int, pulled: set[tuple[str, uuid.UUID]], force: bool) -> ProcessR
             event.outcome = ""
             event.error = f"No handler for event type {event.raw_type[:100]!r}."
             event.type = event_type
-            event.save(
-                update_fields=[
-                    "state",
-                    "outcome",
-                    "error",
-                    "traceback",
-                    "attempts",
-                    "processed_at",
-                    "type",
-                ]
-            )
+            event.save(update_fields=_OUTCOME_FIELDS)
             return ProcessResult(pk, event.state)
         ctx = _load_context(event, event_type)
         ctx.pulled = pulled
@@ -139,17 +132,7 @@ def _apply(pk: int, pulled: set[tuple[str, uuid.UUID]], force: bool) -> ProcessR
         event.type = event_type
         event.state = EventState.PROCESSED
         event.outcome = result.outcome
-        event.save(
-            update_fields=[
-                "state",
-                "outcome",
-                "error",
-                "traceback",
-                "attempts",
-                "processed_at",
-                "type",
-            ]
-        )
+        event.save(update_fields=_OUTCOME_FIELDS)
         if result.outcome == "applied":
             transaction.on_commit(lambda: send_signals(event, ctx, result))
         return ProcessResult(pk, event.state, result.outcome)
