@@ -224,6 +224,39 @@ class ProductForm(forms.ModelForm):
             ]
 
 
+
+def _confirm_pricing_change(
+    model_admin: admin.ModelAdmin,
+    request: HttpRequest,
+    product: Product,
+    changes: list[Any],
+    change_url: str,
+    subscription_count: int,
+) -> TemplateResponse:
+    """The page that asks to confirm a change of prices or cycles of a product with
+    subscriptions; confirming re-posts the same form data with ``CONFIRM_FIELD``."""
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "title": _("Confirm the change of prices or billing cycles"),
+        "object": product,
+        "opts": model_admin.opts,
+        "changes": changes,
+        "subscription_count": subscription_count,
+        "active_count": Subscription.objects.for_product(product).active().count(),
+        "warning": PRICE_CHANGE_WARNING,
+        "post_items": [
+            (key, value)
+            for key, values in request.POST.lists()
+            if key != "csrfmiddlewaretoken"
+            for value in values
+        ],
+        "confirm_field": CONFIRM_FIELD,
+        "change_url": change_url,
+    }
+    return TemplateResponse(
+        request, "admin/billing_integration/product/confirm_pricing_change.html", context
+    )
+
 @admin.register(Product)
 class ProductAdmin(SyncStateAdminMixin, admin.ModelAdmin):
     form = ProductForm
@@ -417,29 +450,10 @@ class ProductAdmin(SyncStateAdminMixin, admin.ModelAdmin):
         ]
         if not changes:
             return None
-        context = {
-            **self.admin_site.each_context(request),
-            "title": _("Confirm the change of prices or billing cycles"),
-            "object": obj,
-            "opts": self.opts,
-            "changes": changes,
-            "subscription_count": total,
-            "active_count": Subscription.objects.for_product(obj).active().count(),
-            "warning": PRICE_CHANGE_WARNING,
-            "post_items": [
-                (key, value)
-                for key, values in request.POST.lists()
-                if key != "csrfmiddlewaretoken"
-                for value in values
-            ],
-            "confirm_field": CONFIRM_FIELD,
-            "change_url": reverse(
-                f"admin:{self.opts.app_label}_{self.opts.model_name}_change", args=[obj.pk]
-            ),
-        }
-        return TemplateResponse(
-            request, "admin/billing_integration/product/confirm_pricing_change.html", context
+        change_url = reverse(
+            f"admin:{self.opts.app_label}_{self.opts.model_name}_change", args=[obj.pk]
         )
+        return _confirm_pricing_change(self, request, obj, changes, change_url, total)
 
     def render_change_form(self, request: HttpRequest, context: dict[str, Any], add: bool = False,
                            change: bool = False, form_url: str = "", obj: Any = None) -> Any:
@@ -507,39 +521,27 @@ class BillingCycleAdmin(admin.ModelAdmin):
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
         if request.method == "POST" and object_id and CONFIRM_FIELD not in request.POST:
-            obj = self.get_object(request, unquote(object_id))
-            if obj is not None and obj.product.subscriptions.exists():
-                formsets, _inl = self._create_formsets(request, obj, change=True)
-                form = self.get_form(request, obj, change=True)(request.POST, instance=obj)
-                if (form.is_valid() and all(f.is_valid() for f in formsets)
-                        and (form.has_changed()
-                             or any(_formset_changes(f) for f in formsets))):
-                    changes = _formset_changes(formsets[0]) if formsets else []
-                    if form.has_changed():
-                        changes.insert(0, _("change cycle %s") % obj)
-                    context = {
-                        **self.admin_site.each_context(request),
-                        "title": _("Confirm the change of prices or billing cycles"),
-                        "object": obj.product,
-                        "opts": self.opts,
-                        "changes": changes,
-                        "subscription_count": obj.product.subscriptions.count(),
-                        "active_count": Subscription.objects.for_product(obj.product)
-                        .active()
-                        .count(),
-                        "warning": PRICE_CHANGE_WARNING,
-                        "post_items": [
-                            (k, v)
-                            for k, vs in request.POST.lists()
-                            if k != "csrfmiddlewaretoken"
-                            for v in vs
-                        ],
-                        "confirm_field": CONFIRM_FIELD,
-                        "change_url": request.path,
-                    }
-                    return TemplateResponse(
-                        request,
-                        "admin/billing_integration/product/confirm_pricing_change.html",
-                        context,
-                    )
+            response = self._pricing_confirmation(request, object_id)
+            if response is not None:
+                return response
         return super().changeform_view(request, object_id, form_url, extra_context)
+
+    def _pricing_confirmation(self, request: HttpRequest, object_id: str) -> HttpResponse | None:
+        """The confirmation page when a valid POST changes this cycle or its prices and the
+        product has subscriptions; None otherwise."""
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None:
+            return None
+        total = obj.product.subscriptions.count()
+        if not total:
+            return None
+        formsets, _inlines = self._create_formsets(request, obj, change=True)
+        form = self.get_form(request, obj, change=True)(request.POST, instance=obj)
+        if not (form.is_valid() and all(f.is_valid() for f in formsets)):
+            return None
+        changes = [change for f in formsets for change in _formset_changes(f)]
+        if form.has_changed():
+            changes.insert(0, _("change cycle %s") % obj)
+        if not changes:
+            return None
+        return _confirm_pricing_change(self, request, obj.product, changes, request.path, total)
