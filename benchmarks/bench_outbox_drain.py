@@ -2,6 +2,8 @@
 
     python benchmarks/bench_outbox_drain.py [--n 1000]
 
+The sandbox runs as a process of its own; the floor (raw keep-alive POSTs with the same
+bodies, from this process) and the drain (a Celery worker process) are both its clients.
 Prints ratios (targets: drain <= 1.25x the raw POSTs; exactly 1 token request per token
 lifetime with 4 processes). Not a timed test: it only prints.
 """
@@ -42,7 +44,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=1000)
     args = parser.parse_args()
-    stack = Stack("bench_drain").start()
+    stack = Stack("bench_drain", separate_sandbox=True).start()
     try:
         sandbox = stack.sandbox
         # Floor: raw keep-alive POSTs to the same sandbox, same bodies.

@@ -127,5 +127,6 @@ class OutboxEntry(models.Model):
 
     @property
     def target(self) -> Any:
-        model = self.content_type.model_class()
+        # get_for_id is cached per process: no content-type query per entry.
+        model = ContentType.objects.get_for_id(self.content_type_id).model_class()
         return model._default_manager.filter(pk=self.object_id).first() if model else None

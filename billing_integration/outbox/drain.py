@@ -1,10 +1,12 @@
 """One drain run: push every due outbox entry, in primary-key order, in this process.
 
 Used by the ``push_pending`` task (woken by a coalesced kick, see
-``billing_integration.wakeup``). Each entry goes through ``push.push_entry_now`` - the same
-claim (``SELECT ... FOR UPDATE SKIP LOCKED``, lease, per-object ordering), the same stored
-body and idempotency key - so several drains, ``push_entry`` tasks and synchronous pushes may
-run at once: an entry another one holds is skipped here (``held``), and that one finishes it.
+``billing_integration.wakeup``). Entries go through ``batch.push_batch``, ``OUTBOX_CLAIM_BATCH``
+at a time: the same claim as ``push.push_entry_now`` (``SELECT ... FOR UPDATE SKIP LOCKED``,
+lease, per-object ordering), the same stored body and idempotency key, with one claim and
+one record transaction per batch - so several drains, ``push_entry`` tasks and synchronous
+pushes may run at once: an entry another one holds is skipped here (``held``), and that one
+finishes it.
 
 The run sweeps the due entries once with a primary-key cursor. A later entry of an object
 (higher pk) therefore comes after its older one, in the same run. Entries created during the
@@ -23,7 +25,8 @@ from django.utils import timezone
 
 from ..conf import billing_settings
 from ..models.outbox import OutboxEntry, OutboxState
-from .push import BUSY, DONE, FAILED, RETRY, PushResult, push_entry_now
+from .batch import push_batch
+from .push import BUSY, DONE, FAILED, RETRY, PushResult
 
 __all__ = ["DrainReport", "due_entries", "push_due"]
 
@@ -59,8 +62,9 @@ def _wait_of(result: PushResult) -> float | None:
 
 
 def push_due(*, seconds: float = 20.0, max_entries: int = 1000) -> DrainReport:
-    """Push due entries sequentially until none is left or the budget (``seconds`` of wall
-    time, ``max_entries`` attempts) is spent; then ``more`` says whether some were left."""
+    """Push due entries in batches, in primary-key order, until none is left or the budget
+    (``seconds`` of wall time, ``max_entries`` attempts) is spent; then ``more`` says whether
+    some were left."""
     report = DrainReport()
     deadline = time.monotonic() + seconds
     batch = max(1, int(billing_settings.OUTBOX_CLAIM_BATCH))
@@ -72,12 +76,15 @@ def push_due(*, seconds: float = 20.0, max_entries: int = 1000) -> DrainReport:
         )
         if not ids:
             break
-        for pk in ids:
-            if report.handled >= max_entries or time.monotonic() >= deadline:
+        room = max_entries - report.handled
+        if room <= 0 or time.monotonic() >= deadline:
+            report.more = True
+            break
+        cursor = ids[min(room, len(ids)) - 1]
+        for result in push_batch(ids[:room], deadline=deadline):
+            if result.released:  # the deadline came before its call: next run
                 report.more = True
-                break
-            cursor = pk
-            result = push_entry_now(pk)
+                continue
             report.handled += 1
             if result.status == DONE:
                 report.pushed += 1

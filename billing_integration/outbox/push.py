@@ -62,6 +62,8 @@ class PushResult:
     error: BaseException | None = None
     #: BUSY because another worker holds the entry (it will finish it): nothing to re-try.
     held: bool = False
+    #: BUSY because a batch stopped (deadline, lease) before calling it: pending again.
+    released: bool = False
 
 
 def backoff(attempt: int) -> float:
@@ -143,10 +145,11 @@ def _others_open(entry: OutboxEntry) -> bool:
     )
 
 
-def _apply_response(obj: Any, data: dict[str, Any], synced: bool) -> None:
-    """Store what the service answered, without signals (so nothing is pushed back)."""
-    model = type(obj)
-    now = timezone.now()
+def response_fields(obj: Any, data: dict[str, Any], synced: bool) -> dict[str, Any]:
+    """The columns to store from what the service answered to the push of ``obj``: the
+    remote id, timestamps and JSON, the service-owned fields, and the sync state.
+
+    Raises ``IntegrityError`` when neither the answer nor the object has a remote id."""
     if isinstance(obj, Product):
         fields = {k: v for k, v in product_map.from_remote(data).items() if k in META_FIELDS}
     elif isinstance(obj, Customer):
@@ -166,11 +169,17 @@ def _apply_response(obj: Any, data: dict[str, Any], synced: bool) -> None:
         fields.pop("remote_id", None)
         if obj.remote_id is None:
             raise IntegrityError("The service's answer carries no id.")
-    fields.update(last_synced_at=now, sync_error="")
+    fields.update(last_synced_at=timezone.now(), sync_error="")
     if synced:
         fields["sync_state"] = SyncState.SYNCED
+    return fields
+
+
+def _apply_response(obj: Any, data: dict[str, Any], synced: bool) -> None:
+    """Store what the service answered, without signals (so nothing is pushed back)."""
+    fields = response_fields(obj, data, synced)
     with from_remote():
-        model._default_manager.filter(pk=obj.pk).update(**fields)
+        type(obj)._default_manager.filter(pk=obj.pk).update(**fields)
     for key, value in fields.items():
         setattr(obj, key, value)
 

@@ -60,16 +60,16 @@ def test_a_change_committed_while_a_drain_runs_is_pushed(billing_sandbox, sent):
     for i in range(3):
         customer(i)
     assert sent.call_count == 1
-    real_push = drain.push_entry_now
+    real_push = drain.push_batch
     added: list[int] = []
 
-    def push_and_commit_another(pk: int, **kw):
-        result = real_push(pk, **kw)
+    def push_and_commit_another(ids, **kw):
+        results = real_push(ids, **kw)
         if not added:  # during the run, after the flag was cleared
             added.append(customer(99, "late").pk)
-        return result
+        return results
 
-    with mock.patch.object(drain, "push_entry_now", side_effect=push_and_commit_another):
+    with mock.patch.object(drain, "push_batch", side_effect=push_and_commit_another):
         handled = push_pending()
     # Either this run saw it (higher pk, same sweep) or its kick sent a new message: here both.
     assert handled == 4

@@ -1,0 +1,180 @@
+"""``outbox.batch.push_batch``: the drain's batched claim / call / record, against the sandbox
+over real HTTP. The guarantees are ``push_entry_now``'s; these tests check them on a batch."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from unittest import mock
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from billing_integration.customers import get_or_create_customer
+from billing_integration.mapping.products import to_remote
+from billing_integration.models import Customer, OutboxEntry, Subscription
+from billing_integration.outbox import batch
+from billing_integration.outbox.batch import push_batch
+from billing_integration.outbox.push import BUSY, DONE, RETRY, SKIPPED
+
+from .test_outbox import make_product
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def customers(n: int, tag: str = "b") -> list[Customer]:
+    with transaction.atomic():
+        return [
+            Customer.objects.create(identifier=f"{tag}-{i}", first_name="B", last_name=str(i),
+                                    email=f"{tag}{i}@example.com")
+            for i in range(n)
+        ]
+
+
+def open_ids() -> list[int]:
+    return list(OutboxEntry.objects.open().order_by("pk").values_list("pk", flat=True))
+
+
+def test_a_batch_pushes_every_entry_once_with_its_key_and_stores_the_answers(billing_sandbox):
+    made = customers(5)
+    entries = list(OutboxEntry.objects.order_by("pk"))
+    results = push_batch([e.pk for e in entries])
+    assert [r.status for r in results] == [DONE] * 5
+    calls = billing_sandbox.requests(operation="create_customer")
+    assert [c["headers"]["x-idempotency-id"] for c in calls] == [
+        str(e.idempotency_key) for e in entries
+    ]
+    assert [c["body"]["identifier"] for c in calls] == [f"b-{i}" for i in range(5)]
+    remote = {c["identifier"]: c["id"] for c in billing_sandbox.objects("customer")}
+    for customer in made:
+        customer.refresh_from_db()
+        assert str(customer.remote_id) == remote[customer.identifier]
+        assert customer.sync_state == "synced"
+        assert customer.remote_data["id"] == remote[customer.identifier]
+    for entry in OutboxEntry.objects.all():
+        assert (entry.state, entry.attempts, entry.payload is not None) == ("done", 1, True)
+    assert [r.status for r in push_batch([e.pk for e in entries])] == [SKIPPED] * 5
+    assert len(billing_sandbox.requests(operation="create_customer")) == 5
+
+
+def test_the_statements_of_a_batch_do_not_grow_with_its_size(billing_sandbox):
+    def statements(n: int, tag: str) -> int:
+        customers(n, tag)
+        ids = open_ids()
+        with CaptureQueriesContext(connection) as queries:
+            assert {r.status for r in push_batch(ids)} == {DONE}
+        return len(queries)
+
+    statements(2, "warm")  # token, content types
+    small, large = statements(5, "s"), statements(50, "l")
+    assert small == large
+    # Two transactions (claim, record) and a savepoint around the answers: 8 statements
+    # that do the work, whatever the size.
+    assert large <= 14
+
+
+def test_two_entries_of_one_object_in_a_batch_go_out_in_order(billing_sandbox):
+    product = make_product()
+    create = OutboxEntry.objects.get()
+    # The create is in flight (its body stored) when the rename is saved: the rename gets an
+    # entry of its own.
+    OutboxEntry.objects.filter(pk=create.pk).update(attempts=1, payload=to_remote(product))
+    product.name = "Pro plan (renamed)"
+    product.save()
+    OutboxEntry.objects.filter(pk=create.pk).update(attempts=0)
+    ids = open_ids()
+    assert len(ids) == 2
+    assert [r.status for r in push_batch(ids)] == [DONE, DONE]
+    sent = [
+        (r["operation"], (r["body"] or {}).get("name"))
+        for r in billing_sandbox.requests()
+        if r["operation"] in ("create_product", "update_product")
+    ]
+    assert sent == [("create_product", "Pro plan"), ("update_product", "Pro plan (renamed)")]
+    (remote,) = billing_sandbox.objects("product")
+    assert remote["name"] == "Pro plan (renamed)"
+    product.refresh_from_db()
+    assert str(product.remote_id) == remote["id"] and product.sync_state == "synced"
+
+
+def test_an_entry_held_by_a_live_lease_or_behind_an_older_one_is_left(billing_sandbox):
+    a, _ = customers(2)
+    held, other = OutboxEntry.objects.order_by("pk")
+    OutboxEntry.objects.filter(pk=held.pk).update(state="in_progress", started_at=timezone.now())
+    results = {r.entry_id: r for r in push_batch([held.pk, other.pk])}
+    assert results[held.pk].status == BUSY and results[held.pk].held
+    assert results[other.pk].status == DONE
+    assert [c["body"]["identifier"] for c in billing_sandbox.requests(
+        operation="create_customer")] == ["b-1"]
+    OutboxEntry.objects.filter(pk=held.pk).update(state="failed", in_doubt=True)
+    later = OutboxEntry.objects.create(
+        content_type=held.content_type, object_id=a.pk, operation="create"
+    )
+    (result,) = push_batch([later.pk])
+    assert result.status == BUSY and not result.held  # waits behind the in-doubt create
+    assert OutboxEntry.objects.get(pk=later.pk).state == "pending"
+
+
+def test_a_failed_call_is_retried_later_and_the_others_are_done(billing_sandbox, settings):
+    settings.BILLING = {**settings.BILLING, "MAX_RETRIES": 0}
+    customers(3)
+    ids = open_ids()
+    billing_sandbox.faults(operation="create_customer", status=503, count=1)
+    results = push_batch(ids)
+    assert [r.status for r in results] == [RETRY, DONE, DONE]
+    first = OutboxEntry.objects.get(pk=ids[0])
+    assert first.state == "pending" and first.in_doubt and first.next_attempt_at is not None
+    OutboxEntry.objects.filter(pk=ids[0]).update(next_attempt_at=None)
+    assert [r.status for r in push_batch(ids)] == [DONE, SKIPPED, SKIPPED]
+    keys = [c["headers"]["x-idempotency-id"] for c in billing_sandbox.requests(
+        operation="create_customer")]
+    assert keys.count(str(first.idempotency_key)) == 2  # the retry reused the key
+    assert len(billing_sandbox.objects("customer")) == 3
+
+
+def test_the_deadline_releases_what_was_not_called(billing_sandbox):
+    customers(3)
+    ids = open_ids()
+    results = push_batch(ids, deadline=time.monotonic() - 1)
+    assert all(r.status == BUSY and r.released for r in results)
+    assert billing_sandbox.requests(operation="create_customer") == []
+    assert [(e.state, e.attempts, e.started_at) for e in OutboxEntry.objects.all()] == [
+        ("pending", 0, None)
+    ] * 3
+    assert [r.status for r in push_batch(ids)] == [DONE] * 3
+
+
+def test_an_answer_that_cannot_be_stored_does_not_lose_the_others(billing_sandbox):
+    customers(3)
+    ids = open_ids()
+    real_call = batch._call
+
+    def call(entry, obj):
+        data = real_call(entry, obj)
+        return {} if obj.identifier == "b-1" else data  # no id in this answer
+
+    with mock.patch.object(batch, "_call", side_effect=call):
+        assert [r.status for r in push_batch(ids)] == [DONE] * 3
+    stored = {c.identifier: c for c in Customer.objects.all()}
+    assert stored["b-0"].remote_id and stored["b-2"].remote_id
+    assert stored["b-1"].remote_id is None
+    assert "could not be stored" in OutboxEntry.objects.get(pk=ids[1]).last_error
+
+
+def test_a_subscription_in_a_batch_creates_its_customer_once_then_itself(billing_sandbox):
+    product = make_product()
+    product.publish()
+    user = get_user_model().objects.create(username="sub", email="s@example.com")
+    customer, _ = get_or_create_customer(user)
+    Subscription.objects.create(product=product, customer=customer, selected_currency="XOF",
+                                selected_billing_cycle="months-1", auto_renew=True)
+    results = push_batch(open_ids())
+    assert {r.status for r in results} <= {DONE, SKIPPED}
+    ops = Counter(r["operation"] for r in billing_sandbox.requests())
+    assert ops["create_customer"] == 1 and ops["create_subscription"] == 1
+    assert ops["create_product"] == 1
+    assert not OutboxEntry.objects.open().exists()
+    assert Subscription.objects.get().remote_id is not None
