@@ -36,7 +36,7 @@ The rules (docs/reporting.md explains them at length):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -49,8 +49,10 @@ from django.db.models import (
     Exists,
     ExpressionWrapper,
     F,
+    Func,
     IntegerField,
     Max,
+    Min,
     OuterRef,
     Q,
     QuerySet,
@@ -60,7 +62,8 @@ from django.db.models import (
     When,
 )
 from django.db.models.expressions import RawSQL
-from django.db.models.functions import Cast, Coalesce, Concat, TruncMonth, Upper
+from django.db.models.functions import Cast, Coalesce, Concat, Greatest, TruncMonth, Upper
+from django.db.models.lookups import IsNull, LessThan, LessThanOrEqual
 from django.utils import timezone
 
 from ..conf import billing_settings
@@ -229,7 +232,12 @@ def _subscriptions(period: Period, qs: QuerySet | None = None) -> QuerySet:
     if period.product:
         qs = qs.filter(product_id=period.product)
     if period.currency:
-        qs = qs.filter(currency=period.currency)
+        same = Q(currency=period.currency)
+        if period.currency.isascii():
+            # the stored code as given first (SQL OR stops there): UPPER for every
+            # subscription costs as much as the rest of the scan
+            same = Q(selected_currency=period.currency) | same
+        qs = qs.filter(same)
     return qs.order_by()
 
 
@@ -257,6 +265,22 @@ def _money(value: Any) -> Decimal:
 
 
 # --- subscriptions ---------------------------------------------------------------------------
+def _merge_codes(rows: Any, keys: tuple[str, ...], counts: tuple[str, ...]) -> list[dict]:
+    """Rows grouped on the stored currency (``selected_currency``) with its ``code``
+    (``Upper(Min(...))``: upper-cased once per group in SQL, not once per subscription),
+    added up per ``keys`` + code: "usd" and "USD" are one currency. A few rows."""
+    out: dict[tuple, dict[str, Any]] = {}
+    for r in rows:
+        key = (*(r[k] for k in keys), r["code"])
+        if key in out:
+            for c in counts:
+                out[key][c] += r[c]
+        else:
+            out[key] = {**{k: r[k] for k in keys}, "code": r["code"],
+                        **{c: r[c] for c in counts}}
+    return list(out.values())
+
+
 def current_subscriptions(
     period: Period, prices: dict | None = None
 ) -> list[dict[str, Any]]:
@@ -265,8 +289,9 @@ def current_subscriptions(
     now = period.now
     rows = (
         _subscriptions(period, Subscription.objects.active(now))
-        .values("product_id", "selected_billing_cycle", "currency")
+        .values("product_id", "selected_billing_cycle", "selected_currency")
         .annotate(
+            code=Upper(Min("selected_currency")),
             active=Count("pk"),
             trialing=Count("pk", filter=Q(trial_end_date__gt=now)),
         )
@@ -276,15 +301,52 @@ def current_subscriptions(
         {
             "product_id": r["product_id"],
             "cycle": r["selected_billing_cycle"],
-            "currency": r["currency"],
+            "currency": r["code"],
             "active": r["active"],
             "trialing": r["trialing"],
             "unpriced": 0 if monthly is not None else r["active"],
             "mrr": _money((r["active"] - r["trialing"]) * (monthly or 0)),
         }
-        for r in rows
-        for monthly in [prices.get((r["product_id"], r["selected_billing_cycle"], r["currency"]))]
+        for r in _merge_codes(rows, ("product_id", "selected_billing_cycle"),
+                              ("active", "trialing"))
+        for monthly in [prices.get((r["product_id"], r["selected_billing_cycle"], r["code"]))]
     ]
+
+
+class PointsBefore(Func):
+    """How many of ``points`` (ascending instants) lie before the value: at or before it
+    (``inclusive``), else strictly before it; ``null`` when the value is NULL. One small
+    integer per row to group on, instead of one conditional aggregate per point.
+
+    PostgreSQL: ``WIDTH_BUCKET(value, ARRAY[points])``, a binary search (``p < value`` is
+    ``p + 1 µs <= value``: timestamps have microsecond resolution). Elsewhere: a CASE over
+    the points."""
+
+    output_field = IntegerField()
+
+    def __init__(self, value: Any, points: list[datetime], *, inclusive: bool,
+                 null: int) -> None:
+        self.points, self.inclusive, self.null = list(points), inclusive, null
+        super().__init__(value)
+
+    def as_sql(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list]:
+        value = self.source_expressions[0]
+        # the first point the value is before (or at, when points at it are not counted)
+        before = LessThan if self.inclusive else LessThanOrEqual
+        case = Case(
+            When(IsNull(value, True), then=Value(self.null)),
+            *[When(before(value, p), then=Value(k)) for k, p in enumerate(self.points)],
+            default=Value(len(self.points)),
+            output_field=IntegerField(),
+        )
+        return compiler.compile(case)
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list]:
+        value_sql, params = compiler.compile(self.source_expressions[0])
+        shift = timedelta(0) if self.inclusive else timedelta(microseconds=1)
+        points = [p + shift for p in self.points]
+        return (f"COALESCE(WIDTH_BUCKET({value_sql}, %s::timestamptz[]), %s)",
+                [*params, points, self.null])
 
 
 def subscription_history(
@@ -292,44 +354,116 @@ def subscription_history(
 ) -> list[dict[str, Any]]:
     """Per product, currency and month: active at the start of the month, new, cancellations
     and MRR at the end of the month (``now`` for the current one; subscriptions in trial at
-    that instant add nothing). One query: conditional
-    counts over all subscriptions grouped by product, cycle and currency."""
+    that instant add nothing).
+
+    One query: histograms of the subscriptions against the month boundaries
+    ``b_0 .. b_N`` (``b_N`` = now), grouped by product, cycle and currency, each
+    subscription bucketed once (``PointsBefore``):
+
+    - starts: ``up`` = boundaries strictly before the start (so it is started at ``b_k``
+      when ``up <= k``), ``month`` = boundaries at or before the start (it is new in month
+      ``month - 1``), ``paying`` = the larger ``up`` of the start and the trial end (out of
+      trial at ``b_k`` when ``paying <= k``);
+    - ends (ended subscriptions only): the same of ``max(start, end)`` (gone at ``b_k`` when
+      ``up <= k``), the month of the end (cancellations) and ``max(start, trial, end)``.
+
+    Active at ``b_k`` = starts with ``up <= k`` - ends with ``up <= k``: exactly "started at
+    or before ``b_k`` and not ended at ``b_k``"; paying likewise. Most subscriptions started
+    before the period and did not end in it: they are counted in a plain group (``quiet``,
+    no bucketing, no sort) and only the others are bucketed. Python adds up the histograms:
+    a few dozen rows per product and currency, not subscriptions.
+
+    Grouped on the stored currency and upper-cased once per group (``Upper(Min())``): SQL
+    ``UPPER`` for every subscription costs as much as the rest of the query."""
     bounds = period.bounds()
-    aggregates: dict[str, Any] = {}
-    # active at the start of month i = active at the end of month i - 1 (the same instant):
-    # only the first start is counted on its own (11 fewer conditional counts for 12 months).
-    aggregates["s0"] = Count("pk", filter=active_at(bounds[0][0]))
-    for i, (start, end) in enumerate(bounds):
-        aggregates[f"e{i}"] = Count("pk", filter=active_at(end))
-        aggregates[f"n{i}"] = Count("pk", filter=Q(started__gte=start, started__lt=end))
-        aggregates[f"c{i}"] = Count("pk", filter=Q(ended__gte=start, ended__lt=end))
-        aggregates[f"p{i}"] = Count("pk", filter=active_at(end) & ~Q(trial_end_date__gt=end))
-    rows = (
-        _subscriptions(period)
-        .annotate(started=started_at(), ended=ended_at(period.now))
-        .values("product_id", "selected_billing_cycle", "currency")
-        .annotate(**aggregates)
+    points = [start for start, _end in bounds] + [period.now]
+    first = points[0]
+    size = len(points) + 1  # bucket values 0 .. N + 1
+
+    def up(value: Any) -> PointsBefore:
+        return PointsBefore(value, points, inclusive=False, null=len(points))
+
+    def month(value: Any) -> PointsBefore:
+        return PointsBefore(value, points, inclusive=True, null=len(points))
+
+    qs = _subscriptions(period).annotate(
+        started=started_at(),
+        ended=ended_at(period.now),
+        out_of_trial=Coalesce("trial_end_date", started_at(), output_field=DateTimeField()),
     )
+    # started before the period and out of trial at its start: up 0, month 0, paying 0
+    quiet = Q(started__lt=first, out_of_trial__lte=first)
+    columns = ("product_id", "selected_billing_cycle", "selected_currency", "kind", "up",
+               "month", "paying")
+    zero = Value(0, output_field=IntegerField())
+    branches = [
+        # kind 2: counted in both histograms (ended before the period too), else 0
+        qs.filter(quiet).annotate(
+            kind=Case(When(ended__lt=first, then=Value(2)), default=Value(0),
+                      output_field=IntegerField()),
+            up=zero, month=zero, paying=zero,
+        ),
+        qs.exclude(quiet).annotate(
+            kind=Value(0, output_field=IntegerField()), up=up(F("started")),
+            month=month(F("started")),
+            paying=Greatest(up(F("started")), up(F("out_of_trial"))),
+        ),
+        qs.filter(ended__isnull=False).exclude(quiet & Q(ended__lt=first)).annotate(
+            kind=Value(1, output_field=IntegerField()),
+            up=Greatest(up(F("started")), up(F("ended"))),
+            month=month(F("ended")),
+            paying=Greatest(up(F("started")), up(F("out_of_trial")), up(F("ended"))),
+        ),
+    ]
+    grouped = [
+        b.values(*columns).annotate(code=Upper(Min("selected_currency")), n=Count("pk"))
+        for b in branches
+    ]
+    rows = grouped[0].union(*grouped[1:], all=True)
+    # per (product, cycle, currency code): histograms of starts / ends by up, paying, month
+    groups: dict[tuple, dict[str, list[int]]] = {}
+    for r in rows:
+        g = groups.setdefault(
+            (r["product_id"], r["selected_billing_cycle"], r["code"]),
+            {name: [0] * size for name in ("up0", "up1", "paying0", "paying1", "month0",
+                                           "month1")},
+        )
+        for kind in (0, 1) if r["kind"] == 2 else (r["kind"],):
+            g[f"up{kind}"][r["up"]] += r["n"]
+            g[f"paying{kind}"][r["paying"]] += r["n"]
+            g[f"month{kind}"][r["month"]] += r["n"]
     prices = price_table() if prices is None else prices
     out: dict[tuple, dict[str, Any]] = {}
-    for r in rows:
-        key = (r["product_id"], r["selected_billing_cycle"], r["currency"])
-        monthly = prices.get(key, Decimal(0))
-        for i, (start, _end) in enumerate(bounds):
-            key = (r["product_id"], r["currency"], month_key(start))
+    for (product_id, cycle, currency), g in groups.items():
+        active = _running(g["up0"], g["up1"])  # active at b_k
+        paying = _running(g["paying0"], g["paying1"])  # active and out of trial at b_k
+        monthly = prices.get((product_id, cycle, currency), Decimal(0))
+        for i, (start_i, _end) in enumerate(bounds):
+            key = (product_id, currency, month_key(start_i))
             row = out.setdefault(
                 key,
                 {"product_id": key[0], "currency": key[1], "month": key[2], "active_start": 0,
                  "active_end": 0, "new": 0, "cancellations": 0, "mrr": Decimal(0)},
             )
-            row["active_start"] += r[f"s{i}"] if i == 0 else r[f"e{i - 1}"]
-            row["active_end"] += r[f"e{i}"]
-            row["new"] += r[f"n{i}"]
-            row["cancellations"] += r[f"c{i}"]
-            row["mrr"] += r[f"p{i}"] * monthly
+            row["active_start"] += active[i]
+            row["active_end"] += active[i + 1]
+            # month value i + 1: at or after b_i and before b_(i+1)
+            row["new"] += g["month0"][i + 1]
+            row["cancellations"] += g["month1"][i + 1]
+            row["mrr"] += paying[i + 1] * monthly
     for row in out.values():
         row["mrr"] = _money(row["mrr"])
     return sorted(out.values(), key=lambda r: (r["month"], str(r["product_id"]), r["currency"]))
+
+
+def _running(added: list[int], removed: list[int]) -> list[int]:
+    """Running totals of ``added`` minus those of ``removed``: at each boundary k, how many
+    were counted at or before it and not taken away at or before it."""
+    out, total = [], 0
+    for plus, minus in zip(added, removed, strict=True):
+        total += plus - minus
+        out.append(total)
+    return out
 
 
 def trial_history(period: Period) -> list[dict[str, Any]]:
@@ -340,48 +474,73 @@ def trial_history(period: Period) -> list[dict[str, Any]]:
         _subscriptions(period)
         .filter(trial_end_date__gte=period.start, trial_end_date__lte=period.now)
         .annotate(month=TruncMonth("trial_end_date"), converted=Exists(paid))
-        .values("product_id", "currency", "month")
-        .annotate(ended=Count("pk"), converted_n=Count("pk", filter=Q(converted=True)))
+        .values("product_id", "selected_currency", "month")
+        .annotate(code=Upper(Min("selected_currency")), ended=Count("pk"),
+                  converted_n=Count("pk", filter=Q(converted=True)))
     )
     return [
-        {"product_id": r["product_id"], "currency": r["currency"], "month": month_key(r["month"]),
+        {"product_id": r["product_id"], "currency": r["code"], "month": month_key(r["month"]),
          "trials_ended": r["ended"], "trials_converted": r["converted_n"]}
-        for r in rows
+        for r in _merge_codes(rows, ("product_id", "month"), ("ended", "converted_n"))
     ]
 
 
 # --- payments and refunds --------------------------------------------------------------------
 def payment_history(period: Period) -> list[dict[str, Any]]:
     """Per product, currency and month: payments completed / failed / canceled and their
-    amounts. One query (TruncMonth, conditional Count/Sum).
+    amounts. One query: per month of the period, a count and sum grouped by product,
+    currency code and status (UNION ALL of one range per month, so no month is computed
+    per payment); Python turns the statuses into columns (a few rows per month).
 
-    Counts are of ``status`` (never NULL), not of ``pk``: every column the query reads is in
-    the ``payment_at_covering`` index, so PostgreSQL answers it with an index-only scan."""
-    rows = (
-        _records(Payment, period)
-        .annotate(month=TruncMonth("at"))
-        .values("product_id", "code", "month")
-        .annotate(
-            completed=Count("status", filter=Q(status=PaymentStatus.COMPLETED)),
-            completed_amount=Sum("amount", filter=Q(status=PaymentStatus.COMPLETED)),
-            failed=Count("status", filter=Q(status=PaymentStatus.FAILED)),
-            failed_amount=Sum("amount", filter=Q(status=PaymentStatus.FAILED)),
-            canceled=Count("status", filter=Q(status=PaymentStatus.CANCELED)),
+    Every column read is in the ``payment_at_code_covering`` index (the period expression,
+    then the currency code, including product, status and amount): on PostgreSQL each month
+    is an index-only range scan that also supplies ``UPPER(currency)``. Counts are of
+    ``status`` (never NULL) rather than ``pk`` for that reason."""
+    parts = []
+    bounds = period.bounds()
+    for i, (start, end) in enumerate(bounds):
+        qs = _records(Payment, period, lifetime=True).filter(at__gte=start)
+        if i < len(bounds) - 1:  # the current month ends at now, included
+            qs = qs.filter(at__lt=end)
+        parts.append(
+            qs.annotate(month=Value(i, output_field=IntegerField()))
+            .values("product_id", "code", "status", "month")
+            .annotate(n=Count("status"), amount=Sum("amount"))
         )
-    )
-    return [
-        {"product_id": r["product_id"], "currency": r["code"], "month": month_key(r["month"]),
-         "payments_completed": r["completed"], "paid_amount": _money(r["completed_amount"]),
-         "payments_failed": r["failed"], "failed_amount": _money(r["failed_amount"]),
-         "payments_canceled": r["canceled"]}
-        for r in rows
-    ]
+    columns = {PaymentStatus.COMPLETED: ("payments_completed", "paid_amount"),
+               PaymentStatus.FAILED: ("payments_failed", "failed_amount"),
+               PaymentStatus.CANCELED: ("payments_canceled", None)}
+    months = [month_key(start) for start, _end in bounds]
+    out: dict[tuple, dict[str, Any]] = {}
+    for r in parts[0].union(*parts[1:], all=True):
+        month = months[r["month"]]
+        row = out.setdefault(
+            (r["product_id"], r["code"], month),
+            {"product_id": r["product_id"], "currency": r["code"], "month": month,
+             "payments_completed": 0, "paid_amount": Decimal(0), "payments_failed": 0,
+             "failed_amount": Decimal(0), "payments_canceled": 0},
+        )
+        count_key, amount_key = columns.get(r["status"], (None, None))
+        if count_key:
+            row[count_key] += r["n"]
+        if amount_key and r["amount"] is not None:
+            row[amount_key] += Decimal(r["amount"])
+    for row in out.values():
+        row["paid_amount"], row["failed_amount"] = (_money(row["paid_amount"]),
+                                                    _money(row["failed_amount"]))
+    return list(out.values())
 
 
 def refund_history(period: Period) -> list[dict[str, Any]]:
     """Per product (of the refunded subscription, else of the payment), currency and month:
     approved refunds (count, amount) and initiated ones. One query."""
-    product = Coalesce("subscription__product_id", "payment__product_id")
+    # the payment's product only when the subscription has none: a subquery COALESCE runs
+    # lazily (a join would read the payments for every refund)
+    product = Coalesce(
+        "subscription__product_id",
+        Subquery(Payment.objects.filter(pk=OuterRef("payment_id")).order_by().values("product_id")),
+        output_field=IntegerField(),
+    )
     rows = (
         _records(Refund, period, product=product)
         .filter(status__in=(RefundStatus.APPROVED, RefundStatus.INITIATED))
@@ -402,20 +561,54 @@ def refund_history(period: Period) -> list[dict[str, Any]]:
 
 
 # --- customers -------------------------------------------------------------------------------
+def _ranked_customers(payments: QuerySet, limit: int) -> RawSQL:
+    """SQL selecting the customers of the first ``limit`` (customer, currency) pairs by
+    lifetime paid, highest first, then by customer and currency code: the order of
+    ``customer_summary``.
+
+    The ranking sums completed payments only (the ``payment_paid_covering`` partial index,
+    an index-only scan on PostgreSQL, one aggregate), which gives every pair with a paid
+    amount. Pairs with nothing paid come after all of those, by customer and code; they are
+    looked up only when fewer than ``limit`` pairs have paid something (small data sets):
+    the count of the ranking is a one-time condition, so PostgreSQL never runs that scan
+    otherwise. A common table expression, so the ranking runs once; the parts are the
+    ORM's SQL, filters and expressions included."""
+    ranked = (
+        payments.filter(status=PaymentStatus.COMPLETED, amount__isnull=False)
+        .values("customer_id", "code")
+        .annotate(paid=Sum("amount"))
+        .order_by(F("paid").desc(nulls_last=True), "customer_id", "code")[:limit]
+    )
+    unpaid = (
+        payments.values("customer_id", "code")
+        .annotate(paid=Sum("amount", filter=Q(status=PaymentStatus.COMPLETED)))
+        .filter(paid__isnull=True)
+        .order_by("customer_id", "code")[:limit]
+    )
+    ranked_sql, ranked_params = ranked.query.get_compiler(using=ranked.db).as_sql()
+    unpaid_sql, unpaid_params = unpaid.query.get_compiler(using=unpaid.db).as_sql()
+    # the ORM's compiled SQL; every value is a parameter
+    sql = (
+        f"WITH ranked (customer_id, code, paid) AS ({ranked_sql}), "  # noqa: S608
+        f"unpaid (customer_id, code, paid) AS ({unpaid_sql}) "
+        "SELECT customer_id FROM ranked UNION ALL "
+        "SELECT customer_id FROM unpaid WHERE (SELECT COUNT(*) FROM ranked) < %s"
+    )
+    return RawSQL(sql, (*ranked_params, *unpaid_params, limit))  # noqa: S611
+
+
 def customer_summary(period: Period, limit: int | None = 25) -> list[dict[str, Any]]:
     """Per customer and currency (lifetime, not limited to the period): paid, failed payments
     and amount, then the customer's active subscriptions and last payment state. Top
     ``limit`` by paid amount (``None``: every customer, for the CSV export).
 
-    Two queries: the grouped payment aggregate (no subquery: a Subquery there would join its
-    GROUP BY and run for every payment row), then the details of the listed customers only.
-    The aggregate reads only columns of the ``payment_customer_covering`` index (hence
-    ``Count("status")``, never NULL, rather than ``Count("pk")``): an index-only scan in
-    customer order on PostgreSQL, no sort of the payments."""
+    Two queries: the grouped payment figures (no subquery in the select list: a Subquery
+    there would join its GROUP BY and run for every payment row), then the details of the
+    listed customers only. With a ``limit`` the figures are computed for the customers of
+    the ranking only (``_ranked_customers``, a subquery of the same statement)."""
+    payments = _records(Payment, period, lifetime=True).filter(customer__isnull=False)
     figures = (
-        _records(Payment, period, lifetime=True)
-        .filter(customer__isnull=False)
-        .values("customer_id", "code")
+        payments.values("customer_id", "code")
         .annotate(
             paid=Sum("amount", filter=Q(status=PaymentStatus.COMPLETED)),
             failed=Count("status", filter=Q(status=PaymentStatus.FAILED)),
@@ -424,7 +617,14 @@ def customer_summary(period: Period, limit: int | None = 25) -> list[dict[str, A
         )
         .order_by(F("paid").desc(nulls_last=True), "customer_id", "code")
     )
-    rows = list(figures if limit is None else figures[:limit])
+    if limit is None:
+        rows = list(figures)
+    elif limit <= 0:
+        rows = []
+    else:
+        # every pair of a listed customer, ordered again: the first ``limit`` are exactly the
+        # ranking's (the listed pairs are among them, any other ranks after them)
+        rows = list(figures.filter(customer_id__in=_ranked_customers(payments, limit))[:limit])
     payments = Payment.objects.filter(customer=OuterRef("pk")).order_by()
     active = Subscription.objects.active(period.now).filter(customer=OuterRef("pk"))
     if period.product:
