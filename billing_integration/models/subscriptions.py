@@ -81,6 +81,22 @@ class Subscription(RemoteObject):
         ordering = ["-created_at", "pk"]
         verbose_name = _("subscription")
         verbose_name_plural = _("subscriptions")
+        # Reporting (billing_integration.reporting.metrics), both partial and small: trials
+        # ending in the period, and the customers whose last payment failed (at risk),
+        # including what ``active()`` reads (INCLUDE is PostgreSQL only).
+        indexes = [
+            models.Index(
+                fields=["trial_end_date"], condition=Q(trial_end_date__isnull=False),
+                name="subscription_trial_end",
+            ),
+            models.Index(
+                fields=["customer"],
+                include=["status", "cycle_end_date", "trial_end_date", "product",
+                         "selected_currency"],
+                condition=Q(last_payment_status="failed"),
+                name="subscription_failed_payment",
+            ),
+        ]
 
     def __str__(self) -> str:
         product = self.product or self.product_remote_id

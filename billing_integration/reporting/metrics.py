@@ -423,11 +423,11 @@ def subscription_history(
     # per (product, cycle, currency code): histograms of starts / ends by up, paying, month
     groups: dict[tuple, dict[str, list[int]]] = {}
     for r in rows:
-        g = groups.setdefault(
-            (r["product_id"], r["selected_billing_cycle"], r["code"]),
-            {name: [0] * size for name in ("up0", "up1", "paying0", "paying1", "month0",
-                                           "month1")},
-        )
+        key = (r["product_id"], r["selected_billing_cycle"], r["code"])
+        if key not in groups:
+            groups[key] = {name: [0] * size for name in ("up0", "up1", "paying0", "paying1",
+                                                         "month0", "month1")}
+        g = groups[key]
         for kind in (0, 1) if r["kind"] == 2 else (r["kind"],):
             g[f"up{kind}"][r["up"]] += r["n"]
             g[f"paying{kind}"][r["paying"]] += r["n"]
