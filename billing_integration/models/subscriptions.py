@@ -14,6 +14,7 @@ from typing import Any
 
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -81,10 +82,13 @@ class Subscription(RemoteObject):
         ordering = ["-created_at", "pk"]
         verbose_name = _("subscription")
         verbose_name_plural = _("subscriptions")
-        # Reporting (billing_integration.reporting.metrics), both partial and small: trials
-        # ending in the period, and the customers whose last payment failed (at risk),
-        # including what ``active()`` reads (INCLUDE is PostgreSQL only).
+        # Reporting (billing_integration.reporting.metrics): when a subscription started
+        # (also PostgreSQL statistics on that expression, for the plans); two small partial
+        # ones: trials ending in the period, and the customers whose last payment failed (at
+        # risk), including what ``active()`` reads (INCLUDE is PostgreSQL only).
         indexes = [
+            models.Index(Coalesce("remote_created", "created_at"),
+                         name="subscription_started"),
             models.Index(
                 fields=["trial_end_date"], condition=Q(trial_end_date__isnull=False),
                 name="subscription_trial_end",

@@ -386,16 +386,23 @@ def subscription_history(
     def month(value: Any) -> PointsBefore:
         return PointsBefore(value, points, inclusive=True, null=len(points))
 
+    # up() of the later of two instants is the larger of their up(): one bucketing per
+    # figure (``started`` is never NULL: ``created_at`` is not)
     qs = _subscriptions(period).annotate(
         started=started_at(),
         ended=ended_at(period.now),
-        out_of_trial=Coalesce("trial_end_date", started_at(), output_field=DateTimeField()),
+        out_of_trial=Greatest(
+            started_at(), Coalesce("trial_end_date", started_at()),
+            output_field=DateTimeField(),
+        ),
     )
     # started before the period and out of trial at its start: up 0, month 0, paying 0
     quiet = Q(started__lt=first, out_of_trial__lte=first)
     columns = ("product_id", "selected_billing_cycle", "selected_currency", "kind", "up",
                "month", "paying")
     zero = Value(0, output_field=IntegerField())
+    starts = {"kind": Value(0, output_field=IntegerField()), "up": up(F("started")),
+              "month": month(F("started")), "paying": up(F("out_of_trial"))}
     branches = [
         # kind 2: counted in both histograms (ended before the period too), else 0
         qs.filter(quiet).annotate(
@@ -403,16 +410,16 @@ def subscription_history(
                       output_field=IntegerField()),
             up=zero, month=zero, paying=zero,
         ),
-        qs.exclude(quiet).annotate(
-            kind=Value(0, output_field=IntegerField()), up=up(F("started")),
-            month=month(F("started")),
-            paying=Greatest(up(F("started")), up(F("out_of_trial"))),
-        ),
+        # the others, in two ranges of indexed columns (``subscription_started``,
+        # ``subscription_trial_end``: a range scan each, and statistics for the plan):
+        # started in the period, or before it with a trial ending in it
+        qs.filter(started__gte=first).annotate(**starts),
+        qs.filter(started__lt=first, trial_end_date__gt=first).annotate(**starts),
         qs.filter(ended__isnull=False).exclude(quiet & Q(ended__lt=first)).annotate(
             kind=Value(1, output_field=IntegerField()),
-            up=Greatest(up(F("started")), up(F("ended"))),
+            up=up(Greatest("started", "ended", output_field=DateTimeField())),
             month=month(F("ended")),
-            paying=Greatest(up(F("started")), up(F("out_of_trial")), up(F("ended"))),
+            paying=up(Greatest("out_of_trial", "ended", output_field=DateTimeField())),
         ),
     ]
     grouped = [
