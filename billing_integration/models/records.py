@@ -150,6 +150,13 @@ class Payment(EventRecord):
                                    customer__isnull=False),
                 name="payment_paid_covering",
             ),
+            # customer_summary: every figure of a customer and currency (the listed
+            # customers of the dashboard; every customer for the CSV export).
+            models.Index(
+                F("customer"), Upper("currency"),
+                include=["currency", "status", "amount", "remote_created", "created_at"],
+                name="payment_customer_covering",
+            ),
         ]
 
     @property
