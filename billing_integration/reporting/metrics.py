@@ -440,13 +440,14 @@ def subscription_history(
             g[f"paying{kind}"][r["paying"]] += r["n"]
             g[f"month{kind}"][r["month"]] += r["n"]
     prices = price_table() if prices is None else prices
+    months = [month_key(start) for start, _end in bounds]
     out: dict[tuple, dict[str, Any]] = {}
     for (product_id, cycle, currency), g in groups.items():
         active = _running(g["up0"], g["up1"])  # active at b_k
         paying = _running(g["paying0"], g["paying1"])  # active and out of trial at b_k
         monthly = prices.get((product_id, cycle, currency), Decimal(0))
-        for i, (start_i, _end) in enumerate(bounds):
-            key = (product_id, currency, month_key(start_i))
+        for i, month_i in enumerate(months):
+            key = (product_id, currency, month_i)
             row = out.setdefault(
                 key,
                 {"product_id": key[0], "currency": key[1], "month": key[2], "active_start": 0,
