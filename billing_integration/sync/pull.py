@@ -1,10 +1,13 @@
 """Pull (remote -> local): page through the service's lists and upsert in bulk.
 
 Each page costs a constant number of queries, whatever its size: one ``SELECT`` of the rows
-already known by ``remote_id`` (plus one for the references a page links to, and one to
-adopt local rows whose create answer was lost), one ``bulk_create`` and one ``bulk_update``.
-Nothing here sends an outbox entry (bulk operations fire no signals, and everything runs
-inside ``from_remote()``).
+already known by ``remote_id`` and of the local rows not linked yet that may stand for one
+(their create answer was lost), one for the customers a subscription page links to (products
+are looked up once per pull), one insert of the new rows (``models.bulk.insert_rows``: a
+``COPY`` on PostgreSQL) and one ``bulk_update``. While a page is stored, a thread fetches the
+next ones (``_read_ahead``), so the HTTP wait overlaps the database work. Nothing here sends
+an outbox entry (bulk operations fire no signals, and everything runs inside
+``from_remote()``).
 
 Ownership rules:
 
@@ -21,18 +24,22 @@ Public, stable entry points (also used by the webhook handlers)::
 
 from __future__ import annotations
 
+import queue
+import threading
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from django.db import models, transaction
+from django.db import connections, models, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from ..mapping import customers as customer_map
 from ..mapping import products as product_map
 from ..mapping import subscriptions as subscription_map
 from ..models.base import SyncState
+from ..models.bulk import insert_rows
 from ..models.customers import Customer
 from ..models.products import Price, Product
 from ..models.subscriptions import Subscription
@@ -52,6 +59,7 @@ __all__ = [
 ]
 
 Progress = Callable[[str, "PullCounts"], None]
+T = TypeVar("T")
 LOCAL_CHANGES = (SyncState.PENDING, SyncState.FAILED)
 
 
@@ -107,40 +115,61 @@ def _differs(obj: models.Model, fields: dict[str, Any]) -> list[str]:
     return [name for name, value in fields.items() if getattr(obj, name) != value]
 
 
+@dataclass(frozen=True)
+class Adoption:
+    """How a page finds local rows not linked yet (their create answer was lost) that stand
+    for a remote row: ``candidates(rows)`` filters the local unlinked rows that may match
+    (``None``: none can), ``local_key(obj)`` and ``remote_key(fields)`` pair them up."""
+
+    candidates: Callable[[list[dict[str, Any]]], Q | None]
+    local_key: Callable[[Any], Any]
+    remote_key: Callable[[dict[str, Any]], Any]
+
+
 def _bulk_upsert(
     model: type[models.Model],
     mapped: list[dict[str, Any]],
     *,
     local_owned: tuple[str, ...],
-    adopt: Callable[[list[dict[str, Any]]], dict[uuid.UUID, models.Model]] | None = None,
-    prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    adopt: Adoption | None = None,
     create_only: tuple[str, ...] = (),
+    created_rows: bool = False,
 ) -> tuple[PullCounts, list[models.Model]]:
     """Upsert one page. ``local_owned`` fields are not overwritten on rows with local
-    changes pending; ``create_only`` fields are set on new rows only; ``adopt`` maps remote
-    ids to local not-yet-linked rows. Returns the counts and the created rows followed by
-    the updated ones."""
+    changes pending; ``create_only`` fields are set on new rows only; ``adopt`` links remote
+    rows to local not-yet-linked rows (looked up in the same query as the known rows).
+    Returns the counts and the rows written: the created ones (with their primary keys) when
+    ``created_rows`` is set - otherwise new rows are inserted without building model
+    instances (``models.bulk.insert_rows``) and only the updated ones are returned."""
     counts = PullCounts(pages=1)
     if not mapped:
         return counts, []
     now = timezone.now()
-    ids = [m["remote_id"] for m in mapped]
-    existing = {o.remote_id: o for o in model._default_manager.filter(remote_id__in=ids)}
-    missing = [m for m in mapped if m["remote_id"] not in existing]
-    if adopt and missing:
-        existing.update(adopt(missing))
-    to_create: list[models.Model] = []
+    query = Q(remote_id__in=[m["remote_id"] for m in mapped])
+    candidates = adopt.candidates(mapped) if adopt else None
+    if candidates is not None:
+        query |= Q(remote_id__isnull=True) & candidates
+    existing: dict[uuid.UUID, models.Model] = {}
+    unlinked: dict[Any, models.Model] = {}
+    for obj in model._default_manager.filter(query).order_by("pk"):
+        if obj.remote_id is not None:
+            existing[obj.remote_id] = obj
+        elif adopt is not None:
+            unlinked.setdefault(adopt.local_key(obj), obj)
+    if adopt is not None and unlinked:
+        for fields in mapped:
+            if fields["remote_id"] not in existing:
+                obj = unlinked.pop(adopt.remote_key(fields), None)
+                if obj is not None:
+                    existing[fields["remote_id"]] = obj
+    to_create: list[dict[str, Any]] = []
     to_update: list[models.Model] = []
     update_fields: set[str] = set()
     for fields in mapped:
-        if prepare:
-            fields = prepare(fields)
         counts.seen.add(fields["remote_id"])
         obj = existing.get(fields["remote_id"])
         if obj is None:
-            to_create.append(
-                model(**fields, sync_state=SyncState.SYNCED, last_synced_at=now)  # type: ignore[misc]
-            )
+            to_create.append({**fields, "sync_state": SyncState.SYNCED, "last_synced_at": now})
             continue
         fields = {k: v for k, v in fields.items() if k not in create_only}
         if (
@@ -170,16 +199,19 @@ def _bulk_upsert(
                 update_fields.add("sync_state")
             counts.updated += 1
         to_update.append(obj)
+    created: list[models.Model] = []
     with transaction.atomic(), from_remote():
-        if to_create:
-            model._default_manager.bulk_create(to_create)
+        if to_create and created_rows:
+            created = model._default_manager.bulk_create([model(**row) for row in to_create])
+        elif to_create:
+            insert_rows(model, to_create, using=model._default_manager.db)
         if to_update:
             update_fields.add("updated_at")
             for obj in to_update:
                 obj.updated_at = now
             model._default_manager.bulk_update(to_update, sorted(update_fields))
     counts.created += len(to_create)
-    return counts, [*to_create, *to_update]
+    return counts, [*created, *to_update]
 
 
 # --- products --------------------------------------------------------------------------------
@@ -193,7 +225,8 @@ def upsert_products(rows: Iterable[dict[str, Any]]) -> PullCounts:
     rows = [r for r in rows if isinstance(r, dict)]
     mapped = _mapped(rows, product_map.from_remote)
     counts, objs = _bulk_upsert(
-        Product, mapped, local_owned=PRODUCT_LOCAL, create_only=("product_type",)
+        Product, mapped, local_owned=PRODUCT_LOCAL, create_only=("product_type",),
+        created_rows=True,
     )
     created = [o for o in objs[: counts.created] if o.pk is not None]
     if created:
@@ -224,20 +257,24 @@ def pull_products(*, client: Any = None, progress: Progress | None = None) -> Pu
 CUSTOMER_LOCAL = ("identifier", "first_name", "last_name", "email")
 
 
-def _adopt_customers(missing: list[dict[str, Any]]) -> dict[uuid.UUID, models.Model]:
-    """Local customers not linked yet (their create answer was lost) with the same
-    identifier as a remote one: link them instead of creating a second local row."""
-    idents = {m["identifier"]: m["remote_id"] for m in missing if m.get("identifier")}
-    if not idents:
-        return {}
-    found = Customer.objects.filter(remote_id__isnull=True, identifier__in=list(idents))
-    return {idents[c.identifier]: c for c in found}
+def _customer_candidates(rows: list[dict[str, Any]]) -> Q | None:
+    idents = {m["identifier"] for m in rows if m.get("identifier")}
+    return Q(identifier__in=idents) if idents else None
+
+
+#: Local customers not linked yet (their create answer was lost) with the same identifier
+#: as a remote one are linked instead of creating a second local row.
+CUSTOMER_ADOPTION = Adoption(
+    candidates=_customer_candidates,
+    local_key=lambda customer: customer.identifier,
+    remote_key=lambda fields: fields.get("identifier"),
+)
 
 
 def upsert_customers(rows: Iterable[dict[str, Any]]) -> PullCounts:
     mapped = _mapped(rows, customer_map.from_remote)
     counts, _ = _bulk_upsert(
-        Customer, mapped, local_owned=CUSTOMER_LOCAL, adopt=_adopt_customers
+        Customer, mapped, local_owned=CUSTOMER_LOCAL, adopt=CUSTOMER_ADOPTION
     )
     return counts
 
@@ -252,57 +289,61 @@ def pull_customers(*, client: Any = None, progress: Progress | None = None) -> P
 
 
 # --- subscriptions ---------------------------------------------------------------------------
-def _adopt_subscriptions(missing: list[dict[str, Any]]) -> dict[uuid.UUID, models.Model]:
-    """Local subscriptions created here whose create answer was lost: same customer, product
-    and cycle, not linked yet."""
-    keys = {
-        (m["customer_remote_id"], m["product_remote_id"], m["selected_billing_cycle"]): m[
-            "remote_id"
-        ]
-        for m in missing
-        if m.get("customer_remote_id") and m.get("product_remote_id")
-    }
-    if not keys:
-        return {}
-    found = Subscription.objects.filter(
-        remote_id__isnull=True,
-        customer__remote_id__in={k[0] for k in keys},
-        product__remote_id__in={k[1] for k in keys},
-    ).select_related("customer", "product")
-    out: dict[uuid.UUID, models.Model] = {}
-    for sub in found:
-        key = (sub.customer.remote_id, sub.product.remote_id, sub.selected_billing_cycle)
-        if key in keys and keys[key] not in out:
-            out[keys.pop(key)] = sub
-    return out
+def _subscription_candidates(rows: list[dict[str, Any]]) -> Q | None:
+    pairs = [(m["customer_id"], m["product_id"]) for m in rows]
+    customers = {c for c, p in pairs if c is not None and p is not None}
+    products = {p for c, p in pairs if c is not None and p is not None}
+    if not customers:
+        return None
+    return Q(customer_id__in=customers, product_id__in=products)
+
+
+#: Local subscriptions created here whose create answer was lost (same customer, product and
+#: cycle, not linked yet) are linked instead of creating a second local row.
+SUBSCRIPTION_ADOPTION = Adoption(
+    candidates=_subscription_candidates,
+    local_key=lambda sub: (sub.customer_id, sub.product_id, sub.selected_billing_cycle),
+    remote_key=lambda fields: (
+        fields["customer_id"], fields["product_id"], fields["selected_billing_cycle"]
+    ),
+)
 
 
 def upsert_subscriptions(
-    rows: Iterable[dict[str, Any]], *, customer: Customer | None = None
+    rows: Iterable[dict[str, Any]],
+    *,
+    customer: Customer | None = None,
+    products: dict[uuid.UUID, int] | None = None,
 ) -> PullCounts:
     """Upsert one page of subscription resources, linked to the local product and customer
-    by remote id (one query each for the whole page). ``customer`` keeps only its rows."""
+    by remote id (one query each for the whole page). ``customer`` keeps only its rows.
+    ``products`` (remote id -> local pk) is a cache kept across the pages of one pull: the
+    products of a page are looked up only when some are new to it."""
     mapped = _mapped(rows, subscription_map.from_remote)
     if customer is not None:
         mapped = [m for m in mapped if m["customer_remote_id"] == customer.remote_id]
     product_ids = {m["product_remote_id"] for m in mapped if m["product_remote_id"]}
     customer_ids = {m["customer_remote_id"] for m in mapped if m["customer_remote_id"]}
-    products = dict(
-        Product.objects.filter(remote_id__in=product_ids).values_list("remote_id", "pk")
-    )
+    if products is None:
+        products = {}
+    unknown = product_ids - products.keys()
+    if unknown:
+        products.update(
+            Product.objects.filter(remote_id__in=unknown).values_list("remote_id", "pk")
+        )
     customers = dict(
         Customer.objects.filter(remote_id__in=customer_ids).values_list("remote_id", "pk")
     )
-
-    def link(fields: dict[str, Any]) -> dict[str, Any]:
-        return {
+    linked = [
+        {
             **fields,
             "product_id": products.get(fields["product_remote_id"]),
             "customer_id": customers.get(fields["customer_remote_id"]),
         }
-
+        for fields in mapped
+    ]
     counts, _ = _bulk_upsert(
-        Subscription, mapped, local_owned=(), adopt=_adopt_subscriptions, prepare=link
+        Subscription, linked, local_owned=(), adopt=SUBSCRIPTION_ADOPTION
     )
     return counts
 
@@ -324,15 +365,67 @@ def pull_subscriptions(
     in the interface, so the pages are still read in full)."""
     if customer is not None and customer.remote_id is None:
         return PullCounts()
+    products: dict[uuid.UUID, int] = {}
     return _pull(
         "subscriptions",
-        lambda rows: upsert_subscriptions(rows, customer=customer),
+        lambda rows: upsert_subscriptions(rows, customer=customer, products=products),
         client,
         progress,
     )
 
 
 # --- paging ----------------------------------------------------------------------------------
+#: Pages fetched ahead by a thread while the current page is stored (0: no thread).
+READ_AHEAD = 2
+_END = object()
+
+
+def _read_ahead(pages: Iterator[T], depth: int = READ_AHEAD) -> Iterator[T]:
+    """Yield the items of ``pages`` while a thread fetches up to ``depth`` more, so the wait
+    for the next page overlaps the database work on this one. An error in the thread is
+    raised here, at the point the failed page would have been yielded; stopping early stops
+    the thread."""
+    if depth <= 0:
+        yield from pages
+        return
+    box: queue.Queue[tuple[Any, BaseException | None]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item: tuple[Any, BaseException | None]) -> bool:
+        while not stop.is_set():
+            try:
+                box.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def fetch() -> None:
+        try:
+            for page in pages:
+                if not put((page, None)):
+                    return
+            put((_END, None))
+        except BaseException as exc:  # handed to the consumer
+            put((_END, exc))
+        finally:
+            connections.close_all()  # this thread's own (e.g. a database cache for the token)
+
+    thread = threading.Thread(target=fetch, name="billing-pull-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            page, error = box.get()
+            if page is _END:
+                if error is not None:
+                    raise error
+                return
+            yield page
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+
+
 def _pull(
     resource: str,
     upsert: Callable[[list[dict[str, Any]]], PullCounts],
@@ -344,9 +437,8 @@ def _pull(
 
         client = get_client()
     total = PullCounts()
-    for page in client.iter_pages(resource):
+    for page in _read_ahead(client.iter_pages(resource)):
         total.add(upsert(page))
         if progress:
             progress(resource, total)
     return total
-

@@ -162,3 +162,93 @@ def test_active_rule(db):
     open_ended = Subscription.objects.create(status="published")
     assert set(Subscription.objects.active()) == {active, trial, open_ended}
     assert all(s.is_active for s in Subscription.objects.active())
+
+
+def test_lost_subscription_create_answer_is_adopted_not_duplicated(small_pages):
+    from django.contrib.auth import get_user_model
+
+    from billing_integration.customers import get_or_create_customer
+    from billing_integration.exceptions import BillingTransportError
+
+    from .test_outbox import make_product
+
+    product = make_product()
+    product.publish()
+    user = get_user_model().objects.create(username="adopt", email="a@example.com")
+    customer, _ = get_or_create_customer(user)
+    sub = Subscription.objects.create(product=product, customer=customer, selected_currency="XOF",
+                                      selected_billing_cycle="months-1", auto_renew=True)
+    for entry in OutboxEntry.objects.exclude(object_id=sub.pk).order_by("pk"):
+        assert push_entry_now(entry.pk).status == "done"  # the product and the customer
+    entry = OutboxEntry.objects.open().get()
+    small_pages.faults(operation="create_subscription", reset_after_commit_rate=1.0, count=1)
+    small_pages.faults(operation="create_subscription", reset_rate=1.0, count=10)
+    result = push_entry_now(entry.pk)
+    assert result.status == "retry" and isinstance(result.error, BillingTransportError)
+    small_pages.clear_faults()
+    counts = pull_subscriptions()  # the remote subscription exists: link it to the local row
+    assert (counts.created, counts.updated) == (0, 1)
+    sub.refresh_from_db()
+    (remote,) = small_pages.objects("subscription")
+    assert str(sub.remote_id) == remote["id"] and Subscription.objects.count() == 1
+
+
+def test_pulled_rows_get_every_column(small_pages):
+    small_pages.seed(customers=1, subscriptions=1)
+    before = timezone.now()
+    pull_products()
+    pull_customers()
+    pull_subscriptions()
+    (remote,) = small_pages.objects("subscription")
+    sub = Subscription.objects.select_related("customer").get()
+    assert sub.created_at >= before and sub.updated_at >= before
+    assert sub.last_synced_at >= before and sub.sync_state == "synced" and sub.sync_error == ""
+    assert sub.remote_data["id"] == remote["id"] and sub.customer.remote_data["identifier"]
+    assert sub.cycle_end_date > sub.cycle_start_date and sub.next_billing_date is not None
+
+
+def test_a_page_that_fails_stops_the_pull_after_storing_the_pages_before(small_pages):
+    from billing_integration.client import get_client
+    from billing_integration.exceptions import BillingAPIError
+
+    small_pages.seed(customers=35)
+    real = get_client()
+
+    class ThirdPageFails:
+        def iter_pages(self, resource):
+            pages = real.iter_pages(resource)
+            yield next(pages)
+            yield next(pages)
+            raise BillingAPIError(status=500, operation="list_customers", message="boom")
+
+    with pytest.raises(BillingAPIError, match="boom"):
+        pull_customers(client=ThirdPageFails())  # raised here, from the read-ahead thread
+    assert Customer.objects.count() == 20  # the two pages read before the failure
+    assert pull_customers().created == 15
+
+
+def test_stopping_early_stops_the_read_ahead_thread():
+    import threading
+
+    from billing_integration.sync.pull import _read_ahead
+
+    fetched: list[int] = []
+
+    def pages():
+        for i in range(1000):
+            fetched.append(i)
+            yield [i]
+
+    reader = _read_ahead(pages(), depth=2)
+    assert next(reader) == [0]
+    reader.close()
+    assert not any(t.name == "billing-pull-read-ahead" for t in threading.enumerate())
+    assert len(fetched) <= 4
+
+
+def test_insert_rows_names_unknown_fields(db):
+    from billing_integration.models.bulk import insert_rows
+
+    with pytest.raises(ValueError, match="no_such_column"):
+        insert_rows(Customer, [{"identifier": "x", "no_such_column": 1}])
+    assert not Customer.objects.exists()
