@@ -98,8 +98,10 @@ def _claim(
         for entry in entries:
             if entry.state in (OutboxState.DONE, OutboxState.FAILED):
                 results[entry.pk] = PushResult(SKIPPED, entry.pk)
-            elif entry.state == OutboxState.IN_PROGRESS and entry.started_at and (
-                (left := lease - (now - entry.started_at).total_seconds()) > 0
+            elif (
+                entry.state == OutboxState.IN_PROGRESS
+                and entry.started_at
+                and ((left := lease - (now - entry.started_at).total_seconds()) > 0)
             ):
                 results[entry.pk] = PushResult(BUSY, entry.pk, retry_in=max(1.0, left), held=True)
             else:
@@ -229,7 +231,10 @@ def _record(
     pks = [entry.pk for entry, _, _ in done]
     with transaction.atomic(using=using):
         OutboxEntry.objects.using(using).filter(pk__in=pks).update(
-            state=OutboxState.DONE, completed_at=now, last_error="", in_doubt=False,
+            state=OutboxState.DONE,
+            completed_at=now,
+            last_error="",
+            in_doubt=False,
             updated_at=now,
         )
         keys = {_key(entry) for entry, _, _ in done}
@@ -263,7 +268,11 @@ def _record(
         results[entry.pk] = PushResult(DONE, entry.pk, calls=1)
         logger.info(
             "outbox entry %s: %s %s#%s done (attempt %s)",
-            entry.pk, entry.operation, type(obj).__name__, obj.pk, entry.attempts,
+            entry.pk,
+            entry.operation,
+            type(obj).__name__,
+            obj.pk,
+            entry.attempts,
         )
 
 

@@ -93,9 +93,8 @@ class PullCounts:
         }
 
     def __str__(self) -> str:
-        return (
-            f"{self.created} created, {self.updated} updated, {self.unchanged} unchanged"
-            + (f", {self.skipped} skipped (local changes pending)" if self.skipped else "")
+        return f"{self.created} created, {self.updated} updated, {self.unchanged} unchanged" + (
+            f", {self.skipped} skipped (local changes pending)" if self.skipped else ""
         )
 
 
@@ -225,7 +224,10 @@ def upsert_products(rows: Iterable[dict[str, Any]]) -> PullCounts:
     rows = [r for r in rows if isinstance(r, dict)]
     mapped = _mapped(rows, product_map.from_remote)
     counts, objs = _bulk_upsert(
-        Product, mapped, local_owned=PRODUCT_LOCAL, create_only=("product_type",),
+        Product,
+        mapped,
+        local_owned=PRODUCT_LOCAL,
+        create_only=("product_type",),
         created_rows=True,
     )
     created = [o for o in objs[: counts.created] if o.pk is not None]
@@ -273,9 +275,7 @@ CUSTOMER_ADOPTION = Adoption(
 
 def upsert_customers(rows: Iterable[dict[str, Any]]) -> PullCounts:
     mapped = _mapped(rows, customer_map.from_remote)
-    counts, _ = _bulk_upsert(
-        Customer, mapped, local_owned=CUSTOMER_LOCAL, adopt=CUSTOMER_ADOPTION
-    )
+    counts, _ = _bulk_upsert(Customer, mapped, local_owned=CUSTOMER_LOCAL, adopt=CUSTOMER_ADOPTION)
     return counts
 
 
@@ -304,7 +304,9 @@ SUBSCRIPTION_ADOPTION = Adoption(
     candidates=_subscription_candidates,
     local_key=lambda sub: (sub.customer_id, sub.product_id, sub.selected_billing_cycle),
     remote_key=lambda fields: (
-        fields["customer_id"], fields["product_id"], fields["selected_billing_cycle"]
+        fields["customer_id"],
+        fields["product_id"],
+        fields["selected_billing_cycle"],
     ),
 )
 
@@ -342,9 +344,7 @@ def upsert_subscriptions(
         }
         for fields in mapped
     ]
-    counts, _ = _bulk_upsert(
-        Subscription, linked, local_owned=(), adopt=SUBSCRIPTION_ADOPTION
-    )
+    counts, _ = _bulk_upsert(Subscription, linked, local_owned=(), adopt=SUBSCRIPTION_ADOPTION)
     return counts
 
 

@@ -28,8 +28,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def customers(n: int, tag: str = "b") -> list[Customer]:
     with transaction.atomic():
         return [
-            Customer.objects.create(identifier=f"{tag}-{i}", first_name="B", last_name=str(i),
-                                    email=f"{tag}{i}@example.com")
+            Customer.objects.create(
+                identifier=f"{tag}-{i}",
+                first_name="B",
+                last_name=str(i),
+                email=f"{tag}{i}@example.com",
+            )
             for i in range(n)
         ]
 
@@ -107,8 +111,9 @@ def test_an_entry_held_by_a_live_lease_or_behind_an_older_one_is_left(billing_sa
     results = {r.entry_id: r for r in push_batch([held.pk, other.pk])}
     assert results[held.pk].status == BUSY and results[held.pk].held
     assert results[other.pk].status == DONE
-    assert [c["body"]["identifier"] for c in billing_sandbox.requests(
-        operation="create_customer")] == ["b-1"]
+    assert [
+        c["body"]["identifier"] for c in billing_sandbox.requests(operation="create_customer")
+    ] == ["b-1"]
     OutboxEntry.objects.filter(pk=held.pk).update(state="failed", in_doubt=True)
     later = OutboxEntry.objects.create(
         content_type=held.content_type, object_id=a.pk, operation="create"
@@ -129,8 +134,10 @@ def test_a_failed_call_is_retried_later_and_the_others_are_done(billing_sandbox,
     assert first.state == "pending" and first.in_doubt and first.next_attempt_at is not None
     OutboxEntry.objects.filter(pk=ids[0]).update(next_attempt_at=None)
     assert [r.status for r in push_batch(ids)] == [DONE, SKIPPED, SKIPPED]
-    keys = [c["headers"]["x-idempotency-id"] for c in billing_sandbox.requests(
-        operation="create_customer")]
+    keys = [
+        c["headers"]["x-idempotency-id"]
+        for c in billing_sandbox.requests(operation="create_customer")
+    ]
     assert keys.count(str(first.idempotency_key)) == 2  # the retry reused the key
     assert len(billing_sandbox.objects("customer")) == 3
 
@@ -169,8 +176,13 @@ def test_a_subscription_in_a_batch_creates_its_customer_once_then_itself(billing
     product.publish()
     user = get_user_model().objects.create(username="sub", email="s@example.com")
     customer, _ = get_or_create_customer(user)
-    Subscription.objects.create(product=product, customer=customer, selected_currency="XOF",
-                                selected_billing_cycle="months-1", auto_renew=True)
+    Subscription.objects.create(
+        product=product,
+        customer=customer,
+        selected_currency="XOF",
+        selected_billing_cycle="months-1",
+        auto_renew=True,
+    )
     results = push_batch(open_ids())
     assert {r.status for r in results} <= {DONE, SKIPPED}
     ops = Counter(r["operation"] for r in billing_sandbox.requests())

@@ -1,0 +1,98 @@
+"""``models.bulk``: rows written by ``update_rows`` and ``insert_rows`` read back exactly as
+the ORM would have written them, on SQLite and on PostgreSQL (jsonb_to_recordset, COPY)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from billing_integration.models import Customer, Price, Product, Subscription
+from billing_integration.models.bulk import insert_rows, update_rows
+from billing_integration.outbox import from_remote
+
+pytestmark = pytest.mark.django_db
+
+
+def test_update_rows_writes_each_rows_own_values_of_every_type():
+    with from_remote():
+        customers = [
+            Customer.objects.create(identifier=f"u-{i}", first_name="A", email=f"{i}@x.io")
+            for i in range(3)
+        ]
+    when = timezone.now() - timedelta(days=3, microseconds=7)
+    for i, customer in enumerate(customers):
+        customer.remote_id = uuid.uuid4()
+        customer.remote_created = when + timedelta(hours=i)
+        customer.remote_data = {"id": str(customer.remote_id), "n": i, "tags": ["a", "é\"'\\"]}
+        customer.first_name = f'O\'Brien "{i}"'
+        customer.phone = None if i == 0 else f"+225 0{i}"
+    customers[2].remote_data = None
+    with CaptureQueriesContext(connection) as queries:
+        assert (
+            update_rows(
+                customers, ["remote_id", "remote_created", "remote_data", "first_name", "phone"]
+            )
+            == 3
+        )
+    assert len(queries) == 1  # one statement (PostgreSQL) or one executemany
+    for i, customer in enumerate(customers):
+        stored = Customer.objects.get(pk=customer.pk)
+        assert stored.remote_id == customer.remote_id
+        assert stored.remote_created == when + timedelta(hours=i)
+        assert stored.remote_data == customer.remote_data
+        assert stored.first_name == f'O\'Brien "{i}"'
+        assert stored.phone == customer.phone
+        assert stored.last_name == "" and stored.identifier == f"u-{i}"  # untouched
+
+
+def test_update_rows_leaves_other_rows_alone():
+    with from_remote():
+        a, b = (Customer.objects.create(identifier=i, first_name="A") for i in "ab")
+    a.first_name = "Changed"
+    update_rows([a], ["first_name"])
+    assert Customer.objects.get(pk=b.pk).first_name == "A"
+    assert Customer.objects.get(pk=a.pk).first_name == "Changed"
+
+
+def test_insert_rows_fills_defaults_and_converts_values():
+    with from_remote():
+        product = Product.objects.create(name="P", selected_currencies=[1])
+    remote_id = uuid.uuid4()
+    when = timezone.now().replace(microsecond=123456)
+    with from_remote():
+        assert (
+            insert_rows(
+                Subscription,
+                [
+                    {
+                        "remote_id": remote_id,
+                        "product_id": product.pk,
+                        "status": "active",
+                        "cycle_start_date": when,
+                        "remote_data": {"id": str(remote_id), "x": [1, "ü"]},
+                        "sync_state": "synced",
+                    },
+                    {"remote_id": uuid.uuid4(), "product": product.pk, "auto_renew": False},
+                ],
+            )
+            == 2
+        )
+    first = Subscription.objects.get(remote_id=remote_id)
+    assert first.product == product and first.status == "active"
+    assert first.cycle_start_date == when
+    assert first.remote_data == {"id": str(remote_id), "x": [1, "ü"]}
+    assert first.created_at is not None and first.updated_at is not None
+    assert first.auto_renew is True and first.customer_id is None  # defaults
+    second = Subscription.objects.exclude(pk=first.pk).get()
+    assert second.auto_renew is False and second.sync_state == "pending"
+    with from_remote():
+        insert_rows(
+            Price, [{"product_id": product.pk, "currency_id": 1, "amount": Decimal("12.50")}]
+        )
+    assert Price.objects.get().amount == Decimal("12.50")
