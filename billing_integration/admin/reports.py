@@ -122,7 +122,9 @@ class ReportAdmin(admin.ModelAdmin):
             if export not in TABLES:
                 return HttpResponse(f"Unknown table; choose from {', '.join(TABLES)}.",
                                     status=400, content_type="text/plain")
-            report = build_report(period, customer_limit=None, at_risk_limit=None)
+            # Every row of the exported table; the other tables keep the page's limits.
+            limits = {"customers": "customer_limit", "at_risk": "at_risk_limit"}
+            report = build_report(period, **({limits[export]: None} if export in limits else {}))
             response = HttpResponse(table_csv(report, export), content_type="text/csv")
             stamp = timezone.localtime(period.now).strftime("%Y%m%d")
             suffix = "-".join(filter(None, [slugify(period.currency or ""),

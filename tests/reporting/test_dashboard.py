@@ -94,6 +94,28 @@ def test_csv_export(staff, world, pinned):
     assert staff.get(reverse(URL), {"export": "nope"}).status_code == 400
 
 
+def test_an_export_lifts_the_row_limit_of_its_own_table_only(staff, world, pinned, monkeypatch):
+    from billing_integration.reporting import metrics
+
+    asked: list[tuple[str, int | None]] = []
+    for name in ("customer_summary", "customers_at_risk"):
+        real = getattr(metrics, name)
+
+        def spy(period, *, limit, _real=real, _name=name):
+            asked.append((_name, limit))
+            return _real(period, limit=limit)
+
+        monkeypatch.setattr(metrics, name, spy)
+    staff.get(reverse(URL), {"export": "customers"})
+    staff.get(reverse(URL), {"export": "monthly"})
+    staff.get(reverse(URL), {"export": "at_risk"})
+    assert asked == [
+        ("customer_summary", None), ("customers_at_risk", 50),  # every customer
+        ("customer_summary", 25), ("customers_at_risk", 50),  # the page's limits
+        ("customer_summary", 25), ("customers_at_risk", None),
+    ]
+
+
 def test_csv_neutralises_formulas(world):
     from billing_integration.reporting.csv import table_csv
 
