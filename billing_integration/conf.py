@@ -93,6 +93,9 @@ DEFAULTS: dict[str, Any] = {
     "OUTBOX_DRAIN_SECONDS": 20.0,  # one drain task run pushes this long, then kicks itself
     "OUTBOX_CLAIM_BATCH": 100,  # due entries fetched per query by a drain task run
     "WEBHOOK_DRAIN_SECONDS": 20.0,  # one event drain run processes this long, then kicks itself
+    # seconds a web process that saw the event drain's wake-up pending skips the cache for
+    # further kicks; the drain lingers this long (+ a margin) after clearing. 0 = off
+    "WEBHOOK_KICK_WINDOW": 0.25,
 }
 
 class BillingSettings:

@@ -24,6 +24,36 @@ broker refusing the publish deletes ``F`` again so the next commit retries; a ca
 every kick send (no coalescing, nothing lost). The cache must be shared by web and worker
 processes (as for the API token): a per-process cache would suppress kicks for ``KICK_TTL``.
 
+Local suppression window (opt-in per kick: ``kick(..., local_window=W)``; the webhook view uses
+``BILLING['WEBHOOK_KICK_WINDOW']``). Under load every kick but about one per drain run finds
+``F`` set, and each such failed ``add`` is a cache round trip per item. With a window, a process
+whose ``add`` showed a wake-up pending (it failed, or it succeeded and the message went out)
+skips the cache for its later kicks of that name until ``s + W``, where ``s`` is its monotonic
+clock read just *before* that ``add``. The drain obeys one more rule in exchange: it may return
+on a look that found nothing only if that look *started* at least ``W + LINGER_MARGIN`` after
+its :func:`clear` returned; otherwise it sleeps the rest and looks again (:func:`linger`).
+
+No lost wake-up with the window. Take an item committed at ``c`` whose kick was suppressed
+locally: the check ran at ``t >= c`` with ``t < s + W``. The ``add`` that opened the window ran
+at ``k >= s`` and found (or set) a flag instance ``F_k`` that then exists; ``F_k`` ends after
+``k``, in one of three ways. (a) A drain deletes it, at ``d > k``: that drain's ``clear``
+returned after ``d``, so a look that ends it on nothing started after ``d + W > s + W > c``
+and saw the item (a query started after the commit). (b) That drain stops early on its time or
+size budget, at ``e > d``: it kicks again *through the cache* (a drain's own kick is never
+suppressed locally), so some drain clears after ``e`` (the one its message starts, or the one
+deleting the flag its ``add`` found): the same two cases again, with a clear later than
+``d``; by induction the drain run that finally ends on nothing started its last look more than
+``W`` after a clear later than ``d``, hence after ``c``. (c) ``F_k`` expires (``KICK_TTL``: a
+lost message) or a refused publish deletes it, or the drain crashes: the degraded cases above,
+which the beat drain covers (``process_pending_webhook_events``: events still ``received``
+after a minute), exactly as an unsuppressed kick that met the same ``F_k`` would have been.
+Only elapsed times are used, each measured on one machine's monotonic clock (never compared
+across machines); the margin covers clock-rate differences. A cache error or a refused publish
+opens no window; :func:`clear` forgets the local window of its own process. The kicking web
+process and the drain read ``W`` from the same setting; it is 0 (no window, no linger) when
+tasks run eagerly (the drain then runs inside the kick). The cost: a drain run that runs out of
+work idles at most ``W + LINGER_MARGIN`` before returning; a drain kept busy never lingers.
+
 Timers (:func:`schedule`) are separate: a drain whose items are due later (retry backoff) sends
 itself with a ``countdown``; timers for the same second are deduplicated.
 """
@@ -42,11 +72,20 @@ from .conf import billing_settings
 
 logger = logging.getLogger("billing_integration.wakeup")
 
-__all__ = ["clear", "flag_key", "kick", "kick_on_commit", "schedule"]
+__all__ = ["LINGER_MARGIN", "clear", "flag_key", "kick", "kick_on_commit", "linger", "schedule"]
 
 #: Publishing must not hang a web request when the broker is down.
 PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2,
                         "interval_max": 0.5}
+
+#: Seconds a drain lingers beyond the producers' local window (clock-rate differences between
+#: machines, scheduling): far more than the drift of two monotonic clocks over a window.
+LINGER_MARGIN = 0.05
+
+#: name -> ``time.monotonic()`` until which this process knows a wake-up of ``name`` is pending
+#: (the local suppression window). Plain dict operations: safe with threaded workers, and a
+#: stale entry only ever costs one more cache round trip.
+_pending_until: dict[str, float] = {}
 
 
 def flag_key(name: str) -> str:
@@ -63,19 +102,27 @@ def _send(task: Any, countdown: float | None, options: dict[str, Any]) -> None:
     )
 
 
-def kick(name: str, task: Any, **options: Any) -> bool:
+def kick(name: str, task: Any, *, local_window: float = 0.0, **options: Any) -> bool:
     """Wake the drain ``task`` unless a wake-up is already pending; call after commit.
 
+    With ``local_window`` > 0, a process that saw a wake-up pending skips the cache for that
+    many seconds (the drain must :func:`linger` by the same window; see the module docstring).
     Returns True if a message was sent. Never raises: a broker refusing the message is logged
     and the item waits for the periodic drain (or the next kick).
     """
+    started = time.monotonic()
+    if local_window > 0 and _pending_until.get(name, 0.0) > started:
+        return False
     key = flag_key(name)
+    cache_ok = True
     try:
         first = _cache().add(key, 1, timeout=float(billing_settings.KICK_TTL))
     except Exception as exc:  # cache down: send anyway (no coalescing, nothing lost)
         logger.warning("wake-up %s: cache unavailable (%s), sending anyway", name, exc)
-        first = True
+        first, cache_ok = True, False
     if not first:
+        if local_window > 0:  # F was present: its deleting drain lingers past started + W
+            _pending_until[name] = started + local_window
         return False
     try:
         _send(task, None, options)
@@ -84,6 +131,8 @@ def kick(name: str, task: Any, **options: Any) -> bool:
             _cache().delete(key)
         logger.warning("wake-up %s not sent (%s); the periodic drain will pick it up", name, exc)
         return False
+    if local_window > 0 and cache_ok:  # the drain of this message clears F after started
+        _pending_until[name] = started + local_window
     return True
 
 
@@ -92,12 +141,27 @@ def kick_on_commit(name: str, task: Any, *, using: str | None = None, **options:
     transaction.on_commit(lambda: kick(name, task, **options), using=using, robust=True)
 
 
-def clear(name: str) -> None:
-    """The first step of a drain task: drop the flag, so any later commit kicks again."""
+def clear(name: str) -> float:
+    """The first step of a drain task: drop the flag, so any later commit kicks again.
+
+    Returns ``time.monotonic()`` read after the delete, for :func:`linger`. Also forgets this
+    process's own suppression window for ``name`` (forgetting one only costs a round trip).
+    """
+    _pending_until.pop(name, None)
     try:
         _cache().delete(flag_key(name))
     except Exception as exc:  # cache down: kicks send anyway meanwhile
         logger.warning("wake-up %s: could not clear the flag (%s)", name, exc)
+    return time.monotonic()
+
+
+def linger(cleared_at: float, local_window: float, looked_at: float) -> float:
+    """Seconds a drain must still wait before returning, when its look that started at
+    ``looked_at`` (``time.monotonic()``) found nothing: 0 if it may return now. ``cleared_at``
+    is what :func:`clear` returned; ``local_window`` the producers' window (0: never wait)."""
+    if local_window <= 0:
+        return 0.0
+    return max(0.0, cleared_at + local_window + LINGER_MARGIN - looked_at)
 
 
 def schedule(name: str, task: Any, countdown: float, **options: Any) -> bool:

@@ -137,7 +137,8 @@ def store_delivery(
 def enqueue(event_pk: int) -> None:
     """Hand a stored event to processing: inline, or (after commit) a coalesced kick of the
     ``process_received_events`` drain: one Celery message per burst of deliveries, not one per
-    event (see ``billing_integration.wakeup``).
+    event, and within ``WEBHOOK_KICK_WINDOW`` of a wake-up this process saw pending, not even a
+    cache round trip (see ``billing_integration.wakeup``).
 
     Never raises: the event is stored, and a failure to enqueue leaves it ``received`` for
     ``process_pending`` (or a redelivery) to pick up.
@@ -151,9 +152,9 @@ def enqueue(event_pk: int) -> None:
                 process_event(event_pk)
             else:
                 from ..wakeup import kick
-                from .tasks import WAKEUP_NAME, process_received_events
+                from .tasks import WAKEUP_NAME, kick_window, process_received_events
 
-                kick(WAKEUP_NAME, process_received_events)
+                kick(WAKEUP_NAME, process_received_events, local_window=kick_window())
         except Exception:
             logger.exception("Could not hand event %s to processing; it stays received", event_pk)
 

@@ -12,10 +12,20 @@ from ..conf import billing_settings
 WAKEUP_NAME = "webhooks"
 
 __all__ = [
+    "kick_window",
     "process_pending_webhook_events",
     "process_received_events",
     "process_webhook_event",
 ]
+
+
+def kick_window() -> float:
+    """The local suppression window of the event hand-off (``billing_integration.wakeup``):
+    ``BILLING['WEBHOOK_KICK_WINDOW']`` seconds, 0 when tasks run eagerly. The webhook view kicks
+    with it and the drain lingers by it: both sides must read the same value."""
+    if process_received_events.app.conf.task_always_eager:
+        return 0.0
+    return max(0.0, float(billing_settings.WEBHOOK_KICK_WINDOW))
 
 
 @shared_task(bind=True, name="billing_integration.process_webhook_event", acks_late=True)
@@ -48,18 +58,23 @@ def process_received_events() -> int:
     flag FIRST, then process every ``received`` event in order of reception, in this one task
     run. An event failing transiently is handed to ``process_webhook_event`` with a countdown,
     as that task's first retry (so ``WEBHOOK_MAX_ATTEMPTS`` counts the drain's attempt). Past
-    ``WEBHOOK_DRAIN_SECONDS`` the drain kicks itself again. Returns the events handled."""
+    ``WEBHOOK_DRAIN_SECONDS`` the drain kicks itself again (through the cache, never locally
+    suppressed). A look that finds nothing ends the run only if it started
+    ``WEBHOOK_KICK_WINDOW`` (+ a margin) after the clear: an event whose kick a web process
+    suppressed locally meanwhile is seen (``wakeup.linger``). Returns the events handled."""
     import time
 
     from ..models import EventState, WebhookEvent
-    from ..wakeup import clear, kick
+    from ..wakeup import clear, kick, linger
     from .processing import process_event
 
-    clear(WAKEUP_NAME)  # before looking: an event stored after this kicks a new run
+    window = kick_window()
+    cleared_at = clear(WAKEUP_NAME)  # before looking: an event stored after this kicks a new run
     max_attempts = int(billing_settings.WEBHOOK_MAX_ATTEMPTS)
     deadline = time.monotonic() + float(billing_settings.WEBHOOK_DRAIN_SECONDS)
     seen: set[int] = set()
     while True:
+        looked_at = time.monotonic()
         pks = [
             pk
             for pk in WebhookEvent.objects.filter(state=EventState.RECEIVED)
@@ -68,7 +83,11 @@ def process_received_events() -> int:
             if pk not in seen
         ]
         if not pks:
-            return len(seen)
+            wait = linger(cleared_at, window, looked_at)
+            if wait <= 0:
+                return len(seen)
+            time.sleep(wait)
+            continue
         for pk in pks:
             if time.monotonic() >= deadline:
                 kick(WAKEUP_NAME, process_received_events)

@@ -15,7 +15,11 @@ from django.urls import reverse
 
 from billing_integration import wakeup
 from billing_integration.models import EventState, WebhookEvent
-from billing_integration.webhooks.tasks import WAKEUP_NAME, process_received_events
+from billing_integration.webhooks.tasks import (
+    WAKEUP_NAME,
+    kick_window,
+    process_received_events,
+)
 
 from .conftest import OTHER_SECRET, SECRET, as_meta, envelope, post_signed, sign
 
@@ -62,7 +66,9 @@ def test_valid_delivery_is_stored_and_enqueued(
     assert event.headers["authorization"] == "[redacted]"
     assert event.headers["webhook-id"] == payload["id"]
     assert SECRET not in json.dumps(event.headers)
-    stored_only.assert_called_once_with(WAKEUP_NAME, process_received_events)
+    stored_only.assert_called_once_with(
+        WAKEUP_NAME, process_received_events, local_window=kick_window()
+    )
 
 
 def test_csrf_is_not_required(stored_only):

@@ -3,19 +3,28 @@
 
 from __future__ import annotations
 
+import json
+import queue
+import random
+import threading
+import time
 import uuid
 from unittest import mock
 
 import pytest
+from django.db import connection
 
 from billing_integration import wakeup
 from billing_integration.models import EventState, WebhookEvent
 from billing_integration.webhooks import processing
+from billing_integration.webhooks.ingest import enqueue, store_delivery
 from billing_integration.webhooks.tasks import (
     WAKEUP_NAME,
+    kick_window,
     process_received_events,
     process_webhook_event,
 )
+from billing_integration.webhooks.verification import Verification
 
 from .conftest import SECRET, envelope, post_signed
 
@@ -96,3 +105,223 @@ def test_inline_mode_is_unchanged(client, kicked, settings, django_capture_on_co
     deliver(client, 2, django_capture_on_commit_callbacks)
     kicked.assert_not_called()
     assert not WebhookEvent.objects.filter(state=EventState.RECEIVED).exists()
+
+
+# --- the local suppression window (WEBHOOK_KICK_WINDOW) ----------------------------------
+
+
+@pytest.fixture
+def cache_adds():
+    """Spy on the wake-up flag's ``cache.add`` (the round trip the window saves)."""
+    cache = wakeup._cache()
+    with mock.patch.object(cache, "add", wraps=cache.add) as add:
+        yield add
+
+
+def test_within_the_window_a_kick_skips_the_cache(
+    client, kicked, cache_adds, settings, django_capture_on_commit_callbacks
+):
+    settings.BILLING = {**settings.BILLING, "WEBHOOK_KICK_WINDOW": 60.0}
+    deliver(client, 1, django_capture_on_commit_callbacks)  # add succeeds, sends, opens
+    deliver(client, 5, django_capture_on_commit_callbacks)  # no cache round trip at all
+    assert cache_adds.call_count == 1 and kicked.call_count == 1
+    wakeup._pending_until[WAKEUP_NAME] = 0.0  # the window ran out
+    deliver(client, 1, django_capture_on_commit_callbacks)  # looks again: F still set
+    assert cache_adds.call_count == 2 and kicked.call_count == 1
+    settings.BILLING = {**settings.BILLING, "WEBHOOK_KICK_WINDOW": 0.01}  # a short linger
+    assert process_received_events() == 7
+
+
+def test_without_a_window_every_kick_asks_the_cache(
+    client, kicked, cache_adds, settings, django_capture_on_commit_callbacks
+):
+    settings.BILLING = {**settings.BILLING, "WEBHOOK_KICK_WINDOW": 0}
+    deliver(client, 3, django_capture_on_commit_callbacks)
+    assert cache_adds.call_count == 3 and kicked.call_count == 1
+    assert WAKEUP_NAME not in wakeup._pending_until
+
+
+def test_a_wakeup_suppressed_locally_while_the_drain_ends_is_still_processed(
+    client, kicked, settings, django_capture_on_commit_callbacks
+):
+    """The race the linger closes. Web process P stores A (its kick sends and opens P's
+    window), the drain clears the flag, processes A and finds nothing more; then P stores B:
+    inside its window, P neither touches the cache nor sends. The drain may not return yet: it
+    looks again ``WEBHOOK_KICK_WINDOW`` (+ margin) after its clear, and processes B."""
+    settings.BILLING = {**settings.BILLING, "WEBHOOK_KICK_WINDOW": 0.2}
+    (first,) = deliver(client, 1, django_capture_on_commit_callbacks)
+    p_window = wakeup._pending_until[WAKEUP_NAME]  # P's own window (P is another process)
+    late: list[str] = []
+    real_sleep = time.sleep
+
+    def sleep(seconds: float) -> None:  # the drain lingers: P stores B meanwhile
+        assert 0 < seconds <= 0.2 + wakeup.LINGER_MARGIN
+        if not late:
+            wakeup._pending_until[WAKEUP_NAME] = p_window  # what P still knows
+            late.extend(deliver(client, 1, django_capture_on_commit_callbacks))
+            assert kicked.call_count == 1  # B's kick was suppressed locally: no message
+        real_sleep(seconds)
+
+    with mock.patch.object(time, "sleep", side_effect=sleep) as slept:
+        assert process_received_events() == 2
+    assert slept.call_count == 1 and late
+    states = dict(WebhookEvent.objects.values_list("event_id", "state"))
+    assert states == {first: EventState.IGNORED, late[0]: EventState.IGNORED}
+
+
+def test_the_drain_does_not_linger_without_a_window(client, kicked, settings,
+                                                     django_capture_on_commit_callbacks):
+    settings.BILLING = {**settings.BILLING, "WEBHOOK_KICK_WINDOW": 0}
+    deliver(client, 1, django_capture_on_commit_callbacks)
+    with mock.patch.object(time, "sleep") as slept:
+        assert process_received_events() == 1
+    slept.assert_not_called()
+
+
+def test_linger_is_measured_from_the_clear():
+    window, margin = 0.25, wakeup.LINGER_MARGIN
+    assert wakeup.linger(100.0, window, 100.05) == pytest.approx(window + margin - 0.05)
+    assert wakeup.linger(100.0, window, 100.0 + window + margin) == 0.0
+    assert wakeup.linger(100.0, 0.0, 100.0) == 0.0
+
+
+def test_the_budget_re_kick_is_never_suppressed_locally(
+    client, kicked, settings, django_capture_on_commit_callbacks
+):
+    settings.BILLING = {**settings.BILLING, "WEBHOOK_KICK_WINDOW": 60.0,
+                        "WEBHOOK_DRAIN_SECONDS": 0}
+    deliver(client, 2, django_capture_on_commit_callbacks)
+    assert kicked.call_count == 1
+    real_clear = wakeup.clear
+
+    def clear_in_a_process_with_an_open_window(name: str) -> float:
+        cleared_at = real_clear(name)
+        wakeup._pending_until[name] = time.monotonic() + 60.0
+        return cleared_at
+
+    with mock.patch.object(wakeup, "clear", side_effect=clear_in_a_process_with_an_open_window):
+        assert process_received_events() == 0  # out of budget at once: kicks itself
+    assert kicked.call_count == 2  # through the cache, despite the window
+
+
+def test_a_refused_publish_or_a_cache_error_opens_no_window(
+    client, kicked, settings, django_capture_on_commit_callbacks
+):
+    settings.BILLING = {**settings.BILLING, "WEBHOOK_KICK_WINDOW": 60.0}
+    kicked.side_effect = ConnectionError("broker down")
+    deliver(client, 1, django_capture_on_commit_callbacks)
+    assert WAKEUP_NAME not in wakeup._pending_until
+    kicked.side_effect = None
+    with mock.patch.object(wakeup._cache(), "add", side_effect=ConnectionError("cache down")):
+        deliver(client, 1, django_capture_on_commit_callbacks)  # sends anyway
+    assert WAKEUP_NAME not in wakeup._pending_until
+    assert kicked.call_count == 2
+
+
+def test_no_window_when_tasks_run_eagerly(settings):
+    settings.BILLING = {**settings.BILLING, "WEBHOOK_KICK_WINDOW": 1.0}
+    assert kick_window() == 1.0
+    conf = process_received_events.app.conf
+    eager = conf.task_always_eager
+    conf.task_always_eager = True
+    try:
+        assert kick_window() == 0.0
+    finally:
+        conf.task_always_eager = eager
+
+
+class _PerThread:
+    """``wakeup._pending_until`` kept per thread: each thread plays a separate web process."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def _own(self) -> dict[str, float]:
+        if not hasattr(self._local, "pending"):
+            self._local.pending = {}
+        return self._local.pending
+
+    def get(self, name: str, default: float = 0.0) -> float:
+        return self._own().get(name, default)
+
+    def __setitem__(self, name: str, value: float) -> None:
+        self._own()[name] = value
+
+    def pop(self, name: str, default: float | None = None) -> float | None:
+        return self._own().pop(name, default)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_no_lost_wakeup_with_concurrent_web_processes_and_drains(settings):
+    """4 "web processes" (threads, each with its own window) store events with pauses shorter
+    and longer than the window, each ending on an event whose kick opens a window, a pause
+    that lets the drains run dry, and a last event suppressed inside that window; 2 "workers"
+    run the drain for each message of an in-memory broker. No beat: an event whose wake-up
+    were lost would stay ``received`` (without the drain's linger, the last one does). None
+    does, and far fewer messages than events were sent."""
+    if connection.vendor != "postgresql":
+        pytest.skip("needs concurrent writers (PostgreSQL)")
+    window, per_process = 0.2, 25
+    settings.BILLING = {**settings.BILLING, "WEBHOOK_KICK_WINDOW": window}
+    wakeup.clear(WAKEUP_NAME)
+    broker: queue.Queue[int] = queue.Queue()
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def publish(*args, **kwargs) -> None:
+        broker.put(1)
+
+    def worker() -> None:
+        try:
+            while not stop.is_set():
+                try:
+                    broker.get(timeout=0.02)
+                except queue.Empty:
+                    continue
+                try:
+                    process_received_events()
+                except BaseException as exc:  # pragma: no cover - reported below
+                    errors.append(exc)
+                finally:
+                    broker.task_done()
+        finally:
+            connection.close()
+
+    def store_and_kick() -> None:
+        body = json.dumps(envelope("thing.happened", {"id": str(uuid.uuid4())}))
+        stored = store_delivery(body.encode(), {}, Verification("signature"))
+        enqueue(stored.event.pk)  # autocommit: kicks at once
+
+    def web_process(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            for _ in range(per_process - 2):
+                store_and_kick()
+                time.sleep(rng.choice((0, 0, 0.001, 0.05, 0.12, 0.3)))
+            time.sleep(window * 1.2)  # this process's window runs out: the next kick asks
+            store_and_kick()  # the cache and opens a window
+            time.sleep(window * 0.6)  # the drains run dry meanwhile
+            store_and_kick()  # suppressed locally
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    with (
+        mock.patch.object(wakeup, "_pending_until", _PerThread()),
+        mock.patch.object(process_received_events, "apply_async", side_effect=publish) as sent,
+    ):
+        workers = [threading.Thread(target=worker) for _ in range(2)]
+        webs = [threading.Thread(target=web_process, args=(i,)) for i in range(4)]
+        for t in workers + webs:
+            t.start()
+        for t in webs:
+            t.join()
+        broker.join()  # every message handled, re-kicks included
+        stop.set()
+        for t in workers:
+            t.join()
+    assert errors == []
+    assert WebhookEvent.objects.count() == 4 * per_process
+    assert not WebhookEvent.objects.filter(state=EventState.RECEIVED).exists()
+    assert 1 <= sent.call_count < 4 * per_process
