@@ -10,9 +10,12 @@ import hashlib
 import json
 import logging
 from collections.abc import Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, connections, models, router, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import Field
 
 from ..conf import billing_settings
 from ..models import EventState, WebhookEvent
@@ -61,16 +64,75 @@ class StoreResult:
     error: str = ""
 
 
+#: Per database alias: the lean INSERT's SQL and, per column, the field and whether its value
+#: needs the field's preparation (see ``_insert``).
+_INSERT_SQL: dict[str, tuple[str, list[tuple[Field, bool]]]] = {}
+
+
+def _lean_insert_sql(conn: BaseDatabaseWrapper) -> tuple[str, list[tuple[Field, bool]]] | None:
+    """``INSERT ... ON CONFLICT (event_id) DO NOTHING RETURNING id`` for every concrete field
+    of ``WebhookEvent`` but the primary key, built once per database from the model's
+    metadata; None where the backend lacks that syntax (the ORM is used there)."""
+    cached = _INSERT_SQL.get(conn.alias)
+    if cached is not None:
+        return cached
+    if conn.vendor not in ("postgresql", "sqlite") or not (
+        conn.features.can_return_columns_from_insert
+    ):
+        return None
+    meta = WebhookEvent._meta
+    fields = [f for f in meta.concrete_fields if not f.primary_key]
+    qn = conn.ops.quote_name
+    # Identifiers from the model's metadata, quoted; every value is a parameter.
+    sql = (
+        f"INSERT INTO {qn(meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "  # noqa: S608
+        f"VALUES ({', '.join(['%s'] * len(fields))}) "
+        f"ON CONFLICT ({qn(meta.get_field('event_id').column)}) DO NOTHING "
+        f"RETURNING {qn(meta.pk.column)}"
+    )
+    # A plain CharField/TextField prepares a str as itself: skip the call for those.
+    columns = [(f, type(f) not in (models.CharField, models.TextField)) for f in fields]
+    _INSERT_SQL[conn.alias] = (sql, columns)
+    return sql, columns
+
+
 def _insert(event: WebhookEvent) -> bool:
-    """INSERT the row; False if the event id exists already."""
-    try:
-        if connection.in_atomic_block:
-            with transaction.atomic():  # a savepoint: an IntegrityError must not break the caller
-                event.save(force_insert=True)
-        else:
-            event.save(force_insert=True)  # autocommit: a single statement
-    except IntegrityError:
+    """INSERT the row; False if the event id exists already.
+
+    PostgreSQL and SQLite: one ``INSERT ... ON CONFLICT (event_id) DO NOTHING RETURNING id``
+    with the values the ORM would write (each field's ``pre_save`` and ``get_db_prep_save``),
+    without the ORM's per-save query compilation; a duplicate is no error. Other backends:
+    ``save(force_insert=True)``, a duplicate caught as ``IntegrityError``. No
+    ``pre_save``/``post_save`` signal is sent on the lean path (nothing here listens to them;
+    use ``billing_event_received``). Inside a transaction the statement runs in a savepoint,
+    so a failure leaves the caller's transaction usable.
+    """
+    using = router.db_for_write(WebhookEvent, instance=event)
+    conn = connections[using]
+    lean = _lean_insert_sql(conn)
+    if lean is None:
+        try:
+            with transaction.atomic(using=using) if conn.in_atomic_block else nullcontext():
+                event.save(force_insert=True, using=using)
+        except IntegrityError:
+            return False
+        return True
+    sql, columns = lean
+    params = []
+    for field, prepare in columns:
+        value = field.pre_save(event, True)
+        params.append(
+            field.get_db_prep_save(value, conn) if prepare or type(value) is not str else value
+        )
+    savepoint = transaction.atomic(using=using) if conn.in_atomic_block else nullcontext()
+    with savepoint, conn.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:  # the event id exists already
         return False
+    event.pk = row[0]
+    event._state.adding = False
+    event._state.db = using
     return True
 
 

@@ -10,16 +10,19 @@ from unittest import mock
 
 import pytest
 from django.core.management import call_command
-from django.db import DatabaseError
+from django.db import DatabaseError, connection, transaction
 from django.urls import reverse
 
 from billing_integration import wakeup
 from billing_integration.models import EventState, WebhookEvent
+from billing_integration.webhooks import ingest
+from billing_integration.webhooks.ingest import store_delivery
 from billing_integration.webhooks.tasks import (
     WAKEUP_NAME,
     kick_window,
     process_received_events,
 )
+from billing_integration.webhooks.verification import Verification
 
 from .conftest import OTHER_SECRET, SECRET, as_meta, envelope, post_signed, sign
 
@@ -270,10 +273,59 @@ def test_unknown_type_is_stored_and_acknowledged(client, stored_only):
 
 def test_store_failure_is_503(client, stored_only):
     payload = envelope("invoice.paid", {"id": str(uuid.uuid4())})
-    with mock.patch.object(WebhookEvent, "save", side_effect=DatabaseError("down")):
+
+    def failing_insert(execute, sql, params, many, context):
+        if sql.startswith("INSERT") and WebhookEvent._meta.db_table in sql:
+            raise DatabaseError("down")
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(failing_insert):
         response = post_signed(client, payload)
     assert response.status_code == 503
+    assert not WebhookEvent.objects.exists()
     stored_only.assert_not_called()
+
+
+def _stored_row(event_id: str) -> dict:
+    row = WebhookEvent.objects.filter(event_id=event_id).values().get()
+    row.pop("id")
+    row.pop("received_at")
+    return row
+
+
+def test_the_lean_insert_writes_what_the_orm_would():
+    """``_insert`` (one INSERT ... ON CONFLICT DO NOTHING RETURNING on PostgreSQL and SQLite)
+    stores the same row as ``save()``, and a duplicate is reported, not raised."""
+    body = json.dumps(envelope("invoice.paid", {"id": str(uuid.uuid4())}, event_id="lean-1"))
+    headers = {"webhook-id": "lean-1", "user-agent": "t", "webhook-signature": "v1,x"}
+    stored = store_delivery(body.encode(), headers, Verification("signature", "lean-1"))
+    assert stored.created and stored.event.pk is not None and not stored.event._state.adding
+    lean = _stored_row("lean-1")
+    with mock.patch.object(ingest, "_lean_insert_sql", return_value=None):  # the ORM path
+        orm = store_delivery(
+            body.replace("lean-1", "orm-1").encode(),
+            {**headers, "webhook-id": "orm-1"},
+            Verification("signature", "orm-1"),
+        )
+        assert orm.created
+        assert not store_delivery(body.replace("lean-1", "orm-1").encode(), {},
+                                  Verification("signature")).created
+    expected = {**_stored_row("orm-1"), "event_id": "lean-1", "body": body,
+                "headers": {**_stored_row("orm-1")["headers"], "webhook-id": "lean-1"}}
+    assert lean == expected
+    assert lean["state"] == EventState.RECEIVED and lean["attempts"] == 0
+    assert lean["headers"]["webhook-signature"] == "[redacted]"
+    again = store_delivery(body.encode(), headers, Verification("signature", "lean-1"))
+    assert not again.created and again.event.pk == stored.event.pk
+    assert WebhookEvent.objects.count() == 2
+
+
+def test_a_duplicate_inside_a_transaction_leaves_it_usable():
+    body = json.dumps(envelope("invoice.paid", {"id": str(uuid.uuid4())}, event_id="dup-tx"))
+    with transaction.atomic():
+        assert store_delivery(body.encode(), {}, Verification("basic")).created
+        assert not store_delivery(body.encode(), {}, Verification("basic")).created
+        assert WebhookEvent.objects.filter(event_id="dup-tx").count() == 1  # still usable
 
 
 def test_broker_failure_still_acknowledges(client, settings, django_capture_on_commit_callbacks):
