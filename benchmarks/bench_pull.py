@@ -1,7 +1,7 @@
 """Pull of 10,000 customers and 10,000 subscriptions from a sandbox process (issue 4).
 
 Target: ``pull_customers()`` + ``pull_subscriptions()`` on an empty mirror take <= 2x the
-floor, the raw paged fetch of the same lists (one keep-alive ``requests.Session``, the same
+floor, the raw paged fetch of the same lists (one ``requests.Session``, the same
 page size as the client) plus one ``bulk_create`` of minimal rows into the same tables.
 Also prints the SQL queries of the pull (and per page) and its peak memory.
 
@@ -91,7 +91,7 @@ def empty_mirror() -> None:
 
 # --- the two paths -----------------------------------------------------------------------------
 class Floor:
-    """Raw paged GETs with one keep-alive session, then one ``bulk_create`` per table."""
+    """Raw paged GETs with one session, then one ``bulk_create`` per table."""
 
     def __init__(self, base_url: str, token: str, page_size: int) -> None:
         self.session = requests.Session()

@@ -1,4 +1,8 @@
-"""Serving the sandbox: a threaded Werkzeug server with HTTP/1.1 keep-alive, and the CLI.
+"""Serving the sandbox: a threaded Werkzeug server speaking HTTP/1.1, and the CLI.
+
+Werkzeug's server answers every request with ``Connection: close`` (its request handler
+cannot drain a body before the next request line), so clients reconnect per request; the
+benchmarks' floors pay the same.
 
     python -m billing_integration.sandbox --port 8100 [--host H] [--data FILE] [--reset]
         [--client-id ID] [--client-secret S] [--token-lifetime SECONDS]
@@ -28,7 +32,8 @@ DEFAULT_DATA = "var/sandbox.sqlite3"
 
 
 class SandboxRequestHandler(WSGIRequestHandler):
-    """HTTP/1.1 keep-alive; ``DropConnection`` closes the socket with a TCP RST."""
+    """HTTP/1.1 (the connection still closes after each answer); ``DropConnection`` closes
+    the socket with a TCP RST."""
 
     protocol_version = "HTTP/1.1"
     _rst = False
