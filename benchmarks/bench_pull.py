@@ -302,8 +302,8 @@ def main() -> int:
     print(
         f"where the pull's time goes (instrumented run, {t_instrumented:.3f} s): "
         f"HTTP+JSON {spent['http']:.3f} s, SQL statements {spent['sql']:.3f} s, "
-        f"commits {spent['commit']:.3f} s, Python (mapping, model instances, "
-        f"bulk_create preparation) {python:.3f} s"
+        f"commits {spent['commit']:.3f} s, the rest {python:.3f} s (Python: mapping, "
+        f"rows; and the COPY of new rows on PostgreSQL, which the SQL timer does not see)"
     )
     print(
         f"peak memory: tracemalloc pull {pull_peak:.1f} MiB (floor {floor_peak:.1f} MiB); "
