@@ -109,23 +109,7 @@ def _claim(
         if not live:
             return []
 
-        # Pushes of one object are serialised: an entry waits for the older open (or
-        # in-doubt failed) entries of its object. One query for the whole batch.
-        keys = {_key(e) for e in live}
-        oldest: dict[Key, int] = {}
-        blockers = (
-            OutboxEntry.objects.using(using)
-            .filter(
-                content_type_id__in={k[0] for k in keys},
-                object_id__in={k[1] for k in keys},
-                pk__lt=live[-1].pk,
-            )
-            .filter(Q(state__in=OPEN_STATES) | Q(state=OutboxState.FAILED, in_doubt=True))
-            .values_list("content_type_id", "object_id", "pk")
-        )
-        for ct_id, object_id, pk in blockers:
-            if (ct_id, object_id) in keys and pk < oldest.get((ct_id, object_id), pk + 1):
-                oldest[(ct_id, object_id)] = pk
+        oldest = _oldest_open(live, using)
         in_batch = {e.pk for e in live}
         ready: list[OutboxEntry] = []
         for entry in live:
@@ -171,6 +155,28 @@ def _claim(
                 model._default_manager.using(using).filter(pk__in=pks).update(last_attempt_at=now)
     later.sort()
     return claimed
+
+
+def _oldest_open(live: list[OutboxEntry], using: str) -> dict[Key, int]:
+    """Per object of ``live``, the pk of its oldest open (or in-doubt failed) entry: pushes of
+    one object are serialised, an entry waits for the older ones. One query."""
+    keys = {_key(e) for e in live}
+    oldest: dict[Key, int] = {}
+    rows = (
+        OutboxEntry.objects.using(using)
+        .filter(
+            content_type_id__in={k[0] for k in keys},
+            object_id__in={k[1] for k in keys},
+            pk__lt=live[-1].pk,
+        )
+        .filter(Q(state__in=OPEN_STATES) | Q(state=OutboxState.FAILED, in_doubt=True))
+        .values_list("content_type_id", "object_id", "pk")
+    )
+    for ct_id, object_id, pk in rows:
+        key = (ct_id, object_id)
+        if key in keys and pk < oldest.get(key, pk + 1):
+            oldest[key] = pk
+    return oldest
 
 
 def _load_targets(entries: list[OutboxEntry], using: str) -> dict[Key, Any]:
