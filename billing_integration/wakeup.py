@@ -72,7 +72,16 @@ from .conf import billing_settings
 
 logger = logging.getLogger("billing_integration.wakeup")
 
-__all__ = ["LINGER_MARGIN", "clear", "flag_key", "kick", "kick_on_commit", "linger", "schedule"]
+__all__ = [
+    "LINGER_MARGIN",
+    "clear",
+    "flag_key",
+    "kick",
+    "kick_on_commit",
+    "linger",
+    "pending_locally",
+    "schedule",
+]
 
 #: Publishing must not hang a web request when the broker is down.
 PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2,
@@ -100,6 +109,12 @@ def _send(task: Any, countdown: float | None, options: dict[str, Any]) -> None:
     task.apply_async(
         countdown=countdown, retry=True, retry_policy=PUBLISH_RETRY_POLICY, **options
     )
+
+
+def pending_locally(name: str) -> bool:
+    """True while this process's suppression window for ``name`` is open: a kick with a
+    ``local_window`` would return at once (lets a caller skip working out its window)."""
+    return _pending_until.get(name, 0.0) > time.monotonic()
 
 
 def kick(name: str, task: Any, *, local_window: float = 0.0, **options: Any) -> bool:

@@ -9,9 +9,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass
+from datetime import datetime
+from itertools import islice
 
 from django.db import IntegrityError, connections, models, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -40,6 +43,7 @@ _SECRET_HEADERS = frozenset(
     }
 )
 _SECRET_WORDS = ("secret", "token", "password", "signature", "auth", "api-key", "apikey")
+_SECRET_NAME = re.compile("|".join(re.escape(word) for word in _SECRET_WORDS))
 _MAX_HEADERS = 64
 _MAX_HEADER_VALUE = 1024
 
@@ -47,9 +51,9 @@ _MAX_HEADER_VALUE = 1024
 def safe_headers(headers: Mapping[str, str]) -> dict[str, str]:
     """The request headers as a plain dict, lower-cased, with secrets redacted."""
     result: dict[str, str] = {}
-    for name, value in list(headers.items())[:_MAX_HEADERS]:
+    for name, value in islice(headers.items(), _MAX_HEADERS):
         key = clean_text(str(name).lower(), 128)
-        if key in _SECRET_HEADERS or any(word in key for word in _SECRET_WORDS):
+        if key in _SECRET_HEADERS or _SECRET_NAME.search(key):
             result[key] = "[redacted]"
         else:
             result[key] = clean_text(str(value), _MAX_HEADER_VALUE)
@@ -64,12 +68,17 @@ class StoreResult:
     error: str = ""
 
 
-#: Per database alias: the lean INSERT's SQL and, per column, the field and whether its value
-#: needs the field's preparation (see ``_insert``).
-_INSERT_SQL: dict[str, tuple[str, list[tuple[Field, bool]]]] = {}
+#: How ``_insert`` prepares a column's value: what ``get_db_prep_save`` would return, without
+#: its layers of calls where that is known: a str for a plain CharField/TextField is itself; an
+#: aware datetime (or None) for a DateTimeField is what the backend's adapter makes of it.
+_TEXT, _DATETIME, _OTHER = "text", "datetime", "other"
+_KINDS = {models.CharField: _TEXT, models.TextField: _TEXT, models.DateTimeField: _DATETIME}
+
+#: Per database alias: the lean INSERT's SQL and, per column, the field and its kind.
+_INSERT_SQL: dict[str, tuple[str, list[tuple[Field, str]]]] = {}
 
 
-def _lean_insert_sql(conn: BaseDatabaseWrapper) -> tuple[str, list[tuple[Field, bool]]] | None:
+def _lean_insert_sql(conn: BaseDatabaseWrapper) -> tuple[str, list[tuple[Field, str]]] | None:
     """``INSERT ... ON CONFLICT (event_id) DO NOTHING RETURNING id`` for every concrete field
     of ``WebhookEvent`` but the primary key, built once per database from the model's
     metadata; None where the backend lacks that syntax (the ORM is used there)."""
@@ -90,8 +99,7 @@ def _lean_insert_sql(conn: BaseDatabaseWrapper) -> tuple[str, list[tuple[Field, 
         f"ON CONFLICT ({qn(meta.get_field('event_id').column)}) DO NOTHING "
         f"RETURNING {qn(meta.pk.column)}"
     )
-    # A plain CharField/TextField prepares a str as itself: skip the call for those.
-    columns = [(f, type(f) not in (models.CharField, models.TextField)) for f in fields]
+    columns = [(f, _KINDS.get(type(f), _OTHER)) for f in fields]
     _INSERT_SQL[conn.alias] = (sql, columns)
     return sql, columns
 
@@ -118,12 +126,19 @@ def _insert(event: WebhookEvent) -> bool:
             return False
         return True
     sql, columns = lean
+    adapt_datetime = conn.ops.adapt_datetimefield_value
     params = []
-    for field, prepare in columns:
+    for field, kind in columns:
         value = field.pre_save(event, True)
-        params.append(
-            field.get_db_prep_save(value, conn) if prepare or type(value) is not str else value
-        )
+        if kind is _TEXT and type(value) is str:
+            pass
+        elif kind is _DATETIME and (
+            value is None or (type(value) is datetime and value.utcoffset() is not None)
+        ):
+            value = adapt_datetime(value)
+        else:
+            value = field.get_db_prep_save(value, conn)
+        params.append(value)
     savepoint = transaction.atomic(using=using) if conn.in_atomic_block else nullcontext()
     with savepoint, conn.cursor() as cursor:
         cursor.execute(sql, params)
@@ -213,10 +228,11 @@ def enqueue(event_pk: int) -> None:
 
                 process_event(event_pk)
             else:
-                from ..wakeup import kick
+                from ..wakeup import kick, pending_locally
                 from .tasks import WAKEUP_NAME, kick_window, process_received_events
 
-                kick(WAKEUP_NAME, process_received_events, local_window=kick_window())
+                if not pending_locally(WAKEUP_NAME):  # else kick() would return at once
+                    kick(WAKEUP_NAME, process_received_events, local_window=kick_window())
         except Exception:
             logger.exception("Could not hand event %s to processing; it stays received", event_pk)
 

@@ -8,6 +8,7 @@ be stored. ``HEAD`` (and ``GET``) -> 200 with no body, for reachability probes.
 
 from __future__ import annotations
 
+import json
 import logging
 
 from django.core.exceptions import RequestDataTooBig
@@ -56,10 +57,9 @@ def webhook(request: HttpRequest) -> HttpResponse:
     if event is not None and (stored.created or stored.state == EventState.RECEIVED):
         # New, or a redelivery of one not processed yet (its task may have been lost).
         enqueue(event.pk)
-    return JsonResponse(
-        {
-            "status": "received" if stored.created else "duplicate",
-            "id": event.event_id if event is not None else None,
-        },
-        status=200,
-    )
+    # What JsonResponse would send, without its encoder class and dict check (the hot path).
+    answer = {
+        "status": "received" if stored.created else "duplicate",
+        "id": event.event_id if event is not None else None,
+    }
+    return HttpResponse(json.dumps(answer), content_type="application/json")

@@ -214,3 +214,14 @@ def mirror(db):
     return type(
         "Mirror", (), {"customer": customer, "product": product, "subscription": subscription}
     )
+
+
+@pytest.fixture(autouse=True)
+def no_local_wakeup_window():
+    """Each test starts with no process-local suppression window (``wakeup._pending_until``)
+    left by an earlier one."""
+    from billing_integration import wakeup
+
+    wakeup._pending_until.clear()
+    yield
+    wakeup._pending_until.clear()

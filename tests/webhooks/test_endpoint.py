@@ -313,6 +313,7 @@ def test_the_lean_insert_writes_what_the_orm_would():
     expected = {**_stored_row("orm-1"), "event_id": "lean-1", "body": body,
                 "headers": {**_stored_row("orm-1")["headers"], "webhook-id": "lean-1"}}
     assert lean == expected
+    assert WebhookEvent.objects.get(event_id="lean-1").received_at == stored.event.received_at
     assert lean["state"] == EventState.RECEIVED and lean["attempts"] == 0
     assert lean["headers"]["webhook-signature"] == "[redacted]"
     again = store_delivery(body.encode(), headers, Verification("signature", "lean-1"))
