@@ -44,7 +44,6 @@ from ..models.outbox import OPEN_STATES, OutboxEntry, OutboxOperation, OutboxSta
 from ..models.subscriptions import Subscription
 from .push import (
     BUSY,
-    DONE,
     SKIPPED,
     PushResult,
     _apply_response,
@@ -52,8 +51,9 @@ from .push import (
     _call,
     _record_failure,
     _skip_locked,
-    logger,
+    answer_not_stored,
     push_entry_now,
+    pushed,
     response_fields,
 )
 
@@ -267,19 +267,11 @@ def _record(
                     with transaction.atomic(using=using):
                         _apply_response(obj, data, _key(entry) not in still_open)
                 except IntegrityError as exc:
-                    error = f"Pushed, but the answer could not be stored: {exc}"
-                    OutboxEntry.objects.using(using).filter(pk=entry.pk).update(last_error=error)
-                    logger.error("outbox entry %s: %s", entry.pk, error)
+                    OutboxEntry.objects.using(using).filter(pk=entry.pk).update(
+                        last_error=answer_not_stored(entry, exc)
+                    )
     for entry, obj, _ in done:
-        results[entry.pk] = PushResult(DONE, entry.pk, calls=1)
-        logger.info(
-            "outbox entry %s: %s %s#%s done (attempt %s)",
-            entry.pk,
-            entry.operation,
-            type(obj).__name__,
-            obj.pk,
-            entry.attempts,
-        )
+        results[entry.pk] = pushed(entry, obj)
 
 
 def _store_answers(

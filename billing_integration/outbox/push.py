@@ -293,9 +293,20 @@ def push_entry_now(entry_id: int, *, _depth: int = 0) -> PushResult:
                 answer = data if isinstance(data, dict) else {}
                 _apply_response(obj, answer, not _others_open(current))
         except IntegrityError as exc:
-            current.last_error = f"Pushed, but the answer could not be stored: {exc}"
+            current.last_error = answer_not_stored(entry, exc)
             current.save(update_fields=["last_error", "updated_at"])
-            logger.error("outbox entry %s: %s", entry.pk, current.last_error)
+    return pushed(entry, obj)
+
+
+def answer_not_stored(entry: OutboxEntry, exc: IntegrityError) -> str:
+    """The entry's error when the push went through but its answer could not be stored."""
+    error = f"Pushed, but the answer could not be stored: {exc}"
+    logger.error("outbox entry %s: %s", entry.pk, error)
+    return error
+
+
+def pushed(entry: OutboxEntry, obj: Any) -> PushResult:
+    """The result of a push that went through (logged)."""
     logger.info(
         "outbox entry %s: %s %s#%s done (attempt %s)",
         entry.pk,
@@ -304,7 +315,7 @@ def push_entry_now(entry_id: int, *, _depth: int = 0) -> PushResult:
         obj.pk,
         entry.attempts,
     )
-    return PushResult(DONE, entry_id, calls=1)
+    return PushResult(DONE, entry.pk, calls=1)
 
 
 def _record_failure(entry: OutboxEntry, obj: Any, exc: BillingError) -> PushResult:
