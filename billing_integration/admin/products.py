@@ -257,8 +257,30 @@ def _confirm_pricing_change(
         request, "admin/billing_integration/product/confirm_pricing_change.html", context
     )
 
+
+class PricingConfirmationMixin:
+    """Asks for confirmation before a change form saves new cycles or prices of a product
+    that has subscriptions: ``_pricing_confirmation`` returns that page, or None to go on."""
+
+    def _pricing_confirmation(self, request: HttpRequest, object_id: str) -> HttpResponse | None:
+        raise NotImplementedError
+
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        if request.method == "POST" and object_id and CONFIRM_FIELD not in request.POST:
+            response = self._pricing_confirmation(request, object_id)
+            if response is not None:
+                return response
+        return super().changeform_view(request, object_id, form_url, extra_context)
+
+
 @admin.register(Product)
-class ProductAdmin(SyncStateAdminMixin, admin.ModelAdmin):
+class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdmin):
     form = ProductForm
     inlines = (BillingCycleInline, RootPriceInline)
     list_display = (
@@ -414,19 +436,6 @@ class ProductAdmin(SyncStateAdminMixin, admin.ModelAdmin):
             product.save(update_fields=["selected_currencies", "updated_at"])
 
     # -- confirmation before changing prices or cycles of a product with subscriptions ----------
-    def changeform_view(
-        self,
-        request: HttpRequest,
-        object_id: str | None = None,
-        form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
-    ) -> HttpResponse:
-        if request.method == "POST" and object_id and CONFIRM_FIELD not in request.POST:
-            response = self._pricing_confirmation(request, object_id)
-            if response is not None:
-                return response
-        return super().changeform_view(request, object_id, form_url, extra_context)
-
     def _pricing_confirmation(self, request: HttpRequest, object_id: str) -> HttpResponse | None:
         """The confirmation page when a valid POST changes cycles or prices of a product that
         has subscriptions; None otherwise (the normal save or error page follows)."""
@@ -494,7 +503,7 @@ def _formset_changes(formset: Any) -> list[str]:
 
 # --- a cycle with one row per price (reached from the cycle inline's "change" link) ------------
 @admin.register(BillingCycle)
-class BillingCycleAdmin(admin.ModelAdmin):
+class BillingCycleAdmin(PricingConfirmationMixin, admin.ModelAdmin):
     fields = ("product_link", "unit", "frequency")
     readonly_fields = ("product_link",)
     inlines = (CyclePriceInline,)
@@ -512,19 +521,6 @@ class BillingCycleAdmin(admin.ModelAdmin):
     @admin.display(description=_("product"))
     def product_link(self, obj: BillingCycle) -> Any:
         return admin_link(obj.product)
-
-    def changeform_view(
-        self,
-        request: HttpRequest,
-        object_id: str | None = None,
-        form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
-    ) -> HttpResponse:
-        if request.method == "POST" and object_id and CONFIRM_FIELD not in request.POST:
-            response = self._pricing_confirmation(request, object_id)
-            if response is not None:
-                return response
-        return super().changeform_view(request, object_id, form_url, extra_context)
 
     def _pricing_confirmation(self, request: HttpRequest, object_id: str) -> HttpResponse | None:
         """The confirmation page when a valid POST changes this cycle or its prices and the
