@@ -321,6 +321,20 @@ def test_the_lean_insert_writes_what_the_orm_would():
     assert WebhookEvent.objects.count() == 2
 
 
+def test_the_event_log_has_only_the_indexes_the_ingest_insert_needs():
+    """Every index is paid for by the ingest INSERT: the primary key, the event id's unique
+    index (dedupe, ``ON CONFLICT``) and the (state, received_at) index of the drain, and no
+    more (``unique=True`` would add a ``varchar_pattern_ops`` twin on PostgreSQL)."""
+    with connection.cursor() as cursor:
+        found = connection.introspection.get_constraints(cursor, WebhookEvent._meta.db_table)
+    indexed = sorted(
+        (tuple(c["columns"]), bool(c["unique"] or c["primary_key"]))
+        for c in found.values()
+        if c["index"] or c["unique"] or c["primary_key"]
+    )
+    assert indexed == [(("event_id",), True), (("id",), True), (("state", "received_at"), False)]
+
+
 def test_a_duplicate_inside_a_transaction_leaves_it_usable():
     body = json.dumps(envelope("invoice.paid", {"id": str(uuid.uuid4())}, event_id="dup-tx"))
     with transaction.atomic():
