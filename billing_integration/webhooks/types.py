@@ -138,6 +138,8 @@ def normalize_type(raw: object) -> str:
     """
     if not isinstance(raw, str) or not raw.strip() or len(raw) > 255:
         return ""
+    if raw in CANONICAL_TYPES and not billing_settings.get("EVENT_TYPE_ALIASES"):
+        return raw  # the common case, without the spelling analysis below
     words = _words(raw)
     if not words:
         return ""

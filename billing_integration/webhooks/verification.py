@@ -104,8 +104,8 @@ def verify_signature(
 ) -> Verification:
     """Check a Standard Webhooks signature; raise ``WebhookVerificationError`` if it fails.
 
-    ``headers`` must be case-insensitive (Django's ``request.headers`` is). ``svix-*`` header
-    names are accepted as synonyms.
+    ``headers``: lower-case names (``ingest.request_headers``) or a case-insensitive mapping
+    (Django's ``request.headers``). ``svix-*`` header names are accepted as synonyms.
     """
     msg_id = _header(headers, "webhook-id", "svix-id")
     timestamp = _header(headers, "webhook-timestamp", "svix-timestamp")
