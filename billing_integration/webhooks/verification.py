@@ -20,6 +20,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..conf import billing_settings
 from ..exceptions import WebhookVerificationError
@@ -62,6 +63,7 @@ class Verification:
     timestamp: int | None = None
 
 
+@lru_cache(maxsize=16)  # the configured secrets: decoded once, not on every delivery
 def _decode_secret(secret: str) -> bytes:
     value = secret[len(_SECRET_PREFIX) :] if secret.startswith(_SECRET_PREFIX) else secret
     try:
