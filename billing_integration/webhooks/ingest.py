@@ -222,6 +222,9 @@ def _insert(values: dict[str, Any]) -> tuple[int | None, str]:
                 event.save(force_insert=True, using=using)
         except IntegrityError:
             return None, using
+        for f in WebhookEvent._meta.concrete_fields:  # what save() filled in (received_at)
+            if not f.primary_key:
+                values.setdefault(f.attname, getattr(event, f.attname))
         return event.pk, using
     sql, columns = lean
     adapt_datetime = conn.ops.adapt_datetimefield_value

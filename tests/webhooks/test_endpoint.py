@@ -308,6 +308,7 @@ def test_the_lean_insert_writes_what_the_orm_would():
             Verification("signature", "orm-1"),
         )
         assert orm.created
+        assert orm.event.received_at == WebhookEvent.objects.get(event_id="orm-1").received_at
         assert not store_delivery(body.replace("lean-1", "orm-1").encode(), {},
                                   Verification("signature")).created
     expected = {**_stored_row("orm-1"), "event_id": "lean-1", "body": body,
