@@ -49,15 +49,19 @@ COUNTS = ("new", "cancellations", "trials_ended", "trials_converted", "payments_
           "payments_failed", "payments_canceled", "refunds", "refunds_pending")
 AMOUNTS = ("mrr", "paid_amount", "failed_amount", "refunded_amount")
 
+#: Payments and refunds of a period: the same columns in the overview and the monthly table.
+PAYMENT_FLOW_COLUMNS = [
+    Column("payments_completed", "Payments completed"), Column("paid_amount", "Paid", "money"),
+    Column("payments_failed", "Payments failed"), Column("failed_amount", "Failed", "money"),
+    Column("refunds", "Refunds"), Column("refunded_amount", "Refunded", "money"),
+]
 OVERVIEW_COLUMNS = [
     Column("product", "Product", "text"), Column("currency", "Currency", "text"),
     Column("active", "Active subscriptions"), Column("trialing", "In trial"),
     Column("mrr", "MRR", "money"), Column("new", "New"),
     Column("cancellations", "Cancellations"), Column("churn_rate", "Churn (period)", "rate"),
     Column("trials_ended", "Trials ended"), Column("trials_converted", "Trials converted"),
-    Column("payments_completed", "Payments completed"), Column("paid_amount", "Paid", "money"),
-    Column("payments_failed", "Payments failed"), Column("failed_amount", "Failed", "money"),
-    Column("refunds", "Refunds"), Column("refunded_amount", "Refunded", "money"),
+    *PAYMENT_FLOW_COLUMNS,
 ]
 MONTHLY_COLUMNS = [
     Column("month", "Month", "text"), Column("product", "Product", "text"),
@@ -66,9 +70,7 @@ MONTHLY_COLUMNS = [
     Column("cancellations", "Cancellations"), Column("churn_rate", "Churn", "rate"),
     Column("mrr", "MRR (end)", "money"), Column("trials_ended", "Trials ended"),
     Column("trials_converted", "Trials converted"),
-    Column("payments_completed", "Payments completed"), Column("paid_amount", "Paid", "money"),
-    Column("payments_failed", "Payments failed"), Column("failed_amount", "Failed", "money"),
-    Column("refunds", "Refunds"), Column("refunded_amount", "Refunded", "money"),
+    *PAYMENT_FLOW_COLUMNS,
 ]
 CUSTOMER_COLUMNS = [
     Column("identifier", "Customer", "text"), Column("currency", "Currency", "text"),
