@@ -178,6 +178,12 @@ class BillingCycleInline(admin.TabularInline):
     def get_queryset(self, request: HttpRequest) -> models.QuerySet:
         return super().get_queryset(request).prefetch_related("prices")
 
+    @admin.display(description=_("prices"))
+    def prices(self, obj: BillingCycle) -> str:
+        """The prices as text where the row is read-only (a user without the change
+        permission): without it the admin would call the ``prices`` related manager."""
+        return format_prices(list(obj.prices.all())) or "-"
+
     def get_extra(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> int:
         if obj is not None and (obj.is_one_time or obj.cycles.exists()):
             return 0
