@@ -16,7 +16,7 @@ from billing_integration.models import BillingCycle, OutboxEntry, Price, Product
 from billing_integration.outbox import from_remote
 from billing_integration.outbox.batch import push_batch
 from billing_integration.outbox.push import DONE, push_entry_now
-from billing_integration.sync.pull import pull_products
+from billing_integration.sync.pull import pull_products, upsert_products
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -91,10 +91,11 @@ def test_a_pull_keeps_the_not_sent_state_until_the_service_has_the_price(billing
     product.refresh_from_db()
     assert product.description == "set on the service"
     assert product.sync_state == "not_sent" and "local 3000 XOF" in product.sync_error
-    # Changed on the service to the local price (the sandbox accepts it): now in step.
-    prices = [{"currency": 1, "amount": 3000}]
-    client.update_product(str(product.remote_id), {"prices": prices})
-    pull_products()
+    # The service now has the local price (set there by other means; the interface has no
+    # request for it): the pulled JSON clears the state.
+    data = client.get_product(str(product.remote_id))
+    upsert_products([{**data, "prices": [{"currency": 1, "amount": 3000}],
+                      "date_updated": "2030-01-01T00:00:00.000Z"}])
     product.refresh_from_db()
     assert (product.sync_state, product.sync_error) == ("synced", "")
 
