@@ -32,13 +32,21 @@ def create_on_service(name: str = "Remote plan", *, one_time: bool = False) -> d
     """A published product created directly on the sandbox (not through this app)."""
     from billing_integration.client import get_client
 
-    body: dict[str, Any] = {"name": name, "description": "", "status": "published",
-                            "selected_currencies": ["1"]}
+    body: dict[str, Any] = {
+        "name": name,
+        "description": "",
+        "status": "published",
+        "selected_currencies": ["1"],
+    }
     if one_time:
         body["prices"] = [{"currency": 1, "amount": 500}]
     else:
-        body["subscription_blueprint"] = {"billing_type": "flat-rate", "billing_cycles": [
-            {"cycle": "months", "frequency": 1, "prices": [{"currency": 1, "amount": 7000}]}]}
+        body["subscription_blueprint"] = {
+            "billing_type": "flat-rate",
+            "billing_cycles": [
+                {"cycle": "months", "frequency": 1, "prices": [{"currency": 1, "amount": 7000}]}
+            ],
+        }
     return get_client().create_product(body)
 
 
@@ -49,19 +57,33 @@ def pull(out: io.StringIO | None = None) -> str:
 
 
 def push_all() -> list[str]:
-    return [push_entry_now(pk).status
-            for pk in OutboxEntry.objects.open().values_list("pk", flat=True)]
+    return [
+        push_entry_now(pk).status for pk in OutboxEntry.objects.open().values_list("pk", flat=True)
+    ]
 
 
 def blueprint_patches(sandbox: Any) -> list[dict[str, Any]]:
-    return [r for r in sandbox.requests(operation="update_product")
-            if "subscription_blueprint" in (r["body"] or {})]
+    return [
+        r
+        for r in sandbox.requests(operation="update_product")
+        if "subscription_blueprint" in (r["body"] or {})
+    ]
 
 
 def declare_monthly(client: Client, product: Product, prices: str = "XOF 7000"):
-    return client.post(change_url(product), product_form_data(product, **{
-        "cycles-TOTAL_FORMS": "1", "cycles-0-unit": "months", "cycles-0-frequency": "1",
-        "cycles-0-prices": prices, "cycles-0-product": str(product.pk)}))
+    return client.post(
+        change_url(product),
+        product_form_data(
+            product,
+            **{
+                "cycles-TOTAL_FORMS": "1",
+                "cycles-0-unit": "months",
+                "cycles-0-frequency": "1",
+                "cycles-0-prices": prices,
+                "cycles-0-product": str(product.pk),
+            },
+        ),
+    )
 
 
 @pytest.fixture
@@ -95,15 +117,17 @@ def test_changelist_flags_products_without_known_cycles(billing_sandbox, admin_c
     assert "billing-badge-no-cycles" in html and "no known cycles" in html
     none = admin_client.get(CHANGELIST + "?cycles=none").context["cl"].result_list
     assert [p.name for p in none] == ["Remote plan"]
-    response = admin_client.post(CHANGELIST, {"action": "sync_now", "index": "0",
-                                              "_selected_action": [str(local.pk)]})
+    response = admin_client.post(
+        CHANGELIST, {"action": "sync_now", "index": "0", "_selected_action": [str(local.pk)]}
+    )
     warnings = [str(m) for m in get_messages(response.wsgi_request) if m.level_tag == "warning"]
     assert any("Remote plan" in w and "no known billing cycles" in w for w in warnings)
 
 
 def test_declared_cycles_are_kept_not_pushed_and_sold(billing_sandbox, pulled, admin_client):
-    buyer = get_user_model().objects.create_user("alice", email="alice@example.com",
-                                                 first_name="Alice", last_name="Doe")
+    buyer = get_user_model().objects.create_user(
+        "alice", email="alice@example.com", first_name="Alice", last_name="Doe"
+    )
     shopper = Client()
     shopper.force_login(buyer)
     checkout = {"product": pulled.pk, "cycle": "months-1", "currency": "XOF"}
@@ -169,11 +193,13 @@ def test_send_declared_cycles_button_pushes_the_blueprint_and_confirms(
     assert cycle.declared is False and pulled.blueprint_known is True
     assert pulled.sync_state == "synced"
     # From now on the blueprint is the one sent: a price change is pushed as usual.
-    admin_client.post(change_url(pulled), product_form_data(pulled, **{
-        "cycles-0-prices": "XOF 8000"}))
+    admin_client.post(
+        change_url(pulled), product_form_data(pulled, **{"cycles-0-prices": "XOF 8000"})
+    )
     assert push_all() == [DONE]
     assert blueprint_patches(billing_sandbox)[-1]["body"]["subscription_blueprint"][
-        "billing_cycles"][0]["prices"] == [{"currency": 1, "amount": 8000}]
+        "billing_cycles"
+    ][0]["prices"] == [{"currency": 1, "amount": 8000}]
 
 
 def test_send_declared_cycles_action_through_a_batch_drain(billing_sandbox, pulled, admin_client):
@@ -181,8 +207,10 @@ def test_send_declared_cycles_action_through_a_batch_drain(billing_sandbox, pull
 
     declare_monthly(admin_client, pulled)
     push_all()
-    response = admin_client.post(CHANGELIST, {"action": "send_declared_cycles", "index": "0",
-                                              "_selected_action": [str(pulled.pk)]})
+    response = admin_client.post(
+        CHANGELIST,
+        {"action": "send_declared_cycles", "index": "0", "_selected_action": [str(pulled.pk)]},
+    )
     assert response.status_code == 302
     entries = list(OutboxEntry.objects.open().values_list("pk", flat=True))
     assert [r.status for r in push_batch(entries)] == [DONE]
@@ -210,14 +238,32 @@ def test_cycles_of_a_one_time_product_and_root_prices_of_a_subscription_are_refu
     """Neither would ever be sent (a one-time product is sold by its root price, a
     subscription by its cycles): refused at the form instead of kept silently."""
     add = reverse("admin:billing_integration_product_add")
-    response = admin_client.post(add, product_form_data(name="Fee", product_type="one_time", **{
-        "cycles-TOTAL_FORMS": "1", "cycles-0-unit": "months", "cycles-0-frequency": "1",
-        "cycles-0-prices": "XOF 500"}))
+    response = admin_client.post(
+        add,
+        product_form_data(
+            name="Fee",
+            product_type="one_time",
+            **{
+                "cycles-TOTAL_FORMS": "1",
+                "cycles-0-unit": "months",
+                "cycles-0-frequency": "1",
+                "cycles-0-prices": "XOF 500",
+            },
+        ),
+    )
     assert response.status_code == 200
     assert "A one-time product has no billing cycles" in response.content.decode()
-    response = admin_client.post(add, product_form_data(name="Plan", **{
-        "root_prices-TOTAL_FORMS": "1", "root_prices-0-currency_id": "1",
-        "root_prices-0-amount": "500"}))
+    response = admin_client.post(
+        add,
+        product_form_data(
+            name="Plan",
+            **{
+                "root_prices-TOTAL_FORMS": "1",
+                "root_prices-0-currency_id": "1",
+                "root_prices-0-amount": "500",
+            },
+        ),
+    )
     assert response.status_code == 200
     assert "prices go on its billing cycles" in response.content.decode()
     assert not Product.objects.exists()
@@ -228,38 +274,63 @@ def test_repricing_a_pushed_one_time_product_is_kept_and_shown_not_sent(
     billing_sandbox, admin_client
 ):
     add = reverse("admin:billing_integration_product_add")
-    admin_client.post(add, product_form_data(name="Setup fee", product_type="one_time", **{
-        "root_prices-TOTAL_FORMS": "1", "root_prices-0-currency_id": "1",
-        "root_prices-0-amount": "2500"}))
+    admin_client.post(
+        add,
+        product_form_data(
+            name="Setup fee",
+            product_type="one_time",
+            **{
+                "root_prices-TOTAL_FORMS": "1",
+                "root_prices-0-currency_id": "1",
+                "root_prices-0-amount": "2500",
+            },
+        ),
+    )
     assert push_all() == [DONE]
     product = Product.objects.get()
     assert product.remote_id is not None and product.sync_state == "synced"
     billing_sandbox.clear_requests()
 
     price = product.root_prices.get()
-    data = product_form_data(product, **{
-        "root_prices-TOTAL_FORMS": "1", "root_prices-INITIAL_FORMS": "1",
-        "root_prices-0-id": str(price.pk), "root_prices-0-product": str(product.pk),
-        "root_prices-0-currency_id": "1", "root_prices-0-amount": "3000"})
+    data = product_form_data(
+        product,
+        **{
+            "root_prices-TOTAL_FORMS": "1",
+            "root_prices-INITIAL_FORMS": "1",
+            "root_prices-0-id": str(price.pk),
+            "root_prices-0-product": str(product.pk),
+            "root_prices-0-currency_id": "1",
+            "root_prices-0-amount": "3000",
+        },
+    )
     response = admin_client.post(change_url(product), data)
     assert response.status_code == 302
     warnings = [str(m) for m in get_messages(response.wsgi_request) if m.level_tag == "warning"]
-    assert any("Not sent: the service has no way to change a one-time product's prices; "
-               "local 3000 XOF, service 2500 XOF." in w and "The local change is kept." in w
-               for w in warnings), warnings
+    assert any(
+        "Not sent: the service has no way to change a one-time product's prices; "
+        "local 3000 XOF, service 2500 XOF."
+        in w
+        and "The local change is kept." in w
+        for w in warnings
+    ), warnings
 
     assert push_all() == [DONE]
     assert billing_sandbox.requests(operation="update_product") == []  # nothing can carry it
     assert billing_sandbox.object("product", str(product.remote_id))["prices"] == [
-        {"currency": 1, "amount": 2500}]
+        {"currency": 1, "amount": 2500}
+    ]
     product.refresh_from_db()
     assert product.root_prices.get().amount == Decimal("3000")  # the local change is kept
     assert product.sync_state == "not_sent"
     assert "local 3000 XOF, service 2500 XOF" in product.sync_error
     html = admin_client.get(CHANGELIST).content.decode()
     assert "billing-badge-not_sent" in html and "Not sent" in html
-    assert [p.pk for p in admin_client.get(CHANGELIST + "?sync_state__exact=not_sent")
-            .context["cl"].result_list] == [product.pk]
+    assert [
+        p.pk
+        for p in admin_client.get(CHANGELIST + "?sync_state__exact=not_sent")
+        .context["cl"]
+        .result_list
+    ] == [product.pk]
 
 
 def test_declaring_cycles_of_a_pulled_product_with_subscriptions_asks_no_confirmation(

@@ -22,14 +22,16 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def push_all() -> list[str]:
-    return [push_entry_now(pk).status
-            for pk in OutboxEntry.objects.open().values_list("pk", flat=True)]
+    return [
+        push_entry_now(pk).status for pk in OutboxEntry.objects.open().values_list("pk", flat=True)
+    ]
 
 
 def pushed_one_time(amount: str = "2500") -> Product:
     with transaction.atomic():
-        product = Product.objects.create(name="Setup fee", product_type="one_time",
-                                         selected_currencies=[1])
+        product = Product.objects.create(
+            name="Setup fee", product_type="one_time", selected_currencies=[1]
+        )
         Price.objects.create(product=product, currency_id=1, amount=Decimal(amount))
     assert push_all() == [DONE]
     product.refresh_from_db()
@@ -94,8 +96,15 @@ def test_a_pull_keeps_the_not_sent_state_until_the_service_has_the_price(billing
     # The service now has the local price (set there by other means; the interface has no
     # request for it): the pulled JSON clears the state.
     data = client.get_product(str(product.remote_id))
-    upsert_products([{**data, "prices": [{"currency": 1, "amount": 3000}],
-                      "date_updated": "2030-01-01T00:00:00.000Z"}])
+    upsert_products(
+        [
+            {
+                **data,
+                "prices": [{"currency": 1, "amount": 3000}],
+                "date_updated": "2030-01-01T00:00:00.000Z",
+            }
+        ]
+    )
     product.refresh_from_db()
     assert (product.sync_state, product.sync_error) == ("synced", "")
 
@@ -118,17 +127,26 @@ def test_a_type_change_of_a_pushed_product_is_not_sent(billing_sandbox):
     product.refresh_from_db()
     assert product.sync_state == "not_sent"
     assert "no way to change a product's type; local one-time, service subscription" in (
-        product.sync_error)
+        product.sync_error
+    )
 
 
 def test_cycles_saved_for_a_pulled_product_are_declared_and_not_pushed(billing_sandbox):
     from billing_integration.client import get_client
 
-    remote = get_client().create_product({
-        "name": "Remote plan", "status": "published", "selected_currencies": ["1"],
-        "subscription_blueprint": {"billing_type": "flat-rate", "billing_cycles": [
-            {"cycle": "years", "frequency": 1, "prices": [{"currency": 1, "amount": 90000}]}]},
-    })
+    remote = get_client().create_product(
+        {
+            "name": "Remote plan",
+            "status": "published",
+            "selected_currencies": ["1"],
+            "subscription_blueprint": {
+                "billing_type": "flat-rate",
+                "billing_cycles": [
+                    {"cycle": "years", "frequency": 1, "prices": [{"currency": 1, "amount": 90000}]}
+                ],
+            },
+        }
+    )
     pull_products()
     product = Product.objects.get(remote_id=remote["id"])
     assert product.blueprint_known is False and product.remote_data["prices"] is None
@@ -161,8 +179,9 @@ def test_the_migration_marks_pulled_products_without_cycles(db):
     module.mark_pulled_blueprints_unknown(apps, None)
     known = dict(Product.objects.values_list("name", "blueprint_known"))
     assert known == {"Pulled": False, "Authored": True, "Draft": True, "Fee": True}
-    assert {pulled.pk, authored.pk, draft.pk, fee.pk} == set(Product.objects.values_list(
-        "pk", flat=True))
+    assert {pulled.pk, authored.pk, draft.pk, fee.pk} == set(
+        Product.objects.values_list("pk", flat=True)
+    )
 
 
 def test_an_edit_of_a_pushed_customer_is_marked_not_sent(billing_sandbox):
