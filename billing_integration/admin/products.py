@@ -201,8 +201,10 @@ class CycleFormSet(forms.BaseInlineFormSet):
                 continue
             if form.instance.pk is not None or form.has_changed():
                 raise ValidationError(
-                    _("A one-time product has no billing cycles (none would be sent): put its "
-                      "price in “Prices”, or remove the cycles.")
+                    _(
+                        "A one-time product has no billing cycles (none would be sent): put its "
+                        "price in “Prices”, or remove the cycles."
+                    )
                 )
 
 
@@ -218,8 +220,10 @@ class RootPriceFormSet(forms.BaseInlineFormSet):
                 continue
             if form.instance.pk is not None or form.has_changed():
                 raise ValidationError(
-                    _("A subscription product's prices go on its billing cycles (root prices "
-                      "would not be sent): remove them here.")
+                    _(
+                        "A subscription product's prices go on its billing cycles (root prices "
+                        "would not be sent): remove them here."
+                    )
                 )
 
 
@@ -385,10 +389,14 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
     actions = ("publish", "archive", "sync_now", "retry_failed_push", "send_declared_cycles")
     change_form_template = "admin/billing_integration/product/change_form.html"
     fieldsets = (
-        (None, {"fields": ("name", "description", "product_type", "status",
-                           "selected_currencies")}),
-        (_("Synchronisation"), {"fields": (*REMOTE_STATE_READONLY, "cycles_column",
-                                           "subscriptions_link")}),
+        (
+            None,
+            {"fields": ("name", "description", "product_type", "status", "selected_currencies")},
+        ),
+        (
+            _("Synchronisation"),
+            {"fields": (*REMOTE_STATE_READONLY, "cycles_column", "subscriptions_link")},
+        ),
     )
     readonly_fields = (*REMOTE_STATE_READONLY, "cycles_column", "subscriptions_link")
 
@@ -425,8 +433,7 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
             return state_badge("no-cycles", str(NO_CYCLES_LABEL))
         if declared:
             return state_badge(
-                "declared", _("%(n)d declared here, not confirmed by the service") % {
-                    "n": declared}
+                "declared", _("%(n)d declared here, not confirmed by the service") % {"n": declared}
             )
         return str(total)
 
@@ -488,8 +495,11 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
                 self.message_user(request, str(exc), messages.ERROR)
                 return HttpResponseRedirect(change_url)
             self.log_change(request, obj, [{"changed": {"fields": ["billing cycles"]}}])
-            self.message_user(request, _("The declared cycles of “%s” are being sent to the "
-                                         "service.") % obj, messages.SUCCESS)
+            self.message_user(
+                request,
+                _("The declared cycles of “%s” are being sent to the service.") % obj,
+                messages.SUCCESS,
+            )
             return HttpResponseRedirect(change_url)
         context = {
             **self.admin_site.each_context(request),
@@ -575,10 +585,12 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
         if unsellable:
             self.message_user(
                 request,
-                _("%(n)d product(s) on the service have no known billing cycles, so checkout "
-                  "refuses them: %(names)s. Declare their cycles on each product's page "
-                  "(filter “billing cycles: no known cycles”).") % {
-                    "n": len(unsellable), "names": ", ".join(p.name for p in unsellable[:20])},
+                _(
+                    "%(n)d product(s) on the service have no known billing cycles, so checkout "
+                    "refuses them: %(names)s. Declare their cycles on each product's page "
+                    "(filter “billing cycles: no known cycles”)."
+                )
+                % {"n": len(unsellable), "names": ", ".join(p.name for p in unsellable[:20])},
                 messages.WARNING,
             )
 
@@ -594,8 +606,7 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
         from ..outbox.signals import send_declared_cycles
 
         sent = []
-        for product in queryset.filter(pk__in=Product.objects.with_declared_cycles()
-                                       .values("pk")):
+        for product in queryset.filter(pk__in=Product.objects.with_declared_cycles().values("pk")):
             try:
                 send_declared_cycles(product)
             except DeclaredCyclesNotSendable as exc:
@@ -604,19 +615,24 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
             self.log_change(request, product, [{"changed": {"fields": ["billing cycles"]}}])
             sent.append(product.name)
         if sent:
-            self.message_user(request, _("Declared cycles being sent for: %s.")
-                              % ", ".join(sent), messages.SUCCESS)
+            self.message_user(
+                request,
+                _("Declared cycles being sent for: %s.") % ", ".join(sent),
+                messages.SUCCESS,
+            )
         else:
-            self.message_user(request, _("None of the selected products has declared cycles."),
-                              messages.WARNING)
+            self.message_user(
+                request, _("None of the selected products has declared cycles."), messages.WARNING
+            )
 
     # -- saving ----------------------------------------------------------------------------------
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         super().save_related(request, form, formsets, change)
         product = form.instance
         used = set(
-            Price.objects.filter(models.Q(product=product) | models.Q(cycle__product=product))
-            .values_list("currency_id", flat=True)
+            Price.objects.filter(
+                models.Q(product=product) | models.Q(cycle__product=product)
+            ).values_list("currency_id", flat=True)
         )
         current = [int(c) for c in product.selected_currencies or []]
         if not used <= set(current):
@@ -634,9 +650,7 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
             self.message_user(request, DECLARED_WARNING % {"name": product}, messages.WARNING)
         note = product_map.not_carried(product)
         if note:
-            self.message_user(
-                request, f"{note} {_('The local change is kept.')}", messages.WARNING
-            )
+            self.message_user(request, f"{note} {_('The local change is kept.')}", messages.WARNING)
 
     # -- confirmation before changing prices or cycles of a product with subscriptions ----------
     def _pricing_confirmation(self, request: HttpRequest, object_id: str) -> HttpResponse | None:
@@ -744,8 +758,7 @@ class BillingCycleAdmin(PricingConfirmationMixin, admin.ModelAdmin):
         super().save_related(request, form, formsets, change)
         cycle = form.instance
         if cycle.declared and (form.has_changed() or any(fs.has_changed() for fs in formsets)):
-            self.message_user(request, DECLARED_WARNING % {"name": cycle.product},
-                              messages.WARNING)
+            self.message_user(request, DECLARED_WARNING % {"name": cycle.product}, messages.WARNING)
 
     def _pricing_confirmation(self, request: HttpRequest, object_id: str) -> HttpResponse | None:
         """The confirmation page when a valid POST changes this cycle or its prices and the

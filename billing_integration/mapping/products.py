@@ -177,8 +177,10 @@ def not_carried(
                 "Not sent: the service has no way to change a product's type; local "
                 "%(local)s, service %(remote)s."
             )
-            % {"local": labels.get(product.product_type, product.product_type),
-               "remote": labels[service_type]}
+            % {
+                "local": labels.get(product.product_type, product.product_type),
+                "remote": labels[service_type],
+            }
         )
     elif product.is_one_time:
         local = {int(p.currency_id): as_decimal(p.amount) for p in product.root_prices.all()}

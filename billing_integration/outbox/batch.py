@@ -295,9 +295,7 @@ def _store_answers(
     no signal fires, nothing is pushed back)."""
     groups: dict[tuple[type, tuple[str, ...]], list[Any]] = defaultdict(list)
     for entry, obj, data in done:
-        fields = response_fields(
-            obj, data, _key(entry) not in still_open, entry.changed_fields
-        )
+        fields = response_fields(obj, data, _key(entry) not in still_open, entry.changed_fields)
         for name, value in fields.items():
             setattr(obj, name, value)
         groups[(type(obj), tuple(sorted(fields)))].append(obj)

@@ -80,10 +80,12 @@ class Command(BaseCommand):
         cycles of a product created there are not known here."""
         if not products:
             return
-        self.stdout.write(self.style.WARNING(
-            f"products: {len(products)} on the service without known billing cycles "
-            "(the service answers with a blueprint id only); checkout refuses them:"
-        ))
+        self.stdout.write(
+            self.style.WARNING(
+                f"products: {len(products)} on the service without known billing cycles "
+                "(the service answers with a blueprint id only); checkout refuses them:"
+            )
+        )
         for product in products:
             self.stdout.write(f"  - {product.name} (remote id {product.remote_id})")
         self.stdout.write(
