@@ -21,14 +21,37 @@ from .mirror import state_badge
 __all__ = ["WebhookEventAdmin", "pretty_json"]
 
 
-def pretty_json(value: Any) -> SafeString:
-    """``value`` (JSON text or data) indented in a ``<pre>``; text that is not JSON as is."""
+#: Characters of a body shown as raw text (not JSON, or nested too deep to be parsed).
+RAW_TEXT_LIMIT = 20_000
+
+
+def _raw_text(value: Any) -> SafeString:
+    """``value`` as text in a ``<pre>``, cut after ``RAW_TEXT_LIMIT`` characters."""
     if isinstance(value, str):
+        text = value
+    else:
         try:
-            value = json.loads(value)
-        except ValueError:
-            return format_html('<pre class="billing-json">{}</pre>', value)
-    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+            text = repr(value)
+        except RecursionError:
+            text = str(_("(nested too deep to be shown)"))
+    if len(text) > RAW_TEXT_LIMIT:
+        more = len(text) - RAW_TEXT_LIMIT
+        return format_html(
+            '<pre class="billing-json" style="white-space:pre-wrap">{}</pre><p>{}</p>',
+            text[:RAW_TEXT_LIMIT],
+            _("… %(count)d more characters not shown.") % {"count": more},
+        )
+    return format_html('<pre class="billing-json" style="white-space:pre-wrap">{}</pre>', text)
+
+
+def pretty_json(value: Any) -> SafeString:
+    """``value`` (JSON text or data) indented in a ``<pre>``. Text that is not JSON, or JSON
+    nested too deep for the parser (a stored hostile body), is shown raw and truncated."""
+    try:
+        data = json.loads(value) if isinstance(value, str) else value
+        text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False)
+    except (ValueError, TypeError, RecursionError):
+        return _raw_text(value)
     return format_html('<pre class="billing-json" style="white-space:pre-wrap">{}</pre>', text)
 
 

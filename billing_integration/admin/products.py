@@ -9,6 +9,12 @@ one row per price (``show_change_link``). One-time products use the "Prices" inl
 
 Saving goes through the models only: every save writes an outbox entry (``post_save``) that a
 Celery task pushes after commit. The admin never calls the HTTP client.
+
+Products pulled from the service arrive without cycles (the service answers with a blueprint
+id only): the list flags them ("no known cycles"); cycles saved for them are "declared here,
+not confirmed by the service" (offered at checkout, not pushed) until "Send declared cycles to
+the service". A save whose change no request can carry (a one-time product's prices, a
+product's type) is kept and shown with a warning; the push then marks the product "not sent".
 """
 
 from __future__ import annotations
@@ -30,9 +36,11 @@ from django.utils.translation import gettext_lazy as _
 
 from ..conf import billing_settings
 from ..exceptions import BillingError
+from ..mapping import products as product_map
 from ..models import (
     INACTIVE_STATUSES,
     BillingCycle,
+    DeclaredCyclesNotSendable,
     Price,
     Product,
     ProductStatus,
@@ -44,6 +52,7 @@ from .mirror import (
     admin_link,
     changelist_link,
     retry_failed_pushes,
+    state_badge,
 )
 
 __all__ = [
@@ -62,6 +71,19 @@ CONFIRM_FIELD = "_confirm_pricing_change"
 PRICE_CHANGE_WARNING = _(
     "Changes to prices and billing intervals may affect existing subscriptions."
 )
+DECLARED_LABEL = _("declared here, not confirmed by the service")
+NO_CYCLES_LABEL = _("no known cycles")
+DECLARED_WARNING = _(
+    "The billing cycles of “%(name)s” are declared here, not confirmed by the service: "
+    "checkout offers them, but they are not sent (the service's blueprint of a product pulled "
+    "from it is not known here). To make them its blueprint on the service, use “Send "
+    "declared cycles to the service”."
+)
+
+
+def declared_badge(cycle: BillingCycle) -> Any:
+    """The "declared here" mark of a cycle, ``-`` for the others."""
+    return state_badge("declared", str(DECLARED_LABEL)) if cycle.declared else "-"
 
 
 # --- the compact prices editor of a cycle row ---------------------------------------------------
@@ -166,10 +188,51 @@ class BillingCycleForm(forms.ModelForm):
         super()._post_clean()
 
 
+class CycleFormSet(forms.BaseInlineFormSet):
+    """Cycles belong to subscription products: a one-time product's cycles would never be
+    sent (its price is the root price), so they are refused rather than kept silently."""
+
+    def clean(self) -> None:
+        super().clean()
+        if not self.instance.is_one_time:
+            return
+        for form in self.forms:
+            if not hasattr(form, "cleaned_data") or self._should_delete_form(form):
+                continue
+            if form.instance.pk is not None or form.has_changed():
+                raise ValidationError(
+                    _(
+                        "A one-time product has no billing cycles (none would be sent): put its "
+                        "price in “Prices”, or remove the cycles."
+                    )
+                )
+
+
+class RootPriceFormSet(forms.BaseInlineFormSet):
+    """Root prices belong to one-time products: a subscription product's would never be sent."""
+
+    def clean(self) -> None:
+        super().clean()
+        if self.instance.is_one_time:
+            return
+        for form in self.forms:
+            if not hasattr(form, "cleaned_data") or self._should_delete_form(form):
+                continue
+            if form.instance.pk is not None or form.has_changed():
+                raise ValidationError(
+                    _(
+                        "A subscription product's prices go on its billing cycles (root prices "
+                        "would not be sent): remove them here."
+                    )
+                )
+
+
 class BillingCycleInline(admin.TabularInline):
     model = BillingCycle
     form = BillingCycleForm
-    fields = ("unit", "frequency", "prices")
+    formset = CycleFormSet
+    fields = ("unit", "frequency", "prices", "declared_badge")
+    readonly_fields = ("declared_badge",)
     extra = 1
     show_change_link = True
     verbose_name = _("billing cycle")
@@ -177,6 +240,16 @@ class BillingCycleInline(admin.TabularInline):
 
     def get_queryset(self, request: HttpRequest) -> models.QuerySet:
         return super().get_queryset(request).prefetch_related("prices")
+
+    @admin.display(description=_("prices"))
+    def prices(self, obj: BillingCycle) -> str:
+        """The prices as text where the row is read-only (a user without the change
+        permission): without it the admin would call the ``prices`` related manager."""
+        return format_prices(list(obj.prices.all())) or "-"
+
+    @admin.display(description=_("origin"))
+    def declared_badge(self, obj: BillingCycle) -> Any:
+        return declared_badge(obj)
 
     def get_extra(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> int:
         if obj is not None and (obj.is_one_time or obj.cycles.exists()):
@@ -186,6 +259,7 @@ class BillingCycleInline(admin.TabularInline):
 
 class RootPriceInline(admin.TabularInline):
     model = Price
+    formset = RootPriceFormSet
     fk_name = "product"
     fields = ("currency_id", "amount")
     extra = 0
@@ -279,6 +353,23 @@ class PricingConfirmationMixin:
         return super().changeform_view(request, object_id, form_url, extra_context)
 
 
+class CyclesListFilter(admin.SimpleListFilter):
+    """Subscription products that cannot be sold (no cycle), or whose cycles are declared."""
+
+    title = _("billing cycles")
+    parameter_name = "cycles"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [("none", NO_CYCLES_LABEL), ("declared", DECLARED_LABEL)]
+
+    def queryset(self, request: HttpRequest, queryset: models.QuerySet) -> models.QuerySet:
+        if self.value() == "none":
+            return queryset.filter(pk__in=Product.objects.without_cycles().values("pk"))
+        if self.value() == "declared":
+            return queryset.filter(pk__in=Product.objects.with_declared_cycles().values("pk"))
+        return queryset
+
+
 @admin.register(Product)
 class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdmin):
     form = ProductForm
@@ -286,22 +377,28 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
     list_display = (
         "name",
         "product_type",
+        "cycles_column",
         "status",
         "sync_badge",
         "remote_id",
         "subscriber_count",
         "sync_error_short",
     )
-    list_filter = ("status", "product_type", "sync_state")
+    list_filter = ("status", "product_type", "sync_state", CyclesListFilter)
     search_fields = ("name", "description", "remote_id")
-    actions = ("publish", "archive", "sync_now", "retry_failed_push")
+    actions = ("publish", "archive", "sync_now", "retry_failed_push", "send_declared_cycles")
     change_form_template = "admin/billing_integration/product/change_form.html"
     fieldsets = (
-        (None, {"fields": ("name", "description", "product_type", "status",
-                           "selected_currencies")}),
-        (_("Synchronisation"), {"fields": (*REMOTE_STATE_READONLY, "subscriptions_link")}),
+        (
+            None,
+            {"fields": ("name", "description", "product_type", "status", "selected_currencies")},
+        ),
+        (
+            _("Synchronisation"),
+            {"fields": (*REMOTE_STATE_READONLY, "cycles_column", "subscriptions_link")},
+        ),
     )
-    readonly_fields = (*REMOTE_STATE_READONLY, "subscriptions_link")
+    readonly_fields = (*REMOTE_STATE_READONLY, "cycles_column", "subscriptions_link")
 
     # -- list ------------------------------------------------------------------------------------
     def get_queryset(self, request: HttpRequest) -> models.QuerySet:
@@ -313,9 +410,32 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
                     "subscriptions",
                     filter=~models.Q(subscriptions__status__in=INACTIVE_STATUSES),
                     distinct=True,
-                )
+                ),
+                _cycle_count=Count("cycles", distinct=True),
+                _declared_count=Count(
+                    "cycles", filter=models.Q(cycles__declared=True), distinct=True
+                ),
             )
         )
+
+    @admin.display(description=_("billing cycles"))
+    def cycles_column(self, obj: Product) -> Any:
+        """Flags a subscription product that cannot be sold (no cycle known here) and one
+        whose cycles are declared here, not confirmed by the service."""
+        if obj.is_one_time:
+            return "-"
+        total = getattr(obj, "_cycle_count", None)
+        declared = getattr(obj, "_declared_count", None)
+        if total is None or declared is None:
+            total = obj.cycles.count()
+            declared = obj.cycles.filter(declared=True).count()
+        if not total:
+            return state_badge("no-cycles", str(NO_CYCLES_LABEL))
+        if declared:
+            return state_badge(
+                "declared", _("%(n)d declared here, not confirmed by the service") % {"n": declared}
+            )
+        return str(total)
 
     @admin.display(description=_("subscriptions"), ordering="_subscriber_count")
     def subscriber_count(self, obj: Product) -> Any:
@@ -347,8 +467,53 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
                 self.admin_site.admin_view(self.archive_view),
                 name="{}_{}_archive".format(*info),
             ),
+            path(
+                "<path:object_id>/send-declared-cycles/",
+                self.admin_site.admin_view(self.send_declared_cycles_view),
+                name="{}_{}_send_declared_cycles".format(*info),
+            ),
             *super().get_urls(),
         ]
+
+    def send_declared_cycles_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """GET: what would be sent (it replaces the service's blueprint); POST: send it
+        through the outbox (``outbox.signals.send_declared_cycles``)."""
+        from ..outbox.signals import send_declared_cycles
+
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None:
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+        if not self.has_change_permission(request, obj):
+            raise PermissionDenied
+        change_url = reverse(
+            f"admin:{self.opts.app_label}_{self.opts.model_name}_change", args=[obj.pk]
+        )
+        if request.method == "POST":
+            try:
+                send_declared_cycles(obj)
+            except DeclaredCyclesNotSendable as exc:
+                self.message_user(request, str(exc), messages.ERROR)
+                return HttpResponseRedirect(change_url)
+            self.log_change(request, obj, [{"changed": {"fields": ["billing cycles"]}}])
+            self.message_user(
+                request,
+                _("The declared cycles of “%s” are being sent to the service.") % obj,
+                messages.SUCCESS,
+            )
+            return HttpResponseRedirect(change_url)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": _("Send the declared cycles of %s") % obj,
+            "object": obj,
+            "opts": self.opts,
+            "change_url": change_url,
+            "cycles": list(obj.cycles.prefetch_related("prices")),
+            "subscription_count": obj.subscriptions.count(),
+            "warning": PRICE_CHANGE_WARNING,
+        }
+        return TemplateResponse(
+            request, "admin/billing_integration/product/send_declared_cycles.html", context
+        )
 
     def archive_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """GET: a confirmation page; POST: archive the product (pushed like any change)."""
@@ -408,7 +573,7 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
     @admin.action(description=_("Sync now (pull products from the service)"),
                   permissions=["change"])
     def sync_now(self, request: HttpRequest, queryset: models.QuerySet) -> None:
-        from ..sync.pull import pull_products
+        from ..sync.pull import products_without_cycles, pull_products
 
         try:
             counts = pull_products()
@@ -416,24 +581,76 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
             self.message_user(request, _("Pull failed: %s") % exc, messages.ERROR)
             return
         self.message_user(request, _("Products pulled: %s") % counts.as_dict(), messages.SUCCESS)
+        unsellable = products_without_cycles()
+        if unsellable:
+            self.message_user(
+                request,
+                _(
+                    "%(n)d product(s) on the service have no known billing cycles, so checkout "
+                    "refuses them: %(names)s. Declare their cycles on each product's page "
+                    "(filter “billing cycles: no known cycles”)."
+                )
+                % {"n": len(unsellable), "names": ", ".join(p.name for p in unsellable[:20])},
+                messages.WARNING,
+            )
 
     @admin.action(description=_("Retry failed push"), permissions=["change"])
     def retry_failed_push(self, request: HttpRequest, queryset: models.QuerySet) -> None:
         count = retry_failed_pushes(queryset)
         self.message_user(request, _("%d failed push(es) re-queued.") % count, messages.SUCCESS)
 
+    @admin.action(description=_("Send declared cycles to the service"), permissions=["change"])
+    def send_declared_cycles(self, request: HttpRequest, queryset: models.QuerySet) -> None:
+        """Push the declared cycles of the selected products as their blueprints (each
+        replaces the service's one); products without declared cycles are skipped."""
+        from ..outbox.signals import send_declared_cycles
+
+        sent = []
+        for product in queryset.filter(pk__in=Product.objects.with_declared_cycles().values("pk")):
+            try:
+                send_declared_cycles(product)
+            except DeclaredCyclesNotSendable as exc:
+                self.message_user(request, str(exc), messages.WARNING)
+                continue
+            self.log_change(request, product, [{"changed": {"fields": ["billing cycles"]}}])
+            sent.append(product.name)
+        if sent:
+            self.message_user(
+                request,
+                _("Declared cycles being sent for: %s.") % ", ".join(sent),
+                messages.SUCCESS,
+            )
+        else:
+            self.message_user(
+                request, _("None of the selected products has declared cycles."), messages.WARNING
+            )
+
     # -- saving ----------------------------------------------------------------------------------
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         super().save_related(request, form, formsets, change)
         product = form.instance
         used = set(
-            Price.objects.filter(models.Q(product=product) | models.Q(cycle__product=product))
-            .values_list("currency_id", flat=True)
+            Price.objects.filter(
+                models.Q(product=product) | models.Q(cycle__product=product)
+            ).values_list("currency_id", flat=True)
         )
         current = [int(c) for c in product.selected_currencies or []]
         if not used <= set(current):
             product.selected_currencies = sorted(set(current) | used)
             product.save(update_fields=["selected_currencies", "updated_at"])
+        self._warn_not_sent(request, product, formsets)
+
+    def _warn_not_sent(self, request: HttpRequest, product: Product, formsets: Any) -> None:
+        """Say so when the saved change will not reach the service: declared cycles (not
+        pushed unasked), or a change no request of the interface can carry."""
+        if product.remote_id is None:
+            return
+        cycles_saved = any(fs.model is BillingCycle and fs.has_changed() for fs in formsets)
+        if cycles_saved and product.cycles.filter(declared=True).exists():
+            self.message_user(request, DECLARED_WARNING % {"name": product}, messages.WARNING)
+        note = product_map.not_carried(product)
+        if note:
+            self.message_user(request, f"{note} {_('The local change is kept.')}", messages.WARNING)
 
     # -- confirmation before changing prices or cycles of a product with subscriptions ----------
     def _pricing_confirmation(self, request: HttpRequest, object_id: str) -> HttpResponse | None:
@@ -442,6 +659,8 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
         obj = self.get_object(request, unquote(object_id))
         if obj is None or not self.has_change_permission(request, obj):
             return None
+        if not obj.is_one_time and not obj.blueprint_known:
+            return None  # declared cycles reach no subscription (sending them asks instead)
         total = obj.subscriptions.count()
         if not total:
             return None
@@ -472,6 +691,15 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
             )
             context["can_archive"] = (
                 obj.status != ProductStatus.ARCHIVED and self.has_change_permission(request, obj)
+            )
+            context["send_declared_url"] = reverse(
+                f"admin:{self.opts.app_label}_{self.opts.model_name}_send_declared_cycles",
+                args=[obj.pk],
+            )
+            context["can_send_declared"] = (
+                obj.remote_id is not None
+                and self.has_change_permission(request, obj)
+                and obj.cycles.filter(declared=True).exists()
             )
         return super().render_change_form(request, context, add, change, form_url, obj)
 
@@ -504,8 +732,8 @@ def _formset_changes(formset: Any) -> list[str]:
 # --- a cycle with one row per price (reached from the cycle inline's "change" link) ------------
 @admin.register(BillingCycle)
 class BillingCycleAdmin(PricingConfirmationMixin, admin.ModelAdmin):
-    fields = ("product_link", "unit", "frequency")
-    readonly_fields = ("product_link",)
+    fields = ("product_link", "unit", "frequency", "declared_badge")
+    readonly_fields = ("product_link", "declared_badge")
     inlines = (CyclePriceInline,)
     list_select_related = ("product",)
 
@@ -522,12 +750,22 @@ class BillingCycleAdmin(PricingConfirmationMixin, admin.ModelAdmin):
     def product_link(self, obj: BillingCycle) -> Any:
         return admin_link(obj.product)
 
+    @admin.display(description=_("origin"))
+    def declared_badge(self, obj: BillingCycle) -> Any:
+        return declared_badge(obj)
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        super().save_related(request, form, formsets, change)
+        cycle = form.instance
+        if cycle.declared and (form.has_changed() or any(fs.has_changed() for fs in formsets)):
+            self.message_user(request, DECLARED_WARNING % {"name": cycle.product}, messages.WARNING)
+
     def _pricing_confirmation(self, request: HttpRequest, object_id: str) -> HttpResponse | None:
         """The confirmation page when a valid POST changes this cycle or its prices and the
         product has subscriptions; None otherwise."""
         obj = self.get_object(request, unquote(object_id))
-        if obj is None:
-            return None
+        if obj is None or not obj.product.blueprint_known:
+            return None  # a declared cycle reaches no subscription (sending it asks instead)
         total = obj.product.subscriptions.count()
         if not total:
             return None

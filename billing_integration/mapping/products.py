@@ -10,7 +10,12 @@ Response shape: ``subscription_blueprint`` is an id string (null for one-time pr
 
 PATCH accepts ``status``, ``name``, ``description``, ``selected_currencies`` and
 ``subscription_blueprint`` (section 4.5): root ``prices`` of a one-time product are sent on
-creation only.
+creation only, and a product's type cannot change. ``not_carried`` says what of a product's
+local state the service does not have and no request can carry (shown as "not sent").
+
+The blueprint of a product whose blueprint on the service is not known here
+(``blueprint_known`` False: pulled, with cycles declared here) is sent only when asked
+(``subscription_blueprint`` among the changed fields): it replaces the service's one.
 """
 
 from __future__ import annotations
@@ -19,10 +24,12 @@ from collections.abc import Iterable
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from django.utils.translation import gettext
+
 from .common import as_decimal, remote_meta, wire_amount
 
 if TYPE_CHECKING:
-    from ..models import Product
+    from ..models import BillingCycle, Product
 
 PATCH_FIELDS = ("status", "name", "description", "selected_currencies", "subscription_blueprint")
 SCALAR_FIELDS = ("status", "name", "description", "selected_currencies")
@@ -35,15 +42,21 @@ def _prices(prices: Iterable[Any]) -> list[dict[str, Any]]:
     ]
 
 
+def cycle_to_wire(cycle: BillingCycle) -> dict[str, Any]:
+    """The cycle object of a blueprint: ``{"cycle", "frequency", "prices"}``."""
+    return {
+        "cycle": cycle.unit,
+        "frequency": int(cycle.frequency),
+        "prices": _prices(cycle.prices.all()),
+    }
+
+
 def blueprint(product: Product) -> dict[str, Any]:
     """The request object ``subscription_blueprint`` of a subscription product."""
     cycles = sorted(product.cycles.all(), key=lambda c: (c.unit, c.frequency, c.pk or 0))
     return {
         "billing_type": product.billing_type or "flat-rate",
-        "billing_cycles": [
-            {"cycle": c.unit, "frequency": int(c.frequency), "prices": _prices(c.prices.all())}
-            for c in cycles
-        ],
+        "billing_cycles": [cycle_to_wire(c) for c in cycles],
     }
 
 
@@ -105,7 +118,7 @@ def diff_for_patch(product: Product, changed: Iterable[str] = ()) -> dict[str, A
     for field in SCALAR_FIELDS:
         if remote is None or _norm(field, full[field]) != _norm(field, remote.get(field)):
             body[field] = full[field]
-    if "subscription_blueprint" in full:
+    if "subscription_blueprint" in full and _blueprint_sendable(product, remote, changed):
         remote_bp = remote.get("subscription_blueprint") if remote else None
         if remote is None or "subscription_blueprint" in changed or (
             isinstance(remote_bp, dict) and remote_bp != full["subscription_blueprint"]
@@ -114,16 +127,105 @@ def diff_for_patch(product: Product, changed: Iterable[str] = ()) -> dict[str, A
     return body
 
 
+def _blueprint_sendable(product: Product, remote: dict[str, Any] | None, changed: set) -> bool:
+    """False when a PATCH must not carry the blueprint: the service's product is one-time
+    (its type cannot change), or its blueprint is not known here and nobody asked to replace
+    it with the cycles declared here."""
+    if remote_type(remote) == "one_time":
+        return False
+    return product.blueprint_known or "subscription_blueprint" in changed
+
+
+def remote_type(remote: dict[str, Any] | None) -> str | None:
+    """``"subscription"`` or ``"one_time"`` as the service has the product; None if unknown."""
+    if not isinstance(remote, dict) or "subscription_blueprint" not in remote:
+        return None
+    return "one_time" if remote["subscription_blueprint"] in (None, "") else "subscription"
+
+
+def _money(prices: dict[int, Decimal]) -> str:
+    from ..conf import billing_settings
+
+    if not prices:
+        return gettext("none")
+    names = billing_settings.CURRENCIES
+    return " + ".join(
+        f"{wire_amount(amount)} {names.get(cid, cid)}" for cid, amount in sorted(prices.items())
+    )
+
+
+def not_carried(
+    product: Product, remote: dict[str, Any] | None = None, changed: Iterable[str] = ()
+) -> str:
+    """What of ``product``'s local state the service's product ``remote`` (default: the last
+    JSON seen) lacks and no request of the interface can carry; ``""`` when nothing.
+
+    - the type (one-time / subscription): set on creation, no request changes it;
+    - the root prices of a one-time product: PATCH has no ``prices``. Compared with the
+      ``prices`` of ``remote``; when ``remote`` has none, a change of them (``"prices"`` in
+      ``changed``) is reported as not sent.
+    """
+    remote = product.remote_data if remote is None else remote
+    if not isinstance(remote, dict):
+        return ""
+    notes = []
+    service_type = remote_type(remote)
+    if service_type is not None and service_type != product.product_type:
+        labels = {"one_time": gettext("one-time"), "subscription": gettext("subscription")}
+        notes.append(
+            gettext(
+                "Not sent: the service has no way to change a product's type; local "
+                "%(local)s, service %(remote)s."
+            )
+            % {
+                "local": labels.get(product.product_type, product.product_type),
+                "remote": labels[service_type],
+            }
+        )
+    elif product.is_one_time:
+        local = {int(p.currency_id): as_decimal(p.amount) for p in product.root_prices.all()}
+        try:
+            service = (
+                dict(root_prices_from_remote(remote))
+                if isinstance(remote.get("prices"), list)
+                else None
+            )
+        except (TypeError, ValueError, ArithmeticError):
+            service = None
+        if service is None and "prices" in set(changed):
+            notes.append(
+                gettext(
+                    "Not sent: the service has no way to change a one-time product's prices; "
+                    "local %(local)s, the service's are not known."
+                )
+                % {"local": _money(local)}
+            )
+        elif service is not None and service != local:
+            notes.append(
+                gettext(
+                    "Not sent: the service has no way to change a one-time product's prices; "
+                    "local %(local)s, service %(remote)s."
+                )
+                % {"local": _money(local), "remote": _money(service)}
+            )
+    return " ".join(notes)
+
+
 def from_remote(data: dict[str, Any]) -> dict[str, Any]:
-    """Product field values from a product resource (response or request shape)."""
+    """Product field values from a product resource (response or request shape).
+
+    ``blueprint_known`` (for a product new to this side) is False for subscription products:
+    their cycles are not read from the resource (a response carries a blueprint id only)."""
     bp = data.get("subscription_blueprint")
     fields = remote_meta(data)
+    product_type = "one_time" if bp in (None, "") else "subscription"
     fields.update(
         name=data.get("name") or "",
         description=data.get("description") or "",
         status=data.get("status") or "draft",
         selected_currencies=currencies_from_wire(data.get("selected_currencies")),
-        product_type="one_time" if bp in (None, "") else "subscription",
+        product_type=product_type,
+        blueprint_known=product_type == "one_time",
     )
     if isinstance(bp, dict) and bp.get("billing_type"):
         fields["billing_type"] = bp["billing_type"]

@@ -24,6 +24,10 @@ class SyncState(models.TextChoices):
     PENDING = "pending", _("Pending push")
     SYNCED = "synced", _("Synced")
     FAILED = "failed", _("Failed")
+    #: Pushed as far as the interface allows, but a local change has no way to reach the
+    #: service (e.g. a one-time product's prices: PATCH has no ``prices``). The local change
+    #: is kept; ``sync_error`` says what differs.
+    NOT_SENT = "not_sent", _("Not sent")
 
 
 #: Fields only the remote side (push answers, pulls, events) writes. A plain ``save()`` of an

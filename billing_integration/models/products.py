@@ -3,6 +3,11 @@
 A product is authored locally and pushed. It is never deleted: the service has no delete
 operation and archiving keeps billing history, so ``delete()`` (instance and queryset) and
 a ``pre_delete`` guard raise ``ProductDeletionRefused``.
+
+A subscription product pulled from the service arrives without cycles: the service answers
+with a blueprint id only. Its ``blueprint_known`` is False, and the cycles saved for it here
+are ``declared``: offered at checkout, but not pushed (pushing them would replace the
+service's blueprint, which is not known here) until someone asks for it.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from .base import AtomicSaveMixin, RemoteObject
 __all__ = [
     "BillingCycle",
     "CycleUnit",
+    "DeclaredCyclesNotSendable",
     "Price",
     "Product",
     "ProductDeletionRefused",
@@ -39,6 +45,10 @@ class ProductDeletionRefused(BillingError, ProtectedError):
 
     def __init__(self, objects: Any = ()) -> None:
         ProtectedError.__init__(self, DELETE_MESSAGE, objects)
+
+
+class DeclaredCyclesNotSendable(BillingError):
+    """``send_declared_cycles`` was asked for a product with no declared cycles to send."""
 
 
 class ProductStatus(models.TextChoices):
@@ -70,6 +80,15 @@ class ProductQuerySet(models.QuerySet):
     def one_time(self) -> ProductQuerySet:
         return self.filter(product_type=ProductType.ONE_TIME)
 
+    def without_cycles(self) -> ProductQuerySet:
+        """Subscription products with no billing cycle at all: checkout refuses them (e.g.
+        pulled from the service, whose answers carry a blueprint id only)."""
+        return self.subscriptions().filter(cycles__isnull=True)
+
+    def with_declared_cycles(self) -> ProductQuerySet:
+        """Products with billing cycles declared here, not confirmed by the service."""
+        return self.filter(cycles__declared=True).distinct()
+
     def archive(self) -> int:
         """Archive every product of the queryset, one save each (so each is pushed)."""
         count = 0
@@ -97,6 +116,16 @@ class Product(RemoteObject):
         _("currencies"), default=list, blank=True, help_text=_("Integer currency ids.")
     )
     billing_type = models.CharField(max_length=32, default="flat-rate")
+    blueprint_known = models.BooleanField(
+        _("billing cycles known to match the service"),
+        default=True,
+        editable=False,
+        help_text=_(
+            "False for a subscription product pulled from the service (its answers carry a "
+            "blueprint id only): cycles saved here are declared, not pushed, until they are "
+            "sent on purpose."
+        ),
+    )
 
     objects = ProductQuerySet.as_manager()
 
@@ -129,6 +158,15 @@ class BillingCycle(AtomicSaveMixin, models.Model):
     product = models.ForeignKey(Product, on_delete=models.CASCADE, related_name="cycles")
     unit = models.CharField(max_length=8, choices=CycleUnit.choices, default=CycleUnit.MONTHS)
     frequency = models.PositiveIntegerField(default=1)
+    declared = models.BooleanField(
+        _("declared here, not confirmed by the service"),
+        default=False,
+        editable=False,
+        help_text=_(
+            "A cycle of a product pulled from the service, declared here so that it can be "
+            "sold; not pushed until “Send declared cycles to the service”."
+        ),
+    )
 
     class Meta:
         ordering = ["product", "unit", "frequency", "pk"]
@@ -140,6 +178,19 @@ class BillingCycle(AtomicSaveMixin, models.Model):
 
     def __str__(self) -> str:
         return self.code
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """A cycle saved for a product whose blueprint on the service is not known here is
+        ``declared`` (saves inside ``from_remote()`` state what the service has: unchanged)."""
+        from ..outbox.context import is_from_remote
+
+        if not self.declared and not is_from_remote() and self.product_id is not None:
+            product = self.product
+            if not product.blueprint_known and not product.is_one_time:
+                self.declared = True
+                if kwargs.get("update_fields") is not None:
+                    kwargs["update_fields"] = {*kwargs["update_fields"], "declared"}
+        super().save(*args, **kwargs)
 
     @property
     def code(self) -> str:

@@ -34,13 +34,14 @@ from typing import Any
 
 from django.contrib.contenttypes.models import ContentType
 from django.db import IntegrityError, router, transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, prefetch_related_objects
 from django.utils import timezone
 
 from ..conf import billing_settings
 from ..exceptions import BillingError
 from ..models.bulk import update_rows
 from ..models.outbox import OPEN_STATES, OutboxEntry, OutboxOperation, OutboxState
+from ..models.products import Product
 from ..models.subscriptions import Subscription
 from .push import (
     BUSY,
@@ -128,6 +129,13 @@ def _claim(
             if obj is None or isinstance(obj, Subscription):
                 later.append(entry.pk)  # gone, or may need its customer/product first
                 continue
+            if (
+                isinstance(obj, Product)
+                and not obj.blueprint_known
+                and "subscription_blueprint" in entry.changed_fields
+            ):
+                later.append(entry.pk)  # declared cycles sent: confirmed there
+                continue
             if entry.payload is None:
                 operation, body, _note = _build(entry, obj)
                 if body is None:
@@ -189,7 +197,11 @@ def _load_targets(entries: list[OutboxEntry], using: str) -> dict[Key, Any]:
         model = ContentType.objects.db_manager(using).get_for_id(ct_id).model_class()
         if model is None:
             continue
-        for pk, obj in model._default_manager.using(using).in_bulk(object_ids).items():
+        objs = model._default_manager.using(using).in_bulk(object_ids)
+        if model is Product:
+            # Read to build the body and to tell what the answer still lacks (one query).
+            prefetch_related_objects(list(objs.values()), "root_prices")
+        for pk, obj in objs.items():
             found[(ct_id, pk)] = obj
     return found
 
@@ -265,7 +277,9 @@ def _record(
             for entry, obj, data in done:
                 try:
                     with transaction.atomic(using=using):
-                        _apply_response(obj, data, _key(entry) not in still_open)
+                        _apply_response(
+                            obj, data, _key(entry) not in still_open, entry.changed_fields
+                        )
                 except IntegrityError as exc:
                     OutboxEntry.objects.using(using).filter(pk=entry.pk).update(
                         last_error=answer_not_stored(entry, exc)
@@ -281,7 +295,7 @@ def _store_answers(
     no signal fires, nothing is pushed back)."""
     groups: dict[tuple[type, tuple[str, ...]], list[Any]] = defaultdict(list)
     for entry, obj, data in done:
-        fields = response_fields(obj, data, _key(entry) not in still_open)
+        fields = response_fields(obj, data, _key(entry) not in still_open, entry.changed_fields)
         for name, value in fields.items():
             setattr(obj, name, value)
         groups[(type(obj), tuple(sorted(fields)))].append(obj)

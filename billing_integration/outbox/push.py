@@ -37,13 +37,13 @@ from ..mapping.common import META_FIELDS
 from ..models.base import SyncState
 from ..models.customers import Customer
 from ..models.outbox import OPEN_STATES, OutboxEntry, OutboxOperation, OutboxState
-from ..models.products import Product
+from ..models.products import BillingCycle, Product
 from ..models.subscriptions import Subscription
 from .context import from_remote
 
 logger = logging.getLogger("billing_integration.outbox")
 
-__all__ = ["PushResult", "backoff", "push_entry_now"]
+__all__ = ["PushResult", "backoff", "push_entry_now", "settled_state"]
 
 # Result statuses
 DONE = "done"  # pushed (or nothing to send)
@@ -90,7 +90,8 @@ def _build(entry: OutboxEntry, obj: Any) -> tuple[str, dict[str, Any] | None, st
         if obj.remote_id is None:
             return OutboxOperation.CREATE, product_map.to_remote(obj), ""
         body = product_map.diff_for_patch(obj, entry.changed_fields)
-        return OutboxOperation.UPDATE, (body or None), ""
+        note = product_map.not_carried(obj, None, entry.changed_fields)
+        return OutboxOperation.UPDATE, (body or None), note
     if isinstance(obj, Customer):
         if obj.remote_id is None:
             return OutboxOperation.CREATE, customer_map.to_remote(obj), ""
@@ -145,13 +146,27 @@ def _others_open(entry: OutboxEntry) -> bool:
     )
 
 
-def response_fields(obj: Any, data: dict[str, Any], synced: bool) -> dict[str, Any]:
+def settled_state(note: str, synced: bool) -> str:
+    """The sync state of an object whose push is done: ``not_sent`` when part of its local
+    state could not be carried (``note``), ``pending`` while other entries are open."""
+    if not synced:
+        return SyncState.PENDING
+    return SyncState.NOT_SENT if note else SyncState.SYNCED
+
+
+def response_fields(
+    obj: Any, data: dict[str, Any], synced: bool, changed: Any = ()
+) -> dict[str, Any]:
     """The columns to store from what the service answered to the push of ``obj``: the
-    remote id, timestamps and JSON, the service-owned fields, and the sync state.
+    remote id, timestamps and JSON, the service-owned fields, and the sync state (for a
+    product, ``not_sent`` with the reason in ``sync_error`` when the answer still lacks a
+    local change no request can carry: ``changed`` are the entry's changed fields).
 
     Raises ``IntegrityError`` when neither the answer nor the object has a remote id."""
+    note = ""
     if isinstance(obj, Product):
         fields = {k: v for k, v in product_map.from_remote(data).items() if k in META_FIELDS}
+        note = product_map.not_carried(obj, data, changed)
     elif isinstance(obj, Customer):
         mapped = customer_map.from_remote(data)
         keep = (*META_FIELDS, "address_line_1", "address_line_2", "phone", "status")
@@ -169,15 +184,15 @@ def response_fields(obj: Any, data: dict[str, Any], synced: bool) -> dict[str, A
         fields.pop("remote_id", None)
         if obj.remote_id is None:
             raise IntegrityError("The service's answer carries no id.")
-    fields.update(last_synced_at=timezone.now(), sync_error="")
+    fields.update(last_synced_at=timezone.now(), sync_error=note)
     if synced:
-        fields["sync_state"] = SyncState.SYNCED
+        fields["sync_state"] = settled_state(note, synced)
     return fields
 
 
-def _apply_response(obj: Any, data: dict[str, Any], synced: bool) -> None:
+def _apply_response(obj: Any, data: dict[str, Any], synced: bool, changed: Any = ()) -> None:
     """Store what the service answered, without signals (so nothing is pushed back)."""
-    fields = response_fields(obj, data, synced)
+    fields = response_fields(obj, data, synced, changed)
     with from_remote():
         type(obj)._default_manager.filter(pk=obj.pk).update(**fields)
     for key, value in fields.items():
@@ -240,8 +255,7 @@ def push_entry_now(entry_id: int, *, _depth: int = 0) -> PushResult:
                     entry.save()
                     synced = not _others_open(entry)
                     type(obj)._default_manager.filter(pk=obj.pk).update(
-                        sync_state=SyncState.SYNCED if synced else SyncState.PENDING,
-                        sync_error=note,
+                        sync_state=settled_state(note, synced), sync_error=note
                     )
                     return PushResult(DONE, entry_id)
                 entry.operation = operation
@@ -291,11 +305,34 @@ def push_entry_now(entry_id: int, *, _depth: int = 0) -> PushResult:
         try:
             with transaction.atomic(using=using):
                 answer = data if isinstance(data, dict) else {}
-                _apply_response(obj, answer, not _others_open(current))
+                _apply_response(obj, answer, not _others_open(current), entry.changed_fields)
+                if isinstance(obj, Product):
+                    _confirm_declared_cycles(obj, (entry.payload or {}))
         except IntegrityError as exc:
             current.last_error = answer_not_stored(entry, exc)
             current.save(update_fields=["last_error", "updated_at"])
     return pushed(entry, obj)
+
+
+def _confirm_declared_cycles(product: Product, body: dict[str, Any]) -> None:
+    """After a push that carried a blueprint: the service's blueprint is now the one sent, so
+    the product's blueprint is known and its declared cycles sent as they are now are
+    confirmed (a cycle changed since the body was built stays declared)."""
+    sent = body.get("subscription_blueprint")
+    if not isinstance(sent, dict):
+        return
+    carried = sent.get("billing_cycles") or []
+    confirmed = [
+        cycle.pk
+        for cycle in product.cycles.filter(declared=True).prefetch_related("prices")
+        if product_map.cycle_to_wire(cycle) in carried
+    ]
+    with from_remote():
+        if confirmed:
+            BillingCycle.objects.filter(pk__in=confirmed).update(declared=False)
+        if not product.blueprint_known:
+            Product.objects.filter(pk=product.pk).update(blueprint_known=True)
+            product.blueprint_known = True
 
 
 def answer_not_stored(entry: OutboxEntry, exc: IntegrityError) -> str:

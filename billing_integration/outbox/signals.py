@@ -19,13 +19,19 @@ from django.db.models.signals import post_delete, post_save, pre_delete
 from ..models.base import SyncState
 from ..models.customers import Customer
 from ..models.outbox import OutboxEntry, OutboxOperation, OutboxState
-from ..models.products import BillingCycle, Price, Product, ProductDeletionRefused
+from ..models.products import (
+    BillingCycle,
+    DeclaredCyclesNotSendable,
+    Price,
+    Product,
+    ProductDeletionRefused,
+)
 from ..models.subscriptions import Subscription
 from .context import is_from_remote
 
 logger = logging.getLogger("billing_integration.outbox")
 
-__all__ = ["record_change"]
+__all__ = ["record_change", "send_declared_cycles"]
 
 
 def _locking(qs: models.QuerySet, using: str) -> models.QuerySet:
@@ -93,8 +99,27 @@ def product_saved(sender: Any, instance: Product, raw: bool = False, **kwargs: A
 def _product_part_changed(product: Product | None) -> None:
     if product is None or product.pk is None:
         return
+    if not product.is_one_time and not product.blueprint_known:
+        # Cycles declared here for a product pulled from the service: pushing them would
+        # replace a blueprint not known here. Sent only on request (``send_declared_cycles``).
+        return
     field = "prices" if product.is_one_time else "subscription_blueprint"
     record_change(product, [field])
+
+
+def send_declared_cycles(product: Product) -> OutboxEntry:
+    """Push the billing cycles declared here for ``product`` as its blueprint (it replaces
+    the service's). Writes (or extends) the product's outbox entry with
+    ``subscription_blueprint`` as a changed field; when the push succeeds, the sent cycles
+    are marked confirmed. Raises ``DeclaredCyclesNotSendable`` when there is nothing to send."""
+    if product.remote_id is None or product.is_one_time:
+        raise DeclaredCyclesNotSendable(
+            "Only the cycles of a subscription product already on the service are sent this way."
+        )
+    if not product.cycles.filter(declared=True).exists():
+        raise DeclaredCyclesNotSendable(f"“{product}” has no declared billing cycles.")
+    with transaction.atomic(using=router.db_for_write(Product, instance=product)):
+        return record_change(product, ["subscription_blueprint"])
 
 
 def cycle_changed(sender: Any, instance: BillingCycle, raw: bool = False, **kwargs: Any) -> None:

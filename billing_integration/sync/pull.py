@@ -18,6 +18,7 @@ Ownership rules:
 Public, stable entry points (also used by the webhook handlers)::
 
     pull_products() / pull_customers() / pull_subscriptions(customer=None) -> PullCounts
+    products_without_cycles() -> products checkout refuses until their cycles are declared
     upsert_products(rows) / upsert_customers(rows) / upsert_subscriptions(rows) -> PullCounts
     upsert_product(data) / upsert_customer(data) / upsert_subscription(data) -> model instance
 """
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from django.db import connections, models, transaction
-from django.db.models import Q
+from django.db.models import Q, prefetch_related_objects
 from django.utils import timezone
 
 from ..mapping import customers as customer_map
@@ -41,12 +42,13 @@ from ..mapping import subscriptions as subscription_map
 from ..models.base import SyncState
 from ..models.bulk import insert_rows
 from ..models.customers import Customer
-from ..models.products import Price, Product
+from ..models.products import Price, Product, ProductStatus
 from ..models.subscriptions import Subscription
 from ..outbox.context import from_remote
 
 __all__ = [
     "PullCounts",
+    "products_without_cycles",
     "pull_customers",
     "pull_products",
     "pull_subscriptions",
@@ -220,16 +222,22 @@ PRODUCT_LOCAL = ("name", "description", "status", "selected_currencies", "billin
 def upsert_products(rows: Iterable[dict[str, Any]]) -> PullCounts:
     """Upsert one page of product resources (request or response shape). Products new to
     this side get their type and root prices (one-time products) from the resource; the
-    cycles of a response-shape blueprint (an id) are not known and stay empty."""
+    cycles of a response-shape blueprint (an id) are not known and stay empty: such a
+    subscription product is stored with ``blueprint_known`` False, so the cycles declared
+    for it here are not pushed unasked (see ``Product.objects.without_cycles()``).
+
+    Products whose remote JSON changed get their ``not_sent`` state re-derived: what the
+    service lacks may have changed (two queries for the page)."""
     rows = [r for r in rows if isinstance(r, dict)]
     mapped = _mapped(rows, product_map.from_remote)
     counts, objs = _bulk_upsert(
         Product,
         mapped,
         local_owned=PRODUCT_LOCAL,
-        create_only=("product_type",),
+        create_only=("product_type", "blueprint_known"),
         created_rows=True,
     )
+    _settle_not_carried(objs[counts.created :])
     created = [o for o in objs[: counts.created] if o.pk is not None]
     if created:
         by_id = {str(r.get("id")): r for r in rows}
@@ -246,6 +254,26 @@ def upsert_products(rows: Iterable[dict[str, Any]]) -> PullCounts:
     return counts
 
 
+def _settle_not_carried(products: list[Any]) -> None:
+    """Re-derive ``synced`` / ``not_sent`` (and its reason) of updated products with no
+    local change pending, from the JSON just pulled (a pull must not hide a local change
+    the service still lacks, nor keep reporting one it now has)."""
+    settled = [p for p in products if p.sync_state in (SyncState.SYNCED, SyncState.NOT_SENT)]
+    if not settled:
+        return
+    prefetch_related_objects(settled, "root_prices")
+    changed = []
+    for product in settled:
+        note = product_map.not_carried(product)
+        state = SyncState.NOT_SENT if note else SyncState.SYNCED
+        if (product.sync_state, product.sync_error) != (state, note):
+            product.sync_state, product.sync_error = state, note
+            changed.append(product)
+    if changed:
+        with transaction.atomic(), from_remote():
+            Product.objects.bulk_update(changed, ["sync_state", "sync_error"])
+
+
 def upsert_product(data: dict[str, Any]) -> Product | None:
     upsert_products([data])
     return Product.objects.filter(remote_id=data.get("id")).first()
@@ -253,6 +281,17 @@ def upsert_product(data: dict[str, Any]) -> Product | None:
 
 def pull_products(*, client: Any = None, progress: Progress | None = None) -> PullCounts:
     return _pull("products", upsert_products, client, progress)
+
+
+def products_without_cycles() -> list[Product]:
+    """Products on the service, not archived, with no billing cycle known here: checkout
+    refuses them until cycles are declared (a pulled subscription product arrives so)."""
+    return list(
+        Product.objects.without_cycles()
+        .filter(remote_id__isnull=False)
+        .exclude(status=ProductStatus.ARCHIVED)
+        .order_by("name", "pk")
+    )
 
 
 # --- customers -------------------------------------------------------------------------------

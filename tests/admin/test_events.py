@@ -104,3 +104,21 @@ def test_change_view_shows_body_headers_and_error_read_only(admin_client):
     admin_client.post(url, {"state": "processed", "body": "{}"})
     event.refresh_from_db()
     assert event.state == EventState.FAILED and event.body.startswith("{")
+
+
+def test_change_view_of_a_body_nested_too_deep_shows_it_raw_and_truncated(admin_client):
+    """A rejected delivery nested 100k levels deep: the JSON parser's RecursionError must
+    not turn the page into a 500; the raw body is shown, cut."""
+    from billing_integration.admin.events import RAW_TEXT_LIMIT
+
+    depth = 100_000
+    event = WebhookEvent.objects.create(
+        event_id=f"deep-{uuid.uuid4()}", body="[" * depth + "]" * depth,
+        state=EventState.REJECTED, error="body is not a JSON object",
+    )
+    url = reverse("admin:billing_integration_webhookevent_change", args=[event.pk])
+    response = admin_client.get(url)
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "[" * 1000 in html and "]" * 1000 not in html  # the start, cut before the end
+    assert f"{2 * depth - RAW_TEXT_LIMIT} more characters not shown" in html

@@ -352,6 +352,19 @@ def test_view_only_staff_cannot_publish_or_archive(viewer_client):
     assert product.status == "draft"
 
 
+def test_view_only_staff_see_the_change_page_with_prices_as_text(db):
+    """Read-only inline rows display the cycle's prices (not the related manager: a 500)."""
+    client = Client()
+    client.force_login(staff_with("view_product", "view_billingcycle", "view_price"))
+    product = make_product(remote=True, amount="12500")
+    response = client.get(change_url(product))
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "XOF 12500.00" in html
+    assert 'name="cycles-0-prices"' not in html  # shown as text, not as an input
+    assert client.post(change_url(product), product_form_data(product)).status_code == 403
+
+
 def test_staff_with_change_permission_can_publish(db):
     user = staff_with("view_product", "change_product")
     client = Client()

@@ -2,6 +2,8 @@
 
 Pull the lists from the billing service and upsert them locally (all three when none is
 named), printing created / updated / unchanged counts. Progress is shown on a terminal.
+After the products, it lists the products on the service that have no known billing cycles
+(checkout refuses them) and says what to do.
 ``--drain`` first pushes the outbox entries whose message was lost, inline (no worker needed);
 ``--retry-failed`` puts failed outbox entries back in the queue first.
 """
@@ -70,3 +72,25 @@ class Command(BaseCommand):
             if tty:
                 self.stdout.write("\r\033[K", ending="")
             self.stdout.write(self.style.SUCCESS(f"{resource}: {counts}"))
+            if resource == "products":
+                self._report_without_cycles(pull.products_without_cycles())
+
+    def _report_without_cycles(self, products: list[Any]) -> None:
+        """Products checkout refuses: the service answers with a blueprint id only, so the
+        cycles of a product created there are not known here."""
+        if not products:
+            return
+        self.stdout.write(
+            self.style.WARNING(
+                f"products: {len(products)} on the service without known billing cycles "
+                "(the service answers with a blueprint id only); checkout refuses them:"
+            )
+        )
+        for product in products:
+            self.stdout.write(f"  - {product.name} (remote id {product.remote_id})")
+        self.stdout.write(
+            "  To sell them, declare their billing cycles and prices on each product's admin "
+            "page (Billing > Products, filter 'billing cycles: no known cycles'); they are "
+            "kept as 'declared here, not confirmed by the service'. 'Send declared cycles to "
+            "the service' makes them the product's blueprint on the service."
+        )
