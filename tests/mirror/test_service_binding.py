@@ -135,6 +135,37 @@ def test_one_binding_per_database_even_when_two_processes_record_at_once(
     assert ServiceBinding.objects.count() == 1
 
 
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="needs concurrent writers")
+def test_two_processes_recording_different_services_at_once_agree_on_one(billing_sandbox):
+    import threading
+
+    from django.db import connections
+
+    from billing_integration import service
+    from billing_integration.models import ServiceBinding
+
+    barrier = threading.Barrier(2)
+    results: dict[str, object] = {}
+
+    def record(name: str) -> None:
+        try:
+            barrier.wait(timeout=10)
+            results[name] = service._record_first(
+                service.ServiceIdentity(f"http://{name}", "sandbox", "c"), "default"
+            )
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=record, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    row = ServiceBinding.objects.get()
+    assert len(results) == 2  # the loser read the winner's row instead of failing
+    assert {r.base_url for r in results.values()} == {row.base_url}
+
+
 # --- identity ---------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("url", "expected"),
