@@ -42,7 +42,8 @@ def test_the_api_answers_503_and_sends_nothing(
     billing_sandbox, product, logged_in, pointed_elsewhere
 ):
     response = logged_in.post(
-        SESSIONS, {"product": str(product.pk), "cycle": "months-1"},
+        SESSIONS,
+        {"product": str(product.pk), "cycle": "months-1"},
         content_type="application/json",
     )
     assert response.status_code == 503
@@ -70,7 +71,8 @@ def test_the_return_page_does_not_pull_from_the_other_service(
     assert response.status_code == 302
     session = CheckoutSession.objects.get()
     settings.BILLING = {
-        **settings.BILLING, "BASE_URL": billing_sandbox.base_url.replace("127.0.0.1", "localhost")
+        **settings.BILLING,
+        "BASE_URL": billing_sandbox.base_url.replace("127.0.0.1", "localhost"),
     }
     billing_sandbox.clear_requests()
     page = logged_in.get("/billing/checkout/return/", {"session_id": str(session.remote_id)})

@@ -119,17 +119,24 @@ def test_one_binding_per_database_even_when_two_processes_record_at_once(
     from billing_integration.models import ServiceBinding
 
     with pytest.raises(IntegrityError), transaction.atomic():
-        ServiceBinding.objects.create(base_url="http://a", realm="r", client_id="c",
-                                      recorded_at="2026-01-01T00:00:00Z")
-        ServiceBinding.objects.create(base_url="http://b", realm="r", client_id="c",
-                                      recorded_at="2026-01-01T00:00:00Z")
+        ServiceBinding.objects.create(
+            base_url="http://a", realm="r", client_id="c", recorded_at="2026-01-01T00:00:00Z"
+        )
+        ServiceBinding.objects.create(
+            base_url="http://b", realm="r", client_id="c", recorded_at="2026-01-01T00:00:00Z"
+        )
     # Another process recorded another service between our read and our insert.
-    ServiceBinding.objects.create(base_url="http://elsewhere", realm="sandbox", client_id="x",
-                                  recorded_at="2026-01-01T00:00:00Z")
+    ServiceBinding.objects.create(
+        base_url="http://elsewhere",
+        realm="sandbox",
+        client_id="x",
+        recorded_at="2026-01-01T00:00:00Z",
+    )
     reads = iter([None])
     real = service.recorded_service
-    monkeypatch.setattr(service, "recorded_service",
-                        lambda using=None: next(reads, None) or real(using))
+    monkeypatch.setattr(
+        service, "recorded_service", lambda using=None: next(reads, None) or real(using)
+    )
     with pytest.raises(BillingServiceMismatchError, match="http://elsewhere"):
         service.ensure_service()
     assert ServiceBinding.objects.count() == 1
@@ -318,8 +325,11 @@ def test_pointed_elsewhere_pulls_are_refused_and_nothing_is_sent(billing_sandbox
     with pytest.raises(CommandError, match="billing_service reset"):
         call_command("billing_sync", "--no-progress")
     assert billing_sandbox.requests() == []
-    assert (Product.objects.count(), Customer.objects.count(),
-            Subscription.objects.count()) == counts
+    assert (
+        Product.objects.count(),
+        Customer.objects.count(),
+        Subscription.objects.count(),
+    ) == counts
 
 
 # --- reset ------------------------------------------------------------------------------------
@@ -335,12 +345,17 @@ def test_reset_pushes_products_and_customers_anew_and_detaches_old_subscriptions
     old_sub = Subscription.objects.get()
     assert Subscription.objects.active().count() == 1 and old_sub.product == product
     # A local subscription still waiting to be created at the old service, and an event.
-    unpushed = Subscription.objects.create(customer=customer, product=product,
-                                           selected_billing_cycle="months-1",
-                                           selected_currency="XOF", status="published")
+    unpushed = Subscription.objects.create(
+        customer=customer,
+        product=product,
+        selected_billing_cycle="months-1",
+        selected_currency="XOF",
+        status="published",
+    )
     assert OutboxEntry.objects.filter(state="pending").count() == 1
-    WebhookEvent.objects.create(event_id=str(uuid.uuid4()), raw_type="invoice.paid",
-                                type="invoice.paid", body="{}")
+    WebhookEvent.objects.create(
+        event_id=str(uuid.uuid4()), raw_type="invoice.paid", type="invoice.paid", body="{}"
+    )
 
     point_at_sandbox(settings, other_sandbox)  # another service
     assert push_due().refused

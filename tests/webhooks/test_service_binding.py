@@ -35,8 +35,11 @@ def test_the_pull_of_an_unknown_subscription_is_refused_then_replayed_after_reli
     billing_sandbox.clear_requests()
 
     data = payment_data(
-        uuid.uuid4(), status="completed", subscription=remote["id"],
-        customer=remote["customer"], product=remote["product"],
+        uuid.uuid4(),
+        status="completed",
+        subscription=remote["id"],
+        customer=remote["customer"],
+        product=remote["product"],
     )
     payload = envelope("payment.completed", data)
     stored = store_delivery(
@@ -51,9 +54,7 @@ def test_the_pull_of_an_unknown_subscription_is_refused_then_replayed_after_reli
     assert not Payment.objects.exists() and not Subscription.objects.exists()
 
     call_command("billing_service", "relink", "--yes", stdout=StringIO())
-    assert replay_events(WebhookEvent.objects.filter(state=EventState.FAILED)) == {
-        "processed": 1
-    }
+    assert replay_events(WebhookEvent.objects.filter(state=EventState.FAILED)) == {"processed": 1}
     payment = Payment.objects.get()
     assert payment.subscription is not None
     assert str(payment.subscription.remote_id) == remote["id"]
