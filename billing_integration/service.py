@@ -300,7 +300,9 @@ def relink(*, using: str | None = None) -> ServiceIdentity | None:
     return previous
 
 
-def products_unknown_at(client: Any = None, *, sample: int = 3) -> list[Any]:
+def products_unknown_at(
+    client: Any = None, *, sample: int = 3, using: str | None = None
+) -> list[Any]:
     """Of up to ``sample`` pushed products, those the service (``client``, else the
     configured one) answers 404 for: a relink to a service that does not know the mirror's
     ids would PATCH ids that do not exist there. Other errors are raised."""
@@ -310,7 +312,8 @@ def products_unknown_at(client: Any = None, *, sample: int = 3) -> list[Any]:
 
     client = client or get_client()
     unknown = []
-    for product in Product.objects.filter(remote_id__isnull=False).order_by("pk")[:sample]:
+    products = Product.objects.using(mirror_database(using)).filter(remote_id__isnull=False)
+    for product in products.order_by("pk")[:sample]:
         try:
             client.get_product(str(product.remote_id))
         except BillingNotFoundError:

@@ -131,7 +131,7 @@ class Command(BaseCommand):
             return
         if recorded is not None and not options["force"]:
             try:
-                unknown = service.products_unknown_at()
+                unknown = service.products_unknown_at(using=using)
             except BillingError as exc:
                 raise CommandError(
                     _(
