@@ -1,4 +1,8 @@
-"""Django system checks for the billing configuration. They never query the database."""
+"""Django system checks for the billing configuration.
+
+They never query the database, except ``check_service_binding``: it is registered with
+``Tags.database``, so it runs only when Django asks for database checks (``migrate``,
+``check --database default``)."""
 
 from __future__ import annotations
 
@@ -141,3 +145,14 @@ def _valid_whsec(secret: Any) -> bool:
         return len(base64.b64decode(secret[len("whsec_") :], validate=True)) >= 16
     except (binascii.Error, ValueError):
         return False
+
+
+@register(Tags.database, "billing")
+def check_service_binding(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list:
+    """The mirror belongs to another service than the configured one (E010). Reads the
+    database, so only when Django passes ``databases``."""
+    if not databases:
+        return []
+    from .service import check_messages
+
+    return check_messages(databases)

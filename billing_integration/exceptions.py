@@ -11,8 +11,9 @@
     │   ├── BillingConflictError         409
     │   ├── BillingRateLimitError        429 (retryable)
     │   └── BillingServerError           5xx (retryable)
-    └── WebhookError
-        └── WebhookVerificationError
+    ├── WebhookError
+    │   └── WebhookVerificationError
+    └── BillingServiceMismatchError  settings point at another service than the mirror's
 
 No exception text or repr ever contains the client secret, a token or the webhook secret:
 bodies are redacted (``redact``) before they are kept.
@@ -123,6 +124,22 @@ class WebhookError(BillingError):
 
 class WebhookVerificationError(WebhookError):
     """Signature, timestamp or credentials of a delivery do not check out."""
+
+
+class BillingServiceMismatchError(BillingError):
+    """The settings point at another service than the one the local mirror belongs to.
+
+    Raised before anything is sent (push, pull, checkout): the mirror's remote ids would not
+    exist there. ``recorded`` and ``configured`` are ``billing_integration.service
+    .ServiceIdentity`` values (base URL, realm, client id; never the secret). Not an
+    ``ImproperlyConfigured``: either side may be the right one, and the way out is a decision
+    (``manage.py billing_service relink`` or ``reset``), not necessarily a settings fix.
+    """
+
+    def __init__(self, message: str, *, recorded: Any, configured: Any) -> None:
+        super().__init__(message)
+        self.recorded = recorded
+        self.configured = configured
 
 
 def error_for_status(status: int) -> type[BillingAPIError]:

@@ -99,3 +99,38 @@ def test_manage_py_check_names_the_setting(settings):
     with pytest.raises(SystemCheckError) as info:
         call_command("check", tags=["billing"])
     assert "BILLING['CLIENT_SECRET']" in str(info.value)
+
+
+def test_manage_py_check_never_queries_the_database_by_default(settings):
+    # No django_db mark: the database-tagged check of the service binding must not run.
+    settings.BILLING = GOOD
+    call_command("check")
+    call_command("check", tags=["billing"])
+
+
+@pytest.mark.django_db
+def test_database_checks_report_a_mirror_of_another_service(settings):
+    from django.core.checks import run_checks
+    from django.utils import timezone
+
+    from billing_integration.models import ServiceBinding
+
+    settings.BILLING = GOOD
+    assert [e for e in run_checks(databases=["default"]) if e.id.startswith("billing")] == []
+    ServiceBinding.objects.create(
+        base_url="https://billing.example.com", realm="sandbox", client_id="id",
+        recorded_at=timezone.now(),
+    )
+    assert [e for e in run_checks() if e.id == "billing_integration.E010"] == []
+    errors = [e for e in run_checks(databases=["default"]) if e.id == "billing_integration.E010"]
+    assert len(errors) == 1
+    assert "https://billing.example.com" in errors[0].msg and GOOD["BASE_URL"] in errors[0].msg
+    assert "billing_service relink" in errors[0].hint
+    assert GOOD["CLIENT_SECRET"] not in errors[0].msg + errors[0].hint
+    with pytest.raises(SystemCheckError, match="E010"):
+        call_command("check", "--database", "default")
+    with pytest.raises(SystemCheckError, match="E010"):
+        call_command("migrate", verbosity=0, skip_checks=False)  # as `manage.py migrate`
+    # The same service, written with a trailing slash: nothing to report.
+    settings.BILLING = {**GOOD, "BASE_URL": "https://billing.example.com/"}
+    assert [e for e in run_checks(databases=["default"]) if e.id.startswith("billing")] == []

@@ -40,12 +40,14 @@ from ..exceptions import (
     BillingConfigurationError,
     BillingError,
     BillingServerError,
+    BillingServiceMismatchError,
     BillingValidationError,
 )
 from ..mapping import checkout as checkout_map
 from ..models import BillingCycle, CheckoutSession, Price, Product, ProductStatus
 from ..models.base import SyncState
 from ..outbox import from_remote
+from ..service import ensure_service
 
 logger = logging.getLogger("billing_integration.checkout")
 
@@ -304,6 +306,12 @@ def start_checkout(
     if subscriber is None or getattr(subscriber, "pk", None) is None:
         raise NoSubscriber()
     selection = validate_selection(product, cycle, currency)
+    # Which service (billing_integration.service): refuse before anything is created.
+    try:
+        ensure_service(client=client)
+    except BillingServiceMismatchError as exc:
+        logger.error("checkout refused: %s", exc)
+        raise ServiceUnavailable() from exc
 
     # The customer: created (with its outbox entry) if needed, then pushed synchronously
     # through that same entry and key.

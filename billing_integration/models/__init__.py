@@ -6,6 +6,7 @@
 - ``events``: the log of received event deliveries.
 - ``records``: invoices, payments and refunds, known only from events.
 - ``reporting``: ``Report``, the proxy behind the admin reporting dashboard.
+- ``service``: ``ServiceBinding``, which billing service the mirror belongs to.
 """
 
 from .base import *  # noqa: F403
@@ -16,4 +17,5 @@ from .outbox import *  # noqa: F403
 from .products import *  # noqa: F403
 from .records import *  # noqa: F403
 from .reporting import *  # noqa: F403
+from .service import *  # noqa: F403
 from .subscriptions import *  # noqa: F403

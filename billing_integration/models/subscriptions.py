@@ -3,8 +3,9 @@
 
 ``Subscription.objects.active()`` — the documented rule: a subscription is active when its
 ``status`` is not one of ``INACTIVE_STATUSES`` (``canceled``, ``cancelled``, ``paused``,
-``ended``, ``expired``) and either its ``cycle_end_date`` is null or in the future, or its
-``trial_end_date`` is in the future (in trial).
+``ended``, ``expired``, and ``detached``: a subscription of a former service, see
+``billing_integration.service.reset_mirror``) and either its ``cycle_end_date`` is null or
+in the future, or its ``trial_end_date`` is in the future (in trial).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from .products import Product
 
 __all__ = ["INACTIVE_STATUSES", "Subscription", "SubscriptionQuerySet"]
 
-INACTIVE_STATUSES = ("canceled", "cancelled", "paused", "ended", "expired")
+INACTIVE_STATUSES = ("canceled", "cancelled", "paused", "ended", "expired", "detached")
 
 
 class SubscriptionQuerySet(models.QuerySet):

@@ -43,6 +43,7 @@ from ..models.bulk import update_rows
 from ..models.outbox import OPEN_STATES, OutboxEntry, OutboxOperation, OutboxState
 from ..models.products import Product
 from ..models.subscriptions import Subscription
+from ..service import refuse_push_if_other_service
 from .push import (
     BUSY,
     SKIPPED,
@@ -72,6 +73,9 @@ def push_batch(entry_ids: Sequence[int], *, deadline: float | None = None) -> li
     primary-key order. ``deadline`` is a ``time.monotonic()`` value after which no further
     call is started (the rest are released for the next run)."""
     ids = sorted(set(entry_ids))
+    # Which service (billing_integration.service): refused -> all stay pending, nothing sent.
+    if refused := refuse_push_if_other_service(ids):
+        return refused
     using = router.db_for_write(OutboxEntry)
     results: dict[int, PushResult] = {}
     later: list[int] = []

@@ -26,7 +26,7 @@ from django.utils import timezone
 from ..conf import billing_settings
 from ..models.outbox import OutboxEntry, OutboxState
 from .batch import push_batch
-from .push import BUSY, DONE, FAILED, RETRY, PushResult
+from .push import BUSY, DONE, FAILED, REFUSED, RETRY, PushResult
 
 __all__ = ["DrainReport", "due_entries", "push_due"]
 
@@ -38,6 +38,7 @@ class DrainReport:
     failed: int = 0
     more: bool = False  # the budget ran out with due entries left: run again at once
     next_in: float | None = None  # seconds until the earliest entry left waiting is due
+    refused: bool = False  # the mirror belongs to another service: stopped, nothing sent
 
 
 def due_entries() -> QuerySet:
@@ -82,6 +83,9 @@ def push_due(*, seconds: float = 20.0, max_entries: int = 1000) -> DrainReport:
             break
         cursor = ids[min(room, len(ids)) - 1]
         for result in push_batch(ids[:room], deadline=deadline):
+            if result.status == REFUSED:  # another service (billing_integration.service)
+                report.refused = True
+                break
             if result.released:  # the deadline came before its call: next run
                 report.more = True
                 continue
@@ -93,7 +97,7 @@ def push_due(*, seconds: float = 20.0, max_entries: int = 1000) -> DrainReport:
             wait = _wait_of(result)
             if wait is not None:
                 waits.append(wait)
-        if report.more:
+        if report.more or report.refused:
             break
     if waits and not report.more:
         report.next_in = min(waits)

@@ -39,6 +39,7 @@ from ..models.customers import Customer
 from ..models.outbox import OPEN_STATES, OutboxEntry, OutboxOperation, OutboxState
 from ..models.products import BillingCycle, Product
 from ..models.subscriptions import Subscription
+from ..service import refuse_push_if_other_service
 from .context import from_remote
 
 logger = logging.getLogger("billing_integration.outbox")
@@ -51,6 +52,7 @@ SKIPPED = "skipped"  # already done / failed / gone: nothing to do
 BUSY = "busy"  # another worker holds it, or an older entry of the object comes first
 RETRY = "retry"  # retryable error: try again after ``retry_in``
 FAILED = "failed"  # given up: marked failed
+REFUSED = "refused"  # the mirror belongs to another service: left pending, nothing sent
 
 
 @dataclass
@@ -201,6 +203,9 @@ def _apply_response(obj: Any, data: dict[str, Any], synced: bool, changed: Any =
 
 def push_entry_now(entry_id: int, *, _depth: int = 0) -> PushResult:
     """Push one outbox entry synchronously. Safe to call from any number of processes."""
+    # Which service (billing_integration.service): refused -> stays pending, nothing sent.
+    if _depth == 0 and (refused := refuse_push_if_other_service([entry_id])):
+        return refused[0]
     using = router.db_for_write(OutboxEntry)
     now = timezone.now()
     lease = float(billing_settings.OUTBOX_LEASE)

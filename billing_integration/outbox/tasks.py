@@ -120,6 +120,10 @@ def drain_outbox(inline: bool = False) -> int:
     from ..models.outbox import OutboxEntry
     from .push import push_entry_now
 
+    if inline:  # which service (billing_integration.service): refuse before pushing any
+        from ..service import ensure_service
+
+        ensure_service()
     entries = list(
         OutboxEntry.objects.due(
             float(billing_settings.OUTBOX_STALE_AFTER), float(billing_settings.OUTBOX_LEASE)

@@ -45,6 +45,7 @@ from ..models.customers import Customer
 from ..models.products import Price, Product, ProductStatus
 from ..models.subscriptions import Subscription
 from ..outbox.context import from_remote
+from ..service import ensure_service
 
 __all__ = [
     "PullCounts",
@@ -471,6 +472,8 @@ def _pull(
     client: Any,
     progress: Progress | None,
 ) -> PullCounts:
+    # Which service (billing_integration.service): refuse before any request.
+    ensure_service(client=client)
     if client is None:
         from ..client import get_client
 

@@ -34,9 +34,11 @@ from django.utils import timezone
 from ..exceptions import (
     BillingRateLimitError,
     BillingServerError,
+    BillingServiceMismatchError,
     BillingTransportError,
 )
 from ..models import EventState, WebhookEvent
+from ..service import ensure_service
 from .envelope import parse_body, read_envelope
 from .handlers import EventContext, HandlerResult, PullRequired, get_handler
 from .signals import SIGNALS, billing_event_received
@@ -72,6 +74,8 @@ def pull_missing(kind: str, remote_id: uuid.UUID, *, customer: uuid.UUID | None 
     the customer list. Each ``(kind, id)`` is pulled at most once per ``PULL_ONCE_TTL``
     seconds across processes (a cache key); later events naming it go on without it.
     """
+    # Which service (billing_integration.service): refuse before using the once-only key.
+    ensure_service()
     key = f"billing:webhook-pull:{kind}:{remote_id}"
     try:
         first = cache.add(key, 1, timeout=PULL_ONCE_TTL)
@@ -175,6 +179,8 @@ def process_event(pk: int, *, force: bool = False, final: bool = True) -> Proces
             pulled.add((need.kind, need.remote_id))
             try:
                 pull_missing(need.kind, need.remote_id, customer=need.customer)
+            except BillingServiceMismatchError as exc:  # failed, replayed after a relink
+                return _record_failure(pk, exc, final=final)
             except Exception as exc:
                 # The event is still applied without the object (the raw ids are kept).
                 logger.warning("Pulling %s %s failed: %s", need.kind, need.remote_id, exc)

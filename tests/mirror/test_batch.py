@@ -76,8 +76,9 @@ def test_the_statements_of_a_batch_do_not_grow_with_its_size(billing_sandbox):
     small, large = statements(5, "s"), statements(50, "l")
     assert small == large
     # Two transactions (claim, record) and a savepoint around the answers: 8 statements
-    # that do the work, whatever the size.
-    assert large <= 14
+    # that do the work, whatever the size; plus one read of the service the mirror belongs
+    # to (billing_integration.service), once per batch.
+    assert large <= 15
 
 
 def test_two_entries_of_one_object_in_a_batch_go_out_in_order(billing_sandbox):

@@ -15,7 +15,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ...exceptions import BillingError
+from ...exceptions import BillingError, BillingServiceMismatchError
+from ...service import ensure_service
 
 RESOURCES = ("products", "customers", "subscriptions")
 
@@ -45,6 +46,11 @@ class Command(BaseCommand):
             self.stdout.isatty() or sys.stdout.isatty()
         )
 
+        # Which service (billing_integration.service): refuse before pushing or pulling.
+        try:
+            ensure_service()
+        except BillingServiceMismatchError as exc:
+            raise CommandError(str(exc)) from exc
         if options["retry_failed"]:
             count = OutboxEntry.objects.retry_failed()
             self.stdout.write(f"outbox: {count} failed entries re-queued")

@@ -1,0 +1,222 @@
+"""``python manage.py billing_service [show | relink | reset] [--yes] [--force]``
+
+Which billing service the local mirror belongs to (``billing_integration.service``):
+
+- ``show`` (the default): the recorded service, the configured one, whether they match, and
+  what the mirror holds;
+- ``relink``: record the configured service as the mirror's, keeping every remote id (the
+  same service at a new address, or new credentials of the same account). It first asks the
+  configured service for a few of the mirror's products and refuses if it does not know
+  them (``--force`` skips that);
+- ``reset``: start afresh with the configured service: remote ids cleared, products and
+  customers pushed to it anew, subscriptions of the old service detached (see
+  ``service.reset_mirror``).
+
+``relink`` and ``reset`` ask for confirmation unless ``--yes`` (or ``--noinput``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils.translation import gettext as _
+
+from ... import service
+from ...exceptions import BillingError
+
+
+class Command(BaseCommand):
+    help = "Show or change which billing service the local mirror belongs to."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "action",
+            nargs="?",
+            default="show",
+            choices=("show", "relink", "reset"),
+            help="show (default), relink (keep remote ids) or reset (clear them)",
+        )
+        parser.add_argument(
+            "--yes",
+            "--noinput",
+            "--no-input",
+            action="store_false",
+            dest="interactive",
+            help="do not ask for confirmation",
+        )
+        parser.add_argument(
+            "--force",
+            action="store_true",
+            help="relink even if the configured service does not know the mirror's products",
+        )
+        parser.add_argument("--database", default=None, help="the database of the mirror")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        using = options["database"]
+        try:
+            configured = service.configured_service()
+        except BillingError as exc:
+            raise CommandError(str(exc)) from exc
+        recorded = service.recorded_service(using)
+        getattr(self, f"do_{options['action']}")(recorded, configured, using, options)
+
+    # --- show ---------------------------------------------------------------------------------
+    def do_show(self, recorded: Any, configured: Any, using: Any, options: dict) -> None:
+        from ...models import Customer, OutboxEntry, Product, ServiceBinding
+
+        binding = ServiceBinding.objects.using(service.mirror_database(using)).first()
+        if binding is None:
+            self.stdout.write(_("recorded service:   none yet"))
+        else:
+            self.stdout.write(
+                _("recorded service:   %(service)s, since %(when)s")
+                % {"service": recorded, "when": binding.recorded_at.isoformat(timespec="seconds")}
+            )
+        self.stdout.write(_("configured service: %(service)s") % {"service": configured})
+        if recorded is None:
+            self.stdout.write(_("The first push, pull or checkout records the configured service."))
+        elif recorded == configured:
+            self.stdout.write(self.style.SUCCESS(_("They match.")))
+        else:
+            self.stdout.write(
+                self.style.ERROR(
+                    _(
+                        "MISMATCH: pushes, pulls and checkouts are refused until `%(relink)s` "
+                        "(same service, remote ids kept) or `%(reset)s` (start afresh with the "
+                        "configured service)."
+                    )
+                    % {"relink": service.RELINK_COMMAND, "reset": service.RESET_COMMAND}
+                )
+            )
+        self.stdout.write(
+            _(
+                "mirror: %(products)d products and %(customers)d customers with remote ids; "
+                "%(pending)d outbox entries pending"
+            )
+            % {
+                "products": Product.objects.using(service.mirror_database(using))
+                .filter(remote_id__isnull=False)
+                .count(),
+                "customers": Customer.objects.using(service.mirror_database(using))
+                .filter(remote_id__isnull=False)
+                .count(),
+                "pending": OutboxEntry.objects.using(service.mirror_database(using))
+                .pending()
+                .count(),
+            }
+        )
+        for old in binding.history if binding is not None else []:
+            self.stdout.write(
+                _(
+                    "before: %(url)s (realm %(realm)r, client id %(client_id)r) until %(until)s "
+                    "(%(action)s)"
+                )
+                % {
+                    "url": old.get("base_url"),
+                    "realm": old.get("realm"),
+                    "client_id": old.get("client_id"),
+                    "until": old.get("until"),
+                    "action": old.get("action"),
+                }
+            )
+
+    # --- relink -------------------------------------------------------------------------------
+    def do_relink(self, recorded: Any, configured: Any, using: Any, options: dict) -> None:
+        if recorded == configured:
+            self.stdout.write(
+                _("The mirror already belongs to %(service)s; nothing to do.")
+                % {"service": configured}
+            )
+            return
+        if recorded is not None and not options["force"]:
+            try:
+                unknown = service.products_unknown_at(using=using)
+            except BillingError as exc:
+                raise CommandError(
+                    _(
+                        "Could not ask %(service)s about the mirror's products: %(error)s. "
+                        "Use --force to relink without that check."
+                    )
+                    % {"service": configured, "error": exc}
+                ) from exc
+            if unknown:
+                names = ", ".join(f"{p.name!r} ({p.remote_id})" for p in unknown)
+                raise CommandError(
+                    _(
+                        "%(service)s does not know the mirror's products %(names)s: it looks "
+                        "like another service, where the mirror's remote ids do not exist. Run "
+                        "`%(reset)s` to start afresh with it, or relink with --force if you are "
+                        "sure."
+                    )
+                    % {"service": configured, "names": names, "reset": service.RESET_COMMAND}
+                )
+        self.confirm(
+            options,
+            _("Relink the mirror from %(recorded)s to %(configured)s, keeping every remote id?")
+            % {"recorded": recorded or _("nothing"), "configured": configured},
+        )
+        service.relink(using=using)
+        self.stdout.write(
+            self.style.SUCCESS(
+                _("The mirror now belongs to %(service)s. Pending outbox entries are pushed to it.")
+                % {"service": configured}
+            )
+        )
+
+    # --- reset --------------------------------------------------------------------------------
+    def do_reset(self, recorded: Any, configured: Any, using: Any, options: dict) -> None:
+        from ...models import Customer, OutboxEntry, Product, Subscription
+        from ...models.outbox import OutboxState
+
+        alias = service.mirror_database(using)
+        self.confirm(
+            options,
+            _(
+                "Reset the mirror for %(configured)s (now: %(recorded)s)? The remote ids of "
+                "%(products)d products and %(customers)d customers are cleared and they are "
+                "pushed to it anew; %(subscriptions)d subscriptions of the old service are "
+                "detached (kept, no access, never pushed); %(entries)d outbox entries not sent "
+                "yet are closed unsent. Checkout sessions, invoices, payments, refunds and the "
+                "event log are kept."
+            )
+            % {
+                "configured": configured,
+                "recorded": recorded or _("nothing recorded"),
+                "products": Product.objects.using(alias).count(),
+                "customers": Customer.objects.using(alias).count(),
+                "subscriptions": Subscription.objects.using(alias)
+                .exclude(status=service.DETACHED)
+                .count(),
+                "entries": OutboxEntry.objects.using(alias).exclude(state=OutboxState.DONE).count(),
+            },
+        )
+        try:
+            counts = service.reset_mirror(using=using)
+        except service.MirrorBusyError as exc:
+            raise CommandError(str(exc)) from exc
+        self.stdout.write(
+            self.style.SUCCESS(
+                _(
+                    "The mirror now belongs to %(service)s: %(products)d products and "
+                    "%(customers)d customers queued for a create there; %(subscriptions)d "
+                    "subscriptions detached; %(closed)d outbox entries closed unsent."
+                )
+                % {
+                    "service": configured,
+                    "products": counts.products,
+                    "customers": counts.customers,
+                    "subscriptions": counts.subscriptions,
+                    "closed": counts.entries_closed,
+                }
+            )
+        )
+
+    # --- helpers ------------------------------------------------------------------------------
+    def confirm(self, options: dict, question: str) -> None:
+        self.stdout.write(question)
+        if not options["interactive"]:
+            return
+        answer = input(_("Type 'yes' to continue: "))
+        if answer.strip().lower() != "yes":
+            raise CommandError(_("Cancelled; nothing changed."))

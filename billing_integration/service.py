@@ -1,0 +1,494 @@
+"""Which billing service the local mirror belongs to: the one guard of pushes, pulls and
+checkouts.
+
+The mirrored rows carry the remote ids, JSON and sync states of one service. Pointed at
+another (``BILLING['BASE_URL']``, ``REALM`` or ``CLIENT_ID`` changed: sandbox to production,
+one sandbox to another), the app would PATCH ids that do not exist there and pull a second,
+unrelated set of objects into the same tables. So:
+
+- the first push, pull or checkout records the configured service in ``ServiceBinding`` (one
+  row per database, unique, so two processes cannot both record one);
+- ``ensure_service()`` compares it with the configured one and raises
+  ``BillingServiceMismatchError`` before anything is sent. The entry points call it once
+  per run: a batch of the outbox drain (not per entry), a one-entry push, a pull, a
+  checkout, a webhook event's pull of an unknown object;
+- ``relink()`` records the configured service as the mirror's (the same service at a new
+  address: remote ids kept); ``reset_mirror()`` clears the remote ids for a fresh start with
+  the configured service; ``manage.py billing_service`` drives both.
+
+The configured identity is computed once per process (re-read when ``settings.BILLING``
+changes, through ``setting_changed``). The recorded one is read from the database on each
+call, one indexed ``SELECT`` of a one-row table: another process may relink or reset at any
+time, and a test database rolls it back after each test.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.core.signals import setting_changed
+from django.db import DatabaseError, IntegrityError, connections, router, transaction
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from .conf import billing_settings
+from .exceptions import BillingConfigurationError, BillingError, BillingServiceMismatchError
+
+logger = logging.getLogger("billing_integration.service")
+
+__all__ = [
+    "DETACHED",
+    "MirrorBusyError",
+    "ResetCounts",
+    "ServiceIdentity",
+    "configured_service",
+    "ensure_service",
+    "identity_of",
+    "mirror_database",
+    "normalise_url",
+    "recorded_service",
+    "refuse_push_if_other_service",
+    "relink",
+    "reset_mirror",
+]
+
+SHOW_COMMAND = "python manage.py billing_service"
+RELINK_COMMAND = "python manage.py billing_service relink"
+RESET_COMMAND = "python manage.py billing_service reset"
+#: The status given to the old service's subscriptions by a reset (grants no access).
+DETACHED = "detached"
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+@dataclass(frozen=True)
+class ServiceIdentity:
+    """What names a service account: normalised base URL, realm, client id (never a secret)."""
+
+    base_url: str
+    realm: str
+    client_id: str
+
+    def __str__(self) -> str:
+        return _("%(url)s (realm %(realm)r, client id %(client_id)r)") % {
+            "url": self.base_url,
+            "realm": self.realm,
+            "client_id": self.client_id,
+        }
+
+    def as_dict(self) -> dict[str, str]:
+        return {"base_url": self.base_url, "realm": self.realm, "client_id": self.client_id}
+
+
+def normalise_url(url: Any) -> str:
+    """``scheme://host[:port]/path`` lower-cased scheme and host, the scheme's default port
+    dropped, no trailing slash; user info, query and fragment never kept."""
+    parts = urlsplit(str(url or "").strip())
+    scheme = parts.scheme.lower()
+    netloc = parts.netloc.rpartition("@")[2].lower()
+    host = parts.hostname or ""
+    try:
+        port = parts.port
+    except ValueError:  # not a number: keep what was written (the client fails on it anyway)
+        port = None
+    else:
+        if host:
+            host = f"[{host}]" if ":" in host else host
+            netloc = host if port in (None, _DEFAULT_PORTS.get(scheme)) else f"{host}:{port}"
+    return f"{scheme}://{netloc}{parts.path.rstrip('/')}"
+
+
+# --- the configured side (per process) --------------------------------------------------------
+_configured: ServiceIdentity | None = None
+
+
+def configured_service() -> ServiceIdentity:
+    """The service ``settings.BILLING`` points at; computed once per process."""
+    global _configured
+    found = _configured
+    if found is None:
+        found = ServiceIdentity(
+            normalise_url(billing_settings.BASE_URL),
+            str(billing_settings.REALM),
+            str(billing_settings.CLIENT_ID),
+        )
+        _configured = found
+    return found
+
+
+def _forget_configured(*, setting: str, **kwargs: Any) -> None:
+    global _configured
+    if setting == "BILLING":
+        _configured = None
+
+
+setting_changed.connect(_forget_configured)
+
+
+def identity_of(client: Any = None) -> ServiceIdentity:
+    """The service ``client`` talks to (a ``BillingClient``), else the configured one."""
+    if client is not None:
+        try:
+            base_url, realm, client_id = client.base_url, client.realm, client.client_id
+        except AttributeError:  # a wrapper that is not a BillingClient: it uses the settings
+            return configured_service()
+        return ServiceIdentity(normalise_url(base_url), str(realm), str(client_id))
+    return configured_service()
+
+
+# --- the recorded side (per database) ---------------------------------------------------------
+def _binding_model() -> Any:
+    from .models.service import ServiceBinding
+
+    return ServiceBinding
+
+
+def mirror_database(using: str | None = None) -> str:
+    """The database alias of the mirror (the binding's router choice) unless ``using``."""
+    return using or router.db_for_write(_binding_model())
+
+
+def recorded_service(using: str | None = None) -> ServiceIdentity | None:
+    """The service the mirror in database ``using`` belongs to; None before the first
+    push, pull or checkout. One query."""
+    row = (
+        _binding_model()
+        .objects.using(mirror_database(using))
+        .values_list("base_url", "realm", "client_id")
+        .first()
+    )
+    return ServiceIdentity(*row) if row is not None else None
+
+
+def mismatch_error(
+    recorded: ServiceIdentity, configured: ServiceIdentity
+) -> BillingServiceMismatchError:
+    message = _(
+        "The billing mirror in this database belongs to the service at %(recorded)s, but "
+        "settings.BILLING points at %(configured)s; nothing was sent. If it is the same "
+        "service (a new address, new credentials of the same account), run `%(relink)s`; to "
+        "start afresh with the configured service (remote ids cleared, everything pushed to "
+        "it again), run `%(reset)s`. `%(show)s` shows both."
+    ) % {
+        "recorded": recorded,
+        "configured": configured,
+        "relink": RELINK_COMMAND,
+        "reset": RESET_COMMAND,
+        "show": SHOW_COMMAND,
+    }
+    return BillingServiceMismatchError(message, recorded=recorded, configured=configured)
+
+
+def ensure_service(*, client: Any = None, using: str | None = None) -> ServiceIdentity:
+    """Check that the mirror belongs to the service about to be called (``client``'s, else
+    the configured one), recording it if the mirror belongs to none yet. Returns it.
+
+    Raises ``BillingServiceMismatchError`` (nothing is sent) when the mirror belongs to
+    another service. Race-safe: of two processes recording at once, one inserts and the
+    other reads that row (a unique constraint)."""
+    configured = identity_of(client)
+    alias = mirror_database(using)
+    recorded = recorded_service(alias)
+    if recorded is None:
+        recorded = _record_first(configured, alias)
+    if recorded != configured:
+        raise mismatch_error(recorded, configured)
+    return configured
+
+
+def _record_first(configured: ServiceIdentity, alias: str) -> ServiceIdentity:
+    model = _binding_model()
+    for _attempt in range(3):
+        try:
+            with transaction.atomic(using=alias):
+                model.objects.using(alias).create(
+                    **configured.as_dict(), recorded_at=timezone.now()
+                )
+        except IntegrityError:  # another process recorded one first: that one counts
+            recorded = recorded_service(alias)
+            if recorded is not None:
+                return recorded
+            continue
+        logger.info("billing mirror bound to the service at %s", configured)
+        return configured
+    raise BillingError("Could not record which billing service the mirror belongs to.")
+
+
+# --- the outbox's refusal ---------------------------------------------------------------------
+def refuse_push_if_other_service(entry_ids: Any) -> list[Any]:
+    """For the push paths: ``[]`` when the mirror belongs to the configured service, else one
+    ``REFUSED`` ``PushResult`` per id, nothing claimed or sent. The pending entries keep
+    their state and attempts (they go out after a relink) and show the reason in
+    ``last_error``."""
+    try:
+        ensure_service()
+    except BillingServiceMismatchError as exc:
+        from .models.outbox import OutboxEntry, OutboxState
+        from .outbox.push import REFUSED, PushResult
+
+        message = str(exc)[:2000]
+        OutboxEntry.objects.filter(state=OutboxState.PENDING).exclude(last_error=message).update(
+            last_error=message
+        )
+        logger.error("outbox push refused: %s", message)
+        return [PushResult(REFUSED, pk, error=exc) for pk in sorted(set(entry_ids))]
+    return []
+
+
+# --- relink and reset -------------------------------------------------------------------------
+class MirrorBusyError(BillingError):
+    """A reset was asked while a worker holds outbox entries (its lease has not expired)."""
+
+
+def _bind(configured: ServiceIdentity, alias: str, action: str) -> ServiceIdentity | None:
+    """Record ``configured`` as the mirror's service (the previous one goes to ``history``);
+    returns the previous one. Call inside a transaction on ``alias``."""
+    model = _binding_model()
+    now = timezone.now()
+    row = model.objects.using(alias).select_for_update().first()
+    if row is None:
+        model.objects.using(alias).create(**configured.as_dict(), recorded_at=now)
+        return None
+    previous = ServiceIdentity(row.base_url, row.realm, row.client_id)
+    row.history = [
+        *(row.history or []),
+        {
+            **previous.as_dict(),
+            "recorded_at": row.recorded_at.isoformat(),
+            "until": now.isoformat(),
+            "action": action,
+        },
+    ]
+    row.base_url, row.realm, row.client_id = (
+        configured.base_url,
+        configured.realm,
+        configured.client_id,
+    )
+    row.recorded_at = now
+    row.save()
+    return previous
+
+
+def _kick_outbox(alias: str) -> None:
+    """After commit, wake the outbox drain so the pending entries go out now."""
+    from .models.outbox import OutboxEntry, OutboxState
+    from .outbox import tasks
+
+    first = (
+        OutboxEntry.objects.using(alias)
+        .filter(state=OutboxState.PENDING)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+        .first()
+    )
+    if first is not None:
+        transaction.on_commit(lambda: tasks.enqueue(first), using=alias, robust=True)
+
+
+def relink(*, using: str | None = None) -> ServiceIdentity | None:
+    """Record the configured service as the mirror's, keeping every remote id (the same
+    service at a new address, or new credentials of the same account). The entries a
+    mismatch held back are pushed next. Returns the previously recorded service."""
+    configured = configured_service()
+    alias = mirror_database(using)
+    with transaction.atomic(using=alias):
+        previous = _bind(configured, alias, "relink")
+        _kick_outbox(alias)
+    logger.warning("billing mirror relinked from %s to %s", previous, configured)
+    return previous
+
+
+def products_unknown_at(
+    client: Any = None, *, sample: int = 3, using: str | None = None
+) -> list[Any]:
+    """Of up to ``sample`` pushed products, those the service (``client``, else the
+    configured one) answers 404 for: a relink to a service that does not know the mirror's
+    ids would PATCH ids that do not exist there. Other errors are raised."""
+    from .client import get_client
+    from .exceptions import BillingNotFoundError
+    from .models.products import Product
+
+    client = client or get_client()
+    unknown = []
+    products = Product.objects.using(mirror_database(using)).filter(remote_id__isnull=False)
+    for product in products.order_by("pk")[:sample]:
+        try:
+            client.get_product(str(product.remote_id))
+        except BillingNotFoundError:
+            unknown.append(product)
+    return unknown
+
+
+@dataclass
+class ResetCounts:
+    products: int = 0  # remote ids cleared, queued for a create at the new service
+    customers: int = 0  # likewise
+    subscriptions: int = 0  # detached (kept, grant no access, never pushed)
+    entries_closed: int = 0  # outbox entries meant for the old service, closed unsent
+    entries_created: int = 0  # new create entries for the new service
+
+
+def in_flight(using: str | None = None) -> int:
+    """Outbox entries a worker holds now (in progress, lease not expired)."""
+    from datetime import timedelta
+
+    from .models.outbox import OutboxEntry, OutboxState
+
+    since = timezone.now() - timedelta(seconds=float(billing_settings.OUTBOX_LEASE))
+    return (
+        OutboxEntry.objects.using(mirror_database(using))
+        .filter(state=OutboxState.IN_PROGRESS, started_at__gt=since)
+        .count()
+    )
+
+
+def reset_mirror(*, using: str | None = None) -> ResetCounts:
+    """Start afresh with the configured service, in one transaction:
+
+    - products and customers: remote ids, timestamps, users and JSON cleared, sync state
+      ``pending``, one new create entry each in the outbox (pushed to the new service);
+    - every outbox entry not done (meant for the old service) is closed unsent: ``done``
+      with a ``last_error`` saying so, so nothing is sent twice or to the wrong service;
+    - subscriptions are kept as history but detached: status ``detached`` (the service's
+      own status stays in ``remote_data``), which grants no access and counts for no
+      revenue, ``remote_updated`` set to now (they ended here, and no older event of the
+      old service can bring them back); never pushed to the new service;
+    - checkout sessions, invoices, payments, refunds and the event log are kept unchanged;
+    - the configured service becomes the mirror's.
+
+    Raises ``MirrorBusyError`` while a worker holds outbox entries: stop the workers (or
+    wait ``OUTBOX_LEASE``) first."""
+    from django.contrib.contenttypes.models import ContentType
+
+    from .models.base import SyncState
+    from .models.customers import Customer
+    from .models.outbox import OutboxEntry, OutboxOperation, OutboxState
+    from .models.products import Product
+    from .models.subscriptions import Subscription
+
+    configured = configured_service()
+    alias = mirror_database(using)
+    now = timezone.now()
+    counts = ResetCounts()
+    note = _("Not sent: the mirror was reset for the service at %(service)s on %(when)s.") % {
+        "service": configured,
+        "when": now.isoformat(timespec="seconds"),
+    }
+    cleared = {
+        "remote_id": None,
+        "remote_created": None,
+        "remote_updated": None,
+        "remote_user_created": None,
+        "remote_user_updated": None,
+        "remote_data": None,
+        "sync_state": SyncState.PENDING,
+        "sync_error": "",
+        "last_attempt_at": None,
+        "last_synced_at": None,
+        "updated_at": now,
+    }
+    with transaction.atomic(using=alias):
+        busy = in_flight(alias)
+        if busy:
+            raise MirrorBusyError(
+                _(
+                    "%(count)d outbox entries are being pushed by a worker right now; stop the "
+                    "workers (or wait OUTBOX_LEASE seconds) and run the reset again."
+                )
+                % {"count": busy}
+            )
+        counts.entries_closed = (
+            OutboxEntry.objects.using(alias)
+            .exclude(state=OutboxState.DONE)
+            .update(
+                state=OutboxState.DONE,
+                completed_at=now,
+                started_at=None,
+                next_attempt_at=None,
+                in_doubt=False,
+                last_error=note,
+                updated_at=now,
+            )
+        )
+        subscriptions = Subscription.objects.using(alias).exclude(status=DETACHED)
+        subscriptions.filter(remote_id__isnull=True).update(sync_state=SyncState.FAILED)
+        counts.subscriptions = subscriptions.update(
+            status=DETACHED, remote_updated=now, sync_error=note, updated_at=now
+        )
+        entries = []
+        for model in (Product, Customer):
+            pks = list(
+                model._default_manager.using(alias).order_by("pk").values_list("pk", flat=True)
+            )
+            model._default_manager.using(alias).update(**cleared)
+            ct = ContentType.objects.db_manager(alias).get_for_model(model)
+            entries += [
+                OutboxEntry(content_type=ct, object_id=pk, operation=OutboxOperation.CREATE)
+                for pk in pks
+            ]
+            if model is Product:
+                counts.products = len(pks)
+            else:
+                counts.customers = len(pks)
+        OutboxEntry.objects.using(alias).bulk_create(entries, batch_size=1000)
+        counts.entries_created = len(entries)
+        previous = _bind(configured, alias, "reset")
+        _kick_outbox(alias)
+    logger.warning(
+        "billing mirror reset: was %s, now %s (%s products, %s customers to push; %s "
+        "subscriptions detached; %s outbox entries closed unsent)",
+        previous,
+        configured,
+        counts.products,
+        counts.customers,
+        counts.subscriptions,
+        counts.entries_closed,
+    )
+    return counts
+
+
+# --- the system check -------------------------------------------------------------------------
+def check_messages(databases: Any) -> list[Any]:
+    """System check messages for the databases Django asked to check (``migrate``,
+    ``check --database``): an ``Error`` when the mirror belongs to another service."""
+    from django.core.checks import Error
+
+    try:
+        configured = configured_service()
+    except BillingConfigurationError:
+        return []  # reported by check_billing_settings
+    model = _binding_model()
+    messages = []
+    for alias in databases or ():
+        if not router.allow_migrate_model(alias, model):
+            continue
+        try:
+            connection = connections[alias]
+            with connection.cursor() as cursor:
+                tables = connection.introspection.table_names(cursor)
+            if model._meta.db_table not in tables:
+                continue  # not migrated yet: nothing recorded
+            recorded = recorded_service(alias)
+        except DatabaseError:
+            continue
+        if recorded is not None and recorded != configured:
+            messages.append(
+                Error(
+                    _(
+                        "The billing mirror in database %(alias)r belongs to the service at "
+                        "%(recorded)s, but settings.BILLING points at %(configured)s: "
+                        "pushes, pulls and checkouts are refused."
+                    )
+                    % {"alias": alias, "recorded": recorded, "configured": configured},
+                    hint=_(
+                        "Run `%(relink)s` if it is the same service (a new address, new "
+                        "credentials of the same account), or `%(reset)s` to start afresh "
+                        "with the configured service."
+                    )
+                    % {"relink": RELINK_COMMAND, "reset": RESET_COMMAND},
+                    id="billing_integration.E010",
+                )
+            )
+    return messages
