@@ -2,8 +2,9 @@
 with one ``requests.Session`` against the same sandbox process, in the same run (the sandbox's
 Werkzeug server closes each connection after answering, so both paths reconnect per request).
 
-Target (issue 2): ratio <= 1.10. Rounds alternate the two so machine noise hits both alike;
-the figure is the ratio of the medians of per-round times.
+Target (issue 2): ratio <= 1.10, judged on the median of the paired round ratios
+(``benchmarks/_paired.py``: both paths back to back in each round, the order flipped every
+round). Exit status 1 when the target is missed.
 
     .venv/bin/python benchmarks/bench_client.py [--n 1000] [--rounds 5]
 """
@@ -13,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 import uuid
@@ -24,7 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import django
 import requests
 
+from benchmarks._paired import alternate, summary
 from benchmarks.sandbox_process import sandbox_process
+
+TARGET = 1.10
 
 PRODUCT = {
     "status": "draft",
@@ -40,7 +43,7 @@ PRODUCT = {
 }
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=5)
@@ -95,25 +98,21 @@ def main() -> None:
             return time.perf_counter() - started
 
         client_round(), raw_round()  # warm up both paths (token, connections)
-        raw_times, client_times = [], []
-        for _ in range(args.rounds):
-            raw_times.append(raw_round())
-            client_times.append(client_round())
+        paired = alternate(
+            args.rounds,
+            raw_round,
+            client_round,
+            on_round=lambda i, f, t: print(
+                f"  round {i}: raw {f / per_round * 1000:.2f} ms/call, "
+                f"client {t / per_round * 1000:.2f} ms/call, ratio {t / f:.3f}"
+            ),
+        )
 
-    floor = statistics.median(raw_times)
-    ours = statistics.median(client_times)
     total = per_round * args.rounds
     print(f"product creations per path: {total} ({args.rounds} alternating rounds of {per_round})")
-    print(
-        f"raw requests.Session (floor): {sum(raw_times):.3f} s "
-        f"({floor / per_round * 1000:.2f} ms/call median round)"
-    )
-    print(
-        f"BillingClient.create_product:           {sum(client_times):.3f} s "
-        f"({ours / per_round * 1000:.2f} ms/call median round)"
-    )
-    print(f"ratio client/raw: {ours / floor:.3f}  (target <= 1.10)")
+    print(summary("client/raw", paired, TARGET))
+    return 0 if paired.median_ratio <= TARGET else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -12,9 +12,11 @@ Database: ``DATABASE_URL``. Unset: a temporary SQLite file (removed afterwards).
 ``postgres://`` URL: the database it names is created and dropped by the script, so its name
 must start with ``bench`` (e.g. ``postgres://postgres@127.0.0.1:5432/bench_pull``). A
 ``sqlite://`` URL is used as given and must hold an empty mirror. Migrations run
-programmatically. Rounds alternate the two paths (the pull first, so ``ru_maxrss`` after the
-first pull is the pull's own peak); the ratio is that of the best times (the least disturbed
-by other load), with the median of the per-round ratios beside it. The query count
+programmatically. Rounds alternate the two paths back to back, the order flipped every round
+(the pull first in round 1, so ``ru_maxrss`` after the first pull is the pull's own peak);
+the verdict is the median of the paired round ratios (``benchmarks/_paired.py``), and the
+exit status is 1 when the target is missed. The floor's session is set up as the client's
+(no proxy or netrc lookups from the environment, the same connection pool). The query count
 and the ``tracemalloc`` peak come from two extra, untimed pulls (both instruments slow the
 code they watch).
 """
@@ -39,7 +41,9 @@ from urllib.parse import urlsplit, urlunsplit
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import requests
+from requests.adapters import HTTPAdapter
 
+from benchmarks._paired import alternate, require, summary
 from benchmarks.sandbox_process import sandbox_process
 
 TARGET = 2.0
@@ -94,7 +98,12 @@ class Floor:
     """Raw paged GETs with one session, then one ``bulk_create`` per table."""
 
     def __init__(self, base_url: str, token: str, page_size: int) -> None:
+        # As the client's session (billing_integration.client.client._new_session).
         self.session = requests.Session()
+        adapter = HTTPAdapter(pool_connections=4, pool_maxsize=32, max_retries=0)
+        self.session.mount("http://", adapter)
+        self.session.mount("https://", adapter)
+        self.session.trust_env = False
         self.base_url = base_url + "/v1/api/billing"
         self.headers = {"Accept": "application/json", "x-kc-token": token}
         self.page_size = page_size
@@ -242,26 +251,34 @@ def main() -> int:
         )
         rss_start = maxrss_mib()
 
-        floor_times: list[float] = []
-        pull_times: list[float] = []
-        rss_after_pull = 0.0
-        for i in range(args.rounds):
+        rss_after_pull: list[float] = []
+
+        def pull_round() -> float:
             t_pull, (cust, subs) = timed(pull)
-            if cust.created != args.customers or subs.created != args.subscriptions:
-                raise SystemExit(f"pull created {cust} / {subs}: expected everything new")
-            if i == 0:
-                rss_after_pull = maxrss_mib()
-            empty_mirror()
-            t_floor, (n_cust, n_subs) = timed(floor)
-            if (n_cust, n_subs) != (args.customers, args.subscriptions):
-                raise SystemExit(f"floor fetched {n_cust}/{n_subs}")
-            empty_mirror()
-            pull_times.append(t_pull)
-            floor_times.append(t_floor)
-            print(
-                f"  round {i + 1}: pull {t_pull:.3f} s, floor {t_floor:.3f} s, "
-                f"ratio {t_pull / t_floor:.2f}"
+            require(
+                cust.created == args.customers and subs.created == args.subscriptions,
+                f"pull created {cust} / {subs}: expected everything new",
             )
+            if not rss_after_pull:
+                rss_after_pull.append(maxrss_mib())
+            empty_mirror()
+            return t_pull
+
+        def floor_round() -> float:
+            t_floor, counts = timed(floor)
+            require(counts == (args.customers, args.subscriptions), f"floor fetched {counts}")
+            empty_mirror()
+            return t_floor
+
+        paired = alternate(
+            args.rounds,
+            floor_round,
+            pull_round,
+            target_first=True,
+            on_round=lambda i, f, t: print(
+                f"  round {i}: pull {t:.3f} s, floor {f:.3f} s, ratio {t / f:.2f}"
+            ),
+        )
         rss_end = maxrss_mib()
 
         # Untimed: the queries of one pull, then its tracemalloc peak (and the floor's).
@@ -278,21 +295,12 @@ def main() -> int:
         floor_peak = traced_peak_mib(floor)
         empty_mirror()
 
-    t_floor, t_pull = min(floor_times), min(pull_times)
-    ratio = t_pull / t_floor
-    paired = statistics.median(p / f for p, f in zip(pull_times, floor_times, strict=True))
     print(
-        f"floor (raw paged GETs + one bulk_create per table): best {t_floor:.3f} s, "
-        f"median {statistics.median(floor_times):.3f} s"
+        f"floor (raw paged GETs + one bulk_create per table): median "
+        f"{statistics.median(paired.floor):.3f} s; pull_customers() + pull_subscriptions(): "
+        f"median {statistics.median(paired.target):.3f} s"
     )
-    print(
-        f"pull_customers() + pull_subscriptions():             best {t_pull:.3f} s, "
-        f"median {statistics.median(pull_times):.3f} s"
-    )
-    print(
-        f"ratio pull/floor (best times): {ratio:.2f}; median of the per-round ratios: "
-        f"{paired:.2f}  (target <= {TARGET:.1f}: {'met' if ratio <= TARGET else 'MISSED'})"
-    )
+    print(summary("pull/floor", paired, TARGET))
     print(
         f"SQL queries of the pull: {queries} for {pages} pages "
         f"({queries / max(pages, 1):.2f} per page; customers {cust.pages} pages, "
@@ -307,10 +315,10 @@ def main() -> int:
     )
     print(
         f"peak memory: tracemalloc pull {pull_peak:.1f} MiB (floor {floor_peak:.1f} MiB); "
-        f"ru_maxrss {rss_start:.0f} MiB before, {rss_after_pull:.0f} MiB after the first pull, "
+        f"ru_maxrss {rss_start:.0f} MiB before, {rss_after_pull[0]:.0f} MiB after the first pull, "
         f"{rss_end:.0f} MiB after the floor rounds"
     )
-    return 0 if ratio <= TARGET else 1
+    return 0 if paired.median_ratio <= TARGET else 1
 
 
 if __name__ == "__main__":

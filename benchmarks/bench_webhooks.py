@@ -6,14 +6,15 @@
 1. Throughput: a load generator in another process sends signed deliveries over loopback to
    gunicorn serving (a) the full path - verify, store, enqueue on Celery (Redis) - and
    (b) a bare Django view on the same stack doing one INSERT of the body. Rounds alternate
-   the two targets (the order flips each round) on the same gunicorn; prints both rates per
-   round and, at the end, the median of the per-round ratios full/bare and the ratio of the
-   median rates (the verdict: target >= 0.7 for both), plus the ratio of the best rates for
-   information only: a maximum over noisy rounds is decided by one lucky round of either
-   target. On Linux it also prints the CPU time per delivery of the gunicorn workers, their
-   PostgreSQL backends and the load generator, and the ratio bare/full of those sums (what
-   the throughput ratio tends to when the machine's CPUs are the bottleneck, and far less
-   disturbed by other load than the rates).
+   the two targets (the order flips each round) on the same gunicorn (``_paired.py``, the
+   method all benchmarks share); prints both rates per round and, at the end, the median of
+   the per-round ratios full/bare and the ratio of the median rates (the verdict: target
+   >= 0.7 for both), plus the ratio of the best rates for information only: a maximum over
+   noisy rounds is decided by one lucky round of either target. On Linux it also prints the
+   CPU time per delivery of the gunicorn workers, their PostgreSQL backends and the load
+   generator, and the ratio bare/full of those sums (what the throughput ratio tends to when
+   the machine's CPUs are the bottleneck, and far less disturbed by other load than the
+   rates). Exit status 1 when the throughput target is missed.
 2. SQL queries per event on the ingest path and on the processing path, measured in-process
    with few and with many events already stored (target <= 6 each, constant).
 
@@ -51,6 +52,7 @@ os.environ.setdefault("CACHE_URL", "redis://127.0.0.1:6379/8")
 os.environ["DJANGO_SETTINGS_MODULE"] = "webhook_bench_site"
 sys.path[:0] = [str(ROOT), str(BENCH_DIR)]
 
+from _paired import Paired, alternate, summary  # noqa: E402
 
 # --- the load generator (runs in its own process) ------------------------------------------
 LOADGEN = r"""
@@ -272,40 +274,49 @@ def measured_load(port: int, path: str, requests: list) -> dict:
     return data
 
 
-def throughput() -> dict[str, dict[str, list[float]]]:
-    """Per target (``full``, ``bare``): the ``rate`` (requests/s) and the CPU per request
-    (``cpu``, seconds; empty where it cannot be read) of each round."""
+def throughput() -> tuple[Paired, dict[str, list[float]]]:
+    """The rates (requests/s) of the bare view (the floor) and the full path (the target),
+    round by round (``_paired.alternate``), and the CPU per request of each (seconds; empty
+    where it cannot be read)."""
     port = free_port()
     server = start_gunicorn(port)
     targets = {"bare": "/bare/", "full": "/billing/webhooks/"}
-    results: dict[str, dict[str, list[float]]] = {name: {"rate": [], "cpu": []} for name in targets}
+    cpu: dict[str, list[float]] = {name: [] for name in targets}
     labels = {"bare": "bare INSERT view ", "full": "webhook full path"}
     non_200 = False
+
+    def measure(name: str) -> float:
+        nonlocal non_200
+        r = measured_load(port, targets[name], signed_requests(REQUESTS))
+        if r["cpu_per_request"] is not None:
+            cpu[name].append(r["cpu_per_request"])
+        non_200 |= set(r["codes"]) != {"200"}
+        print(
+            f"{labels[name]}: {r['rate']:8.1f} req/s  ({r['done']} in "
+            f"{r['elapsed']:.1f}s, codes {r['codes']})"
+            + (
+                f", CPU {r['cpu_per_request'] * 1e6:.0f} us/req"
+                if r["cpu_per_request"] is not None
+                else ""
+            )
+        )
+        return r["rate"]
+
     try:
         for path in targets.values():  # warm-up: workers, connections
             load(port, path, signed_requests(200))
-        for i in range(ROUNDS):
-            order = ("bare", "full") if i % 2 == 0 else ("full", "bare")
-            for name in order:
-                r = measured_load(port, targets[name], signed_requests(REQUESTS))
-                results[name]["rate"].append(r["rate"])
-                cpu = r["cpu_per_request"]
-                if cpu is not None:
-                    results[name]["cpu"].append(cpu)
-                non_200 |= set(r["codes"]) != {"200"}
-                print(
-                    f"round {i + 1} {labels[name]}: {r['rate']:8.1f} req/s  ({r['done']} in "
-                    f"{r['elapsed']:.1f}s, codes {r['codes']})"
-                    + (f", CPU {cpu * 1e6:.0f} us/req" if cpu is not None else "")
-                )
-            ratio = results["full"]["rate"][-1] / results["bare"]["rate"][-1]
-            print(f"round {i + 1} ratio full/bare  : {ratio:.2f}x")
+        paired = alternate(
+            ROUNDS,
+            lambda: measure("bare"),
+            lambda: measure("full"),
+            on_round=lambda i, f, t: print(f"round {i} ratio full/bare  : {t / f:.2f}x"),
+        )
     finally:
         server.terminate()
         server.wait(timeout=30)
     if non_200:
         print("WARNING: non-200 answers above")
-    return results
+    return paired, cpu
 
 
 def statements(ctx) -> int:
@@ -386,23 +397,23 @@ def queries_per_event() -> tuple[dict[int, int], dict[int, int]]:
     return ingest, processing
 
 
-def main() -> None:
+def main() -> int:
     prepare()
-    results = throughput()
-    full, bare = results["full"]["rate"], results["bare"]["rate"]
-    paired = statistics.median(f / b for f, b in zip(full, bare, strict=True))
-    medians = statistics.median(full) / statistics.median(bare)
-    verdict = "OK" if min(paired, medians) >= 0.7 else "BELOW TARGET"
+    paired, cpu = throughput()
+    full, bare = paired.target, paired.floor
+    print(summary("throughput full/bare", paired, 0.7, at_least=True))
+    medians = paired.ratio_of_medians
+    met = min(paired.median_ratio, medians) >= 0.7
     print(
-        f"throughput full/bare: median of the per-round ratios {paired:.2f}x, ratio of the "
-        f"median rates {medians:.2f}x (median {statistics.median(full):.1f} vs "
-        f"{statistics.median(bare):.1f} req/s)  (target >= 0.70) {verdict}"
+        f"  verdict (median of the paired ratios and ratio of the median rates both >= 0.70): "
+        f"{'OK' if met else 'BELOW TARGET'} (median {statistics.median(full):.1f} vs "
+        f"{statistics.median(bare):.1f} req/s)"
     )
     print(
         f"  for information: ratio of the best rates {max(full) / max(bare):.2f}x "
         f"(best {max(full):.1f} vs {max(bare):.1f} req/s)"
     )
-    cpu_full, cpu_bare = results["full"]["cpu"], results["bare"]["cpu"]
+    cpu_full, cpu_bare = cpu["full"], cpu["bare"]
     if cpu_full and cpu_bare:
         print(
             f"CPU per delivery (gunicorn + PostgreSQL backends + load generator): full "
@@ -424,7 +435,8 @@ def main() -> None:
         app.control.purge()
     except Exception as exc:
         print(f"(could not purge the Celery queue: {exc})")
+    return 0 if met else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

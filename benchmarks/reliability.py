@@ -1,7 +1,9 @@
 """Reliability suite: N local changes over products and customers while the sandbox injects
 20% 5xx, 5% timeouts, 5% resets after commit, an outage, and the broker is stopped for part of
 the run. After the drain it prints and asserts: 0 changes lost, 0 duplicate remote objects,
-remote state equal to local state for every object.
+remote state equal to local state for every object (every pushed field: a product's name,
+description, status, selected currencies, each cycle's price per currency and one-time prices;
+a customer's identifier, names and email).
 
     python benchmarks/reliability.py --changes 1000 --outage 30 --broker-stop 10
 
@@ -17,11 +19,114 @@ import random
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _stack import Stack, wait
+
+#: Customer fields the app pushes (``mapping.customers.CREATE_FIELDS``; the service has no
+#: customer update).
+CUSTOMER_FIELDS = ("identifier", "first_name", "last_name", "email")
+
+
+@dataclass
+class Comparison:
+    """Local mirror against the sandbox's stored objects."""
+
+    lost: int = 0  # local objects with no remote twin
+    duplicate_products: int = 0
+    duplicate_customers: int = 0
+    #: ``(object, field, local value, remote value)`` for each pushed field that differs
+    mismatched: list[tuple[str, str, Any, Any]] = field(default_factory=list)
+    products: int = 0
+    customers: int = 0
+    prices: int = 0  # local prices compared
+
+
+def _amounts(prices: Any) -> dict[int, Decimal]:
+    """``{currency id: amount}`` of wire prices (``[{"currency", "amount"}]``)."""
+    return {int(p["currency"]): Decimal(str(p["amount"])) for p in prices or []}
+
+
+def local_product_state(product: Any) -> dict[str, Any]:
+    """Every field the app pushes for ``product``, read from the models (not through the
+    app's mapping, so a mapping bug shows too): name, description, status, selected
+    currencies, each cycle's prices per currency, one-time prices."""
+    cycles = {
+        f"{c.unit}-{c.frequency}": {int(p.currency_id): p.amount for p in c.prices.all()}
+        for c in product.cycles.all()
+    }
+    prices = {int(p.currency_id): p.amount for p in product.root_prices.all()}
+    one_time = product.is_one_time
+    return {
+        "name": product.name,
+        "description": product.description or "",
+        "status": product.status,
+        "selected_currencies": sorted(int(c) for c in product.selected_currencies or []),
+        "cycles": None if one_time else cycles,
+        "prices": prices if one_time else None,
+    }
+
+
+def remote_product_state(doc: dict[str, Any], blueprints: dict[str, Any]) -> dict[str, Any]:
+    """The same fields from the sandbox's stored product and its blueprint."""
+    bp = blueprints.get(doc.get("subscription_blueprint") or "")
+    cycles = None
+    if bp is not None:
+        cycles = {
+            f"{c['cycle']}-{c['frequency']}": _amounts(c.get("prices"))
+            for c in bp.get("billing_cycles") or []
+        }
+    return {
+        "name": doc.get("name"),
+        "description": doc.get("description") or "",
+        "status": doc.get("status"),
+        "selected_currencies": sorted(int(c) for c in doc.get("selected_currencies") or []),
+        "cycles": cycles,
+        "prices": None if doc.get("prices") is None else _amounts(doc["prices"]),
+    }
+
+
+def compare_with_remote(sandbox: Any) -> Comparison:
+    """Compare every pushed field of every local product and customer with the sandbox's
+    stored object; count lost and duplicated objects."""
+    from billing_integration.models import Customer, Price, Product
+
+    result = Comparison()
+    remote_products = {p["id"]: p for p in sandbox.objects("product")}
+    blueprints = {b["id"]: b for b in sandbox.objects("blueprint")}
+    remote_customers = {c["id"]: c for c in sandbox.objects("customer")}
+    products = Product.objects.prefetch_related("cycles__prices", "root_prices")
+    for p in products:
+        result.products += 1
+        r = remote_products.get(str(p.remote_id)) if p.remote_id else None
+        if r is None:
+            result.lost += 1
+            continue
+        local, remote = local_product_state(p), remote_product_state(r, blueprints)
+        for name, value in local.items():
+            if value != remote[name]:
+                result.mismatched.append((f"product {p.pk}", name, value, remote[name]))
+    result.prices = Price.objects.count()
+    for c in Customer.objects.all():
+        result.customers += 1
+        r = remote_customers.get(str(c.remote_id)) if c.remote_id else None
+        if r is None:
+            result.lost += 1
+            continue
+        for name in CUSTOMER_FIELDS:
+            local, remote = getattr(c, name) or "", r.get(name) or ""
+            if local != remote:
+                result.mismatched.append((f"customer {c.pk}", name, local, remote))
+    result.duplicate_products = (
+        len(remote_products) - Product.objects.exclude(remote_id=None).count()
+    )
+    idents = [c["identifier"] for c in remote_customers.values()]
+    result.duplicate_customers = len(idents) - len(set(idents))
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,32 +253,9 @@ def run(stack: Stack, args: argparse.Namespace) -> int:
           f"entries not done: {open_entries}")
 
     # --- verification --------------------------------------------------------------------
-    remote_products = {p["id"]: p for p in sandbox.objects("product")}
-    remote_customers = {c["id"]: c for c in sandbox.objects("customer")}
-    lost = 0
-    mismatched = []
-    for p in Product.objects.all():
-        r = remote_products.get(str(p.remote_id)) if p.remote_id else None
-        if r is None:
-            lost += 1
-            continue
-        local = (p.name, p.description, p.status, ["1"])
-        currencies = [str(x) for x in r["selected_currencies"]]
-        remote = (r["name"], r["description"], r["status"], currencies)
-        if local != remote:
-            mismatched.append((f"product {p.pk}", local, remote))
-    for c in Customer.objects.all():
-        r = remote_customers.get(str(c.remote_id)) if c.remote_id else None
-        if r is None:
-            lost += 1
-            continue
-        local = (c.identifier, c.first_name, c.last_name, c.email)
-        remote = (r["identifier"], r["first_name"], r["last_name"], r["email"])
-        if local != remote:
-            mismatched.append((f"customer {c.pk}", local, remote))
-    dup_products = len(remote_products) - Product.objects.exclude(remote_id=None).count()
-    idents = [c["identifier"] for c in remote_customers.values()]
-    dup_customers = len(idents) - len(set(idents))
+    result = compare_with_remote(sandbox)
+    lost, mismatched = result.lost, result.mismatched
+    dup_products, dup_customers = result.duplicate_products, result.duplicate_customers
     requests = sandbox.requests()
     faults = sum(1 for r in requests if (r.get("status") or 200) >= 500)
     print(f"requests seen by the sandbox: {len(requests)} ({faults} answered 5xx)")
@@ -183,6 +265,10 @@ def run(stack: Stack, args: argparse.Namespace) -> int:
     print(f"objects whose remote state differs from local: {len(mismatched)}")
     for item in mismatched[:10]:
         print("   ", item)
+    print(
+        f"compared: {result.products} products, {result.customers} customers, "
+        f"{result.prices} prices"
+    )
     ok = finished and lost == 0 and dup_products == 0 and dup_customers == 0 and not mismatched
     if not ok:
         print(stack.worker_logs()[-4000:])

@@ -1,1 +1,55 @@
-"""Shared fixtures. The sandbox fixtures come from the ``billing_integration.testing`` plugin."""
+"""Shared fixtures and markers. The sandbox fixtures come from the ``billing_integration.testing``
+plugin.
+
+Two markers name a backend a test cannot do without: ``postgresql`` (the test database must be
+PostgreSQL: row locks, concurrent writers) and ``redis`` (a ``redis-server`` on the PATH). Such
+a test is skipped, with the reason, where the backend is absent; under CI (the environment
+variable ``CI`` set, as ``.ci/run`` runs with PostgreSQL and Redis) that skip is a failure, so
+CI cannot go green without running it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+BACKENDS = ("postgresql", "redis")
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def missing_backend(item: pytest.Item) -> str | None:
+    """Why ``item`` cannot run here (a backend it is marked for is absent), or None."""
+    if item.get_closest_marker("postgresql"):
+        from django.db import connection
+
+        if connection.vendor != "postgresql":
+            return f"needs PostgreSQL (DATABASE_URL=postgres://...), not {connection.vendor}"
+    if item.get_closest_marker("redis") and shutil.which("redis-server") is None:
+        return "needs redis-server on PATH"
+    return None
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    reason = missing_backend(item)
+    if reason:
+        pytest.skip(reason)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    report = outcome.get_result()
+    needs = [name for name in BACKENDS if item.get_closest_marker(name)]
+    if report.skipped and needs and not hasattr(report, "wasxfail") and in_ci():
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        reason = str(reason).removeprefix("Skipped: ")
+        report.outcome = "failed"
+        report.longrepr = (
+            f"skipped under CI ({reason}): a test marked {', '.join(needs)} must run in CI "
+            "(DATABASE_URL pointing at PostgreSQL, redis-server on the PATH)"
+        )

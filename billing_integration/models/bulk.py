@@ -1,9 +1,9 @@
 """Writing many rows whose values differ per row, fast (``update_rows``, ``insert_rows``).
 
 Django's ``QuerySet.bulk_update`` builds one ``CASE WHEN pk = ... THEN ...`` per field and
-row; resolving those expressions costs about 1 ms of Python per row and field set, more than
-the database spends on the rows. ``update_rows`` sends, on PostgreSQL, one ``UPDATE ... FROM
-jsonb_to_recordset(%s)`` for the whole set, and elsewhere the plain ``UPDATE ... WHERE pk =
+row; resolving those expressions costs more Python time than the database spends on the
+rows. ``update_rows`` sends, on PostgreSQL, one ``UPDATE ... FROM jsonb_to_recordset(%s)``
+for the whole set, and elsewhere the plain ``UPDATE ... WHERE pk =
 %s`` through ``executemany`` (SQLite runs it as one prepared statement, in process). Like
 ``bulk_update`` it sends no signal and does not touch ``auto_now`` fields unless named.
 """

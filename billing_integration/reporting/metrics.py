@@ -199,8 +199,8 @@ def price_table() -> dict[tuple[Any, str, str], Decimal]:
     currency code)``; the normalisation and the id -> code mapping run in SQL. One query.
 
     (A correlated Subquery on Price inside the grouped subscription queries would be part of
-    their GROUP BY, which PostgreSQL evaluates for every subscription row: measured 40x
-    slower. The grouped counts are multiplied by these prices instead: a few rows.)"""
+    their GROUP BY, which PostgreSQL evaluates for every subscription row. The grouped counts
+    are multiplied by these prices instead: a few rows.)"""
     months = ExpressionWrapper(
         F("cycle__frequency") * Case(When(cycle__unit="years", then=12), default=1),
         output_field=IntegerField(),

@@ -149,11 +149,11 @@ class SandboxApp:
         entry = self.log.record(request, op)
         decision = self.faults.decide(op)
         if decision.latency:
-            time.sleep(decision.latency)
+            self.faults.sleep(decision.latency)
         if decision.action in ("timeout", "reset"):
             entry["outcome"] = decision.action
             if decision.action == "timeout":
-                time.sleep(decision.timeout_seconds)
+                self.faults.sleep(decision.timeout_seconds)
             raise DropConnection(decision.action)
         if decision.action == "error":
             response = self._fault_response(decision)

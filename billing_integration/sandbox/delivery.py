@@ -13,6 +13,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 from .config import SandboxConfig
@@ -32,6 +33,8 @@ class DeliveryWorker:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        #: The wall clock attempts and retries are scheduled on (replaceable: tests use a fake).
+        self.clock: Callable[[], float] = time.time
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -61,8 +64,8 @@ class DeliveryWorker:
             return None, None
         row = dict(zip(("id", "url", "body", "event_id", "attempts", "log", "next_attempt"),
                        rows[0], strict=True))
-        if row["next_attempt"] > time.time():
-            return None, row["next_attempt"] - time.time()
+        if row["next_attempt"] > self.clock():
+            return None, row["next_attempt"] - self.clock()
         return row, None
 
     def _run(self) -> None:
@@ -83,7 +86,7 @@ class DeliveryWorker:
         attempt_no = row["attempts"] + 1
         headers = sign_headers(row["body"], self.config.webhook_secret, msg_id=row["event_id"])
         headers["user-agent"] = "billing-sandbox/1"
-        started = time.time()
+        started = self.clock()
         status_code, error = None, None
         request = urllib.request.Request(  # noqa: S310 - the registered callback (http/https)
             row["url"], data=row["body"].encode(), headers=headers, method="POST"
@@ -106,7 +109,7 @@ class DeliveryWorker:
             "at": started,
             "status_code": status_code,
             "error": None if ok else error,
-            "duration": round(time.time() - started, 4),
+            "duration": round(self.clock() - started, 4),
             "webhook-timestamp": headers["webhook-timestamp"],
         })
         if ok:
@@ -116,12 +119,12 @@ class DeliveryWorker:
         else:
             schedule = self.config.retry_schedule or [1.0]
             delay = schedule[min(attempt_no - 1, len(schedule) - 1)]
-            status, next_attempt = "pending", time.time() + delay
+            status, next_attempt = "pending", self.clock() + delay
         with self.store.transaction() as conn:
             conn.execute(
                 "UPDATE deliveries SET status = ?, attempts = ?, next_attempt = ?, "
                 "delivered = ?, log = ? WHERE id = ?",
-                (status, attempt_no, next_attempt, time.time() if ok else None,
+                (status, attempt_no, next_attempt, self.clock() if ok else None,
                  json.dumps(log), row["id"]),
             )
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -101,6 +102,10 @@ class FaultRule:
 class FaultInjector:
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        #: Outage windows are read on ``clock``; latency and timeout holds wait with ``sleep``
+        #: (both replaceable, so tests use a fake clock instead of measuring time).
+        self.clock: Callable[[], float] = time.monotonic
+        self.sleep: Callable[[float], None] = time.sleep
         self.rules: list[FaultRule] = []
         self.outage_until = 0.0
         self.outage_mode = "503"
@@ -114,7 +119,7 @@ class FaultInjector:
             if mode not in ("503", "reset"):
                 raise ValueError("outage_mode must be '503' or 'reset'")
             with self._lock:
-                self.outage_until = time.monotonic() + seconds
+                self.outage_until = self.clock() + seconds
                 self.outage_mode = mode
             if not spec:
                 return self.state()
@@ -141,7 +146,7 @@ class FaultInjector:
             self.outage_until = 0.0
 
     def state(self) -> dict[str, Any]:
-        remaining = max(0.0, self.outage_until - time.monotonic())
+        remaining = max(0.0, self.outage_until - self.clock())
         return {
             "rules": [r.as_dict() for r in self.rules],
             "outage_remaining": round(remaining, 3),
@@ -151,10 +156,10 @@ class FaultInjector:
     def decide(self, operation: str) -> Decision:
         decision = Decision()
         with self._lock:
-            if time.monotonic() < self.outage_until:
+            if self.clock() < self.outage_until:
                 decision.action = "reset" if self.outage_mode == "reset" else "error"
                 decision.status = 503
-                decision.retry_after = max(1.0, round(self.outage_until - time.monotonic()))
+                decision.retry_after = max(1.0, round(self.outage_until - self.clock()))
                 return decision
             for rule in list(self.rules):
                 if not rule.matches(operation):

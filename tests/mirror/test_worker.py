@@ -4,7 +4,7 @@ set, else the filesystem transport; PostgreSQL or a file SQLite test database)."
 from __future__ import annotations
 
 import signal
-import time
+import threading
 from decimal import Decimal
 
 import pytest
@@ -101,26 +101,50 @@ def test_rollback_sends_nothing_through_the_worker(celery_worker_process, billin
     assert OutboxEntry.objects.count() == 1
 
 
+@pytest.fixture
+def held_product_creation(billing_sandbox_server, monkeypatch):
+    """The sandbox holds the next ``create_product`` request until ``release`` is set, then
+    commits it and answers (to whoever is still listening). ``received`` is set when the
+    request has arrived. An event, not a latency the test must act within."""
+    app = billing_sandbox_server.app
+    real_handle = app._handle
+    received, release = threading.Event(), threading.Event()
+    held: list[str] = []
+
+    def handle(request, op, *args, **kwargs):
+        if op == "create_product" and not held:
+            held.append(op)
+            received.set()
+            release.wait(timeout=120)
+        return real_handle(request, op, *args, **kwargs)
+
+    monkeypatch.setattr(app, "_handle", handle)
+    yield received, release
+    release.set()  # never leave a request thread of the shared sandbox waiting
+
+
 def test_redelivery_after_a_killed_worker_sends_the_same_key_once_created(
-    celery_worker_process, billing_sandbox
+    celery_worker_process, billing_sandbox, held_product_creation
 ):
+    received, release = held_product_creation
     extra = {"OUTBOX_LEASE": 2.0, "OUTBOX_STALE_AFTER": 0.0}
-    # The service commits the create, then the answer is lost while the worker is killed.
-    billing_sandbox.faults(operation="create_product", latency=3.0, count=1)
+    # The service commits the create, then the answer is lost: the worker was killed while
+    # the sandbox held its request.
     worker = celery_worker_process(extra=extra)
     product = new_product()
     entry = OutboxEntry.objects.get()
-    wait_for(lambda: billing_sandbox.requests(operation="create_product"), timeout=30)
+    assert received.wait(timeout=60), worker.output()[-3000:]
     worker.stop(signal.SIGKILL)
-    wait_for(lambda: billing_sandbox.objects("product"), timeout=10)  # created remotely
+    release.set()
+    wait_for(lambda: billing_sandbox.objects("product"), timeout=30)  # created remotely
     entry.refresh_from_db()
     assert entry.state == "in_progress"
     product.refresh_from_db()
     assert product.remote_id is None  # the answer never arrived
 
     celery_worker_process(extra=extra)
-    time.sleep(2.5)  # the lease of the killed worker expires
-    assert drain_outbox() == 1  # the periodic safety net re-enqueues it
+    # Once the killed worker's lease expires, the periodic safety net re-enqueues the entry.
+    wait_for(lambda: drain_outbox() == 1, timeout=60, interval=0.2)
     all_done()
     calls = billing_sandbox.requests(operation="create_product")
     assert len(calls) == 2

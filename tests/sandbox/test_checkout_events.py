@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -206,7 +207,38 @@ def test_deliveries_are_signed_per_standard_webhooks(api, sandbox, receiver):
     assert mine["webhook-signature"] == headers["webhook-signature"]
 
 
-def test_failing_callback_is_retried_with_backoff(api, sandbox):
+class FakeDeliveryClock:
+    """The delivery worker's wall clock, moved only by ``advance`` (it starts an hour ahead
+    of real time, so an event queued just before is due at once)."""
+
+    def __init__(self) -> None:
+        self.now = float(int(time.time()) + 3600)
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def wait_until(predicate, timeout: float = 10.0):
+    """Poll ``predicate`` until it is true; fail after ``timeout`` (a bound on waiting, not a
+    measurement)."""
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {predicate}")
+        time.sleep(0.01)
+    return value
+
+
+def test_failing_callback_is_retried_with_backoff(api, sandbox, billing_sandbox_server,
+                                                  monkeypatch):
+    worker = billing_sandbox_server.app.delivery
+    clock = FakeDeliveryClock()
+    monkeypatch.setattr(worker, "clock", clock)
+    sandbox.config(retry_schedule=[100, 200], max_attempts=5)
+    start = clock.now
     receiver = Receiver(fail_first=2, status=503)
     try:
         sandbox.set_callback(receiver.url)
@@ -214,6 +246,25 @@ def test_failing_callback_is_retried_with_backoff(api, sandbox):
             "customer": api.customer()["id"], "product": api.product()["id"],
             "selected_currency": "XOF", "selected_billing_cycle": "months-1"}).json()["data"][0]
         sandbox.trigger("subscription.paused", sub["id"])
+
+        def delivery_after(attempts: int) -> dict:
+            return wait_until(lambda: next(
+                (d for d in sandbox.deliveries() if d["attempts"] >= attempts), None))
+
+        # The first attempt fails: the next one is scheduled retry_schedule[0] later and is
+        # not made while the clock stands still.
+        first = delivery_after(1)
+        assert (first["status"], first["attempts"]) == ("pending", 1)
+        assert first["next_attempt"] == start + 100
+        worker.notify()
+        assert sandbox.deliveries()[0]["attempts"] == 1 and len(receiver.received) == 1
+        clock.advance(100)
+        worker.notify()
+        second = delivery_after(2)
+        assert (second["status"], second["attempts"]) == ("pending", 2)
+        assert second["next_attempt"] == start + 100 + 200  # the backoff grows
+        clock.advance(200)
+        worker.notify()
         assert sandbox.wait_for_deliveries(5)
         assert len(receiver.received) == 3
         ids = {h["webhook-id"] for h, _ in receiver.received}
@@ -222,8 +273,7 @@ def test_failing_callback_is_retried_with_backoff(api, sandbox):
         assert delivery["status"] == "delivered" and delivery["attempts"] == 3
         log = delivery["log"]
         assert [a["status_code"] for a in log] == [503, 503, 200]
-        gaps = [log[i + 1]["at"] - log[i]["at"] for i in range(2)]
-        assert gaps[0] >= 0.05 and gaps[1] >= 0.1 and gaps[1] > gaps[0] * 0.9  # backoff
+        assert [a["at"] - start for a in log] == [0, 100, 300]  # made when due, not before
         page = requests.get(sandbox.url + "/_sandbox/", timeout=5)
         assert "subscription.paused" in page.text and "delivered" in page.text
     finally:

@@ -3,13 +3,39 @@
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 
 import pytest
 import requests
 
 from .conftest import product_body
+
+
+class FakeFaultsClock:
+    """Stands in for the fault injector's clock and sleep: time moves only on ``advance``;
+    a latency or timeout hold is recorded in ``slept`` instead of waited."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+
+
+@pytest.fixture
+def fake_faults_clock(billing_sandbox_server, monkeypatch) -> FakeFaultsClock:
+    clock = FakeFaultsClock()
+    faults = billing_sandbox_server.app.faults
+    monkeypatch.setattr(faults, "clock", clock)
+    monkeypatch.setattr(faults, "sleep", clock.sleep)
+    return clock
 
 # -- idempotency ------------------------------------------------------------------------------
 
@@ -81,18 +107,26 @@ def test_missing_idempotency_key_is_400(api, method):
 def test_concurrent_requests_with_one_key_create_one_object(api):
     key = str(uuid.uuid4())
     statuses = []
+    errors: list[BaseException] = []
 
     def send():
-        session = requests.Session()
-        response = session.post(api.base + "/customers", json={"identifier": "same"},
-                                headers=api.headers(key), timeout=10)
-        statuses.append((response.status_code, response.json()["data"]["id"]))
+        try:
+            session = requests.Session()
+            response = session.post(api.base + "/customers", json={"identifier": "same"},
+                                    headers=api.headers(key), timeout=10)
+            statuses.append((response.status_code, response.json()["data"]["id"]))
+        except BaseException as exc:  # re-raised below: a thread's failure fails the test
+            errors.append(exc)
 
     threads = [threading.Thread(target=send) for _ in range(8)]
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
+        t.join(timeout=30)
+    assert [t for t in threads if t.is_alive()] == []  # every thread finished
+    if errors:
+        raise errors[0]
+    assert len(statuses) == 8
     assert {s for s, _ in statuses} == {200}
     assert len({i for _, i in statuses}) == 1
     assert len(api.get("/customers").json()["data"]) == 1
@@ -160,15 +194,15 @@ def test_error_rate_is_random_but_seeded(sandbox, api):
     assert 502 in first and 200 in first
 
 
-def test_latency(sandbox, api):
+def test_latency(sandbox, api, fake_faults_clock):
+    """The latency knob holds the matching operation's answer, and only that operation's."""
     sandbox.faults(operation="get_product", latency=0.3)
     product = api.product()
-    started = time.monotonic()
+    assert fake_faults_clock.slept == []  # create_product: no latency
     assert api.get(f"/products/{product['id']}").status_code == 200
-    assert time.monotonic() - started >= 0.3
-    started = time.monotonic()
-    api.get("/products")
-    assert time.monotonic() - started < 0.3
+    assert fake_faults_clock.slept == [0.3]
+    assert api.get("/products").status_code == 200
+    assert fake_faults_clock.slept == [0.3]  # list_products: none added
 
 
 def test_timeout_holds_the_connection(sandbox, api):
@@ -200,14 +234,17 @@ def test_reset_before_effect(sandbox, api):
     assert api.get("/customers").json()["data"] == []
 
 
-def test_outage_window(sandbox, api):
-    sandbox.faults(outage_seconds=0.6)
+def test_outage_window(sandbox, api, fake_faults_clock):
+    sandbox.faults(outage_seconds=0.75)
     response = requests.post(sandbox.token_url, data={"grant_type": "client_credentials"},
                              timeout=5)
     assert response.status_code == 503 and "Retry-After" in response.headers
     assert api.get("/products").status_code == 503
-    assert sandbox.faults()["outage_remaining"] > 0  # control endpoints still answer
-    time.sleep(0.7)
+    assert sandbox.faults()["outage_remaining"] == 0.75  # control endpoints still answer
+    fake_faults_clock.advance(0.5)
+    assert api.get("/products").status_code == 503  # still inside the window
+    fake_faults_clock.advance(0.25)  # the window ends
+    assert sandbox.faults()["outage_remaining"] == 0
     assert api.get("/products").status_code == 200
 
 

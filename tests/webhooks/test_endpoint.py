@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import base64
+import io
 import json
 import time
 import uuid
 from unittest import mock
 
 import pytest
+from django.core.checks import run_checks
 from django.core.management import call_command
 from django.db import DatabaseError, connection, transaction
 from django.urls import reverse
@@ -396,7 +398,10 @@ def test_ingest_path_query_count(client, stored_only, django_assert_max_num_quer
 
 def test_system_checks_pass_with_a_secret(settings):
     settings.BILLING = {**settings.BILLING, "WEBHOOK_SECRET": SECRET}
-    call_command("check")
+    out = io.StringIO()
+    call_command("check", stdout=out)  # raises SystemCheckError on an error
+    assert "System check identified no issues" in out.getvalue()
+    assert [m for m in run_checks() if m.id.startswith("billing_integration.")] == []
 
 
 def test_own_signer_matches_the_reference_library():

@@ -251,22 +251,52 @@ class _PerThread:
         return self._own().pop(name, default)
 
 
+@pytest.mark.postgresql
 @pytest.mark.django_db(transaction=True)
 def test_no_lost_wakeup_with_concurrent_web_processes_and_drains(settings):
-    """4 "web processes" (threads, each with its own window) store events with pauses shorter
-    and longer than the window, each ending on an event whose kick opens a window, a pause
-    that lets the drains run dry, and a last event suppressed inside that window; 2 "workers"
-    run the drain for each message of an in-memory broker. No beat: an event whose wake-up
-    were lost would stay ``received`` (without the drain's linger, the last one does). None
-    does, and far fewer messages than events were sent."""
-    if connection.vendor != "postgresql":
-        pytest.skip("needs concurrent writers (PostgreSQL)")
-    window, per_process = 0.2, 25
+    """4 "web processes" (threads, each with its own window) store events while 2 "workers"
+    run the drain for each message of an in-memory broker; no beat, so an event whose wake-up
+    were lost would stay ``received``. After a free-running phase, each round forces the race
+    the linger closes: every process lets its window run out, stores an event A (its kick asks
+    the cache and opens its window), waits until a drain's look has found nothing, then stores
+    B inside its window (suppressed locally: no cache, no message). The test counts the
+    suppressed events a drain found only on a look *after* one that found nothing (only the
+    linger makes that look) and asserts there were some, that no event is left ``received``
+    (without the linger the last round's B events are), and that far fewer messages than
+    events were sent."""
+    window, free_running, processes, rounds = 0.5, 15, 4, 3
     settings.BILLING = {**settings.BILLING, "WEBHOOK_KICK_WINDOW": window}
     wakeup.clear(WAKEUP_NAME)
     broker: queue.Queue[int] = queue.Queue()
     errors: list[BaseException] = []
     stop = threading.Event()
+    local = threading.local()  # per thread: cache look-ups, the drain run's state
+    suppressed: set[int] = set()  # events whose kick skipped the cache (the local window)
+    processed: list[tuple[int, bool]] = []  # (pk, after a look of the same run found nothing)
+    empty_looks: list[float] = []  # when drains' looks that found nothing started
+    looked = threading.Condition()
+    barrier = threading.Barrier(processes)
+    real_cache, real_clear, real_linger = wakeup._cache, wakeup.clear, wakeup.linger
+    real_process = processing.process_event
+
+    def counting_cache():
+        local.cache_calls = getattr(local, "cache_calls", 0) + 1
+        return real_cache()
+
+    def clear(name: str) -> float:  # a drain run starts
+        local.found_nothing = False
+        return real_clear(name)
+
+    def linger(cleared_at: float, local_window: float, looked_at: float) -> float:
+        local.found_nothing = True  # the drain calls this on each look that found nothing
+        with looked:
+            empty_looks.append(looked_at)
+            looked.notify_all()
+        return real_linger(cleared_at, local_window, looked_at)
+
+    def process_event(pk: int, **kwargs):
+        processed.append((pk, getattr(local, "found_nothing", False)))
+        return real_process(pk, **kwargs)
 
     def publish(*args, **kwargs) -> None:
         broker.put(1)
@@ -280,7 +310,7 @@ def test_no_lost_wakeup_with_concurrent_web_processes_and_drains(settings):
                     continue
                 try:
                     process_received_events()
-                except BaseException as exc:  # pragma: no cover - reported below
+                except BaseException as exc:  # re-raised below
                     errors.append(exc)
                 finally:
                     broker.task_done()
@@ -290,38 +320,62 @@ def test_no_lost_wakeup_with_concurrent_web_processes_and_drains(settings):
     def store_and_kick() -> None:
         body = json.dumps(envelope("thing.happened", {"id": str(uuid.uuid4())}))
         stored = store_delivery(body.encode(), {}, Verification("signature"))
+        asked = getattr(local, "cache_calls", 0)
         enqueue(stored.event.pk)  # autocommit: kicks at once
+        if getattr(local, "cache_calls", 0) == asked:
+            suppressed.add(stored.event.pk)
 
     def web_process(seed: int) -> None:
         rng = random.Random(seed)
         try:
-            for _ in range(per_process - 2):
+            for _ in range(free_running):
                 store_and_kick()
-                time.sleep(rng.choice((0, 0, 0.001, 0.05, 0.12, 0.3)))
-            time.sleep(window * 1.2)  # this process's window runs out: the next kick asks
-            store_and_kick()  # the cache and opens a window
-            time.sleep(window * 0.6)  # the drains run dry meanwhile
-            store_and_kick()  # suppressed locally
-        except BaseException as exc:  # pragma: no cover - reported below
+                time.sleep(rng.choice((0, 0, 0.001, 0.02, 0.05)))
+            for _ in range(rounds):
+                barrier.wait(timeout=60)
+                wakeup._pending_until[WAKEUP_NAME] = 0.0  # this process's window ran out
+                store_and_kick()  # A: asks the cache, opens the window
+                opened = time.monotonic()
+                with looked:  # until a drain has run dry after A (bounded: B stays inside
+                    looked.wait_for(  # the window either way)
+                        lambda: any(t > opened for t in empty_looks), timeout=window / 2
+                    )
+                store_and_kick()  # B: suppressed locally
+        except BaseException as exc:  # re-raised below
             errors.append(exc)
+            barrier.abort()
         finally:
             connection.close()
 
     with (
         mock.patch.object(wakeup, "_pending_until", _PerThread()),
+        mock.patch.object(wakeup, "_cache", counting_cache),
+        mock.patch.object(wakeup, "clear", clear),
+        mock.patch.object(wakeup, "linger", linger),
+        mock.patch.object(processing, "process_event", process_event),
         mock.patch.object(process_received_events, "apply_async", side_effect=publish) as sent,
     ):
         workers = [threading.Thread(target=worker) for _ in range(2)]
-        webs = [threading.Thread(target=web_process, args=(i,)) for i in range(4)]
+        webs = [threading.Thread(target=web_process, args=(i,)) for i in range(processes)]
         for t in workers + webs:
             t.start()
         for t in webs:
-            t.join()
-        broker.join()  # every message handled, re-kicks included
+            t.join(timeout=120)
+        with broker.all_tasks_done:  # every message handled, re-kicks included
+            broker.all_tasks_done.wait_for(lambda: broker.unfinished_tasks == 0, timeout=120)
         stop.set()
         for t in workers:
-            t.join()
-    assert errors == []
-    assert WebhookEvent.objects.count() == 4 * per_process
+            t.join(timeout=30)
+    assert [t.name for t in workers + webs if t.is_alive()] == []  # every thread finished
+    if errors:
+        raise errors[0]
+    total = processes * (free_running + 2 * rounds)
+    assert WebhookEvent.objects.count() == total
     assert not WebhookEvent.objects.filter(state=EventState.RECEIVED).exists()
-    assert 1 <= sent.call_count < 4 * per_process
+    rescued = [pk for pk, after_nothing in processed if after_nothing and pk in suppressed]
+    print(
+        f"suppressed kicks: {len(suppressed)}, found only by a lingering drain: "
+        f"{len(rescued)}, messages: {sent.call_count} for {total} events"
+    )
+    assert rescued  # the race happened, and the linger closed it
+    assert 1 <= sent.call_count < total

@@ -208,12 +208,11 @@ def test_shuffled_duplicated_deliveries_over_http(client, settings):
 
 
 @pytest.mark.slow
+@pytest.mark.postgresql
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_processing_serialises_per_object():
     """8 threads process the shuffled log at once (PostgreSQL row locks): no deadlock, no
     failure, each event applied once, the final state equals the in-order one."""
-    if connection.vendor != "postgresql":
-        pytest.skip("needs PostgreSQL row locks")
     rng = random.Random(99)
     product, subs = make_world(n_subs=3)  # few objects: much contention
     events = make_events(600, product, subs, rng)
