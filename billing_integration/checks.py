@@ -140,8 +140,8 @@ def check_billing_settings(app_configs: Any = None, **kwargs: Any) -> list:
     if form not in ("code", "id"):
         errors.append(
             Error(
-                f"BILLING['SUBSCRIPTION_CURRENCY_FORM'] must be \"code\" or \"id\", not {form!r}.",
-                hint="\"code\" (the default) sends selected_currency as \"XOF\", \"id\" as \"1\".",
+                f"BILLING['SUBSCRIPTION_CURRENCY_FORM'] must be 'code' or 'id', not {form!r}.",
+                hint="'code' (the default) sends selected_currency as 'XOF', 'id' as '1'.",
                 id="billing_integration.E012",
             )
         )
