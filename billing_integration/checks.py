@@ -142,7 +142,7 @@ def check_billing_settings(app_configs: Any = None, **kwargs: Any) -> list:
             Error(
                 f"BILLING['SUBSCRIPTION_CURRENCY_FORM'] must be 'code' or 'id', not {form!r}.",
                 hint="'code' (the default) sends selected_currency as 'XOF', 'id' as '1'.",
-                id="billing_integration.E012",
+                id="billing_integration.E013",
             )
         )
     return errors
@@ -187,7 +187,7 @@ def check_billing_deploy(app_configs: Any = None, **kwargs: Any) -> list:
                 "anyone can sign events your site accepts.",
                 hint="Use the webhook secret the billing service gives you for this callback "
                 "(environment variable BILLING_WEBHOOK_SECRET).",
-                id="billing_integration.E010",
+                id="billing_integration.E011",
             )
         )
     if conf.get("CLIENT_SECRET") == SANDBOX_CLIENT_SECRET:
@@ -196,7 +196,7 @@ def check_billing_deploy(app_configs: Any = None, **kwargs: Any) -> list:
                 "BILLING['CLIENT_SECRET'] is the offline sandbox's default client secret.",
                 hint="Use the client secret the billing service issued for BILLING['CLIENT_ID'] "
                 "(environment variable BILLING_CLIENT_SECRET).",
-                id="billing_integration.E011",
+                id="billing_integration.E012",
             )
         )
     for key in URL_KEYS:

@@ -139,7 +139,7 @@ def test_deploy_refuses_the_public_demo_webhook_secret(settings, debug):
     for value in (demo, ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", demo]):
         settings.BILLING = {**HTTPS, "WEBHOOK_SECRET": value}
         errors = deploy_messages()
-        assert ids(errors) == ["billing_integration.E010"]
+        assert ids(errors) == ["billing_integration.E011"]
         assert errors[0].level == ERROR
         assert demo not in errors[0].msg + errors[0].hint
     # Only under --deploy: a plain check accepts it (the demo runs with it).
@@ -153,7 +153,7 @@ def test_deploy_refuses_the_sandbox_client_secret(settings):
     settings.DEBUG = False
     settings.BILLING = {**HTTPS, "CLIENT_SECRET": DEFAULT_CLIENT_SECRET}
     errors = deploy_messages()
-    assert ids(errors) == ["billing_integration.E011"]
+    assert ids(errors) == ["billing_integration.E012"]
     assert DEFAULT_CLIENT_SECRET not in errors[0].msg + errors[0].hint
     assert "CLIENT_SECRET" in errors[0].msg
 
@@ -182,6 +182,6 @@ def test_manage_py_check_deploy_fails_on_the_demo_settings(settings):
     with pytest.raises(SystemCheckError) as info:
         call_command("check", "--deploy", tags=["billing"])
     text = str(info.value)
-    assert "billing_integration.E010" in text and "billing_integration.E011" in text
+    assert "billing_integration.E011" in text and "billing_integration.E012" in text
     assert "billing_integration.W010" in text
     assert demo_webhook_secret() not in text and "sandbox-secret" not in text

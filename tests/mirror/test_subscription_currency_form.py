@@ -62,7 +62,7 @@ def test_the_id_form_sends_the_id_as_a_string(billing_sandbox, settings, code, w
 
 def test_an_unknown_form_is_refused(settings):
     settings.BILLING = {**settings.BILLING, "SUBSCRIPTION_CURRENCY_FORM": "number"}
-    [error] = [e for e in check_billing_settings() if e.id == "billing_integration.E012"]
+    [error] = [e for e in check_billing_settings() if e.id == "billing_integration.E013"]
     assert "SUBSCRIPTION_CURRENCY_FORM" in error.msg
     with pytest.raises(BillingConfigurationError, match="SUBSCRIPTION_CURRENCY_FORM"):
         subscription_map.wire_currency("XOF")
