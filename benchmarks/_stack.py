@@ -108,10 +108,12 @@ class Stack:
             self._exit = ExitStack()
             env = self._exit.enter_context(sandbox_process("--token-lifetime", "300"))
             self.server = None
-            self.sandbox = SandboxHandle(env["BILLING_BASE_URL"])
+            self.sandbox = SandboxHandle(
+                env["BILLING_BASE_URL"], webhook_secret=env["BILLING_WEBHOOK_SECRET"]
+            )
         else:
             self.server = start_sandbox(token_lifetime=300)
-            self.sandbox = SandboxHandle(self.server.url)
+            self.sandbox = SandboxHandle(self.server.url, server=self.server)
         self.sandbox.reset()
         if self.private_redis:
             self.start_redis()

@@ -1,13 +1,16 @@
 """Django system checks for the billing configuration.
 
-They never query the database, except ``check_service_binding``: it is registered with
-``Tags.database``, so it runs only when Django asks for database checks (``migrate``,
-``check --database default``)."""
+``check_billing_settings`` runs on every ``check``; ``check_billing_deploy`` only under
+``check --deploy``. They never query the database, except ``check_service_binding``: it is
+registered with ``Tags.database``, so it runs only when Django asks for database checks
+(``migrate``, ``check --database default``).
+"""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -135,6 +138,15 @@ def check_billing_settings(app_configs: Any = None, **kwargs: Any) -> list:
                     id="billing_integration.E007",
                 )
             )
+    form = conf.get("SUBSCRIPTION_CURRENCY_FORM")
+    if form not in ("code", "id"):
+        errors.append(
+            Error(
+                f"BILLING['SUBSCRIPTION_CURRENCY_FORM'] must be 'code' or 'id', not {form!r}.",
+                hint="'code' (the default) sends selected_currency as 'XOF', 'id' as '1'.",
+                id="billing_integration.E013",
+            )
+        )
     return errors
 
 
@@ -156,3 +168,61 @@ def check_service_binding(app_configs: Any = None, databases: Any = None, **kwar
     from .service import check_messages
 
     return check_messages(databases)
+
+
+#: SHA-256 of the webhook secret committed in ``example_project/demo.env`` (public on purpose,
+#: for the demo; compared by digest so that no copy of it sits in the package).
+DEMO_WEBHOOK_SECRET_SHA256 = "d571fb0081e214ea7f811973fbf285e38d0cef2822dafc2dfbc6be6b674fdaf8"
+#: The sandbox's default client secret (``billing_integration.sandbox.config``).
+SANDBOX_CLIENT_SECRET = "sandbox-secret"
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+@register(Tags.security, "billing", deploy=True)
+def check_billing_deploy(app_configs: Any = None, **kwargs: Any) -> list:
+    """``check --deploy``: public sandbox or demo credentials, plain-http service URLs. Run
+    whatever ``DEBUG`` says (like Django's own deploy checks); never prints a secret."""
+    try:
+        conf = billing_settings.as_dict()
+    except BillingConfigurationError:
+        return []  # check_billing_settings reports it (E000)
+    errors: list = []
+    secrets = conf.get("WEBHOOK_SECRET")
+    secret_list = secrets if isinstance(secrets, (list, tuple)) else [secrets] if secrets else []
+    if any(
+        isinstance(secret, str)
+        and hashlib.sha256(secret.encode()).hexdigest() == DEMO_WEBHOOK_SECRET_SHA256
+        for secret in secret_list
+    ):
+        errors.append(
+            Error(
+                "BILLING['WEBHOOK_SECRET'] is the public demo secret of example_project/demo.env: "
+                "anyone can sign events your site accepts.",
+                hint="Use the webhook secret the billing service gives you for this callback "
+                "(environment variable BILLING_WEBHOOK_SECRET).",
+                id="billing_integration.E011",
+            )
+        )
+    if conf.get("CLIENT_SECRET") == SANDBOX_CLIENT_SECRET:
+        errors.append(
+            Error(
+                "BILLING['CLIENT_SECRET'] is the offline sandbox's default client secret.",
+                hint="Use the client secret the billing service issued for BILLING['CLIENT_ID'] "
+                "(environment variable BILLING_CLIENT_SECRET).",
+                id="billing_integration.E012",
+            )
+        )
+    for key in URL_KEYS:
+        parts = urlsplit(str(conf.get(key) or ""))
+        # W003 already reports a remote http URL outside DEBUG.
+        if parts.scheme == "http" and (settings.DEBUG or parts.hostname in _LOOPBACK):
+            errors.append(
+                Warning(
+                    f"BILLING['{key}'] uses plain http: tokens, client credentials and billing "
+                    "data would travel unencrypted.",
+                    hint=f"Set BILLING['{key}'] to the service's https address "
+                    f"(environment variable {REQUIRED[key]}).",
+                    id="billing_integration.W010",
+                )
+            )
+    return errors

@@ -53,6 +53,8 @@ DEFAULTS: dict[str, Any] = {
     "MAX_PAGES": 100_000,  # hard stop for a server that never ends a list
     # --- currencies: the service's integer ids <-> ISO codes --------------------------
     "CURRENCIES": {1: "XOF", 2: "USD", 3: "EUR", 4: "GHS", 5: "KES", 6: "NGN"},
+    # POST /subscriptions' selected_currency: "code" ("XOF") or "id" (the id as a string, "1")
+    "SUBSCRIPTION_CURRENCY_FORM": "code",
     # --- webhooks -------------------------------------------------------------------------
     "WEBHOOK_SECRET": None,  # "whsec_<base64>", or a list of them during rotation
     "WEBHOOK_BASIC_AUTH": None,  # "user:password" as an alternative to signatures

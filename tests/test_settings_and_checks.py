@@ -1,6 +1,9 @@
 """The settings reader names the exact key to set; the system checks name the setting to fix."""
 
+from pathlib import Path
+
 import pytest
+from django.core.checks import ERROR, WARNING, run_checks
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
@@ -134,3 +137,86 @@ def test_database_checks_report_a_mirror_of_another_service(settings):
     # The same service, written with a trailing slash: nothing to report.
     settings.BILLING = {**GOOD, "BASE_URL": "https://billing.example.com/"}
     assert [e for e in run_checks(databases=["default"]) if e.id.startswith("billing")] == []
+
+
+# --- check --deploy ----------------------------------------------------------------------
+ROOT = Path(__file__).resolve().parents[1]
+HTTPS = {
+    **GOOD,
+    "BASE_URL": "https://billing.example.com",
+    "AUTH_URL": "https://billing.example.com/auth",
+    "CHECKOUT_URL": "https://billing.example.com",
+}
+
+
+def demo_webhook_secret() -> str:
+    for line in (ROOT / "example_project" / "demo.env").read_text().splitlines():
+        if line.startswith("BILLING_WEBHOOK_SECRET="):
+            return line.split("=", 1)[1].strip()
+    raise AssertionError("no BILLING_WEBHOOK_SECRET in demo.env")
+
+
+def deploy_messages() -> list:
+    """What ``check --deploy`` reports for the billing tag (no database touched)."""
+    return run_checks(tags=["billing"], include_deployment_checks=True)
+
+
+def test_deploy_passes_a_production_configuration(settings):
+    settings.DEBUG = False
+    settings.BILLING = HTTPS
+    assert deploy_messages() == []
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_deploy_refuses_the_public_demo_webhook_secret(settings, debug):
+    settings.DEBUG = debug
+    demo = demo_webhook_secret()
+    for value in (demo, ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", demo]):
+        settings.BILLING = {**HTTPS, "WEBHOOK_SECRET": value}
+        errors = deploy_messages()
+        assert ids(errors) == ["billing_integration.E011"]
+        assert errors[0].level == ERROR
+        assert demo not in errors[0].msg + errors[0].hint
+    # Only under --deploy: a plain check accepts it (the demo runs with it).
+    settings.BILLING = {**HTTPS, "WEBHOOK_SECRET": demo}
+    assert run_checks(tags=["billing"]) == []
+
+
+def test_deploy_refuses_the_sandbox_client_secret(settings):
+    from billing_integration.sandbox.config import DEFAULT_CLIENT_SECRET
+
+    settings.DEBUG = False
+    settings.BILLING = {**HTTPS, "CLIENT_SECRET": DEFAULT_CLIENT_SECRET}
+    errors = deploy_messages()
+    assert ids(errors) == ["billing_integration.E012"]
+    assert DEFAULT_CLIENT_SECRET not in errors[0].msg + errors[0].hint
+    assert "CLIENT_SECRET" in errors[0].msg
+
+
+@pytest.mark.parametrize("key", ["BASE_URL", "AUTH_URL", "CHECKOUT_URL"])
+def test_deploy_warns_about_plain_http_urls(settings, key):
+    settings.DEBUG = False
+    settings.BILLING = {**HTTPS, key: "http://127.0.0.1:8100"}
+    warnings = deploy_messages()
+    assert ids(warnings) == ["billing_integration.W010"]
+    assert warnings[0].level == WARNING and f"BILLING['{key}']" in warnings[0].msg
+    # A remote http URL outside DEBUG: W003 of the plain check says it, once.
+    settings.BILLING = {**HTTPS, key: "http://billing.example.com"}
+    assert ids(deploy_messages()) == ["billing_integration.W003"]
+    settings.DEBUG = True
+    assert ids(deploy_messages()) == ["billing_integration.W010"]
+
+
+def test_manage_py_check_deploy_fails_on_the_demo_settings(settings):
+    settings.DEBUG = False
+    settings.BILLING = {
+        **GOOD,
+        "CLIENT_SECRET": "sandbox-secret",
+        "WEBHOOK_SECRET": demo_webhook_secret(),
+    }
+    with pytest.raises(SystemCheckError) as info:
+        call_command("check", "--deploy", tags=["billing"])
+    text = str(info.value)
+    assert "billing_integration.E011" in text and "billing_integration.E012" in text
+    assert "billing_integration.W010" in text
+    assert demo_webhook_secret() not in text and "sandbox-secret" not in text

@@ -420,6 +420,32 @@ class BillingAPI:
             chk.fail("selected_currency", "The product has no price in this currency for the "
                      "selected billing cycle.", "no_price")
 
+    def _subscription_currency(self, chk: Checker) -> tuple[str | None, int | None]:
+        """``selected_currency`` of POST /subscriptions as (code, id). The interface types the
+        field as a string and does not fix its content: a currency code (``"XOF"``) or a
+        currency id written as a string (``"1"``) are both accepted; a JSON number is not a
+        string and is refused (400 ``invalid_type``)."""
+        value = chk.body.get("selected_currency")
+        if value is None:
+            chk.fail("selected_currency", "selected_currency is required.", "required")
+            return None, None
+        if not isinstance(value, str):
+            chk.fail("selected_currency", "selected_currency must be a string: a currency code "
+                     "(\"XOF\") or a currency id written as a string (\"1\").",
+                     "invalid_type")
+            return None, None
+        if value.isascii() and value.isdigit():
+            currency_id: int | None = int(value)
+            code = self.config.currency_code(currency_id)
+        else:
+            code, currency_id = value, self.config.currency_id(value)
+        if code is None or currency_id is None:
+            known = ", ".join(f"{c} ({i})" for i, c in self.config.currencies.items())
+            chk.fail("selected_currency", f"Unknown currency {value!r}; one of {known}.",
+                     "unknown_currency")
+            return None, None
+        return code, currency_id
+
     def create_subscription(self, account: str, body: Any):
         chk = Checker(body)
         customer = self._reference(chk, "customer", "customer")
@@ -429,13 +455,7 @@ class BillingAPI:
             chk.fail("product", "A one-time product cannot be subscribed to.", "not_recurring")
             product = None
         code, prices = self._cycle_prices(chk, product, required=True)
-        currency = chk.string("selected_currency")
-        currency_id = None
-        if currency is not None:
-            currency_id = self.config.currency_id(currency)
-            if currency_id is None:
-                chk.fail("selected_currency", f"Unknown currency code {currency!r}; one of "
-                         f"{', '.join(self.config.currencies.values())}.", "unknown_currency")
+        currency, currency_id = self._subscription_currency(chk)
         self._currency_in(chk, currency_id, product, prices)
         trial_end = None
         if chk.body.get("trial_end_date") is not None:

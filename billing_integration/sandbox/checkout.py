@@ -3,9 +3,11 @@
 GET shows the product, price and cycle with a phone number field; POST ``step=phone`` shows the
 "Confirm with your PIN on your phone" step (a simulated prompt with an "I entered my PIN"
 button); POST ``step=confirm`` pays per the test phone number (see ``ledger``) and shows the
-result, linking (and redirecting after a few seconds) to the return URL when one is known:
-``?return_url=`` on the page, else the sandbox's configured ``return_url``. ``{session_id}`` in
-it is replaced by the session id. Expired sessions answer 410, completed ones say so.
+result, linking (and redirecting after a few seconds) to the sandbox's configured
+``return_url`` (``--return-url`` or ``POST /_sandbox/config``), ``{session_id}`` in it replaced
+by the session id. A ``return_url`` parameter on the page is never followed: the configured one
+(as configured, or with the session id filled in) is accepted, any other answers 400, so the
+page is no open redirect. Expired sessions answer 410, completed ones say so.
 """
 
 from __future__ import annotations
@@ -56,11 +58,19 @@ class CheckoutPages:
         self.config = config
         self.ledger = ledger
 
-    def return_url(self, request: Request, session_id: str) -> str | None:
-        url = request.values.get("return_url") or self.config.return_url
+    def return_url(self, session_id: str) -> str | None:
+        """The configured return URL for this session, or None (none, or not http(s))."""
+        url = self.config.return_url
         if not url or urlsplit(url).scheme not in ("http", "https"):
             return None
         return url.replace("{session_id}", session_id)
+
+    def _refused_return_url(self, request: Request, session_id: str) -> bool:
+        """A ``return_url`` parameter that is not the configured one (never followed)."""
+        asked = request.values.get("return_url")
+        if not asked:
+            return False
+        return asked not in (self.config.return_url, self.return_url(session_id))
 
     def _describe(self, session: dict[str, Any]) -> tuple[dict[str, Any], str, str]:
         product = self.store.get("product", session["product"]) or {"name": "?"}
@@ -75,18 +85,18 @@ class CheckoutPages:
             cycle = "one-time payment"
         return product, f"{amount:g} {currency}", cycle
 
-    def _hidden(self, return_url: str | None) -> str:
-        if not return_url:
-            return ""
-        return f'<input type="hidden" name="return_url" value="{escape(return_url)}">'
-
     def handle(self, request: Request, session_id: str) -> Response:
         session = self.store.get("checkout_session", session_id)
         if session is None:
             return page("Checkout not found", "<p>There is no checkout session with this "
                         "address.</p>", status=404, outcome="not_found")
+        if self._refused_return_url(request, session_id):
+            return page("Unknown return address",
+                        "<p>This checkout link names a return address that is not the one "
+                        "configured for this merchant; it is not followed. Please start again "
+                        "from the merchant's site.</p>", status=400, outcome="invalid_return_url")
         session = self.ledger.expire_if_due(session)
-        return_url = self.return_url(request, session_id)
+        return_url = self.return_url(session_id)
         back = ""
         if return_url:
             back = f'<p><a id="return" href="{escape(return_url)}">Return to the merchant</a></p>'
@@ -110,7 +120,7 @@ class CheckoutPages:
         if step in ("phone", "confirm"):
             phone = (request.form.get("phone") or "").strip()
             if not _PHONE.match(phone):
-                return self._phone_form(summary, action, return_url,
+                return self._phone_form(summary, action,
                                         "Enter a valid mobile-money phone number.", 400)
             if step == "phone":
                 return page(
@@ -120,15 +130,14 @@ class CheckoutPages:
                     f"<form method=\"post\" action=\"{action}\">"
                     "<input type=\"hidden\" name=\"step\" value=\"confirm\">"
                     f"<input type=\"hidden\" name=\"phone\" value=\"{escape(phone)}\">"
-                    f"{self._hidden(return_url)}"
                     "<button type=\"submit\">I entered my PIN</button></form>",
                     outcome="pin",
                 )
             return self._confirm(session, phone, summary, action, return_url, back)
-        return self._phone_form(summary, action, return_url)
+        return self._phone_form(summary, action)
 
-    def _phone_form(self, summary: str, action: str, return_url: str | None,
-                    error: str = "", status: int = 200) -> Response:
+    def _phone_form(self, summary: str, action: str, error: str = "",
+                    status: int = 200) -> Response:
         err = f'<p class="error">{escape(error)}</p>' if error else ""
         return page(
             "Checkout",
@@ -137,7 +146,7 @@ class CheckoutPages:
             "<label for=\"phone\">Mobile-money phone number</label>"
             "<input id=\"phone\" name=\"phone\" type=\"tel\" required "
             "placeholder=\"0700000001\">"
-            f"{self._hidden(return_url)}<button type=\"submit\">Pay</button></form>",
+            "<button type=\"submit\">Pay</button></form>",
             status=status, outcome="form" if not error else "invalid_phone",
         )
 

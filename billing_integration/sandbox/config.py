@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import binascii
 import secrets
 import uuid
 from dataclasses import asdict, dataclass, field, fields
@@ -24,6 +25,16 @@ def account_for(client_id: str) -> str:
 
 def new_webhook_secret() -> str:
     return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+
+
+def valid_webhook_secret(value: Any) -> bool:
+    """``whsec_`` and the base64 of at least 16 bytes (what the app's checks accept)."""
+    if not isinstance(value, str) or not value.startswith("whsec_"):
+        return False
+    try:
+        return len(base64.b64decode(value[len("whsec_"):], validate=True)) >= 16
+    except (binascii.Error, ValueError):
+        return False
 
 
 @dataclass
@@ -55,15 +66,27 @@ class SandboxConfig:
         return None
 
     def as_dict(self) -> dict[str, Any]:
+        """Every setting, the webhook secret included: what the store keeps."""
         data = asdict(self)
         data["currencies"] = {str(k): v for k, v in self.currencies.items()}
         data["account"] = self.account
         return data
 
+    def public_dict(self) -> dict[str, Any]:
+        """The settings the control endpoints answer: all but the webhook secret, which
+        signs the deliveries the app trusts and is never answered over HTTP (it can be set)."""
+        data = self.as_dict()
+        del data["webhook_secret"]
+        return data
+
     def update(self, values: dict[str, Any]) -> list[str]:
-        """Apply known keys (``None`` values are ignored); returns unknown keys."""
+        """Apply known keys (``None`` values are ignored); returns unknown keys. A malformed
+        ``webhook_secret`` raises ``ValueError`` (naming no value) and changes nothing."""
         known = {f.name for f in fields(self)}
         unknown = [k for k in values if k not in known]
+        if "webhook_secret" in values and not valid_webhook_secret(values["webhook_secret"]):
+            raise ValueError("webhook_secret must be 'whsec_' followed by the base64 of at "
+                             "least 16 bytes.")
         for key, value in values.items():
             if key not in known:
                 continue

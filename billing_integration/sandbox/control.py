@@ -1,5 +1,10 @@
 """Control endpoints under ``/_sandbox/`` (JSON, no auth): what tests and developers use to
 drive the sandbox. Not subject to faults and not written to the request log.
+
+No answer carries the webhook secret (``SandboxConfig.public_dict``): whoever could read it
+could sign events the app accepts. It can be set (``POST /_sandbox/config``); whoever starts the
+sandbox knows it (``BILLING_SANDBOX_WEBHOOK_SECRET``, the start-up printout, or
+``SandboxServer.config`` in-process).
 """
 
 from __future__ import annotations
@@ -75,7 +80,7 @@ class Control:
             if unknown:
                 return error_response(400, "unknown_setting", f"Unknown: {', '.join(unknown)}")
             self.app.config.save(self.app.store)
-        return json_response(self.app.config.as_dict())
+        return json_response(self.app.config.public_dict())
 
     def do_callback(self, request, body) -> Response:
         if request.method == "POST":
@@ -87,12 +92,11 @@ class Control:
         elif request.method == "DELETE":
             self.app.config.callback_url = None
             self.app.config.save(self.app.store)
-        return json_response({"url": self.app.config.callback_url,
-                              "webhook_secret": self.app.config.webhook_secret})
+        return json_response({"url": self.app.config.callback_url})
 
     def do_reset(self, request, body) -> Response:
         self.app.reset(config=bool(body.get("config")))
-        return json_response({"reset": True, "config": self.app.config.as_dict()})
+        return json_response({"reset": True, "config": self.app.config.public_dict()})
 
     def do_requests(self, request, body) -> Response:
         if request.method == "DELETE":

@@ -4,16 +4,22 @@ Werkzeug's server answers every request with ``Connection: close`` (its request 
 cannot drain a body before the next request line), so clients reconnect per request; the
 benchmarks' floors pay the same.
 
-    python -m billing_integration.sandbox --port 8100 [--host H] [--data FILE] [--reset]
+    [BILLING_SANDBOX_WEBHOOK_SECRET=whsec_...] python -m billing_integration.sandbox
+        --port 8100 [--host H] [--data FILE] [--reset]
         [--client-id ID] [--client-secret S] [--token-lifetime SECONDS]
-        [--callback-url URL] [--webhook-secret whsec_...] [--retry-schedule 1,5,30]
+        [--callback-url URL] [--retry-schedule 1,5,30]
         [--max-attempts N] [--return-url URL] [--memory] [--quiet]
+
+The webhook secret comes from the environment (``BILLING_SANDBOX_WEBHOOK_SECRET``), never from
+the command line, which every user of the machine can read (``ps``); without it the secret
+kept in the data file is used, or one is generated.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import socket
 import struct
 import sys
@@ -24,11 +30,27 @@ from typing import Any
 from werkzeug.serving import WSGIRequestHandler, make_server
 
 from .app import SandboxApp
-from .config import SandboxConfig
+from .config import SandboxConfig, valid_webhook_secret
 from .store import Store
 from .web import DropConnection
 
 DEFAULT_DATA = "var/sandbox.sqlite3"
+#: The environment variable the CLI reads the webhook secret from.
+WEBHOOK_SECRET_ENV = "BILLING_SANDBOX_WEBHOOK_SECRET"
+
+
+class SandboxStartError(Exception):
+    """The sandbox cannot start as configured (the message names what to fix)."""
+
+
+class _RefusedOnCommandLine(argparse.Action):
+    """An option that used to carry a secret: refused, with where to put it instead."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        parser.error(
+            f"{self.option_strings[0]} is not accepted: a command line is readable by every "
+            f"user of the machine (ps). Set the environment variable {WEBHOOK_SECRET_ENV}."
+        )
 
 
 class SandboxRequestHandler(WSGIRequestHandler):
@@ -140,8 +162,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--client-secret", help="default sandbox-secret")
     parser.add_argument("--token-lifetime", type=int, help="expires_in in seconds (default 300)")
     parser.add_argument("--callback-url", help="where events are delivered")
-    parser.add_argument("--webhook-secret",
-                        help="whsec_... signing secret (default: generated once and kept)")
+    parser.add_argument("--webhook-secret", action=_RefusedOnCommandLine, nargs="?",
+                        help=f"refused: set {WEBHOOK_SECRET_ENV}=whsec_... in the environment "
+                        "(default: generated once and kept)")
     parser.add_argument("--retry-schedule", help="delivery retry delays in seconds, e.g. 1,5,30")
     parser.add_argument("--max-attempts", type=int, help="delivery attempts before giving up")
     parser.add_argument("--return-url",
@@ -151,14 +174,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="billing_sandbox", description="Offline sandbox of the billing service."
+        prog="billing_sandbox",
+        description="Offline sandbox of the billing service. The webhook secret is read from "
+        f"the environment variable {WEBHOOK_SECRET_ENV} (default: generated once and kept).",
     )
     add_arguments(parser)
     return parser
 
 
+def webhook_secret_from_env(environ: Any = None) -> str | None:
+    """``BILLING_SANDBOX_WEBHOOK_SECRET`` (None when unset or empty); raises
+    ``SandboxStartError`` (without the value) when it is not a ``whsec_`` secret."""
+    value = (os.environ if environ is None else environ).get(WEBHOOK_SECRET_ENV) or None
+    if value is not None and not valid_webhook_secret(value):
+        raise SandboxStartError(
+            f"{WEBHOOK_SECRET_ENV} is not a webhook secret: 'whsec_' followed by the base64 of "
+            "at least 16 bytes."
+        )
+    return value
+
+
 def run(options: dict[str, Any]) -> int:
-    """Start the sandbox from parsed options, print the settings to paste, serve until ^C."""
+    """Start the sandbox from parsed options (the webhook secret from the environment), print
+    the settings to paste, serve until ^C. Raises ``SandboxStartError``."""
+    webhook_secret = webhook_secret_from_env()
     server = SandboxServer(
         options["host"],
         options["port"],
@@ -169,7 +208,7 @@ def run(options: dict[str, Any]) -> int:
         client_secret=options.get("client_secret"),
         token_lifetime=options.get("token_lifetime"),
         callback_url=options.get("callback_url"),
-        webhook_secret=options.get("webhook_secret"),
+        webhook_secret=webhook_secret,
         retry_schedule=options.get("retry_schedule"),
         max_attempts=options.get("max_attempts"),
         return_url=options.get("return_url"),
@@ -191,4 +230,8 @@ def run(options: dict[str, Any]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(vars(build_parser().parse_args(argv)))
+    try:
+        return run(vars(build_parser().parse_args(argv)))
+    except SandboxStartError as exc:
+        print(f"billing_sandbox: {exc}", file=sys.stderr)
+        return 2

@@ -5,7 +5,9 @@
   fresh one through the ``billing_sandbox`` fixture, with ``settings.BILLING`` pointing at it.
 - ``sign_webhook(body, secret)`` returns the Standard Webhooks headers the sandbox would send,
   to post hand-made events to your webhook view.
-- ``SandboxHandle(url)`` drives a running sandbox's control endpoints from any test.
+- ``SandboxHandle(url)`` drives a running sandbox's control endpoints from any test (its
+  ``webhook_secret`` comes from ``server=`` or ``webhook_secret=``: the sandbox never answers
+  it over HTTP).
 """
 
 from __future__ import annotations

@@ -38,12 +38,27 @@ def start_sandbox(**settings: Any):
 
 
 class SandboxHandle:
-    """Drive a running sandbox at ``url`` through its ``/_sandbox/`` control endpoints."""
+    """Drive a running sandbox at ``url`` through its ``/_sandbox/`` control endpoints.
 
-    def __init__(self, url: str, defaults: dict[str, Any] | None = None) -> None:
+    The sandbox never answers its webhook secret over HTTP; the handle knows it from
+    ``server`` (a ``SandboxServer`` of this process: always the current secret) or from
+    ``webhook_secret`` (the value the sandbox process was started with, or printed), and
+    from ``config(webhook_secret=...)`` calls made through it.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        defaults: dict[str, Any] | None = None,
+        *,
+        server: Any = None,
+        webhook_secret: str | None = None,
+    ) -> None:
         self.url = url.rstrip("/")
         self.http = requests.Session()
         self.defaults = dict(defaults or {})
+        self.server = server
+        self._webhook_secret = webhook_secret
         self._config: dict[str, Any] | None = None
 
     # -- addresses and credentials ---------------------------------------------------------
@@ -71,6 +86,8 @@ class SandboxHandle:
         """Read (and with ``values``, change) the sandbox's configuration."""
         if values:
             self._config = self._post("/_sandbox/config", values)
+            if values.get("webhook_secret"):
+                self._webhook_secret = values["webhook_secret"]
         elif self._config is None:
             self._config = self._get("/_sandbox/config")
         return self._config
@@ -85,7 +102,16 @@ class SandboxHandle:
 
     @property
     def webhook_secret(self) -> str:
-        return self.config()["webhook_secret"]
+        """The secret the sandbox signs deliveries with (see the class docstring)."""
+        if self.server is not None:
+            return self.server.config.webhook_secret
+        if self._webhook_secret is None:
+            raise RuntimeError(
+                "The sandbox does not answer its webhook secret over HTTP: create the handle "
+                "with server= (in-process) or webhook_secret= (the BILLING_SANDBOX_WEBHOOK_SECRET "
+                "the process was started with, or the BILLING_WEBHOOK_SECRET it printed)."
+            )
+        return self._webhook_secret
 
     def django_settings(self) -> dict[str, Any]:
         """The ``BILLING`` keys that point the app at this sandbox."""

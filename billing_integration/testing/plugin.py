@@ -5,7 +5,8 @@ Fixtures:
 - ``billing_sandbox_server`` (session): the running ``SandboxServer`` (in memory, free port,
   fast delivery retries).
 - ``billing_sandbox`` (function): a ``SandboxHandle`` on it after a full reset (state, faults,
-  request log, deliveries, clock, settings). When Django is configured it also points
+  request log, deliveries, clock, settings); its ``webhook_secret`` is read from the server
+  object (the sandbox never answers it over HTTP). When Django is configured it also points
   ``settings.BILLING`` at the sandbox through pytest-django's ``settings`` fixture (other
   ``BILLING`` keys are kept), drops cached tokens and the per-process client.
 
@@ -43,7 +44,9 @@ def billing_sandbox_server() -> Iterator[Any]:
 
 @pytest.fixture
 def billing_sandbox(billing_sandbox_server: Any, request: pytest.FixtureRequest) -> SandboxHandle:
-    handle = SandboxHandle(billing_sandbox_server.url, defaults=SESSION_DEFAULTS)
+    handle = SandboxHandle(
+        billing_sandbox_server.url, defaults=SESSION_DEFAULTS, server=billing_sandbox_server
+    )
     billing_sandbox_server.app.delivery.wait_idle(timeout=2)  # let a previous test's queue go
     handle.reset()
     _point_django_at(handle, request)

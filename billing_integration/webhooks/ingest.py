@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -33,22 +32,47 @@ from .verification import Verification
 
 logger = logging.getLogger("billing_integration.webhooks")
 
-__all__ = ["StoreResult", "enqueue", "request_headers", "safe_headers", "store_delivery"]
+__all__ = [
+    "REDACTED",
+    "STORED_HEADERS",
+    "StoreResult",
+    "enqueue",
+    "request_headers",
+    "safe_headers",
+    "store_delivery",
+]
 
-#: Header names never stored (credentials, signatures, cookies); matched case-insensitively.
-_SECRET_HEADERS = frozenset(
+#: Headers stored with their value (lower-case names): the delivery's id and time, the body's
+#: type, length and encoding, and what a proxy or the sender adds to trace a request. Every other
+#: header (credentials, signatures, cookies, and any name not listed, whatever it holds) is
+#: stored with its value replaced by ``REDACTED``, so an operator sees it was sent. An
+#: allow-list, not a list of secret-looking names: a header nobody thought of stays hidden.
+STORED_HEADERS = frozenset(
     {
-        "authorization",
-        "proxy-authorization",
-        "cookie",
-        "set-cookie",
-        "webhook-signature",
-        "svix-signature",
-        "x-api-key",
+        "webhook-id",
+        "webhook-timestamp",
+        "svix-id",
+        "svix-timestamp",
+        "content-type",
+        "content-length",
+        "content-encoding",
+        "user-agent",
+        "accept",
+        "accept-encoding",
+        "host",
+        "via",
+        "forwarded",
+        "x-forwarded-for",
+        "x-forwarded-host",
+        "x-forwarded-proto",
+        "x-real-ip",
+        "x-request-id",
+        "x-correlation-id",
+        "traceparent",
     }
 )
-_SECRET_WORDS = ("secret", "token", "password", "signature", "auth", "api-key", "apikey")
-_SECRET_NAME = re.compile("|".join(re.escape(word) for word in _SECRET_WORDS))
+#: What a header outside ``STORED_HEADERS`` is stored as.
+REDACTED = "[redacted]"
 _MAX_HEADERS = 64
 _MAX_HEADER_VALUE = 1024
 
@@ -81,17 +105,18 @@ def request_headers(meta: Mapping[str, object]) -> dict[str, str]:
 
 @lru_cache(maxsize=1024)
 def _header_key(name: str) -> tuple[str, bool]:
-    """A header name as stored (lower-cased, cut) and whether its value is a secret."""
+    """A header name as stored (lower-cased, cut) and whether its value is stored."""
     key = clean_text(name.lower(), 128)
-    return key, key in _SECRET_HEADERS or _SECRET_NAME.search(key) is not None
+    return key, key in STORED_HEADERS
 
 
 def safe_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """The request headers as a plain dict, lower-cased, with secrets redacted."""
+    """The request headers as a plain dict, lower-cased: the values of ``STORED_HEADERS``,
+    ``REDACTED`` for every other header."""
     result: dict[str, str] = {}
     for name, value in islice(headers.items(), _MAX_HEADERS):
-        key, secret = _header_key(str(name))
-        result[key] = "[redacted]" if secret else clean_text(str(value), _MAX_HEADER_VALUE)
+        key, stored = _header_key(str(name))
+        result[key] = clean_text(str(value), _MAX_HEADER_VALUE) if stored else REDACTED
     return result
 
 

@@ -74,12 +74,12 @@ def test_reset_keeps_config_unless_asked(sandbox):
 
 
 def test_cli_prints_the_settings_to_paste(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT),
+           "BILLING_SANDBOX_WEBHOOK_SECRET": "whsec_dGVzdHNlY3JldHRlc3RzZWNyZXQ="}
     proc = subprocess.Popen(
         [sys.executable, "-m", "billing_integration.sandbox", "--port", "0", "--quiet",
          "--data", str(tmp_path / "s.sqlite3"), "--client-id", "cli-client",
-         "--client-secret", "cli-secret", "--token-lifetime", "42",
-         "--webhook-secret", "whsec_dGVzdHNlY3JldHRlc3RzZWNyZXQ="],
+         "--client-secret", "cli-secret", "--token-lifetime", "42"],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=tmp_path)
     try:
         lines = dict(proc.stdout.readline().strip().split("=", 1) for _ in range(6))

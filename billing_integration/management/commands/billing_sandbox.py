@@ -1,16 +1,17 @@
 """``python manage.py billing_sandbox --port 8100``: run the offline sandbox of the service.
 
 A thin wrapper of ``billing_integration.sandbox.server`` (the sandbox itself never uses
-Django). It prints the ``BILLING_*`` lines to paste into the environment of the app.
+Django). It prints the ``BILLING_*`` lines to paste into the environment of the app. The
+webhook secret is read from ``BILLING_SANDBOX_WEBHOOK_SECRET``, never from the command line.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
-from billing_integration.sandbox.server import add_arguments, run
+from billing_integration.sandbox.server import SandboxStartError, add_arguments, run
 
 
 class Command(BaseCommand):
@@ -20,4 +21,7 @@ class Command(BaseCommand):
         add_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        run(options)
+        try:
+            run(options)
+        except SandboxStartError as exc:
+            raise CommandError(str(exc)) from None
