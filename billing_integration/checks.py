@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import uuid
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -131,6 +132,35 @@ def check_billing_settings(app_configs: Any = None, **kwargs: Any) -> list:
                     id="billing_integration.E007",
                 )
             )
+    errors.extend(_checkout_errors(conf))
+    return errors
+
+
+def _checkout_errors(conf: dict[str, Any]) -> list:
+    """INTERACTIVE_DEADLINE a positive number; MULTIPLE_PURCHASE_PRODUCTS a list of strings."""
+    errors: list = []
+    deadline = conf.get("INTERACTIVE_DEADLINE")
+    if not isinstance(deadline, (int, float)) or isinstance(deadline, bool) or deadline <= 0:
+        errors.append(
+            Error(
+                f"BILLING['INTERACTIVE_DEADLINE'] must be a positive number of seconds, "
+                f"not {deadline!r}.",
+                hint=f"The default is {DEFAULTS['INTERACTIVE_DEADLINE']!r}.",
+                id="billing_integration.E020",
+            )
+        )
+    products = conf.get("MULTIPLE_PURCHASE_PRODUCTS")
+    if not isinstance(products, (list, tuple)) or not all(
+        isinstance(p, (str, uuid.UUID)) for p in products
+    ):
+        errors.append(
+            Error(
+                "BILLING['MULTIPLE_PURCHASE_PRODUCTS'] must be a list of product names or "
+                f"remote ids, not {products!r}.",
+                hint='For example ["Ebook", "Support hours"].',
+                id="billing_integration.E021",
+            )
+        )
     return errors
 
 
