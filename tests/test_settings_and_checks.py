@@ -99,3 +99,26 @@ def test_manage_py_check_names_the_setting(settings):
     with pytest.raises(SystemCheckError) as info:
         call_command("check", tags=["billing"])
     assert "BILLING['CLIENT_SECRET']" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "extra,expected",
+    [
+        ({"INTERACTIVE_DEADLINE": 0}, ["billing_integration.E020"]),
+        ({"INTERACTIVE_DEADLINE": "8"}, ["billing_integration.E020"]),
+        ({"MULTIPLE_PURCHASE_PRODUCTS": "Ebook"}, ["billing_integration.E021"]),
+        ({"MULTIPLE_PURCHASE_PRODUCTS": [3]}, ["billing_integration.E021"]),
+        ({"INTERACTIVE_DEADLINE": 2.5, "MULTIPLE_PURCHASE_PRODUCTS": ["Ebook"]}, []),
+    ],
+)
+def test_checkout_settings_are_checked(settings, extra, expected):
+    settings.BILLING = {**GOOD, **extra}
+    assert ids(check_billing_settings()) == expected
+
+
+def test_removed_checkout_retry_settings_are_refused(settings):
+    """INTERACTIVE_DEADLINE replaced them: a project still setting them is told so."""
+    settings.BILLING = {**GOOD, "CHECKOUT_MAX_RETRIES": 1}
+    errors = check_billing_settings()
+    assert ids(errors) == ["billing_integration.E000"]
+    assert "CHECKOUT_MAX_RETRIES" in errors[0].msg and "INTERACTIVE_DEADLINE" in errors[0].msg
