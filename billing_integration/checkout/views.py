@@ -33,7 +33,7 @@ from ..client import get_client
 from ..conf import billing_settings
 from ..exceptions import BillingError
 from ..models import CheckoutSession, Customer, Payment, Subscription
-from ..sync.coalesce import once_per_window
+from ..sync.coalesce import note_window, once_per_window, window_note
 from .services import CheckoutError, NoSubscriber, ServiceUnavailable, start_checkout
 
 logger = logging.getLogger("billing_integration.checkout")
@@ -173,6 +173,27 @@ def _session_for(customer: Customer | None, ref: str | None) -> CheckoutSession 
     return sessions.order_by("-created_at", "-pk").first()
 
 
+def _refresh(customer: Customer) -> bool:
+    """Pull the customer's subscriptions, at most once per ``RETURN_PULL_INTERVAL`` and within
+    ``INTERACTIVE_DEADLINE``. False when the last pull of the window failed (the page then
+    says it may be out of date)."""
+    if customer.remote_id is None:
+        return True
+    key = f"billing:return-pull:{customer.pk}"
+    if not once_per_window(key, RETURN_PULL_INTERVAL):
+        return window_note(key) != "failed"
+    from ..sync.pull import pull_subscriptions
+
+    client = get_client().with_deadline(float(billing_settings.INTERACTIVE_DEADLINE))
+    try:
+        pull_subscriptions(customer, client=client)
+    except BillingError as exc:
+        logger.warning("checkout return: could not refresh subscriptions: %s", exc)
+        note_window(key, "failed", RETURN_PULL_INTERVAL)
+        return False
+    return True
+
+
 @never_cache
 @login_required
 @require_GET
@@ -182,20 +203,7 @@ def checkout_return(request: HttpRequest) -> HttpResponse:
     if subscriber is None:
         return _error_page(request, NoSubscriber())
     customer = Customer.objects.filter(subscriber=subscriber).first()
-    refreshed = True
-    if (
-        customer is not None
-        and customer.remote_id is not None
-        and once_per_window(f"billing:return-pull:{customer.pk}", RETURN_PULL_INTERVAL)
-    ):
-        from ..sync.pull import pull_subscriptions
-
-        client = get_client().with_deadline(float(billing_settings.INTERACTIVE_DEADLINE))
-        try:
-            pull_subscriptions(customer, client=client)
-        except BillingError as exc:
-            logger.warning("checkout return: could not refresh subscriptions: %s", exc)
-            refreshed = False
+    refreshed = _refresh(customer) if customer is not None else True
     ref = request.GET.get("session_id") or request.GET.get("session")
     session = _session_for(customer, ref)
     context = checkout_outcome(customer, session)

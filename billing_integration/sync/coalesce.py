@@ -2,7 +2,8 @@
 
 - ``once_per_window(key, seconds)``: True for the first caller in a window (a cache ``add``),
   so a page reloaded in a row pulls once. A cache outage answers True: the caller then makes
-  the one pull its own request needs, never more.
+  the one pull its own request needs, never more. ``note_window`` / ``window_note`` keep a
+  word about that pull (e.g. that it failed) for the rest of the window.
 - ``coalesced_pull(resource, pull, present)``: at most one pull of a list runs at a time
   across processes (a cache lock) and, within a process, across threads (a lock). A caller
   that asked while a pull was running waits for it; if the object it needs is then known
@@ -30,7 +31,7 @@ from ..conf import billing_settings
 
 logger = logging.getLogger("billing_integration.sync")
 
-__all__ = ["coalesced_pull", "once_per_window", "shared_cache"]
+__all__ = ["coalesced_pull", "note_window", "once_per_window", "shared_cache", "window_note"]
 
 #: Seconds one process may hold a pull's lock (a killed process frees it after this); waiting
 #: callers give up after as long and go on without the pull.
@@ -53,6 +54,22 @@ def once_per_window(key: str, seconds: float) -> bool:
     except Exception as exc:
         logger.warning("pull window %s: cache unavailable (%s); pulling", key, type(exc).__name__)
         return True
+
+
+def note_window(key: str, note: str, seconds: float) -> None:
+    """Replace the window's marker by ``note`` (the window keeps its length, about)."""
+    try:
+        shared_cache().set(key, note, timeout=max(1, round(seconds)))
+    except Exception as exc:
+        logger.warning("pull window %s: note not stored (%s)", key, type(exc).__name__)
+
+
+def window_note(key: str) -> Any:
+    """The note of the window ``key`` (``None`` when absent or the cache fails)."""
+    try:
+        return shared_cache().get(key)
+    except Exception:
+        return None
 
 
 @dataclass

@@ -215,3 +215,7 @@ def test_return_page_during_an_outage_answers_without_waiting(
     assert "could not reach the payment service" in page.content.decode()
     assert len(billing_sandbox.requests(operation="list_subscriptions")) == 1
     assert waits == []
+    # A reload within the window asks nothing more and still says the page may be stale.
+    again = logged_in.get(RETURN)
+    assert "could not reach the payment service" in again.content.decode()
+    assert len(billing_sandbox.requests(operation="list_subscriptions")) == 1
