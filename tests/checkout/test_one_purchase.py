@@ -188,8 +188,16 @@ def test_api_second_request_returns_the_same_session_with_200(billing_sandbox, p
 
 @pytest.mark.parametrize(
     "change",
-    ["other_cycle", "other_currency", "near_expiry", "expired", "not_open", "completed",
-     "failed_payment", "other_user"],
+    [
+        "other_cycle",
+        "other_currency",
+        "near_expiry",
+        "expired",
+        "not_open",
+        "completed",
+        "failed_payment",
+        "other_user",
+    ],
 )
 def test_a_session_is_reused_only_while_open_and_untouched(
     billing_sandbox, product, logged_in, client, other_user, change
@@ -212,7 +220,9 @@ def test_a_session_is_reused_only_while_open_and_untouched(
         CheckoutSession.objects.filter(pk=session.pk).update(completed_at=now)
     elif change == "failed_payment":
         Payment.objects.create(
-            remote_id=uuid.uuid4(), status="failed", customer=session.customer,
+            remote_id=uuid.uuid4(),
+            status="failed",
+            customer=session.customer,
             customer_remote_id=session.customer.remote_id,
         )
     elif change == "other_user":
@@ -225,8 +235,7 @@ def test_a_session_is_reused_only_while_open_and_untouched(
     assert CheckoutSession.objects.count() == 2
 
 
-def test_short_expiry_still_reuses_within_half_of_it(billing_sandbox, product, logged_in,
-                                                     settings):
+def test_short_expiry_still_reuses_within_half_of_it(billing_sandbox, product, logged_in, settings):
     settings.BILLING = {**settings.BILLING, "CHECKOUT_EXPIRY": 60}
     assert post(logged_in, product)["Location"] == post(logged_in, product)["Location"]
     assert len(billing_sandbox.requests(operation="create_checkout_session")) == 1
