@@ -146,7 +146,7 @@ def _checkout_errors(conf: dict[str, Any]) -> list:
                 f"BILLING['INTERACTIVE_DEADLINE'] must be a positive number of seconds, "
                 f"not {deadline!r}.",
                 hint=f"The default is {DEFAULTS['INTERACTIVE_DEADLINE']!r}.",
-                id="billing_integration.E020",
+                id="billing_integration.E014",
             )
         )
     products = conf.get("MULTIPLE_PURCHASE_PRODUCTS")
@@ -158,7 +158,7 @@ def _checkout_errors(conf: dict[str, Any]) -> list:
                 "BILLING['MULTIPLE_PURCHASE_PRODUCTS'] must be a list of product names or "
                 f"remote ids, not {products!r}.",
                 hint='For example ["Ebook", "Support hours"].',
-                id="billing_integration.E021",
+                id="billing_integration.E015",
             )
         )
     return errors

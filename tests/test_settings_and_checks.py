@@ -104,10 +104,10 @@ def test_manage_py_check_names_the_setting(settings):
 @pytest.mark.parametrize(
     "extra,expected",
     [
-        ({"INTERACTIVE_DEADLINE": 0}, ["billing_integration.E020"]),
-        ({"INTERACTIVE_DEADLINE": "8"}, ["billing_integration.E020"]),
-        ({"MULTIPLE_PURCHASE_PRODUCTS": "Ebook"}, ["billing_integration.E021"]),
-        ({"MULTIPLE_PURCHASE_PRODUCTS": [3]}, ["billing_integration.E021"]),
+        ({"INTERACTIVE_DEADLINE": 0}, ["billing_integration.E014"]),
+        ({"INTERACTIVE_DEADLINE": "8"}, ["billing_integration.E014"]),
+        ({"MULTIPLE_PURCHASE_PRODUCTS": "Ebook"}, ["billing_integration.E015"]),
+        ({"MULTIPLE_PURCHASE_PRODUCTS": [3]}, ["billing_integration.E015"]),
         ({"INTERACTIVE_DEADLINE": 2.5, "MULTIPLE_PURCHASE_PRODUCTS": ["Ebook"]}, []),
     ],
 )
