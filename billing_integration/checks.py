@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import uuid
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -145,6 +146,35 @@ def check_billing_settings(app_configs: Any = None, **kwargs: Any) -> list:
                 f"BILLING['SUBSCRIPTION_CURRENCY_FORM'] must be 'code' or 'id', not {form!r}.",
                 hint="'code' (the default) sends selected_currency as 'XOF', 'id' as '1'.",
                 id="billing_integration.E013",
+            )
+        )
+    errors.extend(_checkout_errors(conf))
+    return errors
+
+
+def _checkout_errors(conf: dict[str, Any]) -> list:
+    """INTERACTIVE_DEADLINE a positive number; MULTIPLE_PURCHASE_PRODUCTS a list of strings."""
+    errors: list = []
+    deadline = conf.get("INTERACTIVE_DEADLINE")
+    if not isinstance(deadline, (int, float)) or isinstance(deadline, bool) or deadline <= 0:
+        errors.append(
+            Error(
+                f"BILLING['INTERACTIVE_DEADLINE'] must be a positive number of seconds, "
+                f"not {deadline!r}.",
+                hint=f"The default is {DEFAULTS['INTERACTIVE_DEADLINE']!r}.",
+                id="billing_integration.E014",
+            )
+        )
+    products = conf.get("MULTIPLE_PURCHASE_PRODUCTS")
+    if not isinstance(products, (list, tuple)) or not all(
+        isinstance(p, (str, uuid.UUID)) for p in products
+    ):
+        errors.append(
+            Error(
+                "BILLING['MULTIPLE_PURCHASE_PRODUCTS'] must be a list of product names or "
+                f"remote ids, not {products!r}.",
+                hint='For example ["Ebook", "Support hours"].',
+                id="billing_integration.E015",
             )
         )
     return errors

@@ -74,10 +74,16 @@ DEFAULTS: dict[str, Any] = {
     # dotted path of a callable(request) -> subscriber (a team, an organisation) or None;
     # None here means request.user (anonymous: no subscriber)
     "SUBSCRIBER_RESOLVER": None,
-    # retries of create_checkout_session while the customer waits (MAX_RETRIES is for
-    # background work), and the longest Retry-After honoured meanwhile (seconds)
-    "CHECKOUT_MAX_RETRIES": 1,
-    "CHECKOUT_RETRY_AFTER_MAX": 2.0,
+    # seconds a request a person waits on (checkout, the return page) may spend on the
+    # service in all: attempts, retries and the waits between them; background work keeps
+    # MAX_RETRIES / RETRY_AFTER_MAX
+    "INTERACTIVE_DEADLINE": 8.0,
+    # products a subscriber may buy again while holding an active subscription to them
+    # (names or remote ids); any other product is refused a second purchase (409)
+    "MULTIPLE_PURCHASE_PRODUCTS": [],
+    # the subscriber's account page (a URL name or a path), linked from the "you already
+    # have this plan" page
+    "ACCOUNT_URL": "/",
     # --- outbox -----------------------------------------------------------------------------
     "OUTBOX_MAX_ATTEMPTS": 8,
     "OUTBOX_RETRY_BASE": 2.0,  # seconds; task retry n waits BASE * 2**n (capped below)

@@ -13,15 +13,19 @@ team or organisation model works the same). Two overridable rules, dotted paths 
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.utils.module_loading import import_string
 
+from .client.retry import Deadline
 from .conf import billing_settings
 from .exceptions import BillingTransportError
 from .models.customers import Customer
+
+logger = logging.getLogger("billing_integration.customers")
 
 __all__ = [
     "customer_fields",
@@ -79,35 +83,60 @@ def get_or_create_customer(subscriber: Any) -> tuple[Customer, bool]:
         return Customer.objects.get(subscriber=subscriber), False
 
 
-def ensure_customer_pushed(customer: Customer, *, timeout: float = 30.0) -> Customer:
+def ensure_customer_pushed(
+    customer: Customer, *, timeout: float = 30.0, deadline: Deadline | None = None
+) -> Customer:
     """Make sure ``customer`` exists remotely, synchronously (the checkout view needs its id).
 
     Goes through the customer's own outbox entry and idempotency key, so a worker pushing
     the same entry at the same time, a retry or a redelivery never creates a second remote
     customer. Raises the service's error (a ``BillingError``) if the push fails, or
     ``BillingTransportError`` if a worker holds the entry for longer than ``timeout``.
+
+    With a ``deadline`` (a person waits) the push, its retries and the wait for a worker end
+    by then. A push that could not finish in time leaves its entry pending and queued, so the
+    outbox completes it in the background with the same key.
     """
     from .outbox.push import BUSY, FAILED, RETRY, _open_entry_for, push_entry_now
 
     if customer.remote_id is not None:
         return customer
-    deadline = time.monotonic() + timeout
+    end = time.monotonic() + timeout
+    if deadline is not None:
+        end = min(end, time.monotonic() + deadline.remaining())
+    client = None
+    if deadline is not None:
+        from .client import get_client
+
+        client = get_client().with_deadline(deadline)
     while True:
         customer.refresh_from_db()
         if customer.remote_id is not None:
             return customer
         entry = _open_entry_for(customer)
-        result = push_entry_now(entry.pk)
+        result = push_entry_now(entry.pk, client=client)
         customer.refresh_from_db()
         if customer.remote_id is not None:
             return customer
+        if result.status == RETRY:
+            _hand_to_outbox(result.entry_id, result.retry_in)
         if result.status in (RETRY, FAILED) and result.error is not None:
             raise result.error
         if result.status != BUSY and result.error is not None:
             raise result.error
-        if time.monotonic() >= deadline:
+        if time.monotonic() >= end:
             raise BillingTransportError(
                 "the customer's push is still in progress elsewhere", operation="create_customer"
             )
-        time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+        time.sleep(min(0.2, max(0.0, end - time.monotonic())))
 
+
+def _hand_to_outbox(entry_id: int, countdown: float | None) -> None:
+    """Queue a push the person could not wait for: the outbox retries it in the background
+    (same entry, same idempotency key). A broker outage leaves it to the periodic drain."""
+    from .outbox import tasks
+
+    try:
+        tasks.enqueue(entry_id, countdown=countdown)
+    except Exception:  # the entry is pending either way; the periodic drain finds it
+        logger.warning("customer push %s: could not queue the background retry", entry_id)

@@ -97,6 +97,7 @@ BILLING = {
     "CLIENT_ID": env("BILLING_CLIENT_ID", default="sandbox-client"),
     "CLIENT_SECRET": env("BILLING_CLIENT_SECRET", default="sandbox-secret"),
     "WEBHOOK_SECRET": env("BILLING_WEBHOOK_SECRET", default=None),
+    "ACCOUNT_URL": "account",  # linked from the "you already have this plan" page
 }
 # (mirror) Any other BILLING key as JSON, e.g. BILLING_EXTRA='{"OUTBOX_RETRY_BASE": 0.5}'
 # (used by the worker processes the tests and benchmarks start).

@@ -220,3 +220,26 @@ def test_manage_py_check_deploy_fails_on_the_demo_settings(settings):
     assert "billing_integration.E011" in text and "billing_integration.E012" in text
     assert "billing_integration.W010" in text
     assert demo_webhook_secret() not in text and "sandbox-secret" not in text
+
+
+@pytest.mark.parametrize(
+    "extra,expected",
+    [
+        ({"INTERACTIVE_DEADLINE": 0}, ["billing_integration.E014"]),
+        ({"INTERACTIVE_DEADLINE": "8"}, ["billing_integration.E014"]),
+        ({"MULTIPLE_PURCHASE_PRODUCTS": "Ebook"}, ["billing_integration.E015"]),
+        ({"MULTIPLE_PURCHASE_PRODUCTS": [3]}, ["billing_integration.E015"]),
+        ({"INTERACTIVE_DEADLINE": 2.5, "MULTIPLE_PURCHASE_PRODUCTS": ["Ebook"]}, []),
+    ],
+)
+def test_checkout_settings_are_checked(settings, extra, expected):
+    settings.BILLING = {**GOOD, **extra}
+    assert ids(check_billing_settings()) == expected
+
+
+def test_removed_checkout_retry_settings_are_refused(settings):
+    """INTERACTIVE_DEADLINE replaced them: a project still setting them is told so."""
+    settings.BILLING = {**GOOD, "CHECKOUT_MAX_RETRIES": 1}
+    errors = check_billing_settings()
+    assert ids(errors) == ["billing_integration.E000"]
+    assert "CHECKOUT_MAX_RETRIES" in errors[0].msg and "INTERACTIVE_DEADLINE" in errors[0].msg

@@ -81,7 +81,9 @@ def resolve_product(product: ProductRef) -> Product | None:
         return product
     if isinstance(product, uuid.UUID):
         return Product.objects.filter(remote_id=product).first()
-    if isinstance(product, int) or (isinstance(product, str) and product.isdigit()):
+    if isinstance(product, int) or (
+        isinstance(product, str) and product.isascii() and product.isdigit()
+    ):
         return Product.objects.filter(pk=int(product)).first()
     text = str(product).strip()
     try:

@@ -1,8 +1,10 @@
 """DRF endpoints for single-page front ends.
 
 - ``POST api/checkout-sessions/`` (``CheckoutSessionCreate``): ``{"product", "cycle",
-  "currency"}`` -> 201 ``{"id", "url", "expires_at"}``; send the browser to ``url``. Errors:
-  ``{"detail", "code"}`` with 400 / 403 / 404 / 409 / 502 / 503.
+  "currency"}`` -> 201 ``{"id", "url", "expires_at"}`` (200 with the same body when an open
+  session of an earlier, identical request is returned); send the browser to ``url``.
+  Errors: ``{"detail", "code"}`` with 400 / 403 / 404 / 409 / 502 / 503; a product the
+  subscriber already holds answers 409 ``already_subscribed`` with ``account_url``.
 - ``GET api/subscriptions/`` (``SubscriptionList``): the current subscriber's subscriptions
   (``?active=1`` for the active ones only).
 
@@ -21,7 +23,13 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ..access import get_subscriber
-from ..checkout.services import CheckoutError, ServiceUnavailable, start_checkout
+from ..checkout.services import (
+    AlreadySubscribed,
+    CheckoutError,
+    ServiceUnavailable,
+    start_checkout,
+)
+from ..checkout.views import account_url
 from ..client import get_client
 from ..exceptions import BillingError
 from ..models import Subscription
@@ -50,12 +58,16 @@ class CheckoutSessionCreate(APIView):
             )
             url = get_client().checkout_url(str(session.remote_id))
         except CheckoutError as exc:
-            return Response({"detail": exc.message, "code": exc.code}, status=exc.status)
+            error: dict[str, Any] = {"detail": exc.message, "code": exc.code}
+            if isinstance(exc, AlreadySubscribed):
+                error["account_url"] = account_url()
+            return Response(error, status=exc.status)
         except BillingError:
             exc = ServiceUnavailable()
             return Response({"detail": exc.message, "code": exc.code}, status=exc.status)
         body = CheckoutSessionSerializer(session, context={"checkout_url": url}).data
-        return Response(body, status=status.HTTP_201_CREATED)
+        reused = getattr(session, "reused", False)
+        return Response(body, status=status.HTTP_200_OK if reused else status.HTTP_201_CREATED)
 
 
 class SubscriptionList(generics.ListAPIView):

@@ -15,24 +15,34 @@ Guarantees:
   (``ensure_customer_pushed``), so a second click, a worker or a retry never creates a
   second remote customer;
 - one idempotency key per checkout attempt (the client's retries reuse it);
+- one purchase per product: a subscriber holding an active subscription to the product
+  (``access.subscribed``) is refused (``AlreadySubscribed``, 409) before anything is written
+  or sent, unless ``BILLING['MULTIPLE_PURCHASE_PRODUCTS']`` names the product;
+- one hosted session per double click: a checkout of the same product, cycle and currency
+  while an earlier session of the subscriber is still open (and untouched) returns that
+  session instead of creating another; the subscriber's checkouts are serialised by a lock
+  on its customer row, so two concurrent requests cannot both create one;
+- a person never waits longer than ``BILLING['INTERACTIVE_DEADLINE']`` seconds on the
+  service: the customer push and the session creation share that deadline;
 - every failure is a ``CheckoutError`` with an HTTP status and a message fit for the user.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import connections, router, transaction
+from django.db.models import F, Q
 from django.utils import timezone
+from django.utils.translation import gettext_lazy
 
-from ..access import resolve_product
+from ..access import resolve_product, subscribed
 from ..client import get_client
-from ..client.retry import RetryPolicy
+from ..client.retry import Deadline
 from ..conf import billing_settings
 from ..customers import ensure_customer_pushed, get_or_create_customer
 from ..exceptions import (
@@ -44,7 +54,16 @@ from ..exceptions import (
     BillingValidationError,
 )
 from ..mapping import checkout as checkout_map
-from ..models import BillingCycle, CheckoutSession, Price, Product, ProductStatus
+from ..models import (
+    BillingCycle,
+    CheckoutSession,
+    Customer,
+    Payment,
+    Price,
+    Product,
+    ProductStatus,
+    Subscription,
+)
 from ..models.base import SyncState
 from ..outbox import from_remote
 from ..service import ensure_service
@@ -52,6 +71,7 @@ from ..service import ensure_service
 logger = logging.getLogger("billing_integration.checkout")
 
 __all__ = [
+    "AlreadySubscribed",
     "CheckoutError",
     "CheckoutRefused",
     "CheckoutSelection",
@@ -59,11 +79,15 @@ __all__ = [
     "NoSubscriber",
     "ProductUnavailable",
     "ServiceUnavailable",
+    "allows_multiple_purchases",
     "start_checkout",
     "validate_selection",
 ]
 
 ACTION_NEW = "new_subscription"
+#: Seconds an open session must still have before it expires to be reused for a second
+#: click (at most half of ``CHECKOUT_EXPIRY``): time for the person to pay.
+REUSE_MARGIN = 60.0
 
 
 # --- errors -------------------------------------------------------------------------------------
@@ -120,6 +144,17 @@ class ServiceUnavailable(CheckoutError):
     )
 
 
+class AlreadySubscribed(CheckoutError):
+    """The subscriber already holds an active subscription to the product (409)."""
+
+    status = 409
+    code = "already_subscribed"
+    default_message = gettext_lazy(
+        "You already have an active subscription to this product, so there is nothing to "
+        "buy. You can see and manage it from your account."
+    )
+
+
 class CheckoutRefused(CheckoutError):
     """The service refused the session for a reason not covered above (502)."""
 
@@ -141,6 +176,11 @@ class CheckoutSelection:
     @property
     def cycle_code(self) -> str:
         return self.cycle.code if self.cycle is not None else ""
+
+
+def _ascii_digits(text: str) -> bool:
+    """Digits ``int()`` reads: ``str.isdigit()`` alone also accepts ``"²"``, which it does not."""
+    return text.isascii() and text.isdigit()
 
 
 def _currency_id(currency: Any) -> int:
@@ -204,7 +244,7 @@ def validate_selection(product: Any, cycle: Any = None, currency: Any = None) ->
             unit, _, freq = code.partition("-")
             chosen_cycle = (
                 resolved.cycles.filter(unit=unit, frequency=int(freq)).first()
-                if freq.isdigit() and len(freq) < 6
+                if _ascii_digits(freq) and len(freq) < 6
                 else None
             )
             if chosen_cycle is None:
@@ -214,10 +254,10 @@ def validate_selection(product: Any, cycle: Any = None, currency: Any = None) ->
                 )
         prices = Price.objects.filter(cycle=chosen_cycle)
 
-    offered = {int(c) for c in (resolved.selected_currencies or []) if str(c).isdigit()}
+    offered = {int(c) for c in (resolved.selected_currencies or []) if _ascii_digits(str(c))}
     priced = set(prices.values_list("currency_id", flat=True))
     if currency in (None, ""):
-        candidates = [c for c in (resolved.selected_currencies or []) if str(c).isdigit()]
+        candidates = [c for c in (resolved.selected_currencies or []) if _ascii_digits(str(c))]
         usable = [int(c) for c in candidates if int(c) in priced]
         if not usable:
             raise InvalidChoice("This product has no price in any currency.", code="no_price")
@@ -233,19 +273,6 @@ def validate_selection(product: Any, cycle: Any = None, currency: Any = None) ->
 
 
 # --- the service call ---------------------------------------------------------------------------
-def _checkout_client() -> Any:
-    """The process's client with the checkout's short retry policy (a customer is waiting)."""
-    base = get_client()
-    client = copy.copy(base)  # shares the HTTP session and the token provider
-    client.retry = RetryPolicy(
-        max_retries=int(billing_settings.CHECKOUT_MAX_RETRIES),
-        backoff_base=base.retry.backoff_base,
-        backoff_max=min(base.retry.backoff_max, 2.0),
-        retry_after_max=float(billing_settings.CHECKOUT_RETRY_AFTER_MAX),
-    )
-    return client
-
-
 def _error_codes(body: Any) -> set[str]:
     """Error codes in an error body of unknown shape (``{"errors": [{"code"}]}``,
     ``{"error": {"code"}}``, ``{"code"}``, Directus ``extensions.code``)."""
@@ -289,6 +316,71 @@ def _translate(exc: BillingError, operation: str) -> CheckoutError:
     return ServiceUnavailable()
 
 
+def allows_multiple_purchases(product: Product) -> bool:
+    """Whether ``BILLING['MULTIPLE_PURCHASE_PRODUCTS']`` names ``product`` (by its name or its
+    remote id): such a product may be bought again while a subscription to it is active."""
+    listed = billing_settings.MULTIPLE_PURCHASE_PRODUCTS or ()
+    if isinstance(listed, (str, uuid.UUID)):
+        listed = (listed,)
+    for item in listed:
+        text = str(item).strip()
+        if text and text == product.name:
+            return True
+        try:
+            if product.remote_id is not None and uuid.UUID(text) == product.remote_id:
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+def _lock_customer(customer: Customer) -> None:
+    """Serialise the customer's checkouts until the transaction ends: a row lock where the
+    database has ``SELECT ... FOR UPDATE``, else (SQLite) a no-op write, which takes the
+    database's write lock."""
+    using = router.db_for_write(Customer)
+    rows = Customer.objects.using(using).filter(pk=customer.pk)
+    if connections[using].features.has_select_for_update:
+        list(rows.select_for_update().values_list("pk", flat=True))
+    else:
+        rows.update(updated_at=F("updated_at"))
+
+
+def _reusable_session(customer: Customer, selection: CheckoutSelection) -> CheckoutSession | None:
+    """The customer's open session for the same choice that a second click may reuse: not
+    completed, with more than ``REUSE_MARGIN`` seconds left (at most half of
+    ``CHECKOUT_EXPIRY``), and untouched since it started (no payment of the customer and no
+    subscription to the product recorded since; after a failed payment a new click starts
+    afresh)."""
+    margin = min(REUSE_MARGIN, float(billing_settings.CHECKOUT_EXPIRY) / 2)
+    now = timezone.now()
+    session = (
+        CheckoutSession.objects.filter(
+            customer=customer,
+            product=selection.product,
+            action=ACTION_NEW,
+            selected_billing_cycle=selection.cycle_code,
+            selected_currency=selection.currency_id,
+            status="open",
+            completed_at__isnull=True,
+            remote_id__isnull=False,
+            expires_at__gt=now + timedelta(seconds=margin),
+        )
+        .order_by("-created_at", "-pk")
+        .first()
+    )
+    if session is None:
+        return None
+    paid_since = Payment.objects.filter(
+        Q(customer=customer) | Q(customer_remote_id=customer.remote_id),
+        created_at__gte=session.created_at,
+    ).exists()
+    subscribed_since = Subscription.objects.filter(
+        customer=customer, product=selection.product, created_at__gte=session.created_at
+    ).exists()
+    return None if paid_since or subscribed_since else session
+
+
 def start_checkout(
     subscriber: Any,
     product: Any,
@@ -299,13 +391,20 @@ def start_checkout(
 ) -> CheckoutSession:
     """Start a hosted checkout for ``subscriber`` and return the recorded ``CheckoutSession``.
 
-    Send the customer to ``get_client().checkout_url(session.remote_id)``. Raises a
-    ``CheckoutError`` subclass (``ProductUnavailable`` 404/409, ``InvalidChoice`` 400,
-    ``NoSubscriber`` 403, ``ServiceUnavailable`` 503, ``CheckoutRefused`` 502).
+    Send the customer to ``get_client().checkout_url(session.remote_id)``. The session's
+    ``reused`` attribute is True when an open session of an earlier click was returned
+    instead of a new one. Raises a ``CheckoutError`` subclass (``ProductUnavailable``
+    404/409, ``AlreadySubscribed`` 409, ``InvalidChoice`` 400, ``NoSubscriber`` 403,
+    ``ServiceUnavailable`` 503, ``CheckoutRefused`` 502).
     """
+    deadline = Deadline(float(billing_settings.INTERACTIVE_DEADLINE))
     if subscriber is None or getattr(subscriber, "pk", None) is None:
         raise NoSubscriber()
     selection = validate_selection(product, cycle, currency)
+    if not allows_multiple_purchases(selection.product) and subscribed(
+        subscriber, selection.product
+    ):
+        raise AlreadySubscribed()
     # Which service (billing_integration.service): refuse before anything is created.
     try:
         ensure_service(client=client)
@@ -314,15 +413,44 @@ def start_checkout(
         raise ServiceUnavailable() from exc
 
     # The customer: created (with its outbox entry) if needed, then pushed synchronously
-    # through that same entry and key.
+    # through that same entry and key, within the deadline (else the outbox finishes it).
     try:
         customer, _ = get_or_create_customer(subscriber)
-        customer = ensure_customer_pushed(customer)
+        customer = ensure_customer_pushed(customer, deadline=deadline)
     except BillingError as exc:
         raise _translate(exc, "create_customer") from exc
     if customer.remote_id is None:  # pragma: no cover - ensure_customer_pushed raises instead
         raise ServiceUnavailable()
 
+    # One checkout of this customer at a time (a double click, two tabs): the second finds
+    # the first one's session. The lock is held during the call, which the deadline bounds.
+    with transaction.atomic(using=router.db_for_write(CheckoutSession)):
+        _lock_customer(customer)
+        existing = _reusable_session(customer, selection)
+        if existing is not None:
+            existing.reused = True
+            logger.info(
+                "checkout session %s reused for customer %s (a repeated request)",
+                existing.remote_id,
+                customer.remote_id,
+            )
+            return existing
+        session = _create_session(customer, selection, client or get_client(), deadline)
+    logger.info(
+        "checkout session %s started for customer %s, product %s (%s, currency %s)",
+        session.remote_id,
+        customer.remote_id,
+        selection.product.remote_id,
+        selection.cycle_code or "one-time",
+        selection.currency_id,
+    )
+    return session
+
+
+def _create_session(
+    customer: Customer, selection: CheckoutSelection, client: Any, deadline: Deadline
+) -> CheckoutSession:
+    """Create the remote session, then record it locally (never a half-made session)."""
     expires = timezone.now() + timedelta(seconds=int(billing_settings.CHECKOUT_EXPIRY))
     session = CheckoutSession(
         customer=customer,
@@ -335,7 +463,7 @@ def start_checkout(
     payload = checkout_map.to_remote(session)
     key = str(uuid.uuid4())  # one key per attempt; the client's retries reuse it
     try:
-        data = (client or _checkout_client()).create_checkout_session(payload, idempotency_key=key)
+        data = client.create_checkout_session(payload, idempotency_key=key, deadline=deadline)
     except BillingError as exc:
         raise _translate(exc, "create_checkout_session") from exc
     if not isinstance(data, dict) or checkout_map.from_remote(data).get("remote_id") is None:
@@ -351,12 +479,5 @@ def start_checkout(
     session.last_synced_at = timezone.now()
     with transaction.atomic(), from_remote():
         session.save()
-    logger.info(
-        "checkout session %s started for customer %s, product %s (%s, currency %s)",
-        session.remote_id,
-        customer.remote_id,
-        selection.product.remote_id,
-        selection.cycle_code or "one-time",
-        selection.currency_id,
-    )
+    session.reused = False
     return session

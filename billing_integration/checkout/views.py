@@ -3,13 +3,17 @@
 - ``checkout`` (POST, login required): starts a session and answers 302 to
   ``{CHECKOUT_URL}/checkout/<session_id>`` -- the only place it ever redirects to (a ``next``
   field is kept for the return page's "continue" link, and only if it is a local path).
-  Failures render ``billing_integration/checkout_error.html`` with the error's status.
-- ``checkout_return`` (GET, login required): pulls the subscriber's subscriptions and shows
-  the outcome (active / pending / failed) in ``billing_integration/checkout_return.html``.
+  Failures render ``billing_integration/checkout_error.html`` with the error's status (409
+  with a link to ``BILLING['ACCOUNT_URL']`` for a product the subscriber already holds).
+- ``checkout_return`` (GET, login required): pulls the subscriber's subscriptions (at most
+  once per ``RETURN_PULL_INTERVAL`` seconds per customer, within
+  ``BILLING['INTERACTIVE_DEADLINE']``) and shows the outcome (active / pending / failed) in
+  ``billing_integration/checkout_return.html``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
 from typing import Any
@@ -18,6 +22,7 @@ from django.contrib.auth.decorators import login_required
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
+from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
@@ -25,17 +30,31 @@ from django.views.decorators.http import require_GET, require_POST
 
 from ..access import get_subscriber
 from ..client import get_client
+from ..conf import billing_settings
 from ..exceptions import BillingError
 from ..models import CheckoutSession, Customer, Payment, Subscription
+from ..sync.coalesce import note_window, once_per_window, window_note
 from .services import CheckoutError, NoSubscriber, ServiceUnavailable, start_checkout
 
 logger = logging.getLogger("billing_integration.checkout")
 
-__all__ = ["checkout", "checkout_outcome", "checkout_return"]
+__all__ = ["account_url", "checkout", "checkout_outcome", "checkout_return"]
 
 NEXT_SESSION_KEY = "billing_checkout_next"
 ERROR_TEMPLATE = "billing_integration/checkout_error.html"
 RETURN_TEMPLATE = "billing_integration/checkout_return.html"
+#: Seconds during which the return page pulls a customer's subscriptions once: reloads in a
+#: row (or many tabs) do not each call the service.
+RETURN_PULL_INTERVAL = 5.0
+
+
+def account_url() -> str:
+    """``BILLING['ACCOUNT_URL']``: a URL name (reversed) or a path."""
+    target = str(billing_settings.ACCOUNT_URL or "/")
+    if "/" not in target:
+        with contextlib.suppress(NoReverseMatch):
+            target = reverse(target)
+    return target
 
 
 def _safe_next(request: HttpRequest, value: str | None) -> str | None:
@@ -50,7 +69,13 @@ def _error_page(request: HttpRequest, error: CheckoutError) -> HttpResponse:
     return render(
         request,
         ERROR_TEMPLATE,
-        {"error": error, "message": error.message, "code": error.code, "status": error.status},
+        {
+            "error": error,
+            "message": error.message,
+            "code": error.code,
+            "status": error.status,
+            "account_url": account_url(),
+        },
         status=error.status,
     )
 
@@ -148,6 +173,27 @@ def _session_for(customer: Customer | None, ref: str | None) -> CheckoutSession 
     return sessions.order_by("-created_at", "-pk").first()
 
 
+def _refresh(customer: Customer) -> bool:
+    """Pull the customer's subscriptions, at most once per ``RETURN_PULL_INTERVAL`` and within
+    ``INTERACTIVE_DEADLINE``. False when the last pull of the window failed (the page then
+    says it may be out of date)."""
+    if customer.remote_id is None:
+        return True
+    key = f"billing:return-pull:{customer.pk}"
+    if not once_per_window(key, RETURN_PULL_INTERVAL):
+        return window_note(key) != "failed"
+    from ..sync.pull import pull_subscriptions
+
+    client = get_client().with_deadline(float(billing_settings.INTERACTIVE_DEADLINE))
+    try:
+        pull_subscriptions(customer, client=client)
+    except BillingError as exc:
+        logger.warning("checkout return: could not refresh subscriptions: %s", exc)
+        note_window(key, "failed", RETURN_PULL_INTERVAL)
+        return False
+    return True
+
+
 @never_cache
 @login_required
 @require_GET
@@ -157,15 +203,7 @@ def checkout_return(request: HttpRequest) -> HttpResponse:
     if subscriber is None:
         return _error_page(request, NoSubscriber())
     customer = Customer.objects.filter(subscriber=subscriber).first()
-    refreshed = True
-    if customer is not None and customer.remote_id is not None:
-        from ..sync.pull import pull_subscriptions
-
-        try:
-            pull_subscriptions(customer)
-        except BillingError as exc:
-            logger.warning("checkout return: could not refresh subscriptions: %s", exc)
-            refreshed = False
+    refreshed = _refresh(customer) if customer is not None else True
     ref = request.GET.get("session_id") or request.GET.get("session")
     session = _session_for(customer, ref)
     context = checkout_outcome(customer, session)

@@ -6,10 +6,18 @@ Wire rules (billing-service-interface.md, section 4):
 - every billing call sends ``Accept`` and ``Content-Type: application/json`` and the token in
   ``x-kc-token`` (never ``Authorization``); every POST and PATCH sends ``x-idempotency-id``;
 - responses are wrapped in ``data``; POST /subscriptions answers an array.
+
+Every operation takes ``deadline=`` (seconds, or a shared ``Deadline``): the call, its
+retries, the waits between them and a token fetch it needs end by then (each attempt's
+connect and read timeouts are cut to the time left). Calls a person waits on use it
+(``BILLING['INTERACTIVE_DEADLINE']``); background work leaves it out and keeps the patient
+``MAX_RETRIES`` policy. ``with_deadline(deadline)`` gives a view of the client whose calls all
+share one deadline (for code that takes a ``client``, such as a pull).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import time
@@ -31,13 +39,15 @@ from ..exceptions import (
     BillingTransportError,
     error_for_status,
 )
-from .retry import RetryPolicy, parse_retry_after
+from .retry import MIN_ATTEMPT, Deadline, RetryPolicy, parse_retry_after
 from .tokens import TokenProvider
 
 logger = logging.getLogger("billing_integration.client")
 
 API_PREFIX = "/v1/api/billing"
 RESOURCES = ("products", "customers", "subscriptions")
+#: A deadline argument: seconds from now, a shared ``Deadline``, or ``None`` (no deadline).
+DeadlineArg = Deadline | float | None
 _JSON_HEADERS = {"Accept": "application/json", "Content-Type": "application/json"}
 
 
@@ -80,6 +90,8 @@ class BillingClient:
         self.page_size = page_size or conf.PAGE_SIZE
         self.max_pages = conf.MAX_PAGES
         self._sleep = sleep
+        #: The deadline of every call made through this client (see ``with_deadline``).
+        self.deadline: Deadline | None = None
         self.session = session or _new_session()
         self.tokens = TokenProvider(
             self._request_token,
@@ -101,42 +113,80 @@ class BillingClient:
         """Where to send the customer for a checkout session: ``{CHECKOUT_URL}/checkout/<id>``."""
         return f"{self.checkout_base}/checkout/{quote(str(session_id), safe='')}"
 
+    def with_deadline(self, deadline: DeadlineArg) -> BillingClient:
+        """This client with ``deadline`` applied to every call made through it (sharing the
+        HTTP session, the token provider and the retry policy). Seconds start now."""
+        bound = copy.copy(self)
+        bound.deadline = _as_deadline(deadline)
+        return bound
+
     # --- products -------------------------------------------------------------------------
-    def list_products(self) -> Iterator[dict[str, Any]]:
-        return self._iter_items("products")
+    def list_products(self, *, deadline: DeadlineArg = None) -> Iterator[dict[str, Any]]:
+        return self._iter_items("products", deadline)
 
     def create_product(
-        self, payload: dict[str, Any], *, idempotency_key: str | None = None
+        self,
+        payload: dict[str, Any],
+        *,
+        idempotency_key: str | None = None,
+        deadline: DeadlineArg = None,
     ) -> dict:
-        return self._call("create_product", "POST", "/products", payload, idempotency_key)
+        return self._call(
+            "create_product", "POST", "/products", payload, idempotency_key, deadline=deadline
+        )
 
-    def get_product(self, remote_id: str) -> dict[str, Any]:
-        return self._call("get_product", "GET", f"/products/{_path_id(remote_id)}")
+    def get_product(self, remote_id: str, *, deadline: DeadlineArg = None) -> dict[str, Any]:
+        path = f"/products/{_path_id(remote_id)}"
+        return self._call("get_product", "GET", path, deadline=deadline)
 
     def update_product(
-        self, remote_id: str, payload: dict[str, Any], *, idempotency_key: str | None = None
+        self,
+        remote_id: str,
+        payload: dict[str, Any],
+        *,
+        idempotency_key: str | None = None,
+        deadline: DeadlineArg = None,
     ) -> dict[str, Any]:
         path = f"/products/{_path_id(remote_id)}"
-        return self._call("update_product", "PATCH", path, payload, idempotency_key)
+        return self._call(
+            "update_product", "PATCH", path, payload, idempotency_key, deadline=deadline
+        )
 
     # --- customers ------------------------------------------------------------------------
-    def list_customers(self) -> Iterator[dict[str, Any]]:
-        return self._iter_items("customers")
+    def list_customers(self, *, deadline: DeadlineArg = None) -> Iterator[dict[str, Any]]:
+        return self._iter_items("customers", deadline)
 
     def create_customer(
-        self, payload: dict[str, Any], *, idempotency_key: str | None = None
+        self,
+        payload: dict[str, Any],
+        *,
+        idempotency_key: str | None = None,
+        deadline: DeadlineArg = None,
     ) -> dict:
-        return self._call("create_customer", "POST", "/customers", payload, idempotency_key)
+        return self._call(
+            "create_customer", "POST", "/customers", payload, idempotency_key, deadline=deadline
+        )
 
     # --- subscriptions --------------------------------------------------------------------
-    def list_subscriptions(self) -> Iterator[dict[str, Any]]:
-        return self._iter_items("subscriptions")
+    def list_subscriptions(self, *, deadline: DeadlineArg = None) -> Iterator[dict[str, Any]]:
+        return self._iter_items("subscriptions", deadline)
 
     def create_subscription(
-        self, payload: dict[str, Any], *, idempotency_key: str | None = None
+        self,
+        payload: dict[str, Any],
+        *,
+        idempotency_key: str | None = None,
+        deadline: DeadlineArg = None,
     ) -> dict[str, Any]:
         """Create one subscription. The service answers ``{"data": [Subscription]}``."""
-        data = self._call("create_subscription", "POST", "/subscriptions", payload, idempotency_key)
+        data = self._call(
+            "create_subscription",
+            "POST",
+            "/subscriptions",
+            payload,
+            idempotency_key,
+            deadline=deadline,
+        )
         if isinstance(data, list):
             if not data:
                 raise BillingAPIError(
@@ -147,26 +197,41 @@ class BillingClient:
 
     # --- checkout -------------------------------------------------------------------------
     def create_checkout_session(
-        self, payload: dict[str, Any], *, idempotency_key: str | None = None
+        self,
+        payload: dict[str, Any],
+        *,
+        idempotency_key: str | None = None,
+        deadline: DeadlineArg = None,
     ) -> dict[str, Any]:
         return self._call(
-            "create_checkout_session", "POST", "/checkout_sessions", payload, idempotency_key
+            "create_checkout_session",
+            "POST",
+            "/checkout_sessions",
+            payload,
+            idempotency_key,
+            deadline=deadline,
         )
 
     # --- lists ----------------------------------------------------------------------------
-    def iter_pages(self, resource: str) -> Iterator[list[dict[str, Any]]]:
+    def iter_pages(
+        self, resource: str, *, deadline: DeadlineArg = None
+    ) -> Iterator[list[dict[str, Any]]]:
         """Yield the list of ``resource`` page by page (``limit``/``offset``).
 
         Stops on a short page, and on a page that brings no id not seen before, so a server
-        that ignores the parameters ends the loop instead of repeating itself forever.
+        that ignores the parameters ends the loop instead of repeating itself forever. A
+        ``deadline`` bounds the whole list (all pages), not each page.
         """
         if resource not in RESOURCES:
             raise ValueError(f"Unknown resource {resource!r}; expected one of {RESOURCES}")
+        bound = _as_deadline(deadline)  # seconds start now, once for all pages
         seen: set[str] = set()
         offset = 0
         for _ in range(self.max_pages):
             params = {"limit": self.page_size, "offset": offset}
-            items = self._call(f"list_{resource}", "GET", f"/{resource}", params=params)
+            items = self._call(
+                f"list_{resource}", "GET", f"/{resource}", params=params, deadline=bound
+            )
             if not isinstance(items, list):
                 raise BillingAPIError(
                     status=200, operation=f"list_{resource}", message="data is not a list"
@@ -185,8 +250,8 @@ class BillingClient:
                 return
             offset += len(items)
 
-    def _iter_items(self, resource: str) -> Iterator[dict[str, Any]]:
-        for page in self.iter_pages(resource):
+    def _iter_items(self, resource: str, deadline: DeadlineArg = None) -> Iterator[dict[str, Any]]:
+        for page in self.iter_pages(resource, deadline=deadline):
             yield from page
 
     # --- the one place requests are sent -----------------------------------------------------
@@ -198,20 +263,24 @@ class BillingClient:
         payload: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
         params: dict[str, Any] | None = None,
+        *,
+        deadline: DeadlineArg = None,
     ) -> Any:
         url = f"{self.base_url}{API_PREFIX}{path}"
         headers = dict(_JSON_HEADERS)
         if method in ("POST", "PATCH"):
             headers["x-idempotency-id"] = str(idempotency_key or uuid.uuid4())
         body = None if payload is None else json.dumps(payload, separators=(",", ":"))
+        bound = _as_deadline(deadline) or self.deadline
         refetched = False
         attempt = 0
         while True:
-            token = self.tokens.get()
+            _check_time_left(bound, operation)
+            token = self.tokens.get(bound)
             headers["x-kc-token"] = token
             try:
                 error = None
-                response = self._send(operation, method, url, headers, body, params)
+                response = self._send(operation, method, url, headers, body, params, bound)
             except BillingTransportError as exc:
                 error = exc
             else:
@@ -223,9 +292,7 @@ class BillingClient:
                 if response.status_code < 400:
                     return _unwrap(response, operation)
                 error = _api_error(response, operation)
-            if not getattr(error, "retryable", False) or attempt >= self.retry.max_retries:
-                raise error
-            wait = self.retry.delay(attempt, getattr(error, "retry_after", None))
+            wait = self._wait_before_retry(error, attempt, bound, operation)
             logger.warning(
                 "billing %s: %s; retry %d/%d in %.2fs",
                 operation,
@@ -237,6 +304,26 @@ class BillingClient:
             self._sleep(wait)
             attempt += 1
 
+    def _wait_before_retry(
+        self, error: BillingError, attempt: int, deadline: Deadline | None, operation: str
+    ) -> float:
+        """The wait before the next attempt after ``error``; raises ``error`` when it is not
+        retryable, the retries are used up, or the deadline leaves no room for another try."""
+        if not getattr(error, "retryable", False):
+            raise error
+        retry_after = getattr(error, "retry_after", None)
+        wait = self.retry.wait_before_retry(attempt, retry_after, deadline)
+        if wait is None:
+            if deadline is not None and attempt < self.retry.max_retries:
+                logger.warning(
+                    "billing %s: %s; no retry, the deadline (%.2fs left) comes first",
+                    operation,
+                    _short(error),
+                    deadline.remaining(),
+                )
+            raise error
+        return wait
+
     def _send(
         self,
         operation: str,
@@ -245,11 +332,13 @@ class BillingClient:
         headers: dict[str, str],
         body: str | None,
         params: dict[str, Any] | None = None,
+        deadline: Deadline | None = None,
     ) -> requests.Response:
         started = time.perf_counter()
+        timeout = deadline.timeout(*self.timeout) if deadline is not None else self.timeout
         try:
             response = self.session.request(
-                method, url, data=body, headers=headers, params=params, timeout=self.timeout
+                method, url, data=body, headers=headers, params=params, timeout=timeout
             )
         except requests.Timeout:
             raise BillingTransportError("timed out", operation=operation) from None
@@ -268,8 +357,9 @@ class BillingClient:
             )
         return response
 
-    def _request_token(self) -> dict[str, Any]:
-        """The client-credentials call (form-encoded); retried like any other call."""
+    def _request_token(self, deadline: Deadline | None = None) -> dict[str, Any]:
+        """The client-credentials call (form-encoded); retried like any other call, within
+        the ``deadline`` of the call that needs the token."""
         form = {
             "grant_type": "client_credentials",
             "client_id": self.client_id,
@@ -281,9 +371,12 @@ class BillingClient:
         }
         attempt = 0
         while True:
+            _check_time_left(deadline, "token")
             try:
                 error = None
-                response = self._send("token", "POST", self.token_url, headers, _form(form))
+                response = self._send(
+                    "token", "POST", self.token_url, headers, _form(form), None, deadline
+                )
             except BillingTransportError as exc:
                 error = exc
             else:
@@ -308,13 +401,26 @@ class BillingClient:
                         message="credentials refused (check BILLING['CLIENT_ID'] and "
                         "BILLING['CLIENT_SECRET'])",
                     )
-            if not getattr(error, "retryable", False) or attempt >= self.retry.max_retries:
-                raise error
-            self._sleep(self.retry.delay(attempt, getattr(error, "retry_after", None)))
+            self._sleep(self._wait_before_retry(error, attempt, deadline, "token"))
             attempt += 1
 
 
 # --- helpers --------------------------------------------------------------------------------
+def _as_deadline(value: DeadlineArg) -> Deadline | None:
+    """A ``Deadline`` from seconds (starting now), a ``Deadline`` or ``None``."""
+    if value is None or isinstance(value, Deadline):
+        return value
+    return Deadline(float(value))
+
+
+def _check_time_left(deadline: Deadline | None, operation: str) -> None:
+    """Refuse to start an attempt the deadline leaves no time for (nothing is sent)."""
+    if deadline is not None and deadline.remaining() < MIN_ATTEMPT:
+        raise BillingTransportError(
+            f"no time left before the deadline ({deadline.seconds:g}s)", operation=operation
+        )
+
+
 def _new_session() -> requests.Session:
     session = requests.Session()
     adapter = HTTPAdapter(pool_connections=4, pool_maxsize=32, max_retries=0)

@@ -1,8 +1,11 @@
-"""When and how long to wait before retrying a call (DESIGN.md, "retries")."""
+"""When and how long to wait before retrying a call, and the deadline of a call a person
+waits on."""
 
 from __future__ import annotations
 
 import random
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -25,6 +28,65 @@ class RetryPolicy:
             return max(0.0, min(retry_after, self.retry_after_max))
         ceiling = min(self.backoff_max, self.backoff_base * (2**attempt))
         return random.uniform(0, ceiling)
+
+    def wait_before_retry(
+        self,
+        attempt: int,
+        retry_after: float | None = None,
+        deadline: Deadline | None = None,
+    ) -> float | None:
+        """Seconds to wait before retry number ``attempt``, or ``None``: give up now.
+
+        Gives up once ``max_retries`` retries were made and, with a ``deadline``, when the wait
+        would leave less than ``MIN_ATTEMPT`` seconds for the next attempt; a server's
+        ``Retry-After`` beyond the deadline also means giving up at once (asking sooner than
+        the server said is pointless and impolite).
+        """
+        if attempt >= self.max_retries:
+            return None
+        wait = self.delay(attempt, retry_after)
+        if deadline is not None:
+            asked = wait if retry_after is None else max(wait, retry_after)
+            if asked + MIN_ATTEMPT > deadline.remaining():
+                return None
+        return wait
+
+
+#: Seconds an attempt needs at least; with less time left before a deadline none is started.
+MIN_ATTEMPT = 0.25
+
+
+class Deadline:
+    """A point in time (monotonic clock) by which a call, all its retries and the waits
+    between them must be over: the bound of a request a person waits on.
+
+    One ``Deadline`` may be shared by several calls (the checkout view's customer push and
+    session creation), so the person's total wait is bounded, not each call's. ``clock`` is
+    injectable for tests.
+    """
+
+    __slots__ = ("_clock", "at", "seconds")
+
+    def __init__(self, seconds: float, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self.seconds = float(seconds)
+        self.at = clock() + self.seconds
+
+    def remaining(self) -> float:
+        """Seconds left (never negative)."""
+        return max(0.0, self.at - self._clock())
+
+    @property
+    def expired(self) -> bool:
+        return self.remaining() <= 0.0
+
+    def timeout(self, connect: float, read: float) -> tuple[float, float]:
+        """A transport timeout ``(connect, read)`` that does not outlast the deadline."""
+        left = self.remaining()
+        return (min(connect, left), min(read, left))
+
+    def __repr__(self) -> str:
+        return f"Deadline({self.seconds:g}s, {self.remaining():.2f}s left)"
 
 
 def parse_retry_after(value: str | None) -> float | None:

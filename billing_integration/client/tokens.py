@@ -7,6 +7,8 @@
   token while it is still valid, or wait for the fetcher when there is none.
 - ``invalidate(token)`` drops a token the service refused (401), only if it is still the current
   one, so a burst of 401s causes one fetch, not many.
+- ``get(deadline)``: a call with a deadline (a person waits) waits for another process's fetch,
+  and makes its own, only until then.
 
 The token and the client secret never appear in a log line, exception text or repr.
 """
@@ -25,6 +27,7 @@ from typing import Any
 from django.core.cache import caches
 
 from ..exceptions import BillingTransportError
+from .retry import Deadline
 
 logger = logging.getLogger("billing_integration.client")
 
@@ -46,13 +49,13 @@ class Token:
 
 
 class TokenProvider:
-    """Hands out a valid access token; ``fetch`` does the actual HTTP call."""
+    """Hands out a valid access token; ``fetch(deadline)`` does the actual HTTP call."""
 
     poll_interval = 0.05
 
     def __init__(
         self,
-        fetch: Callable[[], dict[str, Any]],
+        fetch: Callable[[Deadline | None], dict[str, Any]],
         *,
         cache_alias: str,
         scope: str,
@@ -76,13 +79,20 @@ class TokenProvider:
     def _cache(self):
         return caches[self._cache_alias]
 
-    def get(self) -> str:
+    def get(self, deadline: Deadline | None = None) -> str:
+        """A valid token; ``deadline`` bounds the wait for it (and its fetch)."""
         now = time.time()
         local = self._local
         if local is not None and local.fresh(now):
             return local.access_token
-        with self._thread_lock:  # one thread per process goes on to the shared cache
-            return self._get_shared().access_token
+        if deadline is None:
+            self._thread_lock.acquire()
+        elif not self._thread_lock.acquire(timeout=deadline.remaining()):
+            raise BillingTransportError("timed out waiting for a token", operation="token")
+        try:  # one thread per process goes on to the shared cache
+            return self._get_shared(deadline).access_token
+        finally:
+            self._thread_lock.release()
 
     def invalidate(self, access_token: str) -> None:
         """Forget ``access_token`` (the service refused it) if it is still the current one."""
@@ -103,8 +113,10 @@ class TokenProvider:
         except (KeyError, TypeError, ValueError):
             return None
 
-    def _get_shared(self) -> Token:
+    def _get_shared(self, bound: Deadline | None = None) -> Token:
         deadline = time.monotonic() + self._lock_timeout + 5.0
+        if bound is not None:
+            deadline = min(deadline, time.monotonic() + bound.remaining())
         while True:
             now = time.time()
             shared = self._read_cache()
@@ -119,7 +131,7 @@ class TokenProvider:
                     if shared is not None and shared.fresh(time.time()):
                         self._local = shared
                         return shared
-                    token = self._fetch_and_store()
+                    token = self._fetch_and_store(bound)
                     self._local = token
                     return token
                 finally:
@@ -134,9 +146,9 @@ class TokenProvider:
                 )
             time.sleep(self.poll_interval)
 
-    def _fetch_and_store(self) -> Token:
+    def _fetch_and_store(self, bound: Deadline | None = None) -> Token:
         started = time.time()
-        data = self._fetch()
+        data = self._fetch(bound)
         lifetime = float(data.get("expires_in") or 60)
         token = Token(
             access_token=str(data["access_token"]),

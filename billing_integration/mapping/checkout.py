@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 def currency_id(value: Any) -> int | None:
     if value in (None, ""):
         return None
-    if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
+    if isinstance(value, int) or (isinstance(value, str) and value.isascii() and value.isdigit()):
         return int(value)
     return billing_settings.currency_id(str(value))
 

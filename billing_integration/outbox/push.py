@@ -122,10 +122,11 @@ def _dependencies_missing(obj: Any) -> list[Any]:
     return []
 
 
-def _call(entry: OutboxEntry, obj: Any) -> dict[str, Any]:
-    from ..client import get_client
+def _call(entry: OutboxEntry, obj: Any, client: Any = None) -> dict[str, Any]:
+    if client is None:
+        from ..client import get_client
 
-    client = get_client()
+        client = get_client()
     key = str(entry.idempotency_key)
     body = entry.payload or {}
     if isinstance(obj, Product):
@@ -201,8 +202,11 @@ def _apply_response(obj: Any, data: dict[str, Any], synced: bool, changed: Any =
         setattr(obj, key, value)
 
 
-def push_entry_now(entry_id: int, *, _depth: int = 0) -> PushResult:
-    """Push one outbox entry synchronously. Safe to call from any number of processes."""
+def push_entry_now(entry_id: int, *, client: Any = None, _depth: int = 0) -> PushResult:
+    """Push one outbox entry synchronously. Safe to call from any number of processes.
+
+    ``client``: the ``BillingClient`` to call through (default ``get_client()``); a person
+    waiting passes one bound to a deadline (``client.with_deadline``)."""
     # Which service (billing_integration.service): refused -> stays pending, nothing sent.
     if _depth == 0 and (refused := refuse_push_if_other_service([entry_id])):
         return refused[0]
@@ -281,7 +285,7 @@ def push_entry_now(entry_id: int, *, _depth: int = 0) -> PushResult:
         # Create what the object refers to first (each through its own entry and key).
         for dep in deps:
             dep_entry = _open_entry_for(dep)
-            result = push_entry_now(dep_entry.pk)
+            result = push_entry_now(dep_entry.pk, client=client)
             if result.status not in (DONE, SKIPPED):
                 return PushResult(
                     RETRY if result.status != FAILED else BUSY,
@@ -291,11 +295,11 @@ def push_entry_now(entry_id: int, *, _depth: int = 0) -> PushResult:
                 )
         if _depth >= 2:
             return PushResult(BUSY, entry_id, retry_in=billing_settings.OUTBOX_DEFER_DELAY)
-        return push_entry_now(entry_id, _depth=_depth + 1)
+        return push_entry_now(entry_id, client=client, _depth=_depth + 1)
 
     # 2. call ------------------------------------------------------------------------------
     try:
-        data = _call(entry, obj)
+        data = _call(entry, obj, client)
     except BillingError as exc:
         return _record_failure(entry, obj, exc)
 

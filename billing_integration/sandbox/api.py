@@ -160,7 +160,7 @@ class BillingAPI:
         result = []
         for i, item in enumerate(value):
             field = f"selected_currencies[{i}]"
-            if not isinstance(item, str) or not item.strip().isdigit():
+            if not isinstance(item, str) or not (item.strip().isascii() and item.strip().isdigit()):
                 chk.fail(field, "Each selected currency must be a string holding an integer "
                          "currency id, e.g. \"1\".", "invalid_type")
             elif int(item) not in self.config.currencies:

@@ -9,7 +9,9 @@ Checkout button (a POST form with CSRF to the ``billing_integration:checkout`` v
 code (optional when the product has one cycle, ignored for one-time products); ``currency`` a
 code or an integer id (optional: the product's first priced currency). ``next`` is a local
 path for the "continue" link of the return page. A product that is not published renders a
-short "not available" paragraph instead of the form.
+short "not available" paragraph instead of the form; a product the request's subscriber
+already holds (an active subscription, unless ``BILLING['MULTIPLE_PURCHASE_PRODUCTS']`` names
+it) renders "Current plan" (``current_label``) instead of the form.
 
 Access checks (the *active* rule is ``Subscription.objects.active()``)::
 
@@ -31,8 +33,10 @@ from typing import Any
 
 from django import template
 from django.urls import reverse
+from django.utils.translation import gettext
 
 from ..access import get_subscriber, resolve_product, subscribed
+from ..checkout.services import allows_multiple_purchases
 from ..conf import billing_settings
 from ..models import BillingCycle, Product, ProductStatus
 
@@ -57,14 +61,25 @@ def billing_checkout_button(
     next: str | None = None,  # the form field's name
     css_class: str = "",
     unavailable_label: str = "Not available",
+    current_label: str | None = None,
 ) -> dict[str, Any]:
-    """A POST form (with ``{% csrf_token %}``) to the checkout view."""
+    """A POST form (with ``{% csrf_token %}``) to the checkout view; "Current plan" for a
+    product the request's subscriber already holds."""
     resolved = product if isinstance(product, Product) else resolve_product(product)
     if isinstance(cycle, BillingCycle):
         cycle = cycle.code
-    if isinstance(currency, int) or (isinstance(currency, str) and currency.isdigit()):
+    if isinstance(currency, int) or (
+        isinstance(currency, str) and currency.isascii() and currency.isdigit()
+    ):
         currency = billing_settings.CURRENCIES.get(int(currency), currency)
+    held = (
+        resolved is not None
+        and not allows_multiple_purchases(resolved)
+        and subscribed(_request_subscriber(context), resolved)
+    )
     return {
+        "held": held,
+        "current_label": current_label or gettext("Current plan"),
         "available": resolved is not None and resolved.status == ProductStatus.PUBLISHED,
         "action": reverse("billing_integration:checkout"),
         "product": resolved,

@@ -69,10 +69,15 @@ class ProcessResult:
 def pull_missing(kind: str, remote_id: uuid.UUID, *, customer: uuid.UUID | None = None) -> None:
     """Fetch an object an event names but that is not known locally, through the client.
 
-    ``kind`` is ``subscription`` or ``customer``. Subscriptions are pulled for their customer
-    (the list call filtered by customer where the pull supports it), customers by a pull of
-    the customer list. Each ``(kind, id)`` is pulled at most once per ``PULL_ONCE_TTL``
-    seconds across processes (a cache key); later events naming it go on without it.
+    ``kind`` is ``subscription`` or ``customer``. Customers come from a pull of the customer
+    list; subscriptions from a pull of the whole subscription list (after the customers when
+    the event's customer is unknown too, so the subscription links to it). Each ``(kind, id)``
+    asks at most once per ``PULL_ONCE_TTL`` seconds across processes (a cache key); later
+    events naming it go on without it. The pulls are coalesced (``sync.coalesce``): one pull
+    of a list at a time across processes; an event that finds its object known once a running
+    pull is over, or served by a pull that started after it asked, goes on without pulling;
+    the others share the next single pull. So a burst of events naming many unknown objects
+    costs a pull or two, not one per event.
     """
     # Which service (billing_integration.service): refuse before using the once-only key.
     ensure_service()
@@ -83,20 +88,19 @@ def pull_missing(kind: str, remote_id: uuid.UUID, *, customer: uuid.UUID | None 
         first = True
     if not first:
         return
-    from ..models import Customer
+    from ..models import Customer, Subscription
     from ..sync import pull
+    from ..sync.coalesce import coalesced_pull
+
+    def known(model: Any, rid: uuid.UUID) -> Any:
+        return lambda: model.objects.filter(remote_id=rid).exists()
 
     if kind == "customer":
-        pull.pull_customers()
+        coalesced_pull("customers", pull.pull_customers, known(Customer, remote_id))
     elif kind == "subscription":
-        owner = None
         if customer is not None:
-            # The customer first, so the pulled subscription links to it.
-            owner = Customer.objects.filter(remote_id=customer).first()
-            if owner is None:
-                pull.pull_customers()
-                owner = Customer.objects.filter(remote_id=customer).first()
-        pull.pull_subscriptions(customer=owner)
+            coalesced_pull("customers", pull.pull_customers, known(Customer, customer))
+        coalesced_pull("subscriptions", pull.pull_subscriptions, known(Subscription, remote_id))
 
 
 def _load_context(event: WebhookEvent, event_type: str) -> EventContext:

@@ -130,6 +130,19 @@ def test_pricing_lists_published_products_with_a_button_per_cycle_and_currency(
     assert {f["next"] for f in forms} == {"/members/"}
 
 
+def test_pricing_offers_no_second_purchase_of_the_current_plan(seeded: str, client) -> None:
+    demo = get_user_model().objects.get(username="demo")
+    pro = Product.objects.get(name="Pro")
+    active_subscription(demo, pro)
+    client.force_login(demo)
+    html = client.get("/pricing/").content.decode()
+    forms = forms_of(html)
+    assert forms and str(pro.pk) not in {f["product"] for f in forms}
+    section = html.split(f'data-product="{pro.pk}"')[1].split("</section>")[0]
+    assert "your plan" in section and "Current plan" in section
+    assert "<form" not in section and "Subscribe" not in section
+
+
 def test_members_page_is_for_subscribers_only(seeded: str, client) -> None:
     anonymous = client.get("/members/")
     assert anonymous.status_code == 302

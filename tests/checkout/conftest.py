@@ -32,10 +32,9 @@ def recorded_enqueues(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 @pytest.fixture(autouse=True)
 def fast_retries(settings):
-    """Keep the client's background retries short (the checkout has its own small policy)."""
+    """Keep the client's background retries short (a person waiting has a deadline too)."""
     settings.BILLING = {**getattr(settings, "BILLING", {}), "MAX_RETRIES": 1,
-                        "BACKOFF_BASE": 0.01, "RETRY_AFTER_MAX": 0.2,
-                        "CHECKOUT_RETRY_AFTER_MAX": 0.2}
+                        "BACKOFF_BASE": 0.01, "RETRY_AFTER_MAX": 0.2}
 
 
 def push_open_entries() -> None:

@@ -63,6 +63,23 @@ def test_create_errors(billing_sandbox, product, logged_in, payload, status, cod
     assert not Customer.objects.exists()
 
 
+@pytest.mark.parametrize(
+    "payload,code",
+    [
+        ({"cycle": "months-²", "currency": "XOF"}, "unknown_cycle"),
+        ({"cycle": "months-1", "currency": "²"}, "invalid_choice"),
+        ({"product": "²", "cycle": "months-1"}, "product_not_found"),
+    ],
+)
+def test_unicode_digits_are_a_clear_error_not_a_crash(billing_sandbox, product, logged_in,
+                                                      payload, code):
+    payload = {"product": str(product.pk), **payload}
+    response = logged_in.post(SESSIONS, payload, content_type="application/json")
+    assert response.status_code in (400, 404)
+    assert response.json()["code"] == code
+    assert not CheckoutSession.objects.exists()
+
+
 def test_create_missing_product_is_400(logged_in):
     response = logged_in.post(SESSIONS, {}, content_type="application/json")
     assert response.status_code == 400 and "product" in response.json()

@@ -89,17 +89,18 @@ def test_one_time_product_sends_no_cycle(billing_sandbox, transactional_db, logg
 
 
 def test_customer_pushed_once_when_clicking_twice(billing_sandbox, product, logged_in, user):
+    """A double click: one remote customer, and the second POST is sent to the first one's
+    hosted session (no second create_checkout_session)."""
     first = post(logged_in, product)
     second = post(logged_in, product)
     assert first.status_code == second.status_code == 302
-    assert first["Location"] != second["Location"]
+    assert first["Location"] == second["Location"]
     assert len(billing_sandbox.requests(operation="create_customer")) == 1
     assert len(billing_sandbox.objects("customer")) == 1
-    calls = billing_sandbox.requests(operation="create_checkout_session")
-    assert len(calls) == 2
-    keys = {c["headers"]["x-idempotency-id"] for c in calls}
-    assert len(keys) == 2, "one idempotency key per attempt"
-    assert CheckoutSession.objects.count() == 2
+    assert len(billing_sandbox.requests(operation="create_checkout_session")) == 1
+    assert len(billing_sandbox.objects("checkout_session")) == 1
+    session = CheckoutSession.objects.get()
+    assert first["Location"] == f"{billing_sandbox.checkout_url}/checkout/{session.remote_id}"
     assert Customer.objects.count() == 1
 
 
@@ -206,7 +207,7 @@ def test_checkout_session_5xx_gives_503_and_no_session(billing_sandbox, product,
     assert response.status_code == 503
     assert not CheckoutSession.objects.exists()
     calls = billing_sandbox.requests(operation="create_checkout_session")
-    assert len(calls) == 2, "one retry (CHECKOUT_MAX_RETRIES) while the customer waits"
+    assert len(calls) == 2, "one retry (MAX_RETRIES here) within the interactive deadline"
     assert calls[0]["headers"]["x-idempotency-id"] == calls[1]["headers"]["x-idempotency-id"]
 
 
@@ -272,22 +273,25 @@ def test_local_next_is_kept_for_the_return_page(billing_sandbox, product, logged
 
 
 def test_simultaneous_clicks_push_one_customer(billing_sandbox, product, user):
-    """Two checkout requests at the same moment (a double click, two tabs): one customer."""
+    """Two checkout requests at the same moment (a double click, two tabs): one customer and
+    one hosted session (the subscriber's checkouts are serialised by a lock)."""
     import threading
 
     from django.db import connection
     from django.test import Client
 
     billing_sandbox.faults(operation="create_customer", latency=0.3)
+    billing_sandbox.faults(operation="create_checkout_session", latency=0.3)
     barrier = threading.Barrier(2)
-    statuses: list[int] = []
+    results: list[tuple[int, str]] = []
 
     def click() -> None:
         try:
             c = Client()
             c.force_login(user)
             barrier.wait()
-            statuses.append(post(c, product).status_code)
+            response = post(c, product)
+            results.append((response.status_code, response.get("Location", "")))
         finally:
             connection.close()
 
@@ -296,8 +300,37 @@ def test_simultaneous_clicks_push_one_customer(billing_sandbox, product, user):
         t.start()
     for t in threads:
         t.join(60)
-    assert statuses == [302, 302]
+    assert [s for s, _ in results] == [302, 302]
     assert len(billing_sandbox.objects("customer")) == 1
     assert len(billing_sandbox.requests(operation="create_customer")) == 1
     assert Customer.objects.count() == 1
-    assert CheckoutSession.objects.count() == 2
+    # ... and one hosted session: the second request waited for the first and reused it.
+    assert len(billing_sandbox.requests(operation="create_checkout_session")) == 1
+    session = CheckoutSession.objects.get()
+    assert {loc for _, loc in results} == {
+        f"{billing_sandbox.checkout_url}/checkout/{session.remote_id}"
+    }
+
+
+@pytest.mark.parametrize(
+    "cycle,currency,code",
+    [
+        ("months-²", "XOF", "unknown_cycle"),  # "²".isdigit() is True, int("²") fails
+        ("months-①", "XOF", "unknown_cycle"),
+        ("months-1", "²", "invalid_choice"),
+        ("months-1", "¹", "invalid_choice"),
+    ],
+)
+def test_unicode_digits_are_a_clear_400_not_a_crash(billing_sandbox, product, logged_in, cycle,
+                                                    currency, code):
+    response = post(logged_in, product, cycle=cycle, currency=currency)
+    assert response.status_code == 400
+    assert f'data-error-code="{code}"' in response.content.decode()
+    assert not CheckoutSession.objects.exists()
+    assert billing_sandbox.requests(operation="create_checkout_session") == []
+
+
+def test_unicode_digits_in_stored_currencies_are_ignored(billing_sandbox, product, logged_in):
+    Product.objects.filter(pk=product.pk).update(selected_currencies=["²", 1, "2"])
+    assert post(logged_in, product, currency=None).status_code == 302
+    assert post(logged_in, product, cycle="years-1", currency="XOF").status_code == 302

@@ -49,7 +49,7 @@ def other_server():
 def other_sandbox(other_server, billing_sandbox):
     from billing_integration.testing.helpers import SandboxHandle
 
-    handle = SandboxHandle(other_server.url)
+    handle = SandboxHandle(other_server.url, server=other_server)
     handle.reset()
     return handle
 

@@ -152,6 +152,8 @@ def test_command_filters_and_csv(world):
     assert rows[0]["failed_amount"] == "30.00"
     with pytest.raises(CommandError):
         call_command("billing_report", "--product", "Nope")
+    with pytest.raises(CommandError):  # a name, not a pk: "²".isdigit() but int() refuses it
+        call_command("billing_report", "--product", "²")
     with pytest.raises(CommandError):
         call_command("billing_report", "--months", "0")
 

@@ -189,6 +189,7 @@ def test_status_transitions(api):
     ({"selected_currencies": [1, 2]}, "selected_currencies[0]", "invalid_type"),
     ({"selected_currencies": ["99"]}, "selected_currencies[0]", "unknown_currency"),
     ({"selected_currencies": "1"}, "selected_currencies", "invalid_type"),
+    ({"selected_currencies": ["²"]}, "selected_currencies[0]", "invalid_type"),
     ({"subscription_blueprint": "abc"}, "subscription_blueprint", "invalid_type"),
     ({"subscription_blueprint": {"billing_type": "flat-rate", "billing_cycles": [
         {"cycle": "weeks", "frequency": 1, "prices": [{"currency": 1, "amount": 1}]}]}},

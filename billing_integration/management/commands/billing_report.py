@@ -57,7 +57,8 @@ class Command(BaseCommand):
         product = None
         if options["product"]:
             value = options["product"]
-            match = Product.objects.filter(pk=int(value)) if value.isdigit() else (
+            by_pk = value.isascii() and value.isdigit()
+            match = Product.objects.filter(pk=int(value)) if by_pk else (
                 Product.objects.filter(name=value))
             product = match.values_list("pk", flat=True).first()
             if product is None:

@@ -1,0 +1,241 @@
+"""One purchase per product: a held product is refused (view, service, DRF), the button says
+"Current plan", a setting allows repeat purchases; a double click reuses the open session."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.template import engines
+from django.test import RequestFactory
+from django.utils import timezone
+
+from billing_integration.checkout.services import AlreadySubscribed, start_checkout
+from billing_integration.customers import ensure_customer_pushed, get_or_create_customer
+from billing_integration.models import CheckoutSession, Payment, Subscription
+from billing_integration.outbox import from_remote
+
+from .conftest import make_product
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+URL = "/billing/checkout/"
+API = "/billing/api/checkout-sessions/"
+RETURN = "/billing/checkout/return/"
+
+
+def post(client, product, cycle="months-1", currency="XOF"):
+    return client.post(URL, {"product": product.pk, "cycle": cycle, "currency": currency})
+
+
+def hold(user, product, **fields) -> Subscription:
+    """An active subscription of ``user`` to ``product`` (its customer pushed to the sandbox)."""
+    customer = ensure_customer_pushed(get_or_create_customer(user)[0])
+    now = timezone.now()
+    values = {
+        "status": "published",
+        "cycle_start_date": now - timedelta(days=1),
+        "cycle_end_date": now + timedelta(days=29),
+        "selected_billing_cycle": "months-1",
+        "selected_currency": "XOF",
+        **fields,
+    }
+    with from_remote():
+        return Subscription.objects.create(
+            remote_id=uuid.uuid4(), customer=customer, product=product, **values
+        )
+
+
+def button(product, user, **kwargs) -> str:
+    request = RequestFactory().get("/pricing/")
+    request.user = user
+    args = " ".join(f'{k}="{v}"' for k, v in kwargs.items())
+    return (
+        engines["django"]
+        .from_string(f"{{% load billing %}}{{% billing_checkout_button product {args} %}}")
+        .render({"product": product}, request=request)
+    )
+
+
+# --- a held product is refused -------------------------------------------------------------
+def test_held_product_gives_409_page_linking_to_the_account(
+    billing_sandbox, product, logged_in, user
+):
+    hold(user, product)
+    billing_sandbox.clear_requests()
+
+    response = post(logged_in, product)
+
+    assert response.status_code == 409
+    html = response.content.decode()
+    assert 'data-error-code="already_subscribed"' in html
+    assert "already have an active subscription" in html
+    assert 'id="billing-account-link" href="/account/"' in html  # BILLING['ACCOUNT_URL']
+    assert billing_sandbox.requests() == []  # nothing asked of the service, nothing created
+    assert not CheckoutSession.objects.exists()
+    assert Subscription.objects.count() == 1
+
+
+def test_held_product_through_the_api_is_409_json(billing_sandbox, product, logged_in, user):
+    hold(user, product)
+    billing_sandbox.clear_requests()
+    response = logged_in.post(
+        API,
+        {"product": str(product.pk), "cycle": "years-1", "currency": "XOF"},
+        content_type="application/json",
+    )
+    assert response.status_code == 409
+    body = response.json()
+    assert body["code"] == "already_subscribed"
+    assert "already have an active subscription" in body["detail"]
+    assert body["account_url"] == "/account/"
+    assert billing_sandbox.requests() == []
+    assert not CheckoutSession.objects.exists()
+
+
+def test_service_refuses_any_cycle_or_currency_of_a_held_product(billing_sandbox, product, user):
+    hold(user, product)
+    billing_sandbox.clear_requests()
+    for cycle, currency in (("months-1", "XOF"), ("months-1", "USD"), ("years-1", "XOF")):
+        with pytest.raises(AlreadySubscribed) as info:
+            start_checkout(user, product, cycle, currency)
+        assert info.value.status == 409
+    assert billing_sandbox.requests(operation="create_checkout_session") == []
+
+
+def test_paying_twice_end_to_end_is_refused(billing_sandbox, product, logged_in, user):
+    """Subscribe and pay on the hosted page; the return page pulls the new subscription; a
+    second purchase of the same product is then refused: one subscription, one charge."""
+    first = post(logged_in, product)
+    assert first.status_code == 302
+    session = CheckoutSession.objects.get()
+    assert billing_sandbox.complete_checkout(str(session.remote_id)).status_code == 200
+    logged_in.get(RETURN, {"session_id": str(session.remote_id)})
+    assert Subscription.objects.active().for_subscriber(user).count() == 1
+
+    again = post(logged_in, product, cycle="years-1")
+    assert again.status_code == 409
+    assert len(billing_sandbox.objects("subscription")) == 1
+    assert len(billing_sandbox.requests(operation="create_checkout_session")) == 1
+
+
+def test_other_products_and_ended_subscriptions_are_not_held(
+    billing_sandbox, product, logged_in, user
+):
+    ebook = make_product("Ebook", one_time=True)
+    hold(user, product, status="canceled")
+    hold(user, ebook, cycle_end_date=timezone.now() - timedelta(days=1))
+    assert post(logged_in, product).status_code == 302
+    assert logged_in.post(URL, {"product": ebook.pk, "currency": "XOF"}).status_code == 302
+    assert len(billing_sandbox.requests(operation="create_checkout_session")) == 2
+
+
+@pytest.mark.parametrize("by", ["name", "remote_id"])
+def test_multiple_purchase_products_may_be_bought_again(
+    billing_sandbox, product, logged_in, user, settings, by
+):
+    listed = product.name if by == "name" else str(product.remote_id).upper()
+    settings.BILLING = {**settings.BILLING, "MULTIPLE_PURCHASE_PRODUCTS": [listed]}
+    hold(user, product)
+    response = post(logged_in, product)
+    assert response.status_code == 302
+    assert len(billing_sandbox.requests(operation="create_checkout_session")) == 1
+    assert "<form" in button(product, user, cycle="months-1", currency="XOF")
+
+
+def test_multiple_purchase_setting_names_only_its_products(
+    billing_sandbox, product, logged_in, user, settings
+):
+    settings.BILLING = {
+        **settings.BILLING,
+        "MULTIPLE_PURCHASE_PRODUCTS": ["Ebook", str(uuid.uuid4()), "not a uuid"],
+    }
+    hold(user, product)
+    assert post(logged_in, product).status_code == 409
+
+
+# --- the checkout button ---------------------------------------------------------------------
+def test_button_says_current_plan_for_a_held_product(billing_sandbox, product, user, other_user):
+    assert "<form" in button(product, user, cycle="months-1", currency="XOF")
+    hold(user, product)
+    html = button(product, user, cycle="months-1", currency="XOF")
+    assert "<form" not in html and "<button" not in html
+    assert '<p class="billing-checkout-current">Current plan</p>' in html
+    assert "Your plan" in button(product, user, current_label="Your plan")
+    assert "<form" in button(product, other_user, cycle="months-1", currency="XOF")
+
+
+# --- a double click reuses the open session --------------------------------------------------
+def test_second_click_is_sent_to_the_same_session(billing_sandbox, product, logged_in):
+    first = post(logged_in, product)
+    second = post(logged_in, product)
+    assert first.status_code == second.status_code == 302
+    session = CheckoutSession.objects.get()
+    expected = f"{billing_sandbox.checkout_url}/checkout/{session.remote_id}"
+    assert first["Location"] == second["Location"] == expected
+    assert len(billing_sandbox.requests(operation="create_checkout_session")) == 1
+
+
+def test_api_second_request_returns_the_same_session_with_200(billing_sandbox, product, logged_in):
+    body = {"product": str(product.pk), "cycle": "months-1", "currency": "XOF"}
+    first = logged_in.post(API, body, content_type="application/json")
+    second = logged_in.post(API, body, content_type="application/json")
+    assert (first.status_code, second.status_code) == (201, 200)
+    assert first.json() == second.json()
+    assert len(billing_sandbox.requests(operation="create_checkout_session")) == 1
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "other_cycle",
+        "other_currency",
+        "near_expiry",
+        "expired",
+        "not_open",
+        "completed",
+        "failed_payment",
+        "other_user",
+    ],
+)
+def test_a_session_is_reused_only_while_open_and_untouched(
+    billing_sandbox, product, logged_in, client, other_user, change
+):
+    first = post(logged_in, product)
+    session = CheckoutSession.objects.get()
+    now = timezone.now()
+    cycle, currency, who = "months-1", "XOF", logged_in
+    if change == "other_cycle":
+        cycle = "years-1"
+    elif change == "other_currency":
+        currency = "USD"
+    elif change == "near_expiry":  # less than a minute left: not enough to pay
+        CheckoutSession.objects.filter(pk=session.pk).update(expires_at=now + timedelta(seconds=30))
+    elif change == "expired":
+        CheckoutSession.objects.filter(pk=session.pk).update(expires_at=now - timedelta(seconds=1))
+    elif change == "not_open":
+        CheckoutSession.objects.filter(pk=session.pk).update(status="expired")
+    elif change == "completed":
+        CheckoutSession.objects.filter(pk=session.pk).update(completed_at=now)
+    elif change == "failed_payment":
+        Payment.objects.create(
+            remote_id=uuid.uuid4(),
+            status="failed",
+            customer=session.customer,
+            customer_remote_id=session.customer.remote_id,
+        )
+    elif change == "other_user":
+        client.force_login(other_user)
+        who = client
+    second = post(who, product, cycle=cycle, currency=currency)
+    assert second.status_code == 302
+    assert second["Location"] != first["Location"]
+    assert len(billing_sandbox.requests(operation="create_checkout_session")) == 2
+    assert CheckoutSession.objects.count() == 2
+
+
+def test_short_expiry_still_reuses_within_half_of_it(billing_sandbox, product, logged_in, settings):
+    settings.BILLING = {**settings.BILLING, "CHECKOUT_EXPIRY": 60}
+    assert post(logged_in, product)["Location"] == post(logged_in, product)["Location"]
+    assert len(billing_sandbox.requests(operation="create_checkout_session")) == 1
