@@ -131,6 +131,21 @@ def check_billing_settings(app_configs: Any = None, **kwargs: Any) -> list:
                     id="billing_integration.E007",
                 )
             )
+    active = conf.get("ACTIVE_STATUSES")
+    if (
+        not isinstance(active, (list, tuple))
+        or not active
+        or not all(isinstance(s, str) and s.strip() for s in active)
+    ):
+        errors.append(
+            Error(
+                "BILLING['ACTIVE_STATUSES'] must be a non-empty list or tuple of non-empty "
+                f"strings, not {active!r}.",
+                hint="The subscription statuses that grant access; the default is "
+                f"{DEFAULTS['ACTIVE_STATUSES']!r}.",
+                id="billing_integration.E008",
+            )
+        )
     return errors
 
 

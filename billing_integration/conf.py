@@ -76,6 +76,9 @@ DEFAULTS: dict[str, Any] = {
     # background work), and the longest Retry-After honoured meanwhile (seconds)
     "CHECKOUT_MAX_RETRIES": 1,
     "CHECKOUT_RETRY_AFTER_MAX": 2.0,
+    # subscription statuses that grant access (an allow-list: any other status, unknown
+    # ones included, grants none); compared stripped and lower-cased
+    "ACTIVE_STATUSES": ("published",),
     # --- outbox -----------------------------------------------------------------------------
     "OUTBOX_MAX_ATTEMPTS": 8,
     "OUTBOX_RETRY_BASE": 2.0,  # seconds; task retry n waits BASE * 2**n (capped below)
