@@ -2,6 +2,8 @@
 
 Pull the lists from the billing service and upsert them locally (all three when none is
 named), printing created / updated / unchanged counts. Progress is shown on a terminal.
+Rows the service sent with a value that cannot be stored (a date that does not parse, ...)
+are not applied: they are listed on stderr and the command exits with an error at the end.
 ``--drain`` first pushes the outbox entries whose message was lost, inline (no worker needed);
 ``--retry-failed`` puts failed outbox entries back in the queue first.
 """
@@ -62,6 +64,7 @@ class Command(BaseCommand):
             "customers": pull.pull_customers,
             "subscriptions": pull.pull_subscriptions,
         }
+        errors = 0
         for resource in resources:
             try:
                 counts = functions[resource](progress=progress)
@@ -70,3 +73,8 @@ class Command(BaseCommand):
             if tty:
                 self.stdout.write("\r\033[K", ending="")
             self.stdout.write(self.style.SUCCESS(f"{resource}: {counts}"))
+            for message in counts.error_messages:
+                self.stderr.write(f"{resource}: not applied: {message}")
+            errors += counts.errors
+        if errors:
+            raise CommandError(f"{errors} row(s) not applied (bad data from the service).")
