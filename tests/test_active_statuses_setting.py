@@ -23,8 +23,10 @@ def test_configured_statuses_are_normalised(settings):
     assert active_statuses() == ("published", "trialing")
 
 
-@pytest.mark.parametrize("value", ["published", [], (), [1], ["published", None], [""], ["  "],
-                                   None, {"published": True}])
+@pytest.mark.parametrize(
+    "value",
+    ["published", [], (), [1], ["published", None], [""], ["  "], None, {"published": True}],
+)
 def test_a_bad_value_is_a_system_check_error_naming_the_key(settings, value):
     settings.BILLING = {**GOOD, "ACTIVE_STATUSES": value}
     errors = check_billing_settings()

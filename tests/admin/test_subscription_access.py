@@ -23,9 +23,13 @@ CHANGELIST = reverse("admin:billing_integration_subscription_changelist")
 
 
 def resource(status: str | None, customer: Customer) -> dict:
-    data = {"id": str(uuid.uuid4()), "customer": str(customer.remote_id),
-            "cycle_end_date": format_timestamp(timezone.now() + timedelta(days=30)),
-            "selected_currency": "XOF", "selected_billing_cycle": "months-1"}
+    data = {
+        "id": str(uuid.uuid4()),
+        "customer": str(customer.remote_id),
+        "cycle_end_date": format_timestamp(timezone.now() + timedelta(days=30)),
+        "selected_currency": "XOF",
+        "selected_billing_cycle": "months-1",
+    }
     if status is not None:
         data["status"] = status
     return data
@@ -41,19 +45,29 @@ def test_an_unknown_status_is_stored_normalised_and_logged_once(customer, caplog
 
     getattr(mapping, "_LOGGED", set()).clear()  # a fresh process: nothing logged yet
     with caplog.at_level(logging.WARNING, logger="billing_integration.mapping"):
-        counts = upsert_subscriptions([resource(" Past_Due ", customer),
-                                       resource("PAST_DUE", customer),
-                                       resource("published", customer),
-                                       resource("Canceled", customer)])
+        counts = upsert_subscriptions(
+            [
+                resource(" Past_Due ", customer),
+                resource("PAST_DUE", customer),
+                resource("published", customer),
+                resource("Canceled", customer),
+            ]
+        )
         upsert_subscriptions([resource("past_due", customer)])
     assert counts.created == 4
     assert sorted(Subscription.objects.values_list("status", flat=True)) == [
-        "canceled", "past_due", "past_due", "past_due", "published"]
+        "canceled",
+        "past_due",
+        "past_due",
+        "past_due",
+        "published",
+    ]
     unknown = [r for r in caplog.records if "Unknown subscription status" in r.getMessage()]
     assert len(unknown) == 1 and "'past_due'" in unknown[0].getMessage()
     assert list(Subscription.objects.active().values_list("status", flat=True)) == ["published"]
     assert set(Subscription.objects.unknown_status().values_list("status", flat=True)) == {
-        "past_due"}
+        "past_due"
+    }
 
 
 def test_the_admin_marks_unknown_statuses_and_filters_by_access(admin_client):
@@ -77,11 +91,13 @@ def test_the_admin_marks_unknown_statuses_and_filters_by_access(admin_client):
     assert listed("?access=inactive") == {canceled.pk, odd.pk, blank.pk}
     assert listed("?access=unknown") == {odd.pk, blank.pk}
 
-    page = admin_client.get(reverse("admin:billing_integration_subscription_change",
-                                    args=[odd.pk])).content.decode()
+    page = admin_client.get(
+        reverse("admin:billing_integration_subscription_change", args=[odd.pk])
+    ).content.decode()
     assert "unknown status — no access" in page
-    page = admin_client.get(reverse("admin:billing_integration_subscription_change",
-                                    args=[live.pk])).content.decode()
+    page = admin_client.get(
+        reverse("admin:billing_integration_subscription_change", args=[live.pk])
+    ).content.decode()
     assert "no access" not in page
 
 
@@ -92,7 +108,8 @@ def test_the_product_list_counts_subscriptions_by_the_active_rule(admin_client):
         make_subscription(product, status=status)
     lapsed = make_subscription(product)
     Subscription.objects.filter(pk=lapsed.pk).update(
-        cycle_end_date=timezone.now() - timedelta(days=1))
+        cycle_end_date=timezone.now() - timedelta(days=1)
+    )
     response = admin_client.get(reverse("admin:billing_integration_product_changelist"))
     (row,) = response.context["cl"].result_list
     assert row._subscriber_count == 1

@@ -33,9 +33,26 @@ from billing_integration.timestamps import format_timestamp
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.checkout.urls")]
 
 #: Statuses that must never grant access, as the service might spell them.
-NO_ACCESS = ["CANCELED", "Canceled", " canceled", "canceled", "paused", "pending", "past_due",
-             "unpaid", "incomplete", "draft", "", None, "active", "trialing", "published-ish",
-             "publishe", "un published", "?"]
+NO_ACCESS = [
+    "CANCELED",
+    "Canceled",
+    " canceled",
+    "canceled",
+    "paused",
+    "pending",
+    "past_due",
+    "unpaid",
+    "incomplete",
+    "draft",
+    "",
+    None,
+    "active",
+    "trialing",
+    "published-ish",
+    "publishe",
+    "un published",
+    "?",
+]
 #: The default allow-list, in spellings the mapping normalises.
 ACCESS = ["published", "PUBLISHED ", " Published", "\tpublished\n"]
 
@@ -50,8 +67,13 @@ DATES = {
     "no cycle end, trial passed": (None, -DAY),
     "cycle ahead, trial passed": (30 * DAY, -DAY),
 }
-DATES_GRANT = {"open-ended", "cycle ahead", "cycle passed, in trial",
-               "no cycle end, trial passed", "cycle ahead, trial passed"}
+DATES_GRANT = {
+    "open-ended",
+    "cycle ahead",
+    "cycle passed, in trial",
+    "no cycle end, trial passed",
+    "cycle ahead, trial passed",
+}
 
 
 def render(text: str, **context: Any) -> str:
@@ -66,16 +88,21 @@ def member(db):
 @pytest.fixture
 def pro(db):
     with from_remote():
-        return Product.objects.create(name="Pro plan", status="published",
-                                      selected_currencies=[1], remote_id=uuid.uuid4(),
-                                      sync_state="synced")
+        return Product.objects.create(
+            name="Pro plan",
+            status="published",
+            selected_currencies=[1],
+            remote_id=uuid.uuid4(),
+            sync_state="synced",
+        )
 
 
 @pytest.fixture
 def member_customer(member):
     with from_remote():
-        return Customer.objects.create(subscriber=member, identifier="member",
-                                       remote_id=uuid.uuid4(), sync_state="synced")
+        return Customer.objects.create(
+            subscriber=member, identifier="member", remote_id=uuid.uuid4(), sync_state="synced"
+        )
 
 
 @pytest.fixture
@@ -88,8 +115,13 @@ def wire(value: datetime | None) -> str | None:
     return None if value is None else format_timestamp(value)
 
 
-def store(customer: Customer, product: Product, status: Any, cycle_end: timedelta | None,
-          trial_end: timedelta | None) -> Subscription | None:
+def store(
+    customer: Customer,
+    product: Product,
+    status: Any,
+    cycle_end: timedelta | None,
+    trial_end: timedelta | None,
+) -> Subscription | None:
     """A subscription resource as the service sends it, stored through the pull's upsert."""
     now = timezone.now()
     data = {
@@ -125,14 +157,21 @@ def access_everywhere(client, user, product: Product) -> dict[str, bool]:
         "mixin": client.get("/members-cbv/").status_code == 200,
         "mixin(product)": client.get("/pro-cbv/").status_code == 200,
         "filter subscribed_to": render(
-            "{% if user|subscribed_to:product %}1{% else %}0{% endif %}", user=user,
-            product=product) == "1",
+            "{% if user|subscribed_to:product %}1{% else %}0{% endif %}", user=user, product=product
+        )
+        == "1",
         "filter is_subscriber": render(
-            "{% if user|is_subscriber %}1{% else %}0{% endif %}", user=user) == "1",
-        "tag is_subscribed": render("{% is_subscribed product as ok %}{{ ok }}",
-                                    request=request, product=product) == "True",
-        "tag if_subscribed": render("{% if_subscribed %}1{% else %}0{% endif_subscribed %}",
-                                    request=request) == "1",
+            "{% if user|is_subscriber %}1{% else %}0{% endif %}", user=user
+        )
+        == "1",
+        "tag is_subscribed": render(
+            "{% is_subscribed product as ok %}{{ ok }}", request=request, product=product
+        )
+        == "True",
+        "tag if_subscribed": render(
+            "{% if_subscribed %}1{% else %}0{% endif_subscribed %}", request=request
+        )
+        == "1",
         "DRF permission": client.get("/api/members/").status_code == 200,
         "DRF permission(product)": client.get("/api/pro/").status_code == 200,
         "API is_active": bool(api) and api[0]["is_active"] is True,
@@ -141,17 +180,24 @@ def access_everywhere(client, user, product: Product) -> dict[str, bool]:
         "Subscription.is_active": sub is not None and sub.is_active,
         "reporting active": sum(
             r["active"] for r in metrics.current_subscriptions(metrics.Period())
-        ) == 1,
+        )
+        == 1,
     }
 
 
-def expected(status: Any, dates: tuple[timedelta | None, timedelta | None],
-             allowed: tuple[str, ...] = ("published",)) -> bool:
+def expected(
+    status: Any,
+    dates: tuple[timedelta | None, timedelta | None],
+    allowed: tuple[str, ...] = ("published",),
+) -> bool:
     """The rule, stated independently of the code under test."""
     normalised = (status or "").strip().lower()
     cycle_end, trial_end = dates
-    date_ok = (cycle_end is None or cycle_end > timedelta(0)
-               or (trial_end is not None and trial_end > timedelta(0)))
+    date_ok = (
+        cycle_end is None
+        or cycle_end > timedelta(0)
+        or (trial_end is not None and trial_end > timedelta(0))
+    )
     return normalised in allowed and date_ok
 
 
@@ -188,8 +234,19 @@ wire_statuses = st.one_of(
     st.none(),
     st.builds(
         lambda word, upper, left, right: left + (word.upper() if upper else word) + right,
-        st.sampled_from(["published", "canceled", "paused", "pending", "active", "trialing", "",
-                         "publishe", "Published"]),
+        st.sampled_from(
+            [
+                "published",
+                "canceled",
+                "paused",
+                "pending",
+                "active",
+                "trialing",
+                "",
+                "publishe",
+                "Published",
+            ]
+        ),
         st.booleans(),
         st.sampled_from(["", " ", "\t", "  \n"]),
         st.sampled_from(["", " ", "\r\n"]),
@@ -201,8 +258,11 @@ offsets = st.none() | st.integers(min_value=-2000, max_value=2000).filter(bool).
 )
 
 
-@settings(max_examples=100, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(status=wire_statuses, cycle_end=offsets, trial_end=offsets)
 def test_property_access_iff_normalised_status_allowed_and_dates_hold(
     logged_in_member, member, member_customer, pro, status, cycle_end, trial_end

@@ -66,8 +66,10 @@ def pulled(sandbox) -> list[Subscription]:
 def test_a_row_with_a_date_that_does_not_parse_is_not_applied_and_reported(small_pages, tamper):
     subs = pulled(small_pages)
     before = {s.pk: (s.cycle_end_date, s.status, s.remote_updated) for s in subs}
-    tamper("list_subscriptions", rows_changed(**{"0": {"cycle_end_date": "31/12/2026"},
-                                                 "1": {"status": "canceled"}}))
+    tamper(
+        "list_subscriptions",
+        rows_changed(**{"0": {"cycle_end_date": "31/12/2026"}, "1": {"status": "canceled"}}),
+    )
     counts = pull_subscriptions()
     subs[0].refresh_from_db()
     assert subs[0].cycle_end_date is not None  # never nulled: no access forever
@@ -105,8 +107,10 @@ def test_a_pull_never_moves_a_subscription_back_nor_nulls_its_version(small_page
     # A row carrying no version at all is applied, but the stored version stays.
     version = subs[1].remote_created + timedelta(minutes=5)
     Subscription.objects.filter(pk=subs[1].pk).update(remote_updated=version)
-    tamper("list_subscriptions", rows_changed(
-        **{"1": {"date_updated": None, "date_created": None, "status": "paused"}}))
+    tamper(
+        "list_subscriptions",
+        rows_changed(**{"1": {"date_updated": None, "date_created": None, "status": "paused"}}),
+    )
     pull_subscriptions()
     subs[1].refresh_from_db()
     assert subs[1].status == "paused" and subs[1].remote_updated == version
@@ -135,12 +139,16 @@ def test_a_push_answer_with_a_date_that_does_not_parse_keeps_the_id_and_grants_n
     product.publish()
     user = get_user_model().objects.create(username="pusher", email="p@example.com")
     customer, _ = get_or_create_customer(user)
-    sub = Subscription.objects.create(product=product, customer=customer, selected_currency="XOF",
-                                      selected_billing_cycle="months-1", auto_renew=True)
+    sub = Subscription.objects.create(
+        product=product,
+        customer=customer,
+        selected_currency="XOF",
+        selected_billing_cycle="months-1",
+        auto_renew=True,
+    )
     for entry in OutboxEntry.objects.exclude(object_id=sub.pk).order_by("pk"):
         assert push_entry_now(entry.pk).status == "done"  # the product and the customer
-    tamper("create_subscription",
-           lambda answer: [dict(answer[0], cycle_end_date="31/12/2026")])
+    tamper("create_subscription", lambda answer: [dict(answer[0], cycle_end_date="31/12/2026")])
     entry = OutboxEntry.objects.open().get()
     assert push_entry_now(entry.pk).status == "done"
     sub.refresh_from_db()
