@@ -25,7 +25,18 @@ def test_configured_statuses_are_normalised(settings):
 
 @pytest.mark.parametrize(
     "value",
-    ["published", [], (), [1], ["published", None], [""], ["  "], None, {"published": True}],
+    [
+        "published",
+        [],
+        (),
+        [1],
+        ["published", None],
+        [""],
+        ["  "],
+        None,
+        {"published": True},
+        [["published"]],
+    ],
 )
 def test_a_bad_value_is_a_system_check_error_naming_the_key(settings, value):
     settings.BILLING = {**GOOD, "ACTIVE_STATUSES": value}

@@ -79,14 +79,12 @@ def _max_length(name: str) -> int:
     return Subscription._meta.get_field(name).max_length
 
 
-def _fits(name: str, value: str, wire_name: str | None = None) -> str:
+def _fits(name: str, value: str) -> str:
     """``value`` if it fits the model column ``name``, else ``RemoteDataError`` (PostgreSQL
     would refuse the row; cutting it would store something the service never said)."""
     limit = _max_length(name)
     if len(value) > limit:
-        raise RemoteDataError(
-            wire_name or name, value, f"longer than {limit} characters ({len(value)})"
-        )
+        raise RemoteDataError(name, value, f"longer than {limit} characters ({len(value)})")
     return value
 
 
@@ -104,7 +102,8 @@ def _remote_currency(value: Any) -> str:
     except BillingConfigurationError:
         text = str(value)
         _log_once(
-            "currency", text,
+            "currency",
+            text,
             "Subscription currency id %r is not in BILLING['CURRENCIES']; stored as received.",
             text[:80],
         )
@@ -117,7 +116,8 @@ def _remote_status(value: Any, present: bool) -> str:
     status = _fits("status", normalize_status(value))
     if present and not is_known_status(status):
         _log_once(
-            "status", status,
+            "status",
+            status,
             "Unknown subscription status %r: stored, grants no access (add it to "
             "BILLING['ACTIVE_STATUSES'] if it means a live subscription).",
             status[:80],
@@ -155,7 +155,8 @@ def from_remote(data: dict[str, Any]) -> dict[str, Any]:
         auto_renew=bool(data.get("auto_renew", True)),
         trial_end_date=ts(data.get("trial_end_date"), "trial_end_date"),
         selected_billing_cycle=_fits("selected_billing_cycle", str(cycle)),
-        selected_currency=_fits("selected_currency", _remote_currency(
-            data.get("selected_currency"))),
+        selected_currency=_fits(
+            "selected_currency", _remote_currency(data.get("selected_currency"))
+        ),
     )
     return fields

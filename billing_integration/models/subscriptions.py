@@ -47,22 +47,27 @@ KNOWN_INACTIVE_STATUSES = ("canceled", "cancelled", "paused", "ended", "expired"
 
 
 @lru_cache(maxsize=8)
-def _normalised(configured: tuple[Any, ...]) -> tuple[str, ...]:
-    if not configured or not all(isinstance(s, str) and s.strip() for s in configured):
-        raise BillingConfigurationError(
-            "BILLING['ACTIVE_STATUSES'] must be a non-empty list of non-empty strings, "
-            f"not {configured!r}.",
-            setting="BILLING['ACTIVE_STATUSES']",
-        )
+def _normalised(configured: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(s.strip().lower() for s in configured))
 
 
 def active_statuses() -> tuple[str, ...]:
     """``BILLING['ACTIVE_STATUSES']``, normalised like stored statuses (stripped,
     lower-cased). Raises ``BillingConfigurationError`` when the setting is not a non-empty
-    list or tuple of strings (the system check reports it at start-up)."""
+    list or tuple of non-empty strings (the system check reports it at start-up): a bad
+    allow-list never grants access."""
     configured = billing_settings.ACTIVE_STATUSES
-    return _normalised(tuple(configured) if isinstance(configured, (list, tuple)) else ())
+    if (
+        not isinstance(configured, (list, tuple))
+        or not configured
+        or not all(isinstance(s, str) and s.strip() for s in configured)
+    ):
+        raise BillingConfigurationError(
+            "BILLING['ACTIVE_STATUSES'] must be a non-empty list of non-empty strings, "
+            f"not {configured!r}.",
+            setting="BILLING['ACTIVE_STATUSES']",
+        )
+    return _normalised(tuple(configured))
 
 
 def is_known_status(status: str) -> bool:

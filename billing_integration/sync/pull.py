@@ -336,8 +336,9 @@ CUSTOMER_ADOPTION = Adoption(
 def upsert_customers(rows: Iterable[dict[str, Any]]) -> PullCounts:
     counts = PullCounts()
     mapped = _mapped(rows, customer_map.from_remote, counts)
-    counts, _ = _bulk_upsert(Customer, mapped, local_owned=CUSTOMER_LOCAL, adopt=CUSTOMER_ADOPTION,
-                             counts=counts)
+    counts, _ = _bulk_upsert(
+        Customer, mapped, local_owned=CUSTOMER_LOCAL, adopt=CUSTOMER_ADOPTION, counts=counts
+    )
     return counts
 
 
@@ -407,8 +408,14 @@ def upsert_subscriptions(
         }
         for fields in mapped
     ]
-    counts, _ = _bulk_upsert(Subscription, linked, local_owned=(), adopt=SUBSCRIPTION_ADOPTION,
-                             counts=counts, versioned=True)
+    counts, _ = _bulk_upsert(
+        Subscription,
+        linked,
+        local_owned=(),
+        adopt=SUBSCRIPTION_ADOPTION,
+        counts=counts,
+        versioned=True,
+    )
     return counts
 
 
