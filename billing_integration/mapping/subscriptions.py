@@ -81,10 +81,13 @@ def _max_length(name: str) -> int:
 
 def _fits(name: str, value: str) -> str:
     """``value`` if it fits the model column ``name``, else ``RemoteDataError`` (PostgreSQL
-    would refuse the row; cutting it would store something the service never said)."""
+    would refuse the row; cutting or cleaning it would store something the service never
+    said): longer than the column, or holding a NUL character."""
     limit = _max_length(name)
     if len(value) > limit:
         raise RemoteDataError(name, value, f"longer than {limit} characters ({len(value)})")
+    if "\x00" in value:
+        raise RemoteDataError(name, value, "contains a NUL character")
     return value
 
 

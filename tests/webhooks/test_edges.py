@@ -237,6 +237,7 @@ def test_a_status_longer_than_its_column_fails_the_event(mirror, deliver):
     for field, value in (
         ("selected_billing_cycle", "months-" + "1" * 40),
         ("selected_currency", "X" * 9),
+        ("status", "publ\x00ished"),  # PostgreSQL refuses NUL in text
     ):
         data = subscription_data(sub.remote_id, **refs(mirror), updated=T0 + timedelta(days=31))
         data[field] = value
