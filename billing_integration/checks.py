@@ -148,12 +148,13 @@ def check_billing_settings(app_configs: Any = None, **kwargs: Any) -> list:
                 id="billing_integration.E013",
             )
         )
-    errors.extend(_checkout_errors(conf))
+    errors.extend(_checkout_and_access_errors(conf))
     return errors
 
 
-def _checkout_errors(conf: dict[str, Any]) -> list:
-    """INTERACTIVE_DEADLINE a positive number; MULTIPLE_PURCHASE_PRODUCTS a list of strings."""
+def _checkout_and_access_errors(conf: dict[str, Any]) -> list:
+    """INTERACTIVE_DEADLINE a positive number; MULTIPLE_PURCHASE_PRODUCTS a list of strings;
+    ACTIVE_STATUSES a non-empty list of non-empty strings."""
     errors: list = []
     deadline = conf.get("INTERACTIVE_DEADLINE")
     if not isinstance(deadline, (int, float)) or isinstance(deadline, bool) or deadline <= 0:
@@ -175,6 +176,21 @@ def _checkout_errors(conf: dict[str, Any]) -> list:
                 f"remote ids, not {products!r}.",
                 hint='For example ["Ebook", "Support hours"].',
                 id="billing_integration.E015",
+            )
+        )
+    active = conf.get("ACTIVE_STATUSES")
+    if (
+        not isinstance(active, (list, tuple))
+        or not active
+        or not all(isinstance(s, str) and s.strip() for s in active)
+    ):
+        errors.append(
+            Error(
+                "BILLING['ACTIVE_STATUSES'] must be a non-empty list or tuple of non-empty "
+                f"strings, not {active!r}.",
+                hint="The subscription statuses that grant access; the default is "
+                f"{DEFAULTS['ACTIVE_STATUSES']!r}.",
+                id="billing_integration.E008",
             )
         )
     return errors

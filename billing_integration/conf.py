@@ -84,6 +84,9 @@ DEFAULTS: dict[str, Any] = {
     # the subscriber's account page (a URL name or a path), linked from the "you already
     # have this plan" page
     "ACCOUNT_URL": "/",
+    # subscription statuses that grant access (an allow-list: any other status, unknown
+    # ones included, grants none); compared stripped and lower-cased
+    "ACTIVE_STATUSES": ("published",),
     # --- outbox -----------------------------------------------------------------------------
     "OUTBOX_MAX_ATTEMPTS": 8,
     "OUTBOX_RETRY_BASE": 2.0,  # seconds; task retry n waits BASE * 2**n (capped below)

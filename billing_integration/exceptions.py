@@ -13,7 +13,8 @@
     │   └── BillingServerError           5xx (retryable)
     ├── WebhookError
     │   └── WebhookVerificationError
-    └── BillingServiceMismatchError  settings point at another service than the mirror's
+    ├── BillingServiceMismatchError  settings point at another service than the mirror's
+    └── RemoteDataError             a value from the service cannot be stored faithfully
 
 No exception text or repr ever contains the client secret, a token or the webhook secret:
 bodies are redacted (``redact``) before they are kept.
@@ -140,6 +141,19 @@ class BillingServiceMismatchError(BillingError):
         super().__init__(message)
         self.recorded = recorded
         self.configured = configured
+
+
+class RemoteDataError(BillingError):
+    """A value the service sent cannot be stored as it is (a date that does not parse, a
+    string longer than its column): the mapping refuses it rather than store "no value" or
+    a cut value. ``field`` names the resource field; the message quotes the value, cut."""
+
+    def __init__(self, field: str, value: Any, problem: str) -> None:
+        text = value if isinstance(value, str) else repr(value)
+        shown = text if len(text) <= 80 else text[:80] + "..."
+        super().__init__(f"{field}: {problem}: {shown!r}")
+        self.field = field
+        self.problem = problem
 
 
 def error_for_status(status: int) -> type[BillingAPIError]:

@@ -15,9 +15,10 @@
         subscription_product = "Pro plan"         # optional
 
 The *active* rule is ``Subscription.objects.active()`` (``billing_integration/models/
-subscriptions.py``): the status is not one of ``canceled``, ``cancelled``, ``paused``,
-``ended``, ``expired``, and either the cycle has no end date, the cycle end is in the future,
-or the trial end is in the future. Nothing here re-implements it.
+subscriptions.py``): the status is in the allow-list ``BILLING['ACTIVE_STATUSES']`` (default
+``published``; any other status, an unknown one included, grants no access), and either the
+cycle has no end date, the cycle end is in the future, or the trial end is in the future.
+Nothing here re-implements it.
 
 The *subscriber* of a request is ``request.user`` unless ``BILLING['SUBSCRIBER_RESOLVER']``
 names a ``callable(request) -> subscriber | None`` (a team or an organisation model).

@@ -22,7 +22,16 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
 from ..exceptions import BillingError
-from ..models import CheckoutSession, Customer, OutboxEntry, Subscription, SyncState
+from ..models import (
+    CheckoutSession,
+    Customer,
+    OutboxEntry,
+    Subscription,
+    SyncState,
+    active_q,
+    active_statuses,
+    unknown_status_q,
+)
 
 __all__ = [
     "REMOTE_STATE_READONLY",
@@ -232,13 +241,53 @@ class CustomerAdmin(NoDeleteMixin, SyncStateAdminMixin, admin.ModelAdmin):
 
 
 # --- subscriptions ------------------------------------------------------------------------------
+class AccessFilter(admin.SimpleListFilter):
+    """Subscriptions by what the active rule makes of them now; "unknown status" lists the
+    statuses that are neither in ``BILLING['ACTIVE_STATUSES']`` nor known inactive ones."""
+
+    title = _("access")
+    parameter_name = "access"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [
+            ("active", _("grants access")),
+            ("inactive", _("no access")),
+            ("unknown", _("unknown status (no access)")),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: models.QuerySet) -> models.QuerySet:
+        if self.value() == "active":
+            return queryset.filter(active_q())
+        if self.value() == "inactive":
+            return queryset.exclude(active_q())
+        if self.value() == "unknown":
+            return queryset.filter(unknown_status_q())
+        return queryset
+
+
+def status_badge(obj: Subscription) -> SafeString:
+    """The status; a red "unknown status — no access" marker when it is neither active nor
+    a known inactive one (and "no status" when it is empty)."""
+    if not obj.has_unknown_status:
+        colour = "#2e7d32" if obj.status in active_statuses() else "#616161"
+        return format_html('<span style="color:{}">{}</span>', colour, obj.status)
+    label = _("unknown status — no access") if obj.status else _("no status — no access")
+    return format_html(
+        '{} <span class="billing-badge billing-badge-unknown-status" style="background:#c62828;'
+        'color:#fff;padding:1px 6px;border-radius:8px;font-size:11px;white-space:nowrap">'
+        "{}</span>",
+        obj.status,
+        label,
+    )
+
+
 @admin.register(Subscription)
 class SubscriptionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, admin.ModelAdmin):
     list_display = (
         "__str__",
         "customer_link",
         "product_link",
-        "status",
+        "status_display",
         "selected_billing_cycle",
         "selected_currency",
         "next_billing_date",
@@ -246,7 +295,7 @@ class SubscriptionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, admin.ModelAdmi
         "sync_badge",
         "remote_id",
     )
-    list_filter = ("status", "sync_state", "last_payment_status", "auto_renew")
+    list_filter = (AccessFilter, "status", "sync_state", "last_payment_status", "auto_renew")
     search_fields = (
         "remote_id",
         "customer__identifier",
@@ -258,7 +307,7 @@ class SubscriptionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, admin.ModelAdmi
     list_select_related = ("customer", "product")
     date_hierarchy = "created_at"
     fieldsets = (
-        (None, {"fields": ("customer_link", "product_link", "status", "auto_renew")}),
+        (None, {"fields": ("customer_link", "product_link", "status_display", "auto_renew")}),
         (
             _("Cycle"),
             {
@@ -282,6 +331,10 @@ class SubscriptionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, admin.ModelAdmi
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
         return tuple(f for _name, opts in self.fieldsets for f in opts["fields"])
+
+    @admin.display(description=_("status"), ordering="status")
+    def status_display(self, obj: Subscription) -> SafeString:
+        return status_badge(obj)
 
     @admin.display(description=_("customer"), ordering="customer__identifier")
     def customer_link(self, obj: Subscription) -> SafeString | str:

@@ -38,13 +38,13 @@ from ..conf import billing_settings
 from ..exceptions import BillingError
 from ..mapping import products as product_map
 from ..models import (
-    INACTIVE_STATUSES,
     BillingCycle,
     DeclaredCyclesNotSendable,
     Price,
     Product,
     ProductStatus,
     Subscription,
+    active_q,
 )
 from .mirror import (
     REMOTE_STATE_READONLY,
@@ -408,7 +408,7 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
             .annotate(
                 _subscriber_count=Count(
                     "subscriptions",
-                    filter=~models.Q(subscriptions__status__in=INACTIVE_STATUSES),
+                    filter=active_q(prefix="subscriptions__"),
                     distinct=True,
                 ),
                 _cycle_count=Count("cycles", distinct=True),
@@ -441,7 +441,7 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
     def subscriber_count(self, obj: Product) -> Any:
         count = getattr(obj, "_subscriber_count", None)
         if count is None:
-            count = obj.subscriptions.exclude(status__in=INACTIVE_STATUSES).count()
+            count = obj.subscriptions.active().count()
         return changelist_link(Subscription, count, product__id__exact=obj.pk) if count else 0
 
     @admin.display(description=_("subscriptions"))

@@ -42,9 +42,9 @@ def from_remote(data: dict[str, Any]) -> dict[str, Any]:
     fields = remote_meta(data)
     fields.update(
         status=data.get("status") or "",
-        expires_at=ts(data.get("expires_at")),
+        expires_at=ts(data.get("expires_at"), "expires_at"),
         action=data.get("action") or "new_subscription",
-        completed_at=ts(data.get("completed_at")),
+        completed_at=ts(data.get("completed_at"), "completed_at"),
         selected_billing_cycle=data.get("selected_billing_cycle") or "",
         selected_currency=currency_id(data.get("selected_currency")),
         upgrade_to=data.get("upgrade_to"),

@@ -7,6 +7,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from ..exceptions import RemoteDataError
 from ..timestamps import format_timestamp, parse_timestamp
 
 #: The ``RemoteObject`` fields every resource fills the same way.
@@ -31,14 +32,17 @@ def as_uuid(value: Any) -> uuid.UUID | None:
         return None
 
 
-def ts(value: Any) -> datetime | None:
-    """A wire timestamp as an aware datetime; tolerant (``None`` for junk)."""
+def ts(value: Any, field: str = "timestamp") -> datetime | None:
+    """A wire timestamp as an aware UTC datetime; ``None`` for null, missing or ``""`` (null
+    is legitimate on the wire). Anything else that is not a timestamp (``"31/12/2026"``, a
+    number, an offset such as ``+25:00``, a date that leaves the datetime range in UTC)
+    raises ``RemoteDataError`` naming ``field``: it never becomes "no date"."""
     if isinstance(value, datetime):
         return value
     try:
         return parse_timestamp(value)
-    except ValueError:
-        return None
+    except (ValueError, OverflowError):
+        raise RemoteDataError(field, value, "not a timestamp") from None
 
 
 def wire_ts(value: datetime | None) -> str | None:
@@ -59,8 +63,8 @@ def remote_meta(data: dict[str, Any]) -> dict[str, Any]:
     """The ``RemoteObject`` field values of any resource."""
     return {
         "remote_id": as_uuid(data.get("id")),
-        "remote_created": ts(data.get("date_created")),
-        "remote_updated": ts(data.get("date_updated")),
+        "remote_created": ts(data.get("date_created"), "date_created"),
+        "remote_updated": ts(data.get("date_updated"), "date_updated"),
         "remote_user_created": as_uuid(data.get("user_created")),
         "remote_user_updated": as_uuid(data.get("user_updated")),
         "remote_data": data,

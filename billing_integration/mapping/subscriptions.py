@@ -4,16 +4,28 @@ POST /subscriptions: ``customer`` and ``product`` (remote UUIDs), ``selected_cur
 field is typed string: a currency code, ``"XOF"``, or with
 ``BILLING['SUBSCRIPTION_CURRENCY_FORM'] = "id"`` the currency id written as a string, ``"1"``),
 ``selected_billing_cycle`` (``months-1``), ``trial_end_date`` (timestamp; left out when there
-is no trial) and ``auto_renew``. Responses carry ``selected_currency`` as a code; an integer id
-is converted.
+is no trial) and ``auto_renew``.
+Responses carry ``selected_currency`` as a code; an integer id is converted (an id missing
+from ``BILLING['CURRENCIES']`` is kept as received, with a warning logged once: a cancel must
+not be lost over a currency the settings do not know).
+
+``from_remote`` is the one place where a subscription status from the service is normalised
+(``normalize_status``: stripped, lower-cased) before anything compares it with
+``BILLING['ACTIVE_STATUSES']``. A status that is neither active nor a known inactive one is
+stored as received (normalised), logged once per process and value, and grants no access.
+Values that cannot be stored faithfully raise ``RemoteDataError``: a date that does not parse
+(null stays "no date"), a string longer than its column.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from ..conf import billing_settings
-from ..exceptions import BillingConfigurationError
+from ..exceptions import BillingConfigurationError, RemoteDataError
 from .common import as_uuid, remote_meta, ts, wire_ts
 
 if TYPE_CHECKING:
@@ -32,6 +44,53 @@ REMOTE_OWNED = (
     "product_remote_id",
     "customer_remote_id",
 )
+
+
+logger = logging.getLogger("billing_integration.mapping")
+
+#: Values already logged as unknown (status or currency id), so each is logged once per
+#: process; bounded, so odd data cannot grow it without limit.
+_LOGGED: set[tuple[str, str]] = set()
+_LOGGED_MAX = 1000
+_LOGGED_LOCK = threading.Lock()
+
+
+def _log_once(kind: str, value: str, message: str, *args: Any) -> None:
+    key = (kind, value[:200])
+    with _LOGGED_LOCK:
+        if key in _LOGGED or len(_LOGGED) >= _LOGGED_MAX:
+            return
+        _LOGGED.add(key)
+    logger.warning(message, *args)
+
+
+def normalize_status(value: Any) -> str:
+    """A subscription status as stored and compared: stripped and lower-cased; null or
+    missing is ``""``. Raises ``RemoteDataError`` for a value that is not a string."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise RemoteDataError("status", value, "not a string")
+    return value.strip().lower()
+
+
+@cache
+def _max_length(name: str) -> int:
+    from ..models import Subscription
+
+    return Subscription._meta.get_field(name).max_length
+
+
+def _fits(name: str, value: str) -> str:
+    """``value`` if it fits the model column ``name``, else ``RemoteDataError`` (PostgreSQL
+    would refuse the row; cutting or cleaning it would store something the service never
+    said): longer than the column, or holding a NUL character."""
+    limit = _max_length(name)
+    if len(value) > limit:
+        raise RemoteDataError(name, value, f"longer than {limit} characters ({len(value)})")
+    if "\x00" in value:
+        raise RemoteDataError(name, value, "contains a NUL character")
+    return value
 
 
 def currency_code(value: Any) -> str:
@@ -61,6 +120,35 @@ def wire_currency(value: Any) -> str:
     )
 
 
+def _remote_currency(value: Any) -> str:
+    try:
+        return currency_code(value)
+    except BillingConfigurationError:
+        text = str(value)
+        _log_once(
+            "currency",
+            text,
+            "Subscription currency id %r is not in BILLING['CURRENCIES']; stored as received.",
+            text[:80],
+        )
+        return text
+
+
+def _remote_status(value: Any, present: bool) -> str:
+    from ..models.subscriptions import is_known_status
+
+    status = _fits("status", normalize_status(value))
+    if present and not is_known_status(status):
+        _log_once(
+            "status",
+            status,
+            "Unknown subscription status %r: stored, grants no access (add it to "
+            "BILLING['ACTIVE_STATUSES'] if it means a live subscription).",
+            status[:80],
+        )
+    return status
+
+
 def to_remote(subscription: Subscription) -> dict[str, Any]:
     customer_id = subscription.customer.remote_id if subscription.customer_id else None
     product_id = subscription.product.remote_id if subscription.product_id else None
@@ -77,17 +165,22 @@ def to_remote(subscription: Subscription) -> dict[str, Any]:
 
 
 def from_remote(data: dict[str, Any]) -> dict[str, Any]:
+    """Model field values from a subscription resource; ``RemoteDataError`` for a value
+    that cannot be stored faithfully (see the module docstring)."""
     fields = remote_meta(data)
+    cycle = data.get("selected_billing_cycle") or ""
     fields.update(
-        status=data.get("status") or "",
+        status=_remote_status(data.get("status"), "status" in data),
         product_remote_id=as_uuid(data.get("product")),
         customer_remote_id=as_uuid(data.get("customer")),
-        cycle_start_date=ts(data.get("cycle_start_date")),
-        cycle_end_date=ts(data.get("cycle_end_date")),
-        next_billing_date=ts(data.get("next_billing_date")),
+        cycle_start_date=ts(data.get("cycle_start_date"), "cycle_start_date"),
+        cycle_end_date=ts(data.get("cycle_end_date"), "cycle_end_date"),
+        next_billing_date=ts(data.get("next_billing_date"), "next_billing_date"),
         auto_renew=bool(data.get("auto_renew", True)),
-        trial_end_date=ts(data.get("trial_end_date")),
-        selected_billing_cycle=data.get("selected_billing_cycle") or "",
-        selected_currency=currency_code(data.get("selected_currency")),
+        trial_end_date=ts(data.get("trial_end_date"), "trial_end_date"),
+        selected_billing_cycle=_fits("selected_billing_cycle", str(cycle)),
+        selected_currency=_fits(
+            "selected_currency", _remote_currency(data.get("selected_currency"))
+        ),
     )
     return fields

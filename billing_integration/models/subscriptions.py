@@ -1,16 +1,22 @@
 """Subscriptions. Their state is owned by the service (events, pulls); a local
 ``Subscription`` without ``remote_id`` is created remotely once through ``POST /subscriptions``.
 
-``Subscription.objects.active()`` — the documented rule: a subscription is active when its
-``status`` is not one of ``INACTIVE_STATUSES`` (``canceled``, ``cancelled``, ``paused``,
-``ended``, ``expired``, and ``detached``: a subscription of a former service, see
-``billing_integration.service.reset_mirror``) and either its ``cycle_end_date`` is null or
-in the future, or its ``trial_end_date`` is in the future (in trial).
+The *active* rule, the one rule every access check uses (``Subscription.objects.active()``
+in SQL, ``grants_access()`` / ``Subscription.is_active`` in Python): a subscription is active
+when its ``status`` is in the allow-list ``BILLING['ACTIVE_STATUSES']`` (default
+``("published",)``) and either its ``cycle_end_date`` is null or in the future, or its
+``trial_end_date`` is in the future (in trial). A status not in the allow-list never grants
+access, whatever it is; statuses are normalised (stripped, lower-cased) once, by the mapping,
+before they are stored. ``KNOWN_INACTIVE_STATUSES`` only tells a known non-active status
+(``canceled``, ``paused``, ``detached``: a subscription of a former service, see
+``billing_integration.service.reset_mirror``, ...) from an unknown one, for the admin and
+the logs.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 from django.db import models
@@ -19,24 +25,99 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from ..conf import billing_settings
+from ..exceptions import BillingConfigurationError
 from .base import RemoteObject
 from .customers import Customer
 from .products import Product
 
-__all__ = ["INACTIVE_STATUSES", "Subscription", "SubscriptionQuerySet"]
+__all__ = [
+    "KNOWN_INACTIVE_STATUSES",
+    "Subscription",
+    "SubscriptionQuerySet",
+    "active_q",
+    "active_statuses",
+    "grants_access",
+    "is_known_status",
+    "unknown_status_q",
+]
 
-INACTIVE_STATUSES = ("canceled", "cancelled", "paused", "ended", "expired", "detached")
+#: Statuses known to mean "no access" (what the cancel / pause events set, and common
+#: spellings of an end). Not a deny-list: any status outside ``ACTIVE_STATUSES`` grants no
+#: access; these are only not reported as *unknown*.
+KNOWN_INACTIVE_STATUSES = ("canceled", "cancelled", "paused", "ended", "expired", "detached")
+
+
+@lru_cache(maxsize=8)
+def _normalised(configured: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(s.strip().lower() for s in configured))
+
+
+def active_statuses() -> tuple[str, ...]:
+    """``BILLING['ACTIVE_STATUSES']``, normalised like stored statuses (stripped,
+    lower-cased). Raises ``BillingConfigurationError`` when the setting is not a non-empty
+    list or tuple of non-empty strings (the system check reports it at start-up): a bad
+    allow-list never grants access."""
+    configured = billing_settings.ACTIVE_STATUSES
+    if (
+        not isinstance(configured, (list, tuple))
+        or not configured
+        or not all(isinstance(s, str) and s.strip() for s in configured)
+    ):
+        raise BillingConfigurationError(
+            "BILLING['ACTIVE_STATUSES'] must be a non-empty list of non-empty strings, "
+            f"not {configured!r}.",
+            setting="BILLING['ACTIVE_STATUSES']",
+        )
+    return _normalised(tuple(configured))
+
+
+def is_known_status(status: str) -> bool:
+    """An active status or one of ``KNOWN_INACTIVE_STATUSES``. ``""`` (no status) is not
+    known: it grants no access and the admin flags it."""
+    return status in active_statuses() or status in KNOWN_INACTIVE_STATUSES
+
+
+def active_q(at: datetime | None = None, prefix: str = "") -> Q:
+    """The active rule as a ``Q`` (``prefix``: the path to a subscription from another
+    model, e.g. ``"subscriptions__"``)."""
+    now = at or timezone.now()
+    return Q(**{f"{prefix}status__in": active_statuses()}) & (
+        Q(**{f"{prefix}cycle_end_date__isnull": True})
+        | Q(**{f"{prefix}cycle_end_date__gt": now})
+        | Q(**{f"{prefix}trial_end_date__gt": now})
+    )
+
+
+def grants_access(
+    status: str,
+    cycle_end_date: datetime | None,
+    trial_end_date: datetime | None,
+    at: datetime | None = None,
+) -> bool:
+    """The active rule in Python, for one subscription's values (the twin of ``active_q``)."""
+    now = at or timezone.now()
+    return status in active_statuses() and (
+        cycle_end_date is None
+        or cycle_end_date > now
+        or (trial_end_date is not None and trial_end_date > now)
+    )
+
+
+def unknown_status_q() -> Q:
+    """Subscriptions whose status is neither active nor known inactive (``""`` included)."""
+    return ~Q(status__in=[*active_statuses(), *KNOWN_INACTIVE_STATUSES])
 
 
 class SubscriptionQuerySet(models.QuerySet):
     def active(self, at: datetime | None = None) -> SubscriptionQuerySet:
-        """Subscriptions that currently grant access (see the module docstring)."""
-        now = at or timezone.now()
-        return self.exclude(status__in=INACTIVE_STATUSES).filter(
-            Q(cycle_end_date__isnull=True)
-            | Q(cycle_end_date__gt=now)
-            | Q(trial_end_date__gt=now)
-        )
+        """Subscriptions that grant access at ``at`` (now by default): the active rule."""
+        return self.filter(active_q(at))
+
+    def unknown_status(self) -> SubscriptionQuerySet:
+        """Subscriptions with a status that is neither active nor known inactive (they grant
+        no access; the admin flags them)."""
+        return self.filter(unknown_status_q())
 
     def inactive(self, at: datetime | None = None) -> SubscriptionQuerySet:
         return self.exclude(pk__in=self.active(at).values("pk"))
@@ -109,11 +190,10 @@ class Subscription(RemoteObject):
 
     @property
     def is_active(self) -> bool:
-        now = timezone.now()
-        if self.status in INACTIVE_STATUSES:
-            return False
-        return (
-            self.cycle_end_date is None
-            or self.cycle_end_date > now
-            or (self.trial_end_date is not None and self.trial_end_date > now)
-        )
+        """Whether the subscription grants access now (the active rule)."""
+        return grants_access(self.status, self.cycle_end_date, self.trial_end_date)
+
+    @property
+    def has_unknown_status(self) -> bool:
+        """The status is neither active nor a known inactive one (it grants no access)."""
+        return not is_known_status(self.status)

@@ -29,11 +29,11 @@ from django.db.models import Q
 from django.utils import timezone
 
 from ..conf import billing_settings
-from ..exceptions import BillingError, BillingIdempotencyConflict
+from ..exceptions import BillingError, BillingIdempotencyConflict, RemoteDataError
 from ..mapping import customers as customer_map
 from ..mapping import products as product_map
 from ..mapping import subscriptions as subscription_map
-from ..mapping.common import META_FIELDS
+from ..mapping.common import META_FIELDS, as_uuid
 from ..models.base import SyncState
 from ..models.customers import Customer
 from ..models.outbox import OPEN_STATES, OutboxEntry, OutboxOperation, OutboxState
@@ -165,32 +165,46 @@ def response_fields(
     product, ``not_sent`` with the reason in ``sync_error`` when the answer still lacks a
     local change no request can carry: ``changed`` are the entry's changed fields).
 
+    An answer with a value the mapping refuses (``RemoteDataError``: a date that does not
+    parse, ...) gives its remote id only (the object exists remotely: it must never be
+    created twice) and the error in ``sync_error``; a pull or an event brings the rest (a
+    subscription keeps its local, empty status meanwhile: no access).
+
     Raises ``IntegrityError`` when neither the answer nor the object has a remote id."""
-    note = ""
+    error = note = ""
+    try:
+        fields = _answer_fields(obj, data)
+    except RemoteDataError as exc:
+        error = f"The answer could not be stored: {exc}"
+        logger.error("%s#%s: %s", type(obj).__name__, obj.pk, error)
+        fields = {"remote_id": as_uuid(data.get("id")), "remote_data": data}
     if isinstance(obj, Product):
-        fields = {k: v for k, v in product_map.from_remote(data).items() if k in META_FIELDS}
         note = product_map.not_carried(obj, data, changed)
-    elif isinstance(obj, Customer):
-        mapped = customer_map.from_remote(data)
-        keep = (*META_FIELDS, "address_line_1", "address_line_2", "phone", "status")
-        fields = {k: v for k, v in mapped.items() if k in keep}
-    elif isinstance(obj, Subscription):
-        mapped = subscription_map.from_remote(data)
-        fields = {
-            k: v
-            for k, v in mapped.items()
-            if k in META_FIELDS or k in subscription_map.REMOTE_OWNED
-        }
-    else:
-        fields = {}
     if fields.get("remote_id") is None:
         fields.pop("remote_id", None)
         if obj.remote_id is None:
             raise IntegrityError("The service's answer carries no id.")
-    fields.update(last_synced_at=timezone.now(), sync_error=note)
+    fields.update(last_synced_at=timezone.now(), sync_error="\n".join(filter(None, (note, error))))
     if synced:
         fields["sync_state"] = settled_state(note, synced)
     return fields
+
+
+def _answer_fields(obj: Any, data: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(obj, Product):
+        return {k: v for k, v in product_map.from_remote(data).items() if k in META_FIELDS}
+    if isinstance(obj, Customer):
+        mapped = customer_map.from_remote(data)
+        keep = (*META_FIELDS, "address_line_1", "address_line_2", "phone", "status")
+        return {k: v for k, v in mapped.items() if k in keep}
+    if isinstance(obj, Subscription):
+        mapped = subscription_map.from_remote(data)
+        return {
+            k: v
+            for k, v in mapped.items()
+            if k in META_FIELDS or k in subscription_map.REMOTE_OWNED
+        }
+    return {}
 
 
 def _apply_response(obj: Any, data: dict[str, Any], synced: bool, changed: Any = ()) -> None:

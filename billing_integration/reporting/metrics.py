@@ -9,8 +9,9 @@ The rules (docs/reporting.md explains them at length):
 - **dates**: a subscription *starts* at ``remote_created`` (the service's ``date_created``,
   else the local ``created_at``). Payments, refunds and invoices happen at ``remote_created``
   (else ``created_at``).
-- **end of a subscription** (``ended_at``): a subscription in one of ``INACTIVE_STATUSES``
-  (canceled, paused, ended, expired) ended when it was last changed remotely
+- **end of a subscription** (``ended_at``): a subscription whose status is not in the
+  allow-list ``BILLING['ACTIVE_STATUSES']`` (canceled, paused, or any status not known to be
+  live: the same allow-list as the access checks) ended when it was last changed remotely
   (``remote_updated``, which the ``subscription.canceled`` / ``paused`` events set; else the
   local ``updated_at``). A subscription in an active status whose cycle ended without renewal
   (``cycle_end_date`` passed, not in trial) ended at ``cycle_end_date`` (it lapsed).
@@ -68,7 +69,6 @@ from django.utils import timezone
 
 from ..conf import billing_settings
 from ..models import (
-    INACTIVE_STATUSES,
     Customer,
     Invoice,
     InvoiceStatus,
@@ -78,6 +78,7 @@ from ..models import (
     Refund,
     RefundStatus,
     Subscription,
+    active_statuses,
 )
 
 __all__ = [
@@ -165,7 +166,7 @@ def ended_at(now: datetime) -> Case:
     """When a subscription stopped being active (see the module docstring), else NULL."""
     return Case(
         When(
-            status__in=INACTIVE_STATUSES,
+            ~Q(status__in=active_statuses()),
             then=Coalesce("remote_updated", "updated_at", output_field=DateTimeField()),
         ),
         When(

@@ -13,7 +13,15 @@ Ownership rules:
 
 - products and customers are authored locally: a row with local changes not yet pushed
   (``sync_state`` ``pending`` or ``failed``) is left alone (counted as ``skipped``);
-- subscriptions are owned by the service: state and dates always come from the remote side.
+- subscriptions are owned by the service: state and dates always come from the remote side,
+  but never move backwards: a row older than the stored version (its ``date_updated``, else
+  ``date_created``, against the stored ``remote_updated``, which an event may have set) is
+  not applied (counted as ``stale``), and a stored ``remote_updated`` is never nulled.
+
+A row the mapping refuses (``RemoteDataError``: a date that does not parse, a string longer
+than its column) is not applied: what is stored is kept, the row is counted in ``errors``
+with its message in ``error_messages``, and an error is logged. The rest of the page is
+applied.
 
 Public, stable entry points (also used by the webhook handlers)::
 
@@ -25,6 +33,7 @@ Public, stable entry points (also used by the webhook handlers)::
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import uuid
@@ -36,6 +45,7 @@ from django.db import connections, models, transaction
 from django.db.models import Q, prefetch_related_objects
 from django.utils import timezone
 
+from ..exceptions import RemoteDataError
 from ..mapping import customers as customer_map
 from ..mapping import products as product_map
 from ..mapping import subscriptions as subscription_map
@@ -61,9 +71,15 @@ __all__ = [
     "upsert_subscriptions",
 ]
 
+logger = logging.getLogger("billing_integration.sync")
+
 Progress = Callable[[str, "PullCounts"], None]
 T = TypeVar("T")
 LOCAL_CHANGES = (SyncState.PENDING, SyncState.FAILED)
+
+
+#: How many error messages a ``PullCounts`` keeps (the count goes on).
+MAX_ERROR_MESSAGES = 20
 
 
 @dataclass
@@ -74,10 +90,15 @@ class PullCounts:
     skipped: int = 0
     pages: int = 0
     seen: set[uuid.UUID] = field(default_factory=set, repr=False)
+    #: Rows not applied because the mapping refused a value (``RemoteDataError``).
+    errors: int = 0
+    error_messages: list[str] = field(default_factory=list, repr=False)
+    #: Rows older than the stored version, not applied.
+    stale: int = 0
 
     @property
     def total(self) -> int:
-        return self.created + self.updated + self.unchanged + self.skipped
+        return self.created + self.updated + self.unchanged + self.skipped + self.stale
 
     def add(self, other: PullCounts) -> None:
         self.created += other.created
@@ -85,6 +106,15 @@ class PullCounts:
         self.unchanged += other.unchanged
         self.skipped += other.skipped
         self.pages += other.pages
+        self.errors += other.errors
+        self.stale += other.stale
+        room = MAX_ERROR_MESSAGES - len(self.error_messages)
+        self.error_messages.extend(other.error_messages[: max(room, 0)])
+
+    def error(self, message: str) -> None:
+        self.errors += 1
+        if len(self.error_messages) < MAX_ERROR_MESSAGES:
+            self.error_messages.append(message)
 
     def as_dict(self) -> dict[str, int]:
         return {
@@ -93,21 +123,37 @@ class PullCounts:
             "unchanged": self.unchanged,
             "skipped": self.skipped,
             "pages": self.pages,
+            "stale": self.stale,
+            "errors": self.errors,
         }
 
     def __str__(self) -> str:
-        return f"{self.created} created, {self.updated} updated, {self.unchanged} unchanged" + (
-            f", {self.skipped} skipped (local changes pending)" if self.skipped else ""
+        return (
+            f"{self.created} created, {self.updated} updated, {self.unchanged} unchanged"
+            + (f", {self.skipped} skipped (local changes pending)" if self.skipped else "")
+            + (f", {self.stale} stale (older than the stored state)" if self.stale else "")
+            + (f", {self.errors} not applied (bad data)" if self.errors else "")
         )
 
 
 # --- generic bulk upsert ---------------------------------------------------------------------
-def _mapped(rows: Iterable[dict[str, Any]], mapper: Callable[[dict], dict]) -> list[dict]:
+def _mapped(
+    rows: Iterable[dict[str, Any]], mapper: Callable[[dict], dict], counts: PullCounts
+) -> list[dict]:
+    """The mapped rows by remote id; a row the mapper refuses (``RemoteDataError``) is left
+    out and counted in ``counts.errors`` (what is stored for it is kept)."""
     out: dict[uuid.UUID, dict] = {}
     for row in rows:
         if not isinstance(row, dict):
             continue
-        fields = mapper(row)
+        try:
+            fields = mapper(row)
+        except RemoteDataError as exc:
+            rid = str(row.get("id"))[:64]
+            message = f"{rid}: {exc}"
+            logger.error("Pulled row not applied (kept what is stored): %s", message)
+            counts.error(message)
+            continue
         if fields.get("remote_id") is not None:
             out[fields["remote_id"]] = fields  # the last of duplicates wins
     return list(out.values())
@@ -136,14 +182,19 @@ def _bulk_upsert(
     adopt: Adoption | None = None,
     create_only: tuple[str, ...] = (),
     created_rows: bool = False,
+    counts: PullCounts | None = None,
+    versioned: bool = False,
 ) -> tuple[PullCounts, list[models.Model]]:
     """Upsert one page. ``local_owned`` fields are not overwritten on rows with local
     changes pending; ``create_only`` fields are set on new rows only; ``adopt`` links remote
     rows to local not-yet-linked rows (looked up in the same query as the known rows).
+    ``versioned``: a row older than the stored ``remote_updated`` is not applied (``stale``)
+    and a row without ``date_updated`` keeps the stored ``remote_updated``.
     Returns the counts and the rows written: the created ones (with their primary keys) when
     ``created_rows`` is set - otherwise new rows are inserted without building model
     instances (``models.bulk.insert_rows``) and only the updated ones are returned."""
-    counts = PullCounts(pages=1)
+    counts = counts if counts is not None else PullCounts()
+    counts.pages += 1
     if not mapped:
         return counts, []
     now = timezone.now()
@@ -174,6 +225,13 @@ def _bulk_upsert(
             to_create.append({**fields, "sync_state": SyncState.SYNCED, "last_synced_at": now})
             continue
         fields = {k: v for k, v in fields.items() if k not in create_only}
+        if versioned and obj.remote_updated is not None:
+            version = fields.get("remote_updated") or fields.get("remote_created")
+            if version is not None and version < obj.remote_updated:
+                counts.stale += 1
+                continue
+            if fields.get("remote_updated") is None:
+                fields = {k: v for k, v in fields.items() if k != "remote_updated"}
         if (
             local_owned
             and getattr(obj, "sync_state", None) in LOCAL_CHANGES
@@ -230,13 +288,15 @@ def upsert_products(rows: Iterable[dict[str, Any]]) -> PullCounts:
     Products whose remote JSON changed get their ``not_sent`` state re-derived: what the
     service lacks may have changed (two queries for the page)."""
     rows = [r for r in rows if isinstance(r, dict)]
-    mapped = _mapped(rows, product_map.from_remote)
+    counts = PullCounts()
+    mapped = _mapped(rows, product_map.from_remote, counts)
     counts, objs = _bulk_upsert(
         Product,
         mapped,
         local_owned=PRODUCT_LOCAL,
         create_only=("product_type", "blueprint_known"),
         created_rows=True,
+        counts=counts,
     )
     _settle_not_carried(objs[counts.created :])
     created = [o for o in objs[: counts.created] if o.pk is not None]
@@ -314,8 +374,11 @@ CUSTOMER_ADOPTION = Adoption(
 
 
 def upsert_customers(rows: Iterable[dict[str, Any]]) -> PullCounts:
-    mapped = _mapped(rows, customer_map.from_remote)
-    counts, _ = _bulk_upsert(Customer, mapped, local_owned=CUSTOMER_LOCAL, adopt=CUSTOMER_ADOPTION)
+    counts = PullCounts()
+    mapped = _mapped(rows, customer_map.from_remote, counts)
+    counts, _ = _bulk_upsert(
+        Customer, mapped, local_owned=CUSTOMER_LOCAL, adopt=CUSTOMER_ADOPTION, counts=counts
+    )
     return counts
 
 
@@ -361,7 +424,8 @@ def upsert_subscriptions(
     by remote id (one query each for the whole page). ``customer`` keeps only its rows.
     ``products`` (remote id -> local pk) is a cache kept across the pages of one pull: the
     products of a page are looked up only when some are new to it."""
-    mapped = _mapped(rows, subscription_map.from_remote)
+    counts = PullCounts()
+    mapped = _mapped(rows, subscription_map.from_remote, counts)
     if customer is not None:
         mapped = [m for m in mapped if m["customer_remote_id"] == customer.remote_id]
     product_ids = {m["product_remote_id"] for m in mapped if m["product_remote_id"]}
@@ -384,7 +448,14 @@ def upsert_subscriptions(
         }
         for fields in mapped
     ]
-    counts, _ = _bulk_upsert(Subscription, linked, local_owned=(), adopt=SUBSCRIPTION_ADOPTION)
+    counts, _ = _bulk_upsert(
+        Subscription,
+        linked,
+        local_owned=(),
+        adopt=SUBSCRIPTION_ADOPTION,
+        counts=counts,
+        versioned=True,
+    )
     return counts
 
 

@@ -1,14 +1,18 @@
 """Reading the event envelope tolerantly.
 
-DESIGN.md fixes ``{"id", "type", "created_at", "data"}``; a real service may say ``event``
+The envelope is ``{"id", "type", "created_at", "data"}``; a real service may say ``event``
 or ``event_type`` for the type, ``timestamp`` for the time, ``payload`` or ``object`` for the
-data. Nothing here raises on odd values: unknown shapes give empty fields.
+data. Nothing here raises on odd values: unknown shapes give empty fields (a time that does
+not parse is kept raw in ``Envelope.occurred_raw``, so processing can fail the event rather
+than treat it as "no time"). ``NaN`` and ``Infinity`` are not JSON: ``parse_json`` refuses
+them (Python's ``json`` would accept them).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -28,11 +32,29 @@ def clean_text(value: str, limit: int | None = None) -> str:
     return value[:limit] if limit is not None else value
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"the number {text[:40]} is out of range")
+    return value
+
+
+def parse_json(text: str) -> Any:
+    """``json.loads`` for a delivery body: strict JSON, so ``NaN``, ``Infinity`` and
+    ``-Infinity`` (and a number too large for a float, which would read as infinity) raise
+    ``ValueError``: an amount must never be read as a float NaN or infinity."""
+    return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+
+
 def parse_body(body: str | bytes) -> dict[str, Any]:
     """The envelope as a dict; ``ValueError`` if the body is not a JSON object."""
     if isinstance(body, bytes):
         body = body.decode("utf-8")  # UnicodeDecodeError is a ValueError
-    value = json.loads(body)
+    value = parse_json(body)
     if not isinstance(value, dict):
         raise ValueError("The event body is not a JSON object.")
     return value
@@ -69,6 +91,9 @@ class Envelope:
     raw_type: str
     occurred_at: datetime | None
     data: dict[str, Any] = field(default_factory=dict)
+    #: The envelope's time as sent (``None`` when absent); set with ``occurred_at`` None
+    #: means it did not parse.
+    occurred_raw: Any = None
 
     @property
     def object_id(self) -> str:
@@ -96,9 +121,11 @@ def read_envelope(payload: dict[str, Any], *, message_id: str | None, body: byte
     data = _first(payload, _DATA_KEYS)
     if isinstance(data, dict) and isinstance(data.get("object"), dict) and "id" not in data:
         data = data["object"]
+    raw_time = _first(payload, _TIME_KEYS)
     return Envelope(
         event_id=clean_text(event_id),
         raw_type=clean_text(raw_type, 255),
-        occurred_at=parse_time(_first(payload, _TIME_KEYS)),
+        occurred_at=parse_time(raw_time),
         data=data if isinstance(data, dict) else {},
+        occurred_raw=raw_time,
     )

@@ -3,9 +3,16 @@
 A handler's ``handle(ctx)`` runs inside the processing transaction, with the event row
 locked. It locks the rows it changes (``select_for_update``, always in the order
 subscription -> invoice -> payment -> refund, so two events never wait on each other in
-opposite orders), skips the event when it is older than the stored state (``date_updated``,
-else the envelope's ``created_at``, compared with the row's ``remote_updated``), applies it,
-and returns a ``HandlerResult`` naming the objects it touched (they go to the signals).
+opposite orders), skips the event when it is older than the stored state (``ctx.version``
+compared with the row's ``remote_updated``), applies it, and returns a ``HandlerResult``
+naming the objects it touched (they go to the signals).
+
+Every event has a version (``EventContext.version``): the data's ``date_updated``, else its
+``date_created``, else the envelope's ``created_at``, else the delivery's signed
+``webhook-timestamp``, else the time it was received. An applied event stores it as the
+row's ``remote_updated``, which therefore never goes back nor becomes null. A value that
+cannot be parsed (a date, a status longer than its column) raises ``RemoteDataError``: the
+event fails with that error and nothing is changed.
 
 A host overrides one event by subclassing and registering its class::
 
@@ -31,6 +38,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
+from functools import cached_property
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
@@ -90,22 +98,34 @@ class PullRequired(Exception):
 
 @dataclass
 class EventContext:
-    """What a handler gets: the event row, its canonical type and parsed parts."""
+    """What a handler gets: the event row, its canonical type and parsed parts.
+
+    ``occurred_at``: the envelope's ``created_at``; ``signed_at``: the delivery's
+    ``webhook-timestamp`` when the signature covered it; ``received_at``: when it was stored.
+    """
 
     event: WebhookEvent
     event_type: str
     data: dict[str, Any]
     occurred_at: datetime | None
     pulled: set[tuple[str, uuid.UUID]] = field(default_factory=set)
+    signed_at: datetime | None = None
+    received_at: datetime | None = None
 
-    @property
-    def version(self) -> datetime | None:
+    @cached_property
+    def version(self) -> datetime:
         """The time of the state the event carries: ``data.date_updated``, else
-        ``data.date_created``, else the envelope's ``created_at``."""
+        ``data.date_created``, else the envelope's ``created_at``, else the signed
+        ``webhook-timestamp``, else the receive time (never None). ``RemoteDataError`` when
+        a date given in the data does not parse."""
         return (
-            ts(self.data.get("date_updated"))
-            or ts(self.data.get("date_created"))
-            or (self.occurred_at)
+            ts(self.data.get("date_updated"), "date_updated")
+            or ts(self.data.get("date_created"), "date_created")
+            or self.occurred_at
+            or self.signed_at
+            or self.received_at
+            or getattr(self.event, "received_at", None)
+            or timezone.now()
         )
 
     def may_pull(self, kind: str, remote_id: uuid.UUID | None) -> bool:
@@ -234,16 +254,17 @@ class SubscriptionHandler(EventHandler):
         status = self.STATUS_FOR_TYPE.get(self.event_type)
         if status:
             values["status"] = status
-        if values.get("remote_updated") is None:
-            values["remote_updated"] = ctx.version
+        # The event's version (its date_updated when it has one): never None, and never
+        # older than the stored one (an older event is skipped before this is saved).
+        values["remote_updated"] = ctx.version
         return values
 
     def handle(self, ctx: EventContext) -> HandlerResult:
         remote_id = _uuid_or_fail(ctx.data.get("id"), "id")
         subscription = Subscription.objects.select_for_update().filter(remote_id=remote_id).first()
+        values = self.fields(ctx)  # before the age check: bad data fails even a stale event
         if subscription is not None and is_older(ctx.version, subscription.remote_updated):
             return HandlerResult("stale", {"subscription": subscription})
-        values = self.fields(ctx)
         new = subscription is None
         if new:
             subscription = Subscription(
@@ -297,7 +318,7 @@ class RecordHandler(EventHandler):
             "currency": _currency(data.get("currency")),
             "customer_remote_id": as_uuid(data.get("customer")),
             "subscription_remote_id": as_uuid(data.get("subscription")),
-            "remote_created": ts(data.get("date_created")),
+            "remote_created": ts(data.get("date_created"), "date_created"),
             "remote_updated": ctx.version,
             "remote_data": data,
         }
@@ -404,8 +425,8 @@ class InvoiceHandler(RecordHandler):
     def extra_fields(self, ctx: EventContext) -> dict[str, Any]:
         return {
             "product_remote_id": as_uuid(ctx.data.get("product")),
-            "period_start": ts(ctx.data.get("period_start")),
-            "period_end": ts(ctx.data.get("period_end")),
+            "period_start": ts(ctx.data.get("period_start"), "period_start"),
+            "period_end": ts(ctx.data.get("period_end"), "period_end"),
         }
 
 

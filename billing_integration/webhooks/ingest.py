@@ -8,7 +8,6 @@ on a model instance (``StoreResult.event`` builds one on demand).
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from collections.abc import Mapping
 from contextlib import nullcontext
@@ -25,7 +24,7 @@ from django.db.models import Field
 from .. import wakeup
 from ..conf import billing_settings
 from ..models import EventState, WebhookEvent
-from .envelope import clean_text, read_envelope
+from .envelope import clean_text, parse_json, read_envelope
 from .tasks import WAKEUP_NAME, kick_window, process_received_events
 from .types import normalize_type
 from .verification import Verification
@@ -295,7 +294,7 @@ def store_delivery(
         error = "The body is not UTF-8."
     else:
         try:
-            payload = json.loads(text)
+            payload = parse_json(text)
         except (ValueError, RecursionError) as exc:
             error = f"Malformed JSON: {str(exc)[:200]}"
     if not error and not isinstance(payload, dict):

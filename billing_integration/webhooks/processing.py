@@ -23,7 +23,7 @@ import traceback as tb
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.core.cache import cache
@@ -36,6 +36,7 @@ from ..exceptions import (
     BillingServerError,
     BillingServiceMismatchError,
     BillingTransportError,
+    RemoteDataError,
 )
 from ..models import EventState, WebhookEvent
 from ..service import ensure_service
@@ -103,14 +104,32 @@ def pull_missing(kind: str, remote_id: uuid.UUID, *, customer: uuid.UUID | None 
         coalesced_pull("subscriptions", pull.pull_subscriptions, known(Subscription, remote_id))
 
 
+def _signed_at(event: WebhookEvent) -> datetime | None:
+    """The delivery's ``webhook-timestamp`` when the signature covered it (verified at
+    ingest, kept with the stored headers), else None."""
+    if event.verified_by != "signature" or not isinstance(event.headers, dict):
+        return None
+    raw = event.headers.get("webhook-timestamp") or event.headers.get("svix-timestamp")
+    try:
+        return datetime.fromtimestamp(int(str(raw).strip()), tz=UTC)
+    except (TypeError, ValueError, OverflowError, OSError):
+        return None
+
+
 def _load_context(event: WebhookEvent, event_type: str) -> EventContext:
     payload = parse_body(event.body)
     envelope = read_envelope(payload, message_id=None, body=event.body.encode())
+    occurred_at = event.occurred_at or envelope.occurred_at
+    if occurred_at is None and envelope.occurred_raw not in (None, ""):
+        # A time that does not parse never becomes "no time".
+        raise RemoteDataError("created_at", envelope.occurred_raw, "not a timestamp")
     return EventContext(
         event=event,
         event_type=event_type,
         data=envelope.data,
-        occurred_at=event.occurred_at or envelope.occurred_at,
+        occurred_at=occurred_at,
+        signed_at=_signed_at(event),
+        received_at=event.received_at,
     )
 
 

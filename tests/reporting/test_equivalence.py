@@ -63,6 +63,12 @@ def add_edge_cases(world: World) -> None:
         sub(p1, "years-1", "XOF", "c8", dt(2024, 6, 30, 23), status="expired",
             remote_updated=dt(2025, 6, 1, 0)),  # ends exactly at MIDNIGHT
         sub(p2, "months-3", "XOF", "c7", dt(2025, 5, 31, 23), cycle_end_date=MIDNIGHT),
+        # statuses outside the allow-list (BILLING['ACTIVE_STATUSES']): ended when last changed
+        sub(p1, "months-1", "XOF", "c6", dt(2024, 9, 1), status="past_due",
+            remote_updated=dt(2025, 4, 1, 0)),
+        sub(p2, "months-3", "USD", "c8", dt(2025, 2, 1), status="",
+            remote_updated=dt(2025, 5, 15), cycle_end_date=dt(2025, 9, 1)),
+        sub(p1, "months-1", "XOF", "c7", dt(2025, 1, 1), status="pending"),  # ended: updated_at
     ]
     Subscription.objects.bulk_create(subs)
     subs = list(Subscription.objects.filter(customer__identifier__in=("c6", "c7", "c8")))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 
 import pytest
@@ -67,6 +68,17 @@ envelopes = st.fixed_dictionaries(
 )
 
 
+def not_finite(value) -> bool:
+    """``value`` holds a float NaN or infinity (which ``json.dumps`` writes as non-JSON)."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(not_finite(v) for v in value.values())
+    if isinstance(value, list):
+        return any(not_finite(v) for v in value)
+    return False
+
+
 @pytest.fixture
 def fuzz_settings(settings):
     # Inline processing: the handlers see the fuzzed data in the request, too.
@@ -126,5 +138,11 @@ def test_signed_random_envelopes_never_5xx_and_are_stored(
         response = client.post(
             URL, data=body, content_type="application/json", **as_meta(sign(body))
         )
+    if not_finite(env):
+        # not JSON (Python writes and would read it): refused, and kept as ``rejected``
+        assert response.status_code == 400, response.content
+        assert "not a JSON value" in response.json()["error"]
+        assert WebhookEvent.objects.filter(state="rejected", body=body.decode()).exists()
+        return
     assert response.status_code == 200, response.content
     assert WebhookEvent.objects.filter(event_id=response.json()["id"]).exists()

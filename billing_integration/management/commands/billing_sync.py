@@ -4,6 +4,10 @@ Pull the lists from the billing service and upsert them locally (all three when 
 named), printing created / updated / unchanged counts. Progress is shown on a terminal.
 After the products, it lists the products on the service that have no known billing cycles
 (checkout refuses them) and says what to do.
+
+Rows the service sent with a value that cannot be stored (a date that does not parse, ...)
+are not applied: they are listed on stderr and the command exits with an error at the end.
+
 ``--drain`` first pushes the outbox entries whose message was lost, inline (no worker needed);
 ``--retry-failed`` puts failed outbox entries back in the queue first.
 """
@@ -70,6 +74,7 @@ class Command(BaseCommand):
             "customers": pull.pull_customers,
             "subscriptions": pull.pull_subscriptions,
         }
+        errors = 0
         for resource in resources:
             try:
                 counts = functions[resource](progress=progress)
@@ -80,6 +85,11 @@ class Command(BaseCommand):
             self.stdout.write(self.style.SUCCESS(f"{resource}: {counts}"))
             if resource == "products":
                 self._report_without_cycles(pull.products_without_cycles())
+            for message in counts.error_messages:
+                self.stderr.write(f"{resource}: not applied: {message}")
+            errors += counts.errors
+        if errors:
+            raise CommandError(f"{errors} row(s) not applied (bad data from the service).")
 
     def _report_without_cycles(self, products: list[Any]) -> None:
         """Products checkout refuses: the service answers with a blueprint id only, so the

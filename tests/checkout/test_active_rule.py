@@ -1,0 +1,280 @@
+"""One active rule on every path: an allow-list of statuses (``BILLING['ACTIVE_STATUSES']``,
+compared after the mapping normalised the status) and the date rule (no cycle end, a cycle
+end in the future, or a trial end in the future).
+
+Subscriptions are stored the way the service's data arrives (the pull's upsert, through the
+mapping), then every access path is asked: ``subscribed()``, the decorator, the mixin, the
+template filters and tags, the DRF permission, the API's ``is_active`` and ``?active=1``,
+``Subscription.objects.active()``, ``Subscription.is_active`` and the reporting's active count.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.template import engines
+from django.test import RequestFactory
+from django.utils import timezone
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from billing_integration.access import subscribed
+from billing_integration.models import Customer, Product, Subscription
+from billing_integration.outbox import from_remote
+from billing_integration.reporting import metrics
+from billing_integration.sync.pull import upsert_subscription
+from billing_integration.timestamps import format_timestamp
+
+pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.checkout.urls")]
+
+#: Statuses that must never grant access, as the service might spell them.
+NO_ACCESS = [
+    "CANCELED",
+    "Canceled",
+    " canceled",
+    "canceled",
+    "paused",
+    "pending",
+    "past_due",
+    "unpaid",
+    "incomplete",
+    "draft",
+    "",
+    None,
+    "active",
+    "trialing",
+    "published-ish",
+    "publishe",
+    "un published",
+    "?",
+]
+#: The default allow-list, in spellings the mapping normalises.
+ACCESS = ["published", "PUBLISHED ", " Published", "\tpublished\n"]
+
+DAY = timedelta(days=1)
+#: (cycle_end_date, trial_end_date) as offsets from now; None: no date.
+DATES = {
+    "open-ended": (None, None),
+    "cycle ahead": (30 * DAY, None),
+    "cycle passed": (-DAY, None),
+    "cycle passed, in trial": (-DAY, 3 * DAY),
+    "cycle passed, trial passed": (-DAY, -2 * DAY),
+    "no cycle end, trial passed": (None, -DAY),
+    "cycle ahead, trial passed": (30 * DAY, -DAY),
+}
+DATES_GRANT = {
+    "open-ended",
+    "cycle ahead",
+    "cycle passed, in trial",
+    "no cycle end, trial passed",
+    "cycle ahead, trial passed",
+}
+
+
+def render(text: str, **context: Any) -> str:
+    return engines["django"].from_string("{% load billing %}" + text).render(context).strip()
+
+
+@pytest.fixture
+def member(db):
+    return get_user_model().objects.create_user("member")
+
+
+@pytest.fixture
+def pro(db):
+    with from_remote():
+        return Product.objects.create(
+            name="Pro plan",
+            status="published",
+            selected_currencies=[1],
+            remote_id=uuid.uuid4(),
+            sync_state="synced",
+        )
+
+
+@pytest.fixture
+def member_customer(member):
+    with from_remote():
+        return Customer.objects.create(
+            subscriber=member, identifier="member", remote_id=uuid.uuid4(), sync_state="synced"
+        )
+
+
+@pytest.fixture
+def logged_in_member(client, member, member_customer):
+    client.force_login(member)
+    return client
+
+
+def wire(value: datetime | None) -> str | None:
+    return None if value is None else format_timestamp(value)
+
+
+def store(
+    customer: Customer,
+    product: Product,
+    status: Any,
+    cycle_end: timedelta | None,
+    trial_end: timedelta | None,
+) -> Subscription | None:
+    """A subscription resource as the service sends it, stored through the pull's upsert."""
+    now = timezone.now()
+    data = {
+        "id": str(uuid.uuid4()),
+        "date_created": wire(now - 40 * DAY),
+        "date_updated": wire(now - DAY),
+        "product": str(product.remote_id),
+        "customer": str(customer.remote_id),
+        "cycle_start_date": wire(now - 10 * DAY),
+        "cycle_end_date": wire(now + cycle_end) if cycle_end is not None else None,
+        "next_billing_date": None,
+        "trial_end_date": wire(now + trial_end) if trial_end is not None else None,
+        "auto_renew": True,
+        "selected_billing_cycle": "months-1",
+        "selected_currency": "XOF",
+    }
+    if status is not None:
+        data["status"] = status
+    return upsert_subscription(data)
+
+
+def access_everywhere(client, user, product: Product) -> dict[str, bool]:
+    """What every access path says for ``user`` (who has at most one subscription)."""
+    request = RequestFactory().get("/")
+    request.user = user
+    api = client.get("/billing/api/subscriptions/").json()
+    sub = Subscription.objects.first()
+    return {
+        "subscribed()": subscribed(user),
+        "subscribed(product)": subscribed(user, product),
+        "decorator": client.get("/members/").status_code == 200,
+        "decorator(product)": client.get("/pro/").status_code == 200,
+        "mixin": client.get("/members-cbv/").status_code == 200,
+        "mixin(product)": client.get("/pro-cbv/").status_code == 200,
+        "filter subscribed_to": render(
+            "{% if user|subscribed_to:product %}1{% else %}0{% endif %}", user=user, product=product
+        )
+        == "1",
+        "filter is_subscriber": render(
+            "{% if user|is_subscriber %}1{% else %}0{% endif %}", user=user
+        )
+        == "1",
+        "tag is_subscribed": render(
+            "{% is_subscribed product as ok %}{{ ok }}", request=request, product=product
+        )
+        == "True",
+        "tag if_subscribed": render(
+            "{% if_subscribed %}1{% else %}0{% endif_subscribed %}", request=request
+        )
+        == "1",
+        "DRF permission": client.get("/api/members/").status_code == 200,
+        "DRF permission(product)": client.get("/api/pro/").status_code == 200,
+        "API is_active": bool(api) and api[0]["is_active"] is True,
+        "API ?active=1": len(client.get("/billing/api/subscriptions/?active=1").json()) == 1,
+        "objects.active()": Subscription.objects.active().exists(),
+        "Subscription.is_active": sub is not None and sub.is_active,
+        "reporting active": sum(
+            r["active"] for r in metrics.current_subscriptions(metrics.Period())
+        )
+        == 1,
+    }
+
+
+def expected(
+    status: Any,
+    dates: tuple[timedelta | None, timedelta | None],
+    allowed: tuple[str, ...] = ("published",),
+) -> bool:
+    """The rule, stated independently of the code under test."""
+    normalised = (status or "").strip().lower()
+    cycle_end, trial_end = dates
+    date_ok = (
+        cycle_end is None
+        or cycle_end > timedelta(0)
+        or (trial_end is not None and trial_end > timedelta(0))
+    )
+    return normalised in allowed and date_ok
+
+
+@pytest.mark.parametrize(
+    "status,dates",
+    list(itertools.product(NO_ACCESS + ACCESS, DATES)),
+    ids=lambda v: repr(v) if not isinstance(v, str) or v not in DATES else v,
+)
+def test_every_path_follows_the_allow_list_and_the_date_rule(
+    logged_in_member, member, member_customer, pro, status, dates
+):
+    sub = store(member_customer, pro, status, *DATES[dates])
+    assert sub is not None and sub.status == (status or "").strip().lower()
+    want = status is not None and status.strip().lower() == "published" and dates in DATES_GRANT
+    assert want == expected(status, DATES[dates])
+    answers = access_everywhere(logged_in_member, member, pro)
+    assert answers == dict.fromkeys(answers, want), (status, dates)
+
+
+def test_the_allow_list_is_a_setting_normalised_like_the_statuses(
+    settings, logged_in_member, member, member_customer, pro
+):
+    settings.BILLING = {**settings.BILLING, "ACTIVE_STATUSES": ["published", " Trialing"]}
+    store(member_customer, pro, "TRIALING ", 30 * DAY, None)
+    answers = access_everywhere(logged_in_member, member, pro)
+    assert answers == dict.fromkeys(answers, True)
+    settings.BILLING = {**settings.BILLING, "ACTIVE_STATUSES": ["active"]}
+    answers = access_everywhere(logged_in_member, member, pro)
+    assert answers == dict.fromkeys(answers, False)
+
+
+# --- property: random statuses and dates ------------------------------------------------------
+wire_statuses = st.one_of(
+    st.none(),
+    st.builds(
+        lambda word, upper, left, right: left + (word.upper() if upper else word) + right,
+        st.sampled_from(
+            [
+                "published",
+                "canceled",
+                "paused",
+                "pending",
+                "active",
+                "trialing",
+                "",
+                "publishe",
+                "Published",
+            ]
+        ),
+        st.booleans(),
+        st.sampled_from(["", " ", "\t", "  \n"]),
+        st.sampled_from(["", " ", "\r\n"]),
+    ),
+    st.text(max_size=40),
+)
+offsets = st.none() | st.integers(min_value=-2000, max_value=2000).filter(bool).map(
+    lambda hours: timedelta(hours=hours)
+)
+
+
+@settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(status=wire_statuses, cycle_end=offsets, trial_end=offsets)
+def test_property_access_iff_normalised_status_allowed_and_dates_hold(
+    logged_in_member, member, member_customer, pro, status, cycle_end, trial_end
+):
+    Subscription.objects.all().delete()
+    sub = store(member_customer, pro, status, cycle_end, trial_end)
+    normalised = (status or "").strip().lower()
+    if len(normalised) > 32:  # longer than the column: refused by the mapping, not stored
+        assert sub is None and not Subscription.objects.exists()
+        want = False
+    else:
+        assert sub is not None and sub.status == normalised
+        want = expected(status, (cycle_end, trial_end))
+    answers = access_everywhere(logged_in_member, member, pro)
+    assert answers == dict.fromkeys(answers, want), (status, cycle_end, trial_end, answers)

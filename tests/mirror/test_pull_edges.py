@@ -1,0 +1,160 @@
+"""Odd data from the service on the pull and push paths (real HTTP to the sandbox, the answers
+then altered the way a service with bugs might send them): a row the mapping cannot store is
+not applied and is reported; a pull never moves a subscription back nor nulls its version."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from billing_integration.client import get_client
+from billing_integration.models import Customer, OutboxEntry, Subscription
+from billing_integration.sync.pull import pull_customers, pull_products, pull_subscriptions
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def small_pages(settings, billing_sandbox):
+    settings.BILLING = {**settings.BILLING, "PAGE_SIZE": 10}
+    from billing_integration.client import reset_client
+
+    reset_client()
+    return billing_sandbox
+
+
+@pytest.fixture
+def tamper(monkeypatch) -> Callable[[str, Callable[[Any], Any]], None]:
+    """``tamper(operation, change)``: the client's answers to ``operation`` (e.g.
+    ``list_subscriptions``) pass through ``change`` after the real HTTP call."""
+    client = get_client()
+    real = client._call
+    changes: dict[str, Callable[[Any], Any]] = {}
+
+    def call(operation: str, *args: Any, **kwargs: Any) -> Any:
+        answer = real(operation, *args, **kwargs)
+        change = changes.get(operation)
+        return change(answer) if change else answer
+
+    monkeypatch.setattr(client, "_call", call)
+    return lambda operation, change: changes.__setitem__(operation, change)
+
+
+def rows_changed(**by_index: dict[str, Any]) -> Callable[[Any], Any]:
+    """Change fields of rows of a list answer, by the row's position in the sandbox's list."""
+
+    def change(items: Any) -> Any:
+        return [dict(item, **by_index.get(str(i), {})) for i, item in enumerate(items)]
+
+    return change
+
+
+def pulled(sandbox) -> list[Subscription]:
+    sandbox.seed(customers=2, subscriptions=3)
+    pull_products()
+    pull_customers()
+    assert pull_subscriptions().created == 3
+    order = [s["id"] for s in sandbox.objects("subscription")]
+    return sorted(Subscription.objects.all(), key=lambda s: order.index(str(s.remote_id)))
+
+
+def test_a_row_with_a_date_that_does_not_parse_is_not_applied_and_reported(small_pages, tamper):
+    subs = pulled(small_pages)
+    before = {s.pk: (s.cycle_end_date, s.status, s.remote_updated) for s in subs}
+    tamper(
+        "list_subscriptions",
+        rows_changed(**{"0": {"cycle_end_date": "31/12/2026"}, "1": {"status": "canceled"}}),
+    )
+    counts = pull_subscriptions()
+    subs[0].refresh_from_db()
+    assert subs[0].cycle_end_date is not None  # never nulled: no access forever
+    assert (subs[0].cycle_end_date, subs[0].status, subs[0].remote_updated) == before[subs[0].pk]
+    subs[1].refresh_from_db()
+    assert subs[1].status == "canceled"  # the rest of the page is applied
+    assert counts.errors == 1 and counts.updated == 1 and counts.unchanged == 1
+    (message,) = counts.error_messages
+    assert str(subs[0].remote_id) in message and "cycle_end_date" in message
+    assert "31/12/2026" in message
+    assert "1 not applied (bad data)" in str(counts)
+
+
+def test_billing_sync_lists_the_rows_not_applied_and_fails(small_pages, tamper):
+    pulled(small_pages)
+    tamper("list_subscriptions", rows_changed(**{"2": {"trial_end_date": 20261231}}))
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.raises(CommandError, match="1 row"):
+        call_command("billing_sync", "subscriptions", stdout=out, stderr=err)
+    assert "subscriptions: 0 created, 0 updated, 2 unchanged, 1 not applied" in out.getvalue()
+    assert "trial_end_date" in err.getvalue() and "20261231" in err.getvalue()
+
+
+def test_a_pull_never_moves_a_subscription_back_nor_nulls_its_version(small_pages, tamper):
+    subs = pulled(small_pages)
+    # An event newer than the list the pull reads canceled the first one (the seeded rows were
+    # never updated: their version is their date_created).
+    assert subs[0].remote_updated is None
+    newer = subs[0].remote_created + timedelta(hours=1)
+    Subscription.objects.filter(pk=subs[0].pk).update(status="canceled", remote_updated=newer)
+    counts = pull_subscriptions()
+    subs[0].refresh_from_db()
+    assert subs[0].status == "canceled" and subs[0].remote_updated == newer
+    assert counts.stale == 1 and "1 stale" in str(counts)
+    # A row carrying no version at all is applied, but the stored version stays.
+    version = subs[1].remote_created + timedelta(minutes=5)
+    Subscription.objects.filter(pk=subs[1].pk).update(remote_updated=version)
+    tamper(
+        "list_subscriptions",
+        rows_changed(**{"1": {"date_updated": None, "date_created": None, "status": "paused"}}),
+    )
+    pull_subscriptions()
+    subs[1].refresh_from_db()
+    assert subs[1].status == "paused" and subs[1].remote_updated == version
+
+
+def test_a_pulled_unknown_currency_id_is_kept_as_received(small_pages, tamper):
+    subs = pulled(small_pages)
+    tamper("list_subscriptions", rows_changed(**{"0": {"selected_currency": "99"}}))
+    counts = pull_subscriptions()
+    assert counts.errors == 0 and counts.updated == 1
+    subs[0].refresh_from_db()
+    assert subs[0].selected_currency == "99"
+
+
+def test_a_push_answer_with_a_date_that_does_not_parse_keeps_the_id_and_grants_nothing(
+    small_pages, tamper
+):
+    from django.contrib.auth import get_user_model
+
+    from billing_integration.customers import get_or_create_customer
+    from billing_integration.outbox.push import push_entry_now
+
+    from .test_outbox import make_product
+
+    product = make_product()
+    product.publish()
+    user = get_user_model().objects.create(username="pusher", email="p@example.com")
+    customer, _ = get_or_create_customer(user)
+    sub = Subscription.objects.create(
+        product=product,
+        customer=customer,
+        selected_currency="XOF",
+        selected_billing_cycle="months-1",
+        auto_renew=True,
+    )
+    for entry in OutboxEntry.objects.exclude(object_id=sub.pk).order_by("pk"):
+        assert push_entry_now(entry.pk).status == "done"  # the product and the customer
+    tamper("create_subscription", lambda answer: [dict(answer[0], cycle_end_date="31/12/2026")])
+    entry = OutboxEntry.objects.open().get()
+    assert push_entry_now(entry.pk).status == "done"
+    sub.refresh_from_db()
+    (remote,) = small_pages.objects("subscription")
+    assert str(sub.remote_id) == remote["id"]  # linked: never created twice
+    assert sub.status == "" and not sub.is_active
+    assert not Subscription.objects.active().exists()
+    assert "cycle_end_date" in sub.sync_error and "31/12/2026" in sub.sync_error
+    assert Customer.objects.get().remote_id is not None

@@ -1,0 +1,287 @@
+"""Odd but signed deliveries, through the real webhook view and inline processing: an event
+never moves state backwards, never turns a date it cannot read into "no date", and ends
+``failed`` with a clear error (never a 500, never an exception out of the worker)."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from billing_integration.models import EventState, Invoice, Payment, Refund, WebhookEvent
+from billing_integration.webhooks.processing import process_event
+
+from .conftest import (
+    T0,
+    invoice_data,
+    payment_data,
+    post_signed,
+    refund_data,
+    subscription_data,
+    ts,
+)
+
+pytestmark = pytest.mark.django_db
+
+OLD = datetime(2020, 1, 1, tzinfo=UTC)
+
+
+@pytest.fixture
+def deliver(client, webhook_settings, django_capture_on_commit_callbacks):
+    """POST a signed delivery (processed inline after the commit); the stored event."""
+
+    def send(
+        payload: Any = None,
+        *,
+        body: bytes | None = None,
+        timestamp: int | None = None,
+        status: int = 200,
+    ) -> WebhookEvent:
+        with django_capture_on_commit_callbacks(execute=True):
+            response = post_signed(client, payload, body=body, timestamp=timestamp)
+        assert response.status_code == status, response.content
+        return WebhookEvent.objects.order_by("-pk").first()
+
+    return send
+
+
+def bare(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
+    """An envelope without ``created_at``."""
+    return {"id": str(uuid.uuid4()), "type": event_type, "data": data}
+
+
+def refs(mirror) -> dict[str, Any]:
+    return {"customer": mirror.customer.remote_id, "product": mirror.product.remote_id}
+
+
+def state(obj) -> dict[str, Any]:
+    obj.refresh_from_db()
+    return {
+        f.attname: getattr(obj, f.attname)
+        for f in obj._meta.concrete_fields
+        if f.attname not in ("updated_at", "last_synced_at")
+    }
+
+
+# --- versions ----------------------------------------------------------------------------------
+def test_an_event_without_any_date_takes_the_signed_timestamp_and_older_ones_are_stale(
+    mirror, deliver
+):
+    sub = mirror.subscription
+    stamp = int(time.time())
+    canceled = deliver(bare("subscription.canceled", {"id": str(sub.remote_id)}), timestamp=stamp)
+    assert canceled.outcome == "applied"
+    sub.refresh_from_db()
+    assert sub.status == "canceled"
+    assert sub.remote_updated == datetime.fromtimestamp(stamp, tz=UTC)  # never null
+    renewal = deliver(
+        bare(
+            "subscription.renewal",
+            subscription_data(sub.remote_id, **refs(mirror), status="published", updated=OLD),
+        )
+    )
+    assert renewal.state == EventState.PROCESSED and renewal.outcome == "stale"
+    sub.refresh_from_db()
+    assert sub.status == "canceled" and not sub.is_active
+    assert sub.remote_updated == datetime.fromtimestamp(stamp, tz=UTC)
+
+
+@pytest.mark.parametrize(
+    "model,newer,older",
+    [
+        (Invoice, ("invoice.deleted", {}), ("invoice.paid", invoice_data)),
+        (Payment, ("payment.failed", {}), ("payment.completed", payment_data)),
+        (Refund, ("refund.rejected", {}), ("refund.approved", refund_data)),
+    ],
+)
+def test_records_never_go_back_to_an_older_state(mirror, deliver, model, newer, older):
+    rid = uuid.uuid4()
+    ids = {"subscription": mirror.subscription.remote_id, "customer": mirror.customer.remote_id}
+    stamp = int(time.time())
+    first = deliver(
+        bare(newer[0], {"id": str(rid), **{k: str(v) for k, v in ids.items()}}), timestamp=stamp
+    )
+    assert first.outcome == "applied"
+    record = model.objects.get(remote_id=rid)
+    status = record.status
+    assert record.remote_updated == datetime.fromtimestamp(stamp, tz=UTC)
+    kwargs: dict[str, Any] = {"status": older[0].split(".")[1], "updated": OLD, **ids}
+    if model is Refund:
+        kwargs["payment"] = uuid.uuid4()
+    else:
+        kwargs["product"] = mirror.product.remote_id
+    stale = deliver(bare(older[0], older[1](rid, **kwargs)))
+    assert stale.outcome == "stale"
+    record.refresh_from_db()
+    assert record.status == status
+    assert record.remote_updated == datetime.fromtimestamp(stamp, tz=UTC)
+
+
+def test_unsigned_delivery_without_dates_takes_the_receive_time(
+    client, settings, mirror, django_capture_on_commit_callbacks
+):
+    import base64
+
+    settings.BILLING = {
+        **settings.BILLING,
+        "WEBHOOK_SECRET": None,
+        "WEBHOOK_BASIC_AUTH": "hook:pw",
+        "WEBHOOK_PROCESS_INLINE": True,
+    }
+    sub = mirror.subscription
+    body = json.dumps(bare("subscription.paused", {"id": str(sub.remote_id)})).encode()
+    auth = "Basic " + base64.b64encode(b"hook:pw").decode()
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(
+            "/billing/webhooks/",
+            data=body,
+            content_type="application/json",
+            HTTP_AUTHORIZATION=auth,
+        )
+    assert response.status_code == 200
+    event = WebhookEvent.objects.get()
+    assert event.outcome == "applied" and event.verified_by == "basic"
+    sub.refresh_from_db()
+    assert sub.status == "paused" and sub.remote_updated == event.received_at
+
+
+# --- dates that cannot be read -----------------------------------------------------------------
+JUNK_DATES = [
+    "31/12/2026",
+    20261231,
+    "2026-12-31T00:00:00+25:00",
+    "9999-12-31T23:59:59-05:00",
+    "tomorrow",
+    True,
+]
+
+
+@pytest.mark.parametrize("value", JUNK_DATES, ids=repr)
+@pytest.mark.parametrize("field", ["cycle_end_date", "trial_end_date", "date_updated"])
+def test_a_date_that_does_not_parse_fails_the_event_and_changes_nothing(
+    mirror, deliver, field, value
+):
+    sub = mirror.subscription
+    before = state(sub)
+    data = subscription_data(
+        sub.remote_id,
+        **refs(mirror),
+        updated=T0 + timedelta(days=30),
+        start=T0 + timedelta(days=30),
+    )
+    data[field] = value
+    event = deliver(bare("subscription.renewal", data))
+    assert event.state == EventState.FAILED and event.attempts == 1
+    assert field in event.error and "not a timestamp" in event.error
+    assert (repr(value) if not isinstance(value, str) else value) in event.error
+    assert state(sub) == before  # not nulled, not moved
+
+
+@pytest.mark.parametrize("value", [None, "", "missing"])
+def test_null_or_missing_dates_remain_no_date(mirror, deliver, value):
+    sub = mirror.subscription
+    data = subscription_data(sub.remote_id, **refs(mirror), updated=T0 + timedelta(days=30))
+    if value == "missing":
+        del data["trial_end_date"]
+    else:
+        data["trial_end_date"] = value
+    data["cycle_end_date"] = None
+    event = deliver(bare("subscription.renewal", data))
+    assert event.outcome == "applied", event.error
+    sub.refresh_from_db()
+    assert sub.cycle_end_date is None and sub.trial_end_date is None
+
+
+def test_an_envelope_time_that_does_not_parse_fails_the_event(mirror, deliver):
+    sub = mirror.subscription
+    before = state(sub)
+    payload = {
+        **bare("subscription.canceled", {"id": str(sub.remote_id)}),
+        "created_at": "9999-12-31T23:59:59-05:00",
+    }
+    event = deliver(payload)
+    assert event.state == EventState.FAILED
+    assert "created_at" in event.error and "9999-12-31T23:59:59-05:00" in event.error
+    assert state(sub) == before
+
+
+def test_a_long_junk_value_is_cut_in_the_error(mirror, deliver):
+    data = subscription_data(mirror.subscription.remote_id, **refs(mirror))
+    data["cycle_end_date"] = "x" * 5000
+    event = deliver(bare("subscription.renewal", data))
+    assert event.state == EventState.FAILED
+    assert "cycle_end_date" in event.error and len(event.error) < 300
+
+
+# --- values that do not fit ----------------------------------------------------------------
+def test_a_status_longer_than_its_column_fails_the_event(mirror, deliver):
+    """SQLite would store it; PostgreSQL would raise DataError. Run with DATABASE_URL too."""
+    sub = mirror.subscription
+    before = state(sub)
+    data = subscription_data(
+        sub.remote_id,
+        **refs(mirror),
+        updated=T0 + timedelta(days=30),
+        status="published" + "x" * 4991,
+    )
+    event = deliver(bare("subscription.renewal", data))
+    assert event.state == EventState.FAILED
+    assert event.error.startswith("RemoteDataError: status: longer than 32 characters (5000)")
+    assert len(event.error) < 300
+    assert state(sub) == before
+    # the same for a cycle code and a currency
+    for field, value in (
+        ("selected_billing_cycle", "months-" + "1" * 40),
+        ("selected_currency", "X" * 9),
+        ("status", "publ\x00ished"),  # PostgreSQL refuses NUL in text
+    ):
+        data = subscription_data(sub.remote_id, **refs(mirror), updated=T0 + timedelta(days=31))
+        data[field] = value
+        event = deliver(bare("subscription.renewal", data))
+        assert event.state == EventState.FAILED and field in event.error
+        assert state(sub) == before
+
+
+def test_an_unknown_currency_id_is_kept_as_received_and_a_cancel_still_cancels(mirror, deliver):
+    sub = mirror.subscription
+    data = subscription_data(sub.remote_id, **refs(mirror), updated=T0 + timedelta(days=30))
+    data["selected_currency"] = 99
+    renewal = deliver(bare("subscription.renewal", data))
+    assert renewal.outcome == "applied", renewal.error
+    sub.refresh_from_db()
+    assert sub.selected_currency == "99"
+    data = dict(data, date_updated=ts(T0 + timedelta(days=31)), selected_currency="77")
+    canceled = deliver(bare("subscription.canceled", data))
+    assert canceled.outcome == "applied", canceled.error
+    sub.refresh_from_db()
+    assert sub.status == "canceled" and sub.selected_currency == "77"
+
+
+# --- bodies that are not JSON --------------------------------------------------------------
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity", "1e400"])
+def test_nan_and_infinity_are_rejected_at_ingest_and_the_body_kept(mirror, deliver, constant):
+    rid = str(uuid.uuid4())
+    text = json.dumps(
+        {
+            "id": str(uuid.uuid4()),
+            "type": "payment.completed",
+            "data": {"id": rid, "status": "completed", "amount": "AMOUNT", "currency": "XOF"},
+        }
+    )
+    text = text.replace('"AMOUNT"', constant)
+    event = deliver(body=text.encode(), status=400)
+    assert event.state == EventState.REJECTED and event.body == text
+    assert "Malformed JSON" in event.error
+    assert not Payment.objects.filter(remote_id=rid).exists()
+    # a body stored before the change is failed by processing, never applied
+    WebhookEvent.objects.filter(pk=event.pk).update(
+        state=EventState.RECEIVED, raw_type="payment.completed", type="payment.completed"
+    )
+    result = process_event(event.pk)
+    assert result.state == EventState.FAILED
+    assert "not a JSON value" in result.error or "out of range" in result.error
+    assert not Payment.objects.filter(remote_id=rid).exists()
