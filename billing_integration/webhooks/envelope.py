@@ -4,8 +4,9 @@ The envelope is ``{"id", "type", "created_at", "data"}``; a real service may say
 or ``event_type`` for the type, ``timestamp`` for the time, ``payload`` or ``object`` for the
 data. Nothing here raises on odd values: unknown shapes give empty fields (a time that does
 not parse is kept raw in ``Envelope.occurred_raw``, so processing can fail the event rather
-than treat it as "no time"). ``NaN`` and ``Infinity`` are not JSON: ``parse_json`` refuses
-them (Python's ``json`` would accept them).
+than treat it as "no time"). ``NaN`` and ``Infinity`` are not JSON: ``parse_json`` (used by
+processing) refuses them, where Python's ``json`` would accept them; the webhook view stores
+such a signed delivery with Python's reading, and processing then fails it.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ from ..exceptions import (
 from ..models import EventState, WebhookEvent
 from ..service import ensure_service
 from .envelope import parse_body, read_envelope
-from .handlers import EventContext, HandlerResult, PullRequired, get_handler
+from .handlers import EventContext, EventDataError, HandlerResult, PullRequired, get_handler
 from .signals import SIGNALS, billing_event_received
 from .types import normalize_type
 
@@ -117,7 +117,10 @@ def _signed_at(event: WebhookEvent) -> datetime | None:
 
 
 def _load_context(event: WebhookEvent, event_type: str) -> EventContext:
-    payload = parse_body(event.body)
+    try:
+        payload = parse_body(event.body)
+    except ValueError as exc:  # NaN, Infinity, a number out of range: not JSON
+        raise EventDataError(f"The body is not strict JSON: {exc}") from exc
     envelope = read_envelope(payload, message_id=None, body=event.body.encode())
     occurred_at = event.occurred_at or envelope.occurred_at
     if occurred_at is None and envelope.occurred_raw not in (None, ""):

@@ -142,7 +142,7 @@ def test_one_binding_per_database_even_when_two_processes_record_at_once(
     assert ServiceBinding.objects.count() == 1
 
 
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="needs concurrent writers")
+@pytest.mark.postgresql  # concurrent writers
 def test_two_processes_recording_different_services_at_once_agree_on_one(billing_sandbox):
     import threading
 
