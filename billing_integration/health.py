@@ -377,7 +377,7 @@ def _outbox(limits: Thresholds, now: datetime) -> list[Fact]:
     failures = Fact(
         "outbox_failed",
         status,
-        _("outbox: %(count)d failed entries (see the admin; 'Retry failed push')")
+        _("failed entries: %(count)d in the outbox (admin: 'Retry failed push')")
         % {"count": failed},
         {"failed": failed},
     )
@@ -433,7 +433,7 @@ def _events(limits: Thresholds, now: datetime) -> list[Fact]:
     failures = Fact(
         "events_failed",
         status,
-        _("events: %(count)d failed events (see the admin's event deliveries; 'Replay')")
+        _("failed events: %(count)d (admin: Event deliveries, 'Replay')")
         % {"count": failed},
         {"failed": failed},
     )
