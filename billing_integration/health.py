@@ -433,8 +433,7 @@ def _events(limits: Thresholds, now: datetime) -> list[Fact]:
     failures = Fact(
         "events_failed",
         status,
-        _("failed events: %(count)d (admin: Event deliveries, 'Replay')")
-        % {"count": failed},
+        _("failed events: %(count)d (admin: Event deliveries, 'Replay')") % {"count": failed},
         {"failed": failed},
     )
     return [flow, failures]
