@@ -294,7 +294,8 @@ def insert_ignoring_conflict(
 ) -> Any | None:
     """``INSERT`` one row of ``model`` with these column values (attname -> value; the other
     fields get their default, ``auto_now``/``auto_now_add`` fields the current time) unless a
-    row with the same value of the unique field ``conflict`` exists. Returns the new row's primary key, or None for such a duplicate.
+    row with the same value of the unique field ``conflict`` exists. Returns the new row's
+    primary key, or None for such a duplicate.
     ``values`` is completed with the computed defaults written (``default=timezone.now``), so
     the caller can build the instance without reading the row back.
 

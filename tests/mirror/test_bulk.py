@@ -14,8 +14,7 @@ from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from billing_integration.models import Customer, Price, Product, Subscription
-from billing_integration.models import bulk
+from billing_integration.models import Customer, Price, Product, Subscription, bulk
 from billing_integration.models.bulk import insert_ignoring_conflict, insert_rows, update_rows
 from billing_integration.outbox import from_remote
 
