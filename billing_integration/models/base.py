@@ -77,7 +77,7 @@ class RemoteObject(AtomicSaveMixin, models.Model):
         abstract = True
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        from ..outbox.context import is_from_remote
+        from ..context import is_from_remote
 
         if (
             not self._state.adding

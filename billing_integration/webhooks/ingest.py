@@ -22,7 +22,8 @@ from .. import wakeup
 from ..conf import billing_settings
 from ..models import EventState, WebhookEvent
 from ..models.bulk import insert_ignoring_conflict
-from .envelope import clean_text, parse_json, read_envelope
+from ..strictjson import parse_json
+from .envelope import clean_text, read_envelope
 from .tasks import WAKEUP_NAME, kick_window, process_received_events
 from .types import normalize_type
 from .verification import Verification
