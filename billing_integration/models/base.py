@@ -92,7 +92,3 @@ class RemoteObject(AtomicSaveMixin, models.Model):
                 if not f.primary_key and f.name not in REMOTE_STATE_FIELDS
             ]
         super().save(*args, **kwargs)
-
-    @property
-    def is_pushed(self) -> bool:
-        return self.remote_id is not None
