@@ -311,7 +311,7 @@ def _check_celery() -> list:
                 id="billing_integration.E021",
             )
         )
-    from .outbox import BEAT_SCHEDULE
+    from .schedule import BEAT_SCHEDULE
 
     scheduler = str(conf.beat_scheduler or "")
     if scheduler.startswith("celery.beat"):  # other schedulers keep their entries elsewhere
@@ -326,7 +326,7 @@ def _check_celery() -> list:
                     "Celery beat's schedule lacks billing_integration's periodic tasks "
                     f"({', '.join(missing)}): a lost push or event message would never be "
                     "retried, and nothing would reconcile the mirror.",
-                    hint="from billing_integration.outbox import BEAT_SCHEDULE; "
+                    hint="from billing_integration.schedule import BEAT_SCHEDULE; "
                     "CELERY_BEAT_SCHEDULE = {**BEAT_SCHEDULE, ...}",
                     id="billing_integration.W021",
                 )

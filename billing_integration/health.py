@@ -42,7 +42,7 @@ __all__ = [
 
 OK, WARNING, FAIL = "ok", "warning", "fail"
 
-#: The names the beat tasks record (``billing_integration.outbox.BEAT_SCHEDULE``).
+#: The names the beat tasks record (``billing_integration.schedule.BEAT_SCHEDULE``).
 PERIODIC_JOBS = ("drain_outbox", "process_pending_webhook_events", "sync_all")
 #: Each full pull records ``pull:<resource>`` when it ends.
 PULLED_RESOURCES = ("products", "customers", "subscriptions")

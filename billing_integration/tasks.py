@@ -1,16 +1,12 @@
-"""Celery task discovery: ``app.autodiscover_tasks()`` imports this module.
-
-The outbox tasks (``billing_integration.push_pending`` - the drain a commit kicks,
-``.push_entry``, ``.drain_outbox``, ``.sync_all``) and,
-when present, the webhook processing tasks.
+"""Celery task discovery: ``app.autodiscover_tasks()`` imports this module, which imports
+every task module of the app: the outbox (``billing_integration.push_pending``, the drain a
+commit kicks; ``.push_entry``; ``.drain_outbox``), the pull (``.sync_all``) and the event
+processing (``.process_webhook_event``, ``.process_received_events``,
+``.process_pending_webhook_events``). A broken import fails loudly here.
 """
 
-import contextlib
-import importlib
+from .outbox.tasks import drain_outbox, push_entry, push_pending
+from .sync.tasks import sync_all
+from .webhooks import tasks as webhook_tasks
 
-from .outbox.tasks import drain_outbox, push_entry, push_pending, sync_all
-
-__all__ = ["drain_outbox", "push_entry", "push_pending", "sync_all"]
-
-with contextlib.suppress(ImportError):
-    importlib.import_module("billing_integration.webhooks.tasks")
+__all__ = ["drain_outbox", "push_entry", "push_pending", "sync_all", "webhook_tasks"]

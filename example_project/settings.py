@@ -134,7 +134,7 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_BACKEND = None
 # (mirror) Periodic tasks: drain outbox entries whose message was lost, and reconcile.
-from billing_integration.outbox import BEAT_SCHEDULE as _BILLING_BEAT  # noqa: E402
+from billing_integration.schedule import BEAT_SCHEDULE as _BILLING_BEAT  # noqa: E402
 
 CELERY_BEAT_SCHEDULE = {**_BILLING_BEAT}
 

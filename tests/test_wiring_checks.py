@@ -19,7 +19,7 @@ from django.test import modify_settings
 from django.urls import path
 
 from billing_integration.checks import check_wiring
-from billing_integration.outbox import BEAT_SCHEDULE
+from billing_integration.schedule import BEAT_SCHEDULE
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCMEM = "django.core.cache.backends.locmem.LocMemCache"

@@ -13,7 +13,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.contrib import admin, messages
-from django.contrib.contenttypes.models import ContentType
 from django.db import models
 from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
@@ -25,13 +24,13 @@ from ..exceptions import BillingError
 from ..models import (
     CheckoutSession,
     Customer,
-    OutboxEntry,
     Subscription,
     SyncState,
     active_q,
     active_statuses,
     unknown_status_q,
 )
+from ..outbox.retry import retry_failed_pushes
 
 __all__ = [
     "REMOTE_STATE_READONLY",
@@ -110,13 +109,6 @@ def changelist_link(model: type[models.Model], label: Any, **params: Any) -> Saf
     url = reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist")
     query = "&".join(f"{k}={v}" for k, v in params.items())
     return format_html('<a href="{}?{}">{}</a>', url, query, label)
-
-
-def retry_failed_pushes(queryset: models.QuerySet) -> int:
-    """Re-queue the failed outbox entries of the objects of ``queryset`` (outbox layer)."""
-    ct = ContentType.objects.get_for_model(queryset.model, for_concrete_model=True)
-    pks = list(queryset.values_list("pk", flat=True))
-    return OutboxEntry.objects.filter(content_type=ct, object_id__in=pks).retry_failed()
 
 
 class SyncStateAdminMixin:

@@ -9,7 +9,6 @@ changelist of ``Report`` (a proxy of ``Subscription``): the admin index links to
 from __future__ import annotations
 
 from datetime import datetime
-from decimal import Decimal
 from typing import Any
 
 from django.contrib import admin
@@ -23,7 +22,7 @@ from ..conf import billing_settings
 from ..models import Product, Report
 from ..reporting.charts import bar_chart, line_chart
 from ..reporting.csv import TABLES, table_csv
-from ..reporting.report import Period, Table, build_report
+from ..reporting.report import Period, Table, build_report, display
 from ..reporting.report import Report as ReportData
 
 MAX_MONTHS = 36
@@ -46,20 +45,6 @@ def parse_filters(params: Any) -> Period:
         product = None
     currency = (params.get("currency") or "").strip().upper()[:8] or None
     return Period(months=months, product=product, currency=currency, now=report_time())
-
-
-def display(value: Any, kind: str) -> str:
-    if value is None:
-        return "-"
-    if kind == "money":
-        return f"{Decimal(value):,.2f}"
-    if kind == "rate":
-        return f"{Decimal(value) * 100:.1f}%"
-    if kind == "datetime" and isinstance(value, datetime):
-        return timezone.localtime(value).strftime("%Y-%m-%d %H:%M")
-    if kind == "int":
-        return f"{value:,}"
-    return str(value)
 
 
 def table_context(table: Table) -> dict[str, Any]:

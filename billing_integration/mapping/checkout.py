@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from django.utils import timezone
 
 from ..conf import billing_settings
-from .common import as_uuid, remote_meta, ts, wire_ts
+from .common import remote_meta, ts, wire_ts
 
 if TYPE_CHECKING:
     from ..models import CheckoutSession
@@ -51,8 +51,3 @@ def from_remote(data: dict[str, Any]) -> dict[str, Any]:
         downgrade_to=data.get("downgrade_to"),
     )
     return fields
-
-
-def remote_refs(data: dict[str, Any]) -> dict[str, Any]:
-    """The customer and product references of a session, as UUIDs."""
-    return {"customer": as_uuid(data.get("customer")), "product": as_uuid(data.get("product"))}

@@ -31,7 +31,6 @@ from .common import as_decimal, remote_meta, wire_amount
 if TYPE_CHECKING:
     from ..models import BillingCycle, Product
 
-PATCH_FIELDS = ("status", "name", "description", "selected_currencies", "subscription_blueprint")
 SCALAR_FIELDS = ("status", "name", "description", "selected_currencies")
 
 
@@ -238,19 +237,4 @@ def root_prices_from_remote(data: dict[str, Any]) -> list[tuple[int, Decimal]]:
         (int(p["currency"]), as_decimal(p["amount"]))
         for p in (data.get("prices") or [])
         if isinstance(p, dict) and "currency" in p and "amount" in p
-    ]
-
-
-def cycles_from_remote(data: dict[str, Any]) -> list[tuple[str, int, list[tuple[int, Decimal]]]]:
-    """Cycles of a request-shape blueprint (``[]`` for the response shape, an id string)."""
-    bp = data.get("subscription_blueprint")
-    if not isinstance(bp, dict):
-        return []
-    return [
-        (
-            str(c.get("cycle")),
-            int(c.get("frequency") or 1),
-            [(int(p["currency"]), as_decimal(p["amount"])) for p in c.get("prices") or []],
-        )
-        for c in bp.get("billing_cycles") or []
     ]

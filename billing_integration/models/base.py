@@ -77,7 +77,7 @@ class RemoteObject(AtomicSaveMixin, models.Model):
         abstract = True
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        from ..outbox.context import is_from_remote
+        from ..context import is_from_remote
 
         if (
             not self._state.adding
@@ -92,7 +92,3 @@ class RemoteObject(AtomicSaveMixin, models.Model):
                 if not f.primary_key and f.name not in REMOTE_STATE_FIELDS
             ]
         super().save(*args, **kwargs)
-
-    @property
-    def is_pushed(self) -> bool:
-        return self.remote_id is not None

@@ -1,4 +1,5 @@
-"""Writing many rows whose values differ per row, fast (``update_rows``, ``insert_rows``).
+"""Writes below the ORM, fast: many rows whose values differ per row (``update_rows``,
+``insert_rows``), and one row that may exist already (``insert_ignoring_conflict``).
 
 Django's ``QuerySet.bulk_update`` builds one ``CASE WHEN pk = ... THEN ...`` per field and
 row; resolving those expressions costs more Python time than the database spends on the
@@ -16,13 +17,16 @@ import json
 import time
 import uuid
 from collections.abc import Iterable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import connections, models
+from django.db import IntegrityError, connections, models, router, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
-__all__ = ["insert_rows", "update_rows"]
+__all__ = ["insert_ignoring_conflict", "insert_rows", "update_rows"]
 
 
 class _Encoder(DjangoJSONEncoder):
@@ -191,3 +195,156 @@ def insert_rows(
             {"sql": f"{sql} -- {len(values)} rows", "time": f"{time.monotonic() - started:.3f}"}
         )
     return len(values)
+
+
+#: How ``insert_ignoring_conflict`` prepares a column's value: what ``get_db_prep_save`` would
+#: return, without its layers of calls where that is known: a str for a plain
+#: CharField/TextField is itself; an aware datetime (or None) for a DateTimeField is what the
+#: backend's adapter makes of it.
+_TEXT, _DATETIME, _OTHER = "text", "datetime", "other"
+_KINDS = {models.CharField: _TEXT, models.TextField: _TEXT, models.DateTimeField: _DATETIME}
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class _Column:
+    name: str  # the field's attname: the key in the values dict
+    field: models.Field
+    kind: str
+    auto_now: bool  # an ``auto_now``/``auto_now_add`` field: the current time by default
+
+
+@dataclass(frozen=True)
+class _Statement:
+    sql: str
+    columns: list[_Column]
+
+
+#: Per (model, database alias, conflict field, the keys of the values): the statement, or
+#: None where the backend lacks ``ON CONFLICT ... RETURNING`` (the ORM is used there).
+_STATEMENTS: dict[tuple[Any, ...], _Statement | None] = {}
+
+
+def _on_conflict_returning(connection: BaseDatabaseWrapper) -> bool:
+    """Whether the backend has ``INSERT ... ON CONFLICT DO NOTHING RETURNING``."""
+    return connection.vendor in ("postgresql", "sqlite") and bool(
+        connection.features.can_return_columns_from_insert
+    )
+
+
+def _literal(field: models.Field) -> str | None:
+    """The SQL literal of a field's default when it is a constant with a trivially safe form
+    (NULL, an integer, the empty string); None otherwise (the value is bound as a parameter)."""
+    if not field.has_default() and not field.null:
+        return None
+    default = field.default if field.has_default() else None
+    if callable(default):
+        return None
+    if default is None:
+        return "NULL"
+    if type(default) is int:
+        return str(default)
+    if default == "" and isinstance(default, str):
+        return "''"
+    return None
+
+
+def _build_statement(
+    model: type[models.Model], given: Iterable[str], conflict: str, connection: BaseDatabaseWrapper
+) -> _Statement | None:
+    """``INSERT ... ON CONFLICT (conflict) DO NOTHING RETURNING pk`` for every concrete field
+    but an auto primary key: a parameter for each field in ``given`` and each field whose
+    default is computed; the SQL literal of every other default."""
+    if not _on_conflict_returning(connection):
+        return None
+    opts = model._meta
+    fields = [f for f in opts.concrete_fields if not (f.primary_key and f.db_returning)]
+    given = set(given)
+    unknown = given - {f.attname for f in fields}
+    if unknown:
+        raise ValueError(f"{opts.label} has no field(s) {sorted(unknown)}")
+    columns = []
+    marks = []
+    for f in fields:
+        auto_now = getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False)
+        literal = None if f.attname in given or auto_now else _literal(f)
+        if literal is None:
+            columns.append(_Column(f.attname, f, _KINDS.get(type(f), _OTHER), auto_now))
+            marks.append("%s")
+        else:  # a column this caller never sets, with a constant default: nothing to bind
+            marks.append(literal)
+    qn = connection.ops.quote_name
+    # Identifiers from the model's metadata, quoted; values are parameters or the literals
+    # of constant defaults (NULL, an integer, '').
+    sql = (
+        f"INSERT INTO {qn(opts.db_table)} ({', '.join(qn(f.column) for f in fields)}) "  # noqa: S608
+        f"VALUES ({', '.join(marks)}) "
+        f"ON CONFLICT ({qn(opts.get_field(conflict).column)}) DO NOTHING "
+        f"RETURNING {qn(opts.pk.column)}"
+    )
+    return _Statement(sql, columns)
+
+
+def insert_ignoring_conflict(
+    model: type[models.Model],
+    values: dict[str, Any],
+    *,
+    conflict: str,
+    using: str | None = None,
+) -> Any | None:
+    """``INSERT`` one row of ``model`` with these column values (attname -> value; the other
+    fields get their default, ``auto_now``/``auto_now_add`` fields the current time) unless a
+    row with the same value of the unique field ``conflict`` exists. Returns the new row's
+    primary key, or None for such a duplicate.
+    ``values`` is completed with the computed defaults written (``default=timezone.now``), so
+    the caller can build the instance without reading the row back.
+
+    PostgreSQL and SQLite: one ``INSERT ... ON CONFLICT (conflict) DO NOTHING RETURNING pk``
+    with the values the ORM would write (each field's ``get_db_prep_save``); the statement is
+    built once per model, database and set of keys, and no model instance is built. Other
+    backends: ``save(force_insert=True)``, a duplicate caught as ``IntegrityError``. No model
+    signal is sent on the first path. Inside a transaction the statement runs in a savepoint,
+    so a failure leaves the caller's transaction usable.
+    """
+    if using is None:
+        using = router.db_for_write(model)
+    connection = connections[using]
+    key = (model, using, conflict, tuple(values))
+    try:
+        statement = _STATEMENTS[key]
+    except KeyError:
+        statement = _STATEMENTS[key] = _build_statement(model, values, conflict, connection)
+    savepoint = transaction.atomic(using=using) if connection.in_atomic_block else nullcontext()
+    if statement is None:
+        instance = model(**values)
+        try:
+            with savepoint:
+                instance.save(force_insert=True, using=using)
+        except IntegrityError:
+            return None
+        for f in model._meta.concrete_fields:  # what save() filled in
+            if not f.primary_key:
+                values.setdefault(f.attname, getattr(instance, f.attname))
+        return instance.pk
+    adapt_datetime = connection.ops.adapt_datetimefield_value
+    params = []
+    for column in statement.columns:
+        kind = column.kind
+        value = values.get(column.name, _MISSING)
+        if value is _MISSING:
+            value = values[column.name] = (
+                timezone.now() if column.auto_now else column.field.get_default()
+            )
+        if kind is _TEXT and type(value) is str:
+            pass
+        elif kind is _DATETIME and (
+            value is None or (type(value) is datetime.datetime and value.utcoffset() is not None)
+        ):
+            value = adapt_datetime(value)
+        else:
+            value = column.field.get_db_prep_save(value, connection)
+        params.append(value)
+    with savepoint, connection.cursor() as cursor:
+        cursor.execute(statement.sql, params)
+        row = cursor.fetchone()
+    return row[0] if row is not None else None

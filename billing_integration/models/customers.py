@@ -31,9 +31,6 @@ class CustomerQuerySet(models.QuerySet):
     def pushed(self) -> CustomerQuerySet:
         return self.filter(remote_id__isnull=False)
 
-    def not_pushed(self) -> CustomerQuerySet:
-        return self.filter(remote_id__isnull=True)
-
 
 class Customer(RemoteObject):
     subscriber = models.OneToOneField(

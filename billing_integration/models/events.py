@@ -12,6 +12,8 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from ..strictjson import parse_body
+
 __all__ = ["EventState", "WebhookEvent"]
 
 
@@ -71,8 +73,6 @@ class WebhookEvent(models.Model):
     @property
     def payload(self) -> dict:
         """The parsed envelope (``{}`` if the body is not a JSON object)."""
-        from ..webhooks.envelope import parse_body
-
         try:
             value = parse_body(self.body)
         except ValueError:

@@ -64,15 +64,10 @@ class OutboxQuerySet(models.QuerySet):
             | Q(state=OutboxState.IN_PROGRESS, started_at__lte=now - timedelta(seconds=lease))
         )
 
-    def retry_failed(self) -> int:
-        """Put failed entries back in the queue (same key; a refused body is rebuilt).
-
-        Returns the number of entries re-queued. Their tasks are enqueued after commit.
+    def reset_failed(self) -> list[int]:
+        """Put failed entries back in the queue (same key; a refused body is rebuilt) and
+        return their ids. Nothing is enqueued here: ``outbox.retry.retry_failed`` does both.
         """
-        from django.db import transaction
-
-        from ..outbox.tasks import enqueue
-
         ids = list(self.filter(state=OutboxState.FAILED).values_list("pk", flat=True))
         for entry in OutboxEntry.objects.filter(pk__in=ids):
             entry.state = OutboxState.PENDING
@@ -84,8 +79,7 @@ class OutboxQuerySet(models.QuerySet):
                 entry.payload = None
                 entry.idempotency_key = uuid.uuid4()
             entry.save()
-            transaction.on_commit(lambda pk=entry.pk: enqueue(pk))
-        return len(ids)
+        return ids
 
 
 class OutboxEntry(models.Model):

@@ -182,7 +182,7 @@ class BillingCycle(AtomicSaveMixin, models.Model):
     def save(self, *args: Any, **kwargs: Any) -> None:
         """A cycle saved for a product whose blueprint on the service is not known here is
         ``declared`` (saves inside ``from_remote()`` state what the service has: unchanged)."""
-        from ..outbox.context import is_from_remote
+        from ..context import is_from_remote
 
         if not self.declared and not is_from_remote() and self.product_id is not None:
             product = self.product

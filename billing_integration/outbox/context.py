@@ -1,31 +1,8 @@
-"""``from_remote()``: mark saves that come from the service so they are never pushed back."""
+"""``from_remote()`` as the outbox's name for it; it lives in ``billing_integration.context``,
+below the models, whose ``save()`` reads it."""
 
 from __future__ import annotations
 
-import contextvars
-from collections.abc import Iterator
-from contextlib import contextmanager
+from ..context import from_remote, is_from_remote
 
-_FROM_REMOTE: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "billing_from_remote", default=False
-)
-
-
-@contextmanager
-def from_remote() -> Iterator[None]:
-    """Within this block, saves of mirrored models write no outbox entry.
-
-    Used by pulls, event handlers and the push itself::
-
-        with from_remote():
-            subscription.save()
-    """
-    token = _FROM_REMOTE.set(True)
-    try:
-        yield
-    finally:
-        _FROM_REMOTE.reset(token)
-
-
-def is_from_remote() -> bool:
-    return _FROM_REMOTE.get()
+__all__ = ["from_remote", "is_from_remote"]

@@ -1,4 +1,4 @@
-"""Celery tasks of the outbox and the periodic pull.
+"""Celery tasks of the outbox (the periodic pull is ``billing_integration.sync.tasks``).
 
 Safety settings the host must keep (the example project sets them):
 
@@ -24,7 +24,7 @@ from ..wakeup import PUBLISH_RETRY_POLICY as _PUBLISH_RETRY_POLICY
 
 logger = logging.getLogger("billing_integration.outbox")
 
-__all__ = ["drain_outbox", "enqueue", "push_entry", "push_pending", "sync_all"]
+__all__ = ["drain_outbox", "enqueue", "push_entry", "push_pending"]
 
 #: Publishing must not hang a web request when the broker is down: the periodic drain
 #: (or ``billing_sync --drain``) picks the entry up later.
@@ -145,18 +145,3 @@ def drain_outbox(inline: bool = False) -> int:
     logger.info("outbox drain: %s entr%s %s", len(entries), "y" if len(entries) == 1 else "ies",
                 "pushed" if inline else "re-enqueued")
     return len(entries)
-
-
-@shared_task(name="billing_integration.sync_all", ignore_result=True)
-def sync_all() -> dict[str, dict[str, int]]:
-    """Reconcile: pull products, customers and subscriptions (see ``billing_sync``)."""
-    from ..sync.pull import pull_customers, pull_products, pull_subscriptions
-
-    record_run("sync_all")  # billing_doctor: beat ran
-    return {
-        "products": pull_products().as_dict(),
-        "customers": pull_customers().as_dict(),
-        "subscriptions": pull_subscriptions().as_dict(),
-    }
-
-

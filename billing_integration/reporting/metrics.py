@@ -82,7 +82,6 @@ from ..models import (
 )
 
 __all__ = [
-    "AT_RISK_INVOICE_STATUSES",
     "Period",
     "current_subscriptions",
     "customer_summary",
@@ -102,7 +101,6 @@ CENT = Decimal("0.01")
 #: lists paid / void / uncollectable / deleted; anything else (``open``, ``unpaid``, ``""``)
 #: is an invoice still waiting for its money.
 SETTLED_INVOICE_STATUSES = (InvoiceStatus.PAID, InvoiceStatus.VOID, InvoiceStatus.DELETED)
-AT_RISK_INVOICE_STATUSES = ("uncollectable", "unpaid", "open", "past_due", "")
 
 
 # --- the period ------------------------------------------------------------------------------

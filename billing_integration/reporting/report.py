@@ -15,14 +15,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
+
+from django.utils import timezone
 
 from ..models import Product
 from . import metrics
 from .metrics import Period
 
-__all__ = ["ALL_PRODUCTS", "Column", "Period", "Report", "Table", "build_report"]
+__all__ = ["ALL_PRODUCTS", "Column", "Period", "Report", "Table", "build_report", "display"]
 
 ALL_PRODUCTS = "All products"
 
@@ -243,3 +246,19 @@ def _name(products: dict[int, str], product_id: Any) -> str:
     if product_id is None:
         return "(unknown product)"
     return products.get(product_id, f"#{product_id}")
+
+
+def display(value: Any, kind: str) -> str:
+    """A cell as text for a person (the dashboard and ``billing_report``): ``-`` for None,
+    money with two decimals, a rate in per cent, a local time, thousands separated."""
+    if value is None:
+        return "-"
+    if kind == "money":
+        return f"{Decimal(value):,.2f}"
+    if kind == "rate":
+        return f"{Decimal(value) * 100:.1f}%"
+    if kind == "datetime" and isinstance(value, datetime):
+        return timezone.localtime(value).strftime("%Y-%m-%d %H:%M")
+    if kind == "int":
+        return f"{value:,}"
+    return str(value)

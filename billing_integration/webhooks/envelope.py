@@ -4,16 +4,15 @@ The envelope is ``{"id", "type", "created_at", "data"}``; a real service may say
 or ``event_type`` for the type, ``timestamp`` for the time, ``payload`` or ``object`` for the
 data. Nothing here raises on odd values: unknown shapes give empty fields (a time that does
 not parse is kept raw in ``Envelope.occurred_raw``, so processing can fail the event rather
-than treat it as "no time"). ``NaN`` and ``Infinity`` are not JSON: ``parse_json`` (used by
-processing) refuses them, where Python's ``json`` would accept them; the webhook view stores
-such a signed delivery with Python's reading, and processing then fails it.
+than treat it as "no time"). Processing parses the body with ``billing_integration.strictjson``:
+``NaN`` and ``Infinity`` are not JSON, it refuses them (Python's ``json`` would accept them);
+the webhook view stores such a signed delivery with Python's reading, and processing then
+fails it.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -31,34 +30,6 @@ def clean_text(value: str, limit: int | None = None) -> str:
     if "\x00" in value:
         value = value.replace("\x00", "\ufffd")
     return value[:limit] if limit is not None else value
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON value")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if math.isinf(value):
-        raise ValueError(f"the number {text[:40]} is out of range")
-    return value
-
-
-def parse_json(text: str) -> Any:
-    """``json.loads`` for a delivery body: strict JSON, so ``NaN``, ``Infinity`` and
-    ``-Infinity`` (and a number too large for a float, which would read as infinity) raise
-    ``ValueError``: an amount must never be read as a float NaN or infinity."""
-    return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
-
-
-def parse_body(body: str | bytes) -> dict[str, Any]:
-    """The envelope as a dict; ``ValueError`` if the body is not a JSON object."""
-    if isinstance(body, bytes):
-        body = body.decode("utf-8")  # UnicodeDecodeError is a ValueError
-    value = parse_json(body)
-    if not isinstance(value, dict):
-        raise ValueError("The event body is not a JSON object.")
-    return value
 
 
 def parse_time(value: Any) -> datetime | None:

@@ -1,8 +1,9 @@
 """Storing a verified delivery (``store_delivery``) and handing it to processing.
 
-The ingest path does one INSERT for a new event (plus one SELECT for a duplicate); the
-event id's unique index is what makes a redelivery harmless. It works on column values, not
-on a model instance (``StoreResult.event`` builds one on demand).
+The ingest path does one INSERT for a new event (plus one SELECT for a duplicate), through
+``models.bulk.insert_ignoring_conflict``; the event id's unique index is what makes a
+redelivery harmless. It works on column values, not on a model instance
+(``StoreResult.event`` builds one on demand).
 """
 
 from __future__ import annotations
@@ -11,20 +12,17 @@ import hashlib
 import json
 import logging
 from collections.abc import Mapping
-from contextlib import nullcontext
 from dataclasses import dataclass, field
-from datetime import datetime
 from functools import cached_property, lru_cache
 from itertools import islice
 from typing import Any
 
-from django.db import IntegrityError, connections, models, router, transaction
-from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Field
+from django.db import router, transaction
 
 from .. import wakeup
 from ..conf import billing_settings
 from ..models import EventState, WebhookEvent
+from ..models.bulk import insert_ignoring_conflict
 from .envelope import clean_text, read_envelope
 from .tasks import WAKEUP_NAME, kick_window, process_received_events
 from .types import normalize_type
@@ -146,136 +144,6 @@ class StoreResult:
         return event
 
 
-#: How ``_insert`` prepares a column's value: what ``get_db_prep_save`` would return, without
-#: its layers of calls where that is known: a str for a plain CharField/TextField is itself; an
-#: aware datetime (or None) for a DateTimeField is what the backend's adapter makes of it.
-_TEXT, _DATETIME, _OTHER = "text", "datetime", "other"
-_KINDS = {models.CharField: _TEXT, models.TextField: _TEXT, models.DateTimeField: _DATETIME}
-
-
-@dataclass(frozen=True)
-class _Column:
-    name: str  # the field's attname: the key in the values dict
-    field: Field
-    kind: str
-
-
-_MISSING = object()
-
-#: Per database alias: the lean INSERT's SQL and its columns.
-_INSERT_SQL: dict[str, tuple[str, list[_Column]]] = {}
-
-#: The columns ``store_delivery`` sets; every other one gets its field's default.
-_SET_BY_INGEST = frozenset(
-    {"event_id", "raw_type", "type", "body", "headers", "verified_by", "received_at",
-     "occurred_at", "object_id", "state", "error"}
-)
-
-
-def _lean_insert_sql(conn: BaseDatabaseWrapper) -> tuple[str, list[_Column]] | None:
-    """``INSERT ... ON CONFLICT (event_id) DO NOTHING RETURNING id`` for every concrete field
-    of ``WebhookEvent`` but the primary key, built once per database from the model's
-    metadata; None where the backend lacks that syntax (the ORM is used there)."""
-    cached = _INSERT_SQL.get(conn.alias)
-    if cached is not None:
-        return cached
-    if conn.vendor not in ("postgresql", "sqlite") or not (
-        conn.features.can_return_columns_from_insert
-    ):
-        return None
-    meta = WebhookEvent._meta
-    fields = [f for f in meta.concrete_fields if not f.primary_key]
-    columns = []
-    values = []
-    for f in fields:
-        literal = None if f.attname in _SET_BY_INGEST else _literal(f)
-        if literal is None:
-            columns.append(_Column(f.attname, f, _KINDS.get(type(f), _OTHER)))
-            values.append("%s")
-        else:  # a column no delivery sets, with a constant default: no parameter to bind
-            values.append(literal)
-    qn = conn.ops.quote_name
-    # Identifiers from the model's metadata, quoted; values are parameters or the literals
-    # of constant defaults (NULL, an integer, '').
-    sql = (
-        f"INSERT INTO {qn(meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "  # noqa: S608
-        f"VALUES ({', '.join(values)}) "
-        f"ON CONFLICT ({qn(meta.get_field('event_id').column)}) DO NOTHING "
-        f"RETURNING {qn(meta.pk.column)}"
-    )
-    _INSERT_SQL[conn.alias] = (sql, columns)
-    return sql, columns
-
-
-def _literal(field: Field) -> str | None:
-    """The SQL literal of a field's default when it is a constant with a trivially safe form
-    (NULL, an integer, the empty string); None otherwise (the value is bound as a parameter)."""
-    if not field.has_default() and not field.null:
-        return None
-    default = field.default if field.has_default() else None
-    if callable(default):
-        return None
-    if default is None:
-        return "NULL"
-    if type(default) is int:
-        return str(default)
-    if default == "" and isinstance(default, str):
-        return "''"
-    return None
-
-
-def _insert(values: dict[str, Any]) -> tuple[int | None, str]:
-    """INSERT a row of ``WebhookEvent`` with these column values (the others get their
-    field's default); returns its primary key, or None if the event id exists already, and
-    the database alias used.
-
-    PostgreSQL and SQLite: one ``INSERT ... ON CONFLICT (event_id) DO NOTHING RETURNING id``
-    with the values the ORM would write (each field's ``get_db_prep_save``), without building
-    a model instance or compiling a query per delivery; a duplicate is no error. Other
-    backends: ``save(force_insert=True)``, a duplicate caught as ``IntegrityError``. No model
-    signal is sent on the lean path (nothing here listens to them; use
-    ``billing_event_received``). Inside a transaction the statement runs in a savepoint, so a
-    failure leaves the caller's transaction usable.
-    """
-    using = router.db_for_write(WebhookEvent)
-    conn = connections[using]
-    lean = _lean_insert_sql(conn)
-    if lean is None:
-        event = WebhookEvent(**values)
-        try:
-            with transaction.atomic(using=using) if conn.in_atomic_block else nullcontext():
-                event.save(force_insert=True, using=using)
-        except IntegrityError:
-            return None, using
-        for f in WebhookEvent._meta.concrete_fields:  # what save() filled in (received_at)
-            if not f.primary_key:
-                values.setdefault(f.attname, getattr(event, f.attname))
-        return event.pk, using
-    sql, columns = lean
-    adapt_datetime = conn.ops.adapt_datetimefield_value
-    params = []
-    for column in columns:
-        kind = column.kind
-        value = values.get(column.name, _MISSING)
-        if value is _MISSING:
-            value = values[column.name] = column.field.get_default()
-        if kind is _TEXT and type(value) is str:
-            pass
-        elif kind is _DATETIME and (
-            value is None or (type(value) is datetime and value.utcoffset() is not None)
-        ):
-            value = adapt_datetime(value)
-        else:
-            value = column.field.get_db_prep_save(value, conn)
-        params.append(value)
-    savepoint = transaction.atomic(using=using) if conn.in_atomic_block else nullcontext()
-    with savepoint, conn.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
-    return (row[0] if row is not None else None), using
-
-
-
 def store_delivery(
     body: bytes, headers: Mapping[str, str], verification: Verification
 ) -> StoreResult:
@@ -314,9 +182,16 @@ def store_delivery(
             "state": EventState.REJECTED.value,
             "error": error,
         }
-        pk, using = _insert(values)
+        using = router.db_for_write(WebhookEvent)
+        pk = insert_ignoring_conflict(WebhookEvent, values, conflict="event_id", using=using)
         return StoreResult(
-            pk, values["event_id"], pk is not None, EventState.REJECTED, error, values, using
+            pk=pk,
+            event_id=values["event_id"],
+            created=pk is not None,
+            state=EventState.REJECTED,
+            error=error,
+            values=values,
+            using=using,
         )
 
     assert isinstance(payload, dict)
@@ -332,18 +207,32 @@ def store_delivery(
         "object_id": envelope.object_id,
         "state": EventState.RECEIVED.value,
     }
-    pk, using = _insert(values)
+    using = router.db_for_write(WebhookEvent)
+    pk = insert_ignoring_conflict(WebhookEvent, values, conflict="event_id", using=using)
     if pk is not None:
-        return StoreResult(pk, envelope.event_id, True, EventState.RECEIVED, "", values, using)
+        return StoreResult(
+            pk=pk,
+            event_id=envelope.event_id,
+            created=True,
+            state=EventState.RECEIVED,
+            values=values,
+            using=using,
+        )
     existing = (
         WebhookEvent.objects.using(using)
         .filter(event_id=envelope.event_id)
         .values_list("pk", "state")
         .first()
     )
-    if existing is None:  # pragma: no cover - the row vanished between the two statements
-        return StoreResult(None, envelope.event_id, False, "", values, using)
-    return StoreResult(existing[0], envelope.event_id, False, existing[1], "", values, using)
+    # The row is gone if it was deleted between the two statements: nothing to identify.
+    return StoreResult(
+        pk=existing[0] if existing else None,
+        event_id=envelope.event_id,
+        created=False,
+        state=existing[1] if existing else "",
+        values=values,
+        using=using,
+    )
 
 
 def enqueue(event_pk: int) -> None:

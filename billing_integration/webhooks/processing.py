@@ -40,7 +40,8 @@ from ..exceptions import (
 )
 from ..models import EventState, WebhookEvent
 from ..service import ensure_service
-from .envelope import parse_body, read_envelope
+from ..strictjson import parse_body
+from .envelope import read_envelope
 from .handlers import EventContext, EventDataError, HandlerResult, PullRequired, get_handler
 from .signals import SIGNALS, billing_event_received
 from .types import normalize_type

@@ -1,19 +1,21 @@
-"""``models.bulk``: rows written by ``update_rows`` and ``insert_rows`` read back exactly as
-the ORM would have written them, on SQLite and on PostgreSQL (jsonb_to_recordset, COPY)."""
+"""``models.bulk``: rows written by ``update_rows``, ``insert_rows`` and
+``insert_ignoring_conflict`` read back exactly as the ORM would have written them, on SQLite
+and on PostgreSQL (jsonb_to_recordset, COPY, ON CONFLICT)."""
 
 from __future__ import annotations
 
 import uuid
 from datetime import timedelta
 from decimal import Decimal
+from unittest import mock
 
 import pytest
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from billing_integration.models import Customer, Price, Product, Subscription
-from billing_integration.models.bulk import insert_rows, update_rows
+from billing_integration.models import Customer, Price, Product, Subscription, bulk
+from billing_integration.models.bulk import insert_ignoring_conflict, insert_rows, update_rows
 from billing_integration.outbox import from_remote
 
 pytestmark = pytest.mark.django_db
@@ -96,3 +98,70 @@ def test_insert_rows_fills_defaults_and_converts_values():
             Price, [{"product_id": product.pk, "currency_id": 1, "amount": Decimal("12.50")}]
         )
     assert Price.objects.get().amount == Decimal("12.50")
+
+
+def test_insert_ignoring_conflict_inserts_once_and_reports_a_duplicate():
+    """A new row: its primary key, every field as the ORM would store it, ``values`` completed
+    with the computed defaults; the same conflict value again: None, nothing written."""
+    remote_id = uuid.uuid4()
+    values = {"remote_id": remote_id, "identifier": "u-1", "remote_data": {"a": ["é", 1]}}
+    with CaptureQueriesContext(connection) as queries:
+        pk = insert_ignoring_conflict(Customer, values, conflict="remote_id")
+    assert pk is not None and [
+        q["sql"].split()[0] for q in queries if "SAVEPOINT" not in q["sql"]
+    ] == ["INSERT"]
+    stored = Customer.objects.get(pk=pk)
+    assert stored.remote_id == remote_id and stored.identifier == "u-1"
+    assert stored.remote_data == {"a": ["é", 1]} and stored.first_name == ""
+    assert stored.created_at is not None and values["created_at"] == stored.created_at
+    assert values["updated_at"] == stored.updated_at
+    again = {"remote_id": remote_id, "identifier": "u-2", "remote_data": None}
+    assert insert_ignoring_conflict(Customer, again, conflict="remote_id") is None
+    assert list(Customer.objects.values_list("identifier", flat=True)) == ["u-1"]
+
+
+def test_insert_ignoring_conflict_builds_its_statement_once_per_set_of_keys():
+    with mock.patch.dict(bulk._STATEMENTS, clear=True):
+        with mock.patch.object(bulk, "_build_statement", wraps=bulk._build_statement) as build:
+            for i in range(3):
+                insert_ignoring_conflict(
+                    Customer,
+                    {"remote_id": uuid.uuid4(), "identifier": f"{i}"},
+                    conflict="remote_id",
+                )
+            insert_ignoring_conflict(Customer, {"remote_id": uuid.uuid4()}, conflict="remote_id")
+        assert build.call_count == 2
+    assert Customer.objects.count() == 4
+
+
+def test_insert_ignoring_conflict_names_unknown_fields():
+    with mock.patch.dict(bulk._STATEMENTS, clear=True), pytest.raises(ValueError, match="nope"):
+        insert_ignoring_conflict(Customer, {"nope": 1}, conflict="remote_id")
+
+
+def test_insert_ignoring_conflict_leaves_the_callers_transaction_usable():
+    """A failing insert inside a transaction runs in a savepoint: the transaction goes on."""
+    remote_id = uuid.uuid4()
+    with transaction.atomic():
+        insert_ignoring_conflict(Customer, {"remote_id": remote_id}, conflict="remote_id")
+        with pytest.raises(IntegrityError):
+            insert_ignoring_conflict(Customer, {"identifier": None}, conflict="remote_id")
+        assert Customer.objects.filter(remote_id=remote_id).exists()
+
+
+def test_insert_ignoring_conflict_falls_back_to_save_elsewhere():
+    """Backends without ``ON CONFLICT ... RETURNING``: ``save()``; a duplicate is None."""
+    remote_id = uuid.uuid4()
+    with (
+        mock.patch.dict(bulk._STATEMENTS, clear=True),
+        mock.patch.object(bulk, "_on_conflict_returning", return_value=False),
+    ):
+        values = {"remote_id": remote_id, "identifier": "f"}
+        pk = insert_ignoring_conflict(Customer, values, conflict="remote_id")
+        assert Customer.objects.get(pk=pk).identifier == "f"
+        assert values["created_at"] == Customer.objects.get(pk=pk).created_at
+        assert (
+            insert_ignoring_conflict(Customer, {"remote_id": remote_id}, conflict="remote_id")
+            is None
+        )
+    assert Customer.objects.count() == 1

@@ -20,8 +20,9 @@ from billing_integration.models import (
     ProductDeletionRefused,
     Subscription,
 )
-from billing_integration.outbox import from_remote
+from billing_integration.outbox import from_remote, tasks
 from billing_integration.outbox.push import BUSY, DONE, FAILED, RETRY, push_entry_now
+from billing_integration.outbox.retry import retry_failed
 from billing_integration.outbox.tasks import drain_outbox
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -200,12 +201,37 @@ def test_exhausted_retries_mark_the_entry_failed_and_retryable(billing_sandbox, 
     assert entry.state == "failed" and entry.in_doubt
     assert product.sync_state == "failed" and "503" in product.sync_error
     key = entry.idempotency_key
-    assert OutboxEntry.objects.retry_failed() == 1
+    assert retry_failed() == 1
     entry.refresh_from_db()
     assert (entry.state, entry.idempotency_key) == ("pending", key)  # outcome unknown: same key
     assert push_entry_now(entry.pk).status == DONE
     product.refresh_from_db()
     assert product.sync_state == "synced" and product.remote_id is not None
+
+
+def test_retry_failed_resets_the_rows_and_enqueues_their_pushes_after_commit(monkeypatch):
+    """The model layer only resets (``reset_failed`` returns the ids, enqueues nothing); the
+    outbox's ``retry_failed`` resets and enqueues each push once the transaction commits."""
+    enqueued: list[int] = []
+    monkeypatch.setattr(tasks, "enqueue", lambda pk, countdown=None: enqueued.append(pk))
+    make_product()
+    make_product("Other")
+    failed, other = OutboxEntry.objects.order_by("pk")
+    OutboxEntry.objects.filter(pk=failed.pk).update(state="failed", attempts=3, in_doubt=False)
+    key = failed.idempotency_key
+    enqueued.clear()
+    with transaction.atomic():
+        assert OutboxEntry.objects.reset_failed() == [failed.pk]
+    assert enqueued == []
+    failed.refresh_from_db()
+    assert (failed.state, failed.attempts) == ("pending", 0)
+    assert failed.idempotency_key != key  # refused: a new body and key are safe
+    OutboxEntry.objects.filter(pk=failed.pk).update(state="failed")
+    with transaction.atomic():
+        assert retry_failed(OutboxEntry.objects.filter(pk__in=[failed.pk, other.pk])) == 1
+        assert enqueued == []  # not before the commit
+    assert enqueued == [failed.pk]
+    assert OutboxEntry.objects.get(pk=failed.pk).state == "pending"
 
 
 def test_a_refused_request_fails_at_once(billing_sandbox):

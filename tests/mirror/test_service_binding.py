@@ -25,8 +25,9 @@ from billing_integration.models import (
 from billing_integration.outbox.batch import push_batch
 from billing_integration.outbox.drain import push_due
 from billing_integration.outbox.push import DONE, push_entry_now
-from billing_integration.outbox.tasks import drain_outbox, sync_all
+from billing_integration.outbox.tasks import drain_outbox
 from billing_integration.sync.pull import pull_customers, pull_products, pull_subscriptions
+from billing_integration.sync.tasks import sync_all
 from billing_integration.testing import start_sandbox
 
 from .test_batch import customers, open_ids

@@ -16,7 +16,7 @@ from django.db import DatabaseError, connection, transaction
 from django.urls import reverse
 
 from billing_integration import wakeup
-from billing_integration.models import EventState, WebhookEvent
+from billing_integration.models import EventState, WebhookEvent, bulk
 from billing_integration.webhooks import ingest
 from billing_integration.webhooks.ingest import store_delivery
 from billing_integration.webhooks.tasks import (
@@ -295,15 +295,29 @@ def _stored_row(event_id: str) -> dict:
     return row
 
 
+@pytest.fixture
+def orm_fallback():
+    """The insert as on a backend without ``ON CONFLICT ... RETURNING`` (``save()``)."""
+    with (
+        mock.patch.dict(bulk._STATEMENTS, clear=True),
+        mock.patch.object(bulk, "_on_conflict_returning", return_value=False),
+    ):
+        yield
+
+
 def test_the_lean_insert_writes_what_the_orm_would():
-    """``_insert`` (one INSERT ... ON CONFLICT DO NOTHING RETURNING on PostgreSQL and SQLite)
-    stores the same row as ``save()``, and a duplicate is reported, not raised."""
+    """``insert_ignoring_conflict`` (one INSERT ... ON CONFLICT DO NOTHING RETURNING on
+    PostgreSQL and SQLite) stores the same row as ``save()``, and a duplicate is reported, not
+    raised."""
     body = json.dumps(envelope("invoice.paid", {"id": str(uuid.uuid4())}, event_id="lean-1"))
     headers = {"webhook-id": "lean-1", "user-agent": "t", "webhook-signature": "v1,x"}
     stored = store_delivery(body.encode(), headers, Verification("signature", "lean-1"))
     assert stored.created and stored.event.pk is not None and not stored.event._state.adding
     lean = _stored_row("lean-1")
-    with mock.patch.object(ingest, "_lean_insert_sql", return_value=None):  # the ORM path
+    with (
+        mock.patch.dict(bulk._STATEMENTS, clear=True),
+        mock.patch.object(bulk, "_on_conflict_returning", return_value=False),
+    ):  # the ORM path
         orm = store_delivery(
             body.replace("lean-1", "orm-1").encode(),
             {**headers, "webhook-id": "orm-1"},
@@ -322,6 +336,44 @@ def test_the_lean_insert_writes_what_the_orm_would():
     again = store_delivery(body.encode(), headers, Verification("signature", "lean-1"))
     assert not again.created and again.event.pk == stored.event.pk
     assert WebhookEvent.objects.count() == 2
+
+
+def test_the_orm_fallback_reports_what_it_stored(orm_fallback):
+    """On a backend without ``ON CONFLICT ... RETURNING``: the row is stored by ``save()``,
+    and each ``StoreResult`` field says what happened (new, duplicate, rejected body)."""
+    body = json.dumps(envelope("invoice.paid", {"id": "sub_9"}, event_id="orm-2")).encode()
+    stored = store_delivery(body, {"webhook-id": "orm-2"}, Verification("signature", "orm-2"))
+    row = WebhookEvent.objects.get(event_id="orm-2")
+    assert (stored.pk, stored.event_id, stored.created) == (row.pk, "orm-2", True)
+    assert (stored.state, stored.error, stored.using) == (EventState.RECEIVED, "", "default")
+    assert stored.values["event_id"] == "orm-2" and stored.values["body"] == body.decode()
+    assert stored.values["received_at"] == row.received_at  # filled in by save()
+    assert row.type == "invoice.paid" and row.object_id == "sub_9"
+    assert row.state == EventState.RECEIVED and row.verified_by == "signature"
+
+    again = store_delivery(body, {"webhook-id": "orm-2"}, Verification("signature", "orm-2"))
+    assert (again.pk, again.created, again.state, again.error) == (
+        row.pk, False, EventState.RECEIVED, "")
+    assert isinstance(again.values, dict) and again.values["event_id"] == "orm-2"
+
+    rejected = store_delivery(b"[1]", {}, Verification("signature", "orm-3"))
+    bad = WebhookEvent.objects.get(state=EventState.REJECTED)
+    assert (rejected.pk, rejected.event_id, rejected.created) == (bad.pk, bad.event_id, True)
+    assert rejected.state == EventState.REJECTED and rejected.error == bad.error != ""
+    assert isinstance(rejected.values, dict) and WebhookEvent.objects.count() == 2
+
+
+def test_a_duplicate_whose_row_vanished_is_reported_with_its_fields():
+    """The event id conflicted but the row was deleted before it could be read: nothing is
+    identified, and the result's fields hold what their names say (no error, the values)."""
+    body = json.dumps(envelope("invoice.paid", {"id": "sub_1"}, event_id="gone-1")).encode()
+    with mock.patch.object(ingest, "insert_ignoring_conflict", return_value=None):
+        result = store_delivery(body, {}, Verification("signature", "gone-1"))
+    assert (result.pk, result.event_id, result.created, result.state) == (
+        None, "gone-1", False, "")
+    assert result.error == ""
+    assert isinstance(result.values, dict) and result.values["event_id"] == "gone-1"
+    assert result.event is None and not WebhookEvent.objects.exists()
 
 
 def test_request_headers_are_what_django_request_headers_hold(rf):

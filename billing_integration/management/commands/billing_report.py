@@ -14,13 +14,11 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from ...reporting.csv import TABLES, table_csv
-from ...reporting.report import Period, Table, build_report
+from ...reporting.report import Period, Table, build_report, display
 
 
 def format_table(table: Table) -> str:
     """A plain-text table: a title, a header, aligned columns (numbers on the right)."""
-    from ...admin.reports import display
-
     header = [c.label for c in table.columns]
     rows = [[display(v, c.kind) for v, c in zip(row, table.columns, strict=True)]
             for row in table.values()]

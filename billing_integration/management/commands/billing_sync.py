@@ -38,7 +38,7 @@ class Command(BaseCommand):
         parser.add_argument("--no-progress", action="store_true")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from ...models import OutboxEntry
+        from ...outbox.retry import retry_failed
         from ...outbox.tasks import drain_outbox
         from ...sync import pull
 
@@ -56,7 +56,7 @@ class Command(BaseCommand):
         except BillingServiceMismatchError as exc:
             raise CommandError(str(exc)) from exc
         if options["retry_failed"]:
-            count = OutboxEntry.objects.retry_failed()
+            count = retry_failed()
             self.stdout.write(f"outbox: {count} failed entries re-queued")
         if options["drain"]:
             count = drain_outbox(inline=True)

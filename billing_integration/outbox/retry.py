@@ -1,0 +1,32 @@
+"""Re-queue failed outbox entries: reset them (``OutboxEntryQuerySet.reset_failed``) and
+enqueue their pushes after commit. Used by the admin action and ``billing_sync
+--retry-failed``."""
+
+from __future__ import annotations
+
+from django.contrib.contenttypes.models import ContentType
+from django.db import models, transaction
+
+from ..models.outbox import OutboxEntry
+from . import tasks
+
+__all__ = ["retry_failed", "retry_failed_pushes"]
+
+
+def retry_failed(entries: models.QuerySet[OutboxEntry] | None = None) -> int:
+    """Put the failed entries among ``entries`` (default: all) back in the queue (same key
+    when the outcome is unknown; a refused body is rebuilt) and enqueue their pushes after
+    commit. Returns the number of entries re-queued."""
+    if entries is None:
+        entries = OutboxEntry.objects.all()
+    ids = entries.reset_failed()
+    for pk in ids:
+        transaction.on_commit(lambda pk=pk: tasks.enqueue(pk))
+    return len(ids)
+
+
+def retry_failed_pushes(queryset: models.QuerySet) -> int:
+    """Re-queue the failed outbox entries of the objects of ``queryset``."""
+    ct = ContentType.objects.get_for_model(queryset.model, for_concrete_model=True)
+    pks = list(queryset.values_list("pk", flat=True))
+    return retry_failed(OutboxEntry.objects.filter(content_type=ct, object_id__in=pks))

@@ -1,0 +1,43 @@
+"""The app's Celery beat schedule (``BEAT_SCHEDULE``, ``beat_schedule()``), for the host's
+``CELERY_BEAT_SCHEDULE``: the outbox drain, the periodic pull and the sweep of stuck events.
+
+Imports nothing (no models, no settings), so a settings module may import it::
+
+    from billing_integration.schedule import BEAT_SCHEDULE as BILLING_BEAT_SCHEDULE
+    CELERY_BEAT_SCHEDULE = {**BILLING_BEAT_SCHEDULE}
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["BEAT_SCHEDULE", "beat_schedule"]
+
+
+def beat_schedule(
+    drain_every: float = 60.0, sync_every: float = 3600.0, events_every: float = 60.0
+) -> dict[str, Any]:
+    """A Celery beat schedule to merge into ``CELERY_BEAT_SCHEDULE``: the outbox drain, the
+    periodic pull, and the sweep of received events whose processing message was lost."""
+    return {
+        "billing-drain-outbox": {
+            "task": "billing_integration.drain_outbox",
+            "schedule": drain_every,
+            "options": {"expires": drain_every},
+        },
+        "billing-sync-all": {
+            "task": "billing_integration.sync_all",
+            "schedule": sync_every,
+            "options": {"expires": sync_every},
+        },
+        "billing-process-pending-events": {
+            "task": "billing_integration.process_pending_webhook_events",
+            "schedule": events_every,
+            "options": {"expires": events_every},
+        },
+    }
+
+
+#: The default schedule: drain lost outbox messages and sweep stuck events every minute,
+#: reconcile every hour.
+BEAT_SCHEDULE: dict[str, Any] = beat_schedule()
