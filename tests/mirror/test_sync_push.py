@@ -46,8 +46,12 @@ def test_push_sends_a_fresh_entry_that_drain_leaves(billing_sandbox):
 
 
 def test_push_ignores_the_retry_time_and_reports_errors(billing_sandbox, settings):
-    settings.BILLING = {**settings.BILLING, "MAX_RETRIES": 0, "OUTBOX_RETRY_BASE": 3600.0,
-                        "OUTBOX_RETRY_MAX": 3600.0}
+    settings.BILLING = {
+        **settings.BILLING,
+        "MAX_RETRIES": 0,
+        "OUTBOX_RETRY_BASE": 3600.0,
+        "OUTBOX_RETRY_MAX": 3600.0,
+    }
     make_product("Plan")
     billing_sandbox.faults(operation="create_product", status=503, count=1)
 

@@ -58,8 +58,11 @@ def test_inline_signals_still_wait_for_the_commit(
 def test_without_inline_nothing_is_processed_before_the_commit(client, mirror, settings):
     from .conftest import SECRET
 
-    settings.BILLING = {**settings.BILLING, "WEBHOOK_SECRET": SECRET,
-                        "WEBHOOK_PROCESS_INLINE": False}
+    settings.BILLING = {
+        **settings.BILLING,
+        "WEBHOOK_SECRET": SECRET,
+        "WEBHOOK_PROCESS_INLINE": False,
+    }
     response = post_signed(client, canceled(mirror), msg_id=str(uuid.uuid4()))
     assert response.status_code == 200
     assert WebhookEvent.objects.get().state == EventState.RECEIVED
