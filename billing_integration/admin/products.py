@@ -629,15 +629,7 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         super().save_related(request, form, formsets, change)
         product = form.instance
-        used = set(
-            Price.objects.filter(
-                models.Q(product=product) | models.Q(cycle__product=product)
-            ).values_list("currency_id", flat=True)
-        )
-        current = [int(c) for c in product.selected_currencies or []]
-        if not used <= set(current):
-            product.selected_currencies = sorted(set(current) | used)
-            product.save(update_fields=["selected_currencies", "updated_at"])
+        product.add_priced_currencies()  # the model's rule: sold in its prices' currencies
         self._warn_not_sent(request, product, formsets)
 
     def _warn_not_sent(self, request: HttpRequest, product: Product, formsets: Any) -> None:

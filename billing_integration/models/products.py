@@ -8,6 +8,11 @@ A subscription product pulled from the service arrives without cycles: the servi
 with a blueprint id only. Its ``blueprint_known`` is False, and the cycles saved for it here
 are ``declared``: offered at checkout, but not pushed (pushing them would replace the
 service's blueprint, which is not known here) until someone asks for it.
+
+A product is sold in the currencies of ``selected_currencies``, which always include every
+currency one of its prices is in: a price saved in a new currency adds it, and a save of the
+product keeps them (``Product.add_priced_currencies``), so a product created in code without
+``selected_currencies`` is pushed and sold in the currencies of its prices.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from django.db import models
+from django.db import models, router, transaction
 from django.db.models.deletion import ProtectedError
 from django.utils.translation import gettext_lazy as _
 
@@ -153,6 +158,49 @@ class Product(RemoteObject):
         self.status = ProductStatus.PUBLISHED
         self.save(update_fields=["status", "updated_at"])
 
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """A save that writes ``selected_currencies`` keeps the currencies of the product's
+        prices in it (an instance loaded before a price was added cannot drop its currency)."""
+        from ..context import is_from_remote
+
+        fields = kwargs.get("update_fields")
+        if (
+            not self._state.adding
+            and self.pk is not None
+            and (fields is None or "selected_currencies" in fields)
+            and not is_from_remote()  # the service's answer states its own currencies
+        ):
+            self.selected_currencies = _with(self.selected_currencies, self.priced_currencies())
+        super().save(*args, **kwargs)
+
+    def priced_currencies(self) -> set[int]:
+        """The ids of the currencies the product has a price in (its cycles' prices, or its
+        root prices): one query."""
+        return set(
+            Price.objects.filter(models.Q(product=self) | models.Q(cycle__product=self))
+            .values_list("currency_id", flat=True)
+            .distinct()
+        )
+
+    def add_priced_currencies(self) -> bool:
+        """Add to ``selected_currencies`` every currency the product has a price in, and save
+        that field (pushed like any change) when one was missing. The stored list is the base,
+        so a stale instance drops nothing. Returns True if the list changed."""
+        row = Product.objects.filter(pk=self.pk).values_list("selected_currencies", flat=True)
+        stored = _with(row.first(), set())
+        wanted = _with(stored, self.priced_currencies())
+        self.selected_currencies = wanted
+        if wanted == stored:
+            return False
+        super().save(update_fields=["selected_currencies", "updated_at"])  # priced: known
+        return True
+
+
+def _with(currencies: Any, more: set[int]) -> list[int]:
+    """``currencies`` (ids, possibly written as strings) with the ids of ``more``, sorted."""
+    ids = {int(c) for c in currencies or [] if str(c).strip().isdigit()}
+    return sorted(ids | {int(c) for c in more})
+
 
 class BillingCycle(AtomicSaveMixin, models.Model):
     product = models.ForeignKey(Product, on_delete=models.CASCADE, related_name="cycles")
@@ -230,6 +278,21 @@ class Price(AtomicSaveMixin, models.Model):
         except Exception:
             code = str(self.currency_id)
         return f"{self.amount} {code}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """A price in a currency its product is not sold in yet adds that currency to the
+        product's ``selected_currencies``, in the same transaction (the service refuses a
+        price outside them, and checkout offers only those)."""
+        from ..context import is_from_remote
+
+        using = kwargs.get("using") or router.db_for_write(type(self), instance=self)
+        with transaction.atomic(using=using, savepoint=False):
+            super().save(*args, **kwargs)
+            if is_from_remote():  # the service's answer states its own currencies
+                return
+            owner = self.owner
+            if int(self.currency_id) not in _with(owner.selected_currencies, set()):
+                owner.add_priced_currencies()
 
     @property
     def owner(self) -> Product:

@@ -28,7 +28,7 @@ from ..models.outbox import OutboxEntry, OutboxState
 from .batch import push_batch
 from .push import BUSY, DONE, FAILED, REFUSED, RETRY, PushResult
 
-__all__ = ["DrainReport", "due_entries", "push_due"]
+__all__ = ["DrainReport", "due_entries", "push_due", "push_open"]
 
 
 @dataclass
@@ -102,3 +102,17 @@ def push_due(*, seconds: float = 20.0, max_entries: int = 1000) -> DrainReport:
     if waits and not report.more:
         report.next_in = min(waits)
     return report
+
+
+def push_open() -> list[tuple[OutboxEntry, PushResult]]:
+    """Push every open outbox entry now, in this process, in primary-key order: fresh ones,
+    ones waiting for their retry time and ones whose worker's lease expired (an entry a
+    worker holds is left to it). One attempt each (the client's own retries included); a
+    retryable failure goes back to ``pending`` with its next retry time, as in a worker.
+
+    ``billing_sync --push``: the way to push without a worker. Returns each entry (as loaded
+    before its push) with the push's result."""
+    from .push import push_entry_now
+
+    entries = list(OutboxEntry.objects.open().select_related("content_type").order_by("pk"))
+    return [(entry, push_entry_now(entry.pk)) for entry in entries]

@@ -157,6 +157,10 @@ class BillingAPI:
             chk.fail("selected_currencies", "selected_currencies must be an array of strings "
                      "holding currency ids, e.g. [\"1\", \"2\"].", "invalid_type")
             return None
+        if not value:  # required means at least one: a product sold in no currency sells nothing
+            chk.fail("selected_currencies", "selected_currencies must name at least one currency "
+                     "id, e.g. [\"1\"].", "blank")
+            return None
         result = []
         for i, item in enumerate(value):
             field = f"selected_currencies[{i}]"

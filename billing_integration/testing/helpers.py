@@ -7,7 +7,7 @@ from typing import Any
 
 import requests
 
-from billing_integration.sandbox.events import sign_headers
+from billing_integration.sandbox.events import encode, sign_headers
 
 #: Fast delivery retries for tests (seconds).
 TEST_RETRY_SCHEDULE = [0.05, 0.1, 0.2, 0.4]
@@ -220,6 +220,16 @@ class SandboxHandle:
     def deliveries(self, status: str | None = None) -> list[dict[str, Any]]:
         params = {"status": status} if status else {}
         return self._get("/_sandbox/deliveries", **params)["data"]
+
+    def deliver(self, client: Any, event: dict[str, Any], path: str = "/billing/webhooks/") -> Any:
+        """POST ``event`` (an envelope: what ``trigger()`` returns, or an item of ``events()``)
+        to your webhook view through a Django test ``client``, as the sandbox delivers it: the
+        same body, signed with the sandbox's webhook secret, ``webhook-id`` the event id. No
+        live server or callback needed. Returns the client's response."""
+        body = encode(event)
+        headers = sign_webhook(body, self.webhook_secret, msg_id=event["id"])
+        headers.pop("content-type", None)
+        return client.post(path, data=body, content_type="application/json", headers=headers)
 
     def wait_for_deliveries(self, timeout: float = 10.0) -> bool:
         """Block until no delivery is pending; False if ``timeout`` passed first."""

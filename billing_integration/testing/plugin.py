@@ -9,6 +9,9 @@ Fixtures:
   object (the sandbox never answers it over HTTP). When Django is configured it also points
   ``settings.BILLING`` at the sandbox through pytest-django's ``settings`` fixture (other
   ``BILLING`` keys are kept), drops cached tokens and the per-process client.
+- ``billing_inline`` (function): the app's after-commit work runs inside the test, even in a
+  plain ``django_db`` test whose transaction never commits: outbox pushes, event processing
+  and the signals, with Celery eager (``billing_integration.testing.inline``).
 
 Django is imported lazily: this module loads in every pytest run.
 """
@@ -51,6 +54,20 @@ def billing_sandbox(billing_sandbox_server: Any, request: pytest.FixtureRequest)
     handle.reset()
     _point_django_at(handle, request)
     return handle
+
+
+@pytest.fixture
+def billing_inline(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Run the after-commit work (pushes, event processing, signals) and Celery tasks inside
+    the test, at the moment a real commit would run them."""
+    from .inline import after_commit_inline
+
+    try:
+        settings = request.getfixturevalue("settings")  # pytest-django
+    except pytest.FixtureLookupError:
+        settings = None
+    with after_commit_inline(settings):
+        yield
 
 
 def _point_django_at(handle: SandboxHandle, request: pytest.FixtureRequest) -> None:

@@ -236,22 +236,33 @@ def store_delivery(
 
 
 def enqueue(event_pk: int) -> None:
-    """Hand a stored event to processing: inline, or (after commit) a coalesced kick of the
-    ``process_received_events`` drain: one Celery message per burst of deliveries, not one per
-    event, and within ``WEBHOOK_KICK_WINDOW`` of a wake-up this process saw pending, not even a
-    cache round trip (see ``billing_integration.wakeup``).
+    """Hand a stored event to processing.
 
-    Never raises: the event is stored, and a failure to enqueue leaves it ``received`` for
-    ``process_pending`` (or a redelivery) to pick up.
+    With ``WEBHOOK_PROCESS_INLINE``: processed here, in the request, now. The row is already
+    stored: the webhook view runs in autocommit, so its INSERT is committed; a caller inside a
+    transaction (a test's, say) gets the processing in that same transaction, so the event and
+    its effects commit or roll back together. The signals still wait for the commit.
+
+    Otherwise, after commit, a coalesced kick of the ``process_received_events`` drain: one
+    Celery message per burst of deliveries, not one per event, and within
+    ``WEBHOOK_KICK_WINDOW`` of a wake-up this process saw pending, not even a cache round trip
+    (see ``billing_integration.wakeup``).
+
+    Never raises: the event is stored, and a failure to process or enqueue leaves it
+    ``received`` (or ``failed``) for ``process_pending`` (or a redelivery, or a replay).
     """
+    if billing_settings.WEBHOOK_PROCESS_INLINE:
+        try:
+            from .processing import process_event
+
+            process_event(event_pk)
+        except Exception:
+            logger.exception("Could not process event %s inline; it stays stored", event_pk)
+        return
 
     def run() -> None:
         try:
-            if billing_settings.WEBHOOK_PROCESS_INLINE:
-                from .processing import process_event
-
-                process_event(event_pk)
-            elif not wakeup.pending_locally(WAKEUP_NAME):  # else kick() would return at once
+            if not wakeup.pending_locally(WAKEUP_NAME):  # else kick() would return at once
                 wakeup.kick(WAKEUP_NAME, process_received_events, local_window=kick_window())
         except Exception:
             logger.exception("Could not hand event %s to processing; it stays received", event_pk)

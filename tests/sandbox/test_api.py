@@ -460,3 +460,19 @@ def test_json_content_type_required_on_writes(api):
                              headers={**api.headers(str(uuid.uuid4())),
                                       "Content-Type": "application/x-www-form-urlencoded"})
     assert response.status_code == 415
+
+
+def test_empty_selected_currencies_are_refused(api):
+    """docs/sandbox.md calls the field required: an empty list is no currency at all."""
+    created = api.post("/products", product_body(selected_currencies=[]))
+    assert created.status_code == 400
+    [error] = created.json()["errors"]
+    assert (error["field"], error["code"]) == ("selected_currencies", "blank")
+    assert "at least one currency" in error["message"]
+    assert api.get("/products").json()["data"] == []
+
+    product = api.product()
+    patched = api.patch(f"/products/{product['id']}", {"selected_currencies": []})
+    assert patched.status_code == 400
+    assert patched.json()["errors"][0]["field"] == "selected_currencies"
+    assert api.get(f"/products/{product['id']}").json()["data"]["selected_currencies"] == ["1", "2"]

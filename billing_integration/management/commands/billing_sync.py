@@ -8,8 +8,10 @@ After the products, it lists the products on the service that have no known bill
 Rows the service sent with a value that cannot be stored (a date that does not parse, ...)
 are not applied: they are listed on stderr and the command exits with an error at the end.
 
-``--drain`` first pushes the outbox entries whose message was lost, inline (no worker needed);
-``--retry-failed`` puts failed outbox entries back in the queue first.
+``--drain`` first pushes the outbox entries whose message was lost (pending longer than
+``OUTBOX_STALE_AFTER``), inline; ``--push`` first pushes every open outbox entry now, inline, and
+prints each one's outcome (no worker needed); ``--retry-failed`` puts failed outbox entries back
+in the queue first. ``--push`` without a resource only pushes (no pull).
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ class Command(BaseCommand):
                             help="products, customers, subscriptions (default: all)")
         parser.add_argument("--drain", action="store_true",
                             help="push stale outbox entries inline before pulling")
+        parser.add_argument("--push", action="store_true",
+                            help="push every open outbox entry now, inline (without a worker), "
+                                 "and print what happened; with no resource named, pull nothing")
         parser.add_argument("--retry-failed", action="store_true",
                             help="re-queue failed outbox entries before pulling")
         parser.add_argument("--no-progress", action="store_true")
@@ -61,6 +66,10 @@ class Command(BaseCommand):
         if options["drain"]:
             count = drain_outbox(inline=True)
             self.stdout.write(f"outbox: {count} stale entries pushed")
+        if options["push"]:
+            self._push()
+            if not options["resources"]:
+                return
 
         def progress(resource: str, counts: pull.PullCounts) -> None:
             if tty:
@@ -90,6 +99,32 @@ class Command(BaseCommand):
             errors += counts.errors
         if errors:
             raise CommandError(f"{errors} row(s) not applied (bad data from the service).")
+
+    def _push(self) -> None:
+        """Push every open entry now and print one line per entry and a summary."""
+        from ...outbox.drain import push_open
+        from ...outbox.push import BUSY, DONE, FAILED, REFUSED, RETRY, SKIPPED
+
+        results = push_open()
+        words = {DONE: "pushed", RETRY: "to retry later", FAILED: "failed",
+                 BUSY: "waiting (held by a worker, or behind another push of the object)",
+                 SKIPPED: "nothing to do", REFUSED: "refused (another service)"}
+        counts: dict[str, int] = {}
+        for entry, result in results:
+            counts[result.status] = counts.get(result.status, 0) + 1
+            what = f"{entry.content_type.model} {entry.object_id}"
+            target = entry.target
+            if target is not None:
+                what += f" “{str(target)[:60]}”"
+            line = f"  {entry.get_operation_display().lower()} {what}: " + words.get(
+                result.status, result.status
+            )
+            if result.error is not None and result.status != DONE:
+                line += f" ({type(result.error).__name__}: {str(result.error)[:200]})"
+            style = self.style.SUCCESS if result.status == DONE else self.style.WARNING
+            self.stdout.write(style(line))
+        summary = ", ".join(f"{n} {words.get(s, s)}" for s, n in counts.items()) or "nothing open"
+        self.stdout.write(f"outbox: {len(results)} open entries pushed now: {summary}")
 
     def _report_without_cycles(self, products: list[Any]) -> None:
         """Products checkout refuses: the service answers with a blueprint id only, so the
