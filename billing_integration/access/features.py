@@ -127,12 +127,13 @@ def features_for(request: Any) -> Features:
     return features
 
 
-def _is_request(obj: Any) -> bool:
+def is_request(obj: Any) -> bool:
+    """An ``HttpRequest`` or a DRF ``Request`` (which wraps one)."""
     return isinstance(obj, HttpRequest) or isinstance(getattr(obj, "_request", None), HttpRequest)
 
 
 def _features(subject: Any) -> Features:
-    return features_for(subject) if _is_request(subject) else features_of(subject)
+    return features_for(subject) if is_request(subject) else features_of(subject)
 
 
 def has_feature(subject: Any, feature: str) -> bool:
