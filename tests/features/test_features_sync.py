@@ -98,9 +98,10 @@ def test_saving_features_pushes_nothing(billing_sandbox):
     feature.delete()
 
     assert OutboxEntry.objects.count() == entries
-    assert Product.objects.values("sync_state", "sync_error", "updated_at").get(
-        pk=product.pk
-    ) == before
+    assert (
+        Product.objects.values("sync_state", "sync_error", "updated_at").get(pk=product.pk)
+        == before
+    )
     assert push_open() == []
     assert [r["operation"] for r in billing_sandbox.requests()] == []
 
