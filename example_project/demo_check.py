@@ -7,7 +7,8 @@ broker folder), so it runs beside a ``make demo`` without touching it. Checks:
 1. the seeded products reach the sandbox (pushed by the worker through the outbox) and the
    pricing page shows a checkout button per cycle and currency;
 2. a user signs up, posts the pricing page's checkout form, lands on the sandbox's hosted
-   page, pays with the success number, returns, and the members page answers 200;
+   page, pays with the success number, returns, and the members page answers 200; the
+   reports page, gated by the feature ``reports`` (Pro and Team), still refuses her Starter;
 3. the sandbox delivered ``payment.completed`` and ``invoice.paid`` to the example project
    (2xx), the worker processed them: the account page lists the completed payment;
 4. a user paying with the declining number gets a 402 from the sandbox, and the members page
@@ -258,6 +259,11 @@ def run_checks(web: str, sandbox: str) -> None:
     check(
         "Members area" in members.text and "Starter" in members.text,
         "members page 200 with her Starter plan",
+    )
+    reports = alice.get("/reports/", allow_redirects=False)
+    check(
+        reports.status_code == 302 and "/pricing/" in reports.headers.get("Location", ""),
+        "the reports page (feature 'reports', Pro and Team) refuses her Starter plan",
     )
 
     print("3. events delivered and processed")

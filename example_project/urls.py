@@ -10,6 +10,7 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("pricing/", views.pricing, name="pricing"),
     path("members/", views.members, name="members"),
+    path("reports/", views.reports, name="reports"),
     path("account/", views.account, name="account"),
     path("accounts/signup/", views.signup, name="signup"),
     path("accounts/", include("django.contrib.auth.urls")),

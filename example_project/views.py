@@ -16,7 +16,12 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 
-from billing_integration.access import active_subscriptions, subscription_required
+from billing_integration.access import (
+    active_subscriptions,
+    feature_limit,
+    feature_required,
+    subscription_required,
+)
 from billing_integration.conf import billing_settings
 from billing_integration.models import BillingCycle, Payment, Price, Product, Subscription
 
@@ -73,6 +78,12 @@ def pricing(request: HttpRequest) -> HttpResponse:
 def members(request: HttpRequest) -> HttpResponse:
     subscriptions = active_subscriptions(request.user).select_related("product")
     return render(request, "example/members.html", {"subscriptions": subscriptions})
+
+
+@feature_required("reports", redirect_url="pricing")  # by feature, not by product name
+def reports(request: HttpRequest) -> HttpResponse:
+    """Reports: plans that include the ``reports`` feature (Pro and Team in the demo)."""
+    return render(request, "example/reports.html", {"seats": feature_limit(request, "seats")})
 
 
 @login_required

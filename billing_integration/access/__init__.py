@@ -25,6 +25,9 @@ names a ``callable(request) -> subscriber | None`` (a team or an organisation mo
 Anonymous users have no subscriber. Non-subscribers are sent to
 ``BILLING['SUBSCRIPTION_REQUIRED_URL']`` (a URL name or a path) with ``?next=<path>``;
 anonymous users are sent to the login page first.
+
+Access by feature (``has_feature``, ``feature_limit``, ``feature_required``,
+``FeatureRequiredMixin``, ``HasFeature``): see ``access/features.py``.
 """
 
 from __future__ import annotations
@@ -46,10 +49,17 @@ from ..conf import billing_settings
 from ..models import Product, Subscription
 
 __all__ = [
+    "FeatureRequiredMixin",
     "HasActiveSubscription",
+    "HasFeature",
     "SubscriptionRequiredMixin",
     "active_subscriptions",
+    "feature_limit",
+    "feature_required",
+    "features_for",
+    "features_of",
     "get_subscriber",
+    "has_feature",
     "resolve_product",
     "subscribed",
     "subscription_required",
@@ -201,9 +211,24 @@ class SubscriptionRequiredMixin:
 
 
 def __getattr__(name: str) -> Any:
-    # The DRF permission is imported lazily so this module works without DRF installed.
+    # The DRF permissions are imported lazily so this module works without DRF installed.
     if name == "HasActiveSubscription":
         from .permissions import HasActiveSubscription
 
         return HasActiveSubscription
+    if name == "HasFeature":
+        from .permissions import HasFeature
+
+        return HasFeature
     raise AttributeError(name)
+
+
+# Access by feature; imported last: it builds on the names above.
+from .features import (  # noqa: E402
+    FeatureRequiredMixin,
+    feature_limit,
+    feature_required,
+    features_for,
+    features_of,
+    has_feature,
+)

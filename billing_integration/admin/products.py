@@ -42,6 +42,7 @@ from ..models import (
     DeclaredCyclesNotSendable,
     Price,
     Product,
+    ProductFeature,
     ProductStatus,
     Subscription,
     active_q,
@@ -274,6 +275,18 @@ class CyclePriceInline(admin.TabularInline):
     extra = 1
 
 
+class ProductFeatureInline(admin.TabularInline):
+    """Features declared here (read by ``access.has_feature``); never pushed."""
+
+    model = ProductFeature
+    fields = ("key", "limit")
+    extra = 0
+    verbose_name = _("feature")
+    verbose_name_plural = _(
+        "features (kept here; the service's API has no way to receive features)"
+    )
+
+
 class ProductForm(forms.ModelForm):
     selected_currencies = forms.TypedMultipleChoiceField(
         label=_("currencies"),
@@ -373,7 +386,7 @@ class CyclesListFilter(admin.SimpleListFilter):
 @admin.register(Product)
 class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdmin):
     form = ProductForm
-    inlines = (BillingCycleInline, RootPriceInline)
+    inlines = (BillingCycleInline, RootPriceInline, ProductFeatureInline)
     list_display = (
         "name",
         "product_type",
@@ -626,6 +639,13 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
             )
 
     # -- saving ----------------------------------------------------------------------------------
+    def save_model(self, request: HttpRequest, obj: Product, form: Any, change: bool) -> None:
+        """An unchanged product is not saved, so not pushed: a change of its features only
+        (kept here, never sent) writes no outbox entry."""
+        if change and not form.has_changed():
+            return
+        super().save_model(request, obj, form, change)
+
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         super().save_related(request, form, formsets, change)
         product = form.instance

@@ -16,6 +16,10 @@ local state the service does not have and no request can carry (shown as "not se
 The blueprint of a product whose blueprint on the service is not known here
 (``blueprint_known`` False: pulled, with cycles declared here) is sent only when asked
 (``subscription_blueprint`` among the changed fields): it replaces the service's one.
+
+``features`` (an array whose element shape the interface does not document) is read, never
+sent: POST and PATCH bodies have no ``features``. ``features_from_remote`` reads it from the
+product JSON kept in ``remote_data``.
 """
 
 from __future__ import annotations
@@ -238,3 +242,87 @@ def root_prices_from_remote(data: dict[str, Any]) -> list[tuple[int, Decimal]]:
         for p in (data.get("prices") or [])
         if isinstance(p, dict) and "currency" in p and "amount" in p
     ]
+
+
+#: Element fields naming a feature, in order of preference.
+FEATURE_NAME_FIELDS = ("key", "name", "code", "slug")
+#: Element fields carrying its number, in order of preference.
+FEATURE_VALUE_FIELDS = ("limit", "value", "quantity")
+
+
+def feature_key(value: Any) -> str:
+    """A feature name as compared: a stripped, lower-cased string (``""`` when unusable)."""
+    if not isinstance(value, str):
+        return ""
+    return value.strip().lower()
+
+
+def _feature_number(value: Any) -> tuple[bool, int | None]:
+    """``(granted, limit)`` of an element's value: ``False`` (or ``"false"``) withdraws the
+    feature; a non-negative integer (or its ASCII digits) is its limit; anything else (true,
+    null, text, a fraction, a negative number) grants it without a number."""
+    if value is False or (isinstance(value, str) and value.strip().lower() == "false"):
+        return False, None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return True, value if value >= 0 else None
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return True, int(value)
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+        return True, int(value.strip())
+    return True, None
+
+
+def _feature(element: Any) -> tuple[str, int | None] | None:
+    if isinstance(element, str):
+        name, sep, number = element.partition(":")
+        key = feature_key(name)
+        if not key:
+            return None
+        granted, limit = _feature_number(number) if sep else (True, None)
+        return (key, limit) if granted else None
+    if not isinstance(element, dict):
+        return None
+    key = next((k for k in (feature_key(element.get(f)) for f in FEATURE_NAME_FIELDS) if k), "")
+    if not key:
+        return None
+    if element.get("enabled") is False:
+        return None
+    limit = None
+    for field in FEATURE_VALUE_FIELDS:
+        if field in element:
+            granted, limit = _feature_number(element[field])
+            if not granted:
+                return None
+            if limit is not None:
+                break
+    return key, limit
+
+
+def features_from_remote(data: Any) -> dict[str, int | None]:
+    """The features of a product resource: ``{key: limit or None}``.
+
+    Tolerant of the undocumented element shape: a string (``"sso"``, ``"seats:5"``) or an
+    object named by ``key``/``name``/``code``/``slug`` (the first non-empty) with an optional
+    number in ``limit``/``value``/``quantity``. An element that names nothing is skipped; one whose
+    value is ``false`` (or ``enabled: false``) grants nothing. A key listed twice keeps its
+    largest number. ``{}`` when ``data`` has no usable ``features`` array.
+    """
+    if not isinstance(data, dict) or not isinstance(data.get("features"), list):
+        return {}
+    out: dict[str, int | None] = {}
+    for element in data["features"]:
+        parsed = _feature(element)
+        if parsed is None:
+            continue
+        key, limit = parsed
+        out[key] = larger_limit(out[key], limit) if key in out else limit
+    return out
+
+
+def larger_limit(a: int | None, b: int | None) -> int | None:
+    """The larger of two limits; ``None`` (no number) loses to any number."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return max(a, b)

@@ -13,6 +13,11 @@ A product is sold in the currencies of ``selected_currencies``, which always inc
 currency one of its prices is in: a price saved in a new currency adds it, and a save of the
 product keeps them (``Product.add_priced_currencies``), so a product created in code without
 ``selected_currencies`` is pushed and sold in the currencies of its prices.
+
+A product's *features* (entitlements, read by ``billing_integration.access``) are the
+service's ``features`` array (kept in ``remote_data``, read through ``mapping.products``) and
+the ``ProductFeature`` rows declared here. Declared features are never pushed: the service's
+API has no way to receive them.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ __all__ = [
     "Price",
     "Product",
     "ProductDeletionRefused",
+    "ProductFeature",
     "ProductQuerySet",
     "ProductStatus",
     "ProductType",
@@ -297,3 +303,46 @@ class Price(AtomicSaveMixin, models.Model):
     @property
     def owner(self) -> Product:
         return self.product if self.product_id else self.cycle.product
+
+
+class ProductFeature(models.Model):
+    """A feature (entitlement) of a product declared here, e.g. ``sso`` or ``seats`` with a
+    limit of 5. Kept here only: the service's API has no way to receive features, so saving
+    one writes no outbox entry and leaves the product's sync state alone.
+
+    ``key`` is stored stripped and lower-cased; ``limit`` is an optional number read by
+    ``access.feature_limit`` (``None``: the feature without a number).
+    """
+
+    product = models.ForeignKey(
+        Product, on_delete=models.CASCADE, related_name="declared_features"
+    )
+    key = models.SlugField(
+        _("feature"), max_length=64, help_text=_("A short name, e.g. “sso”, “api”, “seats”.")
+    )
+    limit = models.PositiveIntegerField(
+        _("limit"),
+        null=True,
+        blank=True,
+        help_text=_("Optional number (e.g. 5 seats); empty for a feature without a number."),
+    )
+
+    class Meta:
+        ordering = ["product", "key", "pk"]
+        verbose_name = _("feature")
+        verbose_name_plural = _("features")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["product", "key"], name="billing_product_feature_unique_per_product"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.key if self.limit is None else f"{self.key}:{self.limit}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        self.key = (self.key or "").strip().lower()
+        super().save(*args, **kwargs)
+
+    def clean(self) -> None:
+        self.key = (self.key or "").strip().lower()

@@ -25,6 +25,12 @@ Access checks (the *active* rule is ``Subscription.objects.active()``)::
 
     {% if_subscribed product %}members content{% else %}subscribe first{% endif_subscribed %}
     {% if_subscribed %}...{% endif_subscribed %}            {# any product #}
+
+Access by feature (``access.has_feature``: the request's cache, one query per request)::
+
+    {% if user|has_feature:"sso" %}...{% endif %}           {# or request|has_feature:"sso" #}
+    {{ user|feature_limit:"seats" }}                         {# 5, or None #}
+    {% if_feature "sso" %}SSO settings{% else %}upgrade{% endif_feature %}
 """
 
 from __future__ import annotations
@@ -143,3 +149,63 @@ def do_if_subscribed(parser: template.base.Parser, token: template.base.Token) -
     else:
         no = template.NodeList()
     return IfSubscribedNode(product, yes, no)
+
+
+# --- access by feature --------------------------------------------------------------------------
+def _features(subject: Any) -> dict[str, int | None]:
+    """A request's features (its cache), or a subscriber's, memoised on the instance: a
+    template renders within one request, and ``request.user`` is built per request."""
+    from ..access.features import features_for, features_of, is_request
+
+    return features_for(subject) if is_request(subject) else features_of(subject, memoise=True)
+
+
+@register.filter(name="has_feature")
+def has_feature_filter(subject: Any, feature: Any) -> bool:
+    """``{{ user|has_feature:"sso" }}`` (or ``request|has_feature:"sso"``): the feature
+    through an active subscription."""
+    from ..mapping.products import feature_key
+
+    key = feature_key(feature)
+    return bool(key) and key in _features(subject)
+
+
+@register.filter(name="feature_limit")
+def feature_limit_filter(subject: Any, feature: Any) -> int | None:
+    """``{{ user|feature_limit:"seats" }}``: the feature's number, or None."""
+    from ..mapping.products import feature_key
+
+    key = feature_key(feature)
+    return _features(subject).get(key) if key else None
+
+
+class IfFeatureNode(template.Node):
+    def __init__(self, feature: template.base.FilterExpression,
+                 yes: template.NodeList, no: template.NodeList) -> None:
+        self.feature = feature
+        self.yes = yes
+        self.no = no
+
+    def render(self, context: template.Context) -> str:
+        request = context.get("request")
+        subject = request if request is not None else _request_subscriber(context)
+        ok = has_feature_filter(subject, self.feature.resolve(context))
+        return (self.yes if ok else self.no).render(context)
+
+
+@register.tag("if_feature")
+def do_if_feature(parser: template.base.Parser, token: template.base.Token) -> IfFeatureNode:
+    """``{% if_feature "sso" %}...{% else %}...{% endif_feature %}``: the request's subscriber
+    has the feature (through the request's cache)."""
+    bits = token.split_contents()
+    if len(bits) != 2:
+        raise template.TemplateSyntaxError(f"{bits[0]} takes one argument (a feature name)")
+    feature = parser.compile_filter(bits[1])
+    yes = parser.parse(("else", "endif_feature"))
+    token = parser.next_token()
+    if token.contents == "else":
+        no = parser.parse(("endif_feature",))
+        parser.delete_first_token()
+    else:
+        no = template.NodeList()
+    return IfFeatureNode(feature, yes, no)

@@ -116,5 +116,19 @@ def product_form_data(product: Any = None, **overrides: Any) -> dict[str, Any]:
             f"cycles-{i}-frequency": str(cycle.frequency),
             f"cycles-{i}-prices": format_prices(list(cycle.prices.all())),
         })
+    features = list(product.declared_features.all()) if product else []
+    data.update({
+        "declared_features-TOTAL_FORMS": str(len(features)),
+        "declared_features-INITIAL_FORMS": str(len(features)),
+        "declared_features-MIN_NUM_FORMS": "0",
+        "declared_features-MAX_NUM_FORMS": "1000",
+    })
+    for i, feature in enumerate(features):
+        data.update({
+            f"declared_features-{i}-id": str(feature.pk),
+            f"declared_features-{i}-product": str(product.pk),
+            f"declared_features-{i}-key": feature.key,
+            f"declared_features-{i}-limit": "" if feature.limit is None else str(feature.limit),
+        })
     data.update(overrides)
     return data

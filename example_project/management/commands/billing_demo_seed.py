@@ -4,7 +4,9 @@ Creates (only what is missing):
 
 - the superuser ``admin`` / ``admin`` and the user ``demo`` / ``demo`` — demo logins, never
   use them anywhere else;
-- published subscription products with monthly and yearly cycles priced in two currencies.
+- published subscription products with monthly and yearly cycles priced in two currencies;
+- the features of each product (declared here, never pushed): ``members`` for all,
+  ``reports`` from Pro up (the ``/reports/`` page requires it), ``seats`` with a number.
 
 Products are created through the models, so the outbox pushes them to the billing service
 (the Celery worker does, once it runs). Running the command again changes nothing.
@@ -20,7 +22,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from billing_integration.conf import billing_settings
-from billing_integration.models import BillingCycle, Price, Product
+from billing_integration.models import BillingCycle, Price, Product, ProductFeature
 
 #: (login, password, superuser)
 DEMO_USERS = [("admin", "admin", True), ("demo", "demo", False)]
@@ -40,6 +42,20 @@ DEMO_PRODUCTS: dict[str, tuple[str, dict[str, dict[str, str]]]] = {
         {"years-1": {"XOF": "450000", "EUR": "690"}},
     ),
 }
+
+
+#: name -> {feature: limit or None}, declared on the products (missing ones added on re-runs)
+DEMO_FEATURES: dict[str, dict[str, int | None]] = {
+    "Starter": {"members": None, "seats": 1},
+    "Pro": {"members": None, "reports": None, "seats": 5},
+    "Team": {"members": None, "reports": None, "sso": None, "api": None},
+}
+
+
+def seed_features(product: Product) -> None:
+    """Declare the demo features ``product`` lacks (kept here: features are never pushed)."""
+    for key, limit in DEMO_FEATURES.get(product.name, {}).items():
+        ProductFeature.objects.get_or_create(product=product, key=key, defaults={"limit": limit})
 
 
 def seed_users() -> list[tuple[str, str, bool]]:
@@ -66,6 +82,7 @@ def seed_products() -> list[tuple[Product, bool]]:
     for name, (description, cycles) in DEMO_PRODUCTS.items():
         product = Product.objects.filter(name=name).first()
         if product is not None:
+            seed_features(product)
             out.append((product, False))
             continue
         currencies = sorted(
@@ -90,6 +107,7 @@ def seed_products() -> list[tuple[Product, bool]]:
                         currency_id=billing_settings.currency_id(currency),
                         amount=Decimal(amount),
                     )
+            seed_features(product)
         out.append((product, True))
     return out
 

@@ -1,0 +1,217 @@
+"""Entitlements: access by feature (``sso``, ``api``, ``seats`` = 5), not by product name.
+
+    from billing_integration.access import (
+        has_feature, feature_limit, features_for, feature_required, FeatureRequiredMixin,
+        HasFeature,
+    )
+
+    has_feature(request.user, "sso")              # one query (or the request's cache, below)
+    has_feature(request, "sso")                   # the request's subscriber, cached
+    feature_limit(request, "seats")               # 5, or None
+
+    @feature_required("sso")
+    def reports(request): ...
+
+    class Reports(FeatureRequiredMixin, TemplateView):
+        required_feature = "sso"
+
+A subscriber's features are those of the products of its *active* subscriptions
+(``access.active_subscriptions``: the allow-list ``BILLING['ACTIVE_STATUSES']`` and the cycle
+rule; nothing here re-implements it). A product's features are the service's (its
+``features`` array, kept in ``remote_data``) and the ``ProductFeature`` rows declared here;
+where both name a key, the declaration here wins for that product. Across products (several
+active subscriptions) a key is granted when any product has it, and its limit is the largest
+number among them. A feature without a number is granted with a limit of ``None``:
+``has_feature`` is True and ``feature_limit`` is None (no number, not "unlimited"). Keys are
+compared stripped and lower-cased.
+
+Queries: computing the features of a subscriber is one query. ``features_for(request)``
+memoises them on the request (``request._billing_features``) and on the request's subscriber
+instance, so the decorator, the mixin, the DRF permission, the template tag and filters, and
+``has_feature(request.user, ...)`` in the view all share one query per request. A subscriber
+never bound to a request costs one query per call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+
+from ..mapping.products import feature_key, features_from_remote, larger_limit
+from . import active_subscriptions, get_subscriber, subscription_required_url
+
+__all__ = [
+    "FeatureRequiredMixin",
+    "feature_limit",
+    "feature_required",
+    "features_for",
+    "features_of",
+    "has_feature",
+]
+
+#: The attribute holding the memoised features on a request and on its subscriber instance.
+CACHE_ATTR = "_billing_features"
+
+
+class Features(dict):
+    """``{key: limit or None}`` of one subscriber (a ``dict``; the type marks a cache entry)."""
+
+
+def _compute(subscriber: Any) -> Features:
+    """One query: the active subscriptions' products with their declared features (a row per
+    declared feature, the product's service JSON alongside)."""
+    rows = (
+        active_subscriptions(subscriber)
+        .filter(product__isnull=False)
+        .values_list(
+            "product_id",
+            "product__remote_data",
+            "product__declared_features__key",
+            "product__declared_features__limit",
+        )
+    )
+    products: dict[int, tuple[Any, dict[str, int | None]]] = {}
+    for product_id, remote_data, key, limit in rows:
+        _remote, declared = products.setdefault(product_id, (remote_data, {}))
+        if key:
+            declared[feature_key(key)] = limit
+    result = Features()
+    for remote_data, declared in products.values():
+        for key, limit in {**features_from_remote(remote_data), **declared}.items():
+            result[key] = larger_limit(result[key], limit) if key in result else limit
+    return result
+
+
+def _bound(obj: Any) -> Features | None:
+    cached = getattr(obj, CACHE_ATTR, None)
+    return cached if isinstance(cached, Features) else None
+
+
+def features_of(subscriber: Any, *, memoise: bool = False) -> Features:
+    """The features of ``subscriber``: ``{key: limit or None}``; empty for ``None``/anonymous.
+
+    Uses the features memoised on the instance by ``features_for(request)`` when there are
+    some; otherwise one query (kept on the instance when ``memoise``)."""
+    cached = _bound(subscriber)
+    if cached is not None:
+        return cached
+    features = _compute(subscriber)
+    if memoise and subscriber is not None:
+        _bind(subscriber, features)
+    return features
+
+
+def _bind(obj: Any, features: Features) -> None:
+    # An object that takes no attributes simply gets no cache.
+    with contextlib.suppress(AttributeError, TypeError):
+        setattr(obj, CACHE_ATTR, features)
+
+
+def features_for(request: Any) -> Features:
+    """The features of the request's subscriber (``get_subscriber``), memoised on the request
+    and on the subscriber instance: one query per request however many checks."""
+    cached = _bound(request)
+    if cached is not None:
+        return cached
+    subscriber = get_subscriber(request)
+    features = features_of(subscriber)
+    _bind(request, features)
+    if subscriber is not None:
+        _bind(subscriber, features)
+    return features
+
+
+def is_request(obj: Any) -> bool:
+    """An ``HttpRequest`` or a DRF ``Request`` (which wraps one)."""
+    return isinstance(obj, HttpRequest) or isinstance(getattr(obj, "_request", None), HttpRequest)
+
+
+def _features(subject: Any) -> Features:
+    return features_for(subject) if is_request(subject) else features_of(subject)
+
+
+def has_feature(subject: Any, feature: str) -> bool:
+    """Whether ``subject`` (a subscriber, or a request: its subscriber, cached) has
+    ``feature`` through an active subscription. An empty or non-string key gives False."""
+    key = feature_key(feature)
+    return bool(key) and key in _features(subject)
+
+
+def feature_limit(subject: Any, feature: str) -> int | None:
+    """The number of ``feature`` for ``subject`` (the largest across its active
+    subscriptions); ``None`` when it lacks the feature or has it without a number."""
+    key = feature_key(feature)
+    return _features(subject).get(key) if key else None
+
+
+# --- views ----------------------------------------------------------------------------------
+def _required(feature: Any) -> str:
+    key = feature_key(feature)
+    if not key:
+        raise ImproperlyConfigured(f"A required feature must be a non-empty name, not {feature!r}.")
+    return key
+
+
+def check_feature(
+    request: HttpRequest, feature: Any, redirect_url: str | None = None
+) -> HttpResponse | None:
+    """``None`` if the request may go on; else the redirect to send (the login page for
+    anonymous users, then ``redirect_url`` or ``BILLING['SUBSCRIPTION_REQUIRED_URL']`` with
+    ``?next=<path>``)."""
+    key = _required(feature)
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return redirect_to_login(request.get_full_path())
+    if has_feature(request, key):
+        return None
+    return HttpResponseRedirect(subscription_required_url(redirect_url, request.get_full_path()))
+
+
+def feature_required(
+    feature: str, *, redirect_url: str | None = None
+) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
+    """View decorator: login required, then ``feature`` through an active subscription.
+
+    ``@feature_required("sso")`` or ``@feature_required("api", redirect_url="pricing")``.
+    """
+    if callable(feature):
+        raise TypeError('feature_required needs a feature name: @feature_required("sso").')
+    key = _required(feature)
+
+    def decorator(func: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+        @functools.wraps(func)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            refused = check_feature(request, key, redirect_url)
+            if refused is not None:
+                return refused
+            return func(request, *args, **kwargs)
+
+        return wrapper
+
+    return decorator
+
+
+class FeatureRequiredMixin:
+    """Class-based-view mixin: login required, then ``required_feature``.
+
+    Set ``required_feature`` (or override ``get_required_feature()``) and optionally
+    ``feature_redirect_url``. A view without a feature raises ``ImproperlyConfigured``.
+    """
+
+    required_feature: str | None = None
+    feature_redirect_url: str | None = None
+
+    def get_required_feature(self) -> str | None:
+        return self.required_feature
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        refused = check_feature(request, self.get_required_feature(), self.feature_redirect_url)
+        if refused is not None:
+            return refused
+        return super().dispatch(request, *args, **kwargs)  # type: ignore[misc]
