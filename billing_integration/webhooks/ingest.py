@@ -21,11 +21,10 @@ from django.db import IntegrityError, connections, models, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field
 
-from .. import wakeup
 from ..conf import billing_settings
 from ..models import EventState, WebhookEvent
 from .envelope import clean_text, parse_json, read_envelope
-from .tasks import WAKEUP_NAME, kick_window, process_received_events
+from .tasks import EVENTS
 from .types import normalize_type
 from .verification import Verification
 
@@ -359,8 +358,8 @@ def enqueue(event_pk: int) -> None:
                 from .processing import process_event
 
                 process_event(event_pk)
-            elif not wakeup.pending_locally(WAKEUP_NAME):  # else kick() would return at once
-                wakeup.kick(WAKEUP_NAME, process_received_events, local_window=kick_window())
+            else:
+                EVENTS.kick()
         except Exception:
             logger.exception("Could not hand event %s to processing; it stays received", event_pk)
 

@@ -39,7 +39,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         from ...models import OutboxEntry
-        from ...outbox.tasks import drain_outbox
+        from ...outbox.tasks import requeue_stale_entries
         from ...sync import pull
 
         unknown = set(options["resources"]) - set(RESOURCES)
@@ -59,7 +59,7 @@ class Command(BaseCommand):
             count = OutboxEntry.objects.retry_failed()
             self.stdout.write(f"outbox: {count} failed entries re-queued")
         if options["drain"]:
-            count = drain_outbox(inline=True)
+            count = requeue_stale_entries(inline=True)
             self.stdout.write(f"outbox: {count} stale entries pushed")
 
         def progress(resource: str, counts: pull.PullCounts) -> None:
