@@ -1,8 +1,8 @@
 """The transactional outbox: one row per logical push of a local change.
 
 Written by a ``post_save`` receiver in the same transaction as the change (a rollback leaves
-no row), pushed by the ``push_entry`` Celery task after commit, drained periodically for
-lost messages. See ``docs/mirror.md`` for the state machine.
+no row), pushed by the push run a commit kicks (``outbox.tasks.push_due_entries``), swept
+periodically for lost messages. See ``docs/mirror.md`` for the state machine.
 """
 
 from __future__ import annotations
