@@ -278,13 +278,14 @@ class Wakeup:
         options: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self._name = name
+        self._fixed_name = name if isinstance(name, str) else ""
         self.task = task
         self._window = window
         self._options = options
 
     @property
     def name(self) -> str:
-        return self._name if isinstance(self._name, str) else self._name()
+        return self._fixed_name or self._name()  # type: ignore[operator]
 
     def window(self) -> float:
         return self._window() if self._window is not None else 0.0
@@ -296,7 +297,7 @@ class Wakeup:
         """For producers, after the item's transaction committed: wake the drain unless a
         wake-up is pending (within this process's window, not even a cache round trip).
         Returns True if a message was sent; never raises."""
-        name = self.name
+        name = self._fixed_name or self._name()  # type: ignore[operator]
         if _pending_until.get(name, 0.0) > time.monotonic():  # the hot path: nothing to do
             return False
         return kick(name, self.task, local_window=self.window(), **self.options())
