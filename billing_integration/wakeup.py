@@ -56,9 +56,10 @@ after a minute), exactly as an unsuppressed kick that met the same ``F_k`` would
 Only elapsed times are used, each measured on one machine's monotonic clock (never compared
 across machines); the margin covers clock-rate differences. A cache error or a refused publish
 opens no window; :func:`clear` forgets the local window of its own process. The kicking web
-process and the drain read ``W`` from the same setting; it is 0 (no window, no linger) when
-tasks run eagerly (the drain then runs inside the kick). The cost: a drain run that runs out of
-work idles at most ``W + LINGER_MARGIN`` before returning; a drain kept busy never lingers.
+process and the drain read ``W`` through the same :class:`Wakeup` (its ``window``); it is 0
+(no window, no linger) when tasks run eagerly (the drain then runs inside the kick). The
+cost: a drain run that runs out of work idles at most ``W + LINGER_MARGIN`` before
+returning; a drain kept busy never lingers.
 
 Timers (:func:`schedule`) are separate: a drain whose items are due later (retry backoff) sends
 itself with a ``countdown``; timers for the same second are deduplicated.
@@ -86,9 +87,7 @@ __all__ = [
     "clear",
     "flag_key",
     "kick",
-    "kick_on_commit",
     "linger",
-    "pending_locally",
     "schedule",
 ]
 
@@ -118,12 +117,6 @@ def _send(task: Any, countdown: float | None, options: dict[str, Any]) -> None:
     task.apply_async(
         countdown=countdown, retry=True, retry_policy=PUBLISH_RETRY_POLICY, **options
     )
-
-
-def pending_locally(name: str) -> bool:
-    """True while this process's suppression window for ``name`` is open: a kick with a
-    ``local_window`` would return at once (lets a caller skip working out its window)."""
-    return _pending_until.get(name, 0.0) > time.monotonic()
 
 
 def kick(name: str, task: Any, *, local_window: float = 0.0, **options: Any) -> bool:
@@ -158,11 +151,6 @@ def kick(name: str, task: Any, *, local_window: float = 0.0, **options: Any) -> 
     if local_window > 0 and cache_ok:  # the drain of this message clears F after started
         _pending_until[name] = started + local_window
     return True
-
-
-def kick_on_commit(name: str, task: Any, *, using: str | None = None, **options: Any) -> None:
-    """:func:`kick` once the current transaction commits (at once in autocommit)."""
-    transaction.on_commit(lambda: kick(name, task, **options), using=using, robust=True)
 
 
 def clear(name: str) -> float:
