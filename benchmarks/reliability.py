@@ -164,7 +164,7 @@ def run(stack: Stack, args: argparse.Namespace) -> int:
     from django.db import transaction
 
     from billing_integration.models import BillingCycle, Customer, OutboxEntry, Price, Product
-    from billing_integration.outbox.tasks import drain_outbox
+    from billing_integration.outbox.tasks import requeue_stale_entries
 
     rng = random.Random(args.seed)
     sandbox = stack.sandbox
@@ -238,7 +238,7 @@ def run(stack: Stack, args: argparse.Namespace) -> int:
     def beat() -> None:
         while not stop.wait(3.0):
             try:
-                drain_outbox()
+                requeue_stale_entries()
             except Exception as exc:  # broker still down
                 print("drain:", exc)
 

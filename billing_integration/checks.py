@@ -129,7 +129,8 @@ def check_billing_settings(app_configs: Any = None, **kwargs: Any) -> list:
                 id="billing_integration.E006",
             )
         )
-    for key in ("PAGE_SIZE", "MAX_RETRIES", "CHECKOUT_EXPIRY", "WEBHOOK_TOLERANCE"):
+    for key in ("PAGE_SIZE", "MAX_RETRIES", "CHECKOUT_EXPIRY", "WEBHOOK_TOLERANCE",
+                "OUTBOX_PUSH_MAX_ENTRIES", "OUTBOX_REQUEUE_BATCH"):
         value = conf.get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             errors.append(

@@ -95,7 +95,9 @@ DEFAULTS: dict[str, Any] = {
     # seconds a worker's claim on an entry holds before another may take it over (a killed
     # worker); keep above the longest single push including the client's own retries
     "OUTBOX_LEASE": 300.0,
-    "OUTBOX_DRAIN_BATCH": 1000,  # entries one periodic drain run re-enqueues at most
+    # deprecated (one release): when set, the value of both OUTBOX_PUSH_MAX_ENTRIES and
+    # OUTBOX_REQUEUE_BATCH that are not set themselves
+    "OUTBOX_DRAIN_BATCH": None,
     "OUTBOX_DEFER_DELAY": 2.0,  # seconds before a push waiting behind another retries
     "OUTBOX_QUEUE": None,  # Celery queue of the push tasks; None = the default queue
     # --- wake-ups: a commit kicks a drain task once per burst (billing_integration.wakeup) ---
@@ -107,6 +109,8 @@ DEFAULTS: dict[str, Any] = {
     # seconds a web process that saw the event drain's wake-up pending skips the cache for
     # further kicks; the drain lingers this long (+ a margin) after clearing. 0 = off
     "WEBHOOK_KICK_WINDOW": 0.25,
+    "OUTBOX_PUSH_MAX_ENTRIES": 1000,  # entries one push run (a kick) attempts, then kicks itself
+    "OUTBOX_REQUEUE_BATCH": 1000,  # stale entries one periodic sweep re-enqueues at most
 }
 
 class BillingSettings:
@@ -135,6 +139,10 @@ class BillingSettings:
             if merged["SUBSCRIBER_MODEL"] is None:
                 merged["SUBSCRIBER_MODEL"] = settings.AUTH_USER_MODEL
             merged["CURRENCIES"] = {int(k): str(v) for k, v in merged["CURRENCIES"].items()}
+            if merged["OUTBOX_DRAIN_BATCH"] is not None:  # the deprecated name of both
+                for key in ("OUTBOX_PUSH_MAX_ENTRIES", "OUTBOX_REQUEUE_BATCH"):
+                    if key not in self.user_settings:
+                        merged[key] = merged["OUTBOX_DRAIN_BATCH"]
             self._cache = merged
         return self._cache
 

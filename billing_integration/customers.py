@@ -97,7 +97,7 @@ def ensure_customer_pushed(
     by then. A push that could not finish in time leaves its entry pending and queued, so the
     outbox completes it in the background with the same key.
     """
-    from .outbox.push import BUSY, FAILED, RETRY, _open_entry_for, push_entry_now
+    from .outbox.push import PushOutcome, _open_entry_for, push_entry_now
 
     if customer.remote_id is not None:
         return customer
@@ -118,11 +118,11 @@ def ensure_customer_pushed(
         customer.refresh_from_db()
         if customer.remote_id is not None:
             return customer
-        if result.status == RETRY:
+        if result.status == PushOutcome.RETRY:
             _hand_to_outbox(result.entry_id, result.retry_in)
-        if result.status in (RETRY, FAILED) and result.error is not None:
+        if result.status in (PushOutcome.RETRY, PushOutcome.FAILED) and result.error is not None:
             raise result.error
-        if result.status != BUSY and result.error is not None:
+        if result.status != PushOutcome.BUSY and result.error is not None:
             raise result.error
         if time.monotonic() >= end:
             raise BillingTransportError(

@@ -226,14 +226,14 @@ def refuse_push_if_other_service(entry_ids: Any) -> list[Any]:
         ensure_service()
     except BillingServiceMismatchError as exc:
         from .models.outbox import OutboxEntry, OutboxState
-        from .outbox.push import REFUSED, PushResult
+        from .outbox.push import PushOutcome, PushResult
 
         message = str(exc)[:2000]
         OutboxEntry.objects.filter(state=OutboxState.PENDING).exclude(last_error=message).update(
             last_error=message
         )
         logger.error("outbox push refused: %s", message)
-        return [PushResult(REFUSED, pk, error=exc) for pk in sorted(set(entry_ids))]
+        return [PushResult(PushOutcome.REFUSED, pk, error=exc) for pk in sorted(set(entry_ids))]
     return []
 
 

@@ -1,12 +1,13 @@
 """Celery task discovery: ``app.autodiscover_tasks()`` imports this module, which imports
-every task module of the app: the outbox (``billing_integration.push_pending``, the drain a
-commit kicks; ``.push_entry``; ``.drain_outbox``), the pull (``.sync_all``) and the event
-processing (``.process_webhook_event``, ``.process_received_events``,
+every task module of the app: the outbox (``billing_integration.push_pending``, the push run
+a commit kicks, as ``push_due_entries``; ``.drain_outbox``, the periodic sweep, as
+``requeue_stale_entries``), the pull (``.sync_all``) and the event processing
+(``.process_webhook_event``, ``.process_received_events``,
 ``.process_pending_webhook_events``). A broken import fails loudly here.
 """
 
-from .outbox.tasks import drain_outbox, push_entry, push_pending
+from .outbox.tasks import push_due_entries, requeue_stale_entries
 from .sync.tasks import sync_all
 from .webhooks import tasks as webhook_tasks
 
-__all__ = ["drain_outbox", "push_entry", "push_pending", "sync_all", "webhook_tasks"]
+__all__ = ["push_due_entries", "requeue_stale_entries", "sync_all", "webhook_tasks"]

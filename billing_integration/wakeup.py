@@ -1,7 +1,13 @@
 """Coalesced wake-ups of drain tasks: one Celery message for a burst of work, not one per item.
 
-Producers (the outbox after a change commits, the webhook view after an event is stored)
-call :func:`kick`; consumers are *drain* tasks that process every due item they find.
+A :class:`Wakeup` ties a name, the drain task and the local window together, so producers and
+the consumer cannot disagree on them. Producers (the outbox after a change commits, the webhook
+view after an event is stored) call ``.kick()`` / ``.kick_on_commit()``; the drain task is a
+plain loop inside ``with wakeup.draining(seconds=...) as run:``, which clears the flag first,
+lingers on a look that found nothing (``run.looks(fetch)``), and on exit re-kicks when the run
+stopped on its budget (``run.stop()``) or sets a timer (``run.retry_in(seconds)``). The module
+functions below are the protocol's steps; only :class:`Wakeup` and :class:`DrainRun` call them
+in order.
 
 Protocol, with ``F`` the cache flag ``billing_integration:kick:<name>``:
 
@@ -52,9 +58,10 @@ after a minute), exactly as an unsuppressed kick that met the same ``F_k`` would
 Only elapsed times are used, each measured on one machine's monotonic clock (never compared
 across machines); the margin covers clock-rate differences. A cache error or a refused publish
 opens no window; :func:`clear` forgets the local window of its own process. The kicking web
-process and the drain read ``W`` from the same setting; it is 0 (no window, no linger) when
-tasks run eagerly (the drain then runs inside the kick). The cost: a drain run that runs out of
-work idles at most ``W + LINGER_MARGIN`` before returning; a drain kept busy never lingers.
+process and the drain read ``W`` through the same :class:`Wakeup` (its ``window``); it is 0
+(no window, no linger) when tasks run eagerly (the drain then runs inside the kick). The
+cost: a drain run that runs out of work idles at most ``W + LINGER_MARGIN`` before
+returning; a drain kept busy never lingers.
 
 Timers (:func:`schedule`) are separate: a drain whose items are due later (retry backoff) sends
 itself with a ``countdown``; timers for the same second are deduplicated.
@@ -65,7 +72,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from django.core.cache import caches
 from django.core.cache.backends.dummy import DummyCache
@@ -79,12 +87,12 @@ logger = logging.getLogger("billing_integration.wakeup")
 __all__ = [
     "LINGER_MARGIN",
     "PROCESS_LOCAL_BACKENDS",
+    "DrainRun",
+    "Wakeup",
     "clear",
     "flag_key",
     "kick",
-    "kick_on_commit",
     "linger",
-    "pending_locally",
     "schedule",
 ]
 
@@ -117,12 +125,6 @@ def _send(task: Any, countdown: float | None, options: dict[str, Any]) -> None:
     task.apply_async(
         countdown=countdown, retry=True, retry_policy=PUBLISH_RETRY_POLICY, **options
     )
-
-
-def pending_locally(name: str) -> bool:
-    """True while this process's suppression window for ``name`` is open: a kick with a
-    ``local_window`` would return at once (lets a caller skip working out its window)."""
-    return _pending_until.get(name, 0.0) > time.monotonic()
 
 
 def kick(name: str, task: Any, *, local_window: float = 0.0, **options: Any) -> bool:
@@ -162,11 +164,6 @@ def kick(name: str, task: Any, *, local_window: float = 0.0, **options: Any) -> 
     if local_window > 0 and cache_ok:  # the drain of this message clears F after started
         _pending_until[name] = started + local_window
     return True
-
-
-def kick_on_commit(name: str, task: Any, *, using: str | None = None, **options: Any) -> None:
-    """:func:`kick` once the current transaction commits (at once in autocommit)."""
-    transaction.on_commit(lambda: kick(name, task, **options), using=using, robust=True)
 
 
 def clear(name: str) -> float:
@@ -210,3 +207,122 @@ def schedule(name: str, task: Any, countdown: float, **options: Any) -> bool:
         return False
     return True
 
+
+
+T = TypeVar("T")
+
+
+class DrainRun:
+    """One run of a drain task (see :meth:`Wakeup.draining`): the run's budget, its looks for
+    work, and what to do when it ends (re-kick, timer). Without a wake-up (``wakeup=None``: a
+    direct call, e.g. a management command) it only keeps the budget."""
+
+    def __init__(
+        self, seconds: float, *, wakeup: Wakeup | None = None, cleared_at: float = 0.0,
+        window: float = 0.0,
+    ) -> None:
+        self.wakeup = wakeup
+        self.cleared_at = cleared_at
+        self.window = window
+        #: ``time.monotonic()`` after which no further item is started.
+        self.deadline = time.monotonic() + seconds
+        #: The run stopped with work left (budget spent): re-kick on exit.
+        self.more = False
+        #: Seconds until the earliest item left waiting is due: a timer on exit.
+        self.next_in: float | None = None
+
+    def looks(self, fetch: Callable[[], T]) -> Iterator[T]:
+        """Yield what each call of ``fetch`` finds, until the run is stopped or a look finds
+        nothing late enough after the clear (the linger of the module docstring: a look that
+        found nothing too soon is followed by a sleep and another look)."""
+        while not self.more:
+            looked_at = time.monotonic()
+            found = fetch()
+            if found:
+                yield found
+                continue
+            wait = linger(self.cleared_at, self.window, looked_at)
+            if wait <= 0:
+                return
+            time.sleep(wait)
+
+    def time_left(self) -> bool:
+        """False once the time budget is spent; the run is then stopped (:meth:`stop`)."""
+        if time.monotonic() < self.deadline:
+            return True
+        self.stop()
+        return False
+
+    def stop(self) -> None:
+        """End the run with work left: it kicks the drain again when it exits."""
+        self.more = True
+
+    def retry_in(self, seconds: float) -> None:
+        """Items become due in ``seconds``: a timer on exit (the earliest wins)."""
+        if self.next_in is None or seconds < self.next_in:
+            self.next_in = seconds
+
+
+class Wakeup:
+    """A coalesced wake-up: ``name`` (its cache flag; a string or a callable giving one),
+    ``task`` (the drain it sends), ``window`` (a callable giving the local suppression window
+    in seconds, read by the producers' kicks and the drain's linger alike: 0, the default,
+    for no window) and ``options`` (a callable giving ``apply_async`` options, e.g. the
+    queue)."""
+
+    def __init__(
+        self,
+        name: str | Callable[[], str],
+        task: Any,
+        *,
+        window: Callable[[], float] | None = None,
+        options: Callable[[], dict[str, Any]] | None = None,
+    ) -> None:
+        self._name = name
+        self._fixed_name = name if isinstance(name, str) else ""
+        self.task = task
+        self._window = window
+        self._options = options
+
+    @property
+    def name(self) -> str:
+        return self._fixed_name or self._name()  # type: ignore[operator]
+
+    def window(self) -> float:
+        return self._window() if self._window is not None else 0.0
+
+    def options(self) -> dict[str, Any]:
+        return self._options() if self._options is not None else {}
+
+    def kick(self) -> bool:
+        """For producers, after the item's transaction committed: wake the drain unless a
+        wake-up is pending (within this process's window, not even a cache round trip).
+        Returns True if a message was sent; never raises."""
+        name = self._fixed_name or self._name()  # type: ignore[operator]
+        if _pending_until.get(name, 0.0) > time.monotonic():  # the hot path: nothing to do
+            return False
+        return kick(name, self.task, local_window=self.window(), **self.options())
+
+    def kick_on_commit(self, *, using: str | None = None) -> None:
+        """:meth:`kick` once the current transaction commits (at once in autocommit)."""
+        transaction.on_commit(self.kick, using=using, robust=True)
+
+    def schedule(self, countdown: float) -> bool:
+        """A timer: send the drain in ``countdown`` seconds (see :func:`schedule`)."""
+        return schedule(self.name, self.task, countdown, **self.options())
+
+    @contextlib.contextmanager
+    def draining(self, *, seconds: float) -> Iterator[DrainRun]:
+        """For the drain task: clear the flag (first, before any look), run the body, then
+        re-kick through the cache (never suppressed locally) if the run stopped with work
+        left, else set a timer for the earliest item left waiting. An exception leaves both
+        to the redelivery and the periodic sweep."""
+        name = self.name
+        window = self.window()
+        cleared_at = clear(name)
+        run = DrainRun(seconds, wakeup=self, cleared_at=cleared_at, window=window)
+        yield run
+        if run.more:
+            kick(name, self.task, **self.options())
+        elif run.next_in is not None:
+            schedule(name, self.task, run.next_in, **self.options())

@@ -19,7 +19,6 @@ def test_every_task_module_is_registered_and_the_schedule_names_registered_tasks
     names = set(app.tasks)
     for name in (
         "billing_integration.push_pending",
-        "billing_integration.push_entry",
         "billing_integration.drain_outbox",
         "billing_integration.sync_all",
         "billing_integration.process_webhook_event",

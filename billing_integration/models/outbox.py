@@ -1,8 +1,8 @@
 """The transactional outbox: one row per logical push of a local change.
 
 Written by a ``post_save`` receiver in the same transaction as the change (a rollback leaves
-no row), pushed by the ``push_entry`` Celery task after commit, drained periodically for
-lost messages. See ``docs/mirror.md`` for the state machine.
+no row), pushed by the push run a commit kicks (``outbox.tasks.push_due_entries``), swept
+periodically for lost messages. See ``docs/mirror.md`` for the state machine.
 """
 
 from __future__ import annotations
@@ -51,16 +51,19 @@ class OutboxQuerySet(models.QuerySet):
     def failed(self) -> OutboxQuerySet:
         return self.filter(state=OutboxState.FAILED)
 
-    def due(self, stale_after: float, lease: float) -> OutboxQuerySet:
-        """Entries the periodic drain should (re)enqueue: pending ones whose task should
-        have run by now, and in-progress ones whose worker's lease has expired."""
+    def due(self, *, lease: float, stale_after: float | None = None) -> OutboxQuerySet:
+        """Entries a push may claim now: pending ones whose retry time has come, and
+        in-progress ones whose worker's lease (seconds) has expired (a killed worker). With
+        ``stale_after`` (seconds; the periodic sweep), only pending ones not touched for that
+        long: their wake-up should have pushed them by now."""
         now = timezone.now()
+        pending = Q(state=OutboxState.PENDING) & (
+            Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now)
+        )
+        if stale_after is not None:
+            pending &= Q(updated_at__lte=now - timedelta(seconds=stale_after))
         return self.filter(
-            Q(
-                state=OutboxState.PENDING,
-                updated_at__lte=now - timedelta(seconds=stale_after),
-            )
-            & (Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
+            pending
             | Q(state=OutboxState.IN_PROGRESS, started_at__lte=now - timedelta(seconds=lease))
         )
 

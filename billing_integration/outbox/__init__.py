@@ -1,10 +1,11 @@
 """The transactional outbox: local changes -> Celery -> the billing service.
 
 - ``signals``: ``post_save`` receivers write an ``OutboxEntry`` in the change's transaction
-  and enqueue ``push_entry`` on commit.
-- ``push``: the push of one entry (claim, build, call, record).
-- ``tasks``: the Celery tasks ``push_entry``, ``push_pending`` and ``drain_outbox``
-  (periodic safety net).
+  and kick the push run on commit.
+- ``push``: the one push path (claim, build, call, record), for one entry or a batch.
+- ``drain``: one push run over the due entries.
+- ``tasks``: the Celery tasks ``push_due_entries`` (the push run a commit kicks) and
+  ``requeue_stale_entries`` (periodic safety net).
 - ``retry``: ``retry_failed()`` re-queues failed entries.
 - ``from_remote()``: a context manager; saves inside it are never pushed
   (``billing_integration.context``).

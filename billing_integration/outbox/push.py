@@ -1,31 +1,52 @@
-"""The push of one outbox entry: claim it, build the request from the object's *current*
-state, call the service with the entry's idempotency key, record the answer.
+"""The push of outbox entries: the one state machine from ``pending`` to ``done``/``failed``.
 
-Phases (no transaction is held during the HTTP call):
+A push of one entry (``push_entry_now``) is a batch of one (``push_entries``); the outbox
+drain pushes ``OUTBOX_CLAIM_BATCH`` at a time. Three phases, no transaction held during the
+HTTP calls:
 
-1. **claim** (short transaction): lock the entry row (``SKIP LOCKED`` where the database
-   has it, so two workers never push the same entry); refuse if an older entry of the same
-   object is still open (pushes of one object are serialised: an update never races the
-   create); build the body once and store it with the entry (a retry resends the same body
-   with the same key, so the service can replay its first answer); mark it ``in_progress``
-   with a lease.
-2. **call**: ``create_*`` if the object has no ``remote_id``, else ``PATCH`` of what changed.
-3. **record** (short transaction): remote id, timestamps and JSON stored with
-   ``QuerySet.update`` (no signal fires, nothing is pushed back); the entry is ``done``. On a
-   retryable error the entry goes back to ``pending`` with ``next_attempt_at``; after
-   ``OUTBOX_MAX_ATTEMPTS`` (or at once for a refused request) it is ``failed``.
+1. **claim** (one transaction): lock the entries (``SELECT ... FOR UPDATE SKIP LOCKED``
+   where the database has it: an entry another worker holds is left to it, ``held``); skip
+   the settled ones and those whose worker's lease has not expired; find the older open (or
+   in-doubt failed) entries of their objects in one query (pushes of one object are
+   serialised: an entry waits behind older ones, and one behind an older entry of the same
+   batch is pushed after it); load the objects with one query per model; build each body
+   once and store it with the entry (every retry resends the same body with the same
+   idempotency key, so the service can replay its first answer); mark them ``in_progress``
+   with a lease (one ``UPDATE``). Settled in the claim, without a call: an entry whose object
+   is gone, one with nothing to send (a customer edit: ``not_sent`` with a note), one whose
+   create went through meanwhile. A subscription whose customer or product is not created yet
+   is pushed after the batch, those first (each through its own entry and key).
+2. **call** each claimed entry in primary-key order: ``create_*`` if the object has no
+   ``remote_id``, else ``PATCH`` of what changed; through ``client`` (a person waiting passes
+   one bound to a deadline). A failure is recorded at once (backoff and ``pending`` again, or
+   ``failed``: at once for a refused request, after ``OUTBOX_MAX_ATTEMPTS`` otherwise). Calls
+   stop before the lease is half spent (or at the caller's deadline): the entries not called
+   yet are released (``pending`` again, attempt not counted).
+3. **record** (one transaction): the entries are ``done`` (one ``UPDATE``); the objects get
+   their remote ids, timestamps and JSON (``models.bulk.update_rows``, no signal fires,
+   nothing is pushed back); a product's declared cycles sent as its blueprint are confirmed.
+   When one answer cannot be stored, the answers are stored one by one, so the others are
+   kept and the culprit's entry says why.
+
+A worker killed between the call and the record leaves an ``in_progress`` entry that is pushed
+again after its lease, with the same key.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from dataclasses import dataclass
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
+from enum import StrEnum
 from typing import Any
 
-from django.db import IntegrityError, connections, models, router, transaction
-from django.db.models import Q
+from django.contrib.contenttypes.models import ContentType
+from django.db import IntegrityError, router, transaction
+from django.db.models import F, Q, prefetch_related_objects
 from django.utils import timezone
 
 from ..conf import billing_settings
@@ -35,29 +56,42 @@ from ..mapping import products as product_map
 from ..mapping import subscriptions as subscription_map
 from ..mapping.common import META_FIELDS, as_uuid
 from ..models.base import SyncState
+from ..models.bulk import update_rows
 from ..models.customers import Customer
 from ..models.outbox import OPEN_STATES, OutboxEntry, OutboxOperation, OutboxState
 from ..models.products import BillingCycle, Product
 from ..models.subscriptions import Subscription
 from ..service import refuse_push_if_other_service
 from .context import from_remote
+from .locks import skip_locked
 
 logger = logging.getLogger("billing_integration.outbox")
 
-__all__ = ["PushResult", "backoff", "push_entry_now", "settled_state"]
+__all__ = [
+    "PushOutcome",
+    "PushResult",
+    "backoff",
+    "push_entries",
+    "push_entry_now",
+    "response_fields",
+    "settled_state",
+]
 
-# Result statuses
-DONE = "done"  # pushed (or nothing to send)
-SKIPPED = "skipped"  # already done / failed / gone: nothing to do
-BUSY = "busy"  # another worker holds it, or an older entry of the object comes first
-RETRY = "retry"  # retryable error: try again after ``retry_in``
-FAILED = "failed"  # given up: marked failed
-REFUSED = "refused"  # the mirror belongs to another service: left pending, nothing sent
+
+class PushOutcome(StrEnum):
+    """What a push did with an entry (not an entry state: see ``OutboxState``)."""
+
+    DONE = "done"  # pushed (or nothing to send)
+    SKIPPED = "skipped"  # already done / failed / gone: nothing to do
+    BUSY = "busy"  # another worker holds it, or an older entry of the object comes first
+    RETRY = "retry"  # retryable error: try again after ``retry_in``
+    FAILED = "failed"  # given up: marked failed
+    REFUSED = "refused"  # the mirror belongs to another service: left pending, nothing sent
 
 
 @dataclass
 class PushResult:
-    status: str
+    status: PushOutcome
     entry_id: int
     calls: int = 0
     retry_in: float | None = None
@@ -66,6 +100,13 @@ class PushResult:
     held: bool = False
     #: BUSY because a batch stopped (deadline, lease) before calling it: pending again.
     released: bool = False
+
+
+Key = tuple[int, int]  # (content type id, object id)
+
+
+def _key(entry: OutboxEntry) -> Key:
+    return (entry.content_type_id, entry.object_id)
 
 
 def backoff(attempt: int) -> float:
@@ -77,15 +118,323 @@ def backoff(attempt: int) -> float:
     return min(cap, wait * (0.75 + random.random() * 0.5))
 
 
-def _skip_locked(qs: models.QuerySet, using: str) -> models.QuerySet:
-    features = connections[using].features
-    if features.has_select_for_update_skip_locked:
-        return qs.select_for_update(skip_locked=True)
-    if features.has_select_for_update:
-        return qs.select_for_update(nowait=False)
-    return qs
+# --- the one path -----------------------------------------------------------------------------
+def push_entry_now(entry_id: int, *, client: Any = None) -> PushResult:
+    """Push one outbox entry synchronously (a batch of one). Safe to call from any number of
+    processes.
+
+    ``client``: the ``BillingClient`` to call through (default ``get_client()``); a person
+    waiting passes one bound to a deadline (``client.with_deadline``)."""
+    (result,) = push_entries([entry_id], client=client)
+    return result
 
 
+def push_entries(
+    entry_ids: Sequence[int], *, client: Any = None, deadline: float | None = None
+) -> list[PushResult]:
+    """Push the entries ``entry_ids``; one result per id, in primary-key order. ``deadline``
+    is a ``time.monotonic()`` value after which no further call is started (the rest are
+    released for the next run)."""
+    ids = sorted(set(entry_ids))
+    # Which service (billing_integration.service): refused -> all stay pending, nothing sent.
+    if refused := refuse_push_if_other_service(ids):
+        return refused
+    return _push(ids, client, deadline, depth=0)
+
+
+@dataclass
+class _Claim:
+    claimed: list[tuple[OutboxEntry, Any]] = field(default_factory=list)
+    #: Pushed after the batch, in primary-key order: behind an older entry of the batch, or
+    #: waiting for its dependencies (``dependencies``).
+    later: list[int] = field(default_factory=list)
+    dependencies: dict[int, list[Any]] = field(default_factory=dict)
+
+
+def _push(ids: list[int], client: Any, deadline: float | None, depth: int) -> list[PushResult]:
+    using = router.db_for_write(OutboxEntry)
+    results: dict[int, PushResult] = {}
+    claim = _claim(ids, using, results)
+    done = _call_all(claim.claimed, using, results, deadline, client)
+    _record(done, using, results)
+    for pk in sorted(claim.later):
+        if pk in claim.dependencies:
+            results[pk] = _after_dependencies(pk, claim.dependencies[pk], client, depth)
+        else:
+            (results[pk],) = _push([pk], client, None, depth)
+    return [results[pk] for pk in ids if pk in results]
+
+
+def _after_dependencies(pk: int, deps: list[Any], client: Any, depth: int) -> PushResult:
+    """Create what the entry's object refers to first (each through its own entry and key),
+    then push the entry."""
+    defer = float(billing_settings.OUTBOX_DEFER_DELAY)
+    for dep in deps:
+        (result,) = _push([_open_entry_for(dep).pk], client, None, 0)
+        if result.status not in (PushOutcome.DONE, PushOutcome.SKIPPED):
+            return PushResult(
+                PushOutcome.RETRY if result.status != PushOutcome.FAILED else PushOutcome.BUSY,
+                pk,
+                retry_in=result.retry_in or defer,
+                error=result.error,
+            )
+    if depth >= 2:
+        return PushResult(PushOutcome.BUSY, pk, retry_in=defer)
+    (result,) = _push([pk], client, None, depth + 1)
+    return result
+
+
+def _claim(ids: list[int], using: str, results: dict[int, PushResult]) -> _Claim:
+    now = timezone.now()
+    lease = float(billing_settings.OUTBOX_LEASE)
+    defer = float(billing_settings.OUTBOX_DEFER_DELAY)
+    claim = _Claim()
+    with transaction.atomic(using=using):
+        qs = OutboxEntry.objects.using(using).filter(pk__in=ids).order_by("pk")
+        entries = list(skip_locked(qs, using))
+        if missing := set(ids) - {e.pk for e in entries}:
+            held = set(
+                OutboxEntry.objects.using(using).filter(pk__in=missing).values_list("pk", flat=True)
+            )
+            for pk in missing:
+                if pk in held:  # another worker holds it: it will finish it
+                    results[pk] = PushResult(PushOutcome.BUSY, pk, retry_in=defer, held=True)
+                else:  # gone
+                    results[pk] = PushResult(PushOutcome.SKIPPED, pk)
+        live: list[OutboxEntry] = []
+        for entry in entries:
+            if entry.state in (OutboxState.DONE, OutboxState.FAILED):
+                results[entry.pk] = PushResult(PushOutcome.SKIPPED, entry.pk)
+            elif (
+                entry.state == OutboxState.IN_PROGRESS
+                and entry.started_at
+                and ((left := lease - (now - entry.started_at).total_seconds()) > 0)
+            ):
+                results[entry.pk] = PushResult(
+                    PushOutcome.BUSY, entry.pk, retry_in=max(1.0, left), held=True
+                )
+            else:
+                live.append(entry)
+        if not live:
+            return claim
+
+        oldest = _oldest_open(live, using)
+        in_batch = {e.pk for e in live}
+        ready: list[OutboxEntry] = []
+        for entry in live:
+            first = oldest.get(_key(entry), entry.pk)
+            if first >= entry.pk:
+                ready.append(entry)
+            elif first in in_batch:
+                claim.later.append(entry.pk)  # after the older one of this batch
+            else:
+                results[entry.pk] = PushResult(PushOutcome.BUSY, entry.pk, retry_in=defer)
+
+        objects = _load_targets(ready, using)
+        touched: dict[type, list[int]] = defaultdict(list)
+        for entry in ready:
+            obj = objects.get(_key(entry))
+            if obj is None:
+                entry.state = OutboxState.DONE
+                entry.last_error = "The object no longer exists locally."
+                entry.completed_at = now
+                entry.save()
+                results[entry.pk] = PushResult(PushOutcome.SKIPPED, entry.pk)
+                continue
+            if entry.payload is None and (deps := _dependencies_missing(obj)):
+                claim.later.append(entry.pk)
+                claim.dependencies[entry.pk] = deps
+                continue
+            if entry.payload is None:
+                operation, body, note = _build(entry, obj)
+                entry.operation = operation
+                if body is None:
+                    _settle_unsent(entry, obj, note, now)
+                    results[entry.pk] = PushResult(PushOutcome.DONE, entry.pk)
+                    continue
+                entry.payload = body
+            elif entry.operation == OutboxOperation.CREATE and obj.remote_id is not None:
+                # Created meanwhile through this same entry (e.g. the synchronous path).
+                entry.state = OutboxState.DONE
+                entry.completed_at = now
+                entry.save()
+                results[entry.pk] = PushResult(PushOutcome.DONE, entry.pk)
+                continue
+            entry.state = OutboxState.IN_PROGRESS
+            entry.started_at = now
+            entry.attempts += 1
+            entry.updated_at = now
+            claim.claimed.append((entry, obj))
+            touched[type(obj)].append(obj.pk)
+        if claim.claimed:
+            update_rows(
+                [e for e, _ in claim.claimed],
+                ["state", "started_at", "attempts", "payload", "operation", "updated_at"],
+                using=using,
+            )
+            for model, pks in touched.items():
+                model._default_manager.using(using).filter(pk__in=pks).update(last_attempt_at=now)
+    return claim
+
+
+def _settle_unsent(entry: OutboxEntry, obj: Any, note: str, now: Any) -> None:
+    """An entry with nothing to send is done; its object is ``not_sent`` with ``note`` (what
+    no request can carry), or synced."""
+    entry.state = OutboxState.DONE
+    entry.completed_at = now
+    entry.last_error = note
+    entry.save()
+    synced = not _others_open(entry)
+    type(obj)._default_manager.filter(pk=obj.pk).update(
+        sync_state=settled_state(note, synced), sync_error=note
+    )
+
+
+def _oldest_open(live: list[OutboxEntry], using: str) -> dict[Key, int]:
+    """Per object of ``live``, the pk of its oldest open (or in-doubt failed) entry: pushes of
+    one object are serialised, an entry waits for the older ones. One query."""
+    keys = {_key(e) for e in live}
+    oldest: dict[Key, int] = {}
+    rows = (
+        OutboxEntry.objects.using(using)
+        .filter(
+            content_type_id__in={k[0] for k in keys},
+            object_id__in={k[1] for k in keys},
+            pk__lt=live[-1].pk,
+        )
+        .filter(Q(state__in=OPEN_STATES) | Q(state=OutboxState.FAILED, in_doubt=True))
+        .values_list("content_type_id", "object_id", "pk")
+    )
+    for ct_id, object_id, pk in rows:
+        key = (ct_id, object_id)
+        if key in keys and pk < oldest.get(key, pk + 1):
+            oldest[key] = pk
+    return oldest
+
+
+def _load_targets(entries: list[OutboxEntry], using: str) -> dict[Key, Any]:
+    """The objects of ``entries``: one query per model."""
+    wanted: dict[int, set[int]] = defaultdict(set)
+    for entry in entries:
+        wanted[entry.content_type_id].add(entry.object_id)
+    found: dict[Key, Any] = {}
+    for ct_id, object_ids in wanted.items():
+        model = ContentType.objects.db_manager(using).get_for_id(ct_id).model_class()
+        if model is None:
+            continue
+        objs = model._default_manager.using(using).in_bulk(object_ids)
+        if model is Product:
+            # Read to build the body and to tell what the answer still lacks (one query).
+            prefetch_related_objects(list(objs.values()), "root_prices")
+        for pk, obj in objs.items():
+            found[(ct_id, pk)] = obj
+    return found
+
+
+def _call_all(
+    claimed: list[tuple[OutboxEntry, Any]],
+    using: str,
+    results: dict[int, PushResult],
+    deadline: float | None,
+    client: Any,
+) -> list[tuple[OutboxEntry, Any, dict[str, Any]]]:
+    stop_at = time.monotonic() + float(billing_settings.OUTBOX_LEASE) / 2
+    if deadline is not None:
+        stop_at = min(stop_at, deadline)
+    done: list[tuple[OutboxEntry, Any, dict[str, Any]]] = []
+    for index, (entry, obj) in enumerate(claimed):
+        if time.monotonic() >= stop_at:
+            _release([e for e, _ in claimed[index:]], using, results)
+            break
+        try:
+            data = _call(entry, obj, client)
+        except BillingError as exc:
+            results[entry.pk] = _record_failure(entry, obj, exc)
+            continue
+        done.append((entry, obj, data if isinstance(data, dict) else {}))
+    return done
+
+
+def _release(entries: list[OutboxEntry], using: str, results: dict[int, PushResult]) -> None:
+    """Give back claimed entries that were not called (the attempt is not counted)."""
+    OutboxEntry.objects.using(using).filter(
+        pk__in=[e.pk for e in entries], state=OutboxState.IN_PROGRESS
+    ).update(state=OutboxState.PENDING, started_at=None, attempts=F("attempts") - 1)
+    for entry in entries:
+        results[entry.pk] = PushResult(PushOutcome.BUSY, entry.pk, released=True)
+
+
+def _record(
+    done: list[tuple[OutboxEntry, Any, dict[str, Any]]],
+    using: str,
+    results: dict[int, PushResult],
+) -> None:
+    if not done:
+        return
+    now = timezone.now()
+    pks = [entry.pk for entry, _, _ in done]
+    with transaction.atomic(using=using):
+        OutboxEntry.objects.using(using).filter(pk__in=pks).update(
+            state=OutboxState.DONE,
+            completed_at=now,
+            last_error="",
+            in_doubt=False,
+            updated_at=now,
+        )
+        keys = {_key(entry) for entry, _, _ in done}
+        still_open = {
+            key
+            for key in OutboxEntry.objects.using(using)
+            .filter(
+                content_type_id__in={k[0] for k in keys},
+                object_id__in={k[1] for k in keys},
+                state__in=OPEN_STATES,
+            )
+            .exclude(pk__in=pks)
+            .values_list("content_type_id", "object_id")
+            if key in keys
+        }
+        try:
+            with transaction.atomic(using=using):
+                _store_answers(done, still_open, using)
+                for entry, obj, _ in done:
+                    if isinstance(obj, Product):
+                        _confirm_declared_cycles(obj, entry.payload or {})
+        except IntegrityError:
+            # One answer could not be stored (no id, a remote id already taken): store them
+            # one by one, so the others are kept and the culprit's entry says why.
+            for entry, obj, data in done:
+                try:
+                    with transaction.atomic(using=using):
+                        _apply_response(
+                            obj, data, _key(entry) not in still_open, entry.changed_fields
+                        )
+                        if isinstance(obj, Product):
+                            _confirm_declared_cycles(obj, entry.payload or {})
+                except IntegrityError as exc:
+                    OutboxEntry.objects.using(using).filter(pk=entry.pk).update(
+                        last_error=answer_not_stored(entry, exc)
+                    )
+    for entry, obj, _ in done:
+        results[entry.pk] = pushed(entry, obj)
+
+
+def _store_answers(
+    done: list[tuple[OutboxEntry, Any, dict[str, Any]]], still_open: set[Key], using: str
+) -> None:
+    """An ``UPDATE`` per object, pipelined per model and set of columns (``update_rows``:
+    no signal fires, nothing is pushed back)."""
+    groups: dict[tuple[type, tuple[str, ...]], list[Any]] = defaultdict(list)
+    for entry, obj, data in done:
+        fields = response_fields(obj, data, _key(entry) not in still_open, entry.changed_fields)
+        for name, value in fields.items():
+            setattr(obj, name, value)
+        groups[(type(obj), tuple(sorted(fields)))].append(obj)
+    for (_model, names), objs in groups.items():
+        update_rows(objs, names, using=using)
+
+
+# --- building, calling, storing ---------------------------------------------------------------
 def _build(entry: OutboxEntry, obj: Any) -> tuple[str, dict[str, Any] | None, str]:
     """(operation, body or None when there is nothing to send, note)."""
     if isinstance(obj, Product):
@@ -216,127 +565,6 @@ def _apply_response(obj: Any, data: dict[str, Any], synced: bool, changed: Any =
         setattr(obj, key, value)
 
 
-def push_entry_now(entry_id: int, *, client: Any = None, _depth: int = 0) -> PushResult:
-    """Push one outbox entry synchronously. Safe to call from any number of processes.
-
-    ``client``: the ``BillingClient`` to call through (default ``get_client()``); a person
-    waiting passes one bound to a deadline (``client.with_deadline``)."""
-    # Which service (billing_integration.service): refused -> stays pending, nothing sent.
-    if _depth == 0 and (refused := refuse_push_if_other_service([entry_id])):
-        return refused[0]
-    using = router.db_for_write(OutboxEntry)
-    now = timezone.now()
-    lease = float(billing_settings.OUTBOX_LEASE)
-
-    # 1. claim -----------------------------------------------------------------------------
-    with transaction.atomic(using=using):
-        entry = _skip_locked(OutboxEntry.objects.using(using).filter(pk=entry_id), using).first()
-        if entry is None:
-            if OutboxEntry.objects.using(using).filter(pk=entry_id).exists():
-                return PushResult(
-                    BUSY, entry_id, retry_in=billing_settings.OUTBOX_DEFER_DELAY, held=True
-                )
-            return PushResult(SKIPPED, entry_id)
-        if entry.state in (OutboxState.DONE, OutboxState.FAILED):
-            return PushResult(SKIPPED, entry_id)
-        if entry.state == OutboxState.IN_PROGRESS and entry.started_at and (
-            entry.started_at > now - timedelta(seconds=lease)
-        ):
-            left = (entry.started_at + timedelta(seconds=lease) - now).total_seconds()
-            return PushResult(BUSY, entry_id, retry_in=max(1.0, left), held=True)
-        blocked = (
-            OutboxEntry.objects.using(using)
-            .filter(
-                content_type_id=entry.content_type_id,
-                object_id=entry.object_id,
-                pk__lt=entry.pk,
-            )
-            .filter(Q(state__in=OPEN_STATES) | Q(state=OutboxState.FAILED, in_doubt=True))
-            .exists()
-        )
-        if blocked:
-            return PushResult(BUSY, entry_id, retry_in=billing_settings.OUTBOX_DEFER_DELAY)
-        obj = entry.target
-        if obj is None:
-            entry.state = OutboxState.DONE
-            entry.last_error = "The object no longer exists locally."
-            entry.completed_at = now
-            entry.save()
-            return PushResult(SKIPPED, entry_id)
-        missing = _dependencies_missing(obj)
-        if missing and entry.payload is None:
-            deps = missing
-        else:
-            deps = []
-            if entry.payload is None:
-                operation, body, note = _build(entry, obj)
-                if body is None:
-                    entry.operation = operation
-                    entry.state = OutboxState.DONE
-                    entry.completed_at = now
-                    entry.last_error = note
-                    entry.save()
-                    synced = not _others_open(entry)
-                    type(obj)._default_manager.filter(pk=obj.pk).update(
-                        sync_state=settled_state(note, synced), sync_error=note
-                    )
-                    return PushResult(DONE, entry_id)
-                entry.operation = operation
-                entry.payload = body
-            elif entry.operation == OutboxOperation.CREATE and obj.remote_id is not None:
-                # Created meanwhile through this same entry (e.g. the synchronous path).
-                entry.state = OutboxState.DONE
-                entry.completed_at = now
-                entry.save()
-                return PushResult(DONE, entry_id)
-            entry.state = OutboxState.IN_PROGRESS
-            entry.started_at = now
-            entry.attempts += 1
-            entry.save()
-            type(obj)._default_manager.filter(pk=obj.pk).update(last_attempt_at=now)
-
-    if deps:
-        # Create what the object refers to first (each through its own entry and key).
-        for dep in deps:
-            dep_entry = _open_entry_for(dep)
-            result = push_entry_now(dep_entry.pk, client=client)
-            if result.status not in (DONE, SKIPPED):
-                return PushResult(
-                    RETRY if result.status != FAILED else BUSY,
-                    entry_id,
-                    retry_in=result.retry_in or billing_settings.OUTBOX_DEFER_DELAY,
-                    error=result.error,
-                )
-        if _depth >= 2:
-            return PushResult(BUSY, entry_id, retry_in=billing_settings.OUTBOX_DEFER_DELAY)
-        return push_entry_now(entry_id, client=client, _depth=_depth + 1)
-
-    # 2. call ------------------------------------------------------------------------------
-    try:
-        data = _call(entry, obj, client)
-    except BillingError as exc:
-        return _record_failure(entry, obj, exc)
-
-    # 3. record ----------------------------------------------------------------------------
-    with transaction.atomic(using=using):
-        current = OutboxEntry.objects.using(using).select_for_update().get(pk=entry.pk)
-        current.state = OutboxState.DONE
-        current.completed_at = timezone.now()
-        current.last_error = ""
-        current.in_doubt = False
-        current.save()
-        try:
-            with transaction.atomic(using=using):
-                answer = data if isinstance(data, dict) else {}
-                _apply_response(obj, answer, not _others_open(current), entry.changed_fields)
-                if isinstance(obj, Product):
-                    _confirm_declared_cycles(obj, (entry.payload or {}))
-        except IntegrityError as exc:
-            current.last_error = answer_not_stored(entry, exc)
-            current.save(update_fields=["last_error", "updated_at"])
-    return pushed(entry, obj)
-
-
 def _confirm_declared_cycles(product: Product, body: dict[str, Any]) -> None:
     """After a push that carried a blueprint: the service's blueprint is now the one sent, so
     the product's blueprint is known and its declared cycles sent as they are now are
@@ -375,7 +603,7 @@ def pushed(entry: OutboxEntry, obj: Any) -> PushResult:
         obj.pk,
         entry.attempts,
     )
-    return PushResult(DONE, entry.pk, calls=1)
+    return PushResult(PushOutcome.DONE, entry.pk, calls=1)
 
 
 def _record_failure(entry: OutboxEntry, obj: Any, exc: BillingError) -> PushResult:
@@ -403,7 +631,7 @@ def _record_failure(entry: OutboxEntry, obj: Any, exc: BillingError) -> PushResu
                 exc,
                 wait,
             )
-            return PushResult(RETRY, entry.pk, retry_in=wait, error=exc)
+            return PushResult(PushOutcome.RETRY, entry.pk, retry_in=wait, error=exc)
         current.state = OutboxState.FAILED
         current.completed_at = now
         current.save()
@@ -411,7 +639,7 @@ def _record_failure(entry: OutboxEntry, obj: Any, exc: BillingError) -> PushResu
             sync_state=SyncState.FAILED, sync_error=current.last_error
         )
     logger.error("outbox entry %s failed after %s attempt(s): %s", entry.pk, entry.attempts, exc)
-    return PushResult(FAILED, entry.pk, error=exc)
+    return PushResult(PushOutcome.FAILED, entry.pk, error=exc)
 
 
 def _open_entry_for(obj: Any) -> OutboxEntry:

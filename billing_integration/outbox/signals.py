@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.contrib.contenttypes.models import ContentType
-from django.db import connections, models, router, transaction
+from django.db import models, router, transaction
 from django.db.models.signals import post_delete, post_save, pre_delete
 
 from ..models.base import SyncState
@@ -28,19 +28,11 @@ from ..models.products import (
 )
 from ..models.subscriptions import Subscription
 from .context import is_from_remote
+from .locks import skip_locked
 
 logger = logging.getLogger("billing_integration.outbox")
 
 __all__ = ["record_change", "send_declared_cycles"]
-
-
-def _locking(qs: models.QuerySet, using: str) -> models.QuerySet:
-    features = connections[using].features
-    if not features.has_select_for_update:
-        return qs
-    if features.has_select_for_update_skip_locked:
-        return qs.select_for_update(skip_locked=True)
-    return qs.select_for_update()
 
 
 def record_change(obj: models.Model, changed: Iterable[str] = ()) -> OutboxEntry:
@@ -56,7 +48,7 @@ def record_change(obj: models.Model, changed: Iterable[str] = ()) -> OutboxEntry
         qs = OutboxEntry.objects.using(using).filter(
             content_type=ct, object_id=obj.pk, state=OutboxState.PENDING, attempts=0
         )
-        entry = _locking(qs, using).order_by("pk").first()
+        entry = skip_locked(qs, using).order_by("pk").first()
         if entry is not None:
             if changed and not set(changed) <= set(entry.changed_fields):
                 entry.changed_fields = sorted(set(entry.changed_fields) | set(changed))

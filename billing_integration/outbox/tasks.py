@@ -20,35 +20,16 @@ from django.utils import timezone
 
 from ..conf import billing_settings
 from ..health import record_run
-from ..wakeup import PUBLISH_RETRY_POLICY as _PUBLISH_RETRY_POLICY
+from ..wakeup import Wakeup
 
 logger = logging.getLogger("billing_integration.outbox")
 
-__all__ = ["drain_outbox", "enqueue", "push_entry", "push_pending"]
-
-#: Publishing must not hang a web request when the broker is down: the periodic drain
-#: (or ``billing_sync --drain``) picks the entry up later.
-PUBLISH_RETRY_POLICY = _PUBLISH_RETRY_POLICY
-#: How many times a push that waits behind another is re-scheduled before the drain takes over.
-MAX_DEFERRALS = 60
+__all__ = ["OUTBOX", "enqueue", "push_due_entries", "requeue_stale_entries"]
 
 
 def wakeup_name() -> str:
-    """The wake-up flag of the push drain (one per outbox queue)."""
+    """The wake-up flag of the push run (one per outbox queue)."""
     return f"outbox:{billing_settings.OUTBOX_QUEUE or 'default'}"
-
-
-def enqueue(entry_id: int, countdown: float | None = None) -> bool:
-    """Make sure ``entry_id`` is pushed soon: kick the ``push_pending`` drain (one message per
-    burst, see ``billing_integration.wakeup``), or, with ``countdown``, a drain timer.
-
-    Returns False when nothing was sent (a wake-up already pending, or the broker refused; the
-    entry stays pending for that drain or the periodic one)."""
-    from ..wakeup import kick, schedule
-
-    if countdown:
-        return schedule(wakeup_name(), push_pending, countdown, **_queue())
-    return kick(wakeup_name(), push_pending, **_queue())
 
 
 def _queue() -> dict[str, Any]:
@@ -56,68 +37,48 @@ def _queue() -> dict[str, Any]:
     return {"queue": queue} if queue else {}
 
 
-@shared_task(
-    bind=True,
-    name="billing_integration.push_entry",
-    acks_late=True,
-    reject_on_worker_lost=True,
-    max_retries=None,
-    ignore_result=True,
-)
-def push_entry(self: Any, entry_id: int, deferrals: int = 0) -> str:
-    """Push one outbox entry; retries (same entry, same key) until done or failed."""
-    from .push import BUSY, RETRY, push_entry_now
+def enqueue(entry_id: int, countdown: float | None = None) -> bool:
+    """Make sure ``entry_id`` is pushed soon: kick the push run (``OUTBOX``: one message per
+    burst), or, with ``countdown``, a timer of it.
 
-    result = push_entry_now(entry_id)
-    if result.status == RETRY:
-        raise self.retry(
-            countdown=result.retry_in, args=(entry_id, deferrals), max_retries=None, **_queue()
-        )
-    if result.status == BUSY:
-        if deferrals >= MAX_DEFERRALS:
-            return "left to the drain"
-        raise self.retry(
-            countdown=result.retry_in or billing_settings.OUTBOX_DEFER_DELAY,
-            args=(entry_id, deferrals + 1),
-            max_retries=None,
-            **_queue(),
-        )
-    return result.status
+    Returns False when nothing was sent (a wake-up already pending, or the broker refused; the
+    entry stays pending for that run or the periodic sweep)."""
+    if countdown:
+        return OUTBOX.schedule(countdown)
+    return OUTBOX.kick()
 
 
+# The Celery task names (``name=``) are those of earlier releases: deployments' beat
+# schedules and queued messages name them.
 @shared_task(
     name="billing_integration.push_pending",
     acks_late=True,
     reject_on_worker_lost=True,
     ignore_result=True,
 )
-def push_pending() -> int:
-    """The drain woken by ``enqueue`` (a kick): clear the wake-up flag FIRST, then push every
-    due entry (``drain.push_due``) in this one task run, re-using the DB connection and the
-    HTTP session. Past ``OUTBOX_DRAIN_SECONDS`` / ``OUTBOX_DRAIN_BATCH`` entries it kicks
-    itself again; entries due later (retry backoff, waiting behind another) get a timer.
-    Returns the number of entries handled."""
-    from ..wakeup import clear, kick, schedule
+def push_due_entries() -> int:
+    """The push run ``enqueue`` kicks: push every due entry (``drain.push_due``) in this one
+    task run, re-using the DB connection and the HTTP session. ``OUTBOX.draining`` clears the
+    wake-up flag first, and kicks the run again when it stops past ``OUTBOX_DRAIN_SECONDS`` /
+    ``OUTBOX_PUSH_MAX_ENTRIES`` entries, or sets a timer for entries due later (retry backoff,
+    waiting behind another). Returns the number of entries handled."""
     from .drain import push_due
 
-    name = wakeup_name()
-    clear(name)  # before looking: a change committed after this kicks a new run
-    report = push_due(
-        seconds=float(billing_settings.OUTBOX_DRAIN_SECONDS),
-        max_entries=int(billing_settings.OUTBOX_DRAIN_BATCH),
-    )
-    if report.more:
-        kick(name, push_pending, **_queue())
-    elif report.next_in is not None:
-        schedule(name, push_pending, report.next_in, **_queue())
+    with OUTBOX.draining(seconds=float(billing_settings.OUTBOX_DRAIN_SECONDS)) as run:
+        report = push_due(run, max_entries=int(billing_settings.OUTBOX_PUSH_MAX_ENTRIES))
     return report.handled
 
 
+#: The coalesced wake-up of the push run: commits kick it (``enqueue``), ``push_due_entries``
+#: drains it. No local window: every kick asks the cache.
+OUTBOX = Wakeup(wakeup_name, push_due_entries, options=_queue)
+
+
 @shared_task(name="billing_integration.drain_outbox", ignore_result=True)
-def drain_outbox(inline: bool = False) -> int:
-    """Re-enqueue (or push, ``inline=True``) entries whose message was lost: pending ones
-    older than ``OUTBOX_STALE_AFTER`` that are due, and in-progress ones whose lease expired.
-    Returns how many entries were handled."""
+def requeue_stale_entries(inline: bool = False) -> int:
+    """The periodic sweep (beat): re-enqueue (or push, ``inline=True``) entries whose wake-up
+    was lost: pending ones due and untouched for ``OUTBOX_STALE_AFTER``, and in-progress ones
+    whose lease expired; at most ``OUTBOX_REQUEUE_BATCH``. Returns how many were handled."""
     from ..models.outbox import OutboxEntry
     from .push import push_entry_now
 
@@ -128,10 +89,11 @@ def drain_outbox(inline: bool = False) -> int:
         ensure_service()
     entries = list(
         OutboxEntry.objects.due(
-            float(billing_settings.OUTBOX_STALE_AFTER), float(billing_settings.OUTBOX_LEASE)
+            lease=float(billing_settings.OUTBOX_LEASE),
+            stale_after=float(billing_settings.OUTBOX_STALE_AFTER),
         )
         .order_by("pk")
-        .values_list("pk", flat=True)[: int(billing_settings.OUTBOX_DRAIN_BATCH)]
+        .values_list("pk", flat=True)[: int(billing_settings.OUTBOX_REQUEUE_BATCH)]
     )
     if not entries:
         return 0

@@ -19,12 +19,11 @@ from typing import Any
 
 from django.db import router, transaction
 
-from .. import wakeup
 from ..conf import billing_settings
 from ..models import EventState, WebhookEvent
 from ..models.bulk import insert_ignoring_conflict
 from .envelope import clean_text, read_envelope
-from .tasks import WAKEUP_NAME, kick_window, process_received_events
+from .tasks import EVENTS
 from .types import normalize_type
 from .verification import Verification
 
@@ -262,8 +261,7 @@ def enqueue(event_pk: int) -> None:
 
     def run() -> None:
         try:
-            if not wakeup.pending_locally(WAKEUP_NAME):  # else kick() would return at once
-                wakeup.kick(WAKEUP_NAME, process_received_events, local_window=kick_window())
+            EVENTS.kick()  # within this process's window of a pending wake-up: returns at once
         except Exception:
             logger.exception("Could not hand event %s to processing; it stays received", event_pk)
 

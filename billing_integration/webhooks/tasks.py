@@ -8,11 +8,13 @@ from celery import shared_task
 
 from ..conf import billing_settings
 from ..health import record_run
+from ..wakeup import Wakeup
 
 #: The wake-up flag of the event drain (``billing_integration.wakeup``).
 WAKEUP_NAME = "webhooks"
 
 __all__ = [
+    "EVENTS",
     "kick_window",
     "process_pending_webhook_events",
     "process_received_events",
@@ -56,45 +58,40 @@ def process_pending_webhook_events(older_than: float = 60.0) -> int:
 @shared_task(name="billing_integration.process_received_events", acks_late=True,
              ignore_result=True)
 def process_received_events() -> int:
-    """The drain the webhook view kicks (``billing_integration.wakeup``): clear the wake-up
-    flag FIRST, then process every ``received`` event in order of reception, in this one task
-    run. An event failing transiently is handed to ``process_webhook_event`` with a countdown,
-    as that task's first retry (so ``WEBHOOK_MAX_ATTEMPTS`` counts the drain's attempt). Past
-    ``WEBHOOK_DRAIN_SECONDS`` the drain kicks itself again (through the cache, never locally
-    suppressed). A look that finds nothing ends the run only if it started
-    ``WEBHOOK_KICK_WINDOW`` (+ a margin) after the clear: an event whose kick a web process
-    suppressed locally meanwhile is seen (``wakeup.linger``). Returns the events handled."""
-    import time
-
+    """The drain the webhook view kicks (``EVENTS``, a ``billing_integration.wakeup.Wakeup``):
+    process every ``received`` event in order of reception, in this one task run. An event
+    failing transiently is handed to ``process_webhook_event`` with a countdown, as that task's
+    first retry (so ``WEBHOOK_MAX_ATTEMPTS`` counts the drain's attempt). ``EVENTS.draining``
+    clears the flag first, lingers ``WEBHOOK_KICK_WINDOW`` (+ a margin) past the clear before a
+    look that finds nothing ends the run, and re-kicks the drain when the run stops past
+    ``WEBHOOK_DRAIN_SECONDS``. Returns the events handled."""
     from ..models import EventState, WebhookEvent
-    from ..wakeup import clear, kick, linger
     from .processing import process_event
 
-    window = kick_window()
-    cleared_at = clear(WAKEUP_NAME)  # before looking: an event stored after this kicks a new run
     max_attempts = int(billing_settings.WEBHOOK_MAX_ATTEMPTS)
-    deadline = time.monotonic() + float(billing_settings.WEBHOOK_DRAIN_SECONDS)
     seen: set[int] = set()
-    while True:
-        looked_at = time.monotonic()
-        pks = [
+
+    def received() -> list[int]:
+        return [
             pk
             for pk in WebhookEvent.objects.filter(state=EventState.RECEIVED)
             .order_by("received_at", "pk")
             .values_list("pk", flat=True)[: len(seen) + 100]
             if pk not in seen
         ]
-        if not pks:
-            wait = linger(cleared_at, window, looked_at)
-            if wait <= 0:
-                return len(seen)
-            time.sleep(wait)
-            continue
-        for pk in pks:
-            if time.monotonic() >= deadline:
-                kick(WAKEUP_NAME, process_received_events)
-                return len(seen)
-            seen.add(pk)
-            result = process_event(pk, final=max_attempts <= 1)
-            if result.retryable and max_attempts > 1:
-                process_webhook_event.apply_async((pk,), countdown=1, retries=1)
+
+    with EVENTS.draining(seconds=float(billing_settings.WEBHOOK_DRAIN_SECONDS)) as run:
+        for pks in run.looks(received):
+            for pk in pks:
+                if not run.time_left():
+                    break
+                seen.add(pk)
+                result = process_event(pk, final=max_attempts <= 1)
+                if result.retryable and max_attempts > 1:
+                    process_webhook_event.apply_async((pk,), countdown=1, retries=1)
+    return len(seen)
+
+
+#: The coalesced wake-up of the event drain: the webhook view kicks it (``ingest.enqueue``),
+#: ``process_received_events`` drains it; both read the same window (``kick_window``).
+EVENTS = Wakeup(WAKEUP_NAME, process_received_events, window=kick_window)

@@ -162,7 +162,7 @@ def test_publish_and_archive_actions_change_status_and_write_outbox(
 
 @pytest.mark.django_db(transaction=True)
 def test_publish_action_reaches_the_sandbox(billing_sandbox, admin_client):
-    from billing_integration.outbox.push import DONE, push_entry_now
+    from billing_integration.outbox.push import PushOutcome, push_entry_now
 
     def push_all() -> list[str]:
         return [push_entry_now(pk).status
@@ -175,7 +175,7 @@ def test_publish_action_reaches_the_sandbox(billing_sandbox, admin_client):
            "cycles-0-prices": "XOF 10000"},
     )
     assert admin_client.post(ADD, data).status_code == 302
-    assert push_all() == [DONE]
+    assert push_all() == [PushOutcome.DONE]
     product = Product.objects.get()
     assert product.remote_id is not None and product.sync_state == "synced"
     [created] = billing_sandbox.requests(operation="create_product")
@@ -184,13 +184,13 @@ def test_publish_action_reaches_the_sandbox(billing_sandbox, admin_client):
     ]
 
     action(admin_client, "publish", product)
-    assert push_all() == [DONE]
+    assert push_all() == [PushOutcome.DONE]
     [patch] = billing_sandbox.requests(operation="update_product")
     assert patch["method"] == "PATCH" and patch["body"]["status"] == "published"
     assert billing_sandbox.object("product", str(product.remote_id))["status"] == "published"
 
     action(admin_client, "archive", product)
-    assert push_all() == [DONE]
+    assert push_all() == [PushOutcome.DONE]
     assert billing_sandbox.object("product", str(product.remote_id))["status"] == "archived"
     product.refresh_from_db()
     assert product.status == "archived" and product.sync_state == "synced"

@@ -15,7 +15,7 @@ from django.test import Client
 from django.urls import reverse
 
 from billing_integration.models import BillingCycle, CheckoutSession, OutboxEntry, Product
-from billing_integration.outbox.push import DONE, push_entry_now
+from billing_integration.outbox.push import PushOutcome, push_entries, push_entry_now
 
 from .conftest import product_form_data
 
@@ -143,7 +143,7 @@ def test_declared_cycles_are_kept_not_pushed_and_sold(billing_sandbox, pulled, a
     assert any("declared here, not confirmed by the service" in w for w in warnings)
 
     # Whatever the outbox holds is pushed: no blueprint reaches the service.
-    assert all(status == DONE for status in push_all())
+    assert all(status == PushOutcome.DONE for status in push_all())
     assert blueprint_patches(billing_sandbox) == []
     cycle.refresh_from_db()
     assert cycle.declared is True
@@ -182,7 +182,7 @@ def test_send_declared_cycles_button_pushes_the_blueprint_and_confirms(
 
     assert admin_client.post(url).status_code == 302
     assert OutboxEntry.objects.open().get().changed_fields == ["subscription_blueprint"]
-    assert push_all() == [DONE]
+    assert push_all() == [PushOutcome.DONE]
     [patch] = blueprint_patches(billing_sandbox)
     assert patch["body"]["subscription_blueprint"]["billing_cycles"] == [
         {"cycle": "months", "frequency": 1, "prices": [{"currency": 1, "amount": 7500}]}
@@ -196,15 +196,13 @@ def test_send_declared_cycles_button_pushes_the_blueprint_and_confirms(
     admin_client.post(
         change_url(pulled), product_form_data(pulled, **{"cycles-0-prices": "XOF 8000"})
     )
-    assert push_all() == [DONE]
+    assert push_all() == [PushOutcome.DONE]
     assert blueprint_patches(billing_sandbox)[-1]["body"]["subscription_blueprint"][
         "billing_cycles"
     ][0]["prices"] == [{"currency": 1, "amount": 8000}]
 
 
 def test_send_declared_cycles_action_through_a_batch_drain(billing_sandbox, pulled, admin_client):
-    from billing_integration.outbox.batch import push_batch
-
     declare_monthly(admin_client, pulled)
     push_all()
     response = admin_client.post(
@@ -213,7 +211,7 @@ def test_send_declared_cycles_action_through_a_batch_drain(billing_sandbox, pull
     )
     assert response.status_code == 302
     entries = list(OutboxEntry.objects.open().values_list("pk", flat=True))
-    assert [r.status for r in push_batch(entries)] == [DONE]
+    assert [r.status for r in push_entries(entries)] == [PushOutcome.DONE]
     assert len(blueprint_patches(billing_sandbox)) == 1
     assert pulled.cycles.get().declared is False
 
@@ -286,7 +284,7 @@ def test_repricing_a_pushed_one_time_product_is_kept_and_shown_not_sent(
             },
         ),
     )
-    assert push_all() == [DONE]
+    assert push_all() == [PushOutcome.DONE]
     product = Product.objects.get()
     assert product.remote_id is not None and product.sync_state == "synced"
     billing_sandbox.clear_requests()
@@ -314,7 +312,7 @@ def test_repricing_a_pushed_one_time_product_is_kept_and_shown_not_sent(
         for w in warnings
     ), warnings
 
-    assert push_all() == [DONE]
+    assert push_all() == [PushOutcome.DONE]
     assert billing_sandbox.requests(operation="update_product") == []  # nothing can carry it
     assert billing_sandbox.object("product", str(product.remote_id))["prices"] == [
         {"currency": 1, "amount": 2500}

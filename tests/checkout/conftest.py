@@ -15,7 +15,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from billing_integration.models import BillingCycle, OutboxEntry, Price, Product
-from billing_integration.outbox.push import DONE, push_entry_now
+from billing_integration.outbox.push import PushOutcome, push_entry_now
 
 PASSWORD = "pw-for-tests"
 
@@ -39,7 +39,7 @@ def fast_retries(settings):
 
 def push_open_entries() -> None:
     for pk in list(OutboxEntry.objects.open().values_list("pk", flat=True)):
-        assert push_entry_now(pk).status == DONE
+        assert push_entry_now(pk).status == PushOutcome.DONE
 
 
 def make_product(

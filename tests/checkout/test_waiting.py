@@ -17,7 +17,7 @@ import pytest
 import billing_integration.client as client_module
 from billing_integration.client import BillingClient
 from billing_integration.models import CheckoutSession, Customer, OutboxEntry
-from billing_integration.outbox.push import DONE, push_entry_now
+from billing_integration.outbox.push import PushOutcome, push_entry_now
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -163,7 +163,7 @@ def test_customer_push_cut_short_is_finished_by_the_outbox(
     ], "handed to the outbox with a countdown"
 
     billing_sandbox.clear_faults()
-    assert push_entry_now(entry.pk).status == DONE  # what the worker does
+    assert push_entry_now(entry.pk).status == PushOutcome.DONE  # what the worker does
     calls = billing_sandbox.requests(operation="create_customer")
     assert {c["headers"]["x-idempotency-id"] for c in calls} == {str(entry.idempotency_key)}
     assert len(billing_sandbox.objects("customer")) == 1

@@ -41,11 +41,11 @@ def issued_tokens(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def healthy(billing_sandbox: Any, transactional_db: None) -> Any:
     """The sandbox answering, and the periodic jobs run once, as beat would (they record their
     runs, and sync_all its pulls)."""
-    from billing_integration.outbox.tasks import drain_outbox
+    from billing_integration.outbox.tasks import requeue_stale_entries
     from billing_integration.sync.tasks import sync_all
     from billing_integration.webhooks.tasks import process_pending_webhook_events
 
-    drain_outbox()
+    requeue_stale_entries()
     process_pending_webhook_events()
     sync_all()
     return billing_sandbox

@@ -1,4 +1,4 @@
-"""``outbox.batch.push_batch``: the drain's batched claim / call / record, against the sandbox
+"""``outbox.push.push_entries``: the drain's batched claim / call / record, against the sandbox
 over real HTTP. The guarantees are ``push_entry_now``'s; these tests check them on a batch."""
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ from django.utils import timezone
 from billing_integration.customers import get_or_create_customer
 from billing_integration.mapping.products import to_remote
 from billing_integration.models import Customer, OutboxEntry, Subscription
-from billing_integration.outbox import batch
-from billing_integration.outbox.batch import push_batch
-from billing_integration.outbox.push import BUSY, DONE, RETRY, SKIPPED
+from billing_integration.outbox import push
+from billing_integration.outbox.push import PushOutcome, push_entries
 
 from .test_outbox import make_product
 
@@ -45,8 +44,8 @@ def open_ids() -> list[int]:
 def test_a_batch_pushes_every_entry_once_with_its_key_and_stores_the_answers(billing_sandbox):
     made = customers(5)
     entries = list(OutboxEntry.objects.order_by("pk"))
-    results = push_batch([e.pk for e in entries])
-    assert [r.status for r in results] == [DONE] * 5
+    results = push_entries([e.pk for e in entries])
+    assert [r.status for r in results] == [PushOutcome.DONE] * 5
     calls = billing_sandbox.requests(operation="create_customer")
     assert [c["headers"]["x-idempotency-id"] for c in calls] == [
         str(e.idempotency_key) for e in entries
@@ -60,7 +59,7 @@ def test_a_batch_pushes_every_entry_once_with_its_key_and_stores_the_answers(bil
         assert customer.remote_data["id"] == remote[customer.identifier]
     for entry in OutboxEntry.objects.all():
         assert (entry.state, entry.attempts, entry.payload is not None) == ("done", 1, True)
-    assert [r.status for r in push_batch([e.pk for e in entries])] == [SKIPPED] * 5
+    assert [r.status for r in push_entries([e.pk for e in entries])] == [PushOutcome.SKIPPED] * 5
     assert len(billing_sandbox.requests(operation="create_customer")) == 5
 
 
@@ -69,7 +68,7 @@ def test_the_statements_of_a_batch_do_not_grow_with_its_size(billing_sandbox):
         customers(n, tag)
         ids = open_ids()
         with CaptureQueriesContext(connection) as queries:
-            assert {r.status for r in push_batch(ids)} == {DONE}
+            assert {r.status for r in push_entries(ids)} == {PushOutcome.DONE}
         return len(queries)
 
     statements(2, "warm")  # token, content types
@@ -92,7 +91,7 @@ def test_two_entries_of_one_object_in_a_batch_go_out_in_order(billing_sandbox):
     OutboxEntry.objects.filter(pk=create.pk).update(attempts=0)
     ids = open_ids()
     assert len(ids) == 2
-    assert [r.status for r in push_batch(ids)] == [DONE, DONE]
+    assert [r.status for r in push_entries(ids)] == [PushOutcome.DONE, PushOutcome.DONE]
     sent = [
         (r["operation"], (r["body"] or {}).get("name"))
         for r in billing_sandbox.requests()
@@ -109,9 +108,9 @@ def test_an_entry_held_by_a_live_lease_or_behind_an_older_one_is_left(billing_sa
     a, _ = customers(2)
     held, other = OutboxEntry.objects.order_by("pk")
     OutboxEntry.objects.filter(pk=held.pk).update(state="in_progress", started_at=timezone.now())
-    results = {r.entry_id: r for r in push_batch([held.pk, other.pk])}
-    assert results[held.pk].status == BUSY and results[held.pk].held
-    assert results[other.pk].status == DONE
+    results = {r.entry_id: r for r in push_entries([held.pk, other.pk])}
+    assert results[held.pk].status == PushOutcome.BUSY and results[held.pk].held
+    assert results[other.pk].status == PushOutcome.DONE
     assert [
         c["body"]["identifier"] for c in billing_sandbox.requests(operation="create_customer")
     ] == ["b-1"]
@@ -119,8 +118,8 @@ def test_an_entry_held_by_a_live_lease_or_behind_an_older_one_is_left(billing_sa
     later = OutboxEntry.objects.create(
         content_type=held.content_type, object_id=a.pk, operation="create"
     )
-    (result,) = push_batch([later.pk])
-    assert result.status == BUSY and not result.held  # waits behind the in-doubt create
+    (result,) = push_entries([later.pk])
+    assert result.status == PushOutcome.BUSY and not result.held  # waits behind the in-doubt create
     assert OutboxEntry.objects.get(pk=later.pk).state == "pending"
 
 
@@ -129,12 +128,14 @@ def test_a_failed_call_is_retried_later_and_the_others_are_done(billing_sandbox,
     customers(3)
     ids = open_ids()
     billing_sandbox.faults(operation="create_customer", status=503, count=1)
-    results = push_batch(ids)
-    assert [r.status for r in results] == [RETRY, DONE, DONE]
+    results = push_entries(ids)
+    assert [r.status for r in results] == [PushOutcome.RETRY, PushOutcome.DONE, PushOutcome.DONE]
     first = OutboxEntry.objects.get(pk=ids[0])
     assert first.state == "pending" and first.in_doubt and first.next_attempt_at is not None
     OutboxEntry.objects.filter(pk=ids[0]).update(next_attempt_at=None)
-    assert [r.status for r in push_batch(ids)] == [DONE, SKIPPED, SKIPPED]
+    assert [r.status for r in push_entries(ids)] == [
+        PushOutcome.DONE, PushOutcome.SKIPPED, PushOutcome.SKIPPED
+    ]
     keys = [
         c["headers"]["x-idempotency-id"]
         for c in billing_sandbox.requests(operation="create_customer")
@@ -146,26 +147,26 @@ def test_a_failed_call_is_retried_later_and_the_others_are_done(billing_sandbox,
 def test_the_deadline_releases_what_was_not_called(billing_sandbox):
     customers(3)
     ids = open_ids()
-    results = push_batch(ids, deadline=time.monotonic() - 1)
-    assert all(r.status == BUSY and r.released for r in results)
+    results = push_entries(ids, deadline=time.monotonic() - 1)
+    assert all(r.status == PushOutcome.BUSY and r.released for r in results)
     assert billing_sandbox.requests(operation="create_customer") == []
     assert [(e.state, e.attempts, e.started_at) for e in OutboxEntry.objects.all()] == [
         ("pending", 0, None)
     ] * 3
-    assert [r.status for r in push_batch(ids)] == [DONE] * 3
+    assert [r.status for r in push_entries(ids)] == [PushOutcome.DONE] * 3
 
 
 def test_an_answer_that_cannot_be_stored_does_not_lose_the_others(billing_sandbox):
     customers(3)
     ids = open_ids()
-    real_call = batch._call
+    real_call = push._call
 
-    def call(entry, obj):
-        data = real_call(entry, obj)
+    def call(entry, obj, client=None):
+        data = real_call(entry, obj, client)
         return {} if obj.identifier == "b-1" else data  # no id in this answer
 
-    with mock.patch.object(batch, "_call", side_effect=call):
-        assert [r.status for r in push_batch(ids)] == [DONE] * 3
+    with mock.patch.object(push, "_call", side_effect=call):
+        assert [r.status for r in push_entries(ids)] == [PushOutcome.DONE] * 3
     stored = {c.identifier: c for c in Customer.objects.all()}
     assert stored["b-0"].remote_id and stored["b-2"].remote_id
     assert stored["b-1"].remote_id is None
@@ -184,8 +185,8 @@ def test_a_subscription_in_a_batch_creates_its_customer_once_then_itself(billing
         selected_billing_cycle="months-1",
         auto_renew=True,
     )
-    results = push_batch(open_ids())
-    assert {r.status for r in results} <= {DONE, SKIPPED}
+    results = push_entries(open_ids())
+    assert {r.status for r in results} <= {PushOutcome.DONE, PushOutcome.SKIPPED}
     ops = Counter(r["operation"] for r in billing_sandbox.requests())
     assert ops["create_customer"] == 1 and ops["create_subscription"] == 1
     assert ops["create_product"] == 1

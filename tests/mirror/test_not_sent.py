@@ -14,8 +14,7 @@ from django.db import transaction
 
 from billing_integration.models import BillingCycle, OutboxEntry, Price, Product
 from billing_integration.outbox import from_remote
-from billing_integration.outbox.batch import push_batch
-from billing_integration.outbox.push import DONE, push_entry_now
+from billing_integration.outbox.push import PushOutcome, push_entries, push_entry_now
 from billing_integration.sync.pull import pull_products, upsert_products
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,7 +32,7 @@ def pushed_one_time(amount: str = "2500") -> Product:
             name="Setup fee", product_type="one_time", selected_currencies=[1]
         )
         Price.objects.create(product=product, currency_id=1, amount=Decimal(amount))
-    assert push_all() == [DONE]
+    assert push_all() == [PushOutcome.DONE]
     product.refresh_from_db()
     assert product.sync_state == "synced"
     return product
@@ -55,7 +54,7 @@ def test_reprice_and_rename_in_one_batch_sends_the_name_and_says_the_price_is_no
     product.save()
     entries = list(OutboxEntry.objects.open().values_list("pk", flat=True))
     assert len(entries) == 1  # collapsed
-    assert [r.status for r in push_batch(entries)] == [DONE]
+    assert [r.status for r in push_entries(entries)] == [PushOutcome.DONE]
 
     [patch] = billing_sandbox.requests(operation="update_product")
     assert patch["body"] == {"name": "Setup fee (2027)"}  # PATCH has no `prices`
@@ -71,11 +70,11 @@ def test_reprice_and_rename_in_one_batch_sends_the_name_and_says_the_price_is_no
 def test_putting_the_price_back_makes_it_synced_again(billing_sandbox):
     product = pushed_one_time()
     reprice(product, "3000")
-    assert push_all() == [DONE]
+    assert push_all() == [PushOutcome.DONE]
     product.refresh_from_db()
     assert product.sync_state == "not_sent"
     reprice(product, "2500")
-    assert push_all() == [DONE]
+    assert push_all() == [PushOutcome.DONE]
     product.refresh_from_db()
     assert (product.sync_state, product.sync_error) == ("synced", "")
 
@@ -122,7 +121,7 @@ def test_a_type_change_of_a_pushed_product_is_not_sent(billing_sandbox):
         product.save()
         cycle.delete()
         Price.objects.create(product=product, currency_id=1, amount=Decimal("900"))
-    assert push_all() == [DONE]
+    assert push_all() == [PushOutcome.DONE]
     assert billing_sandbox.requests(operation="update_product") == []
     product.refresh_from_db()
     assert product.sync_state == "not_sent"
@@ -159,7 +158,7 @@ def test_cycles_saved_for_a_pulled_product_are_declared_and_not_pushed(billing_s
     # Even a product save (e.g. publish) never carries the blueprint unasked.
     product.description = "Annual"
     product.save()
-    assert push_all() == [DONE]
+    assert push_all() == [PushOutcome.DONE]
     [patch] = billing_sandbox.requests(operation="update_product")
     assert patch["body"] == {"description": "Annual"}
 
@@ -195,7 +194,7 @@ def test_an_edit_of_a_pushed_customer_is_marked_not_sent(billing_sandbox):
     billing_sandbox.clear_requests()
     customer.first_name = "Ada"
     customer.save()
-    assert push_all() == [DONE]
+    assert push_all() == [PushOutcome.DONE]
     assert billing_sandbox.requests() == []
     customer.refresh_from_db()
     assert customer.first_name == "Ada"

@@ -22,10 +22,9 @@ from billing_integration.models import (
     Subscription,
     WebhookEvent,
 )
-from billing_integration.outbox.batch import push_batch
 from billing_integration.outbox.drain import push_due
-from billing_integration.outbox.push import DONE, push_entry_now
-from billing_integration.outbox.tasks import drain_outbox
+from billing_integration.outbox.push import PushOutcome, push_entries, push_entry_now
+from billing_integration.outbox.tasks import requeue_stale_entries
 from billing_integration.sync.pull import pull_customers, pull_products, pull_subscriptions
 from billing_integration.sync.tasks import sync_all
 from billing_integration.testing import start_sandbox
@@ -79,7 +78,7 @@ def point_at_sandbox(settings, sandbox) -> None:
 def pushed_product(name: str = "Pro plan") -> Product:
     product = make_product(name)
     for pk in open_ids():
-        assert push_entry_now(pk).status == DONE
+        assert push_entry_now(pk).status == PushOutcome.DONE
     product.refresh_from_db()
     assert product.remote_id is not None
     return product
@@ -198,7 +197,7 @@ def test_the_same_service_written_differently_is_not_another_one(billing_sandbox
     product = Product.objects.get()
     product.description = "Changed"
     product.save()
-    assert [push_entry_now(pk).status for pk in open_ids()] == [DONE]
+    assert [push_entry_now(pk).status for pk in open_ids()] == [PushOutcome.DONE]
     assert len(billing_sandbox.requests("update_product")) == 1
 
 
@@ -232,14 +231,14 @@ def test_pointed_elsewhere_pushes_are_refused_nothing_sent_nothing_lost_then_rel
 
     # The one-entry path, the batch path, the drain, the inline drain: all refuse.
     assert push_entry_now(held[0]).status == REFUSED
-    assert {r.status for r in push_batch(held)} == {REFUSED}
+    assert {r.status for r in push_entries(held)} == {REFUSED}
     report = push_due()
     assert report.refused and report.handled == 0 and report.pushed == 0
     assert not report.more and report.next_in is None  # no hot loop of refusals
     from billing_integration.exceptions import BillingServiceMismatchError
 
     with pytest.raises(BillingServiceMismatchError):
-        drain_outbox(inline=True)
+        requeue_stale_entries(inline=True)
     with pytest.raises(CommandError, match="billing_service relink"):
         call_command("billing_sync", "--drain", "--no-progress")
 

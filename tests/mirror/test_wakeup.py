@@ -1,4 +1,4 @@
-"""The coalesced wake-up (``billing_integration.wakeup``) of the ``push_pending`` drain:
+"""The coalesced wake-up (``billing_integration.wakeup``) of the ``push_due_entries`` drain:
 one message per burst, and no lost wake-up (clear the flag first, then look)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from billing_integration import wakeup
 from billing_integration.models import Customer, OutboxEntry
 from billing_integration.outbox import drain, tasks
 from billing_integration.outbox.tasks import enqueue as real_enqueue  # before conftest patches it
-from billing_integration.outbox.tasks import push_pending, wakeup_name
+from billing_integration.outbox.tasks import push_due_entries, wakeup_name
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -23,7 +23,7 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> mock.Mock:
     """The real ``enqueue`` (kick), with the drain's ``apply_async`` spied (no broker)."""
     monkeypatch.setattr(tasks, "enqueue", real_enqueue)
     wakeup.clear(wakeup_name())
-    with mock.patch.object(push_pending, "apply_async") as apply_async:
+    with mock.patch.object(push_due_entries, "apply_async") as apply_async:
         yield apply_async
     wakeup.clear(wakeup_name())
 
@@ -47,7 +47,7 @@ def test_a_burst_of_100_changes_sends_one_message_and_one_drain_pushes_all(
         for i in range(50, 100):
             customer(i)
     assert sent.call_count == 1
-    assert push_pending() == 100  # what the worker runs for that one message
+    assert push_due_entries() == 100  # what the worker runs for that one message
     assert set(OutboxEntry.objects.values_list("state", flat=True)) == {"done"}
     per_object = creates_per_identifier(billing_sandbox)
     assert len(per_object) == 100 and set(per_object.values()) == {1}
@@ -60,7 +60,7 @@ def test_a_change_committed_while_a_drain_runs_is_pushed(billing_sandbox, sent):
     for i in range(3):
         customer(i)
     assert sent.call_count == 1
-    real_push = drain.push_batch
+    real_push = drain.push_entries
     added: list[int] = []
 
     def push_and_commit_another(ids, **kw):
@@ -69,8 +69,8 @@ def test_a_change_committed_while_a_drain_runs_is_pushed(billing_sandbox, sent):
             added.append(customer(99, "late").pk)
         return results
 
-    with mock.patch.object(drain, "push_batch", side_effect=push_and_commit_another):
-        handled = push_pending()
+    with mock.patch.object(drain, "push_entries", side_effect=push_and_commit_another):
+        handled = push_due_entries()
     # Either this run saw it (higher pk, same sweep) or its kick sent a new message: here both.
     assert handled == 4
     assert sent.call_count == 2
@@ -82,7 +82,7 @@ def test_a_change_whose_kick_was_suppressed_is_seen_by_the_pending_drain(billing
     customer(0)  # sends; the flag stays set until that message's drain runs
     customer(1)  # committed before that drain clears the flag: suppressed ...
     assert sent.call_count == 1
-    assert push_pending() == 2  # ... and seen by the drain, which looks after clearing
+    assert push_due_entries() == 2  # ... and seen by the drain, which looks after clearing
     assert creates_per_identifier(billing_sandbox) == {"c-0": 1, "c-1": 1}
 
 
@@ -92,7 +92,7 @@ def test_a_refused_publish_drops_the_flag_so_the_next_commit_retries(billing_san
     sent.side_effect = None
     customer(1)
     assert sent.call_count == 2
-    assert push_pending() == 2
+    assert push_due_entries() == 2
 
 
 def test_retryable_failures_schedule_one_timer_for_the_earliest_entry(
@@ -103,24 +103,24 @@ def test_retryable_failures_schedule_one_timer_for_the_earliest_entry(
     customer(0)
     customer(1)
     sent.reset_mock()
-    assert push_pending() == 2
+    assert push_due_entries() == 2
     entries = list(OutboxEntry.objects.order_by("pk"))
     assert [e.state for e in entries] == ["pending", "pending"]
     assert all(e.next_attempt_at is not None for e in entries)
     (call,) = sent.call_args_list  # one timer, for the earliest retry
     assert 3.0 <= call.kwargs["countdown"] <= 7.0
     OutboxEntry.objects.update(next_attempt_at=None)  # the timer fires
-    assert push_pending() == 2
+    assert push_due_entries() == 2
     assert set(OutboxEntry.objects.values_list("state", flat=True)) == {"done"}
     assert len(billing_sandbox.objects("customer")) == 2
 
 
 def test_the_budget_re_kicks_the_drain(billing_sandbox, sent, settings):
-    settings.BILLING = {**settings.BILLING, "OUTBOX_DRAIN_BATCH": 2}
+    settings.BILLING = {**settings.BILLING, "OUTBOX_PUSH_MAX_ENTRIES": 2}
     for i in range(3):
         customer(i)
     sent.reset_mock()
-    assert push_pending() == 2
+    assert push_due_entries() == 2
     assert sent.call_count == 1  # kicked itself for the rest
-    assert push_pending() == 1
+    assert push_due_entries() == 1
     assert set(OutboxEntry.objects.values_list("state", flat=True)) == {"done"}

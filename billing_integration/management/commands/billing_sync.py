@@ -44,7 +44,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         from ...outbox.retry import retry_failed
-        from ...outbox.tasks import drain_outbox
+        from ...outbox.tasks import requeue_stale_entries
         from ...sync import pull
 
         unknown = set(options["resources"]) - set(RESOURCES)
@@ -64,7 +64,7 @@ class Command(BaseCommand):
             count = retry_failed()
             self.stdout.write(f"outbox: {count} failed entries re-queued")
         if options["drain"]:
-            count = drain_outbox(inline=True)
+            count = requeue_stale_entries(inline=True)
             self.stdout.write(f"outbox: {count} stale entries pushed")
         if options["push"]:
             self._push()
@@ -103,12 +103,17 @@ class Command(BaseCommand):
     def _push(self) -> None:
         """Push every open entry now and print one line per entry and a summary."""
         from ...outbox.drain import push_open
-        from ...outbox.push import BUSY, DONE, FAILED, REFUSED, RETRY, SKIPPED
+        from ...outbox.push import PushOutcome
 
         results = push_open()
-        words = {DONE: "pushed", RETRY: "to retry later", FAILED: "failed",
-                 BUSY: "waiting (held by a worker, or behind another push of the object)",
-                 SKIPPED: "nothing to do", REFUSED: "refused (another service)"}
+        words = {
+            PushOutcome.DONE: "pushed",
+            PushOutcome.RETRY: "to retry later",
+            PushOutcome.FAILED: "failed",
+            PushOutcome.BUSY: "waiting (held by a worker, or behind another push of the object)",
+            PushOutcome.SKIPPED: "nothing to do",
+            PushOutcome.REFUSED: "refused (another service)",
+        }
         counts: dict[str, int] = {}
         for entry, result in results:
             counts[result.status] = counts.get(result.status, 0) + 1
@@ -119,9 +124,9 @@ class Command(BaseCommand):
             line = f"  {entry.get_operation_display().lower()} {what}: " + words.get(
                 result.status, result.status
             )
-            if result.error is not None and result.status != DONE:
+            if result.error is not None and result.status != PushOutcome.DONE:
                 line += f" ({type(result.error).__name__}: {str(result.error)[:200]})"
-            style = self.style.SUCCESS if result.status == DONE else self.style.WARNING
+            style = self.style.SUCCESS if result.status == PushOutcome.DONE else self.style.WARNING
             self.stdout.write(style(line))
         summary = ", ".join(f"{n} {words.get(s, s)}" for s, n in counts.items()) or "nothing open"
         self.stdout.write(f"outbox: {len(results)} open entries pushed now: {summary}")
