@@ -272,3 +272,132 @@ def check_billing_deploy(app_configs: Any = None, **kwargs: Any) -> list:
                 )
             )
     return errors
+
+
+# --- the wiring a host project must provide (E020-E023, W020-W021) -----------------------------
+@register("billing")
+def check_wiring(app_configs: Any = None, **kwargs: Any) -> list:
+    """Celery, caches, DRF and beat as the app needs them. Reads settings and the Celery app's
+    configuration only: no database, broker or cache connection."""
+    return [*_check_celery(), *_check_caches(), *_check_drf()]
+
+
+def _check_celery() -> list:
+    from .health import celery_app
+
+    app = celery_app()
+    if app is None:
+        return [
+            Error(
+                "No Celery app is loaded: local changes would be sent to Celery's default "
+                "broker (amqp://guest@localhost//) and never pushed to the billing service.",
+                hint="Create proj/celery.py (app = Celery('proj'); "
+                "app.config_from_object('django.conf:settings', namespace='CELERY'); "
+                "app.autodiscover_tasks()) and import it in proj/__init__.py "
+                "(from .celery import app as celery_app).",
+                id="billing_integration.E020",
+            )
+        ]
+    errors: list = []
+    conf = app.conf
+    if not conf.task_always_eager and not conf.broker_write_url:
+        errors.append(
+            Error(
+                "The Celery broker is not set, so Celery uses its default, "
+                "amqp://guest@localhost//: pushes and event processing wait on a broker that "
+                "is probably not there.",
+                hint="Set CELERY_BROKER_URL (e.g. redis://host:6379/0), even to "
+                "amqp://guest@localhost// if that is really your broker.",
+                id="billing_integration.E021",
+            )
+        )
+    from .outbox import BEAT_SCHEDULE
+
+    scheduler = str(conf.beat_scheduler or "")
+    if scheduler.startswith("celery.beat"):  # other schedulers keep their entries elsewhere
+        scheduled = {
+            entry.get("task") for entry in (conf.beat_schedule or {}).values()
+            if isinstance(entry, dict)
+        }
+        missing = [e["task"] for e in BEAT_SCHEDULE.values() if e["task"] not in scheduled]
+        if missing:
+            errors.append(
+                Warning(
+                    "Celery beat's schedule lacks billing_integration's periodic tasks "
+                    f"({', '.join(missing)}): a lost push or event message would never be "
+                    "retried, and nothing would reconcile the mirror.",
+                    hint="from billing_integration.outbox import BEAT_SCHEDULE; "
+                    "CELERY_BEAT_SCHEDULE = {**BEAT_SCHEDULE, ...}",
+                    id="billing_integration.W021",
+                )
+            )
+    return errors
+
+
+def _check_caches() -> list:
+    from django.utils.module_loading import import_string
+
+    from .wakeup import PROCESS_LOCAL_BACKENDS
+
+    try:
+        conf = billing_settings.as_dict()
+    except BillingConfigurationError:
+        return []  # E000 reports it
+    roles: dict[str, list[str]] = {}
+    roles.setdefault(conf["TOKEN_CACHE"], []).append("TOKEN_CACHE")
+    roles.setdefault(conf["KICK_CACHE"] or conf["TOKEN_CACHE"], []).append("KICK_CACHE")
+    errors: list = []
+    for alias, keys in roles.items():
+        names = " and ".join(f"BILLING['{k}']" for k in keys)
+        if alias not in settings.CACHES:
+            errors.append(
+                Error(
+                    f"{names} names the cache {alias!r}, which is not in settings.CACHES.",
+                    hint=f"Add {alias!r} to CACHES or name an existing alias.",
+                    id="billing_integration.E023",
+                )
+            )
+            continue
+        backend = str(settings.CACHES[alias].get("BACKEND", ""))
+        try:
+            local = issubclass(import_string(backend), PROCESS_LOCAL_BACKENDS)
+        except ImportError:
+            continue  # Django's own cache checks report it
+        if local:
+            effects = {
+                "TOKEN_CACHE": "every web and worker process fetches its own API token",
+                "KICK_CACHE": "wake-ups cannot be coalesced (each change sends its own "
+                "Celery message)",
+            }
+            errors.append(
+                Warning(
+                    f"The cache {alias!r} ({backend.rsplit('.', 1)[-1]}) of {names} is not "
+                    f"shared between processes: {'; '.join(effects[k] for k in keys)}.",
+                    hint="Use a shared cache (Redis, Memcached, the database cache) for "
+                    "these aliases.",
+                    id="billing_integration.W020",
+                )
+            )
+    return errors
+
+
+def _check_drf() -> list:
+    from django.apps import apps
+    from django.urls import NoReverseMatch, reverse
+
+    if apps.is_installed("rest_framework"):
+        return []
+    try:
+        reverse("billing_integration:api_subscriptions")
+    except NoReverseMatch:
+        return []  # the API is not routed
+    except Exception:
+        return []  # a broken URLconf: Django's own URL checks report it
+    return [
+        Error(
+            "billing_integration.urls routes its REST API, but 'rest_framework' is not in "
+            "INSTALLED_APPS: its pages fail (the browsable API's templates are missing).",
+            hint="Add 'rest_framework' to INSTALLED_APPS.",
+            id="billing_integration.E022",
+        )
+    ]

@@ -21,8 +21,10 @@ item. A drain that stops early (its time or size budget) kicks again before retu
 Degraded cases, all covered by the periodic beat drains (the safety net): a message lost by the
 broker leaves ``F`` set for at most ``KICK_TTL`` seconds (kicks are suppressed meanwhile); a
 broker refusing the publish deletes ``F`` again so the next commit retries; a cache outage makes
-every kick send (no coalescing, nothing lost). The cache must be shared by web and worker
-processes (as for the API token): a per-process cache would suppress kicks for ``KICK_TTL``.
+every kick send (no coalescing, nothing lost). Coalescing needs a cache shared by web and
+worker processes: with a process-local one (``LocMemCache``, ``DummyCache``) a worker's drain
+could never delete the flag a web process set, so kicks would be suppressed for ``KICK_TTL``;
+every kick through such a cache sends its message instead (and a system check warns).
 
 Local suppression window (opt-in per kick: ``kick(..., local_window=W)``; the webhook view uses
 ``BILLING['WEBHOOK_KICK_WINDOW']``). Under load every kick but about one per drain run finds
@@ -66,6 +68,8 @@ import time
 from typing import Any
 
 from django.core.cache import caches
+from django.core.cache.backends.dummy import DummyCache
+from django.core.cache.backends.locmem import LocMemCache
 from django.db import transaction
 
 from .conf import billing_settings
@@ -74,6 +78,7 @@ logger = logging.getLogger("billing_integration.wakeup")
 
 __all__ = [
     "LINGER_MARGIN",
+    "PROCESS_LOCAL_BACKENDS",
     "clear",
     "flag_key",
     "kick",
@@ -90,6 +95,9 @@ PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 
 #: Seconds a drain lingers beyond the producers' local window (clock-rate differences between
 #: machines, scheduling): far more than the drift of two monotonic clocks over a window.
 LINGER_MARGIN = 0.05
+
+#: Cache backends not shared between processes: kicks through them never coalesce.
+PROCESS_LOCAL_BACKENDS = (LocMemCache, DummyCache)
 
 #: name -> ``time.monotonic()`` until which this process knows a wake-up of ``name`` is pending
 #: (the local suppression window). Plain dict operations: safe with threaded workers, and a
@@ -118,7 +126,8 @@ def pending_locally(name: str) -> bool:
 
 
 def kick(name: str, task: Any, *, local_window: float = 0.0, **options: Any) -> bool:
-    """Wake the drain ``task`` unless a wake-up is already pending; call after commit.
+    """Wake the drain ``task`` unless a wake-up is already pending; call after commit. Through
+    a process-local cache (``PROCESS_LOCAL_BACKENDS``) every kick sends.
 
     With ``local_window`` > 0, a process that saw a wake-up pending skips the cache for that
     many seconds (the drain must :func:`linger` by the same window; see the module docstring).
@@ -131,7 +140,11 @@ def kick(name: str, task: Any, *, local_window: float = 0.0, **options: Any) -> 
     key = flag_key(name)
     cache_ok = True
     try:
-        first = _cache().add(key, 1, timeout=float(billing_settings.KICK_TTL))
+        cache = _cache()
+        if isinstance(cache, PROCESS_LOCAL_BACKENDS):  # a drain could not clear it: always send
+            first, cache_ok = True, False
+        else:
+            first = cache.add(key, 1, timeout=float(billing_settings.KICK_TTL))
     except Exception as exc:  # cache down: send anyway (no coalescing, nothing lost)
         logger.warning("wake-up %s: cache unavailable (%s), sending anyway", name, exc)
         first, cache_ok = True, False

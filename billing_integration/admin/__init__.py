@@ -5,6 +5,7 @@
 - ``records``: invoices, payments, refunds (read-only).
 - ``events``: the event log with replay.
 - ``reports``: the reporting dashboard.
+- ``health``: the Health page (what ``billing_doctor`` reports).
 """
 
-from . import events, mirror, products, records, reports  # noqa: F401
+from . import events, health, mirror, products, records, reports  # noqa: F401

@@ -254,6 +254,13 @@ class BillingClient:
         for page in self.iter_pages(resource, deadline=deadline):
             yield from page
 
+    # --- health (billing_doctor) -----------------------------------------------------------
+    def probe_token(self) -> float:
+        """Fetch a new token and return its ``expires_in`` (seconds, 0 if absent): a probe of
+        the token endpoint and the credentials. The token is discarded, never cached or
+        returned, so the shared token is left alone. Raises like any token fetch."""
+        return float(self._request_token().get("expires_in") or 0)
+
     # --- the one place requests are sent -----------------------------------------------------
     def _call(
         self,

@@ -7,12 +7,15 @@
 - ``records``: invoices, payments and refunds, known only from events.
 - ``reporting``: ``Report``, the proxy behind the admin reporting dashboard.
 - ``service``: ``ServiceBinding``, which billing service the mirror belongs to.
+- ``health``: ``Heartbeat`` (last runs of the periodic jobs) and ``Health``, the proxy behind
+  the admin Health page.
 """
 
 from .base import *  # noqa: F403
 from .checkout import *  # noqa: F403
 from .customers import *  # noqa: F403
 from .events import *  # noqa: F403
+from .health import *  # noqa: F403
 from .outbox import *  # noqa: F403
 from .products import *  # noqa: F403
 from .records import *  # noqa: F403

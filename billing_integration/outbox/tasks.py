@@ -19,6 +19,7 @@ from celery import shared_task
 from django.utils import timezone
 
 from ..conf import billing_settings
+from ..health import record_run
 from ..wakeup import PUBLISH_RETRY_POLICY as _PUBLISH_RETRY_POLICY
 
 logger = logging.getLogger("billing_integration.outbox")
@@ -120,6 +121,7 @@ def drain_outbox(inline: bool = False) -> int:
     from ..models.outbox import OutboxEntry
     from .push import push_entry_now
 
+    record_run("drain_outbox")  # billing_doctor: beat ran
     if inline:  # which service (billing_integration.service): refuse before pushing any
         from ..service import ensure_service
 
@@ -150,6 +152,7 @@ def sync_all() -> dict[str, dict[str, int]]:
     """Reconcile: pull products, customers and subscriptions (see ``billing_sync``)."""
     from ..sync.pull import pull_customers, pull_products, pull_subscriptions
 
+    record_run("sync_all")  # billing_doctor: beat ran
     return {
         "products": pull_products().as_dict(),
         "customers": pull_customers().as_dict(),

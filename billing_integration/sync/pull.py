@@ -46,6 +46,7 @@ from django.db.models import Q, prefetch_related_objects
 from django.utils import timezone
 
 from ..exceptions import RemoteDataError
+from ..health import record_run
 from ..mapping import customers as customer_map
 from ..mapping import products as product_map
 from ..mapping import subscriptions as subscription_map
@@ -554,4 +555,5 @@ def _pull(
         total.add(upsert(page))
         if progress:
             progress(resource, total)
+    record_run(f"pull:{resource}")  # billing_doctor: the last successful pull
     return total

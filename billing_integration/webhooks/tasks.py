@@ -7,6 +7,7 @@ from typing import Any
 from celery import shared_task
 
 from ..conf import billing_settings
+from ..health import record_run
 
 #: The wake-up flag of the event drain (``billing_integration.wakeup``).
 WAKEUP_NAME = "webhooks"
@@ -48,6 +49,7 @@ def process_pending_webhook_events(older_than: float = 60.0) -> int:
     """Safety net for Celery beat: enqueue events still ``received`` after ``older_than`` s."""
     from .processing import process_pending
 
+    record_run("process_pending_webhook_events")  # billing_doctor: beat ran
     return process_pending(older_than=older_than)
 
 

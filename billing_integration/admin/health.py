@@ -1,0 +1,61 @@
+"""Admin: the Health page (Admin → Billing → Health).
+
+Like the reports dashboard, it is the changelist of a proxy model (``Health``, a proxy of
+``Heartbeat``) so the admin index links to it and ``billing_integration.view_health`` guards
+it. It shows what ``manage.py billing_doctor`` prints, gathered when the page is opened
+(``billing_integration.health.diagnose``): a new token is fetched (never shown) and workers
+are pinged, so the page takes up to the ping timeout to answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.utils.translation import gettext as _
+
+from ..health import FAIL, OK, Thresholds, diagnose
+from ..models import Health
+from .mirror import state_badge
+
+#: Badge colours (``state_badge``) and labels of the fact statuses.
+STATUS_BADGES = {OK: ("processed", "OK"), "warning": ("received", "WARN"), FAIL: ("failed", "FAIL")}
+
+
+@admin.register(Health)
+class HealthAdmin(admin.ModelAdmin):
+    """The Health page (see the module docstring). Nothing to add, change or delete."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        thresholds = Thresholds()
+        report = diagnose(thresholds)
+        facts = [
+            {"fact": fact, "badge": state_badge(*STATUS_BADGES[fact.status])}
+            for fact in report.facts
+        ]
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": _("Billing health"),
+            "subtitle": None,
+            "report": report,
+            "facts": facts,
+            "thresholds": thresholds,
+            **(extra_context or {}),
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/billing_integration/health/health.html", context)

@@ -1,0 +1,503 @@
+"""Health of the billing integration: what ``manage.py billing_doctor`` and the admin's
+Health page report.
+
+- :func:`record_run` stores when a periodic job last ran (a ``Heartbeat`` row): the beat
+  tasks call it first thing, the pull when a full list read ends.
+- :func:`diagnose` gathers the facts, each :class:`Fact` judged against :class:`Thresholds`:
+  a token can be fetched (a new one, never shown), the broker answers and workers reply to a
+  ping, beat ran recently, the outbox backlog and its failed entries, the event processing
+  lag and failed events, the last successful pull. A fact that cannot be gathered is a
+  failure of its own, never a crash that hides the others.
+
+This module imports neither models nor Celery at import time: tasks import ``record_run``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+logger = logging.getLogger("billing_integration.health")
+
+__all__ = [
+    "FAIL",
+    "OK",
+    "PERIODIC_JOBS",
+    "PULLED_RESOURCES",
+    "WARNING",
+    "Fact",
+    "HealthReport",
+    "Thresholds",
+    "celery_app",
+    "diagnose",
+    "record_run",
+]
+
+OK, WARNING, FAIL = "ok", "warning", "fail"
+
+#: The names the beat tasks record (``billing_integration.outbox.BEAT_SCHEDULE``).
+PERIODIC_JOBS = ("drain_outbox", "process_pending_webhook_events", "sync_all")
+#: Each full pull records ``pull:<resource>`` when it ends.
+PULLED_RESOURCES = ("products", "customers", "subscriptions")
+
+#: The facts, in report order (``--skip`` takes these names).
+FACTS = (
+    "token",
+    "broker",
+    "workers",
+    "beat",
+    "outbox",
+    "outbox_failed",
+    "events",
+    "events_failed",
+    "pull",
+)
+
+
+# --- recording --------------------------------------------------------------------------------
+def record_run(name: str) -> None:
+    """Record now as the last run of ``name``. Never raises: a health record must not stop the
+    job it records (a failure is logged). Runs in a savepoint, so inside a transaction a
+    failure leaves the caller's transaction usable."""
+    from .models.health import Heartbeat
+
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            if not Heartbeat.objects.filter(name=name).update(at=now):
+                Heartbeat.objects.create(name=name, at=now)
+    except Exception as exc:  # e.g. the table not migrated yet, or a concurrent first insert
+        logger.warning("health: could not record the run of %s (%s)", name, exc)
+
+
+def last_runs() -> dict[str, datetime]:
+    """Every recorded ``name -> last run``."""
+    from .models.health import Heartbeat
+
+    return dict(Heartbeat.objects.values_list("name", "at"))
+
+
+# --- the report -------------------------------------------------------------------------------
+@dataclass
+class Thresholds:
+    """Limits beyond which a fact fails. An age of 0 switches its limit off."""
+
+    max_beat_age: float = 300.0  # seconds since the newest periodic job run
+    max_outbox_age: float = 600.0  # seconds the oldest pending outbox entry has waited
+    max_failed_entries: int = 0
+    max_event_lag: float = 300.0  # seconds the oldest unprocessed event has waited
+    max_failed_events: int = 0
+    max_pull_age: float = 3 * 3600.0  # seconds since each resource's last full pull
+    timeout: float = 5.0  # seconds: the token request, the broker connection
+    ping_timeout: float = 1.0  # seconds workers have to answer the ping
+
+
+@dataclass
+class Fact:
+    """One line of the report: ``key`` (see ``FACTS``), ``status`` (ok, warning, fail), a
+    translated one-line ``summary``, and machine-readable ``data`` (``--json``)."""
+
+    key: str
+    status: str
+    summary: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        return self.status == FAIL
+
+
+@dataclass
+class HealthReport:
+    facts: list[Fact]
+    checked_at: datetime
+
+    @property
+    def healthy(self) -> bool:
+        return not any(f.failed for f in self.facts)
+
+    @property
+    def failures(self) -> list[Fact]:
+        return [f for f in self.facts if f.failed]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "healthy": self.healthy,
+            "checked_at": self.checked_at.isoformat(),
+            "facts": [_jsonable(asdict(f)) for f in self.facts],
+        }
+
+
+def diagnose(
+    thresholds: Thresholds | None = None,
+    *,
+    skip: tuple[str, ...] | list[str] = (),
+    now: datetime | None = None,
+) -> HealthReport:
+    """Gather every fact not in ``skip``. Never raises."""
+    limits = thresholds or Thresholds()
+    now = now or timezone.now()
+    probes: list[tuple[tuple[str, ...], Any]] = [  # (the facts it gives, the probe)
+        (("token",), lambda: [_token(limits)]),
+        (("broker", "workers"), lambda: _broker_and_workers(limits, skip)),
+        (("beat",), lambda: [_beat(limits, now)]),
+        (("outbox", "outbox_failed"), lambda: _outbox(limits, now)),
+        (("events", "events_failed"), lambda: _events(limits, now)),
+        (("pull",), lambda: [_pull(limits, now)]),
+    ]
+    facts: list[Fact] = []
+    for keys, probe in probes:
+        if all(key in skip for key in keys):
+            continue
+        try:
+            found = probe()
+        except Exception as exc:  # one unreadable fact must not hide the others
+            found = [
+                Fact(
+                    keys[0],
+                    FAIL,
+                    _("%(fact)s: could not be checked: %(error)s")
+                    % {"fact": keys[0], "error": _error(exc)},
+                    {"error": _error(exc)},
+                )
+            ]
+        facts.extend(f for f in found if f.key not in skip)
+    return HealthReport(facts=facts, checked_at=now)
+
+
+# --- the probes -------------------------------------------------------------------------------
+def _token(limits: Thresholds) -> Fact:
+    """Fetch a new token through the client, no retries, ``timeout`` per request."""
+    from .client import BillingClient, RetryPolicy
+    from .exceptions import BillingError
+
+    try:
+        client = BillingClient(
+            retry=RetryPolicy(max_retries=0), timeout=(limits.timeout, limits.timeout)
+        )
+    except BillingError as exc:
+        return Fact(
+            "token",
+            FAIL,
+            _("token: not configured: %(error)s") % {"error": exc},
+            {"error": str(exc)},
+        )
+    started = time.perf_counter()
+    try:
+        lifetime = client.probe_token()
+    except BillingError as exc:
+        return Fact(
+            "token",
+            FAIL,
+            _("token: could not be fetched from %(url)s: %(error)s")
+            % {"url": client.token_url, "error": exc},
+            {"url": client.token_url, "error": str(exc)},
+        )
+    finally:
+        client.session.close()
+    elapsed = time.perf_counter() - started
+    return Fact(
+        "token",
+        OK,
+        _("token: a new token was fetched from %(url)s in %(ms)d ms (expires in %(life)s)")
+        % {"url": client.token_url, "ms": round(elapsed * 1000), "life": duration(lifetime)},
+        {"url": client.token_url, "seconds": round(elapsed, 3), "expires_in": lifetime},
+    )
+
+
+def celery_app() -> Any | None:
+    """The Celery app this thread sends tasks through, or None when it is Celery's own
+    fallback app (no app of the host's is loaded: tasks would go to ``amqp://localhost``)."""
+    from celery import current_app
+
+    app = current_app._get_current_object()
+    if app.main == "default" and not app.set_as_current:
+        return None
+    return app
+
+
+def _broker_and_workers(limits: Thresholds, skip: Any) -> list[Fact]:
+    app = celery_app()
+    if app is None:
+        return [
+            Fact(
+                "broker",
+                FAIL,
+                _(
+                    "broker: no Celery app is loaded in this process "
+                    "(see the README's installation steps)"
+                ),
+            )
+        ]
+    if app.conf.task_always_eager:
+        return [
+            Fact(
+                "broker",
+                WARNING,
+                _("broker: not used, tasks run eagerly in the calling process (task_always_eager)"),
+                {"eager": True},
+            )
+        ]
+    conn = app.connection_for_write(connect_timeout=limits.timeout)
+    url = conn.as_uri()  # the password masked
+    try:
+        try:
+            conn.ensure_connection(
+                max_retries=1, interval_start=0, interval_step=0.2, timeout=limits.timeout
+            )
+        except Exception as exc:
+            return [
+                Fact(
+                    "broker",
+                    FAIL,
+                    _("broker: %(url)s is unreachable: %(error)s")
+                    % {"url": url, "error": _error(exc)},
+                    {"url": url, "error": _error(exc)},
+                ),
+                Fact("workers", WARNING, _("workers: not pinged, the broker is unreachable")),
+            ]
+        broker = Fact("broker", OK, _("broker: %(url)s is reachable") % {"url": url}, {"url": url})
+        if "workers" in skip:
+            return [broker]
+        if "fanout" not in conn.transport.implements.exchange_type:
+            return [
+                broker,
+                Fact(
+                    "workers",
+                    WARNING,
+                    _("workers: cannot ping workers with this broker (no broadcast)"),
+                    {"pingable": False},
+                ),
+            ]
+    finally:
+        conn.release()
+    replies = app.control.ping(timeout=limits.ping_timeout) or []
+    names = sorted(name for reply in replies for name in reply)
+    if not names:
+        return [
+            broker,
+            Fact(
+                "workers",
+                FAIL,
+                _("workers: no worker answered a ping within %(timeout)s")
+                % {"timeout": duration(limits.ping_timeout)},
+                {"workers": []},
+            ),
+        ]
+    return [
+        broker,
+        Fact(
+            "workers",
+            OK,
+            _("workers: %(count)d answered a ping (%(names)s)")
+            % {"count": len(names), "names": ", ".join(names)},
+            {"workers": names},
+        ),
+    ]
+
+
+def _beat(limits: Thresholds, now: datetime) -> Fact:
+    runs = last_runs()
+    jobs = {name: runs[name] for name in PERIODIC_JOBS if name in runs}
+    data = {"last_runs": jobs}
+    if not jobs:
+        return Fact(
+            "beat",
+            FAIL,
+            _(
+                "beat: no periodic run recorded (is celery beat running "
+                "with billing_integration's BEAT_SCHEDULE?)"
+            ),
+            data,
+        )
+    newest = max(jobs.values())
+    age = _age(now, newest)
+    data["age"] = age
+    each = ", ".join(f"{name} {duration(_age(now, at))}" for name, at in jobs.items())
+    if limits.max_beat_age and age > limits.max_beat_age:
+        return Fact(
+            "beat",
+            FAIL,
+            _("beat: the last periodic run was %(age)s ago, more than %(limit)s (%(each)s)")
+            % {"age": duration(age), "limit": duration(limits.max_beat_age), "each": each},
+            data,
+        )
+    return Fact(
+        "beat",
+        OK,
+        _("beat: the last periodic run was %(age)s ago (%(each)s)")
+        % {"age": duration(age), "each": each},
+        data,
+    )
+
+
+def _outbox(limits: Thresholds, now: datetime) -> list[Fact]:
+    from .models.outbox import OutboxEntry
+
+    entries = OutboxEntry.objects
+    open_count = entries.open().count()
+    oldest = entries.pending().order_by("created_at").values_list("created_at", flat=True).first()
+    failed = entries.failed().count()
+    age = _age(now, oldest) if oldest else None
+    data = {"open": open_count, "oldest_pending": oldest, "oldest_pending_age": age}
+    if age is None:
+        backlog = Fact(
+            "outbox",
+            OK,
+            _("outbox: %(open)d open entries, none pending") % {"open": open_count},
+            data,
+        )
+    elif limits.max_outbox_age and age > limits.max_outbox_age:
+        backlog = Fact(
+            "outbox",
+            FAIL,
+            _(
+                "outbox: %(open)d open entries, the oldest pending "
+                "has waited %(age)s, more than %(limit)s"
+            )
+            % {"open": open_count, "age": duration(age), "limit": duration(limits.max_outbox_age)},
+            data,
+        )
+    else:
+        backlog = Fact(
+            "outbox",
+            OK,
+            _("outbox: %(open)d open entries, the oldest pending has waited %(age)s")
+            % {"open": open_count, "age": duration(age)},
+            data,
+        )
+    status = FAIL if failed > limits.max_failed_entries else OK
+    failures = Fact(
+        "outbox_failed",
+        status,
+        _("failed entries: %(count)d in the outbox (admin: 'Retry failed push')")
+        % {"count": failed},
+        {"failed": failed},
+    )
+    return [backlog, failures]
+
+
+def _events(limits: Thresholds, now: datetime) -> list[Fact]:
+    from django.db.models import Max
+
+    from .models.events import EventState, WebhookEvent
+
+    events = WebhookEvent.objects
+    # One indexed (state, received_at) lookup per state, rather than a scan for the newest.
+    latest = [
+        events.filter(state=state).aggregate(at=Max("received_at"))["at"]
+        for state in EventState.values
+    ]
+    last = max((at for at in latest if at is not None), default=None)
+    oldest = (
+        events.filter(state=EventState.RECEIVED)
+        .order_by("received_at")
+        .values_list("received_at", flat=True)
+        .first()
+    )
+    failed = events.filter(state=EventState.FAILED).count()
+    lag = _age(now, oldest) if oldest else 0.0
+    data = {"last_received": last, "oldest_unprocessed": oldest, "lag": lag}
+    received = (
+        _("the last was received %(age)s ago") % {"age": duration(_age(now, last))}
+        if last
+        else _("none received yet")
+    )
+    if limits.max_event_lag and lag > limits.max_event_lag:
+        flow = Fact(
+            "events",
+            FAIL,
+            _(
+                "events: %(received)s; the oldest unprocessed has waited "
+                "%(lag)s, more than %(limit)s"
+            )
+            % {"received": received, "lag": duration(lag), "limit": duration(limits.max_event_lag)},
+            data,
+        )
+    else:
+        flow = Fact(
+            "events",
+            OK,
+            _("events: %(received)s; processing lag %(lag)s")
+            % {"received": received, "lag": duration(lag)},
+            data,
+        )
+    status = FAIL if failed > limits.max_failed_events else OK
+    failures = Fact(
+        "events_failed",
+        status,
+        _("failed events: %(count)d (admin: Event deliveries, 'Replay')") % {"count": failed},
+        {"failed": failed},
+    )
+    return [flow, failures]
+
+
+def _pull(limits: Thresholds, now: datetime) -> Fact:
+    runs = last_runs()
+    pulls = {r: runs.get(f"pull:{r}") for r in PULLED_RESOURCES}
+    data = {"last_pulls": pulls}
+    missing = [r for r, at in pulls.items() if at is None]
+    old = [
+        r
+        for r, at in pulls.items()
+        if at is not None and limits.max_pull_age and _age(now, at) > limits.max_pull_age
+    ]
+    each = ", ".join(
+        f"{r} {duration(_age(now, at))} ago" if at else f"{r} never" for r, at in pulls.items()
+    )
+    if old:
+        return Fact(
+            "pull",
+            FAIL,
+            _("pull: the last successful pull is older than %(limit)s (%(each)s)")
+            % {"limit": duration(limits.max_pull_age), "each": each},
+            data,
+        )
+    if missing:
+        return Fact(
+            "pull",
+            WARNING,
+            _("pull: no successful pull recorded yet for some resources (%(each)s)")
+            % {"each": each},
+            data,
+        )
+    return Fact("pull", OK, _("pull: last successful pulls: %(each)s") % {"each": each}, data)
+
+
+# --- helpers ----------------------------------------------------------------------------------
+def _age(now: datetime, then: datetime) -> float:
+    return max(0.0, (now - then).total_seconds())
+
+
+def duration(seconds: float) -> str:
+    """``42 s``, ``12 min``, ``3.5 h``, ``2.0 d``."""
+    if seconds < 120:
+        whole = seconds >= 10 or seconds == int(seconds)
+        return f"{seconds:.0f} s" if whole else f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+def _error(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if len(text) < 300 else text[:297] + "..."
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value

@@ -1,0 +1,307 @@
+"""``manage.py billing_doctor``: healthy against a running stack (the sandbox over HTTP, a
+real worker), and each fault, one at a time, named on its own line with exit status 1."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.utils import timezone
+
+from billing_integration.health import PERIODIC_JOBS, record_run
+from billing_integration.models import Customer, Heartbeat, OutboxEntry, WebhookEvent
+
+from ..mirror.conftest import ROOT, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+#: No worker runs in these tests (except the running-stack ones): leave the ping out.
+NO_PING = ("--skip", "workers")
+
+
+def doctor(*args: str) -> tuple[int, str]:
+    """Run the command in this process: (exit status, stdout)."""
+    out = io.StringIO()
+    try:
+        call_command("billing_doctor", *args, stdout=out)
+    except CommandError as exc:
+        assert str(exc).startswith("unhealthy: ")
+        return exc.returncode, out.getvalue()
+    return 0, out.getvalue()
+
+
+def line(output: str, fact: str) -> str:
+    """The one line of ``output`` about ``fact`` (its summary starts with ``fact:``)."""
+    (found,) = [row for row in output.splitlines() if row[5:].startswith(f"{fact}:")]
+    return found
+
+
+def failing(output: str) -> list[str]:
+    return [row for row in output.splitlines() if row.startswith("FAIL")]
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ago(**kwargs: float):
+    return timezone.now() - timedelta(**kwargs)
+
+
+def new_customer(tag: str = "c") -> Customer:
+    return Customer.objects.create(
+        identifier=tag, first_name="A", last_name="B", email=f"{tag}@example.com"
+    )
+
+
+def new_event(state: str, received_at, n: int = 1) -> WebhookEvent:
+    return WebhookEvent.objects.create(
+        event_id=f"evt-{state}-{n}",
+        raw_type="payment.failed",
+        type="payment.failed",
+        state=state,
+        received_at=received_at,
+    )
+
+
+# --- healthy --------------------------------------------------------------------------------
+def test_every_fact_is_healthy_on_a_healthy_stack(healthy, issued_tokens):
+    tokens_before = len(healthy.requests(operation="token"))
+    status, out = doctor(*NO_PING)
+    assert status == 0, out
+    assert failing(out) == [] and out.rstrip().endswith("healthy")
+    assert "a new token was fetched" in line(out, "token")
+    assert len(healthy.requests(operation="token")) == tokens_before + 1  # a fresh one
+    assert issued_tokens and not any(t in out for t in issued_tokens)
+    assert healthy.client_secret not in out
+    assert "is reachable" in line(out, "broker")
+    for job in PERIODIC_JOBS:
+        assert job in line(out, "beat")
+    assert line(out, "pull").startswith("OK") and "subscriptions" in line(out, "pull")
+
+
+@pytest.mark.worker
+@pytest.mark.slow
+def test_a_running_stack_with_a_worker_answers_the_ping_and_exits_0(healthy, celery_worker_process):
+    worker = celery_worker_process()
+    new_customer("pushed")  # through the real worker
+    wait_for(lambda: not OutboxEntry.objects.exclude(state="done").exists())
+    status, out = doctor("--ping-timeout", "5")
+    assert status == 0, out
+    assert worker.queue in line(out, "workers") and "answered a ping" in line(out, "workers")
+    # As a deployment probe runs it: its own process, exit status 0.
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "billing_doctor", "--ping-timeout", "5", "--json"],
+        cwd=ROOT,
+        env=worker.env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["healthy"] is True
+    facts = {f["key"]: f for f in report["facts"]}
+    assert worker.queue in " ".join(facts["workers"]["data"]["workers"])
+    assert facts["outbox"]["data"]["open"] == 0
+
+
+# --- faults, one at a time --------------------------------------------------------------------
+def test_token_endpoint_down(healthy):
+    healthy.faults(operation="token", status=503)
+    before = len(healthy.requests(operation="token"))
+    status, out = doctor(*NO_PING)
+    assert status == 1
+    assert failing(out) == [line(out, "token")]
+    assert "could not be fetched" in line(out, "token") and "503" in line(out, "token")
+    assert len(healthy.requests(operation="token")) == before + 1  # a probe does not retry
+
+
+def test_token_endpoint_unreachable(healthy, settings):
+    port = closed_port()
+    settings.BILLING = {**settings.BILLING, "AUTH_URL": f"http://127.0.0.1:{port}/auth"}
+    status, out = doctor(*NO_PING)
+    assert status == 1
+    assert failing(out) == [line(out, "token")]
+    assert f"127.0.0.1:{port}" in line(out, "token") and "connection failed" in line(out, "token")
+
+
+def test_broker_unreachable_in_its_own_process(healthy, tmp_path):
+    from ..mirror.conftest import database_url
+
+    port = closed_port()
+    billing = healthy.django_settings()
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "example_project.settings",
+        "DATABASE_URL": database_url(),
+        "BILLING_BASE_URL": billing["BASE_URL"],
+        "BILLING_AUTH_URL": billing["AUTH_URL"],
+        "BILLING_CHECKOUT_URL": billing["CHECKOUT_URL"],
+        "BILLING_CLIENT_ID": billing["CLIENT_ID"],
+        "BILLING_CLIENT_SECRET": billing["CLIENT_SECRET"],
+        "CELERY_BROKER_URL": f"amqp://guest:broker-password@127.0.0.1:{port}//",
+        "CELERY_TASK_ALWAYS_EAGER": "0",
+    }
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "billing_doctor"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    out = proc.stdout
+    assert proc.returncode == 1, out + proc.stderr
+    assert failing(out) == [line(out, "broker")]
+    assert f"127.0.0.1:{port}" in line(out, "broker") and "unreachable" in line(out, "broker")
+    assert "broker-password" not in out + proc.stderr
+    assert line(out, "workers").startswith("WARN")  # not pinged
+    assert "unhealthy: broker" in proc.stderr
+
+
+def test_no_beat_run_recorded(healthy):
+    Heartbeat.objects.filter(name__in=PERIODIC_JOBS).delete()
+    status, out = doctor(*NO_PING)
+    assert status == 1
+    assert failing(out) == [line(out, "beat")]
+    assert "no periodic run recorded" in line(out, "beat")
+
+
+def test_beat_last_ran_too_long_ago(healthy):
+    Heartbeat.objects.filter(name__in=PERIODIC_JOBS).update(at=ago(minutes=20))
+    status, out = doctor(*NO_PING)
+    assert status == 1
+    assert failing(out) == [line(out, "beat")]
+    assert "20 min ago, more than 5 min" in line(out, "beat")
+    assert doctor(*NO_PING, "--max-beat-age", "3600")[0] == 0
+    record_run("drain_outbox")  # one job running again is enough
+    assert doctor(*NO_PING)[0] == 0
+
+
+def test_outbox_backlog_too_old(healthy):
+    new_customer()
+    OutboxEntry.objects.update(created_at=ago(hours=1))
+    status, out = doctor(*NO_PING)
+    assert status == 1
+    assert failing(out) == [line(out, "outbox")]
+    assert "1 open entries" in line(out, "outbox") and "waited 60 min" in line(out, "outbox")
+    assert doctor(*NO_PING, "--max-outbox-age", "7200")[0] == 0
+
+
+def test_a_fresh_backlog_is_healthy(healthy):
+    new_customer()
+    status, out = doctor(*NO_PING)
+    assert status == 0, out
+    assert "1 open entries" in line(out, "outbox")
+
+
+def test_failed_outbox_entries(healthy):
+    new_customer()
+    OutboxEntry.objects.update(state="failed")
+    status, out = doctor(*NO_PING)
+    assert status == 1
+    assert failing(out) == [line(out, "failed entries")]
+    assert "1 in the outbox" in line(out, "failed entries")
+    assert doctor(*NO_PING, "--max-failed-entries", "1")[0] == 0
+
+
+def test_failed_events(healthy):
+    new_event("failed", ago(minutes=1))
+    status, out = doctor(*NO_PING)
+    assert status == 1
+    assert failing(out) == [line(out, "failed events")]
+    assert line(out, "failed events").startswith("FAIL failed events: 1 ")
+
+
+def test_processing_lag(healthy):
+    new_event("processed", ago(minutes=10), n=1)
+    new_event("received", ago(minutes=30), n=2)
+    status, out = doctor(*NO_PING)
+    assert status == 1
+    assert failing(out) == [line(out, "events")]
+    assert "the oldest unprocessed has waited 30 min, more than 5 min" in line(out, "events")
+    assert "the last was received 10 min ago" in line(out, "events")
+    assert doctor(*NO_PING, "--max-event-lag", "3600")[0] == 0
+
+
+def test_last_pull_too_old(healthy):
+    Heartbeat.objects.filter(name="pull:customers").update(at=ago(hours=5))
+    status, out = doctor(*NO_PING)
+    assert status == 1
+    assert failing(out) == [line(out, "pull")]
+    assert "customers 5.0 h ago" in line(out, "pull")
+
+
+def test_no_worker_answers_the_ping(healthy):
+    status, out = doctor("--ping-timeout", "0.5")
+    assert status == 1
+    assert failing(out) == [line(out, "workers")]
+    assert "no worker answered a ping" in line(out, "workers")
+
+
+def test_a_broker_without_broadcast_is_said_so_not_failed(healthy, monkeypatch):
+    from kombu.transport import filesystem, redis
+
+    from billing_integration.health import celery_app
+
+    transport = type(celery_app().connection_for_write().transport)
+    assert transport in (filesystem.Transport, redis.Transport)
+    monkeypatch.setattr(
+        transport,
+        "implements",
+        transport.implements.extend(exchange_type=frozenset({"direct", "topic"})),
+    )
+    status, out = doctor()
+    assert status == 0, out
+    assert (
+        line(out, "workers") == "WARN workers: cannot ping workers with this broker (no broadcast)"
+    )
+
+
+def test_json_output(healthy, issued_tokens):
+    new_event("failed", ago(minutes=1))
+    out = io.StringIO()
+    with pytest.raises(CommandError) as info:
+        call_command("billing_doctor", "--json", *NO_PING, stdout=out)
+    assert info.value.returncode == 1
+    report = json.loads(out.getvalue())
+    assert report["healthy"] is False
+    facts = {f["key"]: f for f in report["facts"]}
+    assert list(facts) == [
+        "token",
+        "broker",
+        "beat",
+        "outbox",
+        "outbox_failed",
+        "events",
+        "events_failed",
+        "pull",
+    ]
+    assert [k for k, f in facts.items() if f["status"] == "fail"] == ["events_failed"]
+    assert facts["events_failed"]["data"] == {"failed": 1}
+    assert facts["token"]["data"]["expires_in"] > 0
+    assert set(facts["beat"]["data"]["last_runs"]) == set(PERIODIC_JOBS)
+    assert not any(t in out.getvalue() for t in issued_tokens)
+
+
+def test_a_database_it_cannot_read_is_a_failure_not_a_crash(healthy, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("database went away")
+
+    monkeypatch.setattr(OutboxEntry.objects, "open", broken)
+    status, out = doctor(*NO_PING)
+    assert status == 1
+    assert failing(out) == [line(out, "outbox")]
+    assert "could not be checked: database went away" in line(out, "outbox")
+    assert line(out, "events").startswith("OK")  # the other facts are still reported

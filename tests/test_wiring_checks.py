@@ -1,0 +1,202 @@
+"""System checks of the wiring a host project must provide (``check_wiring``): a Celery app
+and broker (E020, E021), shared caches (W020, E023), DRF installed where its API is routed
+(E022), the beat schedule (W021). None of them touches the database, the broker or a cache."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import celery._state
+import pytest
+from celery import Celery
+from django.contrib import admin
+from django.core.checks import run_checks
+from django.template import TemplateDoesNotExist
+from django.test import modify_settings
+from django.urls import path
+
+from billing_integration.checks import check_wiring
+from billing_integration.outbox import BEAT_SCHEDULE
+
+ROOT = Path(__file__).resolve().parents[1]
+LOCMEM = "django.core.cache.backends.locmem.LocMemCache"
+DUMMY = "django.core.cache.backends.dummy.DummyCache"
+WIRING = ("E020", "E021", "E022", "E023", "W020", "W021")
+
+
+def ids(errors) -> list[str]:
+    return sorted(e.id.removeprefix("billing_integration.") for e in errors)
+
+
+def wiring(errors) -> list[str]:
+    return [i for i in ids(errors) if i in WIRING]
+
+
+@pytest.fixture
+def host_app(monkeypatch):
+    """Make a Celery app with the given configuration the current one (as a host's
+    ``proj/celery.py`` would), for this test only."""
+    monkeypatch.setattr(celery._state, "default_app", celery._state.default_app)
+    monkeypatch.setattr(celery._state._tls, "current_app", celery._state._tls.current_app)
+    for var in ("CELERY_BROKER_URL", "CELERY_BROKER_WRITE_URL"):
+        monkeypatch.delenv(var, raising=False)
+
+    def make(**conf) -> Celery:
+        app = Celery("host", fixups=[], set_as_current=True)
+        app.conf.update(conf)
+        return app
+
+    return make
+
+
+GOOD_CELERY = {"broker_url": "redis://127.0.0.1:6379/0", "beat_schedule": {**BEAT_SCHEDULE}}
+
+
+def test_the_example_project_produces_none_of_them():
+    assert wiring(run_checks()) == []
+    # And as a deployment runs it: its own process, its own settings and Celery app.
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "example_project.settings"},
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "billing_integration" not in proc.stdout + proc.stderr
+
+
+def test_a_bare_host_project_is_refused_by_name(tmp_path):
+    """A project that never created proj/celery.py, with a per-process cache and no
+    rest_framework: ``manage.py check`` fails and names each problem."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "django", "check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.bare_project.settings",
+            "BARE_PROJECT_DB": str(tmp_path / "db.sqlite3"),
+            "PYTHONPATH": str(ROOT),
+        },
+        timeout=120,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    for check_id in ("E020", "E022", "W020"):
+        assert f"billing_integration.{check_id}" in out, out
+    assert "No Celery app is loaded" in out
+    assert "proj/celery.py" in out  # the hint says what to create
+
+
+def test_no_celery_app_E020(monkeypatch):
+    # Only Celery's fallback app: what a thread sees when the host's app was never loaded.
+    monkeypatch.setattr(celery._state, "default_app", None)
+    monkeypatch.setattr(celery._state._tls, "current_app", None)
+    errors = check_wiring()
+    assert wiring(errors) == ["E020"]
+    assert "amqp://guest@localhost//" in errors[0].msg
+
+
+def test_broker_left_at_celerys_default_E021(host_app, monkeypatch):
+    host_app(beat_schedule={**BEAT_SCHEDULE})
+    errors = check_wiring()
+    assert wiring(errors) == ["E021"]
+    assert "CELERY_BROKER_URL" in errors[0].hint
+
+
+@pytest.mark.parametrize(
+    "conf",
+    [
+        GOOD_CELERY,
+        {**GOOD_CELERY, "broker_url": "amqp://guest@localhost//"},
+        {**GOOD_CELERY, "broker_url": None, "task_always_eager": True},
+    ],
+    ids=["redis", "explicit-default", "eager"],
+)
+def test_a_broker_set_explicitly_or_eager_tasks_pass(host_app, conf):
+    host_app(**conf)
+    assert wiring(check_wiring()) == []
+
+
+def test_the_broker_from_the_environment_counts(host_app, monkeypatch):
+    host_app(beat_schedule={**BEAT_SCHEDULE})
+    monkeypatch.setenv("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
+    assert wiring(check_wiring()) == []
+
+
+def test_beat_schedule_without_the_apps_tasks_W021(host_app):
+    host_app(
+        broker_url="redis://x",
+        beat_schedule={
+            "mine": {"task": "proj.tasks.cleanup", "schedule": 60},
+            "drain": {**BEAT_SCHEDULE["billing-drain-outbox"]},  # kept, under another name
+        },
+    )
+    errors = check_wiring()
+    assert wiring(errors) == ["W021"]
+    assert "billing_integration.sync_all" in errors[0].msg
+    assert "billing_integration.process_pending_webhook_events" in errors[0].msg
+    assert "billing_integration.drain_outbox" not in errors[0].msg
+    assert "BEAT_SCHEDULE" in errors[0].hint
+
+
+def test_no_beat_schedule_at_all_W021_but_not_with_another_scheduler(host_app):
+    host_app(broker_url="redis://x")
+    assert wiring(check_wiring()) == ["W021"]
+    host_app(
+        broker_url="redis://x", beat_scheduler="django_celery_beat.schedulers:DatabaseScheduler"
+    )
+    assert wiring(check_wiring()) == []  # its entries live in the database
+
+
+def test_process_local_token_and_kick_cache_W020(settings):
+    settings.CACHES = {**settings.CACHES, "local": {"BACKEND": LOCMEM}}
+    settings.BILLING = {**settings.BILLING, "TOKEN_CACHE": "local"}
+    errors = check_wiring()
+    assert wiring(errors) == ["W020"]
+    assert "BILLING['TOKEN_CACHE'] and BILLING['KICK_CACHE']" in errors[0].msg
+    assert "LocMemCache" in errors[0].msg and "API token" in errors[0].msg
+
+
+def test_a_dummy_kick_cache_alone_W020(settings):
+    settings.CACHES = {**settings.CACHES, "nowhere": {"BACKEND": DUMMY}}
+    settings.BILLING = {**settings.BILLING, "KICK_CACHE": "nowhere"}
+    errors = check_wiring()
+    assert wiring(errors) == ["W020"]
+    assert "BILLING['KICK_CACHE']" in errors[0].msg and "TOKEN_CACHE" not in errors[0].msg
+    assert "DummyCache" in errors[0].msg
+
+
+def test_an_unknown_cache_alias_E023(settings):
+    settings.BILLING = {**settings.BILLING, "KICK_CACHE": "tokens"}
+    errors = check_wiring()
+    assert wiring(errors) == ["E023"]
+    assert "'tokens'" in errors[0].msg and "KICK_CACHE" in errors[0].msg
+
+
+@pytest.mark.django_db
+def test_routed_api_without_rest_framework_installed_E022(client, django_user_model):
+    client.force_login(django_user_model.objects.create_user("u", password="p"))
+    with modify_settings(INSTALLED_APPS={"remove": ["rest_framework"]}):
+        errors = check_wiring()
+        # What the check prevents: a browser opening the API gets a server error.
+        with pytest.raises(TemplateDoesNotExist):
+            client.get("/billing/api/subscriptions/", HTTP_ACCEPT="text/html")
+    assert wiring(errors) == ["E022"]
+    assert "INSTALLED_APPS" in errors[0].hint
+    assert wiring(check_wiring()) == []
+
+
+def test_an_unrouted_api_needs_no_rest_framework(settings):
+    settings.ROOT_URLCONF = __name__  # ``urlpatterns`` below: the admin only
+    with modify_settings(INSTALLED_APPS={"remove": ["rest_framework"]}):
+        assert wiring(check_wiring()) == []
+
+
+urlpatterns = [path("admin/", admin.site.urls)]
