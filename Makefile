@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: venv test lint demo demo-setup demo-check browser sandbox bench clean
+.PHONY: venv test lint docs demo demo-setup demo-check browser sandbox bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,7 +22,13 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-logo
 	$(PY) manage.py makemigrations --check --dry-run billing_integration
+	$(MAKE) --no-print-directory docs
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+# The documentation site (docs/*.md through Sphinx and MyST): warnings are errors, nitpicky,
+# offline. Open var/docs-html/index.html.
+docs: $(STAMP)
+	$(VENV)/bin/sphinx-build -W --keep-going -n -q -b html -d var/docs-doctrees docs var/docs-html
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

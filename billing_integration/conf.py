@@ -195,3 +195,89 @@ def _reload(*, setting: str, **kwargs: Any) -> None:
 
 
 setting_changed.connect(_reload)
+
+#: One line per key of ``DEFAULTS``: what it means. The documentation's settings reference
+#: (``docs/settings.md``) is generated from ``DEFAULTS``, ``REQUIRED`` and this dict, and a test
+#: fails when a key has no description here. Markdown (inline code) is allowed.
+DOCS: dict[str, str] = {
+    "BASE_URL": "The service's address: billing paths are `{BASE_URL}/v1/api/billing/...`.",
+    "AUTH_URL": "The token server: tokens come from "
+    "`{AUTH_URL}/realms/{REALM}/protocol/openid-connect/token`.",
+    "CHECKOUT_URL": "Customers are sent to `{CHECKOUT_URL}/checkout/<session_id>`.",
+    "REALM": "The realm in the token path (`sandbox` is the service's test mode).",
+    "CLIENT_ID": "The client id of the client-credentials pair.",
+    "CLIENT_SECRET": "The client secret of the client-credentials pair (never logged).",
+    "CONNECT_TIMEOUT": "Seconds to wait for a connection to the service, on every request.",
+    "READ_TIMEOUT": "Seconds to wait for the service's answer, on every request.",
+    "MAX_RETRIES": "Retries after the first attempt (5xx, 429, timeouts and connection errors; "
+    "never another 4xx).",
+    "BACKOFF_BASE": "Seconds: retry *n* waits a random time up to "
+    "`min(BACKOFF_MAX, BACKOFF_BASE * 2**n)` (full jitter).",
+    "BACKOFF_MAX": "Seconds: the cap of one computed backoff wait.",
+    "RETRY_AFTER_MAX": "Seconds: an honoured `Retry-After` is capped at this.",
+    "TOKEN_REFRESH_RATIO": "A new token is fetched once this share of `expires_in` has passed.",
+    "TOKEN_CACHE": "The Django cache alias through which all processes share one token.",
+    "TOKEN_LOCK_TIMEOUT": 'Seconds one process may hold the "I am fetching a token" lock.',
+    "PAGE_SIZE": "The `limit` of list calls.",
+    "MAX_PAGES": "Hard stop for a list that never ends.",
+    "CURRENCIES": "The service's integer currency ids and their ISO codes (the interface does "
+    "not publish the table: set yours). Checkout sessions and prices send the id.",
+    "SUBSCRIPTION_CURRENCY_FORM": "How `POST /subscriptions` sends `selected_currency`: "
+    '`"code"` (`"XOF"`) or `"id"` (the id as a string, `"1"`).',
+    "WEBHOOK_SECRET": '`"whsec_<base64>"`, or a list of them while rotating (any one verifies).',
+    "WEBHOOK_BASIC_AUTH": '`"user:password"`: HTTP basic auth on the callback URL, an '
+    "alternative to signatures.",
+    "WEBHOOK_ALLOW_UNVERIFIED": "With neither `WEBHOOK_SECRET` nor `WEBHOOK_BASIC_AUTH` set, "
+    "accept deliveries unverified (check `W001` warns, each one is logged). Never in production.",
+    "WEBHOOK_TOLERANCE": "Seconds of clock skew accepted on `webhook-timestamp`, both ways.",
+    "WEBHOOK_PROCESS_INLINE": "Process events in the request instead of a Celery task.",
+    "EVENT_TYPE_ALIASES": "Extra spellings of event types, mapped to a canonical type.",
+    "EVENT_HANDLERS": "Canonical type -> dotted path of your `EventHandler` subclass.",
+    "WEBHOOK_MAX_ATTEMPTS": "Processing attempts of an event (transient errors) before it is "
+    "`failed`.",
+    "SUBSCRIBER_MODEL": "What a customer belongs to (a user, a team, an organisation); "
+    "`None` means `AUTH_USER_MODEL`. Set it before the first `migrate`.",
+    "CUSTOMER_IDENTIFIER": "Dotted path of a callable(subscriber) -> the customer's `identifier`.",
+    "CUSTOMER_FIELDS": "Dotted path of a callable(subscriber) -> `first_name`, `last_name`, "
+    "`email`.",
+    "CHECKOUT_EXPIRY": "Seconds a checkout session stays open (sent as `expires_at`).",
+    "SUBSCRIPTION_REQUIRED_URL": "Where access checks send non-subscribers (a URL name or a "
+    "path; `?next=` is added).",
+    "SUBSCRIBER_RESOLVER": "Dotted path of a callable(request) -> subscriber; `None` means "
+    "`request.user`.",
+    "INTERACTIVE_DEADLINE": "Seconds a request a person waits on (checkout, the return page, "
+    "the API's checkout) may spend on the service in all, retries and waits included.",
+    "MULTIPLE_PURCHASE_PRODUCTS": "Products (names or remote ids) a subscriber may buy again "
+    "while holding an active subscription to them; any other is refused a second purchase.",
+    "ACCOUNT_URL": "The subscriber's account page (a URL name or a path), linked from the "
+    '"you already have this plan" page and the API\'s 409.',
+    "ACTIVE_STATUSES": "Subscription statuses that grant access (an allow-list, compared "
+    "stripped and lower-cased); any other status, unknown ones included, grants none.",
+    "OUTBOX_MAX_ATTEMPTS": "Push attempts before an outbox entry is `failed` (visible, retryable).",
+    "OUTBOX_RETRY_BASE": "Seconds: push retry *n* waits `OUTBOX_RETRY_BASE * 2**n`, capped by "
+    "`OUTBOX_RETRY_MAX`.",
+    "OUTBOX_RETRY_MAX": "Seconds: the cap of a push retry's wait; keep it below the broker's "
+    "visibility timeout.",
+    "OUTBOX_STALE_AFTER": "Seconds: the periodic drain re-enqueues entries pending longer "
+    "than this.",
+    "OUTBOX_LEASE": "Seconds a worker's claim on an entry holds before another may take over "
+    "(a killed worker); keep it above the longest push.",
+    "OUTBOX_DRAIN_BATCH": "Deprecated (removed in the next release): when set, the value of "
+    "`OUTBOX_PUSH_MAX_ENTRIES` and `OUTBOX_REQUEUE_BATCH` where those are not set.",
+    "OUTBOX_PUSH_MAX_ENTRIES": "Entries one push run (the task a commit kicks) attempts, then it "
+    "kicks itself again.",
+    "OUTBOX_REQUEUE_BATCH": "Stale entries one periodic sweep (`billing_integration.drain_outbox`) "
+    "re-enqueues at most.",
+    "OUTBOX_DEFER_DELAY": "Seconds before a push queued behind another push of the same "
+    "object retries.",
+    "OUTBOX_QUEUE": "The Celery queue of the push tasks (`None`: the default queue).",
+    "KICK_TTL": "Seconds a pending wake-up suppresses further kicks (bounds the delay after a "
+    "lost message).",
+    "KICK_CACHE": "The cache alias holding the wake-up flags, shared by all processes "
+    "(`None`: `TOKEN_CACHE`).",
+    "OUTBOX_DRAIN_SECONDS": "Seconds one push drain run pushes, then it kicks itself again.",
+    "OUTBOX_CLAIM_BATCH": "Due entries a push drain run fetches and claims at a time.",
+    "WEBHOOK_DRAIN_SECONDS": "Seconds one event drain run processes, then it kicks itself again.",
+    "WEBHOOK_KICK_WINDOW": "Seconds a web process that saw the event drain's wake-up pending "
+    "skips the cache for further kicks (`0`: off).",
+}

@@ -1,6 +1,6 @@
 """Events: the envelope, Standard Webhooks signing, and the queue of deliveries.
 
-Envelope (DESIGN.md)::
+Envelope::
 
     {"id": "<uuid>", "type": "subscription.canceled", "created_at": "<timestamp>", "data": {...}}
 

@@ -294,7 +294,7 @@ class RecordHandler(EventHandler):
     """Upsert of an ``Invoice``/``Payment``/``Refund`` from the event's data."""
 
     model: ClassVar[type[models.Model]]
-    #: Canonical type -> the status it implies (when ``data.status`` is missing).
+    #: Canonical type -> the status it implies; it wins over ``data.status``.
     STATUS_FOR_TYPE: ClassVar[dict[str, str]] = {}
     #: Statuses that an event at the same instant never moves away from.
     TERMINAL: ClassVar[frozenset[str]] = frozenset()

@@ -8,7 +8,8 @@ receiver that raises is logged and does not undo anything. Every signal is sent 
 - ``event_type``: the canonical type;
 - ``data``: the event's ``data`` object (a dict);
 - ``objects``: the local objects the event touched, by name (``subscription``, ``payment``,
-  ``refund``, ``invoice``, ``customer``), and the same names as keyword arguments.
+  ``refund``, ``invoice``; a payment event's ``subscription`` when it is mirrored), and the
+  same names as keyword arguments.
 
 ``billing_event_received`` is sent for every processed event; ``SIGNALS[type]`` (for example
 ``invoice_paid``) for events of one type.

@@ -1,6 +1,6 @@
 """Canonical event types and the normalisation of the spellings a service may send.
 
-The canonical names (DESIGN.md) are ``<group>.<event>``. ``normalize_type`` maps variants
+The canonical names are ``<group>.<event>``. ``normalize_type`` maps variants
 such as ``"Invoice Marked as uncollectable"``, ``INVOICE_MARKED_UNCOLLECTABLE``,
 ``invoice.marked-as-uncollectable``, ``InvoiceMarkedUncollectable`` or
 ``subscription.cancelled`` onto them, and returns ``""`` for a type it does not know.

@@ -1,7 +1,7 @@
 """Shuffled deliveries with duplicates: each event applied once, final state = in order.
 
 CI size: 1,000 deliveries (30% duplicates). ``BILLING_ORDERING_DELIVERIES=10000`` for the
-full run (or ``python benchmarks/webhook_ordering.py``).
+full run.
 """
 
 from __future__ import annotations

@@ -1,0 +1,35 @@
+"""Sphinx configuration of the documentation site (``make docs``).
+
+The pages are the Markdown files of this folder, read by MyST; the settings reference is
+generated from ``billing_integration/conf.py`` by ``_ext/billing_docs.py``. The build is offline
+(no intersphinx, nothing fetched) and deterministic (no dates in the output).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "_ext"))
+sys.path.insert(0, str(HERE.parent))  # billing_integration, without an install
+
+project = "billing_integration"
+author = "billing_integration contributors"
+copyright = "billing_integration contributors"  # no year: the build is deterministic
+release = version = "0.1.0"
+
+extensions = ["myst_parser", "billing_docs"]
+source_suffix = {".md": "markdown"}
+root_doc = "index"
+exclude_patterns = ["_build", "_ext", "Thumbs.db", ".DS_Store"]
+
+# MyST: anchors for headings down to ###, so pages can link to a section (page.md#anchor).
+myst_heading_anchors = 3
+myst_enable_extensions = ["colon_fence"]
+
+html_theme = "furo"
+html_title = "billing_integration"
+html_last_updated_fmt = None  # no build date in the pages
+html_show_sourcelink = False
+html_copy_source = False

@@ -1,0 +1,235 @@
+"""The documentation site says what the code does.
+
+The site itself is built by ``make docs`` (part of ``make test``, warnings as errors). These
+tests pin what a build cannot see: every setting has a description (the settings reference is
+generated from them), every system check id in the code is explained in troubleshooting.md
+and no page names an id the code does not have, and the event payloads of events.md are
+processed by the app and have the fields the sandbox sends.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import json
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from django.urls import reverse
+
+from billing_integration.conf import DEFAULTS, DOCS, REQUIRED
+from billing_integration.models import (
+    Customer,
+    EventState,
+    Invoice,
+    Payment,
+    Product,
+    Refund,
+    Subscription,
+    WebhookEvent,
+)
+from billing_integration.outbox import from_remote
+from billing_integration.testing import sign_webhook
+from billing_integration.webhooks import signals
+from billing_integration.webhooks.types import CANONICAL_TYPES
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS_DIR = ROOT / "docs"
+CHECK_ID = re.compile(r"billing_integration\.([EW]\d{3})")
+SHORT_ID = re.compile(r"(?<![\w.])`?([EW]0\d\d)\b")
+
+
+def _ext():
+    spec = importlib.util.spec_from_file_location(
+        "billing_docs", DOCS_DIR / "_ext" / "billing_docs.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# --- settings ---------------------------------------------------------------------------------
+
+
+def test_every_setting_has_a_one_line_description():
+    assert sorted(set(DEFAULTS) - set(DOCS)) == [], "add the key's description to conf.DOCS"
+    assert sorted(set(DOCS) - set(DEFAULTS)) == [], "conf.DOCS describes a key DEFAULTS lacks"
+    for key, text in DOCS.items():
+        assert text.strip() and "\n" not in text, key
+
+
+def test_the_settings_reference_lists_every_key_with_its_default():
+    lines = _ext().settings_markdown()
+    rows = {line.split("|")[1].strip().strip("`"): line for line in lines if line.startswith("| `")}
+    assert set(rows) == set(DEFAULTS)
+    for key, env in REQUIRED.items():
+        assert f"**required** (`{env}`)" in rows[key]
+    assert (
+        "`300`" in rows["WEBHOOK_TOLERANCE"]
+        and DOCS["WEBHOOK_TOLERANCE"] in rows["WEBHOOK_TOLERANCE"]
+    )
+
+
+def test_settings_are_grouped_by_the_comments_of_conf_py():
+    source = """DEFAULTS = {
+    # --- connection ----------
+    "A": 1,
+    # a comment that is no group
+    "B": 2,
+    # --- wake-ups: kicks (more) ---
+    "C": 3,
+}
+"""
+    groups = _ext().setting_groups(source, ["A", "B", "C", "D"])
+    assert groups == [("connection", ["A", "B"]), ("wake-ups", ["C"]), ("other", ["D"])]
+
+
+# --- system checks ----------------------------------------------------------------------------
+
+
+def _ids_in_code() -> set[str]:
+    found: set[str] = set()
+    for path in (ROOT / "billing_integration").rglob("*.py"):
+        found |= set(CHECK_ID.findall(path.read_text(encoding="utf-8")))
+    return found
+
+
+def test_every_check_id_of_the_code_is_explained_in_troubleshooting():
+    page = (DOCS_DIR / "troubleshooting.md").read_text(encoding="utf-8")
+    ids = _ids_in_code()
+    assert len(ids) > 10
+    missing = sorted(i for i in ids if f"### `billing_integration.{i}`" not in page)
+    assert missing == [], f"add a section per check id to docs/troubleshooting.md: {missing}"
+
+
+def test_no_page_names_a_check_id_the_code_does_not_have():
+    ids = _ids_in_code()
+    named: dict[str, set[str]] = {}
+    for path in [ROOT / "README.md", *sorted(DOCS_DIR.glob("*.md"))]:
+        text = path.read_text(encoding="utf-8")
+        for found in set(CHECK_ID.findall(text)) | set(SHORT_ID.findall(text)):
+            named.setdefault(found, set()).add(path.name)
+    unknown = {i: sorted(pages) for i, pages in named.items() if i not in ids}
+    assert unknown == {}
+
+
+# --- events -----------------------------------------------------------------------------------
+
+
+def documented_events() -> dict[str, dict]:
+    """The example payload of each ``### `type` `` section of docs/events.md."""
+    page = (DOCS_DIR / "events.md").read_text(encoding="utf-8")
+    found = re.findall(r"^### `([a-z_.]+)`\n\n```json\n(.*?)^```", page, re.S | re.M)
+    events = {name: json.loads(body) for name, body in found}
+    assert len(events) == len(found), "a type is documented twice"
+    return events
+
+
+def test_events_page_has_one_example_per_canonical_type_and_names_every_signal():
+    events = documented_events()
+    assert sorted(events) == sorted(CANONICAL_TYPES)
+    for name, envelope in events.items():
+        assert envelope["type"] == name
+    page = (DOCS_DIR / "events.md").read_text(encoding="utf-8")
+    names = ["billing_event_received", *(t.replace(".", "_") for t in CANONICAL_TYPES)]
+    assert sorted(set(signals.__all__) - {"SIGNALS"}) == sorted(names)
+    assert [n for n in names if f"`{n}`" not in page] == []
+
+
+CUSTOMER = "5f0c1c9e-7c1a-4d51-9a5b-1f3c2b8e4a10"
+PRODUCT = "8d3b6a2e-0f4c-4e8a-b1d2-3c4e5f6a7b80"
+SUBSCRIPTION = "c2a7e0d4-5b6f-4a3c-9e81-2f4d6b8a0c13"
+#: The status each type stores, as docs/events.md says ("The type decides the status").
+STORED_STATUS = {
+    "subscription.renewal": "published",
+    "subscription.canceled": "canceled",
+    "subscription.paused": "paused",
+    "payment.completed": "completed",
+    "payment.failed": "failed",
+    "payment.canceled": "canceled",
+    "refund.initiated": "initiated",
+    "refund.approved": "approved",
+    "refund.rejected": "rejected",
+    "invoice.paid": "paid",
+    "invoice.voided": "void",
+    "invoice.marked_uncollectable": "uncollectable",
+    "invoice.deleted": "deleted",
+}
+MODELS = {"subscription": Subscription, "payment": Payment, "refund": Refund, "invoice": Invoice}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("event_type", sorted(CANONICAL_TYPES))
+def test_each_documented_payload_is_applied(
+    event_type, client, settings, django_capture_on_commit_callbacks
+):
+    """Posted as docs/testing.md shows (signed with ``sign_webhook``), each example is stored,
+    applied (not stale, not failed) and gives its object the status the page promises."""
+    secret = "whsec_" + base64.b64encode(b"docs example secret, 32 bytes!!").decode()
+    settings.BILLING = {
+        **settings.BILLING,
+        "WEBHOOK_SECRET": secret,
+        "WEBHOOK_PROCESS_INLINE": True,
+    }
+    with from_remote():  # the objects the examples name, known locally (no pull needed)
+        customer = Customer.objects.create(remote_id=CUSTOMER, identifier="docs:1")
+        product = Product.objects.create(remote_id=PRODUCT, name="Pro", status="published")
+        Subscription.objects.create(
+            remote_id=SUBSCRIPTION,
+            customer=customer,
+            product=product,
+            customer_remote_id=CUSTOMER,
+            product_remote_id=PRODUCT,
+            status="published",
+            remote_updated=datetime(2026, 2, 1, tzinfo=UTC),
+        )
+    envelope = documented_events()[event_type]
+    body = json.dumps(envelope)
+    headers = sign_webhook(body, secret)
+    received = []
+    signal = signals.SIGNALS[event_type]
+    signal.connect(lambda sender, **kwargs: received.append(kwargs), weak=False, dispatch_uid="d")
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            response = client.post(
+                reverse("billing_integration:webhook"),
+                body,
+                content_type="application/json",
+                headers=headers,
+            )
+    finally:
+        signal.disconnect(dispatch_uid="d")
+    assert response.status_code == 200 and response.json()["status"] == "received"
+    event = WebhookEvent.objects.get(event_id=envelope["id"])
+    assert (event.state, event.outcome, event.error) == (EventState.PROCESSED, "applied", "")
+    group = event_type.split(".")[0]
+    record = MODELS[group].objects.get(remote_id=envelope["data"]["id"])
+    assert record.status == STORED_STATUS[event_type]
+    assert record.customer == customer
+    [kwargs] = received
+    assert kwargs["event"].pk == event.pk and kwargs["event_type"] == event_type
+    assert kwargs[group].pk == record.pk and kwargs["data"] == envelope["data"]
+
+
+@pytest.mark.django_db
+def test_documented_payloads_have_the_fields_the_sandbox_sends(billing_sandbox):
+    """Each example has the envelope and data keys of the event the sandbox emits for its
+    type (triggered on a seeded subscription, its payments and refunds)."""
+    billing_sandbox.seed(customers=1, subscriptions=1)
+    sub = billing_sandbox.objects("subscription")[0]["id"]
+    sent = {}
+    for event_type in CANONICAL_TYPES:
+        group = event_type.split(".")[0]
+        if group == "refund":
+            payment = billing_sandbox.trigger("payment.completed", sub)["data"]["id"]
+            target = billing_sandbox.trigger("refund.initiated", payment)["data"]["id"]
+        else:
+            target = sub
+        sent[event_type] = billing_sandbox.trigger(event_type, target)
+    for event_type, documented in documented_events().items():
+        emitted = sent[event_type]
+        assert sorted(documented) == sorted(emitted), event_type
+        assert sorted(documented["data"]) == sorted(emitted["data"]), event_type
+        assert documented["data"]["status"] == emitted["data"]["status"], event_type
