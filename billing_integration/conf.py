@@ -81,9 +81,9 @@ DEFAULTS: dict[str, Any] = {
     # products a subscriber may buy again while holding an active subscription to them
     # (names or remote ids); any other product is refused a second purchase (409)
     "MULTIPLE_PURCHASE_PRODUCTS": [],
-    # the subscriber's account page (a URL name or a path), linked from the "you already
-    # have this plan" page
-    "ACCOUNT_URL": "/",
+    # the subscriber's billing page (a URL name or a path), linked from the "you already
+    # have this plan" page and the return page; default: the app's own billing page
+    "ACCOUNT_URL": "billing_integration:account",
     # subscription statuses that grant access (an allow-list: any other status, unknown
     # ones included, grants none); compared stripped and lower-cased
     "ACTIVE_STATUSES": ("published",),
@@ -107,6 +107,13 @@ DEFAULTS: dict[str, Any] = {
     # seconds a web process that saw the event drain's wake-up pending skips the cache for
     # further kicks; the drain lingers this long (+ a margin) after clearing. 0 = off
     "WEBHOOK_KICK_WINDOW": 0.25,
+    # --- pages (what people see) ------------------------------------------------------------
+    # the template the app's pages (checkout return and errors, the billing page) extend; it
+    # defines the blocks "title" and "content"
+    "BASE_TEMPLATE": "billing_integration/base.html",
+    # where a customer whose subscription lapsed is sent to choose a plan again (a URL name
+    # or a path); None = SUBSCRIPTION_REQUIRED_URL
+    "PRICING_URL": None,
 }
 
 class BillingSettings:

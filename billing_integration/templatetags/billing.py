@@ -25,6 +25,16 @@ Access checks (the *active* rule is ``Subscription.objects.active()``)::
 
     {% if_subscribed product %}members content{% else %}subscribe first{% endif_subscribed %}
     {% if_subscribed %}...{% endif_subscribed %}            {# any product #}
+
+Display (``billing_integration.display``; the active language's formatting)::
+
+    {{ price.amount|money:"XOF" }}           {# "XOF 5,000"; "5 000 XOF" in French #}
+    {{ payment.amount|money:payment.currency }}
+    {{ price.currency_id|currency_code }}    {# the service's integer id -> "XOF" #}
+    {{ price|price_label }}                  {# a Price: amount in its currency #}
+    {{ "months-3"|cycle_label }}             {# "Every 3 months" #}
+    {{ subscription|status_label }}          {# "Active", "Lapsed", "Canceled", ... #}
+    {{ payment.failure_reason|failure_reason }}
 """
 
 from __future__ import annotations
@@ -35,9 +45,11 @@ from django import template
 from django.urls import reverse
 from django.utils.translation import gettext
 
+from .. import display
 from ..access import get_subscriber, resolve_product, subscribed
 from ..checkout.services import allows_multiple_purchases
 from ..conf import billing_settings
+from ..exceptions import BillingConfigurationError
 from ..models import BillingCycle, Product, ProductStatus
 
 register = template.Library()
@@ -143,3 +155,52 @@ def do_if_subscribed(parser: template.base.Parser, token: template.base.Token) -
     else:
         no = template.NodeList()
     return IfSubscribedNode(product, yes, no)
+
+
+# --- display ------------------------------------------------------------------------------------
+@register.filter
+def currency_code(value: Any) -> str:
+    """``{{ price.currency_id|currency_code }}``: the ISO code of one of the service's integer
+    currency ids (``BILLING['CURRENCIES']``); a code is returned upper-cased."""
+    if value is None or value == "":
+        return ""
+    if isinstance(value, int) or (isinstance(value, str) and value.isascii() and value.isdigit()):
+        try:
+            return billing_settings.currency_code(value)
+        except BillingConfigurationError:
+            return str(value)
+    return str(value).upper()
+
+
+@register.filter
+def money(amount: Any, currency: Any) -> str:
+    """``{{ amount|money:"XOF" }}``: the amount in the currency (a code or the service's
+    integer id), in its minor units, per the active language."""
+    return display.format_money(amount, currency_code(currency))
+
+
+@register.filter
+def price_label(price: Any) -> str:
+    """``{{ price|price_label }}``: a ``Price`` (amount and integer currency id) formatted."""
+    if price is None or price == "":
+        return ""
+    return display.format_money(price.amount, currency_code(price.currency_id))
+
+
+@register.filter
+def cycle_label(cycle: Any) -> str:
+    """``{{ "months-1"|cycle_label }}`` -> "Monthly" (a code or a ``BillingCycle``)."""
+    return display.cycle_label(cycle)
+
+
+@register.filter
+def status_label(value: Any) -> str:
+    """``{{ subscription|status_label }}`` (or a status string) -> "Active", "Canceled",
+    "Unknown status", ..."""
+    return display.status_label(value)
+
+
+@register.filter
+def failure_reason(reason: Any) -> str:
+    """``{{ payment.failure_reason|failure_reason }}`` -> "Insufficient funds", ..."""
+    return display.failure_reason_label(reason)
