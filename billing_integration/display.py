@@ -87,8 +87,7 @@ def format_money(amount: Any, currency_code: str | None, locale: str | Locale | 
     code = str(currency_code or "").strip().upper()
     if not code:
         return format_decimal(value, locale=loc)
-    return format_currency(value, code, format=_code_pattern(loc), locale=loc,
-                           currency_digits=True)
+    return format_currency(value, code, format=_code_pattern(loc), locale=loc, currency_digits=True)
 
 
 def cycle_label(cycle: Any) -> str:

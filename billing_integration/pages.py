@@ -29,5 +29,6 @@ def render_page(
     request: HttpRequest, template: str, context: dict[str, Any], status: int = 200
 ) -> HttpResponse:
     """``render`` with ``billing_base_template`` in the context."""
-    return render(request, template, {"billing_base_template": base_template(), **context},
-                  status=status)
+    return render(
+        request, template, {"billing_base_template": base_template(), **context}, status=status
+    )

@@ -1,6 +1,8 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from billing_integration.account import views as billing_account
+
 from . import views
 
 urlpatterns = [
@@ -10,7 +12,8 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("pricing/", views.pricing, name="pricing"),
     path("members/", views.members, name="members"),
-    path("account/", views.account, name="account"),
+    # the app's billing page, also at the site's own /account/ address
+    path("account/", billing_account.account, name="account"),
     path("accounts/signup/", views.signup, name="signup"),
     path("accounts/", include("django.contrib.auth.urls")),
 ]
