@@ -5,8 +5,6 @@ from __future__ import annotations
 import re
 
 import pytest
-from django.test.utils import CaptureQueriesContext
-from django.db import connection
 from django.urls import reverse
 
 from .conftest import invoice, payment, refund, subscription
