@@ -8,7 +8,10 @@ Checkout button (a POST form with CSRF to the ``billing_integration:checkout`` v
 ``product`` is a ``Product`` (or its pk / remote id / name); ``cycle`` a ``BillingCycle`` or its
 code (optional when the product has one cycle, ignored for one-time products); ``currency`` a
 code or an integer id (optional: the product's first priced currency). ``next`` is a local
-path for the "continue" link of the return page. A product that is not published renders a
+path for the "continue" link of the return page. ``label`` may name ``{price}`` and
+``{cycle}`` (``label="Subscribe for {price}, {cycle}"``): the price for that cycle and
+currency, formatted per the active language (``billing_integration.display``), and the
+cycle's label ("Monthly"). A product that is not published renders a
 short "not available" paragraph instead of the form; a product the request's subscriber
 already holds (an active subscription, unless ``BILLING['MULTIPLE_PURCHASE_PRODUCTS']`` names
 it) renders "Current plan" (``current_label``) instead of the form.
@@ -89,6 +92,8 @@ def billing_checkout_button(
         and not allows_multiple_purchases(resolved)
         and subscribed(_request_subscriber(context), resolved)
     )
+    if "{price}" in label or "{cycle}" in label:
+        label = _label_with_price(label, resolved, cycle, currency)
     return {
         "held": held,
         "current_label": current_label or gettext("Current plan"),
@@ -103,6 +108,30 @@ def billing_checkout_button(
         "unavailable_label": unavailable_label,
         "csrf_token": context.get("csrf_token"),
     }
+
+
+def _label_with_price(label: str, product: Product | None, cycle: Any, currency: Any) -> str:
+    """``label`` with ``{price}`` and ``{cycle}`` filled in (empty when not found)."""
+    price_text = ""
+    if product is not None:
+        try:
+            currency_id = billing_settings.currency_id(currency) if currency else None
+        except BillingConfigurationError:
+            currency_id = None
+        for candidate in product.cycles.all():
+            if cycle and candidate.code != cycle:
+                continue
+            for price in candidate.prices.all():
+                if currency_id is None or price.currency_id == currency_id:
+                    price_text = display.format_money(
+                        price.amount, billing_settings.CURRENCIES.get(price.currency_id, "")
+                    )
+                    break
+            if price_text:
+                break
+    return label.replace("{price}", price_text).replace(
+        "{cycle}", display.cycle_label(cycle) if cycle else ""
+    )
 
 
 @register.filter
