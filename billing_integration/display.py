@@ -31,6 +31,7 @@ from django.utils.translation import get_language, gettext, ngettext, pgettext, 
 __all__ = [
     "babel_locale",
     "currency_precision",
+    "customer_label",
     "cycle_label",
     "failure_reason_label",
     "format_money",
@@ -158,3 +159,24 @@ def failure_reason_label(reason: str | None) -> str:
         "timeout": gettext("No confirmation in time"),
     }
     return known.get(reason.lower(), reason.replace("_", " ").capitalize())
+
+
+def customer_label(customer: Any) -> str:
+    """A customer as a person reads it: its name, else its subscriber's (a user's full name
+    or username, ``str()`` of a team), else its e-mail, else its identifier. Reads
+    ``customer.subscriber``: select it with the customer in lists."""
+    if customer is None:
+        return ""
+    name = f"{customer.first_name} {customer.last_name}".strip()
+    if name:
+        return name
+    subscriber = customer.subscriber if customer.subscriber_id is not None else None
+    if subscriber is not None:
+        full_name = getattr(subscriber, "get_full_name", None)
+        text = (full_name() if callable(full_name) else "") or ""
+        if not text.strip():
+            username = getattr(subscriber, "get_username", None)
+            text = username() if callable(username) else str(subscriber)
+        if text and text.strip():
+            return text.strip()
+    return customer.email or customer.identifier
