@@ -20,6 +20,7 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from ..conf import billing_settings
+from ..display import format_money
 from ..models import Product, Report
 from ..reporting.charts import bar_chart, line_chart
 from ..reporting.csv import TABLES, table_csv
@@ -48,10 +49,14 @@ def parse_filters(params: Any) -> Period:
     return Period(months=months, product=product, currency=currency, now=report_time())
 
 
-def display(value: Any, kind: str) -> str:
+def display(value: Any, kind: str, currency: str | None = None) -> str:
+    """A cell for a person; money in its row's currency (its minor units, the active
+    language). The CSV export keeps plain numbers (``reporting.csv``)."""
     if value is None:
         return "-"
     if kind == "money":
+        if currency:
+            return format_money(value, currency)
         return f"{Decimal(value):,.2f}"
     if kind == "rate":
         return f"{Decimal(value) * 100:.1f}%"
@@ -67,8 +72,11 @@ def table_context(table: Table) -> dict[str, Any]:
         "name": table.name,
         "title": table.title,
         "columns": table.columns,
-        "rows": [[(display(v, c.kind), c.kind) for v, c in zip(row, table.columns, strict=True)]
-                 for row in table.values()],
+        "rows": [
+            [(display(row.get(c.key), c.kind, row.get("currency")), c.kind)
+             for c in table.columns]
+            for row in table.rows
+        ],
     }
 
 
