@@ -35,6 +35,7 @@ from ..conf import billing_settings
 from ..exceptions import BillingConfigurationError
 from ..models import (
     BillingCycle,
+    CheckoutSession,
     Customer,
     Invoice,
     Payment,
@@ -153,13 +154,21 @@ def account(request: HttpRequest) -> HttpResponse:
             .order_by("-remote_created", "-id")
         )
     held = {s.product_id for s in subscriptions if s.product_id and s.is_active}
-    # a product with one cycle needs none on the form; else the subscription's cycle
-    single_cycles = {
-        s.product_id: s.selected_billing_cycle
-        for s in subscriptions
-        if s.product_id and s.selected_billing_cycle
-    }
-    offers = _pay_again(payments, held, single_cycles)
+    # the cycle of a payment without a subscription: the latest subscription or checkout
+    # session of its product (none needed for a product with one cycle)
+    cycles: dict[int, str] = {}
+    if customer is not None:
+        for product_id, cycle in (
+            CheckoutSession.objects.filter(customer=customer, product__isnull=False)
+            .exclude(selected_billing_cycle="")
+            .order_by("created_at", "pk")
+            .values_list("product_id", "selected_billing_cycle")
+        ):
+            cycles[product_id] = cycle
+    for sub in reversed(subscriptions):  # oldest first: the latest wins
+        if sub.product_id and sub.selected_billing_cycle:
+            cycles[sub.product_id] = sub.selected_billing_cycle
+    offers = _pay_again(payments, held, cycles)
     rows = []
     for sub in subscriptions:
         active = sub.is_active

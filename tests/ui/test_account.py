@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import re
+import uuid
+from decimal import Decimal
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
-from .conftest import invoice, payment, refund, subscription
+from billing_integration.models import CheckoutSession, Payment
+
+from .conftest import customer_of, invoice, payment, refund, subscription
 
 pytestmark = pytest.mark.django_db
 
@@ -90,6 +95,42 @@ def test_pay_again_for_a_lapsed_product_posts_to_checkout(client, demo, seeded) 
     assert "Pay again" in row.split("</tr>")[0]
 
 
+def test_pay_again_without_a_subscription_takes_the_checkouts_cycle(client, demo, seeded) -> None:
+    """A first payment that failed left no subscription: the form carries the cycle of the
+    customer's checkout session for that product (Pro has two cycles, so one is needed)."""
+    pro = seeded["Pro"]
+    customer = customer_of(demo)
+    CheckoutSession.objects.create(
+        customer=customer,
+        product=pro,
+        remote_id=uuid.uuid4(),
+        selected_billing_cycle="years-1",
+        selected_currency=1,
+    )
+    Payment.objects.create(
+        remote_id=uuid.uuid4(),
+        status="failed",
+        amount=Decimal("150000"),
+        currency="XOF",
+        customer=customer,
+        product=pro,
+        failure_reason="declined",
+        remote_created=timezone.now(),
+    )
+    client.force_login(demo)
+    html = client.get(URL).content.decode()
+    assert forms(section(html, "billing-payments")) == [
+        {
+            "action": "/billing/checkout/",
+            "product": str(pro.pk),
+            "cycle": "years-1",
+            "currency": "XOF",
+            "next": URL,
+        }
+    ]
+    assert "XOF 150,000 Failed Declined Pay again" in text(section(html, "billing-payments"))
+
+
 def test_no_pay_again_while_the_product_is_still_held(client, demo, seeded) -> None:
     """A renewal that failed while the subscription still grants access: buying again would
     be a second purchase (refused 409), so the page says access continues instead."""
@@ -125,8 +166,9 @@ def test_a_constant_number_of_queries(
     _fill(demo, seeded, size)
     client.force_login(demo)
     client.get(URL)  # warm caches (content types, sessions)
-    # session, user, customer, subscriptions (+ cycles, prices), payments, invoices, refunds
-    with django_assert_num_queries(9):
+    # session, user, customer, subscriptions (+ cycles, prices), payments, invoices, refunds,
+    # checkout sessions (the cycle of a payment without a subscription)
+    with django_assert_num_queries(10):
         assert client.get(URL).status_code == 200
 
 
