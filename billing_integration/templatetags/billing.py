@@ -72,10 +72,10 @@ def billing_checkout_button(
     product: Any,
     cycle: Any = None,
     currency: Any = None,
-    label: str = "Subscribe",
+    label: str | None = None,
     next: str | None = None,  # the form field's name
     css_class: str = "",
-    unavailable_label: str = "Not available",
+    unavailable_label: str | None = None,
     current_label: str | None = None,
 ) -> dict[str, Any]:
     """A POST form (with ``{% csrf_token %}``) to the checkout view; "Current plan" for a
@@ -92,6 +92,7 @@ def billing_checkout_button(
         and not allows_multiple_purchases(resolved)
         and subscribed(_request_subscriber(context), resolved)
     )
+    label = label or gettext("Subscribe")
     if "{price}" in label or "{cycle}" in label:
         label = _label_with_price(label, resolved, cycle, currency)
     return {
@@ -105,7 +106,7 @@ def billing_checkout_button(
         "label": label,
         "next": next or "",
         "css_class": css_class,
-        "unavailable_label": unavailable_label,
+        "unavailable_label": unavailable_label or gettext("Not available"),
         "csrf_token": context.get("csrf_token"),
     }
 
