@@ -15,8 +15,9 @@ READABLE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC")
 def test_a_reload_of_the_pin_step_stays_on_it(api, sandbox):
     session = api.session(api.customer(), api.product())
     page = f"{sandbox.checkout_url}/checkout/{session['id']}"
-    posted = requests.post(page, data={"step": "phone", "phone": "0700000001"},
-                           allow_redirects=False, timeout=5)
+    posted = requests.post(
+        page, data={"step": "phone", "phone": "0700000001"}, allow_redirects=False, timeout=5
+    )
     assert posted.status_code == 303  # POST, redirect, GET: a reload re-GETs the PIN step
     location = posted.headers["Location"]
     assert location.startswith(f"/checkout/{session['id']}?") and "step=pin" in location
@@ -34,8 +35,11 @@ def test_a_reload_of_the_pin_step_stays_on_it(api, sandbox):
 def test_an_empty_phone_number_gets_a_clear_message(api, sandbox):
     session = api.session(api.customer(), api.product())
     page = f"{sandbox.checkout_url}/checkout/{session['id']}"
-    for data in ({"step": "phone", "phone": ""}, {"step": "phone", "phone": "   "},
-                 {"step": "phone"}):
+    for data in (
+        {"step": "phone", "phone": ""},
+        {"step": "phone", "phone": "   "},
+        {"step": "phone"},
+    ):
         answer = requests.post(page, data=data, timeout=5)
         assert answer.status_code == 400 and outcome_of(answer) == "missing_phone"
         assert "Enter your mobile-money phone number" in answer.text
@@ -47,9 +51,15 @@ def test_an_empty_phone_number_gets_a_clear_message(api, sandbox):
 def test_the_dashboard_shows_readable_times(api, sandbox):
     sandbox.config(max_attempts=1, retry_schedule=[0.01])
     sandbox.set_callback("http://127.0.0.1:9/unreachable")
-    sub = api.post("/subscriptions", {
-        "customer": api.customer()["id"], "product": api.product()["id"],
-        "selected_currency": "XOF", "selected_billing_cycle": "months-1"}).json()["data"][0]
+    sub = api.post(
+        "/subscriptions",
+        {
+            "customer": api.customer()["id"],
+            "product": api.product()["id"],
+            "selected_currency": "XOF",
+            "selected_billing_cycle": "months-1",
+        },
+    ).json()["data"][0]
     sandbox.trigger("subscription.canceled", sub["id"])
     assert sandbox.wait_for_deliveries(5)
     html = requests.get(sandbox.url + "/_sandbox/", timeout=5).text

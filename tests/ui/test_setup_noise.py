@@ -33,6 +33,7 @@ def test_licence_is_an_spdx_expression() -> None:
 def test_demo_worker_has_no_pool_processes_to_kill() -> None:
     """honcho signals every process on Ctrl-C; prefork pool children killed that way are
     logged as ERROR by the worker. A thread (or solo) pool has none."""
-    worker = next(ln for ln in (ROOT / "Procfile").read_text().splitlines()
-                  if ln.startswith("worker:"))
+    worker = next(
+        ln for ln in (ROOT / "Procfile").read_text().splitlines() if ln.startswith("worker:")
+    )
     assert re.search(r"--pool[ =](threads|solo)\b", worker)
