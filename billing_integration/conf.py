@@ -81,9 +81,9 @@ DEFAULTS: dict[str, Any] = {
     # products a subscriber may buy again while holding an active subscription to them
     # (names or remote ids); any other product is refused a second purchase (409)
     "MULTIPLE_PURCHASE_PRODUCTS": [],
-    # the subscriber's account page (a URL name or a path), linked from the "you already
-    # have this plan" page
-    "ACCOUNT_URL": "/",
+    # the subscriber's billing page (a URL name or a path), linked from the "you already
+    # have this plan" page and the return page; default: the app's own billing page
+    "ACCOUNT_URL": "billing_integration:account",
     # subscription statuses that grant access (an allow-list: any other status, unknown
     # ones included, grants none); compared stripped and lower-cased
     "ACTIVE_STATUSES": ("published",),
@@ -111,6 +111,13 @@ DEFAULTS: dict[str, Any] = {
     "WEBHOOK_KICK_WINDOW": 0.25,
     "OUTBOX_PUSH_MAX_ENTRIES": 1000,  # entries one push run (a kick) attempts, then kicks itself
     "OUTBOX_REQUEUE_BATCH": 1000,  # stale entries one periodic sweep re-enqueues at most
+    # --- pages (what people see) ------------------------------------------------------------
+    # the template the app's pages (checkout return and errors, the billing page) extend; it
+    # defines the blocks "title" and "content"
+    "BASE_TEMPLATE": "billing_integration/base.html",
+    # where a customer whose subscription lapsed is sent to choose a plan again (a URL name
+    # or a path); None = SUBSCRIPTION_REQUIRED_URL
+    "PRICING_URL": None,
 }
 
 class BillingSettings:
@@ -280,4 +287,8 @@ DOCS: dict[str, str] = {
     "WEBHOOK_DRAIN_SECONDS": "Seconds one event drain run processes, then it kicks itself again.",
     "WEBHOOK_KICK_WINDOW": "Seconds a web process that saw the event drain's wake-up pending "
     "skips the cache for further kicks (`0`: off).",
+    "BASE_TEMPLATE": "The template the app's pages (checkout return and errors, the billing page) "
+    "extend; it defines the blocks `title` and `content`.",
+    "PRICING_URL": "Where a customer whose subscription lapsed is sent to choose a plan again "
+    "(a URL name or a path); `None`: `SUBSCRIPTION_REQUIRED_URL`.",
 }

@@ -2,6 +2,7 @@
 
 from django.urls import path
 
+from .account import views as account_views
 from .api import views as api_views
 from .checkout import views as checkout_views
 from .webhooks import views as webhook_views
@@ -19,4 +20,6 @@ urlpatterns: list = [
         name="api_checkout_sessions",
     ),
     path("api/subscriptions/", api_views.SubscriptionList.as_view(), name="api_subscriptions"),
+    # the customer's billing page (issue 16)
+    path("account/", account_views.account, name="account"),
 ]

@@ -297,12 +297,14 @@ def run_checks(web: str, sandbox: str) -> None:
         "the completed payment on the account page",
         lambda: (
             (r := alice.get("/account/")).status_code == 200
-            and re.search(r'<table id="payments">.*?<td>completed</td>', r.text, re.S)
+            and re.search(r'<table id="billing-payments">.*?<td>Completed</td>', r.text, re.S)
             and r
         ),
         timeout=60,
     )
-    check("5000 XOF" in account.text, "account page lists the payment (5000 XOF, completed)")
+    check(
+        "XOF\xa05,000" in account.text, "account page lists the payment (XOF 5,000, Completed)"
+    )
 
     print("4. a declined payment opens nothing")
     bob = Browser(web)
@@ -319,7 +321,7 @@ def run_checks(web: str, sandbox: str) -> None:
     wait_for(
         "the failed payment on his account page",
         lambda: re.search(
-            r'<table id="payments">.*?<td>failed</td>\s*<td>declined</td>',
+            r'<table id="billing-payments">.*?<td>Failed</td>\s*<td>Declined</td>',
             bob.get("/account/").text,
             re.S,
         ),

@@ -1,6 +1,8 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from billing_integration.account import views as billing_account
+
 from . import views
 
 urlpatterns = [
@@ -11,7 +13,8 @@ urlpatterns = [
     path("pricing/", views.pricing, name="pricing"),
     path("members/", views.members, name="members"),
     path("reports/", views.reports, name="reports"),
-    path("account/", views.account, name="account"),
+    # the app's billing page, also at the site's own /account/ address
+    path("account/", billing_account.account, name="account"),
     path("accounts/signup/", views.signup, name="signup"),
     path("accounts/", include("django.contrib.auth.urls")),
 ]

@@ -1,4 +1,5 @@
-"""Pages of the example SaaS: home, pricing, members-only, account, sign-up.
+"""Pages of the example SaaS: home, pricing, members-only, sign-up (the account page is the
+app's billing page, ``billing_integration.account``).
 
 Thin on purpose: everything billing goes through the app's public names (the template tag
 ``billing_checkout_button``, the ``subscription_required`` decorator, the models).
@@ -9,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import login
-from django.contrib.auth.decorators import login_required
 from django.contrib.auth.forms import UserCreationForm
 from django.db.models import Prefetch
 from django.http import HttpRequest, HttpResponse
@@ -23,7 +23,7 @@ from billing_integration.access import (
     subscription_required,
 )
 from billing_integration.conf import billing_settings
-from billing_integration.models import BillingCycle, Payment, Price, Product, Subscription
+from billing_integration.models import BillingCycle, Price, Product
 
 
 def _currency(currency_id: int) -> str:
@@ -84,25 +84,6 @@ def members(request: HttpRequest) -> HttpResponse:
 def reports(request: HttpRequest) -> HttpResponse:
     """Reports: plans that include the ``reports`` feature (Pro and Team in the demo)."""
     return render(request, "example/reports.html", {"seats": feature_limit(request, "seats")})
-
-
-@login_required
-def account(request: HttpRequest) -> HttpResponse:
-    subscriptions = (
-        Subscription.objects.for_subscriber(request.user)
-        .select_related("product")
-        .order_by("-created_at")
-    )
-    payments = (
-        Payment.objects.filter(customer__subscriber=request.user)
-        .select_related("product")
-        .order_by("-remote_created", "-id")
-    )
-    return render(
-        request,
-        "example/account.html",
-        {"subscriptions": subscriptions, "payments": payments},
-    )
 
 
 def signup(request: HttpRequest) -> HttpResponse:

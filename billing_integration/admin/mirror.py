@@ -20,6 +20,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
+from .. import display
 from ..exceptions import BillingError
 from ..models import (
     CheckoutSession,
@@ -27,7 +28,6 @@ from ..models import (
     Subscription,
     SyncState,
     active_q,
-    active_statuses,
     unknown_status_q,
 )
 from ..outbox.retry import retry_failed_pushes
@@ -40,6 +40,7 @@ __all__ = [
     "SyncStateAdminMixin",
     "admin_link",
     "admin_links",
+    "customer_link",
     "retry_failed_pushes",
     "state_badge",
 ]
@@ -161,8 +162,8 @@ class NoDeleteMixin:
 @admin.register(Customer)
 class CustomerAdmin(NoDeleteMixin, SyncStateAdminMixin, admin.ModelAdmin):
     list_display = (
+        "display_name",
         "identifier",
-        "full_name",
         "email",
         "subscriber_link",
         "status",
@@ -202,9 +203,16 @@ class CustomerAdmin(NoDeleteMixin, SyncStateAdminMixin, admin.ModelAdmin):
     def full_name(self, obj: Customer) -> str:
         return f"{obj.first_name} {obj.last_name}".strip()
 
+    @admin.display(description=_("customer"), ordering="last_name")
+    def display_name(self, obj: Customer) -> str:
+        """Its name, else its subscriber's (never ``auth.user:4``)."""
+        return display.customer_label(obj)
+
     @admin.display(description=_("subscriber"))
     def subscriber_link(self, obj: Customer) -> SafeString | str:
-        return admin_link(obj.subscriber)
+        if obj.subscriber is None:
+            return "-"
+        return admin_link(obj.subscriber, display.customer_label(obj))
 
     @admin.display(description=_("subscriptions"))
     def subscriptions_links(self, obj: Customer) -> SafeString | str:
@@ -261,8 +269,9 @@ def status_badge(obj: Subscription) -> SafeString:
     """The status; a red "unknown status — no access" marker when it is neither active nor
     a known inactive one (and "no status" when it is empty)."""
     if not obj.has_unknown_status:
-        colour = "#2e7d32" if obj.status in active_statuses() else "#616161"
-        return format_html('<span style="color:{}">{}</span>', colour, obj.status)
+        colour = "#2e7d32" if obj.is_active else "#616161"
+        return format_html('<span style="color:{}" title="{}">{}</span>', colour, obj.status,
+                           display.status_label(obj))
     label = _("unknown status — no access") if obj.status else _("no status — no access")
     return format_html(
         '{} <span class="billing-badge billing-badge-unknown-status" style="background:#c62828;'
@@ -273,15 +282,23 @@ def status_badge(obj: Subscription) -> SafeString:
     )
 
 
+def customer_link(customer: Customer | None, remote_id: Any = None) -> SafeString | str:
+    """A link to the customer labelled by its (or its subscriber's) name."""
+    if customer is None:
+        return str(remote_id or "-")
+    return admin_link(customer, display.customer_label(customer))
+
+
 @admin.register(Subscription)
 class SubscriptionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, admin.ModelAdmin):
     list_display = (
-        "__str__",
+        "subscription_label",
         "customer_link",
         "product_link",
         "status_display",
-        "selected_billing_cycle",
+        "cycle_display",
         "selected_currency",
+        "auto_renew",
         "next_billing_date",
         "last_payment_status",
         "sync_badge",
@@ -296,7 +313,7 @@ class SubscriptionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, admin.ModelAdmi
         "customer_remote_id",
         "product_remote_id",
     )
-    list_select_related = ("customer", "product")
+    list_select_related = ("customer__subscriber", "product")
     date_hierarchy = "created_at"
     fieldsets = (
         (None, {"fields": ("customer_link", "product_link", "status_display", "auto_renew")}),
@@ -304,7 +321,7 @@ class SubscriptionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, admin.ModelAdmi
             _("Cycle"),
             {
                 "fields": (
-                    "selected_billing_cycle",
+                    "cycle_display",
                     "selected_currency",
                     "cycle_start_date",
                     "cycle_end_date",
@@ -328,9 +345,20 @@ class SubscriptionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, admin.ModelAdmi
     def status_display(self, obj: Subscription) -> SafeString:
         return status_badge(obj)
 
+    @admin.display(description=_("subscription"))
+    def subscription_label(self, obj: Subscription) -> str:
+        """The product and the customer's name (never ``auth.user:4``)."""
+        product = obj.product.name if obj.product is not None else obj.product_remote_id
+        customer = display.customer_label(obj.customer) or obj.customer_remote_id or "-"
+        return _("%(product)s for %(customer)s") % {"product": product, "customer": customer}
+
+    @admin.display(description=_("billing cycle"), ordering="selected_billing_cycle")
+    def cycle_display(self, obj: Subscription) -> str:
+        return display.cycle_label(obj.selected_billing_cycle)
+
     @admin.display(description=_("customer"), ordering="customer__identifier")
     def customer_link(self, obj: Subscription) -> SafeString | str:
-        return admin_link(obj.customer) if obj.customer_id else str(obj.customer_remote_id or "-")
+        return customer_link(obj.customer, obj.customer_remote_id)
 
     @admin.display(description=_("product"), ordering="product__name")
     def product_link(self, obj: Subscription) -> SafeString | str:
@@ -357,7 +385,7 @@ class CheckoutSessionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, admin.ModelA
         "customer_link",
         "product_link",
         "status",
-        "selected_billing_cycle",
+        "cycle_display",
         "selected_currency",
         "expires_at",
         "completed_at",
@@ -365,7 +393,7 @@ class CheckoutSessionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, admin.ModelA
     )
     list_filter = ("status", "sync_state", "action")
     search_fields = ("remote_id", "customer__identifier", "customer__email", "product__name")
-    list_select_related = ("customer", "product")
+    list_select_related = ("customer__subscriber", "product")
     date_hierarchy = "created_at"
     fieldsets = (
         (None, {"fields": ("customer_link", "product_link", "status", "action")}),
@@ -390,7 +418,11 @@ class CheckoutSessionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, admin.ModelA
 
     @admin.display(description=_("customer"), ordering="customer__identifier")
     def customer_link(self, obj: CheckoutSession) -> SafeString | str:
-        return admin_link(obj.customer)
+        return customer_link(obj.customer)
+
+    @admin.display(description=_("billing cycle"), ordering="selected_billing_cycle")
+    def cycle_display(self, obj: CheckoutSession) -> str:
+        return display.cycle_label(obj.selected_billing_cycle)
 
     @admin.display(description=_("product"), ordering="product__name")
     def product_link(self, obj: CheckoutSession) -> SafeString | str:

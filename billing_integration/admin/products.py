@@ -258,8 +258,26 @@ class BillingCycleInline(admin.TabularInline):
         return 1
 
 
+class PriceInlineForm(forms.ModelForm):
+    """A price row: the currency chosen by its code (``BILLING['CURRENCIES']``), never typed
+    as the service's integer id."""
+
+    currency_id = forms.TypedChoiceField(label=_("currency"), coerce=int)
+
+    class Meta:
+        model = Price
+        fields = ("currency_id", "amount")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["currency_id"].choices = [
+            ("", "---------"), *((cid, code) for cid, code in sorted(_currencies().items()))
+        ]
+
+
 class RootPriceInline(admin.TabularInline):
     model = Price
+    form = PriceInlineForm
     formset = RootPriceFormSet
     fk_name = "product"
     fields = ("currency_id", "amount")
@@ -271,6 +289,7 @@ class RootPriceInline(admin.TabularInline):
 class CyclePriceInline(admin.TabularInline):
     model = Price
     fk_name = "cycle"
+    form = PriceInlineForm
     fields = ("currency_id", "amount")
     extra = 1
 

@@ -13,12 +13,13 @@ from django.http import HttpRequest
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
+from .. import display
 from ..models import Invoice, Payment, Refund
-from .mirror import ReadOnlyAdminMixin, admin_link, admin_links, state_badge
+from .mirror import ReadOnlyAdminMixin, admin_link, admin_links, customer_link, state_badge
 
 __all__ = ["InvoiceAdmin", "PaymentAdmin", "RefundAdmin"]
 
-COMMON_LIST = ("remote_id", "status_badge", "amount", "currency", "customer_link",
+COMMON_LIST = ("remote_id", "status_badge", "amount_display", "currency", "customer_link",
                "subscription_link")
 COMMON_SEARCH = ("remote_id", "customer__identifier", "customer__email", "customer_remote_id",
                  "subscription_remote_id")
@@ -30,13 +31,14 @@ class RecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_filter: Any = ("status", "currency")
     search_fields: Any = COMMON_SEARCH
     date_hierarchy = "remote_created"
-    list_select_related: Any = ("customer", "subscription__product", "subscription__customer")
+    list_select_related: Any = ("customer__subscriber", "subscription__product",
+                                "subscription__customer")
     detail_fields: tuple[str, ...] = ()
     link_fields: tuple[str, ...] = ("customer_link", "subscription_link")
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         return (
-            (None, {"fields": ("remote_id", "status_badge", "amount", "currency",
+            (None, {"fields": ("remote_id", "status_badge", "amount_display", "currency",
                                *self.detail_fields)}),
             (_("Related"), {"fields": self.link_fields}),
             (_("Remote"), {"fields": ("remote_created", "remote_updated", "customer_remote_id",
@@ -59,9 +61,14 @@ class RecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         colour = BADGE_COLOURS.get(colour_key)
         return state_badge(colour_key if colour else obj.status, obj.get_status_display())
 
+    @admin.display(description=_("amount"), ordering="amount")
+    def amount_display(self, obj: Any) -> str:
+        """In the currency's minor units, per the active language (never ``5000.0000``)."""
+        return display.format_money(obj.amount, obj.currency) or "-"
+
     @admin.display(description=_("customer"), ordering="customer__identifier")
     def customer_link(self, obj: Any) -> SafeString | str:
-        return admin_link(obj.customer) if obj.customer_id else str(obj.customer_remote_id or "-")
+        return customer_link(obj.customer, obj.customer_remote_id)
 
     @admin.display(description=_("subscription"))
     def subscription_link(self, obj: Any) -> SafeString | str:
@@ -79,7 +86,7 @@ class RecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 @admin.register(Invoice)
 class InvoiceAdmin(RecordAdmin):
     list_display = (*COMMON_LIST, "product_link", "period_start", "period_end")
-    list_select_related = ("customer", "product", "subscription__product",
+    list_select_related = ("customer__subscriber", "product", "subscription__product",
                            "subscription__customer")
     search_fields = (*COMMON_SEARCH, "product__name")
     detail_fields = ("period_start", "period_end")
@@ -96,18 +103,22 @@ class InvoiceAdmin(RecordAdmin):
 
 @admin.register(Payment)
 class PaymentAdmin(RecordAdmin):
-    list_display = (*COMMON_LIST, "product_link", "failure_reason")
+    list_display = (*COMMON_LIST, "product_link", "failure_reason_display")
     list_filter = ("status", "currency", "failure_reason")
-    list_select_related = ("customer", "product", "subscription__product",
+    list_select_related = ("customer__subscriber", "product", "subscription__product",
                            "subscription__customer")
     search_fields = (*COMMON_SEARCH, "invoice_remote_id", "product__name")
-    detail_fields = ("failure_reason",)
+    detail_fields = ("failure_reason_display",)
     link_fields = ("customer_link", "subscription_link", "product_link", "invoice_link",
                    "refunds_links")
 
     @admin.display(description=_("product"), ordering="product__name")
     def product_link(self, obj: Payment) -> SafeString | str:
         return admin_link(obj.product) if obj.product_id else str(obj.product_remote_id or "-")
+
+    @admin.display(description=_("failure reason"), ordering="failure_reason")
+    def failure_reason_display(self, obj: Payment) -> str:
+        return display.failure_reason_label(obj.failure_reason) or "-"
 
     @admin.display(description=_("invoice"))
     def invoice_link(self, obj: Payment) -> SafeString | str:
@@ -122,7 +133,7 @@ class PaymentAdmin(RecordAdmin):
 @admin.register(Refund)
 class RefundAdmin(RecordAdmin):
     list_display = (*COMMON_LIST, "payment_link", "reason")
-    list_select_related = ("customer", "payment", "subscription__product",
+    list_select_related = ("customer__subscriber", "payment", "subscription__product",
                            "subscription__customer")
     search_fields = (*COMMON_SEARCH, "payment_remote_id", "reason")
     detail_fields = ("reason",)

@@ -52,8 +52,11 @@ def table_context(table: Table) -> dict[str, Any]:
         "name": table.name,
         "title": table.title,
         "columns": table.columns,
-        "rows": [[(display(v, c.kind), c.kind) for v, c in zip(row, table.columns, strict=True)]
-                 for row in table.values()],
+        "rows": [
+            [(display(row.get(c.key), c.kind, row.get("currency")), c.kind)
+             for c in table.columns]
+            for row in table.rows
+        ],
     }
 
 

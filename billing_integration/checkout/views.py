@@ -3,7 +3,8 @@
 - ``checkout`` (POST, login required): starts a session and answers 302 to
   ``{CHECKOUT_URL}/checkout/<session_id>`` -- the only place it ever redirects to (a ``next``
   field is kept for the return page's "continue" link, and only if it is a local path).
-  Failures render ``billing_integration/checkout_error.html`` with the error's status (409
+  Failures render ``billing_integration/checkout_error.html`` (extending
+  ``BILLING['BASE_TEMPLATE']``) with the error's status (409
   with a link to ``BILLING['ACCOUNT_URL']`` for a product the subscriber already holds).
 - ``checkout_return`` (GET, login required): pulls the subscriber's subscriptions (at most
   once per ``RETURN_PULL_INTERVAL`` seconds per customer, within
@@ -13,7 +14,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import uuid
 from typing import Any
@@ -21,7 +21,6 @@ from typing import Any
 from django.contrib.auth.decorators import login_required
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -33,6 +32,7 @@ from ..client import get_client
 from ..conf import billing_settings
 from ..exceptions import BillingError
 from ..models import CheckoutSession, Customer, Payment, Subscription
+from ..pages import render_page
 from ..sync.coalesce import note_window, once_per_window, window_note
 from .services import CheckoutError, NoSubscriber, ServiceUnavailable, start_checkout
 
@@ -52,8 +52,11 @@ def account_url() -> str:
     """``BILLING['ACCOUNT_URL']``: a URL name (reversed) or a path."""
     target = str(billing_settings.ACCOUNT_URL or "/")
     if "/" not in target:
-        with contextlib.suppress(NoReverseMatch):
+        try:
             target = reverse(target)
+        except NoReverseMatch:
+            logger.warning("BILLING['ACCOUNT_URL'] %r is no URL name; linking to /", target)
+            target = "/"
     return target
 
 
@@ -66,7 +69,7 @@ def _safe_next(request: HttpRequest, value: str | None) -> str | None:
 
 
 def _error_page(request: HttpRequest, error: CheckoutError) -> HttpResponse:
-    return render(
+    return render_page(
         request,
         ERROR_TEMPLATE,
         {
@@ -211,6 +214,7 @@ def checkout_return(request: HttpRequest) -> HttpResponse:
     if hasattr(request, "session"):
         next_url = _safe_next(request, request.session.get(NEXT_SESSION_KEY))
     context.update(
+        account_url=account_url(),
         refreshed=refreshed,
         next_url=next_url or "/",
         subscriptions=(
@@ -219,4 +223,4 @@ def checkout_return(request: HttpRequest) -> HttpResponse:
             else Subscription.objects.none()
         ),
     )
-    return render(request, RETURN_TEMPLATE, context)
+    return render_page(request, RETURN_TEMPLATE, context)

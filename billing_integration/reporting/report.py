@@ -21,6 +21,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from ..display import format_money
 from ..models import Product
 from . import metrics
 from .metrics import Period
@@ -248,12 +249,16 @@ def _name(products: dict[int, str], product_id: Any) -> str:
     return products.get(product_id, f"#{product_id}")
 
 
-def display(value: Any, kind: str) -> str:
+def display(value: Any, kind: str, currency: str | None = None) -> str:
     """A cell as text for a person (the dashboard and ``billing_report``): ``-`` for None,
-    money with two decimals, a rate in per cent, a local time, thousands separated."""
+    money in its row's currency (its minor units, the active language; two decimals without
+    one), a rate in per cent, a local time, thousands separated. The CSV export keeps plain
+    numbers (``reporting.csv``)."""
     if value is None:
         return "-"
     if kind == "money":
+        if currency:
+            return format_money(value, currency)
         return f"{Decimal(value):,.2f}"
     if kind == "rate":
         return f"{Decimal(value) * 100:.1f}%"

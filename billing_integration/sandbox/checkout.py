@@ -1,9 +1,11 @@
 """The hosted checkout page: ``/checkout/<session_id>``.
 
-GET shows the product, price and cycle with a phone number field; POST ``step=phone`` shows the
-"Confirm with your PIN on your phone" step (a simulated prompt with an "I entered my PIN"
-button); POST ``step=confirm`` pays per the test phone number (see ``ledger``) and shows the
-result, linking (and redirecting after a few seconds) to the sandbox's configured
+GET shows the product, price and cycle with a phone number field; POST ``step=phone``
+answers 303 to ``GET ?step=pin&phone=...``, the "Confirm with your PIN on your phone" step (a
+simulated prompt with an "I entered my PIN" button), so a reload stays on that step instead of
+re-posting or going back; an empty or invalid number answers 400 with the form and a message
+saying what to enter. POST ``step=confirm`` pays per the test phone number (see ``ledger``)
+and shows the result, linking (and redirecting after a few seconds) to the sandbox's configured
 ``return_url`` (``--return-url`` or ``POST /_sandbox/config``), ``{session_id}`` in it replaced
 by the session id. A ``return_url`` parameter on the page is never followed: the configured one
 (as configured, or with the session id filled in) is accepted, any other answers 400, so the
@@ -15,7 +17,7 @@ from __future__ import annotations
 import re
 from html import escape
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 from werkzeug.wrappers import Request, Response
 
@@ -116,13 +118,27 @@ class CheckoutPages:
             f"({escape(cycle)})</span></p>"
         )
         action = f"/checkout/{escape(session_id)}"
-        step = request.form.get("step") if request.method == "POST" else None
-        if step in ("phone", "confirm"):
+        if request.method == "POST":
+            step = request.form.get("step")
             phone = (request.form.get("phone") or "").strip()
+        else:  # the PIN step is a GET (after a redirect): a reload stays on it
+            step = "pin" if request.args.get("step") == "pin" else None
+            phone = (request.args.get("phone") or "").strip()
+        if step in ("phone", "pin", "confirm"):
+            if not phone:
+                return self._phone_form(summary, action,
+                                        "Enter your mobile-money phone number, e.g. 0700000001.",
+                                        400, outcome="missing_phone")
             if not _PHONE.match(phone):
                 return self._phone_form(summary, action,
                                         "Enter a valid mobile-money phone number.", 400)
             if step == "phone":
+                query = {"step": "pin", "phone": phone}
+                if request.values.get("return_url"):
+                    query["return_url"] = request.values["return_url"]
+                return Response(status=303, headers={
+                    "Location": f"/checkout/{session_id}?{urlencode(query)}"})
+            if step == "pin":
                 return page(
                     "Confirm with your PIN on your phone",
                     summary + f"<p>We sent a payment prompt to <strong>{escape(phone)}"
@@ -137,17 +153,17 @@ class CheckoutPages:
         return self._phone_form(summary, action)
 
     def _phone_form(self, summary: str, action: str, error: str = "",
-                    status: int = 200) -> Response:
+                    status: int = 200, outcome: str = "invalid_phone") -> Response:
         err = f'<p class="error">{escape(error)}</p>' if error else ""
         return page(
             "Checkout",
-            summary + err + f"<form method=\"post\" action=\"{action}\">"
+            summary + err + f"<form method=\"post\" action=\"{action}\" novalidate>"
             "<input type=\"hidden\" name=\"step\" value=\"phone\">"
             "<label for=\"phone\">Mobile-money phone number</label>"
             "<input id=\"phone\" name=\"phone\" type=\"tel\" required "
             "placeholder=\"0700000001\">"
             "<button type=\"submit\">Pay</button></form>",
-            status=status, outcome="form" if not error else "invalid_phone",
+            status=status, outcome="form" if not error else outcome,
         )
 
     def _confirm(self, session, phone, summary, action, return_url, back) -> Response:

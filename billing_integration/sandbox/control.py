@@ -10,6 +10,7 @@ sandbox knows it (``BILLING_SANDBOX_WEBHOOK_SECRET``, the start-up printout, or
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from html import escape
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,7 @@ KINDS = ("product", "blueprint", "customer", "subscription", "checkout_session",
          "invoice", "refund", "event")
 
 RULES = [
+    Rule("/", endpoint="index", methods=["GET"]),
     Rule("/_sandbox/", endpoint="dashboard", methods=["GET"]),
     Rule("/_sandbox/health", endpoint="health", methods=["GET"]),
     Rule("/_sandbox/config", endpoint="config", methods=["GET", "POST"]),
@@ -168,7 +170,27 @@ class Control:
             return error_response(404, "not_found", f"No {kind} {obj_id}.")
         return json_response({"data": public(doc)})
 
-    # -- dashboard ---------------------------------------------------------------------------
+    # -- pages for people ----------------------------------------------------------------------
+    def do_index(self, request, body) -> Response:
+        """``/``: what this server is, with links (not a 404)."""
+        base = request.host_url.rstrip("/")
+        html = _html_page(
+            "Billing sandbox",
+            "<p>An offline emulation of the subscription billing service, for development "
+            "and tests. Nothing here is real money.</p><ul>"
+            '<li><a id="dashboard" href="/_sandbox/">Dashboard</a>: objects, event '
+            "deliveries, the sandbox clock</li>"
+            f"<li>API base: <code id=\"api-base\">{escape(base)}/v1/api/billing/</code> "
+            "(a bearer token from <code>/auth/realms/sandbox/protocol/openid-connect/token"
+            "</code>)</li>"
+            "<li>Hosted checkout pages: <code>/checkout/&lt;session id&gt;</code></li>"
+            '<li>Health: <a href="/_sandbox/health">/_sandbox/health</a></li></ul>'
+            "<p class=\"muted\">Docs: <code>docs/sandbox.md</code> in the billing_integration "
+            "repository; test phone numbers 0700000001 (succeeds), 0700000002 (declined), "
+            "0700000003 (insufficient funds).</p>",
+        )
+        return Response(html, mimetype="text/html")
+
     def do_dashboard(self, request, body) -> Response:
         app = self.app
         counts = "".join(
@@ -177,19 +199,61 @@ class Control:
         rows = "".join(
             f"<tr><td>{escape(d['event_type'])}</td><td>{escape(d['status'])}</td>"
             f"<td>{d['attempts']}</td><td>{escape(d['url'])}</td>"
-            f"<td>{escape(json.dumps(d['log'][-1:]))}</td></tr>"
+            f"<td>{escape(_readable_time(d.get('created')))}</td>"
+            f"<td>{escape(_last_attempt(d['log']))}</td></tr>"
             for d in reversed(app.delivery.list(limit=100_000)[-200:])
         )
-        html = (
-            "<!doctype html><html><head><meta charset='utf-8'><title>Billing sandbox</title>"
-            "<style>body{font-family:system-ui,sans-serif;margin:2rem}td,th{border:1px solid "
-            "#ddd;padding:.3rem .6rem;font-size:.9rem}table{border-collapse:collapse}</style>"
-            "</head><body><h1>Billing sandbox</h1>"
-            f"<p>Sandbox time: {escape(app.clock.now_str())} (offset {app.clock.offset}s)</p>"
+        html = _html_page(
+            "Billing sandbox",
+            f"<p>Sandbox time: {escape(_readable_time(app.clock.now()))} "
+            f"(offset {app.clock.offset:g} s)</p>"
             f"<p>Callback: {escape(str(app.config.callback_url))}</p>"
             f"<h2>Objects</h2><table>{counts}</table>"
             "<h2>Deliveries (latest first)</h2><table><tr><th>type</th><th>status</th>"
-            f"<th>attempts</th><th>url</th><th>last attempt</th></tr>{rows}</table>"
-            "</body></html>"
+            "<th>attempts</th><th>url</th><th>created</th><th>last attempt</th></tr>"
+            f"{rows}</table>",
         )
         return Response(html, mimetype="text/html")
+
+
+def _html_page(title: str, body: str) -> str:
+    return (
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        f"<title>{escape(title)}</title>"
+        "<style>body{font-family:system-ui,sans-serif;margin:2rem}td,th{border:1px solid "
+        "#ddd;padding:.3rem .6rem;font-size:.9rem}table{border-collapse:collapse}"
+        ".muted{color:#666}</style>"
+        f"</head><body><h1>{escape(title)}</h1>{body}</body></html>"
+    )
+
+
+def _readable_time(value: Any) -> str:
+    """An epoch number, ISO string or datetime as ``2026-11-23 12:00:05 UTC``; ``-`` for none."""
+    if value is None or value == "":
+        return "-"
+    try:
+        if isinstance(value, datetime):
+            moment = value
+        elif isinstance(value, (int, float)):
+            moment = datetime.fromtimestamp(float(value), UTC)
+        else:
+            moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except (ValueError, OverflowError, OSError):
+        return str(value)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _last_attempt(log: list[dict[str, Any]]) -> str:
+    """The last delivery attempt for a person: when, the answer, how long it took."""
+    if not log:
+        return "not attempted yet"
+    last = log[-1]
+    answer = f"HTTP {last['status_code']}" if last.get("status_code") else "no answer"
+    if last.get("error") and not last.get("status_code"):
+        answer = str(last["error"])
+    took = last.get("duration")
+    took_text = f", {float(took) * 1000:.0f} ms" if isinstance(took, (int, float)) else ""
+    when = _readable_time(last.get("at"))
+    return f"#{last.get('attempt', len(log))} at {when}: {answer}{took_text}"

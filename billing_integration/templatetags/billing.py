@@ -8,7 +8,10 @@ Checkout button (a POST form with CSRF to the ``billing_integration:checkout`` v
 ``product`` is a ``Product`` (or its pk / remote id / name); ``cycle`` a ``BillingCycle`` or its
 code (optional when the product has one cycle, ignored for one-time products); ``currency`` a
 code or an integer id (optional: the product's first priced currency). ``next`` is a local
-path for the "continue" link of the return page. A product that is not published renders a
+path for the "continue" link of the return page. ``label`` may name ``{price}`` and
+``{cycle}`` (``label="Subscribe for {price}, {cycle}"``): the price for that cycle and
+currency, formatted per the active language (``billing_integration.display``), and the
+cycle's label ("Monthly"). A product that is not published renders a
 short "not available" paragraph instead of the form; a product the request's subscriber
 already holds (an active subscription, unless ``BILLING['MULTIPLE_PURCHASE_PRODUCTS']`` names
 it) renders "Current plan" (``current_label``) instead of the form.
@@ -31,6 +34,16 @@ Access by feature (``access.has_feature``: the request's cache, one query per re
     {% if user|has_feature:"sso" %}...{% endif %}           {# or request|has_feature:"sso" #}
     {{ user|feature_limit:"seats" }}                         {# 5, or None #}
     {% if_feature "sso" %}SSO settings{% else %}upgrade{% endif_feature %}
+
+Display (``billing_integration.display``; the active language's formatting)::
+
+    {{ price.amount|money:"XOF" }}           {# "XOF 5,000"; "5 000 XOF" in French #}
+    {{ payment.amount|money:payment.currency }}
+    {{ price.currency_id|currency_code }}    {# the service's integer id -> "XOF" #}
+    {{ price|price_label }}                  {# a Price: amount in its currency #}
+    {{ "months-3"|cycle_label }}             {# "Every 3 months" #}
+    {{ subscription|status_label }}          {# "Active", "Lapsed", "Canceled", ... #}
+    {{ payment.failure_reason|failure_reason }}
 """
 
 from __future__ import annotations
@@ -41,9 +54,11 @@ from django import template
 from django.urls import reverse
 from django.utils.translation import gettext
 
+from .. import display
 from ..access import get_subscriber, resolve_product, subscribed
 from ..checkout.services import allows_multiple_purchases
 from ..conf import billing_settings
+from ..exceptions import BillingConfigurationError
 from ..models import BillingCycle, Product, ProductStatus
 
 register = template.Library()
@@ -63,10 +78,10 @@ def billing_checkout_button(
     product: Any,
     cycle: Any = None,
     currency: Any = None,
-    label: str = "Subscribe",
+    label: str | None = None,
     next: str | None = None,  # the form field's name
     css_class: str = "",
-    unavailable_label: str = "Not available",
+    unavailable_label: str | None = None,
     current_label: str | None = None,
 ) -> dict[str, Any]:
     """A POST form (with ``{% csrf_token %}``) to the checkout view; "Current plan" for a
@@ -83,6 +98,9 @@ def billing_checkout_button(
         and not allows_multiple_purchases(resolved)
         and subscribed(_request_subscriber(context), resolved)
     )
+    label = label or gettext("Subscribe")
+    if "{price}" in label or "{cycle}" in label:
+        label = _label_with_price(label, resolved, cycle, currency)
     return {
         "held": held,
         "current_label": current_label or gettext("Current plan"),
@@ -94,9 +112,33 @@ def billing_checkout_button(
         "label": label,
         "next": next or "",
         "css_class": css_class,
-        "unavailable_label": unavailable_label,
+        "unavailable_label": unavailable_label or gettext("Not available"),
         "csrf_token": context.get("csrf_token"),
     }
+
+
+def _label_with_price(label: str, product: Product | None, cycle: Any, currency: Any) -> str:
+    """``label`` with ``{price}`` and ``{cycle}`` filled in (empty when not found)."""
+    price_text = ""
+    if product is not None:
+        try:
+            currency_id = billing_settings.currency_id(currency) if currency else None
+        except BillingConfigurationError:
+            currency_id = None
+        for candidate in product.cycles.all():
+            if cycle and candidate.code != cycle:
+                continue
+            for price in candidate.prices.all():
+                if currency_id is None or price.currency_id == currency_id:
+                    price_text = display.format_money(
+                        price.amount, billing_settings.CURRENCIES.get(price.currency_id, "")
+                    )
+                    break
+            if price_text:
+                break
+    return label.replace("{price}", price_text).replace(
+        "{cycle}", display.cycle_label(cycle) if cycle else ""
+    )
 
 
 @register.filter
@@ -209,3 +251,51 @@ def do_if_feature(parser: template.base.Parser, token: template.base.Token) -> I
     else:
         no = template.NodeList()
     return IfFeatureNode(feature, yes, no)
+
+# --- display ------------------------------------------------------------------------------------
+@register.filter
+def currency_code(value: Any) -> str:
+    """``{{ price.currency_id|currency_code }}``: the ISO code of one of the service's integer
+    currency ids (``BILLING['CURRENCIES']``); a code is returned upper-cased."""
+    if value is None or value == "":
+        return ""
+    if isinstance(value, int) or (isinstance(value, str) and value.isascii() and value.isdigit()):
+        try:
+            return billing_settings.currency_code(value)
+        except BillingConfigurationError:
+            return str(value)
+    return str(value).upper()
+
+
+@register.filter
+def money(amount: Any, currency: Any) -> str:
+    """``{{ amount|money:"XOF" }}``: the amount in the currency (a code or the service's
+    integer id), in its minor units, per the active language."""
+    return display.format_money(amount, currency_code(currency))
+
+
+@register.filter
+def price_label(price: Any) -> str:
+    """``{{ price|price_label }}``: a ``Price`` (amount and integer currency id) formatted."""
+    if price is None or price == "":
+        return ""
+    return display.format_money(price.amount, currency_code(price.currency_id))
+
+
+@register.filter
+def cycle_label(cycle: Any) -> str:
+    """``{{ "months-1"|cycle_label }}`` -> "Monthly" (a code or a ``BillingCycle``)."""
+    return display.cycle_label(cycle)
+
+
+@register.filter
+def status_label(value: Any) -> str:
+    """``{{ subscription|status_label }}`` (or a status string) -> "Active", "Canceled",
+    "Unknown status", ..."""
+    return display.status_label(value)
+
+
+@register.filter
+def failure_reason(reason: Any) -> str:
+    """``{{ payment.failure_reason|failure_reason }}`` -> "Insufficient funds", ..."""
+    return display.failure_reason_label(reason)

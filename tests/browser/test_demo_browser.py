@@ -233,6 +233,8 @@ def test_admin_publishes_user_subscribes_declined_user_does_not(
     assert pay(page, SUCCESS_PHONE, shots, "alice") == "success"
     page.goto(page.get_attribute("#return", "href"))  # (the page also redirects after 3 s)
     page.wait_for_selector("[data-outcome='active']")
+    assert page.is_visible("header a.brand")  # the site's layout (BILLING['BASE_TEMPLATE'])
+    assert "(Monthly)" in page.inner_text("main")
     shots(page, "alice-returned")
     page.click("text=Continue")
     page.wait_for_url(f"{base}/members/")
@@ -240,8 +242,29 @@ def test_admin_publishes_user_subscribes_declined_user_does_not(
     assert name in page.inner_text("main")
     shots(page, "alice-members")
     page.goto(f"{base}/account/")
-    page.wait_for_selector("#payments td:text-is('completed')")
+    page.wait_for_selector("#billing-payments td:text-is('Completed')")
+    assert "XOF\xa07,500" in page.inner_text("#billing-payments")
+    assert "Active" in page.inner_text("#billing-subscriptions")
     shots(page, "alice-account")
+    # buying the held plan again (a forged form: the pricing page shows "Current plan"): 409
+    page.evaluate(
+        """([pk]) => {
+            const form = document.createElement("form");
+            form.method = "post"; form.action = "/billing/checkout/";
+            const fields = {csrfmiddlewaretoken: document.cookie.match(/csrftoken=([^;]+)/)[1],
+                            product: pk, cycle: "months-1", currency: "XOF"};
+            for (const [name, value] of Object.entries(fields)) {
+                const input = document.createElement("input");
+                input.type = "hidden"; input.name = name; input.value = value;
+                form.appendChild(input);
+            }
+            document.body.appendChild(form); form.submit();
+        }""",
+        [str(product.pk)],
+    )
+    page.wait_for_selector("[data-error-code='already_subscribed']")
+    assert page.is_visible("header a.brand")
+    shots(page, "alice-already-subscribed")
     page.context.close()
 
     alice = get_user_model().objects.get(username=alice_name)
@@ -267,6 +290,10 @@ def test_admin_publishes_user_subscribes_declined_user_does_not(
     assert page.is_visible("#subscription-required")
     assert not page.is_visible("#members-only")
     shots(page, "bob-refused")
+    page.goto(f"{base}/account/")
+    page.wait_for_selector("#billing-payments td:text-is('Declined')")
+    assert page.is_visible("#billing-payments form.billing-pay-again button")
+    shots(page, "bob-account")
     page.context.close()
 
     bob = get_user_model().objects.get(username=bob_name)
@@ -281,4 +308,4 @@ def test_admin_publishes_user_subscribes_declined_user_does_not(
     assert [e["data"]["failure_reason"] for e in failed] == ["declined"]
 
     names = [p.name for p in shots.taken]
-    assert len(names) == 19 and all(p.stat().st_size > 1000 for p in shots.taken), names
+    assert len(names) == 21 and all(p.stat().st_size > 1000 for p in shots.taken), names

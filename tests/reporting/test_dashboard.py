@@ -48,8 +48,9 @@ def test_dashboard_renders_charts_and_numbers(staff, world, pinned):
     html = response.content.decode()
     assert html.count("class=\"billing-chart\"") == 10  # 5 charts for each of XOF and USD
     assert "MRR (XOF)" in html and "Payments (USD)" in html
-    assert "14,500.00" in html  # XOF MRR in the tables
-    assert "14500.00 XOF" in html  # ... and beside the charts
+    assert "<td class=\"num\">XOF\xa014,500</td>" in html  # XOF MRR in the tables, no minor units
+    assert '<strong class="kpi-mrr">XOF\xa014,500</strong>' in html  # ... and beside the charts
+    assert "14500.00" not in html
     assert "25.0%" in html  # XOF churn of 2025-04
     assert 'id="table-at_risk"' in html and "Customers at risk (3)" in html
     for name in ("overview", "monthly", "monthly_by_product", "customers", "at_risk"):

@@ -1,0 +1,2 @@
+"""The customer's billing page: ``billing_integration:account`` (``account/`` under the
+app's URLs). See ``views``."""

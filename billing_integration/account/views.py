@@ -1,0 +1,199 @@
+"""The customer's billing page (login required): subscriptions, payments, invoices, refunds.
+
+``account`` renders ``billing_integration/account.html`` (extending
+``BILLING['BASE_TEMPLATE']``; override the template in your project to change it) for the
+request's subscriber (``access.get_subscriber``: the user, or a team through
+``BILLING['SUBSCRIBER_RESOLVER']``):
+
+- each subscription with its human status, its price (the product's cycle price in the
+  subscription's currency), its cycle and, while it grants access, its next billing date;
+- payments (with the failure reason of a failed one), invoices and refunds, newest first;
+- **pay again** for the latest failed or canceled payment of a product the subscriber does
+  *not* hold now: a POST form to the checkout view for the same product, cycle and
+  currency. A product still held (its subscription still grants access although a renewal
+  payment failed) gets no pay-again button: the one-purchase rule stands (a new checkout
+  would be a second purchase and is refused with 409); the service retries the renewal, and
+  the page says access continues until the period ends;
+- a lapsed subscription (no longer granting access, product not held through another)
+  links to ``BILLING['PRICING_URL']`` (default ``SUBSCRIPTION_REQUIRED_URL``).
+
+A constant number of queries per page, whatever the number of records.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.db.models import Prefetch
+from django.http import HttpRequest, HttpResponse
+from django.urls import NoReverseMatch, reverse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+
+from ..access import get_subscriber
+from ..checkout.services import allows_multiple_purchases
+from ..conf import billing_settings
+from ..exceptions import BillingConfigurationError
+from ..models import (
+    BillingCycle,
+    CheckoutSession,
+    Customer,
+    Invoice,
+    Payment,
+    Price,
+    ProductStatus,
+    Refund,
+    Subscription,
+)
+from ..pages import render_page
+
+__all__ = ["ACCOUNT_TEMPLATE", "account", "pricing_url"]
+
+ACCOUNT_TEMPLATE = "billing_integration/account.html"
+#: Payment statuses a customer may pay again for.
+PAY_AGAIN_STATUSES = ("failed", "canceled")
+
+
+def _url(target: str) -> str:
+    if "/" not in target:
+        try:
+            return reverse(target)
+        except NoReverseMatch:
+            return "/"
+    return target
+
+
+def pricing_url() -> str:
+    """``BILLING['PRICING_URL']`` (default ``SUBSCRIPTION_REQUIRED_URL``): a URL name or a
+    path, where a customer chooses a plan."""
+    return _url(
+        str(billing_settings.PRICING_URL or billing_settings.SUBSCRIPTION_REQUIRED_URL or "/")
+    )
+
+
+def _price_of(sub: Subscription) -> Price | None:
+    """The product's price for the subscription's cycle and currency (prefetched)."""
+    if sub.product is None or not sub.selected_billing_cycle or not sub.selected_currency:
+        return None
+    try:
+        currency_id = billing_settings.currency_id(sub.selected_currency)
+    except BillingConfigurationError:
+        return None
+    for cycle in sub.product.cycles.all():
+        if cycle.code == sub.selected_billing_cycle:
+            for price in cycle.prices.all():
+                if price.currency_id == currency_id:
+                    return price
+    return None
+
+
+def _pay_again(
+    payments: list[Payment], held: set[int], cycles: dict[int, str]
+) -> dict[int, dict[str, str]]:
+    """Payment pk -> the checkout form's fields, for the latest failed payment of each
+    product that is published and not held now (``payments`` newest first)."""
+    offers: dict[int, dict[str, str]] = {}
+    seen: set[int] = set()
+    for payment in payments:
+        product = payment.product
+        if product is None or product.pk in seen:
+            continue
+        seen.add(product.pk)  # only the latest payment of a product counts
+        if payment.status not in PAY_AGAIN_STATUSES:
+            continue
+        if product.status != ProductStatus.PUBLISHED:
+            continue
+        if product.pk in held and not allows_multiple_purchases(product):
+            continue
+        cycle = ""
+        if payment.subscription is not None:
+            cycle = payment.subscription.selected_billing_cycle
+        offers[payment.pk] = {
+            "cycle": "" if product.is_one_time else (cycle or cycles.get(product.pk, "")),
+            "currency": payment.currency,
+        }
+    return offers
+
+
+@never_cache
+@login_required
+@require_GET
+def account(request: HttpRequest) -> HttpResponse:
+    """The billing page of the request's subscriber."""
+    subscriber = get_subscriber(request)
+    customer = (
+        Customer.objects.filter(subscriber=subscriber).first() if subscriber is not None else None
+    )
+    subscriptions: list[Subscription] = []
+    payments: list[Payment] = []
+    invoices: list[Invoice] = []
+    refunds: list[Refund] = []
+    if customer is not None:
+        cycles = Prefetch(
+            "product__cycles",
+            queryset=BillingCycle.objects.prefetch_related("prices"),
+        )
+        subscriptions = list(
+            Subscription.objects.for_customer(customer)
+            .select_related("product")
+            .prefetch_related(cycles)
+            .order_by("-created_at", "-pk")
+        )
+        payments = list(
+            Payment.objects.filter(customer=customer)
+            .select_related("product", "subscription")
+            .order_by("-remote_created", "-id")
+        )
+        invoices = list(
+            Invoice.objects.filter(customer=customer)
+            .select_related("product")
+            .order_by("-remote_created", "-id")
+        )
+        refunds = list(
+            Refund.objects.filter(customer=customer)
+            .select_related("payment")
+            .order_by("-remote_created", "-id")
+        )
+    held = {s.product_id for s in subscriptions if s.product_id and s.is_active}
+    # the cycle of a payment without a subscription: the latest subscription or checkout
+    # session of its product (none needed for a product with one cycle)
+    cycles: dict[int, str] = {}
+    if customer is not None:
+        for product_id, cycle in (
+            CheckoutSession.objects.filter(customer=customer, product__isnull=False)
+            .exclude(selected_billing_cycle="")
+            .order_by("created_at", "pk")
+            .values_list("product_id", "selected_billing_cycle")
+        ):
+            cycles[product_id] = cycle
+    for sub in reversed(subscriptions):  # oldest first: the latest wins
+        if sub.product_id and sub.selected_billing_cycle:
+            cycles[sub.product_id] = sub.selected_billing_cycle
+    offers = _pay_again(payments, held, cycles)
+    rows = []
+    for sub in subscriptions:
+        active = sub.is_active
+        rows.append(
+            {
+                "subscription": sub,
+                "active": active,
+                "price": _price_of(sub),
+                "lapsed": not active and sub.product_id not in held,
+            }
+        )
+    payment_rows = [{"payment": p, "pay_again": offers.get(p.pk)} for p in payments]
+    return render_page(
+        request,
+        ACCOUNT_TEMPLATE,
+        {
+            "customer": customer,
+            "subscriber": subscriber,
+            "subscription_rows": rows,
+            "payment_rows": payment_rows,
+            "invoices": invoices,
+            "refunds": refunds,
+            "any_lapsed": any(r["lapsed"] for r in rows),
+            "pricing_url": pricing_url(),
+            "checkout_action": reverse("billing_integration:checkout"),
+            "account_path": request.path,
+        },
+    )

@@ -1,0 +1,182 @@
+"""What people read: human labels for billing cycles and statuses, and money per currency.
+
+One module for every page (templates through ``{% load billing %}``, the admin, the
+reports) so the same value always reads the same::
+
+    cycle_label("months-1")            # "Monthly"
+    cycle_label("months-3")            # "Every 3 months"
+    status_label(subscription)         # "Active", "Lapsed", "Canceled", "Unknown status", ...
+    format_money(Decimal("5000.0000"), "XOF")              # "XOF 5,000"  (en)
+    format_money(Decimal("5000.0000"), "XOF", locale="fr")  # "5 000 XOF"
+
+Money uses Babel's currency data: the amount is rounded to the currency's real minor units
+(XOF has none, USD two) and laid out per the locale (grouping, decimal sign, where the
+currency goes). The currency is shown by its ISO code, never a symbol, so "$" can never be
+read as the wrong dollar. The locale is the active Django language
+(``django.utils.translation.get_language()``), ``"en"`` when it has none or Babel does not
+know it. Machine outputs (CSV exports, the API) keep plain numbers and never use this module.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+from functools import lru_cache
+from typing import Any
+
+from babel import Locale, UnknownLocaleError
+from babel.numbers import format_currency, format_decimal, get_currency_precision
+from django.utils.translation import get_language, gettext, ngettext, pgettext, to_locale
+
+__all__ = [
+    "babel_locale",
+    "currency_precision",
+    "customer_label",
+    "cycle_label",
+    "failure_reason_label",
+    "format_money",
+    "status_label",
+]
+
+_CYCLE = re.compile(r"^(?P<unit>[a-z]+)-(?P<frequency>[0-9]+)$")
+FALLBACK_LOCALE = "en"
+
+
+@lru_cache(maxsize=32)
+def _parse_locale(name: str) -> Locale:
+    try:
+        return Locale.parse(name)
+    except (UnknownLocaleError, ValueError, TypeError):
+        return Locale.parse(FALLBACK_LOCALE)
+
+
+def babel_locale(locale: str | Locale | None = None) -> Locale:
+    """``locale`` (a Babel locale or a name such as ``"fr"``, ``"fr_FR"`` or ``"fr-fr"``),
+    else the active Django language; ``"en"`` for one Babel does not know."""
+    if isinstance(locale, Locale):
+        return locale
+    name = locale or get_language() or FALLBACK_LOCALE
+    return _parse_locale(to_locale(str(name)))
+
+
+def currency_precision(currency_code: str) -> int:
+    """The currency's minor units (XOF 0, USD 2, ...), per Babel's currency data."""
+    return int(get_currency_precision(str(currency_code).upper()))
+
+
+@lru_cache(maxsize=64)
+def _code_pattern(locale: Locale) -> str:
+    """The locale's standard currency pattern with the ISO code (``¤¤``) in place of the
+    symbol, separated from the digits by a no-break space."""
+    pattern = locale.currency_formats["standard"].pattern.split(";")[0]
+    pattern = pattern.replace("¤", "¤¤")
+    pattern = re.sub(r"¤¤(?=[#0,.])", "¤¤\u00a0", pattern)
+    return re.sub(r"(?<=[#0])¤¤", "\u00a0¤¤", pattern)
+
+
+def format_money(amount: Any, currency_code: str | None, locale: str | Locale | None = None) -> str:
+    """``amount`` in ``currency_code`` for a person: rounded to the currency's minor units,
+    grouped per ``locale`` (default: the active language), with the ISO code. ``""`` for no
+    amount; an amount that is not a number is returned as text, unchanged."""
+    if amount is None or amount == "":
+        return ""
+    try:
+        value = Decimal(str(amount))
+    except (InvalidOperation, ValueError):
+        return str(amount)
+    loc = babel_locale(locale)
+    code = str(currency_code or "").strip().upper()
+    if not code:
+        return format_decimal(value, locale=loc)
+    return format_currency(value, code, format=_code_pattern(loc), locale=loc, currency_digits=True)
+
+
+def cycle_label(cycle: Any) -> str:
+    """``"months-1"`` -> "Monthly", ``"months-3"`` -> "Every 3 months", ``"years-1"`` ->
+    "Yearly", ``"years-2"`` -> "Every 2 years"; "One-time" for no cycle. A ``BillingCycle``
+    is read by its code; a value of another form is returned unchanged."""
+    code = getattr(cycle, "code", cycle)
+    if not code:
+        return gettext("One-time")
+    match = _CYCLE.match(str(code).strip().lower())
+    if match is None:
+        return str(code)
+    unit, n = match["unit"], int(match["frequency"])
+    if unit == "months":
+        if n == 1:
+            return gettext("Monthly")
+        return ngettext("Every %(n)d month", "Every %(n)d months", n) % {"n": n}
+    if unit == "years":
+        if n == 1:
+            return gettext("Yearly")
+        return ngettext("Every %(n)d year", "Every %(n)d years", n) % {"n": n}
+    return str(code)
+
+
+def _subscription_statuses() -> dict[str, str]:
+    return {
+        "canceled": pgettext("subscription status", "Canceled"),
+        "cancelled": pgettext("subscription status", "Canceled"),
+        "paused": pgettext("subscription status", "Paused"),
+        "ended": pgettext("subscription status", "Ended"),
+        "expired": pgettext("subscription status", "Expired"),
+        "detached": pgettext("subscription status", "Detached"),
+    }
+
+
+def status_label(value: Any) -> str:
+    """A subscription's status for a person.
+
+    Given a ``Subscription``: "Active" when it grants access now (the active rule),
+    "Lapsed" when its status is an active one but its period is over; otherwise as for a
+    status string: an active status (``BILLING['ACTIVE_STATUSES']``) -> "Active", a known
+    inactive one -> "Canceled", "Paused", ..., anything else (empty included) -> "Unknown
+    status". Never the raw value, so "published" never reaches a customer.
+    """
+    from .models.subscriptions import active_statuses
+
+    status = getattr(value, "status", value)
+    status = str(status or "").strip().lower()
+    if status in active_statuses():
+        if hasattr(value, "is_active") and not value.is_active:
+            return pgettext("subscription status", "Lapsed")
+        return pgettext("subscription status", "Active")
+    known = _subscription_statuses().get(status)
+    return known if known is not None else gettext("Unknown status")
+
+
+def failure_reason_label(reason: str | None) -> str:
+    """A payment's ``failure_reason`` for a person ("Insufficient funds", "Declined", ...);
+    an unknown reason is shown with its underscores as spaces; ``""`` for none."""
+    reason = str(reason or "").strip()
+    if not reason:
+        return ""
+    known = {
+        "insufficient_funds": gettext("Insufficient funds"),
+        "declined": gettext("Declined"),
+        "expired": gettext("Expired before confirmation"),
+        "canceled": gettext("Canceled"),
+        "timeout": gettext("No confirmation in time"),
+    }
+    return known.get(reason.lower(), reason.replace("_", " ").capitalize())
+
+
+def customer_label(customer: Any) -> str:
+    """A customer as a person reads it: its name, else its subscriber's (a user's full name
+    or username, ``str()`` of a team), else its e-mail, else its identifier. Reads
+    ``customer.subscriber``: select it with the customer in lists."""
+    if customer is None:
+        return ""
+    name = f"{customer.first_name} {customer.last_name}".strip()
+    if name:
+        return name
+    subscriber = customer.subscriber if customer.subscriber_id is not None else None
+    if subscriber is not None:
+        full_name = getattr(subscriber, "get_full_name", None)
+        text = (full_name() if callable(full_name) else "") or ""
+        if not text.strip():
+            username = getattr(subscriber, "get_username", None)
+            text = username() if callable(username) else str(subscriber)
+        if text and text.strip():
+            return text.strip()
+    return customer.email or customer.identifier

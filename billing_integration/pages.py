@@ -1,0 +1,34 @@
+"""Rendering of the app's own pages (checkout return and errors, the billing page).
+
+Every page template extends ``BILLING['BASE_TEMPLATE']`` (default: the app's minimal
+``billing_integration/base.html``) through the context variable ``billing_base_template``,
+so a host project's pages and the billing pages share one layout. The base template must
+define the blocks ``title`` and ``content``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from .conf import billing_settings
+
+__all__ = ["base_template", "render_page"]
+
+DEFAULT_BASE_TEMPLATE = "billing_integration/base.html"
+
+
+def base_template() -> str:
+    """``BILLING['BASE_TEMPLATE']``, or the app's own base when it is empty."""
+    return str(billing_settings.BASE_TEMPLATE or DEFAULT_BASE_TEMPLATE)
+
+
+def render_page(
+    request: HttpRequest, template: str, context: dict[str, Any], status: int = 200
+) -> HttpResponse:
+    """``render`` with ``billing_base_template`` in the context."""
+    return render(
+        request, template, {"billing_base_template": base_template(), **context}, status=status
+    )

@@ -1,0 +1,181 @@
+"""The customer's billing page (issue 16): billing_integration:account, in the site's layout."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from decimal import Decimal
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from billing_integration.models import CheckoutSession, Payment
+
+from .conftest import customer_of, invoice, payment, refund, subscription
+
+pytestmark = pytest.mark.django_db
+
+URL = "/billing/account/"
+
+
+def section(html: str, table_id: str) -> str:
+    return html.split(f'<table id="{table_id}">')[1].split("</table>")[0]
+
+
+def text(html: str) -> str:
+    """Tags out, whitespace (no-break spaces included) collapsed."""
+    return " ".join(re.sub(r"<[^>]+>", " ", html).replace("\u202f", " ").split())
+
+
+def forms(html: str) -> list[dict[str, str]]:
+    out = []
+    for match in re.finditer(r'<form method="post" action="([^"]+)"[^>]*>(.*?)</form>', html, re.S):
+        action, body = match.groups()
+        fields = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', body))
+        fields.pop("csrfmiddlewaretoken", None)
+        out.append({"action": action, **fields})
+    return out
+
+
+def test_login_required(client) -> None:
+    answer = client.get(URL)
+    assert answer.status_code == 302 and "/accounts/login/" in answer["Location"]
+    assert reverse("billing_integration:account") == URL
+
+
+def test_every_record_type_shown_humanly_in_the_sites_layout(client, demo, seeded) -> None:
+    starter, pro = seeded["Starter"], seeded["Pro"]
+    active = subscription(demo, starter, cycle="months-1", currency="XOF")
+    lapsed = subscription(demo, pro, lapsed=True, cycle="years-1", currency="USD")
+    paid = payment(active, "completed", "5000.0000", "XOF", minutes_ago=5)
+    payment(lapsed, "failed", "250", "USD", reason="insufficient_funds")
+    invoice(active, "5000", "XOF")
+    refund(paid, "1000")
+    client.force_login(demo)
+    answer = client.get(URL)
+    assert answer.status_code == 200
+    html = answer.content.decode()
+    assert "Acme Cloud" in html and 'href="/pricing/"' in html  # BASE_TEMPLATE: the site's nav
+
+    subs = text(section(html, "billing-subscriptions"))
+    assert "Starter Active XOF 5,000 Monthly" in subs
+    assert "Pro Lapsed USD 250.00 Yearly Choose a plan" in subs
+    assert "published" not in subs and "months-1" not in subs
+    assert 'id="billing-lapsed"' in html and 'class="billing-choose-plan" href="/pricing/"' in html
+
+    pays = text(section(html, "billing-payments"))
+    assert "Starter XOF 5,000 Completed" in pays
+    assert "Pro USD 250.00 Failed Insufficient funds" in pays
+    assert "5000.0000" not in html
+    assert "XOF 1,000 Approved duplicate charge" in text(section(html, "billing-refunds"))
+    assert "Starter" in text(section(html, "billing-invoices"))
+    assert "XOF 5,000 Paid" in text(section(html, "billing-invoices"))
+
+
+def test_pay_again_for_a_lapsed_product_posts_to_checkout(client, demo, seeded) -> None:
+    pro = seeded["Pro"]
+    lapsed = subscription(demo, pro, lapsed=True, cycle="years-1", currency="USD")
+    payment(lapsed, "failed", "250", "USD", reason="declined", minutes_ago=10)
+    latest = payment(lapsed, "failed", "250", "USD", reason="insufficient_funds")
+    client.force_login(demo)
+    html = client.get(URL).content.decode()
+    found = forms(section(html, "billing-payments"))
+    # one form: the latest failed payment of the product, same product, cycle and currency
+    assert found == [
+        {
+            "action": "/billing/checkout/",
+            "product": str(pro.pk),
+            "cycle": "years-1",
+            "currency": "USD",
+            "next": URL,
+        }
+    ]
+    row = section(html, "billing-payments").split(f'data-payment="{latest.pk}"')[1]
+    assert "Pay again" in row.split("</tr>")[0]
+
+
+def test_pay_again_without_a_subscription_takes_the_checkouts_cycle(client, demo, seeded) -> None:
+    """A first payment that failed left no subscription: the form carries the cycle of the
+    customer's checkout session for that product (Pro has two cycles, so one is needed)."""
+    pro = seeded["Pro"]
+    customer = customer_of(demo)
+    CheckoutSession.objects.create(
+        customer=customer,
+        product=pro,
+        remote_id=uuid.uuid4(),
+        selected_billing_cycle="years-1",
+        selected_currency=1,
+    )
+    Payment.objects.create(
+        remote_id=uuid.uuid4(),
+        status="failed",
+        amount=Decimal("150000"),
+        currency="XOF",
+        customer=customer,
+        product=pro,
+        failure_reason="declined",
+        remote_created=timezone.now(),
+    )
+    client.force_login(demo)
+    html = client.get(URL).content.decode()
+    assert forms(section(html, "billing-payments")) == [
+        {
+            "action": "/billing/checkout/",
+            "product": str(pro.pk),
+            "cycle": "years-1",
+            "currency": "XOF",
+            "next": URL,
+        }
+    ]
+    assert "XOF 150,000 Failed Declined Pay again" in text(section(html, "billing-payments"))
+
+
+def test_no_pay_again_while_the_product_is_still_held(client, demo, seeded) -> None:
+    """A renewal that failed while the subscription still grants access: buying again would
+    be a second purchase (refused 409), so the page says access continues instead."""
+    starter = seeded["Starter"]
+    held = subscription(demo, starter, last_payment_status="failed")
+    payment(held, "failed", "5000", "XOF", reason="declined")
+    client.force_login(demo)
+    html = client.get(URL).content.decode()
+    assert forms(section(html, "billing-payments")) == []
+    assert "your access continues until" in text(section(html, "billing-subscriptions"))
+    assert 'id="billing-lapsed"' not in html
+
+
+def test_no_subscription_links_to_pricing(client, demo) -> None:
+    client.force_login(demo)
+    html = client.get(URL).content.decode()
+    assert "No subscription yet." in html and 'href="/pricing/"' in html
+
+
+def _fill(user, products, n: int) -> None:
+    for i in range(n):
+        product = products[["Starter", "Pro", "Team"][i % 3]]
+        sub = subscription(user, product, lapsed=bool(i % 2))
+        pay = payment(sub, "failed" if i % 2 else "completed", "5000", "XOF", minutes_ago=i)
+        invoice(sub, "5000", "XOF")
+        refund(pay, "100")
+
+
+@pytest.mark.parametrize("size", [1, 6])
+def test_a_constant_number_of_queries(
+    client, demo, seeded, django_assert_num_queries, size: int
+) -> None:
+    _fill(demo, seeded, size)
+    client.force_login(demo)
+    client.get(URL)  # warm caches (content types, sessions)
+    # session, user, customer, subscriptions (+ cycles, prices), payments, invoices, refunds,
+    # checkout sessions (the cycle of a payment without a subscription)
+    with django_assert_num_queries(10):
+        assert client.get(URL).status_code == 200
+
+
+def test_the_example_projects_account_page_is_the_apps(client, demo, seeded) -> None:
+    subscription(demo, seeded["Starter"])
+    client.force_login(demo)
+    html = client.get("/account/").content.decode()
+    assert '<table id="billing-subscriptions">' in html
+    nav = client.get("/").content.decode().split("</nav>")[0]
+    assert 'href="/account/"' in nav

@@ -1,0 +1,120 @@
+"""The app's pages in the site's layout (BILLING['BASE_TEMPLATE']), with human labels and
+money per currency (issue 14)."""
+
+from __future__ import annotations
+
+import uuid
+from decimal import Decimal
+
+import pytest
+from django.template import Context, Template
+from django.test import RequestFactory
+from django.utils import translation
+
+from billing_integration import display
+from billing_integration.checkout import views as checkout_views
+from billing_integration.checkout.services import ServiceUnavailable
+from billing_integration.models import Product
+
+from .conftest import subscription
+from .test_account import text
+
+pytestmark = pytest.mark.django_db
+
+SITE_NAV = '<a class="brand" href="/">Acme Cloud</a>'
+
+
+def test_money_per_currency_and_language() -> None:
+    with translation.override("en"):
+        assert display.format_money(Decimal("5000.0000"), "XOF") == "XOF\xa05,000"
+        assert display.format_money(Decimal("9"), "usd") == "USD\xa09.00"
+        assert display.format_money(Decimal("1234.5"), "EUR") == "EUR\xa01,234.50"
+        assert display.format_money(None, "XOF") == ""
+    with translation.override("fr"):
+        assert display.format_money(Decimal("5000.0000"), "XOF") == "5\u202f000\xa0XOF"
+        assert display.format_money(Decimal("9"), "USD") == "9,00\xa0USD"
+    assert display.format_money("5000", "XOF", locale="fr-fr") == "5\u202f000\xa0XOF"
+    assert display.format_money("5000", "XOF", locale="zz-qq") == "XOF\xa05,000"  # "en"
+    assert display.currency_precision("XOF") == 0 and display.currency_precision("USD") == 2
+
+
+def test_cycle_and_status_labels(demo, seeded) -> None:
+    assert [display.cycle_label(c) for c in ("months-1", "months-3", "years-1", "years-2")] == [
+        "Monthly",
+        "Every 3 months",
+        "Yearly",
+        "Every 2 years",
+    ]
+    assert display.cycle_label("") == "One-time"
+    assert [
+        display.status_label(s)
+        for s in ("published", " Published ", "canceled", "paused", "", "frozen")
+    ] == ["Active", "Active", "Canceled", "Paused", "Unknown status", "Unknown status"]
+    lapsed = subscription(demo, seeded["Pro"], lapsed=True)
+    assert display.status_label(lapsed) == "Lapsed"
+    assert display.failure_reason_label("insufficient_funds") == "Insufficient funds"
+
+
+def test_template_filters(seeded) -> None:
+    price = seeded["Starter"].cycles.get(unit="months", frequency=1).prices.get(currency_id=1)
+    html = Template(
+        "{% load billing %}{{ p|price_label }}|{{ a|money:'XOF' }}|{{ 2|currency_code }}|"
+        "{{ 'years-2'|cycle_label }}|{{ 'published'|status_label }}|{{ r|failure_reason }}"
+    ).render(Context({"p": price, "a": Decimal("5000.0000"), "r": "declined"}))
+    assert html == "XOF\xa05,000|XOF\xa05,000|USD|Every 2 years|Active|Declined"
+
+
+def test_pricing_page_shows_money_and_cycles_humanly(client, seeded) -> None:
+    html = text(client.get("/pricing/").content.decode())
+    assert "XOF 5,000 · Monthly" in html and "USD 9.00 · Monthly" in html
+    assert "XOF 50,000 · Yearly" in html
+    assert "5000.00" not in html and "months-1" not in html.replace('"months-1"', "")
+
+
+def test_checkout_button_label_with_price(rf, demo, seeded) -> None:
+    request = RequestFactory().get("/")
+    request.user = demo
+    html = Template(
+        "{% load billing %}{% billing_checkout_button p cycle='years-1' currency='XOF' "
+        "label='Subscribe for {price}, {cycle}' %}"
+    ).render(Context({"p": seeded["Starter"], "request": request}))
+    assert ">Subscribe for XOF\xa050,000, Yearly</button>" in html
+
+
+def test_return_page_in_the_sites_layout_links_the_billing_page(client, demo, seeded) -> None:
+    subscription(demo, seeded["Starter"])
+    client.force_login(demo)
+    answer = client.get("/billing/checkout/return/")
+    html = answer.content.decode()
+    assert answer.status_code == 200 and SITE_NAV in html
+    assert "<title>Subscription active · billing demo</title>" in html
+    assert "You are subscribed to <strong>Starter</strong> (Monthly)" in html
+    assert 'id="billing-account-link" href="/account/"' in html
+
+
+def test_error_pages_in_the_sites_layout(client, demo, seeded) -> None:
+    Product.objects.filter(pk=seeded["Starter"].pk).update(remote_id=uuid.uuid4())  # pushed
+    subscription(demo, seeded["Starter"])
+    client.force_login(demo)
+    held = client.post(
+        "/billing/checkout/",
+        {"product": seeded["Starter"].pk, "cycle": "months-1", "currency": "XOF"},
+    )
+    html = held.content.decode()
+    assert held.status_code == 409 and SITE_NAV in html
+    assert "You already have this plan" in html and 'href="/account/"' in html
+
+    request = RequestFactory().get("/")
+    request.user = demo
+    unavailable = checkout_views._error_page(request, ServiceUnavailable())
+    html = unavailable.content.decode()
+    assert unavailable.status_code == 503 and SITE_NAV in html
+    assert "You have not been charged." in html
+
+
+def test_the_apps_own_base_by_default(client, demo, seeded, settings) -> None:
+    settings.BILLING = {**settings.BILLING, "BASE_TEMPLATE": "billing_integration/base.html"}
+    client.force_login(demo)
+    html = client.get("/billing/checkout/return/").content.decode()
+    assert 'id="billing-main"' in html and SITE_NAV not in html
+    assert "<title>Checkout</title>" in html
