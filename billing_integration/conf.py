@@ -107,6 +107,22 @@ DEFAULTS: dict[str, Any] = {
     # seconds a web process that saw the event drain's wake-up pending skips the cache for
     # further kicks; the drain lingers this long (+ a margin) after clearing. 0 = off
     "WEBHOOK_KICK_WINDOW": 0.25,
+    # --- notices: opt-in emails when money moves (billing_integration.notices) ----------------
+    # each notice on (True) or off; keys left out stay off
+    "NOTICES": {
+        "payment_failed": False,
+        "subscription_canceled": False,
+        "subscription_paused": False,
+        "refund_approved": False,
+    },
+    "NOTICE_FROM_EMAIL": None,  # None = settings.DEFAULT_FROM_EMAIL
+    # dotted path of a callable(customer, subscriber) -> email or None; None = the customer's
+    # email, else the subscriber's ``email`` attribute
+    "NOTICE_RECIPIENT": None,
+    # the site's absolute base ("https://app.example.com") for links in emails; required when
+    # a notice is on
+    "SITE_URL": "",
+    "NOTICE_MAX_ATTEMPTS": 5,  # sending attempts of one notice (the task retries) before failed
 }
 
 class BillingSettings:
