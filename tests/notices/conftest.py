@@ -37,10 +37,12 @@ def notice_settings(settings):
 
 
 @pytest.fixture
-def customer_email(mirror):
+def customer_email(request):
+    """The ``mirror`` objects, the customer with an email address."""
     from billing_integration.outbox import from_remote
 
+    objects = request.getfixturevalue("mirror")
     with from_remote():
-        mirror.customer.email = "ada@example.com"
-        mirror.customer.save()
-    return mirror
+        objects.customer.email = "ada@example.com"
+        objects.customer.save()
+    return objects

@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from django.core import mail
+from celery.exceptions import Retry
 from django.core.checks import run_checks
 from django.core.mail.backends.locmem import EmailBackend
 
@@ -131,7 +131,9 @@ def test_notices_are_off_by_default(client, mirror, webhook_settings, billing_in
     assert not Notice.objects.exists()
 
 
-def test_no_address_is_recorded_skipped(client, mirror, notice_settings, billing_inline, mailoutbox):
+def test_no_address_is_recorded_skipped(
+    client, mirror, notice_settings, billing_inline, mailoutbox
+):
     event = deliver(client, failed_payment(mirror))  # the customer has no email, no subscriber
     assert mailoutbox == []
     notice = Notice.objects.get()
@@ -170,15 +172,30 @@ def test_the_recipient_resolver_is_overridable(
 @pytest.mark.parametrize(
     ("event_type", "status", "kind", "subject"),
     [
-        ("subscription.canceled", "canceled", "subscription_canceled",
-         "Your subscription to Pro was canceled"),
-        ("subscription.paused", "paused", "subscription_paused",
-         "Your subscription to Pro is paused"),
+        (
+            "subscription.canceled",
+            "canceled",
+            "subscription_canceled",
+            "Your subscription to Pro was canceled",
+        ),
+        (
+            "subscription.paused",
+            "paused",
+            "subscription_paused",
+            "Your subscription to Pro is paused",
+        ),
     ],
 )
 def test_subscription_canceled_or_paused(
-    client, customer_email, notice_settings, billing_inline, mailoutbox,
-    event_type, status, kind, subject,
+    client,
+    customer_email,
+    notice_settings,
+    billing_inline,
+    mailoutbox,
+    event_type,
+    status,
+    kind,
+    subject,
 ):
     mirror = customer_email
     payload = envelope(
@@ -249,18 +266,32 @@ class FlakyBackend(EmailBackend):
         return super().send_messages(messages)
 
 
-def test_a_failed_send_is_retried_and_recorded(
+def retry_now(event, kind="payment_failed"):
+    """What the worker does when the retry the task asked for comes due (eager Celery only
+    raises ``Retry``)."""
+    return send_notice.apply(args=(event.pk, kind), retries=1).get()
+
+
+def test_a_failed_send_is_recorded_and_retried(
     client, customer_email, notice_settings, billing_inline, mailoutbox
 ):
     notice_settings.EMAIL_BACKEND = f"{__name__}.FlakyBackend"
-    FlakyBackend.failures = 2
-    deliver(client, failed_payment(customer_email))
-    assert len(mail.outbox) == 1
+    FlakyBackend.failures = 1
+    event = deliver(client, failed_payment(customer_email))  # the task asked for a retry
+    assert mailoutbox == []
     notice = Notice.objects.get()
-    assert (notice.state, notice.attempts, notice.error) == ("sent", 3, "")
+    assert (notice.state, notice.attempts) == ("failed", 1)
+    assert notice.error == "ConnectionError: SMTP server unavailable"
+
+    assert retry_now(event) == "sent"
+    assert len(mailoutbox) == 1
+    notice.refresh_from_db()
+    assert (notice.state, notice.attempts, notice.error) == ("sent", 2, "")
+    assert retry_now(event) == "done"  # a duplicate of the retry message
+    assert len(mailoutbox) == 1
 
 
-def test_a_send_failing_every_attempt_stays_failed_with_its_error(
+def test_a_send_failing_every_attempt_stays_failed(
     client, customer_email, notice_settings, billing_inline, mailoutbox
 ):
     notice_settings.EMAIL_BACKEND = f"{__name__}.FlakyBackend"
@@ -268,6 +299,9 @@ def test_a_send_failing_every_attempt_stays_failed_with_its_error(
     FlakyBackend.failures = 10
     try:
         event = deliver(client, failed_payment(customer_email))
+        with pytest.raises(Retry):
+            retry_now(event)
+        assert retry_now(event) == "failed"  # the last attempt: no further retry
     finally:
         remaining, FlakyBackend.failures = FlakyBackend.failures, 0
     assert remaining == 7
