@@ -26,7 +26,7 @@ def check_notices(app_configs: Any = None, **kwargs: Any) -> list:
                 f"BILLING['NOTICES'] must be a dict of notice kinds to True/False, not "
                 f"{notices!r}.",
                 hint=f"Known kinds: {', '.join(sorted(known))}.",
-                id="billing_integration.E030",
+                id="billing_integration.E040",
             )
         ]
     site = conf.get("SITE_URL")
@@ -37,7 +37,7 @@ def check_notices(app_configs: Any = None, **kwargs: Any) -> list:
                 f"BILLING['SITE_URL'] must be set when notices are on ({', '.join(on)}): "
                 f"the emails link to the account page with an absolute URL.",
                 hint='For example "https://app.example.com".',
-                id="billing_integration.E031",
+                id="billing_integration.E041",
             )
         ]
     return []

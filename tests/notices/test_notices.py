@@ -319,14 +319,14 @@ def test_a_send_failing_every_attempt_stays_failed(
 def test_checks_require_site_url_when_a_notice_is_on(notice_settings):
     notice_settings.BILLING = {**notice_settings.BILLING, "SITE_URL": ""}
     ids = [e.id for e in run_checks(tags=["billing"])]
-    assert "billing_integration.E031" in ids
+    assert "billing_integration.E041" in ids
     notice_settings.BILLING = {**notice_settings.BILLING, "NOTICES": {}}
-    assert "billing_integration.E031" not in [e.id for e in run_checks(tags=["billing"])]
+    assert "billing_integration.E041" not in [e.id for e in run_checks(tags=["billing"])]
 
 
 def test_checks_refuse_an_unknown_notice(notice_settings):
     notice_settings.BILLING = {**notice_settings.BILLING, "NOTICES": {"payment_faild": True}}
-    assert "billing_integration.E030" in [e.id for e in run_checks(tags=["billing"])]
+    assert "billing_integration.E040" in [e.id for e in run_checks(tags=["billing"])]
 
 
 def test_the_admin_lists_sent_notices_read_only(
