@@ -118,6 +118,22 @@ DEFAULTS: dict[str, Any] = {
     # where a customer whose subscription lapsed is sent to choose a plan again (a URL name
     # or a path); None = SUBSCRIPTION_REQUIRED_URL
     "PRICING_URL": None,
+    # --- notices: opt-in emails when money moves (billing_integration.notices) ----------------
+    # each notice on (True) or off; keys left out stay off
+    "NOTICES": {
+        "payment_failed": False,
+        "subscription_canceled": False,
+        "subscription_paused": False,
+        "refund_approved": False,
+    },
+    "NOTICE_FROM_EMAIL": None,  # None = settings.DEFAULT_FROM_EMAIL
+    # dotted path of a callable(customer, subscriber) -> email or None; None = the customer's
+    # email, else the subscriber's ``email`` attribute
+    "NOTICE_RECIPIENT": None,
+    # the site's absolute base ("https://app.example.com") for links in emails; required when
+    # a notice is on
+    "SITE_URL": "",
+    "NOTICE_MAX_ATTEMPTS": 5,  # sending attempts of one notice (the task retries) before failed
 }
 
 class BillingSettings:
@@ -291,4 +307,13 @@ DOCS: dict[str, str] = {
     "extend; it defines the blocks `title` and `content`.",
     "PRICING_URL": "Where a customer whose subscription lapsed is sent to choose a plan again "
     "(a URL name or a path); `None`: `SUBSCRIPTION_REQUIRED_URL`.",
+    "NOTICES": "Each notice email on (`True`) or off: `payment_failed`, `subscription_canceled`, "
+    "`subscription_paused`, `refund_approved`; opt-in (all off).",
+    "NOTICE_FROM_EMAIL": "The notices' sender (`None`: `DEFAULT_FROM_EMAIL`).",
+    "NOTICE_RECIPIENT": "Dotted path of a callable(customer, subscriber) returning the email "
+    "address or `None` (`None`: the customer's email, else the subscriber's).",
+    "SITE_URL": "The site's absolute base (`https://app.example.com`) for links in the notices; "
+    "required when a notice is on.",
+    "NOTICE_MAX_ATTEMPTS": "Sending attempts of one notice (the task retries with backoff) before "
+    "it stays `failed`.",
 }

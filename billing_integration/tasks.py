@@ -1,13 +1,21 @@
 """Celery task discovery: ``app.autodiscover_tasks()`` imports this module, which imports
 every task module of the app: the outbox (``billing_integration.push_pending``, the push run
 a commit kicks, as ``push_due_entries``; ``.drain_outbox``, the periodic sweep, as
-``requeue_stale_entries``), the pull (``.sync_all``) and the event processing
+``requeue_stale_entries``), the pull (``.sync_all``), the event processing
 (``.process_webhook_event``, ``.process_received_events``,
-``.process_pending_webhook_events``). A broken import fails loudly here.
+``.process_pending_webhook_events``) and the notices (``.send_notice``). A broken import fails
+loudly here.
 """
 
+from .notices.tasks import send_notice
 from .outbox.tasks import push_due_entries, requeue_stale_entries
 from .sync.tasks import sync_all
 from .webhooks import tasks as webhook_tasks
 
-__all__ = ["push_due_entries", "requeue_stale_entries", "sync_all", "webhook_tasks"]
+__all__ = [
+    "push_due_entries",
+    "requeue_stale_entries",
+    "send_notice",
+    "sync_all",
+    "webhook_tasks",
+]

@@ -5,7 +5,8 @@
 - ``records``: invoices, payments, refunds (read-only).
 - ``events``: the event log with replay.
 - ``reports``: the reporting dashboard.
+- ``notices``: the notice emails sent (read-only).
 - ``health``: the Health page (what ``billing_doctor`` reports).
 """
 
-from . import events, health, mirror, products, records, reports  # noqa: F401
+from . import events, health, mirror, notices, products, records, reports  # noqa: F401

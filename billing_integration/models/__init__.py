@@ -7,6 +7,7 @@
 - ``records``: invoices, payments and refunds, known only from events.
 - ``reporting``: ``Report``, the proxy behind the admin reporting dashboard.
 - ``service``: ``ServiceBinding``, which billing service the mirror belongs to.
+- ``notices``: ``Notice``, the record of the notice emails sent about events.
 - ``health``: ``Heartbeat`` (last runs of the periodic jobs) and ``Health``, the proxy behind
   the admin Health page.
 """
@@ -16,6 +17,7 @@ from .checkout import *  # noqa: F403
 from .customers import *  # noqa: F403
 from .events import *  # noqa: F403
 from .health import *  # noqa: F403
+from .notices import *  # noqa: F403
 from .outbox import *  # noqa: F403
 from .products import *  # noqa: F403
 from .records import *  # noqa: F403

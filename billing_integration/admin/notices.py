@@ -1,0 +1,41 @@
+"""Admin of the notice emails (``Notice``): read-only, one row per (event, kind), with its
+state (sent, skipped, failed), recipient and a link to the event."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext_lazy as _
+
+from ..models import Notice
+from .mirror import ReadOnlyAdminMixin, admin_link, state_badge
+
+__all__ = ["NoticeAdmin"]
+
+
+@admin.register(Notice)
+class NoticeAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ["kind", "recipient", "state_label", "sent_at", "attempts", "event_link"]
+    list_filter = ["kind", "state"]
+    search_fields = ["recipient", "event__event_id"]
+    date_hierarchy = "created_at"
+    list_select_related = ["event"]
+    fields = [
+        "kind",
+        "recipient",
+        "state_label",
+        "sent_at",
+        "attempts",
+        "error",
+        "event_link",
+        "created_at",
+    ]
+    readonly_fields = fields
+
+    @admin.display(description=_("state"), ordering="state")
+    def state_label(self, obj: Notice) -> SafeString:
+        return state_badge(obj.state, str(obj.get_state_display()))
+
+    @admin.display(description=_("event"))
+    def event_link(self, obj: Notice) -> SafeString | str:
+        return admin_link(obj.event, obj.event.event_id)

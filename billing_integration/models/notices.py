@@ -1,0 +1,62 @@
+"""Notices: the record of each opt-in email sent when money moves (``billing_integration.notices``).
+
+One row per (event, kind), enforced by a unique constraint: the sending task claims the row
+before it sends, so a replayed event or a redelivered task never sends the same notice twice.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+from .events import WebhookEvent
+
+__all__ = ["Notice", "NoticeKind", "NoticeState"]
+
+
+class NoticeKind(models.TextChoices):
+    PAYMENT_FAILED = "payment_failed", _("Payment failed")
+    SUBSCRIPTION_CANCELED = "subscription_canceled", _("Subscription canceled")
+    SUBSCRIPTION_PAUSED = "subscription_paused", _("Subscription paused")
+    REFUND_APPROVED = "refund_approved", _("Refund approved")
+
+
+class NoticeState(models.TextChoices):
+    #: Claimed by a task that is sending it now (or died while sending: never sent again).
+    SENDING = "sending", _("Sending")
+    SENT = "sent", _("Sent")
+    #: The last attempt failed; the task retries it (and a later task may claim it again).
+    FAILED = "failed", _("Failed")
+    #: Nothing to send: no address resolved (or the local object is missing).
+    SKIPPED = "skipped", _("Skipped")
+
+
+class Notice(models.Model):
+    """One notice email about one event."""
+
+    event = models.ForeignKey(
+        WebhookEvent,
+        on_delete=models.CASCADE,
+        related_name="notices",
+        verbose_name=_("event"),
+    )
+    kind = models.CharField(_("kind"), max_length=32, choices=NoticeKind.choices)
+    recipient = models.CharField(_("recipient"), max_length=254, blank=True, default="")
+    state = models.CharField(
+        _("state"), max_length=16, choices=NoticeState.choices, default=NoticeState.SENDING
+    )
+    attempts = models.PositiveIntegerField(_("attempts"), default=0)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    sent_at = models.DateTimeField(_("sent at"), null=True, blank=True)
+    error = models.TextField(_("error"), blank=True, default="")
+
+    class Meta:
+        verbose_name = _("notice")
+        verbose_name_plural = _("notices")
+        ordering = ["-created_at", "-pk"]
+        constraints = [
+            models.UniqueConstraint(fields=["event", "kind"], name="billing_notice_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} → {self.recipient or '-'} ({self.state})"

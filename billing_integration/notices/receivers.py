@@ -1,0 +1,40 @@
+"""The receivers that queue notices: connected to the app's signals, which are sent after
+an event's local state is committed (``webhooks.processing.send_signals``), also on a forced
+replay: the task's claim keeps each notice to one email."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.db import transaction
+
+from ..webhooks import signals
+from .sending import enabled
+from .tasks import send_notice
+
+__all__ = ["queue_notice"]
+
+
+def queue_notice(kind: str, event_pk: int) -> None:
+    """Queue ``send_notice`` for the event once the current transaction (if any) commits."""
+    if enabled(kind):
+        transaction.on_commit(lambda: send_notice.delay(event_pk, kind))
+
+
+def _receiver(kind: str) -> Callable[..., None]:
+    def receiver(sender: Any, event: Any = None, **kwargs: Any) -> None:
+        if event is not None and event.pk is not None:
+            queue_notice(kind, event.pk)
+
+    receiver.__name__ = f"queue_{kind}_notice"
+    return receiver
+
+
+for _signal, _kind in (
+    (signals.payment_failed, "payment_failed"),
+    (signals.subscription_canceled, "subscription_canceled"),
+    (signals.subscription_paused, "subscription_paused"),
+    (signals.refund_approved, "refund_approved"),
+):
+    _signal.connect(_receiver(_kind), weak=False, dispatch_uid=f"billing_notice_{_kind}")

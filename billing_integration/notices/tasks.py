@@ -1,0 +1,92 @@
+"""The Celery task that sends one notice, once per (event, kind)."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from celery import shared_task
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from ..conf import billing_settings
+from ..models import Notice, NoticeState, WebhookEvent
+from .sending import KINDS, build_message, enabled, notice_context, recipient_for
+
+logger = logging.getLogger("billing_integration.notices")
+
+__all__ = ["claim", "send_notice"]
+
+
+def claim(event: WebhookEvent, kind: str) -> Notice | None:
+    """Take the notice of (event, kind) for sending: insert its row (the unique constraint
+    lets one task win), or take over a row whose last attempt failed. None when the notice is
+    sent, skipped, or being sent by another task: this task must not send it."""
+    try:
+        with transaction.atomic():
+            return Notice.objects.create(
+                event=event, kind=kind, state=NoticeState.SENDING, attempts=1
+            )
+    except IntegrityError:
+        pass
+    taken = Notice.objects.filter(event=event, kind=kind, state=NoticeState.FAILED).update(
+        state=NoticeState.SENDING, attempts=F("attempts") + 1
+    )
+    return Notice.objects.get(event=event, kind=kind) if taken else None
+
+
+def _finish(notice: Notice, state: str, *, recipient: str = "", error: str = "") -> None:
+    notice.state = state
+    notice.recipient = recipient
+    notice.error = error[:2000]
+    notice.sent_at = timezone.now() if state == NoticeState.SENT else None
+    notice.save(update_fields=["state", "recipient", "error", "sent_at"])
+
+
+def _subject_of(event: WebhookEvent, kind: str) -> Any:
+    """The local object the event is about (a payment, a subscription, a refund), or None."""
+    try:
+        remote_id = uuid.UUID(str(event.object_id))
+    except ValueError:
+        return None
+    return KINDS[kind].objects.filter(remote_id=remote_id).first()
+
+
+@shared_task(bind=True, name="billing_integration.send_notice", acks_late=True)
+def send_notice(self: Any, event_pk: int, kind: str) -> str:
+    """Send the ``kind`` notice of the event ``event_pk`` unless it was already sent (or is
+    being sent). A failed send is recorded ``failed`` and retried with backoff up to
+    ``BILLING['NOTICE_MAX_ATTEMPTS']`` attempts. Returns the notice's state (``off`` when the
+    notice is turned off, ``done`` when another task has it)."""
+    if kind not in KINDS or not enabled(kind):
+        return "off"
+    event = WebhookEvent.objects.filter(pk=event_pk).first()
+    if event is None:
+        return "missing"
+    notice = claim(event, kind)
+    if notice is None:
+        return "done"
+    obj = _subject_of(event, kind)
+    if obj is None:
+        _finish(notice, NoticeState.SKIPPED, error=f"No local object {event.object_id!r}.")
+        return NoticeState.SKIPPED
+    try:
+        context = notice_context(kind, event, obj)
+        recipient = recipient_for(context["customer"], context["subscriber"])
+        if recipient is None:
+            _finish(notice, NoticeState.SKIPPED, error="No address to send it to.")
+            return NoticeState.SKIPPED
+        build_message(kind, context, recipient).send(fail_silently=False)
+    except Exception as exc:
+        message = f"{type(exc).__name__}: {exc}"
+        _finish(notice, NoticeState.FAILED, error=message)
+        max_attempts = int(billing_settings.NOTICE_MAX_ATTEMPTS)
+        if notice.attempts < max_attempts:
+            logger.warning("Notice %s of event %s failed: %s", kind, event_pk, message)
+            raise self.retry(countdown=min(30 * 2**self.request.retries, 3600)) from exc
+        logger.error("Notice %s of event %s failed for good: %s", kind, event_pk, message)
+        return NoticeState.FAILED
+    _finish(notice, NoticeState.SENT, recipient=recipient)
+    return NoticeState.SENT

@@ -1,0 +1,48 @@
+"""Fixtures of the notice tests: the webhook test helpers, notices turned on."""
+
+from __future__ import annotations
+
+import pytest
+
+from ..webhooks.conftest import (  # noqa: F401  (fixtures reused here)
+    SECRET,
+    mirror,
+    no_local_wakeup_window,
+    webhook_settings,
+)
+
+SITE = "https://app.example.com"
+ALL_ON = {
+    "payment_failed": True,
+    "subscription_canceled": True,
+    "subscription_paused": True,
+    "refund_approved": True,
+}
+
+
+@pytest.fixture
+def notice_settings(settings):
+    """Signed deliveries processed in the request, every notice on, the locmem backend."""
+    settings.BILLING = {
+        **settings.BILLING,
+        "WEBHOOK_SECRET": SECRET,
+        "WEBHOOK_PROCESS_INLINE": True,
+        "NOTICES": dict(ALL_ON),
+        "SITE_URL": SITE,
+        "ACCOUNT_URL": "/account/billing/",
+        "NOTICE_FROM_EMAIL": "billing@example.com",
+    }
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    return settings
+
+
+@pytest.fixture
+def customer_email(request):
+    """The ``mirror`` objects, the customer with an email address."""
+    from billing_integration.outbox import from_remote
+
+    objects = request.getfixturevalue("mirror")
+    with from_remote():
+        objects.customer.email = "ada@example.com"
+        objects.customer.save()
+    return objects

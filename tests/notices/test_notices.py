@@ -1,0 +1,346 @@
+"""Issue 16: opt-in notices when money moves, sent once per event through Django's email
+framework, from event processing (signals after commit -> a Celery task)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from celery.exceptions import Retry
+from django.core.checks import run_checks
+from django.core.mail.backends.locmem import EmailBackend
+
+from billing_integration.models import Notice, NoticeState, WebhookEvent
+from billing_integration.notices.tasks import send_notice
+from billing_integration.webhooks import signals
+from billing_integration.webhooks.processing import process_event, replay_events
+
+from ..webhooks.conftest import (
+    envelope,
+    payment_data,
+    post_signed,
+    refund_data,
+    subscription_data,
+)
+from .conftest import SITE
+
+pytestmark = pytest.mark.django_db
+
+ACCOUNT = f"{SITE}/account/billing/"
+
+
+def failed_payment(mirror, **extra):
+    return envelope(
+        "payment.failed",
+        payment_data(
+            uuid.uuid4(),
+            status="failed",
+            subscription=mirror.subscription.remote_id,
+            customer=mirror.customer.remote_id,
+            product=mirror.product.remote_id,
+            amount=5000,
+            failure_reason="insufficient_funds",
+            **extra,
+        ),
+    )
+
+
+def deliver(client, payload):
+    response = post_signed(client, payload)
+    assert response.status_code == 200, response.content
+    return WebhookEvent.objects.get(event_id=payload["id"])
+
+
+def html_of(message) -> str:
+    (html, mimetype), *_ = message.alternatives
+    assert mimetype == "text/html"
+    return html
+
+
+def test_payment_failed_sends_one_mail_with_the_pay_again_link(
+    client, customer_email, notice_settings, billing_inline, mailoutbox
+):
+    mirror = customer_email
+    event = deliver(client, failed_payment(mirror))
+
+    assert len(mailoutbox) == 1
+    message = mailoutbox[0]
+    assert message.to == ["ada@example.com"]
+    assert message.from_email == "billing@example.com"
+    assert message.subject == "Your payment for Pro failed"
+    assert ACCOUNT in message.body
+    assert "insufficient funds" in message.body
+    assert "5,000 XOF" in message.body
+    assert f'href="{ACCOUNT}"' in html_of(message)
+    assert "insufficient funds" in html_of(message)
+    notice = Notice.objects.get()
+    assert (notice.event, notice.kind, notice.state) == (event, "payment_failed", "sent")
+    assert notice.recipient == "ada@example.com"
+    assert notice.sent_at is not None
+
+
+def test_redelivery_and_forced_replay_send_no_second_mail(
+    client, customer_email, notice_settings, billing_inline, mailoutbox
+):
+    received = []
+
+    def count(sender, **kwargs):
+        received.append(kwargs["event"].pk)
+
+    signals.payment_failed.connect(count, weak=False)
+    try:
+        payload = failed_payment(customer_email)
+        event = deliver(client, payload)
+        deliver(client, payload)  # the service delivers the same event again
+        process_event(event.pk, force=True)  # a replay sends the signals again
+        replay_events(WebhookEvent.objects.filter(pk=event.pk), force=True)
+        replay_events(WebhookEvent.objects.filter(pk=event.pk), inline=False, force=True)
+    finally:
+        signals.payment_failed.disconnect(count)
+
+    assert received == [event.pk] * 4  # the signal went out four times...
+    assert len(mailoutbox) == 1  # ...the mail once
+    assert Notice.objects.get().state == NoticeState.SENT
+
+
+def test_a_redelivered_task_does_not_send_twice(
+    client, customer_email, notice_settings, billing_inline, mailoutbox
+):
+    event = deliver(client, failed_payment(customer_email))
+    assert send_notice.delay(event.pk, "payment_failed").get() == "done"
+    assert len(mailoutbox) == 1
+
+
+def test_a_notice_turned_off_sends_nothing(
+    client, customer_email, notice_settings, billing_inline, mailoutbox
+):
+    notice_settings.BILLING = {**notice_settings.BILLING, "NOTICES": {"refund_approved": True}}
+    deliver(client, failed_payment(customer_email))
+    assert mailoutbox == []
+    assert not Notice.objects.exists()
+
+
+def test_notices_are_off_by_default(client, mirror, webhook_settings, billing_inline, mailoutbox):
+    from billing_integration.outbox import from_remote
+
+    with from_remote():
+        mirror.customer.email = "ada@example.com"
+        mirror.customer.save()
+    deliver(client, failed_payment(mirror))
+    assert mailoutbox == []
+    assert not Notice.objects.exists()
+
+
+def test_no_address_is_recorded_skipped(
+    client, mirror, notice_settings, billing_inline, mailoutbox
+):
+    event = deliver(client, failed_payment(mirror))  # the customer has no email, no subscriber
+    assert mailoutbox == []
+    notice = Notice.objects.get()
+    assert (notice.event, notice.state, notice.recipient) == (event, "skipped", "")
+
+
+def test_the_subscribers_email_when_the_customer_has_none(
+    client, mirror, notice_settings, billing_inline, mailoutbox, django_user_model
+):
+    from billing_integration.outbox import from_remote
+
+    user = django_user_model.objects.create(username="ada", email="user@example.com")
+    with from_remote():
+        mirror.customer.subscriber = user
+        mirror.customer.save()
+    deliver(client, failed_payment(mirror))
+    assert [m.to for m in mailoutbox] == [["user@example.com"]]
+
+
+def pick_billing_address(customer, subscriber):
+    return f"billing+{customer.identifier}@example.com"
+
+
+def test_the_recipient_resolver_is_overridable(
+    client, customer_email, notice_settings, billing_inline, mailoutbox
+):
+    notice_settings.BILLING = {
+        **notice_settings.BILLING,
+        "NOTICE_RECIPIENT": f"{__name__}.pick_billing_address",
+    }
+    deliver(client, failed_payment(customer_email))
+    assert [m.to for m in mailoutbox] == [["billing+cust-1@example.com"]]
+    assert Notice.objects.get().recipient == "billing+cust-1@example.com"
+
+
+@pytest.mark.parametrize(
+    ("event_type", "status", "kind", "subject"),
+    [
+        (
+            "subscription.canceled",
+            "canceled",
+            "subscription_canceled",
+            "Your subscription to Pro was canceled",
+        ),
+        (
+            "subscription.paused",
+            "paused",
+            "subscription_paused",
+            "Your subscription to Pro is paused",
+        ),
+    ],
+)
+def test_subscription_canceled_or_paused(
+    client,
+    customer_email,
+    notice_settings,
+    billing_inline,
+    mailoutbox,
+    event_type,
+    status,
+    kind,
+    subject,
+):
+    mirror = customer_email
+    payload = envelope(
+        event_type,
+        subscription_data(
+            mirror.subscription.remote_id,
+            customer=mirror.customer.remote_id,
+            product=mirror.product.remote_id,
+            status=status,
+        ),
+    )
+    event = deliver(client, payload)
+    deliver(client, payload)
+    assert [(m.subject, m.to) for m in mailoutbox] == [(subject, ["ada@example.com"])]
+    assert ACCOUNT in mailoutbox[0].body
+    assert Notice.objects.get().kind == kind
+    assert Notice.objects.get().event == event
+
+
+def test_refund_approved(client, customer_email, notice_settings, billing_inline, mailoutbox):
+    mirror = customer_email
+    payload = envelope(
+        "refund.approved",
+        refund_data(
+            uuid.uuid4(),
+            status="approved",
+            payment=uuid.uuid4(),
+            subscription=mirror.subscription.remote_id,
+            customer=mirror.customer.remote_id,
+            amount=2500,
+        ),
+    )
+    deliver(client, payload)
+    deliver(client, payload)
+    assert len(mailoutbox) == 1
+    assert mailoutbox[0].subject == "Your refund of 2,500 XOF was approved"
+    assert "Your refund of 2,500 XOF for Pro was approved." in mailoutbox[0].body
+    assert Notice.objects.get().kind == "refund_approved"
+
+
+def test_templates_are_overridable(
+    client, customer_email, notice_settings, billing_inline, mailoutbox, tmp_path
+):
+    folder = tmp_path / "billing_integration" / "notices"
+    folder.mkdir(parents=True)
+    (folder / "payment_failed_subject.txt").write_text("Action needed: {{ product.name }}")
+    (folder / "payment_failed.txt").write_text("Pay here: {{ account_url }} ({{ amount }})")
+    notice_settings.TEMPLATES = [
+        {**notice_settings.TEMPLATES[0], "DIRS": [str(tmp_path)]},
+        *notice_settings.TEMPLATES[1:],
+    ]
+    deliver(client, failed_payment(customer_email))
+    (message,) = mailoutbox
+    assert message.subject == "Action needed: Pro"
+    assert message.body == f"Pay here: {ACCOUNT} (5,000 XOF)"
+    assert f'href="{ACCOUNT}"' in html_of(message)  # the app's HTML template, not overridden
+
+
+class FlakyBackend(EmailBackend):
+    """The locmem backend failing its first ``failures`` sends."""
+
+    failures = 0
+
+    def send_messages(self, messages):
+        if FlakyBackend.failures > 0:
+            FlakyBackend.failures -= 1
+            raise ConnectionError("SMTP server unavailable")
+        return super().send_messages(messages)
+
+
+def retry_now(event, kind="payment_failed"):
+    """What the worker does when the retry the task asked for comes due (eager Celery only
+    raises ``Retry``)."""
+    return send_notice.apply(args=(event.pk, kind), retries=1).get()
+
+
+def test_a_failed_send_is_recorded_and_retried(
+    client, customer_email, notice_settings, billing_inline, mailoutbox
+):
+    notice_settings.EMAIL_BACKEND = f"{__name__}.FlakyBackend"
+    FlakyBackend.failures = 1
+    event = deliver(client, failed_payment(customer_email))  # the task asked for a retry
+    assert mailoutbox == []
+    notice = Notice.objects.get()
+    assert (notice.state, notice.attempts) == ("failed", 1)
+    assert notice.error == "ConnectionError: SMTP server unavailable"
+
+    assert retry_now(event) == "sent"
+    assert len(mailoutbox) == 1
+    notice.refresh_from_db()
+    assert (notice.state, notice.attempts, notice.error) == ("sent", 2, "")
+    assert retry_now(event) == "done"  # a duplicate of the retry message
+    assert len(mailoutbox) == 1
+
+
+def test_a_send_failing_every_attempt_stays_failed(
+    client, customer_email, notice_settings, billing_inline, mailoutbox
+):
+    notice_settings.EMAIL_BACKEND = f"{__name__}.FlakyBackend"
+    notice_settings.BILLING = {**notice_settings.BILLING, "NOTICE_MAX_ATTEMPTS": 3}
+    FlakyBackend.failures = 10
+    try:
+        event = deliver(client, failed_payment(customer_email))
+        with pytest.raises(Retry):
+            retry_now(event)
+        assert retry_now(event) == "failed"  # the last attempt: no further retry
+    finally:
+        remaining, FlakyBackend.failures = FlakyBackend.failures, 0
+    assert remaining == 7
+    assert mailoutbox == []
+    notice = Notice.objects.get()
+    assert (notice.state, notice.attempts) == ("failed", 3)
+    assert notice.error == "ConnectionError: SMTP server unavailable"
+    # a later replay takes the failed notice over and sends it, once
+    process_event(event.pk, force=True)
+    process_event(event.pk, force=True)
+    assert len(mailoutbox) == 1
+    assert Notice.objects.get().state == "sent"
+
+
+def test_checks_require_site_url_when_a_notice_is_on(notice_settings):
+    notice_settings.BILLING = {**notice_settings.BILLING, "SITE_URL": ""}
+    ids = [e.id for e in run_checks(tags=["billing"])]
+    assert "billing_integration.E041" in ids
+    notice_settings.BILLING = {**notice_settings.BILLING, "NOTICES": {}}
+    assert "billing_integration.E041" not in [e.id for e in run_checks(tags=["billing"])]
+
+
+def test_checks_refuse_an_unknown_notice(notice_settings):
+    notice_settings.BILLING = {**notice_settings.BILLING, "NOTICES": {"payment_faild": True}}
+    assert "billing_integration.E040" in [e.id for e in run_checks(tags=["billing"])]
+
+
+def test_the_admin_lists_sent_notices_read_only(
+    client, admin_client, customer_email, notice_settings, billing_inline, mailoutbox
+):
+    event = deliver(client, failed_payment(customer_email))
+    response = admin_client.get("/admin/billing_integration/notice/")
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "ada@example.com" in page
+    assert event.event_id in page
+    assert f"/admin/billing_integration/webhookevent/{event.pk}/change/" in page
+    notice = Notice.objects.get()
+    assert admin_client.get("/admin/billing_integration/notice/add/").status_code == 403
+    detail = admin_client.get(f"/admin/billing_integration/notice/{notice.pk}/change/")
+    assert detail.status_code == 200
+    assert b'name="recipient"' not in detail.content
