@@ -107,6 +107,11 @@ DEFAULTS: dict[str, Any] = {
     # seconds a web process that saw the event drain's wake-up pending skips the cache for
     # further kicks; the drain lingers this long (+ a margin) after clearing. 0 = off
     "WEBHOOK_KICK_WINDOW": 0.25,
+    # --- backing off together (billing_integration.client.backoff) ----------------------
+    "SHARED_BACKOFF": True,  # a 429/5xx/outage seen by one process pauses every process
+    "BACKOFF_CACHE": None,  # Django cache alias of the shared window; None = KICK_CACHE
+    "BACKOFF_REFRESH": 0.5,  # seconds a process trusts its copy: how late it learns of one
+    "BACKOFF_FAILURE_RUN": 3,  # failures in a row (no Retry-After) that pause every process
 }
 
 class BillingSettings:
