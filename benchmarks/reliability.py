@@ -148,19 +148,24 @@ def report_rate_limit_phase(
     refused = sum(1 for r in calls if r.get("status") == 429)
     accepted = len(calls) - refused
     seconds = max(end - start, 1e-9)
-    per_second: dict[int, int] = {}
+    sent: dict[int, int] = {}
+    through: dict[int, int] = {}
     for r in calls:
         key = int(r["time"] - start)
-        per_second[key] = per_second.get(key, 0) + 1
-    peak = max(per_second.values(), default=0)
+        sent[key] = sent.get(key, 0) + 1
+        if r.get("status") != 429:
+            through[key] = through.get(key, 0) + 1
+    peak = max(sent.values(), default=0)
     figures = {
         "calls": len(calls), "accepted": accepted, "refused": refused,
         "mean": len(calls) / seconds, "peak": peak,
+        "peak_through": max(through.values(), default=0),
     }
     print(
         f"rate-limit phase: {seconds:.1f}s at {limit:g}/s: {len(calls)} billing calls "
-        f"({accepted} let through, {refused} answered 429); calls per second: peak {peak}, "
-        f"mean {figures['mean']:.1f} vs limit {limit:g} "
+        f"({accepted} let through, {refused} answered 429); calls per second: peak sent "
+        f"{peak}, peak let through {figures['peak_through']}, mean sent "
+        f"{figures['mean']:.1f} vs limit {limit:g} "
         f"({'under' if figures['mean'] <= limit else 'OVER'} it by "
         f"{abs(limit - figures['mean']):.1f}/s on average)"
     )
@@ -177,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate-limit-seconds", type=float, default=10.0,
                         help="length of the rate-limit phase (0: none)")
     parser.add_argument("--workers", type=int, default=4, help="worker processes")
+    parser.add_argument("--no-shared-backoff", action="store_true",
+                        help="BILLING['SHARED_BACKOFF'] = False: each worker retries alone")
     parser.add_argument("--drain-timeout", type=float, default=600.0)
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)
@@ -194,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
             "OUTBOX_MAX_ATTEMPTS": 1000,
             "OUTBOX_STALE_AFTER": 3.0,
             "OUTBOX_LEASE": 30.0,
+            "SHARED_BACKOFF": not args.no_shared_backoff,
         },
     ).start()
     try:
@@ -231,7 +239,6 @@ def run(stack: Stack, args: argparse.Namespace) -> int:
             print(f"[{time.monotonic() - t0:6.1f}s] change {i}: rate limit "
                   f"{args.rate_limit:g}/s for {args.rate_limit_seconds:g}s")
         if limited and i == outage_at:
-            time.sleep(max(0.0, phase[0] + args.rate_limit_seconds - time.time()))
             sandbox.faults(rate_limit=None)
             phase.append(time.time())
             print(f"[{time.monotonic() - t0:6.1f}s] change {i}: rate limit lifted")
@@ -281,7 +288,8 @@ def run(stack: Stack, args: argparse.Namespace) -> int:
         if broker_stopped:
             time.sleep(args.broker_stop / max(1, n - broker_at) * 3)
         if limited and limit_at <= i < outage_at:  # the phase's changes, paced over it
-            time.sleep(args.rate_limit_seconds / (outage_at - limit_at))
+            end = phase[0] + args.rate_limit_seconds * (i + 1 - limit_at) / (outage_at - limit_at)
+            time.sleep(max(0.0, end - time.time()))
     if broker_stopped:
         time.sleep(max(0.0, restart_at - time.monotonic()))
         stack.start_redis()

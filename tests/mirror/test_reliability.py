@@ -36,7 +36,7 @@ def test_reliability_ci_size():
             "--broker-stop",
             "3",
             "--rate-limit",
-            "5",
+            "2",
             "--rate-limit-seconds",
             "3",
             "--workers",
