@@ -268,6 +268,7 @@ def test_two_workers_share_the_window_through_redis(billing_sandbox, settings):
     [
         ({"SHARED_BACKOFF": "yes"}, "E030"),
         ({"BACKOFF_CACHE": 3}, "E031"),
+        ({"BACKOFF_CACHE": "nope"}, "E023"),
         ({"BACKOFF_REFRESH": -1}, "E032"),
         ({"BACKOFF_FAILURE_RUN": 0}, "E032"),
     ],
