@@ -1,11 +1,17 @@
 """Reliability suite: N local changes over products and customers while the sandbox injects
-20% 5xx, 5% timeouts, 5% resets after commit, an outage, and the broker is stopped for part of
-the run. After the drain it prints and asserts: 0 changes lost, 0 duplicate remote objects,
-remote state equal to local state for every object (every pushed field: a product's name,
-description, status, selected currencies, each cycle's price per currency and one-time prices;
-a customer's identifier, names and email).
+20% 5xx, 5% timeouts, 5% resets after commit, a rate limit (429 with Retry-After above N billing
+requests a second) for a while, an outage, and the broker is stopped for part of the run.
+After the drain it prints and asserts: 0 changes lost, 0 duplicate remote objects, remote
+state equal to local state for every object (every pushed field: a product's name, description,
+status, selected currencies, each cycle's price per currency and one-time prices; a customer's
+identifier, names and email).
 
-    python benchmarks/reliability.py --changes 1000 --outage 30 --broker-stop 10
+    python benchmarks/reliability.py --changes 1000 --outage 30 --broker-stop 10 \
+        --rate-limit 10 --rate-limit-seconds 10
+
+During the rate-limit phase (the changes from 10% to 30% of the run, paced over its seconds)
+it prints the billing calls the sandbox received, how many it answered 429, and the peak and
+mean calls per second against the limit: the workers, backing off together, stay near it.
 
 Uses a private ``redis-server`` as broker (so stopping it disturbs nobody) when one is on the
 PATH, a database of its own (``<DATABASE_URL db>_reliability`` on PostgreSQL, else SQLite), an
@@ -129,12 +135,55 @@ def compare_with_remote(sandbox: Any) -> Comparison:
     return result
 
 
+def report_rate_limit_phase(
+    requests: list[dict[str, Any]], start: float, end: float, limit: float
+) -> dict[str, float]:
+    """Print the billing calls the sandbox received during the rate-limit phase: how many, how
+    many it answered 429, and calls per second (peak in any whole second, and mean) against
+    the limit. Returns the figures."""
+    calls = [
+        r for r in requests
+        if start <= r["time"] < end and r.get("operation") not in ("token", "checkout_page")
+    ]
+    refused = sum(1 for r in calls if r.get("status") == 429)
+    accepted = len(calls) - refused
+    seconds = max(end - start, 1e-9)
+    sent: dict[int, int] = {}
+    through: dict[int, int] = {}
+    for r in calls:
+        key = int(r["time"] - start)
+        sent[key] = sent.get(key, 0) + 1
+        if r.get("status") != 429:
+            through[key] = through.get(key, 0) + 1
+    peak = max(sent.values(), default=0)
+    figures = {
+        "calls": len(calls), "accepted": accepted, "refused": refused,
+        "mean": len(calls) / seconds, "peak": peak,
+        "peak_through": max(through.values(), default=0),
+    }
+    print(
+        f"rate-limit phase: {seconds:.1f}s at {limit:g}/s: {len(calls)} billing calls "
+        f"({accepted} let through, {refused} answered 429); calls per second: peak sent "
+        f"{peak}, peak let through {figures['peak_through']}, mean sent "
+        f"{figures['mean']:.1f} vs limit {limit:g} "
+        f"({'under' if figures['mean'] <= limit else 'OVER'} it by "
+        f"{abs(limit - figures['mean']):.1f}/s on average)"
+    )
+    return figures
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--changes", type=int, default=1000)
     parser.add_argument("--outage", type=float, default=30.0, help="seconds of 503s")
     parser.add_argument("--broker-stop", type=float, default=10.0, help="seconds without broker")
+    parser.add_argument("--rate-limit", type=float, default=10.0,
+                        help="billing requests a second the sandbox accepts during the phase")
+    parser.add_argument("--rate-limit-seconds", type=float, default=10.0,
+                        help="length of the rate-limit phase (0: none)")
     parser.add_argument("--workers", type=int, default=4, help="worker processes")
+    parser.add_argument("--no-shared-backoff", action="store_true",
+                        help="BILLING['SHARED_BACKOFF'] = False: each worker retries alone")
     parser.add_argument("--drain-timeout", type=float, default=600.0)
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)
@@ -152,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
             "OUTBOX_MAX_ATTEMPTS": 1000,
             "OUTBOX_STALE_AFTER": 3.0,
             "OUTBOX_LEASE": 30.0,
+            "SHARED_BACKOFF": not args.no_shared_backoff,
         },
     ).start()
     try:
@@ -177,9 +227,21 @@ def run(stack: Stack, args: argparse.Namespace) -> int:
     customers: list[int] = []
     n = args.changes
     outage_at, broker_at = int(n * 0.3), int(n * 0.6)
+    limit_at = int(n * 0.1)
+    limited = bool(args.rate_limit_seconds and args.rate_limit and outage_at > limit_at)
+    phase: list[float] = []  # wall-clock start and end of the rate-limit phase
     broker_stopped = False
     t0 = time.monotonic()
     for i in range(n):
+        if limited and i == limit_at:
+            sandbox.faults(rate_limit=args.rate_limit)
+            phase.append(time.time())
+            print(f"[{time.monotonic() - t0:6.1f}s] change {i}: rate limit "
+                  f"{args.rate_limit:g}/s for {args.rate_limit_seconds:g}s")
+        if limited and i == outage_at:
+            sandbox.faults(rate_limit=None)
+            phase.append(time.time())
+            print(f"[{time.monotonic() - t0:6.1f}s] change {i}: rate limit lifted")
         if i == outage_at and args.outage:
             sandbox.faults(outage_seconds=args.outage)
             print(f"[{time.monotonic() - t0:6.1f}s] change {i}: sandbox outage {args.outage}s")
@@ -225,6 +287,9 @@ def run(stack: Stack, args: argparse.Namespace) -> int:
                 price.save()
         if broker_stopped:
             time.sleep(args.broker_stop / max(1, n - broker_at) * 3)
+        if limited and limit_at <= i < outage_at:  # the phase's changes, paced over it
+            end = phase[0] + args.rate_limit_seconds * (i + 1 - limit_at) / (outage_at - limit_at)
+            time.sleep(max(0.0, end - time.time()))
     if broker_stopped:
         time.sleep(max(0.0, restart_at - time.monotonic()))
         stack.start_redis()
@@ -259,6 +324,8 @@ def run(stack: Stack, args: argparse.Namespace) -> int:
     requests = sandbox.requests()
     faults = sum(1 for r in requests if (r.get("status") or 200) >= 500)
     print(f"requests seen by the sandbox: {len(requests)} ({faults} answered 5xx)")
+    if len(phase) == 2:
+        report_rate_limit_phase(requests, phase[0], phase[1], args.rate_limit)
     print(f"changes lost: {lost}")
     print(f"duplicate remote objects: {dup_products + dup_customers} "
           f"(products {dup_products}, customers {dup_customers})")

@@ -347,6 +347,8 @@ def _check_caches() -> list:
     roles: dict[str, list[str]] = {}
     roles.setdefault(conf["TOKEN_CACHE"], []).append("TOKEN_CACHE")
     roles.setdefault(conf["KICK_CACHE"] or conf["TOKEN_CACHE"], []).append("KICK_CACHE")
+    if conf["SHARED_BACKOFF"] and isinstance(conf["BACKOFF_CACHE"], str) and conf["BACKOFF_CACHE"]:
+        roles.setdefault(conf["BACKOFF_CACHE"], []).append("BACKOFF_CACHE")
     errors: list = []
     for alias, keys in roles.items():
         names = " and ".join(f"BILLING['{k}']" for k in keys)
@@ -369,6 +371,7 @@ def _check_caches() -> list:
                 "TOKEN_CACHE": "every web and worker process fetches its own API token",
                 "KICK_CACHE": "wake-ups cannot be coalesced (each change sends its own "
                 "Celery message)",
+                "BACKOFF_CACHE": "a process that is told to slow down pauses alone",
             }
             errors.append(
                 Warning(
@@ -402,3 +405,50 @@ def _check_drf() -> list:
             id="billing_integration.E022",
         )
     ]
+
+
+# --- backing off together (E030-E032) ---------------------------------------------------------
+@register("billing")
+def check_shared_backoff(app_configs: Any = None, **kwargs: Any) -> list:
+    """``SHARED_BACKOFF`` and its keys have usable values (settings only, no cache access)."""
+    try:
+        conf = billing_settings.as_dict()
+    except BillingConfigurationError:
+        return []  # E000 reports it
+    errors: list = []
+    if not isinstance(conf["SHARED_BACKOFF"], bool):
+        errors.append(
+            Error(
+                f"BILLING['SHARED_BACKOFF'] must be True or False, not "
+                f"{conf['SHARED_BACKOFF']!r}.",
+                hint="Set it to True (every process backs off together) or False.",
+                id="billing_integration.E030",
+            )
+        )
+    alias = conf["BACKOFF_CACHE"]
+    if alias is not None and (not isinstance(alias, str) or not alias):
+        errors.append(
+            Error(
+                f"BILLING['BACKOFF_CACHE'] must be a cache alias or None, not {alias!r}.",
+                hint="Name an alias of CACHES (E023 reports one that is missing), or None "
+                "to use KICK_CACHE / TOKEN_CACHE.",
+                id="billing_integration.E031",
+            )
+        )
+    for key in ("BACKOFF_REFRESH", "BACKOFF_FAILURE_RUN"):
+        value = conf[key]
+        bad = isinstance(value, bool) or not isinstance(value, (int, float))
+        if key == "BACKOFF_FAILURE_RUN":
+            bad = bad or not isinstance(value, int) or value < 1
+        else:
+            bad = bad or not 0 <= value <= 60
+        if bad:
+            errors.append(
+                Error(
+                    f"BILLING['{key}'] is {value!r}.",
+                    hint="BACKOFF_REFRESH: seconds between 0 and 60 (default 0.5); "
+                    "BACKOFF_FAILURE_RUN: an integer >= 1 (default 3).",
+                    id="billing_integration.E032",
+                )
+            )
+    return errors

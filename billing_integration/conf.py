@@ -134,6 +134,11 @@ DEFAULTS: dict[str, Any] = {
     # a notice is on
     "SITE_URL": "",
     "NOTICE_MAX_ATTEMPTS": 5,  # sending attempts of one notice (the task retries) before failed
+    # --- backing off together (billing_integration.client.backoff) ----------------------
+    "SHARED_BACKOFF": True,  # a 429/5xx/outage seen by one process pauses every process
+    "BACKOFF_CACHE": None,  # Django cache alias of the shared window; None = KICK_CACHE
+    "BACKOFF_REFRESH": 0.5,  # seconds a process trusts its copy: how late it learns of one
+    "BACKOFF_FAILURE_RUN": 3,  # failures in a row (no Retry-After) that pause every process
 }
 
 class BillingSettings:
@@ -316,4 +321,12 @@ DOCS: dict[str, str] = {
     "required when a notice is on.",
     "NOTICE_MAX_ATTEMPTS": "Sending attempts of one notice (the task retries with backoff) before "
     "it stays `failed`.",
+    "SHARED_BACKOFF": "A `Retry-After` or a run of failures seen by one process pauses every "
+    "process until then; a call a person waits on whose deadline ends first fails at once.",
+    "BACKOFF_CACHE": "The cache alias of the shared back-off window (`None`: `KICK_CACHE`, then "
+    "`TOKEN_CACHE`).",
+    "BACKOFF_REFRESH": "Seconds a process trusts its copy of the window: it learns of another's "
+    "at most this late.",
+    "BACKOFF_FAILURE_RUN": "Retryable failures in a row (no `Retry-After`) after which a process "
+    "pauses all.",
 }

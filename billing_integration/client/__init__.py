@@ -11,10 +11,18 @@ import threading
 
 from django.core.signals import setting_changed
 
+from .backoff import SharedBackoff
 from .client import API_PREFIX, BillingClient
 from .retry import RetryPolicy
 
-__all__ = ["API_PREFIX", "BillingClient", "RetryPolicy", "get_client", "reset_client"]
+__all__ = [
+    "API_PREFIX",
+    "BillingClient",
+    "RetryPolicy",
+    "SharedBackoff",
+    "get_client",
+    "reset_client",
+]
 
 _lock = threading.Lock()
 _client: BillingClient | None = None

@@ -39,6 +39,7 @@ from ..exceptions import (
     BillingTransportError,
     error_for_status,
 )
+from .backoff import SharedBackoff
 from .retry import MIN_ATTEMPT, Deadline, RetryPolicy, parse_retry_after
 from .tokens import TokenProvider
 
@@ -72,6 +73,7 @@ class BillingClient:
         timeout: tuple[float, float] | None = None,
         page_size: int | None = None,
         sleep: Any = time.sleep,
+        backoff: SharedBackoff | None = None,
     ) -> None:
         conf = billing_settings
         self.base_url = (base_url or conf.BASE_URL).rstrip("/")
@@ -90,6 +92,8 @@ class BillingClient:
         self.page_size = page_size or conf.PAGE_SIZE
         self.max_pages = conf.MAX_PAGES
         self._sleep = sleep
+        #: The window every worker backs off in together (``client/backoff.py``).
+        self.backoff = backoff or SharedBackoff.from_settings()
         #: The deadline of every call made through this client (see ``with_deadline``).
         self.deadline: Deadline | None = None
         self.session = session or _new_session()
@@ -283,6 +287,8 @@ class BillingClient:
         attempt = 0
         while True:
             _check_time_left(bound, operation)
+            if attempt == 0:  # a retry's wait below already covers the window
+                self._wait_for_shared_backoff(bound, operation)
             token = self.tokens.get(bound)
             headers["x-kc-token"] = token
             try:
@@ -297,9 +303,19 @@ class BillingClient:
                     refetched = True
                     continue
                 if response.status_code < 400:
+                    self.backoff.succeeded()
                     return _unwrap(response, operation)
                 error = _api_error(response, operation)
+            if getattr(error, "retryable", False):
+                self.backoff.failed(getattr(error, "retry_after", None), self.retry)
+            else:
+                self.backoff.succeeded()  # the service answers: the run of failures is over
             wait = self._wait_before_retry(error, attempt, bound, operation)
+            shared = self.backoff.wait()
+            if shared > wait:  # another worker (or this one) asked every worker to wait longer
+                if bound is not None and shared + MIN_ATTEMPT > bound.remaining():
+                    raise error
+                wait = shared
             logger.warning(
                 "billing %s: %s; retry %d/%d in %.2fs",
                 operation,
@@ -310,6 +326,21 @@ class BillingClient:
             )
             self._sleep(wait)
             attempt += 1
+
+    def _wait_for_shared_backoff(self, deadline: Deadline | None, operation: str) -> None:
+        """Wait out the shared backoff window before an attempt. With a ``deadline`` the
+        window ends after, fail at once (nothing sent): the caller's "service unavailable"."""
+        wait = self.backoff.wait()
+        if wait <= 0:
+            return
+        if deadline is not None and wait + MIN_ATTEMPT > deadline.remaining():
+            raise BillingTransportError(
+                f"every worker backs off for {wait:.2f}s (the service asked to slow down), "
+                f"beyond the deadline ({deadline.seconds:g}s)",
+                operation=operation,
+            )
+        logger.info("billing %s: waiting %.2fs, every worker backs off", operation, wait)
+        self._sleep(wait)
 
     def _wait_before_retry(
         self, error: BillingError, attempt: int, deadline: Deadline | None, operation: str

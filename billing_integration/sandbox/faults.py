@@ -16,6 +16,12 @@ With ``count`` the rule applies to the next ``count`` matching requests with cer
 first of timeout, reset, reset-after-commit, error that the rule sets a rate or status for),
 then disappears. ``{"outage_seconds": 30}`` answers 503 to every billing and token request for
 that many (real) seconds (``"outage_mode": "reset"`` drops connections instead).
+
+``{"rate_limit": 20}`` is a rate limit: a billing request beyond 20 accepted in the last second
+(``"rate_limit_window"``, seconds) is answered 429 with ``Retry-After: 2``
+(``"rate_limit_retry_after"``); token requests and the checkout page are not limited.
+``{"rate_limit": null}`` lifts it; ``DELETE /_sandbox/faults`` too. The state shows the limit
+and ``rate_limited``, the number of 429s it answered.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -109,10 +116,19 @@ class FaultInjector:
         self.rules: list[FaultRule] = []
         self.outage_until = 0.0
         self.outage_mode = "503"
+        self.rate_limit: float | None = None  # accepted billing requests per window
+        self.rate_limit_window = 1.0
+        self.rate_limit_retry_after = 2.0
+        self.rate_limited = 0  # 429s the rate limit answered
+        self._accepted: deque[float] = deque()  # clock() of requests the limit let through
 
     def add(self, spec: dict[str, Any]) -> dict[str, Any]:
         """Add a rule, or an outage window. Raises ``ValueError`` for bad specs."""
         spec = dict(spec)
+        if "rate_limit" in spec:
+            self._set_rate_limit(spec)
+            if not spec:
+                return self.state()
         if "outage_seconds" in spec:
             seconds = float(spec.pop("outage_seconds"))
             mode = str(spec.pop("outage_mode", "503"))
@@ -140,10 +156,29 @@ class FaultInjector:
             self.rules.append(rule)
         return self.state()
 
+    def _set_rate_limit(self, spec: dict[str, Any]) -> None:
+        """Take the rate-limit knobs out of ``spec`` and apply them."""
+        limit = spec.pop("rate_limit")
+        window = float(spec.pop("rate_limit_window", 1.0))
+        retry_after = float(spec.pop("rate_limit_retry_after", 2.0))
+        if limit is not None and float(limit) <= 0:
+            raise ValueError("rate_limit must be > 0 (requests per window), or null to lift it")
+        if window <= 0 or retry_after < 0:
+            raise ValueError("rate_limit_window must be > 0 and rate_limit_retry_after >= 0")
+        with self._lock:
+            self.rate_limit = None if limit is None else float(limit)
+            self.rate_limit_window = window
+            self.rate_limit_retry_after = retry_after
+            self.rate_limited = 0
+            self._accepted.clear()
+
     def clear(self) -> None:
         with self._lock:
             self.rules.clear()
             self.outage_until = 0.0
+            self.rate_limit = None
+            self.rate_limited = 0
+            self._accepted.clear()
 
     def state(self) -> dict[str, Any]:
         remaining = max(0.0, self.outage_until - self.clock())
@@ -151,6 +186,10 @@ class FaultInjector:
             "rules": [r.as_dict() for r in self.rules],
             "outage_remaining": round(remaining, 3),
             "outage_mode": self.outage_mode,
+            "rate_limit": self.rate_limit,
+            "rate_limit_window": self.rate_limit_window,
+            "rate_limit_retry_after": self.rate_limit_retry_after,
+            "rate_limited": self.rate_limited,
         }
 
     def decide(self, operation: str) -> Decision:
@@ -161,6 +200,17 @@ class FaultInjector:
                 decision.status = 503
                 decision.retry_after = max(1.0, round(self.outage_until - self.clock()))
                 return decision
+            if self.rate_limit is not None and operation not in ("token", "checkout_page"):
+                now = self.clock()
+                while self._accepted and self._accepted[0] <= now - self.rate_limit_window:
+                    self._accepted.popleft()
+                if len(self._accepted) >= self.rate_limit:
+                    self.rate_limited += 1
+                    decision.action = "error"
+                    decision.status = 429
+                    decision.retry_after = self.rate_limit_retry_after
+                    return decision
+                self._accepted.append(now)
             for rule in list(self.rules):
                 if not rule.matches(operation):
                     continue

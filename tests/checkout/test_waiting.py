@@ -11,11 +11,12 @@ asserts wall-clock time.
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
 import billing_integration.client as client_module
-from billing_integration.client import BillingClient
+from billing_integration.client import BillingClient, SharedBackoff
 from billing_integration.models import CheckoutSession, Customer, OutboxEntry
 from billing_integration.outbox.push import PushOutcome, push_entry_now
 
@@ -37,7 +38,15 @@ def install_client() -> tuple[list[float], list[tuple[str, tuple[float, float]]]
     waits: list[float] = []
     timeouts: list[tuple[str, tuple[float, float]]] = []
     client_module.reset_client()
-    client = BillingClient(sleep=waits.append)
+    now = [time.time()]  # the wall clock of the shared backoff moves with the recorded waits
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        now[0] += seconds
+
+    client = BillingClient(
+        sleep=sleep, backoff=SharedBackoff.from_settings(clock=lambda: now[0])
+    )
     real = client.session.request
 
     def spy(method, url, *args, **kwargs):

@@ -35,6 +35,10 @@ def test_reliability_ci_size():
             "10",
             "--broker-stop",
             "3",
+            "--rate-limit",
+            "2",
+            "--rate-limit-seconds",
+            "3",
             "--workers",
             "2",
             "--drain-timeout",
@@ -51,6 +55,7 @@ def test_reliability_ci_size():
     assert "changes lost: 0" in out
     assert "duplicate remote objects: 0" in out
     assert "objects whose remote state differs from local: 0" in out
+    assert "rate-limit phase: " in out
 
 
 def push_all() -> None:

@@ -283,3 +283,28 @@ def test_fault_specs_are_validated_and_cleared(sandbox, api):
     sandbox.clear_faults()
     assert sandbox.faults()["rules"] == []
     assert api.get("/products").status_code == 200
+
+
+def test_rate_limit_answers_429_with_retry_after_above_n_per_second(sandbox, api,
+                                                                    fake_faults_clock):
+    """Three billing requests a second pass; the fourth in the same second is 429 with
+    Retry-After: 2 and has no effect; tokens are not limited; the next second lets 3 more in."""
+    sandbox.faults(rate_limit=3)
+    statuses = [api.post("/customers", {"identifier": f"u{i}"}).status_code for i in range(4)]
+    assert statuses == [200, 200, 200, 429]
+    limited = api.post("/customers", {"identifier": "u9"})
+    assert limited.status_code == 429 and limited.headers["Retry-After"] == "2"
+    assert requests.post(sandbox.token_url, data={"grant_type": "client_credentials"},
+                         timeout=5).status_code != 429
+    assert sandbox.faults()["rate_limited"] == 2
+    assert len(sandbox.objects("customer")) == 3  # the refused requests changed nothing
+    fake_faults_clock.advance(1.0)
+    assert api.get("/customers").status_code == 200
+    sandbox.faults(rate_limit=None)  # lifted
+    assert [api.get("/products").status_code for _ in range(5)] == [200] * 5
+
+
+def test_rate_limit_rejects_bad_values(sandbox):
+    for bad in ({"rate_limit": 0}, {"rate_limit": 5, "rate_limit_window": 0}):
+        response = requests.post(f"{sandbox.url}/_sandbox/faults", json=bad, timeout=5)
+        assert response.status_code == 400
