@@ -107,6 +107,10 @@ DEFAULTS: dict[str, Any] = {
     # seconds a web process that saw the event drain's wake-up pending skips the cache for
     # further kicks; the drain lingers this long (+ a margin) after clearing. 0 = off
     "WEBHOOK_KICK_WINDOW": 0.25,
+    # --- event log retention (billing_integration.webhooks.prune) ------------------------------
+    # finished deliveries (processed, ignored, failed, rejected) older than this are deleted by
+    # the daily beat task: "90d", "12h", "30m" or seconds; None keeps every delivery
+    "EVENT_RETENTION": "90d",
 }
 
 class BillingSettings:
