@@ -15,7 +15,7 @@ round whose prune ran out of rows before the load ended is no measurement (it fa
 seed more rows or send fewer deliveries).
 
 Options (environment): ``BENCH_PRUNE_ROWS``, ``BENCH_PRUNE_BATCH`` (rows per DELETE, default
-1000), ``BENCH_PRUNE_PAUSE`` (seconds between batches, default 0), and those of
+1000), ``BENCH_PRUNE_PAUSE`` (seconds between batches, default 0.1: the beat task's), and those of
 ``bench_webhooks.py`` (``BENCH_REQUESTS``, ``BENCH_SECONDS``, ``BENCH_CONCURRENCY``,
 ``BENCH_WORKERS``, ``BENCH_ROUNDS``, default 5 here).
 """
@@ -43,7 +43,7 @@ from _paired import MeasurementFailed, alternate, require, summary  # noqa: E402
 
 ROWS = int(os.environ.get("BENCH_PRUNE_ROWS", "1000000"))
 BATCH = int(os.environ.get("BENCH_PRUNE_BATCH", "1000"))
-PAUSE = float(os.environ.get("BENCH_PRUNE_PAUSE", "0"))
+PAUSE = float(os.environ.get("BENCH_PRUNE_PAUSE", "0.1"))
 TARGET = 0.8
 
 # The prune, in its own process: set up Django, say "ready", wait for "go", prune.

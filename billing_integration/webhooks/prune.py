@@ -147,9 +147,10 @@ def prune_events(
 
 
 @shared_task(name="billing_integration.prune_events", ignore_result=True)
-def prune_events_task(batch_size: int = 1000, pause: float = 0.0) -> int:
+def prune_events_task(batch_size: int = 1000, pause: float = 0.1) -> int:
     """For Celery beat (``billing-prune-events``, daily): prune the deliveries older than
-    ``BILLING['EVENT_RETENTION']``; does nothing when it is None. Returns the rows deleted."""
+    ``BILLING['EVENT_RETENTION']``; does nothing when it is None. Returns the rows deleted.
+    The pause between batches leaves the CPUs to ingest (``benchmarks/bench_prune.py``)."""
     keep = retention()
     if keep is None:
         return 0
