@@ -213,7 +213,7 @@ def _retention_errors(conf: dict[str, Any]) -> list:
                 f"'90d', '12h', '30m' or a number of seconds, not {value!r}.",
                 hint="None keeps every event delivery; the default is "
                 f"{DEFAULTS['EVENT_RETENTION']!r}.",
-                id="billing_integration.E030",
+                id="billing_integration.E024",
             )
         ]
     return []
