@@ -194,7 +194,30 @@ def _checkout_and_access_errors(conf: dict[str, Any]) -> list:
                 id="billing_integration.E008",
             )
         )
+    errors.extend(_retention_errors(conf))
     return errors
+
+
+def _retention_errors(conf: dict[str, Any]) -> list:
+    """EVENT_RETENTION None or a positive duration ("90d", "12h", "30m", seconds)."""
+    from .webhooks.prune import parse_duration
+
+    value = conf.get("EVENT_RETENTION")
+    if value is None:
+        return []
+    try:
+        parse_duration(value)
+    except ValueError:
+        return [
+            Error(
+                "BILLING['EVENT_RETENTION'] must be None or a positive duration such as "
+                f"'90d', '12h', '30m' or a number of seconds, not {value!r}.",
+                hint="None keeps every event delivery; the default is "
+                f"{DEFAULTS['EVENT_RETENTION']!r}.",
+                id="billing_integration.E024",
+            )
+        ]
+    return []
 
 
 def _valid_whsec(secret: Any) -> bool:

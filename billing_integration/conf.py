@@ -139,6 +139,10 @@ DEFAULTS: dict[str, Any] = {
     "BACKOFF_CACHE": None,  # Django cache alias of the shared window; None = KICK_CACHE
     "BACKOFF_REFRESH": 0.5,  # seconds a process trusts its copy: how late it learns of one
     "BACKOFF_FAILURE_RUN": 3,  # failures in a row (no Retry-After) that pause every process
+    # --- event log retention (billing_integration.webhooks.prune) ------------------------------
+    # finished deliveries (processed, ignored, failed, rejected) older than this are deleted by
+    # the daily beat task: "90d", "12h", "30m" or seconds; None keeps every delivery
+    "EVENT_RETENTION": "90d",
 }
 
 class BillingSettings:
@@ -329,4 +333,7 @@ DOCS: dict[str, str] = {
     "at most this late.",
     "BACKOFF_FAILURE_RUN": "Retryable failures in a row (no `Retry-After`) after which a process "
     "pauses all.",
+    "EVENT_RETENTION": "Finished event deliveries (processed, ignored, failed, rejected) older "
+    "than this are deleted by the daily task `billing_integration.prune_events`: `\"90d\"`, `\"12h\"`, "
+    "`\"30m\"` or seconds; `None` keeps every delivery. `received` ones are never deleted.",
 }

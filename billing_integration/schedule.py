@@ -1,5 +1,6 @@
 """The app's Celery beat schedule (``BEAT_SCHEDULE``, ``beat_schedule()``), for the host's
-``CELERY_BEAT_SCHEDULE``: the outbox drain, the periodic pull and the sweep of stuck events.
+``CELERY_BEAT_SCHEDULE``: the outbox drain, the periodic pull, the sweep of stuck events and the
+event log's pruning.
 
 Imports nothing (no models, no settings), so a settings module may import it::
 
@@ -15,10 +16,14 @@ __all__ = ["BEAT_SCHEDULE", "beat_schedule"]
 
 
 def beat_schedule(
-    drain_every: float = 60.0, sync_every: float = 3600.0, events_every: float = 60.0
+    drain_every: float = 60.0,
+    sync_every: float = 3600.0,
+    events_every: float = 60.0,
+    prune_every: float = 86400.0,
 ) -> dict[str, Any]:
     """A Celery beat schedule to merge into ``CELERY_BEAT_SCHEDULE``: the outbox drain, the
-    periodic pull, and the sweep of received events whose processing message was lost."""
+    periodic pull, the sweep of received events whose processing message was lost, and the
+    pruning of the event log (``BILLING['EVENT_RETENTION']``)."""
     return {
         "billing-drain-outbox": {
             "task": "billing_integration.drain_outbox",
@@ -35,9 +40,14 @@ def beat_schedule(
             "schedule": events_every,
             "options": {"expires": events_every},
         },
+        "billing-prune-events": {
+            "task": "billing_integration.prune_events",
+            "schedule": prune_every,
+            "options": {"expires": prune_every},
+        },
     }
 
 
 #: The default schedule: drain lost outbox messages and sweep stuck events every minute,
-#: reconcile every hour.
+#: reconcile every hour, prune the event log every day.
 BEAT_SCHEDULE: dict[str, Any] = beat_schedule()

@@ -38,4 +38,6 @@ class NoticeAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description=_("event"))
     def event_link(self, obj: Notice) -> SafeString | str:
+        if obj.event is None:
+            return _("(pruned from the event log)")
         return admin_link(obj.event, obj.event.event_id)

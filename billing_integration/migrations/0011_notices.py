@@ -22,7 +22,7 @@ class Migration(migrations.Migration):
                 ('created_at', models.DateTimeField(auto_now_add=True, verbose_name='created at')),
                 ('sent_at', models.DateTimeField(blank=True, null=True, verbose_name='sent at')),
                 ('error', models.TextField(blank=True, default='', verbose_name='error')),
-                ('event', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='notices', to='billing_integration.webhookevent', verbose_name='event')),
+                ('event', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='notices', to='billing_integration.webhookevent', verbose_name='event')),
             ],
             options={
                 'verbose_name': 'notice',

@@ -34,9 +34,12 @@ class NoticeState(models.TextChoices):
 class Notice(models.Model):
     """One notice email about one event."""
 
+    #: Kept (as NULL) when the event log is pruned: the record of what was sent stays.
     event = models.ForeignKey(
         WebhookEvent,
-        on_delete=models.CASCADE,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
         related_name="notices",
         verbose_name=_("event"),
     )

@@ -1,0 +1,71 @@
+"""Delete old, finished event deliveries: ``python manage.py billing_prune_events``.
+
+``--older-than`` a duration (``90d``, ``12h``, ``30m`` or seconds; default
+``BILLING['EVENT_RETENTION']``); ``--dry-run`` only counts; ``--batch-size`` rows per DELETE
+(each its own transaction); ``--pause`` seconds between batches. Deliveries still
+``received`` are never deleted (see ``billing_integration.webhooks.prune``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils.translation import gettext as _
+
+from billing_integration.webhooks.prune import (
+    count_prunable,
+    parse_duration,
+    prune_events,
+    retention,
+)
+
+
+class Command(BaseCommand):
+    help = "Delete processed, ignored, failed and rejected event deliveries older than a duration."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--older-than",
+            help="90d, 12h, 30m or seconds (default: BILLING['EVENT_RETENTION']).",
+        )
+        parser.add_argument("--dry-run", action="store_true", help="Only count what would go.")
+        parser.add_argument("--batch-size", type=int, default=1000, help="Rows per DELETE.")
+        parser.add_argument(
+            "--pause", type=float, default=0.0, help="Seconds to wait between batches."
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["batch_size"] < 1:
+            raise CommandError(_("--batch-size must be at least 1."))
+        if options["pause"] < 0:
+            raise CommandError(_("--pause must not be negative."))
+        if options["older_than"] is not None:
+            try:
+                older_than = parse_duration(options["older_than"])
+            except ValueError as exc:
+                raise CommandError(f"--older-than: {exc}") from exc
+        else:
+            try:
+                older_than = retention()
+            except ValueError as exc:
+                raise CommandError(f"BILLING['EVENT_RETENTION']: {exc}") from exc
+            if older_than is None:
+                raise CommandError(
+                    _(
+                        "BILLING['EVENT_RETENTION'] is None (keep every delivery): "
+                        "pass --older-than to prune anyway."
+                    )
+                )
+        if options["dry_run"]:
+            count = count_prunable(older_than)
+            self.stdout.write(
+                _("%(count)s event delivery(ies) received more than %(age)s ago would be deleted.")
+                % {"count": count, "age": older_than}
+            )
+            return
+        result = prune_events(older_than, batch_size=options["batch_size"], pause=options["pause"])
+        self.stdout.write(
+            _("Deleted %(count)s event delivery(ies) in %(batches)s batch(es).")
+            % {"count": result.deleted, "batches": result.batches}
+        )

@@ -1,0 +1,157 @@
+"""Keeping the event log bounded: deleting old, finished deliveries (``prune_events``).
+
+Deliveries in a finished state (``processed``, ``ignored``, ``failed``, ``rejected``) whose
+``received_at`` is older than a cut-off are deleted; ``received`` ones (not yet processed)
+never are, whatever their age. Payments, invoices and refunds live in their own tables and
+do not reference the log, so reporting keeps what it needs.
+
+The deletes run in small batches, each its own short transaction: select at most
+``batch_size`` ids (``FOR UPDATE SKIP LOCKED`` where the database has it: a row that
+processing or a replay holds is left for the next run, never waited on), then delete those
+ids. Ingest only INSERTs new rows, which no batch locks, so it never waits on a prune.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from celery import shared_task
+from django.db import connections, router, transaction
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from ..models import EventState, WebhookEvent
+
+logger = logging.getLogger("billing_integration.webhooks")
+
+__all__ = [
+    "PRUNABLE_STATES",
+    "PruneResult",
+    "count_prunable",
+    "parse_duration",
+    "prune_events",
+    "prune_events_task",
+    "retention",
+]
+
+#: The states a delivery may be pruned in: every finished one. ``received`` is not among them.
+PRUNABLE_STATES: tuple[str, ...] = (
+    EventState.PROCESSED.value,
+    EventState.IGNORED.value,
+    EventState.FAILED.value,
+    EventState.REJECTED.value,
+)
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION = re.compile(r"^\s*(\d+)\s*([smhd]?)\s*$")
+
+
+def parse_duration(value: Any) -> timedelta:
+    """``"90d"``, ``"12h"``, ``"30m"``, ``"45s"``, plain seconds (``3600``, ``"3600"``) or a
+    ``timedelta`` -> a positive ``timedelta``. Raises ``ValueError`` for anything else (zero,
+    negative, fractional, unknown units, booleans)."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int) and not isinstance(value, bool):
+        seconds = value
+    elif isinstance(value, str) and (match := _DURATION.match(value)):
+        seconds = int(match.group(1)) * _UNITS[match.group(2) or "s"]
+    else:
+        raise ValueError(
+            _("%(value)r is not a duration: use e.g. 90d, 12h, 30m or a number of seconds.")
+            % {"value": value}
+        )
+    if seconds <= 0:
+        raise ValueError(_("%(value)r is not a positive duration.") % {"value": value})
+    return timedelta(seconds=seconds)
+
+
+def retention() -> timedelta | None:
+    """``BILLING['EVENT_RETENTION']`` as a ``timedelta``; None keeps every delivery."""
+    from ..conf import billing_settings
+
+    value = billing_settings.EVENT_RETENTION
+    return None if value is None else parse_duration(value)
+
+
+@dataclass
+class PruneResult:
+    """What ``prune_events`` did: rows ``deleted``, in ``batches`` DELETE statements."""
+
+    deleted: int = 0
+    batches: int = 0
+    cutoff: datetime | None = None
+
+
+def _prunable(cutoff: datetime, using: str) -> Any:
+    return WebhookEvent.objects.using(using).filter(
+        state__in=PRUNABLE_STATES, received_at__lt=cutoff
+    )
+
+
+def count_prunable(older_than: timedelta, *, now: datetime | None = None) -> int:
+    """How many deliveries ``prune_events(older_than)`` would delete now (``--dry-run``)."""
+    using = router.db_for_write(WebhookEvent)
+    return _prunable((now or timezone.now()) - older_than, using).count()
+
+
+def prune_events(
+    older_than: timedelta,
+    *,
+    batch_size: int = 1000,
+    pause: float = 0.0,
+    now: datetime | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> PruneResult:
+    """Delete the finished deliveries received more than ``older_than`` ago, ``batch_size``
+    rows per transaction, sleeping ``pause`` seconds between batches. Rows locked by another
+    transaction are skipped (the next run takes them). Returns the rows deleted and batches."""
+    if batch_size < 1:
+        raise ValueError(_("The batch size must be at least 1."))
+    using = router.db_for_write(WebhookEvent)
+    connection = connections[using]
+    skip_locked = connection.features.has_select_for_update_skip_locked
+    cutoff = (now or timezone.now()) - older_than
+    result = PruneResult(cutoff=cutoff)
+    while True:
+        with transaction.atomic(using=using):
+            rows = _prunable(cutoff, using).order_by()
+            if skip_locked:
+                rows = rows.select_for_update(skip_locked=True)
+            ids = list(rows.values_list("pk", flat=True)[:batch_size])
+            if not ids:
+                break
+            # The conditions again: on a database without row locks, a row may have changed
+            # between the two statements (a replay put it back to received).
+            deleted, _by_model = _prunable(cutoff, using).filter(pk__in=ids).delete()
+        result.deleted += deleted
+        result.batches += 1
+        if len(ids) < batch_size:
+            break
+        if pause > 0:
+            sleep(pause)
+    if result.deleted:
+        logger.info(
+            "Pruned %s event deliveries received before %s (%s batches)",
+            result.deleted,
+            cutoff.isoformat(),
+            result.batches,
+        )
+    return result
+
+
+@shared_task(name="billing_integration.prune_events", ignore_result=True)
+def prune_events_task(batch_size: int = 1000, pause: float = 0.1) -> int:
+    """For Celery beat (``billing-prune-events``, daily): prune the deliveries older than
+    ``BILLING['EVENT_RETENTION']``; does nothing when it is None. Returns the rows deleted.
+    The pause between batches leaves the CPUs to ingest (``benchmarks/bench_prune.py``)."""
+    keep = retention()
+    if keep is None:
+        return 0
+    return prune_events(keep, batch_size=batch_size, pause=pause).deleted
