@@ -334,6 +334,6 @@ DOCS: dict[str, str] = {
     "BACKOFF_FAILURE_RUN": "Retryable failures in a row (no `Retry-After`) after which a process "
     "pauses all.",
     "EVENT_RETENTION": "Finished event deliveries (processed, ignored, failed, rejected) older "
-    "than this are deleted by the daily task `billing_integration.prune_events`: `\"90d\"`, `\"12h\"`, "
-    "`\"30m\"` or seconds; `None` keeps every delivery. `received` ones are never deleted.",
+    "than this are deleted by the daily task `billing_integration.prune_events`: `90d`, `12h`, "
+    "`30m` or seconds; `None` keeps every delivery. `received` ones are never deleted.",
 }
