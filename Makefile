@@ -20,6 +20,7 @@ venv: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports --no-logo
 	$(PY) manage.py makemigrations --check --dry-run billing_integration
 	$(MAKE) --no-print-directory docs

@@ -145,6 +145,7 @@ DEFAULTS: dict[str, Any] = {
     "EVENT_RETENTION": "90d",
 }
 
+
 class BillingSettings:
     """Attribute access to ``settings.BILLING`` merged over ``DEFAULTS``."""
 
