@@ -28,7 +28,7 @@ REQUIRED: dict[str, str] = {
     "CLIENT_SECRET": "BILLING_CLIENT_SECRET",
 }
 
-#: The documented defaults. README.md lists each with its meaning.
+#: The documented defaults. docs/settings.md lists each with its meaning (DOCS).
 DEFAULTS: dict[str, Any] = {
     # --- connection -------------------------------------------------------------------
     "BASE_URL": None,  # billing paths are {BASE_URL}/v1/api/billing/...
