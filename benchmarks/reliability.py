@@ -142,7 +142,8 @@ def report_rate_limit_phase(
     many it answered 429, and calls per second (peak in any whole second, and mean) against
     the limit. Returns the figures."""
     calls = [
-        r for r in requests
+        r
+        for r in requests
         if start <= r["time"] < end and r.get("operation") not in ("token", "checkout_page")
     ]
     refused = sum(1 for r in calls if r.get("status") == 429)
@@ -157,8 +158,11 @@ def report_rate_limit_phase(
             through[key] = through.get(key, 0) + 1
     peak = max(sent.values(), default=0)
     figures = {
-        "calls": len(calls), "accepted": accepted, "refused": refused,
-        "mean": len(calls) / seconds, "peak": peak,
+        "calls": len(calls),
+        "accepted": accepted,
+        "refused": refused,
+        "mean": len(calls) / seconds,
+        "peak": peak,
         "peak_through": max(through.values(), default=0),
     }
     print(
@@ -177,13 +181,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--changes", type=int, default=1000)
     parser.add_argument("--outage", type=float, default=30.0, help="seconds of 503s")
     parser.add_argument("--broker-stop", type=float, default=10.0, help="seconds without broker")
-    parser.add_argument("--rate-limit", type=float, default=10.0,
-                        help="billing requests a second the sandbox accepts during the phase")
-    parser.add_argument("--rate-limit-seconds", type=float, default=10.0,
-                        help="length of the rate-limit phase (0: none)")
+    parser.add_argument(
+        "--rate-limit",
+        type=float,
+        default=10.0,
+        help="billing requests a second the sandbox accepts during the phase",
+    )
+    parser.add_argument(
+        "--rate-limit-seconds",
+        type=float,
+        default=10.0,
+        help="length of the rate-limit phase (0: none)",
+    )
     parser.add_argument("--workers", type=int, default=4, help="worker processes")
-    parser.add_argument("--no-shared-backoff", action="store_true",
-                        help="BILLING['SHARED_BACKOFF'] = False: each worker retries alone")
+    parser.add_argument(
+        "--no-shared-backoff",
+        action="store_true",
+        help="BILLING['SHARED_BACKOFF'] = False: each worker retries alone",
+    )
     parser.add_argument("--drain-timeout", type=float, default=600.0)
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)
@@ -220,8 +235,15 @@ def run(stack: Stack, args: argparse.Namespace) -> int:
     sandbox = stack.sandbox
     print(f"broker: {stack.broker_url()}  database: {stack.env['DATABASE_URL'].split('@')[-1]}")
     stack.start_worker(concurrency=args.workers)
-    sandbox.faults(operation="*", error_rate=0.20, status=503, timeout_rate=0.05,
-                   timeout_seconds=3.0, reset_after_commit_rate=0.05, seed=args.seed)
+    sandbox.faults(
+        operation="*",
+        error_rate=0.20,
+        status=503,
+        timeout_rate=0.05,
+        timeout_seconds=3.0,
+        reset_after_commit_rate=0.05,
+        seed=args.seed,
+    )
 
     products: list[int] = []
     customers: list[int] = []
@@ -236,8 +258,10 @@ def run(stack: Stack, args: argparse.Namespace) -> int:
         if limited and i == limit_at:
             sandbox.faults(rate_limit=args.rate_limit)
             phase.append(time.time())
-            print(f"[{time.monotonic() - t0:6.1f}s] change {i}: rate limit "
-                  f"{args.rate_limit:g}/s for {args.rate_limit_seconds:g}s")
+            print(
+                f"[{time.monotonic() - t0:6.1f}s] change {i}: rate limit "
+                f"{args.rate_limit:g}/s for {args.rate_limit_seconds:g}s"
+            )
         if limited and i == outage_at:
             sandbox.faults(rate_limit=None)
             phase.append(time.time())
@@ -265,7 +289,9 @@ def run(stack: Stack, args: argparse.Namespace) -> int:
                 products.append(p.pk)
             elif roll < 0.5 or not customers:
                 c = Customer.objects.create(
-                    identifier=f"rel-{i}", first_name="F", last_name=str(i),
+                    identifier=f"rel-{i}",
+                    first_name="F",
+                    last_name=str(i),
                     email=f"c{i}@example.com",
                 )
                 customers.append(c.pk)
@@ -294,8 +320,10 @@ def run(stack: Stack, args: argparse.Namespace) -> int:
         time.sleep(max(0.0, restart_at - time.monotonic()))
         stack.start_redis()
         print(f"[{time.monotonic() - t0:6.1f}s] broker restarted")
-    print(f"[{time.monotonic() - t0:6.1f}s] {n} changes made; "
-          f"{len(products)} products, {len(customers)} customers")
+    print(
+        f"[{time.monotonic() - t0:6.1f}s] {n} changes made; "
+        f"{len(products)} products, {len(customers)} customers"
+    )
 
     # Drain: the periodic safety net, as beat would run it.
     stop = threading.Event()
@@ -308,14 +336,19 @@ def run(stack: Stack, args: argparse.Namespace) -> int:
                 print("drain:", exc)
 
     threading.Thread(target=beat, daemon=True).start()
-    finished = wait(lambda: not OutboxEntry.objects.exclude(state="done").exists(),
-                    timeout=args.drain_timeout, interval=1.0)
+    finished = wait(
+        lambda: not OutboxEntry.objects.exclude(state="done").exists(),
+        timeout=args.drain_timeout,
+        interval=1.0,
+    )
     stop.set()
     sandbox.clear_faults()
     elapsed = time.monotonic() - t0
     open_entries = OutboxEntry.objects.exclude(state="done").count()
-    print(f"[{elapsed:6.1f}s] drain {'finished' if finished else 'TIMED OUT'}; "
-          f"entries not done: {open_entries}")
+    print(
+        f"[{elapsed:6.1f}s] drain {'finished' if finished else 'TIMED OUT'}; "
+        f"entries not done: {open_entries}"
+    )
 
     # --- verification --------------------------------------------------------------------
     result = compare_with_remote(sandbox)
@@ -327,8 +360,10 @@ def run(stack: Stack, args: argparse.Namespace) -> int:
     if len(phase) == 2:
         report_rate_limit_phase(requests, phase[0], phase[1], args.rate_limit)
     print(f"changes lost: {lost}")
-    print(f"duplicate remote objects: {dup_products + dup_customers} "
-          f"(products {dup_products}, customers {dup_customers})")
+    print(
+        f"duplicate remote objects: {dup_products + dup_customers} "
+        f"(products {dup_products}, customers {dup_customers})"
+    )
     print(f"objects whose remote state differs from local: {len(mismatched)}")
     for item in mismatched[:10]:
         print("   ", item)

@@ -141,6 +141,7 @@ DEFAULTS: dict[str, Any] = {
     "BACKOFF_FAILURE_RUN": 3,  # failures in a row (no Retry-After) that pause every process
 }
 
+
 class BillingSettings:
     """Attribute access to ``settings.BILLING`` merged over ``DEFAULTS``."""
 

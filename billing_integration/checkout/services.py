@@ -99,8 +99,9 @@ class CheckoutError(BillingError):
     code: str = "checkout_error"
     default_message = "The checkout could not be started."
 
-    def __init__(self, message: str | None = None, *, status: int | None = None,
-                 code: str | None = None) -> None:
+    def __init__(
+        self, message: str | None = None, *, status: int | None = None, code: str | None = None
+    ) -> None:
         self.message = message or self.default_message
         if status is not None:
             self.status = status
@@ -217,8 +218,9 @@ def validate_selection(product: Any, cycle: Any = None, currency: Any = None) ->
     if resolved.pk is not None:
         resolved.refresh_from_db()  # the status as stored now, not as the caller loaded it
     if resolved.status == ProductStatus.ARCHIVED:
-        raise ProductUnavailable("This product has been retired and can no longer be bought.",
-                                 code="product_archived")
+        raise ProductUnavailable(
+            "This product has been retired and can no longer be bought.", code="product_archived"
+        )
     if resolved.status != ProductStatus.PUBLISHED:
         raise ProductUnavailable("This product is not on sale yet.", code="product_not_published")
     if resolved.remote_id is None:
@@ -307,8 +309,10 @@ def _translate(exc: BillingError, operation: str) -> CheckoutError:
                 return ProductUnavailable(code=code)
         logger.error("checkout: the service refused %s: %s", operation, exc)
         return CheckoutRefused()
-    if isinstance(exc, BillingAPIError) and not isinstance(exc, BillingServerError) and (
-        exc.status not in (401, 403, 429)
+    if (
+        isinstance(exc, BillingAPIError)
+        and not isinstance(exc, BillingServerError)
+        and (exc.status not in (401, 403, 429))
     ):
         logger.error("checkout: %s failed: %s", operation, exc)
         return CheckoutRefused()

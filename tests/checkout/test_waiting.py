@@ -44,9 +44,7 @@ def install_client() -> tuple[list[float], list[tuple[str, tuple[float, float]]]
         waits.append(seconds)
         now[0] += seconds
 
-    client = BillingClient(
-        sleep=sleep, backoff=SharedBackoff.from_settings(clock=lambda: now[0])
-    )
+    client = BillingClient(sleep=sleep, backoff=SharedBackoff.from_settings(clock=lambda: now[0]))
     real = client.session.request
 
     def spy(method, url, *args, **kwargs):
