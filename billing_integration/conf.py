@@ -28,7 +28,7 @@ REQUIRED: dict[str, str] = {
     "CLIENT_SECRET": "BILLING_CLIENT_SECRET",
 }
 
-#: The documented defaults. README.md lists each with its meaning.
+#: The documented defaults. docs/settings.md lists each with its meaning (DOCS).
 DEFAULTS: dict[str, Any] = {
     # --- connection -------------------------------------------------------------------
     "BASE_URL": None,  # billing paths are {BASE_URL}/v1/api/billing/...
@@ -254,16 +254,19 @@ DOCS: dict[str, str] = {
     "PAGE_SIZE": "The `limit` of list calls.",
     "MAX_PAGES": "Hard stop for a list that never ends.",
     "CURRENCIES": "The service's integer currency ids and their ISO codes (the interface does "
-    "not publish the table: set yours). Checkout sessions and prices send the id.",
-    "SUBSCRIPTION_CURRENCY_FORM": "How `POST /subscriptions` sends `selected_currency`: "
-    '`"code"` (`"XOF"`) or `"id"` (the id as a string, `"1"`).',
+    "not publish the table: set yours). Checkout sessions and prices send the id, "
+    "subscriptions the code (see `SUBSCRIPTION_CURRENCY_FORM`).",
+    "SUBSCRIPTION_CURRENCY_FORM": "How `POST /subscriptions` sends `selected_currency` (a "
+    'string, as the interface types it): `"code"` (`"XOF"`) or `"id"` (the id as a string, '
+    '`"1"`); answers carry the code either way.',
     "WEBHOOK_SECRET": '`"whsec_<base64>"`, or a list of them while rotating (any one verifies).',
     "WEBHOOK_BASIC_AUTH": '`"user:password"`: HTTP basic auth on the callback URL, an '
     "alternative to signatures.",
     "WEBHOOK_ALLOW_UNVERIFIED": "With neither `WEBHOOK_SECRET` nor `WEBHOOK_BASIC_AUTH` set, "
     "accept deliveries unverified (check `W001` warns, each one is logged). Never in production.",
     "WEBHOOK_TOLERANCE": "Seconds of clock skew accepted on `webhook-timestamp`, both ways.",
-    "WEBHOOK_PROCESS_INLINE": "Process events in the request instead of a Celery task.",
+    "WEBHOOK_PROCESS_INLINE": "Process each event in the request, right after it is stored, "
+    "instead of a Celery task after commit (its signals still wait for the commit).",
     "EVENT_TYPE_ALIASES": "Extra spellings of event types, mapped to a canonical type.",
     "EVENT_HANDLERS": "Canonical type -> dotted path of your `EventHandler` subclass.",
     "WEBHOOK_MAX_ATTEMPTS": "Processing attempts of an event (transient errors) before it is "
@@ -279,13 +282,19 @@ DOCS: dict[str, str] = {
     "SUBSCRIBER_RESOLVER": "Dotted path of a callable(request) -> subscriber; `None` means "
     "`request.user`.",
     "INTERACTIVE_DEADLINE": "Seconds a request a person waits on (checkout, the return page, "
-    "the API's checkout) may spend on the service in all, retries and waits included.",
+    "the API's checkout) may spend on the service in all: attempts, retries, the waits between "
+    "them, each attempt's timeouts; a `Retry-After` beyond it gives up at once. `MAX_RETRIES` "
+    "and `RETRY_AFTER_MAX` are for background work.",
     "MULTIPLE_PURCHASE_PRODUCTS": "Products (names or remote ids) a subscriber may buy again "
-    "while holding an active subscription to them; any other is refused a second purchase.",
-    "ACCOUNT_URL": "The subscriber's account page (a URL name or a path), linked from the "
-    '"you already have this plan" page and the API\'s 409.',
+    "while holding an active subscription to them; any other is refused a second purchase "
+    "(409).",
+    "ACCOUNT_URL": "The subscriber's billing page (a URL name or a path), linked from the "
+    'return page, the "you already have this plan" page and the API\'s 409; default: the '
+    "app's own billing page.",
     "ACTIVE_STATUSES": "Subscription statuses that grant access (an allow-list, compared "
-    "stripped and lower-cased); any other status, unknown ones included, grants none.",
+    "stripped and lower-cased); any other status, unknown ones included, grants none. The "
+    "interface shows only `published`, and the sandbox uses it for every live subscription, "
+    'trials included; add e.g. `"trialing"` if your service sends more.',
     "OUTBOX_MAX_ATTEMPTS": "Push attempts before an outbox entry is `failed` (visible, retryable).",
     "OUTBOX_RETRY_BASE": "Seconds: push retry *n* waits `OUTBOX_RETRY_BASE * 2**n`, capped by "
     "`OUTBOX_RETRY_MAX`.",
@@ -312,10 +321,13 @@ DOCS: dict[str, str] = {
     "OUTBOX_CLAIM_BATCH": "Due entries a push drain run fetches and claims at a time.",
     "WEBHOOK_DRAIN_SECONDS": "Seconds one event drain run processes, then it kicks itself again.",
     "WEBHOOK_KICK_WINDOW": "Seconds a web process that saw the event drain's wake-up pending "
-    "skips the cache for further kicks (`0`: off).",
+    "skips the cache for further kicks; the drain lingers as long after its clear before "
+    "returning on nothing, so no wake-up is lost (`0`: off).",
     "BASE_TEMPLATE": "The template the app's pages (checkout return and errors, the billing page) "
-    "extend; it defines the blocks `title` and `content`.",
-    "PRICING_URL": "Where a customer whose subscription lapsed is sent to choose a plan again "
+    "extend; it must define the blocks `title` and `content` (the example project sets "
+    '`"base.html"`).',
+    "PRICING_URL": "Where the billing page sends a customer whose subscription lapsed, to "
+    "choose a plan again "
     "(a URL name or a path); `None`: `SUBSCRIPTION_REQUIRED_URL`.",
     "NOTICES": "Each notice email on (`True`) or off: `payment_failed`, `subscription_canceled`, "
     "`subscription_paused`, `refund_approved`; opt-in (all off).",
@@ -323,17 +335,19 @@ DOCS: dict[str, str] = {
     "NOTICE_RECIPIENT": "Dotted path of a callable(customer, subscriber) returning the email "
     "address or `None` (`None`: the customer's email, else the subscriber's).",
     "SITE_URL": "The site's absolute base (`https://app.example.com`) for links in the notices; "
-    "required when a notice is on.",
+    "required (a system check) when a notice is on.",
     "NOTICE_MAX_ATTEMPTS": "Sending attempts of one notice (the task retries with backoff) before "
     "it stays `failed`.",
-    "SHARED_BACKOFF": "A `Retry-After` or a run of failures seen by one process pauses every "
-    "process until then; a call a person waits on whose deadline ends first fails at once.",
+    "SHARED_BACKOFF": "A `Retry-After` (429, or a 5xx that sends one, capped at "
+    "`RETRY_AFTER_MAX`) or `BACKOFF_FAILURE_RUN` failures in a row seen by one process pause "
+    "every process until then; a call a person waits on whose deadline ends first fails at "
+    "once (the checkout's 503 page).",
     "BACKOFF_CACHE": "The cache alias of the shared back-off window (`None`: `KICK_CACHE`, then "
     "`TOKEN_CACHE`).",
     "BACKOFF_REFRESH": "Seconds a process trusts its copy of the window: it learns of another's "
-    "at most this late.",
+    "at most this late, and reads the cache at most once per interval.",
     "BACKOFF_FAILURE_RUN": "Retryable failures in a row (no `Retry-After`) after which a process "
-    "pauses all.",
+    "pauses all, for `BACKOFF_BASE * 2**(run - 3)` seconds (at most `BACKOFF_MAX`).",
     "EVENT_RETENTION": "Finished event deliveries (processed, ignored, failed, rejected) older "
     "than this are deleted by the daily task `billing_integration.prune_events`: `90d`, `12h`, "
     "`30m` or seconds; `None` keeps every delivery. `received` ones are never deleted.",

@@ -111,7 +111,7 @@ BILLING.update(env.json("BILLING_EXTRA", default={}))
 
 # --- Celery ---------------------------------------------------------------------------------
 # Default: a broker on the local filesystem, so the demo needs no server. Production: set
-# CELERY_BROKER_URL to redis://... or amqp://... (see README).
+# CELERY_BROKER_URL to redis://... or amqp://... (see docs/production.md).
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
     # (demo) CELERY_BROKER_FOLDER gives a stack its own queue folder (`make demo-check` runs

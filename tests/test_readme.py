@@ -1,16 +1,47 @@
-"""README.md tells the truth about settings: every BILLING key is documented there."""
+"""README.md is a newcomer's overview: the two commands, the install walk-through (the same
+text as docs/install.md), the host test example, and links to the documentation site that
+all resolve. Every setting is documented on docs/settings.md (``tests/test_docs.py``)."""
 
+import re
 from pathlib import Path
 
-from billing_integration.conf import DEFAULTS
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+# [text](target): Markdown links; code spans hold no links.
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 
-def test_every_setting_is_documented():
-    missing = [key for key in DEFAULTS if f"`{key}`" not in README]
-    assert missing == []
+def _relative_links(text: str) -> list[str]:
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    text = re.sub(r"`[^`\n]*`", "``", text)
+    return [t for t in LINK.findall(text) if not re.match(r"[a-z][a-z0-9+.-]*:", t)]
 
 
 def test_readme_names_the_two_commands():
     assert "make demo" in README and "make test" in README
+
+
+def test_readme_keeps_the_install_section_that_the_docs_include():
+    assert README.count("<!-- install:start -->") == 1
+    assert README.count("<!-- install:end -->") == 1
+    assert "## Installing into your project\n<!-- install:start -->" in README
+    install_page = (ROOT / "docs" / "install.md").read_text()
+    assert "<!-- install:start -->" in install_page and "<!-- install:end -->" in install_page
+
+
+def test_every_relative_link_of_the_readme_points_to_an_existing_file():
+    links = _relative_links(README)
+    assert len(links) > 10
+    missing = [t for t in links if not (ROOT / t.split("#", 1)[0]).is_file()]
+    assert missing == []
+
+
+def test_the_readme_links_every_docs_page():
+    linked = {t.split("#", 1)[0] for t in _relative_links(README)}
+    pages = {f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md") if p.name != "index.md"}
+    assert sorted(pages - linked) == []
+
+
+def test_the_link_check_sees_a_broken_link():
+    assert _relative_links("[a](docs/nope.md) `[b](x.md)` [c](https://e.org)") == ["docs/nope.md"]
