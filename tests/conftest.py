@@ -33,9 +33,9 @@ def missing_backend(item: pytest.Item) -> str | None:
     if item.get_closest_marker("redis") and shutil.which("redis-server") is None:
         return "needs redis-server on PATH"
     if item.get_closest_marker("gettext") and not all(
-        shutil.which(tool) for tool in ("xgettext", "msgfmt")
+        shutil.which(tool) for tool in ("xgettext", "msgfmt", "msgen")
     ):
-        return "needs GNU gettext (xgettext, msgfmt) on PATH"
+        return "needs GNU gettext (xgettext, msgfmt, msgen) on PATH"
     return None
 
 
