@@ -4,9 +4,14 @@ the request)."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
-from django.utils import timezone
+from django.utils import timezone, translation
 from django.utils.formats import date_format
+
+from billing_integration.checkout.services import ServiceUnavailable
+from billing_integration.models import Product
 
 from .conftest import invoice, payment, refund, subscription
 from .test_account import URL, section, text
@@ -61,3 +66,26 @@ def test_the_same_page_in_english_by_default(client, demo, seeded) -> None:
     client.force_login(demo)
     html = client.get(URL).content.decode()
     assert "Starter Active XOF 5,000 Monthly" in text(section(html, "billing-subscriptions"))
+
+
+def test_checkout_errors_in_french(client, demo, seeded) -> None:
+    """The service's error messages follow the request's language, placeholders filled."""
+    client.force_login(demo)
+    french = {"accept-language": "fr"}
+    missing = client.post("/billing/checkout/", {"product": "no-such-product"}, headers=french)
+    assert missing.status_code == 404
+    assert "Ce produit n\u2019existe pas." in missing.content.decode()
+    pro = seeded["Pro"]
+    Product.objects.filter(pk=pro.pk).update(remote_id=uuid.uuid4())
+    wrong = client.post(
+        "/billing/checkout/", {"product": pro.pk, "cycle": "weeks-2"}, headers=french
+    )
+    assert wrong.status_code == 400
+    assert (
+        "Le cycle de facturation &#x27;weeks-2&#x27; n\u2019est pas proposé pour ce produit."
+        in wrong.content.decode()
+    )
+    with translation.override("fr"):
+        assert str(ServiceUnavailable().message).startswith(
+            "Le service de paiement est momentanément indisponible."
+        )
