@@ -58,3 +58,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             f"skipped under CI ({reason}): a test marked {', '.join(needs)} must run in CI "
             "(DATABASE_URL pointing at PostgreSQL, redis-server and gettext on the PATH)"
         )
+
+
+@pytest.fixture(autouse=True)
+def default_language():
+    """Each test starts in the default language: a request with ``Accept-Language: fr`` leaves
+    French active in the test's thread (``LocaleMiddleware`` activates, nothing deactivates)."""
+    from django.utils import translation
+
+    translation.deactivate()
+    yield
+    translation.deactivate()

@@ -47,7 +47,7 @@ def compile_po(po: Path, mo: Path) -> dict:
 def extracted_msgids(package: Path, tmp: Path) -> set:
     """The keys (as in ``catalogue``) of every string ``makemessages -l fr`` extracts from a
     copy of ``package``."""
-    copy = tmp / "billing_integration"
+    copy = tmp / package.name
     shutil.copytree(package, copy, ignore=shutil.ignore_patterns(*IGNORED))
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(copy)
@@ -71,13 +71,13 @@ def extracted_msgids(package: Path, tmp: Path) -> set:
     return set(compile_po(english, tmp / "english.mo"))
 
 
-def untranslated(package: Path, tmp: Path) -> list:
-    translated = {key: value for key, value in catalogue_of_committed_po(tmp).items() if value}
+def untranslated(package: Path, tmp: Path, po: Path = PO) -> list:
+    translated = {key: value for key, value in catalogue_of_committed_po(tmp, po).items() if value}
     return sorted(map(str, extracted_msgids(package, tmp) - set(translated)))
 
 
-def catalogue_of_committed_po(tmp: Path) -> dict:
-    return compile_po(PO, tmp / "committed.mo")
+def catalogue_of_committed_po(tmp: Path, po: Path = PO) -> dict:
+    return compile_po(po, tmp / "committed.mo")
 
 
 def test_every_extracted_string_is_translated_into_french(tmp_path: Path) -> None:
@@ -117,3 +117,11 @@ def test_plural_and_context_entries_are_translated(tmp_path: Path) -> None:
     assert entries[("Every %(n)d month", 1)] == "Tous les %(n)d mois"
     assert entries["subscription status\x04Active"] == "Actif"
     assert all(value for value in entries.values())
+
+
+def test_the_example_projects_catalogue(tmp_path: Path) -> None:
+    """The example project's own pages (base.html's navigation, pricing, login...) in French."""
+    example = PACKAGE.parent / "example_project"
+    po = example / "locale" / "fr" / "LC_MESSAGES" / "django.po"
+    assert untranslated(example, tmp_path, po) == []
+    assert catalogue(po.with_suffix(".mo")) == catalogue_of_committed_po(tmp_path, po)

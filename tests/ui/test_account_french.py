@@ -89,3 +89,16 @@ def test_checkout_errors_in_french(client, demo, seeded) -> None:
         assert str(ServiceUnavailable().message).startswith(
             "Le service de paiement est momentanément indisponible."
         )
+
+
+def test_the_example_sites_pages_in_french(client, demo, seeded) -> None:
+    """The example project's language switch and its own strings (example_project/locale)."""
+    client.force_login(demo)
+    html = client.get("/pricing/", headers={"accept-language": "fr"}).content.decode()
+    assert '<html lang="fr">' in html and "<h1>Tarifs</h1>" in html
+    assert 'action="/i18n/setlang/"' in html and '<option value="fr" selected>' in html
+    assert "S\u2019abonner" in html and "Mensuel" in html and "5\u202f000\u00a0XOF" in html
+    # the switch: set_language stores the choice, the next page follows it
+    answer = client.post("/i18n/setlang/", {"language": "fr", "next": "/billing/account/"})
+    assert answer.status_code == 302 and answer["Location"] == "/billing/account/"
+    assert "Pas encore d\u2019abonnement." in client.get("/billing/account/").content.decode()
