@@ -148,10 +148,29 @@ class Stack:
     def start_worker(self, concurrency: int = 1) -> subprocess.Popen:
         log = (self.tmp / f"worker-{len(self.workers)}.log").open("w")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "example_project", "worker", "-Q", self.queue,
-             "-c", str(concurrency), "-l", "WARNING", "--without-gossip", "--without-mingle",
-             "--without-heartbeat", "-n", f"{self.queue}-{len(self.workers)}@%h"],
-            cwd=ROOT, env={**os.environ, **self.env}, stdout=log, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "example_project",
+                "worker",
+                "-Q",
+                self.queue,
+                "-c",
+                str(concurrency),
+                "-l",
+                "WARNING",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+                "-n",
+                f"{self.queue}-{len(self.workers)}@%h",
+            ],
+            cwd=ROOT,
+            env={**os.environ, **self.env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         self.workers.append(proc)

@@ -112,22 +112,42 @@ def load(n_subs: int, n_payments: int, seed: int = 7) -> dict[str, int]:
     rnd = random.Random(seed)
     now = timezone.now()
     products = Product.objects.bulk_create(
-        [Product(name=f"Plan {i}", status="published", selected_currencies=[1, 2])
-         for i in range(5)]
+        [
+            Product(name=f"Plan {i}", status="published", selected_currencies=[1, 2])
+            for i in range(5)
+        ]
     )
-    cycles = [("months", 1, Decimal("5000")), ("months", 3, Decimal("14000")),
-              ("years", 1, Decimal("54000"))]
+    cycles = [
+        ("months", 1, Decimal("5000")),
+        ("months", 3, Decimal("14000")),
+        ("years", 1, Decimal("54000")),
+    ]
     for p in products:
         for unit, freq, xof in cycles:
-            c = BillingCycle.objects.bulk_create([BillingCycle(product=p, unit=unit,
-                                                               frequency=freq)])[0]
-            Price.objects.bulk_create([Price(cycle=c, currency_id=1, amount=xof),
-                                       Price(cycle=c, currency_id=2, amount=xof / 500)])
+            c = BillingCycle.objects.bulk_create(
+                [BillingCycle(product=p, unit=unit, frequency=freq)]
+            )[0]
+            Price.objects.bulk_create(
+                [
+                    Price(cycle=c, currency_id=1, amount=xof),
+                    Price(cycle=c, currency_id=2, amount=xof / 500),
+                ]
+            )
     n_customers = max(n_subs // 5, 1)
     customer_ids = [uuid.uuid4() for _ in range(n_customers)]
-    copy_rows(Customer, ({"identifier": f"cust-{i}", "remote_id": rid, "created_at": now,
-                          "updated_at": now, "email": f"c{i}@example.com"}
-                         for i, rid in enumerate(customer_ids)))
+    copy_rows(
+        Customer,
+        (
+            {
+                "identifier": f"cust-{i}",
+                "remote_id": rid,
+                "created_at": now,
+                "updated_at": now,
+                "email": f"c{i}@example.com",
+            }
+            for i, rid in enumerate(customer_ids)
+        ),
+    )
     customer_pk = dict(Customer.objects.values_list("remote_id", "pk"))
     cust_pks = [customer_pk[r] for r in customer_ids]
     product_pks = [p.pk for p in products]
@@ -143,24 +163,29 @@ def load(n_subs: int, n_payments: int, seed: int = 7) -> dict[str, int]:
             period_days = 30 * months
             cycles_done = int((now - start).days // period_days) + 1
             yield {
-                "product_id": rnd.choice(product_pks), "customer_id": rnd.choice(cust_pks),
-                "remote_id": uuid.uuid4(), "remote_created": start,
+                "product_id": rnd.choice(product_pks),
+                "customer_id": rnd.choice(cust_pks),
+                "remote_id": uuid.uuid4(),
+                "remote_created": start,
                 "remote_updated": ended if canceled else None,
                 "status": "canceled" if canceled else "published",
                 "selected_billing_cycle": f"{unit}-{freq}",
                 "selected_currency": "XOF" if rnd.random() < 0.7 else "USD",
                 "cycle_start_date": start,
                 "cycle_end_date": start + timedelta(days=period_days * cycles_done)
-                if rnd.random() < 0.95 else start + timedelta(days=period_days),
+                if rnd.random() < 0.95
+                else start + timedelta(days=period_days),
                 "trial_end_date": start + timedelta(days=14) if trial else None,
                 "last_payment_status": "failed" if rnd.random() < 0.05 else "completed",
-                "created_at": start, "updated_at": ended if canceled else start,
+                "created_at": start,
+                "updated_at": ended if canceled else start,
                 "sync_state": "synced",
             }
 
     counts = {"subscriptions": copy_rows(Subscription, sub_rows())}
-    subs = list(Subscription.objects.values_list("pk", "customer_id", "product_id",
-                                                 "selected_currency"))
+    subs = list(
+        Subscription.objects.values_list("pk", "customer_id", "product_id", "selected_currency")
+    )
 
     def payment_rows():
         for _ in range(n_payments):
@@ -168,29 +193,64 @@ def load(n_subs: int, n_payments: int, seed: int = 7) -> dict[str, int]:
             r = rnd.random()
             status = "completed" if r < 0.85 else "failed" if r < 0.97 else "canceled"
             at = now - timedelta(days=rnd.uniform(0, 730))
-            yield {"remote_id": uuid.uuid4(), "status": status,
-                   "amount": Decimal(rnd.choice((5000, 14000, 54000, 10, 28, 108))),
-                   "currency": cur, "customer_id": cust, "subscription_id": pk,
-                   "product_id": prod, "remote_created": at, "remote_updated": at,
-                   "created_at": at, "updated_at": at}
+            yield {
+                "remote_id": uuid.uuid4(),
+                "status": status,
+                "amount": Decimal(rnd.choice((5000, 14000, 54000, 10, 28, 108))),
+                "currency": cur,
+                "customer_id": cust,
+                "subscription_id": pk,
+                "product_id": prod,
+                "remote_created": at,
+                "remote_updated": at,
+                "created_at": at,
+                "updated_at": at,
+            }
 
     counts["payments"] = copy_rows(Payment, payment_rows())
-    payments = list(Payment.objects.filter(status="completed").order_by("?")
-                    .values_list("pk", "customer_id", "subscription_id", "currency",
-                                 "amount")[: max(n_payments // 50, 1)])
-    counts["refunds"] = copy_rows(Refund, (
-        {"remote_id": uuid.uuid4(), "status": rnd.choice(("approved", "initiated", "rejected")),
-         "amount": amount, "currency": cur, "customer_id": cust, "subscription_id": sub,
-         "payment_id": pk, "remote_created": now - timedelta(days=rnd.uniform(0, 700)),
-         "created_at": now, "updated_at": now}
-        for pk, cust, sub, cur, amount in payments))
-    counts["invoices"] = copy_rows(Invoice, (
-        {"remote_id": uuid.uuid4(),
-         "status": rnd.choices(("paid", "uncollectable", "open", "void"), (90, 3, 4, 3))[0],
-         "amount": Decimal(5000), "currency": cur, "customer_id": cust, "product_id": prod,
-         "subscription_id": pk, "remote_created": now - timedelta(days=rnd.uniform(0, 700)),
-         "created_at": now, "updated_at": now}
-        for pk, cust, prod, cur in subs[: max(n_subs // 5, 1)]))
+    payments = list(
+        Payment.objects.filter(status="completed")
+        .order_by("?")
+        .values_list("pk", "customer_id", "subscription_id", "currency", "amount")[
+            : max(n_payments // 50, 1)
+        ]
+    )
+    counts["refunds"] = copy_rows(
+        Refund,
+        (
+            {
+                "remote_id": uuid.uuid4(),
+                "status": rnd.choice(("approved", "initiated", "rejected")),
+                "amount": amount,
+                "currency": cur,
+                "customer_id": cust,
+                "subscription_id": sub,
+                "payment_id": pk,
+                "remote_created": now - timedelta(days=rnd.uniform(0, 700)),
+                "created_at": now,
+                "updated_at": now,
+            }
+            for pk, cust, sub, cur, amount in payments
+        ),
+    )
+    counts["invoices"] = copy_rows(
+        Invoice,
+        (
+            {
+                "remote_id": uuid.uuid4(),
+                "status": rnd.choices(("paid", "uncollectable", "open", "void"), (90, 3, 4, 3))[0],
+                "amount": Decimal(5000),
+                "currency": cur,
+                "customer_id": cust,
+                "product_id": prod,
+                "subscription_id": pk,
+                "remote_created": now - timedelta(days=rnd.uniform(0, 700)),
+                "created_at": now,
+                "updated_at": now,
+            }
+            for pk, cust, prod, cur in subs[: max(n_subs // 5, 1)]
+        ),
+    )
     counts["customers"] = n_customers
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE")
@@ -218,8 +278,10 @@ def measure(runs: int) -> None:
             queries.append(len(ctx.captured_queries))
         best, median = min(times), statistics.median(times)
         verdict = "OK" if median < TARGET_SECONDS else "OVER TARGET"
-        print(f"{label:<44} median {median * 1000:7.1f} ms  best {best * 1000:7.1f} ms  "
-              f"queries {sorted(set(queries))}  [{verdict}: target < {TARGET_SECONDS:g} s]")
+        print(
+            f"{label:<44} median {median * 1000:7.1f} ms  best {best * 1000:7.1f} ms  "
+            f"queries {sorted(set(queries))}  [{verdict}: target < {TARGET_SECONDS:g} s]"
+        )
         return ctx
 
     timed(lambda: build_report(Period()), "build_report (12 months, all)")
@@ -252,8 +314,11 @@ def main() -> None:
     parser.add_argument("--payments", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
-    parser.add_argument("--reuse", action="store_true",
-                        help="use the kept database as it is (no reload); implies --keep")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="use the kept database as it is (no reload); implies --keep",
+    )
     args = parser.parse_args()
 
     reuse = args.reuse and database_exists()
@@ -272,12 +337,10 @@ def main() -> None:
 
             with connection.cursor() as cursor:
                 cursor.execute("VACUUM ANALYZE")
-            print(f"reused database {DB_NAME} (migrate + ANALYZE "
-                  f"{time.perf_counter() - t0:.1f} s)")
+            print(f"reused database {DB_NAME} (migrate + ANALYZE {time.perf_counter() - t0:.1f} s)")
         else:
             counts = load(args.subscriptions, args.payments)
-            print(f"loaded {counts} in {time.perf_counter() - t0:.1f} s "
-                  f"into database {DB_NAME}")
+            print(f"loaded {counts} in {time.perf_counter() - t0:.1f} s into database {DB_NAME}")
         measure(args.runs)
     finally:
         if not args.keep:

@@ -235,7 +235,7 @@ def _server_cpu(port: int) -> float | None:
         lambda cmd: (
             ("gunicorn" in cmd and f"127.0.0.1:{port}" in cmd)
             # Backends only: an autovacuum run lands in whichever round it happens to overlap.
-        or (cmd.startswith("postgres:") and f" {database} " in cmd and "autovacuum" not in cmd)
+            or (cmd.startswith("postgres:") and f" {database} " in cmd and "autovacuum" not in cmd)
         )
     )
 

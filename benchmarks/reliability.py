@@ -170,8 +170,15 @@ def run(stack: Stack, args: argparse.Namespace) -> int:
     sandbox = stack.sandbox
     print(f"broker: {stack.broker_url()}  database: {stack.env['DATABASE_URL'].split('@')[-1]}")
     stack.start_worker(concurrency=args.workers)
-    sandbox.faults(operation="*", error_rate=0.20, status=503, timeout_rate=0.05,
-                   timeout_seconds=3.0, reset_after_commit_rate=0.05, seed=args.seed)
+    sandbox.faults(
+        operation="*",
+        error_rate=0.20,
+        status=503,
+        timeout_rate=0.05,
+        timeout_seconds=3.0,
+        reset_after_commit_rate=0.05,
+        seed=args.seed,
+    )
 
     products: list[int] = []
     customers: list[int] = []
@@ -203,7 +210,9 @@ def run(stack: Stack, args: argparse.Namespace) -> int:
                 products.append(p.pk)
             elif roll < 0.5 or not customers:
                 c = Customer.objects.create(
-                    identifier=f"rel-{i}", first_name="F", last_name=str(i),
+                    identifier=f"rel-{i}",
+                    first_name="F",
+                    last_name=str(i),
                     email=f"c{i}@example.com",
                 )
                 customers.append(c.pk)
@@ -229,8 +238,10 @@ def run(stack: Stack, args: argparse.Namespace) -> int:
         time.sleep(max(0.0, restart_at - time.monotonic()))
         stack.start_redis()
         print(f"[{time.monotonic() - t0:6.1f}s] broker restarted")
-    print(f"[{time.monotonic() - t0:6.1f}s] {n} changes made; "
-          f"{len(products)} products, {len(customers)} customers")
+    print(
+        f"[{time.monotonic() - t0:6.1f}s] {n} changes made; "
+        f"{len(products)} products, {len(customers)} customers"
+    )
 
     # Drain: the periodic safety net, as beat would run it.
     stop = threading.Event()
@@ -243,14 +254,19 @@ def run(stack: Stack, args: argparse.Namespace) -> int:
                 print("drain:", exc)
 
     threading.Thread(target=beat, daemon=True).start()
-    finished = wait(lambda: not OutboxEntry.objects.exclude(state="done").exists(),
-                    timeout=args.drain_timeout, interval=1.0)
+    finished = wait(
+        lambda: not OutboxEntry.objects.exclude(state="done").exists(),
+        timeout=args.drain_timeout,
+        interval=1.0,
+    )
     stop.set()
     sandbox.clear_faults()
     elapsed = time.monotonic() - t0
     open_entries = OutboxEntry.objects.exclude(state="done").count()
-    print(f"[{elapsed:6.1f}s] drain {'finished' if finished else 'TIMED OUT'}; "
-          f"entries not done: {open_entries}")
+    print(
+        f"[{elapsed:6.1f}s] drain {'finished' if finished else 'TIMED OUT'}; "
+        f"entries not done: {open_entries}"
+    )
 
     # --- verification --------------------------------------------------------------------
     result = compare_with_remote(sandbox)
@@ -260,8 +276,10 @@ def run(stack: Stack, args: argparse.Namespace) -> int:
     faults = sum(1 for r in requests if (r.get("status") or 200) >= 500)
     print(f"requests seen by the sandbox: {len(requests)} ({faults} answered 5xx)")
     print(f"changes lost: {lost}")
-    print(f"duplicate remote objects: {dup_products + dup_customers} "
-          f"(products {dup_products}, customers {dup_customers})")
+    print(
+        f"duplicate remote objects: {dup_products + dup_customers} "
+        f"(products {dup_products}, customers {dup_customers})"
+    )
     print(f"objects whose remote state differs from local: {len(mismatched)}")
     for item in mismatched[:10]:
         print("   ", item)

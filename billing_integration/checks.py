@@ -129,8 +129,14 @@ def check_billing_settings(app_configs: Any = None, **kwargs: Any) -> list:
                 id="billing_integration.E006",
             )
         )
-    for key in ("PAGE_SIZE", "MAX_RETRIES", "CHECKOUT_EXPIRY", "WEBHOOK_TOLERANCE",
-                "OUTBOX_PUSH_MAX_ENTRIES", "OUTBOX_REQUEUE_BATCH"):
+    for key in (
+        "PAGE_SIZE",
+        "MAX_RETRIES",
+        "CHECKOUT_EXPIRY",
+        "WEBHOOK_TOLERANCE",
+        "OUTBOX_PUSH_MAX_ENTRIES",
+        "OUTBOX_REQUEUE_BATCH",
+    ):
         value = conf.get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             errors.append(
@@ -317,7 +323,8 @@ def _check_celery() -> list:
     scheduler = str(conf.beat_scheduler or "")
     if scheduler.startswith("celery.beat"):  # other schedulers keep their entries elsewhere
         scheduled = {
-            entry.get("task") for entry in (conf.beat_schedule or {}).values()
+            entry.get("task")
+            for entry in (conf.beat_schedule or {}).values()
             if isinstance(entry, dict)
         }
         missing = [e["task"] for e in BEAT_SCHEDULE.values() if e["task"] not in scheduled]

@@ -136,6 +136,7 @@ DEFAULTS: dict[str, Any] = {
     "NOTICE_MAX_ATTEMPTS": 5,  # sending attempts of one notice (the task retries) before failed
 }
 
+
 class BillingSettings:
     """Attribute access to ``settings.BILLING`` merged over ``DEFAULTS``."""
 

@@ -97,8 +97,12 @@ __all__ = [
 ]
 
 #: Publishing must not hang a web request when the broker is down.
-PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2,
-                        "interval_max": 0.5}
+PUBLISH_RETRY_POLICY = {
+    "max_retries": 2,
+    "interval_start": 0,
+    "interval_step": 0.2,
+    "interval_max": 0.5,
+}
 
 #: Seconds a drain lingers beyond the producers' local window (clock-rate differences between
 #: machines, scheduling): far more than the drift of two monotonic clocks over a window.
@@ -122,9 +126,7 @@ def _cache() -> Any:
 
 
 def _send(task: Any, countdown: float | None, options: dict[str, Any]) -> None:
-    task.apply_async(
-        countdown=countdown, retry=True, retry_policy=PUBLISH_RETRY_POLICY, **options
-    )
+    task.apply_async(countdown=countdown, retry=True, retry_policy=PUBLISH_RETRY_POLICY, **options)
 
 
 def kick(name: str, task: Any, *, local_window: float = 0.0, **options: Any) -> bool:
@@ -208,7 +210,6 @@ def schedule(name: str, task: Any, countdown: float, **options: Any) -> bool:
     return True
 
 
-
 T = TypeVar("T")
 
 
@@ -218,7 +219,11 @@ class DrainRun:
     direct call, e.g. a management command) it only keeps the budget."""
 
     def __init__(
-        self, seconds: float, *, wakeup: Wakeup | None = None, cleared_at: float = 0.0,
+        self,
+        seconds: float,
+        *,
+        wakeup: Wakeup | None = None,
+        cleared_at: float = 0.0,
         window: float = 0.0,
     ) -> None:
         self.wakeup = wakeup

@@ -302,9 +302,7 @@ def run_checks(web: str, sandbox: str) -> None:
         ),
         timeout=60,
     )
-    check(
-        "XOF\xa05,000" in account.text, "account page lists the payment (XOF 5,000, Completed)"
-    )
+    check("XOF\xa05,000" in account.text, "account page lists the payment (XOF 5,000, Completed)")
 
     print("4. a declined payment opens nothing")
     bob = Browser(web)

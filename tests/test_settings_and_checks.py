@@ -121,7 +121,9 @@ def test_database_checks_report_a_mirror_of_another_service(settings):
     settings.BILLING = GOOD
     assert [e for e in run_checks(databases=["default"]) if e.id.startswith("billing")] == []
     ServiceBinding.objects.create(
-        base_url="https://billing.example.com", realm="sandbox", client_id="id",
+        base_url="https://billing.example.com",
+        realm="sandbox",
+        client_id="id",
         recorded_at=timezone.now(),
     )
     assert [e for e in run_checks() if e.id == "billing_integration.E010"] == []

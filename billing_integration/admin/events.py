@@ -57,15 +57,38 @@ def pretty_json(value: Any) -> SafeString:
 
 @admin.register(WebhookEvent)
 class WebhookEventAdmin(admin.ModelAdmin):
-    list_display = ("event_id", "type", "raw_type", "state_badge", "outcome", "attempts",
-                    "object_id", "received_at", "occurred_at", "error_short")
+    list_display = (
+        "event_id",
+        "type",
+        "raw_type",
+        "state_badge",
+        "outcome",
+        "attempts",
+        "object_id",
+        "received_at",
+        "occurred_at",
+        "error_short",
+    )
     list_filter = ("state", "type", "verified_by")
     date_hierarchy = "received_at"
     search_fields = ("=event_id", "=object_id", "raw_type")
     actions = ("replay", "replay_force")
     fieldsets = (
-        (None, {"fields": ("event_id", "type", "raw_type", "state_badge", "outcome", "attempts",
-                           "object_id", "verified_by")}),
+        (
+            None,
+            {
+                "fields": (
+                    "event_id",
+                    "type",
+                    "raw_type",
+                    "state_badge",
+                    "outcome",
+                    "attempts",
+                    "object_id",
+                    "verified_by",
+                )
+            },
+        ),
         (_("Times"), {"fields": ("received_at", "occurred_at", "processed_at")}),
         (_("Error"), {"fields": ("error", "traceback_pre")}),
         (_("Delivery"), {"fields": ("body_pretty", "headers_pretty")}),
@@ -79,11 +102,20 @@ class WebhookEventAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
-                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
         # Everything is read-only: no save buttons (the change permission is for the actions).
-        extra = {"show_save": False, "show_save_and_continue": False,
-                 "show_save_and_add_another": False, **(extra_context or {})}
+        extra = {
+            "show_save": False,
+            "show_save_and_continue": False,
+            "show_save_and_add_another": False,
+            **(extra_context or {}),
+        }
         return super().change_view(request, object_id, form_url, extra)
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
@@ -114,8 +146,11 @@ class WebhookEventAdmin(admin.ModelAdmin):
 
         counts = replay_events(queryset, inline=True, force=force)
         if not counts:
-            self.message_user(request, _("Nothing to replay (processed and rejected events are "
-                                         "skipped)."), messages.WARNING)
+            self.message_user(
+                request,
+                _("Nothing to replay (processed and rejected events are skipped)."),
+                messages.WARNING,
+            )
             return
         summary = ", ".join(f"{state}: {n}" for state, n in sorted(counts.items()))
         level = messages.WARNING if counts.get("failed") else messages.SUCCESS
@@ -125,7 +160,9 @@ class WebhookEventAdmin(admin.ModelAdmin):
     def replay(self, request: HttpRequest, queryset: models.QuerySet) -> None:
         self._replay(request, queryset, force=False)
 
-    @admin.action(description=_("Re-apply, processed ones too (older never overwrites newer)"),
-                  permissions=["change"])
+    @admin.action(
+        description=_("Re-apply, processed ones too (older never overwrites newer)"),
+        permissions=["change"],
+    )
     def replay_force(self, request: HttpRequest, queryset: models.QuerySet) -> None:
         self._replay(request, queryset, force=True)

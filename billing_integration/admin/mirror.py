@@ -222,8 +222,9 @@ class CustomerAdmin(NoDeleteMixin, SyncStateAdminMixin, admin.ModelAdmin):
     def checkout_sessions_links(self, obj: Customer) -> SafeString | str:
         return admin_links(obj.checkout_sessions.all())
 
-    @admin.action(description=_("Sync now (pull customers from the service)"),
-                  permissions=["change"])
+    @admin.action(
+        description=_("Sync now (pull customers from the service)"), permissions=["change"]
+    )
     def sync_now(self, request: HttpRequest, queryset: models.QuerySet) -> None:
         from ..sync.pull import pull_customers
 
@@ -270,8 +271,12 @@ def status_badge(obj: Subscription) -> SafeString:
     a known inactive one (and "no status" when it is empty)."""
     if not obj.has_unknown_status:
         colour = "#2e7d32" if obj.is_active else "#616161"
-        return format_html('<span style="color:{}" title="{}">{}</span>', colour, obj.status,
-                           display.status_label(obj))
+        return format_html(
+            '<span style="color:{}" title="{}">{}</span>',
+            colour,
+            obj.status,
+            display.status_label(obj),
+        )
     label = _("unknown status — no access") if obj.status else _("no status — no access")
     return format_html(
         '{} <span class="billing-badge billing-badge-unknown-status" style="background:#c62828;'

@@ -271,7 +271,8 @@ class PriceInlineForm(forms.ModelForm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["currency_id"].choices = [
-            ("", "---------"), *((cid, code) for cid, code in sorted(_currencies().items()))
+            ("", "---------"),
+            *((cid, code) for cid, code in sorted(_currencies().items())),
         ]
 
 
@@ -328,7 +329,6 @@ class ProductForm(forms.ModelForm):
             self.initial["selected_currencies"] = [
                 int(c) for c in self.instance.selected_currencies or []
             ]
-
 
 
 def _confirm_pricing_change(
@@ -479,8 +479,9 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
     @admin.display(description=_("subscriptions"))
     def subscriptions_link(self, obj: Product) -> Any:
         total = obj.subscriptions.count()
-        return changelist_link(Subscription, _("%d subscription(s)") % total,
-                               product__id__exact=obj.pk)
+        return changelist_link(
+            Subscription, _("%d subscription(s)") % total, product__id__exact=obj.pk
+        )
 
     # -- delete is replaced by archive -----------------------------------------------------------
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -593,17 +594,24 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
     @admin.action(description=_("Publish selected products"), permissions=["change"])
     def publish(self, request: HttpRequest, queryset: models.QuerySet) -> None:
         count = self._set_status(request, queryset, ProductStatus.PUBLISHED)
-        self.message_user(request, _("%d product(s) published; the change is being pushed.")
-                          % count, messages.SUCCESS)
+        self.message_user(
+            request,
+            _("%d product(s) published; the change is being pushed.") % count,
+            messages.SUCCESS,
+        )
 
     @admin.action(description=_("Archive selected products"), permissions=["change"])
     def archive(self, request: HttpRequest, queryset: models.QuerySet) -> None:
         count = self._set_status(request, queryset, ProductStatus.ARCHIVED)
-        self.message_user(request, _("%d product(s) archived; the change is being pushed.")
-                          % count, messages.SUCCESS)
+        self.message_user(
+            request,
+            _("%d product(s) archived; the change is being pushed.") % count,
+            messages.SUCCESS,
+        )
 
-    @admin.action(description=_("Sync now (pull products from the service)"),
-                  permissions=["change"])
+    @admin.action(
+        description=_("Sync now (pull products from the service)"), permissions=["change"]
+    )
     def sync_now(self, request: HttpRequest, queryset: models.QuerySet) -> None:
         from ..sync.pull import products_without_cycles, pull_products
 
@@ -714,8 +722,15 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
         )
         return _confirm_pricing_change(self, request, obj, changes, change_url, total)
 
-    def render_change_form(self, request: HttpRequest, context: dict[str, Any], add: bool = False,
-                           change: bool = False, form_url: str = "", obj: Any = None) -> Any:
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Any = None,
+    ) -> Any:
         if obj is not None:
             context["archive_url"] = reverse(
                 f"admin:{self.opts.app_label}_{self.opts.model_name}_archive", args=[obj.pk]
@@ -744,8 +759,11 @@ def _formset_changes(formset: Any) -> list[str]:
             continue
         instance = form.instance
         label = (
-            str(instance) if instance.pk else ", ".join(
-                f"{k}={v}" for k, v in form.cleaned_data.items()
+            str(instance)
+            if instance.pk
+            else ", ".join(
+                f"{k}={v}"
+                for k, v in form.cleaned_data.items()
                 if k in ("unit", "frequency", "currency_id", "amount")
             )
         )

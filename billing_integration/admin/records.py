@@ -19,10 +19,21 @@ from .mirror import ReadOnlyAdminMixin, admin_link, admin_links, customer_link, 
 
 __all__ = ["InvoiceAdmin", "PaymentAdmin", "RefundAdmin"]
 
-COMMON_LIST = ("remote_id", "status_badge", "amount_display", "currency", "customer_link",
-               "subscription_link")
-COMMON_SEARCH = ("remote_id", "customer__identifier", "customer__email", "customer_remote_id",
-                 "subscription_remote_id")
+COMMON_LIST = (
+    "remote_id",
+    "status_badge",
+    "amount_display",
+    "currency",
+    "customer_link",
+    "subscription_link",
+)
+COMMON_SEARCH = (
+    "remote_id",
+    "customer__identifier",
+    "customer__email",
+    "customer_remote_id",
+    "subscription_remote_id",
+)
 
 
 class RecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
@@ -31,18 +42,41 @@ class RecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_filter: Any = ("status", "currency")
     search_fields: Any = COMMON_SEARCH
     date_hierarchy = "remote_created"
-    list_select_related: Any = ("customer__subscriber", "subscription__product",
-                                "subscription__customer")
+    list_select_related: Any = (
+        "customer__subscriber",
+        "subscription__product",
+        "subscription__customer",
+    )
     detail_fields: tuple[str, ...] = ()
     link_fields: tuple[str, ...] = ("customer_link", "subscription_link")
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         return (
-            (None, {"fields": ("remote_id", "status_badge", "amount_display", "currency",
-                               *self.detail_fields)}),
+            (
+                None,
+                {
+                    "fields": (
+                        "remote_id",
+                        "status_badge",
+                        "amount_display",
+                        "currency",
+                        *self.detail_fields,
+                    )
+                },
+            ),
             (_("Related"), {"fields": self.link_fields}),
-            (_("Remote"), {"fields": ("remote_created", "remote_updated", "customer_remote_id",
-                                      "subscription_remote_id", "remote_data_pretty")}),
+            (
+                _("Remote"),
+                {
+                    "fields": (
+                        "remote_created",
+                        "remote_updated",
+                        "customer_remote_id",
+                        "subscription_remote_id",
+                        "remote_data_pretty",
+                    )
+                },
+            ),
         )
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
@@ -52,10 +86,18 @@ class RecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description=_("status"), ordering="status")
     def status_badge(self, obj: Any) -> SafeString:
-        colour_key = {"paid": "processed", "completed": "processed", "approved": "processed",
-                      "failed": "failed", "void": "ignored", "canceled": "ignored",
-                      "rejected": "failed", "uncollectable": "failed", "deleted": "ignored",
-                      "initiated": "received"}.get(obj.status, obj.status)
+        colour_key = {
+            "paid": "processed",
+            "completed": "processed",
+            "approved": "processed",
+            "failed": "failed",
+            "void": "ignored",
+            "canceled": "ignored",
+            "rejected": "failed",
+            "uncollectable": "failed",
+            "deleted": "ignored",
+            "initiated": "received",
+        }.get(obj.status, obj.status)
         from .mirror import BADGE_COLOURS
 
         colour = BADGE_COLOURS.get(colour_key)
@@ -86,8 +128,12 @@ class RecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 @admin.register(Invoice)
 class InvoiceAdmin(RecordAdmin):
     list_display = (*COMMON_LIST, "product_link", "period_start", "period_end")
-    list_select_related = ("customer__subscriber", "product", "subscription__product",
-                           "subscription__customer")
+    list_select_related = (
+        "customer__subscriber",
+        "product",
+        "subscription__product",
+        "subscription__customer",
+    )
     search_fields = (*COMMON_SEARCH, "product__name")
     detail_fields = ("period_start", "period_end")
     link_fields = ("customer_link", "subscription_link", "product_link", "payments_links")
@@ -105,12 +151,21 @@ class InvoiceAdmin(RecordAdmin):
 class PaymentAdmin(RecordAdmin):
     list_display = (*COMMON_LIST, "product_link", "failure_reason_display")
     list_filter = ("status", "currency", "failure_reason")
-    list_select_related = ("customer__subscriber", "product", "subscription__product",
-                           "subscription__customer")
+    list_select_related = (
+        "customer__subscriber",
+        "product",
+        "subscription__product",
+        "subscription__customer",
+    )
     search_fields = (*COMMON_SEARCH, "invoice_remote_id", "product__name")
     detail_fields = ("failure_reason_display",)
-    link_fields = ("customer_link", "subscription_link", "product_link", "invoice_link",
-                   "refunds_links")
+    link_fields = (
+        "customer_link",
+        "subscription_link",
+        "product_link",
+        "invoice_link",
+        "refunds_links",
+    )
 
     @admin.display(description=_("product"), ordering="product__name")
     def product_link(self, obj: Payment) -> SafeString | str:
@@ -133,8 +188,12 @@ class PaymentAdmin(RecordAdmin):
 @admin.register(Refund)
 class RefundAdmin(RecordAdmin):
     list_display = (*COMMON_LIST, "payment_link", "reason")
-    list_select_related = ("customer__subscriber", "payment", "subscription__product",
-                           "subscription__customer")
+    list_select_related = (
+        "customer__subscriber",
+        "payment",
+        "subscription__product",
+        "subscription__customer",
+    )
     search_fields = (*COMMON_SEARCH, "payment_remote_id", "reason")
     detail_fields = ("reason",)
     link_fields = ("customer_link", "subscription_link", "payment_link")

@@ -54,8 +54,7 @@ def table_context(table: Table) -> dict[str, Any]:
         "title": table.title,
         "columns": table.columns,
         "rows": [
-            [(display(row.get(c.key), c.kind, row.get("currency")), c.kind)
-             for c in table.columns]
+            [(display(row.get(c.key), c.kind, row.get("currency")), c.kind) for c in table.columns]
             for row in table.rows
         ],
     }
@@ -66,31 +65,56 @@ def charts(report: ReportData) -> list[dict[str, Any]]:
     out = []
     months = report.months
     for currency in report.currencies:
+
         def series(key: str, currency: str = currency) -> list[Any]:
             return [v for _, v in report.series(currency, key)]
 
         churn = [(v or 0) * 100 for v in series("churn_rate")]
-        out.append({
-            "currency": currency,
-            "totals": report.totals(currency),
-            "svgs": [
-                line_chart(gettext("MRR (%(currency)s)") % {"currency": currency}, months,
-                           {gettext("MRR"): series("mrr")}),
-                bar_chart(gettext("New subscriptions and cancellations (%(currency)s)")
-                          % {"currency": currency}, months,
-                          {gettext("new"): series("new"),
-                           gettext("cancellations"): series("cancellations")}),
-                line_chart(gettext("Churn rate (%(currency)s)") % {"currency": currency}, months,
-                           {gettext("churn %"): churn}, unit="%"),
-                bar_chart(gettext("Payments (%(currency)s)") % {"currency": currency}, months,
-                          {gettext("completed"): series("payments_completed"),
-                           gettext("failed"): series("payments_failed")}),
-                bar_chart(gettext("Failed and refunded amounts (%(currency)s)")
-                          % {"currency": currency}, months,
-                          {gettext("failed"): series("failed_amount"),
-                           gettext("refunded"): series("refunded_amount")}),
-            ],
-        })
+        out.append(
+            {
+                "currency": currency,
+                "totals": report.totals(currency),
+                "svgs": [
+                    line_chart(
+                        gettext("MRR (%(currency)s)") % {"currency": currency},
+                        months,
+                        {gettext("MRR"): series("mrr")},
+                    ),
+                    bar_chart(
+                        gettext("New subscriptions and cancellations (%(currency)s)")
+                        % {"currency": currency},
+                        months,
+                        {
+                            gettext("new"): series("new"),
+                            gettext("cancellations"): series("cancellations"),
+                        },
+                    ),
+                    line_chart(
+                        gettext("Churn rate (%(currency)s)") % {"currency": currency},
+                        months,
+                        {gettext("churn %"): churn},
+                        unit="%",
+                    ),
+                    bar_chart(
+                        gettext("Payments (%(currency)s)") % {"currency": currency},
+                        months,
+                        {
+                            gettext("completed"): series("payments_completed"),
+                            gettext("failed"): series("payments_failed"),
+                        },
+                    ),
+                    bar_chart(
+                        gettext("Failed and refunded amounts (%(currency)s)")
+                        % {"currency": currency},
+                        months,
+                        {
+                            gettext("failed"): series("failed_amount"),
+                            gettext("refunded"): series("refunded_amount"),
+                        },
+                    ),
+                ],
+            }
+        )
     return out
 
 
@@ -114,16 +138,20 @@ class ReportAdmin(admin.ModelAdmin):
         export = request.GET.get("export")
         if export:
             if export not in TABLES:
-                return HttpResponse(gettext("Unknown table; choose from %(tables)s.")
-                                    % {"tables": ", ".join(TABLES)},
-                                    status=400, content_type="text/plain")
+                return HttpResponse(
+                    gettext("Unknown table; choose from %(tables)s.")
+                    % {"tables": ", ".join(TABLES)},
+                    status=400,
+                    content_type="text/plain",
+                )
             # Every row of the exported table; the other tables keep the page's limits.
             limits = {"customers": "customer_limit", "at_risk": "at_risk_limit"}
             report = build_report(period, **({limits[export]: None} if export in limits else {}))
             response = HttpResponse(table_csv(report, export), content_type="text/csv")
             stamp = timezone.localtime(period.now).strftime("%Y%m%d")
-            suffix = "-".join(filter(None, [slugify(period.currency or ""),
-                                            str(period.product or "")]))
+            suffix = "-".join(
+                filter(None, [slugify(period.currency or ""), str(period.product or "")])
+            )
             filename = f"billing-{export}-{period.months}m{'-' + suffix if suffix else ''}"
             response["Content-Disposition"] = f'attachment; filename="{filename}-{stamp}.csv"'
             return response
@@ -143,13 +171,12 @@ class ReportAdmin(admin.ModelAdmin):
             "tables": [table_context(t) for t in tables.values()],
             "at_risk_total": report.at_risk_total,
             "products": list(Product.objects.order_by("name").values_list("pk", "name")),
-            "currencies": sorted(set(billing_settings.CURRENCIES.values())
-                                 | set(report.currencies)),
+            "currencies": sorted(
+                set(billing_settings.CURRENCIES.values()) | set(report.currencies)
+            ),
             "month_choices": (1, 3, 6, 12, 24, 36),
             "query": query.urlencode(),
             **(extra_context or {}),
         }
         request.current_app = self.admin_site.name
-        return TemplateResponse(
-            request, "admin/billing_integration/report/dashboard.html", context
-        )
+        return TemplateResponse(request, "admin/billing_integration/report/dashboard.html", context)

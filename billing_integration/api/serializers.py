@@ -61,5 +61,8 @@ class SubscriptionSerializer(serializers.ModelSerializer):
         if product is None:
             remote = obj.product_remote_id
             return {"id": str(remote), "name": None} if remote else None
-        return {"id": str(product.remote_id) if product.remote_id else None, "pk": product.pk,
-                "name": product.name}
+        return {
+            "id": str(product.remote_id) if product.remote_id else None,
+            "pk": product.pk,
+            "name": product.name,
+        }

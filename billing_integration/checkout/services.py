@@ -99,8 +99,9 @@ class CheckoutError(BillingError):
     code: str = "checkout_error"
     default_message = gettext_lazy("The checkout could not be started.")
 
-    def __init__(self, message: str | None = None, *, status: int | None = None,
-                 code: str | None = None) -> None:
+    def __init__(
+        self, message: str | None = None, *, status: int | None = None, code: str | None = None
+    ) -> None:
         self.message = message or self.default_message
         if status is not None:
             self.status = status
@@ -278,8 +279,8 @@ def validate_selection(product: Any, cycle: Any = None, currency: Any = None) ->
         usable = [int(c) for c in candidates if int(c) in priced]
         if not usable:
             raise InvalidChoice(
-                    gettext("This product has no price in any currency."), code="no_price"
-                )
+                gettext("This product has no price in any currency."), code="no_price"
+            )
         currency_id = usable[0]
     else:
         currency_id = _currency_id(currency)
@@ -327,8 +328,10 @@ def _translate(exc: BillingError, operation: str) -> CheckoutError:
                 return ProductUnavailable(code=code)
         logger.error("checkout: the service refused %s: %s", operation, exc)
         return CheckoutRefused()
-    if isinstance(exc, BillingAPIError) and not isinstance(exc, BillingServerError) and (
-        exc.status not in (401, 403, 429)
+    if (
+        isinstance(exc, BillingAPIError)
+        and not isinstance(exc, BillingServerError)
+        and (exc.status not in (401, 403, 429))
     ):
         logger.error("checkout: %s failed: %s", operation, exc)
         return CheckoutRefused()

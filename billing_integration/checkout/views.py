@@ -125,8 +125,12 @@ def checkout_outcome(customer: Customer | None, session: CheckoutSession | None)
     - ``pending``: otherwise, while the session may still complete;
     - ``none``: no customer, no session and no subscription.
     """
-    result: dict[str, Any] = {"outcome": NONE, "subscription": None, "payment": None,
-                              "session": session}
+    result: dict[str, Any] = {
+        "outcome": NONE,
+        "subscription": None,
+        "payment": None,
+        "session": session,
+    }
     if customer is None:
         return result
     subs = Subscription.objects.active().for_customer(customer).select_related("product")

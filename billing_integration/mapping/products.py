@@ -123,8 +123,10 @@ def diff_for_patch(product: Product, changed: Iterable[str] = ()) -> dict[str, A
             body[field] = full[field]
     if "subscription_blueprint" in full and _blueprint_sendable(product, remote, changed):
         remote_bp = remote.get("subscription_blueprint") if remote else None
-        if remote is None or "subscription_blueprint" in changed or (
-            isinstance(remote_bp, dict) and remote_bp != full["subscription_blueprint"]
+        if (
+            remote is None
+            or "subscription_blueprint" in changed
+            or (isinstance(remote_bp, dict) and remote_bp != full["subscription_blueprint"])
         ):
             body["subscription_blueprint"] = full["subscription_blueprint"]
     return body

@@ -314,9 +314,7 @@ class ProductFeature(models.Model):
     ``access.feature_limit`` (``None``: the feature without a number).
     """
 
-    product = models.ForeignKey(
-        Product, on_delete=models.CASCADE, related_name="declared_features"
-    )
+    product = models.ForeignKey(Product, on_delete=models.CASCADE, related_name="declared_features")
     key = models.SlugField(
         _("feature"), max_length=64, help_text=_("A short name, e.g. “sso”, “api”, “seats”.")
     )

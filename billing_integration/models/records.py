@@ -139,23 +139,26 @@ class Payment(EventRecord):
             # payment_history: one range of COALESCE(remote_created, created_at) per month
             # (also gives PostgreSQL statistics on that expression).
             models.Index(
-                Coalesce("remote_created", "created_at"), Upper("currency"),
-                include=["product", "status", "amount", "currency", "remote_created",
-                         "created_at"],
+                Coalesce("remote_created", "created_at"),
+                Upper("currency"),
+                include=["product", "status", "amount", "currency", "remote_created", "created_at"],
                 name="payment_at_code_covering",
             ),
             # customer_summary: the ranking by lifetime paid, completed payments only.
             models.Index(
-                F("customer"), Upper("currency"),
+                F("customer"),
+                Upper("currency"),
                 include=["amount", "currency", "product", "remote_created", "created_at"],
-                condition=models.Q(status="completed", amount__isnull=False,
-                                   customer__isnull=False),
+                condition=models.Q(
+                    status="completed", amount__isnull=False, customer__isnull=False
+                ),
                 name="payment_paid_covering",
             ),
             # customer_summary: every figure of a customer and currency (the listed
             # customers of the dashboard; every customer for the CSV export).
             models.Index(
-                F("customer"), Upper("currency"),
+                F("customer"),
+                Upper("currency"),
                 include=["currency", "status", "amount", "remote_created", "created_at"],
                 name="payment_customer_covering",
             ),

@@ -169,16 +169,21 @@ class Subscription(RemoteObject):
         # ones: trials ending in the period, and the customers whose last payment failed (at
         # risk), including what ``active()`` reads (INCLUDE is PostgreSQL only).
         indexes = [
-            models.Index(Coalesce("remote_created", "created_at"),
-                         name="subscription_started"),
+            models.Index(Coalesce("remote_created", "created_at"), name="subscription_started"),
             models.Index(
-                fields=["trial_end_date"], condition=Q(trial_end_date__isnull=False),
+                fields=["trial_end_date"],
+                condition=Q(trial_end_date__isnull=False),
                 name="subscription_trial_end",
             ),
             models.Index(
                 fields=["customer"],
-                include=["status", "cycle_end_date", "trial_end_date", "product",
-                         "selected_currency"],
+                include=[
+                    "status",
+                    "cycle_end_date",
+                    "trial_end_date",
+                    "product",
+                    "selected_currency",
+                ],
                 condition=Q(last_payment_status="failed"),
                 name="subscription_failed_payment",
             ),

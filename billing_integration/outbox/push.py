@@ -464,9 +464,7 @@ def _dependencies_missing(obj: Any) -> list[Any]:
     """Objects that must exist remotely before ``obj`` can be created."""
     if isinstance(obj, Subscription) and obj.remote_id is None:
         return [
-            dep
-            for dep in (obj.customer, obj.product)
-            if dep is not None and dep.remote_id is None
+            dep for dep in (obj.customer, obj.product) if dep is not None and dep.remote_id is None
         ]
     return []
 

@@ -104,6 +104,10 @@ def requeue_stale_entries(inline: bool = False) -> int:
             push_entry_now(pk)
         else:
             enqueue(pk)
-    logger.info("outbox drain: %s entr%s %s", len(entries), "y" if len(entries) == 1 else "ies",
-                "pushed" if inline else "re-enqueued")
+    logger.info(
+        "outbox drain: %s entr%s %s",
+        len(entries),
+        "y" if len(entries) == 1 else "ies",
+        "pushed" if inline else "re-enqueued",
+    )
     return len(entries)

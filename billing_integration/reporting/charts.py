@@ -52,18 +52,25 @@ def _frame(title: str, labels: Sequence[str], top: float, unit: str) -> list[str
     for i in range(5):
         value = top * i / 4
         y = TOP + plot_h - plot_h * i / 4
-        out.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" '
-                   f'stroke="#ddd"/>')
-        out.append(f'<text x="{LEFT - 4}" y="{y + 3:.1f}" text-anchor="end">'
-                   f"{escape(_fmt(value))}{escape(unit) if i == 4 else ''}</text>")
+        out.append(
+            f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>'
+        )
+        out.append(
+            f'<text x="{LEFT - 4}" y="{y + 3:.1f}" text-anchor="end">'
+            f"{escape(_fmt(value))}{escape(unit) if i == 4 else ''}</text>"
+        )
     out.append(f'<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{TOP + plot_h}" stroke="#333"/>')
-    out.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{TOP + plot_h}" '
-               f'y2="{TOP + plot_h}" stroke="#333"/>')
+    out.append(
+        f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{TOP + plot_h}" '
+        f'y2="{TOP + plot_h}" stroke="#333"/>'
+    )
     slot = plot_w / max(len(labels), 1)
     for i, label in enumerate(labels):
         x = LEFT + slot * (i + 0.5)
-        out.append(f'<text x="{x:.1f}" y="{TOP + plot_h + 14}" text-anchor="middle">'
-                   f"{escape(label[2:] if len(label) == 7 else label)}</text>")
+        out.append(
+            f'<text x="{x:.1f}" y="{TOP + plot_h + 14}" text-anchor="middle">'
+            f"{escape(label[2:] if len(label) == 7 else label)}</text>"
+        )
     return out
 
 
@@ -81,8 +88,9 @@ def _values(series: dict[str, Sequence[Number | None]]) -> dict[str, list[float]
     return {k: [float(v or 0) for v in vs] for k, vs in series.items()}
 
 
-def bar_chart(title: str, labels: Sequence[str], series: dict[str, Sequence[Number | None]],
-              unit: str = "") -> SafeString:
+def bar_chart(
+    title: str, labels: Sequence[str], series: dict[str, Sequence[Number | None]], unit: str = ""
+) -> SafeString:
     """Grouped bars, one group per label, one bar per series."""
     values = _values(series)
     top = _nice_max(max((v for vs in values.values() for v in vs), default=0))
@@ -105,8 +113,9 @@ def bar_chart(title: str, labels: Sequence[str], series: dict[str, Sequence[Numb
     return mark_safe("".join(out))  # noqa: S308 - every text above is escaped
 
 
-def line_chart(title: str, labels: Sequence[str], series: dict[str, Sequence[Number | None]],
-               unit: str = "") -> SafeString:
+def line_chart(
+    title: str, labels: Sequence[str], series: dict[str, Sequence[Number | None]], unit: str = ""
+) -> SafeString:
     """One polyline per series with a dot per point."""
     values = _values(series)
     top = _nice_max(max((v for vs in values.values() for v in vs), default=0))
@@ -115,14 +124,20 @@ def line_chart(title: str, labels: Sequence[str], series: dict[str, Sequence[Num
     slot = plot_w / max(len(labels), 1)
     for s, (name, vs) in enumerate(values.items()):
         color = COLORS[s % len(COLORS)]
-        points = [(LEFT + slot * (i + 0.5), TOP + plot_h - plot_h * v / top)
-                  for i, v in enumerate(vs)]
-        out.append('<polyline fill="none" stroke-width="2" stroke="{}" points="{}"/>'.format(
-            color, " ".join(f"{x:.1f},{y:.1f}" for x, y in points)))
+        points = [
+            (LEFT + slot * (i + 0.5), TOP + plot_h - plot_h * v / top) for i, v in enumerate(vs)
+        ]
+        out.append(
+            '<polyline fill="none" stroke-width="2" stroke="{}" points="{}"/>'.format(
+                color, " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
+            )
+        )
         for (x, y), v, label in zip(points, vs, labels, strict=False):
-            out.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{color}">'
-                       f"<title>{escape(name)} {escape(label)}: {escape(_fmt(v))}</title>"
-                       "</circle>")
+            out.append(
+                f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{color}">'
+                f"<title>{escape(name)} {escape(label)}: {escape(_fmt(v))}</title>"
+                "</circle>"
+            )
     out += _legend(list(values))
     out.append("</svg>")
     return mark_safe("".join(out))  # noqa: S308 - every text above is escaped

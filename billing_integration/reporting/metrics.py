@@ -209,15 +209,15 @@ def price_table() -> dict[tuple[Any, str, str], Decimal]:
         .annotate(
             product_ref=F("cycle__product_id"),
             cycle_code=Concat(
-                "cycle__unit", Value("-"), Cast("cycle__frequency", CharField()),
+                "cycle__unit",
+                Value("-"),
+                Cast("cycle__frequency", CharField()),
                 output_field=CharField(),
             ),
             code=currency_code_of_id("currency_id"),
             # ``* 1.0`` (a SQL literal): exact numeric on PostgreSQL, no integer division
             # on SQLite.
-            monthly=ExpressionWrapper(
-                F("amount") * RawSQL("1.0", ()) / months, output_field=MONEY
-            ),
+            monthly=ExpressionWrapper(F("amount") * RawSQL("1.0", ()) / months, output_field=MONEY),
         )
         .order_by("-pk")  # the first price of a (cycle, currency) wins, as in the admin
         .values_list("product_ref", "cycle_code", "code", "monthly")
@@ -275,14 +275,11 @@ def _merge_codes(rows: Any, keys: tuple[str, ...], counts: tuple[str, ...]) -> l
             for c in counts:
                 out[key][c] += r[c]
         else:
-            out[key] = {**{k: r[k] for k in keys}, "code": r["code"],
-                        **{c: r[c] for c in counts}}
+            out[key] = {**{k: r[k] for k in keys}, "code": r["code"], **{c: r[c] for c in counts}}
     return list(out.values())
 
 
-def current_subscriptions(
-    period: Period, prices: dict | None = None
-) -> list[dict[str, Any]]:
+def current_subscriptions(period: Period, prices: dict | None = None) -> list[dict[str, Any]]:
     """Active subscriptions now (``objects.active()``), trialing ones and MRR (of the active
     subscriptions not in trial), grouped by product, billing cycle and currency. One query."""
     now = period.now
@@ -306,8 +303,9 @@ def current_subscriptions(
             "unpriced": 0 if monthly is not None else r["active"],
             "mrr": _money((r["active"] - r["trialing"]) * (monthly or 0)),
         }
-        for r in _merge_codes(rows, ("product_id", "selected_billing_cycle"),
-                              ("active", "trialing"))
+        for r in _merge_codes(
+            rows, ("product_id", "selected_billing_cycle"), ("active", "trialing")
+        )
         for monthly in [prices.get((r["product_id"], r["selected_billing_cycle"], r["code"]))]
     ]
 
@@ -323,8 +321,7 @@ class PointsBefore(Func):
 
     output_field = IntegerField()
 
-    def __init__(self, value: Any, points: list[datetime], *, inclusive: bool,
-                 null: int) -> None:
+    def __init__(self, value: Any, points: list[datetime], *, inclusive: bool, null: int) -> None:
         self.points, self.inclusive, self.null = list(points), inclusive, null
         super().__init__(value)
 
@@ -344,13 +341,13 @@ class PointsBefore(Func):
         value_sql, params = compiler.compile(self.source_expressions[0])
         shift = timedelta(0) if self.inclusive else timedelta(microseconds=1)
         points = [p + shift for p in self.points]
-        return (f"COALESCE(WIDTH_BUCKET({value_sql}, %s::timestamptz[]), %s)",
-                [*params, points, self.null])
+        return (
+            f"COALESCE(WIDTH_BUCKET({value_sql}, %s::timestamptz[]), %s)",
+            [*params, points, self.null],
+        )
 
 
-def subscription_history(
-    period: Period, prices: dict | None = None
-) -> list[dict[str, Any]]:
+def subscription_history(period: Period, prices: dict | None = None) -> list[dict[str, Any]]:
     """Per product, currency and month: active at the start of the month, new, cancellations
     and MRR at the end of the month (``now`` for the current one; subscriptions in trial at
     that instant add nothing).
@@ -391,30 +388,47 @@ def subscription_history(
         started=started_at(),
         ended=ended_at(period.now),
         out_of_trial=Greatest(
-            started_at(), Coalesce("trial_end_date", started_at()),
+            started_at(),
+            Coalesce("trial_end_date", started_at()),
             output_field=DateTimeField(),
         ),
     )
     # started before the period and out of trial at its start: up 0, month 0, paying 0
     quiet = Q(started__lt=first, out_of_trial__lte=first)
-    columns = ("product_id", "selected_billing_cycle", "selected_currency", "kind", "up",
-               "month", "paying")
+    columns = (
+        "product_id",
+        "selected_billing_cycle",
+        "selected_currency",
+        "kind",
+        "up",
+        "month",
+        "paying",
+    )
     zero = Value(0, output_field=IntegerField())
-    starts = {"kind": Value(0, output_field=IntegerField()), "up": up(F("started")),
-              "month": month(F("started")), "paying": up(F("out_of_trial"))}
+    starts = {
+        "kind": Value(0, output_field=IntegerField()),
+        "up": up(F("started")),
+        "month": month(F("started")),
+        "paying": up(F("out_of_trial")),
+    }
     branches = [
         # kind 2: counted in both histograms (ended before the period too), else 0
         qs.filter(quiet).annotate(
-            kind=Case(When(ended__lt=first, then=Value(2)), default=Value(0),
-                      output_field=IntegerField()),
-            up=zero, month=zero, paying=zero,
+            kind=Case(
+                When(ended__lt=first, then=Value(2)), default=Value(0), output_field=IntegerField()
+            ),
+            up=zero,
+            month=zero,
+            paying=zero,
         ),
         # the others, in two ranges of indexed columns (``subscription_started``,
         # ``subscription_trial_end``: a range scan each, and statistics for the plan):
         # started in the period, or before it with a trial ending in it
         qs.filter(started__gte=first).annotate(**starts),
         qs.filter(started__lt=first, trial_end_date__gt=first).annotate(**starts),
-        qs.filter(ended__isnull=False).exclude(quiet & Q(ended__lt=first)).annotate(
+        qs.filter(ended__isnull=False)
+        .exclude(quiet & Q(ended__lt=first))
+        .annotate(
             kind=Value(1, output_field=IntegerField()),
             up=up(Greatest("started", "ended", output_field=DateTimeField())),
             month=month(F("ended")),
@@ -431,8 +445,10 @@ def subscription_history(
     for r in rows:
         key = (r["product_id"], r["selected_billing_cycle"], r["code"])
         if key not in groups:
-            groups[key] = {name: [0] * size for name in ("up0", "up1", "paying0", "paying1",
-                                                         "month0", "month1")}
+            groups[key] = {
+                name: [0] * size
+                for name in ("up0", "up1", "paying0", "paying1", "month0", "month1")
+            }
         g = groups[key]
         for kind in (0, 1) if r["kind"] == 2 else (r["kind"],):
             g[f"up{kind}"][r["up"]] += r["n"]
@@ -449,8 +465,16 @@ def subscription_history(
             key = (product_id, currency, month_i)
             row = out.setdefault(
                 key,
-                {"product_id": key[0], "currency": key[1], "month": key[2], "active_start": 0,
-                 "active_end": 0, "new": 0, "cancellations": 0, "mrr": Decimal(0)},
+                {
+                    "product_id": key[0],
+                    "currency": key[1],
+                    "month": key[2],
+                    "active_start": 0,
+                    "active_end": 0,
+                    "new": 0,
+                    "cancellations": 0,
+                    "mrr": Decimal(0),
+                },
             )
             row["active_start"] += active[i]
             row["active_end"] += active[i + 1]
@@ -482,12 +506,20 @@ def trial_history(period: Period) -> list[dict[str, Any]]:
         .filter(trial_end_date__gte=period.start, trial_end_date__lte=period.now)
         .annotate(month=TruncMonth("trial_end_date"), converted=Exists(paid))
         .values("product_id", "selected_currency", "month")
-        .annotate(code=Upper(Min("selected_currency")), ended=Count("pk"),
-                  converted_n=Count("pk", filter=Q(converted=True)))
+        .annotate(
+            code=Upper(Min("selected_currency")),
+            ended=Count("pk"),
+            converted_n=Count("pk", filter=Q(converted=True)),
+        )
     )
     return [
-        {"product_id": r["product_id"], "currency": r["code"], "month": month_key(r["month"]),
-         "trials_ended": r["ended"], "trials_converted": r["converted_n"]}
+        {
+            "product_id": r["product_id"],
+            "currency": r["code"],
+            "month": month_key(r["month"]),
+            "trials_ended": r["ended"],
+            "trials_converted": r["converted_n"],
+        }
         for r in _merge_codes(rows, ("product_id", "month"), ("ended", "converted_n"))
     ]
 
@@ -514,18 +546,27 @@ def payment_history(period: Period) -> list[dict[str, Any]]:
             .values("product_id", "code", "status", "month")
             .annotate(n=Count("status"), amount=Sum("amount"))
         )
-    columns = {PaymentStatus.COMPLETED: ("payments_completed", "paid_amount"),
-               PaymentStatus.FAILED: ("payments_failed", "failed_amount"),
-               PaymentStatus.CANCELED: ("payments_canceled", None)}
+    columns = {
+        PaymentStatus.COMPLETED: ("payments_completed", "paid_amount"),
+        PaymentStatus.FAILED: ("payments_failed", "failed_amount"),
+        PaymentStatus.CANCELED: ("payments_canceled", None),
+    }
     months = [month_key(start) for start, _end in bounds]
     out: dict[tuple, dict[str, Any]] = {}
     for r in parts[0].union(*parts[1:], all=True):
         month = months[r["month"]]
         row = out.setdefault(
             (r["product_id"], r["code"], month),
-            {"product_id": r["product_id"], "currency": r["code"], "month": month,
-             "payments_completed": 0, "paid_amount": Decimal(0), "payments_failed": 0,
-             "failed_amount": Decimal(0), "payments_canceled": 0},
+            {
+                "product_id": r["product_id"],
+                "currency": r["code"],
+                "month": month,
+                "payments_completed": 0,
+                "paid_amount": Decimal(0),
+                "payments_failed": 0,
+                "failed_amount": Decimal(0),
+                "payments_canceled": 0,
+            },
         )
         count_key, amount_key = columns.get(r["status"], (None, None))
         if count_key:
@@ -533,8 +574,10 @@ def payment_history(period: Period) -> list[dict[str, Any]]:
         if amount_key and r["amount"] is not None:
             row[amount_key] += Decimal(r["amount"])
     for row in out.values():
-        row["paid_amount"], row["failed_amount"] = (_money(row["paid_amount"]),
-                                                    _money(row["failed_amount"]))
+        row["paid_amount"], row["failed_amount"] = (
+            _money(row["paid_amount"]),
+            _money(row["failed_amount"]),
+        )
     return list(out.values())
 
 
@@ -560,9 +603,14 @@ def refund_history(period: Period) -> list[dict[str, Any]]:
         )
     )
     return [
-        {"product_id": r["product_ref"], "currency": r["code"], "month": month_key(r["month"]),
-         "refunds": r["approved"], "refunded_amount": _money(r["approved_amount"]),
-         "refunds_pending": r["pending"]}
+        {
+            "product_id": r["product_ref"],
+            "currency": r["code"],
+            "month": month_key(r["month"]),
+            "refunds": r["approved"],
+            "refunded_amount": _money(r["approved_amount"]),
+            "refunds_pending": r["pending"],
+        }
         for r in rows
     ]
 
@@ -653,12 +701,19 @@ def customer_summary(period: Period, limit: int | None = 25) -> list[dict[str, A
     out = []
     for r in rows:
         ident, last, n = details.get(r["customer_id"], ("", "", 0))
-        out.append({
-            "customer_id": r["customer_id"], "identifier": ident, "currency": r["code"],
-            "lifetime_paid": _money(r["paid"]), "failed_payments": r["failed"],
-            "failed_amount": _money(r["failed_amount"]), "active_subscriptions": n,
-            "last_payment_status": last or "", "last_payment_at": r["last_payment_at"],
-        })
+        out.append(
+            {
+                "customer_id": r["customer_id"],
+                "identifier": ident,
+                "currency": r["code"],
+                "lifetime_paid": _money(r["paid"]),
+                "failed_payments": r["failed"],
+                "failed_amount": _money(r["failed_amount"]),
+                "active_subscriptions": n,
+                "last_payment_status": last or "",
+                "last_payment_at": r["last_payment_at"],
+            }
+        )
     return out
 
 
@@ -669,9 +724,7 @@ def _at_risk(period: Period) -> tuple[QuerySet, dict[str, Any]]:
 
     Returns the filtered customers (two semi-joins, hashed by PostgreSQL) and the per-customer
     counts as select-list subqueries, to annotate on the listed rows only."""
-    subs = Subscription.objects.active(period.now).filter(
-        last_payment_status=PaymentStatus.FAILED
-    )
+    subs = Subscription.objects.active(period.now).filter(last_payment_status=PaymentStatus.FAILED)
     invoices = Invoice.objects.exclude(status__in=SETTLED_INVOICE_STATUSES)
     if period.product:
         subs = subs.filter(product_id=period.product)
@@ -706,8 +759,16 @@ def customers_at_risk(period: Period, limit: int | None = 50) -> list[dict[str, 
     qs = (
         customers.order_by("identifier", "pk")
         .annotate(**counts)
-        .values("pk", "identifier", "first_name", "last_name", "email",
-                "failing_subscriptions", "unpaid_invoices", "uncollectable_invoices")
+        .values(
+            "pk",
+            "identifier",
+            "first_name",
+            "last_name",
+            "email",
+            "failing_subscriptions",
+            "unpaid_invoices",
+            "uncollectable_invoices",
+        )
     )
     if limit is not None:
         qs = qs[:limit]
@@ -720,13 +781,16 @@ def customers_at_risk(period: Period, limit: int | None = 50) -> list[dict[str, 
             reasons.append("uncollectable invoice")
         if r["unpaid_invoices"] - r["uncollectable_invoices"]:
             reasons.append("unpaid invoice")
-        out.append({
-            "customer_id": r["pk"], "identifier": r["identifier"],
-            "name": f"{r['first_name']} {r['last_name']}".strip(), "email": r["email"],
-            "failing_subscriptions": r["failing_subscriptions"],
-            "unpaid_invoices": r["unpaid_invoices"] - r["uncollectable_invoices"],
-            "uncollectable_invoices": r["uncollectable_invoices"],
-            "reasons": ", ".join(reasons),
-        })
+        out.append(
+            {
+                "customer_id": r["pk"],
+                "identifier": r["identifier"],
+                "name": f"{r['first_name']} {r['last_name']}".strip(),
+                "email": r["email"],
+                "failing_subscriptions": r["failing_subscriptions"],
+                "unpaid_invoices": r["unpaid_invoices"] - r["uncollectable_invoices"],
+                "uncollectable_invoices": r["uncollectable_invoices"],
+                "reasons": ", ".join(reasons),
+            }
+        )
     return out
-

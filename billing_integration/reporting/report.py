@@ -49,44 +49,69 @@ class Table:
         return [[row.get(c.key) for c in self.columns] for row in self.rows]
 
 
-COUNTS = ("new", "cancellations", "trials_ended", "trials_converted", "payments_completed",
-          "payments_failed", "payments_canceled", "refunds", "refunds_pending")
+COUNTS = (
+    "new",
+    "cancellations",
+    "trials_ended",
+    "trials_converted",
+    "payments_completed",
+    "payments_failed",
+    "payments_canceled",
+    "refunds",
+    "refunds_pending",
+)
 AMOUNTS = ("mrr", "paid_amount", "failed_amount", "refunded_amount")
 
 #: Payments and refunds of a period: the same columns in the overview and the monthly table.
 PAYMENT_FLOW_COLUMNS = [
-    Column("payments_completed", "Payments completed"), Column("paid_amount", "Paid", "money"),
-    Column("payments_failed", "Payments failed"), Column("failed_amount", "Failed", "money"),
-    Column("refunds", "Refunds"), Column("refunded_amount", "Refunded", "money"),
+    Column("payments_completed", "Payments completed"),
+    Column("paid_amount", "Paid", "money"),
+    Column("payments_failed", "Payments failed"),
+    Column("failed_amount", "Failed", "money"),
+    Column("refunds", "Refunds"),
+    Column("refunded_amount", "Refunded", "money"),
 ]
 OVERVIEW_COLUMNS = [
-    Column("product", "Product", "text"), Column("currency", "Currency", "text"),
-    Column("active", "Active subscriptions"), Column("trialing", "In trial"),
-    Column("mrr", "MRR", "money"), Column("new", "New"),
-    Column("cancellations", "Cancellations"), Column("churn_rate", "Churn (period)", "rate"),
-    Column("trials_ended", "Trials ended"), Column("trials_converted", "Trials converted"),
+    Column("product", "Product", "text"),
+    Column("currency", "Currency", "text"),
+    Column("active", "Active subscriptions"),
+    Column("trialing", "In trial"),
+    Column("mrr", "MRR", "money"),
+    Column("new", "New"),
+    Column("cancellations", "Cancellations"),
+    Column("churn_rate", "Churn (period)", "rate"),
+    Column("trials_ended", "Trials ended"),
+    Column("trials_converted", "Trials converted"),
     *PAYMENT_FLOW_COLUMNS,
 ]
 MONTHLY_COLUMNS = [
-    Column("month", "Month", "text"), Column("product", "Product", "text"),
+    Column("month", "Month", "text"),
+    Column("product", "Product", "text"),
     Column("currency", "Currency", "text"),
-    Column("active_start", "Active at start"), Column("new", "New"),
-    Column("cancellations", "Cancellations"), Column("churn_rate", "Churn", "rate"),
-    Column("mrr", "MRR (end)", "money"), Column("trials_ended", "Trials ended"),
+    Column("active_start", "Active at start"),
+    Column("new", "New"),
+    Column("cancellations", "Cancellations"),
+    Column("churn_rate", "Churn", "rate"),
+    Column("mrr", "MRR (end)", "money"),
+    Column("trials_ended", "Trials ended"),
     Column("trials_converted", "Trials converted"),
     *PAYMENT_FLOW_COLUMNS,
 ]
 CUSTOMER_COLUMNS = [
-    Column("identifier", "Customer", "text"), Column("currency", "Currency", "text"),
+    Column("identifier", "Customer", "text"),
+    Column("currency", "Currency", "text"),
     Column("lifetime_paid", "Lifetime paid", "money"),
     Column("active_subscriptions", "Current subscriptions"),
     Column("last_payment_status", "Last payment", "text"),
     Column("last_payment_at", "Last payment at", "datetime"),
-    Column("failed_payments", "Failed payments"), Column("failed_amount", "Failed", "money"),
+    Column("failed_payments", "Failed payments"),
+    Column("failed_amount", "Failed", "money"),
 ]
 AT_RISK_COLUMNS = [
-    Column("identifier", "Customer", "text"), Column("name", "Name", "text"),
-    Column("email", "Email", "text"), Column("reasons", "Why", "text"),
+    Column("identifier", "Customer", "text"),
+    Column("name", "Name", "text"),
+    Column("email", "Email", "text"),
+    Column("reasons", "Why", "text"),
     Column("failing_subscriptions", "Subscriptions with a failed payment"),
     Column("unpaid_invoices", "Unpaid invoices"),
     Column("uncollectable_invoices", "Uncollectable invoices"),
@@ -131,14 +156,24 @@ class Report:
 
     def tables(self) -> dict[str, Table]:
         return {
-            "overview": Table("overview", "By product and currency", OVERVIEW_COLUMNS,
-                              self.overview),
-            "monthly": Table("monthly", "Month by month (all products in the filter)",
-                             MONTHLY_COLUMNS, self.monthly),
-            "monthly_by_product": Table("monthly_by_product", "Month by month, per product",
-                                        MONTHLY_COLUMNS, self.monthly_by_product),
-            "customers": Table("customers", "Customers (top by lifetime paid)",
-                               CUSTOMER_COLUMNS, self.customers),
+            "overview": Table(
+                "overview", "By product and currency", OVERVIEW_COLUMNS, self.overview
+            ),
+            "monthly": Table(
+                "monthly",
+                "Month by month (all products in the filter)",
+                MONTHLY_COLUMNS,
+                self.monthly,
+            ),
+            "monthly_by_product": Table(
+                "monthly_by_product",
+                "Month by month, per product",
+                MONTHLY_COLUMNS,
+                self.monthly_by_product,
+            ),
+            "customers": Table(
+                "customers", "Customers (top by lifetime paid)", CUSTOMER_COLUMNS, self.customers
+            ),
             "at_risk": Table("at_risk", "Customers at risk", AT_RISK_COLUMNS, self.at_risk),
         }
 
@@ -179,15 +214,19 @@ def build_report(
     def monthly_row(product_id: Any, currency: str, month: str) -> dict[str, Any]:
         key = (product_id, currency, month)
         if key not in by_product:
-            by_product[key] = _blank(product_id=product_id, currency=currency, month=month,
-                                     active_start=0, active_end=0)
+            by_product[key] = _blank(
+                product_id=product_id, currency=currency, month=month, active_start=0, active_end=0
+            )
         return by_product[key]
 
     for source in (history, trials, payments, refunds):
         for r in source:
             if first_month <= r["month"] <= last_month:
-                _merge(monthly_row(r["product_id"], r["currency"], r["month"]), r,
-                       (*COUNTS, *AMOUNTS, "active_start", "active_end"))
+                _merge(
+                    monthly_row(r["product_id"], r["currency"], r["month"]),
+                    r,
+                    (*COUNTS, *AMOUNTS, "active_start", "active_end"),
+                )
 
     def finish(row: dict[str, Any]) -> dict[str, Any]:
         row["churn_rate"] = _rate(row["cancellations"], row["active_start"])
@@ -201,11 +240,13 @@ def build_report(
     for r in by_product.values():
         key = (r["currency"], r["month"])
         if key not in overall:
-            overall[key] = _blank(product=ALL_PRODUCTS, currency=key[0], month=key[1],
-                                  active_start=0, active_end=0)
+            overall[key] = _blank(
+                product=ALL_PRODUCTS, currency=key[0], month=key[1], active_start=0, active_end=0
+            )
         _merge(overall[key], r, (*COUNTS, *AMOUNTS, "active_start", "active_end"))
-    monthly = sorted((finish(r) for r in overall.values()),
-                     key=lambda r: (r["currency"], r["month"]))
+    monthly = sorted(
+        (finish(r) for r in overall.values()), key=lambda r: (r["currency"], r["month"])
+    )
 
     # --- overview: per product and currency, plus "All products" per currency -------------
     overview: dict[tuple, dict[str, Any]] = {}
@@ -213,18 +254,29 @@ def build_report(
     def overview_row(product: str, product_id: Any, currency: str) -> dict[str, Any]:
         key = (product, currency)
         if key not in overview:
-            overview[key] = _blank(product=product, product_id=product_id, currency=currency,
-                                   active=0, trialing=0, unpriced=0, active_start=0)
+            overview[key] = _blank(
+                product=product,
+                product_id=product_id,
+                currency=currency,
+                active=0,
+                trialing=0,
+                unpriced=0,
+                active_start=0,
+            )
         return overview[key]
 
     for r in current:
-        for name, pid in ((_name(products, r["product_id"]), r["product_id"]),
-                          (ALL_PRODUCTS, None)):
+        for name, pid in (
+            (_name(products, r["product_id"]), r["product_id"]),
+            (ALL_PRODUCTS, None),
+        ):
             row = overview_row(name, pid, r["currency"])
             _merge(row, r, ("active", "trialing", "unpriced", "mrr"))
     for r in by_product.values():
-        for name, pid in ((_name(products, r["product_id"]), r["product_id"]),
-                          (ALL_PRODUCTS, None)):
+        for name, pid in (
+            (_name(products, r["product_id"]), r["product_id"]),
+            (ALL_PRODUCTS, None),
+        ):
             row = overview_row(name, pid, r["currency"])
             _merge(row, r, tuple(k for k in (*COUNTS, *AMOUNTS) if k != "mrr"))
             if r["month"] == first_month:
@@ -237,9 +289,16 @@ def build_report(
     )
     currencies = sorted({r["currency"] for r in overview_rows})
     return Report(
-        period=period, products=products, months=months, overview=overview_rows,
-        monthly=monthly, monthly_by_product=monthly_by_product, customers=customers,
-        at_risk=at_risk, at_risk_total=at_risk_total, currencies=currencies,
+        period=period,
+        products=products,
+        months=months,
+        overview=overview_rows,
+        monthly=monthly,
+        monthly_by_product=monthly_by_product,
+        customers=customers,
+        at_risk=at_risk,
+        at_risk_total=at_risk_total,
+        currencies=currencies,
     )
 
 

@@ -136,8 +136,9 @@ class BillingAPI:
                 continue
             currency, amount = price.get("currency"), price.get("amount")
             if not is_int(currency):
-                chk.fail(f"{pf}.currency", "currency must be an integer currency id.",
-                         "invalid_type")
+                chk.fail(
+                    f"{pf}.currency", "currency must be an integer currency id.", "invalid_type"
+                )
             elif currency not in self.config.currencies:
                 chk.fail(f"{pf}.currency", f"Unknown currency id {currency}.", "unknown_currency")
             if not is_number(amount):
@@ -154,19 +155,30 @@ class BillingAPI:
             return None
         value = chk.body["selected_currencies"]
         if not isinstance(value, list):
-            chk.fail("selected_currencies", "selected_currencies must be an array of strings "
-                     "holding currency ids, e.g. [\"1\", \"2\"].", "invalid_type")
+            chk.fail(
+                "selected_currencies",
+                "selected_currencies must be an array of strings "
+                'holding currency ids, e.g. ["1", "2"].',
+                "invalid_type",
+            )
             return None
         if not value:  # required means at least one: a product sold in no currency sells nothing
-            chk.fail("selected_currencies", "selected_currencies must name at least one currency "
-                     "id, e.g. [\"1\"].", "blank")
+            chk.fail(
+                "selected_currencies",
+                'selected_currencies must name at least one currency id, e.g. ["1"].',
+                "blank",
+            )
             return None
         result = []
         for i, item in enumerate(value):
             field = f"selected_currencies[{i}]"
             if not isinstance(item, str) or not (item.strip().isascii() and item.strip().isdigit()):
-                chk.fail(field, "Each selected currency must be a string holding an integer "
-                         "currency id, e.g. \"1\".", "invalid_type")
+                chk.fail(
+                    field,
+                    "Each selected currency must be a string holding an integer "
+                    'currency id, e.g. "1".',
+                    "invalid_type",
+                )
             elif int(item) not in self.config.currencies:
                 chk.fail(field, f"Unknown currency id {item}.", "unknown_currency")
             else:
@@ -176,20 +188,26 @@ class BillingAPI:
     def _blueprint(self, value: Any, chk: Checker) -> dict[str, Any] | None:
         field = "subscription_blueprint"
         if not isinstance(value, dict):
-            chk.fail(field, f"{field} must be an object (billing_type, billing_cycles).",
-                     "invalid_type")
+            chk.fail(
+                field, f"{field} must be an object (billing_type, billing_cycles).", "invalid_type"
+            )
             return None
         billing_type = value.get("billing_type")
         if not isinstance(billing_type, str):
             chk.fail(f"{field}.billing_type", "billing_type must be a string.", "invalid_type")
         elif billing_type not in BILLING_TYPES:
-            chk.fail(f"{field}.billing_type",
-                     f"Unknown billing_type {billing_type!r}; expected one of {BILLING_TYPES}.",
-                     "invalid_choice")
+            chk.fail(
+                f"{field}.billing_type",
+                f"Unknown billing_type {billing_type!r}; expected one of {BILLING_TYPES}.",
+                "invalid_choice",
+            )
         cycles = value.get("billing_cycles")
         if not isinstance(cycles, list) or not cycles:
-            chk.fail(f"{field}.billing_cycles", "billing_cycles must be a non-empty array.",
-                     "invalid_type")
+            chk.fail(
+                f"{field}.billing_cycles",
+                "billing_cycles must be a non-empty array.",
+                "invalid_type",
+            )
             cycles = []
         clean, seen = [], set()
         for i, cycle in enumerate(cycles):
@@ -201,8 +219,11 @@ class BillingAPI:
             if not isinstance(unit, str):
                 chk.fail(f"{cf}.cycle", "cycle must be a string.", "invalid_type")
             elif unit not in timeutil.CYCLE_UNITS:
-                chk.fail(f"{cf}.cycle", f"Unknown cycle {unit!r}; expected months or years.",
-                         "unknown_cycle")
+                chk.fail(
+                    f"{cf}.cycle",
+                    f"Unknown cycle {unit!r}; expected months or years.",
+                    "unknown_cycle",
+                )
             if not is_int(freq):
                 chk.fail(f"{cf}.frequency", "frequency must be an integer.", "invalid_type")
             elif freq < 1:
@@ -239,35 +260,47 @@ class BillingAPI:
         description = chk.string("description", required=False, default="")
         status = chk.string("status", required=False, default="draft")
         if status is not None and status not in PRODUCT_STATUSES:
-            chk.fail("status", f"Unknown status {status!r}; expected one of {PRODUCT_STATUSES}.",
-                     "invalid_choice")
+            chk.fail(
+                "status",
+                f"Unknown status {status!r}; expected one of {PRODUCT_STATUSES}.",
+                "invalid_choice",
+            )
         currencies = self._currencies(chk, required=True)
         bp_in = chk.body.get("subscription_blueprint")
         prices_in = chk.body.get("prices")
         blueprint = prices = None
         if bp_in is not None and prices_in is not None:
-            chk.fail("prices", "A product has either subscription_blueprint (recurring) or "
-                     "root prices (one-time), not both.", "conflict")
+            chk.fail(
+                "prices",
+                "A product has either subscription_blueprint (recurring) or "
+                "root prices (one-time), not both.",
+                "conflict",
+            )
         elif bp_in is not None:
             blueprint = self._blueprint(bp_in, chk)
         elif prices_in is not None:
             prices = self._price_list(prices_in, "prices", chk)
         else:
-            chk.fail("subscription_blueprint", "Give subscription_blueprint (recurring product) "
-                     "or prices (one-time product).", "required")
+            chk.fail(
+                "subscription_blueprint",
+                "Give subscription_blueprint (recurring product) or prices (one-time product).",
+                "required",
+            )
         self._check_extras(chk)
         chk.check()
         doc = self._meta(account)
-        doc.update({
-            "name": name,
-            "description": description,
-            "status": status,
-            "selected_currencies": currencies,
-            "subscription_blueprint": None,
-            "prices": prices,
-            "image": chk.body.get("image"),
-            "features": chk.body.get("features") or [],
-        })
+        doc.update(
+            {
+                "name": name,
+                "description": description,
+                "status": status,
+                "selected_currencies": currencies,
+                "subscription_blueprint": None,
+                "prices": prices,
+                "image": chk.body.get("image"),
+                "features": chk.body.get("features") or [],
+            }
+        )
         with self.store.transaction():
             if blueprint is not None:
                 doc["subscription_blueprint"] = self._store_blueprint(blueprint, doc["id"])
@@ -292,25 +325,38 @@ class BillingAPI:
             status = chk.string("status")
             if status is not None:
                 if status not in PRODUCT_STATUSES:
-                    chk.fail("status", f"Unknown status {status!r}; expected one of "
-                             f"{PRODUCT_STATUSES}.", "invalid_choice")
+                    chk.fail(
+                        "status",
+                        f"Unknown status {status!r}; expected one of {PRODUCT_STATUSES}.",
+                        "invalid_choice",
+                    )
                 elif status != doc["status"] and (doc["status"], status) not in TRANSITIONS:
-                    chk.fail("status", f"A {doc['status']} product cannot become {status}.",
-                             "invalid_transition")
+                    chk.fail(
+                        "status",
+                        f"A {doc['status']} product cannot become {status}.",
+                        "invalid_transition",
+                    )
                 changes["status"] = status
         if chk.has("selected_currencies"):
             changes["selected_currencies"] = self._currencies(chk, required=True)
         blueprint = None
         if chk.has("subscription_blueprint"):
             if doc["subscription_blueprint"] is None:
-                chk.fail("subscription_blueprint", "A one-time product has no "
-                         "subscription_blueprint.", "not_allowed")
+                chk.fail(
+                    "subscription_blueprint",
+                    "A one-time product has no subscription_blueprint.",
+                    "not_allowed",
+                )
             else:
                 blueprint = self._blueprint(chk.body["subscription_blueprint"], chk)
         if chk.has("prices"):
             if doc["subscription_blueprint"] is not None:
-                chk.fail("prices", "Root prices are for one-time products; change the "
-                         "subscription_blueprint's cycles instead.", "not_allowed")
+                chk.fail(
+                    "prices",
+                    "Root prices are for one-time products; change the "
+                    "subscription_blueprint's cycles instead.",
+                    "not_allowed",
+                )
             else:
                 changes["prices"] = self._price_list(chk.body["prices"], "prices", chk)
         chk.check()
@@ -340,16 +386,18 @@ class BillingAPI:
                 chk.fail(name, f"{name} is not accepted on creation.", "not_accepted")
         chk.check()
         doc = self._meta(account)
-        doc.update({
-            "status": "published",
-            "identifier": identifier,
-            "first_name": first_name,
-            "last_name": last_name,
-            "email": email,
-            "address_line_1": None,
-            "address_line_2": None,
-            "phone": None,
-        })
+        doc.update(
+            {
+                "status": "published",
+                "identifier": identifier,
+                "first_name": first_name,
+                "last_name": last_name,
+                "email": email,
+                "address_line_1": None,
+                "address_line_2": None,
+                "phone": None,
+            }
+        )
         self.store.insert("customer", doc)
         return 200, {"data": public(doc)}
 
@@ -373,11 +421,17 @@ class BillingAPI:
         if product is None:
             return
         if product["status"] == "archived":
-            chk.fail("product", "The product is archived: it takes no new subscriptions or "
-                     "purchases.", "product_archived")
+            chk.fail(
+                "product",
+                "The product is archived: it takes no new subscriptions or purchases.",
+                "product_archived",
+            )
         elif product["status"] != "published":
-            chk.fail("product", f"The product is not published (status {product['status']}).",
-                     "product_not_published")
+            chk.fail(
+                "product",
+                f"The product is not published (status {product['status']}).",
+                "product_not_published",
+            )
 
     def _cycle_prices(
         self, chk: Checker, product: dict[str, Any] | None, required: bool
@@ -389,8 +443,11 @@ class BillingAPI:
         blueprint = self.blueprint_of(product)
         if blueprint is None:
             if code is not None:
-                chk.fail("selected_billing_cycle", "A one-time product has no billing cycles.",
-                         "not_allowed")
+                chk.fail(
+                    "selected_billing_cycle",
+                    "A one-time product has no billing cycles.",
+                    "not_allowed",
+                )
             return None, product.get("prices") or []
         if code is None:
             return None, None
@@ -403,9 +460,11 @@ class BillingAPI:
             if cycle["cycle"] == unit and cycle["frequency"] == freq:
                 return code, cycle["prices"]
         offered = ", ".join(f"{c['cycle']}-{c['frequency']}" for c in blueprint["billing_cycles"])
-        chk.fail("selected_billing_cycle",
-                 f"The product has no billing cycle {code}; it offers {offered}.",
-                 "unknown_cycle")
+        chk.fail(
+            "selected_billing_cycle",
+            f"The product has no billing cycle {code}; it offers {offered}.",
+            "unknown_cycle",
+        )
         return code, None
 
     def _currency_in(
@@ -418,11 +477,17 @@ class BillingAPI:
         if currency_id is None or product is None:
             return
         if str(currency_id) not in (product.get("selected_currencies") or []):
-            chk.fail("selected_currency", "The currency is not one of the product's "
-                     "selected_currencies.", "currency_not_offered")
+            chk.fail(
+                "selected_currency",
+                "The currency is not one of the product's selected_currencies.",
+                "currency_not_offered",
+            )
         elif prices is not None and not any(p["currency"] == currency_id for p in prices):
-            chk.fail("selected_currency", "The product has no price in this currency for the "
-                     "selected billing cycle.", "no_price")
+            chk.fail(
+                "selected_currency",
+                "The product has no price in this currency for the selected billing cycle.",
+                "no_price",
+            )
 
     def _subscription_currency(self, chk: Checker) -> tuple[str | None, int | None]:
         """``selected_currency`` of POST /subscriptions as (code, id). The interface types the
@@ -434,9 +499,12 @@ class BillingAPI:
             chk.fail("selected_currency", "selected_currency is required.", "required")
             return None, None
         if not isinstance(value, str):
-            chk.fail("selected_currency", "selected_currency must be a string: a currency code "
-                     "(\"XOF\") or a currency id written as a string (\"1\").",
-                     "invalid_type")
+            chk.fail(
+                "selected_currency",
+                "selected_currency must be a string: a currency code "
+                '("XOF") or a currency id written as a string ("1").',
+                "invalid_type",
+            )
             return None, None
         if value.isascii() and value.isdigit():
             currency_id: int | None = int(value)
@@ -445,8 +513,11 @@ class BillingAPI:
             code, currency_id = value, self.config.currency_id(value)
         if code is None or currency_id is None:
             known = ", ".join(f"{c} ({i})" for i, c in self.config.currencies.items())
-            chk.fail("selected_currency", f"Unknown currency {value!r}; one of {known}.",
-                     "unknown_currency")
+            chk.fail(
+                "selected_currency",
+                f"Unknown currency {value!r}; one of {known}.",
+                "unknown_currency",
+            )
             return None, None
         return code, currency_id
 
@@ -468,8 +539,11 @@ class BillingAPI:
                 try:
                     trial_end = timeutil.parse(raw)
                 except ValueError:
-                    chk.fail("trial_end_date", "trial_end_date must be an ISO 8601 timestamp.",
-                             "invalid_timestamp")
+                    chk.fail(
+                        "trial_end_date",
+                        "trial_end_date must be an ISO 8601 timestamp.",
+                        "invalid_timestamp",
+                    )
         auto_renew = chk.body.get("auto_renew", True)
         if auto_renew is None:
             auto_renew = True
@@ -499,20 +573,22 @@ class BillingAPI:
         # A trial's end is the first billing date; otherwise one cycle from now.
         end = trial_end if in_trial else timeutil.add_cycle(now, unit, freq)
         doc = self._meta(account)
-        doc.update({
-            "status": "published",
-            "product": product["id"],
-            "customer": customer["id"],
-            "cycle_start_date": timeutil.fmt(now),
-            "cycle_end_date": timeutil.fmt(end),
-            "next_billing_date": timeutil.fmt(end),
-            "auto_renew": auto_renew,
-            "discount_coupon": None,
-            "trial_end_date": None if trial_end is None else timeutil.fmt(trial_end),
-            "selected_billing_cycle": cycle_code,
-            "selected_currency": currency_code,
-            "_phone": phone,
-        })
+        doc.update(
+            {
+                "status": "published",
+                "product": product["id"],
+                "customer": customer["id"],
+                "cycle_start_date": timeutil.fmt(now),
+                "cycle_end_date": timeutil.fmt(end),
+                "next_billing_date": timeutil.fmt(end),
+                "auto_renew": auto_renew,
+                "discount_coupon": None,
+                "trial_end_date": None if trial_end is None else timeutil.fmt(trial_end),
+                "selected_billing_cycle": cycle_code,
+                "selected_currency": currency_code,
+                "_phone": phone,
+            }
+        )
         self.store.insert("subscription", doc, due=doc["next_billing_date"])
         return doc
 
@@ -528,18 +604,23 @@ class BillingAPI:
         if currency_id is None:
             chk.fail("selected_currency", "selected_currency is required.", "required")
         elif not is_int(currency_id):
-            chk.fail("selected_currency", "selected_currency must be an integer currency id.",
-                     "invalid_type")
+            chk.fail(
+                "selected_currency",
+                "selected_currency must be an integer currency id.",
+                "invalid_type",
+            )
             currency_id = None
         elif currency_id not in self.config.currencies:
-            chk.fail("selected_currency", f"Unknown currency id {currency_id}.",
-                     "unknown_currency")
+            chk.fail("selected_currency", f"Unknown currency id {currency_id}.", "unknown_currency")
             currency_id = None
         self._currency_in(chk, currency_id, product, prices)
         action = chk.string("action", required=False, default="new_subscription")
         if action is not None and action not in ACTIONS:
-            chk.fail("action", f"Unsupported action {action!r}; the sandbox supports "
-                     "new_subscription.", "invalid_choice")
+            chk.fail(
+                "action",
+                f"Unsupported action {action!r}; the sandbox supports new_subscription.",
+                "invalid_choice",
+            )
         now = self.clock.now()
         expires = now + timedelta(seconds=self.config.checkout_expiry)
         if chk.body.get("expires_at") is not None:
@@ -548,25 +629,29 @@ class BillingAPI:
                 try:
                     expires = timeutil.parse(raw)
                 except ValueError:
-                    chk.fail("expires_at", "expires_at must be an ISO 8601 timestamp.",
-                             "invalid_timestamp")
+                    chk.fail(
+                        "expires_at",
+                        "expires_at must be an ISO 8601 timestamp.",
+                        "invalid_timestamp",
+                    )
                 else:
                     if expires <= now:
-                        chk.fail("expires_at", "expires_at must be in the future.",
-                                 "in_the_past")
+                        chk.fail("expires_at", "expires_at must be in the future.", "in_the_past")
         chk.check()
         doc = self._meta(account)
-        doc.update({
-            "status": "open",
-            "customer": customer["id"],
-            "product": product["id"],
-            "expires_at": timeutil.fmt(expires),
-            "action": action,
-            "upgrade_to": None,
-            "downgrade_to": None,
-            "completed_at": None,
-            "selected_billing_cycle": code,
-            "selected_currency": currency_id,
-        })
+        doc.update(
+            {
+                "status": "open",
+                "customer": customer["id"],
+                "product": product["id"],
+                "expires_at": timeutil.fmt(expires),
+                "action": action,
+                "upgrade_to": None,
+                "downgrade_to": None,
+                "completed_at": None,
+                "selected_billing_cycle": code,
+                "selected_currency": currency_id,
+            }
+        )
         self.store.insert("checkout_session", doc, due=doc["expires_at"])
         return 200, {"data": public(doc)}

@@ -48,20 +48,23 @@ from .web import NotFound as ResourceNotFound
 BILLING = "/v1/api/billing"
 TOKEN_PATH = "/auth/realms/<realm>/protocol/openid-connect/token"
 
-URLS = Map([
-    Rule(TOKEN_PATH, endpoint="token", methods=["POST"]),
-    Rule(f"{BILLING}/products", endpoint="list_products", methods=["GET"]),
-    Rule(f"{BILLING}/products", endpoint="create_product", methods=["POST"]),
-    Rule(f"{BILLING}/products/<product_id>", endpoint="get_product", methods=["GET"]),
-    Rule(f"{BILLING}/products/<product_id>", endpoint="update_product", methods=["PATCH"]),
-    Rule(f"{BILLING}/customers", endpoint="list_customers", methods=["GET"]),
-    Rule(f"{BILLING}/customers", endpoint="create_customer", methods=["POST"]),
-    Rule(f"{BILLING}/subscriptions", endpoint="list_subscriptions", methods=["GET"]),
-    Rule(f"{BILLING}/subscriptions", endpoint="create_subscription", methods=["POST"]),
-    Rule(f"{BILLING}/checkout_sessions", endpoint="create_checkout_session", methods=["POST"]),
-    Rule("/checkout/<session_id>", endpoint="checkout_page", methods=["GET", "POST"]),
-    *[Rule(r.rule, endpoint=f"control:{r.endpoint}", methods=r.methods) for r in CONTROL_RULES],
-], strict_slashes=False)
+URLS = Map(
+    [
+        Rule(TOKEN_PATH, endpoint="token", methods=["POST"]),
+        Rule(f"{BILLING}/products", endpoint="list_products", methods=["GET"]),
+        Rule(f"{BILLING}/products", endpoint="create_product", methods=["POST"]),
+        Rule(f"{BILLING}/products/<product_id>", endpoint="get_product", methods=["GET"]),
+        Rule(f"{BILLING}/products/<product_id>", endpoint="update_product", methods=["PATCH"]),
+        Rule(f"{BILLING}/customers", endpoint="list_customers", methods=["GET"]),
+        Rule(f"{BILLING}/customers", endpoint="create_customer", methods=["POST"]),
+        Rule(f"{BILLING}/subscriptions", endpoint="list_subscriptions", methods=["GET"]),
+        Rule(f"{BILLING}/subscriptions", endpoint="create_subscription", methods=["POST"]),
+        Rule(f"{BILLING}/checkout_sessions", endpoint="create_checkout_session", methods=["POST"]),
+        Rule("/checkout/<session_id>", endpoint="checkout_page", methods=["GET", "POST"]),
+        *[Rule(r.rule, endpoint=f"control:{r.endpoint}", methods=r.methods) for r in CONTROL_RULES],
+    ],
+    strict_slashes=False,
+)
 
 LIST_OPERATIONS = {"list_products", "list_customers", "list_subscriptions"}
 UNSAFE = {"POST", "PATCH"}
@@ -120,8 +123,7 @@ class SandboxApp:
         except ValidationFailed as exc:
             return 400, {"errors": exc.errors}
         except ResourceNotFound as exc:
-            return 404, {"errors": [{"message": exc.message, "code": "not_found",
-                                     "field": None}]}
+            return 404, {"errors": [{"message": exc.message, "code": "not_found", "field": None}]}
 
     # -- WSGI ------------------------------------------------------------------------------
     def __call__(self, environ: dict[str, Any], start_response: Callable) -> Iterable[bytes]:
@@ -134,9 +136,12 @@ class SandboxApp:
         try:
             endpoint, args = adapter.match()
         except MethodNotAllowed as exc:
-            return error_response(405, "method_not_allowed",
-                                  f"{request.method} is not allowed on {request.path}.",
-                                  headers={"Allow": ", ".join(exc.valid_methods or [])})
+            return error_response(
+                405,
+                "method_not_allowed",
+                f"{request.method} is not allowed on {request.path}.",
+                headers={"Allow": ", ".join(exc.valid_methods or [])},
+            )
         except NotFound:
             return error_response(404, "not_found", f"No route {request.path}.")
         except HTTPException as exc:  # redirects of strict slashes and the like
@@ -175,19 +180,27 @@ class SandboxApp:
         elif decision.status == 429:
             headers["Retry-After"] = "1"
         if decision.status == 401:
-            return error_response(401, "unauthorized", "Injected fault: unauthorized.",
-                                  headers=headers)
-        return error_response(decision.status, "injected_fault",
-                              f"Injected fault: HTTP {decision.status}.", headers=headers)
+            return error_response(
+                401, "unauthorized", "Injected fault: unauthorized.", headers=headers
+            )
+        return error_response(
+            decision.status,
+            "injected_fault",
+            f"Injected fault: HTTP {decision.status}.",
+            headers=headers,
+        )
 
     def _handle(
-        self, request: Request, op: str, args: dict[str, Any], decision: Decision,
+        self,
+        request: Request,
+        op: str,
+        args: dict[str, Any],
+        decision: Decision,
         entry: dict[str, Any],
     ) -> Response:
         if op == "token":
             if args["realm"] != "sandbox":
-                return error_response(404, "realm_not_found",
-                                      f"Realm {args['realm']!r} not found.")
+                return error_response(404, "realm_not_found", f"Realm {args['realm']!r} not found.")
             return self.tokens.issue(request)
         if op == "checkout_page":
             return self.checkout.handle(request, args["session_id"])
@@ -201,11 +214,17 @@ class SandboxApp:
             return self._json(lambda: handler(account, **args))
         key = request.headers.get("x-idempotency-id")
         if not key:
-            return error_response(400, "idempotency_key_required",
-                                  "The x-idempotency-id header is required on POST and PATCH.")
+            return error_response(
+                400,
+                "idempotency_key_required",
+                "The x-idempotency-id header is required on POST and PATCH.",
+            )
         if request.mimetype != "application/json":
-            return error_response(415, "unsupported_media_type",
-                                  "Send the body as JSON (Content-Type: application/json).")
+            return error_response(
+                415,
+                "unsupported_media_type",
+                "Send the body as JSON (Content-Type: application/json).",
+            )
         try:
             body = json.loads(request.get_data(cache=True) or b"null")
         except ValueError as exc:
@@ -221,11 +240,17 @@ class SandboxApp:
             if row is not None:
                 if row[0] != digest:
                     return error_response(
-                        422, "idempotency_key_reused",
-                        "This x-idempotency-id was already used with a different body.")
+                        422,
+                        "idempotency_key_reused",
+                        "This x-idempotency-id was already used with a different body.",
+                    )
                 entry["idempotent_replay"] = True
-                return Response(row[2], status=row[1], mimetype="application/json",
-                                headers={"x-idempotent-replay": "true"})
+                return Response(
+                    row[2],
+                    status=row[1],
+                    mimetype="application/json",
+                    headers={"x-idempotent-replay": "true"},
+                )
             status, payload = self.guard(lambda: handler(account, body=body, **args))
             text = json.dumps(payload)
             conn.execute(
@@ -238,4 +263,3 @@ class SandboxApp:
     def _json(self, fn: Callable[[], tuple[int, Any]]) -> Response:
         status, payload = self.guard(fn)
         return json_response(payload, status=status)
-

@@ -48,9 +48,7 @@ class TokenService:
         if not grant:
             return _oauth_error(400, "invalid_request", "Missing form parameter: grant_type.")
         if grant != "client_credentials":
-            return _oauth_error(
-                400, "unsupported_grant_type", f"Unsupported grant type {grant!r}."
-            )
+            return _oauth_error(400, "unsupported_grant_type", f"Unsupported grant type {grant!r}.")
         client_id, client_secret = form.get("client_id"), form.get("client_secret")
         if not client_id or not client_secret:
             return _oauth_error(401, "invalid_client", "Missing client_id or client_secret.")

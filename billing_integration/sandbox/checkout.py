@@ -45,10 +45,10 @@ def page(
     if refresh:
         meta = f'<meta http-equiv="refresh" content="3;url={escape(refresh)}">'
     html = (
-        f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">{meta}"
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8">{meta}'
         f"<title>{escape(title)} - Billing sandbox checkout</title><style>{_CSS}</style></head>"
-        f"<body><p class=\"muted\">Billing sandbox (test mode)</p>"
-        f"<main data-outcome=\"{escape(outcome)}\"><h1>{escape(title)}</h1>{body}</main>"
+        f'<body><p class="muted">Billing sandbox (test mode)</p>'
+        f'<main data-outcome="{escape(outcome)}"><h1>{escape(title)}</h1>{body}</main>'
         f"</body></html>"
     )
     return Response(html, status=status, mimetype="text/html")
@@ -77,8 +77,9 @@ class CheckoutPages:
     def _describe(self, session: dict[str, Any]) -> tuple[dict[str, Any], str, str]:
         product = self.store.get("product", session["product"]) or {"name": "?"}
         currency = self.config.currency_code(session["selected_currency"]) or "?"
-        amount = self.ledger.price(product, session["selected_billing_cycle"],
-                                   session["selected_currency"])
+        amount = self.ledger.price(
+            product, session["selected_billing_cycle"], session["selected_currency"]
+        )
         code = session["selected_billing_cycle"]
         if code:
             unit, _, freq = code.rpartition("-")
@@ -90,31 +91,44 @@ class CheckoutPages:
     def handle(self, request: Request, session_id: str) -> Response:
         session = self.store.get("checkout_session", session_id)
         if session is None:
-            return page("Checkout not found", "<p>There is no checkout session with this "
-                        "address.</p>", status=404, outcome="not_found")
+            return page(
+                "Checkout not found",
+                "<p>There is no checkout session with this address.</p>",
+                status=404,
+                outcome="not_found",
+            )
         if self._refused_return_url(request, session_id):
-            return page("Unknown return address",
-                        "<p>This checkout link names a return address that is not the one "
-                        "configured for this merchant; it is not followed. Please start again "
-                        "from the merchant's site.</p>", status=400, outcome="invalid_return_url")
+            return page(
+                "Unknown return address",
+                "<p>This checkout link names a return address that is not the one "
+                "configured for this merchant; it is not followed. Please start again "
+                "from the merchant's site.</p>",
+                status=400,
+                outcome="invalid_return_url",
+            )
         session = self.ledger.expire_if_due(session)
         return_url = self.return_url(session_id)
         back = ""
         if return_url:
             back = f'<p><a id="return" href="{escape(return_url)}">Return to the merchant</a></p>'
         if session["status"] == "expired":
-            return page("This checkout session has expired",
-                        "<p>The session expired before the payment was confirmed. Please "
-                        "start again from the merchant's site.</p>" + back,
-                        status=410, outcome="expired")
+            return page(
+                "This checkout session has expired",
+                "<p>The session expired before the payment was confirmed. Please "
+                "start again from the merchant's site.</p>" + back,
+                status=410,
+                outcome="expired",
+            )
         if session["status"] == "completed":
-            return page("Payment already completed",
-                        "<p>This checkout session is already completed; nothing more to do."
-                        "</p>" + back, outcome="completed")
+            return page(
+                "Payment already completed",
+                "<p>This checkout session is already completed; nothing more to do.</p>" + back,
+                outcome="completed",
+            )
         product, price, cycle = self._describe(session)
         summary = (
-            f"<p><strong id=\"product\">{escape(product['name'])}</strong></p>"
-            f"<p id=\"price\">{escape(price)} <span id=\"cycle\" class=\"muted\">"
+            f'<p><strong id="product">{escape(product["name"])}</strong></p>'
+            f'<p id="price">{escape(price)} <span id="cycle" class="muted">'
             f"({escape(cycle)})</span></p>"
         )
         action = f"/checkout/{escape(session_id)}"
@@ -126,61 +140,83 @@ class CheckoutPages:
             phone = (request.args.get("phone") or "").strip()
         if step in ("phone", "pin", "confirm"):
             if not phone:
-                return self._phone_form(summary, action,
-                                        "Enter your mobile-money phone number, e.g. 0700000001.",
-                                        400, outcome="missing_phone")
+                return self._phone_form(
+                    summary,
+                    action,
+                    "Enter your mobile-money phone number, e.g. 0700000001.",
+                    400,
+                    outcome="missing_phone",
+                )
             if not _PHONE.match(phone):
-                return self._phone_form(summary, action,
-                                        "Enter a valid mobile-money phone number.", 400)
+                return self._phone_form(
+                    summary, action, "Enter a valid mobile-money phone number.", 400
+                )
             if step == "phone":
                 query = {"step": "pin", "phone": phone}
                 if request.values.get("return_url"):
                     query["return_url"] = request.values["return_url"]
-                return Response(status=303, headers={
-                    "Location": f"/checkout/{session_id}?{urlencode(query)}"})
+                return Response(
+                    status=303, headers={"Location": f"/checkout/{session_id}?{urlencode(query)}"}
+                )
             if step == "pin":
                 return page(
                     "Confirm with your PIN on your phone",
                     summary + f"<p>We sent a payment prompt to <strong>{escape(phone)}"
                     "</strong>. Confirm with your PIN on your phone, then continue.</p>"
-                    f"<form method=\"post\" action=\"{action}\">"
-                    "<input type=\"hidden\" name=\"step\" value=\"confirm\">"
-                    f"<input type=\"hidden\" name=\"phone\" value=\"{escape(phone)}\">"
-                    "<button type=\"submit\">I entered my PIN</button></form>",
+                    f'<form method="post" action="{action}">'
+                    '<input type="hidden" name="step" value="confirm">'
+                    f'<input type="hidden" name="phone" value="{escape(phone)}">'
+                    '<button type="submit">I entered my PIN</button></form>',
                     outcome="pin",
                 )
             return self._confirm(session, phone, summary, action, return_url, back)
         return self._phone_form(summary, action)
 
-    def _phone_form(self, summary: str, action: str, error: str = "",
-                    status: int = 200, outcome: str = "invalid_phone") -> Response:
+    def _phone_form(
+        self,
+        summary: str,
+        action: str,
+        error: str = "",
+        status: int = 200,
+        outcome: str = "invalid_phone",
+    ) -> Response:
         err = f'<p class="error">{escape(error)}</p>' if error else ""
         return page(
             "Checkout",
-            summary + err + f"<form method=\"post\" action=\"{action}\" novalidate>"
-            "<input type=\"hidden\" name=\"step\" value=\"phone\">"
-            "<label for=\"phone\">Mobile-money phone number</label>"
-            "<input id=\"phone\" name=\"phone\" type=\"tel\" required "
-            "placeholder=\"0700000001\">"
-            "<button type=\"submit\">Pay</button></form>",
-            status=status, outcome="form" if not error else outcome,
+            summary + err + f'<form method="post" action="{action}" novalidate>'
+            '<input type="hidden" name="step" value="phone">'
+            '<label for="phone">Mobile-money phone number</label>'
+            '<input id="phone" name="phone" type="tel" required '
+            'placeholder="0700000001">'
+            '<button type="submit">Pay</button></form>',
+            status=status,
+            outcome="form" if not error else outcome,
         )
 
     def _confirm(self, session, phone, summary, action, return_url, back) -> Response:
         result = self.ledger.confirm_checkout(session, phone)
         outcome = result["outcome"]
         if outcome == SUCCESS:
-            return page("Payment successful",
-                        summary + "<p>Thank you, your payment is confirmed and your "
-                        "subscription is active.</p>" + back,
-                        outcome="success", refresh=return_url)
+            return page(
+                "Payment successful",
+                summary + "<p>Thank you, your payment is confirmed and your "
+                "subscription is active.</p>" + back,
+                outcome="success",
+                refresh=return_url,
+            )
         if outcome == NEVER:
-            return page("Waiting for your confirmation",
-                        summary + "<p>We have not received your PIN confirmation yet. This "
-                        "session stays open until it expires.</p>" + back,
-                        status=202, outcome="pending")
+            return page(
+                "Waiting for your confirmation",
+                summary + "<p>We have not received your PIN confirmation yet. This "
+                "session stays open until it expires.</p>" + back,
+                status=202,
+                outcome="pending",
+            )
         message = MESSAGES.get(outcome, "Your payment failed.")
-        return page("Payment failed",
-                    summary + f"<p class=\"error\">{escape(message)}</p>"
-                    f"<p><a href=\"{action}\">Try another number</a></p>" + back,
-                    status=402, outcome=outcome)
+        return page(
+            "Payment failed",
+            summary + f'<p class="error">{escape(message)}</p>'
+            f'<p><a href="{action}">Try another number</a></p>' + back,
+            status=402,
+            outcome=outcome,
+        )

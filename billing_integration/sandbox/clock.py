@@ -10,9 +10,7 @@ import re
 import threading
 from datetime import UTC, datetime, timedelta
 
-_TS = re.compile(
-    r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:?\d{2})?$"
-)
+_TS = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:?\d{2})?$")
 CYCLE_UNITS = ("months", "years")
 
 

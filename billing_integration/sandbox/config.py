@@ -32,7 +32,7 @@ def valid_webhook_secret(value: Any) -> bool:
     if not isinstance(value, str) or not value.startswith("whsec_"):
         return False
     try:
-        return len(base64.b64decode(value[len("whsec_"):], validate=True)) >= 16
+        return len(base64.b64decode(value[len("whsec_") :], validate=True)) >= 16
     except (binascii.Error, ValueError):
         return False
 
@@ -85,8 +85,9 @@ class SandboxConfig:
         known = {f.name for f in fields(self)}
         unknown = [k for k in values if k not in known]
         if "webhook_secret" in values and not valid_webhook_secret(values["webhook_secret"]):
-            raise ValueError("webhook_secret must be 'whsec_' followed by the base64 of at "
-                             "least 16 bytes.")
+            raise ValueError(
+                "webhook_secret must be 'whsec_' followed by the base64 of at least 16 bytes."
+            )
         for key, value in values.items():
             if key not in known:
                 continue

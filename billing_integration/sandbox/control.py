@@ -23,8 +23,17 @@ from .web import error_response, json_response
 if TYPE_CHECKING:
     from .app import SandboxApp
 
-KINDS = ("product", "blueprint", "customer", "subscription", "checkout_session", "payment",
-         "invoice", "refund", "event")
+KINDS = (
+    "product",
+    "blueprint",
+    "customer",
+    "subscription",
+    "checkout_session",
+    "payment",
+    "invoice",
+    "refund",
+    "event",
+)
 
 RULES = [
     Rule("/", endpoint="index", methods=["GET"]),
@@ -126,25 +135,33 @@ class Control:
         if seconds < 0:
             raise ValueError("the clock only moves forward")
         summary = self.app.advance(seconds)
-        return json_response({"now": self.app.clock.now_str(), "offset": self.app.clock.offset,
-                              **summary})
+        return json_response(
+            {"now": self.app.clock.now_str(), "offset": self.app.clock.offset, **summary}
+        )
 
     # -- events ------------------------------------------------------------------------------
     def do_trigger(self, request, body) -> Response:
         status, payload = self.app.guard(
-            lambda: (200, self.app.ledger.trigger(body.get("type"), body.get("object"),
-                                                  body.get("reason")))
+            lambda: (
+                200,
+                self.app.ledger.trigger(body.get("type"), body.get("object"), body.get("reason")),
+            )
         )
         return json_response(payload, status=status)
 
     def do_deliveries(self, request, body) -> Response:
-        return json_response({"data": self.app.delivery.list(request.args.get("status")),
-                              "pending": self.app.delivery.pending()})
+        return json_response(
+            {
+                "data": self.app.delivery.list(request.args.get("status")),
+                "pending": self.app.delivery.pending(),
+            }
+        )
 
     def do_flush(self, request, body) -> Response:
         idle = self.app.delivery.wait_idle(float(body.get("timeout", 10)))
-        return json_response({"idle": idle, "pending": self.app.delivery.pending()},
-                             status=200 if idle else 504)
+        return json_response(
+            {"idle": idle, "pending": self.app.delivery.pending()}, status=200 if idle else 504
+        )
 
     def do_events(self, request, body) -> Response:
         events = self.app.store.page("event", None)
@@ -154,9 +171,17 @@ class Control:
         return json_response({"data": events})
 
     def do_seed(self, request, body) -> Response:
-        status, payload = self.app.guard(lambda: (200, self.app.ledger.seed(
-            self.app.config.account, int(body.get("customers", 0)),
-            int(body.get("subscriptions", 0)), body.get("product"))))
+        status, payload = self.app.guard(
+            lambda: (
+                200,
+                self.app.ledger.seed(
+                    self.app.config.account,
+                    int(body.get("customers", 0)),
+                    int(body.get("subscriptions", 0)),
+                    body.get("product"),
+                ),
+            )
+        )
         return json_response(payload, status=status)
 
     def do_objects(self, request, body, kind: str) -> Response:
@@ -180,12 +205,12 @@ class Control:
             "and tests. Nothing here is real money.</p><ul>"
             '<li><a id="dashboard" href="/_sandbox/">Dashboard</a>: objects, event '
             "deliveries, the sandbox clock</li>"
-            f"<li>API base: <code id=\"api-base\">{escape(base)}/v1/api/billing/</code> "
+            f'<li>API base: <code id="api-base">{escape(base)}/v1/api/billing/</code> '
             "(a bearer token from <code>/auth/realms/sandbox/protocol/openid-connect/token"
             "</code>)</li>"
             "<li>Hosted checkout pages: <code>/checkout/&lt;session id&gt;</code></li>"
             '<li>Health: <a href="/_sandbox/health">/_sandbox/health</a></li></ul>'
-            "<p class=\"muted\">Docs: <code>docs/sandbox.md</code> in the billing_integration "
+            '<p class="muted">Docs: <code>docs/sandbox.md</code> in the billing_integration '
             "repository; test phone numbers 0700000001 (succeeds), 0700000002 (declined), "
             "0700000003 (insufficient funds).</p>",
         )
@@ -193,9 +218,7 @@ class Control:
 
     def do_dashboard(self, request, body) -> Response:
         app = self.app
-        counts = "".join(
-            f"<tr><td>{k}</td><td>{app.store.count(k)}</td></tr>" for k in KINDS
-        )
+        counts = "".join(f"<tr><td>{k}</td><td>{app.store.count(k)}</td></tr>" for k in KINDS)
         rows = "".join(
             f"<tr><td>{escape(d['event_type'])}</td><td>{escape(d['status'])}</td>"
             f"<td>{d['attempts']}</td><td>{escape(d['url'])}</td>"

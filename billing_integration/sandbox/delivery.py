@@ -21,8 +21,17 @@ from .events import sign_headers
 from .store import Store
 
 COLUMNS = (
-    "seq", "id", "event_id", "event_type", "url", "status", "attempts", "next_attempt",
-    "created", "delivered", "log",
+    "seq",
+    "id",
+    "event_id",
+    "event_type",
+    "url",
+    "status",
+    "attempts",
+    "next_attempt",
+    "created",
+    "delivered",
+    "log",
 )
 
 
@@ -39,9 +48,7 @@ class DeliveryWorker:
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
         if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._run, name="sandbox-delivery", daemon=True
-            )
+            self._thread = threading.Thread(target=self._run, name="sandbox-delivery", daemon=True)
             self._thread.start()
 
     def stop(self) -> None:
@@ -62,8 +69,13 @@ class DeliveryWorker:
         )
         if not rows:
             return None, None
-        row = dict(zip(("id", "url", "body", "event_id", "attempts", "log", "next_attempt"),
-                       rows[0], strict=True))
+        row = dict(
+            zip(
+                ("id", "url", "body", "event_id", "attempts", "log", "next_attempt"),
+                rows[0],
+                strict=True,
+            )
+        )
         if row["next_attempt"] > self.clock():
             return None, row["next_attempt"] - self.clock()
         return row, None
@@ -104,14 +116,16 @@ class DeliveryWorker:
             error = f"{type(exc).__name__}: {exc}"
         ok = status_code is not None and 200 <= status_code < 300
         log = json.loads(row["log"])
-        log.append({
-            "attempt": attempt_no,
-            "at": started,
-            "status_code": status_code,
-            "error": None if ok else error,
-            "duration": round(self.clock() - started, 4),
-            "webhook-timestamp": headers["webhook-timestamp"],
-        })
+        log.append(
+            {
+                "attempt": attempt_no,
+                "at": started,
+                "status_code": status_code,
+                "error": None if ok else error,
+                "duration": round(self.clock() - started, 4),
+                "webhook-timestamp": headers["webhook-timestamp"],
+            }
+        )
         if ok:
             status, next_attempt = "delivered", None
         elif attempt_no >= self.config.max_attempts:
@@ -124,15 +138,19 @@ class DeliveryWorker:
             conn.execute(
                 "UPDATE deliveries SET status = ?, attempts = ?, next_attempt = ?, "
                 "delivered = ?, log = ? WHERE id = ?",
-                (status, attempt_no, next_attempt, self.clock() if ok else None,
-                 json.dumps(log), row["id"]),
+                (
+                    status,
+                    attempt_no,
+                    next_attempt,
+                    self.clock() if ok else None,
+                    json.dumps(log),
+                    row["id"],
+                ),
             )
 
     # -- inspection ------------------------------------------------------------------------
     def pending(self) -> int:
-        return self.store.execute(
-            "SELECT COUNT(*) FROM deliveries WHERE status = 'pending'"
-        )[0][0]
+        return self.store.execute("SELECT COUNT(*) FROM deliveries WHERE status = 'pending'")[0][0]
 
     def wait_idle(self, timeout: float = 10.0) -> bool:
         """Block until no delivery is pending (True) or ``timeout`` passes (False)."""

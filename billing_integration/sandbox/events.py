@@ -89,8 +89,15 @@ class EventBus:
                 conn.execute(
                     "INSERT INTO deliveries (id, event_id, event_type, url, body, status, "
                     "attempts, next_attempt, created) VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, ?)",
-                    (str(uuid.uuid4()), envelope["id"], event_type, url, encode(envelope),
-                     time.time(), time.time()),
+                    (
+                        str(uuid.uuid4()),
+                        envelope["id"],
+                        event_type,
+                        url,
+                        encode(envelope),
+                        time.time(),
+                        time.time(),
+                    ),
                 )
         for listener in self.listeners:
             listener()

@@ -105,35 +105,57 @@ class Ledger:
         self, ctx: dict[str, Any], status: str, period_start: str | None, period_end: str | None
     ) -> dict[str, Any]:
         doc = self._doc(
-            status=status, customer=ctx["customer"], subscription=ctx.get("subscription"),
-            product=ctx["product"], amount=ctx["amount"], currency=ctx["currency"],
-            period_start=period_start, period_end=period_end,
+            status=status,
+            customer=ctx["customer"],
+            subscription=ctx.get("subscription"),
+            product=ctx["product"],
+            amount=ctx["amount"],
+            currency=ctx["currency"],
+            period_start=period_start,
+            period_end=period_end,
         )
         return self.store.insert("invoice", doc)
 
     def new_payment(
-        self, ctx: dict[str, Any], status: str, failure_reason: str | None = None,
+        self,
+        ctx: dict[str, Any],
+        status: str,
+        failure_reason: str | None = None,
         invoice: str | None = None,
     ) -> dict[str, Any]:
         doc = self._doc(
-            status=status, amount=ctx["amount"], currency=ctx["currency"],
-            customer=ctx["customer"], subscription=ctx.get("subscription"),
-            product=ctx["product"], invoice=invoice, failure_reason=failure_reason,
+            status=status,
+            amount=ctx["amount"],
+            currency=ctx["currency"],
+            customer=ctx["customer"],
+            subscription=ctx.get("subscription"),
+            product=ctx["product"],
+            invoice=invoice,
+            failure_reason=failure_reason,
         )
         return self.store.insert("payment", doc)
 
     def new_refund(self, payment: dict[str, Any], status: str, reason: str | None):
         doc = self._doc(
-            status=status, payment=payment["id"], amount=payment["amount"],
-            currency=payment["currency"], customer=payment["customer"],
-            subscription=payment.get("subscription"), reason=reason or "requested_by_customer",
+            status=status,
+            payment=payment["id"],
+            amount=payment["amount"],
+            currency=payment["currency"],
+            customer=payment["customer"],
+            subscription=payment.get("subscription"),
+            reason=reason or "requested_by_customer",
         )
         return self.store.insert("refund", doc)
 
     def _sub_ctx(self, sub: dict[str, Any]) -> dict[str, Any]:
         amount, currency = self._sub_amount(sub)
-        return {"customer": sub["customer"], "subscription": sub["id"], "product": sub["product"],
-                "amount": amount, "currency": currency}
+        return {
+            "customer": sub["customer"],
+            "subscription": sub["id"],
+            "product": sub["product"],
+            "amount": amount,
+            "currency": currency,
+        }
 
     def _latest(self, kind: str, **match: Any) -> dict[str, Any] | None:
         found = None
@@ -151,10 +173,15 @@ class Ledger:
         product = self.store.get("product", session["product"])
         customer = self.store.get("customer", session["customer"])
         currency = self.config.currency_code(session["selected_currency"])
-        ctx = {"customer": customer["id"], "subscription": None, "product": product["id"],
-               "amount": self.price(product, session["selected_billing_cycle"],
-                                    session["selected_currency"]),
-               "currency": currency}
+        ctx = {
+            "customer": customer["id"],
+            "subscription": None,
+            "product": product["id"],
+            "amount": self.price(
+                product, session["selected_billing_cycle"], session["selected_currency"]
+            ),
+            "currency": currency,
+        }
         with self.store.transaction():
             if first != SUCCESS:
                 payment = self.new_payment(ctx, "failed", failure_reason=first)
@@ -164,8 +191,12 @@ class Ledger:
             period_start = period_end = None
             if product.get("subscription_blueprint"):
                 subscription = self.api.new_subscription(
-                    session["user_created"], customer, product,
-                    session["selected_billing_cycle"], currency, phone=normalise_phone(phone),
+                    session["user_created"],
+                    customer,
+                    product,
+                    session["selected_billing_cycle"],
+                    currency,
+                    phone=normalise_phone(phone),
                 )
                 ctx["subscription"] = subscription["id"]
                 period_start = subscription["cycle_start_date"]
@@ -179,10 +210,17 @@ class Ledger:
             session["completed_at"] = self.clock.now_str()
             session["_phone"] = phone
             self._touch("checkout_session", session)
-            events = [self.events.emit("payment.completed", payment),
-                      self.events.emit("invoice.paid", invoice)]
-        return {"outcome": SUCCESS, "subscription": subscription, "payment": payment,
-                "invoice": invoice, "events": events}
+            events = [
+                self.events.emit("payment.completed", payment),
+                self.events.emit("invoice.paid", invoice),
+            ]
+        return {
+            "outcome": SUCCESS,
+            "subscription": subscription,
+            "payment": payment,
+            "invoice": invoice,
+            "events": events,
+        }
 
     # -- renewals and the clock -------------------------------------------------------------------
     def _move_cycle(self, sub: dict[str, Any]) -> tuple[str, str]:
@@ -241,8 +279,11 @@ class Ledger:
                 break
             for sub in due:
                 for event in self.renew(sub):
-                    key = {"subscription.renewal": "renewals", "payment.failed":
-                           "payment_failures", "subscription.canceled": "canceled"}
+                    key = {
+                        "subscription.renewal": "renewals",
+                        "payment.failed": "payment_failures",
+                        "subscription.canceled": "canceled",
+                    }
                     if event["type"] in key:
                         summary[key[event["type"]]] += 1
         now = self.clock.now_str()
@@ -266,9 +307,15 @@ class Ledger:
     def trigger(self, event_type: str, obj_id: str, reason: str | None = None) -> dict[str, Any]:
         """Apply the state change ``event_type`` implies on ``obj_id`` and emit the event."""
         if event_type not in EVENT_TYPES:
-            raise ValidationFailed([error_entry(
-                f"Unknown event type {event_type!r}; one of {', '.join(EVENT_TYPES)}.",
-                "unknown_event_type", "type")])
+            raise ValidationFailed(
+                [
+                    error_entry(
+                        f"Unknown event type {event_type!r}; one of {', '.join(EVENT_TYPES)}.",
+                        "unknown_event_type",
+                        "type",
+                    )
+                ]
+            )
         kind = self.store.kind_of(obj_id or "")
         if kind is None:
             raise NotFound(f"No object {obj_id}.")
@@ -278,8 +325,9 @@ class Ledger:
             return self.events.emit(event_type, doc)
 
     def _wrong(self, event_type: str, kind: str) -> ValidationFailed:
-        return ValidationFailed([error_entry(
-            f"{event_type} cannot apply to a {kind}.", "wrong_object", "object")])
+        return ValidationFailed(
+            [error_entry(f"{event_type} cannot apply to a {kind}.", "wrong_object", "object")]
+        )
 
     def _trigger_subscription(self, action, kind, obj_id, reason) -> dict[str, Any]:
         if kind != "subscription":
@@ -299,8 +347,12 @@ class Ledger:
         if kind == "subscription":
             sub = self.store.get("subscription", obj_id)
             ctx = self._sub_ctx(sub)
-            invoice = self.new_invoice(ctx, "paid" if status == "completed" else "open",
-                                       sub["cycle_start_date"], sub["cycle_end_date"])
+            invoice = self.new_invoice(
+                ctx,
+                "paid" if status == "completed" else "open",
+                sub["cycle_start_date"],
+                sub["cycle_end_date"],
+            )
             return self.new_payment(ctx, status, failure_reason=failure, invoice=invoice["id"])
         if kind != "payment":
             raise self._wrong(f"payment.{action}", kind)
@@ -343,16 +395,18 @@ class Ledger:
             invoice = self.store.get("invoice", self.store.get("payment", obj_id)["invoice"])
         elif kind == "subscription":
             sub = self.store.get("subscription", obj_id)
-            invoice = self.new_invoice(self._sub_ctx(sub), "open", sub["cycle_start_date"],
-                                       sub["cycle_end_date"])
+            invoice = self.new_invoice(
+                self._sub_ctx(sub), "open", sub["cycle_start_date"], sub["cycle_end_date"]
+            )
         else:
             raise self._wrong(f"invoice.{action}", kind)
         invoice["status"] = status
         return self._touch("invoice", invoice)
 
     # -- seeding -----------------------------------------------------------------------------------
-    def seed(self, account: str, customers: int, subscriptions: int,
-             product_id: str | None = None) -> dict[str, Any]:
+    def seed(
+        self, account: str, customers: int, subscriptions: int, product_id: str | None = None
+    ) -> dict[str, Any]:
         """Bulk-create customers and subscriptions (benchmarks), in one transaction."""
         now = self.clock.now()
         now_s = timeutil.fmt(now)
@@ -364,24 +418,52 @@ class Ledger:
                 if product_id and product is None:
                     raise NotFound(f"Product {product_id} not found.")
                 if product is None:
-                    _, body = self.api.create_product(account, {
-                        "name": "Seeded plan", "description": "Created by /_sandbox/seed",
-                        "status": "published", "selected_currencies": ["1"],
-                        "subscription_blueprint": {"billing_type": "flat-rate", "billing_cycles": [
-                            {"cycle": "months", "frequency": 1,
-                             "prices": [{"currency": 1, "amount": 5000}]}]},
-                    })
+                    _, body = self.api.create_product(
+                        account,
+                        {
+                            "name": "Seeded plan",
+                            "description": "Created by /_sandbox/seed",
+                            "status": "published",
+                            "selected_currencies": ["1"],
+                            "subscription_blueprint": {
+                                "billing_type": "flat-rate",
+                                "billing_cycles": [
+                                    {
+                                        "cycle": "months",
+                                        "frequency": 1,
+                                        "prices": [{"currency": 1, "amount": 5000}],
+                                    }
+                                ],
+                            },
+                        },
+                    )
                     product = self.store.get("product", body["data"]["id"])
             blueprint = self.api.blueprint_of(product) if product else None
-            base = {"date_created": now_s, "date_updated": None, "user_created": account,
-                    "user_updated": None}
+            base = {
+                "date_created": now_s,
+                "date_updated": None,
+                "user_created": account,
+                "user_updated": None,
+            }
             cust_docs = []
             for i in range(customers):
-                cust_docs.append(({
-                    "id": str(uuid.uuid4()), **base, "status": "published",
-                    "identifier": f"seed-{i}", "first_name": "Seed", "last_name": str(i),
-                    "email": f"seed{i}@example.com", "address_line_1": None,
-                    "address_line_2": None, "phone": None}, None))
+                cust_docs.append(
+                    (
+                        {
+                            "id": str(uuid.uuid4()),
+                            **base,
+                            "status": "published",
+                            "identifier": f"seed-{i}",
+                            "first_name": "Seed",
+                            "last_name": str(i),
+                            "email": f"seed{i}@example.com",
+                            "address_line_1": None,
+                            "address_line_2": None,
+                            "phone": None,
+                        },
+                        None,
+                    )
+                )
             self.store.insert_many("customer", cust_docs)
             sub_docs = []
             if subscriptions:
@@ -390,14 +472,25 @@ class Ledger:
                 currency = self.config.currency_code(cycle["prices"][0]["currency"])
                 end = timeutil.fmt(timeutil.add_cycle(now, cycle["cycle"], cycle["frequency"]))
                 for i in range(subscriptions):
-                    doc = {"id": str(uuid.uuid4()), **base, "status": "published",
-                           "product": product["id"],
-                           "customer": cust_docs[i % len(cust_docs)][0]["id"],
-                           "cycle_start_date": now_s, "cycle_end_date": end,
-                           "next_billing_date": end, "auto_renew": True,
-                           "discount_coupon": None, "trial_end_date": None,
-                           "selected_billing_cycle": code, "selected_currency": currency}
+                    doc = {
+                        "id": str(uuid.uuid4()),
+                        **base,
+                        "status": "published",
+                        "product": product["id"],
+                        "customer": cust_docs[i % len(cust_docs)][0]["id"],
+                        "cycle_start_date": now_s,
+                        "cycle_end_date": end,
+                        "next_billing_date": end,
+                        "auto_renew": True,
+                        "discount_coupon": None,
+                        "trial_end_date": None,
+                        "selected_billing_cycle": code,
+                        "selected_currency": currency,
+                    }
                     sub_docs.append((doc, end))
                 self.store.insert_many("subscription", sub_docs)
-        return {"customers": customers, "subscriptions": subscriptions,
-                "product": public(product) if product else None}
+        return {
+            "customers": customers,
+            "subscriptions": subscriptions,
+            "product": public(product) if product else None,
+        }

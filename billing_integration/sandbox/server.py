@@ -154,21 +154,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The sandbox's options (shared by the CLI and the ``billing_sandbox`` command)."""
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8100)
-    parser.add_argument("--data", default=DEFAULT_DATA,
-                        help=f"SQLite file keeping the state (default {DEFAULT_DATA})")
+    parser.add_argument(
+        "--data",
+        default=DEFAULT_DATA,
+        help=f"SQLite file keeping the state (default {DEFAULT_DATA})",
+    )
     parser.add_argument("--memory", action="store_true", help="keep the state in memory only")
     parser.add_argument("--reset", action="store_true", help="wipe the data file first")
     parser.add_argument("--client-id", help="default sandbox-client")
     parser.add_argument("--client-secret", help="default sandbox-secret")
     parser.add_argument("--token-lifetime", type=int, help="expires_in in seconds (default 300)")
     parser.add_argument("--callback-url", help="where events are delivered")
-    parser.add_argument("--webhook-secret", action=_RefusedOnCommandLine, nargs="?",
-                        help=f"refused: set {WEBHOOK_SECRET_ENV}=whsec_... in the environment "
-                        "(default: generated once and kept)")
+    parser.add_argument(
+        "--webhook-secret",
+        action=_RefusedOnCommandLine,
+        nargs="?",
+        help=f"refused: set {WEBHOOK_SECRET_ENV}=whsec_... in the environment "
+        "(default: generated once and kept)",
+    )
     parser.add_argument("--retry-schedule", help="delivery retry delays in seconds, e.g. 1,5,30")
     parser.add_argument("--max-attempts", type=int, help="delivery attempts before giving up")
-    parser.add_argument("--return-url",
-                        help="where checkout sends the customer back ({session_id} replaced)")
+    parser.add_argument(
+        "--return-url", help="where checkout sends the customer back ({session_id} replaced)"
+    )
     parser.add_argument("--quiet", action="store_true", help="do not log each request")
 
 
@@ -217,8 +225,11 @@ def run(options: dict[str, Any]) -> int:
         print(f"{key}={value}")
     sys.stdout.flush()
     where = "memory" if options.get("memory") else options["data"]
-    print(f"# Billing sandbox on {server.url} (state: {where}); "
-          f"dashboard {server.url}/_sandbox/ - Ctrl+C to stop", file=sys.stderr)
+    print(
+        f"# Billing sandbox on {server.url} (state: {where}); "
+        f"dashboard {server.url}/_sandbox/ - Ctrl+C to stop",
+        file=sys.stderr,
+    )
     try:
         server.serve_forever()
     except KeyboardInterrupt:

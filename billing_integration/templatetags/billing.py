@@ -164,8 +164,12 @@ def is_subscribed(context: template.Context, product: Any = None, subscriber: An
 
 
 class IfSubscribedNode(template.Node):
-    def __init__(self, product: template.base.FilterExpression | None,
-                 yes: template.NodeList, no: template.NodeList) -> None:
+    def __init__(
+        self,
+        product: template.base.FilterExpression | None,
+        yes: template.NodeList,
+        no: template.NodeList,
+    ) -> None:
         self.product = product
         self.yes = yes
         self.no = no
@@ -222,8 +226,9 @@ def feature_limit_filter(subject: Any, feature: Any) -> int | None:
 
 
 class IfFeatureNode(template.Node):
-    def __init__(self, feature: template.base.FilterExpression,
-                 yes: template.NodeList, no: template.NodeList) -> None:
+    def __init__(
+        self, feature: template.base.FilterExpression, yes: template.NodeList, no: template.NodeList
+    ) -> None:
         self.feature = feature
         self.yes = yes
         self.no = no
@@ -251,6 +256,7 @@ def do_if_feature(parser: template.base.Parser, token: template.base.Token) -> I
     else:
         no = template.NodeList()
     return IfFeatureNode(feature, yes, no)
+
 
 # --- display ------------------------------------------------------------------------------------
 @register.filter

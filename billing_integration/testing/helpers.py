@@ -150,11 +150,15 @@ class SandboxHandle:
 
     def token(self) -> str:
         """A fresh access token for the configured client."""
-        response = self.http.post(self.token_url, data={
-            "grant_type": "client_credentials",
-            "client_id": self.client_id,
-            "client_secret": self.client_secret,
-        }, timeout=30)
+        response = self.http.post(
+            self.token_url,
+            data={
+                "grant_type": "client_credentials",
+                "client_id": self.client_id,
+                "client_secret": self.client_secret,
+            },
+            timeout=30,
+        )
         response.raise_for_status()
         return response.json()["access_token"]
 
@@ -185,11 +189,14 @@ class SandboxHandle:
     def object(self, kind: str, obj_id: str) -> dict[str, Any]:
         return self._get(f"/_sandbox/objects/{kind}/{obj_id}")["data"]
 
-    def seed(self, customers: int = 0, subscriptions: int = 0,
-             product: str | None = None) -> dict[str, Any]:
-        return self._post("/_sandbox/seed", {"customers": customers,
-                                             "subscriptions": subscriptions,
-                                             "product": product}, timeout=120)
+    def seed(
+        self, customers: int = 0, subscriptions: int = 0, product: str | None = None
+    ) -> dict[str, Any]:
+        return self._post(
+            "/_sandbox/seed",
+            {"customers": customers, "subscriptions": subscriptions, "product": product},
+            timeout=120,
+        )
 
     # -- events and time ---------------------------------------------------------------------
     def trigger(self, event_type: str, obj: str, reason: str | None = None) -> dict[str, Any]:
@@ -233,8 +240,9 @@ class SandboxHandle:
 
     def wait_for_deliveries(self, timeout: float = 10.0) -> bool:
         """Block until no delivery is pending; False if ``timeout`` passed first."""
-        response = self.http.post(self.url + "/_sandbox/deliveries/flush",
-                                  json={"timeout": timeout}, timeout=timeout + 10)
+        response = self.http.post(
+            self.url + "/_sandbox/deliveries/flush", json={"timeout": timeout}, timeout=timeout + 10
+        )
         return response.status_code == 200
 
     # -- checkout ---------------------------------------------------------------------------
@@ -250,5 +258,4 @@ class SandboxHandle:
         first = self.http.post(page, data={"step": "phone", "phone": phone, **extra}, timeout=30)
         if first.status_code != 200:
             return first
-        return self.http.post(page, data={"step": "confirm", "phone": phone, **extra},
-                              timeout=30)
+        return self.http.post(page, data={"step": "confirm", "phone": phone, **extra}, timeout=30)

@@ -172,9 +172,7 @@ def store_delivery(
     if error:
         digest = hashlib.sha256(body).hexdigest()
         values: dict[str, Any] = {
-            "event_id": clean_text(
-                f"invalid:{verification.message_id or 'sha256'}:{digest}", 255
-            ),
+            "event_id": clean_text(f"invalid:{verification.message_id or 'sha256'}:{digest}", 255),
             "body": clean_text(text),
             "headers": stored_headers,
             "verified_by": verification.method,

@@ -55,8 +55,7 @@ def process_pending_webhook_events(older_than: float = 60.0) -> int:
     return process_pending(older_than=older_than)
 
 
-@shared_task(name="billing_integration.process_received_events", acks_late=True,
-             ignore_result=True)
+@shared_task(name="billing_integration.process_received_events", acks_late=True, ignore_result=True)
 def process_received_events() -> int:
     """The drain the webhook view kicks (``EVENTS``, a ``billing_integration.wakeup.Wakeup``):
     process every ``received`` event in order of reception, in this one task run. An event

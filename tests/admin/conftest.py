@@ -40,8 +40,9 @@ def staff_with(*codenames: str) -> Any:
         f"staff-{uuid.uuid4().hex[:6]}", "staff@example.com", "pw", is_staff=True
     )
     user.user_permissions.set(
-        Permission.objects.filter(content_type__app_label="billing_integration",
-                                  codename__in=codenames)
+        Permission.objects.filter(
+            content_type__app_label="billing_integration", codename__in=codenames
+        )
     )
     return user
 
@@ -54,14 +55,17 @@ def viewer_client(db) -> Client:
     return client
 
 
-def make_product(name: str = "Pro", *, remote: bool = False, status: str = "draft",
-                 amount: str = "10000") -> Any:
+def make_product(
+    name: str = "Pro", *, remote: bool = False, status: str = "draft", amount: str = "10000"
+) -> Any:
     from billing_integration.models import BillingCycle, Price, Product
     from billing_integration.outbox import from_remote
 
     with transaction.atomic(), from_remote():
         product = Product.objects.create(
-            name=name, status=status, selected_currencies=[1],
+            name=name,
+            status=status,
+            selected_currencies=[1],
             remote_id=uuid.uuid4() if remote else None,
             sync_state="synced" if remote else "pending",
         )
@@ -79,9 +83,15 @@ def make_subscription(product: Any, status: str = "published") -> Any:
             remote_id=uuid.uuid4(), identifier=f"c-{uuid.uuid4().hex[:6]}", sync_state="synced"
         )
         return Subscription.objects.create(
-            remote_id=uuid.uuid4(), product=product, customer=customer, status=status,
-            product_remote_id=product.remote_id, customer_remote_id=customer.remote_id,
-            selected_billing_cycle="months-1", selected_currency="XOF", sync_state="synced",
+            remote_id=uuid.uuid4(),
+            product=product,
+            customer=customer,
+            status=status,
+            product_remote_id=product.remote_id,
+            customer_remote_id=customer.remote_id,
+            selected_billing_cycle="months-1",
+            selected_currency="XOF",
+            sync_state="synced",
         )
 
 
@@ -102,33 +112,41 @@ def product_form_data(product: Any = None, **overrides: Any) -> dict[str, Any]:
         "_save": "Save",
     }
     cycles = list(product.cycles.all()) if product else []
-    data.update({
-        "cycles-TOTAL_FORMS": str(len(cycles)),
-        "cycles-INITIAL_FORMS": str(len(cycles)),
-        "cycles-MIN_NUM_FORMS": "0",
-        "cycles-MAX_NUM_FORMS": "1000",
-    })
+    data.update(
+        {
+            "cycles-TOTAL_FORMS": str(len(cycles)),
+            "cycles-INITIAL_FORMS": str(len(cycles)),
+            "cycles-MIN_NUM_FORMS": "0",
+            "cycles-MAX_NUM_FORMS": "1000",
+        }
+    )
     for i, cycle in enumerate(cycles):
-        data.update({
-            f"cycles-{i}-id": str(cycle.pk),
-            f"cycles-{i}-product": str(product.pk),
-            f"cycles-{i}-unit": cycle.unit,
-            f"cycles-{i}-frequency": str(cycle.frequency),
-            f"cycles-{i}-prices": format_prices(list(cycle.prices.all())),
-        })
+        data.update(
+            {
+                f"cycles-{i}-id": str(cycle.pk),
+                f"cycles-{i}-product": str(product.pk),
+                f"cycles-{i}-unit": cycle.unit,
+                f"cycles-{i}-frequency": str(cycle.frequency),
+                f"cycles-{i}-prices": format_prices(list(cycle.prices.all())),
+            }
+        )
     features = list(product.declared_features.all()) if product else []
-    data.update({
-        "declared_features-TOTAL_FORMS": str(len(features)),
-        "declared_features-INITIAL_FORMS": str(len(features)),
-        "declared_features-MIN_NUM_FORMS": "0",
-        "declared_features-MAX_NUM_FORMS": "1000",
-    })
+    data.update(
+        {
+            "declared_features-TOTAL_FORMS": str(len(features)),
+            "declared_features-INITIAL_FORMS": str(len(features)),
+            "declared_features-MIN_NUM_FORMS": "0",
+            "declared_features-MAX_NUM_FORMS": "1000",
+        }
+    )
     for i, feature in enumerate(features):
-        data.update({
-            f"declared_features-{i}-id": str(feature.pk),
-            f"declared_features-{i}-product": str(product.pk),
-            f"declared_features-{i}-key": feature.key,
-            f"declared_features-{i}-limit": "" if feature.limit is None else str(feature.limit),
-        })
+        data.update(
+            {
+                f"declared_features-{i}-id": str(feature.pk),
+                f"declared_features-{i}-product": str(product.pk),
+                f"declared_features-{i}-key": feature.key,
+                f"declared_features-{i}-limit": "" if feature.limit is None else str(feature.limit),
+            }
+        )
     data.update(overrides)
     return data

@@ -25,24 +25,35 @@ def invoice_event(state: str = EventState.FAILED, **data) -> WebhookEvent:
         "type": "invoice.paid",
         "created_at": "2026-01-01T00:00:00.000Z",
         "data": {
-            "id": remote, "status": "paid", "customer": None, "subscription": None,
-            "product": None, "amount": 5000, "currency": "XOF",
+            "id": remote,
+            "status": "paid",
+            "customer": None,
+            "subscription": None,
+            "product": None,
+            "amount": 5000,
+            "currency": "XOF",
             "date_created": "2026-01-01T00:00:00.000Z",
-            "date_updated": "2026-01-01T00:00:00.000Z", **data,
+            "date_updated": "2026-01-01T00:00:00.000Z",
+            **data,
         },
     }
     return WebhookEvent.objects.create(
-        event_id=body["id"], raw_type="invoice.paid", type="invoice.paid",
-        body=json.dumps(body), headers={"webhook-signature": "[redacted]", "user-agent": "svc"},
-        state=state, attempts=1 if state == EventState.FAILED else 0,
+        event_id=body["id"],
+        raw_type="invoice.paid",
+        type="invoice.paid",
+        body=json.dumps(body),
+        headers={"webhook-signature": "[redacted]", "user-agent": "svc"},
+        state=state,
+        attempts=1 if state == EventState.FAILED else 0,
         error="OperationalError: database is locked" if state == EventState.FAILED else "",
         object_id=remote,
     )
 
 
 def replay(client: Client, *events: WebhookEvent, name: str = "replay"):
-    return client.post(CHANGELIST, {"action": name, "index": "0",
-                                    "_selected_action": [str(e.pk) for e in events]})
+    return client.post(
+        CHANGELIST, {"action": name, "index": "0", "_selected_action": [str(e.pk) for e in events]}
+    )
 
 
 def test_replay_action_reprocesses_a_failed_event(admin_client):
@@ -83,8 +94,9 @@ def test_filters_search_and_bounded_queries(admin_client, django_assert_max_num_
     assert [e.pk for e in failed] == [events[-1].pk]
     by_type = admin_client.get(CHANGELIST + "?type__exact=invoice.paid").context["cl"]
     assert by_type.result_count == 20
-    assert admin_client.get(CHANGELIST + "?type__exact=payment.failed").context[
-        "cl"].result_count == 0
+    assert (
+        admin_client.get(CHANGELIST + "?type__exact=payment.failed").context["cl"].result_count == 0
+    )
     found = admin_client.get(CHANGELIST + f"?q={events[3].event_id}").context["cl"].result_list
     assert [e.pk for e in found] == [events[3].pk]
 
@@ -99,8 +111,9 @@ def test_change_view_shows_body_headers_and_error_read_only(admin_client):
     assert "[redacted]" in html and "database is locked" in html
     assert 'name="_save"' not in html
     assert not response.context["adminform"].form.fields
-    assert admin_client.get(reverse("admin:billing_integration_webhookevent_add")).status_code \
-        == 403
+    assert (
+        admin_client.get(reverse("admin:billing_integration_webhookevent_add")).status_code == 403
+    )
     admin_client.post(url, {"state": "processed", "body": "{}"})
     event.refresh_from_db()
     assert event.state == EventState.FAILED and event.body.startswith("{")
@@ -113,8 +126,10 @@ def test_change_view_of_a_body_nested_too_deep_shows_it_raw_and_truncated(admin_
 
     depth = 100_000
     event = WebhookEvent.objects.create(
-        event_id=f"deep-{uuid.uuid4()}", body="[" * depth + "]" * depth,
-        state=EventState.REJECTED, error="body is not a JSON object",
+        event_id=f"deep-{uuid.uuid4()}",
+        body="[" * depth + "]" * depth,
+        state=EventState.REJECTED,
+        error="body is not a JSON object",
     )
     url = reverse("admin:billing_integration_webhookevent_change", args=[event.pk])
     response = admin_client.get(url)

@@ -54,7 +54,8 @@ def test_add_product_with_monthly_price_in_one_form(
     cycle = product.cycles.get()
     assert cycle.code == "months-1"
     assert {(p.currency_id, p.amount) for p in cycle.prices.all()} == {
-        (1, Decimal("10000")), (2, Decimal("19.99"))
+        (1, Decimal("10000")),
+        (2, Decimal("19.99")),
     }
     # Currencies of the prices are added to the product's currencies.
     assert sorted(product.selected_currencies) == [1, 2]
@@ -77,17 +78,19 @@ def test_add_one_time_product_with_root_prices(admin_client):
     response = admin_client.post(ADD, data)
     assert response.status_code == 302
     product = Product.objects.get(name="Setup fee")
-    assert [(p.currency_id, p.amount) for p in product.root_prices.all()] == [
-        (1, Decimal("5000"))
-    ]
+    assert [(p.currency_id, p.amount) for p in product.root_prices.all()] == [(1, Decimal("5000"))]
     assert not BillingCycle.objects.filter(product=product).exists()
 
 
 def test_bad_prices_text_is_a_form_error(admin_client):
     data = product_form_data(
         name="Broken",
-        **{"cycles-TOTAL_FORMS": "1", "cycles-0-unit": "months", "cycles-0-frequency": "1",
-           "cycles-0-prices": "XOF ten"},
+        **{
+            "cycles-TOTAL_FORMS": "1",
+            "cycles-0-unit": "months",
+            "cycles-0-frequency": "1",
+            "cycles-0-prices": "XOF ten",
+        },
     )
     response = admin_client.post(ADD, data)
     assert response.status_code == 200
@@ -97,7 +100,9 @@ def test_bad_prices_text_is_a_form_error(admin_client):
 
 def test_parse_prices_forms():
     assert parse_prices("XOF 10000; usd=19.99\n3:5") == {
-        1: Decimal("10000"), 2: Decimal("19.99"), 3: Decimal("5")
+        1: Decimal("10000"),
+        2: Decimal("19.99"),
+        3: Decimal("5"),
     }
     assert parse_prices("") == {}
     for bad in ("ZZZ 1", "99 1", "XOF 1.234", "XOF 1, XOF 2", "XOF"):
@@ -122,18 +127,24 @@ def test_changelist_columns_filters_search_and_bounded_queries(
     assert counts["P00"] == 3 and counts["P01"] == 0  # the canceled one is not counted
     html = response.content.decode()
     assert "billing-badge-synced" in html and str(products[0].remote_id) in html
-    for query in ("?status__exact=published", "?product_type__exact=one_time",
-                  "?sync_state__exact=failed", f"?q={products[3].remote_id}"):
+    for query in (
+        "?status__exact=published",
+        "?product_type__exact=one_time",
+        "?sync_state__exact=failed",
+        f"?q={products[3].remote_id}",
+    ):
         response = admin_client.get(CHANGELIST + query)
         assert response.status_code == 200
-    assert [p.name for p in admin_client.get(CHANGELIST + "?q=P03").context["cl"].result_list] \
-        == ["P03"]
+    assert [p.name for p in admin_client.get(CHANGELIST + "?q=P03").context["cl"].result_list] == [
+        "P03"
+    ]
 
 
 def test_change_view_shows_sync_state_and_last_error(admin_client):
     product = make_product(remote=True)
-    Product.objects.filter(pk=product.pk).update(sync_state="failed",
-                                                 sync_error="HTTP 422: name is required")
+    Product.objects.filter(pk=product.pk).update(
+        sync_state="failed", sync_error="HTTP 422: name is required"
+    )
     html = admin_client.get(change_url(product)).content.decode()
     assert "billing-badge-failed" in html
     assert "HTTP 422: name is required" in html
@@ -165,14 +176,20 @@ def test_publish_action_reaches_the_sandbox(billing_sandbox, admin_client):
     from billing_integration.outbox.push import PushOutcome, push_entry_now
 
     def push_all() -> list[str]:
-        return [push_entry_now(pk).status
-                for pk in OutboxEntry.objects.open().values_list("pk", flat=True)]
+        return [
+            push_entry_now(pk).status
+            for pk in OutboxEntry.objects.open().values_list("pk", flat=True)
+        ]
 
     # Created through the admin add form, pushed: the sandbox has the draft product.
     data = product_form_data(
         name="Pro plan",
-        **{"cycles-TOTAL_FORMS": "1", "cycles-0-unit": "months", "cycles-0-frequency": "1",
-           "cycles-0-prices": "XOF 10000"},
+        **{
+            "cycles-TOTAL_FORMS": "1",
+            "cycles-0-unit": "months",
+            "cycles-0-frequency": "1",
+            "cycles-0-prices": "XOF 10000",
+        },
     )
     assert admin_client.post(ADD, data).status_code == 302
     assert push_all() == [PushOutcome.DONE]
@@ -200,8 +217,9 @@ def test_retry_failed_push_action_requeues_the_entry(admin_client, recorded_enqu
     product = make_product(remote=True)
     product.publish()
     entry = OutboxEntry.objects.get()
-    OutboxEntry.objects.filter(pk=entry.pk).update(state="failed", attempts=3,
-                                                   last_error="HTTP 422")
+    OutboxEntry.objects.filter(pk=entry.pk).update(
+        state="failed", attempts=3, last_error="HTTP 422"
+    )
     other = make_product("Other", remote=True)
     other.publish()
     OutboxEntry.objects.filter(object_id=other.pk).update(state="failed")
@@ -215,9 +233,15 @@ def test_retry_failed_push_action_requeues_the_entry(admin_client, recorded_enqu
 def test_sync_now_action_pulls_products(admin_client, billing_sandbox):
     from billing_integration.client import get_client
 
-    get_client().create_product({"name": "Remote plan", "description": "", "status": "published",
-                                 "selected_currencies": ["1"], "prices": [
-                                     {"currency": 1, "amount": 500}]})
+    get_client().create_product(
+        {
+            "name": "Remote plan",
+            "description": "",
+            "status": "published",
+            "selected_currencies": ["1"],
+            "prices": [{"currency": 1, "amount": 500}],
+        }
+    )
     assert not Product.objects.filter(name="Remote plan").exists()
     local = make_product("Local")
     response = action(admin_client, "sync_now", local)
@@ -253,9 +277,16 @@ def test_price_change_with_subscribers_needs_confirmation(admin_client):
 def test_cycle_added_or_removed_with_subscribers_needs_confirmation(admin_client):
     product = make_product(remote=True)
     make_subscription(product)
-    add_cycle = product_form_data(product, **{
-        "cycles-TOTAL_FORMS": "2", "cycles-1-unit": "years", "cycles-1-frequency": "1",
-        "cycles-1-prices": "XOF 100000", "cycles-1-product": str(product.pk)})
+    add_cycle = product_form_data(
+        product,
+        **{
+            "cycles-TOTAL_FORMS": "2",
+            "cycles-1-unit": "years",
+            "cycles-1-frequency": "1",
+            "cycles-1-prices": "XOF 100000",
+            "cycles-1-product": str(product.pk),
+        },
+    )
     response = admin_client.post(change_url(product), add_cycle)
     assert response.status_code == 200 and "add unit=years" in response.content.decode()
     assert product.cycles.count() == 1
@@ -267,15 +298,15 @@ def test_cycle_added_or_removed_with_subscribers_needs_confirmation(admin_client
 
 def test_no_confirmation_without_subscribers_or_without_price_changes(admin_client):
     lonely = make_product("Lonely", remote=True)
-    response = admin_client.post(change_url(lonely),
-                                 product_form_data(lonely, **{"cycles-0-prices": "XOF 1"}))
+    response = admin_client.post(
+        change_url(lonely), product_form_data(lonely, **{"cycles-0-prices": "XOF 1"})
+    )
     assert response.status_code == 302
     assert Price.objects.get(cycle__product=lonely).amount == Decimal("1")
 
     busy = make_product("Busy", remote=True)
     make_subscription(busy)
-    response = admin_client.post(change_url(busy),
-                                 product_form_data(busy, description="New words"))
+    response = admin_client.post(change_url(busy), product_form_data(busy, description="New words"))
     assert response.status_code == 302  # only the description changed: saved at once
     busy.refresh_from_db()
     assert busy.description == "New words"
@@ -289,11 +320,17 @@ def test_cycle_page_also_asks_for_confirmation(admin_client):
     url = reverse("admin:billing_integration_billingcycle_change", args=[cycle.pk])
     assert admin_client.get(url).status_code == 200
     data = {
-        "unit": "months", "frequency": "1",
-        "prices-TOTAL_FORMS": "1", "prices-INITIAL_FORMS": "1",
-        "prices-MIN_NUM_FORMS": "0", "prices-MAX_NUM_FORMS": "1000",
-        "prices-0-id": str(price.pk), "prices-0-cycle": str(cycle.pk),
-        "prices-0-currency_id": "1", "prices-0-amount": "15000", "_save": "Save",
+        "unit": "months",
+        "frequency": "1",
+        "prices-TOTAL_FORMS": "1",
+        "prices-INITIAL_FORMS": "1",
+        "prices-MIN_NUM_FORMS": "0",
+        "prices-MAX_NUM_FORMS": "1000",
+        "prices-0-id": str(price.pk),
+        "prices-0-cycle": str(cycle.pk),
+        "prices-0-currency_id": "1",
+        "prices-0-amount": "15000",
+        "_save": "Save",
     }
     response = admin_client.post(url, data)
     assert response.status_code == 200 and "may affect existing" in response.content.decode()
@@ -346,8 +383,12 @@ def test_view_only_staff_cannot_publish_or_archive(viewer_client):
     assert not OutboxEntry.objects.exists()
     url = reverse("admin:billing_integration_product_archive", args=[product.pk])
     assert viewer_client.post(url).status_code == 403
-    assert viewer_client.post(change_url(product), product_form_data(
-        product, status="published")).status_code == 403
+    assert (
+        viewer_client.post(
+            change_url(product), product_form_data(product, status="published")
+        ).status_code
+        == 403
+    )
     product.refresh_from_db()
     assert product.status == "draft"
 
@@ -385,8 +426,18 @@ def test_staff_with_change_permission_can_publish(db):
 def test_add_page_offers_the_documented_fields(admin_client):
     """The names docs/admin.md gives the browser test."""
     html = admin_client.get(ADD).content.decode()
-    for name in ("name", "description", "product_type", "status", "selected_currencies",
-                 "cycles-0-unit", "cycles-0-frequency", "cycles-0-prices",
-                 "cycles-TOTAL_FORMS", "root_prices-TOTAL_FORMS", "_save"):
+    for name in (
+        "name",
+        "description",
+        "product_type",
+        "status",
+        "selected_currencies",
+        "cycles-0-unit",
+        "cycles-0-frequency",
+        "cycles-0-prices",
+        "cycles-TOTAL_FORMS",
+        "root_prices-TOTAL_FORMS",
+        "_save",
+    ):
         assert f'name="{name}"' in html, name
     assert "billing-archive-link" not in html

@@ -33,40 +33,75 @@ def url(model, view: str, *args) -> str:
 def rows(db):
     """20 of each: customers with a subscription, a checkout session and the three records."""
     product = make_product(remote=True)
-    made: dict[str, list] = {k: [] for k in ("customer", "subscription", "checkout", "invoice",
-                                              "payment", "refund")}
+    made: dict[str, list] = {
+        k: [] for k in ("customer", "subscription", "checkout", "invoice", "payment", "refund")
+    }
     with from_remote():
         for i in range(20):
             customer = Customer.objects.create(
-                remote_id=uuid.uuid4(), identifier=f"user-{i}", first_name="Ada",
-                last_name=f"L{i}", email=f"u{i}@example.com", phone="+22500000000",
+                remote_id=uuid.uuid4(),
+                identifier=f"user-{i}",
+                first_name="Ada",
+                last_name=f"L{i}",
+                email=f"u{i}@example.com",
+                phone="+22500000000",
                 sync_state="synced" if i else "failed",
                 sync_error="" if i else "HTTP 500 from the service",
             )
             sub = Subscription.objects.create(
-                remote_id=uuid.uuid4(), customer=customer, product=product,
-                customer_remote_id=customer.remote_id, product_remote_id=product.remote_id,
-                status="published", selected_billing_cycle="months-1", selected_currency="XOF",
+                remote_id=uuid.uuid4(),
+                customer=customer,
+                product=product,
+                customer_remote_id=customer.remote_id,
+                product_remote_id=product.remote_id,
+                status="published",
+                selected_billing_cycle="months-1",
+                selected_currency="XOF",
                 sync_state="synced",
             )
             checkout = CheckoutSession.objects.create(
-                remote_id=uuid.uuid4(), customer=customer, product=product, status="open",
-                selected_billing_cycle="months-1", selected_currency=1, sync_state="synced",
+                remote_id=uuid.uuid4(),
+                customer=customer,
+                product=product,
+                status="open",
+                selected_billing_cycle="months-1",
+                selected_currency=1,
+                sync_state="synced",
             )
-            common = {"customer": customer, "subscription": sub, "amount": Decimal("10000"),
-                      "currency": "XOF", "customer_remote_id": customer.remote_id,
-                      "subscription_remote_id": sub.remote_id}
-            invoice = Invoice.objects.create(remote_id=uuid.uuid4(), status="paid",
-                                             product=product, **common)
-            payment = Payment.objects.create(remote_id=uuid.uuid4(), status="completed",
-                                             product=product, invoice_remote_id=invoice.remote_id,
-                                             **common)
-            refund = Refund.objects.create(remote_id=uuid.uuid4(), status="initiated",
-                                           payment=payment, payment_remote_id=payment.remote_id,
-                                           reason="duplicate", **common)
-            for key, obj in (("customer", customer), ("subscription", sub),
-                             ("checkout", checkout), ("invoice", invoice),
-                             ("payment", payment), ("refund", refund)):
+            common = {
+                "customer": customer,
+                "subscription": sub,
+                "amount": Decimal("10000"),
+                "currency": "XOF",
+                "customer_remote_id": customer.remote_id,
+                "subscription_remote_id": sub.remote_id,
+            }
+            invoice = Invoice.objects.create(
+                remote_id=uuid.uuid4(), status="paid", product=product, **common
+            )
+            payment = Payment.objects.create(
+                remote_id=uuid.uuid4(),
+                status="completed",
+                product=product,
+                invoice_remote_id=invoice.remote_id,
+                **common,
+            )
+            refund = Refund.objects.create(
+                remote_id=uuid.uuid4(),
+                status="initiated",
+                payment=payment,
+                payment_remote_id=payment.remote_id,
+                reason="duplicate",
+                **common,
+            )
+            for key, obj in (
+                ("customer", customer),
+                ("subscription", sub),
+                ("checkout", checkout),
+                ("invoice", invoice),
+                ("payment", payment),
+                ("refund", refund),
+            ):
                 made[key].append(obj)
     return made
 

@@ -33,8 +33,12 @@ def recorded_enqueues(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 @pytest.fixture(autouse=True)
 def fast_retries(settings):
     """Keep the client's background retries short (a person waiting has a deadline too)."""
-    settings.BILLING = {**getattr(settings, "BILLING", {}), "MAX_RETRIES": 1,
-                        "BACKOFF_BASE": 0.01, "RETRY_AFTER_MAX": 0.2}
+    settings.BILLING = {
+        **getattr(settings, "BILLING", {}),
+        "MAX_RETRIES": 1,
+        "BACKOFF_BASE": 0.01,
+        "RETRY_AFTER_MAX": 0.2,
+    }
 
 
 def push_open_entries() -> None:
@@ -82,15 +86,17 @@ def product(billing_sandbox, transactional_db) -> Product:
 @pytest.fixture
 def user(transactional_db):
     return get_user_model().objects.create_user(
-        "alice", email="alice@example.com", password=PASSWORD, first_name="Alice",
+        "alice",
+        email="alice@example.com",
+        password=PASSWORD,
+        first_name="Alice",
         last_name="Doe",
     )
 
 
 @pytest.fixture
 def other_user(transactional_db):
-    return get_user_model().objects.create_user("bob", email="bob@example.com",
-                                                password=PASSWORD)
+    return get_user_model().objects.create_user("bob", email="bob@example.com", password=PASSWORD)
 
 
 @pytest.fixture

@@ -31,8 +31,11 @@ def local_product(name: str, status: str = "published") -> Product:
 
 
 def subscribe(subscriber, product, **fields) -> Subscription:
-    defaults = {"status": "published", "cycle_start_date": NOW() - timedelta(days=1),
-                "cycle_end_date": NOW() + timedelta(days=29)}
+    defaults = {
+        "status": "published",
+        "cycle_start_date": NOW() - timedelta(days=1),
+        "cycle_end_date": NOW() + timedelta(days=29),
+    }
     defaults.update(fields)
     with from_remote():
         customer, _ = Customer.objects.get_or_create(
@@ -66,8 +69,9 @@ def test_subscribed_follows_the_active_rule(user, pro, basic):
     Subscription.objects.filter(pk=sub.pk).update(status="paused")
     assert not subscribed(user)
     # cycle ended, no trial
-    Subscription.objects.filter(pk=sub.pk).update(status="published",
-                                                  cycle_end_date=NOW() - timedelta(minutes=1))
+    Subscription.objects.filter(pk=sub.pk).update(
+        status="published", cycle_end_date=NOW() - timedelta(minutes=1)
+    )
     assert not subscribed(user)
     # cycle ended but still in trial
     Subscription.objects.filter(pk=sub.pk).update(trial_end_date=NOW() + timedelta(days=3))
@@ -114,8 +118,10 @@ def test_subscriber_resolver(settings, user, pro):
     request = RequestFactory().get("/")
     request.user = user
     assert get_subscriber(request) == user and not subscribed(get_subscriber(request))
-    settings.BILLING = {**settings.BILLING,
-                        "SUBSCRIBER_RESOLVER": "tests.checkout.test_access.team_of"}
+    settings.BILLING = {
+        **settings.BILLING,
+        "SUBSCRIBER_RESOLVER": "tests.checkout.test_access.team_of",
+    }
     assert get_subscriber(request) == team and subscribed(get_subscriber(request))
     request.user = AnonymousUser()
     assert get_subscriber(request) is None
@@ -205,9 +211,11 @@ def render(text: str, **context) -> str:
 
 
 def test_filters(user, pro, basic):
-    tpl = ("{% if user|subscribed_to:product %}yes{% else %}no{% endif %}"
-           "{% if user|subscribed_to:None %}Y{% else %}N{% endif %}"
-           "{% if user|is_subscriber %}1{% else %}0{% endif %}")
+    tpl = (
+        "{% if user|subscribed_to:product %}yes{% else %}no{% endif %}"
+        "{% if user|subscribed_to:None %}Y{% else %}N{% endif %}"
+        "{% if user|is_subscriber %}1{% else %}0{% endif %}"
+    )
     assert render(tpl, user=user, product=pro) == "noN0"
     subscribe(user, basic)
     assert render(tpl, user=user, product=pro) == "noY1"
@@ -218,9 +226,11 @@ def test_filters(user, pro, basic):
 def test_is_subscribed_and_if_subscribed_use_the_request(user, pro, basic):
     request = RequestFactory().get("/")
     request.user = user
-    tpl = ("{% is_subscribed product as ok %}{{ ok }}|{% is_subscribed as any %}{{ any }}|"
-           "{% if_subscribed product %}in{% else %}out{% endif_subscribed %}|"
-           "{% if_subscribed %}in{% endif_subscribed %}")
+    tpl = (
+        "{% is_subscribed product as ok %}{{ ok }}|{% is_subscribed as any %}{{ any }}|"
+        "{% if_subscribed product %}in{% else %}out{% endif_subscribed %}|"
+        "{% if_subscribed %}in{% endif_subscribed %}"
+    )
     assert render(tpl, request=request, product=pro) == "False|False|out|"
     subscribe(user, basic)
     assert render(tpl, request=request, product=pro) == "False|True|out|in"

@@ -21,8 +21,11 @@ def test_url_names():
 
 
 def test_create_checkout_session(billing_sandbox, product, logged_in):
-    response = logged_in.post(SESSIONS, {"product": str(product.pk), "cycle": "months-1",
-                                         "currency": "XOF"}, content_type="application/json")
+    response = logged_in.post(
+        SESSIONS,
+        {"product": str(product.pk), "cycle": "months-1", "currency": "XOF"},
+        content_type="application/json",
+    )
     assert response.status_code == 201, response.content
     body = response.json()
     session = CheckoutSession.objects.get()
@@ -37,9 +40,12 @@ def test_create_checkout_session(billing_sandbox, product, logged_in):
 
 def test_create_by_remote_id_with_basic_auth(billing_sandbox, product, client, user):
     auth = "Basic " + base64.b64encode(b"alice:pw-for-tests").decode()
-    response = client.post(SESSIONS, {"product": str(product.remote_id), "cycle": "years-1",
-                                      "currency": 1}, content_type="application/json",
-                           HTTP_AUTHORIZATION=auth)
+    response = client.post(
+        SESSIONS,
+        {"product": str(product.remote_id), "cycle": "years-1", "currency": 1},
+        content_type="application/json",
+        HTTP_AUTHORIZATION=auth,
+    )
     assert response.status_code == 201, response.content
     body = billing_sandbox.requests(operation="create_checkout_session")[0]["body"]
     assert body["selected_billing_cycle"] == "years-1"
@@ -54,8 +60,10 @@ def test_create_by_remote_id_with_basic_auth(billing_sandbox, product, client, u
     ],
 )
 def test_create_errors(billing_sandbox, product, logged_in, payload, status, code):
-    payload = {**payload, "product": str(product.pk) if payload["product"] == "1"
-               else payload["product"]}
+    payload = {
+        **payload,
+        "product": str(product.pk) if payload["product"] == "1" else payload["product"],
+    }
     response = logged_in.post(SESSIONS, payload, content_type="application/json")
     assert response.status_code == status
     assert response.json()["code"] == code and response.json()["detail"]
@@ -71,8 +79,9 @@ def test_create_errors(billing_sandbox, product, logged_in, payload, status, cod
         ({"product": "²", "cycle": "months-1"}, "product_not_found"),
     ],
 )
-def test_unicode_digits_are_a_clear_error_not_a_crash(billing_sandbox, product, logged_in,
-                                                      payload, code):
+def test_unicode_digits_are_a_clear_error_not_a_crash(
+    billing_sandbox, product, logged_in, payload, code
+):
     payload = {"product": str(product.pk), **payload}
     response = logged_in.post(SESSIONS, payload, content_type="application/json")
     assert response.status_code in (400, 404)
@@ -87,25 +96,32 @@ def test_create_missing_product_is_400(logged_in):
 
 def test_create_during_outage_is_503(billing_sandbox, product, logged_in):
     billing_sandbox.faults(outage_seconds=30)
-    response = logged_in.post(SESSIONS, {"product": str(product.pk), "cycle": "months-1"},
-                              content_type="application/json")
+    response = logged_in.post(
+        SESSIONS, {"product": str(product.pk), "cycle": "months-1"}, content_type="application/json"
+    )
     assert response.status_code == 503
     assert response.json()["code"] == "service_unavailable"
     assert not CheckoutSession.objects.exists()
 
 
 def test_anonymous_is_refused(client, billing_sandbox, product):
-    assert client.post(SESSIONS, {"product": str(product.pk)},
-                       content_type="application/json").status_code == 403
+    assert (
+        client.post(
+            SESSIONS, {"product": str(product.pk)}, content_type="application/json"
+        ).status_code
+        == 403
+    )
     assert client.get(SUBSCRIPTIONS).status_code == 403
     assert billing_sandbox.requests(operation="create_checkout_session") == []
 
 
-def test_list_subscriptions_after_checkout(billing_sandbox, product, logged_in, client,
-                                           other_user):
+def test_list_subscriptions_after_checkout(billing_sandbox, product, logged_in, client, other_user):
     assert logged_in.get(SUBSCRIPTIONS).json() == []
-    created = logged_in.post(SESSIONS, {"product": str(product.pk), "cycle": "months-1",
-                                        "currency": "XOF"}, content_type="application/json")
+    created = logged_in.post(
+        SESSIONS,
+        {"product": str(product.pk), "cycle": "months-1", "currency": "XOF"},
+        content_type="application/json",
+    )
     billing_sandbox.complete_checkout(created.json()["id"], "0700000001")
     assert logged_in.get("/billing/checkout/return/").status_code == 200  # pulls
 

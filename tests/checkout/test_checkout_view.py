@@ -35,8 +35,9 @@ def test_url_names():
     assert reverse("billing_integration:checkout_return") == "/billing/checkout/return/"
 
 
-def test_redirects_to_the_hosted_page_with_the_documented_body(billing_sandbox, product, logged_in,
-                                                               user):
+def test_redirects_to_the_hosted_page_with_the_documented_body(
+    billing_sandbox, product, logged_in, user
+):
     before = datetime.now(UTC)
     response = post(logged_in, product)
     after = datetime.now(UTC)
@@ -66,8 +67,9 @@ def test_redirects_to_the_hosted_page_with_the_documented_body(billing_sandbox, 
     assert session.selected_currency == 1 and session.selected_billing_cycle == "months-1"
     assert session.sync_state == "synced"
     assert abs((session.expires_at - expires).total_seconds()) < 1
-    assert not OutboxEntry.objects.filter(object_id=str(session.pk),
-                                          content_type__model="checkoutsession").exists()
+    assert not OutboxEntry.objects.filter(
+        object_id=str(session.pk), content_type__model="checkoutsession"
+    ).exists()
 
 
 def test_other_cycle_and_currency_by_id(billing_sandbox, product, logged_in):
@@ -84,8 +86,10 @@ def test_one_time_product_sends_no_cycle(billing_sandbox, transactional_db, logg
     product = make_product("Ebook", one_time=True)
     response = post(logged_in, product, cycle=None, currency="XOF")
     assert response.status_code == 302, response.content
-    assert billing_sandbox.requests("create_checkout_session")[0]["body"][
-        "selected_billing_cycle"] is None
+    assert (
+        billing_sandbox.requests("create_checkout_session")[0]["body"]["selected_billing_cycle"]
+        is None
+    )
 
 
 def test_customer_pushed_once_when_clicking_twice(billing_sandbox, product, logged_in, user):
@@ -104,8 +108,9 @@ def test_customer_pushed_once_when_clicking_twice(billing_sandbox, product, logg
     assert Customer.objects.count() == 1
 
 
-def test_pending_customer_entry_is_shared(billing_sandbox, product, logged_in, user,
-                                          recorded_enqueues):
+def test_pending_customer_entry_is_shared(
+    billing_sandbox, product, logged_in, user, recorded_enqueues
+):
     customer, created = get_or_create_customer(user)
     assert created and customer.remote_id is None
     entry = OutboxEntry.objects.for_object(customer).get()
@@ -123,10 +128,12 @@ def test_pending_customer_entry_is_shared(billing_sandbox, product, logged_in, u
     assert CheckoutSession.objects.get().customer == customer and customer.remote_id
 
 
-@pytest.mark.parametrize("status,code", [("archived", "product_archived"),
-                                         ("draft", "product_not_published")])
-def test_unpublished_product_gives_a_page_and_no_session(billing_sandbox, transactional_db,
-                                                         logged_in, status, code):
+@pytest.mark.parametrize(
+    "status,code", [("archived", "product_archived"), ("draft", "product_not_published")]
+)
+def test_unpublished_product_gives_a_page_and_no_session(
+    billing_sandbox, transactional_db, logged_in, status, code
+):
     product = make_product(status=status)
     response = post(logged_in, product)
     assert response.status_code == 409
@@ -177,8 +184,9 @@ def test_unknown_product_is_404(billing_sandbox, product, logged_in, product_ref
         ("", "XOF", "cycle_required"),  # two cycles: the choice is needed
     ],
 )
-def test_unknown_cycle_or_currency_is_400(billing_sandbox, product, logged_in, cycle, currency,
-                                          code):
+def test_unknown_cycle_or_currency_is_400(
+    billing_sandbox, product, logged_in, cycle, currency, code
+):
     response = post(logged_in, product, cycle=cycle, currency=currency)
     assert response.status_code == 400
     assert f'data-error-code="{code}"' in response.content.decode()
@@ -214,8 +222,7 @@ def test_checkout_session_5xx_gives_503_and_no_session(billing_sandbox, product,
 def test_lost_answer_is_retried_with_the_same_key(billing_sandbox, product, logged_in):
     """The service created the session but the answer was lost: the retry gets the replay,
     one remote session, one local row."""
-    billing_sandbox.faults(operation="create_checkout_session", reset_after_commit_rate=1,
-                           count=1)
+    billing_sandbox.faults(operation="create_checkout_session", reset_after_commit_rate=1, count=1)
     response = post(logged_in, product)
     assert response.status_code == 302
     assert len(billing_sandbox.objects("checkout_session")) == 1
@@ -253,8 +260,15 @@ def test_csrf_is_enforced(product, user):
     assert not CheckoutSession.objects.exists()
 
 
-@pytest.mark.parametrize("evil", ["https://evil.example/x", "//evil.example/x",
-                                  "javascript:alert(1)", "http://testserver.evil.example/"])
+@pytest.mark.parametrize(
+    "evil",
+    [
+        "https://evil.example/x",
+        "//evil.example/x",
+        "javascript:alert(1)",
+        "http://testserver.evil.example/",
+    ],
+)
 def test_tampered_next_cannot_redirect_elsewhere(billing_sandbox, product, logged_in, evil):
     response = post(logged_in, product, next=evil)
     session = CheckoutSession.objects.get()
@@ -321,8 +335,9 @@ def test_simultaneous_clicks_push_one_customer(billing_sandbox, product, user):
         ("months-1", "¹", "invalid_choice"),
     ],
 )
-def test_unicode_digits_are_a_clear_400_not_a_crash(billing_sandbox, product, logged_in, cycle,
-                                                    currency, code):
+def test_unicode_digits_are_a_clear_400_not_a_crash(
+    billing_sandbox, product, logged_in, cycle, currency, code
+):
     response = post(logged_in, product, cycle=cycle, currency=currency)
     assert response.status_code == 400
     assert f'data-error-code="{code}"' in response.content.decode()

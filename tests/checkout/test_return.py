@@ -20,8 +20,9 @@ def outcome(response) -> str:
 
 
 def start(client, product, cycle="months-1") -> CheckoutSession:
-    response = client.post("/billing/checkout/",
-                           {"product": product.pk, "cycle": cycle, "currency": "XOF"})
+    response = client.post(
+        "/billing/checkout/", {"product": product.pk, "cycle": cycle, "currency": "XOF"}
+    )
     assert response.status_code == 302
     return CheckoutSession.objects.order_by("-pk").first()
 
@@ -34,8 +35,9 @@ def hooked(billing_sandbox, live_server, settings):
     return billing_sandbox
 
 
-def test_success_shows_active_and_the_subscription_exists_locally(billing_sandbox, product,
-                                                                   logged_in, user):
+def test_success_shows_active_and_the_subscription_exists_locally(
+    billing_sandbox, product, logged_in, user
+):
     session = start(logged_in, product)
     page = billing_sandbox.complete_checkout(str(session.remote_id), "0700000001")
     assert page.status_code == 200 and 'data-outcome="success"' in page.text

@@ -58,8 +58,15 @@ def database_url() -> str:
 class Worker:
     """A real ``celery -A example_project worker`` subprocess on a private queue."""
 
-    def __init__(self, sandbox: Any, *, concurrency: int = 1, extra: dict | None = None,
-                 broker_url: str | None = None, beat: bool = False) -> None:
+    def __init__(
+        self,
+        sandbox: Any,
+        *,
+        concurrency: int = 1,
+        extra: dict | None = None,
+        broker_url: str | None = None,
+        beat: bool = False,
+    ) -> None:
         self.sandbox = sandbox
         self.queue = f"mirror-test-{uuid.uuid4().hex[:8]}"
         self.concurrency = concurrency
@@ -91,14 +98,33 @@ class Worker:
         return env
 
     def start(self) -> Worker:
-        cmd = [sys.executable, "-m", "celery", "-A", "example_project", "worker",
-               "-Q", self.queue, "-c", str(self.concurrency), "-l", "INFO",
-               "--without-gossip", "--without-mingle", "--without-heartbeat",
-               "-n", f"{self.queue}@%h"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "example_project",
+            "worker",
+            "-Q",
+            self.queue,
+            "-c",
+            str(self.concurrency),
+            "-l",
+            "INFO",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "-n",
+            f"{self.queue}@%h",
+        ]
         if self.beat:
             cmd.append("-B")
         self.proc = subprocess.Popen(
-            cmd, cwd=ROOT, env=self.env(), stdout=self.log.open("w"), stderr=subprocess.STDOUT,
+            cmd,
+            cwd=ROOT,
+            env=self.env(),
+            stdout=self.log.open("w"),
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         wait_for(lambda: "ready." in self.output() or self.proc.poll() is not None, timeout=60)

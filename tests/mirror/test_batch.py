@@ -134,7 +134,9 @@ def test_a_failed_call_is_retried_later_and_the_others_are_done(billing_sandbox,
     assert first.state == "pending" and first.in_doubt and first.next_attempt_at is not None
     OutboxEntry.objects.filter(pk=ids[0]).update(next_attempt_at=None)
     assert [r.status for r in push_entries(ids)] == [
-        PushOutcome.DONE, PushOutcome.SKIPPED, PushOutcome.SKIPPED
+        PushOutcome.DONE,
+        PushOutcome.SKIPPED,
+        PushOutcome.SKIPPED,
     ]
     keys = [
         c["headers"]["x-idempotency-id"]

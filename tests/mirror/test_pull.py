@@ -176,8 +176,13 @@ def test_lost_subscription_create_answer_is_adopted_not_duplicated(small_pages):
     product.publish()
     user = get_user_model().objects.create(username="adopt", email="a@example.com")
     customer, _ = get_or_create_customer(user)
-    sub = Subscription.objects.create(product=product, customer=customer, selected_currency="XOF",
-                                      selected_billing_cycle="months-1", auto_renew=True)
+    sub = Subscription.objects.create(
+        product=product,
+        customer=customer,
+        selected_currency="XOF",
+        selected_billing_cycle="months-1",
+        auto_renew=True,
+    )
     for entry in OutboxEntry.objects.exclude(object_id=sub.pk).order_by("pk"):
         assert push_entry_now(entry.pk).status == "done"  # the product and the customer
     entry = OutboxEntry.objects.open().get()

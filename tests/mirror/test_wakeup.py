@@ -29,18 +29,18 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> mock.Mock:
 
 
 def customer(i: int, tag: str = "c") -> Customer:
-    return Customer.objects.create(identifier=f"{tag}-{i}", first_name="B", last_name=str(i),
-                                   email=f"{tag}{i}@example.com")
+    return Customer.objects.create(
+        identifier=f"{tag}-{i}", first_name="B", last_name=str(i), email=f"{tag}{i}@example.com"
+    )
 
 
 def creates_per_identifier(billing_sandbox) -> Counter:
-    return Counter(r["body"]["identifier"] for r in billing_sandbox.requests(
-        operation="create_customer"))
+    return Counter(
+        r["body"]["identifier"] for r in billing_sandbox.requests(operation="create_customer")
+    )
 
 
-def test_a_burst_of_100_changes_sends_one_message_and_one_drain_pushes_all(
-    billing_sandbox, sent
-):
+def test_a_burst_of_100_changes_sends_one_message_and_one_drain_pushes_all(billing_sandbox, sent):
     for i in range(50):  # 50 separate commits ...
         customer(i)
     with transaction.atomic():  # ... and 50 in one transaction

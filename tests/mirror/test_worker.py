@@ -80,8 +80,11 @@ def test_worker_pushes_product_lifecycle_customer_and_subscription(
     all_done()
     assert billing_sandbox.object("product", str(product.remote_id))["status"] == "archived"
 
-    keys = [r["headers"]["x-idempotency-id"] for r in billing_sandbox.requests()
-            if r["method"] in ("POST", "PATCH") and r["operation"] != "token"]
+    keys = [
+        r["headers"]["x-idempotency-id"]
+        for r in billing_sandbox.requests()
+        if r["method"] in ("POST", "PATCH") and r["operation"] != "token"
+    ]
     # product: create, rename, publish, archive; customer: create; subscription: create
     assert len(keys) == len(set(keys)) == 6
     assert len(billing_sandbox.requests(operation="create_subscription")) == 1

@@ -56,8 +56,9 @@ class World:
 
 
 def make_product(name: str, cycles: dict[tuple[str, int], dict[int, str]]) -> Product:
-    product = Product.objects.bulk_create([Product(name=name, status="published",
-                                                   selected_currencies=[XOF, USD])])[0]
+    product = Product.objects.bulk_create(
+        [Product(name=name, status="published", selected_currencies=[XOF, USD])]
+    )[0]
     for (unit, frequency), prices in cycles.items():
         cycle = BillingCycle.objects.bulk_create(
             [BillingCycle(product=product, unit=unit, frequency=frequency)]
@@ -69,42 +70,100 @@ def make_product(name: str, cycles: dict[tuple[str, int], dict[int, str]]) -> Pr
 
 
 def build_world() -> World:
-    p1 = make_product("Pro", {("months", 1): {XOF: "5000", USD: "10.00"},
-                              ("years", 1): {XOF: "54000", USD: "120.00"}})
+    p1 = make_product(
+        "Pro",
+        {("months", 1): {XOF: "5000", USD: "10.00"}, ("years", 1): {XOF: "54000", USD: "120.00"}},
+    )
     p2 = make_product("Team", {("months", 3): {XOF: "15000", USD: "30.00"}})
     customers = {
-        c: Customer(identifier=c, first_name=c.upper(), email=f"{c}@example.com",
-                    remote_id=uuid.uuid4())
+        c: Customer(
+            identifier=c, first_name=c.upper(), email=f"{c}@example.com", remote_id=uuid.uuid4()
+        )
         for c in ("c1", "c2", "c3", "c4", "c5")
     }
     Customer.objects.bulk_create(customers.values())
     customers = {c.identifier: c for c in Customer.objects.all()}
 
-    def sub(product, cycle, cur, cust, start, *, status="published", cycle_end=None,
-            trial_end=None, updated=None, last=None) -> Subscription:
+    def sub(
+        product,
+        cycle,
+        cur,
+        cust,
+        start,
+        *,
+        status="published",
+        cycle_end=None,
+        trial_end=None,
+        updated=None,
+        last=None,
+    ) -> Subscription:
         return Subscription(
-            product=product, customer=customers[cust], selected_billing_cycle=cycle,
-            selected_currency=cur, status=status, remote_id=uuid.uuid4(),
-            remote_created=start, remote_updated=updated, cycle_start_date=start,
-            cycle_end_date=cycle_end, trial_end_date=trial_end, last_payment_status=last,
+            product=product,
+            customer=customers[cust],
+            selected_billing_cycle=cycle,
+            selected_currency=cur,
+            status=status,
+            remote_id=uuid.uuid4(),
+            remote_created=start,
+            remote_updated=updated,
+            cycle_start_date=start,
+            cycle_end_date=cycle_end,
+            trial_end_date=trial_end,
+            last_payment_status=last,
         )
 
     subs = {
-        "S1": sub(p1, "months-1", "XOF", "c1", dt(2024, 9, 10), cycle_end=dt(2025, 7, 10),
-                  last="completed"),
-        "S2": sub(p1, "years-1", "XOF", "c2", dt(2025, 1, 5), cycle_end=dt(2026, 1, 5),
-                  last="completed"),
-        "S3": sub(p1, "months-1", "USD", "c3", dt(2024, 11, 20), status="canceled",
-                  cycle_end=dt(2025, 4, 20), updated=dt(2025, 3, 15), last="completed"),
-        "S4": sub(p2, "months-3", "XOF", "c1", dt(2025, 2, 3), trial_end=dt(2025, 3, 3),
-                  cycle_end=dt(2025, 9, 3), last="completed"),
-        "S5": sub(p2, "months-3", "usd", "c4", dt(2025, 4, 10), status="canceled",
-                  trial_end=dt(2025, 5, 10), cycle_end=dt(2025, 5, 10),
-                  updated=dt(2025, 5, 12), last="failed"),
-        "S6": sub(p1, "years-1", "USD", "c5", dt(2023, 6, 1), cycle_end=dt(2026, 6, 1),
-                  last="failed"),
-        "S7": sub(p1, "months-1", "XOF", "c2", dt(2024, 5, 1), cycle_end=dt(2025, 4, 3),
-                  last="completed"),
+        "S1": sub(
+            p1,
+            "months-1",
+            "XOF",
+            "c1",
+            dt(2024, 9, 10),
+            cycle_end=dt(2025, 7, 10),
+            last="completed",
+        ),
+        "S2": sub(
+            p1, "years-1", "XOF", "c2", dt(2025, 1, 5), cycle_end=dt(2026, 1, 5), last="completed"
+        ),
+        "S3": sub(
+            p1,
+            "months-1",
+            "USD",
+            "c3",
+            dt(2024, 11, 20),
+            status="canceled",
+            cycle_end=dt(2025, 4, 20),
+            updated=dt(2025, 3, 15),
+            last="completed",
+        ),
+        "S4": sub(
+            p2,
+            "months-3",
+            "XOF",
+            "c1",
+            dt(2025, 2, 3),
+            trial_end=dt(2025, 3, 3),
+            cycle_end=dt(2025, 9, 3),
+            last="completed",
+        ),
+        "S5": sub(
+            p2,
+            "months-3",
+            "usd",
+            "c4",
+            dt(2025, 4, 10),
+            status="canceled",
+            trial_end=dt(2025, 5, 10),
+            cycle_end=dt(2025, 5, 10),
+            updated=dt(2025, 5, 12),
+            last="failed",
+        ),
+        "S6": sub(
+            p1, "years-1", "USD", "c5", dt(2023, 6, 1), cycle_end=dt(2026, 6, 1), last="failed"
+        ),
+        "S7": sub(
+            p1, "months-1", "XOF", "c2", dt(2024, 5, 1), cycle_end=dt(2025, 4, 3), last="completed"
+        ),
         "S8": sub(p2, "months-3", "XOF", "c3", dt(2025, 6, 5), trial_end=dt(2025, 7, 5)),
     }
     Subscription.objects.bulk_create(subs.values())
@@ -112,9 +171,16 @@ def build_world() -> World:
 
     def pay(key, when, status, amount, cur, sub_key) -> Payment:
         s = subs[sub_key]
-        return Payment(remote_id=uuid.uuid4(), remote_created=when, status=status,
-                       amount=Decimal(amount), currency=cur, customer=s.customer,
-                       subscription=s, product=s.product)
+        return Payment(
+            remote_id=uuid.uuid4(),
+            remote_created=when,
+            status=status,
+            amount=Decimal(amount),
+            currency=cur,
+            customer=s.customer,
+            subscription=s,
+            product=s.product,
+        )
 
     payments = {
         "PM1": pay("PM1", dt(2025, 3, 3), "completed", "15000", "XOF", "S4"),
@@ -133,26 +199,58 @@ def build_world() -> World:
 
     def refund(when, status, amount, cur, pm, sub_key) -> Refund:
         s = subs[sub_key]
-        return Refund(remote_id=uuid.uuid4(), remote_created=when, status=status,
-                      amount=Decimal(amount), currency=cur, customer=s.customer,
-                      subscription=s, payment=payments[pm])
+        return Refund(
+            remote_id=uuid.uuid4(),
+            remote_created=when,
+            status=status,
+            amount=Decimal(amount),
+            currency=cur,
+            customer=s.customer,
+            subscription=s,
+            payment=payments[pm],
+        )
 
-    Refund.objects.bulk_create([
-        refund(dt(2025, 4, 20), "approved", "5000", "XOF", "PM2", "S1"),
-        refund(dt(2025, 1, 10), "initiated", "10.00", "USD", "PM8", "S3"),
-        refund(dt(2025, 5, 20), "rejected", "1000", "XOF", "PM4", "S1"),
-    ])
-    Invoice.objects.bulk_create([
-        Invoice(remote_id=uuid.uuid4(), remote_created=dt(2025, 5, 10), status="uncollectable",
-                amount=Decimal("30"), currency="USD", customer=customers["c4"], product=p2,
-                subscription=subs["S5"]),
-        Invoice(remote_id=uuid.uuid4(), remote_created=dt(2025, 6, 5), status="open",
-                amount=Decimal("15000"), currency="XOF", customer=customers["c3"], product=p2,
-                subscription=subs["S8"]),
-        Invoice(remote_id=uuid.uuid4(), remote_created=dt(2025, 5, 11), status="paid",
-                amount=Decimal("5000"), currency="XOF", customer=customers["c1"], product=p1,
-                subscription=subs["S1"]),
-    ])
+    Refund.objects.bulk_create(
+        [
+            refund(dt(2025, 4, 20), "approved", "5000", "XOF", "PM2", "S1"),
+            refund(dt(2025, 1, 10), "initiated", "10.00", "USD", "PM8", "S3"),
+            refund(dt(2025, 5, 20), "rejected", "1000", "XOF", "PM4", "S1"),
+        ]
+    )
+    Invoice.objects.bulk_create(
+        [
+            Invoice(
+                remote_id=uuid.uuid4(),
+                remote_created=dt(2025, 5, 10),
+                status="uncollectable",
+                amount=Decimal("30"),
+                currency="USD",
+                customer=customers["c4"],
+                product=p2,
+                subscription=subs["S5"],
+            ),
+            Invoice(
+                remote_id=uuid.uuid4(),
+                remote_created=dt(2025, 6, 5),
+                status="open",
+                amount=Decimal("15000"),
+                currency="XOF",
+                customer=customers["c3"],
+                product=p2,
+                subscription=subs["S8"],
+            ),
+            Invoice(
+                remote_id=uuid.uuid4(),
+                remote_created=dt(2025, 5, 11),
+                status="paid",
+                amount=Decimal("5000"),
+                currency="XOF",
+                customer=customers["c1"],
+                product=p1,
+                subscription=subs["S1"],
+            ),
+        ]
+    )
     return World(p1=p1, p2=p2, customers=customers, subs=subs, payments=payments)
 
 

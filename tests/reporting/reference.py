@@ -68,9 +68,7 @@ def _records(
     return qs.order_by()
 
 
-def current_subscriptions(
-    period: Period, prices: dict | None = None
-) -> list[dict[str, Any]]:
+def current_subscriptions(period: Period, prices: dict | None = None) -> list[dict[str, Any]]:
     """As before the rewrite."""
     now = period.now
     rows = (
@@ -97,9 +95,7 @@ def current_subscriptions(
     ]
 
 
-def subscription_history(
-    period: Period, prices: dict | None = None
-) -> list[dict[str, Any]]:
+def subscription_history(period: Period, prices: dict | None = None) -> list[dict[str, Any]]:
     """As before the rewrite."""
     bounds = period.bounds()
     aggregates: dict[str, Any] = {}
@@ -126,8 +122,16 @@ def subscription_history(
             key = (r["product_id"], r["currency"], month_key(start))
             row = out.setdefault(
                 key,
-                {"product_id": key[0], "currency": key[1], "month": key[2], "active_start": 0,
-                 "active_end": 0, "new": 0, "cancellations": 0, "mrr": Decimal(0)},
+                {
+                    "product_id": key[0],
+                    "currency": key[1],
+                    "month": key[2],
+                    "active_start": 0,
+                    "active_end": 0,
+                    "new": 0,
+                    "cancellations": 0,
+                    "mrr": Decimal(0),
+                },
             )
             row["active_start"] += r[f"s{i}"] if i == 0 else r[f"e{i - 1}"]
             row["active_end"] += r[f"e{i}"]
@@ -150,8 +154,13 @@ def trial_history(period: Period) -> list[dict[str, Any]]:
         .annotate(ended=Count("pk"), converted_n=Count("pk", filter=Q(converted=True)))
     )
     return [
-        {"product_id": r["product_id"], "currency": r["currency"], "month": month_key(r["month"]),
-         "trials_ended": r["ended"], "trials_converted": r["converted_n"]}
+        {
+            "product_id": r["product_id"],
+            "currency": r["currency"],
+            "month": month_key(r["month"]),
+            "trials_ended": r["ended"],
+            "trials_converted": r["converted_n"],
+        }
         for r in rows
     ]
 
@@ -172,10 +181,16 @@ def payment_history(period: Period) -> list[dict[str, Any]]:
         )
     )
     return [
-        {"product_id": r["product_id"], "currency": r["code"], "month": month_key(r["month"]),
-         "payments_completed": r["completed"], "paid_amount": _money(r["completed_amount"]),
-         "payments_failed": r["failed"], "failed_amount": _money(r["failed_amount"]),
-         "payments_canceled": r["canceled"]}
+        {
+            "product_id": r["product_id"],
+            "currency": r["code"],
+            "month": month_key(r["month"]),
+            "payments_completed": r["completed"],
+            "paid_amount": _money(r["completed_amount"]),
+            "payments_failed": r["failed"],
+            "failed_amount": _money(r["failed_amount"]),
+            "payments_canceled": r["canceled"],
+        }
         for r in rows
     ]
 
@@ -195,9 +210,14 @@ def refund_history(period: Period) -> list[dict[str, Any]]:
         )
     )
     return [
-        {"product_id": r["product_ref"], "currency": r["code"], "month": month_key(r["month"]),
-         "refunds": r["approved"], "refunded_amount": _money(r["approved_amount"]),
-         "refunds_pending": r["pending"]}
+        {
+            "product_id": r["product_ref"],
+            "currency": r["code"],
+            "month": month_key(r["month"]),
+            "refunds": r["approved"],
+            "refunded_amount": _money(r["approved_amount"]),
+            "refunds_pending": r["pending"],
+        }
         for r in rows
     ]
 
@@ -237,10 +257,17 @@ def customer_summary(period: Period, limit: int | None = 25) -> list[dict[str, A
     out = []
     for r in rows:
         ident, last, n = details.get(r["customer_id"], ("", "", 0))
-        out.append({
-            "customer_id": r["customer_id"], "identifier": ident, "currency": r["code"],
-            "lifetime_paid": _money(r["paid"]), "failed_payments": r["failed"],
-            "failed_amount": _money(r["failed_amount"]), "active_subscriptions": n,
-            "last_payment_status": last or "", "last_payment_at": r["last_payment_at"],
-        })
+        out.append(
+            {
+                "customer_id": r["customer_id"],
+                "identifier": ident,
+                "currency": r["code"],
+                "lifetime_paid": _money(r["paid"]),
+                "failed_payments": r["failed"],
+                "failed_amount": _money(r["failed_amount"]),
+                "active_subscriptions": n,
+                "last_payment_status": last or "",
+                "last_payment_at": r["last_payment_at"],
+            }
+        )
     return out

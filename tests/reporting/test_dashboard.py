@@ -46,9 +46,9 @@ def test_dashboard_renders_charts_and_numbers(staff, world, pinned):
     response = staff.get(reverse(URL))
     assert response.status_code == 200
     html = response.content.decode()
-    assert html.count("class=\"billing-chart\"") == 10  # 5 charts for each of XOF and USD
+    assert html.count('class="billing-chart"') == 10  # 5 charts for each of XOF and USD
     assert "MRR (XOF)" in html and "Payments (USD)" in html
-    assert "<td class=\"num\">XOF\xa014,500</td>" in html  # XOF MRR in the tables, no minor units
+    assert '<td class="num">XOF\xa014,500</td>' in html  # XOF MRR in the tables, no minor units
     assert '<strong class="kpi-mrr">XOF\xa014,500</strong>' in html  # ... and beside the charts
     assert "14500.00" not in html
     assert "25.0%" in html  # XOF churn of 2025-04
@@ -58,16 +58,17 @@ def test_dashboard_renders_charts_and_numbers(staff, world, pinned):
 
 
 def test_dashboard_filters(staff, world, pinned):
-    response = staff.get(reverse(URL), {"currency": "usd", "months": "3",
-                                        "product": str(world.p1.pk)})
+    response = staff.get(
+        reverse(URL), {"currency": "usd", "months": "3", "product": str(world.p1.pk)}
+    )
     html = response.content.decode()
     assert response.status_code == 200
-    assert html.count("class=\"billing-chart\"") == 5
+    assert html.count('class="billing-chart"') == 5
     assert "MRR (XOF)" not in html and "MRR (USD)" in html
     assert "2025-04" in html and "2025-03" not in html
     # nonsense parameters fall back to the defaults
     response = staff.get(reverse(URL), {"months": "lots", "product": "x"})
-    assert response.status_code == 200 and response.content.decode().count("billing-chart\"") == 10
+    assert response.status_code == 200 and response.content.decode().count('billing-chart"') == 10
 
 
 def test_dashboard_needs_the_view_permission(client, django_user_model, world):
@@ -111,9 +112,12 @@ def test_an_export_lifts_the_row_limit_of_its_own_table_only(staff, world, pinne
     staff.get(reverse(URL), {"export": "monthly"})
     staff.get(reverse(URL), {"export": "at_risk"})
     assert asked == [
-        ("customer_summary", None), ("customers_at_risk", 50),  # every customer
-        ("customer_summary", 25), ("customers_at_risk", 50),  # the page's limits
-        ("customer_summary", 25), ("customers_at_risk", None),
+        ("customer_summary", None),
+        ("customers_at_risk", 50),  # every customer
+        ("customer_summary", 25),
+        ("customers_at_risk", 50),  # the page's limits
+        ("customer_summary", 25),
+        ("customers_at_risk", None),
     ]
 
 
@@ -145,11 +149,23 @@ def test_command_prints_the_tables(world):
 
 def test_command_filters_and_csv(world):
     out = io.StringIO()
-    call_command("billing_report", "--at", NOW.isoformat(), "--product", "Team",
-                 "--currency", "USD", "--csv", "overview", stdout=out)
+    call_command(
+        "billing_report",
+        "--at",
+        NOW.isoformat(),
+        "--product",
+        "Team",
+        "--currency",
+        "USD",
+        "--csv",
+        "overview",
+        stdout=out,
+    )
     rows = list(csv.DictReader(io.StringIO(out.getvalue())))
-    assert {(r["product"], r["currency"]) for r in rows} == {("Team", "USD"),
-                                                             ("All products", "USD")}
+    assert {(r["product"], r["currency"]) for r in rows} == {
+        ("Team", "USD"),
+        ("All products", "USD"),
+    }
     assert rows[0]["failed_amount"] == "30.00"
     with pytest.raises(CommandError):
         call_command("billing_report", "--product", "Nope")
@@ -166,21 +182,35 @@ def add_bulk(n_subs: int, n_payments: int) -> None:
     subs = []
     for i in range(n_subs):
         s = template[i % len(template)]
-        subs.append(Subscription(
-            product_id=s.product_id, customer=world_customer, remote_id=uuid.uuid4(),
-            selected_billing_cycle=s.selected_billing_cycle,
-            selected_currency=s.selected_currency, status=s.status,
-            remote_created=dt(2024, 1 + i % 12, 1 + i % 27), remote_updated=s.remote_updated,
-            cycle_end_date=s.cycle_end_date, trial_end_date=s.trial_end_date,
-            last_payment_status=s.last_payment_status))
+        subs.append(
+            Subscription(
+                product_id=s.product_id,
+                customer=world_customer,
+                remote_id=uuid.uuid4(),
+                selected_billing_cycle=s.selected_billing_cycle,
+                selected_currency=s.selected_currency,
+                status=s.status,
+                remote_created=dt(2024, 1 + i % 12, 1 + i % 27),
+                remote_updated=s.remote_updated,
+                cycle_end_date=s.cycle_end_date,
+                trial_end_date=s.trial_end_date,
+                last_payment_status=s.last_payment_status,
+            )
+        )
     subs = Subscription.objects.bulk_create(subs)
     Payment.objects.bulk_create(
-        Payment(remote_id=uuid.uuid4(), status=("completed", "failed", "canceled")[i % 3],
-                amount=Decimal(100 + i), currency=("XOF", "USD")[i % 2],
-                customer=world_customer, product_id=subs[i % len(subs)].product_id,
-                subscription=subs[i % len(subs)],
-                remote_created=NOW - timedelta(days=i % 400))
-        for i in range(n_payments))
+        Payment(
+            remote_id=uuid.uuid4(),
+            status=("completed", "failed", "canceled")[i % 3],
+            amount=Decimal(100 + i),
+            currency=("XOF", "USD")[i % 2],
+            customer=world_customer,
+            product_id=subs[i % len(subs)].product_id,
+            subscription=subs[i % len(subs)],
+            remote_created=NOW - timedelta(days=i % 400),
+        )
+        for i in range(n_payments)
+    )
 
 
 @pytest.mark.parametrize("extra", [0, 300])

@@ -15,8 +15,20 @@ from .conftest import NOW
 
 pytestmark = pytest.mark.django_db
 
-MONTHS = ["2024-07", "2024-08", "2024-09", "2024-10", "2024-11", "2024-12",
-          "2025-01", "2025-02", "2025-03", "2025-04", "2025-05", "2025-06"]
+MONTHS = [
+    "2024-07",
+    "2024-08",
+    "2024-09",
+    "2024-10",
+    "2024-11",
+    "2024-12",
+    "2025-01",
+    "2025-02",
+    "2025-03",
+    "2025-04",
+    "2025-05",
+    "2025-06",
+]
 
 # Worked out by hand from the fixture table in conftest.py.
 XOF_ACTIVE_START = [1, 1, 1, 2, 2, 2, 2, 3, 4, 4, 3, 3]
@@ -24,8 +36,20 @@ XOF_NEW = [0, 0, 1, 0, 0, 0, 1, 1, 0, 0, 0, 1]  # S1 09, S2 01, S4 02, S8 06
 XOF_CANCEL = [0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0]  # S7 lapsed 2025-04-03
 # MRR at month end: S7 5000 until it lapses, S1 5000 from 09, S2 4500 (54000/12) from 01,
 # S4 5000 (15000/3) once its trial ended (03-03); S8 still in trial in 06.
-XOF_MRR = ["5000", "5000", "10000", "10000", "10000", "10000",
-           "14500", "14500", "19500", "14500", "14500", "14500"]
+XOF_MRR = [
+    "5000",
+    "5000",
+    "10000",
+    "10000",
+    "10000",
+    "10000",
+    "14500",
+    "14500",
+    "19500",
+    "14500",
+    "14500",
+    "14500",
+]
 USD_ACTIVE_START = [1, 1, 1, 1, 1, 2, 2, 2, 2, 1, 2, 1]
 USD_NEW = [0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0]  # S3 11, S5 04
 USD_CANCEL = [0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 0]  # S3 03-15, S5 05-12
@@ -40,7 +64,10 @@ def report(world):
 def test_months_of_the_period():
     assert [metrics.month_key(m) for m in Period(now=NOW).starts] == MONTHS
     assert [metrics.month_key(m) for m in Period(months=3, now=NOW).starts] == [
-        "2025-04", "2025-05", "2025-06"]
+        "2025-04",
+        "2025-05",
+        "2025-06",
+    ]
 
 
 def test_current_active_subscriptions_and_mrr(report, world):
@@ -65,7 +92,8 @@ def test_active_now_is_the_documented_rule(world):
     reconstruction agrees with it at ``now``."""
     active = Subscription.objects.active(NOW)
     assert set(active.values_list("pk", flat=True)) == {
-        world.subs[k].pk for k in ("S1", "S2", "S4", "S6", "S8")}
+        world.subs[k].pk for k in ("S1", "S2", "S4", "S6", "S8")
+    }
     current = sum(r["active"] for r in metrics.current_subscriptions(Period(now=NOW)))
     history = metrics.subscription_history(Period(now=NOW))
     assert current == active.count() == 5

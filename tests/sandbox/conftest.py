@@ -56,16 +56,26 @@ class Api:
         return response.json()["data"]
 
     def customer(self, identifier: str = "user-1", **overrides: Any) -> dict[str, Any]:
-        body = {"identifier": identifier, "first_name": "Ada", "last_name": "Lovelace",
-                "email": "ada@example.com", **overrides}
+        body = {
+            "identifier": identifier,
+            "first_name": "Ada",
+            "last_name": "Lovelace",
+            "email": "ada@example.com",
+            **overrides,
+        }
         response = self.post("/customers", body)
         assert response.status_code == 200, response.text
         return response.json()["data"]
 
     def session(self, customer: dict, product: dict, **overrides: Any) -> dict[str, Any]:
-        body = {"customer": customer["id"], "product": product["id"], "selected_currency": 1,
-                "selected_billing_cycle": "months-1", "action": "new_subscription",
-                **overrides}
+        body = {
+            "customer": customer["id"],
+            "product": product["id"],
+            "selected_currency": 1,
+            "selected_billing_cycle": "months-1",
+            "action": "new_subscription",
+            **overrides,
+        }
         response = self.post("/checkout_sessions", body)
         assert response.status_code == 200, response.text
         return response.json()["data"]
@@ -80,10 +90,12 @@ def product_body(**overrides: Any) -> dict[str, Any]:
         "subscription_blueprint": {
             "billing_type": "flat-rate",
             "billing_cycles": [
-                {"cycle": "months", "frequency": 1,
-                 "prices": [{"currency": 1, "amount": 5000}, {"currency": 2, "amount": 9.5}]},
-                {"cycle": "years", "frequency": 1,
-                 "prices": [{"currency": 1, "amount": 50000}]},
+                {
+                    "cycle": "months",
+                    "frequency": 1,
+                    "prices": [{"currency": 1, "amount": 5000}, {"currency": 2, "amount": 9.5}],
+                },
+                {"cycle": "years", "frequency": 1, "prices": [{"currency": 1, "amount": 50000}]},
             ],
         },
     }

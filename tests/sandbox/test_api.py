@@ -28,8 +28,12 @@ def assert_meta(doc, account, updated=False):
 
 
 def token_request(sandbox, **overrides):
-    form = {"grant_type": "client_credentials", "client_id": "sandbox-client",
-            "client_secret": "sandbox-secret", **overrides}
+    form = {
+        "grant_type": "client_credentials",
+        "client_id": "sandbox-client",
+        "client_secret": "sandbox-secret",
+        **overrides,
+    }
     return requests.post(sandbox.token_url, data=form, timeout=5)
 
 
@@ -37,8 +41,16 @@ def test_token_response_has_every_field(sandbox):
     response = token_request(sandbox)
     assert response.status_code == 200
     body = response.json()
-    assert set(body) == {"access_token", "expires_in", "refresh_expires_in", "refresh_token",
-                         "token_type", "not-before-policy", "session_state", "scope"}
+    assert set(body) == {
+        "access_token",
+        "expires_in",
+        "refresh_expires_in",
+        "refresh_token",
+        "token_type",
+        "not-before-policy",
+        "session_state",
+        "scope",
+    }
     assert isinstance(body["access_token"], str) and len(body["access_token"]) > 20
     assert body["expires_in"] == 300 and isinstance(body["refresh_expires_in"], int)
     assert body["token_type"] == "Bearer"
@@ -47,11 +59,14 @@ def test_token_response_has_every_field(sandbox):
     assert isinstance(body["scope"], str)
 
 
-@pytest.mark.parametrize("overrides,status,code", [
-    ({"client_secret": "wrong"}, 401, "invalid_client"),
-    ({"client_id": "someone-else"}, 401, "invalid_client"),
-    ({"grant_type": "password"}, 400, "unsupported_grant_type"),
-])
+@pytest.mark.parametrize(
+    "overrides,status,code",
+    [
+        ({"client_secret": "wrong"}, 401, "invalid_client"),
+        ({"client_id": "someone-else"}, 401, "invalid_client"),
+        ({"grant_type": "password"}, 400, "unsupported_grant_type"),
+    ],
+)
 def test_token_refusals(sandbox, overrides, status, code):
     response = token_request(sandbox, **overrides)
     assert response.status_code == status
@@ -60,9 +75,15 @@ def test_token_refusals(sandbox, overrides, status, code):
 
 
 def test_token_requires_form_encoding(sandbox):
-    response = requests.post(sandbox.token_url, json={
-        "grant_type": "client_credentials", "client_id": "sandbox-client",
-        "client_secret": "sandbox-secret"}, timeout=5)
+    response = requests.post(
+        sandbox.token_url,
+        json={
+            "grant_type": "client_credentials",
+            "client_id": "sandbox-client",
+            "client_secret": "sandbox-secret",
+        },
+        timeout=5,
+    )
     assert response.status_code == 400
     assert response.json()["error"] == "invalid_request"
 
@@ -90,8 +111,11 @@ def test_missing_or_invalid_token_is_401(api, token):
     response = api.get("/products", headers=headers)
     assert response.status_code == 401
     assert response.json()["errors"][0]["code"] == "unauthorized"
-    response = api.post("/customers", {"identifier": "x"},
-                        headers={**headers, "x-idempotency-id": str(uuid.uuid4())})
+    response = api.post(
+        "/customers",
+        {"identifier": "x"},
+        headers={**headers, "x-idempotency-id": str(uuid.uuid4())},
+    )
     assert response.status_code == 401
 
 
@@ -108,8 +132,17 @@ def test_create_subscription_product_fields(sandbox, api):
     response = api.post("/products", product_body())
     assert response.status_code == 200
     product = response.json()["data"]
-    assert set(product) == {*META, "name", "description", "status", "selected_currencies",
-                            "subscription_blueprint", "prices", "image", "features"}
+    assert set(product) == {
+        *META,
+        "name",
+        "description",
+        "status",
+        "selected_currencies",
+        "subscription_blueprint",
+        "prices",
+        "image",
+        "features",
+    }
     assert_meta(product, sandbox.config()["account"])
     assert product["name"] == "Pro plan" and product["description"] == "Everything"
     assert product["status"] == "published"
@@ -120,8 +153,10 @@ def test_create_subscription_product_fields(sandbox, api):
     blueprint = sandbox.object("blueprint", product["subscription_blueprint"])
     assert blueprint["billing_type"] == "flat-rate"
     assert blueprint["billing_cycles"][0] == {
-        "cycle": "months", "frequency": 1,
-        "prices": [{"currency": 1, "amount": 5000}, {"currency": 2, "amount": 9.5}]}
+        "cycle": "months",
+        "frequency": 1,
+        "prices": [{"currency": 1, "amount": 5000}, {"currency": 2, "amount": 9.5}],
+    }
 
 
 def test_one_time_product_has_root_prices_and_no_blueprint(api):
@@ -159,16 +194,25 @@ def test_update_product_is_partial_and_sets_updated(sandbox, api):
     assert updated["name"] == product["name"]
     assert_meta(updated, sandbox.config()["account"], updated=True)
     assert updated["date_created"] == product["date_created"]
-    new_bp = {"billing_type": "flat-rate", "billing_cycles": [
-        {"cycle": "months", "frequency": 3, "prices": [{"currency": 1, "amount": 14000}]}]}
-    again = api.patch(f"/products/{product['id']}", {"name": "Renamed",
-                                                     "subscription_blueprint": new_bp})
+    new_bp = {
+        "billing_type": "flat-rate",
+        "billing_cycles": [
+            {"cycle": "months", "frequency": 3, "prices": [{"currency": 1, "amount": 14000}]}
+        ],
+    }
+    again = api.patch(
+        f"/products/{product['id']}", {"name": "Renamed", "subscription_blueprint": new_bp}
+    )
     assert again.status_code == 200
     data = again.json()["data"]
     assert data["name"] == "Renamed"
     assert data["subscription_blueprint"] != product["subscription_blueprint"]
-    assert sandbox.object("blueprint", data["subscription_blueprint"])["billing_cycles"][0][
-        "frequency"] == 3
+    assert (
+        sandbox.object("blueprint", data["subscription_blueprint"])["billing_cycles"][0][
+            "frequency"
+        ]
+        == 3
+    )
 
 
 def test_status_transitions(api):
@@ -179,41 +223,108 @@ def test_status_transitions(api):
     assert back.status_code == 400
     assert back.json()["errors"][0] == {
         "message": "A archived product cannot become published.",
-        "code": "invalid_transition", "field": "status"}
+        "code": "invalid_transition",
+        "field": "status",
+    }
 
 
-@pytest.mark.parametrize("change,field,code", [
-    ({"name": 5}, "name", "invalid_type"),
-    ({"name": ""}, "name", "blank"),
-    ({"status": "live"}, "status", "invalid_choice"),
-    ({"selected_currencies": [1, 2]}, "selected_currencies[0]", "invalid_type"),
-    ({"selected_currencies": ["99"]}, "selected_currencies[0]", "unknown_currency"),
-    ({"selected_currencies": "1"}, "selected_currencies", "invalid_type"),
-    ({"selected_currencies": ["²"]}, "selected_currencies[0]", "invalid_type"),
-    ({"subscription_blueprint": "abc"}, "subscription_blueprint", "invalid_type"),
-    ({"subscription_blueprint": {"billing_type": "flat-rate", "billing_cycles": [
-        {"cycle": "weeks", "frequency": 1, "prices": [{"currency": 1, "amount": 1}]}]}},
-     "subscription_blueprint.billing_cycles[0].cycle", "unknown_cycle"),
-    ({"subscription_blueprint": {"billing_type": "flat-rate", "billing_cycles": [
-        {"cycle": "months", "frequency": "1", "prices": [{"currency": 1, "amount": 1}]}]}},
-     "subscription_blueprint.billing_cycles[0].frequency", "invalid_type"),
-    ({"subscription_blueprint": {"billing_type": "flat-rate", "billing_cycles": [
-        {"cycle": "months", "frequency": 1, "prices": [{"currency": 9, "amount": 1}]}]}},
-     "subscription_blueprint.billing_cycles[0].prices[0].currency", "unknown_currency"),
-    ({"subscription_blueprint": {"billing_type": "flat-rate", "billing_cycles": [
-        {"cycle": "months", "frequency": 1, "prices": [{"currency": 1, "amount": "5"}]}]}},
-     "subscription_blueprint.billing_cycles[0].prices[0].amount", "invalid_type"),
-    ({"subscription_blueprint": {"billing_type": "per-seat", "billing_cycles": [
-        {"cycle": "months", "frequency": 1, "prices": [{"currency": 1, "amount": 5}]}]}},
-     "subscription_blueprint.billing_type", "invalid_choice"),
-    ({"prices": [{"currency": 1, "amount": 1}]}, "prices", "conflict"),
-])
+@pytest.mark.parametrize(
+    "change,field,code",
+    [
+        ({"name": 5}, "name", "invalid_type"),
+        ({"name": ""}, "name", "blank"),
+        ({"status": "live"}, "status", "invalid_choice"),
+        ({"selected_currencies": [1, 2]}, "selected_currencies[0]", "invalid_type"),
+        ({"selected_currencies": ["99"]}, "selected_currencies[0]", "unknown_currency"),
+        ({"selected_currencies": "1"}, "selected_currencies", "invalid_type"),
+        ({"selected_currencies": ["²"]}, "selected_currencies[0]", "invalid_type"),
+        ({"subscription_blueprint": "abc"}, "subscription_blueprint", "invalid_type"),
+        (
+            {
+                "subscription_blueprint": {
+                    "billing_type": "flat-rate",
+                    "billing_cycles": [
+                        {"cycle": "weeks", "frequency": 1, "prices": [{"currency": 1, "amount": 1}]}
+                    ],
+                }
+            },
+            "subscription_blueprint.billing_cycles[0].cycle",
+            "unknown_cycle",
+        ),
+        (
+            {
+                "subscription_blueprint": {
+                    "billing_type": "flat-rate",
+                    "billing_cycles": [
+                        {
+                            "cycle": "months",
+                            "frequency": "1",
+                            "prices": [{"currency": 1, "amount": 1}],
+                        }
+                    ],
+                }
+            },
+            "subscription_blueprint.billing_cycles[0].frequency",
+            "invalid_type",
+        ),
+        (
+            {
+                "subscription_blueprint": {
+                    "billing_type": "flat-rate",
+                    "billing_cycles": [
+                        {
+                            "cycle": "months",
+                            "frequency": 1,
+                            "prices": [{"currency": 9, "amount": 1}],
+                        }
+                    ],
+                }
+            },
+            "subscription_blueprint.billing_cycles[0].prices[0].currency",
+            "unknown_currency",
+        ),
+        (
+            {
+                "subscription_blueprint": {
+                    "billing_type": "flat-rate",
+                    "billing_cycles": [
+                        {
+                            "cycle": "months",
+                            "frequency": 1,
+                            "prices": [{"currency": 1, "amount": "5"}],
+                        }
+                    ],
+                }
+            },
+            "subscription_blueprint.billing_cycles[0].prices[0].amount",
+            "invalid_type",
+        ),
+        (
+            {
+                "subscription_blueprint": {
+                    "billing_type": "per-seat",
+                    "billing_cycles": [
+                        {
+                            "cycle": "months",
+                            "frequency": 1,
+                            "prices": [{"currency": 1, "amount": 5}],
+                        }
+                    ],
+                }
+            },
+            "subscription_blueprint.billing_type",
+            "invalid_choice",
+        ),
+        ({"prices": [{"currency": 1, "amount": 1}]}, "prices", "conflict"),
+    ],
+)
 def test_create_product_validation(api, change, field, code):
     response = api.post("/products", product_body(**change))
     assert response.status_code == 400
     errors = response.json()["errors"]
-    assert {"field": field, "code": code} in [{"field": e["field"], "code": e["code"]}
-                                             for e in errors], errors
+    assert {"field": field, "code": code} in [
+        {"field": e["field"], "code": e["code"]} for e in errors
+    ], errors
     assert all(isinstance(e["message"], str) and e["message"] for e in errors)
 
 
@@ -226,9 +337,11 @@ def test_invalid_body_reports_every_field(api):
 
 def test_non_object_and_non_json_bodies(api):
     assert api.post("/products", [1, 2]).status_code == 400
-    response = api.http.post(api.base + "/products", data="{not json",
-                             headers={**api.headers(str(uuid.uuid4())),
-                                      "Content-Type": "application/json"})
+    response = api.http.post(
+        api.base + "/products",
+        data="{not json",
+        headers={**api.headers(str(uuid.uuid4())), "Content-Type": "application/json"},
+    )
     assert response.status_code == 400
     assert response.json()["errors"][0]["code"] == "invalid_json"
 
@@ -238,8 +351,17 @@ def test_non_object_and_non_json_bodies(api):
 
 def test_create_and_list_customers(sandbox, api):
     customer = api.customer("user-42")
-    assert set(customer) == {*META, "status", "identifier", "first_name", "last_name", "email",
-                             "address_line_1", "address_line_2", "phone"}
+    assert set(customer) == {
+        *META,
+        "status",
+        "identifier",
+        "first_name",
+        "last_name",
+        "email",
+        "address_line_1",
+        "address_line_2",
+        "phone",
+    }
     assert_meta(customer, sandbox.config()["account"])
     assert customer["status"] == "published"
     assert customer["identifier"] == "user-42"
@@ -248,13 +370,16 @@ def test_create_and_list_customers(sandbox, api):
     assert listed == {"data": [customer]}
 
 
-@pytest.mark.parametrize("body,field,code", [
-    ({}, "identifier", "required"),
-    ({"identifier": 12}, "identifier", "invalid_type"),
-    ({"identifier": "u", "email": "nope"}, "email", "invalid"),
-    ({"identifier": "u", "first_name": ["x"]}, "first_name", "invalid_type"),
-    ({"identifier": "u", "phone": "0700000001"}, "phone", "not_accepted"),
-])
+@pytest.mark.parametrize(
+    "body,field,code",
+    [
+        ({}, "identifier", "required"),
+        ({"identifier": 12}, "identifier", "invalid_type"),
+        ({"identifier": "u", "email": "nope"}, "email", "invalid"),
+        ({"identifier": "u", "first_name": ["x"]}, "first_name", "invalid_type"),
+        ({"identifier": "u", "phone": "0700000001"}, "phone", "not_accepted"),
+    ],
+)
 def test_create_customer_validation(api, body, field, code):
     response = api.post("/customers", body)
     assert response.status_code == 400
@@ -265,8 +390,14 @@ def test_create_customer_validation(api, body, field, code):
 
 
 def sub_body(cust, prod, **overrides):
-    return {"customer": cust["id"], "product": prod["id"], "selected_currency": "XOF",
-            "selected_billing_cycle": "months-1", "auto_renew": True, **overrides}
+    return {
+        "customer": cust["id"],
+        "product": prod["id"],
+        "selected_currency": "XOF",
+        "selected_billing_cycle": "months-1",
+        "auto_renew": True,
+        **overrides,
+    }
 
 
 def test_create_subscription_answers_an_array(sandbox, api):
@@ -276,9 +407,20 @@ def test_create_subscription_answers_an_array(sandbox, api):
     data = response.json()["data"]
     assert isinstance(data, list) and len(data) == 1
     sub = data[0]
-    assert set(sub) == {*META, "status", "product", "customer", "cycle_start_date",
-                        "cycle_end_date", "next_billing_date", "auto_renew", "discount_coupon",
-                        "trial_end_date", "selected_billing_cycle", "selected_currency"}
+    assert set(sub) == {
+        *META,
+        "status",
+        "product",
+        "customer",
+        "cycle_start_date",
+        "cycle_end_date",
+        "next_billing_date",
+        "auto_renew",
+        "discount_coupon",
+        "trial_end_date",
+        "selected_billing_cycle",
+        "selected_currency",
+    }
     assert_meta(sub, sandbox.config()["account"])
     assert sub["status"] == "published"
     assert sub["product"] == product["id"] and sub["customer"] == customer["id"]
@@ -311,19 +453,37 @@ def test_subscription_validation(api):
         (sub_body(customer, product, product="not-a-uuid"), "product", "invalid"),
         (sub_body(customer, draft), "product", "product_not_published"),
         (sub_body(customer, one_time), "product", "not_recurring"),
-        (sub_body(customer, product, selected_billing_cycle="weeks-1"),
-         "selected_billing_cycle", "invalid"),
-        (sub_body(customer, product, selected_billing_cycle="months-6"),
-         "selected_billing_cycle", "unknown_cycle"),
-        (sub_body(customer, product, selected_currency="JPY"), "selected_currency",
-         "unknown_currency"),
+        (
+            sub_body(customer, product, selected_billing_cycle="weeks-1"),
+            "selected_billing_cycle",
+            "invalid",
+        ),
+        (
+            sub_body(customer, product, selected_billing_cycle="months-6"),
+            "selected_billing_cycle",
+            "unknown_cycle",
+        ),
+        (
+            sub_body(customer, product, selected_currency="JPY"),
+            "selected_currency",
+            "unknown_currency",
+        ),
         (sub_body(customer, product, selected_currency=1), "selected_currency", "invalid_type"),
-        (sub_body(customer, product, selected_currency="EUR"), "selected_currency",
-         "currency_not_offered"),
-        (sub_body(customer, product, selected_currency="USD",
-                  selected_billing_cycle="years-1"), "selected_currency", "no_price"),
-        (sub_body(customer, product, trial_end_date="next tuesday"), "trial_end_date",
-         "invalid_timestamp"),
+        (
+            sub_body(customer, product, selected_currency="EUR"),
+            "selected_currency",
+            "currency_not_offered",
+        ),
+        (
+            sub_body(customer, product, selected_currency="USD", selected_billing_cycle="years-1"),
+            "selected_currency",
+            "no_price",
+        ),
+        (
+            sub_body(customer, product, trial_end_date="next tuesday"),
+            "trial_end_date",
+            "invalid_timestamp",
+        ),
         (sub_body(customer, product, auto_renew="yes"), "auto_renew", "invalid_type"),
     ]
     for body, field, code in cases:
@@ -339,9 +499,16 @@ def test_archived_product_refuses_subscriptions_and_checkout(api):
     response = api.post("/subscriptions", sub_body(customer, product))
     assert response.status_code == 400
     assert response.json()["errors"][0]["code"] == "product_archived"
-    response = api.post("/checkout_sessions", {
-        "customer": customer["id"], "product": product["id"], "selected_currency": 1,
-        "selected_billing_cycle": "months-1", "action": "new_subscription"})
+    response = api.post(
+        "/checkout_sessions",
+        {
+            "customer": customer["id"],
+            "product": product["id"],
+            "selected_currency": 1,
+            "selected_billing_cycle": "months-1",
+            "action": "new_subscription",
+        },
+    )
     assert response.status_code == 400
     assert response.json()["errors"][0]["code"] == "product_archived"
 
@@ -353,9 +520,19 @@ def test_create_checkout_session_fields(sandbox, api):
     product, customer = api.product(), api.customer()
     now = sandbox.now()
     session = api.session(customer, product)
-    assert set(session) == {*META, "status", "customer", "product", "expires_at", "action",
-                            "upgrade_to", "downgrade_to", "completed_at",
-                            "selected_billing_cycle", "selected_currency"}
+    assert set(session) == {
+        *META,
+        "status",
+        "customer",
+        "product",
+        "expires_at",
+        "action",
+        "upgrade_to",
+        "downgrade_to",
+        "completed_at",
+        "selected_billing_cycle",
+        "selected_currency",
+    }
     assert_meta(session, sandbox.config()["account"])
     assert session["status"] == "open" and session["completed_at"] is None
     assert session["action"] == "new_subscription"
@@ -364,8 +541,11 @@ def test_create_checkout_session_fields(sandbox, api):
     assert session["selected_billing_cycle"] == "months-1"
     assert TS_RE.match(session["expires_at"])
     from datetime import datetime
-    delta = (datetime.fromisoformat(session["expires_at"].replace("Z", "+00:00"))
-             - datetime.fromisoformat(now.replace("Z", "+00:00"))).total_seconds()
+
+    delta = (
+        datetime.fromisoformat(session["expires_at"].replace("Z", "+00:00"))
+        - datetime.fromisoformat(now.replace("Z", "+00:00"))
+    ).total_seconds()
     assert 295 <= delta <= 305
 
 
@@ -375,22 +555,31 @@ def test_checkout_session_keeps_given_expiry(api):
     assert session["expires_at"] == "2099-01-01T00:00:00.000Z"
 
 
-@pytest.mark.parametrize("change,field,code", [
-    ({"selected_currency": "1"}, "selected_currency", "invalid_type"),
-    ({"selected_currency": 42}, "selected_currency", "unknown_currency"),
-    ({"selected_currency": 3}, "selected_currency", "currency_not_offered"),
-    ({"selected_billing_cycle": "days-1"}, "selected_billing_cycle", "invalid"),
-    ({"selected_billing_cycle": "years-2"}, "selected_billing_cycle", "unknown_cycle"),
-    ({"expires_at": "31/12/2099"}, "expires_at", "invalid_timestamp"),
-    ({"expires_at": "2000-01-01T00:00:00.000Z"}, "expires_at", "in_the_past"),
-    ({"action": "upgrade"}, "action", "invalid_choice"),
-    ({"product": None}, "product", "required"),
-    ({"customer": 7}, "customer", "invalid_type"),
-])
+@pytest.mark.parametrize(
+    "change,field,code",
+    [
+        ({"selected_currency": "1"}, "selected_currency", "invalid_type"),
+        ({"selected_currency": 42}, "selected_currency", "unknown_currency"),
+        ({"selected_currency": 3}, "selected_currency", "currency_not_offered"),
+        ({"selected_billing_cycle": "days-1"}, "selected_billing_cycle", "invalid"),
+        ({"selected_billing_cycle": "years-2"}, "selected_billing_cycle", "unknown_cycle"),
+        ({"expires_at": "31/12/2099"}, "expires_at", "invalid_timestamp"),
+        ({"expires_at": "2000-01-01T00:00:00.000Z"}, "expires_at", "in_the_past"),
+        ({"action": "upgrade"}, "action", "invalid_choice"),
+        ({"product": None}, "product", "required"),
+        ({"customer": 7}, "customer", "invalid_type"),
+    ],
+)
 def test_checkout_session_validation(api, change, field, code):
     product, customer = api.product(), api.customer()
-    body = {"customer": customer["id"], "product": product["id"], "selected_currency": 1,
-            "selected_billing_cycle": "months-1", "action": "new_subscription", **change}
+    body = {
+        "customer": customer["id"],
+        "product": product["id"],
+        "selected_currency": 1,
+        "selected_billing_cycle": "months-1",
+        "action": "new_subscription",
+        **change,
+    }
     response = api.post("/checkout_sessions", body)
     assert response.status_code == 400
     got = [(e["field"], e["code"]) for e in response.json()["errors"]]
@@ -399,9 +588,15 @@ def test_checkout_session_validation(api, change, field, code):
 
 def test_unpublished_product_refuses_checkout(api):
     product, customer = api.product(status="draft"), api.customer()
-    response = api.post("/checkout_sessions", {
-        "customer": customer["id"], "product": product["id"], "selected_currency": 1,
-        "selected_billing_cycle": "months-1"})
+    response = api.post(
+        "/checkout_sessions",
+        {
+            "customer": customer["id"],
+            "product": product["id"],
+            "selected_currency": 1,
+            "selected_billing_cycle": "months-1",
+        },
+    )
     assert response.status_code == 400
     assert response.json()["errors"][0]["code"] == "product_not_published"
 
@@ -456,9 +651,14 @@ def test_unknown_route_and_method(api):
 
 
 def test_json_content_type_required_on_writes(api):
-    response = api.http.post(api.base + "/customers", data="identifier=x",
-                             headers={**api.headers(str(uuid.uuid4())),
-                                      "Content-Type": "application/x-www-form-urlencoded"})
+    response = api.http.post(
+        api.base + "/customers",
+        data="identifier=x",
+        headers={
+            **api.headers(str(uuid.uuid4())),
+            "Content-Type": "application/x-www-form-urlencoded",
+        },
+    )
     assert response.status_code == 415
 
 

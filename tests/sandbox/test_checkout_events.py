@@ -76,8 +76,11 @@ def test_page_shows_product_price_cycle_and_phone_field(api, sandbox):
     assert "Gold &lt;plan&gt;" in page.text and "<plan>" not in page.text  # escaped
     assert "5000 XOF" in page.text and "every month" in page.text
     assert 'name="phone"' in page.text
-    step = requests.post(f"{sandbox.checkout_url}/checkout/{session['id']}",
-                         data={"step": "phone", "phone": "0700000001"}, timeout=5)
+    step = requests.post(
+        f"{sandbox.checkout_url}/checkout/{session['id']}",
+        data={"step": "phone", "phone": "0700000001"},
+        timeout=5,
+    )
     assert "Confirm with your PIN on your phone" in step.text
     assert "I entered my PIN" in step.text
 
@@ -114,8 +117,9 @@ def test_success_enrols_the_customer(api, sandbox, receiver):
     assert "already completed" in again.text
 
 
-@pytest.mark.parametrize("phone,reason", [("0700000002", "declined"),
-                                          ("0700000003", "insufficient_funds")])
+@pytest.mark.parametrize(
+    "phone,reason", [("0700000002", "declined"), ("0700000003", "insufficient_funds")]
+)
 def test_failing_numbers(api, sandbox, phone, reason):
     product, customer = api.product(), api.customer()
     session = api.session(customer, product)
@@ -159,11 +163,15 @@ def test_return_url_from_config(api, sandbox):
 def test_invalid_phone_and_unknown_session(api, sandbox):
     product, customer = api.product(), api.customer()
     session = api.session(customer, product)
-    bad = requests.post(f"{sandbox.checkout_url}/checkout/{session['id']}",
-                        data={"step": "phone", "phone": "call me"}, timeout=5)
+    bad = requests.post(
+        f"{sandbox.checkout_url}/checkout/{session['id']}",
+        data={"step": "phone", "phone": "call me"},
+        timeout=5,
+    )
     assert bad.status_code == 400 and outcome_of(bad) == "invalid_phone"
-    missing = requests.get(f"{sandbox.checkout_url}/checkout/00000000-0000-0000-0000-000000000000",
-                           timeout=5)
+    missing = requests.get(
+        f"{sandbox.checkout_url}/checkout/00000000-0000-0000-0000-000000000000", timeout=5
+    )
     assert missing.status_code == 404
 
 
@@ -184,9 +192,15 @@ def test_one_time_product_checkout_pays_without_subscription(api, sandbox):
 
 def test_deliveries_are_signed_per_standard_webhooks(api, sandbox, receiver):
     sandbox.set_callback(receiver.url)
-    sub = api.post("/subscriptions", {
-        "customer": api.customer()["id"], "product": api.product()["id"],
-        "selected_currency": "XOF", "selected_billing_cycle": "months-1"}).json()["data"][0]
+    sub = api.post(
+        "/subscriptions",
+        {
+            "customer": api.customer()["id"],
+            "product": api.product()["id"],
+            "selected_currency": "XOF",
+            "selected_billing_cycle": "months-1",
+        },
+    ).json()["data"][0]
     event = sandbox.trigger("subscription.canceled", sub["id"])
     assert sandbox.wait_for_deliveries(5)
     headers, body = receiver.received[0]
@@ -199,8 +213,12 @@ def test_deliveries_are_signed_per_standard_webhooks(api, sandbox, receiver):
     with pytest.raises(WebhookVerificationError):
         Webhook("whsec_" + "A" * 32).verify(body, headers)
     # the helper users' tests call signs the same way
-    mine = sign_webhook(body, sandbox.webhook_secret, msg_id=headers["webhook-id"],
-                        timestamp=int(headers["webhook-timestamp"]))
+    mine = sign_webhook(
+        body,
+        sandbox.webhook_secret,
+        msg_id=headers["webhook-id"],
+        timestamp=int(headers["webhook-timestamp"]),
+    )
     assert mine["webhook-signature"] == headers["webhook-signature"]
 
 
@@ -229,8 +247,9 @@ def wait_until(predicate, timeout: float = 10.0):
     return value
 
 
-def test_failing_callback_is_retried_with_backoff(api, sandbox, billing_sandbox_server,
-                                                  monkeypatch):
+def test_failing_callback_is_retried_with_backoff(
+    api, sandbox, billing_sandbox_server, monkeypatch
+):
     worker = billing_sandbox_server.app.delivery
     clock = FakeDeliveryClock()
     monkeypatch.setattr(worker, "clock", clock)
@@ -239,14 +258,21 @@ def test_failing_callback_is_retried_with_backoff(api, sandbox, billing_sandbox_
     receiver = Receiver(fail_first=2, status=503)
     try:
         sandbox.set_callback(receiver.url)
-        sub = api.post("/subscriptions", {
-            "customer": api.customer()["id"], "product": api.product()["id"],
-            "selected_currency": "XOF", "selected_billing_cycle": "months-1"}).json()["data"][0]
+        sub = api.post(
+            "/subscriptions",
+            {
+                "customer": api.customer()["id"],
+                "product": api.product()["id"],
+                "selected_currency": "XOF",
+                "selected_billing_cycle": "months-1",
+            },
+        ).json()["data"][0]
         sandbox.trigger("subscription.paused", sub["id"])
 
         def delivery_after(attempts: int) -> dict:
-            return wait_until(lambda: next(
-                (d for d in sandbox.deliveries() if d["attempts"] >= attempts), None))
+            return wait_until(
+                lambda: next((d for d in sandbox.deliveries() if d["attempts"] >= attempts), None)
+            )
 
         # The first attempt fails: the next one is scheduled retry_schedule[0] later and is
         # not made while the clock stands still.
@@ -280,9 +306,15 @@ def test_failing_callback_is_retried_with_backoff(api, sandbox, billing_sandbox_
 def test_delivery_gives_up_after_max_attempts(api, sandbox):
     sandbox.config(max_attempts=2, retry_schedule=[0.01])
     sandbox.set_callback("http://127.0.0.1:9/unreachable")
-    sub = api.post("/subscriptions", {
-        "customer": api.customer()["id"], "product": api.product()["id"],
-        "selected_currency": "XOF", "selected_billing_cycle": "months-1"}).json()["data"][0]
+    sub = api.post(
+        "/subscriptions",
+        {
+            "customer": api.customer()["id"],
+            "product": api.product()["id"],
+            "selected_currency": "XOF",
+            "selected_billing_cycle": "months-1",
+        },
+    ).json()["data"][0]
     sandbox.trigger("subscription.canceled", sub["id"])
     assert sandbox.wait_for_deliveries(5)
     delivery = sandbox.deliveries()[0]
@@ -295,13 +327,20 @@ def test_delivery_gives_up_after_max_attempts(api, sandbox):
 
 @pytest.fixture
 def subscription(api):
-    return api.post("/subscriptions", {
-        "customer": api.customer()["id"], "product": api.product()["id"],
-        "selected_currency": "XOF", "selected_billing_cycle": "months-1"}).json()["data"][0]
+    return api.post(
+        "/subscriptions",
+        {
+            "customer": api.customer()["id"],
+            "product": api.product()["id"],
+            "selected_currency": "XOF",
+            "selected_billing_cycle": "months-1",
+        },
+    ).json()["data"][0]
 
 
-@pytest.mark.parametrize("event_type,status", [("subscription.canceled", "canceled"),
-                                               ("subscription.paused", "paused")])
+@pytest.mark.parametrize(
+    "event_type,status", [("subscription.canceled", "canceled"), ("subscription.paused", "paused")]
+)
 def test_trigger_subscription_state(api, sandbox, subscription, event_type, status):
     event = sandbox.trigger(event_type, subscription["id"])
     assert UUID_RE.match(event["id"]) and event["type"] == event_type
@@ -320,44 +359,94 @@ def test_trigger_renewal_moves_the_cycle(sandbox, subscription):
 def test_trigger_payments_refunds_invoices(sandbox, subscription):
     paid = sandbox.trigger("payment.completed", subscription["id"])["data"]
     assert paid["status"] == "completed" and paid["subscription"] == subscription["id"]
-    assert set(paid) == {"id", "status", "amount", "currency", "customer", "subscription",
-                         "product", "invoice", "failure_reason", "date_created",
-                         "date_updated"}
+    assert set(paid) == {
+        "id",
+        "status",
+        "amount",
+        "currency",
+        "customer",
+        "subscription",
+        "product",
+        "invoice",
+        "failure_reason",
+        "date_created",
+        "date_updated",
+    }
     failed = sandbox.trigger("payment.failed", subscription["id"], reason="insufficient_funds")
     assert failed["data"]["failure_reason"] == "insufficient_funds"
     canceled = sandbox.trigger("payment.canceled", paid["id"])["data"]
     assert canceled["id"] == paid["id"] and canceled["status"] == "canceled"
     refund = sandbox.trigger("refund.initiated", paid["id"])["data"]
     assert refund["status"] == "initiated" and refund["payment"] == paid["id"]
-    assert set(refund) == {"id", "status", "payment", "amount", "currency", "customer",
-                           "subscription", "reason", "date_created", "date_updated"}
+    assert set(refund) == {
+        "id",
+        "status",
+        "payment",
+        "amount",
+        "currency",
+        "customer",
+        "subscription",
+        "reason",
+        "date_created",
+        "date_updated",
+    }
     approved = sandbox.trigger("refund.approved", refund["id"])["data"]
     assert approved["id"] == refund["id"] and approved["status"] == "approved"
     rejected = sandbox.trigger("refund.rejected", paid["id"])["data"]  # a new refund, rejected
     assert rejected["status"] == "rejected" and rejected["id"] != refund["id"]
-    for event_type, status in [("invoice.paid", "paid"), ("invoice.voided", "void"),
-                               ("invoice.marked_uncollectable", "uncollectable"),
-                               ("invoice.deleted", "deleted")]:
+    for event_type, status in [
+        ("invoice.paid", "paid"),
+        ("invoice.voided", "void"),
+        ("invoice.marked_uncollectable", "uncollectable"),
+        ("invoice.deleted", "deleted"),
+    ]:
         invoice = sandbox.trigger(event_type, paid["invoice"])["data"]
         assert invoice["id"] == paid["invoice"] and invoice["status"] == status
     fresh = sandbox.trigger("invoice.voided", subscription["id"])["data"]
     assert fresh["id"] != paid["invoice"] and fresh["status"] == "void"
-    assert set(fresh) == {"id", "status", "customer", "subscription", "product", "amount",
-                          "currency", "period_start", "period_end", "date_created",
-                          "date_updated"}
+    assert set(fresh) == {
+        "id",
+        "status",
+        "customer",
+        "subscription",
+        "product",
+        "amount",
+        "currency",
+        "period_start",
+        "period_end",
+        "date_created",
+        "date_updated",
+    }
     assert len(sandbox.events()) == 11
 
 
 def test_trigger_errors(sandbox, subscription):
     url = sandbox.url + "/_sandbox/trigger"
-    assert requests.post(url, json={"type": "subscription.exploded",
-                                    "object": subscription["id"]}, timeout=5).status_code == 400
-    assert requests.post(url, json={"type": "subscription.canceled",
-                                    "object": "00000000-0000-0000-0000-000000000000"},
-                         timeout=5).status_code == 404
-    assert requests.post(url, json={"type": "subscription.canceled",
-                                    "object": subscription["customer"]},
-                         timeout=5).status_code == 400
+    assert (
+        requests.post(
+            url, json={"type": "subscription.exploded", "object": subscription["id"]}, timeout=5
+        ).status_code
+        == 400
+    )
+    assert (
+        requests.post(
+            url,
+            json={
+                "type": "subscription.canceled",
+                "object": "00000000-0000-0000-0000-000000000000",
+            },
+            timeout=5,
+        ).status_code
+        == 404
+    )
+    assert (
+        requests.post(
+            url,
+            json={"type": "subscription.canceled", "object": subscription["customer"]},
+            timeout=5,
+        ).status_code
+        == 400
+    )
 
 
 # -- clock ------------------------------------------------------------------------------------
@@ -378,8 +467,13 @@ def test_clock_bills_a_renewal(api, sandbox, receiver):
     assert TS_RE.match(renewed["date_updated"])
     assert sandbox.wait_for_deliveries(5)
     types = [e["type"] for e in receiver.events()]
-    assert types == ["payment.completed", "invoice.paid", "payment.completed", "invoice.paid",
-                     "subscription.renewal"]
+    assert types == [
+        "payment.completed",
+        "invoice.paid",
+        "payment.completed",
+        "invoice.paid",
+        "subscription.renewal",
+    ]
     invoice = receiver.events()[3]["data"]
     assert invoice["period_start"] == sub["next_billing_date"]
     assert invoice["period_end"] == renewed["next_billing_date"]
@@ -395,8 +489,9 @@ def test_clock_renewal_fails_for_the_failing_renewal_number(api, sandbox):
     api.token = sandbox.token()
     failed = sandbox.events("payment.failed")
     assert failed[0]["data"]["failure_reason"] == "insufficient_funds"
-    assert api.get("/subscriptions").json()["data"][0]["next_billing_date"] == sub[
-        "next_billing_date"]
+    assert (
+        api.get("/subscriptions").json()["data"][0]["next_billing_date"] == sub["next_billing_date"]
+    )
     sandbox.advance(days=1)
     sandbox.advance(days=1)
     api.token = sandbox.token()
@@ -407,8 +502,13 @@ def test_clock_renewal_fails_for_the_failing_renewal_number(api, sandbox):
 def test_clock_ends_trials(api, sandbox):
     product, customer = api.product(), api.customer()
     clock = parse(sandbox.now())
-    body = {"customer": customer["id"], "product": product["id"], "selected_currency": "XOF",
-            "selected_billing_cycle": "months-1", "trial_end_date": "2099-01-01T00:00:00Z"}
+    body = {
+        "customer": customer["id"],
+        "product": product["id"],
+        "selected_currency": "XOF",
+        "selected_billing_cycle": "months-1",
+        "trial_end_date": "2099-01-01T00:00:00Z",
+    }
     sub = api.post("/subscriptions", body).json()["data"][0]
     assert sub["next_billing_date"] == "2099-01-01T00:00:00.000Z"
     days = (datetime(2099, 1, 2, tzinfo=clock.tzinfo) - clock).days

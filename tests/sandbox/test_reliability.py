@@ -37,6 +37,7 @@ def fake_faults_clock(billing_sandbox_server, monkeypatch) -> FakeFaultsClock:
     monkeypatch.setattr(faults, "sleep", clock.sleep)
     return clock
 
+
 # -- idempotency ------------------------------------------------------------------------------
 
 
@@ -81,8 +82,9 @@ def test_patch_replays_too(api):
     first = api.patch(f"/products/{product['id']}", {"status": "published"}, key=key)
     second = api.patch(f"/products/{product['id']}", {"status": "published"}, key=key)
     assert second.json() == first.json() and second.headers["x-idempotent-replay"] == "true"
-    assert api.patch(f"/products/{product['id']}", {"status": "archived"},
-                     key=key).status_code == 422
+    assert (
+        api.patch(f"/products/{product['id']}", {"status": "archived"}, key=key).status_code == 422
+    )
 
 
 def test_validation_errors_replay(api):
@@ -98,8 +100,9 @@ def test_missing_idempotency_key_is_400(api, method):
     product = api.product()
     path = "/customers" if method == "post" else f"/products/{product['id']}"
     body = {"identifier": "u"} if method == "post" else {"name": "x"}
-    response = getattr(api.http, method)(api.base + path, json=body,
-                                         headers={"x-kc-token": api.token}, timeout=5)
+    response = getattr(api.http, method)(
+        api.base + path, json=body, headers={"x-kc-token": api.token}, timeout=5
+    )
     assert response.status_code == 400
     assert response.json()["errors"][0]["code"] == "idempotency_key_required"
 
@@ -112,8 +115,12 @@ def test_concurrent_requests_with_one_key_create_one_object(api):
     def send():
         try:
             session = requests.Session()
-            response = session.post(api.base + "/customers", json={"identifier": "same"},
-                                    headers=api.headers(key), timeout=10)
+            response = session.post(
+                api.base + "/customers",
+                json={"identifier": "same"},
+                headers=api.headers(key),
+                timeout=10,
+            )
             statuses.append((response.status_code, response.json()["data"]["id"]))
         except BaseException as exc:  # re-raised below: a thread's failure fails the test
             errors.append(exc)
@@ -168,7 +175,10 @@ def test_error_count_with_retry_after(sandbox, api):
     assert seen[0].json()["errors"][0]["code"] == "injected_fault"
     assert len(api.get("/customers").json()["data"]) == 1
     assert [e["outcome"] for e in sandbox.requests("create_customer")] == [
-        "fault", "fault", "answered"]
+        "fault",
+        "fault",
+        "answered",
+    ]
 
 
 @pytest.mark.parametrize("status", [500, 502, 429, 401])
@@ -236,8 +246,9 @@ def test_reset_before_effect(sandbox, api):
 
 def test_outage_window(sandbox, api, fake_faults_clock):
     sandbox.faults(outage_seconds=0.75)
-    response = requests.post(sandbox.token_url, data={"grant_type": "client_credentials"},
-                             timeout=5)
+    response = requests.post(
+        sandbox.token_url, data={"grant_type": "client_credentials"}, timeout=5
+    )
     assert response.status_code == 503 and "Retry-After" in response.headers
     assert api.get("/products").status_code == 503
     assert sandbox.faults()["outage_remaining"] == 0.75  # control endpoints still answer
@@ -266,9 +277,15 @@ def test_ignore_paging(sandbox, api):
 
 def test_wildcard_operation_hits_the_token_endpoint(sandbox):
     sandbox.faults(operation="*", status=500, count=1)
-    response = requests.post(sandbox.token_url, data={
-        "grant_type": "client_credentials", "client_id": "sandbox-client",
-        "client_secret": "sandbox-secret"}, timeout=5)
+    response = requests.post(
+        sandbox.token_url,
+        data={
+            "grant_type": "client_credentials",
+            "client_id": "sandbox-client",
+            "client_secret": "sandbox-secret",
+        },
+        timeout=5,
+    )
     assert response.status_code == 500
     assert sandbox.token()
 

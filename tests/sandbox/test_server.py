@@ -20,9 +20,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def token(url: str) -> str:
-    return requests.post(url + "/auth/realms/sandbox/protocol/openid-connect/token", data={
-        "grant_type": "client_credentials", "client_id": "sandbox-client",
-        "client_secret": "sandbox-secret"}, timeout=5).json()["access_token"]
+    return requests.post(
+        url + "/auth/realms/sandbox/protocol/openid-connect/token",
+        data={
+            "grant_type": "client_credentials",
+            "client_id": "sandbox-client",
+            "client_secret": "sandbox-secret",
+        },
+        timeout=5,
+    ).json()["access_token"]
 
 
 def test_state_persists_across_restarts(tmp_path):
@@ -30,8 +36,12 @@ def test_state_persists_across_restarts(tmp_path):
     server = SandboxServer("127.0.0.1", 0, data, quiet=True).start()
     try:
         headers = {"x-kc-token": token(server.url), "x-idempotency-id": str(uuid.uuid4())}
-        created = requests.post(server.url + "/v1/api/billing/customers", headers=headers,
-                                json={"identifier": "kept"}, timeout=5).json()["data"]
+        created = requests.post(
+            server.url + "/v1/api/billing/customers",
+            headers=headers,
+            json={"identifier": "kept"},
+            timeout=5,
+        ).json()["data"]
         secret = server.config.webhook_secret
         requests.post(server.url + "/_sandbox/clock/advance", json={"seconds": 100}, timeout=5)
     finally:
@@ -39,22 +49,29 @@ def test_state_persists_across_restarts(tmp_path):
     server = SandboxServer("127.0.0.1", 0, data, quiet=True).start()
     try:
         headers = {"x-kc-token": token(server.url)}
-        listed = requests.get(server.url + "/v1/api/billing/customers", headers=headers,
-                              timeout=5).json()["data"]
+        listed = requests.get(
+            server.url + "/v1/api/billing/customers", headers=headers, timeout=5
+        ).json()["data"]
         assert listed == [created]
         assert server.config.webhook_secret == secret  # generated once, then kept
         assert requests.get(server.url + "/_sandbox/clock", timeout=5).json()["offset"] == 100
         # the idempotency record survived too
-        replay = requests.post(server.url + "/v1/api/billing/customers",
-                               headers={**headers, "x-idempotency-id": "k1"},
-                               json={"identifier": "x"}, timeout=5)
+        replay = requests.post(
+            server.url + "/v1/api/billing/customers",
+            headers={**headers, "x-idempotency-id": "k1"},
+            json={"identifier": "x"},
+            timeout=5,
+        )
         assert replay.status_code == 200
     finally:
         server.stop()
     server = SandboxServer("127.0.0.1", 0, data, quiet=True, reset=True).start()
     try:
-        listed = requests.get(server.url + "/v1/api/billing/customers",
-                              headers={"x-kc-token": token(server.url)}, timeout=5).json()
+        listed = requests.get(
+            server.url + "/v1/api/billing/customers",
+            headers={"x-kc-token": token(server.url)},
+            timeout=5,
+        ).json()
         assert listed == {"data": []}
     finally:
         server.stop()
@@ -74,25 +91,56 @@ def test_reset_keeps_config_unless_asked(sandbox):
 
 
 def test_cli_prints_the_settings_to_paste(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT),
-           "BILLING_SANDBOX_WEBHOOK_SECRET": "whsec_dGVzdHNlY3JldHRlc3RzZWNyZXQ="}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "BILLING_SANDBOX_WEBHOOK_SECRET": "whsec_dGVzdHNlY3JldHRlc3RzZWNyZXQ=",
+    }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "billing_integration.sandbox", "--port", "0", "--quiet",
-         "--data", str(tmp_path / "s.sqlite3"), "--client-id", "cli-client",
-         "--client-secret", "cli-secret", "--token-lifetime", "42"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=tmp_path)
+        [
+            sys.executable,
+            "-m",
+            "billing_integration.sandbox",
+            "--port",
+            "0",
+            "--quiet",
+            "--data",
+            str(tmp_path / "s.sqlite3"),
+            "--client-id",
+            "cli-client",
+            "--client-secret",
+            "cli-secret",
+            "--token-lifetime",
+            "42",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
     try:
         lines = dict(proc.stdout.readline().strip().split("=", 1) for _ in range(6))
-        assert set(lines) == {"BILLING_BASE_URL", "BILLING_AUTH_URL", "BILLING_CHECKOUT_URL",
-                              "BILLING_CLIENT_ID", "BILLING_CLIENT_SECRET",
-                              "BILLING_WEBHOOK_SECRET"}
+        assert set(lines) == {
+            "BILLING_BASE_URL",
+            "BILLING_AUTH_URL",
+            "BILLING_CHECKOUT_URL",
+            "BILLING_CLIENT_ID",
+            "BILLING_CLIENT_SECRET",
+            "BILLING_WEBHOOK_SECRET",
+        }
         assert lines["BILLING_AUTH_URL"] == lines["BILLING_BASE_URL"] + "/auth"
         assert lines["BILLING_CLIENT_ID"] == "cli-client"
         assert lines["BILLING_WEBHOOK_SECRET"] == "whsec_dGVzdHNlY3JldHRlc3RzZWNyZXQ="
         response = requests.post(
             lines["BILLING_AUTH_URL"] + "/realms/sandbox/protocol/openid-connect/token",
-            data={"grant_type": "client_credentials", "client_id": "cli-client",
-                  "client_secret": "cli-secret"}, timeout=5)
+            data={
+                "grant_type": "client_credentials",
+                "client_id": "cli-client",
+                "client_secret": "cli-secret",
+            },
+            timeout=5,
+        )
         assert response.json()["expires_in"] == 42
     finally:
         proc.terminate()
@@ -100,12 +148,24 @@ def test_cli_prints_the_settings_to_paste(tmp_path):
 
 
 def test_trigger_command(sandbox, api):
-    sub = api.post("/subscriptions", {
-        "customer": api.customer()["id"], "product": api.product()["id"],
-        "selected_currency": "XOF", "selected_billing_cycle": "months-1"}).json()["data"][0]
+    sub = api.post(
+        "/subscriptions",
+        {
+            "customer": api.customer()["id"],
+            "product": api.product()["id"],
+            "selected_currency": "XOF",
+            "selected_billing_cycle": "months-1",
+        },
+    ).json()["data"][0]
     out = StringIO()
-    call_command("billing_trigger", "subscription.canceled", sub["id"],
-                 "--sandbox-url", sandbox.url, stdout=out)
+    call_command(
+        "billing_trigger",
+        "subscription.canceled",
+        sub["id"],
+        "--sandbox-url",
+        sandbox.url,
+        stdout=out,
+    )
     assert '"subscription.canceled"' in out.getvalue()
     assert sandbox.events()[0]["data"]["status"] == "canceled"
 

@@ -325,10 +325,15 @@ def test_the_lean_insert_writes_what_the_orm_would():
         )
         assert orm.created
         assert orm.event.received_at == WebhookEvent.objects.get(event_id="orm-1").received_at
-        assert not store_delivery(body.replace("lean-1", "orm-1").encode(), {},
-                                  Verification("signature")).created
-    expected = {**_stored_row("orm-1"), "event_id": "lean-1", "body": body,
-                "headers": {**_stored_row("orm-1")["headers"], "webhook-id": "lean-1"}}
+        assert not store_delivery(
+            body.replace("lean-1", "orm-1").encode(), {}, Verification("signature")
+        ).created
+    expected = {
+        **_stored_row("orm-1"),
+        "event_id": "lean-1",
+        "body": body,
+        "headers": {**_stored_row("orm-1")["headers"], "webhook-id": "lean-1"},
+    }
     assert lean == expected
     assert WebhookEvent.objects.get(event_id="lean-1").received_at == stored.event.received_at
     assert lean["state"] == EventState.RECEIVED and lean["attempts"] == 0
@@ -353,7 +358,11 @@ def test_the_orm_fallback_reports_what_it_stored(orm_fallback):
 
     again = store_delivery(body, {"webhook-id": "orm-2"}, Verification("signature", "orm-2"))
     assert (again.pk, again.created, again.state, again.error) == (
-        row.pk, False, EventState.RECEIVED, "")
+        row.pk,
+        False,
+        EventState.RECEIVED,
+        "",
+    )
     assert isinstance(again.values, dict) and again.values["event_id"] == "orm-2"
 
     rejected = store_delivery(b"[1]", {}, Verification("signature", "orm-3"))
@@ -369,8 +378,7 @@ def test_a_duplicate_whose_row_vanished_is_reported_with_its_fields():
     body = json.dumps(envelope("invoice.paid", {"id": "sub_1"}, event_id="gone-1")).encode()
     with mock.patch.object(ingest, "insert_ignoring_conflict", return_value=None):
         result = store_delivery(body, {}, Verification("signature", "gone-1"))
-    assert (result.pk, result.event_id, result.created, result.state) == (
-        None, "gone-1", False, "")
+    assert (result.pk, result.event_id, result.created, result.state) == (None, "gone-1", False, "")
     assert result.error == ""
     assert isinstance(result.values, dict) and result.values["event_id"] == "gone-1"
     assert result.event is None and not WebhookEvent.objects.exists()

@@ -169,8 +169,9 @@ def test_a_wakeup_suppressed_locally_while_the_drain_ends_is_still_processed(
     assert states == {first: EventState.IGNORED, late[0]: EventState.IGNORED}
 
 
-def test_the_drain_does_not_linger_without_a_window(client, kicked, settings,
-                                                     django_capture_on_commit_callbacks):
+def test_the_drain_does_not_linger_without_a_window(
+    client, kicked, settings, django_capture_on_commit_callbacks
+):
     settings.BILLING = {**settings.BILLING, "WEBHOOK_KICK_WINDOW": 0}
     deliver(client, 1, django_capture_on_commit_callbacks)
     with mock.patch.object(time, "sleep") as slept:
@@ -188,8 +189,7 @@ def test_linger_is_measured_from_the_clear():
 def test_the_budget_re_kick_is_never_suppressed_locally(
     client, kicked, settings, django_capture_on_commit_callbacks
 ):
-    settings.BILLING = {**settings.BILLING, "WEBHOOK_KICK_WINDOW": 60.0,
-                        "WEBHOOK_DRAIN_SECONDS": 0}
+    settings.BILLING = {**settings.BILLING, "WEBHOOK_KICK_WINDOW": 60.0, "WEBHOOK_DRAIN_SECONDS": 0}
     deliver(client, 2, django_capture_on_commit_callbacks)
     assert kicked.call_count == 1
     real_clear = wakeup.clear

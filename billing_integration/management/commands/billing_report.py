@@ -20,8 +20,10 @@ from ...reporting.report import Period, Table, build_report, display
 def format_table(table: Table) -> str:
     """A plain-text table: a title, a header, aligned columns (numbers on the right)."""
     header = [c.label for c in table.columns]
-    rows = [[display(v, c.kind) for v, c in zip(row, table.columns, strict=True)]
-            for row in table.values()]
+    rows = [
+        [display(v, c.kind) for v, c in zip(row, table.columns, strict=True)]
+        for row in table.values()
+    ]
     widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)]
 
     def line(cells: list[str]) -> str:
@@ -30,8 +32,7 @@ def format_table(table: Table) -> str:
             for cell, w, c in zip(cells, widths, table.columns, strict=True)
         ).rstrip()
 
-    out = [table.title, "=" * len(table.title), line(header),
-           "  ".join("-" * w for w in widths)]
+    out = [table.title, "=" * len(table.title), line(header), "  ".join("-" * w for w in widths)]
     out += [line(r) for r in rows] or ["(nothing in this period)"]
     return "\n".join(out)
 
@@ -43,11 +44,16 @@ class Command(BaseCommand):
         parser.add_argument("--product", help="product pk or exact name (default: all)")
         parser.add_argument("--currency", help="currency code, e.g. XOF (default: each)")
         parser.add_argument("--months", type=int, default=12, help="months back (default 12)")
-        parser.add_argument("--csv", choices=TABLES, metavar="TABLE",
-                            help=f"print one table as CSV: {', '.join(TABLES)}")
+        parser.add_argument(
+            "--csv",
+            choices=TABLES,
+            metavar="TABLE",
+            help=f"print one table as CSV: {', '.join(TABLES)}",
+        )
         parser.add_argument("--at", help="report as of this ISO 8601 instant (default: now)")
-        parser.add_argument("--customers", type=int, default=25,
-                            help="customers listed (default 25, 0 = all)")
+        parser.add_argument(
+            "--customers", type=int, default=25, help="customers listed (default 25, 0 = all)"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         from ...models import Product
@@ -56,8 +62,11 @@ class Command(BaseCommand):
         if options["product"]:
             value = options["product"]
             by_pk = value.isascii() and value.isdigit()
-            match = Product.objects.filter(pk=int(value)) if by_pk else (
-                Product.objects.filter(name=value))
+            match = (
+                Product.objects.filter(pk=int(value))
+                if by_pk
+                else (Product.objects.filter(name=value))
+            )
             product = match.values_list("pk", flat=True).first()
             if product is None:
                 raise CommandError(f"No product {value!r}.")
@@ -67,8 +76,9 @@ class Command(BaseCommand):
         if timezone.is_naive(at):
             at = timezone.make_aware(at)
         try:
-            period = Period(months=options["months"], product=product,
-                            currency=options["currency"], now=at)
+            period = Period(
+                months=options["months"], product=product, currency=options["currency"], now=at
+            )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         limit = options["customers"] or None
@@ -78,9 +88,12 @@ class Command(BaseCommand):
             return
         report = build_report(period, customer_limit=limit, at_risk_limit=limit)
         scope = f"last {period.months} months ({report.months[0]} .. {report.months[-1]})"
-        self.stdout.write(f"Billing report, {scope}"
-                          + (f", product {report.product_name(product)}" if product else "")
-                          + (f", {period.currency}" if period.currency else "") + "\n")
+        self.stdout.write(
+            f"Billing report, {scope}"
+            + (f", product {report.product_name(product)}" if product else "")
+            + (f", {period.currency}" if period.currency else "")
+            + "\n"
+        )
         for name, table in report.tables().items():
             if name == "at_risk":
                 table.title = f"{table.title}: {report.at_risk_total}"

@@ -31,15 +31,26 @@ class Command(BaseCommand):
     help = "Pull products, customers and subscriptions from the billing service."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("resources", nargs="*", metavar="resource",
-                            help="products, customers, subscriptions (default: all)")
-        parser.add_argument("--drain", action="store_true",
-                            help="push stale outbox entries inline before pulling")
-        parser.add_argument("--push", action="store_true",
-                            help="push every open outbox entry now, inline (without a worker), "
-                                 "and print what happened; with no resource named, pull nothing")
-        parser.add_argument("--retry-failed", action="store_true",
-                            help="re-queue failed outbox entries before pulling")
+        parser.add_argument(
+            "resources",
+            nargs="*",
+            metavar="resource",
+            help="products, customers, subscriptions (default: all)",
+        )
+        parser.add_argument(
+            "--drain", action="store_true", help="push stale outbox entries inline before pulling"
+        )
+        parser.add_argument(
+            "--push",
+            action="store_true",
+            help="push every open outbox entry now, inline (without a worker), "
+            "and print what happened; with no resource named, pull nothing",
+        )
+        parser.add_argument(
+            "--retry-failed",
+            action="store_true",
+            help="re-queue failed outbox entries before pulling",
+        )
         parser.add_argument("--no-progress", action="store_true")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -51,8 +62,10 @@ class Command(BaseCommand):
         if unknown:
             raise CommandError(f"Unknown resource(s) {sorted(unknown)}; choose from {RESOURCES}")
         resources = [r for r in RESOURCES if r in (options["resources"] or RESOURCES)]
-        tty = not options["no_progress"] and hasattr(self.stdout, "isatty") and (
-            self.stdout.isatty() or sys.stdout.isatty()
+        tty = (
+            not options["no_progress"]
+            and hasattr(self.stdout, "isatty")
+            and (self.stdout.isatty() or sys.stdout.isatty())
         )
 
         # Which service (billing_integration.service): refuse before pushing or pulling.

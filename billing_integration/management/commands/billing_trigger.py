@@ -15,10 +15,19 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 EVENT_TYPES = (
-    "subscription.renewal", "subscription.canceled", "subscription.paused",
-    "payment.completed", "payment.failed", "payment.canceled",
-    "refund.initiated", "refund.approved", "refund.rejected",
-    "invoice.paid", "invoice.voided", "invoice.marked_uncollectable", "invoice.deleted",
+    "subscription.renewal",
+    "subscription.canceled",
+    "subscription.paused",
+    "payment.completed",
+    "payment.failed",
+    "payment.canceled",
+    "refund.initiated",
+    "refund.approved",
+    "refund.rejected",
+    "invoice.paid",
+    "invoice.voided",
+    "invoice.marked_uncollectable",
+    "invoice.deleted",
 )
 
 
@@ -32,8 +41,11 @@ class Command(BaseCommand):
         parser.add_argument("--reason", help="failure or refund reason")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        url = options["sandbox_url"] or (getattr(settings, "BILLING", None) or {}).get(
-            "BASE_URL") or "http://127.0.0.1:8100"
+        url = (
+            options["sandbox_url"]
+            or (getattr(settings, "BILLING", None) or {}).get("BASE_URL")
+            or "http://127.0.0.1:8100"
+        )
         body = {"type": options["type"], "object": options["object_id"]}
         if options["reason"]:
             body["reason"] = options["reason"]
