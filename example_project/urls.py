@@ -7,6 +7,7 @@ from . import views
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("i18n/", include("django.conf.urls.i18n")),  # set_language: the language switch
     path("billing/", include("billing_integration.urls")),
     # (demo) the example SaaS
     path("", views.home, name="home"),

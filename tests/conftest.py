@@ -1,8 +1,9 @@
 """Shared fixtures and markers. The sandbox fixtures come from the ``billing_integration.testing``
 plugin.
 
-Two markers name a backend a test cannot do without: ``postgresql`` (the test database must be
-PostgreSQL: row locks, concurrent writers) and ``redis`` (a ``redis-server`` on the PATH). Such
+Three markers name a backend a test cannot do without: ``postgresql`` (the test database must be
+PostgreSQL: row locks, concurrent writers), ``redis`` (a ``redis-server`` on the PATH) and
+``gettext`` (GNU gettext's ``xgettext`` and ``msgfmt`` on the PATH, for the translations). Such
 a test is skipped, with the reason, where the backend is absent; under CI (the environment
 variable ``CI`` set, as ``.ci/run`` runs with PostgreSQL and Redis) that skip is a failure, so
 CI cannot go green without running it.
@@ -15,7 +16,7 @@ import shutil
 
 import pytest
 
-BACKENDS = ("postgresql", "redis")
+BACKENDS = ("postgresql", "redis", "gettext")
 
 
 def in_ci() -> bool:
@@ -31,6 +32,10 @@ def missing_backend(item: pytest.Item) -> str | None:
             return f"needs PostgreSQL (DATABASE_URL=postgres://...), not {connection.vendor}"
     if item.get_closest_marker("redis") and shutil.which("redis-server") is None:
         return "needs redis-server on PATH"
+    if item.get_closest_marker("gettext") and not all(
+        shutil.which(tool) for tool in ("xgettext", "msgfmt", "msgen")
+    ):
+        return "needs GNU gettext (xgettext, msgfmt, msgen) on PATH"
     return None
 
 
@@ -51,5 +56,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         report.outcome = "failed"
         report.longrepr = (
             f"skipped under CI ({reason}): a test marked {', '.join(needs)} must run in CI "
-            "(DATABASE_URL pointing at PostgreSQL, redis-server on the PATH)"
+            "(DATABASE_URL pointing at PostgreSQL, redis-server and gettext on the PATH)"
         )
+
+
+@pytest.fixture(autouse=True)
+def default_language():
+    """Each test starts in the default language: a request with ``Accept-Language: fr`` leaves
+    French active in the test's thread (``LocaleMiddleware`` activates, nothing deactivates)."""
+    from django.utils import translation
+
+    translation.deactivate()
+    yield
+    translation.deactivate()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.translation import gettext_lazy as _
 from rest_framework.permissions import BasePermission
 
 from . import ProductRef, get_subscriber, subscribed
@@ -22,7 +23,7 @@ class HasActiveSubscription(BasePermission):
     authenticated non-subscribers get 403.
     """
 
-    message = "An active subscription is required."
+    message = _("An active subscription is required.")
     code = "subscription_required"
     product: ProductRef = None
 
@@ -45,7 +46,7 @@ class HasFeature(BasePermission):
     answer; authenticated requests without the feature get 403.
     """
 
-    message = "This feature is not included in your subscription."
+    message = _("This feature is not included in your subscription.")
     code = "feature_required"
     feature: str | None = None
 

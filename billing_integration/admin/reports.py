@@ -17,6 +17,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.text import slugify
+from django.utils.translation import gettext
 
 from ..conf import billing_settings
 from ..models import Product, Report
@@ -74,25 +75,42 @@ def charts(report: ReportData) -> list[dict[str, Any]]:
                 "currency": currency,
                 "totals": report.totals(currency),
                 "svgs": [
-                    line_chart(f"MRR ({currency})", months, {"MRR": series("mrr")}),
-                    bar_chart(
-                        f"New subscriptions and cancellations ({currency})",
+                    line_chart(
+                        gettext("MRR (%(currency)s)") % {"currency": currency},
                         months,
-                        {"new": series("new"), "cancellations": series("cancellations")},
+                        {gettext("MRR"): series("mrr")},
                     ),
-                    line_chart(f"Churn rate ({currency})", months, {"churn %": churn}, unit="%"),
                     bar_chart(
-                        f"Payments ({currency})",
+                        gettext("New subscriptions and cancellations (%(currency)s)")
+                        % {"currency": currency},
                         months,
                         {
-                            "completed": series("payments_completed"),
-                            "failed": series("payments_failed"),
+                            gettext("new"): series("new"),
+                            gettext("cancellations"): series("cancellations"),
+                        },
+                    ),
+                    line_chart(
+                        gettext("Churn rate (%(currency)s)") % {"currency": currency},
+                        months,
+                        {gettext("churn %"): churn},
+                        unit="%",
+                    ),
+                    bar_chart(
+                        gettext("Payments (%(currency)s)") % {"currency": currency},
+                        months,
+                        {
+                            gettext("completed"): series("payments_completed"),
+                            gettext("failed"): series("payments_failed"),
                         },
                     ),
                     bar_chart(
-                        f"Failed and refunded amounts ({currency})",
+                        gettext("Failed and refunded amounts (%(currency)s)")
+                        % {"currency": currency},
                         months,
-                        {"failed": series("failed_amount"), "refunded": series("refunded_amount")},
+                        {
+                            gettext("failed"): series("failed_amount"),
+                            gettext("refunded"): series("refunded_amount"),
+                        },
                     ),
                 ],
             }
@@ -121,7 +139,8 @@ class ReportAdmin(admin.ModelAdmin):
         if export:
             if export not in TABLES:
                 return HttpResponse(
-                    f"Unknown table; choose from {', '.join(TABLES)}.",
+                    gettext("Unknown table; choose from %(tables)s.")
+                    % {"tables": ", ".join(TABLES)},
                     status=400,
                     content_type="text/plain",
                 )
@@ -144,7 +163,7 @@ class ReportAdmin(admin.ModelAdmin):
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
-            "title": "Billing reports",
+            "title": gettext("Billing reports"),
             "subtitle": None,
             "period": period,
             "report": report,

@@ -38,7 +38,7 @@ from typing import Any
 from django.db import connections, router, transaction
 from django.db.models import F, Q
 from django.utils import timezone
-from django.utils.translation import gettext_lazy
+from django.utils.translation import gettext, gettext_lazy
 
 from ..access import resolve_product, subscribed
 from ..client import get_client
@@ -97,7 +97,7 @@ class CheckoutError(BillingError):
 
     status: int = 400
     code: str = "checkout_error"
-    default_message = "The checkout could not be started."
+    default_message = gettext_lazy("The checkout could not be started.")
 
     def __init__(
         self, message: str | None = None, *, status: int | None = None, code: str | None = None
@@ -115,7 +115,7 @@ class ProductUnavailable(CheckoutError):
 
     status = 409
     code = "product_unavailable"
-    default_message = "This product is not available for purchase."
+    default_message = gettext_lazy("This product is not available for purchase.")
 
 
 class InvalidChoice(CheckoutError):
@@ -123,7 +123,7 @@ class InvalidChoice(CheckoutError):
 
     status = 400
     code = "invalid_choice"
-    default_message = "This billing option is not offered for this product."
+    default_message = gettext_lazy("This billing option is not offered for this product.")
 
 
 class NoSubscriber(CheckoutError):
@@ -131,7 +131,9 @@ class NoSubscriber(CheckoutError):
 
     status = 403
     code = "no_subscriber"
-    default_message = "Your account cannot subscribe (no billing account is linked to it)."
+    default_message = gettext_lazy(
+        "Your account cannot subscribe (no billing account is linked to it)."
+    )
 
 
 class ServiceUnavailable(CheckoutError):
@@ -139,7 +141,7 @@ class ServiceUnavailable(CheckoutError):
 
     status = 503
     code = "service_unavailable"
-    default_message = (
+    default_message = gettext_lazy(
         "The payment service is temporarily unavailable. Nothing was charged; please try "
         "again in a few minutes."
     )
@@ -161,7 +163,9 @@ class CheckoutRefused(CheckoutError):
 
     status = 502
     code = "checkout_refused"
-    default_message = "The payment service refused to start this checkout. Please try again later."
+    default_message = gettext_lazy(
+        "The payment service refused to start this checkout. Please try again later."
+    )
 
 
 # --- validation ---------------------------------------------------------------------------------
@@ -190,9 +194,15 @@ def _currency_id(currency: Any) -> int:
             currency.strip() if isinstance(currency, str) else currency
         )
     except BillingConfigurationError:
-        raise InvalidChoice(f"The currency {str(currency)[:16]!r} is not offered.") from None
+        raise InvalidChoice(
+            gettext("The currency %(currency)s is not offered.")
+            % {"currency": repr(str(currency)[:16])}
+        ) from None
     if value is None or value not in billing_settings.CURRENCIES:
-        raise InvalidChoice(f"The currency {str(currency)[:16]!r} is not offered.")
+        raise InvalidChoice(
+            gettext("The currency %(currency)s is not offered.")
+            % {"currency": repr(str(currency)[:16])}
+        )
     return value
 
 
@@ -213,19 +223,24 @@ def validate_selection(product: Any, cycle: Any = None, currency: Any = None) ->
             resolved = None
     if resolved is None:
         raise ProductUnavailable(
-            "This product does not exist.", status=404, code="product_not_found"
+            gettext("This product does not exist."), status=404, code="product_not_found"
         )
     if resolved.pk is not None:
         resolved.refresh_from_db()  # the status as stored now, not as the caller loaded it
     if resolved.status == ProductStatus.ARCHIVED:
         raise ProductUnavailable(
-            "This product has been retired and can no longer be bought.", code="product_archived"
+            gettext("This product has been retired and can no longer be bought."),
+            code="product_archived",
         )
     if resolved.status != ProductStatus.PUBLISHED:
-        raise ProductUnavailable("This product is not on sale yet.", code="product_not_published")
+        raise ProductUnavailable(
+            gettext("This product is not on sale yet."), code="product_not_published"
+        )
     if resolved.remote_id is None:
         raise ProductUnavailable(
-            "This product is not available for purchase yet. Please try again in a minute.",
+            gettext(
+                "This product is not available for purchase yet. Please try again in a minute."
+            ),
             code="product_not_synced",
         )
 
@@ -240,7 +255,7 @@ def validate_selection(product: Any, cycle: Any = None, currency: Any = None) ->
         if not code:
             cycles = list(resolved.cycles.all()[:2])
             if len(cycles) != 1:
-                raise InvalidChoice("Choose a billing cycle.", code="cycle_required")
+                raise InvalidChoice(gettext("Choose a billing cycle."), code="cycle_required")
             chosen_cycle = cycles[0]
         else:
             unit, _, freq = code.partition("-")
@@ -251,7 +266,8 @@ def validate_selection(product: Any, cycle: Any = None, currency: Any = None) ->
             )
             if chosen_cycle is None:
                 raise InvalidChoice(
-                    f"The billing cycle {code[:32]!r} is not offered for this product.",
+                    gettext("The billing cycle %(cycle)s is not offered for this product.")
+                    % {"cycle": repr(code[:32])},
                     code="unknown_cycle",
                 )
         prices = Price.objects.filter(cycle=chosen_cycle)
@@ -262,14 +278,17 @@ def validate_selection(product: Any, cycle: Any = None, currency: Any = None) ->
         candidates = [c for c in (resolved.selected_currencies or []) if _ascii_digits(str(c))]
         usable = [int(c) for c in candidates if int(c) in priced]
         if not usable:
-            raise InvalidChoice("This product has no price in any currency.", code="no_price")
+            raise InvalidChoice(
+                gettext("This product has no price in any currency."), code="no_price"
+            )
         currency_id = usable[0]
     else:
         currency_id = _currency_id(currency)
         if currency_id not in offered or currency_id not in priced:
             code_text = billing_settings.CURRENCIES.get(currency_id, str(currency_id))
             raise InvalidChoice(
-                f"This product is not sold in {code_text}.", code="unknown_currency"
+                gettext("This product is not sold in %(currency)s.") % {"currency": code_text},
+                code="unknown_currency",
             )
     return CheckoutSelection(product=resolved, cycle=chosen_cycle, currency_id=currency_id)
 
