@@ -9,7 +9,9 @@ sandbox (``billing_sandbox``) delivering its events to it, and a real Celery wor
    the "Publish" action; the worker pushes it, published, to the sandbox;
 2. a user signs up, opens the pricing page, clicks the checkout button, lands on the sandbox's
    hosted page, pays with 0700000001, confirms the PIN, returns, and reaches the members page;
-3. a second user paying with 0700000002 (declined) is sent back to pricing from the members page.
+3. a second user paying with 0700000002 (declined) is sent back to pricing from the members page;
+   his billing page shows the declined payment with "Pay again", in English and in French;
+4. he pays again from the billing page with 0700000001 and reaches the members page.
 
 Skipped, with the reason, when ``/usr/bin/chromium`` or the ``playwright`` package is missing
 (``.ci/run`` installs Chromium; locally: ``apt-get install chromium``).
@@ -294,11 +296,35 @@ def test_admin_publishes_user_subscribes_declined_user_does_not(
     page.wait_for_selector("#billing-payments td:text-is('Declined')")
     assert page.is_visible("#billing-payments form.billing-pay-again button")
     shots(page, "bob-account")
-    page.context.close()
-
+    # The billing page in French (the example project's language switch sets this cookie).
+    page.context.add_cookies([{"name": "django_language", "value": "fr", "url": base}])
+    page.goto(f"{base}/account/")
+    page.wait_for_selector("html[lang='fr']")
+    assert page.is_visible(
+        "#billing-payments form.billing-pay-again button:has-text('Payer à nouveau')"
+    )
+    assert "Refusé" in page.inner_text("#billing-payments")
+    shots(page, "bob-account-fr")
+    page.context.clear_cookies(name="django_language")
+    page.goto(f"{base}/account/")
+    page.wait_for_selector("html[lang='en']")
     bob = get_user_model().objects.get(username=bob_name)
     assert not subscribed(bob)
     assert not Subscription.objects.for_subscriber(bob).exists()
+
+    # 4. He pays again from the billing page, with a number that succeeds: he gets in. -------
+    page.click("#billing-payments form.billing-pay-again button")
+    page.wait_for_url(re.compile(r".*/checkout/[0-9a-f-]{36}$"))
+    assert pay(page, SUCCESS_PHONE, shots, "bob-again") == "success"
+    page.goto(page.get_attribute("#return", "href"))
+    page.wait_for_selector("[data-outcome='active']")
+    shots(page, "bob-again-returned")
+    page.goto(f"{base}/members/")
+    page.wait_for_url(f"{base}/members/")
+    assert page.is_visible("#members-only")
+    shots(page, "bob-again-members")
+    page.context.close()
+    assert subscribed(bob)
     bob_customer = Customer.objects.get(subscriber=bob)
     failed = [
         e
@@ -308,4 +334,4 @@ def test_admin_publishes_user_subscribes_declined_user_does_not(
     assert [e["data"]["failure_reason"] for e in failed] == ["declined"]
 
     names = [p.name for p in shots.taken]
-    assert len(names) == 21 and all(p.stat().st_size > 1000 for p in shots.taken), names
+    assert len(names) == 27 and all(p.stat().st_size > 1000 for p in shots.taken), names
