@@ -189,43 +189,43 @@ class BillingCycleForm(forms.ModelForm):
         super()._post_clean()
 
 
-class CycleFormSet(forms.BaseInlineFormSet):
-    """Cycles belong to subscription products: a one-time product's cycles would never be
-    sent (its price is the root price), so they are refused rather than kept silently."""
+class _NeverSentRowsFormSet(forms.BaseInlineFormSet):
+    """Inline rows that a product of one type would never send are refused rather than kept
+    silently: ``refuse_for_one_time`` says which type, ``message`` what to do."""
+
+    refuse_for_one_time: bool
+    message: Any
 
     def clean(self) -> None:
         super().clean()
-        if not self.instance.is_one_time:
+        if self.instance.is_one_time != self.refuse_for_one_time:
             return
         for form in self.forms:
             if not hasattr(form, "cleaned_data") or self._should_delete_form(form):
                 continue
             if form.instance.pk is not None or form.has_changed():
-                raise ValidationError(
-                    _(
-                        "A one-time product has no billing cycles (none would be sent): put its "
-                        "price in “Prices”, or remove the cycles."
-                    )
-                )
+                raise ValidationError(self.message)
 
 
-class RootPriceFormSet(forms.BaseInlineFormSet):
+class CycleFormSet(_NeverSentRowsFormSet):
+    """Cycles belong to subscription products: a one-time product's cycles would never be
+    sent (its price is the root price)."""
+
+    refuse_for_one_time = True
+    message = _(
+        "A one-time product has no billing cycles (none would be sent): put its "
+        "price in “Prices”, or remove the cycles."
+    )
+
+
+class RootPriceFormSet(_NeverSentRowsFormSet):
     """Root prices belong to one-time products: a subscription product's would never be sent."""
 
-    def clean(self) -> None:
-        super().clean()
-        if self.instance.is_one_time:
-            return
-        for form in self.forms:
-            if not hasattr(form, "cleaned_data") or self._should_delete_form(form):
-                continue
-            if form.instance.pk is not None or form.has_changed():
-                raise ValidationError(
-                    _(
-                        "A subscription product's prices go on its billing cycles (root prices "
-                        "would not be sent): remove them here."
-                    )
-                )
+    refuse_for_one_time = False
+    message = _(
+        "A subscription product's prices go on its billing cycles (root prices "
+        "would not be sent): remove them here."
+    )
 
 
 class BillingCycleInline(admin.TabularInline):

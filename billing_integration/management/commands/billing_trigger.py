@@ -14,21 +14,7 @@ import requests
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-EVENT_TYPES = (
-    "subscription.renewal",
-    "subscription.canceled",
-    "subscription.paused",
-    "payment.completed",
-    "payment.failed",
-    "payment.canceled",
-    "refund.initiated",
-    "refund.approved",
-    "refund.rejected",
-    "invoice.paid",
-    "invoice.voided",
-    "invoice.marked_uncollectable",
-    "invoice.deleted",
-)
+from ...sandbox.events import EVENT_TYPES
 
 
 class Command(BaseCommand):
