@@ -6,7 +6,8 @@
 
 The sandbox runs as a process of its own; the floor (``n`` raw POSTs with the same bodies from
 one ``requests.Session`` in this process, set up as the client's) and the drain (``n``
-customers committed in one transaction, pushed by one Celery worker process) are both its
+customers committed in one transaction, pushed by one Celery worker process with one call in
+flight, ``OUTBOX_PUSH_CONCURRENCY`` 1) are both its
 clients. Werkzeug's server closes every connection after its answer, so both reconnect per
 request. The drain's time runs from the commit to the last entry done. Rounds run the two back
 to back, the order flipped every round; the verdict is the median of the paired round ratios
@@ -77,7 +78,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per drain")
     args = parser.parse_args()
-    stack = Stack("bench_drain", separate_sandbox=True).start()
+    # One call in flight, as the floor's one session: the drain's overhead, like for like
+    # (benchmarks/bench_scale.py measures calls in flight together).
+    stack = Stack(
+        "bench_drain", separate_sandbox=True, extra={"OUTBOX_PUSH_CONCURRENCY": 1}
+    ).start()
     try:
         sandbox = stack.sandbox
         session = client_like_session()

@@ -201,6 +201,27 @@ def _checkout_and_access_errors(conf: dict[str, Any]) -> list:
             )
         )
     errors.extend(_retention_errors(conf))
+    errors.extend(_worker_errors(conf))
+    return errors
+
+
+#: Settings that size the work of the workers: each a positive whole number.
+WORKER_COUNTS = ("OUTBOX_PUSH_CONCURRENCY", "OUTBOX_PUSH_RUNS", "OUTBOX_CLAIM_BATCH")
+
+
+def _worker_errors(conf: dict[str, Any]) -> list:
+    """Each of ``WORKER_COUNTS`` a positive integer."""
+    errors: list = []
+    for key in WORKER_COUNTS:
+        value = conf.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            errors.append(
+                Error(
+                    f"BILLING['{key}'] must be a positive whole number, not {value!r}.",
+                    hint=f"The default is {DEFAULTS[key]!r}.",
+                    id="billing_integration.E016",
+                )
+            )
     return errors
 
 

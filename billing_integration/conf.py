@@ -105,6 +105,8 @@ DEFAULTS: dict[str, Any] = {
     "KICK_CACHE": None,  # Django cache alias shared by all processes; None = TOKEN_CACHE
     "OUTBOX_DRAIN_SECONDS": 20.0,  # one drain task run pushes this long, then kicks itself
     "OUTBOX_CLAIM_BATCH": 100,  # due entries fetched per query by a drain task run
+    "OUTBOX_PUSH_CONCURRENCY": 4,  # calls in flight at once in one push run (threads)
+    "OUTBOX_PUSH_RUNS": 4,  # push runs at once over the workers when a burst is due
     "WEBHOOK_DRAIN_SECONDS": 20.0,  # one event drain run processes this long, then kicks itself
     # seconds a web process that saw the event drain's wake-up pending skips the cache for
     # further kicks; the drain lingers this long (+ a margin) after clearing. 0 = off
@@ -319,6 +321,11 @@ DOCS: dict[str, str] = {
     "(`None`: `TOKEN_CACHE`).",
     "OUTBOX_DRAIN_SECONDS": "Seconds one push drain run pushes, then it kicks itself again.",
     "OUTBOX_CLAIM_BATCH": "Due entries a push drain run fetches and claims at a time.",
+    "OUTBOX_PUSH_CONCURRENCY": "Calls to the service one push run has in flight at once "
+    "(threads; the entries of one object stay in order). `1`: one call at a time.",
+    "OUTBOX_PUSH_RUNS": "Push runs that may work at once when a burst is due: a run that finds "
+    "a full batch wakes one more, up to this many, so a burst spreads over the workers. `1`: "
+    "one run at a time.",
     "WEBHOOK_DRAIN_SECONDS": "Seconds one event drain run processes, then it kicks itself again.",
     "WEBHOOK_KICK_WINDOW": "Seconds a web process that saw the event drain's wake-up pending "
     "skips the cache for further kicks; the drain lingers as long after its clear before "

@@ -239,6 +239,22 @@ def test_checkout_settings_are_checked(settings, extra, expected):
     assert ids(check_billing_settings()) == expected
 
 
+@pytest.mark.parametrize(
+    "key", ["OUTBOX_PUSH_CONCURRENCY", "OUTBOX_PUSH_RUNS", "OUTBOX_CLAIM_BATCH"]
+)
+@pytest.mark.parametrize("value", [0, -1, "4", 2.5, True, None])
+def test_worker_counts_must_be_positive_whole_numbers(settings, key, value):
+    settings.BILLING = {**GOOD, key: value}
+    errors = check_billing_settings()
+    assert ids(errors) == ["billing_integration.E016"]
+    assert f"BILLING['{key}']" in errors[0].msg and repr(value) in errors[0].msg
+
+
+def test_worker_counts_of_one_and_more_pass(settings):
+    settings.BILLING = {**GOOD, "OUTBOX_PUSH_CONCURRENCY": 1, "OUTBOX_PUSH_RUNS": 16}
+    assert check_billing_settings() == []
+
+
 def test_removed_checkout_retry_settings_are_refused(settings):
     """INTERACTIVE_DEADLINE replaced them: a project still setting them is told so."""
     settings.BILLING = {**GOOD, "CHECKOUT_MAX_RETRIES": 1}

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.contrib.contenttypes.models import ContentType
 from django.db import models
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -66,6 +66,16 @@ class OutboxQuerySet(models.QuerySet):
             pending
             | Q(state=OutboxState.IN_PROGRESS, started_at__lte=now - timedelta(seconds=lease))
         )
+
+    def heads(self) -> OutboxQuerySet:
+        """Entries with no older open (or in-doubt failed) entry of their object: the ones a
+        push may take now without overtaking another push of the same object."""
+        older = OutboxEntry.objects.filter(
+            content_type_id=OuterRef("content_type_id"),
+            object_id=OuterRef("object_id"),
+            pk__lt=OuterRef("pk"),
+        ).filter(Q(state__in=OPEN_STATES) | Q(state=OutboxState.FAILED, in_doubt=True))
+        return self.filter(~Exists(older))
 
     def reset_failed(self) -> list[int]:
         """Put failed entries back in the queue (same key; a refused body is rebuilt) and

@@ -6,15 +6,19 @@ Used by the ``push_due_entries`` task (woken by a coalesced kick: ``tasks.OUTBOX
 synchronous pushes may run at once: an entry another one holds is skipped here (``held``),
 and that one finishes it.
 
-The run sweeps the due entries once with a primary-key cursor. A later entry of an object
-(higher pk) therefore comes after its older one, in the same run. Entries created during the
-run have higher pks and are reached too; anything else that becomes due behind the cursor
-kicks a new run (which starts from the beginning) or is covered by the run's timer.
+Each look fetches the due *heads* (``OutboxEntry.objects.due().heads()``: entries with no
+older open entry of their object), in primary-key order, leaving out those this run already
+handled. An entry behind another push of its object is therefore fetched only once that push
+is over, by whichever run looks next: the pushes of one object stay in order whatever the
+number of runs. A run that fetches a full batch calls ``spread`` once (the task wakes one
+more run, on another worker: ``OUTBOX_PUSH_RUNS``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ..conf import billing_settings
 from ..models.outbox import OutboxEntry
@@ -44,35 +48,46 @@ def _wait_of(result: PushResult) -> float | None:
 
 
 def push_due(
-    run: DrainRun | None = None, *, seconds: float = 20.0, max_entries: int = 1000
+    run: DrainRun | None = None,
+    *,
+    seconds: float = 20.0,
+    max_entries: int = 1000,
+    spread: Callable[[], Any] | None = None,
 ) -> DrainReport:
     """Push due entries in batches, in primary-key order, until none is left or the budget
     (the ``run``'s time, else ``seconds`` of wall time; ``max_entries`` attempts) is spent;
     then ``more`` says whether some were left (the run is stopped: it re-kicks), and
-    ``next_in`` when the earliest entry left waiting is due (the run's timer)."""
+    ``next_in`` when the earliest entry left waiting is due (the run's timer). ``spread`` is
+    called once, when a look finds a full batch (more may be due than this run can push
+    soon)."""
     if run is None:
         run = DrainRun(seconds)
     report = DrainReport()
     batch = max(1, int(billing_settings.OUTBOX_CLAIM_BATCH))
     lease = float(billing_settings.OUTBOX_LEASE)
-    cursor = 0
+    seen: set[int] = set()
     waits: list[float] = []
 
     def due() -> list[int]:
-        return list(
+        ids = (
             OutboxEntry.objects.due(lease=lease)
-            .filter(pk__gt=cursor)
+            .heads()
             .order_by("pk")
-            .values_list("pk", flat=True)[:batch]
+            .values_list("pk", flat=True)[: batch + len(seen)]
         )
+        return [pk for pk in ids if pk not in seen][:batch]
 
     for ids in run.looks(due):
         room = max_entries - report.handled
         if room <= 0 or not run.time_left():
             run.stop()
             break
-        cursor = ids[min(room, len(ids)) - 1]
-        for result in push_entries(ids[:room], deadline=run.deadline):
+        if spread is not None and len(ids) >= batch:
+            spread()
+            spread = None
+        ids = ids[:room]
+        seen.update(ids)
+        for result in push_entries(ids, deadline=run.deadline):
             if result.status == PushOutcome.REFUSED:  # another service (service.py)
                 report.refused = True
                 break

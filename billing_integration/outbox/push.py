@@ -16,12 +16,14 @@ HTTP calls:
    is gone, one with nothing to send (a customer edit: ``not_sent`` with a note), one whose
    create went through meanwhile. A subscription whose customer or product is not created yet
    is pushed after the batch, those first (each through its own entry and key).
-2. **call** each claimed entry in primary-key order: ``create_*`` if the object has no
-   ``remote_id``, else ``PATCH`` of what changed; through ``client`` (a person waiting passes
-   one bound to a deadline). A failure is recorded at once (backoff and ``pending`` again, or
-   ``failed``: at once for a refused request, after ``OUTBOX_MAX_ATTEMPTS`` otherwise). Calls
-   stop before the lease is half spent (or at the caller's deadline): the entries not called
-   yet are released (``pending`` again, attempt not counted).
+2. **call** the claimed entries, ``OUTBOX_PUSH_CONCURRENCY`` at a time (they are for
+   distinct objects: ``parallel.call_all``), started in primary-key order: ``create_*`` if
+   the object has no ``remote_id``, else ``PATCH`` of what changed; through ``client`` (a
+   person waiting passes one bound to a deadline). Each failure is then recorded (backoff and
+   ``pending`` again, or ``failed``: at once for a refused request, after
+   ``OUTBOX_MAX_ATTEMPTS`` otherwise). No call starts once the lease is half spent (or at the
+   caller's deadline): the entries not called are released (``pending`` again, attempt not
+   counted).
 3. **record** (one transaction): the entries are ``done`` (one ``UPDATE``); the objects get
    their remote ids, timestamps and JSON (``models.bulk.update_rows``, no signal fires,
    nothing is pushed back); a product's declared cycles sent as its blueprint are confirmed.
@@ -64,6 +66,7 @@ from ..models.subscriptions import Subscription
 from ..service import refuse_push_if_other_service
 from .context import from_remote
 from .locks import skip_locked
+from .parallel import call_all
 
 logger = logging.getLogger("billing_integration.outbox")
 
@@ -324,8 +327,9 @@ def _load_targets(entries: list[OutboxEntry], using: str) -> dict[Key, Any]:
             continue
         objs = model._default_manager.using(using).in_bulk(object_ids)
         if model is Product:
-            # Read to build the body and to tell what the answer still lacks (one query).
-            prefetch_related_objects(list(objs.values()), "root_prices")
+            # Read to build the bodies (the blueprint's cycles and their prices) and to tell
+            # what the answers still lack: three queries for the batch, not three per product.
+            prefetch_related_objects(list(objs.values()), "root_prices", "cycles__prices")
         for pk, obj in objs.items():
             found[(ct_id, pk)] = obj
     return found
@@ -338,20 +342,43 @@ def _call_all(
     deadline: float | None,
     client: Any,
 ) -> list[tuple[OutboxEntry, Any, dict[str, Any]]]:
+    """Call the service for the claimed entries, ``OUTBOX_PUSH_CONCURRENCY`` at a time (they
+    are for distinct objects), started in primary-key order; record each failure; give back
+    those not started when the stop time came. Returns the calls that went through.
+
+    An unexpected error (not a ``BillingError``) is raised once the others are recorded:
+    its entry stays ``in_progress`` and is pushed again after its lease, with the same key."""
     stop_at = time.monotonic() + float(billing_settings.OUTBOX_LEASE) / 2
     if deadline is not None:
         stop_at = min(stop_at, deadline)
+    if client is None:
+        from ..client import get_client
+
+        client = get_client()
+    outcomes = call_all(
+        claimed,
+        lambda pair: _call(pair[0], pair[1], client),
+        width=int(billing_settings.OUTBOX_PUSH_CONCURRENCY),
+        stop_at=stop_at,
+    )
     done: list[tuple[OutboxEntry, Any, dict[str, Any]]] = []
-    for index, (entry, obj) in enumerate(claimed):
-        if time.monotonic() >= stop_at:
-            _release([e for e, _ in claimed[index:]], using, results)
-            break
-        try:
-            data = _call(entry, obj, client)
-        except BillingError as exc:
-            results[entry.pk] = _record_failure(entry, obj, exc)
+    unexpected: BaseException | None = None
+    for (entry, obj), outcome in zip(claimed, outcomes, strict=True):
+        if not outcome.started:
             continue
-        done.append((entry, obj, data if isinstance(data, dict) else {}))
+        if isinstance(outcome.error, BillingError):
+            results[entry.pk] = _record_failure(entry, obj, outcome.error)
+        elif outcome.error is not None:
+            unexpected = unexpected or outcome.error
+        else:
+            data = outcome.value
+            done.append((entry, obj, data if isinstance(data, dict) else {}))
+    pairs = zip(claimed, outcomes, strict=True)
+    if not_started := [entry for (entry, _), outcome in pairs if not outcome.started]:
+        _release(not_started, using, results)
+    if unexpected is not None:
+        _record(done, using, results)
+        raise unexpected
     return done
 
 
@@ -397,9 +424,13 @@ def _record(
         try:
             with transaction.atomic(using=using):
                 _store_answers(done, still_open, using)
-                for entry, obj, _ in done:
-                    if isinstance(obj, Product):
-                        _confirm_declared_cycles(obj, entry.payload or {})
+                _confirm_declared_cycles(
+                    [
+                        (obj, entry.payload or {})
+                        for entry, obj, _ in done
+                        if isinstance(obj, Product)
+                    ]
+                )
         except IntegrityError:
             # One answer could not be stored (no id, a remote id already taken): store them
             # one by one, so the others are kept and the culprit's entry says why.
@@ -410,7 +441,7 @@ def _record(
                             obj, data, _key(entry) not in still_open, entry.changed_fields
                         )
                         if isinstance(obj, Product):
-                            _confirm_declared_cycles(obj, entry.payload or {})
+                            _confirm_declared_cycles([(obj, entry.payload or {})])
                 except IntegrityError as exc:
                     OutboxEntry.objects.using(using).filter(pk=entry.pk).update(
                         last_error=answer_not_stored(entry, exc)
@@ -563,25 +594,33 @@ def _apply_response(obj: Any, data: dict[str, Any], synced: bool, changed: Any =
         setattr(obj, key, value)
 
 
-def _confirm_declared_cycles(product: Product, body: dict[str, Any]) -> None:
-    """After a push that carried a blueprint: the service's blueprint is now the one sent, so
-    the product's blueprint is known and its declared cycles sent as they are now are
-    confirmed (a cycle changed since the body was built stays declared)."""
-    sent = body.get("subscription_blueprint")
-    if not isinstance(sent, dict):
+def _confirm_declared_cycles(pushed: list[tuple[Product, dict[str, Any]]]) -> None:
+    """After pushes that carried a blueprint: the service's blueprint is now the one sent, so
+    each such product's blueprint is known and its declared cycles sent as they are now are
+    confirmed (a cycle changed since the body was built stays declared). Two queries at
+    most for the whole batch."""
+    sent: dict[int, tuple[Product, list[Any]]] = {}
+    for product, body in pushed:
+        blueprint = body.get("subscription_blueprint")
+        if isinstance(blueprint, dict):
+            sent[product.pk] = (product, blueprint.get("billing_cycles") or [])
+    if not sent:
         return
-    carried = sent.get("billing_cycles") or []
     confirmed = [
         cycle.pk
-        for cycle in product.cycles.filter(declared=True).prefetch_related("prices")
-        if product_map.cycle_to_wire(cycle) in carried
+        for cycle in BillingCycle.objects.filter(product_id__in=sent, declared=True)
+        .prefetch_related("prices")
+        .order_by("pk")
+        if product_map.cycle_to_wire(cycle) in sent[cycle.product_id][1]
     ]
+    unknown = [product for product, _ in sent.values() if not product.blueprint_known]
     with from_remote():
         if confirmed:
             BillingCycle.objects.filter(pk__in=confirmed).update(declared=False)
-        if not product.blueprint_known:
-            Product.objects.filter(pk=product.pk).update(blueprint_known=True)
-            product.blueprint_known = True
+        if unknown:
+            Product.objects.filter(pk__in=[p.pk for p in unknown]).update(blueprint_known=True)
+            for product in unknown:
+                product.blueprint_known = True
 
 
 def answer_not_stored(entry: OutboxEntry, exc: IntegrityError) -> str:

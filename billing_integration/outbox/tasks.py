@@ -24,7 +24,7 @@ from ..wakeup import Wakeup
 
 logger = logging.getLogger("billing_integration.outbox")
 
-__all__ = ["OUTBOX", "enqueue", "push_due_entries", "requeue_stale_entries"]
+__all__ = ["OUTBOX", "enqueue", "push_due_entries", "push_run", "requeue_stale_entries"]
 
 
 def wakeup_name() -> str:
@@ -56,22 +56,49 @@ def enqueue(entry_id: int, countdown: float | None = None) -> bool:
     reject_on_worker_lost=True,
     ignore_result=True,
 )
-def push_due_entries() -> int:
+def push_due_entries(slot: int = 0) -> int:
     """The push run ``enqueue`` kicks: push every due entry (``drain.push_due``) in this one
-    task run, re-using the DB connection and the HTTP session. ``OUTBOX.draining`` clears the
-    wake-up flag first, and kicks the run again when it stops past ``OUTBOX_DRAIN_SECONDS`` /
-    ``OUTBOX_PUSH_MAX_ENTRIES`` entries, or sets a timer for entries due later (retry backoff,
-    waiting behind another). Returns the number of entries handled."""
+    task run, re-using the DB connection and the HTTP session, ``OUTBOX_PUSH_CONCURRENCY``
+    calls at a time. ``OUTBOX.draining`` clears the wake-up flag first, and kicks the run
+    again when it stops past ``OUTBOX_DRAIN_SECONDS`` / ``OUTBOX_PUSH_MAX_ENTRIES`` entries,
+    or sets a timer for entries due later (retry backoff, waiting behind another).
+
+    ``slot``: 0 for the run commits kick; a run that finds a full batch wakes the run of the
+    next slot (``push_run(slot + 1)``, coalesced like ``OUTBOX``), up to
+    ``OUTBOX_PUSH_RUNS`` slots, so a burst spreads over the workers. Returns the number of
+    entries handled."""
     from .drain import push_due
 
-    with OUTBOX.draining(seconds=float(billing_settings.OUTBOX_DRAIN_SECONDS)) as run:
-        report = push_due(run, max_entries=int(billing_settings.OUTBOX_PUSH_MAX_ENTRIES))
+    runs = max(1, int(billing_settings.OUTBOX_PUSH_RUNS))
+    spread = None
+    if slot + 1 < runs and not push_due_entries.app.conf.task_always_eager:
+        spread = push_run(slot + 1).kick  # eager: the next run would run inside this one
+    with push_run(slot).draining(seconds=float(billing_settings.OUTBOX_DRAIN_SECONDS)) as run:
+        report = push_due(
+            run, max_entries=int(billing_settings.OUTBOX_PUSH_MAX_ENTRIES), spread=spread
+        )
+    if report.handled:
+        logger.info(
+            "push run %s: %s entries handled, %s pushed, %s failed",
+            slot,
+            report.handled,
+            report.pushed,
+            report.failed,
+        )
     return report.handled
 
 
 #: The coalesced wake-up of the push run: commits kick it (``enqueue``), ``push_due_entries``
 #: drains it. No local window: every kick asks the cache.
 OUTBOX = Wakeup(wakeup_name, push_due_entries, options=_queue)
+
+
+def push_run(slot: int) -> Wakeup:
+    """The wake-up of push run ``slot``: ``OUTBOX`` for 0, else one of its own (flag
+    ``outbox:<queue>:<slot>``) sending ``push_due_entries(slot)``."""
+    if slot <= 0:
+        return OUTBOX
+    return Wakeup(lambda: f"{wakeup_name()}:{slot}", push_due_entries, options=_queue, args=(slot,))
 
 
 @shared_task(name="billing_integration.drain_outbox", ignore_result=True)

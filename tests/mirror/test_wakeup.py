@@ -13,7 +13,7 @@ from billing_integration import wakeup
 from billing_integration.models import Customer, OutboxEntry
 from billing_integration.outbox import drain, tasks
 from billing_integration.outbox.tasks import enqueue as real_enqueue  # before conftest patches it
-from billing_integration.outbox.tasks import push_due_entries, wakeup_name
+from billing_integration.outbox.tasks import push_due_entries
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -22,10 +22,19 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def sent(monkeypatch: pytest.MonkeyPatch) -> mock.Mock:
     """The real ``enqueue`` (kick), with the drain's ``apply_async`` spied (no broker)."""
     monkeypatch.setattr(tasks, "enqueue", real_enqueue)
-    wakeup.clear(wakeup_name())
+    names = [tasks.push_run(slot).name for slot in range(4)]
+    for name in names:
+        wakeup.clear(name)
     with mock.patch.object(push_due_entries, "apply_async") as apply_async:
         yield apply_async
-    wakeup.clear(wakeup_name())
+    for name in names:
+        wakeup.clear(name)
+
+
+def slot_messages(sent: mock.Mock, slot: int = 0) -> int:
+    """Messages sent for push run ``slot`` (0: the run commits kick)."""
+    wanted = () if slot == 0 else (slot,)
+    return sum(1 for call in sent.call_args_list if tuple(call.kwargs["args"]) == wanted)
 
 
 def customer(i: int, tag: str = "c") -> Customer:
@@ -51,9 +60,11 @@ def test_a_burst_of_100_changes_sends_one_message_and_one_drain_pushes_all(billi
     assert set(OutboxEntry.objects.values_list("state", flat=True)) == {"done"}
     per_object = creates_per_identifier(billing_sandbox)
     assert len(per_object) == 100 and set(per_object.values()) == {1}
+    # It found a full batch (OUTBOX_CLAIM_BATCH, 100): it woke the run of slot 1, once.
+    assert slot_messages(sent, 1) == 1
     # The drain cleared the flag first: the next change kicks again.
     customer(100)
-    assert sent.call_count == 2
+    assert slot_messages(sent, 0) == 2
 
 
 def test_a_change_committed_while_a_drain_runs_is_pushed(billing_sandbox, sent):
