@@ -1,6 +1,6 @@
 """Reliability suite: N local changes over products and customers while the sandbox injects
 20% 5xx, 5% timeouts, 5% resets after commit, a rate limit (429 with Retry-After above N billing
-requests a second) for a while, an outage, and the broker is stopped for part of the run.
+requests a second) for a while, an outage, and the broker is stopped and started again.
 After the drain it prints and asserts: 0 changes lost, 0 duplicate remote objects, remote
 state equal to local state for every object (every pushed field: a product's name, description,
 status, selected currencies, each cycle's price per currency and one-time prices; a customer's
@@ -8,13 +8,39 @@ identifier, names and email).
 
     python benchmarks/reliability.py --changes 1000 --outage 30 --broker-stop 10 \
         --rate-limit 10 --rate-limit-seconds 10
+    python benchmarks/reliability.py --broker rabbitmq --changes 1000 --outage 30 \
+        --broker-stop 10 --rate-limit 10 --rate-limit-seconds 10
 
 During the rate-limit phase (the changes from 10% to 30% of the run, paced over its seconds)
 it prints the billing calls the sandbox received, how many it answered 429, and the peak and
 mean calls per second against the limit: the workers, backing off together, stay near it.
 
-Uses a private ``redis-server`` as broker (so stopping it disturbs nobody) when one is on the
-PATH, a database of its own (``<DATABASE_URL db>_reliability`` on PostgreSQL, else SQLite), an
+The broker (``--broker``):
+
+- ``redis`` (the default): a private ``redis-server`` (so stopping it disturbs nobody) when
+  one is on the PATH, else ``CELERY_BROKER_URL`` (not stopped). At 60% of the changes it is
+  killed (SIGKILL: what it held in memory is gone) and started again ``--broker-stop``
+  seconds later, empty.
+- ``rabbitmq``: the machine's RabbitMQ (``RABBITMQ_URL``, default
+  ``amqp://guest:guest@127.0.0.1:5672//``; it must be local and this script run as root or
+  the ``rabbitmq`` user), with a virtual host of the run's own, created at the start and
+  deleted at the end, so its queues disturb nothing else. At 60% of the changes the whole
+  server is restarted: ``rabbitmqctl stop`` halts the Erlang node (a graceful stop: it
+  closes every connection, the workers' too, and keeps the durable queues and persistent
+  messages on disk), the script waits until its port is closed, ``--broker-stop`` seconds
+  later starts it with ``rabbitmq-server -detached`` (the machine's own start command) and
+  waits until it accepts an AMQP connection to the virtual host again. A full stop rather
+  than ``rabbitmqctl stop_app``: it is possible here (the server is the run's alone), and it
+  is what an upgrade or a reboot of the broker's host does: the listener, the Erlang VM and
+  every connection go, and the boot (tens of seconds on this machine) is part of the outage.
+  The server is started again when the run fails or is interrupted too.
+
+The changes go on while the broker is down (each of them paced by ``--broker-stop`` / the
+changes left * 3 seconds, as long as the restart lasts), their wake-ups unpublished; the last
+10% wait for the broker to be back, so some changes are published to the restarted broker.
+The restart's moments (asked, down, started, accepting) are printed from the start of the run.
+
+A database of its own (``<DATABASE_URL db>_reliability`` on PostgreSQL, else SQLite), an
 in-process sandbox and real worker processes. Exit status 1 when an assertion fails.
 """
 
@@ -180,7 +206,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--changes", type=int, default=1000)
     parser.add_argument("--outage", type=float, default=30.0, help="seconds of 503s")
-    parser.add_argument("--broker-stop", type=float, default=10.0, help="seconds without broker")
+    parser.add_argument(
+        "--broker",
+        choices=("redis", "rabbitmq"),
+        default="redis",
+        help="redis: a private redis-server; rabbitmq: a vhost of its own on RABBITMQ_URL",
+    )
+    parser.add_argument(
+        "--broker-stop",
+        type=float,
+        default=10.0,
+        help="seconds the broker stays stopped before it is started again (0: never stopped)",
+    )
     parser.add_argument(
         "--rate-limit",
         type=float,
@@ -205,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
 
     stack = Stack(
         "reliability",
-        private_redis=True,
+        broker=args.broker,
         extra={
             "READ_TIMEOUT": 2.0,
             "MAX_RETRIES": 2,
@@ -218,14 +255,75 @@ def main(argv: list[str] | None = None) -> int:
             "OUTBOX_LEASE": 30.0,
             "SHARED_BACKOFF": not args.no_shared_backoff,
         },
-    ).start()
+    )
+    restart = BrokerRestart(stack, args.broker_stop)
     try:
-        return run(stack, args)
+        stack.start()
+        return run(stack, args, restart)
     finally:
-        stack.stop()
+        restart.wait()  # a restart under way ends (its steps have timeouts) before the stop
+        stack.stop()  # RabbitMQ is started again if the run left it down
 
 
-def run(stack: Stack, args: argparse.Namespace) -> int:
+class BrokerRestart:
+    """Stops the stack's broker, waits ``down`` seconds, starts it again, in a thread of its
+    own (changes go on meanwhile); prints each moment in seconds from ``t0`` (the start of
+    the changes, ``time.monotonic()``)."""
+
+    def __init__(self, stack: Stack, down: float) -> None:
+        self.stack, self.down, self.t0 = stack, down, 0.0
+        self.moments: dict[str, float] = {}
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _mark(self, moment: str, what: str) -> None:
+        self.moments[moment] = time.monotonic() - self.t0
+        print(f"[{self.moments[moment]:6.1f}s] broker {what}", flush=True)
+
+    def _run(self) -> None:
+        try:
+            self._mark("asked", "stop asked")
+            self.stack.stop_broker()
+            self._mark("down", "down")
+            time.sleep(self.down)
+            self._mark("starting", "start asked")
+            self.stack.start_broker()
+            self._mark("up", "accepting connections again")
+        except BaseException as exc:  # reported by finish(); the stack restarts RabbitMQ
+            self.error = exc
+
+    def start(self, t0: float) -> None:
+        self.t0 = t0
+        self.thread.start()
+
+    def started(self) -> bool:
+        return self.thread.ident is not None
+
+    def running(self) -> bool:
+        return self.thread.is_alive()
+
+    def wait(self) -> None:
+        if self.started():
+            self.thread.join()
+
+    def finish(self) -> None:
+        """Wait for the broker to be back; raise what went wrong."""
+        self.wait()
+        if self.error is not None:
+            raise RuntimeError(f"broker restart failed: {self.error}") from self.error
+
+    def summary(self) -> str:
+        m = self.moments
+        if "up" not in m:
+            return "broker restart: not completed"
+        return (
+            f"broker restart: stop asked at {m['asked']:.1f}s, down at {m['down']:.1f}s, "
+            f"start asked at {m['starting']:.1f}s, accepting connections at {m['up']:.1f}s "
+            f"({m['up'] - m['down']:.1f}s without a broker)"
+        )
+
+
+def run(stack: Stack, args: argparse.Namespace, restart: BrokerRestart) -> int:
     from django.db import transaction
 
     from billing_integration.models import BillingCycle, Customer, OutboxEntry, Price, Product
@@ -233,7 +331,7 @@ def run(stack: Stack, args: argparse.Namespace) -> int:
 
     rng = random.Random(args.seed)
     sandbox = stack.sandbox
-    print(f"broker: {stack.broker_url()}  database: {stack.env['DATABASE_URL'].split('@')[-1]}")
+    print(f"broker: {stack.broker_label()}  database: {stack.env['DATABASE_URL'].split('@')[-1]}")
     stack.start_worker(concurrency=args.workers)
     sandbox.faults(
         operation="*",
@@ -248,11 +346,10 @@ def run(stack: Stack, args: argparse.Namespace) -> int:
     products: list[int] = []
     customers: list[int] = []
     n = args.changes
-    outage_at, broker_at = int(n * 0.3), int(n * 0.6)
+    outage_at, broker_at, broker_back_by = int(n * 0.3), int(n * 0.6), int(n * 0.9)
     limit_at = int(n * 0.1)
     limited = bool(args.rate_limit_seconds and args.rate_limit and outage_at > limit_at)
     phase: list[float] = []  # wall-clock start and end of the rate-limit phase
-    broker_stopped = False
     t0 = time.monotonic()
     for i in range(n):
         if limited and i == limit_at:
@@ -269,15 +366,13 @@ def run(stack: Stack, args: argparse.Namespace) -> int:
         if i == outage_at and args.outage:
             sandbox.faults(outage_seconds=args.outage)
             print(f"[{time.monotonic() - t0:6.1f}s] change {i}: sandbox outage {args.outage}s")
-        if i == broker_at and args.broker_stop and stack.private_redis:
-            stack.stop_redis()
-            broker_stopped = True
-            restart_at = time.monotonic() + args.broker_stop
-            print(f"[{time.monotonic() - t0:6.1f}s] change {i}: broker stopped")
-        if broker_stopped and time.monotonic() >= restart_at:
-            stack.start_redis()
-            broker_stopped = False
-            print(f"[{time.monotonic() - t0:6.1f}s] change {i}: broker restarted")
+        if i == broker_at and args.broker_stop and stack.broker_restartable:
+            print(f"[{time.monotonic() - t0:6.1f}s] change {i}: broker restart")
+            restart.start(t0)
+        if i == broker_back_by and restart.running():
+            print(f"[{time.monotonic() - t0:6.1f}s] change {i}: waiting for the broker")
+            restart.finish()
+            print(f"[{time.monotonic() - t0:6.1f}s] change {i}: changes go on")
         roll = rng.random()
         with transaction.atomic():
             if roll < 0.25 or not products:
@@ -311,15 +406,12 @@ def run(stack: Stack, args: argparse.Namespace) -> int:
                 price = Price.objects.filter(cycle__product_id=rng.choice(products)).first()
                 price.amount = Decimal(2000 + i)
                 price.save()
-        if broker_stopped:
+        if restart.running():
             time.sleep(args.broker_stop / max(1, n - broker_at) * 3)
         if limited and limit_at <= i < outage_at:  # the phase's changes, paced over it
             end = phase[0] + args.rate_limit_seconds * (i + 1 - limit_at) / (outage_at - limit_at)
             time.sleep(max(0.0, end - time.time()))
-    if broker_stopped:
-        time.sleep(max(0.0, restart_at - time.monotonic()))
-        stack.start_redis()
-        print(f"[{time.monotonic() - t0:6.1f}s] broker restarted")
+    restart.finish()
     print(
         f"[{time.monotonic() - t0:6.1f}s] {n} changes made; "
         f"{len(products)} products, {len(customers)} customers"
@@ -359,6 +451,10 @@ def run(stack: Stack, args: argparse.Namespace) -> int:
     print(f"requests seen by the sandbox: {len(requests)} ({faults} answered 5xx)")
     if len(phase) == 2:
         report_rate_limit_phase(requests, phase[0], phase[1], args.rate_limit)
+    if restart.started():
+        print(restart.summary())
+        lost_connections = stack.worker_log_count("Connection to broker lost")
+        print(f"worker connections to the broker lost (worker logs): {lost_connections}")
     print(f"changes lost: {lost}")
     print(
         f"duplicate remote objects: {dup_products + dup_customers} "

@@ -132,10 +132,19 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
     }
     for _d in (_queue, _broker_dir / "celery-processed", _broker_dir / "celery-control"):
         _d.mkdir(parents=True, exist_ok=True)
+elif CELERY_BROKER_URL.split("://", 1)[0] in ("amqp", "amqps", "pyamqp"):
+    # RabbitMQ needs no option: an unacknowledged message returns to its queue when its
+    # connection closes (no visibility timeout). Publisher confirms ("confirm_publish") stay
+    # off: with them a publish to a broker that blocks its publishers (a memory or disk
+    # alarm) waits until the alarm ends, web requests included (docs/production.md).
+    CELERY_BROKER_TRANSPORT_OPTIONS = {}
 else:
     # Redis and SQS redeliver an unacknowledged message after the visibility timeout:
     # keep it above the longest task retry wait (BILLING['OUTBOX_RETRY_MAX']).
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+# A worker started while the broker is down retries until it answers, as it does when the
+# broker goes away later (Celery 5 also does so when this is unset; set, it says so).
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

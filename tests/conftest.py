@@ -1,26 +1,46 @@
 """Shared fixtures and markers. The sandbox fixtures come from the ``billing_integration.testing``
 plugin.
 
-Three markers name a backend a test cannot do without: ``postgresql`` (the test database must be
-PostgreSQL: row locks, concurrent writers), ``redis`` (a ``redis-server`` on the PATH) and
-``gettext`` (GNU gettext's ``xgettext`` and ``msgfmt`` on the PATH, for the translations). Such
-a test is skipped, with the reason, where the backend is absent; under CI (the environment
-variable ``CI`` set, as ``.ci/run`` runs with PostgreSQL and Redis) that skip is a failure, so
-CI cannot go green without running it.
+Four markers name a backend a test cannot do without: ``postgresql`` (the test database must be
+PostgreSQL: row locks, concurrent writers), ``redis`` (a ``redis-server`` on the PATH),
+``rabbitmq`` (a RabbitMQ answering at ``RABBITMQ_URL``, default
+``amqp://guest:guest@127.0.0.1:5672//``, with ``rabbitmqctl`` and ``rabbitmq-server`` on the
+PATH to drive it) and ``gettext`` (GNU gettext's ``xgettext`` and ``msgfmt`` on the PATH, for
+the translations). Such a test is skipped, with the reason, where the backend is absent; under
+CI (the environment variable ``CI`` set, as ``.ci/run`` runs with PostgreSQL, Redis and
+RabbitMQ) that skip is a failure, so CI cannot go green without running it.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 
 import pytest
 
-BACKENDS = ("postgresql", "redis", "gettext")
+BACKENDS = ("postgresql", "redis", "rabbitmq", "gettext")
 
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+@functools.cache
+def missing_rabbitmq() -> str | None:
+    """Why the RabbitMQ tests cannot run here, or None."""
+    from urllib.parse import urlsplit
+
+    from benchmarks._stack import amqp_answers, rabbitmq_url
+
+    url = rabbitmq_url()
+    parts = urlsplit(url)
+    where = f"{parts.hostname or '127.0.0.1'}:{parts.port or 5672}"  # no credentials
+    if not amqp_answers(url):
+        return f"needs RabbitMQ: none answers at {where} (RABBITMQ_URL)"
+    if not all(shutil.which(cmd) for cmd in ("rabbitmqctl", "rabbitmq-server")):
+        return "needs rabbitmqctl and rabbitmq-server on PATH (to drive RabbitMQ)"
+    return None
 
 
 def missing_backend(item: pytest.Item) -> str | None:
@@ -32,6 +52,8 @@ def missing_backend(item: pytest.Item) -> str | None:
             return f"needs PostgreSQL (DATABASE_URL=postgres://...), not {connection.vendor}"
     if item.get_closest_marker("redis") and shutil.which("redis-server") is None:
         return "needs redis-server on PATH"
+    if item.get_closest_marker("rabbitmq") and (reason := missing_rabbitmq()):
+        return reason
     if item.get_closest_marker("gettext") and not all(
         shutil.which(tool) for tool in ("xgettext", "msgfmt", "msgen")
     ):
@@ -56,7 +78,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         report.outcome = "failed"
         report.longrepr = (
             f"skipped under CI ({reason}): a test marked {', '.join(needs)} must run in CI "
-            "(DATABASE_URL pointing at PostgreSQL, redis-server and gettext on the PATH)"
+            "(DATABASE_URL pointing at PostgreSQL, redis-server and gettext on the PATH, "
+            "RabbitMQ answering at RABBITMQ_URL)"
         )
 
 

@@ -2,8 +2,10 @@
 outbox entry in the same transaction, and enqueues its push once the transaction commits.
 
 Collapsing: a change to an object that already has a pending entry not yet attempted
-(``attempts == 0``) and not locked by a worker reuses that entry; otherwise a new entry is
-written. A burst of edits therefore gives at most two calls: the one in flight and one more.
+(``attempts == 0``), whose body is not built yet (``payload`` is built at the claim and kept
+by an entry released unsent or reset in doubt) and not locked by a worker reuses that entry;
+otherwise a new entry is written. A burst of edits therefore gives at most two calls: the one
+in flight and one more.
 """
 
 from __future__ import annotations
@@ -46,7 +48,11 @@ def record_change(obj: models.Model, changed: Iterable[str] = ()) -> OutboxEntry
     changed = sorted(set(changed))
     with transaction.atomic(using=using, savepoint=False):
         qs = OutboxEntry.objects.using(using).filter(
-            content_type=ct, object_id=obj.pk, state=OutboxState.PENDING, attempts=0
+            content_type=ct,
+            object_id=obj.pk,
+            state=OutboxState.PENDING,
+            attempts=0,
+            payload__isnull=True,  # a built body would not carry this change
         )
         entry = skip_locked(qs, using).order_by("pk").first()
         if entry is not None:

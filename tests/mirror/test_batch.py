@@ -205,3 +205,51 @@ def test_a_subscription_in_a_batch_creates_its_customer_once_then_itself(billing
     assert ops["create_product"] == 1
     assert not OutboxEntry.objects.open().exists()
     assert Subscription.objects.get().remote_id is not None
+
+
+def test_a_change_after_a_release_is_not_folded_into_the_built_body(billing_sandbox):
+    """A released entry is pending again with no attempt counted, but its body was built at
+    the claim: a later change gets an entry of its own, so the service ends with it."""
+    product = make_product("Plan")
+    push_entries(open_ids())
+    product.name = "Plan rev 1"
+    product.save()
+    (first,) = open_ids()
+    (released,) = push_entries([first], deadline=time.monotonic() - 1)
+    assert released.released
+    entry = OutboxEntry.objects.get(pk=first)
+    assert (entry.state, entry.attempts) == ("pending", 0)
+    assert entry.payload["name"] == "Plan rev 1"  # built at the claim
+    product.name = "Plan rev 2"
+    product.save()
+    ids = open_ids()
+    assert len(ids) == 2 and ids[0] == first
+    assert [r.status for r in push_entries(ids)] == [PushOutcome.DONE] * 2
+    sent = [c["body"].get("name") for c in billing_sandbox.requests(operation="update_product")]
+    assert sent == ["Plan rev 1", "Plan rev 2"]
+    product.refresh_from_db()
+    (remote,) = billing_sandbox.objects("product")
+    assert remote["name"] == product.name == "Plan rev 2"
+
+
+def test_a_change_after_an_in_doubt_reset_gets_an_entry_of_its_own(billing_sandbox):
+    """An in-doubt entry put back keeps its body and key (the service may hold it): a later
+    change is not folded into it."""
+    product = make_product("Plan")
+    push_entries(open_ids())
+    product.name = "Plan rev 1"
+    product.save()
+    (first,) = open_ids()
+    # As a push whose answer never came, then gave up on (attempts spent), leaves it.
+    OutboxEntry.objects.filter(pk=first).update(
+        state="failed", in_doubt=True, attempts=3, payload={"name": "Plan rev 1"}
+    )
+    assert OutboxEntry.objects.reset_failed() == [first]
+    entry = OutboxEntry.objects.get(pk=first)
+    assert (entry.state, entry.attempts, entry.payload) == ("pending", 0, {"name": "Plan rev 1"})
+    product.name = "Plan rev 2"
+    product.save()
+    assert open_ids() == [first, first + 1]
+    assert [r.status for r in push_entries(open_ids())] == [PushOutcome.DONE] * 2
+    (remote,) = billing_sandbox.objects("product")
+    assert remote["name"] == "Plan rev 2"
