@@ -15,6 +15,7 @@ import pytest
 import requests
 from django.db import transaction
 
+from benchmarks._stack import RabbitMQ, rabbitmq_url
 from benchmarks.reliability import compare_with_remote
 from billing_integration.models import BillingCycle, Customer, OutboxEntry, Price, Product
 from billing_integration.outbox.push import push_entry_now
@@ -80,7 +81,10 @@ def test_reliability_ci_size():
 def test_reliability_ci_size_on_rabbitmq():
     """The same run on RabbitMQ, the server restarted mid-run (``rabbitmqctl stop``, then
     ``rabbitmq-server -detached``): the workers lost their connection and came back."""
-    out = run_suite("--broker", "rabbitmq")
+    try:
+        out = run_suite("--broker", "rabbitmq")
+    finally:  # the script starts it again itself, unless it was killed (the timeout)
+        RabbitMQ(rabbitmq_url(), "/").ensure_running()
     assert "broker: amqp://" in out
     assert "broker accepting connections again" in out, out[-3000:]
     assert broker_connections_lost(out) >= 1, out[-3000:]
