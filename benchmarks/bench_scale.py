@@ -20,14 +20,16 @@ worker processes:
 
 Rounds run every configuration, the order reversed every other round; the figure of each
 configuration is the median over rounds of its speed-up over the 1-call run of the same round
-(``benchmarks/_paired.py``). Target: 8 calls >= 6x one. PostgreSQL (``DATABASE_URL``) is
-needed: SQLite serialises the claims.
+(``benchmarks/_paired.py``). Target: 8 calls >= 6x one. PostgreSQL is needed (SQLite
+serialises the claims): ``DATABASE_URL``, by default this machine's ``.../bench``, in a
+database of its own (``<db>_bench_scale``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
@@ -157,6 +159,7 @@ def main() -> int:
         "--calls", type=int, nargs="+", default=list(CONFIGS), help="configurations (1 always)"
     )
     args = parser.parse_args()
+    os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/bench")
     stack = Stack("bench_scale", separate_sandbox=True).start()
     from django.db import connection
 
