@@ -125,18 +125,30 @@ def _cache() -> Any:
     return caches[billing_settings.KICK_CACHE or billing_settings.TOKEN_CACHE]
 
 
-def _send(task: Any, countdown: float | None, options: dict[str, Any]) -> None:
-    task.apply_async(countdown=countdown, retry=True, retry_policy=PUBLISH_RETRY_POLICY, **options)
+def _send(
+    task: Any, countdown: float | None, options: dict[str, Any], args: tuple[Any, ...] = ()
+) -> None:
+    task.apply_async(
+        args=args, countdown=countdown, retry=True, retry_policy=PUBLISH_RETRY_POLICY, **options
+    )
 
 
-def kick(name: str, task: Any, *, local_window: float = 0.0, **options: Any) -> bool:
+def kick(
+    name: str,
+    task: Any,
+    *,
+    local_window: float = 0.0,
+    args: tuple[Any, ...] = (),
+    **options: Any,
+) -> bool:
     """Wake the drain ``task`` unless a wake-up is already pending; call after commit. Through
     a process-local cache (``PROCESS_LOCAL_BACKENDS``) every kick sends.
 
     With ``local_window`` > 0, a process that saw a wake-up pending skips the cache for that
     many seconds (the drain must :func:`linger` by the same window; see the module docstring).
-    Returns True if a message was sent. Never raises: a broker refusing the message is logged
-    and the item waits for the periodic drain (or the next kick).
+    ``args``: the task's positional arguments. Returns True if a message was sent. Never
+    raises: a broker refusing the message is logged and the item waits for the periodic drain
+    (or the next kick).
     """
     started = time.monotonic()
     if local_window > 0 and _pending_until.get(name, 0.0) > started:
@@ -157,7 +169,7 @@ def kick(name: str, task: Any, *, local_window: float = 0.0, **options: Any) -> 
             _pending_until[name] = started + local_window
         return False
     try:
-        _send(task, None, options)
+        _send(task, None, options, args)
     except Exception as exc:
         with contextlib.suppress(Exception):  # let the next commit try again
             _cache().delete(key)
@@ -191,7 +203,9 @@ def linger(cleared_at: float, local_window: float, looked_at: float) -> float:
     return max(0.0, cleared_at + local_window + LINGER_MARGIN - looked_at)
 
 
-def schedule(name: str, task: Any, countdown: float, **options: Any) -> bool:
+def schedule(
+    name: str, task: Any, countdown: float, *, args: tuple[Any, ...] = (), **options: Any
+) -> bool:
     """Send ``task`` in ``countdown`` seconds (a timer for work due later); one timer per
     second per name. Returns True if a message was sent."""
     countdown = max(0.0, float(countdown))
@@ -203,7 +217,7 @@ def schedule(name: str, task: Any, countdown: float, **options: Any) -> bool:
     if not first:
         return False
     try:
-        _send(task, countdown, options)
+        _send(task, countdown, options, args)
     except Exception as exc:
         logger.warning("timer %s not sent (%s); the periodic drain will pick it up", name, exc)
         return False
@@ -272,8 +286,8 @@ class Wakeup:
     """A coalesced wake-up: ``name`` (its cache flag; a string or a callable giving one),
     ``task`` (the drain it sends), ``window`` (a callable giving the local suppression window
     in seconds, read by the producers' kicks and the drain's linger alike: 0, the default,
-    for no window) and ``options`` (a callable giving ``apply_async`` options, e.g. the
-    queue)."""
+    for no window), ``options`` (a callable giving ``apply_async`` options, e.g. the
+    queue) and ``args`` (the task's positional arguments, sent with every message)."""
 
     def __init__(
         self,
@@ -282,12 +296,14 @@ class Wakeup:
         *,
         window: Callable[[], float] | None = None,
         options: Callable[[], dict[str, Any]] | None = None,
+        args: tuple[Any, ...] = (),
     ) -> None:
         self._name = name
         self._fixed_name = name if isinstance(name, str) else ""
         self.task = task
         self._window = window
         self._options = options
+        self.args = tuple(args)
 
     @property
     def name(self) -> str:
@@ -306,7 +322,7 @@ class Wakeup:
         name = self._fixed_name or self._name()  # type: ignore[operator]
         if _pending_until.get(name, 0.0) > time.monotonic():  # the hot path: nothing to do
             return False
-        return kick(name, self.task, local_window=self.window(), **self.options())
+        return kick(name, self.task, local_window=self.window(), args=self.args, **self.options())
 
     def kick_on_commit(self, *, using: str | None = None) -> None:
         """:meth:`kick` once the current transaction commits (at once in autocommit)."""
@@ -314,7 +330,7 @@ class Wakeup:
 
     def schedule(self, countdown: float) -> bool:
         """A timer: send the drain in ``countdown`` seconds (see :func:`schedule`)."""
-        return schedule(self.name, self.task, countdown, **self.options())
+        return schedule(self.name, self.task, countdown, args=self.args, **self.options())
 
     @contextlib.contextmanager
     def draining(self, *, seconds: float) -> Iterator[DrainRun]:
@@ -328,6 +344,6 @@ class Wakeup:
         run = DrainRun(seconds, wakeup=self, cleared_at=cleared_at, window=window)
         yield run
         if run.more:
-            kick(name, self.task, **self.options())
+            kick(name, self.task, args=self.args, **self.options())
         elif run.next_in is not None:
-            schedule(name, self.task, run.next_in, **self.options())
+            schedule(name, self.task, run.next_in, args=self.args, **self.options())

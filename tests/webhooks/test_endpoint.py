@@ -72,7 +72,7 @@ def test_valid_delivery_is_stored_and_enqueued(
     assert event.headers["webhook-id"] == payload["id"]
     assert SECRET not in json.dumps(event.headers)
     stored_only.assert_called_once_with(
-        WAKEUP_NAME, process_received_events, local_window=kick_window()
+        WAKEUP_NAME, process_received_events, local_window=kick_window(), args=()
     )
 
 
