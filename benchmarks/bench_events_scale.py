@@ -369,20 +369,25 @@ def main() -> int:
             )
 
         cpu: dict[int, list[float]] = {1: [], args.workers: []}
+        #: Cores in use during each measurement: this benchmark's (workers and their
+        #: backends) and the whole machine's (everything else running on it included).
+        cores: dict[int, list[tuple[float, float]]] = {1: [], args.workers: []}
 
         def measure(workers: int) -> float:
             reset_world(initial)
             stack.start_worker(concurrency=workers, queue="celery")
             try:
                 warm_up(args.timeout)
-                before = server_cpu()
+                before, machine_before = server_cpu(), machine_busy()
                 committed = insert_received(rows)
                 require(
                     wait(left_received_none, timeout=args.timeout, interval=0.2),
                     f"{workers} worker(s): not done within {args.timeout:g} s",
                 )
                 elapsed = time.perf_counter() - committed
-                cpu[workers].append((server_cpu() - before) / args.events)
+                ours = server_cpu() - before
+                cpu[workers].append(ours / args.events)
+                cores[workers].append((ours / elapsed, (machine_busy() - machine_before) / elapsed))
             finally:
                 stack.stop_workers()
             check_outcome(reference, args.events)
@@ -395,7 +400,9 @@ def main() -> int:
             on_round=lambda i, f, t: print(
                 f"  round {i}: 1 worker {f:.0f} events/s, {args.workers} workers {t:.0f} "
                 f"events/s, ratio {t / f:.2f}; CPU per event {cpu[1][-1] * 1000:.2f} ms / "
-                f"{cpu[args.workers][-1] * 1000:.2f} ms"
+                f"{cpu[args.workers][-1] * 1000:.2f} ms; cores busy (this benchmark / the "
+                f"machine) {cores[1][-1][0]:.2f} / {cores[1][-1][1]:.2f} and "
+                f"{cores[args.workers][-1][0]:.2f} / {cores[args.workers][-1][1]:.2f}"
             ),
         )
         print(
@@ -439,6 +446,17 @@ def warm_up(timeout: float) -> None:
         "the worker did not start",
     )
     time.sleep(float(billing_settings.WEBHOOK_KICK_WINDOW) + LINGER_MARGIN + 0.5)
+
+
+def machine_busy() -> float:
+    """CPU seconds all the machine's cores have been busy since boot (``/proc/stat``: all but
+    idle and iowait); 0 where there is no ``/proc``."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:9]
+    except OSError:
+        return 0.0
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields)
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 def left_received_none() -> bool:
