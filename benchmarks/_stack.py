@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
@@ -295,7 +296,9 @@ class Stack:
         cache.clear()  # no token of an earlier run
         return self
 
-    def start_worker(self, concurrency: int = 1) -> subprocess.Popen:
+    def start_worker(self, concurrency: int = 1, queue: str | None = None) -> subprocess.Popen:
+        """A ``celery worker`` process with ``concurrency`` children consuming ``queue`` (by
+        default the stack's private one, the outbox's)."""
         log = (self.tmp / f"worker-{len(self.workers)}.log").open("w")
         proc = subprocess.Popen(
             [
@@ -306,7 +309,7 @@ class Stack:
                 "example_project",
                 "worker",
                 "-Q",
-                self.queue,
+                queue or self.queue,
                 "-c",
                 str(concurrency),
                 "-l",
@@ -327,7 +330,7 @@ class Stack:
         time.sleep(2.0)
         return proc
 
-    def stop(self) -> None:
+    def stop_workers(self) -> None:
         for proc in self.workers:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -335,6 +338,10 @@ class Stack:
                     proc.wait(timeout=15)
                 except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
+        self.workers.clear()
+
+    def stop(self) -> None:
+        self.stop_workers()
         self.stop_redis()
         if self.rabbitmq is not None:
             self.rabbitmq.ensure_running()
@@ -372,6 +379,28 @@ class Stack:
 
 def _wait_for(predicate: Any, timeout: float) -> bool:
     return wait(predicate, timeout, interval=0.2)
+
+
+def cpu_seconds(match: Callable[[int, str], bool]) -> float | None:
+    """CPU time (user + system) of the running processes whose pid and command line
+    ``match`` accepts; None where ``/proc`` is not there to read it (not Linux)."""
+    proc = Path("/proc")
+    if not (proc / "self" / "stat").exists():
+        return None
+    ticks = 0
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (
+                (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+            )
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended meanwhile
+            continue
+        if match(int(entry.name), cmdline):
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def wait(predicate: Any, timeout: float, interval: float = 0.5) -> bool:

@@ -53,6 +53,7 @@ os.environ["DJANGO_SETTINGS_MODULE"] = "webhook_bench_site"
 sys.path[:0] = [str(ROOT), str(BENCH_DIR)]
 
 from _paired import Paired, alternate, summary  # noqa: E402
+from _stack import cpu_seconds  # noqa: E402
 
 # --- the load generator (runs in its own process) ------------------------------------------
 LOADGEN = r"""
@@ -204,35 +205,13 @@ def start_gunicorn(port: int) -> subprocess.Popen:
     sys.exit("gunicorn did not start")
 
 
-def _cpu_seconds(match) -> float | None:
-    """CPU time (user + system) of the processes whose command line ``match`` accepts;
-    None where ``/proc`` is not there to read it (not Linux)."""
-    proc = Path("/proc")
-    if not (proc / "self" / "stat").exists():
-        return None
-    ticks = 0
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (
-                (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
-            )
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # the process ended meanwhile
-            continue
-        if match(cmdline):
-            ticks += int(fields[11]) + int(fields[12])  # utime, stime
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
 def _server_cpu(port: int) -> float | None:
     """CPU seconds so far of this benchmark's gunicorn processes and PostgreSQL backends."""
     from django.conf import settings
 
     database = settings.DATABASES["default"]["NAME"]
-    return _cpu_seconds(
-        lambda cmd: (
+    return cpu_seconds(
+        lambda _pid, cmd: (
             ("gunicorn" in cmd and f"127.0.0.1:{port}" in cmd)
             # Backends only: an autovacuum run lands in whichever round it happens to overlap.
             or (cmd.startswith("postgres:") and f" {database} " in cmd and "autovacuum" not in cmd)

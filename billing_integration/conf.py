@@ -111,6 +111,9 @@ DEFAULTS: dict[str, Any] = {
     # seconds a web process that saw the event drain's wake-up pending skips the cache for
     # further kicks; the drain lingers this long (+ a margin) after clearing. 0 = off
     "WEBHOOK_KICK_WINDOW": 0.25,
+    # event drain runs at a time, each on its share of the objects (the events of one object
+    # stay in order); 1 = one run processes every event
+    "WEBHOOK_PROCESS_RUNS": 4,
     "OUTBOX_PUSH_MAX_ENTRIES": 1000,  # entries one push run (a kick) attempts, then kicks itself
     "OUTBOX_REQUEUE_BATCH": 1000,  # stale entries one periodic sweep re-enqueues at most
     # --- pages (what people see) ------------------------------------------------------------
@@ -330,6 +333,10 @@ DOCS: dict[str, str] = {
     "WEBHOOK_KICK_WINDOW": "Seconds a web process that saw the event drain's wake-up pending "
     "skips the cache for further kicks; the drain lingers as long after its clear before "
     "returning on nothing, so no wake-up is lost (`0`: off).",
+    "WEBHOOK_PROCESS_RUNS": "Event drain runs that may process at once, each on the events of "
+    "its share of the objects (by a hash of the object id): the events of one object are "
+    "processed in order of reception, different objects by up to this many workers (`1`: one "
+    "run processes every event).",
     "BASE_TEMPLATE": "The template the app's pages (checkout return and errors, the billing page) "
     "extend; it must define the blocks `title` and `content` (the example project sets "
     '`"base.html"`).',

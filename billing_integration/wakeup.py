@@ -146,8 +146,9 @@ def kick(
 
     With ``local_window`` > 0, a process that saw a wake-up pending skips the cache for that
     many seconds (the drain must :func:`linger` by the same window; see the module docstring).
-    Returns True if a message was sent. Never raises: a broker refusing the message is logged
-    and the item waits for the periodic drain (or the next kick).
+    ``args``: the task's positional arguments. Returns True if a message was sent. Never
+    raises: a broker refusing the message is logged and the item waits for the periodic drain
+    (or the next kick).
     """
     started = time.monotonic()
     if local_window > 0 and _pending_until.get(name, 0.0) > started:
@@ -298,11 +299,11 @@ class Wakeup:
         args: tuple[Any, ...] = (),
     ) -> None:
         self._name = name
-        self.args = tuple(args)
         self._fixed_name = name if isinstance(name, str) else ""
         self.task = task
         self._window = window
         self._options = options
+        self.args = tuple(args)
 
     @property
     def name(self) -> str:

@@ -1,9 +1,9 @@
 """One handler per canonical event type, registered in one table (``HANDLERS``).
 
 A handler's ``handle(ctx)`` runs inside the processing transaction, with the event row
-locked. It locks the rows it changes (``select_for_update``, always in the order
-subscription -> invoice -> payment -> refund, so two events never wait on each other in
-opposite orders), skips the event when it is older than the stored state (``ctx.version``
+locked. It locks the rows it changes (``_locked``: ``FOR NO KEY UPDATE`` on PostgreSQL, always
+in the order subscription -> invoice -> payment -> refund, so two events never wait on each
+other in opposite orders), skips the event when it is older than the stored state (``ctx.version``
 compared with the row's ``remote_updated``), applies it, and returns a ``HandlerResult``
 naming the objects it touched (they go to the signals).
 
@@ -42,7 +42,7 @@ from functools import cached_property
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
-from django.db import models
+from django.db import connections, models
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from django.utils.module_loading import import_string
@@ -139,6 +139,19 @@ class HandlerResult:
 
     outcome: str = "applied"
     objects: dict[str, Any] = field(default_factory=dict)
+
+
+def _locked(queryset: models.QuerySet) -> models.QuerySet:
+    """``queryset`` locking its rows until the transaction ends: ``FOR NO KEY UPDATE`` where
+    the database has it (PostgreSQL), else ``FOR UPDATE``. Two handlers still exclude each
+    other on a row, but a handler's lock no longer blocks the ``KEY SHARE`` locks PostgreSQL's
+    foreign-key checks take, at the commit (Django's foreign keys are deferred), on the rows a
+    new or changed row points to. With ``FOR UPDATE``, an event inserting a refund (holding
+    the ``KEY SHARE`` on its payment, then checking its subscription at the commit) and a
+    payment event holding that subscription and waiting for that payment deadlocked when
+    events of different objects were processed at once."""
+    no_key = connections[queryset.db].features.has_select_for_no_key_update
+    return queryset.select_for_update(no_key=no_key)
 
 
 def is_older(version: datetime | None, stored: datetime | None) -> bool:
@@ -261,7 +274,7 @@ class SubscriptionHandler(EventHandler):
 
     def handle(self, ctx: EventContext) -> HandlerResult:
         remote_id = _uuid_or_fail(ctx.data.get("id"), "id")
-        subscription = Subscription.objects.select_for_update().filter(remote_id=remote_id).first()
+        subscription = _locked(Subscription.objects.filter(remote_id=remote_id)).first()
         values = self.fields(ctx)  # before the age check: bad data fails even a stale event
         if subscription is not None and is_older(ctx.version, subscription.remote_updated):
             return HandlerResult("stale", {"subscription": subscription})
@@ -395,7 +408,7 @@ class RecordHandler(EventHandler):
         remote_id = _uuid_or_fail(ctx.data.get("id"), "id")
         related = self.lock_related(ctx)
         name = self.object_name
-        record = self.model.objects.select_for_update().filter(remote_id=remote_id).first()
+        record = _locked(self.model.objects.filter(remote_id=remote_id)).first()
         values = {**self.common_fields(ctx), **self.extra_fields(ctx)}
         if record is not None and self.is_stale(ctx, record, values["status"]):
             return HandlerResult("stale", {name: record, **related})
@@ -448,7 +461,7 @@ class PaymentHandler(RecordHandler):
         sub_rid = as_uuid(ctx.data.get("subscription"))
         if sub_rid is None:
             return {}
-        subscription = Subscription.objects.select_for_update().filter(remote_id=sub_rid).first()
+        subscription = _locked(Subscription.objects.filter(remote_id=sub_rid)).first()
         if subscription is None:
             if ctx.may_pull("subscription", sub_rid):
                 raise PullRequired(

@@ -137,11 +137,15 @@ def _load_context(event: WebhookEvent, event_type: str) -> EventContext:
     )
 
 
-def _apply(pk: int, pulled: set[tuple[str, uuid.UUID]], force: bool) -> ProcessResult:
+def _apply(
+    pk: int, pulled: set[tuple[str, uuid.UUID]], force: bool, received_only: bool = False
+) -> ProcessResult:
     with transaction.atomic():
         event = WebhookEvent.objects.select_for_update().get(pk=pk)
-        if event.state == EventState.REJECTED or (
-            event.state == EventState.PROCESSED and not force
+        if (
+            event.state == EventState.REJECTED
+            or (event.state == EventState.PROCESSED and not force)
+            or (received_only and event.state != EventState.RECEIVED)
         ):
             return ProcessResult(pk, event.state, event.outcome)
         event_type = normalize_type(event.raw_type) or event.type
@@ -188,18 +192,22 @@ def _record_failure(pk: int, exc: BaseException, *, final: bool) -> ProcessResul
     return ProcessResult(pk, EventState.FAILED, retryable=retryable, error=message)
 
 
-def process_event(pk: int, *, force: bool = False, final: bool = True) -> ProcessResult:
+def process_event(
+    pk: int, *, force: bool = False, final: bool = True, received_only: bool = False
+) -> ProcessResult:
     """Apply one stored event (by primary key) once; never raises for a handler error.
 
     ``force`` re-applies an already processed event (its state is still compared with the
     stored one, so an older event changes nothing). ``final`` is False while a task still has
-    retries left (only affects logging).
+    retries left (only affects logging). ``received_only`` (the drain) leaves alone an event
+    that is no longer ``received`` once locked: another run took it meanwhile (ignored, failed
+    and handed to its retries, or processed).
     """
     pulled: set[tuple[str, uuid.UUID]] = set()
     last_exc: BaseException | None = None
     for _ in range(_MAX_ROUNDS):
         try:
-            return _apply(pk, pulled, force)
+            return _apply(pk, pulled, force, received_only)
         except WebhookEvent.DoesNotExist:
             return ProcessResult(pk, "missing", error="No such event.")
         except PullRequired as need:

@@ -66,6 +66,7 @@ class Worker:
         extra: dict | None = None,
         broker_url: str | None = None,
         beat: bool = False,
+        queues: tuple[str, ...] = (),
     ) -> None:
         self.sandbox = sandbox
         self.queue = f"mirror-test-{uuid.uuid4().hex[:8]}"
@@ -73,6 +74,9 @@ class Worker:
         self.extra = extra or {}
         self.broker_url = broker_url
         self.beat = beat
+        #: Queues consumed besides the private one (e.g. ``celery``, the default queue the
+        #: event drain's messages go to).
+        self.queues = queues
         self.proc: subprocess.Popen | None = None
         self.log = Path(tempfile.mkstemp(prefix="celery-worker-", suffix=".log")[1])
 
@@ -106,7 +110,7 @@ class Worker:
             "example_project",
             "worker",
             "-Q",
-            self.queue,
+            ",".join([self.queue, *self.queues]),
             "-c",
             str(self.concurrency),
             "-l",

@@ -33,7 +33,9 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def kicked(settings):
-    settings.BILLING = {**settings.BILLING, "WEBHOOK_SECRET": SECRET}
+    """The hand-off of run 0 (one partition: ``test_partitions.py`` covers several); the
+    drain's messages are recorded, not sent."""
+    settings.BILLING = {**settings.BILLING, "WEBHOOK_SECRET": SECRET, "WEBHOOK_PROCESS_RUNS": 1}
     wakeup.clear(WAKEUP_NAME)
     with mock.patch.object(process_received_events, "apply_async") as apply_async:
         yield apply_async
@@ -265,7 +267,11 @@ def test_no_lost_wakeup_with_concurrent_web_processes_and_drains(settings):
     (without the linger the last round's B events are), and that far fewer messages than
     events were sent."""
     window, free_running, processes, rounds = 0.5, 15, 4, 3
-    settings.BILLING = {**settings.BILLING, "WEBHOOK_KICK_WINDOW": window}
+    settings.BILLING = {
+        **settings.BILLING,
+        "WEBHOOK_KICK_WINDOW": window,
+        "WEBHOOK_PROCESS_RUNS": 1,
+    }
     wakeup.clear(WAKEUP_NAME)
     broker: queue.Queue[int] = queue.Queue()
     errors: list[BaseException] = []
