@@ -206,7 +206,12 @@ def _checkout_and_access_errors(conf: dict[str, Any]) -> list:
 
 
 #: Settings that size the work of the workers: each a positive whole number.
-WORKER_COUNTS = ("OUTBOX_PUSH_CONCURRENCY", "OUTBOX_PUSH_RUNS", "OUTBOX_CLAIM_BATCH")
+WORKER_COUNTS = (
+    "OUTBOX_PUSH_CONCURRENCY",
+    "OUTBOX_PUSH_RUNS",
+    "OUTBOX_CLAIM_BATCH",
+    "WEBHOOK_PROCESS_RUNS",
+)
 
 
 def _worker_errors(conf: dict[str, Any]) -> list:
