@@ -240,7 +240,8 @@ def test_checkout_settings_are_checked(settings, extra, expected):
 
 
 @pytest.mark.parametrize(
-    "key", ["OUTBOX_PUSH_CONCURRENCY", "OUTBOX_PUSH_RUNS", "OUTBOX_CLAIM_BATCH"]
+    "key",
+    ["OUTBOX_PUSH_CONCURRENCY", "OUTBOX_PUSH_RUNS", "OUTBOX_CLAIM_BATCH", "WEBHOOK_PROCESS_RUNS"],
 )
 @pytest.mark.parametrize("value", [0, -1, "4", 2.5, True, None])
 def test_worker_counts_must_be_positive_whole_numbers(settings, key, value):
