@@ -4,7 +4,9 @@
     CELERY_BROKER_URL=redis://127.0.0.1:6379/4 CACHE_URL=redis://127.0.0.1:6379/5 \
         .venv/bin/python benchmarks/bench_events_scale.py [--events 10000] \
         [--subscriptions 1000] [--rounds 5] [--runs 4]
-    ... --profile        one in-process run of the drain under cProfile instead
+    ... --profile        instead: the drain's body in this process (WEBHOOK_PROCESS_RUNS 1),
+                         timed (wall, CPU of this process and of its backend), then under
+                         cProfile (CPU time)
 
 The stack (``benchmarks/_stack.py``) gets a database of its own (``<db>_events_scale`` on
 PostgreSQL, created and dropped by the script). Set-up, once: ``--subscriptions``
@@ -26,11 +28,13 @@ is ``received``. Then the final state must equal the reference, every event be
 ``processed`` with one attempt; anything else fails the run (``MeasurementFailed``).
 The floor is one Celery worker process (``celery worker -c 1``), the target four
 (``-c 4``, prefork); both with ``WEBHOOK_PROCESS_RUNS`` = ``--runs`` (the worker processes
-are started before and stopped after each measurement, outside the timing). Rounds run the
-two back to back, the order flipped every round; the verdict is the median of the paired
-round ratios rate(4) / rate(1) (``benchmarks/_paired.py``). Also printed per side, on Linux:
-the CPU time per event of the worker processes plus their PostgreSQL backends
-(``/proc``), the figure that says what the machine's cores can give.
+are started, and have run one drain with nothing to do, before each measurement, and are
+stopped after it, outside the timing). Rounds run the two back to back, the order flipped
+every round; the verdict is the median of the paired round ratios rate(4) / rate(1)
+(``benchmarks/_paired.py``). Also printed per side, on Linux: the CPU time per event of the
+worker processes plus their PostgreSQL backends (``/proc``), and the cores busy during the
+measurement, those processes' and the whole machine's (``/proc/stat``): what the machine's
+cores can give, and how much of them other work took.
 """
 
 from __future__ import annotations

@@ -12,8 +12,9 @@ received events (the hand-off and why no wake-up is lost: ``webhooks.tasks``).
 What keeps each object's events in order is that every run walks *its* events in order of
 reception and each event is processed under its row lock, once (``processing.process_event``):
 two runs that share events (two runs of one partition, or of processes configured with
-different ``runs``) meet on the first shared event's lock, and the later one skips it as
-processed. The partitions only decide who does the work.
+different ``runs``) meet on the first shared event's lock, and the later one leaves it, as
+it is no longer ``received`` (``process_event(..., received_only=True)``). The partitions
+only decide who does the work.
 """
 
 from __future__ import annotations

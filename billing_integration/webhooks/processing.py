@@ -3,7 +3,8 @@
 One transaction per event:
 
 1. lock the event row (``select_for_update``); a processed (or rejected) event is left alone,
-   so an event is applied once however often it is delivered or enqueued;
+   so an event is applied once however often it is delivered or enqueued (the drain also
+   leaves any event that is no longer ``received``: another run took it);
 2. find the handler for its canonical type (re-normalised now, so an alias or handler added
    since the delivery applies on replay); none -> ``ignored``, kept for later;
 3. the handler locks the rows it changes in a fixed order, skips an older event, applies;
