@@ -36,10 +36,11 @@ class Outcome(Generic[R]):
 def call_all(
     items: Sequence[T], call: Callable[[T], R], *, width: int, stop_at: float
 ) -> list[Outcome[R]]:
-    """``call`` each item, at most ``width`` at a time, in order of ``items`` (an item is
-    started only after every earlier one was); none is started once ``time.monotonic()``
-    reaches ``stop_at``. One outcome per item, in the same order; exceptions are kept in
-    their outcome, never raised here. ``width`` 1 calls in this thread."""
+    """``call`` each item, at most ``width`` at a time, taken in order of ``items``; none is
+    started once ``time.monotonic()`` reaches ``stop_at`` (so at that moment an item may be
+    left unstarted while a later one, taken just before by another thread, runs). One outcome
+    per item, in the same order; exceptions are kept in their outcome, never raised here.
+    ``width`` 1 calls in this thread."""
     outcomes: list[Outcome[R]] = [Outcome() for _ in items]
     width = max(1, min(int(width), len(items)))
     if width == 1:
