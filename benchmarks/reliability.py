@@ -13,7 +13,8 @@ identifier, names and email).
 
 During the rate-limit phase (the changes from 10% to 30% of the run, paced over its seconds)
 it prints the billing calls the sandbox received, how many it answered 429, and the peak and
-mean calls per second against the limit: the workers, backing off together, stay near it.
+mean calls per second against the limit: the workers back off together, then keep to a
+shared pace under it.
 
 The broker (``--broker``):
 

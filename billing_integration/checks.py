@@ -490,11 +490,13 @@ def check_shared_backoff(app_configs: Any = None, **kwargs: Any) -> list:
                 id="billing_integration.E031",
             )
         )
-    for key in ("BACKOFF_REFRESH", "BACKOFF_FAILURE_RUN"):
+    for key in ("BACKOFF_REFRESH", "BACKOFF_FAILURE_RUN", "PACE_DOUBLING"):
         value = conf[key]
         bad = isinstance(value, bool) or not isinstance(value, (int, float))
         if key == "BACKOFF_FAILURE_RUN":
             bad = bad or not isinstance(value, int) or value < 1
+        elif key == "PACE_DOUBLING":
+            bad = bad or not 0 <= value <= 3600
         else:
             bad = bad or not 0 <= value <= 60
         if bad:
@@ -502,7 +504,8 @@ def check_shared_backoff(app_configs: Any = None, **kwargs: Any) -> list:
                 Error(
                     f"BILLING['{key}'] is {value!r}.",
                     hint="BACKOFF_REFRESH: seconds between 0 and 60 (default 0.5); "
-                    "BACKOFF_FAILURE_RUN: an integer >= 1 (default 3).",
+                    "BACKOFF_FAILURE_RUN: an integer >= 1 (default 3); PACE_DOUBLING: "
+                    "seconds between 0 (no pace after a 429) and 3600 (default 5).",
                     id="billing_integration.E032",
                 )
             )

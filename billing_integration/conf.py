@@ -144,6 +144,7 @@ DEFAULTS: dict[str, Any] = {
     "BACKOFF_CACHE": None,  # Django cache alias of the shared window; None = KICK_CACHE
     "BACKOFF_REFRESH": 0.5,  # seconds a process trusts its copy: how late it learns of one
     "BACKOFF_FAILURE_RUN": 3,  # failures in a row (no Retry-After) that pause every process
+    "PACE_DOUBLING": 5.0,  # seconds: after a 429 the shared pace doubles this often; 0 = none
     # --- event log retention (billing_integration.webhooks.prune) ------------------------------
     # finished deliveries (processed, ignored, failed, rejected) older than this are deleted by
     # the daily beat task: "90d", "12h", "30m" or seconds; None keeps every delivery
@@ -362,6 +363,9 @@ DOCS: dict[str, str] = {
     "at most this late, and reads the cache at most once per interval.",
     "BACKOFF_FAILURE_RUN": "Retryable failures in a row (no `Retry-After`) after which a process "
     "pauses all, for `BACKOFF_BASE * 2**(run - 3)` seconds (at most `BACKOFF_MAX`).",
+    "PACE_DOUBLING": "After a 429, every process together keeps to a shared pace of calls a "
+    "second: half the calls answered in the second before (halved again by a later 429), "
+    "doubling every this many seconds until it is over 1,000. `0`: no pace, only the window.",
     "EVENT_RETENTION": "Finished event deliveries (processed, ignored, failed, rejected) older "
     "than this are deleted by the daily task `billing_integration.prune_events`: `90d`, `12h`, "
     "`30m` or seconds; `None` keeps every delivery. `received` ones are never deleted.",

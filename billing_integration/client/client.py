@@ -289,6 +289,7 @@ class BillingClient:
             _check_time_left(bound, operation)
             if attempt == 0:  # a retry's wait below already covers the window
                 self._wait_for_shared_backoff(bound, operation)
+            self._wait_for_pace(bound, operation)
             token = self.tokens.get(bound)
             headers["x-kc-token"] = token
             try:
@@ -307,7 +308,11 @@ class BillingClient:
                     return _unwrap(response, operation)
                 error = _api_error(response, operation)
             if getattr(error, "retryable", False):
-                self.backoff.failed(getattr(error, "retry_after", None), self.retry)
+                self.backoff.failed(
+                    getattr(error, "retry_after", None),
+                    self.retry,
+                    rate_limited=isinstance(error, BillingRateLimitError),
+                )
             else:
                 self.backoff.succeeded()  # the service answers: the run of failures is over
             wait = self._wait_before_retry(error, attempt, bound, operation)
@@ -341,6 +346,19 @@ class BillingClient:
             )
         logger.info("billing %s: waiting %.2fs, every worker backs off", operation, wait)
         self._sleep(wait)
+
+    def _wait_for_pace(self, deadline: Deadline | None, operation: str) -> None:
+        """Wait for a turn under the shared pace that follows a 429 (none: go at once). With
+        a ``deadline`` that comes first, fail at once (nothing sent)."""
+        while (wait := self.backoff.slot()) > 0:
+            if deadline is not None and wait + MIN_ATTEMPT > deadline.remaining():
+                raise BillingTransportError(
+                    f"every worker keeps to {self.backoff.pace() or 0:.1f} calls a second "
+                    f"(the service asked to slow down); no turn within the deadline "
+                    f"({deadline.seconds:g}s)",
+                    operation=operation,
+                )
+            self._sleep(wait)
 
     def _wait_before_retry(
         self, error: BillingError, attempt: int, deadline: Deadline | None, operation: str

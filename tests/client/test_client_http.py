@@ -3,12 +3,13 @@
 import logging
 import re
 import threading
+import time
 import uuid
 
 import pytest
 from django.core.cache import cache
 
-from billing_integration.client import BillingClient, RetryPolicy, get_client
+from billing_integration.client import BillingClient, RetryPolicy, SharedBackoff, get_client
 from billing_integration.exceptions import (
     BillingAuthenticationError,
     BillingIdempotencyConflict,
@@ -37,11 +38,19 @@ PRODUCT = {
 
 
 def fast_client(**kwargs) -> BillingClient:
-    """A client that does not really sleep between retries, recording the waits."""
+    """A client that does not really sleep between retries, recording the waits; its shared
+    backoff reads a clock its sleeps move on."""
     waits: list[float] = []
+    now = [time.time()]
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        now[0] += seconds
+
+    kwargs.setdefault("backoff", SharedBackoff.from_settings(clock=lambda: now[0]))
     client = BillingClient(
         retry=RetryPolicy(max_retries=3, backoff_base=0.01, backoff_max=0.05, retry_after_max=5),
-        sleep=waits.append,
+        sleep=sleep,
         **kwargs,
     )
     client.waits = waits

@@ -15,7 +15,7 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
 from billing_integration.client import BillingClient, RetryPolicy, SharedBackoff
-from billing_integration.client.backoff import KEY
+from billing_integration.client.backoff import KEY, PACE_KEY, PACE_MIN
 from billing_integration.client.retry import Deadline
 from billing_integration.exceptions import (
     BillingRateLimitError,
@@ -263,6 +263,151 @@ def test_two_workers_share_the_window_through_redis(billing_sandbox, settings):
         caches["redis"].delete(KEY)
 
 
+# --- the shared pace after a 429 ------------------------------------------------------------
+def send_times(client: BillingClient, clock: FakeClock) -> list[float]:
+    """The fake-clock times at which ``client`` sent its billing requests (filled as it
+    sends)."""
+    times: list[float] = []
+    real = client.session.request
+
+    def request(method, url, *args, **kwargs):
+        if "/token" not in url:
+            times.append(clock.now)
+        return real(method, url, *args, **kwargs)
+
+    client.session.request = request
+    return times
+
+
+def test_after_a_429_every_worker_keeps_to_half_the_rate_it_had(shared):
+    """A had 8 calls answered in the last second, then a 429 (Retry-After 2): the shared pace
+    is 4 calls a second from the end of the window. B, another worker, then sends 8 calls:
+    none before the window ends, one in each quarter of a second (so at most 5 in any
+    second), and all are answered."""
+    clock = FakeClock()
+    a = worker(clock)
+    b = BillingClient(  # a pace that does not grow within the test, so its slots stay 0.25 s
+        sleep=clock.sleep,
+        retry=RetryPolicy(max_retries=0),
+        backoff=SharedBackoff(ALIAS, clock=clock, pace_doubling=3600),
+    )
+    for _ in range(8):
+        list(a.list_products())
+        clock.now += 0.1
+    shared.faults(operation="list_products", status=429, retry_after=2, count=1)
+    with pytest.raises(BillingRateLimitError):
+        list(a.list_products())
+    window_end = clock.now + 2
+    assert caches[ALIAS].get(PACE_KEY) == (4.0, window_end)
+    sent = send_times(b, clock)
+    for _ in range(8):
+        assert list(b.list_products()) == []
+    assert min(sent) >= window_end
+    assert len(sent) == 8
+    assert len({int(t // 0.25) for t in sent}) == 8  # one call per slot of the pace
+    assert max(sum(1 for t in sent if start <= t < start + 1) for start in sent) <= 5
+
+
+def test_the_429s_of_calls_in_flight_halve_the_pace_once(shared):
+    """Three 429s at once (calls already sent) halve it once; a 429 a second after the window
+    halves it again, from what it had grown to."""
+    clock = FakeClock()
+    backoff = SharedBackoff(ALIAS, clock=clock, pace_doubling=5.0)
+    policy = RetryPolicy()
+    for _ in range(12):
+        backoff.succeeded()
+    for _ in range(3):
+        backoff.failed(2.0, policy, rate_limited=True)
+    assert caches[ALIAS].get(PACE_KEY) == (6.0, clock.now + 2)
+    clock.now += 2 + 5  # the window, then one doubling time
+    assert SharedBackoff(ALIAS, clock=clock).wait() == 0
+    other = SharedBackoff(ALIAS, clock=clock)
+    other.wait()
+    assert other.pace() == pytest.approx(12.0)
+    other.failed(2.0, policy, rate_limited=True)
+    assert caches[ALIAS].get(PACE_KEY) == (6.0, clock.now + 2)
+
+
+def test_a_pace_never_falls_below_its_floor_and_ends_once_grown(shared):
+    clock = FakeClock()
+    backoff = SharedBackoff(ALIAS, clock=clock, pace_doubling=5.0)
+    backoff.failed(None, RetryPolicy(), rate_limited=True)  # nothing answered before
+    assert backoff.pace() == PACE_MIN
+    clock.now += 5 * 10  # 2**10 times the floor: over 1,000 a second
+    assert backoff.pace() is None
+    assert backoff.slot() == 0.0
+
+
+def test_an_interactive_call_fails_fast_when_the_pace_has_no_turn_for_it(shared):
+    """At one call a second, a call with a 0.5 s deadline whose slot is taken fails at once,
+    with nothing sent; without a deadline it waits for the next slot."""
+    clock = FakeClock()
+    a, b = worker(clock), worker(clock)
+    b.tokens.get()
+    shared.faults(operation="list_products", status=429, retry_after=1, count=1)
+    with pytest.raises(BillingRateLimitError):
+        list(a.list_products())
+    clock.now += 1.0
+    list(a.list_products())  # takes this second's slot
+    before = len(billing_requests(shared))
+    with pytest.raises(BillingTransportError, match="calls a second"):
+        list(b.list_products(deadline=Deadline(0.5, clock=clock)))
+    assert len(billing_requests(shared)) == before
+    sent = send_times(b, clock)
+    list(b.list_products())
+    assert len(sent) == 1 and clock.sleeps and sum(clock.sleeps) <= 1.2
+
+
+def test_no_pace_when_pace_doubling_is_zero(shared):
+    clock = FakeClock()
+    backoff = SharedBackoff(ALIAS, clock=clock, pace_doubling=0)
+    backoff.succeeded()
+    backoff.failed(2.0, RetryPolicy(), rate_limited=True)
+    assert caches[ALIAS].get(KEY) == clock.now + 2  # the window still holds
+    assert caches[ALIAS].get(PACE_KEY) is None
+    assert backoff.pace() is None
+
+
+def test_a_malformed_pace_in_the_cache_is_no_pace(shared):
+    clock = FakeClock()
+    for value in ("fast", (float("nan"), 1.0), (5,), None):
+        caches[ALIAS].set(PACE_KEY, value)
+        backoff = SharedBackoff(ALIAS, clock=clock)
+        backoff.wait()
+        assert backoff.pace() is None
+
+
+@pytest.mark.redis
+def test_workers_take_turns_under_the_pace_through_redis(billing_sandbox, settings):
+    """Over the real Redis, three workers (each its own ``SharedBackoff``) under a pace of 4
+    a second: in each quarter of a second one of them gets the turn, the others are told to
+    wait until the next quarter."""
+    prefix = f"pace-test-{uuid.uuid4().hex[:8]}"
+    settings.CACHES = {
+        **settings.CACHES,
+        "redis": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": "redis://127.0.0.1:6379/9",
+            "KEY_PREFIX": prefix,
+        },
+    }
+    clock = FakeClock()
+    try:
+        caches["redis"].set(PACE_KEY, (4.0, clock.now))
+        workers = [SharedBackoff("redis", clock=clock) for _ in range(3)]
+        for backoff in workers:
+            assert backoff.wait() == 0 and backoff.pace() == 4.0
+        turns = []
+        for _ in range(4):
+            waits = [backoff.slot() for backoff in workers]
+            turns.append(sum(1 for w in waits if w == 0))
+            assert all(0 < w <= 0.25 + 0.025 for w in waits if w)
+            clock.now += 0.25
+        assert turns == [1, 1, 1, 1]
+    finally:
+        caches["redis"].delete_many([KEY, PACE_KEY])
+
+
 @pytest.mark.parametrize(
     ("knobs", "error_id"),
     [
@@ -271,6 +416,8 @@ def test_two_workers_share_the_window_through_redis(billing_sandbox, settings):
         ({"BACKOFF_CACHE": "nope"}, "E023"),
         ({"BACKOFF_REFRESH": -1}, "E032"),
         ({"BACKOFF_FAILURE_RUN": 0}, "E032"),
+        ({"PACE_DOUBLING": -1}, "E032"),
+        ({"PACE_DOUBLING": "5"}, "E032"),
     ],
 )
 def test_bad_backoff_settings_fail_the_checks(settings, knobs, error_id):
