@@ -15,7 +15,8 @@ round whose prune ran out of rows before the load ended is no measurement (it fa
 seed more rows or send fewer deliveries).
 
 Options (environment): ``BENCH_PRUNE_ROWS``, ``BENCH_PRUNE_BATCH`` (rows per DELETE, default
-1000), ``BENCH_PRUNE_PAUSE`` (seconds between batches, default 0.1: the beat task's), and those of
+1000), ``BENCH_PRUNE_PAUSE`` (seconds between batches, default 0) and ``BENCH_PRUNE_MAX_BUSY``
+(the share of the time the batches may take, default 0.25): the beat task's, and those of
 ``bench_webhooks.py`` (``BENCH_REQUESTS``, ``BENCH_SECONDS``, ``BENCH_CONCURRENCY``,
 ``BENCH_WORKERS``, ``BENCH_ROUNDS``, default 5 here).
 """
@@ -43,7 +44,8 @@ from _paired import MeasurementFailed, alternate, require, summary  # noqa: E402
 
 ROWS = int(os.environ.get("BENCH_PRUNE_ROWS", "1000000"))
 BATCH = int(os.environ.get("BENCH_PRUNE_BATCH", "1000"))
-PAUSE = float(os.environ.get("BENCH_PRUNE_PAUSE", "0.1"))
+PAUSE = float(os.environ.get("BENCH_PRUNE_PAUSE", "0"))
+MAX_BUSY = float(os.environ.get("BENCH_PRUNE_MAX_BUSY", "0.25"))
 TARGET = 0.8
 
 # The prune, in its own process: set up Django, say "ready", wait for "go", prune.
@@ -58,7 +60,12 @@ from billing_integration.webhooks.prune import prune_events
 print("ready", flush=True)
 sys.stdin.readline()
 start = time.perf_counter()
-result = prune_events(timedelta(days=90), batch_size=int(sys.argv[3]), pause=float(sys.argv[4]))
+result = prune_events(
+    timedelta(days=90),
+    batch_size=int(sys.argv[3]),
+    pause=float(sys.argv[4]),
+    max_busy=float(sys.argv[5]),
+)
 print(json.dumps({"deleted": result.deleted, "seconds": time.perf_counter() - start}), flush=True)
 """
 
@@ -111,7 +118,16 @@ def top_up(rows: int) -> None:
 
 def start_pruner() -> subprocess.Popen:
     proc = subprocess.Popen(
-        [sys.executable, "-c", PRUNER, str(hooks.ROOT), str(BENCH_DIR), str(BATCH), str(PAUSE)],
+        [
+            sys.executable,
+            "-c",
+            PRUNER,
+            str(hooks.ROOT),
+            str(BENCH_DIR),
+            str(BATCH),
+            str(PAUSE),
+            str(MAX_BUSY),
+        ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -184,7 +200,7 @@ def main() -> int:
         f"  median rates: {statistics.median(paired.target):.1f} with, "
         f"{statistics.median(paired.floor):.1f} without req/s; prune "
         f"{statistics.median(prune_rates):,.0f} rows/s (median; batches of {BATCH}, "
-        f"pause {PAUSE}s)"
+        f"pause {PAUSE}s, busy at most {MAX_BUSY:g} of the time)"
     )
     return 0 if paired.median_ratio >= TARGET else 1
 

@@ -80,6 +80,61 @@ def test_deletes_run_in_batches_of_the_given_size():
     assert WebhookEvent.objects.count() == 1
 
 
+class Ticks:
+    """A clock that moves 0.1 s each time it is read: every batch "takes" 0.1 s."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 0.1
+        return self.now
+
+
+@pytest.mark.parametrize(
+    ("max_busy", "pause", "rests"),
+    [(0.25, 0.0, [0.3, 0.3]), (0.5, 0.0, [0.1, 0.1]), (0.25, 0.5, [0.5, 0.5]), (1.0, 0.0, [])],
+)
+def test_the_batches_keep_to_their_share_of_the_time(max_busy, pause, rests):
+    """After a batch that took 0.1 s, a prune busy a quarter of the time at most rests 0.3 s
+    (the longer of that and ``pause``); 1.0 never rests."""
+    for _ in range(5):
+        make_event(EventState.PROCESSED, timedelta(days=100))
+    slept: list[float] = []
+    result = prune_events(
+        OLD, batch_size=2, pause=pause, max_busy=max_busy, sleep=slept.append, clock=Ticks()
+    )
+    assert (result.deleted, result.batches) == (5, 3)
+    assert slept == pytest.approx(rests)
+
+
+@pytest.mark.parametrize("max_busy", [0, -0.5, 1.5])
+def test_a_busy_share_out_of_range_is_refused_and_nothing_deleted(max_busy):
+    make_event(EventState.PROCESSED, timedelta(days=100))
+    with pytest.raises(ValueError, match="busy share"):
+        prune_events(OLD, max_busy=max_busy)
+    with pytest.raises(CommandError, match="--max-busy"):
+        call_command("billing_prune_events", "--older-than", "90d", "--max-busy", str(max_busy))
+    assert WebhookEvent.objects.count() == 1
+
+
+def test_a_notice_outlives_its_pruned_event_and_no_body_is_read():
+    """The record of a sent notice stays, its event link emptied; the prune reads the ids of
+    the rows it deletes, never their bodies."""
+    from billing_integration.models import Notice
+
+    old = make_event(EventState.PROCESSED, timedelta(days=200))
+    WebhookEvent.objects.filter(pk=old.pk).update(body='{"big": "' + "x" * 1000 + '"}')
+    notice = Notice.objects.create(event=old, kind="payment_failed", state="sent")
+    with CaptureQueriesContext(connection) as queries:
+        assert prune_events(OLD).deleted == 1
+    assert not WebhookEvent.objects.filter(pk=old.pk).exists()
+    notice.refresh_from_db()
+    assert (notice.event_id, notice.state) == (None, "sent")
+    reads = [q["sql"] for q in queries.captured_queries if q["sql"].lstrip().startswith("SELECT")]
+    assert reads and not any('"body"' in sql for sql in reads)
+
+
 def test_nothing_to_prune_sends_no_delete():
     make_event(EventState.PROCESSED, timedelta(days=1))
     make_event(EventState.RECEIVED, timedelta(days=1000))

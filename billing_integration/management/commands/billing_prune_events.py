@@ -2,7 +2,9 @@
 
 ``--older-than`` a duration (``90d``, ``12h``, ``30m`` or seconds; default
 ``BILLING['EVENT_RETENTION']``); ``--dry-run`` only counts; ``--batch-size`` rows per DELETE
-(each its own transaction); ``--pause`` seconds between batches. Deliveries still
+(each its own transaction); ``--pause`` seconds between batches; ``--max-busy`` the share of
+the time the batches may take (default 0.25, as the daily task: ingest keeps the CPUs; 1 for
+no rest). Deliveries still
 ``received`` are never deleted (see ``billing_integration.webhooks.prune``).
 """
 
@@ -34,12 +36,20 @@ class Command(BaseCommand):
         parser.add_argument(
             "--pause", type=float, default=0.0, help="Seconds to wait between batches."
         )
+        parser.add_argument(
+            "--max-busy",
+            type=float,
+            default=0.25,
+            help="Share of the time the batches may take, above 0 and at most 1 (default 0.25).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["batch_size"] < 1:
             raise CommandError(_("--batch-size must be at least 1."))
         if options["pause"] < 0:
             raise CommandError(_("--pause must not be negative."))
+        if not 0 < options["max_busy"] <= 1:
+            raise CommandError(_("--max-busy must be above 0 and at most 1."))
         if options["older_than"] is not None:
             try:
                 older_than = parse_duration(options["older_than"])
@@ -64,7 +74,12 @@ class Command(BaseCommand):
                 % {"count": count, "age": older_than}
             )
             return
-        result = prune_events(older_than, batch_size=options["batch_size"], pause=options["pause"])
+        result = prune_events(
+            older_than,
+            batch_size=options["batch_size"],
+            pause=options["pause"],
+            max_busy=options["max_busy"],
+        )
         self.stdout.write(
             _("Deleted %(count)s event delivery(ies) in %(batches)s batch(es).")
             % {"count": result.deleted, "batches": result.batches}
