@@ -93,12 +93,19 @@ def push_due_entries(slot: int = 0) -> int:
 OUTBOX = Wakeup(wakeup_name, push_due_entries, options=_queue)
 
 
+_RUNS: dict[int, Wakeup] = {}
+
+
 def push_run(slot: int) -> Wakeup:
     """The wake-up of push run ``slot``: ``OUTBOX`` for 0, else one of its own (flag
-    ``outbox:<queue>:<slot>``) sending ``push_due_entries(slot)``."""
+    ``outbox:<queue>:<slot>``) sending ``push_due_entries(slot)``, made once per slot."""
     if slot <= 0:
         return OUTBOX
-    return Wakeup(lambda: f"{wakeup_name()}:{slot}", push_due_entries, options=_queue, args=(slot,))
+    if slot not in _RUNS:
+        _RUNS[slot] = Wakeup(
+            lambda: f"{wakeup_name()}:{slot}", push_due_entries, options=_queue, args=(slot,)
+        )
+    return _RUNS[slot]
 
 
 @shared_task(name="billing_integration.drain_outbox", ignore_result=True)

@@ -235,32 +235,36 @@ def test_shared_backoff_off_keeps_each_worker_on_its_own(shared, settings):
     assert caches[ALIAS].get(KEY) is None
 
 
-@pytest.mark.redis
-def test_two_workers_share_the_window_through_redis(billing_sandbox, settings):
-    """The same over the real Redis (database 9, a key prefix of its own)."""
-    prefix = f"backoff-test-{uuid.uuid4().hex[:8]}"
+@pytest.fixture
+def redis_cache(settings):
+    """The alias ``redis``: the real Redis (database 9), with a key prefix of the test's own,
+    its shared keys deleted after the test."""
     settings.CACHES = {
         **settings.CACHES,
         "redis": {
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
             "LOCATION": "redis://127.0.0.1:6379/9",
-            "KEY_PREFIX": prefix,
+            "KEY_PREFIX": f"backoff-test-{uuid.uuid4().hex[:8]}",
         },
     }
+    yield caches["redis"]
+    caches["redis"].delete_many([KEY, PACE_KEY])
+
+
+@pytest.mark.redis
+def test_two_workers_share_the_window_through_redis(billing_sandbox, redis_cache):
+    """The same over the real Redis (database 9, a key prefix of its own)."""
     clock = FakeClock()
     a, b = worker(clock, alias="redis"), worker(clock, alias="redis")
-    try:
-        billing_sandbox.faults(operation="list_products", status=429, retry_after=2, count=1)
-        with pytest.raises(BillingRateLimitError):
-            list(a.list_products())
-        before = len(billing_requests(billing_sandbox))
-        during: list[int] = []
-        clock.on_sleep = lambda: during.append(len(billing_requests(billing_sandbox)))
-        list(b.list_products())
-        assert clock.sleeps == [2.0]
-        assert during == [before]
-    finally:
-        caches["redis"].delete(KEY)
+    billing_sandbox.faults(operation="list_products", status=429, retry_after=2, count=1)
+    with pytest.raises(BillingRateLimitError):
+        list(a.list_products())
+    before = len(billing_requests(billing_sandbox))
+    during: list[int] = []
+    clock.on_sleep = lambda: during.append(len(billing_requests(billing_sandbox)))
+    list(b.list_products())
+    assert clock.sleeps == [2.0]
+    assert during == [before]
 
 
 # --- the shared pace after a 429 ------------------------------------------------------------
@@ -378,34 +382,22 @@ def test_a_malformed_pace_in_the_cache_is_no_pace(shared):
 
 
 @pytest.mark.redis
-def test_workers_take_turns_under_the_pace_through_redis(billing_sandbox, settings):
+def test_workers_take_turns_under_the_pace_through_redis(billing_sandbox, redis_cache):
     """Over the real Redis, three workers (each its own ``SharedBackoff``) under a pace of 4
     a second: in each quarter of a second one of them gets the turn, the others are told to
     wait until the next quarter."""
-    prefix = f"pace-test-{uuid.uuid4().hex[:8]}"
-    settings.CACHES = {
-        **settings.CACHES,
-        "redis": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": "redis://127.0.0.1:6379/9",
-            "KEY_PREFIX": prefix,
-        },
-    }
     clock = FakeClock()
-    try:
-        caches["redis"].set(PACE_KEY, (4.0, clock.now))
-        workers = [SharedBackoff("redis", clock=clock) for _ in range(3)]
-        for backoff in workers:
-            assert backoff.wait() == 0 and backoff.pace() == 4.0
-        turns = []
-        for _ in range(4):
-            waits = [backoff.slot() for backoff in workers]
-            turns.append(sum(1 for w in waits if w == 0))
-            assert all(0 < w <= 0.25 + 0.025 for w in waits if w)
-            clock.now += 0.25
-        assert turns == [1, 1, 1, 1]
-    finally:
-        caches["redis"].delete_many([KEY, PACE_KEY])
+    redis_cache.set(PACE_KEY, (4.0, clock.now))
+    workers = [SharedBackoff("redis", clock=clock) for _ in range(3)]
+    for backoff in workers:
+        assert backoff.wait() == 0 and backoff.pace() == 4.0
+    turns = []
+    for _ in range(4):
+        waits = [backoff.slot() for backoff in workers]
+        turns.append(sum(1 for w in waits if w == 0))
+        assert all(0 < w <= 0.25 + 0.025 for w in waits if w)
+        clock.now += 0.25
+    assert turns == [1, 1, 1, 1]
 
 
 @pytest.mark.parametrize(
