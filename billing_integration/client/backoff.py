@@ -23,8 +23,9 @@ most once a second: the 429s of calls already in flight count once). Without a 4
 doubles every ``PACE_DOUBLING`` seconds, and stops once past ``PACE_OFF`` calls a second.
 Calls take their turn in slots of the cache: a counter per time slot of ``1 / pace`` seconds
 (one call each), or of 50 ms when the pace is above 20 a second; a call finding its slot
-taken waits for the next one. So a paced call costs two cache writes; a process that has
-seen no 429, and none of the others has, pays nothing for it. A cache that cannot count
+taken waits for the next one. So a paced call costs one cache increment (and an add for a
+slot's first call); a process that has seen no 429, and none of the others has, pays
+nothing for it. A cache that cannot count
 atomically (the database or file cache) may let two calls share a slot.
 """
 
@@ -201,8 +202,10 @@ class SharedBackoff:
         key = f"{SLOT_KEY}:{width:.4f}:{index}"
         try:
             cache = self._cache()
-            cache.add(key, 0, timeout=math.ceil(width) + 2)
-            taken = cache.incr(key)
+            try:
+                taken = cache.incr(key)
+            except ValueError:  # the slot's first call creates its counter
+                taken = 1 if cache.add(key, 1, timeout=math.ceil(width) + 2) else cache.incr(key)
         except Exception as exc:  # a cache outage never blocks a call
             logger.warning("billing backoff: cache %r unavailable (%s)", self.alias, exc)
             return 0.0
