@@ -129,23 +129,21 @@ def check_billing_settings(app_configs: Any = None, **kwargs: Any) -> list:
                 id="billing_integration.E006",
             )
         )
-    for key in (
-        "PAGE_SIZE",
-        "MAX_RETRIES",
-        "CHECKOUT_EXPIRY",
-        "WEBHOOK_TOLERANCE",
-        "OUTBOX_PUSH_MAX_ENTRIES",
-        "OUTBOX_REQUEUE_BATCH",
-    ):
-        value = conf.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            errors.append(
-                Error(
-                    f"BILLING['{key}'] must be a non-negative integer, not {value!r}.",
-                    hint=f"The default is {DEFAULTS[key]!r}.",
-                    id="billing_integration.E007",
-                )
-            )
+    errors.extend(
+        _whole_number_errors(
+            conf,
+            (
+                "PAGE_SIZE",
+                "MAX_RETRIES",
+                "CHECKOUT_EXPIRY",
+                "WEBHOOK_TOLERANCE",
+                "OUTBOX_PUSH_MAX_ENTRIES",
+                "OUTBOX_REQUEUE_BATCH",
+            ),
+            minimum=0,
+            error_id="billing_integration.E007",
+        )
+    )
     form = conf.get("SUBSCRIPTION_CURRENCY_FORM")
     if form not in ("code", "id"):
         errors.append(
@@ -201,7 +199,9 @@ def _checkout_and_access_errors(conf: dict[str, Any]) -> list:
             )
         )
     errors.extend(_retention_errors(conf))
-    errors.extend(_worker_errors(conf))
+    errors.extend(
+        _whole_number_errors(conf, WORKER_COUNTS, minimum=1, error_id="billing_integration.E016")
+    )
     return errors
 
 
@@ -214,20 +214,21 @@ WORKER_COUNTS = (
 )
 
 
-def _worker_errors(conf: dict[str, Any]) -> list:
-    """Each of ``WORKER_COUNTS`` a positive integer."""
-    errors: list = []
-    for key in WORKER_COUNTS:
-        value = conf.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            errors.append(
-                Error(
-                    f"BILLING['{key}'] must be a positive whole number, not {value!r}.",
-                    hint=f"The default is {DEFAULTS[key]!r}.",
-                    id="billing_integration.E016",
-                )
-            )
-    return errors
+def _whole_number_errors(
+    conf: dict[str, Any], keys: tuple[str, ...], *, minimum: int, error_id: str
+) -> list:
+    """One ``error_id`` per key of ``keys`` that is not a whole number of at least
+    ``minimum`` (0: non-negative, 1: positive)."""
+    kind = "a positive whole number" if minimum == 1 else "a non-negative integer"
+    return [
+        Error(
+            f"BILLING['{key}'] must be {kind}, not {value!r}.",
+            hint=f"The default is {DEFAULTS[key]!r}.",
+            id=error_id,
+        )
+        for key in keys
+        if not isinstance(value := conf.get(key), int) or isinstance(value, bool) or value < minimum
+    ]
 
 
 def _retention_errors(conf: dict[str, Any]) -> list:
