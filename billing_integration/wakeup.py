@@ -93,6 +93,7 @@ __all__ = [
     "flag_key",
     "kick",
     "linger",
+    "on_commit_once",
     "schedule",
 ]
 
@@ -178,6 +179,41 @@ def kick(
     if local_window > 0 and cache_ok:  # the drain of this message clears F after started
         _pending_until[name] = started + local_window
     return True
+
+
+class _Once:
+    """The calls :func:`on_commit_once` registered for one commit: the first that runs calls
+    ``func``, the others do nothing."""
+
+    __slots__ = ("fired", "func")
+
+    def __init__(self, func: Callable[..., Any]) -> None:
+        self.func = func
+        self.fired = False
+
+    def __call__(self, *args: Any) -> None:
+        if not self.fired:
+            self.fired = True
+            self.func(*args)
+
+
+def on_commit_once(func: Callable[..., Any], *args: Any, using: str | None = None) -> None:
+    """Call ``func(*args)`` after the current transaction commits (at once in autocommit), once
+    for every call of this with the same ``func`` in that transaction: with the ``args`` of the
+    first whose callback survives (a rolled-back savepoint drops its own). A transaction that
+    writes a thousand items sends one wake-up, not a thousand cache round trips.
+
+    Each call still registers its own (cheap) ``on_commit`` callback, so a savepoint rollback
+    drops exactly what it should, and the callbacks a test captures
+    (``captureOnCommitCallbacks``) hold the wake-up. The callbacks of one transaction share one
+    :class:`_Once` per connection and ``func``; it is replaced once it has fired (a transaction
+    that rolls back leaves it unfired, and the next transaction shares it)."""
+    connection = transaction.get_connection(using)
+    shared: dict[Any, _Once] = connection.__dict__.setdefault("_billing_on_commit_once", {})
+    once = shared.get(func)
+    if once is None or once.fired:
+        once = shared[func] = _Once(func)
+    transaction.on_commit(lambda: once(*args), using=using, robust=True)
 
 
 def clear(name: str) -> float:
@@ -325,8 +361,9 @@ class Wakeup:
         return kick(name, self.task, local_window=self.window(), args=self.args, **self.options())
 
     def kick_on_commit(self, *, using: str | None = None) -> None:
-        """:meth:`kick` once the current transaction commits (at once in autocommit)."""
-        transaction.on_commit(self.kick, using=using, robust=True)
+        """:meth:`kick` once the current transaction commits (at once in autocommit): once
+        for the whole transaction, however many items it writes (:func:`on_commit_once`)."""
+        on_commit_once(self.kick, using=using)
 
     def schedule(self, countdown: float) -> bool:
         """A timer: send the drain in ``countdown`` seconds (see :func:`schedule`)."""

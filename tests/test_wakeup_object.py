@@ -50,6 +50,28 @@ def wake(task):
     wakeup.clear(w.name)
 
 
+def test_kick_on_commit_asks_the_cache_once_per_transaction(
+    task, django_capture_on_commit_callbacks
+):
+    wake = Wakeup("test:once", task)  # no local window: every kick would ask the cache
+    wakeup.clear(wake.name)
+    with mock.patch.object(wakeup, "kick", wraps=wakeup.kick) as kicks:
+        with django_capture_on_commit_callbacks(execute=True) as callbacks:
+            for _ in range(3):
+                wake.kick_on_commit()
+        # Each call registers its own callback (a savepoint rollback drops its own); the
+        # first to run kicks for all.
+        assert len(callbacks) == 3
+        assert kicks.call_count == 1
+        assert task.apply_async.call_count == 1
+        wakeup.clear(wake.name)
+        with django_capture_on_commit_callbacks(execute=True):  # the next transaction
+            wake.kick_on_commit()
+        assert kicks.call_count == 2
+        assert task.apply_async.call_count == 2
+    wakeup.clear(wake.name)
+
+
 def test_a_burst_of_kicks_sends_one_message_and_the_window_spares_the_cache(clock, task, wake):
     assert wake.kick() is True
     with mock.patch.object(wakeup, "_cache", side_effect=AssertionError("cache asked")):

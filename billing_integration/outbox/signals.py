@@ -29,6 +29,7 @@ from ..models.products import (
     ProductDeletionRefused,
 )
 from ..models.subscriptions import Subscription
+from ..wakeup import on_commit_once
 from .context import is_from_remote
 from .locks import skip_locked
 
@@ -73,8 +74,8 @@ def record_change(obj: models.Model, changed: Iterable[str] = ()) -> OutboxEntry
         type(obj)._default_manager.using(using).filter(pk=obj.pk).update(
             sync_state=SyncState.PENDING
         )
-        pk = entry.pk
-        transaction.on_commit(lambda: _enqueue(pk), using=using, robust=True)
+        # One wake-up for the transaction's new entries, sent after its commit.
+        on_commit_once(_enqueue, entry.pk, using=using)
     return entry
 
 

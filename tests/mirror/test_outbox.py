@@ -81,6 +81,48 @@ def test_create_product_sends_blueprint_with_the_entry_key(billing_sandbox, reco
     assert product.remote_created is not None
 
 
+def make_customers(*names: str) -> list[Customer]:
+    return [
+        Customer.objects.create(
+            identifier=name, first_name=name, last_name="X", email=f"{name}@example.com"
+        )
+        for name in names
+    ]
+
+
+def test_a_transaction_of_many_changes_sends_one_wakeup_after_its_commit(recorded_enqueues):
+    with transaction.atomic():
+        make_customers("a", "b", "c")
+        assert recorded_enqueues == []  # not before the commit
+    entries = list(OutboxEntry.objects.order_by("pk"))
+    assert len(entries) == 3
+    assert recorded_enqueues == [entries[0].pk]  # one kick wakes the run that pushes all three
+
+    with transaction.atomic():  # the next transaction has a wake-up of its own
+        make_customers("d")
+    assert recorded_enqueues == [entries[0].pk, OutboxEntry.objects.latest("pk").pk]
+
+
+def test_a_rolled_back_savepoint_takes_its_wakeup_and_the_rest_still_kicks(recorded_enqueues):
+    with transaction.atomic():
+        with pytest.raises(RuntimeError), transaction.atomic():
+            make_customers("gone")  # registers the transaction's wake-up first ...
+            raise RuntimeError  # ... and the savepoint's rollback drops it
+        (kept,) = make_customers("kept")
+    entry = OutboxEntry.objects.get()
+    assert entry.object_id == kept.pk
+    assert recorded_enqueues == [entry.pk]
+
+
+def test_after_a_rolled_back_transaction_the_next_one_kicks(recorded_enqueues):
+    with pytest.raises(RuntimeError), transaction.atomic():
+        make_customers("gone")
+        raise RuntimeError
+    assert recorded_enqueues == []
+    make_customers("kept")  # autocommit: enqueued at once
+    assert recorded_enqueues == [OutboxEntry.objects.get().pk]
+
+
 def test_one_time_product_sends_root_prices(billing_sandbox):
     make_product("Setup fee", one_time=True)
     push_all()
