@@ -43,9 +43,10 @@ def update_rows(
 ) -> int:
     """``UPDATE`` each of ``objs`` (same model) setting ``fields`` to its attribute values.
 
-    PostgreSQL: one statement whose only parameter is the rows as a JSON array, typed back by
+    PostgreSQL: one statement whose parameters are the rows as a JSON array, typed back by
     ``jsonb_to_recordset`` (psycopg has no placeholder to parse or value to quote, the server
-    plans one statement). Elsewhere: ``executemany`` of ``UPDATE ... WHERE pk = %s`` with the
+    plans one statement), and their primary keys as an array (the rows are found through the
+    primary key's index). Elsewhere: ``executemany`` of ``UPDATE ... WHERE pk = %s`` with the
     values prepared by each field's ``get_db_prep_save``. Returns the number of rows sent."""
     if not objs:
         return 0
@@ -81,13 +82,18 @@ def _update_from_json(
         ],
         cls=_Encoder,
     )
+    # The primary keys once more as an array: the planner then finds the rows through the
+    # primary key's index, whatever its estimate of the recordset (it would otherwise scan the
+    # whole table to hash-join a small set).
+    pk = f"{table}.{qn(opts.pk.column)}"
     sql = (
         f"UPDATE {table} SET {assignments} "  # noqa: S608
         f"FROM jsonb_to_recordset(%s::jsonb) AS v({types}) "
-        f"WHERE {table}.{qn(opts.pk.column)} = v.c0"
+        f"WHERE {pk} = ANY(%s) AND {pk} = v.c0"
     )
+    keys = [opts.pk.get_db_prep_value(obj.pk, connection) for obj in objs]
     with connection.cursor() as cursor:
-        cursor.execute(sql, [document])
+        cursor.execute(sql, [document, keys])
 
 
 def _update_each(

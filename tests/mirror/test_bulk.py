@@ -62,6 +62,27 @@ def test_update_rows_leaves_other_rows_alone():
     assert Customer.objects.get(pk=a.pk).first_name == "Changed"
 
 
+@pytest.mark.postgresql
+def test_update_rows_finds_its_rows_through_the_primary_key_not_a_table_scan():
+    # On PostgreSQL the planner hash-joins the recordset to a scan of the whole table unless
+    # the statement names the keys (the cost of one batch would grow with the table).
+    insert_rows(Customer, [{"identifier": f"t-{i}", "first_name": "A"} for i in range(5000)])
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE billing_integration_customer")
+    batch = list(Customer.objects.order_by("pk")[:100])
+    for customer in batch:
+        customer.first_name = "B"
+    with CaptureQueriesContext(connection) as queries:
+        update_rows(batch, ["first_name"])
+    (update,) = queries.captured_queries
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + update["sql"])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "Seq Scan on billing_integration_customer" not in plan, plan
+    assert "billing_integration_customer_pkey" in plan, plan
+    assert Customer.objects.filter(first_name="B").count() == 100
+
+
 def test_insert_rows_fills_defaults_and_converts_values():
     with from_remote():
         product = Product.objects.create(name="P", selected_currencies=[1])
