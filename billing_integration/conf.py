@@ -104,7 +104,7 @@ DEFAULTS: dict[str, Any] = {
     "KICK_TTL": 30.0,  # seconds a pending wake-up suppresses further kicks (a lost message)
     "KICK_CACHE": None,  # Django cache alias shared by all processes; None = TOKEN_CACHE
     "OUTBOX_DRAIN_SECONDS": 20.0,  # one drain task run pushes this long, then kicks itself
-    "OUTBOX_CLAIM_BATCH": 100,  # due entries fetched per query by a drain task run
+    "OUTBOX_CLAIM_BATCH": 100,  # due entries a push run claims at a time, at least
     "OUTBOX_PUSH_CONCURRENCY": 4,  # calls in flight at once in one push run (threads)
     "OUTBOX_PUSH_RUNS": 4,  # push runs at once over the workers when a burst is due
     "WEBHOOK_DRAIN_SECONDS": 20.0,  # one event drain run processes this long, then kicks itself
@@ -324,7 +324,8 @@ DOCS: dict[str, str] = {
     "KICK_CACHE": "The cache alias holding the wake-up flags, shared by all processes "
     "(`None`: `TOKEN_CACHE`).",
     "OUTBOX_DRAIN_SECONDS": "Seconds one push drain run pushes, then it kicks itself again.",
-    "OUTBOX_CLAIM_BATCH": "Due entries a push drain run fetches and claims at a time.",
+    "OUTBOX_CLAIM_BATCH": "Due entries a push run claims at a time, at least: more (up to "
+    "1,000) when half a second of calls at its last batch's pace is more.",
     "OUTBOX_PUSH_CONCURRENCY": "Calls to the service one push run has in flight at once "
     "(threads; the entries of one object stay in order). `1`: one call at a time.",
     "OUTBOX_PUSH_RUNS": "Push runs that may work at once when a burst is due: a run that finds "

@@ -1,10 +1,16 @@
 """One push run: push every due outbox entry, in primary-key order, in this process.
 
 Used by the ``push_due_entries`` task (woken by a coalesced kick: ``tasks.OUTBOX``, a
-``billing_integration.wakeup.Wakeup``). Entries go through ``push.push_entries``,
-``OUTBOX_CLAIM_BATCH`` at a time - the one claim / call / record path, so several runs and
-synchronous pushes may run at once: an entry another one holds is skipped here (``held``),
-and that one finishes it.
+``billing_integration.wakeup.Wakeup``). Entries go through ``push.push_entries`` a batch at
+a time - the one claim / call / record path, so several runs and synchronous pushes may run
+at once: an entry another one holds is skipped here (``held``), and that one finishes it.
+
+A batch is ``OUTBOX_CLAIM_BATCH`` entries, or more when the service answers fast: after each
+batch the run claims what it pushed in ``CLAIM_SECONDS`` at the batch's pace (``claim_size``,
+at most ``CLAIM_MAX``). A batch's claim and record cost about the same whatever its calls
+take, so against a fast service fewer, larger batches spend less per entry; against a slow
+one the batches stay at ``OUTBOX_CLAIM_BATCH``, and no entry waits claimed for much longer
+than ``CLAIM_SECONDS`` of calls.
 
 Each look fetches the due *heads* (``OutboxEntry.objects.due().heads()``: entries with no
 older open entry of their object), in primary-key order, leaving out those this run already
@@ -16,6 +22,7 @@ more run, on another worker: ``OUTBOX_PUSH_RUNS``).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +32,12 @@ from ..models.outbox import OutboxEntry
 from ..wakeup import DrainRun
 from .push import PushOutcome, PushResult, push_entries
 
-__all__ = ["DrainReport", "push_due", "push_open"]
+__all__ = ["CLAIM_MAX", "CLAIM_SECONDS", "DrainReport", "claim_size", "push_due", "push_open"]
+
+#: Seconds of calls a push run claims at a time, at its last batch's pace (see the module
+#: docstring), and the most entries one batch claims that way.
+CLAIM_SECONDS = 0.5
+CLAIM_MAX = 1000
 
 
 @dataclass
@@ -36,6 +48,15 @@ class DrainReport:
     more: bool = False  # the budget ran out with due entries left: run again at once
     next_in: float | None = None  # seconds until the earliest entry left waiting is due
     refused: bool = False  # the mirror belongs to another service: stopped, nothing sent
+
+
+def claim_size(least: int, entries: int, seconds: float) -> int:
+    """The next batch of a push run whose last batch took ``seconds`` for ``entries``:
+    what it pushes in ``CLAIM_SECONDS`` at that pace, between ``least``
+    (``OUTBOX_CLAIM_BATCH``) and ``CLAIM_MAX`` (or ``least``, if larger)."""
+    if entries <= 0 or seconds <= 0:
+        return least
+    return max(least, min(CLAIM_MAX, int(entries / seconds * CLAIM_SECONDS)))
 
 
 def _wait_of(result: PushResult) -> float | None:
@@ -53,17 +74,19 @@ def push_due(
     seconds: float = 20.0,
     max_entries: int = 1000,
     spread: Callable[[], Any] | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> DrainReport:
     """Push due entries in batches, in primary-key order, until none is left or the budget
     (the ``run``'s time, else ``seconds`` of wall time; ``max_entries`` attempts) is spent;
     then ``more`` says whether some were left (the run is stopped: it re-kicks), and
     ``next_in`` when the earliest entry left waiting is due (the run's timer). ``spread`` is
     called once, when a look finds a full batch (more may be due than this run can push
-    soon)."""
+    soon). ``clock`` times the batches (``claim_size``)."""
     if run is None:
         run = DrainRun(seconds)
     report = DrainReport()
-    batch = max(1, int(billing_settings.OUTBOX_CLAIM_BATCH))
+    least = max(1, int(billing_settings.OUTBOX_CLAIM_BATCH))
+    batch = least
     lease = float(billing_settings.OUTBOX_LEASE)
     seen: set[int] = set()
     waits: list[float] = []
@@ -87,7 +110,10 @@ def push_due(
             spread = None
         ids = ids[:room]
         seen.update(ids)
-        for result in push_entries(ids, deadline=run.deadline):
+        started = clock()
+        results = push_entries(ids, deadline=run.deadline)
+        batch = claim_size(least, len(ids), clock() - started)
+        for result in results:
             if result.status == PushOutcome.REFUSED:  # another service (service.py)
                 report.refused = True
                 break

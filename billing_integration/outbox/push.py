@@ -1,7 +1,7 @@
 """The push of outbox entries: the one state machine from ``pending`` to ``done``/``failed``.
 
-A push of one entry (``push_entry_now``) is a batch of one (``push_entries``); the outbox
-drain pushes ``OUTBOX_CLAIM_BATCH`` at a time. Three phases, no transaction held during the
+A push of one entry (``push_entry_now``) is a batch of one (``push_entries``); a push run
+pushes ``OUTBOX_CLAIM_BATCH`` or more at a time (``drain.claim_size``). Three phases, no transaction held during the
 HTTP calls:
 
 1. **claim** (one transaction): lock the entries (``SELECT ... FOR UPDATE SKIP LOCKED``

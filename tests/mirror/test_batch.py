@@ -253,3 +253,42 @@ def test_a_change_after_an_in_doubt_reset_gets_an_entry_of_its_own(billing_sandb
     assert [r.status for r in push_entries(open_ids())] == [PushOutcome.DONE] * 2
     (remote,) = billing_sandbox.objects("product")
     assert remote["name"] == "Plan rev 2"
+
+
+# --- the size of a push run's batches (drain.claim_size) --------------------------------------
+def test_claim_size_is_half_a_second_of_calls_never_under_the_setting_nor_over_the_cap():
+    from billing_integration.outbox.drain import CLAIM_MAX, CLAIM_SECONDS, claim_size
+
+    assert CLAIM_SECONDS == 0.5
+    assert claim_size(100, 100, 0.125) == 400  # 800 a second: 400 in half a second
+    assert claim_size(100, 100, 5.0) == 100  # a slow service: the setting
+    assert claim_size(100, 100, 0.001) == CLAIM_MAX
+    assert claim_size(CLAIM_MAX + 500, 10, 0.001) == CLAIM_MAX + 500  # the setting above the cap
+    assert claim_size(100, 0, 0.0) == 100  # nothing measured
+
+
+@pytest.mark.parametrize(
+    ("seconds_per_batch", "batches"),
+    [(0.001, [5, 25]), (10.0, [5, 5, 5, 5, 5, 5])],
+    ids=["fast service: the next batch takes the rest", "slow service: the setting's size"],
+)
+def test_a_push_run_claims_larger_batches_when_the_calls_are_fast(
+    billing_sandbox, settings, monkeypatch, seconds_per_batch, batches
+):
+    from billing_integration.outbox import drain
+
+    settings.BILLING = {**settings.BILLING, "OUTBOX_CLAIM_BATCH": 5}
+    customers(30, "grow")
+    sizes: list[int] = []
+
+    def counted(ids, **kwargs):
+        sizes.append(len(ids))
+        return push_entries(ids, **kwargs)
+
+    monkeypatch.setattr(drain, "push_entries", counted)
+    ticks = iter(range(1000))
+    report = drain.push_due(clock=lambda: next(ticks) * seconds_per_batch)
+    assert sizes == batches
+    assert report.pushed == 30
+    assert len(billing_sandbox.requests(operation="create_customer")) == 30
+    assert set(OutboxEntry.objects.values_list("state", flat=True)) == {"done"}

@@ -294,8 +294,9 @@ def test_the_guard_reads_the_binding_once_per_batch_not_per_entry(billing_sandbo
     point_at(settings, OUTBOX_CLAIM_BATCH=20)
     customers(50, "q")
     table = ServiceBinding._meta.db_table
+    ticks = iter(range(0, 1000, 10))  # each batch takes 10 s: they stay at 20 (claim_size)
     with CaptureQueriesContext(connection) as queries:
-        report = push_due()
+        report = push_due(clock=lambda: float(next(ticks)))
     assert report.pushed == 50
     reads = [q for q in queries if table in q["sql"] and q["sql"].lstrip().startswith("SELECT")]
     assert len(reads) == 3  # batches of 20, 20 and 10
