@@ -6,7 +6,7 @@ a time - the one claim / call / record path, so several runs and synchronous pus
 at once: an entry another one holds is skipped here (``held``), and that one finishes it.
 
 A batch is ``OUTBOX_CLAIM_BATCH`` entries, or more when the service answers fast: after each
-batch the run claims what it pushed in ``CLAIM_SECONDS`` at the batch's pace (``claim_size``,
+batch the run claims what it calls in ``CLAIM_SECONDS`` at the batch's pace (``claim_size``,
 at most ``CLAIM_MAX``). A batch's claim and record cost about the same whatever its calls
 take, so against a fast service fewer, larger batches spend less per entry; against a slow
 one the batches stay at ``OUTBOX_CLAIM_BATCH``, and no entry waits claimed for much longer
@@ -51,7 +51,7 @@ class DrainReport:
 
 
 def claim_size(least: int, entries: int, seconds: float) -> int:
-    """The next batch of a push run whose last batch took ``seconds`` for ``entries``:
+    """The next batch of a push run whose last batch took ``seconds`` for ``entries`` calls:
     what it pushes in ``CLAIM_SECONDS`` at that pace, between ``least``
     (``OUTBOX_CLAIM_BATCH``) and ``CLAIM_MAX`` (or ``least``, if larger)."""
     if entries <= 0 or seconds <= 0:
@@ -112,7 +112,9 @@ def push_due(
         seen.update(ids)
         started = clock()
         results = push_entries(ids, deadline=run.deadline)
-        batch = claim_size(least, len(ids), clock() - started)
+        # The pace of the calls: entries settled without one (held elsewhere, nothing to
+        # send) would make a batch look faster than the service is.
+        batch = claim_size(least, sum(r.calls for r in results), clock() - started)
         for result in results:
             if result.status == PushOutcome.REFUSED:  # another service (service.py)
                 report.refused = True

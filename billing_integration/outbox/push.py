@@ -1,8 +1,8 @@
 """The push of outbox entries: the one state machine from ``pending`` to ``done``/``failed``.
 
 A push of one entry (``push_entry_now``) is a batch of one (``push_entries``); a push run
-pushes ``OUTBOX_CLAIM_BATCH`` or more at a time (``drain.claim_size``). Three phases, no transaction held during the
-HTTP calls:
+pushes ``OUTBOX_CLAIM_BATCH`` or more at a time (``drain.claim_size``). Three phases, no
+transaction held during the HTTP calls:
 
 1. **claim** (one transaction): lock the entries (``SELECT ... FOR UPDATE SKIP LOCKED``
    where the database has it: an entry another worker holds is left to it, ``held``); skip
@@ -96,6 +96,7 @@ class PushOutcome(StrEnum):
 class PushResult:
     status: PushOutcome
     entry_id: int
+    #: Calls to the service this push made for the entry (0: settled or left without one).
     calls: int = 0
     retry_in: float | None = None
     error: BaseException | None = None
@@ -668,7 +669,7 @@ def _record_failure(entry: OutboxEntry, obj: Any, exc: BillingError) -> PushResu
                 exc,
                 wait,
             )
-            return PushResult(PushOutcome.RETRY, entry.pk, retry_in=wait, error=exc)
+            return PushResult(PushOutcome.RETRY, entry.pk, calls=1, retry_in=wait, error=exc)
         current.state = OutboxState.FAILED
         current.completed_at = now
         current.save()
@@ -676,7 +677,7 @@ def _record_failure(entry: OutboxEntry, obj: Any, exc: BillingError) -> PushResu
             sync_state=SyncState.FAILED, sync_error=current.last_error
         )
     logger.error("outbox entry %s failed after %s attempt(s): %s", entry.pk, entry.attempts, exc)
-    return PushResult(PushOutcome.FAILED, entry.pk, error=exc)
+    return PushResult(PushOutcome.FAILED, entry.pk, calls=1, error=exc)
 
 
 def _open_entry_for(obj: Any) -> OutboxEntry:

@@ -292,3 +292,37 @@ def test_a_push_run_claims_larger_batches_when_the_calls_are_fast(
     assert report.pushed == 30
     assert len(billing_sandbox.requests(operation="create_customer")) == 30
     assert set(OutboxEntry.objects.values_list("state", flat=True)) == {"done"}
+
+
+def test_the_pace_counts_calls_not_entries_settled_without_one(
+    billing_sandbox, settings, monkeypatch
+):
+    """Entries settled without a call (here: edits of pushed customers, which the service
+    cannot take) would make a batch look fast: the next batch stays at the setting."""
+    import uuid
+
+    from billing_integration.outbox import drain, from_remote
+
+    settings.BILLING = {**settings.BILLING, "OUTBOX_CLAIM_BATCH": 5}
+    with from_remote():
+        pushed = [
+            Customer.objects.create(identifier=f"old-{i}", first_name="A", remote_id=uuid.uuid4())
+            for i in range(10)
+        ]
+    for customer in pushed:
+        customer.first_name = "Edited"
+        customer.save()
+    customers(20, "new")
+    sizes: list[int] = []
+
+    def counted(ids, **kwargs):
+        sizes.append(len(ids))
+        return push_entries(ids, **kwargs)
+
+    monkeypatch.setattr(drain, "push_entries", counted)
+    ticks = iter(range(1000))
+    report = drain.push_due(clock=lambda: next(ticks) * 0.001)
+    # 10 edits (no call): two batches at the setting; then 5 calls, fast: the rest at once.
+    assert sizes == [5, 5, 5, 15]
+    assert report.handled == 30
+    assert len(billing_sandbox.requests(operation="create_customer")) == 20
