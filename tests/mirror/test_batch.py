@@ -267,18 +267,12 @@ def test_claim_size_is_half_a_second_of_calls_never_under_the_setting_nor_over_t
     assert claim_size(100, 0, 0.0) == 100  # nothing measured
 
 
-@pytest.mark.parametrize(
-    ("seconds_per_batch", "batches"),
-    [(0.001, [5, 25]), (10.0, [5, 5, 5, 5, 5, 5])],
-    ids=["fast service: the next batch takes the rest", "slow service: the setting's size"],
-)
-def test_a_push_run_claims_larger_batches_when_the_calls_are_fast(
-    billing_sandbox, settings, monkeypatch, seconds_per_batch, batches
-):
+@pytest.fixture
+def batch_sizes(settings, monkeypatch) -> list[int]:
+    """Push runs of batches of at least 5; the size of each batch they push, in order."""
     from billing_integration.outbox import drain
 
     settings.BILLING = {**settings.BILLING, "OUTBOX_CLAIM_BATCH": 5}
-    customers(30, "grow")
     sizes: list[int] = []
 
     def counted(ids, **kwargs):
@@ -286,24 +280,40 @@ def test_a_push_run_claims_larger_batches_when_the_calls_are_fast(
         return push_entries(ids, **kwargs)
 
     monkeypatch.setattr(drain, "push_entries", counted)
+    return sizes
+
+
+def push_run(seconds_per_batch: float):
+    """``push_due`` with a fake clock on which each batch takes ``seconds_per_batch``."""
+    from billing_integration.outbox import drain
+
     ticks = iter(range(1000))
-    report = drain.push_due(clock=lambda: next(ticks) * seconds_per_batch)
-    assert sizes == batches
+    return drain.push_due(clock=lambda: next(ticks) * seconds_per_batch)
+
+
+@pytest.mark.parametrize(
+    ("seconds_per_batch", "batches"),
+    [(0.001, [5, 25]), (10.0, [5, 5, 5, 5, 5, 5])],
+    ids=["fast service: the next batch takes the rest", "slow service: the setting's size"],
+)
+def test_a_push_run_claims_larger_batches_when_the_calls_are_fast(
+    billing_sandbox, batch_sizes, seconds_per_batch, batches
+):
+    customers(30, "grow")
+    report = push_run(seconds_per_batch)
+    assert batch_sizes == batches
     assert report.pushed == 30
     assert len(billing_sandbox.requests(operation="create_customer")) == 30
     assert set(OutboxEntry.objects.values_list("state", flat=True)) == {"done"}
 
 
-def test_the_pace_counts_calls_not_entries_settled_without_one(
-    billing_sandbox, settings, monkeypatch
-):
+def test_the_pace_counts_calls_not_entries_settled_without_one(billing_sandbox, batch_sizes):
     """Entries settled without a call (here: edits of pushed customers, which the service
     cannot take) would make a batch look fast: the next batch stays at the setting."""
     import uuid
 
-    from billing_integration.outbox import drain, from_remote
+    from billing_integration.outbox import from_remote
 
-    settings.BILLING = {**settings.BILLING, "OUTBOX_CLAIM_BATCH": 5}
     with from_remote():
         pushed = [
             Customer.objects.create(identifier=f"old-{i}", first_name="A", remote_id=uuid.uuid4())
@@ -313,16 +323,8 @@ def test_the_pace_counts_calls_not_entries_settled_without_one(
         customer.first_name = "Edited"
         customer.save()
     customers(20, "new")
-    sizes: list[int] = []
-
-    def counted(ids, **kwargs):
-        sizes.append(len(ids))
-        return push_entries(ids, **kwargs)
-
-    monkeypatch.setattr(drain, "push_entries", counted)
-    ticks = iter(range(1000))
-    report = drain.push_due(clock=lambda: next(ticks) * 0.001)
+    report = push_run(0.001)
     # 10 edits (no call): two batches at the setting; then 5 calls, fast: the rest at once.
-    assert sizes == [5, 5, 5, 15]
+    assert batch_sizes == [5, 5, 5, 15]
     assert report.handled == 30
     assert len(billing_sandbox.requests(operation="create_customer")) == 20
