@@ -127,6 +127,15 @@ class OutboxEntry(models.Model):
         indexes = [
             models.Index(fields=["content_type", "object_id", "state"], name="billing_outbox_obj"),
             models.Index(fields=["state", "updated_at"], name="billing_outbox_due"),
+            # The open (or in-doubt failed) entries of an object: what every push asks (who
+            # comes first, what is still open). Few rows whatever the history kept, so those
+            # lookups cost the same on a table of millions of done entries.
+            models.Index(
+                fields=["content_type", "object_id"],
+                condition=models.Q(state__in=["pending", "in_progress"])
+                | models.Q(state="failed", in_doubt=True),
+                name="billing_outbox_open",
+            ),
         ]
 
     def __str__(self) -> str:
