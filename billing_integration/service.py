@@ -284,7 +284,7 @@ def _kick_outbox(alias: str) -> None:
         .first()
     )
     if first is not None:
-        transaction.on_commit(lambda: tasks.enqueue(first), using=alias, robust=True)
+        tasks.enqueue_on_commit(first, using=alias)
 
 
 def relink(*, using: str | None = None) -> ServiceIdentity | None:

@@ -5,7 +5,7 @@ enqueue their pushes after commit. Used by the admin action and ``billing_sync
 from __future__ import annotations
 
 from django.contrib.contenttypes.models import ContentType
-from django.db import models, transaction
+from django.db import models
 
 from ..models.outbox import OutboxEntry
 from . import tasks
@@ -20,9 +20,8 @@ def retry_failed(entries: models.QuerySet[OutboxEntry] | None = None) -> int:
     if entries is None:
         entries = OutboxEntry.objects.all()
     ids = entries.reset_failed()
-    if ids:  # one wake-up: the push run pushes every due entry
-        first = min(ids)
-        transaction.on_commit(lambda: tasks.enqueue(first))
+    if ids:
+        tasks.enqueue_on_commit(min(ids))
     return len(ids)
 
 

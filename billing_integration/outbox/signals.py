@@ -29,7 +29,6 @@ from ..models.products import (
     ProductDeletionRefused,
 )
 from ..models.subscriptions import Subscription
-from ..wakeup import on_commit_once
 from .context import is_from_remote
 from .locks import skip_locked
 
@@ -74,15 +73,10 @@ def record_change(obj: models.Model, changed: Iterable[str] = ()) -> OutboxEntry
         type(obj)._default_manager.using(using).filter(pk=obj.pk).update(
             sync_state=SyncState.PENDING
         )
-        # One wake-up for the transaction's new entries, sent after its commit.
-        on_commit_once(_enqueue, entry.pk, using=using)
+        from .tasks import enqueue_on_commit
+
+        enqueue_on_commit(entry.pk, using=using)
     return entry
-
-
-def _enqueue(pk: int) -> None:
-    from .tasks import enqueue
-
-    enqueue(pk)
 
 
 # --- receivers --------------------------------------------------------------------------------

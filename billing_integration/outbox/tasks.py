@@ -20,11 +20,18 @@ from django.utils import timezone
 
 from ..conf import billing_settings
 from ..health import record_run
-from ..wakeup import Wakeup
+from ..wakeup import Wakeup, on_commit_once
 
 logger = logging.getLogger("billing_integration.outbox")
 
-__all__ = ["OUTBOX", "enqueue", "push_due_entries", "push_run", "requeue_stale_entries"]
+__all__ = [
+    "OUTBOX",
+    "enqueue",
+    "enqueue_on_commit",
+    "push_due_entries",
+    "push_run",
+    "requeue_stale_entries",
+]
 
 
 def wakeup_name() -> str:
@@ -46,6 +53,17 @@ def enqueue(entry_id: int, countdown: float | None = None) -> bool:
     if countdown:
         return OUTBOX.schedule(countdown)
     return OUTBOX.kick()
+
+
+def enqueue_on_commit(entry_id: int, *, using: str | None = None) -> None:
+    """``enqueue(entry_id)`` once the current transaction commits (at once in autocommit):
+    one wake-up for the whole transaction, however many entries it writes
+    (``wakeup.on_commit_once``; the run it wakes pushes every due entry)."""
+    on_commit_once(_enqueue_now, entry_id, using=using)
+
+
+def _enqueue_now(entry_id: int) -> None:
+    enqueue(entry_id)  # looked up when called: a test's replacement of ``enqueue`` applies
 
 
 # The Celery task names (``name=``) are those of earlier releases: deployments' beat
