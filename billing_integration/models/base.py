@@ -37,6 +37,7 @@ REMOTE_STATE_FIELDS = frozenset(
         "remote_id",
         "remote_created",
         "remote_updated",
+        "remote_updated_ours",
         "remote_user_created",
         "remote_user_updated",
         "remote_data",

@@ -157,6 +157,11 @@ class Subscription(RemoteObject):
         max_length=8, blank=True, default="", help_text=_("Currency code, e.g. XOF.")
     )
     last_payment_status = models.CharField(max_length=16, null=True, blank=True)  # noqa: DJ001
+    #: Where ``remote_updated`` came from: False for a date of the service's (the data's
+    #: ``date_updated`` / ``date_created``, an event envelope's ``created_at``), True for a
+    #: time of ours (an undated event's signed ``webhook-timestamp`` or receive time). Only
+    #: a version of the service's makes a pulled row stale (``sync.pull``).
+    remote_updated_ours = models.BooleanField(default=False, editable=False)
 
     objects = SubscriptionQuerySet.as_manager()
 

@@ -16,7 +16,10 @@ Ownership rules:
 - subscriptions are owned by the service: state and dates always come from the remote side,
   but never move backwards: a row older than the stored version (its ``date_updated``, else
   ``date_created``, against the stored ``remote_updated``, which an event may have set) is
-  not applied (counted as ``stale``), and a stored ``remote_updated`` is never nulled.
+  not applied (counted as ``stale``), and a stored ``remote_updated`` is never nulled. Only
+  a stored version of the service's own makes a row stale: one of our clock (an undated
+  event's signed timestamp or receive time, ``remote_updated_ours``) never does, the pull
+  is the service's present.
 
 A row the mapping refuses (``RemoteDataError``: a date that does not parse, a string longer
 than its column) is not applied: what is stored is kept, the row is counted in ``errors``
@@ -26,6 +29,7 @@ applied.
 Public, stable entry points (also used by the webhook handlers)::
 
     pull_products() / pull_customers() / pull_subscriptions(customer=None) -> PullCounts
+    pull_each(resources) -> (resource, PullCounts or the BillingError of its failed pull)...
     products_without_cycles() -> products checkout refuses until their cycles are declared
     upsert_products(rows) / upsert_customers(rows) / upsert_subscriptions(rows) -> PullCounts
     upsert_product(data) / upsert_customer(data) / upsert_subscription(data) -> model instance
@@ -45,7 +49,7 @@ from django.db import connections, models, transaction
 from django.db.models import Q, prefetch_related_objects
 from django.utils import timezone
 
-from ..exceptions import RemoteDataError
+from ..exceptions import BillingError, RemoteDataError
 from ..health import record_run
 from ..mapping import customers as customer_map
 from ..mapping import products as product_map
@@ -59,9 +63,11 @@ from ..outbox.context import from_remote
 from ..service import ensure_service
 
 __all__ = [
+    "RESOURCES",
     "PullCounts",
     "products_without_cycles",
     "pull_customers",
+    "pull_each",
     "pull_products",
     "pull_subscriptions",
     "upsert_customer",
@@ -190,7 +196,8 @@ def _bulk_upsert(
     changes pending; ``create_only`` fields are set on new rows only; ``adopt`` links remote
     rows to local not-yet-linked rows (looked up in the same query as the known rows).
     ``versioned``: a row older than the stored ``remote_updated`` is not applied (``stale``)
-    and a row without ``date_updated`` keeps the stored ``remote_updated``.
+    unless that is a time of ours (``remote_updated_ours``), and a row without
+    ``date_updated`` keeps the stored ``remote_updated``.
     Returns the counts and the rows written: the created ones (with their primary keys) when
     ``created_rows`` is set - otherwise new rows are inserted without building model
     instances (``models.bulk.insert_rows``) and only the updated ones are returned."""
@@ -228,11 +235,14 @@ def _bulk_upsert(
         fields = {k: v for k, v in fields.items() if k not in create_only}
         if versioned and obj.remote_updated is not None:
             version = fields.get("remote_updated") or fields.get("remote_created")
-            if version is not None and version < obj.remote_updated:
+            ours = obj.remote_updated_ours  # our clock never makes the service's row stale
+            if version is not None and version < obj.remote_updated and not ours:
                 counts.stale += 1
                 continue
             if fields.get("remote_updated") is None:
                 fields = {k: v for k, v in fields.items() if k != "remote_updated"}
+            else:
+                fields["remote_updated_ours"] = False
         if (
             local_owned
             and getattr(obj, "sync_state", None) in LOCAL_CHANGES
@@ -484,6 +494,30 @@ def pull_subscriptions(
         client,
         progress,
     )
+
+
+# --- all of them ---------------------------------------------------------------------------
+#: The resources a full pull reads, in this order (subscriptions link to the other two).
+RESOURCES = ("products", "customers", "subscriptions")
+
+
+def pull_each(
+    resources: Iterable[str] = RESOURCES, *, progress: Progress | None = None
+) -> Iterator[tuple[str, PullCounts | BillingError]]:
+    """Pull each resource on its own: yields ``(resource, counts)``, or ``(resource, error)``
+    when that pull failed (logged), and goes on with the next one, so a failing resource
+    never keeps the others from being pulled."""
+    functions: dict[str, Callable[..., PullCounts]] = {
+        "products": pull_products,
+        "customers": pull_customers,
+        "subscriptions": pull_subscriptions,
+    }
+    for resource in resources:
+        try:
+            yield resource, functions[resource](progress=progress)
+        except BillingError as exc:
+            logger.error("Pull of %s failed: %s", resource, exc)
+            yield resource, exc
 
 
 # --- paging ----------------------------------------------------------------------------------

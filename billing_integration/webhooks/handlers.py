@@ -48,7 +48,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from ..conf import billing_settings
-from ..exceptions import BillingConfigurationError, WebhookError
+from ..exceptions import BillingConfigurationError, RemoteDataError, WebhookError
 from ..mapping import subscriptions as subscription_mapping
 from ..mapping.common import as_uuid, ts
 from ..models import (
@@ -113,20 +113,36 @@ class EventContext:
     received_at: datetime | None = None
 
     @cached_property
+    def _versioned(self) -> tuple[datetime, bool]:
+        service = (
+            ts(self.data.get("date_updated"), "date_updated")
+            or ts(self.data.get("date_created"), "date_created")
+            or self.occurred_at
+        )
+        if service is not None:
+            return service, False
+        ours = (
+            self.signed_at
+            or self.received_at
+            or getattr(self.event, "received_at", None)
+            or timezone.now()
+        )
+        return ours, True
+
+    @property
     def version(self) -> datetime:
         """The time of the state the event carries: ``data.date_updated``, else
         ``data.date_created``, else the envelope's ``created_at``, else the signed
         ``webhook-timestamp``, else the receive time (never None). ``RemoteDataError`` when
         a date given in the data does not parse."""
-        return (
-            ts(self.data.get("date_updated"), "date_updated")
-            or ts(self.data.get("date_created"), "date_created")
-            or self.occurred_at
-            or self.signed_at
-            or self.received_at
-            or getattr(self.event, "received_at", None)
-            or timezone.now()
-        )
+        return self._versioned[0]
+
+    @property
+    def version_is_ours(self) -> bool:
+        """The version is a time of ours (the signed ``webhook-timestamp`` or the receive
+        time), not a date of the service's: such an event never moves an object out of a
+        final state (``leaves_final``)."""
+        return self._versioned[1]
 
     def may_pull(self, kind: str, remote_id: uuid.UUID | None) -> bool:
         return remote_id is not None and (kind, remote_id) not in self.pulled
@@ -159,6 +175,28 @@ def is_older(version: datetime | None, stored: datetime | None) -> bool:
     return version is not None and stored is not None and version < stored
 
 
+def leaves_final(
+    ctx: EventContext,
+    stored_status: str,
+    stored_version: datetime | None,
+    status: str,
+    *,
+    final: frozenset[str],
+    rank: dict[str, int],
+) -> bool:
+    """True when the event must not apply over the stored state (not older than it):
+
+    - an event of the same version as the stored state applies only when its status ranks
+      at least as high (``rank``, 0 for a status not in it): of two events of the same
+      instant, the higher-ranked status wins whatever the order they are processed in;
+    - an event whose version is ours (undated: the signed timestamp or the receive time)
+      never moves the object out of one of the ``final`` states. A dated event newer than
+      the stored state still can."""
+    if ctx.version == stored_version and rank.get(status, 0) < rank.get(stored_status, 0):
+        return True
+    return ctx.version_is_ours and stored_status in final and status not in final
+
+
 def _uuid_or_fail(value: Any, what: str) -> uuid.UUID:
     result = as_uuid(value)
     if result is None:
@@ -166,15 +204,20 @@ def _uuid_or_fail(value: Any, what: str) -> uuid.UUID:
     return result
 
 
-def _decimal(value: Any) -> Decimal | None:
-    if value is None or isinstance(value, bool):
+def _amount(value: Any) -> Decimal | None:
+    """The ``amount`` as stored (``None`` when absent); ``RemoteDataError`` when it cannot be
+    read as one (``"lots"``, ``true``, ``1e300``: more than the column holds), never "no
+    amount": reporting sums the amounts."""
+    if value is None:
         return None
-    try:
-        dec = Decimal(str(value))
-    except (InvalidOperation, ValueError):
-        return None
-    if not dec.is_finite() or abs(dec) >= Decimal(10) ** 15:
-        return None
+    dec = None
+    if not isinstance(value, bool):
+        try:
+            dec = Decimal(str(value))
+        except (InvalidOperation, ValueError):
+            dec = None
+    if dec is None or not dec.is_finite() or abs(dec) >= Decimal(10) ** 15:
+        raise RemoteDataError("amount", value, "not an amount")
     return dec.quantize(Decimal("0.0001"))
 
 
@@ -183,6 +226,22 @@ def _currency(value: Any) -> str:
         return subscription_mapping.currency_code(value)[:8]
     except BillingConfigurationError:
         return str(value)[:8]
+
+
+def _known_currency(value: Any) -> str:
+    """A payment's currency code (``""`` when absent); ``RemoteDataError`` when it is not a
+    currency of ``BILLING['CURRENCIES']`` (an id or a code): a payment in an unknown currency
+    cannot be counted."""
+    if value in (None, ""):
+        return ""
+    known = billing_settings.CURRENCIES
+    try:
+        code = subscription_mapping.currency_code(value)
+    except BillingConfigurationError:
+        code = ""
+    if code not in {str(c).upper() for c in known.values()}:
+        raise RemoteDataError("currency", value, "not a currency of BILLING['CURRENCIES']")
+    return code
 
 
 def changed(remote_id: Any, stored_remote_id: Any, fk: Any) -> bool:
@@ -256,6 +315,11 @@ class SubscriptionHandler(EventHandler):
         types.SUBSCRIPTION_CANCELED: "canceled",
         types.SUBSCRIPTION_PAUSED: "paused",
     }
+    #: Of two events with the same version, the one whose status ranks higher wins, in any
+    #: order (0 for any other status): a cancel over a pause over anything else.
+    SAME_VERSION_RANK: ClassVar[dict[str, int]] = {"paused": 1, "canceled": 2}
+    #: States an undated event (a version of ours) never moves a subscription out of.
+    FINAL: ClassVar[frozenset[str]] = frozenset({"canceled"})
 
     def fields(self, ctx: EventContext) -> dict[str, Any]:
         mapped = subscription_mapping.from_remote(ctx.data)
@@ -270,13 +334,27 @@ class SubscriptionHandler(EventHandler):
         # The event's version (its date_updated when it has one): never None, and never
         # older than the stored one (an older event is skipped before this is saved).
         values["remote_updated"] = ctx.version
+        values["remote_updated_ours"] = ctx.version_is_ours
         return values
+
+    def is_stale(self, ctx: EventContext, subscription: Subscription, status: str) -> bool:
+        """Older than the stored state, or held off by its final state (``leaves_final``)."""
+        return is_older(ctx.version, subscription.remote_updated) or leaves_final(
+            ctx,
+            subscription.status,
+            subscription.remote_updated,
+            status,
+            final=self.FINAL,
+            rank=self.SAME_VERSION_RANK,
+        )
 
     def handle(self, ctx: EventContext) -> HandlerResult:
         remote_id = _uuid_or_fail(ctx.data.get("id"), "id")
         subscription = _locked(Subscription.objects.filter(remote_id=remote_id)).first()
         values = self.fields(ctx)  # before the age check: bad data fails even a stale event
-        if subscription is not None and is_older(ctx.version, subscription.remote_updated):
+        if subscription is not None and self.is_stale(
+            ctx, subscription, values.get("status", subscription.status)
+        ):
             return HandlerResult("stale", {"subscription": subscription})
         new = subscription is None
         if new:
@@ -311,6 +389,9 @@ class RecordHandler(EventHandler):
     STATUS_FOR_TYPE: ClassVar[dict[str, str]] = {}
     #: Statuses that an event at the same instant never moves away from.
     TERMINAL: ClassVar[frozenset[str]] = frozenset()
+    #: Statuses that an undated event (a version of ours) never moves away from (``None``:
+    #: the ``TERMINAL`` ones).
+    FINAL: ClassVar[frozenset[str] | None] = None
 
     def status(self, ctx: EventContext) -> str:
         given = ctx.data.get("status")
@@ -327,7 +408,7 @@ class RecordHandler(EventHandler):
         data = ctx.data
         return {
             "status": self.status(ctx),
-            "amount": _decimal(data.get("amount")),
+            "amount": _amount(data.get("amount")),
             "currency": _currency(data.get("currency")),
             "customer_remote_id": as_uuid(data.get("customer")),
             "subscription_remote_id": as_uuid(data.get("subscription")),
@@ -392,13 +473,14 @@ class RecordHandler(EventHandler):
                     record.product_id = self.product_id(prod_rid)
 
     def is_stale(self, ctx: EventContext, record: Any, status: str) -> bool:
-        if is_older(ctx.version, record.remote_updated):
-            return True
-        return (
-            ctx.version is not None
-            and ctx.version == record.remote_updated
-            and record.status in self.TERMINAL
-            and status not in self.TERMINAL
+        """Older than the stored state, or held off by its final state (``leaves_final``)."""
+        return is_older(ctx.version, record.remote_updated) or leaves_final(
+            ctx,
+            record.status,
+            record.remote_updated,
+            status,
+            final=self.TERMINAL if self.FINAL is None else self.FINAL,
+            rank=dict.fromkeys(self.TERMINAL, 1),
         )
 
     def after_save(self, ctx: EventContext, record: Any, related: dict[str, Any]) -> None:
@@ -434,6 +516,7 @@ class InvoiceHandler(RecordHandler):
         types.INVOICE_DELETED: "deleted",
     }
     TERMINAL = frozenset({"deleted"})
+    FINAL = frozenset({"deleted", "void", "uncollectable"})
 
     def extra_fields(self, ctx: EventContext) -> dict[str, Any]:
         return {
@@ -474,6 +557,7 @@ class PaymentHandler(RecordHandler):
         return {
             "product_remote_id": as_uuid(ctx.data.get("product")),
             "invoice_remote_id": as_uuid(ctx.data.get("invoice")),
+            "currency": _known_currency(ctx.data.get("currency")),
             "failure_reason": _text(ctx.data.get("failure_reason"), 64),
         }
 

@@ -7,6 +7,9 @@ After the products, it lists the products on the service that have no known bill
 
 Rows the service sent with a value that cannot be stored (a date that does not parse, ...)
 are not applied: they are listed on stderr and the command exits with an error at the end.
+Each resource is pulled on its own: one whose pull fails (the service down, a refused
+answer) is reported on stderr, the next ones are still pulled, and the command exits with
+an error at the end naming the resources that failed.
 
 ``--drain`` first pushes the outbox entries whose message was lost (pending longer than
 ``OUTBOX_STALE_AFTER``), inline; ``--push`` first pushes every open outbox entry now, inline, and
@@ -23,8 +26,6 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...exceptions import BillingError, BillingServiceMismatchError
 from ...service import ensure_service
-
-RESOURCES = ("products", "customers", "subscriptions")
 
 
 class Command(BaseCommand):
@@ -57,6 +58,7 @@ class Command(BaseCommand):
         from ...outbox.retry import retry_failed
         from ...outbox.tasks import requeue_stale_entries
         from ...sync import pull
+        from ...sync.pull import RESOURCES
 
         unknown = set(options["resources"]) - set(RESOURCES)
         if unknown:
@@ -91,27 +93,28 @@ class Command(BaseCommand):
                 self.stdout.ending = "\n"
                 self.stdout.flush()
 
-        functions = {
-            "products": pull.pull_products,
-            "customers": pull.pull_customers,
-            "subscriptions": pull.pull_subscriptions,
-        }
         errors = 0
-        for resource in resources:
-            try:
-                counts = functions[resource](progress=progress)
-            except BillingError as exc:
-                raise CommandError(f"{resource}: {exc}") from exc
+        failed: list[str] = []
+        for resource, counts in pull.pull_each(resources, progress=progress):
             if tty:
                 self.stdout.write("\r\033[K", ending="")
+            if isinstance(counts, BillingError):  # the next resources are still pulled
+                self.stderr.write(f"{resource}: failed: {counts}")
+                failed.append(resource)
+                continue
             self.stdout.write(self.style.SUCCESS(f"{resource}: {counts}"))
             if resource == "products":
                 self._report_without_cycles(pull.products_without_cycles())
             for message in counts.error_messages:
                 self.stderr.write(f"{resource}: not applied: {message}")
             errors += counts.errors
+        problems = []
+        if failed:
+            problems.append(f"pull failed for {', '.join(failed)}")
         if errors:
-            raise CommandError(f"{errors} row(s) not applied (bad data from the service).")
+            problems.append(f"{errors} row(s) not applied (bad data from the service)")
+        if problems:
+            raise CommandError("; ".join(problems) + ".")
 
     def _push(self) -> None:
         """Push every open entry now and print one line per entry and a summary."""
