@@ -1,0 +1,156 @@
+"""Versions as an attacker would try them, with signed deliveries through the real view and
+inline processing: an event whose version is ours (no date of its own: the signed
+``webhook-timestamp`` or the receive time) never moves an object out of a final state; two
+events of the same version end the same whatever their order; a payment whose amount or
+currency cannot be read fails the event."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from billing_integration.models import EventState, Invoice, Payment, Subscription
+
+from .conftest import T0, invoice_data, payment_data, subscription_data
+from .test_edges import bare, deliver  # noqa: F401  (deliver: the fixture)
+
+pytestmark = pytest.mark.django_db
+
+
+def undated(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` without a date of its own (nor ``created_at``: see ``bare``)."""
+    return {k: v for k, v in data.items() if k not in ("date_updated", "date_created")}
+
+
+def links(mirror) -> dict[str, Any]:
+    return {
+        "subscription": mirror.subscription.remote_id,
+        "customer": mirror.customer.remote_id,
+        "product": mirror.product.remote_id,
+    }
+
+
+# --- an undated event never leaves a final state -------------------------------------------
+@pytest.mark.parametrize(
+    "final_type, final_status",
+    [
+        ("invoice.deleted", "deleted"),
+        ("invoice.voided", "void"),
+        ("invoice.marked_uncollectable", "uncollectable"),
+    ],
+)
+def test_an_undated_invoice_paid_never_revives_a_final_invoice(
+    mirror, deliver, final_type, final_status
+):
+    rid = uuid.uuid4()
+    data = invoice_data(rid, status=final_status, updated=T0, **links(mirror))
+    assert deliver(bare(final_type, data)).outcome == "applied"
+    # Signed anew with a fresh timestamp, far newer than T0: still not out of the final state.
+    paid = deliver(bare("invoice.paid", undated(dict(data, status="paid"))))
+    assert paid.state == EventState.PROCESSED and paid.outcome == "stale"
+    invoice = Invoice.objects.get(remote_id=rid)
+    assert invoice.status == final_status
+    # A late retry of an old undated event, signed now: the same.
+    retry = deliver(bare("invoice.paid", undated(dict(data, status="paid"))))
+    assert retry.outcome == "stale"
+    # A dated event newer than the stored state still can, as before.
+    newer = dict(data, status="paid", date_updated=(T0 + timedelta(days=1)).isoformat())
+    assert deliver(bare("invoice.paid", newer)).outcome == "applied"
+    assert Invoice.objects.get(remote_id=rid).status == "paid"
+
+
+def test_an_undated_renewal_never_revives_a_canceled_subscription(mirror, deliver):
+    sub = mirror.subscription
+    data = subscription_data(
+        sub.remote_id, customer=mirror.customer.remote_id, product=mirror.product.remote_id
+    )
+    canceled = deliver(bare("subscription.canceled", dict(data, status="canceled")))
+    assert canceled.outcome == "applied"
+    sub.refresh_from_db()
+    assert sub.status == "canceled" and not sub.remote_updated_ours
+    end = T0 + timedelta(days=3650)  # a renewal that would give access for years
+    renewal = undated(dict(data, status="published", cycle_end_date=end.isoformat()))
+    event = deliver(bare("subscription.renewal", renewal))
+    assert event.state == EventState.PROCESSED and event.outcome == "stale"
+    sub.refresh_from_db()
+    assert sub.status == "canceled" and not sub.is_active
+    assert not Subscription.objects.active().filter(pk=sub.pk).exists()
+    # A dated renewal newer than the cancel still applies (a real reactivation).
+    dated = dict(renewal, date_updated=(T0 + timedelta(days=1)).isoformat())
+    assert deliver(bare("subscription.renewal", dated)).outcome == "applied"
+    sub.refresh_from_db()
+    assert sub.status == "published" and not sub.remote_updated_ours
+
+
+def test_an_undated_event_that_stays_in_the_final_state_still_applies(mirror, deliver):
+    """Only leaving the final state is refused: an undated cancel of a canceled subscription
+    applies, and records its version as ours."""
+    sub = mirror.subscription
+    data = subscription_data(
+        sub.remote_id, customer=mirror.customer.remote_id, product=mirror.product.remote_id
+    )
+    assert deliver(bare("subscription.canceled", data)).outcome == "applied"
+    stamp = int(time.time())
+    again = deliver(bare("subscription.canceled", undated(data)), timestamp=stamp)
+    assert again.outcome == "applied"
+    sub.refresh_from_db()
+    assert sub.status == "canceled" and sub.remote_updated_ours
+    assert sub.remote_updated.timestamp() == stamp
+
+
+# --- the same version: a documented winner, whatever the order --------------------------------
+@pytest.mark.parametrize(
+    "first, second, winner",
+    [
+        ("subscription.renewal", "subscription.canceled", "canceled"),
+        ("subscription.canceled", "subscription.renewal", "canceled"),
+        ("subscription.paused", "subscription.canceled", "canceled"),
+        ("subscription.canceled", "subscription.paused", "canceled"),
+        ("subscription.renewal", "subscription.paused", "paused"),
+        ("subscription.paused", "subscription.renewal", "paused"),
+    ],
+)
+def test_two_subscription_events_of_the_same_version_end_the_same_in_any_order(
+    mirror, deliver, first, second, winner
+):
+    sub = mirror.subscription
+    data = subscription_data(
+        sub.remote_id,
+        customer=mirror.customer.remote_id,
+        product=mirror.product.remote_id,
+        updated=T0 + timedelta(hours=1),
+    )
+    for event_type in (first, second):
+        event = deliver(bare(event_type, data))
+        assert event.state == EventState.PROCESSED, event.error
+    sub.refresh_from_db()
+    assert sub.status == winner
+
+
+# --- amounts and currencies that cannot be read ----------------------------------------------
+@pytest.mark.parametrize(
+    "field, value",
+    [("amount", "lots"), ("amount", 1e300), ("amount", True), ("currency", "ZZZ"), ("currency", 99)],
+)
+def test_a_payment_with_an_unreadable_amount_or_unknown_currency_fails(
+    mirror, deliver, field, value
+):
+    rid = uuid.uuid4()
+    data = dict(payment_data(rid, status="completed", **links(mirror)), **{field: value})
+    event = deliver(bare("payment.completed", data))
+    assert event.state == EventState.FAILED
+    assert f"{field}: " in event.error and str(value)[:4] in event.error
+    assert not Payment.objects.filter(remote_id=rid).exists()
+
+
+def test_a_payment_in_a_known_currency_id_or_code_is_stored(mirror, deliver):
+    for currency in (1, "1", "xof"):
+        rid = uuid.uuid4()
+        data = dict(payment_data(rid, status="completed", **links(mirror)), currency=currency)
+        assert deliver(bare("payment.completed", data)).outcome == "applied"
+        payment = Payment.objects.get(remote_id=rid)
+        assert (payment.currency, payment.amount) == ("XOF", 5000)
