@@ -15,8 +15,11 @@ import pytest
 
 from billing_integration.models import EventState, Invoice, Payment, Subscription
 
+from . import test_edges
 from .conftest import T0, invoice_data, payment_data, subscription_data
-from .test_edges import bare, deliver  # noqa: F401  (deliver: the fixture)
+
+bare = test_edges.bare
+deliver = test_edges.deliver  # the fixture: a signed delivery, processed inline
 
 pytestmark = pytest.mark.django_db
 
@@ -134,7 +137,13 @@ def test_two_subscription_events_of_the_same_version_end_the_same_in_any_order(
 # --- amounts and currencies that cannot be read ----------------------------------------------
 @pytest.mark.parametrize(
     "field, value",
-    [("amount", "lots"), ("amount", 1e300), ("amount", True), ("currency", "ZZZ"), ("currency", 99)],
+    [
+        ("amount", "lots"),
+        ("amount", 1e300),
+        ("amount", True),
+        ("currency", "ZZZ"),
+        ("currency", 99),
+    ],
 )
 def test_a_payment_with_an_unreadable_amount_or_unknown_currency_fails(
     mirror, deliver, field, value
