@@ -10,9 +10,13 @@ naming the objects it touched (they go to the signals).
 Every event has a version (``EventContext.version``): the data's ``date_updated``, else its
 ``date_created``, else the envelope's ``created_at``, else the delivery's signed
 ``webhook-timestamp``, else the time it was received. An applied event stores it as the
-row's ``remote_updated``, which therefore never goes back nor becomes null. A value that
-cannot be parsed (a date, a status longer than its column) raises ``RemoteDataError``: the
-event fails with that error and nothing is changed.
+row's ``remote_updated``, which therefore never goes back nor becomes null. The last two are
+times of ours (``EventContext.version_is_ours``; a subscription records it in
+``remote_updated_ours``): such an event never moves an object out of a final state, and of
+two events of the same version the higher-ranked status wins (``leaves_final``). A value that
+cannot be parsed (a date, a status longer than its column, an amount, a payment's currency
+not in ``BILLING['CURRENCIES']``) raises ``RemoteDataError``: the event fails with that error
+and nothing is changed.
 
 A host overrides one event by subclassing and registering its class::
 
