@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('billing_integration', '0012_outbox_open_index'),
+        ("billing_integration", "0012_outbox_open_index"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='subscription',
-            name='remote_updated_ours',
+            model_name="subscription",
+            name="remote_updated_ours",
             field=models.BooleanField(default=False, editable=False),
         ),
     ]
