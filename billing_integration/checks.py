@@ -8,8 +8,6 @@ registered with ``Tags.database``, so it runs only when Django asks for database
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import uuid
 from typing import Any
@@ -20,6 +18,7 @@ from django.core.checks import Error, Tags, Warning, register
 
 from .conf import DEFAULTS, REQUIRED, billing_settings
 from .exceptions import BillingConfigurationError
+from .webhooks.verification import whsec_key
 
 URL_KEYS = ("BASE_URL", "AUTH_URL", "CHECKOUT_URL")
 
@@ -254,12 +253,8 @@ def _retention_errors(conf: dict[str, Any]) -> list:
 
 
 def _valid_whsec(secret: Any) -> bool:
-    if not isinstance(secret, str) or not secret.startswith("whsec_"):
-        return False
-    try:
-        return len(base64.b64decode(secret[len("whsec_") :], validate=True)) >= 16
-    except (binascii.Error, ValueError):
-        return False
+    key = whsec_key(secret)
+    return key is not None and len(key) >= 16
 
 
 @register(Tags.database, "billing")
