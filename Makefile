@@ -56,6 +56,8 @@ demo: demo-setup
 	@echo "  Acme Cloud (example project)  http://$(DEMO_HOST):$(DEMO_WEB_PORT)/"
 	@echo "    pricing                     http://$(DEMO_HOST):$(DEMO_WEB_PORT)/pricing/"
 	@echo "    members only                http://$(DEMO_HOST):$(DEMO_WEB_PORT)/members/"
+	@echo "    billing page                http://$(DEMO_HOST):$(DEMO_WEB_PORT)/account/"
+	@echo "    reports (feature reports)   http://$(DEMO_HOST):$(DEMO_WEB_PORT)/reports/"
 	@echo "    admin                       http://$(DEMO_HOST):$(DEMO_WEB_PORT)/admin/"
 	@echo "  Billing sandbox dashboard     $(DEMO_SANDBOX)/_sandbox/"
 	@echo "  Logins (demo only)            admin / admin (superuser), demo / demo"

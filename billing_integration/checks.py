@@ -8,8 +8,6 @@ registered with ``Tags.database``, so it runs only when Django asks for database
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import uuid
 from typing import Any
@@ -20,6 +18,7 @@ from django.core.checks import Error, Tags, Warning, register
 
 from .conf import DEFAULTS, REQUIRED, billing_settings
 from .exceptions import BillingConfigurationError
+from .webhooks.verification import whsec_key
 
 URL_KEYS = ("BASE_URL", "AUTH_URL", "CHECKOUT_URL")
 
@@ -254,12 +253,8 @@ def _retention_errors(conf: dict[str, Any]) -> list:
 
 
 def _valid_whsec(secret: Any) -> bool:
-    if not isinstance(secret, str) or not secret.startswith("whsec_"):
-        return False
-    try:
-        return len(base64.b64decode(secret[len("whsec_") :], validate=True)) >= 16
-    except (binascii.Error, ValueError):
-        return False
+    key = whsec_key(secret)
+    return key is not None and len(key) >= 16
 
 
 @register(Tags.database, "billing")
@@ -339,19 +334,32 @@ def check_wiring(app_configs: Any = None, **kwargs: Any) -> list:
     return [*_check_celery(), *_check_caches(), *_check_drf()]
 
 
+def _project_package() -> str:
+    """The host project's package, where its ``celery.py`` belongs: that of the settings
+    module (``acme.settings`` -> ``acme``), else the first part of ``ROOT_URLCONF``."""
+    module = getattr(settings, "SETTINGS_MODULE", None) or ""
+    if "." in module:
+        return module.rsplit(".", 1)[0]
+    urlconf = getattr(settings, "ROOT_URLCONF", None)
+    if isinstance(urlconf, str) and urlconf:
+        return urlconf.split(".", 1)[0]
+    return module or "proj"
+
+
 def _check_celery() -> list:
     from .health import celery_app
 
     app = celery_app()
     if app is None:
+        package = _project_package()
         return [
             Error(
                 "No Celery app is loaded: local changes would be sent to Celery's default "
                 "broker (amqp://guest@localhost//) and never pushed to the billing service.",
-                hint="Create proj/celery.py (app = Celery('proj'); "
+                hint=f"Create {package.replace('.', '/')}/celery.py (app = Celery('{package}'); "
                 "app.config_from_object('django.conf:settings', namespace='CELERY'); "
-                "app.autodiscover_tasks()) and import it in proj/__init__.py "
-                "(from .celery import app as celery_app).",
+                f"app.autodiscover_tasks()) and import it in {package.replace('.', '/')}/"
+                "__init__.py (from .celery import app as celery_app).",
                 id="billing_integration.E020",
             )
         ]

@@ -45,3 +45,15 @@ def test_the_readme_links_every_docs_page():
 
 def test_the_link_check_sees_a_broken_link():
     assert _relative_links("[a](docs/nope.md) `[b](x.md)` [c](https://e.org)") == ["docs/nope.md"]
+
+
+def test_the_demo_banner_lists_every_page_the_readme_says_it_prints():
+    """The README's "`make demo` ... prints:" table against the Makefile's banner."""
+    table = README.split("and prints:", 1)[1].split("\n\n", 2)[1]
+    banner = (ROOT / "Makefile").read_text().split("\ndemo: ", 1)[1].split("honcho", 1)[0]
+    echoed = "\n".join(line for line in banner.splitlines() if "@echo" in line)
+    paths = re.findall(r"`(/[a-z_/]*)`", table)
+    assert {"/pricing/", "/members/", "/account/", "/reports/"} <= set(paths), paths
+    for page in paths:
+        assert f'$(DEMO_WEB_PORT){page}"' in echoed, page
+    assert "/admin/" in echoed and "/_sandbox/" in echoed

@@ -26,3 +26,25 @@ def test_the_readme_product_is_pushed_whole(billing_sandbox, billing_inline):
     assert call["body"]["selected_currencies"] == ["1"]
     [cycle] = call["body"]["subscription_blueprint"]["billing_cycles"]
     assert cycle["prices"] == [{"currency": 1, "amount": 10000}]
+
+
+@pytest.mark.django_db
+def test_the_readme_checkout_button_renders_as_written():
+    """The template block loads the tag library it uses, so it renders pasted as it is."""
+    from decimal import Decimal
+
+    from django.contrib.auth.models import AnonymousUser
+    from django.template import Context, Template
+
+    from billing_integration.models import BillingCycle, Price
+    from billing_integration.outbox import from_remote
+
+    [block] = [b for b in readme.blocks() if b.target == "template"]
+    assert block.code.startswith("{% load billing %}")
+    with from_remote():
+        product = Product.objects.create(name="Pro", status="published")
+        monthly = BillingCycle.objects.create(product=product, unit="months", frequency=1)
+        Price.objects.create(cycle=monthly, currency_id=1, amount=Decimal("10000"))
+    html = Template(block.code).render(Context({"product": product, "user": AnonymousUser()}))
+    assert 'action="/billing/checkout/"' in html and 'method="post"' in html
+    assert 'value="months-1"' in html and 'value="XOF"' in html

@@ -91,7 +91,9 @@ def test_a_bare_host_project_is_refused_by_name(tmp_path):
     for check_id in ("E020", "E022", "W020"):
         assert f"billing_integration.{check_id}" in out, out
     assert "No Celery app is loaded" in out
-    assert "proj/celery.py" in out  # the hint says what to create
+    # The hint says what to create, in this project's package (not a hard-coded "proj").
+    assert "Create tests/bare_project/celery.py (app = Celery('tests.bare_project')" in out
+    assert "tests/bare_project/__init__.py" in out and "proj/" not in out
 
 
 def test_no_celery_app_E020(monkeypatch):
@@ -101,6 +103,19 @@ def test_no_celery_app_E020(monkeypatch):
     errors = check_wiring()
     assert wiring(errors) == ["E020"]
     assert "amqp://guest@localhost//" in errors[0].msg
+    assert "Create example_project/celery.py (app = Celery('example_project')" in errors[0].hint
+    assert "proj/" not in errors[0].hint
+
+
+def test_E020_names_the_projects_own_package(monkeypatch, settings):
+    monkeypatch.setattr(celery._state, "default_app", None)
+    monkeypatch.setattr(celery._state._tls, "current_app", None)
+    settings.SETTINGS_MODULE = "acme.config.settings"
+    assert "Create acme/config/celery.py (app = Celery('acme.config')" in check_wiring()[0].hint
+    settings.SETTINGS_MODULE = None  # settings.configure(): the URLconf's package instead
+    settings.ROOT_URLCONF = "shop.urls"
+    hint = check_wiring()[0].hint
+    assert "Create shop/celery.py" in hint and "shop/__init__.py" in hint
 
 
 def test_broker_left_at_celerys_default_E021(host_app, monkeypatch):

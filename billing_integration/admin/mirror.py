@@ -16,12 +16,14 @@ from django.contrib import admin, messages
 from django.db import models
 from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
 from .. import display
-from ..exceptions import BillingError
+from ..conf import billing_settings
+from ..exceptions import BillingConfigurationError, BillingError
 from ..models import (
     CheckoutSession,
     Customer,
@@ -40,9 +42,12 @@ __all__ = [
     "SyncStateAdminMixin",
     "admin_link",
     "admin_links",
+    "currency_label",
     "customer_link",
     "retry_failed_pushes",
     "state_badge",
+    "subscription_label",
+    "subscription_link",
 ]
 
 #: Colours of the badges (sync states, event states, record statuses).
@@ -59,6 +64,9 @@ BADGE_COLOURS = {
     "rejected": "#6a1b9a",
     "failed": "#c62828",
 }
+
+#: A remote id whose object is not known here.
+NOT_MIRRORED_LABEL = _("not mirrored here")
 
 #: The remote-state fields of every ``RemoteObject``, shown read-only.
 REMOTE_STATE_READONLY = (
@@ -266,6 +274,32 @@ class AccessFilter(admin.SimpleListFilter):
         return queryset
 
 
+class StatusFilter(admin.SimpleListFilter):
+    """Subscriptions by status, each offered by the label the status column shows ("Active",
+    "Canceled", "Unknown status", ...: never a bare "published"), with the raw value after it
+    where two statuses share a label."""
+
+    title = _("status")
+    parameter_name = "status"
+    EMPTY = "-"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        values = Subscription.objects.order_by("status").values_list("status", flat=True).distinct()
+        labels = {value: display.status_label(value) for value in values}
+        shared = {label for label in labels.values() if list(labels.values()).count(label) > 1}
+        choices = [
+            (value or self.EMPTY, f"{label} ({value or '-'})" if label in shared else label)
+            for value, label in labels.items()
+        ]
+        return sorted(choices, key=lambda choice: str(choice[1]))
+
+    def queryset(self, request: HttpRequest, queryset: models.QuerySet) -> models.QuerySet:
+        value = self.value()
+        if value is None:
+            return queryset
+        return queryset.filter(status="" if value == self.EMPTY else value)
+
+
 def status_badge(obj: Subscription) -> SafeString:
     """The status; a red "unknown status — no access" marker when it is neither active nor
     a known inactive one (and "no status" when it is empty)."""
@@ -294,6 +328,45 @@ def customer_link(customer: Customer | None, remote_id: Any = None) -> SafeStrin
     return admin_link(customer, display.customer_label(customer))
 
 
+def subscription_label(subscription: Subscription) -> str:
+    """The product and the customer's name: "Pro for Ada Lovelace" (never ``auth.user:4``)."""
+    product = (
+        subscription.product.name
+        if subscription.product is not None
+        else subscription.product_remote_id
+    )
+    customer = display.customer_label(subscription.customer) or subscription.customer_remote_id
+    return _("%(product)s for %(customer)s") % {"product": product, "customer": customer or "-"}
+
+
+def subscription_link(subscription: Subscription | None, remote_id: Any = None) -> SafeString | str:
+    """A link to the subscription labelled by ``subscription_label``. A record that names a
+    subscription not linked to it (not mirrored yet when its event arrived) is linked to it
+    once it is mirrored; until then its remote id reads "not mirrored here"."""
+    if subscription is None and remote_id:
+        subscription = (
+            Subscription.objects.filter(remote_id=remote_id)
+            .select_related("product", "customer__subscriber")
+            .first()
+        )
+        if subscription is None:
+            return format_html('{} <span class="help">({})</span>', remote_id, NOT_MIRRORED_LABEL)
+    if subscription is None:
+        return "-"
+    return admin_link(subscription, subscription_label(subscription))
+
+
+def currency_label(currency_id: Any) -> str:
+    """The ISO code of one of the service's integer currency ids (``BILLING['CURRENCIES']``);
+    an id not configured there is shown as it is."""
+    if currency_id is None or currency_id == "":
+        return "-"
+    try:
+        return billing_settings.currency_code(currency_id)
+    except BillingConfigurationError:
+        return str(currency_id)
+
+
 @admin.register(Subscription)
 class SubscriptionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, admin.ModelAdmin):
     list_display = (
@@ -309,7 +382,7 @@ class SubscriptionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, admin.ModelAdmi
         "sync_badge",
         "remote_id",
     )
-    list_filter = (AccessFilter, "status", "sync_state", "last_payment_status", "auto_renew")
+    list_filter = (AccessFilter, StatusFilter, "sync_state", "last_payment_status", "auto_renew")
     search_fields = (
         "remote_id",
         "customer__identifier",
@@ -353,9 +426,7 @@ class SubscriptionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, admin.ModelAdmi
     @admin.display(description=_("subscription"))
     def subscription_label(self, obj: Subscription) -> str:
         """The product and the customer's name (never ``auth.user:4``)."""
-        product = obj.product.name if obj.product is not None else obj.product_remote_id
-        customer = display.customer_label(obj.customer) or obj.customer_remote_id or "-"
-        return _("%(product)s for %(customer)s") % {"product": product, "customer": customer}
+        return subscription_label(obj)
 
     @admin.display(description=_("billing cycle"), ordering="selected_billing_cycle")
     def cycle_display(self, obj: Subscription) -> str:
@@ -383,15 +454,24 @@ class SubscriptionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, admin.ModelAdmi
 
 
 # --- checkout sessions --------------------------------------------------------------------------
+#: Why a checkout session stays "open" here (the change page's description, the status tooltip).
+CHECKOUT_STATUS_HELP = _(
+    "The service offers no way to read a checkout session back, so its status stays the one "
+    "the service answered when it was created; an open session past its expiry shows as "
+    "expired. The outcome of a checkout arrives by events and pulls: the customer's "
+    "subscription and payments."
+)
+
+
 @admin.register(CheckoutSession)
 class CheckoutSessionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, admin.ModelAdmin):
     list_display = (
-        "__str__",
+        "session_label",
         "customer_link",
         "product_link",
-        "status",
+        "status_display",
         "cycle_display",
-        "selected_currency",
+        "currency_display",
         "expires_at",
         "completed_at",
         "sync_badge",
@@ -401,13 +481,19 @@ class CheckoutSessionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, admin.ModelA
     list_select_related = ("customer__subscriber", "product")
     date_hierarchy = "created_at"
     fieldsets = (
-        (None, {"fields": ("customer_link", "product_link", "status", "action")}),
+        (
+            None,
+            {
+                "fields": ("customer_link", "product_link", "status_display", "action"),
+                "description": CHECKOUT_STATUS_HELP,
+            },
+        ),
         (
             _("Details"),
             {
                 "fields": (
                     "selected_billing_cycle",
-                    "selected_currency",
+                    "currency_display",
                     "expires_at",
                     "completed_at",
                     "upgrade_to",
@@ -420,6 +506,27 @@ class CheckoutSessionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, admin.ModelA
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
         return tuple(f for _name, opts in self.fieldsets for f in opts["fields"])
+
+    @admin.display(description=_("checkout session"), ordering="created_at")
+    def session_label(self, obj: CheckoutSession) -> str:
+        return _("checkout %s") % (obj.remote_id or obj.pk)
+
+    @admin.display(description=_("status"), ordering="status")
+    def status_display(self, obj: CheckoutSession) -> SafeString | str:
+        """The status the service answered at creation; "expired" for an open session past
+        its expiry (the interface has no way to read a session back)."""
+        expired = (
+            obj.status == "open"
+            and obj.completed_at is None
+            and obj.expires_at is not None
+            and obj.expires_at <= timezone.now()
+        )
+        label = _("expired") if expired else (obj.status or "-")
+        return format_html('<span title="{}">{}</span>', CHECKOUT_STATUS_HELP, label)
+
+    @admin.display(description=_("currency"), ordering="selected_currency")
+    def currency_display(self, obj: CheckoutSession) -> str:
+        return currency_label(obj.selected_currency)
 
     @admin.display(description=_("customer"), ordering="customer__identifier")
     def customer_link(self, obj: CheckoutSession) -> SafeString | str:

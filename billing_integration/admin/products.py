@@ -309,7 +309,7 @@ class ProductFeatureInline(admin.TabularInline):
 
 class ProductForm(forms.ModelForm):
     selected_currencies = forms.TypedMultipleChoiceField(
-        label=_("currencies"),
+        label=_("Currencies"),
         coerce=int,
         required=False,
         widget=forms.CheckboxSelectMultiple,
@@ -322,9 +322,7 @@ class ProductForm(forms.ModelForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["selected_currencies"].choices = [
-            (cid, f"{code} ({cid})") for cid, code in sorted(_currencies().items())
-        ]
+        self.fields["selected_currencies"].choices = sorted(_currencies().items())
         if self.instance.pk is not None:
             self.initial["selected_currencies"] = [
                 int(c) for c in self.instance.selected_currencies or []
@@ -431,6 +429,11 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
         ),
     )
     readonly_fields = (*REMOTE_STATE_READONLY, "cycles_column", "subscriptions_link")
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        """No synchronisation state on the add form: nothing is saved yet, so nothing is
+        "Pending push"."""
+        return self.fieldsets if obj is not None else self.fieldsets[:1]
 
     # -- list ------------------------------------------------------------------------------------
     def get_queryset(self, request: HttpRequest) -> models.QuerySet:

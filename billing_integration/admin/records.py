@@ -15,7 +15,14 @@ from django.utils.translation import gettext_lazy as _
 
 from .. import display
 from ..models import Invoice, Payment, Refund
-from .mirror import ReadOnlyAdminMixin, admin_link, admin_links, customer_link, state_badge
+from .mirror import (
+    ReadOnlyAdminMixin,
+    admin_link,
+    admin_links,
+    customer_link,
+    state_badge,
+    subscription_link,
+)
 
 __all__ = ["InvoiceAdmin", "PaymentAdmin", "RefundAdmin"]
 
@@ -45,7 +52,7 @@ class RecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_select_related: Any = (
         "customer__subscriber",
         "subscription__product",
-        "subscription__customer",
+        "subscription__customer__subscriber",
     )
     detail_fields: tuple[str, ...] = ()
     link_fields: tuple[str, ...] = ("customer_link", "subscription_link")
@@ -114,9 +121,8 @@ class RecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description=_("subscription"))
     def subscription_link(self, obj: Any) -> SafeString | str:
-        if obj.subscription_id:
-            return admin_link(obj.subscription)
-        return str(obj.subscription_remote_id or "-")
+        """ "Pro for Ada Lovelace", never "Pro for auth.user:3" nor a bare remote id."""
+        return subscription_link(obj.subscription, obj.subscription_remote_id)
 
     @admin.display(description=_("raw data"))
     def remote_data_pretty(self, obj: Any) -> SafeString:
@@ -132,7 +138,7 @@ class InvoiceAdmin(RecordAdmin):
         "customer__subscriber",
         "product",
         "subscription__product",
-        "subscription__customer",
+        "subscription__customer__subscriber",
     )
     search_fields = (*COMMON_SEARCH, "product__name")
     detail_fields = ("period_start", "period_end")
@@ -155,7 +161,7 @@ class PaymentAdmin(RecordAdmin):
         "customer__subscriber",
         "product",
         "subscription__product",
-        "subscription__customer",
+        "subscription__customer__subscriber",
     )
     search_fields = (*COMMON_SEARCH, "invoice_remote_id", "product__name")
     detail_fields = ("failure_reason_display",)
@@ -192,7 +198,7 @@ class RefundAdmin(RecordAdmin):
         "customer__subscriber",
         "payment",
         "subscription__product",
-        "subscription__customer",
+        "subscription__customer__subscriber",
     )
     search_fields = (*COMMON_SEARCH, "payment_remote_id", "reason")
     detail_fields = ("reason",)

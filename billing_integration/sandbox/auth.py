@@ -1,5 +1,10 @@
 """The token endpoint (OAuth 2.0 client credentials, form-encoded) and token checks.
 
+The client authenticates as an OpenID Connect server lets it: with ``client_id`` and
+``client_secret`` in the form (``client_secret_post``, what the app sends) or in an
+``Authorization: Basic`` header (``client_secret_basic``, RFC 6749 section 2.3.1: each
+form-urlencoded, then base64), which is looked at first.
+
 Tokens are opaque random strings stored with their expiry on the sandbox clock, so advancing
 the clock expires them like real time does.
 """
@@ -9,6 +14,7 @@ from __future__ import annotations
 import secrets
 import uuid
 from typing import Any
+from urllib.parse import unquote_plus
 
 from werkzeug.wrappers import Request, Response
 
@@ -26,6 +32,15 @@ def _oauth_error(status: int, error: str, description: str) -> Response:
         "errors": [{"message": description, "code": error, "field": None}],
     }
     return json_response(body, status=status)
+
+
+def _client_credentials(request: Request) -> tuple[str | None, str | None]:
+    """``(client_id, client_secret)`` from HTTP Basic if sent, else from the form."""
+    basic = request.authorization
+    if basic is not None and basic.type == "basic":
+        user, password = basic.username, basic.password
+        return (unquote_plus(user) if user else None, unquote_plus(password) if password else None)
+    return request.form.get("client_id"), request.form.get("client_secret")
 
 
 class TokenService:
@@ -49,7 +64,7 @@ class TokenService:
             return _oauth_error(400, "invalid_request", "Missing form parameter: grant_type.")
         if grant != "client_credentials":
             return _oauth_error(400, "unsupported_grant_type", f"Unsupported grant type {grant!r}.")
-        client_id, client_secret = form.get("client_id"), form.get("client_secret")
+        client_id, client_secret = _client_credentials(request)
         if not client_id or not client_secret:
             return _oauth_error(401, "invalid_client", "Missing client_id or client_secret.")
         if not (

@@ -17,6 +17,7 @@ import binascii
 import hashlib
 import hmac
 import logging
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ __all__ = [
     "verify_basic_auth",
     "verify_request",
     "verify_signature",
+    "whsec_key",
 ]
 
 _SECRET_PREFIX = "whsec_"
@@ -63,8 +65,23 @@ class Verification:
     timestamp: int | None = None
 
 
+def whsec_key(secret: object) -> bytes | None:
+    """The key of a ``whsec_<base64>`` secret, its base64 padded or not (as the Standard
+    Webhooks libraries read it); None when ``secret`` is not of that form."""
+    if not isinstance(secret, str) or not secret.startswith(_SECRET_PREFIX):
+        return None
+    value = secret[len(_SECRET_PREFIX) :]
+    try:
+        return base64.b64decode(value + "=" * (-len(value) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
 @lru_cache(maxsize=16)  # the configured secrets: decoded once, not on every delivery
 def _decode_secret(secret: str) -> bytes:
+    key = whsec_key(secret)
+    if key is not None:
+        return key
     value = secret[len(_SECRET_PREFIX) :] if secret.startswith(_SECRET_PREFIX) else secret
     try:
         return base64.b64decode(value, validate=True)
@@ -124,8 +141,12 @@ def verify_signature(
         raise MissingHeadersError("webhook-timestamp is not an integer.") from None
     current = time.time() if now is None else now
     if abs(current - ts) > tolerance:
+        # Whole seconds rounded away from now, so a refused timestamp never reads as within
+        # the tolerance ("300 s" for one 300.4 s away).
+        off = math.ceil(abs(current - ts))
+        when = f"{off} s in the future" if ts > current else f"{off} s old"
         raise StaleTimestampError(
-            f"webhook-timestamp is {int(current - ts)} s away from now (tolerance {tolerance} s)."
+            f"webhook-timestamp is {when}: more than the tolerance of {tolerance} s."
         )
     keys = _secrets(secrets)
     if not keys:

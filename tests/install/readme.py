@@ -2,7 +2,8 @@
 
 A block is marked by an HTML comment on the line before it, ``<!-- install: TARGET [MODE] -->``:
 TARGET is a path relative to the folder of ``manage.py`` (MODE ``append`` or ``create``), or
-``commands`` (shell lines, one command each) or ``shell`` (Python for ``manage.py shell``).
+``commands`` (shell lines, one command each), ``shell`` (Python for ``manage.py shell``) or
+``template`` (a Django template, rendered by ``tests/test_readme_examples.py``).
 The tests take the README's text as it is, so the README cannot drift from what is tested.
 """
 

@@ -322,3 +322,50 @@ def test_the_demo_procfile_keeps_the_secret_off_every_command_line(tmp_path):
             assert secret not in text, shlex.split(text)[:3]
     finally:
         stop(proc)
+
+
+def test_the_webhook_secret_may_lack_its_base64_padding(sandbox, billing_sandbox_server):
+    """As the Standard Webhooks libraries (and the app) read it."""
+    unpadded = "whsec_RcMPECmZjbpFWxQAzXWlAQ"
+    answer = requests.post(
+        sandbox.url + "/_sandbox/config", json={"webhook_secret": unpadded}, timeout=5
+    )
+    assert answer.status_code == 200, answer.text
+    assert billing_sandbox_server.config.webhook_secret == unpadded
+
+
+# --- the token endpoint: client credentials in the form or with HTTP Basic ---------------------
+def _token(sandbox, **kwargs):
+    return requests.post(sandbox.token_url, timeout=5, **kwargs)
+
+
+def test_token_with_http_basic_client_credentials(sandbox, api):
+    """``client_secret_basic`` (the default of Authlib and requests-oauthlib), as an OpenID
+    Connect server accepts it: the form-urlencoded id and secret in an Authorization header."""
+    answer = _token(
+        sandbox,
+        data={"grant_type": "client_credentials"},
+        auth=(sandbox.client_id, sandbox.client_secret),
+    )
+    assert answer.status_code == 200, answer.text
+    token = answer.json()["access_token"]
+    assert api.get("/products", headers={"x-kc-token": token}).status_code == 200
+    wrong = _token(
+        sandbox, data={"grant_type": "client_credentials"}, auth=(sandbox.client_id, "nope")
+    )
+    assert wrong.status_code == 401 and wrong.json()["error"] == "invalid_client"
+    assert sandbox.client_secret not in wrong.text
+
+
+def test_token_with_form_client_credentials_still_works(sandbox):
+    answer = _token(
+        sandbox,
+        data={
+            "grant_type": "client_credentials",
+            "client_id": sandbox.client_id,
+            "client_secret": sandbox.client_secret,
+        },
+    )
+    assert answer.status_code == 200 and answer.json()["token_type"] == "Bearer"
+    missing = _token(sandbox, data={"grant_type": "client_credentials"})
+    assert missing.status_code == 401 and missing.json()["error"] == "invalid_client"

@@ -102,3 +102,21 @@ def test_the_example_sites_pages_in_french(client, demo, seeded) -> None:
     answer = client.post("/i18n/setlang/", {"language": "fr", "next": "/billing/account/"})
     assert answer.status_code == 302 and answer["Location"] == "/billing/account/"
     assert "Pas encore d\u2019abonnement." in client.get("/billing/account/").content.decode()
+
+
+def test_the_example_projects_home_page_in_french(client, demo, seeded) -> None:
+    """Its own text, title and cards, not only the navigation of base.html."""
+    answer = client.get("/", headers={"accept-language": "fr"})
+    assert answer.status_code == 200 and answer["Content-Language"] == "fr"
+    html = answer.content.decode()
+    page = text(html)
+    assert "<title>Accueil · démo de facturation</title>" in html
+    assert "Un petit SaaS qui montre billing_integration" in page
+    assert "1. Choisissez une formule" in page and "La page des tarifs liste chaque produit" in page
+    assert "0700000002 est refusé" in page and "s\u2019ouvre avec un abonnement actif" in page
+    for english in ("A tiny SaaS", "Pick a plan", "Pay in the sandbox", "Test numbers", "opens"):
+        assert english not in page, english
+    subscription(demo, seeded["Starter"], cycle="months-1", currency="XOF")
+    client.force_login(demo)
+    member = text(client.get("/", headers={"accept-language": "fr"}).content.decode())
+    assert "abonné Aller à l\u2019espace membres" in member and "Go to the members" not in member

@@ -470,3 +470,45 @@ def test_own_signer_matches_the_reference_library():
     body = '{"a": "é"}'
     headers = sign(body, msg_id="msg_1", timestamp=1_700_000_000)
     assert own_sign(body.encode(), SECRET, "msg_1", 1_700_000_000) == headers["webhook-signature"]
+
+
+def test_a_refused_timestamp_never_reads_as_within_the_tolerance(client, stored_only):
+    """301 s ahead is refused as "301 s in the future", not "-300 s away (tolerance 300 s)"."""
+    payload = envelope("invoice.paid", {"id": str(uuid.uuid4())})
+    ahead = post_signed(client, payload, timestamp=int(time.time()) + 301)
+    assert ahead.status_code == 401
+    error = ahead.json()["error"]
+    assert "301 s in the future" in error and "tolerance of 300 s" in error, error
+    assert " -" not in error
+    late = post_signed(client, payload, timestamp=int(time.time()) - 400)
+    assert late.status_code == 401
+    seconds = int(late.json()["error"].split(" s old")[0].split()[-1])
+    assert seconds >= 400  # whole seconds, rounded away from now
+    assert WebhookEvent.objects.count() == 0
+
+
+UNPADDED_SECRET = "whsec_RcMPECmZjbpFWxQAzXWlAQ"  # base64 of 16 bytes without its "=="
+
+
+def test_a_secret_without_base64_padding_is_accepted(client, settings, stored_only):
+    """As the Standard Webhooks reference library (which signs here) reads it."""
+    settings.BILLING = {**settings.BILLING, "WEBHOOK_SECRET": UNPADDED_SECRET}
+    assert not [e for e in run_checks() if e.id == "billing_integration.E004"]
+    payload = envelope("invoice.paid", {"id": str(uuid.uuid4())})
+    response = post_signed(client, payload, secret=UNPADDED_SECRET)
+    assert response.status_code == 200, response.content
+    assert WebhookEvent.objects.get().event_id == payload["id"]
+    # The same key padded signs the same; a wrong secret is still refused.
+    padded = post_signed(
+        client, envelope("invoice.paid", {"id": str(uuid.uuid4())}), secret=UNPADDED_SECRET + "=="
+    )
+    assert padded.status_code == 200
+    assert post_signed(client, envelope("invoice.paid", {}), secret=SECRET).status_code == 401
+    assert WebhookEvent.objects.count() == 2
+
+
+def test_a_secret_that_is_not_base64_is_still_refused_by_E004(settings):
+    settings.BILLING = {**settings.BILLING, "WEBHOOK_SECRET": "whsec_not*base64!"}
+    assert [e.id for e in run_checks() if e.id == "billing_integration.E004"] == [
+        "billing_integration.E004"
+    ]
