@@ -3,11 +3,15 @@ Health page report.
 
 - :func:`record_run` stores when a periodic job last ran (a ``Heartbeat`` row): the beat
   tasks call it first thing, the pull when a full list read ends.
+- :func:`record_refused` counts an event delivery the callback refused, per reason and per
+  minute, in the shared cache (bounded whatever the traffic: a counter per reason and minute,
+  expiring after ``REFUSALS_WINDOW``; nothing of the request is kept);
+  :func:`refused_deliveries` reads the counts of the last hour.
 - :func:`diagnose` gathers the facts, each :class:`Fact` judged against :class:`Thresholds`:
   a token can be fetched (a new one, never shown), the broker answers and workers reply to a
   ping, beat ran recently, the outbox backlog and its failed entries, the event processing
-  lag and failed events, the last successful pull. A fact that cannot be gathered is a
-  failure of its own, never a crash that hides the others.
+  lag and failed events, refused deliveries, the last successful pull. A fact that cannot be
+  gathered is a failure of its own, never a crash that hides the others.
 
 This module imports neither models nor Celery at import time: tasks import ``record_run``.
 """
@@ -17,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import transaction
@@ -31,13 +35,17 @@ __all__ = [
     "OK",
     "PERIODIC_JOBS",
     "PULLED_RESOURCES",
+    "REFUSALS_WINDOW",
+    "REFUSAL_REASONS",
     "WARNING",
     "Fact",
     "HealthReport",
     "Thresholds",
     "celery_app",
     "diagnose",
+    "record_refused",
     "record_run",
+    "refused_deliveries",
 ]
 
 OK, WARNING, FAIL = "ok", "warning", "fail"
@@ -57,8 +65,17 @@ FACTS = (
     "outbox_failed",
     "events",
     "events_failed",
+    "refused",
     "pull",
 )
+
+#: Why the callback refused a delivery (``record_refused``): the signature (or the basic
+#: credentials) did not verify, the timestamp was outside ``WEBHOOK_TOLERANCE``, the
+#: signature headers were missing or malformed.
+REFUSAL_REASONS = ("bad_signature", "stale_timestamp", "missing_headers")
+#: Seconds of refusals the doctor counts (the last hour), in counters of ``_REFUSAL_BUCKET``.
+REFUSALS_WINDOW = 3600
+_REFUSAL_BUCKET = 60
 
 
 # --- recording --------------------------------------------------------------------------------
@@ -75,6 +92,50 @@ def record_run(name: str) -> None:
                 Heartbeat.objects.create(name=name, at=now)
     except Exception as exc:  # e.g. the table not migrated yet, or a concurrent first insert
         logger.warning("health: could not record the run of %s (%s)", name, exc)
+
+
+def _refusal_key(reason: str, suffix: object) -> str:
+    return f"billing_integration:refused:{reason}:{suffix}"
+
+
+def record_refused(reason: str, now: float | None = None) -> None:
+    """Count one refused delivery of ``reason`` (``REFUSAL_REASONS``) in the shared cache
+    (``KICK_CACHE``, else ``TOKEN_CACHE``): this minute's counter, and the time of the last
+    refusal. Never raises (a cache failure is logged): the refusal is answered anyway."""
+    from .wakeup import _cache
+
+    at = time.time() if now is None else now
+    timeout = REFUSALS_WINDOW + _REFUSAL_BUCKET
+    counter = _refusal_key(reason, int(at // _REFUSAL_BUCKET))
+    try:
+        cache = _cache()
+        if not cache.add(counter, 1, timeout=timeout):
+            cache.incr(counter)
+        cache.set(_refusal_key(reason, "last"), at, timeout=timeout)
+    except Exception as exc:  # the cache down, or the counter expired between add and incr
+        logger.warning("health: could not count a refused delivery (%s)", _error(exc))
+
+
+def refused_deliveries(now: float | None = None) -> dict[str, dict[str, Any]]:
+    """``reason -> {"count": refusals in the last hour, "last": unix time of the last one or
+    None}`` for every reason of ``REFUSAL_REASONS``, read in one cache round trip."""
+    from .wakeup import _cache
+
+    at = time.time() if now is None else now
+    current = int(at // _REFUSAL_BUCKET)
+    minutes = range(current - REFUSALS_WINDOW // _REFUSAL_BUCKET + 1, current + 1)
+    keys = {
+        reason: [_refusal_key(reason, minute) for minute in minutes] for reason in REFUSAL_REASONS
+    }
+    lasts = {reason: _refusal_key(reason, "last") for reason in REFUSAL_REASONS}
+    found = _cache().get_many([k for ks in keys.values() for k in ks] + list(lasts.values()))
+    return {
+        reason: {
+            "count": sum(int(found.get(key) or 0) for key in keys[reason]),
+            "last": found.get(lasts[reason]),
+        }
+        for reason in REFUSAL_REASONS
+    }
 
 
 def last_runs() -> dict[str, datetime]:
@@ -150,6 +211,7 @@ def diagnose(
         (("beat",), lambda: [_beat(limits, now)]),
         (("outbox", "outbox_failed"), lambda: _outbox(limits, now)),
         (("events", "events_failed"), lambda: _events(limits, now)),
+        (("refused",), lambda: [_refused(now)]),
         (("pull",), lambda: [_pull(limits, now)]),
     ]
     facts: list[Fact] = []
@@ -384,18 +446,25 @@ def _outbox(limits: Thresholds, now: datetime) -> list[Fact]:
     return [backlog, failures]
 
 
-def _events(limits: Thresholds, now: datetime) -> list[Fact]:
+def _last_received() -> datetime | None:
+    """When the newest stored delivery was received (every stored one was verified)."""
     from django.db.models import Max
 
     from .models.events import EventState, WebhookEvent
 
-    events = WebhookEvent.objects
     # One indexed (state, received_at) lookup per state, rather than a scan for the newest.
     latest = [
-        events.filter(state=state).aggregate(at=Max("received_at"))["at"]
+        WebhookEvent.objects.filter(state=state).aggregate(at=Max("received_at"))["at"]
         for state in EventState.values
     ]
-    last = max((at for at in latest if at is not None), default=None)
+    return max((at for at in latest if at is not None), default=None)
+
+
+def _events(limits: Thresholds, now: datetime) -> list[Fact]:
+    from .models.events import EventState, WebhookEvent
+
+    events = WebhookEvent.objects
+    last = _last_received()
     oldest = (
         events.filter(state=EventState.RECEIVED)
         .order_by("received_at")
@@ -437,6 +506,74 @@ def _events(limits: Thresholds, now: datetime) -> list[Fact]:
         {"failed": failed},
     )
     return [flow, failures]
+
+
+def _refused(now: datetime) -> Fact:
+    """Refused deliveries in the last hour. Fails while they keep coming: a signature or
+    timestamp refusal in the window and no delivery accepted since the last one (a scanner
+    that omits the headers is only a warning)."""
+    refused = refused_deliveries(now.timestamp())
+    total = sum(r["count"] for r in refused.values())
+    if not total:
+        return Fact("refused", OK, _("refused deliveries: none in the last hour"), {"count": 0})
+    labels = {
+        "bad_signature": _("bad signature"),
+        "stale_timestamp": _("stale timestamp"),
+        "missing_headers": _("missing signature headers"),
+    }
+    hints = {
+        "bad_signature": _(
+            "check that BILLING['WEBHOOK_SECRET'] is the signing secret registered for this "
+            "callback on the service (or BILLING['WEBHOOK_BASIC_AUTH'] its credentials)"
+        ),
+        "stale_timestamp": _(
+            "check this server's clock (NTP) against the service's, and "
+            "BILLING['WEBHOOK_TOLERANCE']"
+        ),
+        "missing_headers": _(
+            "check that the service signs its deliveries to this callback (a request without "
+            "them may also be a scanner)"
+        ),
+    }
+    reasons = [r for r in REFUSAL_REASONS if refused[r]["count"]]
+    last_at = max(refused[r]["last"] or 0.0 for r in reasons)
+    accepted = _last_received()
+    data: dict[str, Any] = {
+        "count": total,
+        "reasons": {r: refused[r]["count"] for r in reasons},
+        "last_refused": datetime.fromtimestamp(last_at, tz=UTC) if last_at else None,
+        "last_accepted": accepted,
+    }
+    serious = [r for r in reasons if r != "missing_headers"]
+    last_serious = max((refused[r]["last"] or 0.0 for r in serious), default=0.0)
+    ongoing = bool(serious) and (accepted is None or accepted.timestamp() < last_serious)
+    values = {
+        "count": total,
+        "reasons": ", ".join(f"{labels[r]} {refused[r]['count']}" for r in reasons),
+        "age": duration(max(0.0, now.timestamp() - last_at)) if last_at else "?",
+        "hints": "; ".join(hints[r] for r in reasons),
+    }
+    if ongoing:
+        return Fact(
+            "refused",
+            FAIL,
+            _(
+                "refused deliveries: %(count)d in the last hour (%(reasons)s), the last "
+                "%(age)s ago, none accepted since: %(hints)s"
+            )
+            % values,
+            data,
+        )
+    return Fact(
+        "refused",
+        WARNING,
+        _(
+            "refused deliveries: %(count)d in the last hour (%(reasons)s), the last %(age)s "
+            "ago: %(hints)s"
+        )
+        % values,
+        data,
+    )
 
 
 def _pull(limits: Thresholds, now: datetime) -> Fact:

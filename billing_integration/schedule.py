@@ -1,6 +1,6 @@
 """The app's Celery beat schedule (``BEAT_SCHEDULE``, ``beat_schedule()``), for the host's
-``CELERY_BEAT_SCHEDULE``: the outbox drain, the periodic pull, the sweep of stuck events and the
-event log's pruning.
+``CELERY_BEAT_SCHEDULE``: the outbox drain, the periodic pull, the sweep of stuck events, the
+event log's pruning and the sweep of notices never queued.
 
 Imports nothing (no models, no settings), so a settings module may import it::
 
@@ -20,10 +20,12 @@ def beat_schedule(
     sync_every: float = 3600.0,
     events_every: float = 60.0,
     prune_every: float = 86400.0,
+    notices_every: float = 300.0,
 ) -> dict[str, Any]:
     """A Celery beat schedule to merge into ``CELERY_BEAT_SCHEDULE``: the outbox drain, the
-    periodic pull, the sweep of received events whose processing message was lost, and the
-    pruning of the event log (``BILLING['EVENT_RETENTION']``)."""
+    periodic pull, the sweep of received events whose processing message was lost, the
+    pruning of the event log (``BILLING['EVENT_RETENTION']``) and the sweep of notices whose
+    task was lost or never queued."""
     return {
         "billing-drain-outbox": {
             "task": "billing_integration.drain_outbox",
@@ -45,9 +47,14 @@ def beat_schedule(
             "schedule": prune_every,
             "options": {"expires": prune_every},
         },
+        "billing-sweep-notices": {
+            "task": "billing_integration.sweep_notices",
+            "schedule": notices_every,
+            "options": {"expires": notices_every},
+        },
     }
 
 
 #: The default schedule: drain lost outbox messages and sweep stuck events every minute,
-#: reconcile every hour, prune the event log every day.
+#: reconcile every hour, prune the event log every day, sweep unsent notices every 5 minutes.
 BEAT_SCHEDULE: dict[str, Any] = beat_schedule()

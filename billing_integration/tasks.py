@@ -4,10 +4,10 @@ a commit kicks, as ``push_due_entries``; ``.drain_outbox``, the periodic sweep, 
 ``requeue_stale_entries``), the pull (``.sync_all``), the event processing
 (``.process_webhook_event``, ``.process_received_events``,
 ``.process_pending_webhook_events``), the event log's pruning (``.prune_events``) and the
-notices (``.send_notice``). A broken import fails loudly here.
+notices (``.send_notice``, ``.sweep_notices``). A broken import fails loudly here.
 """
 
-from .notices.tasks import send_notice
+from .notices.tasks import send_notice, sweep_notices
 from .outbox.tasks import push_due_entries, requeue_stale_entries
 from .sync.tasks import sync_all
 from .webhooks import tasks as webhook_tasks
@@ -18,6 +18,7 @@ __all__ = [
     "push_due_entries",
     "requeue_stale_entries",
     "send_notice",
+    "sweep_notices",
     "sync_all",
     "webhook_tasks",
 ]

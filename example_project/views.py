@@ -20,6 +20,7 @@ from billing_integration.access import (
     active_subscriptions,
     feature_limit,
     feature_required,
+    refused_feature,
     subscription_required,
 )
 from billing_integration.conf import billing_settings
@@ -39,7 +40,8 @@ def home(request: HttpRequest) -> HttpResponse:
 
 
 def pricing(request: HttpRequest) -> HttpResponse:
-    """Published subscription products; one checkout button per cycle and currency."""
+    """Published subscription products; one checkout button per cycle and currency. Sent here
+    by a feature check (``?feature=``), it names the missing feature and the plans with it."""
     products = (
         Product.objects.published()
         .subscriptions()
@@ -70,7 +72,13 @@ def pricing(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "example/pricing.html",
-        {"plans": plans, "current": current, "refused": bool(request.GET.get("next"))},
+        {
+            "plans": plans,
+            "current": current,
+            "refused": bool(request.GET.get("next")),
+            # sent here by a feature check: which feature is missing, which plans include it
+            "missing": refused_feature(request),
+        },
     )
 
 

@@ -27,7 +27,8 @@ Anonymous users have no subscriber. Non-subscribers are sent to
 anonymous users are sent to the login page first.
 
 Access by feature (``has_feature``, ``feature_limit``, ``feature_required``,
-``FeatureRequiredMixin``, ``HasFeature``): see ``access/features.py``.
+``FeatureRequiredMixin``, ``HasFeature``, ``products_with_feature``, ``refused_feature``): see
+``access/features.py``.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ __all__ = [
     "features_of",
     "get_subscriber",
     "has_feature",
+    "products_with_feature",
+    "refused_feature",
     "resolve_product",
     "subscribed",
     "subscription_required",
@@ -133,16 +136,20 @@ def subscribed(subscriber: Any, product: ProductRef = None) -> bool:
     return active_subscriptions(subscriber, product).exists()
 
 
-def subscription_required_url(redirect_url: str | None = None, next_path: str | None = None) -> str:
+def subscription_required_url(
+    redirect_url: str | None = None, next_path: str | None = None, feature: str | None = None
+) -> str:
     """Where to send a non-subscriber: ``redirect_url`` or ``BILLING['SUBSCRIPTION_REQUIRED_URL']``
-    (a URL name, reversed, or a path), with ``?next=<next_path>``."""
+    (a URL name, reversed, or a path), with ``?next=<next_path>`` and, when a feature is what
+    is missing, ``&feature=<key>`` (``access.features.refused_feature`` reads it back)."""
     target = redirect_url or billing_settings.SUBSCRIPTION_REQUIRED_URL or "/"
     if "/" not in target:
         with contextlib.suppress(NoReverseMatch):
             target = reverse(target)
-    if next_path:
+    query = {name: value for name, value in (("next", next_path), ("feature", feature)) if value}
+    if query:
         sep = "&" if "?" in target else "?"
-        target = f"{target}{sep}{urlencode({'next': next_path})}"
+        target = f"{target}{sep}{urlencode(query)}"
     return target
 
 
@@ -231,4 +238,6 @@ from .features import (  # noqa: E402
     features_for,
     features_of,
     has_feature,
+    products_with_feature,
+    refused_feature,
 )

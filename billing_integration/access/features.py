@@ -15,6 +15,8 @@
     class Reports(FeatureRequiredMixin, TemplateView):
         required_feature = "sso"
 
+    refused_feature(request)    # on the pricing page: {"feature": "sso", "products": [...]}
+
 A subscriber's features are those of the products of its *active* subscriptions
 (``access.active_subscriptions``: the allow-list ``BILLING['ACTIVE_STATUSES']`` and the cycle
 rule; nothing here re-implements it). A product's features are the service's (its
@@ -30,6 +32,10 @@ memoises them on the request (``request._billing_features``) and on the request'
 instance, so the decorator, the mixin, the DRF permission, the template tag and filters, and
 ``has_feature(request.user, ...)`` in the view all share one query per request. A subscriber
 never bound to a request costs one query per call.
+
+A request refused for want of a feature is sent to ``SUBSCRIPTION_REQUIRED_URL`` with
+``?next=<path>&feature=<key>``: the page there can say which feature is missing and which plans
+include it (``refused_feature(request)``, ``products_with_feature(key)``).
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
 from ..mapping.products import feature_key, features_from_remote, larger_limit
+from ..models import Product
 from . import active_subscriptions, get_subscriber, subscription_required_url
 
 __all__ = [
@@ -53,7 +60,12 @@ __all__ = [
     "features_for",
     "features_of",
     "has_feature",
+    "products_with_feature",
+    "refused_feature",
 ]
+
+#: The longest feature key ``refused_feature`` reads from a query string.
+MAX_FEATURE_KEY = 100
 
 #: The attribute holding the memoised features on a request and on its subscriber instance.
 CACHE_ATTR = "_billing_features"
@@ -83,9 +95,48 @@ def _compute(subscriber: Any) -> Features:
             declared[feature_key(key)] = limit
     result = Features()
     for remote_data, declared in products.values():
-        for key, limit in {**features_from_remote(remote_data), **declared}.items():
+        for key, limit in _product_features(remote_data, declared).items():
             result[key] = larger_limit(result[key], limit) if key in result else limit
     return result
+
+
+def _product_features(remote_data: Any, declared: dict[str, int | None]) -> dict[str, int | None]:
+    """One product's features: the service's, with the declarations here winning per key."""
+    return {**features_from_remote(remote_data), **declared}
+
+
+def products_with_feature(feature: Any) -> list[Product]:
+    """The published subscription products that include ``feature`` (the service's
+    ``features`` array or a declaration here), by name: the plans to offer a subscriber who
+    lacks it. Empty for an empty or non-string key."""
+    key = feature_key(feature)
+    if not key:
+        return []
+    products = (
+        Product.objects.published()
+        .subscriptions()
+        .prefetch_related("declared_features")
+        .order_by("name", "pk")
+    )
+    return [
+        product
+        for product in products
+        if key
+        in _product_features(
+            product.remote_data,
+            {feature_key(f.key): f.limit for f in product.declared_features.all()},
+        )
+    ]
+
+
+def refused_feature(request: HttpRequest) -> dict[str, Any] | None:
+    """On the page a feature check sent the request to (``?feature=<key>``): ``{"feature":
+    key, "products": products_with_feature(key)}``; None without a usable ``feature``
+    parameter. The key is only compared and shown (escaped by the template), never trusted."""
+    key = feature_key(request.GET.get("feature"))
+    if not key or len(key) > MAX_FEATURE_KEY:
+        return None
+    return {"feature": key, "products": products_with_feature(key)}
 
 
 def _bound(obj: Any) -> Features | None:
@@ -163,14 +214,16 @@ def check_feature(
 ) -> HttpResponse | None:
     """``None`` if the request may go on; else the redirect to send (the login page for
     anonymous users, then ``redirect_url`` or ``BILLING['SUBSCRIPTION_REQUIRED_URL']`` with
-    ``?next=<path>``)."""
+    ``?next=<path>&feature=<key>``)."""
     key = _required(feature)
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return redirect_to_login(request.get_full_path())
     if has_feature(request, key):
         return None
-    return HttpResponseRedirect(subscription_required_url(redirect_url, request.get_full_path()))
+    return HttpResponseRedirect(
+        subscription_required_url(redirect_url, request.get_full_path(), feature=key)
+    )
 
 
 def feature_required(

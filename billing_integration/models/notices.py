@@ -1,7 +1,9 @@
 """Notices: the record of each opt-in email sent when money moves (``billing_integration.notices``).
 
-One row per (event, kind), enforced by a unique constraint: the sending task claims the row
-before it sends, so a replayed event or a redelivered task never sends the same notice twice.
+One row per (event, kind), enforced by a unique constraint: the row is recorded ``queued``
+when the event is applied, and the sending task claims it (a conditional UPDATE to
+``sending``) before it sends, so a replayed event, a redelivered task or the periodic sweep
+never sends the same notice twice.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ class NoticeKind(models.TextChoices):
 
 
 class NoticeState(models.TextChoices):
+    #: Recorded when the event was applied, its task queued (or not: the broker was down);
+    #: the task, or the periodic sweep (``sweep_notices``), claims it for sending.
+    QUEUED = "queued", _("Queued")
     #: Claimed by a task that is sending it now (or died while sending: never sent again).
     SENDING = "sending", _("Sending")
     SENT = "sent", _("Sent")
@@ -59,6 +64,14 @@ class Notice(models.Model):
         ordering = ["-created_at", "-pk"]
         constraints = [
             models.UniqueConstraint(fields=["event", "kind"], name="billing_notice_once"),
+        ]
+        indexes = [
+            # The sweep's lookup of notices still queued: only those rows, oldest first.
+            models.Index(
+                fields=["created_at"],
+                condition=models.Q(state="queued"),
+                name="billing_notice_queued",
+            ),
         ]
 
     def __str__(self) -> str:

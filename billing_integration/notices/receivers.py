@@ -1,6 +1,8 @@
 """The receivers that queue notices: connected to the app's signals, which are sent after
 an event's local state is committed (``webhooks.processing.send_signals``), also on a forced
-replay: the task's claim keeps each notice to one email."""
+replay: the task's claim keeps each notice to one email. The notice is recorded ``queued``
+before its task is: a task that cannot be queued (the broker down) leaves it for the periodic
+sweep (``tasks.sweep_notices``)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import Any
 
 from django.db import transaction
 
+from ..models import Notice, NoticeState
 from ..webhooks import signals
 from .sending import enabled
 from .tasks import send_notice
@@ -17,9 +20,14 @@ __all__ = ["queue_notice"]
 
 
 def queue_notice(kind: str, event_pk: int) -> None:
-    """Queue ``send_notice`` for the event once the current transaction (if any) commits."""
+    """Record the notice ``queued`` (unless it has a row already) and queue ``send_notice``
+    for it once the current transaction (if any) commits. A failure to queue is logged, not
+    raised: the sweep queues the notice again."""
     if enabled(kind):
-        transaction.on_commit(lambda: send_notice.delay(event_pk, kind))
+        Notice.objects.get_or_create(
+            event_id=event_pk, kind=kind, defaults={"state": NoticeState.QUEUED}
+        )
+        transaction.on_commit(lambda: send_notice.delay(event_pk, kind), robust=True)
 
 
 def _receiver(kind: str) -> Callable[..., None]:

@@ -1,9 +1,12 @@
-"""The Celery task that sends one notice, once per (event, kind)."""
+"""The Celery tasks of the notices: ``send_notice`` sends one notice, once per (event, kind);
+``sweep_notices`` (periodic) queues again the notices still ``queued`` after ``SWEEP_AFTER``,
+whose task was lost or could not be queued (the broker down when the event was applied)."""
 
 from __future__ import annotations
 
 import logging
 import uuid
+from datetime import timedelta
 from typing import Any
 
 from celery import shared_task
@@ -17,24 +20,32 @@ from .sending import KINDS, build_message, enabled, notice_context, recipient_fo
 
 logger = logging.getLogger("billing_integration.notices")
 
-__all__ = ["claim", "send_notice"]
+__all__ = ["SWEEP_AFTER", "claim", "send_notice", "sweep_notices"]
+
+#: A notice still ``queued`` this long after it was recorded is queued again by the sweep.
+SWEEP_AFTER = timedelta(minutes=5)
+#: The most notices one sweep queues again (the next sweep takes the rest).
+SWEEP_BATCH = 500
 
 
 def claim(event: WebhookEvent, kind: str) -> Notice | None:
-    """Take the notice of (event, kind) for sending: insert its row (the unique constraint
-    lets one task win), or take over a row whose last attempt failed. None when the notice is
-    sent, skipped, or being sent by another task: this task must not send it."""
+    """Take the notice of (event, kind) for sending: one conditional UPDATE from ``queued`` (or
+    ``failed``, a retry) to ``sending``, so of a task, its duplicate and the sweep's task only
+    one wins; without a row yet, insert it (the unique constraint lets one task win). None
+    when the notice is sent, skipped, or being sent by another task: this task must not send
+    it."""
+    taken = Notice.objects.filter(
+        event=event, kind=kind, state__in=(NoticeState.QUEUED, NoticeState.FAILED)
+    ).update(state=NoticeState.SENDING, attempts=F("attempts") + 1)
+    if taken:
+        return Notice.objects.get(event=event, kind=kind)
     try:
         with transaction.atomic():
             return Notice.objects.create(
                 event=event, kind=kind, state=NoticeState.SENDING, attempts=1
             )
     except IntegrityError:
-        pass
-    taken = Notice.objects.filter(event=event, kind=kind, state=NoticeState.FAILED).update(
-        state=NoticeState.SENDING, attempts=F("attempts") + 1
-    )
-    return Notice.objects.get(event=event, kind=kind) if taken else None
+        return None
 
 
 def _finish(notice: Notice, state: str, *, recipient: str = "", error: str = "") -> None:
@@ -90,3 +101,24 @@ def send_notice(self: Any, event_pk: int, kind: str) -> str:
         return NoticeState.FAILED
     _finish(notice, NoticeState.SENT, recipient=recipient)
     return NoticeState.SENT
+
+
+@shared_task(name="billing_integration.sweep_notices")
+def sweep_notices() -> int:
+    """Queue ``send_notice`` again for each notice (of a kind that is on) still ``queued``
+    ``SWEEP_AFTER`` after it was recorded: its task could not be queued, or was lost. The
+    claim keeps it to one email if the first task runs after all. Returns how many."""
+    kinds = [kind for kind in KINDS if enabled(kind)]
+    stale = Notice.objects.filter(
+        state=NoticeState.QUEUED,
+        kind__in=kinds,
+        event__isnull=False,
+        created_at__lt=timezone.now() - SWEEP_AFTER,
+    ).order_by("created_at")
+    queued = 0
+    for event_pk, kind in stale.values_list("event_id", "kind")[:SWEEP_BATCH]:
+        send_notice.delay(event_pk, kind)
+        queued += 1
+    if queued:
+        logger.warning("Queued %d notice(s) again whose task was lost or never queued", queued)
+    return queued

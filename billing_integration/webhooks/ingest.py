@@ -20,12 +20,14 @@ from typing import Any
 from django.db import router, transaction
 
 from ..conf import billing_settings
+from ..exceptions import WebhookVerificationError
+from ..health import record_refused
 from ..models import EventState, WebhookEvent
 from ..models.bulk import insert_ignoring_conflict
 from .envelope import clean_text, read_envelope
 from .tasks import EVENTS
 from .types import normalize_type
-from .verification import Verification
+from .verification import MissingHeadersError, StaleTimestampError, Verification
 
 logger = logging.getLogger("billing_integration.webhooks")
 
@@ -33,6 +35,7 @@ __all__ = [
     "REDACTED",
     "STORED_HEADERS",
     "StoreResult",
+    "count_refusal",
     "enqueue",
     "request_headers",
     "safe_headers",
@@ -230,6 +233,17 @@ def store_delivery(
         values=values,
         using=using,
     )
+
+
+def count_refusal(exc: WebhookVerificationError) -> None:
+    """Count a refused delivery for ``billing_doctor`` and the admin's Health page
+    (``health.record_refused``), by reason: the exception's type, never its request."""
+    if isinstance(exc, StaleTimestampError):
+        record_refused("stale_timestamp")
+    elif isinstance(exc, MissingHeadersError):
+        record_refused("missing_headers")
+    else:
+        record_refused("bad_signature")
 
 
 def enqueue(event_pk: int) -> None:

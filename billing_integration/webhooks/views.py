@@ -3,7 +3,8 @@
 ``POST`` -> 200 for a stored (or already stored) event, 400 for missing or malformed
 signature headers and for a body that is not a JSON object (kept as ``rejected``), 401 for
 a bad signature, a stale timestamp or wrong credentials, 503 only when the event could not
-be stored. ``HEAD`` (and ``GET``) -> 200 with no body, for reachability probes.
+be stored. ``HEAD`` (and ``GET``) -> 200 with no body, for reachability probes. Each refusal
+(400 or 401 from the verification) is counted by reason for ``billing_doctor``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from django.views.decorators.http import require_http_methods
 
 from ..exceptions import WebhookVerificationError
 from ..models import EventState
-from .ingest import enqueue, request_headers, store_delivery
+from .ingest import count_refusal, enqueue, request_headers, store_delivery
 from .verification import verify_request
 
 logger = logging.getLogger("billing_integration.webhooks")
@@ -43,6 +44,7 @@ def webhook(request: HttpRequest) -> HttpResponse:
     except WebhookVerificationError as exc:
         status = getattr(exc, "status", 401)
         logger.warning("Refused an event delivery (%s): %s", status, exc)
+        count_refusal(exc)  # billing_doctor and the Health page report refusals
         response = JsonResponse({"error": str(exc)}, status=status)
         if status == 401 and "basic" in str(exc).lower():
             response["WWW-Authenticate"] = 'Basic realm="billing webhooks"'

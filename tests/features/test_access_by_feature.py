@@ -22,8 +22,10 @@ from billing_integration.access import (
     features_for,
     features_of,
     has_feature,
+    products_with_feature,
+    refused_feature,
 )
-from billing_integration.models import ProductFeature
+from billing_integration.models import Product, ProductFeature
 
 from .conftest import make_product, subscribe
 
@@ -103,13 +105,14 @@ def test_every_form_follows_the_table(case, user, logged_in):
         assert has_feature(user, key.upper()) is granted  # keys compare lower-cased
 
         # the decorator and the mixin: through, or to SUBSCRIPTION_REQUIRED_URL with ?next=
+        # and the missing feature
         for prefix in ("decorator", "mixin"):
             response = logged_in.get(f"/{prefix}/{key}/")
             if granted:
                 assert response.status_code == 200, (prefix, key)
             else:
                 assert response.status_code == 302, (prefix, key)
-                assert response["Location"] == f"/?next=%2F{prefix}%2F{key}%2F"
+                assert response["Location"] == f"/?next=%2F{prefix}%2F{key}%2F&feature={key}"
         # the DRF permission
         assert logged_in.get(f"/api/{key}/").status_code == (200 if granted else 403), key
         # the template filters and the tag
@@ -134,7 +137,8 @@ def test_anonymous_and_no_subscriber(user, client):
 def test_redirect_url_and_the_named_forms(user, logged_in):
     catalogue = products()
     response = logged_in.get("/sso/")
-    assert response.status_code == 302 and response["Location"] == "/upgrade/?next=%2Fsso%2F"
+    assert response.status_code == 302
+    assert response["Location"] == "/upgrade/?next=%2Fsso%2F&feature=sso"
     assert logged_in.get("/sso-mixin/").status_code == 302
     assert logged_in.get("/api-sso/").status_code == 403
     subscribe(user, catalogue["service"])
@@ -228,3 +232,29 @@ def test_the_template_filter_memoises_on_the_subscriber(user, django_assert_num_
     )
     with django_assert_num_queries(1):
         assert template.render({"u": fresh, "user": fresh}) == "True False 5 yes"
+
+
+# --- issue 23: a refusal names the missing feature and the plans that include it --------------
+def test_the_plans_that_include_a_feature(db):
+    products()
+    make_product("Withdrawn", service=[{"name": "reports", "enabled": False}])
+    draft = make_product("Draft", declared={"reports": None})
+    Product.objects.filter(pk=draft.pk).update(status="draft")
+
+    def names(key):
+        return [p.name for p in products_with_feature(key)]
+
+    assert names("reports") == ["Both"]  # the service's array; not withdrawn, not a draft
+    assert names(" SSO ") == ["Both", "Service"]  # declared here, or the service's
+    assert names("seats") == ["Both", "Local", "Service"]
+    assert names("nothing") == [] and names("") == [] and names(None) == []
+
+
+def test_refused_feature_reads_the_redirect_back(db, rf):
+    products()
+    assert refused_feature(rf.get("/pricing/", {"next": "/x/"})) is None
+    assert refused_feature(rf.get("/pricing/", {"feature": "  "})) is None
+    assert refused_feature(rf.get("/pricing/", {"feature": "x" * 101})) is None
+    found = refused_feature(rf.get("/pricing/", {"next": "/x/", "feature": "Reports"}))
+    assert found["feature"] == "reports"
+    assert [p.name for p in found["products"]] == ["Both"]

@@ -4,6 +4,7 @@ Pro and Team products), not by a product name."""
 from __future__ import annotations
 
 import io
+import re
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -42,7 +43,8 @@ def test_reports_requires_the_feature(client):
     assert anonymous.status_code == 302 and anonymous["Location"].startswith("/accounts/login/")
     client.force_login(demo)
     refused = client.get("/reports/")
-    assert refused.status_code == 302 and refused["Location"] == "/pricing/?next=%2Freports%2F"
+    assert refused.status_code == 302
+    assert refused["Location"] == "/pricing/?next=%2Freports%2F&feature=reports"
 
     subscribe(demo, Product.objects.get(name="Starter"))
     assert client.get("/reports/").status_code == 302  # subscribed, but Starter lacks reports
@@ -55,3 +57,35 @@ def test_reports_requires_the_feature(client):
     subscribe(demo, Product.objects.get(name="Team"))
     page = client.get("/reports/").content.decode()
     assert 'id="feature-sso"' in page and "API access: included" in page
+
+
+def test_pricing_names_the_missing_feature_and_the_plans_with_it(client):
+    seed()
+    demo = get_user_model().objects.get(username="demo")
+    client.force_login(demo)
+
+    page = client.get("/reports/", follow=True).content.decode()  # no plan at all
+    assert 'id="feature-required"' in page and 'id="subscription-required"' not in page
+    assert "This page needs a plan with the feature “reports”." in page
+    assert "The members area needs an active subscription" not in page
+    plans = re.findall(r'<strong class="feature-plan">([^<]*)</strong>', page)
+    assert plans == ["Pro", "Team"]  # Starter lacks it
+
+    subscribe(demo, Product.objects.get(name="Starter"))
+    response = client.get("/reports/", follow=True)
+    assert response.redirect_chain == [("/pricing/?next=%2Freports%2F&feature=reports", 302)]
+    page = response.content.decode()
+    assert "Your plan does not include the feature “reports” that this page needs." in page
+    assert re.findall(r'<strong class="feature-plan">([^<]*)</strong>', page) == ["Pro", "Team"]
+    assert "The members area needs an active subscription" not in page
+
+    page = client.get("/pricing/?next=%2Freports%2F&feature=%3Cb%3Eunknown").content.decode()
+    assert "No plan includes it yet." in page and "<b>unknown" not in page  # escaped
+
+
+def test_the_members_page_still_asks_for_a_subscription(client):
+    seed()
+    client.force_login(get_user_model().objects.get(username="demo"))
+    page = client.get("/members/", follow=True).content.decode()
+    assert "The members area needs an active subscription" in page
+    assert 'id="feature-required"' not in page

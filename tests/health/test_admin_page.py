@@ -13,6 +13,8 @@ from django.utils import timezone
 
 from billing_integration.models import WebhookEvent
 
+from ..webhooks.conftest import OTHER_SECRET, SECRET, envelope, post_signed
+
 pytestmark = pytest.mark.django_db(transaction=True)
 URL = "admin:billing_integration_health_changelist"
 
@@ -56,6 +58,7 @@ def test_the_page_shows_each_fact_and_names_the_fault(healthy, issued_tokens):
         "outbox_failed",
         "events",
         "events_failed",
+        "refused",
         "pull",
     ):
         assert f'class="fact-{key} status-' in html
@@ -66,3 +69,15 @@ def test_the_page_shows_each_fact_and_names_the_fault(healthy, issued_tokens):
     assert "Unhealthy" in html and "events_failed" in html
     assert issued_tokens and not any(token in html for token in issued_tokens)  # fetched, unseen
     assert healthy.client_secret not in html
+
+
+def test_the_page_reports_refused_deliveries_and_what_to_check(healthy, webhook_settings):
+    for _ in range(2):  # the service signs with another secret than ours
+        payload = envelope("ping.test", {"id": str(uuid.uuid4())})
+        assert post_signed(Client(), payload, secret=OTHER_SECRET).status_code == 401
+    html = staff_client("view_health").get(reverse(URL)).content.decode()
+    assert 'class="fact-refused status-fail"' in html
+    assert "refused deliveries: 2 in the last hour (bad signature 2)" in html
+    assert "none accepted since" in html and "BILLING[&#x27;WEBHOOK_SECRET&#x27;]" in html
+    assert "Unhealthy" in html and "refused" in html
+    assert SECRET not in html and OTHER_SECRET not in html

@@ -9,17 +9,27 @@ import os
 import socket
 import subprocess
 import sys
+import time
+import uuid
 from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.urls import reverse
 from django.utils import timezone
 
-from billing_integration.health import PERIODIC_JOBS, record_run
+from billing_integration.health import (
+    PERIODIC_JOBS,
+    REFUSALS_WINDOW,
+    record_refused,
+    record_run,
+    refused_deliveries,
+)
 from billing_integration.models import Customer, Heartbeat, OutboxEntry, WebhookEvent
 
 from ..mirror.conftest import ROOT, wait_for
+from ..webhooks.conftest import OTHER_SECRET, SECRET, envelope, post_signed
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -286,6 +296,7 @@ def test_json_output(healthy, issued_tokens):
         "outbox_failed",
         "events",
         "events_failed",
+        "refused",
         "pull",
     ]
     assert [k for k, f in facts.items() if f["status"] == "fail"] == ["events_failed"]
@@ -305,3 +316,73 @@ def test_a_database_it_cannot_read_is_a_failure_not_a_crash(healthy, monkeypatch
     assert failing(out) == [line(out, "outbox")]
     assert "could not be checked: database went away" in line(out, "outbox")
     assert line(out, "events").startswith("OK")  # the other facts are still reported
+
+
+# --- issue 23: refused deliveries are reported, and fail while they keep coming ---------------
+def refused(client, **kwargs) -> None:
+    """A delivery the callback refuses (the sender's secret or clock differs from ours)."""
+    payload = envelope("ping.test", {"id": str(uuid.uuid4())})
+    response = post_signed(client, payload, **kwargs)
+    assert response.status_code == 401, response.content
+
+
+def accepted(client) -> None:
+    response = post_signed(client, envelope("ping.test", {"id": str(uuid.uuid4())}))
+    assert response.status_code == 200, response.content
+
+
+def test_deliveries_refused_for_a_wrong_secret_fail_until_one_is_accepted(
+    healthy, client, webhook_settings
+):
+    for _ in range(3):
+        refused(client, secret=OTHER_SECRET)  # the service signs with another secret
+    status, out = doctor(*NO_PING)
+    assert status == 1, out
+    assert failing(out) == [line(out, "refused deliveries")]
+    row = line(out, "refused deliveries")
+    assert "3 in the last hour (bad signature 3)" in row and "none accepted since" in row
+    assert "BILLING['WEBHOOK_SECRET']" in row and "registered" in row
+    assert SECRET not in out and OTHER_SECRET not in out
+
+    accepted(client)  # the secret fixed: deliveries get through again
+    status, out = doctor(*NO_PING)
+    assert status == 0, out
+    row = line(out, "refused deliveries")
+    assert row.startswith("WARN") and "3 in the last hour" in row
+    assert "none accepted since" not in row
+
+
+def test_deliveries_refused_for_a_stale_timestamp_name_the_clock(healthy, client, webhook_settings):
+    refused(client, timestamp=int(time.time()) - 3600)  # a server clock an hour off
+    status, out = doctor(*NO_PING, "--json")
+    assert status == 1
+    fact = {f["key"]: f for f in json.loads(out)["facts"]}["refused"]
+    assert fact["status"] == "fail"
+    assert fact["data"]["reasons"] == {"stale_timestamp": 1}
+    assert "stale timestamp 1" in fact["summary"] and "clock" in fact["summary"]
+
+
+def test_requests_without_signature_headers_only_warn(healthy, client, webhook_settings):
+    response = client.post(reverse("billing_integration:webhook"), data=b"{}", content_type="x")
+    assert response.status_code == 400
+    status, out = doctor(*NO_PING)
+    assert status == 0, out
+    row = line(out, "refused deliveries")
+    assert row.startswith("WARN") and "missing signature headers 1" in row
+
+
+def test_refusals_are_counted_per_minute_for_the_last_hour_only(healthy):
+    now = 1_800_000_000.0
+    record_refused("bad_signature", now=now - REFUSALS_WINDOW - 120)  # over an hour ago
+    record_refused("stale_timestamp", now=now - REFUSALS_WINDOW + 90)
+    for _ in range(200):  # a flood: one counter, not one row per request
+        record_refused("bad_signature", now=now - 30)
+    counts = refused_deliveries(now=now)
+    assert counts["bad_signature"] == {"count": 200, "last": now - 30}
+    assert counts["stale_timestamp"] == {"count": 1, "last": now - REFUSALS_WINDOW + 90}
+    assert counts["missing_headers"] == {"count": 0, "last": None}
+    from django.db import connection
+
+    with connection.cursor() as cursor:  # the example project's cache: the database's
+        cursor.execute("SELECT count(*) FROM billing_cache WHERE cache_key LIKE '%refused%'")
+        assert cursor.fetchone()[0] <= 5  # 3 minutes counted, 2 "last" times

@@ -9,9 +9,12 @@ import pytest
 from celery.exceptions import Retry
 from django.core.checks import run_checks
 from django.core.mail.backends.locmem import EmailBackend
+from django.db.models import F
+from kombu.exceptions import OperationalError
 
 from billing_integration.models import Notice, NoticeState, WebhookEvent
-from billing_integration.notices.tasks import send_notice
+from billing_integration.notices.tasks import SWEEP_AFTER, claim, send_notice, sweep_notices
+from billing_integration.schedule import BEAT_SCHEDULE
 from billing_integration.webhooks import signals
 from billing_integration.webhooks.processing import process_event, replay_events
 
@@ -314,6 +317,76 @@ def test_a_send_failing_every_attempt_stays_failed(
     process_event(event.pk, force=True)
     assert len(mailoutbox) == 1
     assert Notice.objects.get().state == "sent"
+
+
+# --- issue 23: a notice whose task could not be queued is swept, still sent once ------------
+def broker_down(*args, **kwargs):
+    raise OperationalError("[Errno 111] Connection refused")
+
+
+def age_queued_notices():
+    """As if ``SWEEP_AFTER`` had passed since the notices were recorded."""
+    Notice.objects.update(created_at=F("created_at") - SWEEP_AFTER - SWEEP_AFTER)
+
+
+def test_a_notice_whose_task_could_not_be_queued_is_sent_once_by_the_sweep(
+    client, customer_email, notice_settings, billing_inline, mailoutbox, monkeypatch
+):
+    with monkeypatch.context() as patch:
+        patch.setattr(send_notice, "delay", broker_down)  # the broker is down...
+        event = deliver(client, failed_payment(customer_email))  # ...the event is applied
+    assert mailoutbox == []
+    notice = Notice.objects.get()
+    assert (notice.event, notice.kind, notice.state) == (event, "payment_failed", "queued")
+
+    assert sweep_notices() == 0  # just recorded: its task may still be on its way
+    age_queued_notices()
+    assert sweep_notices() == 1
+    assert [m.to for m in mailoutbox] == [["ada@example.com"]]
+    notice.refresh_from_db()
+    assert (notice.state, notice.attempts) == ("sent", 1)
+
+    assert sweep_notices() == 0  # nothing left to sweep
+    assert send_notice.delay(event.pk, "payment_failed").get() == "done"  # a late task
+    process_event(event.pk, force=True)  # a replay
+    assert len(mailoutbox) == 1
+
+
+def test_the_sweep_and_a_late_task_claim_a_queued_notice_once(
+    client, customer_email, notice_settings, billing_inline, mailoutbox, monkeypatch
+):
+    with monkeypatch.context() as patch:
+        patch.setattr(send_notice, "delay", broker_down)
+        event = deliver(client, failed_payment(customer_email))
+    first = claim(event, "payment_failed")  # the sweep's task
+    assert first is not None and first.state == "sending"
+    assert claim(event, "payment_failed") is None  # the late task: the UPDATE took no row
+    assert Notice.objects.get().state == "sending"
+    age_queued_notices()
+    assert sweep_notices() == 0  # being sent: not queued again
+    assert mailoutbox == []
+
+
+def test_a_turned_off_notice_is_not_swept(
+    client, customer_email, notice_settings, billing_inline, mailoutbox, monkeypatch
+):
+    with monkeypatch.context() as patch:
+        patch.setattr(send_notice, "delay", broker_down)
+        deliver(client, failed_payment(customer_email))
+    notice_settings.BILLING = {**notice_settings.BILLING, "NOTICES": {"refund_approved": True}}
+    age_queued_notices()
+    assert sweep_notices() == 0
+    assert mailoutbox == []
+    assert Notice.objects.get().state == "queued"
+
+
+def test_the_sweep_is_a_periodic_task():
+    from celery import current_app
+
+    name = "billing_integration.sweep_notices"
+    entries = [e for e in BEAT_SCHEDULE.values() if e["task"] == name]
+    assert len(entries) == 1 and entries[0]["schedule"] > 0
+    assert name in current_app.tasks
 
 
 def test_checks_require_site_url_when_a_notice_is_on(notice_settings):

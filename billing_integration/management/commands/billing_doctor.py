@@ -2,8 +2,9 @@
 
 Report the health of the billing integration (``billing_integration.health``): a new token
 can be fetched, the broker is reachable and workers answer, beat ran recently, the outbox
-backlog, the event processing lag, failed entries and events, the last successful pull.
-Exits 1 when a fact fails, so it can serve as a deployment or liveness probe.
+backlog, the event processing lag, failed entries and events, deliveries refused in the last
+hour, the last successful pull. Exits 1 when a fact fails, so it can serve as a deployment or
+liveness probe.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ LABELS = {OK: "OK  ", "warning": "WARN", FAIL: "FAIL"}
 class Command(BaseCommand):
     help = (
         "Check the billing integration's health: token, broker and workers, beat, outbox, "
-        "events, pulls. Exits 1 when something is unhealthy."
+        "events, refused deliveries, pulls. Exits 1 when something is unhealthy."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
