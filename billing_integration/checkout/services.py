@@ -54,7 +54,6 @@ from ..exceptions import (
     BillingConfigurationError,
     BillingError,
     BillingIdempotencyConflict,
-    BillingServerError,
     BillingServiceMismatchError,
     BillingValidationError,
 )
@@ -336,8 +335,8 @@ def _translate(exc: BillingError, operation: str) -> CheckoutError:
         return CheckoutRefused()
     if (
         isinstance(exc, BillingAPIError)
-        and not isinstance(exc, BillingServerError)
-        and (exc.status not in (401, 403, 429))
+        and not exc.retryable  # 5xx, 429, a lost answer: the service is (or may be) down
+        and (exc.status not in (401, 403))
     ):
         logger.error("checkout: %s failed: %s", operation, exc)
         return CheckoutRefused()
