@@ -139,3 +139,31 @@ def test_a_customer_that_may_exist_is_looked_up_before_it_is_created_again(
     assert str(customer.remote_id) == remote["id"]
     assert remote["identifier"] == customer.identifier
     assert Customer.objects.count() == 1
+
+
+def test_sync_error_keeps_an_excerpt_of_an_html_error_page(billing_sandbox, settings):
+    """A proxy's 500 page (the sandbox answers JSON, so ``responses`` plays the proxy): the
+    entry and the product keep the status, the request id and a bounded excerpt."""
+    import responses
+
+    settings.BILLING = {**settings.BILLING, "MAX_RETRIES": 0, "OUTBOX_MAX_ATTEMPTS": 1}
+    product = make_product()
+    entry = OutboxEntry.objects.get()
+    page = "<html><head><style>p {}</style></head><body>" + "<p>Oops</p>" * 2000 + "</body></html>"
+    with responses.RequestsMock(assert_all_requests_are_fired=False) as mock:
+        mock.add_passthru(billing_sandbox.token_url)
+        mock.add(
+            responses.POST,
+            f"{billing_sandbox.api_url}/products",
+            body=page,
+            status=500,
+            content_type="text/html",
+            headers={"x-request-id": "req-500"},
+        )
+        assert push_entry_now(entry.pk).status == PushOutcome.FAILED
+    entry.refresh_from_db()
+    product.refresh_from_db()
+    for text in (entry.last_error, product.sync_error):
+        assert text.startswith("create_product failed with HTTP 500: Oops Oops")
+        assert text.endswith("(request id req-500)")
+        assert len(text) <= 400 and "<" not in text
