@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections, router, transaction
@@ -53,7 +53,6 @@ from ..exceptions import (
     BillingAPIError,
     BillingConfigurationError,
     BillingError,
-    BillingIdempotencyConflict,
     BillingServiceMismatchError,
     BillingValidationError,
 )
@@ -417,6 +416,15 @@ def _in_doubt_key(customer: Customer, selection: CheckoutSelection) -> str:
     )
 
 
+def _cache_call(method: str, *args: Any) -> Any:
+    """``method`` of the shared cache; a cache that fails only loses the replay (logged)."""
+    try:
+        return getattr(shared_cache(), method)(*args)
+    except Exception as exc:
+        logger.warning("checkout: shared cache unavailable (%s)", type(exc).__name__)
+        return None
+
+
 def start_checkout(
     subscriber: Any,
     product: Any,
@@ -500,14 +508,13 @@ def _create_session(
     in the caller's transaction, which commits even when this raises (a database cache's
     entry must survive the failure)."""
     remembered = _in_doubt_key(customer, selection)
-    cache = shared_cache()
-    earlier = cache.get(remembered)
-    if isinstance(earlier, dict) and earlier.get("expires_at", 0) > timezone.now().timestamp():
-        key = str(earlier["key"])
-        expires = datetime.fromtimestamp(earlier["expires_at"], tz=UTC)
+    earlier = _cache_call("get", remembered)
+    now = timezone.now()
+    if isinstance(earlier, dict) and datetime.fromisoformat(earlier["expires_at"]) > now:
+        key, expires = str(earlier["key"]), datetime.fromisoformat(earlier["expires_at"])
     else:
         key = str(uuid.uuid4())  # one key per attempt; the client's retries reuse it
-        expires = timezone.now() + timedelta(seconds=int(billing_settings.CHECKOUT_EXPIRY))
+        expires = now + timedelta(seconds=int(billing_settings.CHECKOUT_EXPIRY))
         expires = expires.replace(microsecond=expires.microsecond // 1000 * 1000)
     session = CheckoutSession(
         customer=customer,
@@ -521,15 +528,16 @@ def _create_session(
     try:
         data = client.create_checkout_session(payload, idempotency_key=key, deadline=deadline)
     except BillingError as exc:
-        if getattr(exc, "retryable", False) or isinstance(exc, BillingIdempotencyConflict):
-            seconds = int((expires - timezone.now()).total_seconds())
-            if seconds > 0:
-                logger.warning("checkout: session %s in doubt, kept for a replay", key)
-                cache.set(remembered, {"key": key, "expires_at": expires.timestamp()}, seconds)
-        else:  # refused: nothing was created, the next attempt starts afresh
-            cache.delete(remembered)
+        seconds = int((expires - timezone.now()).total_seconds())
+        if getattr(exc, "retryable", False) and seconds > 0:
+            # It may exist on the service: the next attempt for this choice replays it.
+            logger.warning("checkout: session %s in doubt, kept for a replay", key)
+            value = {"key": key, "expires_at": expires.isoformat()}
+            _cache_call("set", remembered, value, seconds)
+        else:  # refused (nothing was created) or expired: the next attempt starts afresh
+            _cache_call("delete", remembered)
         raise _translate(exc, "create_checkout_session") from exc
-    cache.delete(remembered)
+    _cache_call("delete", remembered)
     if not isinstance(data, dict) or checkout_map.from_remote(data).get("remote_id") is None:
         logger.error("checkout: the service answered without a session id")
         raise CheckoutRefused()
