@@ -513,7 +513,7 @@ def _call(entry: OutboxEntry, obj: Any, client: Any = None) -> dict[str, Any]:
             return client.create_product(body, idempotency_key=key)
         return client.update_product(str(obj.remote_id), body, idempotency_key=key)
     if isinstance(obj, Customer):
-        if may_exist_remotely(entry):
+        if _may_exist_remotely(entry):
             # An earlier attempt may have created it: look it up (the identifier is ours).
             found = client.find_customer(str(body.get("identifier") or obj.identifier))
             if found is not None:
@@ -525,7 +525,7 @@ def _call(entry: OutboxEntry, obj: Any, client: Any = None) -> dict[str, Any]:
     raise TypeError(f"No push defined for {type(obj).__name__}")
 
 
-def may_exist_remotely(entry: OutboxEntry) -> bool:
+def _may_exist_remotely(entry: OutboxEntry) -> bool:
     """Whether an earlier attempt of ``entry`` may have reached the service: it was in doubt,
     or it is claimed again after an attempt that recorded nothing (a worker killed during
     the call)."""

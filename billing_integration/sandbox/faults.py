@@ -21,7 +21,8 @@ that many (real) seconds (``"outage_mode": "reset"`` drops connections instead).
 ``{"lose_first_answer": true}`` loses the answer of the first attempt of each idempotency key
 of a matching POST/PATCH: the request is applied (object and key stored), then answered 200
 with a body that is not JSON; a replay of the key answers normally. Like ``ignore_paging`` it
-holds for every matching request while the rule stands (``count`` ends it as usual).
+holds for every matching request while the rule stands (``count`` ends it as usual), and
+combines with the rule's other knobs.
 
 ``{"rate_limit": 20}`` is a rate limit: a billing request beyond 20 accepted in the last second
 (``"rate_limit_window"``, seconds) is answered 429 with ``Retry-After: 2``
@@ -225,7 +226,7 @@ class FaultInjector:
                 decision.latency += rule.latency
                 decision.ignore_paging = decision.ignore_paging or rule.ignore_paging
                 decision.lose_first_answer = decision.lose_first_answer or rule.lose_first_answer
-                if (rule.ignore_paging or rule.lose_first_answer) and rule.count is None:
+                if rule.ignore_paging and rule.count is None:
                     continue
                 action = None if decision.action else rule.pick()
                 if rule.count is not None:
