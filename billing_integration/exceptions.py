@@ -38,7 +38,8 @@ _SECRET_FIELD = re.compile(
 _MAX_BODY = 2000
 #: The most characters of the service's answer an error's text quotes.
 EXCERPT_CHARS = 300
-_TAG = re.compile(r"<(script|style)\b.*?</\1\s*>|<[^>]*>", re.IGNORECASE | re.DOTALL)
+#: A script or style element (to its end, or the end of a body cut short), or any other tag.
+_TAG = re.compile(r"<(script|style)\b.*?(?:</\1\s*>|\Z)|<[^>]*>", re.IGNORECASE | re.DOTALL)
 
 
 class BillingError(Exception):
@@ -219,7 +220,7 @@ def redact(value: Any) -> Any:
 
 def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
     """``text`` on one line, an HTML page reduced to its text, cut to ``limit`` characters."""
-    if "<" in text and ">" in text:
+    if text.lstrip().startswith("<"):  # markup (an HTML or XML page)
         text = _TAG.sub(" ", text)
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."

@@ -119,6 +119,11 @@ def test_an_error_quotes_a_bounded_excerpt_with_status_and_request_id(body):
         assert "Internal Server Error" in text
 
 
+def test_an_excerpt_leaves_plain_text_alone():
+    error = BillingValidationError(status=400, operation="x", body={"message": "a < b > c"})
+    assert str(error) == "x failed with HTTP 400: a < b > c"
+
+
 def test_timestamps_round_trip():
     moment = datetime(2025, 3, 4, 5, 6, 7, 891234, tzinfo=UTC)
     assert format_timestamp(moment) == "2025-03-04T05:06:07.891Z"
