@@ -4,6 +4,7 @@
     ├── BillingConfigurationError   (also django ImproperlyConfigured)
     ├── BillingTransportError       timeouts, connection errors (retryable)
     ├── BillingAPIError             the service answered with an error status
+    │   ├── BillingAnswerLostError       a 2xx whose body cannot be read (in doubt, retryable)
     │   ├── BillingAuthenticationError   401/403 (after one token refetch)
     │   ├── BillingNotFoundError         404
     │   ├── BillingValidationError       400/422: the request was refused
@@ -17,7 +18,9 @@
     └── RemoteDataError             a value from the service cannot be stored faithfully
 
 No exception text or repr ever contains the client secret, a token or the webhook secret:
-bodies are redacted (``redact``) before they are kept.
+bodies are redacted (``redact``) before they are kept. An error's text quotes the service's
+answer as a bounded excerpt (``EXCERPT_CHARS``, an HTML page reduced to its text) next to the
+status and the request id, never the whole body.
 """
 
 from __future__ import annotations
@@ -33,6 +36,10 @@ _SECRET_FIELD = re.compile(
     re.IGNORECASE,
 )
 _MAX_BODY = 2000
+#: The most characters of the service's answer an error's text quotes.
+EXCERPT_CHARS = 300
+#: A script or style element (to its end, or the end of a body cut short), or any other tag.
+_TAG = re.compile(r"<(script|style)\b.*?(?:</\1\s*>|\Z)|<[^>]*>", re.IGNORECASE | re.DOTALL)
 
 
 class BillingError(Exception):
@@ -85,6 +92,14 @@ class BillingAPIError(BillingError):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(status={self.status}, operation={self.operation!r})"
+
+
+class BillingAnswerLostError(BillingAPIError):
+    """The service answered a 2xx whose body cannot be read (not JSON, not wrapped in
+    ``data``). The request was probably applied: like a timeout after sending, the outcome is
+    in doubt, and it is retried with the same idempotency key (never a new one)."""
+
+    retryable = True
 
 
 class BillingAuthenticationError(BillingAPIError):
@@ -203,12 +218,20 @@ def redact(value: Any) -> Any:
     return value
 
 
+def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """``text`` on one line, an HTML page reduced to its text, cut to ``limit`` characters."""
+    if text.lstrip().startswith("<"):  # markup (an HTML or XML page)
+        text = _TAG.sub(" ", text)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
+
+
 def _summary(body: Any) -> str:
     if body is None or body == "":
         return ""
     if isinstance(body, dict):
         for key in ("error_description", "message", "error", "detail", "errors"):
             if key in body:
-                return json.dumps(body[key])[:300] if not isinstance(body[key], str) else body[key]
-    text = body if isinstance(body, str) else json.dumps(body)
-    return text[:300]
+                value = body[key]
+                return excerpt(value if isinstance(value, str) else json.dumps(value))
+    return excerpt(body if isinstance(body, str) else json.dumps(body))

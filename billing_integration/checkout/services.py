@@ -11,6 +11,10 @@ Guarantees:
   cycle or currency): validation runs before the customer is looked up;
 - the local ``CheckoutSession`` row is written only after the service answered with the new
   session (never a half-made session);
+- a session whose answer was lost (in doubt: a timeout, a 5xx, a 2xx that cannot be read) is
+  not created again within its lifetime: its key and expiry are kept in the shared cache
+  (``TOKEN_CACHE``) until it expires, and the next checkout of the same customer, product,
+  cycle and currency resends the same body with the same key, so the service replays it;
 - the customer is created and pushed through its own outbox entry and idempotency key
   (``ensure_customer_pushed``), so a second click, a worker or a retry never creates a
   second remote customer;
@@ -32,7 +36,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections, router, transaction
@@ -49,7 +53,6 @@ from ..exceptions import (
     BillingAPIError,
     BillingConfigurationError,
     BillingError,
-    BillingServerError,
     BillingServiceMismatchError,
     BillingValidationError,
 )
@@ -67,6 +70,7 @@ from ..models import (
 from ..models.base import SyncState
 from ..outbox import from_remote
 from ..service import ensure_service
+from ..sync.coalesce import shared_cache
 
 logger = logging.getLogger("billing_integration.checkout")
 
@@ -330,8 +334,8 @@ def _translate(exc: BillingError, operation: str) -> CheckoutError:
         return CheckoutRefused()
     if (
         isinstance(exc, BillingAPIError)
-        and not isinstance(exc, BillingServerError)
-        and (exc.status not in (401, 403, 429))
+        and not exc.retryable  # 5xx, 429, a lost answer: the service is (or may be) down
+        and (exc.status not in (401, 403))
     ):
         logger.error("checkout: %s failed: %s", operation, exc)
         return CheckoutRefused()
@@ -404,6 +408,23 @@ def _reusable_session(customer: Customer, selection: CheckoutSelection) -> Check
     return None if paid_since or subscribed_since else session
 
 
+def _in_doubt_key(customer: Customer, selection: CheckoutSelection) -> str:
+    """The shared-cache key of an in-doubt session creation for this customer and choice."""
+    return (
+        f"billing:checkout:in-doubt:{customer.pk}:{selection.product.pk}:"
+        f"{selection.cycle_code}:{selection.currency_id}"
+    )
+
+
+def _cache_call(method: str, *args: Any) -> Any:
+    """``method`` of the shared cache; a cache that fails only loses the replay (logged)."""
+    try:
+        return getattr(shared_cache(), method)(*args)
+    except Exception as exc:
+        logger.warning("checkout: shared cache unavailable (%s)", type(exc).__name__)
+        return None
+
+
 def start_checkout(
     subscriber: Any,
     product: Any,
@@ -458,7 +479,14 @@ def start_checkout(
                 customer.remote_id,
             )
             return existing
-        session = _create_session(customer, selection, client or get_client(), deadline)
+        try:
+            session = _create_session(customer, selection, client or get_client(), deadline)
+        except CheckoutError as exc:
+            failure = exc  # raised after the commit: what it remembered must not roll back
+        else:
+            failure = None
+    if failure is not None:
+        raise failure
     logger.info(
         "checkout session %s started for customer %s, product %s (%s, currency %s)",
         session.remote_id,
@@ -473,22 +501,43 @@ def start_checkout(
 def _create_session(
     customer: Customer, selection: CheckoutSelection, client: Any, deadline: Deadline
 ) -> CheckoutSession:
-    """Create the remote session, then record it locally (never a half-made session)."""
-    expires = timezone.now() + timedelta(seconds=int(billing_settings.CHECKOUT_EXPIRY))
+    """Create the remote session, then record it locally (never a half-made session).
+
+    A creation left in doubt is remembered (``_in_doubt_key``) until the session would
+    expire: the next attempt for the same choice resends its body and key (a replay). Runs
+    in the caller's transaction, which commits even when this raises (a database cache's
+    entry must survive the failure)."""
+    remembered = _in_doubt_key(customer, selection)
+    earlier = _cache_call("get", remembered)
+    now = timezone.now()
+    if isinstance(earlier, dict) and datetime.fromisoformat(earlier["expires_at"]) > now:
+        key, expires = str(earlier["key"]), datetime.fromisoformat(earlier["expires_at"])
+    else:
+        key = str(uuid.uuid4())  # one key per attempt; the client's retries reuse it
+        expires = now + timedelta(seconds=int(billing_settings.CHECKOUT_EXPIRY))
+        expires = expires.replace(microsecond=expires.microsecond // 1000 * 1000)
     session = CheckoutSession(
         customer=customer,
         product=selection.product,
-        expires_at=expires.replace(microsecond=expires.microsecond // 1000 * 1000),
+        expires_at=expires,
         action=ACTION_NEW,
         selected_billing_cycle=selection.cycle_code,
         selected_currency=selection.currency_id,
     )
     payload = checkout_map.to_remote(session)
-    key = str(uuid.uuid4())  # one key per attempt; the client's retries reuse it
     try:
         data = client.create_checkout_session(payload, idempotency_key=key, deadline=deadline)
     except BillingError as exc:
+        seconds = int((expires - timezone.now()).total_seconds())
+        if getattr(exc, "retryable", False) and seconds > 0:
+            # It may exist on the service: the next attempt for this choice replays it.
+            logger.warning("checkout: session %s in doubt, kept for a replay", key)
+            value = {"key": key, "expires_at": expires.isoformat()}
+            _cache_call("set", remembered, value, seconds)
+        else:  # refused (nothing was created) or expired: the next attempt starts afresh
+            _cache_call("delete", remembered)
         raise _translate(exc, "create_checkout_session") from exc
+    _cache_call("delete", remembered)
     if not isinstance(data, dict) or checkout_map.from_remote(data).get("remote_id") is None:
         logger.error("checkout: the service answered without a session id")
         raise CheckoutRefused()

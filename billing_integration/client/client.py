@@ -31,6 +31,7 @@ from requests.adapters import HTTPAdapter
 
 from ..conf import billing_settings
 from ..exceptions import (
+    BillingAnswerLostError,
     BillingAPIError,
     BillingAuthenticationError,
     BillingError,
@@ -38,6 +39,8 @@ from ..exceptions import (
     BillingRateLimitError,
     BillingTransportError,
     error_for_status,
+    excerpt,
+    redact,
 )
 from .backoff import SharedBackoff
 from .retry import MIN_ATTEMPT, Deadline, RetryPolicy, parse_retry_after
@@ -171,6 +174,16 @@ class BillingClient:
             "create_customer", "POST", "/customers", payload, idempotency_key, deadline=deadline
         )
 
+    def find_customer(
+        self, identifier: str, *, deadline: DeadlineArg = None
+    ) -> dict[str, Any] | None:
+        """The remote customer whose ``identifier`` is ``identifier`` (ours, unique per
+        subscriber), or ``None``. The interface has no filter: this reads the list."""
+        for item in self.list_customers(deadline=deadline):
+            if isinstance(item, dict) and item.get("identifier") == identifier:
+                return item
+        return None
+
     # --- subscriptions --------------------------------------------------------------------
     def list_subscriptions(self, *, deadline: DeadlineArg = None) -> Iterator[dict[str, Any]]:
         return self._iter_items("subscriptions", deadline)
@@ -193,7 +206,7 @@ class BillingClient:
         )
         if isinstance(data, list):
             if not data:
-                raise BillingAPIError(
+                raise BillingAnswerLostError(
                     status=200, operation="create_subscription", message="empty data array"
                 )
             return data[0]
@@ -305,9 +318,16 @@ class BillingClient:
                     continue
                 if response.status_code < 400:
                     self.backoff.succeeded()
-                    return _unwrap(response, operation)
-                error = _api_error(response, operation)
-            if getattr(error, "retryable", False):
+                    try:
+                        return _unwrap(response, operation)
+                    except BillingAnswerLostError as exc:
+                        # Probably applied: in doubt, resent with the same key (a replay).
+                        error = exc
+                else:
+                    error = _api_error(response, operation)
+            if isinstance(error, BillingAnswerLostError):
+                pass  # a 2xx (counted above): the service is up, no window for every worker
+            elif getattr(error, "retryable", False):
                 self.backoff.failed(
                     getattr(error, "retry_after", None),
                     self.retry,
@@ -497,23 +517,32 @@ def _path_id(value: str) -> str:
 
 
 def _unwrap(response: requests.Response, operation: str) -> Any:
+    """The ``data`` of a 2xx answer. A body that cannot be read raises
+    ``BillingAnswerLostError``: the request was probably applied, so it is in doubt and
+    retried with the same key."""
     try:
         body = response.json()
     except ValueError:
-        raise BillingAPIError(
-            status=response.status_code,
-            operation=operation,
-            body=response.text,
-            message="response is not JSON",
-        ) from None
-    if not isinstance(body, dict) or "data" not in body:
-        raise BillingAPIError(
-            status=response.status_code,
-            operation=operation,
-            body=body,
-            message="response is not wrapped in 'data'",
-        )
-    return body["data"]
+        body, problem = response.text, "the answer is not JSON"
+    else:
+        if isinstance(body, dict) and "data" in body:
+            return body["data"]
+        problem = "the answer is not wrapped in 'data'"
+    raise BillingAnswerLostError(
+        status=response.status_code,
+        operation=operation,
+        body=body,
+        request_id=response.headers.get("x-request-id"),
+        message=_with_excerpt(problem, body),
+    )
+
+
+def _with_excerpt(problem: str, body: Any) -> str:
+    """``problem``, then a redacted, bounded excerpt of the answer's ``body``."""
+    if body in (None, ""):
+        return problem
+    shown = redact(body)
+    return f"{problem}: {excerpt(shown if isinstance(shown, str) else json.dumps(shown))}"
 
 
 def _api_error(response: requests.Response, operation: str) -> BillingError:
@@ -538,6 +567,8 @@ def _api_error(response: requests.Response, operation: str) -> BillingError:
 
 
 def _short(error: BaseException) -> str:
+    if isinstance(error, BillingAnswerLostError):
+        return f"HTTP {error.status} with an unreadable answer"
     if isinstance(error, BillingAPIError):
         return f"HTTP {error.status}"
     return str(error)

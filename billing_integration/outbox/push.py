@@ -513,10 +513,23 @@ def _call(entry: OutboxEntry, obj: Any, client: Any = None) -> dict[str, Any]:
             return client.create_product(body, idempotency_key=key)
         return client.update_product(str(obj.remote_id), body, idempotency_key=key)
     if isinstance(obj, Customer):
+        if _may_exist_remotely(entry):
+            # An earlier attempt may have created it: look it up (the identifier is ours).
+            found = client.find_customer(str(body.get("identifier") or obj.identifier))
+            if found is not None:
+                logger.info("outbox entry %s: customer found on the service", entry.pk)
+                return found
         return client.create_customer(body, idempotency_key=key)
     if isinstance(obj, Subscription):
         return client.create_subscription(body, idempotency_key=key)
     raise TypeError(f"No push defined for {type(obj).__name__}")
+
+
+def _may_exist_remotely(entry: OutboxEntry) -> bool:
+    """Whether an earlier attempt of ``entry`` may have reached the service: it was in doubt,
+    or it is claimed again after an attempt that recorded nothing (a worker killed during
+    the call)."""
+    return entry.in_doubt or entry.attempts > 1
 
 
 def _others_open(entry: OutboxEntry) -> bool:
@@ -646,15 +659,17 @@ def pushed(entry: OutboxEntry, obj: Any) -> PushResult:
 
 def _record_failure(entry: OutboxEntry, obj: Any, exc: BillingError) -> PushResult:
     retryable = bool(getattr(exc, "retryable", False))
-    # A refused request (4xx) created nothing; a timeout or a 5xx may have. An idempotency
-    # conflict means a request with this key reached the service before.
+    # A refused request (4xx) created nothing; a timeout, a 5xx or a 2xx whose answer was
+    # lost may have. An idempotency conflict means a request with this key reached the
+    # service before. Once in doubt, always in doubt (until done): a later refusal does not
+    # undo what an earlier attempt may have created, so a retry keeps the key.
     in_doubt = retryable or isinstance(exc, BillingIdempotencyConflict)
     max_attempts = int(billing_settings.OUTBOX_MAX_ATTEMPTS)
     now = timezone.now()
     with transaction.atomic():
         current = OutboxEntry.objects.select_for_update().get(pk=entry.pk)
         current.last_error = str(exc)[:2000]
-        current.in_doubt = in_doubt
+        current.in_doubt = in_doubt or current.in_doubt
         current.started_at = None
         if retryable and current.attempts < max_attempts:
             wait = backoff(current.attempts)

@@ -9,7 +9,9 @@ Every token, billing and checkout-page request goes through ``_operation``:
    account, method and path replays the first answer (same status and body, plus
    ``x-idempotent-replay: true``) when the body is the same, and answers 422
    ``idempotency_key_reused`` when it differs. The effect and the key commit together;
-5. a reset-after-commit fault then drops the connection (the answer is lost, the effect kept).
+5. a reset-after-commit fault then drops the connection (the answer is lost, the effect kept);
+   a lose-first-answer fault answers the first attempt of a key 200 with a body that is not
+   JSON (the effect kept; the replay of the key answers normally).
 """
 
 from __future__ import annotations
@@ -68,6 +70,9 @@ URLS = Map(
 
 LIST_OPERATIONS = {"list_products", "list_customers", "list_subscriptions"}
 UNSAFE = {"POST", "PATCH"}
+#: The body of an answer lost by the ``lose_first_answer`` fault: a 200 that is not JSON, as
+#: a proxy that mangled the answer would send.
+LOST_ANSWER = "<html><body><h1>OK</h1><p>The answer was lost on its way back.</p></body></html>"
 
 
 def fingerprint(request: Request) -> str:
@@ -170,6 +175,15 @@ class SandboxApp:
                 entry["status"] = response.status_code
                 raise DropConnection("reset after commit")
             entry["outcome"] = "answered"
+            if (
+                decision.lose_first_answer
+                and response.status_code < 300
+                and request.method in UNSAFE
+                and op not in ("token", "checkout_page")
+                and not entry.get("idempotent_replay")
+            ):
+                entry["outcome"] = "answer_lost"
+                response = Response(LOST_ANSWER, status=200, mimetype="text/html")
         entry["status"] = response.status_code
         return response
 

@@ -9,6 +9,7 @@ A rule (``POST /_sandbox/faults``)::
      "reset_after_commit_rate": 0.05,                       # commit, then TCP RST
      "reset_rate": 0.0,                                     # TCP RST before any effect
      "ignore_paging": false,                                # list ops return everything
+     "lose_first_answer": false,                            # apply, then answer garbage
      "count": 2,                                            # next N matches, then the rule ends
      "seed": 1}                                             # seeds this rule's randomness
 
@@ -16,6 +17,12 @@ With ``count`` the rule applies to the next ``count`` matching requests with cer
 first of timeout, reset, reset-after-commit, error that the rule sets a rate or status for),
 then disappears. ``{"outage_seconds": 30}`` answers 503 to every billing and token request for
 that many (real) seconds (``"outage_mode": "reset"`` drops connections instead).
+
+``{"lose_first_answer": true}`` loses the answer of the first attempt of each idempotency key
+of a matching POST/PATCH: the request is applied (object and key stored), then answered 200
+with a body that is not JSON; a replay of the key answers normally. Like ``ignore_paging`` it
+holds for every matching request while the rule stands (``count`` ends it as usual), and
+combines with the rule's other knobs.
 
 ``{"rate_limit": 20}`` is a rate limit: a billing request beyond 20 accepted in the last second
 (``"rate_limit_window"``, seconds) is answered 429 with ``Retry-After: 2``
@@ -59,6 +66,7 @@ class Decision:
     retry_after: float | None = None
     timeout_seconds: float = 10.0
     ignore_paging: bool = False
+    lose_first_answer: bool = False
 
 
 @dataclass
@@ -73,6 +81,7 @@ class FaultRule:
     reset_after_commit_rate: float = 0.0
     reset_rate: float = 0.0
     ignore_paging: bool = False
+    lose_first_answer: bool = False
     count: int | None = None
     seed: int | None = None
     _rng: random.Random = field(default_factory=random.Random, repr=False)
@@ -216,6 +225,7 @@ class FaultInjector:
                     continue
                 decision.latency += rule.latency
                 decision.ignore_paging = decision.ignore_paging or rule.ignore_paging
+                decision.lose_first_answer = decision.lose_first_answer or rule.lose_first_answer
                 if rule.ignore_paging and rule.count is None:
                     continue
                 action = None if decision.action else rule.pick()

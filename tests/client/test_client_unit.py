@@ -87,6 +87,43 @@ def test_api_error_text_is_redacted():
     assert "tok-XYZ" not in str(error) and "tok-XYZ" not in repr(error)
 
 
+HTML_PAGE = (
+    "<!DOCTYPE html><html><head><title>500 Internal Server Error</title><style>"
+    + "body { font-family: sans-serif; } " * 40
+    + "</style></head><body><h1>Internal Server Error</h1>"
+    + "<p>The server encountered an unexpected condition.</p>" * 100
+    + "</body></html>"
+)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        HTML_PAGE,
+        {"message": "x" * 5000},
+        {"error": HTML_PAGE},
+        {"errors": [{"message": "y" * 5000, "code": "boom"}]},
+    ],
+    ids=["html page", "long message", "html in error", "long errors"],
+)
+def test_an_error_quotes_a_bounded_excerpt_with_status_and_request_id(body):
+    error = BillingServerError(
+        status=500, operation="create_product", body=body, request_id="req-42"
+    )
+    text = str(error)
+    assert text.startswith("create_product failed with HTTP 500: ")
+    assert text.endswith("(request id req-42)")
+    assert len(text) <= 400
+    assert "<" not in text and "font-family" not in text  # a page's text, not its markup
+    if body is HTML_PAGE:
+        assert "Internal Server Error" in text
+
+
+def test_an_excerpt_leaves_plain_text_alone():
+    error = BillingValidationError(status=400, operation="x", body={"message": "a < b > c"})
+    assert str(error) == "x failed with HTTP 400: a < b > c"
+
+
 def test_timestamps_round_trip():
     moment = datetime(2025, 3, 4, 5, 6, 7, 891234, tzinfo=UTC)
     assert format_timestamp(moment) == "2025-03-04T05:06:07.891Z"

@@ -1,0 +1,76 @@
+"""Checkout against a sandbox that applies a create and loses its first answer (per
+idempotency key): a second click never makes a second customer or a second session."""
+
+from __future__ import annotations
+
+import pytest
+
+from billing_integration.checkout.services import ServiceUnavailable, start_checkout
+from billing_integration.models import CheckoutSession, Customer
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def keys_of(calls: list[dict]) -> set[str]:
+    return {{k.lower(): v for k, v in c["headers"].items()}["x-idempotency-id"] for c in calls}
+
+
+def test_one_click_gets_through_every_lost_answer(billing_sandbox, product, user):
+    billing_sandbox.faults(operation="*", lose_first_answer=True)
+    session = start_checkout(user, product, "months-1", "XOF")
+    assert [c["id"] for c in billing_sandbox.objects("customer")] == [
+        str(Customer.objects.get().remote_id)
+    ]
+    assert [s["id"] for s in billing_sandbox.objects("checkout_session")] == [
+        str(session.remote_id)
+    ]
+
+
+def test_a_second_click_after_a_lost_customer_answer_makes_no_second_customer(
+    billing_sandbox, product, user, settings
+):
+    settings.BILLING = {**settings.BILLING, "MAX_RETRIES": 0}
+    billing_sandbox.faults(operation="create_customer", lose_first_answer=True)
+    with pytest.raises(ServiceUnavailable):
+        start_checkout(user, product, "months-1", "XOF")
+    assert len(billing_sandbox.objects("customer")) == 1  # applied, answer lost
+
+    session = start_checkout(user, product, "months-1", "XOF")
+    (remote,) = billing_sandbox.objects("customer")
+    customer = Customer.objects.get()
+    assert str(customer.remote_id) == remote["id"]
+    assert session.customer_id == customer.pk
+    assert len(billing_sandbox.requests(operation="create_customer")) == 1
+
+
+def test_a_session_whose_answer_was_lost_is_not_created_again(
+    billing_sandbox, product, user, settings
+):
+    settings.BILLING = {**settings.BILLING, "MAX_RETRIES": 0}
+    billing_sandbox.faults(operation="create_checkout_session", lose_first_answer=True)
+    with pytest.raises(ServiceUnavailable):
+        start_checkout(user, product, "months-1", "XOF")
+    assert len(billing_sandbox.objects("checkout_session")) == 1
+    assert CheckoutSession.objects.count() == 0
+
+    session = start_checkout(user, product, "months-1", "XOF")
+    (remote,) = billing_sandbox.objects("checkout_session")
+    assert str(session.remote_id) == remote["id"]
+    calls = billing_sandbox.requests(operation="create_checkout_session")
+    assert [c["outcome"] for c in calls] == ["answer_lost", "answered"]
+    assert len(keys_of(calls)) == 1 and calls[0]["body"] == calls[1]["body"]
+    assert CheckoutSession.objects.count() == 1
+
+
+def test_another_choice_after_a_lost_session_is_a_new_session(
+    billing_sandbox, product, user, settings
+):
+    settings.BILLING = {**settings.BILLING, "MAX_RETRIES": 0}
+    billing_sandbox.faults(operation="create_checkout_session", lose_first_answer=True, count=1)
+    with pytest.raises(ServiceUnavailable):
+        start_checkout(user, product, "months-1", "XOF")
+    other = start_checkout(user, product, "years-1", "XOF")
+    assert other.selected_billing_cycle == "years-1"
+    calls = billing_sandbox.requests(operation="create_checkout_session")
+    assert len(keys_of(calls)) == 2
+    assert len(billing_sandbox.objects("checkout_session")) == 2

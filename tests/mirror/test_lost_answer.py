@@ -1,0 +1,169 @@
+"""A lost answer is in doubt, not failed: against a sandbox that applies each create and then
+answers its first attempt (per idempotency key) with a 200 whose body is not JSON
+(``lose_first_answer``); the replay of the key answers normally."""
+
+from __future__ import annotations
+
+import uuid
+from decimal import Decimal
+
+import pytest
+import requests
+from django.contrib.auth import get_user_model
+from django.db import transaction
+
+from billing_integration.client import get_client
+from billing_integration.customers import get_or_create_customer
+from billing_integration.exceptions import BillingAnswerLostError
+from billing_integration.models import BillingCycle, Customer, OutboxEntry, Price, Product
+from billing_integration.outbox.push import PushOutcome, push_entry_now
+from billing_integration.outbox.retry import retry_failed
+from billing_integration.sync.pull import pull_products
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def make_product(name: str = "Pro plan") -> Product:
+    with transaction.atomic():
+        product = Product.objects.create(
+            name=name, description="All features", selected_currencies=[1]
+        )
+        cycle = BillingCycle.objects.create(product=product, unit="months", frequency=1)
+        Price.objects.create(cycle=cycle, currency_id=1, amount=Decimal("10000"))
+    return product
+
+
+def keys_of(calls: list[dict]) -> set[str]:
+    return {{k.lower(): v for k, v in c["headers"].items()}["x-idempotency-id"] for c in calls}
+
+
+def test_the_sandbox_applies_then_loses_the_first_answer_of_each_key(billing_sandbox):
+    billing_sandbox.faults(operation="create_customer", lose_first_answer=True)
+    url = f"{billing_sandbox.api_url}/customers"
+    body = {"identifier": "auth.user:1", "first_name": "A", "last_name": "B", "email": "a@b.c"}
+    headers = {"x-kc-token": billing_sandbox.token(), "x-idempotency-id": str(uuid.uuid4())}
+    first = requests.post(url, json=body, headers=headers, timeout=10)
+    assert first.status_code == 200
+    with pytest.raises(ValueError):
+        first.json()
+    assert len(billing_sandbox.objects("customer")) == 1  # applied all the same
+    replay = requests.post(url, json=body, headers=headers, timeout=10)
+    assert replay.status_code == 200 and replay.headers["x-idempotent-replay"] == "true"
+    assert replay.json()["data"]["id"] == billing_sandbox.objects("customer")[0]["id"]
+    outcomes = [c["outcome"] for c in billing_sandbox.requests(operation="create_customer")]
+    assert outcomes == ["answer_lost", "answered"]
+
+
+def test_the_client_resends_a_lost_answer_with_the_same_key(billing_sandbox):
+    billing_sandbox.faults(operation="create_customer", lose_first_answer=True)
+    body = {"identifier": "auth.user:7", "first_name": "A", "last_name": "B", "email": "a@b.c"}
+    created = get_client().create_customer(body)
+    calls = billing_sandbox.requests(operation="create_customer")
+    assert [c["outcome"] for c in calls] == ["answer_lost", "answered"]
+    assert len(keys_of(calls)) == 1
+    assert [c["id"] for c in billing_sandbox.objects("customer")] == [created["id"]]
+
+
+def test_a_lost_answer_is_an_in_doubt_error_without_retries(billing_sandbox, settings):
+    settings.BILLING = {**settings.BILLING, "MAX_RETRIES": 0}
+    billing_sandbox.faults(operation="create_customer", lose_first_answer=True)
+    body = {"identifier": "auth.user:8", "first_name": "A", "last_name": "B", "email": "a@b.c"}
+    with pytest.raises(BillingAnswerLostError) as info:
+        get_client().create_customer(body)
+    assert info.value.retryable and info.value.status == 200
+    assert "not JSON" in str(info.value) and "<" not in str(info.value)
+
+
+def test_a_failed_entry_whose_answer_was_lost_is_retried_with_its_key(billing_sandbox, settings):
+    """The issue's story: the entry ends failed, is retried (billing_sync --retry-failed or
+    the admin action), and the service must still hold one product, the pull import none."""
+    settings.BILLING = {**settings.BILLING, "MAX_RETRIES": 0, "OUTBOX_MAX_ATTEMPTS": 1}
+    product = make_product()
+    entry = OutboxEntry.objects.get()
+    billing_sandbox.faults(operation="create_product", lose_first_answer=True)
+    assert push_entry_now(entry.pk).status == PushOutcome.FAILED
+    entry.refresh_from_db()
+    assert entry.state == "failed" and entry.in_doubt
+    key = entry.idempotency_key
+
+    assert retry_failed() == 1
+    entry.refresh_from_db()
+    assert entry.idempotency_key == key
+    assert push_entry_now(entry.pk).status == PushOutcome.DONE
+
+    remote = billing_sandbox.objects("product")
+    assert len(remote) == 1
+    assert keys_of(billing_sandbox.requests(operation="create_product")) == {str(key)}
+    product.refresh_from_db()
+    assert str(product.remote_id) == remote[0]["id"]
+    pull_products()
+    assert Product.objects.count() == 1
+
+
+def test_an_entry_once_in_doubt_keeps_its_key_after_a_refusal(billing_sandbox, settings):
+    settings.BILLING = {**settings.BILLING, "MAX_RETRIES": 0}
+    make_product()
+    entry = OutboxEntry.objects.get()
+    billing_sandbox.faults(operation="create_product", lose_first_answer=True)
+    assert push_entry_now(entry.pk).status == PushOutcome.RETRY
+    billing_sandbox.faults(operation="create_product", status=400, count=1)
+    assert push_entry_now(entry.pk).status == PushOutcome.FAILED
+    entry.refresh_from_db()
+    assert entry.state == "failed" and entry.in_doubt  # the first attempt may have created it
+    key = entry.idempotency_key
+    assert retry_failed() == 1
+    entry.refresh_from_db()
+    assert entry.idempotency_key == key
+    assert push_entry_now(entry.pk).status == PushOutcome.DONE
+    assert len(billing_sandbox.objects("product")) == 1
+
+
+def test_a_customer_that_may_exist_is_looked_up_before_it_is_created_again(
+    billing_sandbox, settings
+):
+    settings.BILLING = {**settings.BILLING, "MAX_RETRIES": 0}
+    user = get_user_model().objects.create_user("carol", email="carol@example.com")
+    customer, _ = get_or_create_customer(user)
+    entry = OutboxEntry.objects.for_object(customer).get()
+    billing_sandbox.faults(operation="create_customer", lose_first_answer=True)
+    assert push_entry_now(entry.pk).status == PushOutcome.RETRY
+    entry.refresh_from_db()
+    assert entry.in_doubt
+    billing_sandbox.clear_requests()
+
+    assert push_entry_now(entry.pk).status == PushOutcome.DONE
+    assert billing_sandbox.requests(operation="create_customer") == []  # found, not re-sent
+    assert billing_sandbox.requests(operation="list_customers") != []
+    (remote,) = billing_sandbox.objects("customer")
+    customer.refresh_from_db()
+    assert str(customer.remote_id) == remote["id"]
+    assert remote["identifier"] == customer.identifier
+    assert Customer.objects.count() == 1
+
+
+def test_sync_error_keeps_an_excerpt_of_an_html_error_page(billing_sandbox, settings):
+    """A proxy's 500 page (the sandbox answers JSON, so ``responses`` plays the proxy): the
+    entry and the product keep the status, the request id and a bounded excerpt."""
+    import responses
+
+    settings.BILLING = {**settings.BILLING, "MAX_RETRIES": 0, "OUTBOX_MAX_ATTEMPTS": 1}
+    product = make_product()
+    entry = OutboxEntry.objects.get()
+    page = "<html><head><style>p {}</style></head><body>" + "<p>Oops</p>" * 2000 + "</body></html>"
+    with responses.RequestsMock(assert_all_requests_are_fired=False) as mock:
+        mock.add_passthru(billing_sandbox.token_url)
+        mock.add(
+            responses.POST,
+            f"{billing_sandbox.api_url}/products",
+            body=page,
+            status=500,
+            content_type="text/html",
+            headers={"x-request-id": "req-500"},
+        )
+        assert push_entry_now(entry.pk).status == PushOutcome.FAILED
+    entry.refresh_from_db()
+    product.refresh_from_db()
+    for text in (entry.last_error, product.sync_error):
+        assert text.startswith("create_product failed with HTTP 500: Oops Oops")
+        assert text.endswith("(request id req-500)")
+        assert len(text) <= 400 and "<" not in text
