@@ -36,6 +36,8 @@ _SECRET_FIELD = re.compile(
     re.IGNORECASE,
 )
 _MAX_BODY = 2000
+#: The most characters of a page (an HTML answer) read for its text.
+_MAX_PAGE = 64_000
 #: The most characters of the service's answer an error's text quotes.
 EXCERPT_CHARS = 300
 #: A script or style element (to its end, or the end of a body cut short), or any other tag.
@@ -82,7 +84,7 @@ class BillingAPIError(BillingError):
         self.operation = operation
         self.body = redact(body)
         self.request_id = request_id
-        detail = message or _summary(self.body)
+        detail = message or _summary(redact(_without_markup(body)))
         text = f"{operation} failed with HTTP {status}"
         if detail:
             text += f": {detail}"
@@ -216,6 +218,17 @@ def redact(value: Any) -> Any:
             return redact(parsed)
         return value[:_MAX_BODY]
     return value
+
+
+def _without_markup(body: Any) -> Any:
+    """A text body that is a page (HTML or XML) as its text, read from its first
+    ``_MAX_PAGE`` characters: reduced before the body is cut to ``_MAX_BODY``, so a long
+    ``<head>`` still leaves the page's words for the excerpt. Other bodies as they are."""
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    if isinstance(body, str) and body.lstrip().startswith("<"):
+        return _TAG.sub(" ", body[:_MAX_PAGE])
+    return body
 
 
 def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:

@@ -94,17 +94,22 @@ HTML_PAGE = (
     + "<p>The server encountered an unexpected condition.</p>" * 100
     + "</body></html>"
 )
+#: A page whose head alone is longer than the body kept on the exception.
+LONG_HEAD_PAGE = HTML_PAGE.replace(
+    "<head>", "<head><style>" + "p { margin: 0; } " * 400 + "</style>"
+)
 
 
 @pytest.mark.parametrize(
     "body",
     [
         HTML_PAGE,
+        LONG_HEAD_PAGE,
         {"message": "x" * 5000},
         {"error": HTML_PAGE},
         {"errors": [{"message": "y" * 5000, "code": "boom"}]},
     ],
-    ids=["html page", "long message", "html in error", "long errors"],
+    ids=["html page", "long head", "long message", "html in error", "long errors"],
 )
 def test_an_error_quotes_a_bounded_excerpt_with_status_and_request_id(body):
     error = BillingServerError(
@@ -115,7 +120,7 @@ def test_an_error_quotes_a_bounded_excerpt_with_status_and_request_id(body):
     assert text.endswith("(request id req-42)")
     assert len(text) <= 400
     assert "<" not in text and "font-family" not in text  # a page's text, not its markup
-    if body is HTML_PAGE:
+    if body in (HTML_PAGE, LONG_HEAD_PAGE):
         assert "Internal Server Error" in text
 
 
