@@ -339,18 +339,21 @@ def subscription_label(subscription: Subscription) -> str:
     return _("%(product)s for %(customer)s") % {"product": product, "customer": customer or "-"}
 
 
-def subscription_link(subscription: Subscription | None, remote_id: Any = None) -> SafeString | str:
+def subscription_link(
+    subscription: Subscription | None, remote_id: Any = None, *, look_up: bool = True
+) -> SafeString | str:
     """A link to the subscription labelled by ``subscription_label``. A record that names a
     subscription not linked to it (not mirrored yet when its event arrived) is linked to it
-    once it is mirrored; until then its remote id reads "not mirrored here"."""
-    if subscription is None and remote_id:
+    once it is mirrored (``look_up``: one query; a list looks its rows up at once); until then
+    its remote id reads "not mirrored here"."""
+    if subscription is None and remote_id and look_up:
         subscription = (
             Subscription.objects.filter(remote_id=remote_id)
             .select_related("product", "customer__subscriber")
             .first()
         )
-        if subscription is None:
-            return format_html('{} <span class="help">({})</span>', remote_id, NOT_MIRRORED_LABEL)
+    if subscription is None and remote_id:
+        return format_html('{} <span class="help">({})</span>', remote_id, NOT_MIRRORED_LABEL)
     if subscription is None:
         return "-"
     return admin_link(subscription, subscription_label(subscription))

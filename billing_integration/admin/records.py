@@ -14,7 +14,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from .. import display
-from ..models import Invoice, Payment, Refund
+from ..models import Invoice, Payment, Refund, Subscription
 from .mirror import (
     ReadOnlyAdminMixin,
     admin_link,
@@ -119,10 +119,37 @@ class RecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     def customer_link(self, obj: Any) -> SafeString | str:
         return customer_link(obj.customer, obj.customer_remote_id)
 
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        """The page's records whose subscription was mirrored after their event get it in one
+        query for the page (not one a row)."""
+        changelist = super().get_changelist_instance(request)
+        waiting = [
+            r
+            for r in changelist.result_list
+            if r.subscription_id is None and r.subscription_remote_id
+        ]
+        found = (
+            {
+                s.remote_id: s
+                for s in Subscription.objects.filter(
+                    remote_id__in={r.subscription_remote_id for r in waiting}
+                ).select_related("product", "customer__subscriber")
+            }
+            if waiting
+            else {}
+        )
+        for record in waiting:
+            record.subscription = found.get(record.subscription_remote_id)
+            record.subscription_looked_up = True
+        return changelist
+
     @admin.display(description=_("subscription"))
     def subscription_link(self, obj: Any) -> SafeString | str:
         """ "Pro for Ada Lovelace", never "Pro for auth.user:3" nor a bare remote id."""
-        return subscription_link(obj.subscription, obj.subscription_remote_id)
+        looked_up = getattr(obj, "subscription_looked_up", False)
+        return subscription_link(
+            obj.subscription, obj.subscription_remote_id, look_up=not looked_up
+        )
 
     @admin.display(description=_("raw data"))
     def remote_data_pretty(self, obj: Any) -> SafeString:

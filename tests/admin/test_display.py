@@ -213,6 +213,39 @@ def test_records_name_their_subscription_by_product_and_subscriber(admin_client)
     assert f"{unknown} (not mirrored here)" in text(change.split(">Related</h2>")[1])
 
 
+def test_a_record_list_looks_up_late_subscriptions_once_per_page(admin_client):
+    """Invoices whose subscription was mirrored after their event: the list finds those
+    subscriptions in one query for the page, whatever the number of such rows."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from billing_integration.models import Invoice
+
+    product = make_product(remote=True)
+    url = reverse("admin:billing_integration_invoice_changelist")
+
+    def add(count: int) -> None:
+        for _ in range(count):
+            sub = make_subscription(product)
+            Invoice.objects.create(
+                remote_id=uuid.uuid4(), status="paid", subscription_remote_id=sub.remote_id
+            )
+            Invoice.objects.create(  # and one whose subscription is not mirrored
+                remote_id=uuid.uuid4(), status="paid", subscription_remote_id=uuid.uuid4()
+            )
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            html = admin_client.get(url).content.decode()
+        assert "not mirrored here" in html and "Pro for" in text(html)
+        return len(captured)
+
+    add(1)
+    one = queries()
+    add(9)
+    assert queries() == one
+
+
 def test_the_product_form_reads_currencies_by_code(admin_client):
     from billing_integration.conf import billing_settings
 
