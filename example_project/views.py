@@ -39,9 +39,10 @@ def home(request: HttpRequest) -> HttpResponse:
 
 
 def pricing(request: HttpRequest) -> HttpResponse:
-    """Published subscription products; one checkout button per cycle and currency."""
+    """Subscription products on sale (published, as far as the service is known to sell them);
+    one checkout button per cycle and currency."""
     products = (
-        Product.objects.published()
+        Product.objects.on_sale()
         .subscriptions()
         .prefetch_related(
             Prefetch(

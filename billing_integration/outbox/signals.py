@@ -22,6 +22,7 @@ from ..models.base import SyncState
 from ..models.customers import Customer
 from ..models.outbox import OutboxEntry, OutboxOperation, OutboxState
 from ..models.products import (
+    LOCAL_FIELDS,
     BillingCycle,
     DeclaredCyclesNotSendable,
     Price,
@@ -85,6 +86,9 @@ def _skip(raw: bool) -> bool:
 
 
 def product_saved(sender: Any, instance: Product, raw: bool = False, **kwargs: Any) -> None:
+    fields = kwargs.get("update_fields")
+    if fields and set(fields) <= LOCAL_FIELDS | {"updated_at"}:
+        return  # kept here only: nothing to send
     if not _skip(raw):
         record_change(instance)
 
