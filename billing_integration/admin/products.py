@@ -25,6 +25,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.contrib.admin.utils import flatten_fieldsets, unquote
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import models, transaction
@@ -32,6 +33,7 @@ from django.db.models import Count
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
 from ..conf import billing_settings
@@ -71,6 +73,14 @@ CONFIRM_FIELD = "_confirm_pricing_change"
 #: The interface's warning (PATCH /products/{id}).
 PRICE_CHANGE_WARNING = _(
     "Changes to prices and billing intervals may affect existing subscriptions."
+)
+#: The POST flag that confirms publishing again a product archived on the service.
+REPUBLISH_FIELD = "_confirm_republish"
+REPUBLISH_WARNING = _(
+    "The service may refuse to publish an archived product again (it answers "
+    "“invalid_transition”). Until the service confirms, the product stays off sale: the "
+    "pricing page, the checkout button and checkout show it as archived, and this list "
+    "says the service refused."
 )
 DECLARED_LABEL = _("declared here, not confirmed by the service")
 NO_CYCLES_LABEL = _("no known cycles")
@@ -410,7 +420,7 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
         "name",
         "product_type",
         "cycles_column",
-        "status",
+        "status_column",
         "sync_badge",
         "remote_id",
         "subscriber_count",
@@ -449,6 +459,35 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
                 ),
             )
         )
+
+    @admin.display(description=_("status"), ordering="status")
+    def status_column(self, obj: Product) -> Any:
+        """The status, and the service's when it refused a change of it (what is sold)."""
+        confirmed = obj.confirmed_status
+        if confirmed == obj.status:
+            return obj.get_status_display()
+        return format_html(
+            "{} {}",
+            obj.get_status_display(),
+            state_badge(
+                "failed",
+                _("refused by the service: still %(status)s there")
+                % {"status": ProductStatus(confirmed).label},
+            ),
+        )
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        if request.method == "GET":
+            obj = self.get_object(request, unquote(object_id))
+            if obj is not None and obj.confirmed_status != obj.status:
+                self.message_user(request, refused_message(obj), messages.WARNING)
+        return super().change_view(request, object_id, form_url, extra_context)
 
     @admin.display(description=_("billing cycles"))
     def cycles_column(self, obj: Product) -> Any:
@@ -592,13 +631,33 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
         return count
 
     @admin.action(description=_("Publish selected products"), permissions=["change"])
-    def publish(self, request: HttpRequest, queryset: models.QuerySet) -> None:
+    def publish(self, request: HttpRequest, queryset: models.QuerySet) -> HttpResponse | None:
+        """Publish; an archived product the service knows is published again only after a
+        confirmation page (the service may refuse: it stays off sale until it confirms)."""
+        archived = list(queryset.filter(status=ProductStatus.ARCHIVED, remote_id__isnull=False))
+        if archived and not request.POST.get(REPUBLISH_FIELD):
+            context = {
+                **self.admin_site.each_context(request),
+                "title": _("Publish archived products again?"),
+                "opts": self.opts,
+                "archived": archived,
+                "selected": queryset.values_list("pk", flat=True),
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+                "confirm_field": REPUBLISH_FIELD,
+                "warning": REPUBLISH_WARNING,
+            }
+            return TemplateResponse(
+                request, "admin/billing_integration/product/republish_confirmation.html", context
+            )
         count = self._set_status(request, queryset, ProductStatus.PUBLISHED)
         self.message_user(
             request,
             _("%d product(s) published; the change is being pushed.") % count,
             messages.SUCCESS,
         )
+        if archived:
+            self.message_user(request, REPUBLISH_WARNING, messages.WARNING)
+        return None
 
     @admin.action(description=_("Archive selected products"), permissions=["change"])
     def archive(self, request: HttpRequest, queryset: models.QuerySet) -> None:
@@ -748,6 +807,18 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
                 and obj.cycles.filter(declared=True).exists()
             )
         return super().render_change_form(request, context, add, change, form_url, obj)
+
+
+def refused_message(product: Product) -> str:
+    """What the admin says of a product whose status change the service refused."""
+    return _(
+        "The service refused to make “%(name)s” %(status)s: it is still %(confirmed)s there, "
+        "and it is sold as such (checkout and the pricing page show it as %(confirmed)s)."
+    ) % {
+        "name": product.name,
+        "status": product.get_status_display().lower(),
+        "confirmed": ProductStatus(product.confirmed_status).label.lower(),
+    }
 
 
 def _formset_changes(formset: Any) -> list[str]:
