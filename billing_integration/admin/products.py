@@ -40,6 +40,7 @@ from ..conf import billing_settings
 from ..exceptions import BillingError
 from ..mapping import products as product_map
 from ..models import (
+    LOCAL_FIELDS,
     BillingCycle,
     DeclaredCyclesNotSendable,
     Price,
@@ -328,7 +329,15 @@ class ProductForm(forms.ModelForm):
 
     class Meta:
         model = Product
-        fields = ("name", "description", "product_type", "status", "selected_currencies")
+        fields = (
+            "name",
+            "description",
+            "product_type",
+            "status",
+            "selected_currencies",
+            "add_on",
+            "plan_group",
+        )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -434,6 +443,17 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
         (
             None,
             {"fields": ("name", "description", "product_type", "status", "selected_currencies")},
+        ),
+        (
+            _("One plan at a time"),
+            {
+                "fields": ("add_on", "plan_group"),
+                "description": _(
+                    "A subscriber holds one recurring plan of a group at a time: checkout "
+                    "refuses a second plan beside a first that may still renew. Mark an "
+                    "add-on, or put the product in another group, to sell it beside a plan."
+                ),
+            },
         ),
         (
             _("Synchronisation"),
@@ -727,8 +747,12 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
     # -- saving ----------------------------------------------------------------------------------
     def save_model(self, request: HttpRequest, obj: Product, form: Any, change: bool) -> None:
         """An unchanged product is not saved, so not pushed: a change of its features only
-        (kept here, never sent) writes no outbox entry."""
+        (kept here, never sent) writes no outbox entry; nor does a change of only its add-on
+        mark or plan group (kept here: ``LOCAL_FIELDS``)."""
         if change and not form.has_changed():
+            return
+        if change and set(form.changed_data) <= LOCAL_FIELDS:
+            obj.save(update_fields=[*form.changed_data, "updated_at"])  # kept here: no push
             return
         super().save_model(request, obj, form, change)
 

@@ -86,9 +86,9 @@ def _skip(raw: bool) -> bool:
 
 
 def product_saved(sender: Any, instance: Product, raw: bool = False, **kwargs: Any) -> None:
-    fields = kwargs.get("update_fields")
-    if fields and set(fields) <= LOCAL_FIELDS | {"updated_at"}:
-        return  # kept here only: nothing to send
+    local = set(kwargs.get("update_fields") or ()) - {"updated_at"}
+    if local and local <= LOCAL_FIELDS:
+        return  # kept here only (add-on mark, plan group): nothing to send
     if not _skip(raw):
         record_change(instance)
 
