@@ -83,6 +83,11 @@ REPUBLISH_WARNING = _(
     "pricing page, the checkout button and checkout show it as archived, and this list "
     "says the service refused."
 )
+REPUBLISH_FORM_ERROR = _(
+    "This product is archived on the service, which may refuse to publish it again. To "
+    "try anyway, use the “Publish selected products” action on the product list: it says "
+    "what happens first."
+)
 DECLARED_LABEL = _("declared here, not confirmed by the service")
 NO_CYCLES_LABEL = _("no known cycles")
 DECLARED_WARNING = _(
@@ -348,6 +353,19 @@ class ProductForm(forms.ModelForm):
             self.initial["selected_currencies"] = [
                 int(c) for c in self.instance.selected_currencies or []
             ]
+
+    def clean_status(self) -> str:
+        """An archived product the service knows is published again only through the
+        "Publish selected products" action, which warns first (the service may refuse)."""
+        status = self.cleaned_data.get("status")
+        stored = Product.objects.filter(pk=self.instance.pk, remote_id__isnull=False)
+        if (
+            status == ProductStatus.PUBLISHED
+            and self.instance.pk is not None
+            and stored.filter(status=ProductStatus.ARCHIVED).exists()
+        ):
+            raise ValidationError(REPUBLISH_FORM_ERROR)
+        return status
 
 
 def _confirm_pricing_change(

@@ -526,3 +526,26 @@ def test_add_on_and_plan_group_are_set_in_the_admin_and_not_pushed(admin_client)
     product.refresh_from_db()
     assert product.add_on and product.plan_group == "support"
     assert not OutboxEntry.objects.exists()  # kept here only: nothing to send
+
+
+def test_the_change_form_does_not_publish_an_archived_product_unwarned(admin_client):
+    archived = make_product("Old plan", remote=True, status="archived")
+    data = product_form_data(archived, status="published")
+    response = admin_client.post(change_url(archived), data)
+    assert response.status_code == 200
+    assert "archived on the service, which may refuse to publish it again" in (
+        response.content.decode()
+    )
+    archived.refresh_from_db()
+    assert archived.status == "archived"
+    assert not OutboxEntry.objects.exists()
+    # a draft, or an archived product the service never saw, is published from the form
+    draft = make_product("Draft plan", remote=True, status="draft")
+    assert admin_client.post(change_url(draft), product_form_data(draft, status="published"))[
+        "Location"
+    ]
+    local = make_product("Local plan", remote=False, status="archived")
+    admin_client.post(change_url(local), product_form_data(local, status="published"))
+    draft.refresh_from_db()
+    local.refresh_from_db()
+    assert draft.status == local.status == "published"
