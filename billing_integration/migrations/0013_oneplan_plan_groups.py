@@ -4,20 +4,29 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('billing_integration', '0012_outbox_open_index'),
+        ("billing_integration", "0012_outbox_open_index"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='product',
-            name='add_on',
-            field=models.BooleanField(default=False, help_text='An add-on is held beside a plan: buying it never counts as a second plan. Kept here only.', verbose_name='add-on'),
+            model_name="product",
+            name="add_on",
+            field=models.BooleanField(
+                default=False,
+                help_text="An add-on is held beside a plan: buying it never counts as a second plan. Kept here only.",
+                verbose_name="add-on",
+            ),
         ),
         migrations.AddField(
-            model_name='product',
-            name='plan_group',
-            field=models.CharField(blank=True, default='', help_text='The recurring products of one group are alternatives: a subscriber holds at most one of them at a time. Empty: the main group of plans. Kept here only.', max_length=64, verbose_name='plan group'),
+            model_name="product",
+            name="plan_group",
+            field=models.CharField(
+                blank=True,
+                default="",
+                help_text="The recurring products of one group are alternatives: a subscriber holds at most one of them at a time. Empty: the main group of plans. Kept here only.",
+                max_length=64,
+                verbose_name="plan group",
+            ),
         ),
     ]
