@@ -40,10 +40,11 @@ def home(request: HttpRequest) -> HttpResponse:
 
 
 def pricing(request: HttpRequest) -> HttpResponse:
-    """Published subscription products; one checkout button per cycle and currency. Sent here
-    by a feature check (``?feature=``), it names the missing feature and the plans with it."""
+    """Subscription products on sale (published, as far as the service is known to sell them);
+    one checkout button per cycle and currency. Sent here by a feature check (``?feature=``),
+    it names the missing feature and the plans with it."""
     products = (
-        Product.objects.published()
+        Product.objects.on_sale()
         .subscriptions()
         .prefetch_related(
             Prefetch(

@@ -26,6 +26,12 @@ Anonymous users have no subscriber. Non-subscribers are sent to
 ``BILLING['SUBSCRIPTION_REQUIRED_URL']`` (a URL name or a path) with ``?next=<path>``;
 anonymous users are sent to the login page first.
 
+One plan at a time (``held_plan``): the recurring products of one ``plan_group`` are
+alternatives, and a subscriber holds at most one of them; an ``add_on`` is held beside a
+plan. ``held_plan(subscriber, product)`` is the active subscription to another plan of the
+product's group, the one that makes buying ``product`` a second plan beside a first that
+may still renew. Checkout (view, ``start_checkout``, DRF) and the checkout button use it.
+
 Access by feature (``has_feature``, ``feature_limit``, ``feature_required``,
 ``FeatureRequiredMixin``, ``HasFeature``, ``products_with_feature``, ``refused_feature``): see
 ``access/features.py``.
@@ -47,7 +53,7 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.module_loading import import_string
 
 from ..conf import billing_settings
-from ..models import Product, Subscription
+from ..models import Product, ProductType, Subscription
 
 __all__ = [
     "FeatureRequiredMixin",
@@ -61,6 +67,7 @@ __all__ = [
     "features_of",
     "get_subscriber",
     "has_feature",
+    "held_plan",
     "products_with_feature",
     "refused_feature",
     "resolve_product",
@@ -134,6 +141,26 @@ def subscribed(subscriber: Any, product: ProductRef = None) -> bool:
     unknown product gives ``False``.
     """
     return active_subscriptions(subscriber, product).exists()
+
+
+def held_plan(subscriber: Any, product: ProductRef) -> Subscription | None:
+    """The subscriber's active subscription to another plan of ``product``'s group, if any:
+    buying ``product`` beside it would be a second plan. ``None`` for a one-time product, an
+    add-on, an unknown product, or a subscriber holding no other plan of the group."""
+    resolved = resolve_product(product)
+    if resolved is None or not resolved.is_plan:
+        return None
+    return (
+        active_subscriptions(subscriber)
+        .filter(
+            product__product_type=ProductType.SUBSCRIPTION,
+            product__add_on=False,
+            product__plan_group=resolved.plan_group,
+        )
+        .exclude(product=resolved)
+        .order_by("-cycle_start_date", "-pk")
+        .first()
+    )
 
 
 def subscription_required_url(

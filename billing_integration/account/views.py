@@ -22,6 +22,8 @@ A constant number of queries per page, whatever the number of records.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.auth.decorators import login_required
 from django.db.models import Prefetch
 from django.http import HttpRequest, HttpResponse
@@ -29,7 +31,7 @@ from django.urls import NoReverseMatch, reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from ..access import get_subscriber
+from ..access import get_subscriber, held_plan
 from ..checkout.services import allows_multiple_purchases
 from ..conf import billing_settings
 from ..exceptions import BillingConfigurationError
@@ -87,10 +89,11 @@ def _price_of(sub: Subscription) -> Price | None:
 
 
 def _pay_again(
-    payments: list[Payment], held: set[int], cycles: dict[int, str]
+    payments: list[Payment], held: set[int], cycles: dict[int, str], subscriber: Any = None
 ) -> dict[int, dict[str, str]]:
     """Payment pk -> the checkout form's fields, for the latest failed payment of each
-    product that is published and not held now (``payments`` newest first)."""
+    product that is on sale (the status the service last confirmed), not held now, and not a
+    second plan beside one held (``access.held_plan``) (``payments`` newest first)."""
     offers: dict[int, dict[str, str]] = {}
     seen: set[int] = set()
     for payment in payments:
@@ -100,9 +103,11 @@ def _pay_again(
         seen.add(product.pk)  # only the latest payment of a product counts
         if payment.status not in PAY_AGAIN_STATUSES:
             continue
-        if product.status != ProductStatus.PUBLISHED:
+        if product.confirmed_status != ProductStatus.PUBLISHED:
             continue
         if product.pk in held and not allows_multiple_purchases(product):
+            continue
+        if held and held_plan(subscriber, product) is not None:
             continue
         cycle = ""
         if payment.subscription is not None:
@@ -168,7 +173,7 @@ def account(request: HttpRequest) -> HttpResponse:
     for sub in reversed(subscriptions):  # oldest first: the latest wins
         if sub.product_id and sub.selected_billing_cycle:
             cycles[sub.product_id] = sub.selected_billing_cycle
-    offers = _pay_again(payments, held, cycles)
+    offers = _pay_again(payments, held, cycles, subscriber)
     rows = []
     for sub in subscriptions:
         active = sub.is_active

@@ -25,6 +25,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.contrib.admin.utils import flatten_fieldsets, unquote
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import models, transaction
@@ -32,12 +33,14 @@ from django.db.models import Count
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
 from ..conf import billing_settings
 from ..exceptions import BillingError
 from ..mapping import products as product_map
 from ..models import (
+    LOCAL_FIELDS,
     BillingCycle,
     DeclaredCyclesNotSendable,
     Price,
@@ -71,6 +74,19 @@ CONFIRM_FIELD = "_confirm_pricing_change"
 #: The interface's warning (PATCH /products/{id}).
 PRICE_CHANGE_WARNING = _(
     "Changes to prices and billing intervals may affect existing subscriptions."
+)
+#: The POST flag that confirms publishing again a product archived on the service.
+REPUBLISH_FIELD = "_confirm_republish"
+REPUBLISH_WARNING = _(
+    "The service may refuse to publish an archived product again (it answers "
+    "“invalid_transition”). Until the service confirms, the product stays off sale: the "
+    "pricing page, the checkout button and checkout show it as archived, and this list "
+    "says the service refused."
+)
+REPUBLISH_FORM_ERROR = _(
+    "This product is archived on the service, which may refuse to publish it again. To "
+    "try anyway, use the “Publish selected products” action on the product list: it says "
+    "what happens first."
 )
 DECLARED_LABEL = _("declared here, not confirmed by the service")
 NO_CYCLES_LABEL = _("no known cycles")
@@ -318,7 +334,15 @@ class ProductForm(forms.ModelForm):
 
     class Meta:
         model = Product
-        fields = ("name", "description", "product_type", "status", "selected_currencies")
+        fields = (
+            "name",
+            "description",
+            "product_type",
+            "status",
+            "selected_currencies",
+            "add_on",
+            "plan_group",
+        )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -327,6 +351,19 @@ class ProductForm(forms.ModelForm):
             self.initial["selected_currencies"] = [
                 int(c) for c in self.instance.selected_currencies or []
             ]
+
+    def clean_status(self) -> str:
+        """An archived product the service knows is published again only through the
+        "Publish selected products" action, which warns first (the service may refuse)."""
+        status = self.cleaned_data.get("status")
+        stored = Product.objects.filter(pk=self.instance.pk, remote_id__isnull=False)
+        if (
+            status == ProductStatus.PUBLISHED
+            and self.instance.pk is not None
+            and stored.filter(status=ProductStatus.ARCHIVED).exists()
+        ):
+            raise ValidationError(REPUBLISH_FORM_ERROR)
+        return status
 
 
 def _confirm_pricing_change(
@@ -408,7 +445,7 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
         "name",
         "product_type",
         "cycles_column",
-        "status",
+        "status_column",
         "sync_badge",
         "remote_id",
         "subscriber_count",
@@ -422,6 +459,17 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
         (
             None,
             {"fields": ("name", "description", "product_type", "status", "selected_currencies")},
+        ),
+        (
+            _("One plan at a time"),
+            {
+                "fields": ("add_on", "plan_group"),
+                "description": _(
+                    "A subscriber holds one recurring plan of a group at a time: checkout "
+                    "refuses a second plan beside a first that may still renew. Mark an "
+                    "add-on, or put the product in another group, to sell it beside a plan."
+                ),
+            },
         ),
         (
             _("Synchronisation"),
@@ -452,6 +500,35 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
                 ),
             )
         )
+
+    @admin.display(description=_("status"), ordering="status")
+    def status_column(self, obj: Product) -> Any:
+        """The status, and the service's when it refused a change of it (what is sold)."""
+        confirmed = obj.confirmed_status
+        if confirmed == obj.status:
+            return obj.get_status_display()
+        return format_html(
+            "{} {}",
+            obj.get_status_display(),
+            state_badge(
+                "failed",
+                _("refused by the service: still %(status)s there")
+                % {"status": ProductStatus(confirmed).label},
+            ),
+        )
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        if request.method == "GET":
+            obj = self.get_object(request, unquote(object_id))
+            if obj is not None and obj.confirmed_status != obj.status:
+                self.message_user(request, refused_message(obj), messages.WARNING)
+        return super().change_view(request, object_id, form_url, extra_context)
 
     @admin.display(description=_("billing cycles"))
     def cycles_column(self, obj: Product) -> Any:
@@ -595,13 +672,33 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
         return count
 
     @admin.action(description=_("Publish selected products"), permissions=["change"])
-    def publish(self, request: HttpRequest, queryset: models.QuerySet) -> None:
+    def publish(self, request: HttpRequest, queryset: models.QuerySet) -> HttpResponse | None:
+        """Publish; an archived product the service knows is published again only after a
+        confirmation page (the service may refuse: it stays off sale until it confirms)."""
+        archived = list(queryset.filter(status=ProductStatus.ARCHIVED, remote_id__isnull=False))
+        if archived and not request.POST.get(REPUBLISH_FIELD):
+            context = {
+                **self.admin_site.each_context(request),
+                "title": _("Publish archived products again?"),
+                "opts": self.opts,
+                "archived": archived,
+                "selected": queryset.values_list("pk", flat=True),
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+                "confirm_field": REPUBLISH_FIELD,
+                "warning": REPUBLISH_WARNING,
+            }
+            return TemplateResponse(
+                request, "admin/billing_integration/product/republish_confirmation.html", context
+            )
         count = self._set_status(request, queryset, ProductStatus.PUBLISHED)
         self.message_user(
             request,
             _("%d product(s) published; the change is being pushed.") % count,
             messages.SUCCESS,
         )
+        if archived:
+            self.message_user(request, REPUBLISH_WARNING, messages.WARNING)
+        return None
 
     @admin.action(description=_("Archive selected products"), permissions=["change"])
     def archive(self, request: HttpRequest, queryset: models.QuerySet) -> None:
@@ -671,8 +768,12 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
     # -- saving ----------------------------------------------------------------------------------
     def save_model(self, request: HttpRequest, obj: Product, form: Any, change: bool) -> None:
         """An unchanged product is not saved, so not pushed: a change of its features only
-        (kept here, never sent) writes no outbox entry."""
+        (kept here, never sent) writes no outbox entry; nor does a change of only its add-on
+        mark or plan group (kept here: ``LOCAL_FIELDS``)."""
         if change and not form.has_changed():
+            return
+        if change and set(form.changed_data) <= LOCAL_FIELDS:
+            obj.save(update_fields=[*form.changed_data, "updated_at"])  # kept here: no push
             return
         super().save_model(request, obj, form, change)
 
@@ -751,6 +852,18 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
                 and obj.cycles.filter(declared=True).exists()
             )
         return super().render_change_form(request, context, add, change, form_url, obj)
+
+
+def refused_message(product: Product) -> str:
+    """What the admin says of a product whose status change the service refused."""
+    return _(
+        "The service refused to make “%(name)s” %(status)s: it is still %(confirmed)s there, "
+        "and it is sold as such (checkout and the pricing page show it as %(confirmed)s)."
+    ) % {
+        "name": product.name,
+        "status": product.get_status_display().lower(),
+        "confirmed": ProductStatus(product.confirmed_status).label.lower(),
+    }
 
 
 def _formset_changes(formset: Any) -> list[str]:

@@ -4,7 +4,9 @@
   "currency"}`` -> 201 ``{"id", "url", "expires_at"}`` (200 with the same body when an open
   session of an earlier, identical request is returned); send the browser to ``url``.
   Errors: ``{"detail", "code"}`` with 400 / 403 / 404 / 409 / 502 / 503; a product the
-  subscriber already holds answers 409 ``already_subscribed`` with ``account_url``.
+  subscriber already holds answers 409 ``already_subscribed`` with ``account_url``; another
+  plan of a group where the subscriber holds one answers 409 ``plan_held`` with
+  ``account_url`` and ``held_plan`` (its name): one plan at a time.
 - ``GET api/subscriptions/`` (``SubscriptionList``): the current subscriber's subscriptions
   (``?active=1`` for the active ones only).
 
@@ -26,6 +28,7 @@ from ..access import get_subscriber
 from ..checkout.services import (
     AlreadySubscribed,
     CheckoutError,
+    PlanAlreadyHeld,
     ServiceUnavailable,
     start_checkout,
 )
@@ -59,8 +62,10 @@ class CheckoutSessionCreate(APIView):
             url = get_client().checkout_url(str(session.remote_id))
         except CheckoutError as exc:
             error: dict[str, Any] = {"detail": exc.message, "code": exc.code}
-            if isinstance(exc, AlreadySubscribed):
+            if isinstance(exc, (AlreadySubscribed, PlanAlreadyHeld)):
                 error["account_url"] = account_url()
+            if isinstance(exc, PlanAlreadyHeld):
+                error["held_plan"] = exc.held_name
             return Response(error, status=exc.status)
         except BillingError:
             exc = ServiceUnavailable()

@@ -8,7 +8,9 @@ session, record it.
 Guarantees:
 
 - nothing is written when the choice is invalid (unknown / unpublished product, unknown
-  cycle or currency): validation runs before the customer is looked up;
+  cycle or currency): validation runs before the customer is looked up; a product is sold
+  per the status the service last confirmed (``Product.confirmed_status``: an archived
+  product published again here while the service refused stays archived);
 - the local ``CheckoutSession`` row is written only after the service answered with the new
   session (never a half-made session);
 - a session whose answer was lost (in doubt: a timeout, a 5xx, a 2xx that cannot be read) is
@@ -22,6 +24,10 @@ Guarantees:
 - one purchase per product: a subscriber holding an active subscription to the product
   (``access.subscribed``) is refused (``AlreadySubscribed``, 409) before anything is written
   or sent, unless ``BILLING['MULTIPLE_PURCHASE_PRODUCTS']`` names the product;
+- one plan at a time: a subscriber holding an active subscription to another recurring plan
+  of the product's group (``access.held_plan``: not an add-on, same ``plan_group``) is
+  refused (``PlanAlreadyHeld``, 409, naming the held plan) before anything is written or
+  sent: a second plan is never sold beside a first that may still renew;
 - one hosted session per double click: a checkout of the same product, cycle and currency
   while an earlier session of the subscriber is still open (and untouched) returns that
   session instead of creating another; the subscriber's checkouts are serialised by a lock
@@ -44,7 +50,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.translation import gettext, gettext_lazy
 
-from ..access import resolve_product, subscribed
+from ..access import held_plan, resolve_product, subscribed
 from ..client import get_client
 from ..client.retry import Deadline
 from ..conf import billing_settings
@@ -81,6 +87,7 @@ __all__ = [
     "CheckoutSelection",
     "InvalidChoice",
     "NoSubscriber",
+    "PlanAlreadyHeld",
     "ProductUnavailable",
     "ServiceUnavailable",
     "allows_multiple_purchases",
@@ -162,6 +169,28 @@ class AlreadySubscribed(CheckoutError):
     )
 
 
+class PlanAlreadyHeld(CheckoutError):
+    """The subscriber holds another recurring plan of the product's group (409): buying this
+    one would be a second plan beside the first. ``held`` is that plan's subscription."""
+
+    status = 409
+    code = "plan_held"
+
+    def __init__(self, held: Subscription, wanted: Product) -> None:
+        self.held = held
+        self.held_name = held.product.name if held.product is not None else ""
+        self.wanted_name = wanted.name
+        super().__init__(
+            gettext(
+                "You already have the %(held)s plan, and you can hold one plan at a time: "
+                "%(wanted)s would be a second plan beside it, so it was not bought. To move "
+                "to %(wanted)s, ask us to change your plan; your billing page shows the plan "
+                "you have."
+            )
+            % {"held": self.held_name, "wanted": self.wanted_name}
+        )
+
+
 class CheckoutRefused(CheckoutError):
     """The service refused the session for a reason not covered above (502)."""
 
@@ -231,12 +260,14 @@ def validate_selection(product: Any, cycle: Any = None, currency: Any = None) ->
         )
     if resolved.pk is not None:
         resolved.refresh_from_db()  # the status as stored now, not as the caller loaded it
-    if resolved.status == ProductStatus.ARCHIVED:
+    # What the service is known to sell: a status change it refused is not on sale.
+    status = resolved.confirmed_status
+    if status == ProductStatus.ARCHIVED:
         raise ProductUnavailable(
             gettext("This product has been retired and can no longer be bought."),
             code="product_archived",
         )
-    if resolved.status != ProductStatus.PUBLISHED:
+    if status != ProductStatus.PUBLISHED:
         raise ProductUnavailable(
             gettext("This product is not on sale yet."), code="product_not_published"
         )
@@ -438,8 +469,8 @@ def start_checkout(
     Send the customer to ``get_client().checkout_url(session.remote_id)``. The session's
     ``reused`` attribute is True when an open session of an earlier click was returned
     instead of a new one. Raises a ``CheckoutError`` subclass (``ProductUnavailable``
-    404/409, ``AlreadySubscribed`` 409, ``InvalidChoice`` 400, ``NoSubscriber`` 403,
-    ``ServiceUnavailable`` 503, ``CheckoutRefused`` 502).
+    404/409, ``AlreadySubscribed`` 409, ``PlanAlreadyHeld`` 409, ``InvalidChoice`` 400,
+    ``NoSubscriber`` 403, ``ServiceUnavailable`` 503, ``CheckoutRefused`` 502).
     """
     deadline = Deadline(float(billing_settings.INTERACTIVE_DEADLINE))
     if subscriber is None or getattr(subscriber, "pk", None) is None:
@@ -449,6 +480,9 @@ def start_checkout(
         subscriber, selection.product
     ):
         raise AlreadySubscribed()
+    held = held_plan(subscriber, selection.product)
+    if held is not None:
+        raise PlanAlreadyHeld(held, selection.product)
     # Which service (billing_integration.service): refuse before anything is created.
     try:
         ensure_service(client=client)

@@ -5,7 +5,8 @@
   field is kept for the return page's "continue" link, and only if it is a local path).
   Failures render ``billing_integration/checkout_error.html`` (extending
   ``BILLING['BASE_TEMPLATE']``) with the error's status (409
-  with a link to ``BILLING['ACCOUNT_URL']`` for a product the subscriber already holds).
+  with a link to ``BILLING['ACCOUNT_URL']`` for a product the subscriber already holds, and
+  for another plan while one is held: the page names the held plan and how to change it).
 - ``checkout_return`` (GET, login required): pulls the subscriber's subscriptions (at most
   once per ``RETURN_PULL_INTERVAL`` seconds per customer, within
   ``BILLING['INTERACTIVE_DEADLINE']``) and shows the outcome (active / pending / failed) in

@@ -18,6 +18,15 @@ A product's *features* (entitlements, read by ``billing_integration.access``) ar
 service's ``features`` array (kept in ``remote_data``, read through ``mapping.products``) and
 the ``ProductFeature`` rows declared here. Declared features are never pushed: the service's
 API has no way to receive them.
+
+One plan at a time: the recurring products of one ``plan_group`` (empty: the main group) are
+alternatives, and a subscriber holds at most one of them (``access.held_plan``); an
+``add_on`` is held beside a plan. Both are kept here only (``LOCAL_FIELDS``: the service has
+no such fields), so a save of only them writes no outbox entry.
+
+What is on sale is what the service is known to sell (``confirmed_status``, ``on_sale()``):
+a product whose last push failed is sold per the status the service last confirmed (kept in
+``remote_data``), e.g. an archived product published again here while the service refused.
 """
 
 from __future__ import annotations
@@ -30,9 +39,10 @@ from django.db.models.deletion import ProtectedError
 from django.utils.translation import gettext_lazy as _
 
 from ..exceptions import BillingError
-from .base import AtomicSaveMixin, RemoteObject
+from .base import AtomicSaveMixin, RemoteObject, SyncState
 
 __all__ = [
+    "LOCAL_FIELDS",
     "BillingCycle",
     "CycleUnit",
     "DeclaredCyclesNotSendable",
@@ -44,6 +54,10 @@ __all__ = [
     "ProductStatus",
     "ProductType",
 ]
+
+#: Fields of a product kept here only (the service's API has no such fields): a save of only
+#: these writes no outbox entry.
+LOCAL_FIELDS = frozenset({"add_on", "plan_group"})
 
 DELETE_MESSAGE = (
     "Billing products are never deleted: the billing service keeps their history and has "
@@ -84,6 +98,15 @@ class ProductQuerySet(models.QuerySet):
 
     def archived(self) -> ProductQuerySet:
         return self.filter(status=ProductStatus.ARCHIVED)
+
+    def on_sale(self) -> ProductQuerySet:
+        """Published products the service is known to sell: not those whose last push failed
+        while the service still had another status (``Product.confirmed_status``)."""
+        refused = models.Q(
+            sync_state=SyncState.FAILED,
+            remote_data__status__in=[ProductStatus.DRAFT.value, ProductStatus.ARCHIVED.value],
+        )
+        return self.published().exclude(pk__in=self.filter(refused).values("pk"))
 
     def subscriptions(self) -> ProductQuerySet:
         return self.filter(product_type=ProductType.SUBSCRIPTION)
@@ -138,6 +161,25 @@ class Product(RemoteObject):
         ),
     )
 
+    add_on = models.BooleanField(
+        _("add-on"),
+        default=False,
+        help_text=_(
+            "An add-on is held beside a plan: buying it never counts as a second plan. "
+            "Kept here only."
+        ),
+    )
+    plan_group = models.CharField(
+        _("plan group"),
+        max_length=64,
+        blank=True,
+        default="",
+        help_text=_(
+            "The recurring products of one group are alternatives: a subscriber holds at "
+            "most one of them at a time. Empty: the main group of plans. Kept here only."
+        ),
+    )
+
     objects = ProductQuerySet.as_manager()
 
     class Meta:
@@ -151,6 +193,21 @@ class Product(RemoteObject):
     @property
     def is_one_time(self) -> bool:
         return self.product_type == ProductType.ONE_TIME
+
+    @property
+    def is_plan(self) -> bool:
+        """A recurring product that is not an add-on: one of a group's alternatives."""
+        return not self.is_one_time and not self.add_on
+
+    @property
+    def confirmed_status(self) -> str:
+        """The status to sell by: the service's last confirmed one (``remote_data``) when the
+        last push failed, else ``status``."""
+        remote = self.remote_data if isinstance(self.remote_data, dict) else {}
+        confirmed = remote.get("status")
+        if self.sync_state == SyncState.FAILED and confirmed in ProductStatus.values:
+            return confirmed
+        return self.status
 
     def delete(self, *args: Any, **kwargs: Any) -> Any:
         raise ProductDeletionRefused([self])

@@ -22,6 +22,7 @@ from ..models.base import SyncState
 from ..models.customers import Customer
 from ..models.outbox import OutboxEntry, OutboxOperation, OutboxState
 from ..models.products import (
+    LOCAL_FIELDS,
     BillingCycle,
     DeclaredCyclesNotSendable,
     Price,
@@ -85,6 +86,9 @@ def _skip(raw: bool) -> bool:
 
 
 def product_saved(sender: Any, instance: Product, raw: bool = False, **kwargs: Any) -> None:
+    local = set(kwargs.get("update_fields") or ()) - {"updated_at"}
+    if local and local <= LOCAL_FIELDS:
+        return  # kept here only (add-on mark, plan group): nothing to send
     if not _skip(raw):
         record_change(instance)
 

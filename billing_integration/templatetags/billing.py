@@ -11,10 +11,15 @@ code or an integer id (optional: the product's first priced currency). ``next`` 
 path for the "continue" link of the return page. ``label`` may name ``{price}`` and
 ``{cycle}`` (``label="Subscribe for {price}, {cycle}"``): the price for that cycle and
 currency, formatted per the active language (``billing_integration.display``), and the
-cycle's label ("Monthly"). A product that is not published renders a
-short "not available" paragraph instead of the form; a product the request's subscriber
-already holds (an active subscription, unless ``BILLING['MULTIPLE_PURCHASE_PRODUCTS']`` names
-it) renders "Current plan" (``current_label``) instead of the form.
+cycle's label ("Monthly"). A product that is not on sale (not published, or a status change
+the service refused: ``Product.confirmed_status``) renders a short "not available" paragraph
+instead of the form. One plan at a time: the exact cycle and currency the request's
+subscriber holds (an active subscription, unless ``BILLING['MULTIPLE_PURCHASE_PRODUCTS']``
+names the product; an omitted cycle or currency matches any) renders "Current plan"
+(``current_label``); another cycle or currency of that product, and another plan of its
+group (``access.held_plan``), render a "Change of plan" link to the billing page
+(``change_label``, ``BILLING['ACCOUNT_URL']``) instead of the form: checkout refuses a second
+plan.
 
 Access checks (the *active* rule is ``Subscription.objects.active()``)::
 
@@ -55,10 +60,12 @@ from django.urls import reverse
 from django.utils.translation import gettext
 
 from .. import display
-from ..access import get_subscriber, resolve_product, subscribed
+from ..access import active_subscriptions, get_subscriber, held_plan, resolve_product, subscribed
 from ..checkout.services import allows_multiple_purchases
+from ..checkout.views import account_url
 from ..conf import billing_settings
 from ..exceptions import BillingConfigurationError
+from ..mapping import checkout as checkout_map
 from ..models import BillingCycle, Product, ProductStatus
 
 register = template.Library()
@@ -83,9 +90,11 @@ def billing_checkout_button(
     css_class: str = "",
     unavailable_label: str | None = None,
     current_label: str | None = None,
+    change_label: str | None = None,
 ) -> dict[str, Any]:
-    """A POST form (with ``{% csrf_token %}``) to the checkout view; "Current plan" for a
-    product the request's subscriber already holds."""
+    """A POST form (with ``{% csrf_token %}``) to the checkout view; "Current plan" for the
+    option the request's subscriber holds; a link to the billing page ("Change of plan") for
+    an option that would change the plan held, never a second one."""
     resolved = product if isinstance(product, Product) else resolve_product(product)
     if isinstance(cycle, BillingCycle):
         cycle = cycle.code
@@ -93,18 +102,23 @@ def billing_checkout_button(
         isinstance(currency, str) and currency.isascii() and currency.isdigit()
     ):
         currency = billing_settings.CURRENCIES.get(int(currency), currency)
-    held = (
-        resolved is not None
-        and not allows_multiple_purchases(resolved)
-        and subscribed(_request_subscriber(context), resolved)
-    )
+    subscriber = _request_subscriber(context)
+    held = change = False
+    if resolved is not None and not allows_multiple_purchases(resolved):
+        own = list(active_subscriptions(subscriber, resolved))
+        held = any(_same_option(sub, cycle, currency) for sub in own)
+        change = not held and (bool(own) or held_plan(subscriber, resolved) is not None)
     label = label or gettext("Subscribe")
     if "{price}" in label or "{cycle}" in label:
         label = _label_with_price(label, resolved, cycle, currency)
     return {
         "held": held,
+        "change": change,
         "current_label": current_label or gettext("Current plan"),
-        "available": resolved is not None and resolved.status == ProductStatus.PUBLISHED,
+        "change_label": change_label or gettext("Change of plan"),
+        "account_url": account_url(),
+        # What the service is known to sell (a refused status change is not on sale).
+        "available": resolved is not None and resolved.confirmed_status == ProductStatus.PUBLISHED,
         "action": reverse("billing_integration:checkout"),
         "product": resolved,
         "cycle": cycle or "",
@@ -115,6 +129,20 @@ def billing_checkout_button(
         "unavailable_label": unavailable_label or gettext("Not available"),
         "csrf_token": context.get("csrf_token"),
     }
+
+
+def _same_option(subscription: Any, cycle: Any, currency: Any) -> bool:
+    """Whether ``subscription`` is of this cycle and currency (an omitted one matches any)."""
+    if cycle and subscription.selected_billing_cycle != cycle:
+        return False
+    if not currency:
+        return True
+    try:
+        held = checkout_map.currency_id(subscription.selected_currency)
+        wanted = checkout_map.currency_id(currency)
+    except BillingConfigurationError:
+        return str(subscription.selected_currency).upper() == str(currency).upper()
+    return held == wanted
 
 
 def _label_with_price(label: str, product: Product | None, cycle: Any, currency: Any) -> str:

@@ -441,3 +441,111 @@ def test_add_page_offers_the_documented_fields(admin_client):
     ):
         assert f'name="{name}"' in html, name
     assert "billing-archive-link" not in html
+
+
+# --- publishing an archived product again -----------------------------------------------------
+def test_publishing_an_archived_product_again_asks_first(admin_client):
+    archived = make_product("Old plan", remote=True, status="archived")
+    draft = make_product("New plan", remote=True, status="draft")
+
+    page = action(admin_client, "publish", archived, draft)
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert 'id="billing-republish-archived"><li>Old plan</li></ul>' in html
+    assert "may refuse to publish an archived product again" in html
+    archived.refresh_from_db()
+    draft.refresh_from_db()
+    assert archived.status == "archived" and draft.status == "draft"  # nothing done yet
+    assert not OutboxEntry.objects.exists()
+
+    confirmed = admin_client.post(
+        CHANGELIST,
+        {
+            "action": "publish",
+            "_selected_action": [str(archived.pk), str(draft.pk)],
+            "_confirm_republish": "yes",
+        },
+        follow=True,
+    )
+    text = confirmed.content.decode()
+    assert "2 product(s) published" in text
+    assert "may refuse to publish an archived product again" in text
+    archived.refresh_from_db()
+    assert archived.status == "published"
+    assert OutboxEntry.objects.filter(object_id=archived.pk).exists()
+
+
+def test_the_admin_says_when_the_service_refused_to_publish_again(billing_sandbox, admin_client):
+    """Archive, then publish again: the sandbox refuses (400 invalid_transition); the list and
+    the change page say so, and the product is not on sale."""
+    from billing_integration.outbox.push import PushOutcome, push_entry_now
+
+    def push_all() -> list[str]:
+        return [
+            push_entry_now(pk).status
+            for pk in OutboxEntry.objects.open().values_list("pk", flat=True)
+        ]
+
+    data = product_form_data(
+        name="Pro plan",
+        status="published",
+        **{
+            "cycles-TOTAL_FORMS": "1",
+            "cycles-0-unit": "months",
+            "cycles-0-frequency": "1",
+            "cycles-0-prices": "XOF 10000",
+        },
+    )
+    assert admin_client.post(ADD, data).status_code == 302
+    assert push_all() == [PushOutcome.DONE]
+    product = Product.objects.get()
+    action(admin_client, "archive", product)
+    assert push_all() == [PushOutcome.DONE]
+    admin_client.post(
+        CHANGELIST,
+        {"action": "publish", "_selected_action": [str(product.pk)], "_confirm_republish": "y"},
+    )
+    assert push_all() == [PushOutcome.FAILED]
+    product.refresh_from_db()
+    assert (product.status, product.sync_state) == ("published", "failed")
+    assert billing_sandbox.object("product", str(product.remote_id))["status"] == "archived"
+
+    listing = admin_client.get(CHANGELIST).content.decode()
+    assert "refused by the service: still Archived there" in listing
+    page = admin_client.get(change_url(product)).content.decode()
+    assert "The service refused to make “Pro plan” published: it is still archived there" in page
+    assert not Product.objects.on_sale().exists()
+
+
+def test_add_on_and_plan_group_are_set_in_the_admin_and_not_pushed(admin_client):
+    product = make_product("Support", remote=True, status="published")
+    html = admin_client.get(change_url(product)).content.decode()
+    assert 'name="add_on"' in html and 'name="plan_group"' in html
+    data = product_form_data(product, add_on="on", plan_group="support")
+    assert admin_client.post(change_url(product), data).status_code == 302
+    product.refresh_from_db()
+    assert product.add_on and product.plan_group == "support"
+    assert not OutboxEntry.objects.exists()  # kept here only: nothing to send
+
+
+def test_the_change_form_does_not_publish_an_archived_product_unwarned(admin_client):
+    archived = make_product("Old plan", remote=True, status="archived")
+    data = product_form_data(archived, status="published")
+    response = admin_client.post(change_url(archived), data)
+    assert response.status_code == 200
+    assert "archived on the service, which may refuse to publish it again" in (
+        response.content.decode()
+    )
+    archived.refresh_from_db()
+    assert archived.status == "archived"
+    assert not OutboxEntry.objects.exists()
+    # a draft, or an archived product the service never saw, is published from the form
+    draft = make_product("Draft plan", remote=True, status="draft")
+    assert admin_client.post(change_url(draft), product_form_data(draft, status="published"))[
+        "Location"
+    ]
+    local = make_product("Local plan", remote=False, status="archived")
+    admin_client.post(change_url(local), product_form_data(local, status="published"))
+    draft.refresh_from_db()
+    local.refresh_from_db()
+    assert draft.status == local.status == "published"

@@ -130,17 +130,45 @@ def test_pricing_lists_published_products_with_a_button_per_cycle_and_currency(
     assert {f["next"] for f in forms} == {"/members/"}
 
 
-def test_pricing_offers_no_second_purchase_of_the_current_plan(seeded: str, client) -> None:
+def test_pricing_offers_no_second_plan_beside_the_current_one(seeded: str, client) -> None:
+    """One plan at a time: "Current plan" only on the cycle and currency held; every other
+    option (Pro's other cycles and currencies, Starter, Team) is a change, not a purchase."""
     demo = get_user_model().objects.get(username="demo")
     pro = Product.objects.get(name="Pro")
-    active_subscription(demo, pro)
+    active_subscription(demo, pro)  # months-1, XOF
     client.force_login(demo)
     html = client.get("/pricing/").content.decode()
-    forms = forms_of(html)
-    assert forms and str(pro.pk) not in {f["product"] for f in forms}
+    assert forms_of(html) == []
+    assert html.count("Current plan") == 1
     section = html.split(f'data-product="{pro.pk}"')[1].split("</section>")[0]
-    assert "your plan" in section and "Current plan" in section
-    assert "<form" not in section and "Subscribe" not in section
+    assert "your plan" in section
+    held = section.split('data-cycle="months-1" data-currency="XOF"')[1].split("</div>")[0]
+    assert "Current plan" in held
+    options = re.findall(r'<div class="option"[^>]*>(.*?)</div>', html, re.S)
+    assert len(options) == 10
+    changes = [o for o in options if "Change of plan" in o]
+    assert len(changes) == 9 and all('href="/account/"' in o for o in changes)
+
+    # an add-on is sold beside the plan
+    Product.objects.filter(name="Starter").update(add_on=True)
+    forms = forms_of(client.get("/pricing/").content.decode())
+    starter = str(Product.objects.get(name="Starter").pk)
+    assert forms and {f["product"] for f in forms} == {starter}
+
+
+def test_pricing_labels_do_not_wrap(seeded: str, client) -> None:
+    """A "Current plan" or "Change of plan" label stays on one line, without the paragraph's
+    margins: every option row keeps the height of a row with a button."""
+    css = client.get("/pricing/").content.decode().split("<style>")[1].split("</style>")[0]
+    rules = dict(re.findall(r"([^{}]+)\{([^}]*)\}", css))
+    found = {
+        selector.strip(): body
+        for selectors, body in rules.items()
+        for selector in selectors.split(",")
+    }
+    for label in ("billing-checkout-current", "billing-checkout-change"):
+        body = found[f".option .{label}"]
+        assert "white-space: nowrap" in body and "margin: 0" in body
 
 
 def test_members_page_is_for_subscribers_only(seeded: str, client) -> None:

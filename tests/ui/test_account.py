@@ -144,6 +144,28 @@ def test_no_pay_again_while_the_product_is_still_held(client, demo, seeded) -> N
     assert 'id="billing-lapsed"' not in html
 
 
+def test_no_pay_again_for_a_second_plan_or_a_product_not_on_sale(client, demo, seeded) -> None:
+    """One plan at a time: a lapsed Pro whose renewal failed is not offered again while
+    Starter (same group) is held; nor is a product whose publication the service refused."""
+    from billing_integration.models import Product
+
+    pro, team = seeded["Pro"], seeded["Team"]
+    subscription(demo, seeded["Starter"])
+    payment(subscription(demo, pro, lapsed=True), "failed", "9000", "XOF", reason="declined")
+    client.force_login(demo)
+    assert forms(section(client.get(URL).content.decode(), "billing-payments")) == []
+
+    Product.objects.filter(pk=pro.pk).update(add_on=True)  # an add-on is sold beside a plan
+    assert len(forms(section(client.get(URL).content.decode(), "billing-payments"))) == 1
+
+    lapsed_team = subscription(demo, team, lapsed=True, cycle="years-1")
+    payment(lapsed_team, "failed", "90000", "XOF", reason="declined")
+    Product.objects.filter(pk__in=[pro.pk, team.pk]).update(
+        add_on=True, sync_state="failed", remote_data={"status": "archived"}
+    )
+    assert forms(section(client.get(URL).content.decode(), "billing-payments")) == []
+
+
 def test_no_subscription_links_to_pricing(client, demo) -> None:
     client.force_login(demo)
     html = client.get(URL).content.decode()

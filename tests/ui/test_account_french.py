@@ -21,6 +21,8 @@ pytestmark = pytest.mark.django_db
 
 def test_the_billing_page_in_french(client, demo, seeded) -> None:
     starter, pro = seeded["Starter"], seeded["Pro"]
+    # Pro sold beside Starter (one plan at a time): its failed payment gets "Pay again"
+    Product.objects.filter(pk=pro.pk).update(add_on=True)
     active = subscription(demo, starter, cycle="months-1", currency="XOF")
     lapsed = subscription(demo, pro, lapsed=True, cycle="years-1", currency="USD")
     paid = payment(active, "completed", "5000.0000", "XOF", minutes_ago=5)

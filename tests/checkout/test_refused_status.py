@@ -1,0 +1,75 @@
+"""Only what the service is known to sell is offered: an archived product published again
+here while the service refuses (400 ``invalid_transition``) stays archived for checkout,
+the button and the pricing page (its last confirmed state)."""
+
+from __future__ import annotations
+
+import pytest
+
+from billing_integration.checkout.services import ProductUnavailable, start_checkout
+from billing_integration.models import CheckoutSession, OutboxEntry, Product
+from billing_integration.outbox.push import PushOutcome, push_entry_now
+
+from .conftest import make_product, push_open_entries
+from .test_one_purchase import button, post
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def republished_but_refused() -> Product:
+    """Pushed published, archived (the service agrees), published again (it refuses)."""
+    product = make_product("Pro plan")
+    product.archive()
+    push_open_entries()
+    product.publish()
+    [entry] = OutboxEntry.objects.open()
+    assert push_entry_now(entry.pk).status == PushOutcome.FAILED
+    product.refresh_from_db()
+    assert (product.status, product.sync_state) == ("published", "failed")
+    assert "invalid_transition" in product.sync_error
+    return product
+
+
+def test_a_refused_publication_is_not_sold(billing_sandbox, logged_in, user):
+    product = republished_but_refused()
+    assert product.confirmed_status == "archived"
+    billing_sandbox.clear_requests()
+
+    with pytest.raises(ProductUnavailable) as info:
+        start_checkout(user, product, "months-1", "XOF")
+    assert info.value.code == "product_archived"
+    response = post(logged_in, product)
+    assert response.status_code == 409
+    assert "retired and can no longer be bought" in response.content.decode()
+    assert billing_sandbox.requests(operation="create_checkout_session") == []
+    assert not CheckoutSession.objects.exists()
+
+    html = button(product, user, cycle="months-1", currency="XOF")
+    assert "<form" not in html and "billing-checkout-unavailable" in html
+    assert list(Product.objects.on_sale()) == []
+
+
+def test_the_pricing_page_lists_it_only_once_the_service_confirms(billing_sandbox, logged_in, user):
+    product = republished_but_refused()
+    other = make_product("Starter")
+    html = logged_in.get("/pricing/").content.decode()
+    assert f'data-product="{other.pk}"' in html
+    assert f'data-product="{product.pk}"' not in html
+
+    # a later answer of the service saying "published" puts it back on sale
+    Product.objects.filter(pk=product.pk).update(
+        remote_data={**product.remote_data, "status": "published"}
+    )
+    assert f'data-product="{product.pk}"' in logged_in.get("/pricing/").content.decode()
+    assert set(Product.objects.on_sale()) == {product, other}
+
+
+def test_products_never_refused_are_sold_per_their_status(billing_sandbox):
+    product = make_product("Pro plan")
+    draft = make_product("Draft plan", status="draft")
+    assert product.confirmed_status == "published" and draft.confirmed_status == "draft"
+    # a failed push of something else (the service's status is the same) changes nothing
+    Product.objects.filter(pk=product.pk).update(sync_state="failed")
+    product.refresh_from_db()
+    assert product.confirmed_status == "published"
+    assert list(Product.objects.on_sale()) == [product]
