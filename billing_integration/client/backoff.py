@@ -50,6 +50,11 @@ SLOT_KEY = "billing:backoff:slot"
 PACE_MIN = 1.0  # calls a second: the slowest pace
 PACE_OFF = 1000.0  # a pace grown past this many calls a second is over
 PACE_TTL = 600  # seconds the cache keeps a pace after the 429 that set it
+#: Seconds the window is held open after a call a person waited on failed to the end (its
+#: deadline or retries used up on timeouts, refused connections, 5xx, 429): the service is
+#: "known down" until then, so the next person is answered at once (from the mirror, or
+#: "service unavailable") instead of waiting on it again; background work waits it out.
+KNOWN_DOWN_SECONDS = 10.0
 
 
 class SharedBackoff:

@@ -39,7 +39,7 @@ from ..exceptions import (
     BillingTransportError,
     error_for_status,
 )
-from .backoff import SharedBackoff
+from .backoff import KNOWN_DOWN_SECONDS, SharedBackoff
 from .retry import MIN_ATTEMPT, Deadline, RetryPolicy, parse_retry_after
 from .tokens import TokenProvider
 
@@ -319,6 +319,7 @@ class BillingClient:
             shared = self.backoff.wait()
             if shared > wait:  # another worker (or this one) asked every worker to wait longer
                 if bound is not None and shared + MIN_ATTEMPT > bound.remaining():
+                    self.backoff.publish(KNOWN_DOWN_SECONDS)
                     raise error
                 wait = shared
             logger.warning(
@@ -332,16 +333,23 @@ class BillingClient:
             self._sleep(wait)
             attempt += 1
 
+    def known_down(self) -> bool:
+        """Whether the service is known to be down (or asked every worker to wait) now: the
+        shared backoff window is open. A request a person waits on then answers without
+        calling (from the mirror, or "service unavailable"); a call with a deadline fails at
+        once."""
+        return self.backoff.wait() > 0
+
     def _wait_for_shared_backoff(self, deadline: Deadline | None, operation: str) -> None:
-        """Wait out the shared backoff window before an attempt. With a ``deadline`` the
-        window ends after, fail at once (nothing sent): the caller's "service unavailable"."""
+        """Wait out the shared backoff window before an attempt. With a ``deadline`` (a person
+        waits) fail at once instead, nothing sent: the caller's "service unavailable"."""
         wait = self.backoff.wait()
         if wait <= 0:
             return
-        if deadline is not None and wait + MIN_ATTEMPT > deadline.remaining():
+        if deadline is not None:
             raise BillingTransportError(
-                f"every worker backs off for {wait:.2f}s (the service asked to slow down), "
-                f"beyond the deadline ({deadline.seconds:g}s)",
+                f"every worker backs off for {wait:.2f}s (the service is down or asked to "
+                f"slow down); a call a person waits on does not wait",
                 operation=operation,
             )
         logger.info("billing %s: waiting %.2fs, every worker backs off", operation, wait)
@@ -370,13 +378,17 @@ class BillingClient:
         retry_after = getattr(error, "retry_after", None)
         wait = self.retry.wait_before_retry(attempt, retry_after, deadline)
         if wait is None:
-            if deadline is not None and attempt < self.retry.max_retries:
-                logger.warning(
-                    "billing %s: %s; no retry, the deadline (%.2fs left) comes first",
-                    operation,
-                    _short(error),
-                    deadline.remaining(),
-                )
+            if deadline is not None:
+                if attempt < self.retry.max_retries:
+                    logger.warning(
+                        "billing %s: %s; no retry, the deadline (%.2fs left) comes first",
+                        operation,
+                        _short(error),
+                        deadline.remaining(),
+                    )
+                # A person waited on a service that failed to the end: it is known down, and
+                # the next person is answered at once instead of waiting on it again.
+                self.backoff.publish(KNOWN_DOWN_SECONDS)
             raise error
         return wait
 
