@@ -4,9 +4,12 @@ When the service answers 429 or 5xx, or stops answering, retrying on one's own i
 the other processes keep calling. A client that sees a ``Retry-After`` (429, or a 5xx that
 sends one), or a run of ``BACKOFF_FAILURE_RUN`` failures in a row, writes
 ``billing:backoff:until`` (a wall-clock time) to the cache of ``BILLING['BACKOFF_CACHE']``
-(default: ``KICK_CACHE``, then ``TOKEN_CACHE``). Before each attempt a client reads it: a
-background call waits until then, a call with a deadline that ends first fails at once (nothing
-is sent). The window is only extended, never shortened; it ends on its own.
+(default: ``KICK_CACHE``, then ``TOKEN_CACHE``). A call with a deadline (a person waits on it)
+that fails to the end extends it to at least ``KNOWN_DOWN_SECONDS``: the service is then
+"known down". Before each attempt a client reads it: a background call waits until then, a
+call with a deadline fails at once (nothing is sent), and the pages a person waits on ask
+``BillingClient.known_down()`` first. The window is only extended, never shortened; it ends
+on its own.
 
 Cheap when all is well: each client keeps a local copy of "until" and reads the cache at most
 once per ``BACKOFF_REFRESH`` seconds (0.5), so a process learns of another's backoff at most

@@ -9,10 +9,12 @@ Wire rules (billing-service-interface.md, section 4):
 
 Every operation takes ``deadline=`` (seconds, or a shared ``Deadline``): the call, its
 retries, the waits between them and a token fetch it needs end by then (each attempt's
-connect and read timeouts are cut to the time left). Calls a person waits on use it
-(``BILLING['INTERACTIVE_DEADLINE']``); background work leaves it out and keeps the patient
-``MAX_RETRIES`` policy. ``with_deadline(deadline)`` gives a view of the client whose calls all
-share one deadline (for code that takes a ``client``, such as a pull).
+connect and read timeouts are cut to the time left, and so is their total). Calls a person
+waits on use it (``interactive_deadline()``: ``BILLING['INTERACTIVE_DEADLINE']`` less the
+page's margin); they never wait on the shared backoff window, and one that fails to the end
+marks the service known down (``backoff.py``). Background work leaves it out and keeps the
+patient ``MAX_RETRIES`` policy. ``with_deadline(deadline)`` gives a view of the client whose
+calls all share one deadline (for code that takes a ``client``, such as a pull).
 """
 
 from __future__ import annotations
