@@ -300,3 +300,25 @@ def test_pages_answer_from_the_mirror_while_the_service_is_known_down(
     assert billing_sandbox.requests() == []
     assert waits[before:] == []
     assert len(background_pulls) == 1  # one pull asked of a worker, however many pages
+
+
+def test_a_broker_refusing_the_background_pull_loses_no_page(
+    billing_sandbox, logged_in, product, waits, monkeypatch
+):
+    """The service known down and the broker refusing the pull's message: the pages still
+    answer from the mirror with their notice (the periodic pull refreshes later)."""
+    from billing_integration.client import get_client
+    from billing_integration.sync import tasks
+
+    def refuse(*args, **kwargs):
+        raise ConnectionError("broker down")
+
+    assert post(logged_in, product).status_code == 302
+    monkeypatch.setattr(tasks.sync_all, "apply_async", refuse)
+    get_client().backoff.publish(2.0)  # a short window: known down all the same
+    billing_sandbox.clear_requests()
+    for url in (RETURN, ACCOUNT):
+        page = logged_in.get(url)
+        assert page.status_code == 200 and STALE in page.content.decode()
+    assert billing_sandbox.requests() == []
+    assert waits == []
