@@ -15,7 +15,10 @@ request's subscriber (``access.get_subscriber``: the user, or a team through
   would be a second purchase and is refused with 409); the service retries the renewal, and
   the page says access continues until the period ends;
 - a lapsed subscription (no longer granting access, product not held through another)
-  links to ``BILLING['PRICING_URL']`` (default ``SUBSCRIPTION_REQUIRED_URL``).
+  links to ``BILLING['PRICING_URL']`` (default ``SUBSCRIPTION_REQUIRED_URL``);
+- read from the mirror only (no call to the service); while the service is known down
+  (``BillingClient.known_down``) the page says it may not be up to date and asks a worker for
+  a pull (``sync.tasks.refresh_in_background``).
 
 A constant number of queries per page, whatever the number of records.
 """
@@ -33,6 +36,7 @@ from django.views.decorators.http import require_GET
 
 from ..access import get_subscriber, held_plan
 from ..checkout.services import allows_multiple_purchases
+from ..client import get_client
 from ..conf import billing_settings
 from ..exceptions import BillingConfigurationError
 from ..models import (
@@ -47,6 +51,7 @@ from ..models import (
     Subscription,
 )
 from ..pages import render_page
+from ..sync.tasks import refresh_in_background
 
 __all__ = ["ACCOUNT_TEMPLATE", "account", "pricing_url"]
 
@@ -158,6 +163,11 @@ def account(request: HttpRequest) -> HttpResponse:
             .select_related("payment")
             .order_by("-remote_created", "-id")
         )
+    # The page reads the mirror only. While the service is known down, it says the mirror may
+    # not be up to date and asks a worker for a pull (nothing is sent from the request).
+    stale = customer is not None and get_client().known_down()
+    if stale:
+        refresh_in_background()
     held = {s.product_id for s in subscriptions if s.product_id and s.is_active}
     # the cycle of a payment without a subscription: the latest subscription or checkout
     # session of its product (none needed for a product with one cycle)
@@ -200,5 +210,6 @@ def account(request: HttpRequest) -> HttpResponse:
             "pricing_url": pricing_url(),
             "checkout_action": reverse("billing_integration:checkout"),
             "account_path": request.path,
+            "stale": stale,
         },
     )

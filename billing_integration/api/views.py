@@ -33,7 +33,7 @@ from ..checkout.services import (
     start_checkout,
 )
 from ..checkout.views import account_url
-from ..client import get_client
+from ..client import get_client, interactive_deadline
 from ..exceptions import BillingError
 from ..models import Subscription
 from .serializers import (
@@ -49,6 +49,7 @@ class CheckoutSessionCreate(APIView):
     permission_classes = [permissions.IsAuthenticated]
 
     def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        deadline = interactive_deadline()  # first: the whole request ends by it
         incoming = CheckoutSessionCreateSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
         data = incoming.validated_data
@@ -58,6 +59,7 @@ class CheckoutSessionCreate(APIView):
                 data["product"],
                 data.get("cycle") or None,
                 data.get("currency") or None,
+                deadline=deadline,
             )
             url = get_client().checkout_url(str(session.remote_id))
         except CheckoutError as exc:

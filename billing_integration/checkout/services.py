@@ -33,7 +33,9 @@ Guarantees:
   session instead of creating another; the subscriber's checkouts are serialised by a lock
   on its customer row, so two concurrent requests cannot both create one;
 - a person never waits longer than ``BILLING['INTERACTIVE_DEADLINE']`` seconds on the
-  service: the customer push and the session creation share that deadline;
+  service: the customer push and the session creation share that deadline (less
+  ``PAGE_MARGIN`` for the page); while the service is known down (its shared backoff window
+  is open) a checkout is refused at once with ``ServiceUnavailable``;
 - every failure is a ``CheckoutError`` with an HTTP status and a message fit for the user.
 """
 
@@ -51,7 +53,7 @@ from django.utils import timezone
 from django.utils.translation import gettext, gettext_lazy
 
 from ..access import held_plan, resolve_product, subscribed
-from ..client import get_client
+from ..client import get_client, interactive_deadline
 from ..client.retry import Deadline
 from ..conf import billing_settings
 from ..customers import ensure_customer_pushed, get_or_create_customer
@@ -463,6 +465,7 @@ def start_checkout(
     currency: Any = None,
     *,
     client: Any = None,
+    deadline: Deadline | None = None,
 ) -> CheckoutSession:
     """Start a hosted checkout for ``subscriber`` and return the recorded ``CheckoutSession``.
 
@@ -470,9 +473,12 @@ def start_checkout(
     ``reused`` attribute is True when an open session of an earlier click was returned
     instead of a new one. Raises a ``CheckoutError`` subclass (``ProductUnavailable``
     404/409, ``AlreadySubscribed`` 409, ``PlanAlreadyHeld`` 409, ``InvalidChoice`` 400,
-    ``NoSubscriber`` 403, ``ServiceUnavailable`` 503, ``CheckoutRefused`` 502).
+    ``NoSubscriber`` 403, ``ServiceUnavailable`` 503, ``CheckoutRefused`` 502). ``deadline``:
+    the request's (the view's ``interactive_deadline()``, started when the request came in);
+    default: one started now. While the service is known down (``BillingClient.known_down``)
+    it raises ``ServiceUnavailable`` at once, nothing written or sent.
     """
-    deadline = Deadline(float(billing_settings.INTERACTIVE_DEADLINE))
+    deadline = deadline or interactive_deadline()
     if subscriber is None or getattr(subscriber, "pk", None) is None:
         raise NoSubscriber()
     selection = validate_selection(product, cycle, currency)
@@ -483,6 +489,9 @@ def start_checkout(
     held = held_plan(subscriber, selection.product)
     if held is not None:
         raise PlanAlreadyHeld(held, selection.product)
+    if (client or get_client()).known_down():
+        logger.warning("checkout refused at once: the billing service is known to be down")
+        raise ServiceUnavailable()
     # Which service (billing_integration.service): refuse before anything is created.
     try:
         ensure_service(client=client)

@@ -10,7 +10,9 @@
 - ``checkout_return`` (GET, login required): pulls the subscriber's subscriptions (at most
   once per ``RETURN_PULL_INTERVAL`` seconds per customer, within
   ``BILLING['INTERACTIVE_DEADLINE']``) and shows the outcome (active / pending / failed) in
-  ``billing_integration/checkout_return.html``.
+  ``billing_integration/checkout_return.html``. While the service is known down it sends
+  nothing: it answers from the mirror at once, says the page may not be up to date, and asks a
+  worker for the pull (``sync.tasks.refresh_in_background``).
 """
 
 from __future__ import annotations
@@ -29,12 +31,14 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from ..access import get_subscriber
-from ..client import get_client
+from ..client import get_client, interactive_deadline
+from ..client.retry import Deadline
 from ..conf import billing_settings
 from ..exceptions import BillingError
 from ..models import CheckoutSession, Customer, Payment, Subscription
 from ..pages import render_page
 from ..sync.coalesce import note_window, once_per_window, window_note
+from ..sync.tasks import refresh_in_background
 from .services import CheckoutError, NoSubscriber, ServiceUnavailable, start_checkout
 
 logger = logging.getLogger("billing_integration.checkout")
@@ -89,6 +93,7 @@ def _error_page(request: HttpRequest, error: CheckoutError) -> HttpResponse:
 @require_POST
 def checkout(request: HttpRequest) -> HttpResponse:
     """Start a hosted checkout for the request's subscriber; 302 to the hosted page."""
+    deadline = interactive_deadline()  # first: the whole request ends by it
     data = request.POST
     try:
         session = start_checkout(
@@ -96,6 +101,7 @@ def checkout(request: HttpRequest) -> HttpResponse:
             data.get("product"),
             data.get("cycle") or None,
             data.get("currency") or None,
+            deadline=deadline,
         )
         url = get_client().checkout_url(str(session.remote_id))
     except CheckoutError as exc:
@@ -181,23 +187,28 @@ def _session_for(customer: Customer | None, ref: str | None) -> CheckoutSession 
     return sessions.order_by("-created_at", "-pk").first()
 
 
-def _refresh(customer: Customer) -> bool:
+def _refresh(customer: Customer, deadline: Deadline) -> bool:
     """Pull the customer's subscriptions, at most once per ``RETURN_PULL_INTERVAL`` and within
-    ``INTERACTIVE_DEADLINE``. False when the last pull of the window failed (the page then
-    says it may be out of date)."""
+    the request's ``deadline``. False when the page answers from the mirror without a fresh
+    pull (the page then says it may be out of date): the service is known down (nothing is
+    sent), or the last pull of the window failed; a worker then refreshes in the background."""
     if customer.remote_id is None:
         return True
+    client = get_client()
+    if client.known_down():
+        refresh_in_background()
+        return False
     key = f"billing:return-pull:{customer.pk}"
     if not once_per_window(key, RETURN_PULL_INTERVAL):
         return window_note(key) != "failed"
     from ..sync.pull import pull_subscriptions
 
-    client = get_client().with_deadline(float(billing_settings.INTERACTIVE_DEADLINE))
     try:
-        pull_subscriptions(customer, client=client)
+        pull_subscriptions(customer, client=client.with_deadline(deadline))
     except BillingError as exc:
         logger.warning("checkout return: could not refresh subscriptions: %s", exc)
         note_window(key, "failed", RETURN_PULL_INTERVAL)
+        refresh_in_background()
         return False
     return True
 
@@ -207,11 +218,12 @@ def _refresh(customer: Customer) -> bool:
 @require_GET
 def checkout_return(request: HttpRequest) -> HttpResponse:
     """After the hosted page: refresh the subscriber's subscriptions, show the outcome."""
+    deadline = interactive_deadline()  # first: the whole request ends by it
     subscriber = get_subscriber(request)
     if subscriber is None:
         return _error_page(request, NoSubscriber())
     customer = Customer.objects.filter(subscriber=subscriber).first()
-    refreshed = _refresh(customer) if customer is not None else True
+    refreshed = _refresh(customer, deadline) if customer is not None else True
     ref = request.GET.get("session_id") or request.GET.get("session")
     session = _session_for(customer, ref)
     context = checkout_outcome(customer, session)

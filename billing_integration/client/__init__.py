@@ -11,9 +11,10 @@ import threading
 
 from django.core.signals import setting_changed
 
+from ..conf import billing_settings
 from .backoff import SharedBackoff
 from .client import API_PREFIX, BillingClient
-from .retry import RetryPolicy
+from .retry import PAGE_MARGIN, Deadline, RetryPolicy
 
 __all__ = [
     "API_PREFIX",
@@ -21,6 +22,7 @@ __all__ = [
     "RetryPolicy",
     "SharedBackoff",
     "get_client",
+    "interactive_deadline",
     "reset_client",
 ]
 
@@ -40,6 +42,14 @@ def get_client() -> BillingClient:
             _client = BillingClient()
             _pid = os.getpid()
         return _client
+
+
+def interactive_deadline() -> Deadline:
+    """The deadline of a request a person waits on, started now (call it first thing in the
+    view): ``BILLING['INTERACTIVE_DEADLINE']`` less ``PAGE_MARGIN``, the time kept for the page
+    after the last call, so the whole request ends by ``INTERACTIVE_DEADLINE``."""
+    seconds = float(billing_settings.INTERACTIVE_DEADLINE)
+    return Deadline(max(seconds - PAGE_MARGIN, seconds / 2))
 
 
 def reset_client() -> None:

@@ -4,9 +4,12 @@ When the service answers 429 or 5xx, or stops answering, retrying on one's own i
 the other processes keep calling. A client that sees a ``Retry-After`` (429, or a 5xx that
 sends one), or a run of ``BACKOFF_FAILURE_RUN`` failures in a row, writes
 ``billing:backoff:until`` (a wall-clock time) to the cache of ``BILLING['BACKOFF_CACHE']``
-(default: ``KICK_CACHE``, then ``TOKEN_CACHE``). Before each attempt a client reads it: a
-background call waits until then, a call with a deadline that ends first fails at once (nothing
-is sent). The window is only extended, never shortened; it ends on its own.
+(default: ``KICK_CACHE``, then ``TOKEN_CACHE``). A call with a deadline (a person waits on it)
+that fails to the end extends it to at least ``KNOWN_DOWN_SECONDS``: the service is then
+"known down". Before each attempt a client reads it: a background call waits until then, a
+call with a deadline fails at once (nothing is sent), and the pages a person waits on ask
+``BillingClient.known_down()`` first. The window is only extended, never shortened; it ends
+on its own.
 
 Cheap when all is well: each client keeps a local copy of "until" and reads the cache at most
 once per ``BACKOFF_REFRESH`` seconds (0.5), so a process learns of another's backoff at most
@@ -50,6 +53,11 @@ SLOT_KEY = "billing:backoff:slot"
 PACE_MIN = 1.0  # calls a second: the slowest pace
 PACE_OFF = 1000.0  # a pace grown past this many calls a second is over
 PACE_TTL = 600  # seconds the cache keeps a pace after the 429 that set it
+#: Seconds the window is held open after a call a person waited on failed to the end (its
+#: deadline or retries used up on timeouts, refused connections, 5xx, 429): the service is
+#: "known down" until then, so the next person is answered at once (from the mirror, or
+#: "service unavailable") instead of waiting on it again; background work waits it out.
+KNOWN_DOWN_SECONDS = 10.0
 
 
 class SharedBackoff:

@@ -9,10 +9,12 @@ Wire rules (billing-service-interface.md, section 4):
 
 Every operation takes ``deadline=`` (seconds, or a shared ``Deadline``): the call, its
 retries, the waits between them and a token fetch it needs end by then (each attempt's
-connect and read timeouts are cut to the time left). Calls a person waits on use it
-(``BILLING['INTERACTIVE_DEADLINE']``); background work leaves it out and keeps the patient
-``MAX_RETRIES`` policy. ``with_deadline(deadline)`` gives a view of the client whose calls all
-share one deadline (for code that takes a ``client``, such as a pull).
+connect and read timeouts are cut to the time left, and so is their total). Calls a person
+waits on use it (``interactive_deadline()``: ``BILLING['INTERACTIVE_DEADLINE']`` less the
+page's margin); they never wait on the shared backoff window, and one that fails to the end
+marks the service known down (``backoff.py``). Background work leaves it out and keeps the
+patient ``MAX_RETRIES`` policy. ``with_deadline(deadline)`` gives a view of the client whose
+calls all share one deadline (for code that takes a ``client``, such as a pull).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from ..exceptions import (
     excerpt,
     redact,
 )
-from .backoff import SharedBackoff
+from .backoff import KNOWN_DOWN_SECONDS, SharedBackoff
 from .retry import MIN_ATTEMPT, Deadline, RetryPolicy, parse_retry_after
 from .tokens import TokenProvider
 
@@ -339,6 +341,7 @@ class BillingClient:
             shared = self.backoff.wait()
             if shared > wait:  # another worker (or this one) asked every worker to wait longer
                 if bound is not None and shared + MIN_ATTEMPT > bound.remaining():
+                    self.backoff.publish(KNOWN_DOWN_SECONDS)
                     raise error
                 wait = shared
             logger.warning(
@@ -352,16 +355,23 @@ class BillingClient:
             self._sleep(wait)
             attempt += 1
 
+    def known_down(self) -> bool:
+        """Whether the service is known to be down (or asked every worker to wait) now: the
+        shared backoff window is open. A request a person waits on then answers without
+        calling (from the mirror, or "service unavailable"); a call with a deadline fails at
+        once."""
+        return self.backoff.wait() > 0
+
     def _wait_for_shared_backoff(self, deadline: Deadline | None, operation: str) -> None:
-        """Wait out the shared backoff window before an attempt. With a ``deadline`` the
-        window ends after, fail at once (nothing sent): the caller's "service unavailable"."""
+        """Wait out the shared backoff window before an attempt. With a ``deadline`` (a person
+        waits) fail at once instead, nothing sent: the caller's "service unavailable"."""
         wait = self.backoff.wait()
         if wait <= 0:
             return
-        if deadline is not None and wait + MIN_ATTEMPT > deadline.remaining():
+        if deadline is not None:
             raise BillingTransportError(
-                f"every worker backs off for {wait:.2f}s (the service asked to slow down), "
-                f"beyond the deadline ({deadline.seconds:g}s)",
+                f"every worker backs off for {wait:.2f}s (the service is down or asked to "
+                f"slow down); a call a person waits on does not wait",
                 operation=operation,
             )
         logger.info("billing %s: waiting %.2fs, every worker backs off", operation, wait)
@@ -390,13 +400,17 @@ class BillingClient:
         retry_after = getattr(error, "retry_after", None)
         wait = self.retry.wait_before_retry(attempt, retry_after, deadline)
         if wait is None:
-            if deadline is not None and attempt < self.retry.max_retries:
-                logger.warning(
-                    "billing %s: %s; no retry, the deadline (%.2fs left) comes first",
-                    operation,
-                    _short(error),
-                    deadline.remaining(),
-                )
+            if deadline is not None:
+                if attempt < self.retry.max_retries:
+                    logger.warning(
+                        "billing %s: %s; no retry, the deadline (%.2fs left) comes first",
+                        operation,
+                        _short(error),
+                        deadline.remaining(),
+                    )
+                # A person waited on a service that failed to the end: it is known down, and
+                # the next person is answered at once instead of waiting on it again.
+                self.backoff.publish(KNOWN_DOWN_SECONDS)
             raise error
         return wait
 

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
+from urllib3.util import Timeout
+
 
 @dataclass(frozen=True)
 class RetryPolicy:
@@ -54,6 +56,10 @@ class RetryPolicy:
 
 #: Seconds an attempt needs at least; with less time left before a deadline none is started.
 MIN_ATTEMPT = 0.25
+#: Seconds of a person's deadline kept for the page after its last call (the error or result
+#: page, the database work around the calls): the calls get ``INTERACTIVE_DEADLINE`` minus this,
+#: so the whole request, not only its calls, ends by the deadline.
+PAGE_MARGIN = 0.25
 
 
 class Deadline:
@@ -80,10 +86,12 @@ class Deadline:
     def expired(self) -> bool:
         return self.remaining() <= 0.0
 
-    def timeout(self, connect: float, read: float) -> tuple[float, float]:
-        """A transport timeout ``(connect, read)`` that does not outlast the deadline."""
+    def timeout(self, connect: float, read: float) -> Timeout:
+        """A transport timeout that does not outlast the deadline: connect and read each cut
+        to the time left, and ``total`` (connect and read together) the time left, so a slow
+        connect leaves the read only what remains."""
         left = self.remaining()
-        return (min(connect, left), min(read, left))
+        return Timeout(connect=min(connect, left), read=min(read, left), total=left)
 
     def __repr__(self) -> str:
         return f"Deadline({self.seconds:g}s, {self.remaining():.2f}s left)"

@@ -1,14 +1,26 @@
 """Celery task of the periodic pull: ``billing_integration.sync_all`` (the name deployed beat
-schedules use)."""
+schedules use), and ``refresh_in_background()``: the same pull asked of a worker by a page
+that answered from the mirror because the service is known down."""
 
 from __future__ import annotations
+
+import logging
 
 from celery import shared_task
 
 from ..exceptions import BillingError
 from ..health import record_run
+from ..wakeup import PUBLISH_RETRY_POLICY
+from .coalesce import once_per_window
 
-__all__ = ["sync_all"]
+logger = logging.getLogger("billing_integration.sync")
+
+__all__ = ["BACKGROUND_PULL_INTERVAL", "refresh_in_background", "sync_all"]
+
+#: Seconds during which pages that could not refresh from the service ask a worker for one
+#: pull (``sync_all``), however many people load them.
+BACKGROUND_PULL_INTERVAL = 60.0
+BACKGROUND_PULL_KEY = "billing:background-pull"
 
 
 @shared_task(name="billing_integration.sync_all", ignore_result=True)
@@ -28,3 +40,22 @@ def sync_all() -> dict[str, dict[str, int]]:
     if failures:
         raise failures[0]
     return results
+
+
+def refresh_in_background() -> bool:
+    """Ask a worker for the pull (``sync_all``) at most once per ``BACKGROUND_PULL_INTERVAL``
+    across processes: a page that answered from the mirror (the service known down, or its
+    refresh failed) leaves the refresh to the worker, which waits out the backoff window
+    instead of the person. Never raises and never runs the pull in the request: with
+    ``CELERY_TASK_ALWAYS_EAGER`` nothing is sent (the periodic pull refreshes). True when a
+    message was sent."""
+    if sync_all.app.conf.task_always_eager:
+        return False
+    if not once_per_window(BACKGROUND_PULL_KEY, BACKGROUND_PULL_INTERVAL):
+        return False
+    try:
+        sync_all.apply_async(retry=True, retry_policy=PUBLISH_RETRY_POLICY)
+    except Exception as exc:  # the broker is down: the periodic pull refreshes
+        logger.warning("background pull not sent (%s); the periodic pull will refresh", exc)
+        return False
+    return True

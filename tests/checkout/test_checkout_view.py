@@ -9,6 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.urls import reverse
 
+from billing_integration.client import get_client
+from billing_integration.client.backoff import clear_shared_backoff
 from billing_integration.customers import get_or_create_customer
 from billing_integration.models import CheckoutSession, Customer, OutboxEntry, Product
 from billing_integration.outbox.push import push_entry_now
@@ -204,6 +206,12 @@ def test_outage_gives_503_and_no_session(billing_sandbox, product, logged_in):
     assert "temporarily unavailable" in response.content.decode()
     assert not CheckoutSession.objects.exists()
     billing_sandbox.clear_faults()
+    # known down until its window ends (KNOWN_DOWN_SECONDS): a click answers 503 at once
+    billing_sandbox.clear_requests()
+    assert post(logged_in, product).status_code == 503
+    assert billing_sandbox.requests() == []
+    clear_shared_backoff()  # the window over (or ended by an operator who knows)...
+    get_client().backoff.reset()  # ...and this process's copy of it
     # the same click works once the service is back, with one remote customer
     assert post(logged_in, product).status_code == 302
     assert len(billing_sandbox.objects("customer")) == 1

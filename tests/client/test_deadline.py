@@ -22,6 +22,14 @@ pytestmark = pytest.mark.django_db
 TOKEN = {"access_token": "tok", "expires_in": 300}
 
 
+def parts(timeout) -> tuple[float, float, float | None]:
+    """``(connect, read, total)`` of a timeout handed to the transport: a ``(connect, read)``
+    tuple (background calls) or a urllib3 ``Timeout`` (calls with a deadline)."""
+    if isinstance(timeout, tuple):
+        return (*timeout, None)
+    return (timeout.connect_timeout, timeout.read_timeout, timeout.total)
+
+
 class FakeClock:
     """A monotonic clock that moves only when the code sleeps or a request "takes" time."""
 
@@ -52,21 +60,23 @@ class FakeSession:
 
     def request(self, method, url, data=None, headers=None, params=None, timeout=None):
         is_token = "openid-connect/token" in url
+        connect, read, total = parts(timeout)
         self.calls.append(
             {
                 "token": is_token,
-                "timeout": timeout,
+                "timeout": (connect, read),
+                "total": total,
                 "left": self.deadline.remaining() if self.deadline else None,
             }
         )
         queue = self.token_answers if is_token else self.answers
         answer = queue.pop(0) if queue else (200, {}, 0.0)
         if answer == "hang":
-            self.clock.now += timeout[1]
+            self.clock.now += read
             raise requests.Timeout("read timed out")
         status, extra_headers, took = answer
-        if took > timeout[1]:  # the transport gives up at its read timeout
-            self.clock.now += timeout[1]
+        if took > read:  # the transport gives up at its read timeout
+            self.clock.now += read
             raise requests.Timeout("read timed out")
         self.clock.now += took
         response = requests.Response()
@@ -127,7 +137,8 @@ def test_latency_over_http_is_cut_by_the_deadline(billing_sandbox):
     billing_sandbox.faults(operation="list_products", latency=1.5)
     with pytest.raises(BillingTransportError):
         list(client.list_products(deadline=0.6))
-    assert len(seen) == 1 and seen[0][1] <= 0.6 and seen[0][0] <= 0.6
+    [(connect, read, total)] = [parts(t) for t in seen]
+    assert read <= 0.6 and connect <= 0.6 and total <= 0.6
 
 
 def test_retry_after_beyond_the_deadline_gives_up_at_once():
@@ -182,6 +193,21 @@ def test_retries_fit_in_the_deadline_and_each_timeout_is_the_time_left():
         assert connect <= min(5.0, call["left"]) and read <= call["left"]
         assert call["left"] >= MIN_ATTEMPT
     assert clock.now - start <= 8.0
+
+
+def test_connect_and_read_together_end_by_the_deadline():
+    """Each attempt's timeout also has a ``total`` (connect and read together) of the time
+    left: with a (connect, read) pair alone a slow connect plus a read cut to the time left
+    could outlast the deadline by the connect time."""
+    client, clock, session = make_client([(503, {}, 2.0)] * 10)
+    deadline = Deadline(8, clock=clock)
+    session.deadline = deadline
+    with pytest.raises((BillingServerError, BillingTransportError)):
+        client.create_customer({"identifier": "a"}, deadline=deadline)
+    calls = session.calls  # the token fetch too
+    assert len(calls) >= 3
+    for call in calls:
+        assert call["total"] is not None and call["total"] == pytest.approx(call["left"])
 
 
 def test_no_attempt_without_time_left():

@@ -15,7 +15,7 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
 from billing_integration.client import BillingClient, RetryPolicy, SharedBackoff
-from billing_integration.client.backoff import KEY, PACE_KEY, PACE_MIN
+from billing_integration.client.backoff import KEY, KNOWN_DOWN_SECONDS, PACE_KEY, PACE_MIN
 from billing_integration.client.retry import Deadline
 from billing_integration.exceptions import (
     BillingRateLimitError,
@@ -110,7 +110,7 @@ def test_the_wait_is_capped_by_retry_after_max(shared):
 
 def test_an_interactive_call_fails_fast_during_the_shared_backoff(shared):
     """A 1 s deadline during a 2 s window: the error the checkout's 503 page handles, at once,
-    with no request sent and no wait."""
+    with no request sent and no wait; an 8 s deadline too."""
     clock = FakeClock()
     a, b = worker(clock), worker(clock)
     b.tokens.get()
@@ -122,9 +122,48 @@ def test_an_interactive_call_fails_fast_during_the_shared_backoff(shared):
         b.create_checkout_session({"customer": "c"}, deadline=Deadline(1, clock=clock))
     assert clock.sleeps == []
     assert len(billing_requests(shared)) == before
-    # A deadline the window fits in waits it out, then calls.
-    list(b.list_products(deadline=Deadline(8, clock=clock)))
+    # Even a deadline the window fits in does not wait it out: a person never waits on it.
+    with pytest.raises(BillingTransportError, match="backs off"):
+        list(b.list_products(deadline=Deadline(8, clock=clock)))
+    assert clock.sleeps == []
+    assert len(billing_requests(shared)) == before
+    # Background work waits it out, then calls.
+    list(b.list_products())
     assert clock.sleeps == [2.0]
+
+
+def test_a_call_a_person_waited_on_that_failed_marks_the_service_known_down(shared):
+    """The service stopped (connections dropped, no Retry-After): a call with a deadline
+    retries within it, then gives up and opens the window for ``KNOWN_DOWN_SECONDS``. Another
+    worker's call with a deadline then sends nothing and fails at once (the request log shows
+    no request), and background work waits the window out before calling."""
+    clock = FakeClock()
+    a, b = worker(clock, max_retries=4), worker(clock)
+    b.tokens.get()
+    shared.faults(outage_seconds=30, outage_mode="reset")
+    with pytest.raises(BillingTransportError, match="connection failed"):
+        a.create_customer(
+            {"identifier": "a"},
+            idempotency_key=str(uuid.uuid4()),
+            deadline=Deadline(8, clock=clock),
+        )
+    sent = len(billing_requests(shared))
+    assert sent >= 2  # the first call into the outage keeps its deadline, retries included
+    gave_up = clock.now
+    waited = list(clock.sleeps)
+
+    with pytest.raises(BillingTransportError, match="backs off"):
+        b.create_checkout_session({"customer": "c"}, deadline=Deadline(8, clock=clock))
+    assert len(billing_requests(shared)) == sent
+    assert clock.sleeps == waited
+    assert b.known_down() and a.known_down()
+    assert float(caches[ALIAS].get(KEY)) == pytest.approx(gave_up + KNOWN_DOWN_SECONDS)
+
+    shared.clear_faults()
+    list(b.list_products())  # background: waits the window out, then calls
+    assert clock.sleeps[-1] == pytest.approx(KNOWN_DOWN_SECONDS)
+    assert len(billing_requests(shared)) == sent + 1
+    assert not b.known_down()
 
 
 def test_a_run_of_failures_pauses_every_worker(shared):
