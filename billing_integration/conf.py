@@ -149,6 +149,9 @@ DEFAULTS: dict[str, Any] = {
     # finished deliveries (processed, ignored, failed, rejected) older than this are deleted by
     # the daily beat task: "90d", "12h", "30m" or seconds; None keeps every delivery
     "EVENT_RETENTION": "90d",
+    # --- workers -----------------------------------------------------------------------
+    "CACHE": "default",  # the Django cache alias of everything shared across processes
+    "QUEUE": None,  # the Celery queue of the app's tasks; None = the default queue
 }
 
 
@@ -226,6 +229,14 @@ class BillingSettings:
 
 
 billing_settings = BillingSettings()
+
+
+def shared_cache() -> Any:
+    """The Django cache that every process shares (``BILLING['CACHE']``): the token, the
+    backoff window, the "once" keys."""
+    from django.core.cache import caches
+
+    return caches[billing_settings.CACHE]
 
 
 def _reload(*, setting: str, **kwargs: Any) -> None:
@@ -370,4 +381,8 @@ DOCS: dict[str, str] = {
     "EVENT_RETENTION": "Finished event deliveries (processed, ignored, failed, rejected) older "
     "than this are deleted by the daily task `billing_integration.prune_events`: `90d`, `12h`, "
     "`30m` or seconds; `None` keeps every delivery. `received` ones are never deleted.",
+    "CACHE": "The Django cache alias of everything the processes share: the token, the "
+    'backoff window and the "once" keys. Use a cache every process reaches (Redis, the '
+    "database cache), not the per-process default `LocMemCache`, in production.",
+    "QUEUE": "The Celery queue of the app's tasks (`None`: Celery's default queue).",
 }
