@@ -409,8 +409,10 @@ class BillingClient:
                         deadline.remaining(),
                     )
                 # A person waited on a service that failed to the end: it is known down, and
-                # the next person is answered at once instead of waiting on it again.
-                self.backoff.publish(KNOWN_DOWN_SECONDS)
+                # the next person is answered at once instead of waiting on it again. A lost
+                # answer is a 2xx: the service is up.
+                if not isinstance(error, BillingAnswerLostError):
+                    self.backoff.publish(KNOWN_DOWN_SECONDS)
             raise error
         return wait
 
