@@ -1,19 +1,8 @@
-"""Health of the billing integration: what ``manage.py billing_doctor`` and the admin's
-Health page report.
+"""The health of the integration, as ``billing_doctor`` and the admin's Health page report it:
+heartbeats of the periodic jobs (:func:`record_run`), refused deliveries counted per minute in
+the shared cache (:func:`record_refused`), and :func:`diagnose`, which gathers every fact.
 
-- :func:`record_run` stores when a periodic job last ran (a ``Heartbeat`` row): the beat
-  tasks call it first thing, the pull when a full list read ends.
-- :func:`record_refused` counts an event delivery the callback refused, per reason and per
-  minute, in the shared cache (bounded whatever the traffic: a counter per reason and minute,
-  expiring after ``REFUSALS_WINDOW``; nothing of the request is kept);
-  :func:`refused_deliveries` reads the counts of the last hour.
-- :func:`diagnose` gathers the facts, each :class:`Fact` judged against :class:`Thresholds`:
-  a token can be fetched (a new one, never shown), the broker answers and workers reply to a
-  ping, beat ran recently, the outbox backlog and its failed entries, the event processing
-  lag and failed events, refused deliveries, the last successful pull. A fact that cannot be
-  gathered is a failure of its own, never a crash that hides the others.
-
-This module imports neither models nor Celery at import time: tasks import ``record_run``.
+Imports neither models nor Celery at import time: tasks import ``record_run``.
 """
 
 from __future__ import annotations
@@ -27,6 +16,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
+
+from .conf import shared_cache
 
 logger = logging.getLogger("billing_integration.health")
 
@@ -69,20 +60,16 @@ FACTS = (
     "pull",
 )
 
-#: Why the callback refused a delivery (``record_refused``): the signature (or the basic
-#: credentials) did not verify, the timestamp was outside ``WEBHOOK_TOLERANCE``, the
-#: signature headers were missing or malformed.
+#: Why the callback refused a delivery: a bad signature, a stale timestamp, missing headers.
 REFUSAL_REASONS = ("bad_signature", "stale_timestamp", "missing_headers")
-#: Seconds of refusals the doctor counts (the last hour), in counters of ``_REFUSAL_BUCKET``.
+#: Seconds of refusals the doctor counts (the last hour), in one counter per minute.
 REFUSALS_WINDOW = 3600
 _REFUSAL_BUCKET = 60
 
 
 # --- recording --------------------------------------------------------------------------------
 def record_run(name: str) -> None:
-    """Record now as the last run of ``name``. Never raises: a health record must not stop the
-    job it records (a failure is logged). Runs in a savepoint, so inside a transaction a
-    failure leaves the caller's transaction usable."""
+    """Record now as the last run of ``name``; never raises (in a savepoint, a failure logged)."""
     from .models.health import Heartbeat
 
     now = timezone.now()
@@ -99,16 +86,12 @@ def _refusal_key(reason: str, suffix: object) -> str:
 
 
 def record_refused(reason: str, now: float | None = None) -> None:
-    """Count one refused delivery of ``reason`` (``REFUSAL_REASONS``) in the shared cache
-    (``KICK_CACHE``, else ``TOKEN_CACHE``): this minute's counter, and the time of the last
-    refusal. Never raises (a cache failure is logged): the refusal is answered anyway."""
-    from .wakeup import _cache
-
+    """Count one refused delivery of ``reason`` in the shared cache; never raises."""
     at = time.time() if now is None else now
     timeout = REFUSALS_WINDOW + _REFUSAL_BUCKET
     counter = _refusal_key(reason, int(at // _REFUSAL_BUCKET))
     try:
-        cache = _cache()
+        cache = shared_cache()
         if not cache.add(counter, 1, timeout=timeout):
             cache.incr(counter)
         cache.set(_refusal_key(reason, "last"), at, timeout=timeout)
@@ -117,10 +100,7 @@ def record_refused(reason: str, now: float | None = None) -> None:
 
 
 def refused_deliveries(now: float | None = None) -> dict[str, dict[str, Any]]:
-    """``reason -> {"count": refusals in the last hour, "last": unix time of the last one or
-    None}`` for every reason of ``REFUSAL_REASONS``, read in one cache round trip."""
-    from .wakeup import _cache
-
+    """``reason -> {"count": refusals in the last hour, "last": unix time or None}``."""
     at = time.time() if now is None else now
     current = int(at // _REFUSAL_BUCKET)
     minutes = range(current - REFUSALS_WINDOW // _REFUSAL_BUCKET + 1, current + 1)
@@ -128,7 +108,7 @@ def refused_deliveries(now: float | None = None) -> dict[str, dict[str, Any]]:
         reason: [_refusal_key(reason, minute) for minute in minutes] for reason in REFUSAL_REASONS
     }
     lasts = {reason: _refusal_key(reason, "last") for reason in REFUSAL_REASONS}
-    found = _cache().get_many([k for ks in keys.values() for k in ks] + list(lasts.values()))
+    found = shared_cache().get_many([k for ks in keys.values() for k in ks] + list(lasts.values()))
     return {
         reason: {
             "count": sum(int(found.get(key) or 0) for key in keys[reason]),
@@ -162,8 +142,7 @@ class Thresholds:
 
 @dataclass
 class Fact:
-    """One line of the report: ``key`` (see ``FACTS``), ``status`` (ok, warning, fail), a
-    translated one-line ``summary``, and machine-readable ``data`` (``--json``)."""
+    """One line of the report: a ``key`` of ``FACTS``, a status, a summary and its data."""
 
     key: str
     status: str
@@ -275,8 +254,7 @@ def _token(limits: Thresholds) -> Fact:
 
 
 def celery_app() -> Any | None:
-    """The Celery app this thread sends tasks through, or None when it is Celery's own
-    fallback app (no app of the host's is loaded: tasks would go to ``amqp://localhost``)."""
+    """The host's Celery app, or None when only Celery's fallback app is loaded."""
     from celery import current_app
 
     app = current_app._get_current_object()
@@ -447,12 +425,12 @@ def _outbox(limits: Thresholds, now: datetime) -> list[Fact]:
 
 
 def _last_received() -> datetime | None:
-    """When the newest stored delivery was received (every stored one was verified)."""
+    """When the newest stored (so verified) delivery was received."""
     from django.db.models import Max
 
     from .models.events import EventState, WebhookEvent
 
-    # One indexed (state, received_at) lookup per state, rather than a scan for the newest.
+    # One indexed (state, received_at) lookup per state, not a scan of the table.
     latest = [
         WebhookEvent.objects.filter(state=state).aggregate(at=Max("received_at"))["at"]
         for state in EventState.values
@@ -509,9 +487,8 @@ def _events(limits: Thresholds, now: datetime) -> list[Fact]:
 
 
 def _refused(now: datetime) -> Fact:
-    """Refused deliveries in the last hour. Fails while they keep coming: a signature or
-    timestamp refusal in the window and no delivery accepted since the last one (a scanner
-    that omits the headers is only a warning)."""
+    """Refused deliveries in the last hour: a failure when signature or timestamp refusals
+    came after the last accepted delivery; a warning otherwise."""
     refused = refused_deliveries(now.timestamp())
     total = sum(r["count"] for r in refused.values())
     if not total:
@@ -527,8 +504,8 @@ def _refused(now: datetime) -> Fact:
             "callback on the service (or BILLING['WEBHOOK_BASIC_AUTH'] its credentials)"
         ),
         "stale_timestamp": _(
-            "check this server's clock (NTP) against the service's, and "
-            "BILLING['WEBHOOK_TOLERANCE']"
+            "check this server's clock (NTP) against the service's (5 minutes of skew are "
+            "accepted)"
         ),
         "missing_headers": _(
             "check that the service signs its deliveries to this callback (a request without "
