@@ -224,32 +224,25 @@ def _token(limits: Thresholds) -> Fact:
             retry=RetryPolicy(max_retries=0), timeout=(limits.timeout, limits.timeout)
         )
     except BillingError as exc:
-        return Fact(
-            "token",
-            FAIL,
-            _("token: not configured: %(error)s") % {"error": exc},
-            {"error": str(exc)},
-        )
+        text = _("token: not configured: %(error)s") % {"error": exc}
+        return Fact("token", FAIL, text, {"error": str(exc)})
+    url = client.token_url
     started = time.perf_counter()
     try:
         lifetime = client.probe_token()
     except BillingError as exc:
-        return Fact(
-            "token",
-            FAIL,
-            _("token: could not be fetched from %(url)s: %(error)s")
-            % {"url": client.token_url, "error": exc},
-            {"url": client.token_url, "error": str(exc)},
-        )
+        text = _("token: could not be fetched from %(url)s: %(error)s") % {"url": url, "error": exc}
+        return Fact("token", FAIL, text, {"url": url, "error": str(exc)})
     finally:
         client.session.close()
     elapsed = time.perf_counter() - started
+    text = _("token: a new token was fetched from %(url)s in %(ms)d ms (expires in %(life)s)") % {
+        "url": url,
+        "ms": round(elapsed * 1000),
+        "life": duration(lifetime),
+    }
     return Fact(
-        "token",
-        OK,
-        _("token: a new token was fetched from %(url)s in %(ms)d ms (expires in %(life)s)")
-        % {"url": client.token_url, "ms": round(elapsed * 1000), "life": duration(lifetime)},
-        {"url": client.token_url, "seconds": round(elapsed, 3), "expires_in": lifetime},
+        "token", OK, text, {"url": url, "seconds": round(elapsed, 3), "expires_in": lifetime}
     )
 
 
@@ -266,25 +259,13 @@ def celery_app() -> Any | None:
 def _broker_and_workers(limits: Thresholds, skip: Any) -> list[Fact]:
     app = celery_app()
     if app is None:
-        return [
-            Fact(
-                "broker",
-                FAIL,
-                _(
-                    "broker: no Celery app is loaded in this process "
-                    "(see the README's installation steps)"
-                ),
-            )
-        ]
+        text = _(
+            "broker: no Celery app is loaded in this process (see the README's installation steps)"
+        )
+        return [Fact("broker", FAIL, text)]
     if app.conf.task_always_eager:
-        return [
-            Fact(
-                "broker",
-                WARNING,
-                _("broker: not used, tasks run eagerly in the calling process (task_always_eager)"),
-                {"eager": True},
-            )
-        ]
+        text = _("broker: not used, tasks run eagerly in the calling process (task_always_eager)")
+        return [Fact("broker", WARNING, text, {"eager": True})]
     conn = app.connection_for_write(connect_timeout=limits.timeout)
     url = conn.as_uri()  # the password masked
     try:
@@ -293,88 +274,52 @@ def _broker_and_workers(limits: Thresholds, skip: Any) -> list[Fact]:
                 max_retries=1, interval_start=0, interval_step=0.2, timeout=limits.timeout
             )
         except Exception as exc:
+            error = _error(exc)
+            text = _("broker: %(url)s is unreachable: %(error)s") % {"url": url, "error": error}
             return [
-                Fact(
-                    "broker",
-                    FAIL,
-                    _("broker: %(url)s is unreachable: %(error)s")
-                    % {"url": url, "error": _error(exc)},
-                    {"url": url, "error": _error(exc)},
-                ),
+                Fact("broker", FAIL, text, {"url": url, "error": error}),
                 Fact("workers", WARNING, _("workers: not pinged, the broker is unreachable")),
             ]
         broker = Fact("broker", OK, _("broker: %(url)s is reachable") % {"url": url}, {"url": url})
         if "workers" in skip:
             return [broker]
         if "fanout" not in conn.transport.implements.exchange_type:
-            return [
-                broker,
-                Fact(
-                    "workers",
-                    WARNING,
-                    _("workers: cannot ping workers with this broker (no broadcast)"),
-                    {"pingable": False},
-                ),
-            ]
+            text = _("workers: cannot ping workers with this broker (no broadcast)")
+            return [broker, Fact("workers", WARNING, text, {"pingable": False})]
     finally:
         conn.release()
     replies = app.control.ping(timeout=limits.ping_timeout) or []
     names = sorted(name for reply in replies for name in reply)
     if not names:
-        return [
-            broker,
-            Fact(
-                "workers",
-                FAIL,
-                _("workers: no worker answered a ping within %(timeout)s")
-                % {"timeout": duration(limits.ping_timeout)},
-                {"workers": []},
-            ),
-        ]
-    return [
-        broker,
-        Fact(
-            "workers",
-            OK,
-            _("workers: %(count)d answered a ping (%(names)s)")
-            % {"count": len(names), "names": ", ".join(names)},
-            {"workers": names},
-        ),
-    ]
+        text = _("workers: no worker answered a ping within %(timeout)s") % {
+            "timeout": duration(limits.ping_timeout)
+        }
+        return [broker, Fact("workers", FAIL, text, {"workers": []})]
+    text = _("workers: %(count)d answered a ping (%(names)s)") % {
+        "count": len(names),
+        "names": ", ".join(names),
+    }
+    return [broker, Fact("workers", OK, text, {"workers": names})]
 
 
 def _beat(limits: Thresholds, now: datetime) -> Fact:
     runs = last_runs()
     jobs = {name: runs[name] for name in PERIODIC_JOBS if name in runs}
-    data = {"last_runs": jobs}
     if not jobs:
-        return Fact(
-            "beat",
-            FAIL,
-            _(
-                "beat: no periodic run recorded (is celery beat running "
-                "with billing_integration's BEAT_SCHEDULE?)"
-            ),
-            data,
+        text = _(
+            "beat: no periodic run recorded (is celery beat running "
+            "with billing_integration's BEAT_SCHEDULE?)"
         )
-    newest = max(jobs.values())
-    age = _age(now, newest)
-    data["age"] = age
+        return Fact("beat", FAIL, text, {"last_runs": jobs})
+    age = _age(now, max(jobs.values()))
+    data: dict[str, Any] = {"last_runs": jobs, "age": age}
     each = ", ".join(f"{name} {duration(_age(now, at))}" for name, at in jobs.items())
+    values = {"age": duration(age), "limit": duration(limits.max_beat_age), "each": each}
     if limits.max_beat_age and age > limits.max_beat_age:
-        return Fact(
-            "beat",
-            FAIL,
-            _("beat: the last periodic run was %(age)s ago, more than %(limit)s (%(each)s)")
-            % {"age": duration(age), "limit": duration(limits.max_beat_age), "each": each},
-            data,
-        )
+        text = _("beat: the last periodic run was %(age)s ago, more than %(limit)s (%(each)s)")
+        return Fact("beat", FAIL, text % values, data)
     return Fact(
-        "beat",
-        OK,
-        _("beat: the last periodic run was %(age)s ago (%(each)s)")
-        % {"age": duration(age), "each": each},
-        data,
+        "beat", OK, _("beat: the last periodic run was %(age)s ago (%(each)s)") % values, data
     )
 
 
@@ -387,41 +332,27 @@ def _outbox(limits: Thresholds, now: datetime) -> list[Fact]:
     failed = entries.failed().count()
     age = _age(now, oldest) if oldest else None
     data = {"open": open_count, "oldest_pending": oldest, "oldest_pending_age": age}
+    values = {
+        "open": open_count,
+        "age": duration(age or 0),
+        "limit": duration(limits.max_outbox_age),
+    }
     if age is None:
         backlog = Fact(
-            "outbox",
-            OK,
-            _("outbox: %(open)d open entries, none pending") % {"open": open_count},
-            data,
+            "outbox", OK, _("outbox: %(open)d open entries, none pending") % values, data
         )
     elif limits.max_outbox_age and age > limits.max_outbox_age:
-        backlog = Fact(
-            "outbox",
-            FAIL,
-            _(
-                "outbox: %(open)d open entries, the oldest pending "
-                "has waited %(age)s, more than %(limit)s"
-            )
-            % {"open": open_count, "age": duration(age), "limit": duration(limits.max_outbox_age)},
-            data,
+        text = _(
+            "outbox: %(open)d open entries, the oldest pending "
+            "has waited %(age)s, more than %(limit)s"
         )
+        backlog = Fact("outbox", FAIL, text % values, data)
     else:
-        backlog = Fact(
-            "outbox",
-            OK,
-            _("outbox: %(open)d open entries, the oldest pending has waited %(age)s")
-            % {"open": open_count, "age": duration(age)},
-            data,
-        )
+        text = _("outbox: %(open)d open entries, the oldest pending has waited %(age)s")
+        backlog = Fact("outbox", OK, text % values, data)
+    text = _("failed entries: %(count)d in the outbox (admin: 'Retry failed push')")
     status = FAIL if failed > limits.max_failed_entries else OK
-    failures = Fact(
-        "outbox_failed",
-        status,
-        _("failed entries: %(count)d in the outbox (admin: 'Retry failed push')")
-        % {"count": failed},
-        {"failed": failed},
-    )
-    return [backlog, failures]
+    return [backlog, Fact("outbox_failed", status, text % {"count": failed}, {"failed": failed})]
 
 
 def _last_received() -> datetime | None:
@@ -443,12 +374,8 @@ def _events(limits: Thresholds, now: datetime) -> list[Fact]:
 
     events = WebhookEvent.objects
     last = _last_received()
-    oldest = (
-        events.filter(state=EventState.RECEIVED)
-        .order_by("received_at")
-        .values_list("received_at", flat=True)
-        .first()
-    )
+    waiting = events.filter(state=EventState.RECEIVED).order_by("received_at")
+    oldest = waiting.values_list("received_at", flat=True).first()
     failed = events.filter(state=EventState.FAILED).count()
     lag = _age(now, oldest) if oldest else 0.0
     data = {"last_received": last, "oldest_unprocessed": oldest, "lag": lag}
@@ -457,33 +384,17 @@ def _events(limits: Thresholds, now: datetime) -> list[Fact]:
         if last
         else _("none received yet")
     )
+    values = {"received": received, "lag": duration(lag), "limit": duration(limits.max_event_lag)}
     if limits.max_event_lag and lag > limits.max_event_lag:
-        flow = Fact(
-            "events",
-            FAIL,
-            _(
-                "events: %(received)s; the oldest unprocessed has waited "
-                "%(lag)s, more than %(limit)s"
-            )
-            % {"received": received, "lag": duration(lag), "limit": duration(limits.max_event_lag)},
-            data,
+        text = _(
+            "events: %(received)s; the oldest unprocessed has waited %(lag)s, more than %(limit)s"
         )
+        flow = Fact("events", FAIL, text % values, data)
     else:
-        flow = Fact(
-            "events",
-            OK,
-            _("events: %(received)s; processing lag %(lag)s")
-            % {"received": received, "lag": duration(lag)},
-            data,
-        )
+        flow = Fact("events", OK, _("events: %(received)s; processing lag %(lag)s") % values, data)
+    text = _("failed events: %(count)d (admin: Event deliveries, 'Replay')")
     status = FAIL if failed > limits.max_failed_events else OK
-    failures = Fact(
-        "events_failed",
-        status,
-        _("failed events: %(count)d (admin: Event deliveries, 'Replay')") % {"count": failed},
-        {"failed": failed},
-    )
-    return [flow, failures]
+    return [flow, Fact("events_failed", status, text % {"count": failed}, {"failed": failed})]
 
 
 def _refused(now: datetime) -> Fact:
@@ -504,8 +415,7 @@ def _refused(now: datetime) -> Fact:
             "callback on the service (or BILLING['WEBHOOK_BASIC_AUTH'] its credentials)"
         ),
         "stale_timestamp": _(
-            "check this server's clock (NTP) against the service's (5 minutes of skew are "
-            "accepted)"
+            "check this server's clock (NTP) against the service's (5 minutes of skew are accepted)"
         ),
         "missing_headers": _(
             "check that the service signs its deliveries to this callback (a request without "
@@ -531,57 +441,32 @@ def _refused(now: datetime) -> Fact:
         "hints": "; ".join(hints[r] for r in reasons),
     }
     if ongoing:
-        return Fact(
-            "refused",
-            FAIL,
-            _(
-                "refused deliveries: %(count)d in the last hour (%(reasons)s), the last "
-                "%(age)s ago, none accepted since: %(hints)s"
-            )
-            % values,
-            data,
+        text = _(
+            "refused deliveries: %(count)d in the last hour (%(reasons)s), the last "
+            "%(age)s ago, none accepted since: %(hints)s"
         )
-    return Fact(
-        "refused",
-        WARNING,
-        _(
-            "refused deliveries: %(count)d in the last hour (%(reasons)s), the last %(age)s "
-            "ago: %(hints)s"
-        )
-        % values,
-        data,
+        return Fact("refused", FAIL, text % values, data)
+    text = _(
+        "refused deliveries: %(count)d in the last hour (%(reasons)s), the last %(age)s "
+        "ago: %(hints)s"
     )
+    return Fact("refused", WARNING, text % values, data)
 
 
 def _pull(limits: Thresholds, now: datetime) -> Fact:
     runs = last_runs()
     pulls = {r: runs.get(f"pull:{r}") for r in PULLED_RESOURCES}
     data = {"last_pulls": pulls}
-    missing = [r for r, at in pulls.items() if at is None]
-    old = [
-        r
-        for r, at in pulls.items()
-        if at is not None and limits.max_pull_age and _age(now, at) > limits.max_pull_age
-    ]
-    each = ", ".join(
-        f"{r} {duration(_age(now, at))} ago" if at else f"{r} never" for r, at in pulls.items()
-    )
-    if old:
+    ages = {r: _age(now, at) for r, at in pulls.items() if at is not None}
+    each = ", ".join(f"{r} {duration(ages[r])} ago" if r in ages else f"{r} never" for r in pulls)
+    if limits.max_pull_age and any(age > limits.max_pull_age for age in ages.values()):
+        text = _("pull: the last successful pull is older than %(limit)s (%(each)s)")
         return Fact(
-            "pull",
-            FAIL,
-            _("pull: the last successful pull is older than %(limit)s (%(each)s)")
-            % {"limit": duration(limits.max_pull_age), "each": each},
-            data,
+            "pull", FAIL, text % {"limit": duration(limits.max_pull_age), "each": each}, data
         )
-    if missing:
-        return Fact(
-            "pull",
-            WARNING,
-            _("pull: no successful pull recorded yet for some resources (%(each)s)")
-            % {"each": each},
-            data,
-        )
+    if len(ages) < len(pulls):
+        text = _("pull: no successful pull recorded yet for some resources (%(each)s)")
+        return Fact("pull", WARNING, text % {"each": each}, data)
     return Fact("pull", OK, _("pull: last successful pulls: %(each)s") % {"each": each}, data)
 
 
