@@ -309,10 +309,8 @@ def _name(products: dict[int, str], product_id: Any) -> str:
 
 
 def display(value: Any, kind: str, currency: str | None = None) -> str:
-    """A cell as text for a person (the dashboard and ``billing_report``): ``-`` for None,
-    money in its row's currency (its minor units, the active language; two decimals without
-    one), a rate in per cent, a local time, thousands separated. The CSV export keeps plain
-    numbers (``reporting.csv``)."""
+    """A cell as text for a person (the dashboard and ``billing_report``): money in its row's
+    currency, rates in per cent, local times; the CSV export keeps plain numbers."""
     if value is None:
         return "-"
     if kind == "money":
