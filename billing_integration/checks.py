@@ -55,7 +55,12 @@ def check_billing_settings(app_configs: Any = None, **kwargs: Any) -> list[Check
         conf = billing_settings.as_dict()
     except BillingConfigurationError as exc:
         return [Error(str(exc), hint=f"Fix {exc.setting}.", id="billing_integration.E000")]
-    return [*_service_errors(conf), *_webhook_errors(conf), *_value_errors(conf)]
+    return [
+        *_service_errors(conf),
+        *_webhook_errors(conf),
+        *_value_errors(conf),
+        *_notice_errors(conf),
+    ]
 
 
 def _service_errors(conf: dict[str, Any]) -> list[CheckMessage]:
@@ -194,6 +199,32 @@ def _value_errors(conf: dict[str, Any]) -> list[CheckMessage]:
                 )
             )
     return errors
+
+
+def _notice_errors(conf: dict[str, Any]) -> list[CheckMessage]:
+    """Known notice kinds (E040), and ``SITE_URL`` set when one is on (E041)."""
+    notices, known = conf.get("NOTICES"), set(DEFAULTS["NOTICES"])
+    if not isinstance(notices, dict) or set(notices) - known:
+        return [
+            Error(
+                f"BILLING['NOTICES'] must be a dict of notice kinds to True/False, not "
+                f"{notices!r}.",
+                hint=f"Known kinds: {', '.join(sorted(known))}.",
+                id="billing_integration.E040",
+            )
+        ]
+    site = conf.get("SITE_URL")
+    on = sorted(kind for kind, value in notices.items() if value)
+    if on and not (isinstance(site, str) and site.startswith(("https://", "http://"))):
+        return [
+            Error(
+                f"BILLING['SITE_URL'] must be set when notices are on ({', '.join(on)}): "
+                f"the emails link to the account page with an absolute URL.",
+                hint='For example "https://app.example.com".',
+                id="billing_integration.E041",
+            )
+        ]
+    return []
 
 
 @register(Tags.database, "billing")

@@ -21,23 +21,6 @@ from .conf import shared_cache
 
 logger = logging.getLogger("billing_integration.health")
 
-__all__ = [
-    "FAIL",
-    "OK",
-    "PERIODIC_JOBS",
-    "PULLED_RESOURCES",
-    "REFUSALS_WINDOW",
-    "REFUSAL_REASONS",
-    "WARNING",
-    "Fact",
-    "HealthReport",
-    "Thresholds",
-    "celery_app",
-    "diagnose",
-    "record_refused",
-    "record_run",
-    "refused_deliveries",
-]
 
 OK, WARNING, FAIL = "ok", "warning", "fail"
 
