@@ -9,6 +9,5 @@ class BillingIntegrationConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks  # noqa: F401  (registers the system checks)
-        from .notices import checks as _notice_checks  # noqa: F401  (notice settings checks)
         from .notices import receivers  # noqa: F401  (queues the opt-in notices)
         from .outbox import signals  # noqa: F401  (connects the receivers that write the outbox)

@@ -1,26 +1,33 @@
-"""Django system checks for the billing configuration.
+"""Django system checks of the billing configuration and of the wiring a host must provide.
 
-``check_billing_settings`` runs on every ``check``; ``check_billing_deploy`` only under
-``check --deploy``. They never query the database, except ``check_service_binding``: it is
-registered with ``Tags.database``, so it runs only when Django asks for database checks
-(``migrate``, ``check --database default``).
+None touches the database, the broker or a cache, except ``check_service_binding``: it is
+tagged ``database``, so it runs only when Django asks for database checks (``migrate``).
 """
 
 from __future__ import annotations
 
 import hashlib
-import uuid
 from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.core.checks import Error, Tags, Warning, register
+from django.core.cache.backends.dummy import DummyCache
+from django.core.cache.backends.locmem import LocMemCache
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.utils.module_loading import import_string
 
 from .conf import DEFAULTS, REQUIRED, billing_settings
 from .exceptions import BillingConfigurationError
 from .webhooks.verification import whsec_key
 
 URL_KEYS = ("BASE_URL", "AUTH_URL", "CHECKOUT_URL")
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+#: Cache backends whose content each process keeps to itself.
+PROCESS_LOCAL_BACKENDS = (LocMemCache, DummyCache)
+#: SHA-256 of the public demo webhook secret of ``example_project/demo.env``.
+DEMO_WEBHOOK_SECRET_SHA256 = "d571fb0081e214ea7f811973fbf285e38d0cef2822dafc2dfbc6be6b674fdaf8"
+#: The sandbox's default client secret (``billing_integration.sandbox.config``).
+SANDBOX_CLIENT_SECRET = "sandbox-secret"
 
 
 def _hint(key: str) -> str:
@@ -29,21 +36,39 @@ def _hint(key: str) -> str:
     return f"Set BILLING['{key}'] in your settings{where}."
 
 
+def _secrets(conf: dict[str, Any]) -> list[Any]:
+    value = conf.get("WEBHOOK_SECRET")
+    return list(value) if isinstance(value, (list, tuple)) else [value] if value else []
+
+
+def _conf() -> dict[str, Any] | None:
+    try:
+        return billing_settings.as_dict()
+    except BillingConfigurationError:
+        return None  # check_billing_settings reports it (E000)
+
+
 @register(Tags.security, "billing")
-def check_billing_settings(app_configs: Any = None, **kwargs: Any) -> list:
+def check_billing_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """The settings can be read, the service and webhook keys are usable, each value valid."""
     try:
         conf = billing_settings.as_dict()
     except BillingConfigurationError as exc:
         return [Error(str(exc), hint=f"Fix {exc.setting}.", id="billing_integration.E000")]
+    return [
+        *_service_errors(conf),
+        *_webhook_errors(conf),
+        *_value_errors(conf),
+        *_notice_errors(conf),
+    ]
 
-    errors: list = []
-    for key in ("CLIENT_ID", "CLIENT_SECRET"):
-        if not conf.get(key):
-            errors.append(
-                Error(
-                    f"BILLING['{key}'] is not set.", hint=_hint(key), id="billing_integration.E001"
-                )
-            )
+
+def _service_errors(conf: dict[str, Any]) -> list[CheckMessage]:
+    errors: list[CheckMessage] = [
+        Error(f"BILLING['{key}'] is not set.", hint=_hint(key), id="billing_integration.E001")
+        for key in ("CLIENT_ID", "CLIENT_SECRET")
+        if not conf.get(key)
+    ]
     for key in URL_KEYS:
         value = conf.get(key)
         if not value:
@@ -67,16 +92,7 @@ def check_billing_settings(app_configs: Any = None, **kwargs: Any) -> list:
                     id="billing_integration.E003",
                 )
             )
-        elif (
-            parts.scheme == "http"
-            and not settings.DEBUG
-            and parts.hostname
-            not in (
-                "127.0.0.1",
-                "localhost",
-                "::1",
-            )
-        ):
+        elif parts.scheme == "http" and not settings.DEBUG and parts.hostname not in LOOPBACK:
             errors.append(
                 Warning(
                     f"BILLING['{key}'] uses plain http outside DEBUG: {value!r}.",
@@ -84,14 +100,17 @@ def check_billing_settings(app_configs: Any = None, **kwargs: Any) -> list:
                     id="billing_integration.W003",
                 )
             )
+    return errors
 
-    secrets = conf.get("WEBHOOK_SECRET")
-    secret_list = secrets if isinstance(secrets, (list, tuple)) else [secrets] if secrets else []
-    for index, secret in enumerate(secret_list):
-        if not _valid_whsec(secret):
-            label = "BILLING['WEBHOOK_SECRET']" + (
-                f"[{index}]" if isinstance(secrets, (list, tuple)) else ""
-            )
+
+def _webhook_errors(conf: dict[str, Any]) -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    secrets = _secrets(conf)
+    listed = isinstance(conf.get("WEBHOOK_SECRET"), (list, tuple))
+    for index, secret in enumerate(secrets):
+        key = whsec_key(secret)
+        if key is None or len(key) < 16:
+            label = "BILLING['WEBHOOK_SECRET']" + (f"[{index}]" if listed else "")
             errors.append(
                 Error(
                     f"{label} is not of the form 'whsec_<base64>'.",
@@ -109,7 +128,6 @@ def check_billing_settings(app_configs: Any = None, **kwargs: Any) -> list:
                 id="billing_integration.E005",
             )
         )
-    verified = bool(secret_list) or bool(basic)
     if conf.get("WEBHOOK_ALLOW_UNVERIFIED"):
         errors.append(
             Warning(
@@ -119,7 +137,7 @@ def check_billing_settings(app_configs: Any = None, **kwargs: Any) -> list:
                 id="billing_integration.W001",
             )
         )
-    elif not verified and not settings.DEBUG:
+    elif not secrets and not basic and not settings.DEBUG:
         errors.append(
             Error(
                 "Event callbacks cannot be verified: neither BILLING['WEBHOOK_SECRET'] nor "
@@ -128,169 +146,109 @@ def check_billing_settings(app_configs: Any = None, **kwargs: Any) -> list:
                 id="billing_integration.E006",
             )
         )
-    errors.extend(
-        _whole_number_errors(
-            conf,
-            (
-                "PAGE_SIZE",
-                "MAX_RETRIES",
-                "CHECKOUT_EXPIRY",
-                "WEBHOOK_TOLERANCE",
-                "OUTBOX_PUSH_MAX_ENTRIES",
-                "OUTBOX_REQUEUE_BATCH",
-            ),
-            minimum=0,
-            error_id="billing_integration.E007",
-        )
-    )
-    form = conf.get("SUBSCRIPTION_CURRENCY_FORM")
-    if form not in ("code", "id"):
-        errors.append(
-            Error(
-                f"BILLING['SUBSCRIPTION_CURRENCY_FORM'] must be 'code' or 'id', not {form!r}.",
-                hint="'code' (the default) sends selected_currency as 'XOF', 'id' as '1'.",
-                id="billing_integration.E013",
-            )
-        )
-    errors.extend(_checkout_and_access_errors(conf))
     return errors
 
 
-def _checkout_and_access_errors(conf: dict[str, Any]) -> list:
-    """INTERACTIVE_DEADLINE a positive number; MULTIPLE_PURCHASE_PRODUCTS a list of strings;
-    ACTIVE_STATUSES a non-empty list of non-empty strings."""
-    errors: list = []
+def _value_errors(conf: dict[str, Any]) -> list[CheckMessage]:
+    from .webhooks.prune import parse_duration
+
+    def bad(key: str, text: str, code: str, hint: str = "") -> Error:
+        default = f"The default is {DEFAULTS[key]!r}."
+        return Error(
+            f"BILLING['{key}'] must be {text}, not {conf.get(key)!r}.",
+            hint=f"{hint} {default}".strip(),
+            id=code,
+        )
+
+    errors: list[CheckMessage] = []
+    expiry = conf.get("CHECKOUT_EXPIRY")
+    if not isinstance(expiry, int) or isinstance(expiry, bool) or expiry < 0:
+        errors.append(bad("CHECKOUT_EXPIRY", "a non-negative integer", "billing_integration.E007"))
+    active = conf.get("ACTIVE_STATUSES")
+    statuses = active if isinstance(active, (list, tuple)) else ()
+    if not statuses or not all(isinstance(s, str) and s.strip() for s in statuses):
+        errors.append(
+            bad(
+                "ACTIVE_STATUSES",
+                "a non-empty list or tuple of strings",
+                "billing_integration.E008",
+            )
+        )
+    if conf.get("SUBSCRIPTION_CURRENCY_FORM") not in ("code", "id"):
+        hint = "'code' sends selected_currency as 'XOF', 'id' as '1'."
+        errors.append(
+            bad("SUBSCRIPTION_CURRENCY_FORM", "'code' or 'id'", "billing_integration.E013", hint)
+        )
     deadline = conf.get("INTERACTIVE_DEADLINE")
     if not isinstance(deadline, (int, float)) or isinstance(deadline, bool) or deadline <= 0:
         errors.append(
-            Error(
-                f"BILLING['INTERACTIVE_DEADLINE'] must be a positive number of seconds, "
-                f"not {deadline!r}.",
-                hint=f"The default is {DEFAULTS['INTERACTIVE_DEADLINE']!r}.",
-                id="billing_integration.E014",
-            )
+            bad("INTERACTIVE_DEADLINE", "a positive number of seconds", "billing_integration.E014")
         )
-    products = conf.get("MULTIPLE_PURCHASE_PRODUCTS")
-    if not isinstance(products, (list, tuple)) or not all(
-        isinstance(p, (str, uuid.UUID)) for p in products
-    ):
-        errors.append(
-            Error(
-                "BILLING['MULTIPLE_PURCHASE_PRODUCTS'] must be a list of product names or "
-                f"remote ids, not {products!r}.",
-                hint='For example ["Ebook", "Support hours"].',
-                id="billing_integration.E015",
+    retention = conf.get("EVENT_RETENTION")
+    if retention is not None:
+        try:
+            parse_duration(retention)
+        except ValueError:
+            text = "None or a positive duration such as '90d', '12h', '30m' or seconds"
+            errors.append(
+                bad(
+                    "EVENT_RETENTION",
+                    text,
+                    "billing_integration.E024",
+                    "None keeps every delivery.",
+                )
             )
-        )
-    active = conf.get("ACTIVE_STATUSES")
-    if (
-        not isinstance(active, (list, tuple))
-        or not active
-        or not all(isinstance(s, str) and s.strip() for s in active)
-    ):
-        errors.append(
-            Error(
-                "BILLING['ACTIVE_STATUSES'] must be a non-empty list or tuple of non-empty "
-                f"strings, not {active!r}.",
-                hint="The subscription statuses that grant access; the default is "
-                f"{DEFAULTS['ACTIVE_STATUSES']!r}.",
-                id="billing_integration.E008",
-            )
-        )
-    errors.extend(_retention_errors(conf))
-    errors.extend(
-        _whole_number_errors(conf, WORKER_COUNTS, minimum=1, error_id="billing_integration.E016")
-    )
     return errors
 
 
-#: Settings that size the work of the workers: each a positive whole number.
-WORKER_COUNTS = (
-    "OUTBOX_PUSH_CONCURRENCY",
-    "OUTBOX_PUSH_RUNS",
-    "OUTBOX_CLAIM_BATCH",
-    "WEBHOOK_PROCESS_RUNS",
-)
-
-
-def _whole_number_errors(
-    conf: dict[str, Any], keys: tuple[str, ...], *, minimum: int, error_id: str
-) -> list:
-    """One ``error_id`` per key of ``keys`` that is not a whole number of at least
-    ``minimum`` (0: non-negative, 1: positive)."""
-    kind = "a positive whole number" if minimum == 1 else "a non-negative integer"
-    return [
-        Error(
-            f"BILLING['{key}'] must be {kind}, not {value!r}.",
-            hint=f"The default is {DEFAULTS[key]!r}.",
-            id=error_id,
-        )
-        for key in keys
-        if not isinstance(value := conf.get(key), int) or isinstance(value, bool) or value < minimum
-    ]
-
-
-def _retention_errors(conf: dict[str, Any]) -> list:
-    """EVENT_RETENTION None or a positive duration ("90d", "12h", "30m", seconds)."""
-    from .webhooks.prune import parse_duration
-
-    value = conf.get("EVENT_RETENTION")
-    if value is None:
-        return []
-    try:
-        parse_duration(value)
-    except ValueError:
+def _notice_errors(conf: dict[str, Any]) -> list[CheckMessage]:
+    """Known notice kinds (E040), and ``SITE_URL`` set when one is on (E041)."""
+    notices, known = conf.get("NOTICES"), set(DEFAULTS["NOTICES"])
+    if not isinstance(notices, dict) or set(notices) - known:
         return [
             Error(
-                "BILLING['EVENT_RETENTION'] must be None or a positive duration such as "
-                f"'90d', '12h', '30m' or a number of seconds, not {value!r}.",
-                hint="None keeps every event delivery; the default is "
-                f"{DEFAULTS['EVENT_RETENTION']!r}.",
-                id="billing_integration.E024",
+                f"BILLING['NOTICES'] must be a dict of notice kinds to True/False, not "
+                f"{notices!r}.",
+                hint=f"Known kinds: {', '.join(sorted(known))}.",
+                id="billing_integration.E040",
+            )
+        ]
+    site = conf.get("SITE_URL")
+    on = sorted(kind for kind, value in notices.items() if value)
+    if on and not (isinstance(site, str) and site.startswith(("https://", "http://"))):
+        return [
+            Error(
+                f"BILLING['SITE_URL'] must be set when notices are on ({', '.join(on)}): "
+                f"the emails link to the account page with an absolute URL.",
+                hint='For example "https://app.example.com".',
+                id="billing_integration.E041",
             )
         ]
     return []
 
 
-def _valid_whsec(secret: Any) -> bool:
-    key = whsec_key(secret)
-    return key is not None and len(key) >= 16
-
-
 @register(Tags.database, "billing")
-def check_service_binding(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list:
-    """The mirror belongs to another service than the configured one (E010). Reads the
-    database, so only when Django passes ``databases``."""
+def check_service_binding(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """The mirror belongs to another service than the configured one (E010)."""
     if not databases:
         return []
     from .service import check_messages
 
-    return check_messages(databases)
-
-
-#: SHA-256 of the webhook secret committed in ``example_project/demo.env`` (public on purpose,
-#: for the demo; compared by digest so that no copy of it sits in the package).
-DEMO_WEBHOOK_SECRET_SHA256 = "d571fb0081e214ea7f811973fbf285e38d0cef2822dafc2dfbc6be6b674fdaf8"
-#: The sandbox's default client secret (``billing_integration.sandbox.config``).
-SANDBOX_CLIENT_SECRET = "sandbox-secret"
-_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+    return list(check_messages(databases))
 
 
 @register(Tags.security, "billing", deploy=True)
-def check_billing_deploy(app_configs: Any = None, **kwargs: Any) -> list:
-    """``check --deploy``: public sandbox or demo credentials, plain-http service URLs. Run
-    whatever ``DEBUG`` says (like Django's own deploy checks); never prints a secret."""
-    try:
-        conf = billing_settings.as_dict()
-    except BillingConfigurationError:
-        return []  # check_billing_settings reports it (E000)
-    errors: list = []
-    secrets = conf.get("WEBHOOK_SECRET")
-    secret_list = secrets if isinstance(secrets, (list, tuple)) else [secrets] if secrets else []
+def check_billing_deploy(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``check --deploy``: public demo or sandbox credentials, plain-http service URLs."""
+    conf = _conf()
+    if conf is None:
+        return []
+    errors: list[CheckMessage] = []
     if any(
-        isinstance(secret, str)
-        and hashlib.sha256(secret.encode()).hexdigest() == DEMO_WEBHOOK_SECRET_SHA256
-        for secret in secret_list
+        isinstance(s, str) and hashlib.sha256(s.encode()).hexdigest() == DEMO_WEBHOOK_SECRET_SHA256
+        for s in _secrets(conf)
     ):
         errors.append(
             Error(
@@ -313,7 +271,7 @@ def check_billing_deploy(app_configs: Any = None, **kwargs: Any) -> list:
     for key in URL_KEYS:
         parts = urlsplit(str(conf.get(key) or ""))
         # W003 already reports a remote http URL outside DEBUG.
-        if parts.scheme == "http" and (settings.DEBUG or parts.hostname in _LOOPBACK):
+        if parts.scheme == "http" and (settings.DEBUG or parts.hostname in LOOPBACK):
             errors.append(
                 Warning(
                     f"BILLING['{key}'] uses plain http: tokens, client credentials and billing "
@@ -326,17 +284,14 @@ def check_billing_deploy(app_configs: Any = None, **kwargs: Any) -> list:
     return errors
 
 
-# --- the wiring a host project must provide (E020-E023, W020-W021) -----------------------------
 @register("billing")
-def check_wiring(app_configs: Any = None, **kwargs: Any) -> list:
-    """Celery, caches, DRF and beat as the app needs them. Reads settings and the Celery app's
-    configuration only: no database, broker or cache connection."""
-    return [*_check_celery(), *_check_caches(), *_check_drf()]
+def check_wiring(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Celery, the shared cache, DRF and beat as the app needs them (settings only)."""
+    return [*_check_celery(), *_check_cache(), *_check_drf()]
 
 
 def _project_package() -> str:
-    """The host project's package, where its ``celery.py`` belongs: that of the settings
-    module (``acme.settings`` -> ``acme``), else the first part of ``ROOT_URLCONF``."""
+    """The host's package (``acme.settings`` -> ``acme``), where its ``celery.py`` belongs."""
     module = getattr(settings, "SETTINGS_MODULE", None) or ""
     if "." in module:
         return module.rsplit(".", 1)[0]
@@ -346,24 +301,26 @@ def _project_package() -> str:
     return module or "proj"
 
 
-def _check_celery() -> list:
+def _check_celery() -> list[CheckMessage]:
     from .health import celery_app
+    from .schedule import BEAT_SCHEDULE
 
     app = celery_app()
     if app is None:
         package = _project_package()
+        path = package.replace(".", "/")
         return [
             Error(
                 "No Celery app is loaded: local changes would be sent to Celery's default "
                 "broker (amqp://guest@localhost//) and never pushed to the billing service.",
-                hint=f"Create {package.replace('.', '/')}/celery.py (app = Celery('{package}'); "
+                hint=f"Create {path}/celery.py (app = Celery('{package}'); "
                 "app.config_from_object('django.conf:settings', namespace='CELERY'); "
-                f"app.autodiscover_tasks()) and import it in {package.replace('.', '/')}/"
-                "__init__.py (from .celery import app as celery_app).",
+                f"app.autodiscover_tasks()) and import it in {path}/__init__.py "
+                "(from .celery import app as celery_app).",
                 id="billing_integration.E020",
             )
         ]
-    errors: list = []
+    errors: list[CheckMessage] = []
     conf = app.conf
     if not conf.task_always_eager and not conf.broker_write_url:
         errors.append(
@@ -376,14 +333,9 @@ def _check_celery() -> list:
                 id="billing_integration.E021",
             )
         )
-    from .schedule import BEAT_SCHEDULE
-
-    scheduler = str(conf.beat_scheduler or "")
-    if scheduler.startswith("celery.beat"):  # other schedulers keep their entries elsewhere
+    if str(conf.beat_scheduler or "").startswith("celery.beat"):  # others keep theirs elsewhere
         scheduled = {
-            entry.get("task")
-            for entry in (conf.beat_schedule or {}).values()
-            if isinstance(entry, dict)
+            e.get("task") for e in (conf.beat_schedule or {}).values() if isinstance(e, dict)
         }
         missing = [e["task"] for e in BEAT_SCHEDULE.values() if e["task"] not in scheduled]
         if missing:
@@ -400,57 +352,45 @@ def _check_celery() -> list:
     return errors
 
 
-def _check_caches() -> list:
-    from django.utils.module_loading import import_string
+def _check_cache() -> list[CheckMessage]:
+    """BILLING['CACHE'] names a cache (E023), shared between processes when workers run
+    apart from the web processes (W020)."""
+    from .health import celery_app
 
-    from .wakeup import PROCESS_LOCAL_BACKENDS
-
+    conf = _conf()
+    if conf is None:
+        return []
+    alias = conf["CACHE"]
+    if alias not in settings.CACHES:
+        return [
+            Error(
+                f"BILLING['CACHE'] names the cache {alias!r}, which is not in settings.CACHES.",
+                hint=f"Add {alias!r} to CACHES or name an existing alias.",
+                id="billing_integration.E023",
+            )
+        ]
+    app = celery_app()
+    if app is not None and app.conf.task_always_eager:
+        return []  # no worker processes: one process shares with itself
+    backend = str(settings.CACHES[alias].get("BACKEND", ""))
     try:
-        conf = billing_settings.as_dict()
-    except BillingConfigurationError:
-        return []  # E000 reports it
-    roles: dict[str, list[str]] = {}
-    roles.setdefault(conf["TOKEN_CACHE"], []).append("TOKEN_CACHE")
-    roles.setdefault(conf["KICK_CACHE"] or conf["TOKEN_CACHE"], []).append("KICK_CACHE")
-    if conf["SHARED_BACKOFF"] and isinstance(conf["BACKOFF_CACHE"], str) and conf["BACKOFF_CACHE"]:
-        roles.setdefault(conf["BACKOFF_CACHE"], []).append("BACKOFF_CACHE")
-    errors: list = []
-    for alias, keys in roles.items():
-        names = " and ".join(f"BILLING['{k}']" for k in keys)
-        if alias not in settings.CACHES:
-            errors.append(
-                Error(
-                    f"{names} names the cache {alias!r}, which is not in settings.CACHES.",
-                    hint=f"Add {alias!r} to CACHES or name an existing alias.",
-                    id="billing_integration.E023",
-                )
-            )
-            continue
-        backend = str(settings.CACHES[alias].get("BACKEND", ""))
-        try:
-            local = issubclass(import_string(backend), PROCESS_LOCAL_BACKENDS)
-        except ImportError:
-            continue  # Django's own cache checks report it
-        if local:
-            effects = {
-                "TOKEN_CACHE": "every web and worker process fetches its own API token",
-                "KICK_CACHE": "wake-ups cannot be coalesced (each change sends its own "
-                "Celery message)",
-                "BACKOFF_CACHE": "a process that is told to slow down pauses alone",
-            }
-            errors.append(
-                Warning(
-                    f"The cache {alias!r} ({backend.rsplit('.', 1)[-1]}) of {names} is not "
-                    f"shared between processes: {'; '.join(effects[k] for k in keys)}.",
-                    hint="Use a shared cache (Redis, Memcached, the database cache) for "
-                    "these aliases.",
-                    id="billing_integration.W020",
-                )
-            )
-    return errors
+        local = issubclass(import_string(backend), PROCESS_LOCAL_BACKENDS)
+    except ImportError:
+        return []  # Django's own cache checks report it
+    if not local:
+        return []
+    return [
+        Warning(
+            f"The cache {alias!r} of BILLING['CACHE'] ({backend.rsplit('.', 1)[-1]}) is not "
+            "shared between processes: every web and worker process fetches its own API token, "
+            "a process told to slow down pauses alone, and duplicate work is not suppressed.",
+            hint="Use a cache every process reaches (Redis, Memcached, the database cache).",
+            id="billing_integration.W020",
+        )
+    ]
 
 
-def _check_drf() -> list:
+def _check_drf() -> list[CheckMessage]:
     from django.apps import apps
     from django.urls import NoReverseMatch, reverse
 
@@ -470,52 +410,3 @@ def _check_drf() -> list:
             id="billing_integration.E022",
         )
     ]
-
-
-# --- backing off together (E030-E032) ---------------------------------------------------------
-@register("billing")
-def check_shared_backoff(app_configs: Any = None, **kwargs: Any) -> list:
-    """``SHARED_BACKOFF`` and its keys have usable values (settings only, no cache access)."""
-    try:
-        conf = billing_settings.as_dict()
-    except BillingConfigurationError:
-        return []  # E000 reports it
-    errors: list = []
-    if not isinstance(conf["SHARED_BACKOFF"], bool):
-        errors.append(
-            Error(
-                f"BILLING['SHARED_BACKOFF'] must be True or False, not {conf['SHARED_BACKOFF']!r}.",
-                hint="Set it to True (every process backs off together) or False.",
-                id="billing_integration.E030",
-            )
-        )
-    alias = conf["BACKOFF_CACHE"]
-    if alias is not None and (not isinstance(alias, str) or not alias):
-        errors.append(
-            Error(
-                f"BILLING['BACKOFF_CACHE'] must be a cache alias or None, not {alias!r}.",
-                hint="Name an alias of CACHES (E023 reports one that is missing), or None "
-                "to use KICK_CACHE / TOKEN_CACHE.",
-                id="billing_integration.E031",
-            )
-        )
-    for key in ("BACKOFF_REFRESH", "BACKOFF_FAILURE_RUN", "PACE_DOUBLING"):
-        value = conf[key]
-        bad = isinstance(value, bool) or not isinstance(value, (int, float))
-        if key == "BACKOFF_FAILURE_RUN":
-            bad = bad or not isinstance(value, int) or value < 1
-        elif key == "PACE_DOUBLING":
-            bad = bad or not 0 <= value <= 3600
-        else:
-            bad = bad or not 0 <= value <= 60
-        if bad:
-            errors.append(
-                Error(
-                    f"BILLING['{key}'] is {value!r}.",
-                    hint="BACKOFF_REFRESH: seconds between 0 and 60 (default 0.5); "
-                    "BACKOFF_FAILURE_RUN: an integer >= 1 (default 3); PACE_DOUBLING: "
-                    "seconds between 0 (no pace after a 429) and 3600 (default 5).",
-                    id="billing_integration.E032",
-                )
-            )
-    return errors

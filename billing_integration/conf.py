@@ -1,12 +1,7 @@
-"""The one place the app reads its configuration.
+"""The one place the app reads its configuration: the ``BILLING`` dict of Django settings.
 
-Everything lives in a single ``BILLING`` dict in Django settings; every key has a default
-(``DEFAULTS``) or is required. A missing required key raises ``BillingConfigurationError``
-naming the exact key to set and, for the connection keys, the environment variable the
-example project reads it from.
-
-    from billing_integration.conf import billing_settings
-    billing_settings.BASE_URL
+from billing_integration.conf import billing_settings
+billing_settings.BASE_URL
 """
 
 from __future__ import annotations
@@ -14,12 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import BaseCache, caches
 from django.core.signals import setting_changed
 
 from .exceptions import BillingConfigurationError
 
-#: Keys that have no sensible default and must be set, with the environment name the
-#: example project (and the sandbox's printout) uses for them.
+#: Keys without a default, with the environment variable the example project reads each from.
 REQUIRED: dict[str, str] = {
     "BASE_URL": "BILLING_BASE_URL",
     "AUTH_URL": "BILLING_AUTH_URL",
@@ -28,130 +23,152 @@ REQUIRED: dict[str, str] = {
     "CLIENT_SECRET": "BILLING_CLIENT_SECRET",
 }
 
-#: The documented defaults. docs/settings.md lists each with its meaning (DOCS).
+#: Every key and its default, grouped by the ``# --- group ---`` comments (docs/settings.md).
 DEFAULTS: dict[str, Any] = {
-    # --- connection -------------------------------------------------------------------
-    "BASE_URL": None,  # billing paths are {BASE_URL}/v1/api/billing/...
-    "AUTH_URL": None,  # token at {AUTH_URL}/realms/{REALM}/protocol/openid-connect/token
-    "CHECKOUT_URL": None,  # customers are sent to {CHECKOUT_URL}/checkout/<session_id>
+    # --- service ---
+    "BASE_URL": None,
+    "AUTH_URL": None,
+    "CHECKOUT_URL": None,
     "REALM": "sandbox",
     "CLIENT_ID": None,
     "CLIENT_SECRET": None,
-    "CONNECT_TIMEOUT": 5.0,  # seconds
-    "READ_TIMEOUT": 30.0,  # seconds
-    # --- retries (5xx, 429, timeouts, connection errors; never other 4xx) -------------
-    "MAX_RETRIES": 4,  # retries after the first attempt
-    "BACKOFF_BASE": 0.5,  # seconds; attempt n waits up to BASE * 2**n (full jitter)
-    "BACKOFF_MAX": 20.0,  # cap of one computed backoff wait
-    "RETRY_AFTER_MAX": 60.0,  # cap of an honoured Retry-After
-    # --- tokens -------------------------------------------------------------------------
-    "TOKEN_REFRESH_RATIO": 0.8,  # refresh once 80% of expires_in has passed
-    "TOKEN_CACHE": "default",  # Django cache alias shared by all processes
-    "TOKEN_LOCK_TIMEOUT": 10.0,  # seconds one process may hold the fetch lock
-    # --- lists --------------------------------------------------------------------------
-    "PAGE_SIZE": 100,  # limit= of list calls
-    "MAX_PAGES": 100_000,  # hard stop for a server that never ends a list
-    # --- currencies: the service's integer ids <-> ISO codes --------------------------
     "CURRENCIES": {1: "XOF", 2: "USD", 3: "EUR", 4: "GHS", 5: "KES", 6: "NGN"},
-    # POST /subscriptions' selected_currency: "code" ("XOF") or "id" (the id as a string, "1")
     "SUBSCRIPTION_CURRENCY_FORM": "code",
-    # --- webhooks -------------------------------------------------------------------------
-    "WEBHOOK_SECRET": None,  # "whsec_<base64>", or a list of them during rotation
-    "WEBHOOK_BASIC_AUTH": None,  # "user:password" as an alternative to signatures
-    "WEBHOOK_ALLOW_UNVERIFIED": False,  # accept unsigned deliveries (a check warns)
-    "WEBHOOK_TOLERANCE": 300,  # seconds of clock skew accepted on webhook-timestamp
-    "WEBHOOK_PROCESS_INLINE": False,  # process events in the request instead of Celery
-    "EVENT_TYPE_ALIASES": {},  # extra spellings -> canonical event type
-    "EVENT_HANDLERS": {},  # canonical type -> dotted path of an EventHandler subclass
-    "WEBHOOK_MAX_ATTEMPTS": 5,  # processing attempts of an event (transient errors) before failed
-    # --- customers and checkout -----------------------------------------------------------
-    "SUBSCRIBER_MODEL": None,  # default: settings.AUTH_USER_MODEL
-    "CUSTOMER_IDENTIFIER": "billing_integration.customers.default_identifier",
-    "CUSTOMER_FIELDS": "billing_integration.customers.default_fields",
-    "CHECKOUT_EXPIRY": 300,  # seconds; the service's own default is 5 minutes
-    # where access checks send non-subscribers: a URL name ("pricing") or a path; "?next=" added
-    "SUBSCRIPTION_REQUIRED_URL": "/",
-    # dotted path of a callable(request) -> subscriber (a team, an organisation) or None;
-    # None here means request.user (anonymous: no subscriber)
+    # --- webhooks ---
+    "WEBHOOK_SECRET": None,
+    "WEBHOOK_BASIC_AUTH": None,
+    "WEBHOOK_ALLOW_UNVERIFIED": False,
+    "EVENT_TYPE_ALIASES": {},
+    "EVENT_RETENTION": "90d",
+    # --- access ---
+    "SUBSCRIBER_MODEL": None,
     "SUBSCRIBER_RESOLVER": None,
-    # seconds a request a person waits on (checkout, the return page) may spend on the
-    # service in all: attempts, retries and the waits between them; background work keeps
-    # MAX_RETRIES / RETRY_AFTER_MAX
-    "INTERACTIVE_DEADLINE": 8.0,
-    # products a subscriber may buy again while holding an active subscription to them
-    # (names or remote ids); any other product is refused a second purchase (409)
-    "MULTIPLE_PURCHASE_PRODUCTS": [],
-    # the subscriber's billing page (a URL name or a path), linked from the "you already
-    # have this plan" page and the return page; default: the app's own billing page
-    "ACCOUNT_URL": "billing_integration:account",
-    # subscription statuses that grant access (an allow-list: any other status, unknown
-    # ones included, grants none); compared stripped and lower-cased
     "ACTIVE_STATUSES": ("published",),
-    # --- outbox -----------------------------------------------------------------------------
-    "OUTBOX_MAX_ATTEMPTS": 8,
-    "OUTBOX_RETRY_BASE": 2.0,  # seconds; task retry n waits BASE * 2**n (capped below)
-    "OUTBOX_RETRY_MAX": 300.0,  # keep below the broker's visibility timeout
-    "OUTBOX_STALE_AFTER": 60.0,  # the beat drain picks up entries older than this
-    # seconds a worker's claim on an entry holds before another may take it over (a killed
-    # worker); keep above the longest single push including the client's own retries
-    "OUTBOX_LEASE": 300.0,
-    # deprecated (one release): when set, the value of both OUTBOX_PUSH_MAX_ENTRIES and
-    # OUTBOX_REQUEUE_BATCH that are not set themselves
-    "OUTBOX_DRAIN_BATCH": None,
-    "OUTBOX_DEFER_DELAY": 2.0,  # seconds before a push waiting behind another retries
-    "OUTBOX_QUEUE": None,  # Celery queue of the push tasks; None = the default queue
-    # --- wake-ups: a commit kicks a drain task once per burst (billing_integration.wakeup) ---
-    "KICK_TTL": 30.0,  # seconds a pending wake-up suppresses further kicks (a lost message)
-    "KICK_CACHE": None,  # Django cache alias shared by all processes; None = TOKEN_CACHE
-    "OUTBOX_DRAIN_SECONDS": 20.0,  # one drain task run pushes this long, then kicks itself
-    "OUTBOX_CLAIM_BATCH": 100,  # due entries a push run claims at a time, at least
-    "OUTBOX_PUSH_CONCURRENCY": 4,  # calls in flight at once in one push run (threads)
-    "OUTBOX_PUSH_RUNS": 4,  # push runs at once over the workers when a burst is due
-    "WEBHOOK_DRAIN_SECONDS": 20.0,  # one event drain run processes this long, then kicks itself
-    # seconds a web process that saw the event drain's wake-up pending skips the cache for
-    # further kicks; the drain lingers this long (+ a margin) after clearing. 0 = off
-    "WEBHOOK_KICK_WINDOW": 0.25,
-    # event drain runs at a time, each on its share of the objects (the events of one object
-    # stay in order); 1 = one run processes every event
-    "WEBHOOK_PROCESS_RUNS": 4,
-    "OUTBOX_PUSH_MAX_ENTRIES": 1000,  # entries one push run (a kick) attempts, then kicks itself
-    "OUTBOX_REQUEUE_BATCH": 1000,  # stale entries one periodic sweep re-enqueues at most
-    # --- pages (what people see) ------------------------------------------------------------
-    # the template the app's pages (checkout return and errors, the billing page) extend; it
-    # defines the blocks "title" and "content"
+    "PRICING_URL": "/",
+    # --- checkout and pages ---
+    "CUSTOMER_FIELDS": "billing_integration.customers.default_fields",
+    "CHECKOUT_EXPIRY": 300,
+    "INTERACTIVE_DEADLINE": 8.0,
     "BASE_TEMPLATE": "billing_integration/base.html",
-    # where a customer whose subscription lapsed is sent to choose a plan again (a URL name
-    # or a path); None = SUBSCRIPTION_REQUIRED_URL
-    "PRICING_URL": None,
-    # --- notices: opt-in emails when money moves (billing_integration.notices) ----------------
-    # each notice on (True) or off; keys left out stay off
+    # --- notices ---
     "NOTICES": {
         "payment_failed": False,
         "subscription_canceled": False,
         "subscription_paused": False,
         "refund_approved": False,
     },
-    "NOTICE_FROM_EMAIL": None,  # None = settings.DEFAULT_FROM_EMAIL
-    # dotted path of a callable(customer, subscriber) -> email or None; None = the customer's
-    # email, else the subscriber's ``email`` attribute
-    "NOTICE_RECIPIENT": None,
-    # the site's absolute base ("https://app.example.com") for links in emails; required when
-    # a notice is on
     "SITE_URL": "",
-    "NOTICE_MAX_ATTEMPTS": 5,  # sending attempts of one notice (the task retries) before failed
-    # --- backing off together (billing_integration.client.backoff) ----------------------
-    "SHARED_BACKOFF": True,  # a 429/5xx/outage seen by one process pauses every process
-    "BACKOFF_CACHE": None,  # Django cache alias of the shared window; None = KICK_CACHE
-    "BACKOFF_REFRESH": 0.5,  # seconds a process trusts its copy: how late it learns of one
-    "BACKOFF_FAILURE_RUN": 3,  # failures in a row (no Retry-After) that pause every process
-    "PACE_DOUBLING": 5.0,  # seconds: after a 429 the shared pace doubles this often; 0 = none
-    # --- event log retention (billing_integration.webhooks.prune) ------------------------------
-    # finished deliveries (processed, ignored, failed, rejected) older than this are deleted by
-    # the daily beat task: "90d", "12h", "30m" or seconds; None keeps every delivery
-    "EVENT_RETENTION": "90d",
-    # --- workers -----------------------------------------------------------------------
-    "CACHE": "default",  # the Django cache alias of everything shared across processes
-    "QUEUE": None,  # the Celery queue of the app's tasks; None = the default queue
+    # --- workers ---
+    "CACHE": "default",
+    "QUEUE": None,
+}
+
+_CONSTANT = "it is a constant now ({})"
+#: Keys that were removed, and what to do instead. The README's "Upgrading" section lists them.
+REMOVED: dict[str, str] = {
+    "CONNECT_TIMEOUT": _CONSTANT.format("billing_integration.client"),
+    "READ_TIMEOUT": _CONSTANT.format("billing_integration.client"),
+    "MAX_RETRIES": _CONSTANT.format("billing_integration.client"),
+    "BACKOFF_BASE": _CONSTANT.format("billing_integration.client"),
+    "BACKOFF_MAX": _CONSTANT.format("billing_integration.client"),
+    "RETRY_AFTER_MAX": _CONSTANT.format("billing_integration.client"),
+    "TOKEN_REFRESH_RATIO": _CONSTANT.format("billing_integration.client"),
+    "TOKEN_LOCK_TIMEOUT": _CONSTANT.format("billing_integration.client"),
+    "PAGE_SIZE": _CONSTANT.format("billing_integration.client"),
+    "MAX_PAGES": _CONSTANT.format("billing_integration.client"),
+    "TOKEN_CACHE": "use BILLING['CACHE']",
+    "BACKOFF_CACHE": "use BILLING['CACHE']",
+    "KICK_CACHE": "use BILLING['CACHE']",
+    "SHARED_BACKOFF": "every process always backs off together, through BILLING['CACHE']",
+    "BACKOFF_REFRESH": _CONSTANT.format("billing_integration.client"),
+    "BACKOFF_FAILURE_RUN": "the shared back-off no longer counts failures in a row",
+    "PACE_DOUBLING": "the shared 429 pace is gone; a Retry-After pauses every process",
+    "WEBHOOK_TOLERANCE": _CONSTANT.format("300 s, the Standard Webhooks default"),
+    "WEBHOOK_PROCESS_INLINE": "set Celery's task_always_eager (CELERY_TASK_ALWAYS_EAGER) "
+    "to process events in the request",
+    "EVENT_HANDLERS": "register your EventHandler subclass with the @handler(...) decorator "
+    "(see docs/events.md)",
+    "WEBHOOK_MAX_ATTEMPTS": _CONSTANT.format("billing_integration.webhooks"),
+    "WEBHOOK_DRAIN_SECONDS": "event drain runs are gone: one Celery task processes an event",
+    "WEBHOOK_KICK_WINDOW": "wake-ups are gone: every event enqueues its Celery task",
+    "WEBHOOK_PROCESS_RUNS": "run more Celery worker processes or threads",
+    "CUSTOMER_IDENTIFIER": "use BILLING['CUSTOMER_FIELDS']: its callable returns identifier, "
+    "first_name, last_name and email",
+    "SUBSCRIPTION_REQUIRED_URL": "use BILLING['PRICING_URL']",
+    "ACCOUNT_URL": "the app's billing page (billing_integration:account) is linked; "
+    "route it where you want it",
+    "MULTIPLE_PURCHASE_PRODUCTS": "tick the product's 'may be bought again while held' "
+    "(Product.multiple_purchases) in the admin",
+    "OUTBOX_MAX_ATTEMPTS": _CONSTANT.format("billing_integration.outbox"),
+    "OUTBOX_RETRY_BASE": _CONSTANT.format("billing_integration.outbox"),
+    "OUTBOX_RETRY_MAX": _CONSTANT.format("billing_integration.outbox"),
+    "OUTBOX_STALE_AFTER": _CONSTANT.format("billing_integration.outbox"),
+    "OUTBOX_LEASE": _CONSTANT.format("billing_integration.outbox"),
+    "OUTBOX_DEFER_DELAY": _CONSTANT.format("billing_integration.outbox"),
+    "OUTBOX_DRAIN_BATCH": "remove it: pushes are one Celery task per change, swept by beat",
+    "OUTBOX_PUSH_MAX_ENTRIES": "remove it: pushes are one Celery task per change, swept by beat",
+    "OUTBOX_REQUEUE_BATCH": _CONSTANT.format("billing_integration.outbox"),
+    "OUTBOX_DRAIN_SECONDS": "remove it: pushes are one Celery task per change, swept by beat",
+    "OUTBOX_CLAIM_BATCH": "remove it: pushes are one Celery task per change, swept by beat",
+    "OUTBOX_QUEUE": "use BILLING['QUEUE'] (the queue of all the app's tasks)",
+    "OUTBOX_PUSH_CONCURRENCY": "run more Celery worker processes or threads "
+    "(celery worker --concurrency N)",
+    "OUTBOX_PUSH_RUNS": "run more Celery worker processes or threads",
+    "KICK_TTL": "wake-ups are gone: every change enqueues its Celery task",
+    "NOTICE_FROM_EMAIL": "notices are sent from settings.DEFAULT_FROM_EMAIL",
+    "NOTICE_RECIPIENT": "notices go to the customer's email, else the subscriber's email",
+    "NOTICE_MAX_ATTEMPTS": _CONSTANT.format("billing_integration.notices"),
+}
+
+#: One line per key of ``DEFAULTS``: what it means (the settings reference shows it).
+DOCS: dict[str, str] = {
+    "BASE_URL": "The service's address: billing paths are `{BASE_URL}/v1/api/billing/...`.",
+    "AUTH_URL": "The token server: tokens come from "
+    "`{AUTH_URL}/realms/{REALM}/protocol/openid-connect/token`.",
+    "CHECKOUT_URL": "Customers are sent to `{CHECKOUT_URL}/checkout/<session_id>`.",
+    "REALM": "The realm in the token path (`sandbox` is the service's test mode).",
+    "CLIENT_ID": "The client id of the client-credentials pair.",
+    "CLIENT_SECRET": "The client secret of the client-credentials pair (never logged).",
+    "CURRENCIES": "The service's integer currency ids and their ISO codes (the interface does "
+    "not publish the table: set yours). Checkout sessions and prices send the id, "
+    "subscriptions the code (see `SUBSCRIPTION_CURRENCY_FORM`).",
+    "SUBSCRIPTION_CURRENCY_FORM": "How `POST /subscriptions` sends `selected_currency`: "
+    '`"code"` (`"XOF"`) or `"id"` (the id as a string, `"1"`); answers carry the code either '
+    "way.",
+    "WEBHOOK_SECRET": '`"whsec_<base64>"`, or a list of them while rotating (any one verifies).',
+    "WEBHOOK_BASIC_AUTH": '`"user:password"`: HTTP basic auth on the callback URL, an '
+    "alternative to signatures.",
+    "WEBHOOK_ALLOW_UNVERIFIED": "With neither `WEBHOOK_SECRET` nor `WEBHOOK_BASIC_AUTH` set, "
+    "accept deliveries unverified (check `W001` warns, each one is logged). Never in production.",
+    "EVENT_TYPE_ALIASES": "Extra spellings of event types, mapped to a canonical type.",
+    "EVENT_RETENTION": "Finished event deliveries older than this are deleted by the daily task "
+    "`billing_integration.prune_events`: `90d`, `12h`, `30m` or seconds; `None` keeps every "
+    "delivery. `received` ones are never deleted.",
+    "SUBSCRIBER_MODEL": "What a customer belongs to (a user, a team, an organisation); "
+    "`None` means `AUTH_USER_MODEL`. Set it before the first `migrate`.",
+    "SUBSCRIBER_RESOLVER": "Dotted path of a callable(request) -> subscriber or `None`; `None` "
+    "means `request.user`.",
+    "ACTIVE_STATUSES": "Subscription statuses that grant access (an allow-list, compared "
+    "stripped and lower-cased); any other status, unknown ones included, grants none. The "
+    'interface shows only `published`; add e.g. `"trialing"` if your service sends more.',
+    "PRICING_URL": "Where a person without the needed plan is sent to choose one (a URL name "
+    "or a path; `?next=` and `&feature=` are added).",
+    "CUSTOMER_FIELDS": "Dotted path of a callable(subscriber) -> the customer's `identifier`, "
+    "`first_name`, `last_name` and `email`.",
+    "CHECKOUT_EXPIRY": "Seconds a checkout session stays open (sent as `expires_at`).",
+    "INTERACTIVE_DEADLINE": "Seconds a request a person waits on (checkout, the return page, "
+    "the API's checkout) may spend on the service in all, retries and waits included; a "
+    "service known to be down fails at once.",
+    "BASE_TEMPLATE": "The template the app's pages extend; it must define the blocks `title` "
+    'and `content` (the example project sets `"base.html"`).',
+    "NOTICES": "Each notice email on (`True`) or off: `payment_failed`, `subscription_canceled`, "
+    "`subscription_paused`, `refund_approved`; opt-in (all off).",
+    "SITE_URL": "The site's absolute base (`https://app.example.com`) for links in the notices; "
+    "required (a system check) when a notice is on.",
+    "CACHE": "The Django cache alias of everything the processes share: the token, the "
+    'back-off window, the "once" and dedup keys. In production use a cache every process '
+    "reaches (Redis, the database cache), not the per-process `LocMemCache`.",
+    "QUEUE": "The Celery queue of the app's tasks (`None`: Celery's default queue).",
 }
 
 
@@ -170,21 +187,22 @@ class BillingSettings:
 
     def as_dict(self) -> dict[str, Any]:
         if self._cache is None:
-            unknown = sorted(set(self.user_settings) - set(DEFAULTS))
-            if unknown:
-                raise BillingConfigurationError(
-                    f"Unknown key(s) in settings.BILLING: {', '.join(unknown)}. "
-                    f"Known keys: {', '.join(sorted(DEFAULTS))}.",
-                    setting="BILLING",
-                )
-            merged = {**DEFAULTS, **self.user_settings}
+            user = self.user_settings
+            for key in sorted(user):
+                if key in REMOVED:
+                    raise BillingConfigurationError(
+                        f"BILLING[{key!r}] was removed: {REMOVED[key]}.",
+                        setting=f"BILLING['{key}']",
+                    )
+                if key not in DEFAULTS:
+                    raise BillingConfigurationError(
+                        f"Unknown key BILLING[{key!r}]. Known keys: {', '.join(DEFAULTS)}.",
+                        setting=f"BILLING['{key}']",
+                    )
+            merged = {**DEFAULTS, **user}
             if merged["SUBSCRIBER_MODEL"] is None:
                 merged["SUBSCRIBER_MODEL"] = settings.AUTH_USER_MODEL
             merged["CURRENCIES"] = {int(k): str(v) for k, v in merged["CURRENCIES"].items()}
-            if merged["OUTBOX_DRAIN_BATCH"] is not None:  # the deprecated name of both
-                for key in ("OUTBOX_PUSH_MAX_ENTRIES", "OUTBOX_REQUEUE_BATCH"):
-                    if key not in self.user_settings:
-                        merged[key] = merged["OUTBOX_DRAIN_BATCH"]
             self._cache = merged
         return self._cache
 
@@ -231,11 +249,8 @@ class BillingSettings:
 billing_settings = BillingSettings()
 
 
-def shared_cache() -> Any:
-    """The Django cache that every process shares (``BILLING['CACHE']``): the token, the
-    backoff window, the "once" keys."""
-    from django.core.cache import caches
-
+def shared_cache() -> BaseCache:
+    """The Django cache every process shares (``BILLING['CACHE']``)."""
     return caches[billing_settings.CACHE]
 
 
@@ -245,144 +260,3 @@ def _reload(*, setting: str, **kwargs: Any) -> None:
 
 
 setting_changed.connect(_reload)
-
-#: One line per key of ``DEFAULTS``: what it means. The documentation's settings reference
-#: (``docs/settings.md``) is generated from ``DEFAULTS``, ``REQUIRED`` and this dict, and a test
-#: fails when a key has no description here. Markdown (inline code) is allowed.
-DOCS: dict[str, str] = {
-    "BASE_URL": "The service's address: billing paths are `{BASE_URL}/v1/api/billing/...`.",
-    "AUTH_URL": "The token server: tokens come from "
-    "`{AUTH_URL}/realms/{REALM}/protocol/openid-connect/token`.",
-    "CHECKOUT_URL": "Customers are sent to `{CHECKOUT_URL}/checkout/<session_id>`.",
-    "REALM": "The realm in the token path (`sandbox` is the service's test mode).",
-    "CLIENT_ID": "The client id of the client-credentials pair.",
-    "CLIENT_SECRET": "The client secret of the client-credentials pair (never logged).",
-    "CONNECT_TIMEOUT": "Seconds to wait for a connection to the service, on every request.",
-    "READ_TIMEOUT": "Seconds to wait for the service's answer, on every request.",
-    "MAX_RETRIES": "Retries after the first attempt (5xx, 429, timeouts and connection errors; "
-    "never another 4xx).",
-    "BACKOFF_BASE": "Seconds: retry *n* waits a random time up to "
-    "`min(BACKOFF_MAX, BACKOFF_BASE * 2**n)` (full jitter).",
-    "BACKOFF_MAX": "Seconds: the cap of one computed backoff wait.",
-    "RETRY_AFTER_MAX": "Seconds: an honoured `Retry-After` is capped at this.",
-    "TOKEN_REFRESH_RATIO": "A new token is fetched once this share of `expires_in` has passed.",
-    "TOKEN_CACHE": "The Django cache alias through which all processes share one token.",
-    "TOKEN_LOCK_TIMEOUT": 'Seconds one process may hold the "I am fetching a token" lock.',
-    "PAGE_SIZE": "The `limit` of list calls.",
-    "MAX_PAGES": "Hard stop for a list that never ends.",
-    "CURRENCIES": "The service's integer currency ids and their ISO codes (the interface does "
-    "not publish the table: set yours). Checkout sessions and prices send the id, "
-    "subscriptions the code (see `SUBSCRIPTION_CURRENCY_FORM`).",
-    "SUBSCRIPTION_CURRENCY_FORM": "How `POST /subscriptions` sends `selected_currency` (a "
-    'string, as the interface types it): `"code"` (`"XOF"`) or `"id"` (the id as a string, '
-    '`"1"`); answers carry the code either way.',
-    "WEBHOOK_SECRET": '`"whsec_<base64>"`, or a list of them while rotating (any one verifies).',
-    "WEBHOOK_BASIC_AUTH": '`"user:password"`: HTTP basic auth on the callback URL, an '
-    "alternative to signatures.",
-    "WEBHOOK_ALLOW_UNVERIFIED": "With neither `WEBHOOK_SECRET` nor `WEBHOOK_BASIC_AUTH` set, "
-    "accept deliveries unverified (check `W001` warns, each one is logged). Never in production.",
-    "WEBHOOK_TOLERANCE": "Seconds of clock skew accepted on `webhook-timestamp`, both ways.",
-    "WEBHOOK_PROCESS_INLINE": "Process each event in the request, right after it is stored, "
-    "instead of a Celery task after commit (its signals still wait for the commit).",
-    "EVENT_TYPE_ALIASES": "Extra spellings of event types, mapped to a canonical type.",
-    "EVENT_HANDLERS": "Canonical type -> dotted path of your `EventHandler` subclass.",
-    "WEBHOOK_MAX_ATTEMPTS": "Processing attempts of an event (transient errors) before it is "
-    "`failed`.",
-    "SUBSCRIBER_MODEL": "What a customer belongs to (a user, a team, an organisation); "
-    "`None` means `AUTH_USER_MODEL`. Set it before the first `migrate`.",
-    "CUSTOMER_IDENTIFIER": "Dotted path of a callable(subscriber) -> the customer's `identifier`.",
-    "CUSTOMER_FIELDS": "Dotted path of a callable(subscriber) -> `first_name`, `last_name`, "
-    "`email`.",
-    "CHECKOUT_EXPIRY": "Seconds a checkout session stays open (sent as `expires_at`).",
-    "SUBSCRIPTION_REQUIRED_URL": "Where access checks send non-subscribers (a URL name or a "
-    "path; `?next=` is added).",
-    "SUBSCRIBER_RESOLVER": "Dotted path of a callable(request) -> subscriber; `None` means "
-    "`request.user`.",
-    "INTERACTIVE_DEADLINE": "Seconds a request a person waits on (checkout, the return page, "
-    "the API's checkout) may spend on the service in all: attempts, retries, the waits between "
-    "them, each attempt's timeouts; a `Retry-After` beyond it gives up at once. `MAX_RETRIES` "
-    "and `RETRY_AFTER_MAX` are for background work.",
-    "MULTIPLE_PURCHASE_PRODUCTS": "Products (names or remote ids) a subscriber may buy again "
-    "while holding an active subscription to them; any other is refused a second purchase "
-    "(409).",
-    "ACCOUNT_URL": "The subscriber's billing page (a URL name or a path), linked from the "
-    'return page, the "you already have this plan" page and the API\'s 409; default: the '
-    "app's own billing page.",
-    "ACTIVE_STATUSES": "Subscription statuses that grant access (an allow-list, compared "
-    "stripped and lower-cased); any other status, unknown ones included, grants none. The "
-    "interface shows only `published`, and the sandbox uses it for every live subscription, "
-    'trials included; add e.g. `"trialing"` if your service sends more.',
-    "OUTBOX_MAX_ATTEMPTS": "Push attempts before an outbox entry is `failed` (visible, retryable).",
-    "OUTBOX_RETRY_BASE": "Seconds: push retry *n* waits `OUTBOX_RETRY_BASE * 2**n`, capped by "
-    "`OUTBOX_RETRY_MAX`.",
-    "OUTBOX_RETRY_MAX": "Seconds: the cap of a push retry's wait; keep it below the broker's "
-    "visibility timeout.",
-    "OUTBOX_STALE_AFTER": "Seconds: the periodic drain re-enqueues entries pending longer "
-    "than this.",
-    "OUTBOX_LEASE": "Seconds a worker's claim on an entry holds before another may take over "
-    "(a killed worker); keep it above the longest push.",
-    "OUTBOX_DRAIN_BATCH": "Deprecated (removed in the next release): when set, the value of "
-    "`OUTBOX_PUSH_MAX_ENTRIES` and `OUTBOX_REQUEUE_BATCH` where those are not set.",
-    "OUTBOX_PUSH_MAX_ENTRIES": "Entries one push run (the task a commit kicks) attempts, then it "
-    "kicks itself again.",
-    "OUTBOX_REQUEUE_BATCH": "Stale entries one periodic sweep (`billing_integration.drain_outbox`) "
-    "re-enqueues at most.",
-    "OUTBOX_DEFER_DELAY": "Seconds before a push queued behind another push of the same "
-    "object retries.",
-    "OUTBOX_QUEUE": "The Celery queue of the push tasks (`None`: the default queue).",
-    "KICK_TTL": "Seconds a pending wake-up suppresses further kicks (bounds the delay after a "
-    "lost message).",
-    "KICK_CACHE": "The cache alias holding the wake-up flags, shared by all processes "
-    "(`None`: `TOKEN_CACHE`).",
-    "OUTBOX_DRAIN_SECONDS": "Seconds one push drain run pushes, then it kicks itself again.",
-    "OUTBOX_CLAIM_BATCH": "Due entries a push run claims at a time, at least: more (up to "
-    "1,000) when half a second of calls at its last batch's pace is more.",
-    "OUTBOX_PUSH_CONCURRENCY": "Calls to the service one push run has in flight at once "
-    "(threads; the entries of one object stay in order). `1`: one call at a time.",
-    "OUTBOX_PUSH_RUNS": "Push runs that may work at once when a burst is due: a run that finds "
-    "a full batch wakes one more, up to this many, so a burst spreads over the workers. `1`: "
-    "one run at a time.",
-    "WEBHOOK_DRAIN_SECONDS": "Seconds one event drain run processes, then it kicks itself again.",
-    "WEBHOOK_KICK_WINDOW": "Seconds a web process that saw the event drain's wake-up pending "
-    "skips the cache for further kicks; the drain lingers as long after its clear before "
-    "returning on nothing, so no wake-up is lost (`0`: off).",
-    "WEBHOOK_PROCESS_RUNS": "Event drain runs that may process at once, each on the events of "
-    "its share of the objects (by a hash of the object id): the events of one object are "
-    "processed in order of reception, different objects by up to this many workers (`1`: one "
-    "run processes every event).",
-    "BASE_TEMPLATE": "The template the app's pages (checkout return and errors, the billing page) "
-    "extend; it must define the blocks `title` and `content` (the example project sets "
-    '`"base.html"`).',
-    "PRICING_URL": "Where the billing page sends a customer whose subscription lapsed, to "
-    "choose a plan again "
-    "(a URL name or a path); `None`: `SUBSCRIPTION_REQUIRED_URL`.",
-    "NOTICES": "Each notice email on (`True`) or off: `payment_failed`, `subscription_canceled`, "
-    "`subscription_paused`, `refund_approved`; opt-in (all off).",
-    "NOTICE_FROM_EMAIL": "The notices' sender (`None`: `DEFAULT_FROM_EMAIL`).",
-    "NOTICE_RECIPIENT": "Dotted path of a callable(customer, subscriber) returning the email "
-    "address or `None` (`None`: the customer's email, else the subscriber's).",
-    "SITE_URL": "The site's absolute base (`https://app.example.com`) for links in the notices; "
-    "required (a system check) when a notice is on.",
-    "NOTICE_MAX_ATTEMPTS": "Sending attempts of one notice (the task retries with backoff) before "
-    "it stays `failed`.",
-    "SHARED_BACKOFF": "A `Retry-After` (429, or a 5xx that sends one, capped at "
-    "`RETRY_AFTER_MAX`) or `BACKOFF_FAILURE_RUN` failures in a row seen by one process pause "
-    "every process until then; a call a person waits on whose deadline ends first fails at "
-    "once (the checkout's 503 page).",
-    "BACKOFF_CACHE": "The cache alias of the shared back-off window (`None`: `KICK_CACHE`, then "
-    "`TOKEN_CACHE`).",
-    "BACKOFF_REFRESH": "Seconds a process trusts its copy of the window: it learns of another's "
-    "at most this late, and reads the cache at most once per interval.",
-    "BACKOFF_FAILURE_RUN": "Retryable failures in a row (no `Retry-After`) after which a process "
-    "pauses all, for `BACKOFF_BASE * 2**(run - 3)` seconds (at most `BACKOFF_MAX`).",
-    "PACE_DOUBLING": "After a 429, every process together keeps to a shared pace of calls a "
-    "second: half the calls answered in the second before (halved again by a later 429), "
-    "doubling every this many seconds until it is over 1,000. `0`: no pace, only the window.",
-    "EVENT_RETENTION": "Finished event deliveries (processed, ignored, failed, rejected) older "
-    "than this are deleted by the daily task `billing_integration.prune_events`: `90d`, `12h`, "
-    "`30m` or seconds; `None` keeps every delivery. `received` ones are never deleted.",
-    "CACHE": "The Django cache alias of everything the processes share: the token, the "
-    'backoff window and the "once" keys. Use a cache every process reaches (Redis, the '
-    "database cache), not the per-process default `LocMemCache`, in production.",
-    "QUEUE": "The Celery queue of the app's tasks (`None`: Celery's default queue).",
-}

@@ -1,19 +1,8 @@
-"""Health of the billing integration: what ``manage.py billing_doctor`` and the admin's
-Health page report.
+"""The health of the integration, as ``billing_doctor`` and the admin's Health page report it:
+heartbeats of the periodic jobs (:func:`record_run`), refused deliveries counted per minute in
+the shared cache (:func:`record_refused`), and :func:`diagnose`, which gathers every fact.
 
-- :func:`record_run` stores when a periodic job last ran (a ``Heartbeat`` row): the beat
-  tasks call it first thing, the pull when a full list read ends.
-- :func:`record_refused` counts an event delivery the callback refused, per reason and per
-  minute, in the shared cache (bounded whatever the traffic: a counter per reason and minute,
-  expiring after ``REFUSALS_WINDOW``; nothing of the request is kept);
-  :func:`refused_deliveries` reads the counts of the last hour.
-- :func:`diagnose` gathers the facts, each :class:`Fact` judged against :class:`Thresholds`:
-  a token can be fetched (a new one, never shown), the broker answers and workers reply to a
-  ping, beat ran recently, the outbox backlog and its failed entries, the event processing
-  lag and failed events, refused deliveries, the last successful pull. A fact that cannot be
-  gathered is a failure of its own, never a crash that hides the others.
-
-This module imports neither models nor Celery at import time: tasks import ``record_run``.
+Imports neither models nor Celery at import time: tasks import ``record_run``.
 """
 
 from __future__ import annotations
@@ -28,25 +17,10 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from .conf import shared_cache
+
 logger = logging.getLogger("billing_integration.health")
 
-__all__ = [
-    "FAIL",
-    "OK",
-    "PERIODIC_JOBS",
-    "PULLED_RESOURCES",
-    "REFUSALS_WINDOW",
-    "REFUSAL_REASONS",
-    "WARNING",
-    "Fact",
-    "HealthReport",
-    "Thresholds",
-    "celery_app",
-    "diagnose",
-    "record_refused",
-    "record_run",
-    "refused_deliveries",
-]
 
 OK, WARNING, FAIL = "ok", "warning", "fail"
 
@@ -69,20 +43,16 @@ FACTS = (
     "pull",
 )
 
-#: Why the callback refused a delivery (``record_refused``): the signature (or the basic
-#: credentials) did not verify, the timestamp was outside ``WEBHOOK_TOLERANCE``, the
-#: signature headers were missing or malformed.
+#: Why the callback refused a delivery: a bad signature, a stale timestamp, missing headers.
 REFUSAL_REASONS = ("bad_signature", "stale_timestamp", "missing_headers")
-#: Seconds of refusals the doctor counts (the last hour), in counters of ``_REFUSAL_BUCKET``.
+#: Seconds of refusals the doctor counts (the last hour), in one counter per minute.
 REFUSALS_WINDOW = 3600
 _REFUSAL_BUCKET = 60
 
 
 # --- recording --------------------------------------------------------------------------------
 def record_run(name: str) -> None:
-    """Record now as the last run of ``name``. Never raises: a health record must not stop the
-    job it records (a failure is logged). Runs in a savepoint, so inside a transaction a
-    failure leaves the caller's transaction usable."""
+    """Record now as the last run of ``name``; never raises (in a savepoint, a failure logged)."""
     from .models.health import Heartbeat
 
     now = timezone.now()
@@ -99,16 +69,12 @@ def _refusal_key(reason: str, suffix: object) -> str:
 
 
 def record_refused(reason: str, now: float | None = None) -> None:
-    """Count one refused delivery of ``reason`` (``REFUSAL_REASONS``) in the shared cache
-    (``KICK_CACHE``, else ``TOKEN_CACHE``): this minute's counter, and the time of the last
-    refusal. Never raises (a cache failure is logged): the refusal is answered anyway."""
-    from .wakeup import _cache
-
+    """Count one refused delivery of ``reason`` in the shared cache; never raises."""
     at = time.time() if now is None else now
     timeout = REFUSALS_WINDOW + _REFUSAL_BUCKET
     counter = _refusal_key(reason, int(at // _REFUSAL_BUCKET))
     try:
-        cache = _cache()
+        cache = shared_cache()
         if not cache.add(counter, 1, timeout=timeout):
             cache.incr(counter)
         cache.set(_refusal_key(reason, "last"), at, timeout=timeout)
@@ -117,10 +83,7 @@ def record_refused(reason: str, now: float | None = None) -> None:
 
 
 def refused_deliveries(now: float | None = None) -> dict[str, dict[str, Any]]:
-    """``reason -> {"count": refusals in the last hour, "last": unix time of the last one or
-    None}`` for every reason of ``REFUSAL_REASONS``, read in one cache round trip."""
-    from .wakeup import _cache
-
+    """``reason -> {"count": refusals in the last hour, "last": unix time or None}``."""
     at = time.time() if now is None else now
     current = int(at // _REFUSAL_BUCKET)
     minutes = range(current - REFUSALS_WINDOW // _REFUSAL_BUCKET + 1, current + 1)
@@ -128,7 +91,7 @@ def refused_deliveries(now: float | None = None) -> dict[str, dict[str, Any]]:
         reason: [_refusal_key(reason, minute) for minute in minutes] for reason in REFUSAL_REASONS
     }
     lasts = {reason: _refusal_key(reason, "last") for reason in REFUSAL_REASONS}
-    found = _cache().get_many([k for ks in keys.values() for k in ks] + list(lasts.values()))
+    found = shared_cache().get_many([k for ks in keys.values() for k in ks] + list(lasts.values()))
     return {
         reason: {
             "count": sum(int(found.get(key) or 0) for key in keys[reason]),
@@ -162,8 +125,7 @@ class Thresholds:
 
 @dataclass
 class Fact:
-    """One line of the report: ``key`` (see ``FACTS``), ``status`` (ok, warning, fail), a
-    translated one-line ``summary``, and machine-readable ``data`` (``--json``)."""
+    """One line of the report: a ``key`` of ``FACTS``, a status, a summary and its data."""
 
     key: str
     status: str
@@ -245,38 +207,30 @@ def _token(limits: Thresholds) -> Fact:
             retry=RetryPolicy(max_retries=0), timeout=(limits.timeout, limits.timeout)
         )
     except BillingError as exc:
-        return Fact(
-            "token",
-            FAIL,
-            _("token: not configured: %(error)s") % {"error": exc},
-            {"error": str(exc)},
-        )
+        text = _("token: not configured: %(error)s") % {"error": exc}
+        return Fact("token", FAIL, text, {"error": str(exc)})
+    url = client.token_url
     started = time.perf_counter()
     try:
         lifetime = client.probe_token()
     except BillingError as exc:
-        return Fact(
-            "token",
-            FAIL,
-            _("token: could not be fetched from %(url)s: %(error)s")
-            % {"url": client.token_url, "error": exc},
-            {"url": client.token_url, "error": str(exc)},
-        )
+        text = _("token: could not be fetched from %(url)s: %(error)s") % {"url": url, "error": exc}
+        return Fact("token", FAIL, text, {"url": url, "error": str(exc)})
     finally:
         client.session.close()
     elapsed = time.perf_counter() - started
+    text = _("token: a new token was fetched from %(url)s in %(ms)d ms (expires in %(life)s)") % {
+        "url": url,
+        "ms": round(elapsed * 1000),
+        "life": duration(lifetime),
+    }
     return Fact(
-        "token",
-        OK,
-        _("token: a new token was fetched from %(url)s in %(ms)d ms (expires in %(life)s)")
-        % {"url": client.token_url, "ms": round(elapsed * 1000), "life": duration(lifetime)},
-        {"url": client.token_url, "seconds": round(elapsed, 3), "expires_in": lifetime},
+        "token", OK, text, {"url": url, "seconds": round(elapsed, 3), "expires_in": lifetime}
     )
 
 
 def celery_app() -> Any | None:
-    """The Celery app this thread sends tasks through, or None when it is Celery's own
-    fallback app (no app of the host's is loaded: tasks would go to ``amqp://localhost``)."""
+    """The host's Celery app, or None when only Celery's fallback app is loaded."""
     from celery import current_app
 
     app = current_app._get_current_object()
@@ -288,25 +242,13 @@ def celery_app() -> Any | None:
 def _broker_and_workers(limits: Thresholds, skip: Any) -> list[Fact]:
     app = celery_app()
     if app is None:
-        return [
-            Fact(
-                "broker",
-                FAIL,
-                _(
-                    "broker: no Celery app is loaded in this process "
-                    "(see the README's installation steps)"
-                ),
-            )
-        ]
+        text = _(
+            "broker: no Celery app is loaded in this process (see the README's installation steps)"
+        )
+        return [Fact("broker", FAIL, text)]
     if app.conf.task_always_eager:
-        return [
-            Fact(
-                "broker",
-                WARNING,
-                _("broker: not used, tasks run eagerly in the calling process (task_always_eager)"),
-                {"eager": True},
-            )
-        ]
+        text = _("broker: not used, tasks run eagerly in the calling process (task_always_eager)")
+        return [Fact("broker", WARNING, text, {"eager": True})]
     conn = app.connection_for_write(connect_timeout=limits.timeout)
     url = conn.as_uri()  # the password masked
     try:
@@ -315,88 +257,52 @@ def _broker_and_workers(limits: Thresholds, skip: Any) -> list[Fact]:
                 max_retries=1, interval_start=0, interval_step=0.2, timeout=limits.timeout
             )
         except Exception as exc:
+            error = _error(exc)
+            text = _("broker: %(url)s is unreachable: %(error)s") % {"url": url, "error": error}
             return [
-                Fact(
-                    "broker",
-                    FAIL,
-                    _("broker: %(url)s is unreachable: %(error)s")
-                    % {"url": url, "error": _error(exc)},
-                    {"url": url, "error": _error(exc)},
-                ),
+                Fact("broker", FAIL, text, {"url": url, "error": error}),
                 Fact("workers", WARNING, _("workers: not pinged, the broker is unreachable")),
             ]
         broker = Fact("broker", OK, _("broker: %(url)s is reachable") % {"url": url}, {"url": url})
         if "workers" in skip:
             return [broker]
         if "fanout" not in conn.transport.implements.exchange_type:
-            return [
-                broker,
-                Fact(
-                    "workers",
-                    WARNING,
-                    _("workers: cannot ping workers with this broker (no broadcast)"),
-                    {"pingable": False},
-                ),
-            ]
+            text = _("workers: cannot ping workers with this broker (no broadcast)")
+            return [broker, Fact("workers", WARNING, text, {"pingable": False})]
     finally:
         conn.release()
     replies = app.control.ping(timeout=limits.ping_timeout) or []
     names = sorted(name for reply in replies for name in reply)
     if not names:
-        return [
-            broker,
-            Fact(
-                "workers",
-                FAIL,
-                _("workers: no worker answered a ping within %(timeout)s")
-                % {"timeout": duration(limits.ping_timeout)},
-                {"workers": []},
-            ),
-        ]
-    return [
-        broker,
-        Fact(
-            "workers",
-            OK,
-            _("workers: %(count)d answered a ping (%(names)s)")
-            % {"count": len(names), "names": ", ".join(names)},
-            {"workers": names},
-        ),
-    ]
+        text = _("workers: no worker answered a ping within %(timeout)s") % {
+            "timeout": duration(limits.ping_timeout)
+        }
+        return [broker, Fact("workers", FAIL, text, {"workers": []})]
+    text = _("workers: %(count)d answered a ping (%(names)s)") % {
+        "count": len(names),
+        "names": ", ".join(names),
+    }
+    return [broker, Fact("workers", OK, text, {"workers": names})]
 
 
 def _beat(limits: Thresholds, now: datetime) -> Fact:
     runs = last_runs()
     jobs = {name: runs[name] for name in PERIODIC_JOBS if name in runs}
-    data = {"last_runs": jobs}
     if not jobs:
-        return Fact(
-            "beat",
-            FAIL,
-            _(
-                "beat: no periodic run recorded (is celery beat running "
-                "with billing_integration's BEAT_SCHEDULE?)"
-            ),
-            data,
+        text = _(
+            "beat: no periodic run recorded (is celery beat running "
+            "with billing_integration's BEAT_SCHEDULE?)"
         )
-    newest = max(jobs.values())
-    age = _age(now, newest)
-    data["age"] = age
+        return Fact("beat", FAIL, text, {"last_runs": jobs})
+    age = _age(now, max(jobs.values()))
+    data: dict[str, Any] = {"last_runs": jobs, "age": age}
     each = ", ".join(f"{name} {duration(_age(now, at))}" for name, at in jobs.items())
+    values = {"age": duration(age), "limit": duration(limits.max_beat_age), "each": each}
     if limits.max_beat_age and age > limits.max_beat_age:
-        return Fact(
-            "beat",
-            FAIL,
-            _("beat: the last periodic run was %(age)s ago, more than %(limit)s (%(each)s)")
-            % {"age": duration(age), "limit": duration(limits.max_beat_age), "each": each},
-            data,
-        )
+        text = _("beat: the last periodic run was %(age)s ago, more than %(limit)s (%(each)s)")
+        return Fact("beat", FAIL, text % values, data)
     return Fact(
-        "beat",
-        OK,
-        _("beat: the last periodic run was %(age)s ago (%(each)s)")
-        % {"age": duration(age), "each": each},
-        data,
+        "beat", OK, _("beat: the last periodic run was %(age)s ago (%(each)s)") % values, data
     )
 
 
@@ -409,50 +315,36 @@ def _outbox(limits: Thresholds, now: datetime) -> list[Fact]:
     failed = entries.failed().count()
     age = _age(now, oldest) if oldest else None
     data = {"open": open_count, "oldest_pending": oldest, "oldest_pending_age": age}
+    values = {
+        "open": open_count,
+        "age": duration(age or 0),
+        "limit": duration(limits.max_outbox_age),
+    }
     if age is None:
         backlog = Fact(
-            "outbox",
-            OK,
-            _("outbox: %(open)d open entries, none pending") % {"open": open_count},
-            data,
+            "outbox", OK, _("outbox: %(open)d open entries, none pending") % values, data
         )
     elif limits.max_outbox_age and age > limits.max_outbox_age:
-        backlog = Fact(
-            "outbox",
-            FAIL,
-            _(
-                "outbox: %(open)d open entries, the oldest pending "
-                "has waited %(age)s, more than %(limit)s"
-            )
-            % {"open": open_count, "age": duration(age), "limit": duration(limits.max_outbox_age)},
-            data,
+        text = _(
+            "outbox: %(open)d open entries, the oldest pending "
+            "has waited %(age)s, more than %(limit)s"
         )
+        backlog = Fact("outbox", FAIL, text % values, data)
     else:
-        backlog = Fact(
-            "outbox",
-            OK,
-            _("outbox: %(open)d open entries, the oldest pending has waited %(age)s")
-            % {"open": open_count, "age": duration(age)},
-            data,
-        )
+        text = _("outbox: %(open)d open entries, the oldest pending has waited %(age)s")
+        backlog = Fact("outbox", OK, text % values, data)
+    text = _("failed entries: %(count)d in the outbox (admin: 'Retry failed push')")
     status = FAIL if failed > limits.max_failed_entries else OK
-    failures = Fact(
-        "outbox_failed",
-        status,
-        _("failed entries: %(count)d in the outbox (admin: 'Retry failed push')")
-        % {"count": failed},
-        {"failed": failed},
-    )
-    return [backlog, failures]
+    return [backlog, Fact("outbox_failed", status, text % {"count": failed}, {"failed": failed})]
 
 
 def _last_received() -> datetime | None:
-    """When the newest stored delivery was received (every stored one was verified)."""
+    """When the newest stored (so verified) delivery was received."""
     from django.db.models import Max
 
     from .models.events import EventState, WebhookEvent
 
-    # One indexed (state, received_at) lookup per state, rather than a scan for the newest.
+    # One indexed (state, received_at) lookup per state, not a scan of the table.
     latest = [
         WebhookEvent.objects.filter(state=state).aggregate(at=Max("received_at"))["at"]
         for state in EventState.values
@@ -465,12 +357,8 @@ def _events(limits: Thresholds, now: datetime) -> list[Fact]:
 
     events = WebhookEvent.objects
     last = _last_received()
-    oldest = (
-        events.filter(state=EventState.RECEIVED)
-        .order_by("received_at")
-        .values_list("received_at", flat=True)
-        .first()
-    )
+    waiting = events.filter(state=EventState.RECEIVED).order_by("received_at")
+    oldest = waiting.values_list("received_at", flat=True).first()
     failed = events.filter(state=EventState.FAILED).count()
     lag = _age(now, oldest) if oldest else 0.0
     data = {"last_received": last, "oldest_unprocessed": oldest, "lag": lag}
@@ -479,39 +367,22 @@ def _events(limits: Thresholds, now: datetime) -> list[Fact]:
         if last
         else _("none received yet")
     )
+    values = {"received": received, "lag": duration(lag), "limit": duration(limits.max_event_lag)}
     if limits.max_event_lag and lag > limits.max_event_lag:
-        flow = Fact(
-            "events",
-            FAIL,
-            _(
-                "events: %(received)s; the oldest unprocessed has waited "
-                "%(lag)s, more than %(limit)s"
-            )
-            % {"received": received, "lag": duration(lag), "limit": duration(limits.max_event_lag)},
-            data,
+        text = _(
+            "events: %(received)s; the oldest unprocessed has waited %(lag)s, more than %(limit)s"
         )
+        flow = Fact("events", FAIL, text % values, data)
     else:
-        flow = Fact(
-            "events",
-            OK,
-            _("events: %(received)s; processing lag %(lag)s")
-            % {"received": received, "lag": duration(lag)},
-            data,
-        )
+        flow = Fact("events", OK, _("events: %(received)s; processing lag %(lag)s") % values, data)
+    text = _("failed events: %(count)d (admin: Event deliveries, 'Replay')")
     status = FAIL if failed > limits.max_failed_events else OK
-    failures = Fact(
-        "events_failed",
-        status,
-        _("failed events: %(count)d (admin: Event deliveries, 'Replay')") % {"count": failed},
-        {"failed": failed},
-    )
-    return [flow, failures]
+    return [flow, Fact("events_failed", status, text % {"count": failed}, {"failed": failed})]
 
 
 def _refused(now: datetime) -> Fact:
-    """Refused deliveries in the last hour. Fails while they keep coming: a signature or
-    timestamp refusal in the window and no delivery accepted since the last one (a scanner
-    that omits the headers is only a warning)."""
+    """Refused deliveries in the last hour: a failure when signature or timestamp refusals
+    came after the last accepted delivery; a warning otherwise."""
     refused = refused_deliveries(now.timestamp())
     total = sum(r["count"] for r in refused.values())
     if not total:
@@ -527,8 +398,7 @@ def _refused(now: datetime) -> Fact:
             "callback on the service (or BILLING['WEBHOOK_BASIC_AUTH'] its credentials)"
         ),
         "stale_timestamp": _(
-            "check this server's clock (NTP) against the service's, and "
-            "BILLING['WEBHOOK_TOLERANCE']"
+            "check this server's clock (NTP) against the service's (5 minutes of skew are accepted)"
         ),
         "missing_headers": _(
             "check that the service signs its deliveries to this callback (a request without "
@@ -554,57 +424,32 @@ def _refused(now: datetime) -> Fact:
         "hints": "; ".join(hints[r] for r in reasons),
     }
     if ongoing:
-        return Fact(
-            "refused",
-            FAIL,
-            _(
-                "refused deliveries: %(count)d in the last hour (%(reasons)s), the last "
-                "%(age)s ago, none accepted since: %(hints)s"
-            )
-            % values,
-            data,
+        text = _(
+            "refused deliveries: %(count)d in the last hour (%(reasons)s), the last "
+            "%(age)s ago, none accepted since: %(hints)s"
         )
-    return Fact(
-        "refused",
-        WARNING,
-        _(
-            "refused deliveries: %(count)d in the last hour (%(reasons)s), the last %(age)s "
-            "ago: %(hints)s"
-        )
-        % values,
-        data,
+        return Fact("refused", FAIL, text % values, data)
+    text = _(
+        "refused deliveries: %(count)d in the last hour (%(reasons)s), the last %(age)s "
+        "ago: %(hints)s"
     )
+    return Fact("refused", WARNING, text % values, data)
 
 
 def _pull(limits: Thresholds, now: datetime) -> Fact:
     runs = last_runs()
     pulls = {r: runs.get(f"pull:{r}") for r in PULLED_RESOURCES}
     data = {"last_pulls": pulls}
-    missing = [r for r, at in pulls.items() if at is None]
-    old = [
-        r
-        for r, at in pulls.items()
-        if at is not None and limits.max_pull_age and _age(now, at) > limits.max_pull_age
-    ]
-    each = ", ".join(
-        f"{r} {duration(_age(now, at))} ago" if at else f"{r} never" for r, at in pulls.items()
-    )
-    if old:
+    ages = {r: _age(now, at) for r, at in pulls.items() if at is not None}
+    each = ", ".join(f"{r} {duration(ages[r])} ago" if r in ages else f"{r} never" for r in pulls)
+    if limits.max_pull_age and any(age > limits.max_pull_age for age in ages.values()):
+        text = _("pull: the last successful pull is older than %(limit)s (%(each)s)")
         return Fact(
-            "pull",
-            FAIL,
-            _("pull: the last successful pull is older than %(limit)s (%(each)s)")
-            % {"limit": duration(limits.max_pull_age), "each": each},
-            data,
+            "pull", FAIL, text % {"limit": duration(limits.max_pull_age), "each": each}, data
         )
-    if missing:
-        return Fact(
-            "pull",
-            WARNING,
-            _("pull: no successful pull recorded yet for some resources (%(each)s)")
-            % {"each": each},
-            data,
-        )
+    if len(ages) < len(pulls):
+        text = _("pull: no successful pull recorded yet for some resources (%(each)s)")
+        return Fact("pull", WARNING, text % {"each": each}, data)
     return Fact("pull", OK, _("pull: last successful pulls: %(each)s") % {"each": each}, data)
 
 

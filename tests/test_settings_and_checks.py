@@ -8,7 +8,7 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
 from billing_integration.checks import check_billing_settings
-from billing_integration.conf import billing_settings
+from billing_integration.conf import DEFAULTS, REMOVED, billing_settings
 from billing_integration.exceptions import BillingConfigurationError
 
 GOOD = {
@@ -26,8 +26,8 @@ def ids(errors):
 
 
 def test_defaults_and_overrides(settings):
-    settings.BILLING = {**GOOD, "PAGE_SIZE": 7}
-    assert billing_settings.PAGE_SIZE == 7
+    settings.BILLING = {**GOOD, "CHECKOUT_EXPIRY": 7}
+    assert billing_settings.CHECKOUT_EXPIRY == 7
     assert billing_settings.REALM == "sandbox"
     assert billing_settings.SUBSCRIBER_MODEL == settings.AUTH_USER_MODEL
 
@@ -44,7 +44,31 @@ def test_unknown_key_is_refused(settings):
     settings.BILLING = {**GOOD, "CLIENT_SECERT": "typo"}
     errors = check_billing_settings()
     assert ids(errors) == ["billing_integration.E000"]
-    assert "CLIENT_SECERT" in errors[0].msg
+    assert "BILLING['CLIENT_SECERT']" in errors[0].msg
+    with pytest.raises(BillingConfigurationError) as info:
+        billing_settings.REALM
+    assert info.value.setting == "BILLING['CLIENT_SECERT']"
+
+
+def test_the_public_keys_are_the_documented_25():
+    assert len(DEFAULTS) == 25
+    assert set(DEFAULTS).isdisjoint(REMOVED)
+
+
+@pytest.mark.parametrize("key", sorted(REMOVED))
+def test_a_removed_key_says_what_replaced_it(settings, key):
+    settings.BILLING = {**GOOD, key: 1}
+    errors = check_billing_settings()
+    assert ids(errors) == ["billing_integration.E000"]
+    assert errors[0].msg == f"BILLING[{key!r}] was removed: {REMOVED[key]}."
+    assert errors[0].hint == f"Fix BILLING['{key}']."
+
+
+def test_the_old_cache_aliases_point_to_cache(settings):
+    settings.BILLING = {**GOOD, "TOKEN_CACHE": "tokens"}
+    with pytest.raises(BillingConfigurationError) as info:
+        billing_settings.CACHE
+    assert str(info.value) == "BILLING['TOKEN_CACHE'] was removed: use BILLING['CACHE']."
 
 
 def test_currency_mapping(settings):
@@ -229,31 +253,17 @@ def test_manage_py_check_deploy_fails_on_the_demo_settings(settings):
     [
         ({"INTERACTIVE_DEADLINE": 0}, ["billing_integration.E014"]),
         ({"INTERACTIVE_DEADLINE": "8"}, ["billing_integration.E014"]),
-        ({"MULTIPLE_PURCHASE_PRODUCTS": "Ebook"}, ["billing_integration.E015"]),
-        ({"MULTIPLE_PURCHASE_PRODUCTS": [3]}, ["billing_integration.E015"]),
-        ({"INTERACTIVE_DEADLINE": 2.5, "MULTIPLE_PURCHASE_PRODUCTS": ["Ebook"]}, []),
+        ({"CHECKOUT_EXPIRY": -1}, ["billing_integration.E007"]),
+        ({"CHECKOUT_EXPIRY": "300"}, ["billing_integration.E007"]),
+        ({"INTERACTIVE_DEADLINE": 2.5, "CHECKOUT_EXPIRY": 600}, []),
     ],
 )
 def test_checkout_settings_are_checked(settings, extra, expected):
     settings.BILLING = {**GOOD, **extra}
-    assert ids(check_billing_settings()) == expected
-
-
-@pytest.mark.parametrize(
-    "key",
-    ["OUTBOX_PUSH_CONCURRENCY", "OUTBOX_PUSH_RUNS", "OUTBOX_CLAIM_BATCH", "WEBHOOK_PROCESS_RUNS"],
-)
-@pytest.mark.parametrize("value", [0, -1, "4", 2.5, True, None])
-def test_worker_counts_must_be_positive_whole_numbers(settings, key, value):
-    settings.BILLING = {**GOOD, key: value}
     errors = check_billing_settings()
-    assert ids(errors) == ["billing_integration.E016"]
-    assert f"BILLING['{key}']" in errors[0].msg and repr(value) in errors[0].msg
-
-
-def test_worker_counts_of_one_and_more_pass(settings):
-    settings.BILLING = {**GOOD, "OUTBOX_PUSH_CONCURRENCY": 1, "OUTBOX_PUSH_RUNS": 16}
-    assert check_billing_settings() == []
+    assert ids(errors) == expected
+    for error in errors:
+        assert f"BILLING['{next(iter(extra))}']" in error.msg
 
 
 def test_removed_checkout_retry_settings_are_refused(settings):

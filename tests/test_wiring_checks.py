@@ -1,5 +1,5 @@
 """System checks of the wiring a host project must provide (``check_wiring``): a Celery app
-and broker (E020, E021), shared caches (W020, E023), DRF installed where its API is routed
+and broker (E020, E021), the shared cache (W020, E023), DRF installed where its API is routed
 (E022), the beat schedule (W021). None of them touches the database, the broker or a cache."""
 
 from __future__ import annotations
@@ -170,29 +170,36 @@ def test_no_beat_schedule_at_all_W021_but_not_with_another_scheduler(host_app):
     assert wiring(check_wiring()) == []  # its entries live in the database
 
 
-def test_process_local_token_and_kick_cache_W020(settings):
+def test_a_process_local_shared_cache_W020(settings):
     settings.CACHES = {**settings.CACHES, "local": {"BACKEND": LOCMEM}}
-    settings.BILLING = {**settings.BILLING, "TOKEN_CACHE": "local"}
+    settings.BILLING = {**settings.BILLING, "CACHE": "local"}
     errors = check_wiring()
     assert wiring(errors) == ["W020"]
-    assert "BILLING['TOKEN_CACHE'] and BILLING['KICK_CACHE']" in errors[0].msg
+    assert "BILLING['CACHE']" in errors[0].msg
     assert "LocMemCache" in errors[0].msg and "API token" in errors[0].msg
 
 
-def test_a_dummy_kick_cache_alone_W020(settings):
+def test_a_dummy_shared_cache_W020(settings):
     settings.CACHES = {**settings.CACHES, "nowhere": {"BACKEND": DUMMY}}
-    settings.BILLING = {**settings.BILLING, "KICK_CACHE": "nowhere"}
+    settings.BILLING = {**settings.BILLING, "CACHE": "nowhere"}
     errors = check_wiring()
     assert wiring(errors) == ["W020"]
-    assert "BILLING['KICK_CACHE']" in errors[0].msg and "TOKEN_CACHE" not in errors[0].msg
     assert "DummyCache" in errors[0].msg
 
 
+def test_a_process_local_cache_without_workers_passes(settings, host_app):
+    """Tasks run eagerly in the calling process: nothing is shared with another process."""
+    host_app(task_always_eager=True, beat_schedule={**BEAT_SCHEDULE})
+    settings.CACHES = {**settings.CACHES, "local": {"BACKEND": LOCMEM}}
+    settings.BILLING = {**settings.BILLING, "CACHE": "local"}
+    assert wiring(check_wiring()) == []
+
+
 def test_an_unknown_cache_alias_E023(settings):
-    settings.BILLING = {**settings.BILLING, "KICK_CACHE": "tokens"}
+    settings.BILLING = {**settings.BILLING, "CACHE": "tokens"}
     errors = check_wiring()
     assert wiring(errors) == ["E023"]
-    assert "'tokens'" in errors[0].msg and "KICK_CACHE" in errors[0].msg
+    assert "'tokens'" in errors[0].msg and "BILLING['CACHE']" in errors[0].msg
 
 
 @pytest.mark.django_db

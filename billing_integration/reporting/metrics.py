@@ -1,37 +1,7 @@
-"""Reporting figures, as database aggregates over the local mirror.
-
-Every function here runs one query (an aggregate grouped by product and currency, sometimes
-by month too) and returns plain data (lists of dicts with ``Decimal`` / ``int`` values). Python
-only merges the few grouped rows; it never loops over subscriptions or payments.
-
-The rules (docs/reporting.md explains them at length):
-
-- **dates**: a subscription *starts* at ``remote_created`` (the service's ``date_created``,
-  else the local ``created_at``). Payments, refunds and invoices happen at ``remote_created``
-  (else ``created_at``).
-- **end of a subscription** (``ended_at``): a subscription whose status is not in the
-  allow-list ``BILLING['ACTIVE_STATUSES']`` (canceled, paused, or any status not known to be
-  live: the same allow-list as the access checks) ended when it was last changed remotely
-  (``remote_updated``, which the ``subscription.canceled`` / ``paused`` events set; else the
-  local ``updated_at``). A subscription in an active status whose cycle ended without renewal
-  (``cycle_end_date`` passed, not in trial) ended at ``cycle_end_date`` (it lapsed).
-  Otherwise it has not ended.
-- **active now**: ``Subscription.objects.active()``, the documented rule. **Active at a past
-  instant t**: started at or before t and not ended at t. At t = now both rules agree.
-- **cancellations** of a month: subscriptions whose ``ended_at`` falls in the month (pauses
-  and lapses count: the subscription stopped paying). **churn rate** = cancellations of the
-  month / subscriptions active at the start of the month.
-- **MRR**: over active subscriptions not in trial (a trial pays nothing yet), the price of
-  the subscription's product for its ``selected_billing_cycle`` and ``selected_currency``,
-  divided by the cycle length in months (frequency x 12 for years).
-  Looked up in SQL (a Subquery on ``Price``; the currency id is turned into its code with a
-  Case/When over ``BILLING['CURRENCIES']``). A subscription without a matching price counts
-  as active but adds nothing to MRR (``unpriced`` tells how many).
-- **trials**: a subscription with a ``trial_end_date``. A trial *ends* in the month of its
-  ``trial_end_date`` (when that is past) and *converts* when the subscription has at least
-  one completed payment.
-- **refunds**: ``approved`` refunds count as refunded money; ``initiated`` ones as pending.
-- **money is never summed across currencies**: every figure is keyed by currency code.
+"""Reporting figures, as database aggregates over the local mirror: each function runs one
+query (grouped by product and currency, sometimes by month) and returns plain rows. The rules
+(when a subscription starts and ends, active, MRR, churn, trials, refunds; money never summed
+across currencies) are those of docs/reporting.md.
 """
 
 from __future__ import annotations
@@ -194,12 +164,9 @@ def currency_code_of_id(field_name: str) -> Case:
 
 
 def price_table() -> dict[tuple[Any, str, str], Decimal]:
-    """Every cycle price normalised to a month, keyed by ``(product pk, cycle code,
-    currency code)``; the normalisation and the id -> code mapping run in SQL. One query.
-
-    (A correlated Subquery on Price inside the grouped subscription queries would be part of
-    their GROUP BY, which PostgreSQL evaluates for every subscription row. The grouped counts
-    are multiplied by these prices instead: a few rows.)"""
+    """Every cycle price normalised to a month, keyed by ``(product pk, cycle code, currency
+    code)``. One query; the grouped counts are multiplied by these prices (a Subquery on Price
+    in the grouped queries would run once per subscription row)."""
     months = ExpressionWrapper(
         F("cycle__frequency") * Case(When(cycle__unit="years", then=12), default=1),
         output_field=IntegerField(),
@@ -311,13 +278,8 @@ def current_subscriptions(period: Period, prices: dict | None = None) -> list[di
 
 
 class PointsBefore(Func):
-    """How many of ``points`` (ascending instants) lie before the value: at or before it
-    (``inclusive``), else strictly before it; ``null`` when the value is NULL. One small
-    integer per row to group on, instead of one conditional aggregate per point.
-
-    PostgreSQL: ``WIDTH_BUCKET(value, ARRAY[points])``, a binary search (``p < value`` is
-    ``p + 1 µs <= value``: timestamps have microsecond resolution). Elsewhere: a CASE over
-    the points."""
+    """How many of ``points`` (ascending instants) lie before the value (at or before it when
+    ``inclusive``; ``null`` when NULL): ``WIDTH_BUCKET`` on PostgreSQL, a CASE elsewhere."""
 
     output_field = IntegerField()
 
@@ -349,28 +311,8 @@ class PointsBefore(Func):
 
 def subscription_history(period: Period, prices: dict | None = None) -> list[dict[str, Any]]:
     """Per product, currency and month: active at the start of the month, new, cancellations
-    and MRR at the end of the month (``now`` for the current one; subscriptions in trial at
-    that instant add nothing).
-
-    One query: histograms of the subscriptions against the month boundaries
-    ``b_0 .. b_N`` (``b_N`` = now), grouped by product, cycle and currency, each
-    subscription bucketed once (``PointsBefore``):
-
-    - starts: ``up`` = boundaries strictly before the start (so it is started at ``b_k``
-      when ``up <= k``), ``month`` = boundaries at or before the start (it is new in month
-      ``month - 1``), ``paying`` = the larger ``up`` of the start and the trial end (out of
-      trial at ``b_k`` when ``paying <= k``);
-    - ends (ended subscriptions only): the same of ``max(start, end)`` (gone at ``b_k`` when
-      ``up <= k``), the month of the end (cancellations) and ``max(start, trial, end)``.
-
-    Active at ``b_k`` = starts with ``up <= k`` - ends with ``up <= k``: exactly "started at
-    or before ``b_k`` and not ended at ``b_k``"; paying likewise. Most subscriptions started
-    before the period and did not end in it: they are counted in a plain group (``quiet``,
-    no bucketing, no sort) and only the others are bucketed. Python adds up the histograms:
-    a few dozen rows per product and currency, not subscriptions.
-
-    Grouped on the stored currency and upper-cased once per group (``Upper(Min())``): SQL
-    ``UPPER`` for every subscription costs as much as the rest of the query."""
+    and MRR at the end of the month. One query: each subscription is bucketed once against the
+    month boundaries (``PointsBefore``) and Python adds up the histograms."""
     bounds = period.bounds()
     points = [start for start, _end in bounds] + [period.now]
     first = points[0]
@@ -527,14 +469,7 @@ def trial_history(period: Period) -> list[dict[str, Any]]:
 # --- payments and refunds --------------------------------------------------------------------
 def payment_history(period: Period) -> list[dict[str, Any]]:
     """Per product, currency and month: payments completed / failed / canceled and their
-    amounts. One query: per month of the period, a count and sum grouped by product,
-    currency code and status (UNION ALL of one range per month, so no month is computed
-    per payment); Python turns the statuses into columns (a few rows per month).
-
-    Every column read is in the ``payment_at_code_covering`` index (the period expression,
-    then the currency code, including product, status and amount): on PostgreSQL each month
-    is an index-only range scan that also supplies ``UPPER(currency)``. Counts are of
-    ``status`` (never NULL) rather than ``pk`` for that reason."""
+    amounts. One query (a UNION ALL of one index range per month)."""
     parts = []
     bounds = period.bounds()
     for i, (start, end) in enumerate(bounds):
@@ -617,17 +552,9 @@ def refund_history(period: Period) -> list[dict[str, Any]]:
 
 # --- customers -------------------------------------------------------------------------------
 def _ranked_customers(payments: QuerySet, limit: int) -> RawSQL:
-    """SQL selecting the customers of the first ``limit`` (customer, currency) pairs by
-    lifetime paid, highest first, then by customer and currency code: the order of
-    ``customer_summary``.
-
-    The ranking sums completed payments only (the ``payment_paid_covering`` partial index,
-    an index-only scan on PostgreSQL, one aggregate), which gives every pair with a paid
-    amount. Pairs with nothing paid come after all of those, by customer and code; they are
-    looked up only when fewer than ``limit`` pairs have paid something (small data sets):
-    the count of the ranking is a one-time condition, so PostgreSQL never runs that scan
-    otherwise. A common table expression, so the ranking runs once; the parts are the
-    ORM's SQL, filters and expressions included."""
+    """SQL selecting the customers of the first ``limit`` (customer, currency) pairs by lifetime
+    paid, highest first, then by customer and currency code. Raw SQL for the need the ORM cannot
+    express: a common table expression, so the ranking runs once."""
     ranked = (
         payments.filter(status=PaymentStatus.COMPLETED, amount__isnull=False)
         .values("customer_id", "code")
@@ -653,16 +580,8 @@ def _ranked_customers(payments: QuerySet, limit: int) -> RawSQL:
 
 
 def customer_summary(period: Period, limit: int | None = 25) -> list[dict[str, Any]]:
-    """Per customer and currency (lifetime, not limited to the period): paid, failed payments
-    and amount, then the customer's active subscriptions and last payment state. Top
-    ``limit`` by paid amount (``None``: every customer, for the CSV export).
-
-    Two queries: the grouped payment figures (no subquery in the select list: a Subquery
-    there would join its GROUP BY and run for every payment row), then the details of the
-    listed customers only. With a ``limit`` the figures are computed for the customers of
-    the ranking only (``_ranked_customers``, a subquery of the same statement). The figures
-    read only columns of the ``payment_customer_covering`` index (hence ``Count("status")``,
-    never NULL, rather than ``Count("pk")``): index-only, in customer order."""
+    """Per customer and currency (lifetime): paid, failed payments and amount, the active
+    subscriptions and the last payment state; top ``limit`` by paid amount (``None``: all)."""
     payments = _records(Payment, period, lifetime=True).filter(customer__isnull=False)
     figures = (
         payments.values("customer_id", "code")
@@ -720,10 +639,7 @@ def customer_summary(period: Period, limit: int | None = 25) -> list[dict[str, A
 def _at_risk(period: Period) -> tuple[QuerySet, dict[str, Any]]:
     """Customers with an active subscription whose last payment failed
     (``Subscription.last_payment_status``, kept by the payment events), or with an unpaid or
-    uncollectable invoice (any state but paid / void / deleted); no payment scan.
-
-    Returns the filtered customers (two semi-joins, hashed by PostgreSQL) and the per-customer
-    counts as select-list subqueries, to annotate on the listed rows only."""
+    uncollectable invoice (any state but paid / void / deleted)."""
     subs = Subscription.objects.active(period.now).filter(last_payment_status=PaymentStatus.FAILED)
     invoices = Invoice.objects.exclude(status__in=SETTLED_INVOICE_STATUSES)
     if period.product:

@@ -138,9 +138,7 @@ class Report:
     currencies: list[str] = field(default_factory=list)
 
     def product_name(self, product_id: int | None) -> str:
-        if product_id is None:
-            return "(unknown product)"
-        return self.products.get(product_id, f"#{product_id}")
+        return _name(self.products, product_id)
 
     def totals(self, currency: str) -> dict[str, Any]:
         """The "All products" overview row of one currency."""
@@ -265,19 +263,16 @@ def build_report(
             )
         return overview[key]
 
+    def overview_rows_of(r: dict[str, Any]) -> list[dict[str, Any]]:
+        """The row of the product and the "All products" row of the currency."""
+        own = overview_row(_name(products, r["product_id"]), r["product_id"], r["currency"])
+        return [own, overview_row(ALL_PRODUCTS, None, r["currency"])]
+
     for r in current:
-        for name, pid in (
-            (_name(products, r["product_id"]), r["product_id"]),
-            (ALL_PRODUCTS, None),
-        ):
-            row = overview_row(name, pid, r["currency"])
+        for row in overview_rows_of(r):
             _merge(row, r, ("active", "trialing", "unpriced", "mrr"))
     for r in by_product.values():
-        for name, pid in (
-            (_name(products, r["product_id"]), r["product_id"]),
-            (ALL_PRODUCTS, None),
-        ):
-            row = overview_row(name, pid, r["currency"])
+        for row in overview_rows_of(r):
             _merge(row, r, tuple(k for k in (*COUNTS, *AMOUNTS) if k != "mrr"))
             if r["month"] == first_month:
                 row["active_start"] += r["active_start"]
@@ -309,10 +304,8 @@ def _name(products: dict[int, str], product_id: Any) -> str:
 
 
 def display(value: Any, kind: str, currency: str | None = None) -> str:
-    """A cell as text for a person (the dashboard and ``billing_report``): ``-`` for None,
-    money in its row's currency (its minor units, the active language; two decimals without
-    one), a rate in per cent, a local time, thousands separated. The CSV export keeps plain
-    numbers (``reporting.csv``)."""
+    """A cell as text for a person (the dashboard and ``billing_report``): money in its row's
+    currency, rates in per cent, local times; the CSV export keeps plain numbers."""
     if value is None:
         return "-"
     if kind == "money":

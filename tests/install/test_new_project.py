@@ -234,6 +234,13 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict
     yield wheel, timings
 
 
+def test_the_wheel_ships_its_type_information(built) -> None:
+    import zipfile
+
+    wheel, _timings = built
+    assert "billing_integration/py.typed" in zipfile.ZipFile(wheel).namelist()
+
+
 def test_the_readme_install_path_on_a_new_project(built, tmp_path: Path) -> None:
     wheel, timings = built
     new = NewProject(tmp_path)

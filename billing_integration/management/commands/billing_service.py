@@ -1,19 +1,6 @@
-"""``python manage.py billing_service [show | relink | reset] [--yes] [--force]``
-
-Which billing service the local mirror belongs to (``billing_integration.service``):
-
-- ``show`` (the default): the recorded service, the configured one, whether they match, and
-  what the mirror holds;
-- ``relink``: record the configured service as the mirror's, keeping every remote id (the
-  same service at a new address, or new credentials of the same account). It first asks the
-  configured service for a few of the mirror's products and refuses if it does not know
-  them (``--force`` skips that);
-- ``reset``: start afresh with the configured service: remote ids cleared, products and
-  customers pushed to it anew, subscriptions of the old service detached (see
-  ``service.reset_mirror``).
-
-``relink`` and ``reset`` ask for confirmation unless ``--yes`` (or ``--noinput``).
-"""
+"""``python manage.py billing_service [show | relink | reset] [--yes] [--force]``: show which
+billing service the mirror belongs to, relink it to the configured one (remote ids kept), or
+reset it for the configured one (``service.reset_mirror``); relink and reset ask first."""
 
 from __future__ import annotations
 
@@ -61,11 +48,11 @@ class Command(BaseCommand):
         recorded = service.recorded_service(using)
         getattr(self, f"do_{options['action']}")(recorded, configured, using, options)
 
-    # --- show ---------------------------------------------------------------------------------
     def do_show(self, recorded: Any, configured: Any, using: Any, options: dict) -> None:
         from ...models import Customer, OutboxEntry, Product, ServiceBinding
 
-        binding = ServiceBinding.objects.using(service.mirror_database(using)).first()
+        alias = service.mirror_database(using)
+        binding = ServiceBinding.objects.using(alias).first()
         if binding is None:
             self.stdout.write(_("recorded service:   none yet"))
         else:
@@ -95,15 +82,9 @@ class Command(BaseCommand):
                 "%(pending)d outbox entries pending"
             )
             % {
-                "products": Product.objects.using(service.mirror_database(using))
-                .filter(remote_id__isnull=False)
-                .count(),
-                "customers": Customer.objects.using(service.mirror_database(using))
-                .filter(remote_id__isnull=False)
-                .count(),
-                "pending": OutboxEntry.objects.using(service.mirror_database(using))
-                .pending()
-                .count(),
+                "products": Product.objects.using(alias).filter(remote_id__isnull=False).count(),
+                "customers": Customer.objects.using(alias).filter(remote_id__isnull=False).count(),
+                "pending": OutboxEntry.objects.using(alias).pending().count(),
             }
         )
         for old in binding.history if binding is not None else []:
@@ -121,7 +102,6 @@ class Command(BaseCommand):
                 }
             )
 
-    # --- relink -------------------------------------------------------------------------------
     def do_relink(self, recorded: Any, configured: Any, using: Any, options: dict) -> None:
         if recorded == configured:
             self.stdout.write(
@@ -164,7 +144,6 @@ class Command(BaseCommand):
             )
         )
 
-    # --- reset --------------------------------------------------------------------------------
     def do_reset(self, recorded: Any, configured: Any, using: Any, options: dict) -> None:
         from ...models import Customer, OutboxEntry, Product, Subscription
         from ...models.outbox import OutboxState
@@ -212,7 +191,6 @@ class Command(BaseCommand):
             )
         )
 
-    # --- helpers ------------------------------------------------------------------------------
     def confirm(self, options: dict, question: str) -> None:
         self.stdout.write(question)
         if not options["interactive"]:
