@@ -17,10 +17,7 @@
     ├── BillingServiceMismatchError  settings point at another service than the mirror's
     └── RemoteDataError             a value from the service cannot be stored faithfully
 
-No exception text or repr ever contains the client secret, a token or the webhook secret:
-bodies are redacted (``redact``) before they are kept. An error's text quotes the service's
-answer as a bounded excerpt (``EXCERPT_CHARS``, an HTML page reduced to its text) next to the
-status and the request id, never the whole body.
+An error's text quotes a redacted, bounded excerpt of the service's answer; never a secret.
 """
 
 from __future__ import annotations
@@ -47,6 +44,8 @@ _TAG = re.compile(r"<(script|style)\b.*?(?:</\1\s*>|\Z)|<[^>]*>", re.IGNORECASE 
 class BillingError(Exception):
     """Base class of every error the app raises."""
 
+    retryable = False
+
 
 class BillingConfigurationError(BillingError, ImproperlyConfigured):
     """A setting is missing or malformed; ``setting`` names the one to fix."""
@@ -57,7 +56,7 @@ class BillingConfigurationError(BillingError, ImproperlyConfigured):
 
 
 class BillingTransportError(BillingError):
-    """The request did not get an HTTP answer (timeout, refused or reset connection)."""
+    """The request got no HTTP answer (timeout, refused or reset connection)."""
 
     retryable = True
 
@@ -69,7 +68,7 @@ class BillingTransportError(BillingError):
 class BillingAPIError(BillingError):
     """The service answered an operation with an error status."""
 
-    retryable = False
+    retry_after: float | None = None  # seconds, from the answer's Retry-After
 
     def __init__(
         self,
@@ -97,9 +96,8 @@ class BillingAPIError(BillingError):
 
 
 class BillingAnswerLostError(BillingAPIError):
-    """The service answered a 2xx whose body cannot be read (not JSON, not wrapped in
-    ``data``). The request was probably applied: like a timeout after sending, the outcome is
-    in doubt, and it is retried with the same idempotency key (never a new one)."""
+    """A 2xx whose body cannot be read: probably applied, so in doubt and retried with the
+    same idempotency key."""
 
     retryable = True
 
@@ -145,14 +143,9 @@ class WebhookVerificationError(WebhookError):
 
 
 class BillingServiceMismatchError(BillingError):
-    """The settings point at another service than the one the local mirror belongs to.
-
-    Raised before anything is sent (push, pull, checkout): the mirror's remote ids would not
-    exist there. ``recorded`` and ``configured`` are ``billing_integration.service
-    .ServiceIdentity`` values (base URL, realm, client id; never the secret). Not an
-    ``ImproperlyConfigured``: either side may be the right one, and the way out is a decision
-    (``manage.py billing_service relink`` or ``reset``), not necessarily a settings fix.
-    """
+    """The settings point at another service than the mirror's (raised before anything is
+    sent). ``recorded`` and ``configured`` are ``service.ServiceIdentity`` values; the way out
+    is ``manage.py billing_service relink`` or ``reset``."""
 
     def __init__(self, message: str, *, recorded: Any, configured: Any) -> None:
         super().__init__(message)
@@ -161,9 +154,8 @@ class BillingServiceMismatchError(BillingError):
 
 
 class RemoteDataError(BillingError):
-    """A value the service sent cannot be stored as it is (a date that does not parse, a
-    string longer than its column): the mapping refuses it rather than store "no value" or
-    a cut value. ``field`` names the resource field; the message quotes the value, cut."""
+    """A value from the service cannot be stored as it is (refused rather than stored cut or
+    empty); ``field`` names the resource field."""
 
     def __init__(self, field: str, value: Any, problem: str) -> None:
         text = value if isinstance(value, str) else repr(value)
@@ -184,16 +176,14 @@ def error_for_status(status: int) -> type[BillingAPIError]:
         return BillingRateLimitError
     if status >= 500:
         return BillingServerError
-    if status in (400, 422) or 400 <= status < 500:
+    if 400 <= status < 500:
         return BillingValidationError
     return BillingAPIError
 
 
 def redact(value: Any) -> Any:
-    """Return ``value`` with every secret-looking field replaced by ``"[redacted]"``.
-
-    Works on parsed JSON (dicts and lists) and on text (JSON or form-encoded).
-    """
+    """``value`` (parsed JSON, or JSON or form-encoded text) with every secret-looking field
+    replaced by ``"[redacted]"``."""
     if isinstance(value, dict):
         return {
             k: "[redacted]" if _SECRET_FIELD.search(str(k)) else redact(v) for k, v in value.items()
@@ -221,9 +211,8 @@ def redact(value: Any) -> Any:
 
 
 def _without_markup(body: Any) -> Any:
-    """A text body that is a page (HTML or XML) as its text, read from its first
-    ``_MAX_PAGE`` characters: reduced before the body is cut to ``_MAX_BODY``, so a long
-    ``<head>`` still leaves the page's words for the excerpt. Other bodies as they are."""
+    """A page (HTML or XML) as its text, read from its first ``_MAX_PAGE`` characters; other
+    bodies as they are."""
     if isinstance(body, bytes):
         body = body.decode("utf-8", "replace")
     if isinstance(body, str) and body.lstrip().startswith("<"):
