@@ -59,6 +59,7 @@ class WriteOptions(TypedDict, total=False):
 
 
 _JSON_HEADERS = {"Accept": "application/json", "Content-Type": "application/json"}
+_FORM_HEADERS = {**_JSON_HEADERS, "Content-Type": "application/x-www-form-urlencoded"}
 
 
 class BillingClient:
@@ -265,9 +266,7 @@ class BillingClient:
                 refetched = True
                 self.tokens.invalidate(token)
                 return attempt(self.tokens.get(bound))
-            if response.status_code >= 400:
-                raise _api_error(response, operation)
-            return _unwrap(response, operation)
+            return _answer(response, operation)
 
         return self._retrying(operation, bound, lambda: attempt(self.tokens.get(bound)))
 
@@ -295,14 +294,8 @@ class BillingClient:
                 if error.retryable and retry_after is None and not lost:
                     self.backoff.publish(KNOWN_DOWN_SECONDS)
                 raise error
-            logger.warning(
-                "billing %s: %s; retry %d/%d in %.2fs",
-                operation,
-                _short(error),
-                n + 1,
-                self.retry.max_retries,
-                wait,
-            )
+            shown = f"HTTP {error.status}" if isinstance(error, BillingAPIError) else error
+            logger.warning("billing %s: %s; retry %d in %.2fs", operation, shown, n + 1, wait)
             self._sleep(wait)
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -319,7 +312,6 @@ class BillingClient:
         """One request; a timeout or connection error raises ``_Sent`` (retryable)."""
         pair = self.timeout or (CONNECT_TIMEOUT, READ_TIMEOUT)
         timeout = pair if deadline is None else deadline.timeout(*pair)
-        started = time.perf_counter()
         try:
             response = self.session.request(
                 method, url, data=body, headers=headers, params=params, timeout=timeout
@@ -329,29 +321,14 @@ class BillingClient:
         except requests.RequestException as exc:
             problem = f"connection failed ({type(exc).__name__})"
             raise _Sent(BillingTransportError(problem, operation=operation)) from None
-        logger.debug(
-            "billing %s %s -> %s in %.1f ms (idempotency %s)",
-            operation,
-            method,
-            response.status_code,
-            (time.perf_counter() - started) * 1000,
-            headers.get("x-idempotency-id", "-"),
-        )
+        logger.debug("billing %s %s -> %s", operation, method, response.status_code)
         return response
 
     def _request_token(self, deadline: Deadline | None = None) -> dict[str, Any]:
         """The form-encoded client-credentials call, retried like any call."""
-        form = urlencode(
-            {
-                "grant_type": "client_credentials",
-                "client_id": self.client_id,
-                "client_secret": self.__secret,
-            }
-        )
-        headers = {
-            "Accept": "application/json",
-            "Content-Type": "application/x-www-form-urlencoded",
-        }
+        fields = {"grant_type": "client_credentials", "client_id": self.client_id}
+        form = urlencode({**fields, "client_secret": self.__secret})
+        headers = _FORM_HEADERS
 
         def attempt() -> dict[str, Any]:
             response = self._send("token", "POST", self.token_url, headers, form, None, deadline)
@@ -365,7 +342,7 @@ class BillingClient:
                     "BILLING['CLIENT_SECRET'])",
                 )
             if status >= 400:
-                raise _api_error(response, "token")
+                _answer(response, "token")
             data = _body(response)
             if not isinstance(data, dict) or not data.get("access_token"):
                 raise BillingAuthenticationError(
@@ -418,48 +395,26 @@ def _body(response: requests.Response) -> Any:
         return response.text
 
 
-def _unwrap(response: requests.Response, operation: str) -> Any:
-    """The ``data`` of a 2xx answer; an unreadable one is in doubt (probably applied) and
-    raises a retryable ``BillingAnswerLostError``, resent with the same key."""
-    body = _body(response)
-    if isinstance(body, dict) and "data" in body:
+def _answer(response: requests.Response, operation: str) -> Any:
+    """The ``data`` of a 2xx answer, else ``_Sent`` with the error. An unreadable 2xx is in
+    doubt (probably applied): a retryable ``BillingAnswerLostError``, resent with the key."""
+    body, status = _body(response), response.status_code
+    if status < 400 and isinstance(body, dict) and "data" in body:
         return body["data"]
-    problem = "the answer is not wrapped in 'data'"
-    if isinstance(body, str):
-        problem = "the answer is not JSON"
-    if body not in (None, ""):
-        shown = redact(body)
-        problem += ": " + excerpt(shown if isinstance(shown, str) else json.dumps(shown))
-    error = BillingAnswerLostError(
-        status=response.status_code,
-        operation=operation,
-        body=body,
-        request_id=response.headers.get("x-request-id"),
-        message=problem,
-    )
-    raise _Sent(error)
-
-
-def _api_error(response: requests.Response, operation: str) -> _Sent:
-    body = _body(response)
-    status = response.status_code
-    cls = error_for_status(status)
-    if status == 422 and "idempotency" in json.dumps(body).lower():
+    cls, message = error_for_status(status), None
+    if status < 400:
+        cls, message = BillingAnswerLostError, "the answer is not wrapped in 'data'"
+        if isinstance(body, str):
+            message = "the answer is not JSON"
+        if body not in (None, ""):
+            shown = redact(body)
+            message += ": " + excerpt(shown if isinstance(shown, str) else json.dumps(shown))
+    elif status == 422 and "idempotency" in json.dumps(body).lower():
         cls = BillingIdempotencyConflict
+    request_id = response.headers.get("x-request-id")
     error = cls(
-        status=status,
-        operation=operation,
-        body=body,
-        request_id=response.headers.get("x-request-id"),
+        status=status, operation=operation, body=body, request_id=request_id, message=message
     )
     if status == 429 or status >= 500:
         error.retry_after = parse_retry_after(response.headers.get("Retry-After"))
-    return _Sent(error)
-
-
-def _short(error: BillingError) -> str:
-    if isinstance(error, BillingAnswerLostError):
-        return f"HTTP {error.status} with an unreadable answer"
-    if isinstance(error, BillingAPIError):
-        return f"HTTP {error.status}"
-    return str(error)
+    raise _Sent(error)
