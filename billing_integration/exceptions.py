@@ -83,10 +83,8 @@ class BillingAPIError(BillingError):
         self.operation = operation
         self.body = redact(body)
         self.request_id = request_id
-        detail = message or _summary(redact(_without_markup(body)))
-        text = f"{operation} failed with HTTP {status}"
-        if detail:
-            text += f": {detail}"
+        detail = [message, _summary(redact(_without_markup(body)))]
+        text = ": ".join([f"{operation} failed with HTTP {status}", *filter(None, detail)])
         if request_id:
             text += f" (request id {request_id})"
         super().__init__(text)
@@ -134,6 +132,15 @@ class BillingServerError(BillingAPIError):
     retryable = True
 
 
+_BY_STATUS: dict[int, type[BillingAPIError]] = {
+    401: BillingAuthenticationError,
+    403: BillingAuthenticationError,
+    404: BillingNotFoundError,
+    409: BillingConflictError,
+    429: BillingRateLimitError,
+}
+
+
 class WebhookError(BillingError):
     """A delivery to the event callback could not be accepted."""
 
@@ -166,19 +173,10 @@ class RemoteDataError(BillingError):
 
 
 def error_for_status(status: int) -> type[BillingAPIError]:
-    if status in (401, 403):
-        return BillingAuthenticationError
-    if status == 404:
-        return BillingNotFoundError
-    if status == 409:
-        return BillingConflictError
-    if status == 429:
-        return BillingRateLimitError
     if status >= 500:
         return BillingServerError
-    if 400 <= status < 500:
-        return BillingValidationError
-    return BillingAPIError
+    fallback = BillingValidationError if 400 <= status < 500 else BillingAPIError
+    return _BY_STATUS.get(status, fallback)
 
 
 def redact(value: Any) -> Any:
@@ -231,7 +229,7 @@ def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
 def _summary(body: Any) -> str:
     if body is None or body == "":
         return ""
-    if isinstance(body, dict):
+    if isinstance(body, dict):  # the service's message, when it has one
         for key in ("error_description", "message", "error", "detail", "errors"):
             if key in body:
                 value = body[key]

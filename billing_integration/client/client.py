@@ -30,8 +30,6 @@ from ..exceptions import (
     BillingIdempotencyConflict,
     BillingTransportError,
     error_for_status,
-    excerpt,
-    redact,
 )
 from .backoff import KNOWN_DOWN_SECONDS, SharedBackoff
 from .retry import MIN_ATTEMPT, Deadline, RetryPolicy, default_policy, parse_retry_after
@@ -403,12 +401,8 @@ def _answer(response: requests.Response, operation: str) -> Any:
         return body["data"]
     cls, message = error_for_status(status), None
     if status < 400:
-        cls, message = BillingAnswerLostError, "the answer is not wrapped in 'data'"
-        if isinstance(body, str):
-            message = "the answer is not JSON"
-        if body not in (None, ""):
-            shown = redact(body)
-            message += ": " + excerpt(shown if isinstance(shown, str) else json.dumps(shown))
+        cls = BillingAnswerLostError
+        message = "the answer is not " + ("JSON" if isinstance(body, str) else "wrapped in 'data'")
     elif status == 422 and "idempotency" in json.dumps(body).lower():
         cls = BillingIdempotencyConflict
     request_id = response.headers.get("x-request-id")
