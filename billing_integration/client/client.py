@@ -49,8 +49,7 @@ T = TypeVar("T")
 
 
 class WriteOptions(TypedDict, total=False):
-    """The keyword arguments of a write: the idempotency key (the same on every retry; a new
-    one if absent) and the deadline."""
+    """A write's keywords: its idempotency key (default: a new one) and its deadline."""
 
     idempotency_key: str | None
     deadline: DeadlineArg
@@ -121,8 +120,7 @@ class BillingClient:
         return bound
 
     def known_down(self) -> bool:
-        """Whether the shared backoff window is open: a page a person waits on then answers
-        without calling."""
+        """Whether the service is known down (a page a person waits on then calls nothing)."""
         return self.backoff.wait() > 0
 
     # --- operations ------------------------------------------------------------------------
@@ -203,13 +201,8 @@ class BillingClient:
                 raise BillingAPIError(
                     status=200, operation=f"list_{resource}", message="data is not a list"
                 )
-            fresh = []
-            for item in items:
-                key = str(item.get("id")) if isinstance(item, dict) else None
-                if key is None or key not in seen:
-                    if key is not None:
-                        seen.add(key)
-                    fresh.append(item)
+            fresh = [i for i in items if not isinstance(i, dict) or str(i.get("id")) not in seen]
+            seen.update(str(i.get("id")) for i in fresh if isinstance(i, dict))
             if not fresh:
                 return
             yield fresh
@@ -247,11 +240,8 @@ class BillingClient:
         wait = self.backoff.wait()
         if wait > 0:
             if bound is not None:
-                raise BillingTransportError(
-                    f"every worker backs off for {wait:.2f}s (the service is known down); a "
-                    "call a person waits on does not wait",
-                    operation=operation,
-                )
+                problem = f"known down: every worker backs off for {wait:.2f}s"
+                raise BillingTransportError(problem, operation=operation)
             logger.info("billing %s: waiting %.2fs, every worker backs off", operation, wait)
             self._sleep(wait)
         refetched = False
@@ -259,7 +249,9 @@ class BillingClient:
         def attempt(token: str) -> Any:
             nonlocal refetched
             headers["x-kc-token"] = token
-            response = self._send(operation, method, url, headers, body, params, bound)
+            response = self._send(
+                operation, bound, method, url, data=body, headers=headers, params=params
+            )
             if response.status_code == 401 and not refetched:  # revoked or expired early
                 refetched = True
                 self.tokens.invalidate(token)
@@ -298,22 +290,13 @@ class BillingClient:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _send(
-        self,
-        operation: str,
-        method: str,
-        url: str,
-        headers: dict[str, str],
-        body: str | None,
-        params: dict[str, Any] | None,
-        deadline: Deadline | None,
+        self, operation: str, deadline: Deadline | None, method: str, url: str, **kw: Any
     ) -> requests.Response:
         """One request; a timeout or connection error raises ``_Sent`` (retryable)."""
         pair = self.timeout or (CONNECT_TIMEOUT, READ_TIMEOUT)
         timeout = pair if deadline is None else deadline.timeout(*pair)
         try:
-            response = self.session.request(
-                method, url, data=body, headers=headers, params=params, timeout=timeout
-            )
+            response = self.session.request(method, url, timeout=timeout, **kw)
         except requests.Timeout:
             raise _Sent(BillingTransportError("timed out", operation=operation)) from None
         except requests.RequestException as exc:
@@ -326,25 +309,20 @@ class BillingClient:
         """The form-encoded client-credentials call, retried like any call."""
         fields = {"grant_type": "client_credentials", "client_id": self.client_id}
         form = urlencode({**fields, "client_secret": self.__secret})
-        headers = _FORM_HEADERS
 
         def attempt() -> dict[str, Any]:
-            response = self._send("token", "POST", self.token_url, headers, form, None, deadline)
-            status = response.status_code
-            if status in (400, 401, 403):
+            response = self._send(
+                "token", deadline, "POST", self.token_url, data=form, headers=_FORM_HEADERS
+            )
+            data, status = _body(response), response.status_code
+            if status >= 400 and status not in (400, 401, 403):
+                _answer(response, "token")  # raises the error (retried when retryable)
+            if status >= 400 or not isinstance(data, dict) or not data.get("access_token"):
+                problem = "token response without access_token"
+                if status >= 400:
+                    problem = "credentials refused (check CLIENT_ID and CLIENT_SECRET)"
                 raise BillingAuthenticationError(
-                    status=status,
-                    operation="token",
-                    body=_body(response),
-                    message="credentials refused (check BILLING['CLIENT_ID'] and "
-                    "BILLING['CLIENT_SECRET'])",
-                )
-            if status >= 400:
-                _answer(response, "token")
-            data = _body(response)
-            if not isinstance(data, dict) or not data.get("access_token"):
-                raise BillingAuthenticationError(
-                    status=status, operation="token", message="token response without access_token"
+                    status=status, operation="token", body=data, message=problem
                 )
             return data
 

@@ -10,7 +10,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..conf import shared_cache
@@ -44,9 +44,6 @@ class TokenProvider:
         self._local: Token | None = None
         self._lock = threading.Lock()
 
-    def __repr__(self) -> str:
-        return "TokenProvider()"
-
     def get(self, deadline: Deadline | None = None) -> str:
         """A valid token; ``deadline`` bounds the wait for it and its fetch."""
         local = self._local
@@ -70,16 +67,14 @@ class TokenProvider:
                 shared_cache().delete(self._key)
 
     def _read(self) -> Token | None:
-        raw = shared_cache().get(self._key)
         try:
-            return Token(raw["access_token"], float(raw["refresh_at"]), float(raw["expires_at"]))
-        except (KeyError, TypeError, ValueError):
+            return Token(**shared_cache().get(self._key))
+        except TypeError:  # none, or not a token
             return None
 
     def _shared(self, deadline: Deadline | None) -> Token:
-        give_up = time.monotonic() + (
-            LOCK_TIMEOUT + 5 if deadline is None else deadline.remaining()
-        )
+        patience = LOCK_TIMEOUT + 5 if deadline is None else deadline.remaining()
+        give_up = time.monotonic() + patience
         lock_key = self._key + ":lock"
         while True:
             current = self._read()
@@ -111,14 +106,6 @@ class TokenProvider:
         token = Token(
             str(data["access_token"]), started + lifetime * REFRESH_RATIO, started + lifetime
         )
-        shared_cache().set(
-            self._key,
-            {
-                "access_token": token.access_token,
-                "refresh_at": token.refresh_at,
-                "expires_at": token.expires_at,
-            },
-            timeout=max(1, int(lifetime)),
-        )
+        shared_cache().set(self._key, asdict(token), timeout=max(1, int(lifetime)))
         logger.info("billing token obtained (expires_in=%ss)", int(lifetime))
         return token
