@@ -17,7 +17,7 @@
     ├── BillingServiceMismatchError  settings point at another service than the mirror's
     └── RemoteDataError             a value from the service cannot be stored faithfully
 
-An error's text quotes a redacted, bounded excerpt of the service's answer; never a secret.
+An error's text quotes a bounded excerpt of the service's answer, never a secret.
 """
 
 from __future__ import annotations
@@ -28,16 +28,12 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-_SECRET_FIELD = re.compile(
-    r"(access_token|refresh_token|client_secret|id_token|password|secret|x-kc-token|token)",
-    re.IGNORECASE,
-)
-_MAX_BODY = 2000
-#: The most characters of a page (an HTML answer) read for its text.
-_MAX_PAGE = 64_000
-#: The most characters of the service's answer an error's text quotes.
-EXCERPT_CHARS = 300
-#: A script or style element (to its end, or the end of a body cut short), or any other tag.
+_SECRET_FIELD = re.compile(r"password|secret|token", re.IGNORECASE)
+_SECRET_TEXT = re.compile(r"((?:secret|token)[\"']?\s*[=:]\s*[\"']?)[^\"'&\s,}]+", re.IGNORECASE)
+_MAX_BODY = 2000  # characters of an answer kept on an error
+_MAX_PAGE = 64_000  # characters of a page (an HTML answer) read for its text
+EXCERPT_CHARS = 300  # characters of the answer an error's text quotes
+# A script or style element (to its end, or the end of a body cut short), or any other tag.
 _TAG = re.compile(r"<(script|style)\b.*?(?:</\1\s*>|\Z)|<[^>]*>", re.IGNORECASE | re.DOTALL)
 
 
@@ -123,10 +119,6 @@ class BillingConflictError(BillingAPIError):
 class BillingRateLimitError(BillingAPIError):
     retryable = True
 
-    def __init__(self, *, retry_after: float | None = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.retry_after = retry_after
-
 
 class BillingServerError(BillingAPIError):
     retryable = True
@@ -194,14 +186,7 @@ def redact(value: Any) -> Any:
         try:
             parsed = json.loads(value)
         except ValueError:
-            text = re.sub(
-                r"((?:access_token|refresh_token|client_secret|secret|token)[\"']?\s*[=:]\s*[\"']?)"
-                r"[^\"'&\s,}]+",
-                r"\1[redacted]",
-                value,
-                flags=re.IGNORECASE,
-            )
-            return text[:_MAX_BODY]
+            return _SECRET_TEXT.sub(r"\1[redacted]", value)[:_MAX_BODY]
         if isinstance(parsed, (dict, list)):
             return redact(parsed)
         return value[:_MAX_BODY]

@@ -87,7 +87,7 @@ class BillingClient:
         self.client_id: str = client_id or conf.CLIENT_ID
         self.__secret: str = client_secret or conf.CLIENT_SECRET
         # None: the module constants, read at each call (tests may patch them).
-        self._retry, self.timeout, self.page_size = retry, timeout, page_size
+        self._retry, self.timeout, self._page_size = retry, timeout, page_size
         self._sleep = sleep
         self.backoff = backoff or SharedBackoff()
         #: The deadline of every call made through this client (see ``with_deadline``).
@@ -101,6 +101,10 @@ class BillingClient:
     @property
     def retry(self) -> RetryPolicy:
         return self._retry or default_policy()
+
+    @property
+    def page_size(self) -> int:
+        return self._page_size or PAGE_SIZE
 
     def __repr__(self) -> str:
         return f"BillingClient(base_url={self.base_url!r}, client_id={self.client_id!r})"
@@ -191,7 +195,7 @@ class BillingClient:
             raise ValueError(f"Unknown resource {resource!r}; expected one of {RESOURCES}")
         bound = _as_deadline(deadline)  # seconds start now, once for all pages
         seen: set[str] = set()
-        offset, size = 0, self.page_size or PAGE_SIZE
+        offset, size = 0, self.page_size
         for _ in range(MAX_PAGES):
             params = {"limit": size, "offset": offset}
             items = self._call(

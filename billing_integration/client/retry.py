@@ -66,10 +66,6 @@ class Deadline:
     def remaining(self) -> float:
         return max(0.0, self.at - self._clock())
 
-    @property
-    def expired(self) -> bool:
-        return self.remaining() <= 0.0
-
     def timeout(self, connect: float, read: float) -> Timeout:
         """Connect and read timeouts cut to the time left, and their total the time left."""
         left = self.remaining()

@@ -1,4 +1,4 @@
-"""Access tokens (client-credentials grant), shared by every process through
+"""Access tokens (client-credentials grant), shared by every process and thread through
 ``shared_cache()``, one fetch at a time (a cache ``add()`` lock). The token and the secret never
 appear in a log line, an error or a repr."""
 
@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -42,29 +41,21 @@ class TokenProvider:
         # A hash of the credentials: other credentials, another token; nothing readable stored.
         self._key = "billing_integration:token:" + hashlib.sha256(scope.encode()).hexdigest()[:20]
         self._local: Token | None = None
-        self._lock = threading.Lock()
 
     def get(self, deadline: Deadline | None = None) -> str:
         """A valid token; ``deadline`` bounds the wait for it and its fetch."""
         local = self._local
-        if local is not None and time.time() < local.refresh_at:
-            return local.access_token
-        if not self._lock.acquire(timeout=-1 if deadline is None else deadline.remaining()):
-            raise BillingTransportError("timed out waiting for a token", operation="token")
-        try:  # one thread per process goes on to the shared cache
-            self._local = self._shared(deadline)
-            return self._local.access_token
-        finally:
-            self._lock.release()
+        if local is None or time.time() >= local.refresh_at:
+            self._local = local = self._shared(deadline)
+        return local.access_token
 
     def invalidate(self, access_token: str) -> None:
         """Forget ``access_token`` (the service refused it) if it is still the current one."""
-        with self._lock:
-            if self._local is not None and self._local.access_token == access_token:
-                self._local = None
-            current = self._read()
-            if current is not None and current.access_token == access_token:
-                shared_cache().delete(self._key)
+        if self._local is not None and self._local.access_token == access_token:
+            self._local = None
+        current = self._read()
+        if current is not None and current.access_token == access_token:
+            shared_cache().delete(self._key)
 
     def _read(self) -> Token | None:
         try:
