@@ -33,6 +33,7 @@ _SECRET_TEXT = re.compile(r"((?:secret|token)[\"']?\s*[=:]\s*[\"']?)[^\"'&\s,}]+
 _MAX_BODY = 2000  # characters of an answer kept on an error
 _MAX_PAGE = 64_000  # characters of a page (an HTML answer) read for its text
 EXCERPT_CHARS = 300  # characters of the answer an error's text quotes
+_MESSAGE_KEYS = ("error_description", "message", "error", "detail", "errors")
 # A script or style element (to its end, or the end of a body cut short), or any other tag.
 _TAG = re.compile(r"<(script|style)\b.*?(?:</\1\s*>|\Z)|<[^>]*>", re.IGNORECASE | re.DOTALL)
 
@@ -79,7 +80,7 @@ class BillingAPIError(BillingError):
         self.operation = operation
         self.body = redact(body)
         self.request_id = request_id
-        detail = [message, _summary(redact(_without_markup(body)))]
+        detail = [message, _summary(body)]
         text = ": ".join([f"{operation} failed with HTTP {status}", *filter(None, detail)])
         if request_id:
             text += f" (request id {request_id})"
@@ -193,30 +194,16 @@ def redact(value: Any) -> Any:
     return value
 
 
-def _without_markup(body: Any) -> Any:
-    """A page (HTML or XML) as its text, read from its first ``_MAX_PAGE`` characters; other
-    bodies as they are."""
+def _summary(body: Any) -> str:
+    """The service's message (else the whole answer) on one line, redacted, a page reduced to
+    its text, cut to ``EXCERPT_CHARS``."""
     if isinstance(body, bytes):
         body = body.decode("utf-8", "replace")
-    if isinstance(body, str) and body.lstrip().startswith("<"):
-        return _TAG.sub(" ", body[:_MAX_PAGE])
-    return body
-
-
-def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
-    """``text`` on one line, an HTML page reduced to its text, cut to ``limit`` characters."""
-    if text.lstrip().startswith("<"):  # markup (an HTML or XML page)
-        text = _TAG.sub(" ", text)
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
-
-
-def _summary(body: Any) -> str:
-    if body is None or body == "":
-        return ""
-    if isinstance(body, dict):  # the service's message, when it has one
-        for key in ("error_description", "message", "error", "detail", "errors"):
-            if key in body:
-                value = body[key]
-                return excerpt(value if isinstance(value, str) else json.dumps(value))
-    return excerpt(body if isinstance(body, str) else json.dumps(body))
+    if isinstance(body, str) and body.lstrip().startswith("<"):  # a page: its text
+        body = _TAG.sub(" ", body[:_MAX_PAGE])
+    body = redact(body)
+    if isinstance(body, dict):
+        body = next((body[k] for k in _MESSAGE_KEYS if k in body), body)
+    text = body if isinstance(body, str) else "" if body is None else json.dumps(body)
+    text = " ".join((_TAG.sub(" ", text) if text.lstrip().startswith("<") else text).split())
+    return text if len(text) <= EXCERPT_CHARS else text[: EXCERPT_CHARS - 3].rstrip() + "..."

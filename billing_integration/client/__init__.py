@@ -1,8 +1,5 @@
-"""The billing API client: the only code in the app that speaks HTTP to the service.
-
-from billing_integration.client import get_client
-product = get_client().create_product(payload, idempotency_key=key)
-"""
+"""The billing API client, the only code that speaks HTTP to the service:
+``get_client().create_product(payload, idempotency_key=key)``."""
 
 from __future__ import annotations
 

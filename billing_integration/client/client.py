@@ -1,11 +1,6 @@
-"""``BillingClient``: every operation of the billing interface; no other code speaks HTTP.
-
-Billing paths are ``{BASE_URL}/v1/api/billing/...``; every call sends JSON ``Accept`` and
-``Content-Type``, the token in ``x-kc-token`` and, on POST and PATCH, ``x-idempotency-id``
-(the same on every retry); answers are unwrapped from ``data``. Every operation takes
-``deadline=`` (seconds or a ``Deadline``): the call, its retries and waits end by then, and a
-call with a deadline never waits on the shared backoff window (``backoff.py``).
-"""
+"""``BillingClient``: every operation of the billing interface (wire rules in docs/client.md).
+Every operation takes ``deadline=`` (seconds or a ``Deadline``): the call, its retries and
+waits end by then, and it never waits on the shared backoff window (``backoff.py``)."""
 
 from __future__ import annotations
 
@@ -334,7 +329,7 @@ class BillingClient:
 
 
 class _Sent(Exception):
-    """A request was sent and failed: ``error`` may be retried (other errors are not)."""
+    """A request was sent and failed with ``error``; only these may be retried."""
 
     def __init__(self, error: BillingError) -> None:
         self.error = error
@@ -357,8 +352,7 @@ def _check_time_left(deadline: Deadline | None, operation: str) -> None:
 
 def _new_session() -> requests.Session:
     session = requests.Session()
-    adapter = HTTPAdapter(pool_connections=4, pool_maxsize=32, max_retries=0)
-    session.mount("http://", adapter)
+    session.mount("http://", adapter := HTTPAdapter(pool_maxsize=32))  # threads of a worker
     session.mount("https://", adapter)
     session.trust_env = False  # no proxies or netrc credentials slipping in
     return session
