@@ -10,7 +10,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any, TypedDict, TypeVar, Unpack
+from typing import Any, TypedDict, TypeVar, Unpack, cast
 from urllib.parse import quote, urlencode
 
 import requests
@@ -40,6 +40,7 @@ PAGE_SIZE = 100  # limit= of list calls
 MAX_PAGES = 100_000  # hard stop for a list that never ends
 #: A deadline argument: seconds from now, a shared ``Deadline``, or ``None`` (no deadline).
 DeadlineArg = Deadline | float | None
+Item = dict[str, Any]  # one resource, as the service writes it
 T = TypeVar("T")
 
 
@@ -123,56 +124,43 @@ class BillingClient:
         return self.backoff.wait() > 0
 
     # --- operations ------------------------------------------------------------------------
-    def list_products(self, *, deadline: DeadlineArg = None) -> Iterator[dict[str, Any]]:
+    def list_products(self, *, deadline: DeadlineArg = None) -> Iterator[Item]:
         return self._iter_items("products", deadline)
 
-    def list_customers(self, *, deadline: DeadlineArg = None) -> Iterator[dict[str, Any]]:
+    def list_customers(self, *, deadline: DeadlineArg = None) -> Iterator[Item]:
         return self._iter_items("customers", deadline)
 
-    def list_subscriptions(self, *, deadline: DeadlineArg = None) -> Iterator[dict[str, Any]]:
+    def list_subscriptions(self, *, deadline: DeadlineArg = None) -> Iterator[Item]:
         return self._iter_items("subscriptions", deadline)
 
-    def get_product(self, remote_id: str, *, deadline: DeadlineArg = None) -> dict[str, Any]:
-        return self._call(
-            "get_product", "GET", f"/products/{_quoted(remote_id)}", deadline=deadline
-        )
+    def get_product(self, remote_id: str, *, deadline: DeadlineArg = None) -> Item:
+        return self._one("get_product", "GET", f"/products/{_quoted(remote_id)}", deadline=deadline)
 
-    def create_product(self, payload: dict[str, Any], **kw: Unpack[WriteOptions]) -> dict[str, Any]:
-        return self._call("create_product", "POST", "/products", payload, **kw)
+    def create_product(self, payload: Item, **kw: Unpack[WriteOptions]) -> Item:
+        return self._one("create_product", "POST", "/products", payload, **kw)
 
-    def update_product(
-        self, remote_id: str, payload: dict[str, Any], **kw: Unpack[WriteOptions]
-    ) -> dict[str, Any]:
-        return self._call(
+    def update_product(self, remote_id: str, payload: Item, **kw: Unpack[WriteOptions]) -> Item:
+        return self._one(
             "update_product", "PATCH", f"/products/{_quoted(remote_id)}", payload, **kw
         )
 
-    def create_customer(
-        self, payload: dict[str, Any], **kw: Unpack[WriteOptions]
-    ) -> dict[str, Any]:
-        return self._call("create_customer", "POST", "/customers", payload, **kw)
+    def create_customer(self, payload: Item, **kw: Unpack[WriteOptions]) -> Item:
+        return self._one("create_customer", "POST", "/customers", payload, **kw)
 
-    def create_checkout_session(
-        self, payload: dict[str, Any], **kw: Unpack[WriteOptions]
-    ) -> dict[str, Any]:
-        return self._call("create_checkout_session", "POST", "/checkout_sessions", payload, **kw)
+    def create_checkout_session(self, payload: Item, **kw: Unpack[WriteOptions]) -> Item:
+        return self._one("create_checkout_session", "POST", "/checkout_sessions", payload, **kw)
 
-    def create_subscription(
-        self, payload: dict[str, Any], **kw: Unpack[WriteOptions]
-    ) -> dict[str, Any]:
+    def create_subscription(self, payload: Item, **kw: Unpack[WriteOptions]) -> Item:
         """Create one subscription (the service answers an array of one)."""
-        data: Any = self._call("create_subscription", "POST", "/subscriptions", payload, **kw)
-        if not isinstance(data, list):
-            return data  # type: ignore[no-any-return]
-        if not data:
+        data = self._call("create_subscription", "POST", "/subscriptions", payload, **kw)
+        if isinstance(data, list) and not data:
+            problem = "empty data array"
             raise BillingAnswerLostError(
-                status=200, operation="create_subscription", message="empty data array"
+                status=200, operation="create_subscription", message=problem
             )
-        return data[0]  # type: ignore[no-any-return]
+        return cast(Item, data[0] if isinstance(data, list) else data)
 
-    def find_customer(
-        self, identifier: str, *, deadline: DeadlineArg = None
-    ) -> dict[str, Any] | None:
+    def find_customer(self, identifier: str, *, deadline: DeadlineArg = None) -> Item | None:
         """The remote customer whose ``identifier`` is ``identifier``, or ``None`` (the
         interface has no filter: this reads the list)."""
         for item in self.list_customers(deadline=deadline):
@@ -180,9 +168,7 @@ class BillingClient:
                 return item
         return None
 
-    def iter_pages(
-        self, resource: str, *, deadline: DeadlineArg = None
-    ) -> Iterator[list[dict[str, Any]]]:
+    def iter_pages(self, resource: str, *, deadline: DeadlineArg = None) -> Iterator[list[Item]]:
         """The list of ``resource`` page by page (``limit``/``offset``), within one deadline.
         Stops on a short page, or a page with no id not seen before (a server ignoring the
         parameters)."""
@@ -209,7 +195,7 @@ class BillingClient:
                 return
             offset += len(items)
 
-    def _iter_items(self, resource: str, deadline: DeadlineArg) -> Iterator[dict[str, Any]]:
+    def _iter_items(self, resource: str, deadline: DeadlineArg) -> Iterator[Item]:
         for page in self.iter_pages(resource, deadline=deadline):
             yield from page
 
@@ -218,6 +204,10 @@ class BillingClient:
         return float(self._request_token().get("expires_in") or 0)
 
     # --- sending ---------------------------------------------------------------------------
+    def _one(self, operation: str, method: str, path: str, *args: Any, **kw: Any) -> Item:
+        """A call answered with one resource."""
+        return cast(Item, self._call(operation, method, path, *args, **kw))
+
     def _call(
         self,
         operation: str,
