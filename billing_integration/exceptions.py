@@ -1,24 +1,6 @@
-"""One exception tree, rooted in ``BillingError``.
-
-    BillingError
-    ├── BillingConfigurationError   (also django ImproperlyConfigured)
-    ├── BillingTransportError       timeouts, connection errors (retryable)
-    ├── BillingAPIError             the service answered with an error status
-    │   ├── BillingAnswerLostError       a 2xx whose body cannot be read (in doubt, retryable)
-    │   ├── BillingAuthenticationError   401/403 (after one token refetch)
-    │   ├── BillingNotFoundError         404
-    │   ├── BillingValidationError       400/422: the request was refused
-    │   │   └── BillingIdempotencyConflict  422 for a reused idempotency key
-    │   ├── BillingConflictError         409
-    │   ├── BillingRateLimitError        429 (retryable)
-    │   └── BillingServerError           5xx (retryable)
-    ├── WebhookError
-    │   └── WebhookVerificationError
-    ├── BillingServiceMismatchError  settings point at another service than the mirror's
-    └── RemoteDataError             a value from the service cannot be stored faithfully
-
-An error's text quotes a bounded excerpt of the service's answer, never a secret.
-"""
+"""One exception tree rooted in ``BillingError``. ``BillingAPIError`` (the service answered
+with an error status) has one subclass per status class; ``retryable`` says which are retried.
+An error's text quotes a bounded excerpt of the service's answer, never a secret."""
 
 from __future__ import annotations
 
@@ -118,10 +100,14 @@ class BillingConflictError(BillingAPIError):
 
 
 class BillingRateLimitError(BillingAPIError):
+    """429: retried, its ``Retry-After`` honoured."""
+
     retryable = True
 
 
 class BillingServerError(BillingAPIError):
+    """5xx: retried."""
+
     retryable = True
 
 
