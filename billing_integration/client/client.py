@@ -268,9 +268,11 @@ class BillingClient:
             if wait is not None and deadline is None:
                 wait = max(wait, self.backoff.wait())
             if wait is None:
-                # Failed to the end with no Retry-After to go by: the service is known down.
-                lost = isinstance(error, BillingAnswerLostError)  # answered: not down
-                if error.retryable and retry_after is None and not lost:
+                # Failed to the end (a person's deadline, or every retry) with no Retry-After to
+                # go by: the service is known down. A lost answer shows it is up.
+                ended = deadline is not None or n > 0
+                lost = isinstance(error, BillingAnswerLostError)
+                if ended and error.retryable and retry_after is None and not lost:
                     self.backoff.publish(KNOWN_DOWN_SECONDS)
                 raise error
             shown = f"HTTP {error.status}" if isinstance(error, BillingAPIError) else error
