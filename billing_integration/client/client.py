@@ -285,7 +285,7 @@ class BillingClient:
     ) -> requests.Response:
         """One request; a timeout or connection error raises ``_Sent`` (retryable)."""
         pair = self.timeout or (CONNECT_TIMEOUT, READ_TIMEOUT)
-        timeout = pair if deadline is None else deadline.timeout(*pair)
+        timeout: Any = pair if deadline is None else deadline.timeout(*pair)  # requests takes both
         try:
             response = self.session.request(method, url, timeout=timeout, **kw)
         except requests.Timeout:
