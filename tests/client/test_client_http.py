@@ -348,3 +348,16 @@ def test_no_secret_or_token_in_logs_errors_or_repr(billing_sandbox, caplog, sett
         assert secret not in text
         assert billing_sandbox.client_secret not in text
     assert "create_product" in caplog.text  # the log does say what happened
+
+
+def test_the_retry_constants_are_read_at_each_call(billing_sandbox, monkeypatch):
+    """Tests (and hosts) tune the retries by patching ``client.retry``'s constants; the
+    process's client, already built, follows them at its next call."""
+    from billing_integration.client import retry
+
+    client = get_client()
+    monkeypatch.setattr(retry, "MAX_RETRIES", 0)
+    billing_sandbox.faults(operation="create_customer", status=503, count=10)
+    with pytest.raises(BillingServerError):
+        client.create_customer({"identifier": "x", "first_name": "", "last_name": "", "email": ""})
+    assert len(billing_sandbox.requests(operation="create_customer")) == 1
