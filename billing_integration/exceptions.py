@@ -1,27 +1,6 @@
-"""One exception tree, rooted in ``BillingError``.
-
-    BillingError
-    ├── BillingConfigurationError   (also django ImproperlyConfigured)
-    ├── BillingTransportError       timeouts, connection errors (retryable)
-    ├── BillingAPIError             the service answered with an error status
-    │   ├── BillingAnswerLostError       a 2xx whose body cannot be read (in doubt, retryable)
-    │   ├── BillingAuthenticationError   401/403 (after one token refetch)
-    │   ├── BillingNotFoundError         404
-    │   ├── BillingValidationError       400/422: the request was refused
-    │   │   └── BillingIdempotencyConflict  422 for a reused idempotency key
-    │   ├── BillingConflictError         409
-    │   ├── BillingRateLimitError        429 (retryable)
-    │   └── BillingServerError           5xx (retryable)
-    ├── WebhookError
-    │   └── WebhookVerificationError
-    ├── BillingServiceMismatchError  settings point at another service than the mirror's
-    └── RemoteDataError             a value from the service cannot be stored faithfully
-
-No exception text or repr ever contains the client secret, a token or the webhook secret:
-bodies are redacted (``redact``) before they are kept. An error's text quotes the service's
-answer as a bounded excerpt (``EXCERPT_CHARS``, an HTML page reduced to its text) next to the
-status and the request id, never the whole body.
-"""
+"""One exception tree rooted in ``BillingError``. ``BillingAPIError`` (the service answered
+with an error status) has one subclass per status class; ``retryable`` says which are retried.
+An error's text quotes a bounded excerpt of the service's answer, never a secret."""
 
 from __future__ import annotations
 
@@ -31,21 +10,20 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-_SECRET_FIELD = re.compile(
-    r"(access_token|refresh_token|client_secret|id_token|password|secret|x-kc-token|token)",
-    re.IGNORECASE,
-)
-_MAX_BODY = 2000
-#: The most characters of a page (an HTML answer) read for its text.
-_MAX_PAGE = 64_000
-#: The most characters of the service's answer an error's text quotes.
-EXCERPT_CHARS = 300
-#: A script or style element (to its end, or the end of a body cut short), or any other tag.
+_SECRET_FIELD = re.compile(r"password|secret|token", re.IGNORECASE)
+_SECRET_TEXT = re.compile(r"((?:secret|token)[\"']?\s*[=:]\s*[\"']?)[^\"'&\s,}]+", re.IGNORECASE)
+_MAX_BODY = 2000  # characters of an answer kept on an error
+_MAX_PAGE = 64_000  # characters of a page (an HTML answer) read for its text
+EXCERPT_CHARS = 300  # characters of the answer an error's text quotes
+_MESSAGE_KEYS = ("error_description", "message", "error", "detail", "errors")
+# A script or style element (to its end, or the end of a body cut short), or any other tag.
 _TAG = re.compile(r"<(script|style)\b.*?(?:</\1\s*>|\Z)|<[^>]*>", re.IGNORECASE | re.DOTALL)
 
 
 class BillingError(Exception):
     """Base class of every error the app raises."""
+
+    retryable = False
 
 
 class BillingConfigurationError(BillingError, ImproperlyConfigured):
@@ -57,7 +35,7 @@ class BillingConfigurationError(BillingError, ImproperlyConfigured):
 
 
 class BillingTransportError(BillingError):
-    """The request did not get an HTTP answer (timeout, refused or reset connection)."""
+    """The request got no HTTP answer (timeout, refused or reset connection)."""
 
     retryable = True
 
@@ -69,7 +47,7 @@ class BillingTransportError(BillingError):
 class BillingAPIError(BillingError):
     """The service answered an operation with an error status."""
 
-    retryable = False
+    retry_after: float | None = None  # seconds, from the answer's Retry-After
 
     def __init__(
         self,
@@ -84,10 +62,8 @@ class BillingAPIError(BillingError):
         self.operation = operation
         self.body = redact(body)
         self.request_id = request_id
-        detail = message or _summary(redact(_without_markup(body)))
-        text = f"{operation} failed with HTTP {status}"
-        if detail:
-            text += f": {detail}"
+        detail = [message, _summary(body)]
+        text = ": ".join([f"{operation} failed with HTTP {status}", *filter(None, detail)])
         if request_id:
             text += f" (request id {request_id})"
         super().__init__(text)
@@ -97,9 +73,8 @@ class BillingAPIError(BillingError):
 
 
 class BillingAnswerLostError(BillingAPIError):
-    """The service answered a 2xx whose body cannot be read (not JSON, not wrapped in
-    ``data``). The request was probably applied: like a timeout after sending, the outcome is
-    in doubt, and it is retried with the same idempotency key (never a new one)."""
+    """A 2xx whose body cannot be read: probably applied, so in doubt and retried with the
+    same idempotency key."""
 
     retryable = True
 
@@ -125,15 +100,24 @@ class BillingConflictError(BillingAPIError):
 
 
 class BillingRateLimitError(BillingAPIError):
-    retryable = True
+    """429: retried, its ``Retry-After`` honoured."""
 
-    def __init__(self, *, retry_after: float | None = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.retry_after = retry_after
+    retryable = True
 
 
 class BillingServerError(BillingAPIError):
+    """5xx: retried."""
+
     retryable = True
+
+
+_BY_STATUS: dict[int, type[BillingAPIError]] = {
+    401: BillingAuthenticationError,
+    403: BillingAuthenticationError,
+    404: BillingNotFoundError,
+    409: BillingConflictError,
+    429: BillingRateLimitError,
+}
 
 
 class WebhookError(BillingError):
@@ -145,14 +129,9 @@ class WebhookVerificationError(WebhookError):
 
 
 class BillingServiceMismatchError(BillingError):
-    """The settings point at another service than the one the local mirror belongs to.
-
-    Raised before anything is sent (push, pull, checkout): the mirror's remote ids would not
-    exist there. ``recorded`` and ``configured`` are ``billing_integration.service
-    .ServiceIdentity`` values (base URL, realm, client id; never the secret). Not an
-    ``ImproperlyConfigured``: either side may be the right one, and the way out is a decision
-    (``manage.py billing_service relink`` or ``reset``), not necessarily a settings fix.
-    """
+    """The settings point at another service than the mirror's (raised before anything is
+    sent). ``recorded`` and ``configured`` are ``service.ServiceIdentity`` values; the way out
+    is ``manage.py billing_service relink`` or ``reset``."""
 
     def __init__(self, message: str, *, recorded: Any, configured: Any) -> None:
         super().__init__(message)
@@ -161,9 +140,8 @@ class BillingServiceMismatchError(BillingError):
 
 
 class RemoteDataError(BillingError):
-    """A value the service sent cannot be stored as it is (a date that does not parse, a
-    string longer than its column): the mapping refuses it rather than store "no value" or
-    a cut value. ``field`` names the resource field; the message quotes the value, cut."""
+    """A value from the service cannot be stored as it is (refused rather than stored cut or
+    empty); ``field`` names the resource field."""
 
     def __init__(self, field: str, value: Any, problem: str) -> None:
         text = value if isinstance(value, str) else repr(value)
@@ -174,26 +152,15 @@ class RemoteDataError(BillingError):
 
 
 def error_for_status(status: int) -> type[BillingAPIError]:
-    if status in (401, 403):
-        return BillingAuthenticationError
-    if status == 404:
-        return BillingNotFoundError
-    if status == 409:
-        return BillingConflictError
-    if status == 429:
-        return BillingRateLimitError
     if status >= 500:
         return BillingServerError
-    if status in (400, 422) or 400 <= status < 500:
-        return BillingValidationError
-    return BillingAPIError
+    fallback = BillingValidationError if 400 <= status < 500 else BillingAPIError
+    return _BY_STATUS.get(status, fallback)
 
 
 def redact(value: Any) -> Any:
-    """Return ``value`` with every secret-looking field replaced by ``"[redacted]"``.
-
-    Works on parsed JSON (dicts and lists) and on text (JSON or form-encoded).
-    """
+    """``value`` (parsed JSON, or JSON or form-encoded text) with every secret-looking field
+    replaced by ``"[redacted]"``."""
     if isinstance(value, dict):
         return {
             k: "[redacted]" if _SECRET_FIELD.search(str(k)) else redact(v) for k, v in value.items()
@@ -206,45 +173,23 @@ def redact(value: Any) -> Any:
         try:
             parsed = json.loads(value)
         except ValueError:
-            text = re.sub(
-                r"((?:access_token|refresh_token|client_secret|secret|token)[\"']?\s*[=:]\s*[\"']?)"
-                r"[^\"'&\s,}]+",
-                r"\1[redacted]",
-                value,
-                flags=re.IGNORECASE,
-            )
-            return text[:_MAX_BODY]
+            return _SECRET_TEXT.sub(r"\1[redacted]", value)[:_MAX_BODY]
         if isinstance(parsed, (dict, list)):
             return redact(parsed)
         return value[:_MAX_BODY]
     return value
 
 
-def _without_markup(body: Any) -> Any:
-    """A text body that is a page (HTML or XML) as its text, read from its first
-    ``_MAX_PAGE`` characters: reduced before the body is cut to ``_MAX_BODY``, so a long
-    ``<head>`` still leaves the page's words for the excerpt. Other bodies as they are."""
+def _summary(body: Any) -> str:
+    """The service's message (else the whole answer) on one line, redacted, a page reduced to
+    its text, cut to ``EXCERPT_CHARS``."""
     if isinstance(body, bytes):
         body = body.decode("utf-8", "replace")
-    if isinstance(body, str) and body.lstrip().startswith("<"):
-        return _TAG.sub(" ", body[:_MAX_PAGE])
-    return body
-
-
-def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
-    """``text`` on one line, an HTML page reduced to its text, cut to ``limit`` characters."""
-    if text.lstrip().startswith("<"):  # markup (an HTML or XML page)
-        text = _TAG.sub(" ", text)
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
-
-
-def _summary(body: Any) -> str:
-    if body is None or body == "":
-        return ""
+    if isinstance(body, str) and body.lstrip().startswith("<"):  # a page: its text
+        body = _TAG.sub(" ", body[:_MAX_PAGE])
+    body = redact(body)
     if isinstance(body, dict):
-        for key in ("error_description", "message", "error", "detail", "errors"):
-            if key in body:
-                value = body[key]
-                return excerpt(value if isinstance(value, str) else json.dumps(value))
-    return excerpt(body if isinstance(body, str) else json.dumps(body))
+        body = next((body[k] for k in _MESSAGE_KEYS if k in body), body)
+    text = body if isinstance(body, str) else "" if body is None else json.dumps(body)
+    text = " ".join((_TAG.sub(" ", text) if text.lstrip().startswith("<") else text).split())
+    return text if len(text) <= EXCERPT_CHARS else text[: EXCERPT_CHARS - 3].rstrip() + "..."

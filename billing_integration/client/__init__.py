@@ -1,26 +1,26 @@
-"""The billing API client: the only code in the app that speaks HTTP to the service.
-
-from billing_integration.client import get_client
-product = get_client().create_product(payload, idempotency_key=key)
-"""
+"""The billing API client, the only code that speaks HTTP to the service:
+``get_client().create_product(payload, idempotency_key=key)``."""
 
 from __future__ import annotations
 
 import os
 import threading
+from typing import Any
 
 from django.core.signals import setting_changed
 
 from ..conf import billing_settings
-from .backoff import SharedBackoff
+from .backoff import SharedBackoff, clear_shared_backoff
 from .client import API_PREFIX, BillingClient
 from .retry import PAGE_MARGIN, Deadline, RetryPolicy
 
 __all__ = [
     "API_PREFIX",
     "BillingClient",
+    "Deadline",
     "RetryPolicy",
     "SharedBackoff",
+    "clear_shared_backoff",
     "get_client",
     "interactive_deadline",
     "reset_client",
@@ -32,22 +32,17 @@ _pid: int | None = None
 
 
 def get_client() -> BillingClient:
-    """The process's client: one ``requests.Session`` (keep-alive pool) per process."""
+    """The process's client (one ``requests.Session`` per process, a new one after a fork)."""
     global _client, _pid
-    client, pid = _client, _pid
-    if client is not None and pid == os.getpid():
-        return client
     with _lock:
-        if _client is None or _pid != os.getpid():  # new process after fork: new session
-            _client = BillingClient()
-            _pid = os.getpid()
+        if _client is None or _pid != os.getpid():
+            _client, _pid = BillingClient(), os.getpid()
         return _client
 
 
 def interactive_deadline() -> Deadline:
-    """The deadline of a request a person waits on, started now (call it first thing in the
-    view): ``BILLING['INTERACTIVE_DEADLINE']`` less ``PAGE_MARGIN``, the time kept for the page
-    after the last call, so the whole request ends by ``INTERACTIVE_DEADLINE``."""
+    """The deadline of a request a person waits on, started now (call it first in the view):
+    ``INTERACTIVE_DEADLINE`` less ``PAGE_MARGIN`` kept for the page after the last call."""
     seconds = float(billing_settings.INTERACTIVE_DEADLINE)
     return Deadline(max(seconds - PAGE_MARGIN, seconds / 2))
 
@@ -61,7 +56,7 @@ def reset_client() -> None:
         _client = None
 
 
-def _on_setting_changed(*, setting: str, **kwargs: object) -> None:
+def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
     if setting in ("BILLING", "CACHES"):
         reset_client()
 

@@ -1,21 +1,6 @@
-"""``BillingClient``: every operation of the billing interface, and nothing else speaks HTTP.
-
-Wire rules (billing-service-interface.md, section 4):
-- billing paths are ``{BASE_URL}/v1/api/billing/...``; the token is at
-  ``{AUTH_URL}/realms/{REALM}/protocol/openid-connect/token``, form-encoded;
-- every billing call sends ``Accept`` and ``Content-Type: application/json`` and the token in
-  ``x-kc-token`` (never ``Authorization``); every POST and PATCH sends ``x-idempotency-id``;
-- responses are wrapped in ``data``; POST /subscriptions answers an array.
-
-Every operation takes ``deadline=`` (seconds, or a shared ``Deadline``): the call, its
-retries, the waits between them and a token fetch it needs end by then (each attempt's
-connect and read timeouts are cut to the time left, and so is their total). Calls a person
-waits on use it (``interactive_deadline()``: ``BILLING['INTERACTIVE_DEADLINE']`` less the
-page's margin); they never wait on the shared backoff window, and one that fails to the end
-marks the service known down (``backoff.py``). Background work leaves it out and keeps the
-patient ``MAX_RETRIES`` policy. ``with_deadline(deadline)`` gives a view of the client whose
-calls all share one deadline (for code that takes a ``client``, such as a pull).
-"""
+"""``BillingClient``: every operation of the billing interface (wire rules in docs/client.md).
+Every operation takes ``deadline=`` (seconds or a ``Deadline``): the call, its retries and
+waits end by then, and it never waits on the shared backoff window (``backoff.py``)."""
 
 from __future__ import annotations
 
@@ -24,9 +9,9 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Iterator
-from typing import Any
-from urllib.parse import quote
+from collections.abc import Callable, Iterator
+from typing import Any, TypedDict, TypeVar, Unpack, cast
+from urllib.parse import quote, urlencode
 
 import requests
 from requests.adapters import HTTPAdapter
@@ -38,31 +23,41 @@ from ..exceptions import (
     BillingAuthenticationError,
     BillingError,
     BillingIdempotencyConflict,
-    BillingRateLimitError,
     BillingTransportError,
     error_for_status,
-    excerpt,
-    redact,
 )
 from .backoff import KNOWN_DOWN_SECONDS, SharedBackoff
-from .retry import MIN_ATTEMPT, Deadline, RetryPolicy, parse_retry_after
+from .retry import MIN_ATTEMPT, Deadline, RetryPolicy, default_policy, parse_retry_after
 from .tokens import TokenProvider
 
 logger = logging.getLogger("billing_integration.client")
 
 API_PREFIX = "/v1/api/billing"
 RESOURCES = ("products", "customers", "subscriptions")
+CONNECT_TIMEOUT = 5.0  # seconds to connect, on every request
+READ_TIMEOUT = 30.0  # seconds to wait for an answer, on every request
+PAGE_SIZE = 100  # limit= of list calls
+MAX_PAGES = 100_000  # hard stop for a list that never ends
 #: A deadline argument: seconds from now, a shared ``Deadline``, or ``None`` (no deadline).
 DeadlineArg = Deadline | float | None
+Item = dict[str, Any]  # one resource, as the service writes it
+T = TypeVar("T")
+
+
+class WriteOptions(TypedDict, total=False):
+    """A write's keywords: its idempotency key (default: a new one) and its deadline."""
+
+    idempotency_key: str | None
+    deadline: DeadlineArg
+
+
 _JSON_HEADERS = {"Accept": "application/json", "Content-Type": "application/json"}
+_FORM_HEADERS = {**_JSON_HEADERS, "Content-Type": "application/x-www-form-urlencoded"}
 
 
 class BillingClient:
-    """A client for one account of the billing service.
-
-    Build it with ``get_client()`` (one per process) unless you need a second account.
-    All keyword arguments default to ``settings.BILLING``.
-    """
+    """A client for one account of the service; build it with ``get_client()`` unless you
+    need another account. Keyword arguments default to ``settings.BILLING``."""
 
     def __init__(
         self,
@@ -77,39 +72,35 @@ class BillingClient:
         retry: RetryPolicy | None = None,
         timeout: tuple[float, float] | None = None,
         page_size: int | None = None,
-        sleep: Any = time.sleep,
+        sleep: Callable[[float], None] = time.sleep,
         backoff: SharedBackoff | None = None,
     ) -> None:
         conf = billing_settings
-        self.base_url = (base_url or conf.BASE_URL).rstrip("/")
-        self.auth_url = (auth_url or conf.AUTH_URL).rstrip("/")
-        self.checkout_base = (checkout_url or conf.CHECKOUT_URL).rstrip("/")
-        self.realm = realm or conf.REALM
-        self.client_id = client_id or conf.CLIENT_ID
-        self.__secret = client_secret or conf.CLIENT_SECRET
-        self.retry = retry or RetryPolicy(
-            max_retries=conf.MAX_RETRIES,
-            backoff_base=conf.BACKOFF_BASE,
-            backoff_max=conf.BACKOFF_MAX,
-            retry_after_max=conf.RETRY_AFTER_MAX,
-        )
-        self.timeout = timeout or (conf.CONNECT_TIMEOUT, conf.READ_TIMEOUT)
-        self.page_size = page_size or conf.PAGE_SIZE
-        self.max_pages = conf.MAX_PAGES
+        self.base_url: str = (base_url or conf.BASE_URL).rstrip("/")
+        self.auth_url: str = (auth_url or conf.AUTH_URL).rstrip("/")
+        self.checkout_base: str = (checkout_url or conf.CHECKOUT_URL).rstrip("/")
+        self.realm: str = realm or conf.REALM
+        self.client_id: str = client_id or conf.CLIENT_ID
+        self.__secret: str = client_secret or conf.CLIENT_SECRET
+        # None: the module constants, read at each call (tests may patch them).
+        self._retry, self.timeout, self._page_size = retry, timeout, page_size
         self._sleep = sleep
-        #: The window every worker backs off in together (``client/backoff.py``).
-        self.backoff = backoff or SharedBackoff.from_settings()
+        self.backoff = backoff or SharedBackoff()
         #: The deadline of every call made through this client (see ``with_deadline``).
         self.deadline: Deadline | None = None
         self.session = session or _new_session()
         self.tokens = TokenProvider(
             self._request_token,
-            cache_alias=conf.TOKEN_CACHE,
-            # The key is a hash: credentials changed -> another token; nothing readable stored.
             scope=f"{self.auth_url}|{self.realm}|{self.client_id}|{self.__secret}",
-            refresh_ratio=conf.TOKEN_REFRESH_RATIO,
-            lock_timeout=conf.TOKEN_LOCK_TIMEOUT,
         )
+
+    @property
+    def retry(self) -> RetryPolicy:
+        return self._retry or default_policy()
+
+    @property
+    def page_size(self) -> int:
+        return self._page_size or PAGE_SIZE
 
     def __repr__(self) -> str:
         return f"BillingClient(base_url={self.base_url!r}, client_id={self.client_id!r})"
@@ -119,135 +110,75 @@ class BillingClient:
         return f"{self.auth_url}/realms/{quote(self.realm, safe='')}/protocol/openid-connect/token"
 
     def checkout_url(self, session_id: str) -> str:
-        """Where to send the customer for a checkout session: ``{CHECKOUT_URL}/checkout/<id>``."""
-        return f"{self.checkout_base}/checkout/{quote(str(session_id), safe='')}"
+        """Where to send the customer for a checkout session."""
+        return f"{self.checkout_base}/checkout/{_quoted(session_id)}"
 
     def with_deadline(self, deadline: DeadlineArg) -> BillingClient:
-        """This client with ``deadline`` applied to every call made through it (sharing the
-        HTTP session, the token provider and the retry policy). Seconds start now."""
+        """This client (same session and token) with ``deadline`` on every call."""
         bound = copy.copy(self)
         bound.deadline = _as_deadline(deadline)
         return bound
 
-    # --- products -------------------------------------------------------------------------
-    def list_products(self, *, deadline: DeadlineArg = None) -> Iterator[dict[str, Any]]:
+    def known_down(self) -> bool:
+        """Whether the service is known down (a page a person waits on then calls nothing)."""
+        return self.backoff.wait() > 0
+
+    # --- operations ------------------------------------------------------------------------
+    def list_products(self, *, deadline: DeadlineArg = None) -> Iterator[Item]:
         return self._iter_items("products", deadline)
 
-    def create_product(
-        self,
-        payload: dict[str, Any],
-        *,
-        idempotency_key: str | None = None,
-        deadline: DeadlineArg = None,
-    ) -> dict:
-        return self._call(
-            "create_product", "POST", "/products", payload, idempotency_key, deadline=deadline
-        )
-
-    def get_product(self, remote_id: str, *, deadline: DeadlineArg = None) -> dict[str, Any]:
-        path = f"/products/{_path_id(remote_id)}"
-        return self._call("get_product", "GET", path, deadline=deadline)
-
-    def update_product(
-        self,
-        remote_id: str,
-        payload: dict[str, Any],
-        *,
-        idempotency_key: str | None = None,
-        deadline: DeadlineArg = None,
-    ) -> dict[str, Any]:
-        path = f"/products/{_path_id(remote_id)}"
-        return self._call(
-            "update_product", "PATCH", path, payload, idempotency_key, deadline=deadline
-        )
-
-    # --- customers ------------------------------------------------------------------------
-    def list_customers(self, *, deadline: DeadlineArg = None) -> Iterator[dict[str, Any]]:
+    def list_customers(self, *, deadline: DeadlineArg = None) -> Iterator[Item]:
         return self._iter_items("customers", deadline)
 
-    def create_customer(
-        self,
-        payload: dict[str, Any],
-        *,
-        idempotency_key: str | None = None,
-        deadline: DeadlineArg = None,
-    ) -> dict:
-        return self._call(
-            "create_customer", "POST", "/customers", payload, idempotency_key, deadline=deadline
+    def list_subscriptions(self, *, deadline: DeadlineArg = None) -> Iterator[Item]:
+        return self._iter_items("subscriptions", deadline)
+
+    def get_product(self, remote_id: str, *, deadline: DeadlineArg = None) -> Item:
+        return self._one("get_product", "GET", f"/products/{_quoted(remote_id)}", deadline=deadline)
+
+    def create_product(self, payload: Item, **kw: Unpack[WriteOptions]) -> Item:
+        return self._one("create_product", "POST", "/products", payload, **kw)
+
+    def update_product(self, remote_id: str, payload: Item, **kw: Unpack[WriteOptions]) -> Item:
+        return self._one(
+            "update_product", "PATCH", f"/products/{_quoted(remote_id)}", payload, **kw
         )
 
-    def find_customer(
-        self, identifier: str, *, deadline: DeadlineArg = None
-    ) -> dict[str, Any] | None:
-        """The remote customer whose ``identifier`` is ``identifier`` (ours, unique per
-        subscriber), or ``None``. The interface has no filter: this reads the list."""
+    def create_customer(self, payload: Item, **kw: Unpack[WriteOptions]) -> Item:
+        return self._one("create_customer", "POST", "/customers", payload, **kw)
+
+    def create_checkout_session(self, payload: Item, **kw: Unpack[WriteOptions]) -> Item:
+        return self._one("create_checkout_session", "POST", "/checkout_sessions", payload, **kw)
+
+    def create_subscription(self, payload: Item, **kw: Unpack[WriteOptions]) -> Item:
+        """Create one subscription (the service answers an array of one)."""
+        data = self._call("create_subscription", "POST", "/subscriptions", payload, **kw)
+        if isinstance(data, list) and not data:
+            problem = "empty data array"
+            raise BillingAnswerLostError(
+                status=200, operation="create_subscription", message=problem
+            )
+        return cast(Item, data[0] if isinstance(data, list) else data)
+
+    def find_customer(self, identifier: str, *, deadline: DeadlineArg = None) -> Item | None:
+        """The remote customer whose ``identifier`` is ``identifier``, or ``None`` (the
+        interface has no filter: this reads the list)."""
         for item in self.list_customers(deadline=deadline):
             if isinstance(item, dict) and item.get("identifier") == identifier:
                 return item
         return None
 
-    # --- subscriptions --------------------------------------------------------------------
-    def list_subscriptions(self, *, deadline: DeadlineArg = None) -> Iterator[dict[str, Any]]:
-        return self._iter_items("subscriptions", deadline)
-
-    def create_subscription(
-        self,
-        payload: dict[str, Any],
-        *,
-        idempotency_key: str | None = None,
-        deadline: DeadlineArg = None,
-    ) -> dict[str, Any]:
-        """Create one subscription. The service answers ``{"data": [Subscription]}``."""
-        data = self._call(
-            "create_subscription",
-            "POST",
-            "/subscriptions",
-            payload,
-            idempotency_key,
-            deadline=deadline,
-        )
-        if isinstance(data, list):
-            if not data:
-                raise BillingAnswerLostError(
-                    status=200, operation="create_subscription", message="empty data array"
-                )
-            return data[0]
-        return data
-
-    # --- checkout -------------------------------------------------------------------------
-    def create_checkout_session(
-        self,
-        payload: dict[str, Any],
-        *,
-        idempotency_key: str | None = None,
-        deadline: DeadlineArg = None,
-    ) -> dict[str, Any]:
-        return self._call(
-            "create_checkout_session",
-            "POST",
-            "/checkout_sessions",
-            payload,
-            idempotency_key,
-            deadline=deadline,
-        )
-
-    # --- lists ----------------------------------------------------------------------------
-    def iter_pages(
-        self, resource: str, *, deadline: DeadlineArg = None
-    ) -> Iterator[list[dict[str, Any]]]:
-        """Yield the list of ``resource`` page by page (``limit``/``offset``).
-
-        Stops on a short page, and on a page that brings no id not seen before, so a server
-        that ignores the parameters ends the loop instead of repeating itself forever. A
-        ``deadline`` bounds the whole list (all pages), not each page.
-        """
+    def iter_pages(self, resource: str, *, deadline: DeadlineArg = None) -> Iterator[list[Item]]:
+        """The list of ``resource`` page by page (``limit``/``offset``), within one deadline.
+        Stops on a short page, or a page with no id not seen before (a server ignoring the
+        parameters)."""
         if resource not in RESOURCES:
             raise ValueError(f"Unknown resource {resource!r}; expected one of {RESOURCES}")
         bound = _as_deadline(deadline)  # seconds start now, once for all pages
         seen: set[str] = set()
-        offset = 0
-        for _ in range(self.max_pages):
-            params = {"limit": self.page_size, "offset": offset}
+        offset, size = 0, self.page_size
+        for _ in range(MAX_PAGES):
+            params = {"limit": size, "offset": offset}
             items = self._call(
                 f"list_{resource}", "GET", f"/{resource}", params=params, deadline=bound
             )
@@ -255,42 +186,38 @@ class BillingClient:
                 raise BillingAPIError(
                     status=200, operation=f"list_{resource}", message="data is not a list"
                 )
-            fresh = []
-            for item in items:
-                key = str(item.get("id")) if isinstance(item, dict) else None
-                if key is None or key not in seen:
-                    if key is not None:
-                        seen.add(key)
-                    fresh.append(item)
+            fresh = [i for i in items if not isinstance(i, dict) or str(i.get("id")) not in seen]
+            seen.update(str(i.get("id")) for i in fresh if isinstance(i, dict))
             if not fresh:
                 return
             yield fresh
-            if len(items) < self.page_size:
+            if len(items) < size:
                 return
             offset += len(items)
 
-    def _iter_items(self, resource: str, deadline: DeadlineArg = None) -> Iterator[dict[str, Any]]:
+    def _iter_items(self, resource: str, deadline: DeadlineArg) -> Iterator[Item]:
         for page in self.iter_pages(resource, deadline=deadline):
             yield from page
 
-    # --- health (billing_doctor) -----------------------------------------------------------
     def probe_token(self) -> float:
-        """Fetch a new token and return its ``expires_in`` (seconds, 0 if absent): a probe of
-        the token endpoint and the credentials. The token is discarded, never cached or
-        returned, so the shared token is left alone. Raises like any token fetch."""
+        """Fetch a new token (discarded, never cached) and return its ``expires_in``."""
         return float(self._request_token().get("expires_in") or 0)
 
-    # --- the one place requests are sent -----------------------------------------------------
+    # --- sending ---------------------------------------------------------------------------
+    def _one(self, operation: str, method: str, path: str, *args: Any, **kw: Any) -> Item:
+        """A call answered with one resource."""
+        return cast(Item, self._call(operation, method, path, *args, **kw))
+
     def _call(
         self,
         operation: str,
         method: str,
         path: str,
         payload: dict[str, Any] | None = None,
-        idempotency_key: str | None = None,
-        params: dict[str, Any] | None = None,
         *,
+        idempotency_key: str | None = None,
         deadline: DeadlineArg = None,
+        params: dict[str, Any] | None = None,
     ) -> Any:
         url = f"{self.base_url}{API_PREFIX}{path}"
         headers = dict(_JSON_HEADERS)
@@ -298,208 +225,110 @@ class BillingClient:
             headers["x-idempotency-id"] = str(idempotency_key or uuid.uuid4())
         body = None if payload is None else json.dumps(payload, separators=(",", ":"))
         bound = _as_deadline(deadline) or self.deadline
-        refetched = False
-        attempt = 0
-        while True:
-            _check_time_left(bound, operation)
-            if attempt == 0:  # a retry's wait below already covers the window
-                self._wait_for_shared_backoff(bound, operation)
-            self._wait_for_pace(bound, operation)
-            token = self.tokens.get(bound)
-            headers["x-kc-token"] = token
-            try:
-                error = None
-                response = self._send(operation, method, url, headers, body, params, bound)
-            except BillingTransportError as exc:
-                error = exc
-            else:
-                if response.status_code == 401 and not refetched:
-                    # The token may have been revoked or expired early: fetch once more.
-                    self.tokens.invalidate(token)
-                    refetched = True
-                    continue
-                if response.status_code < 400:
-                    self.backoff.succeeded()
-                    try:
-                        return _unwrap(response, operation)
-                    except BillingAnswerLostError as exc:
-                        # Probably applied: in doubt, resent with the same key (a replay).
-                        error = exc
-                else:
-                    error = _api_error(response, operation)
-            if isinstance(error, BillingAnswerLostError):
-                pass  # a 2xx (counted above): the service is up, no window for every worker
-            elif getattr(error, "retryable", False):
-                self.backoff.failed(
-                    getattr(error, "retry_after", None),
-                    self.retry,
-                    rate_limited=isinstance(error, BillingRateLimitError),
-                )
-            else:
-                self.backoff.succeeded()  # the service answers: the run of failures is over
-            wait = self._wait_before_retry(error, attempt, bound, operation)
-            shared = self.backoff.wait()
-            if shared > wait:  # another worker (or this one) asked every worker to wait longer
-                if bound is not None and shared + MIN_ATTEMPT > bound.remaining():
-                    self.backoff.publish(KNOWN_DOWN_SECONDS)
-                    raise error
-                wait = shared
-            logger.warning(
-                "billing %s: %s; retry %d/%d in %.2fs",
-                operation,
-                _short(error),
-                attempt + 1,
-                self.retry.max_retries,
-                wait,
-            )
-            self._sleep(wait)
-            attempt += 1
-
-    def known_down(self) -> bool:
-        """Whether the service is known to be down (or asked every worker to wait) now: the
-        shared backoff window is open. A request a person waits on then answers without
-        calling (from the mirror, or "service unavailable"); a call with a deadline fails at
-        once."""
-        return self.backoff.wait() > 0
-
-    def _wait_for_shared_backoff(self, deadline: Deadline | None, operation: str) -> None:
-        """Wait out the shared backoff window before an attempt. With a ``deadline`` (a person
-        waits) fail at once instead, nothing sent: the caller's "service unavailable"."""
+        _check_time_left(bound, operation)
         wait = self.backoff.wait()
-        if wait <= 0:
-            return
-        if deadline is not None:
-            raise BillingTransportError(
-                f"every worker backs off for {wait:.2f}s (the service is down or asked to "
-                f"slow down); a call a person waits on does not wait",
-                operation=operation,
-            )
-        logger.info("billing %s: waiting %.2fs, every worker backs off", operation, wait)
-        self._sleep(wait)
-
-    def _wait_for_pace(self, deadline: Deadline | None, operation: str) -> None:
-        """Wait for a turn under the shared pace that follows a 429 (none: go at once). With
-        a ``deadline`` that comes first, fail at once (nothing sent)."""
-        while (wait := self.backoff.slot()) > 0:
-            if deadline is not None and wait + MIN_ATTEMPT > deadline.remaining():
-                raise BillingTransportError(
-                    f"every worker keeps to {self.backoff.pace() or 0:.1f} calls a second "
-                    f"(the service asked to slow down); no turn within the deadline "
-                    f"({deadline.seconds:g}s)",
-                    operation=operation,
-                )
+        if wait > 0:
+            if bound is not None:
+                problem = f"known down: every worker backs off for {wait:.2f}s"
+                raise BillingTransportError(problem, operation=operation)
+            logger.info("billing %s: waiting %.2fs, every worker backs off", operation, wait)
             self._sleep(wait)
+        refetched = False
 
-    def _wait_before_retry(
-        self, error: BillingError, attempt: int, deadline: Deadline | None, operation: str
-    ) -> float:
-        """The wait before the next attempt after ``error``; raises ``error`` when it is not
-        retryable, the retries are used up, or the deadline leaves no room for another try."""
-        if not getattr(error, "retryable", False):
-            raise error
-        retry_after = getattr(error, "retry_after", None)
-        wait = self.retry.wait_before_retry(attempt, retry_after, deadline)
-        if wait is None:
-            if deadline is not None:
-                if attempt < self.retry.max_retries:
-                    logger.warning(
-                        "billing %s: %s; no retry, the deadline (%.2fs left) comes first",
-                        operation,
-                        _short(error),
-                        deadline.remaining(),
-                    )
-                # A person waited on a service that failed to the end: it is known down, and
-                # the next person is answered at once instead of waiting on it again. A lost
-                # answer is a 2xx: the service is up.
-                if not isinstance(error, BillingAnswerLostError):
+        def attempt(token: str) -> Any:
+            nonlocal refetched
+            headers["x-kc-token"] = token
+            response = self._send(
+                operation, bound, method, url, data=body, headers=headers, params=params
+            )
+            if response.status_code == 401 and not refetched:  # revoked or expired early
+                refetched = True
+                self.tokens.invalidate(token)
+                return attempt(self.tokens.get(bound))
+            return _answer(response, operation)
+
+        return self._retrying(operation, bound, lambda: attempt(self.tokens.get(bound)))
+
+    def _retrying(self, operation: str, deadline: Deadline | None, attempt: Callable[[], T]) -> T:
+        """``attempt()`` until it returns, retrying its retryable errors with backoff (the
+        server's ``Retry-After`` honoured) within the policy and the deadline. An error raised
+        before anything is sent (the token) is not retried here."""
+        for n in range(self.retry.max_retries + 1):
+            _check_time_left(deadline, operation)
+            try:
+                return attempt()
+            except _Sent as sent:
+                error = sent.error
+            retry_after = getattr(error, "retry_after", None)
+            if retry_after is not None:  # the service asked every worker to wait
+                self.backoff.publish(min(retry_after, self.retry.retry_after_max))
+            wait = None
+            if error.retryable:
+                wait = self.retry.wait_before_retry(n, retry_after, deadline)
+            if wait is not None and deadline is None:
+                wait = max(wait, self.backoff.wait())
+            if wait is None:
+                # Failed to the end (a person's deadline, or every retry) with no Retry-After to
+                # go by: the service is known down. A lost answer shows it is up.
+                ended = deadline is not None or n > 0
+                lost = isinstance(error, BillingAnswerLostError)
+                if ended and error.retryable and retry_after is None and not lost:
                     self.backoff.publish(KNOWN_DOWN_SECONDS)
-            raise error
-        return wait
+                raise error
+            shown = f"HTTP {error.status}" if isinstance(error, BillingAPIError) else error
+            logger.warning("billing %s: %s; retry %d in %.2fs", operation, shown, n + 1, wait)
+            self._sleep(wait)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _send(
-        self,
-        operation: str,
-        method: str,
-        url: str,
-        headers: dict[str, str],
-        body: str | None,
-        params: dict[str, Any] | None = None,
-        deadline: Deadline | None = None,
+        self, operation: str, deadline: Deadline | None, method: str, url: str, **kw: Any
     ) -> requests.Response:
-        started = time.perf_counter()
-        timeout = deadline.timeout(*self.timeout) if deadline is not None else self.timeout
+        """One request; a timeout or connection error raises ``_Sent`` (retryable)."""
+        pair = self.timeout or (CONNECT_TIMEOUT, READ_TIMEOUT)
+        timeout: Any = pair if deadline is None else deadline.timeout(*pair)  # requests takes both
         try:
-            response = self.session.request(
-                method, url, data=body, headers=headers, params=params, timeout=timeout
-            )
+            response = self.session.request(method, url, timeout=timeout, **kw)
         except requests.Timeout:
-            raise BillingTransportError("timed out", operation=operation) from None
+            raise _Sent(BillingTransportError("timed out", operation=operation)) from None
         except requests.RequestException as exc:
-            raise BillingTransportError(
-                f"connection failed ({type(exc).__name__})", operation=operation
-            ) from None
-        if logger.isEnabledFor(logging.DEBUG):
-            logger.debug(
-                "billing %s %s -> %s in %.1f ms (idempotency %s)",
-                operation,
-                method,
-                response.status_code,
-                (time.perf_counter() - started) * 1000,
-                headers.get("x-idempotency-id", "-"),
-            )
+            problem = f"connection failed ({type(exc).__name__})"
+            raise _Sent(BillingTransportError(problem, operation=operation)) from None
+        logger.debug("billing %s %s -> %s", operation, method, response.status_code)
         return response
 
     def _request_token(self, deadline: Deadline | None = None) -> dict[str, Any]:
-        """The client-credentials call (form-encoded); retried like any other call, within
-        the ``deadline`` of the call that needs the token."""
-        form = {
-            "grant_type": "client_credentials",
-            "client_id": self.client_id,
-            "client_secret": self.__secret,
-        }
-        headers = {
-            "Accept": "application/json",
-            "Content-Type": "application/x-www-form-urlencoded",
-        }
-        attempt = 0
-        while True:
-            _check_time_left(deadline, "token")
-            try:
-                error = None
-                response = self._send(
-                    "token", "POST", self.token_url, headers, _form(form), None, deadline
+        """The form-encoded client-credentials call, retried like any call."""
+        fields = {"grant_type": "client_credentials", "client_id": self.client_id}
+        form = urlencode({**fields, "client_secret": self.__secret})
+
+        def attempt() -> dict[str, Any]:
+            response = self._send(
+                "token", deadline, "POST", self.token_url, data=form, headers=_FORM_HEADERS
+            )
+            data, status = _body(response), response.status_code
+            if status >= 400 and status not in (400, 401, 403):
+                _answer(response, "token")  # raises the error (retried when retryable)
+            if status >= 400 or not isinstance(data, dict) or not data.get("access_token"):
+                problem = "token response without access_token"
+                if status >= 400:
+                    problem = "credentials refused (check CLIENT_ID and CLIENT_SECRET)"
+                raise BillingAuthenticationError(
+                    status=status, operation="token", body=data, message=problem
                 )
-            except BillingTransportError as exc:
-                error = exc
-            else:
-                if response.status_code < 400:
-                    try:
-                        data = response.json()
-                        if not data.get("access_token"):
-                            raise ValueError
-                    except (ValueError, AttributeError):
-                        raise BillingAuthenticationError(
-                            status=response.status_code,
-                            operation="token",
-                            message="token response without access_token",
-                        ) from None
-                    return data
-                error = _api_error(response, "token")
-                if response.status_code in (400, 401, 403):
-                    raise BillingAuthenticationError(
-                        status=response.status_code,
-                        operation="token",
-                        body=error.body,
-                        message="credentials refused (check BILLING['CLIENT_ID'] and "
-                        "BILLING['CLIENT_SECRET'])",
-                    )
-            self._sleep(self._wait_before_retry(error, attempt, deadline, "token"))
-            attempt += 1
+            return data
+
+        return self._retrying("token", deadline, attempt)
+
+
+class _Sent(Exception):
+    """A request was sent and failed with ``error``; only these may be retried."""
+
+    def __init__(self, error: BillingError) -> None:
+        self.error = error
 
 
 # --- helpers --------------------------------------------------------------------------------
 def _as_deadline(value: DeadlineArg) -> Deadline | None:
-    """A ``Deadline`` from seconds (starting now), a ``Deadline`` or ``None``."""
     if value is None or isinstance(value, Deadline):
         return value
     return Deadline(float(value))
@@ -515,76 +344,39 @@ def _check_time_left(deadline: Deadline | None, operation: str) -> None:
 
 def _new_session() -> requests.Session:
     session = requests.Session()
-    adapter = HTTPAdapter(pool_connections=4, pool_maxsize=32, max_retries=0)
-    session.mount("http://", adapter)
+    session.mount("http://", adapter := HTTPAdapter(pool_maxsize=32))  # threads of a worker
     session.mount("https://", adapter)
     session.trust_env = False  # no proxies or netrc credentials slipping in
     return session
 
 
-def _form(fields: dict[str, str]) -> str:
-    from urllib.parse import urlencode
-
-    return urlencode(fields)
-
-
-def _path_id(value: str) -> str:
+def _quoted(value: str) -> str:
     return quote(str(value), safe="")
 
 
-def _unwrap(response: requests.Response, operation: str) -> Any:
-    """The ``data`` of a 2xx answer. A body that cannot be read raises
-    ``BillingAnswerLostError``: the request was probably applied, so it is in doubt and
-    retried with the same key."""
+def _body(response: requests.Response) -> Any:
     try:
-        body = response.json()
+        return response.json()
     except ValueError:
-        body, problem = response.text, "the answer is not JSON"
-    else:
-        if isinstance(body, dict) and "data" in body:
-            return body["data"]
-        problem = "the answer is not wrapped in 'data'"
-    raise BillingAnswerLostError(
-        status=response.status_code,
-        operation=operation,
-        body=body,
-        request_id=response.headers.get("x-request-id"),
-        message=_with_excerpt(problem, body),
-    )
+        return response.text
 
 
-def _with_excerpt(problem: str, body: Any) -> str:
-    """``problem``, then a redacted, bounded excerpt of the answer's ``body``."""
-    if body in (None, ""):
-        return problem
-    shown = redact(body)
-    return f"{problem}: {excerpt(shown if isinstance(shown, str) else json.dumps(shown))}"
-
-
-def _api_error(response: requests.Response, operation: str) -> BillingError:
-    try:
-        body: Any = response.json()
-    except ValueError:
-        body = response.text
-    status = response.status_code
+def _answer(response: requests.Response, operation: str) -> Any:
+    """The ``data`` of a 2xx answer, else ``_Sent`` with the error. An unreadable 2xx is in
+    doubt (probably applied): a retryable ``BillingAnswerLostError``, resent with the key."""
+    body, status = _body(response), response.status_code
+    if status < 400 and isinstance(body, dict) and "data" in body:
+        return body["data"]
+    cls, message = error_for_status(status), None
+    if status < 400:
+        cls = BillingAnswerLostError
+        message = "the answer is not " + ("JSON" if isinstance(body, str) else "wrapped in 'data'")
+    elif status == 422 and "idempotency" in json.dumps(body).lower():
+        cls = BillingIdempotencyConflict
     request_id = response.headers.get("x-request-id")
-    kwargs = {"status": status, "operation": operation, "body": body, "request_id": request_id}
-    if status == 429:
-        return BillingRateLimitError(
-            retry_after=parse_retry_after(response.headers.get("Retry-After")), **kwargs
-        )
-    if status >= 500 and response.headers.get("Retry-After"):
-        error = error_for_status(status)(**kwargs)
-        error.retry_after = parse_retry_after(response.headers.get("Retry-After"))  # type: ignore[attr-defined]
-        return error
-    if status == 422 and "idempotency" in json.dumps(body).lower():
-        return BillingIdempotencyConflict(**kwargs)
-    return error_for_status(status)(**kwargs)
-
-
-def _short(error: BaseException) -> str:
-    if isinstance(error, BillingAnswerLostError):
-        return f"HTTP {error.status} with an unreadable answer"
-    if isinstance(error, BillingAPIError):
-        return f"HTTP {error.status}"
-    return str(error)
+    error = cls(
+        status=status, operation=operation, body=body, request_id=request_id, message=message
+    )
+    if status == 429 or status >= 500:
+        error.retry_after = parse_retry_after(response.headers.get("Retry-After"))
+    raise _Sent(error)

@@ -1,5 +1,4 @@
-"""When and how long to wait before retrying a call, and the deadline of a call a person
-waits on."""
+"""How long to wait before a retry, and the deadline of a call a person waits on."""
 
 from __future__ import annotations
 
@@ -12,64 +11,50 @@ from email.utils import parsedate_to_datetime
 
 from urllib3.util import Timeout
 
+MAX_RETRIES = 4  # retries after the first attempt (background calls)
+BACKOFF_BASE = 0.5  # seconds: retry n waits a random time up to BACKOFF_BASE * 2**n
+BACKOFF_MAX = 20.0  # seconds: the cap of one computed wait
+RETRY_AFTER_MAX = 60.0  # seconds: the cap of an honoured Retry-After
+MIN_ATTEMPT = 0.25  # seconds an attempt needs at least; with less left none starts
+PAGE_MARGIN = 0.25  # seconds of a person's deadline kept for the page after the last call
+
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    max_retries: int = 4
-    backoff_base: float = 0.5
-    backoff_max: float = 20.0
-    retry_after_max: float = 60.0
+    max_retries: int = MAX_RETRIES
+    backoff_base: float = BACKOFF_BASE
+    backoff_max: float = BACKOFF_MAX
+    retry_after_max: float = RETRY_AFTER_MAX
 
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
-        """Seconds to wait before retry number ``attempt`` (0-based).
-
-        A server's ``Retry-After`` is honoured (capped at ``retry_after_max``); otherwise
-        exponential backoff with full jitter, capped at ``backoff_max``.
-        """
+        """Seconds before retry ``attempt`` (0-based): the server's ``Retry-After`` (capped),
+        else exponential backoff with full jitter."""
         if retry_after is not None:
             return max(0.0, min(retry_after, self.retry_after_max))
-        ceiling = min(self.backoff_max, self.backoff_base * (2**attempt))
-        return random.uniform(0, ceiling)
+        return random.uniform(0, min(self.backoff_max, self.backoff_base * 2**attempt))
 
     def wait_before_retry(
-        self,
-        attempt: int,
-        retry_after: float | None = None,
-        deadline: Deadline | None = None,
+        self, attempt: int, retry_after: float | None = None, deadline: Deadline | None = None
     ) -> float | None:
-        """Seconds to wait before retry number ``attempt``, or ``None``: give up now.
-
-        Gives up once ``max_retries`` retries were made and, with a ``deadline``, when the wait
-        would leave less than ``MIN_ATTEMPT`` seconds for the next attempt; a server's
-        ``Retry-After`` beyond the deadline also means giving up at once (asking sooner than
-        the server said is pointless and impolite).
-        """
+        """Seconds before retry ``attempt``, or ``None`` to give up: the retries are used up,
+        or the wait (or the server's ``Retry-After``) leaves the deadline no time to try."""
         if attempt >= self.max_retries:
             return None
         wait = self.delay(attempt, retry_after)
-        if deadline is not None:
-            asked = wait if retry_after is None else max(wait, retry_after)
-            if asked + MIN_ATTEMPT > deadline.remaining():
-                return None
+        asked = wait if retry_after is None else max(wait, retry_after)
+        if deadline is not None and asked + MIN_ATTEMPT > deadline.remaining():
+            return None
         return wait
 
 
-#: Seconds an attempt needs at least; with less time left before a deadline none is started.
-MIN_ATTEMPT = 0.25
-#: Seconds of a person's deadline kept for the page after its last call (the error or result
-#: page, the database work around the calls): the calls get ``INTERACTIVE_DEADLINE`` minus this,
-#: so the whole request, not only its calls, ends by the deadline.
-PAGE_MARGIN = 0.25
+def default_policy() -> RetryPolicy:
+    """The policy of the module constants, read now."""
+    return RetryPolicy(MAX_RETRIES, BACKOFF_BASE, BACKOFF_MAX, RETRY_AFTER_MAX)
 
 
 class Deadline:
-    """A point in time (monotonic clock) by which a call, all its retries and the waits
-    between them must be over: the bound of a request a person waits on.
-
-    One ``Deadline`` may be shared by several calls (the checkout view's customer push and
-    session creation), so the person's total wait is bounded, not each call's. ``clock`` is
-    injectable for tests.
-    """
+    """A moment (monotonic clock) by which a call, its retries and the waits between them are
+    over. One deadline may be shared by several calls of one request."""
 
     __slots__ = ("_clock", "at", "seconds")
 
@@ -79,17 +64,10 @@ class Deadline:
         self.at = clock() + self.seconds
 
     def remaining(self) -> float:
-        """Seconds left (never negative)."""
         return max(0.0, self.at - self._clock())
 
-    @property
-    def expired(self) -> bool:
-        return self.remaining() <= 0.0
-
     def timeout(self, connect: float, read: float) -> Timeout:
-        """A transport timeout that does not outlast the deadline: connect and read each cut
-        to the time left, and ``total`` (connect and read together) the time left, so a slow
-        connect leaves the read only what remains."""
+        """Connect and read timeouts cut to the time left, and their total the time left."""
         left = self.remaining()
         return Timeout(connect=min(connect, left), read=min(read, left), total=left)
 
@@ -98,16 +76,15 @@ class Deadline:
 
 
 def parse_retry_after(value: str | None) -> float | None:
-    """``Retry-After`` as seconds: either delta-seconds or an HTTP date. ``None`` if absent/bad."""
+    """``Retry-After`` in seconds (delta-seconds or an HTTP date); ``None`` if absent or bad."""
     if not value:
         return None
-    value = value.strip()
     try:
-        return max(0.0, float(value))
+        return max(0.0, float(value.strip()))
     except ValueError:
         pass
     try:
-        when = parsedate_to_datetime(value)
+        when = parsedate_to_datetime(value.strip())
     except (TypeError, ValueError):
         return None
     if when.tzinfo is None:

@@ -84,7 +84,7 @@ def _point_django_at(handle: SandboxHandle, request: pytest.FixtureRequest) -> N
     billing = dict(getattr(settings, "BILLING", None) or {})
     billing.update(handle.django_settings())
     settings.BILLING = billing
-    _forget_tokens(billing.get("TOKEN_CACHE", "default"))
+    _forget_tokens(billing.get("CACHE", "default"))
 
 
 def _forget_tokens(alias: str) -> None:

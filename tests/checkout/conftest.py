@@ -31,14 +31,13 @@ def recorded_enqueues(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 @pytest.fixture(autouse=True)
-def fast_retries(settings):
+def fast_retries(monkeypatch):
     """Keep the client's background retries short (a person waiting has a deadline too)."""
-    settings.BILLING = {
-        **getattr(settings, "BILLING", {}),
-        "MAX_RETRIES": 1,
-        "BACKOFF_BASE": 0.01,
-        "RETRY_AFTER_MAX": 0.2,
-    }
+    from billing_integration.client import retry
+
+    monkeypatch.setattr(retry, "MAX_RETRIES", 1)
+    monkeypatch.setattr(retry, "BACKOFF_BASE", 0.01)
+    monkeypatch.setattr(retry, "RETRY_AFTER_MAX", 0.2)
 
 
 def push_open_entries() -> None:

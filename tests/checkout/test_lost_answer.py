@@ -27,9 +27,9 @@ def test_one_click_gets_through_every_lost_answer(billing_sandbox, product, user
 
 
 def test_a_second_click_after_a_lost_customer_answer_makes_no_second_customer(
-    billing_sandbox, product, user, settings
+    billing_sandbox, product, user, settings, monkeypatch
 ):
-    settings.BILLING = {**settings.BILLING, "MAX_RETRIES": 0}
+    monkeypatch.setattr("billing_integration.client.retry.MAX_RETRIES", 0)
     billing_sandbox.faults(operation="create_customer", lose_first_answer=True)
     with pytest.raises(ServiceUnavailable):
         start_checkout(user, product, "months-1", "XOF")
@@ -44,9 +44,9 @@ def test_a_second_click_after_a_lost_customer_answer_makes_no_second_customer(
 
 
 def test_a_session_whose_answer_was_lost_is_not_created_again(
-    billing_sandbox, product, user, settings
+    billing_sandbox, product, user, settings, monkeypatch
 ):
-    settings.BILLING = {**settings.BILLING, "MAX_RETRIES": 0}
+    monkeypatch.setattr("billing_integration.client.retry.MAX_RETRIES", 0)
     billing_sandbox.faults(operation="create_checkout_session", lose_first_answer=True)
     with pytest.raises(ServiceUnavailable):
         start_checkout(user, product, "months-1", "XOF")
@@ -63,9 +63,9 @@ def test_a_session_whose_answer_was_lost_is_not_created_again(
 
 
 def test_another_choice_after_a_lost_session_is_a_new_session(
-    billing_sandbox, product, user, settings
+    billing_sandbox, product, user, settings, monkeypatch
 ):
-    settings.BILLING = {**settings.BILLING, "MAX_RETRIES": 0}
+    monkeypatch.setattr("billing_integration.client.retry.MAX_RETRIES", 0)
     billing_sandbox.faults(operation="create_checkout_session", lose_first_answer=True, count=1)
     with pytest.raises(ServiceUnavailable):
         start_checkout(user, product, "months-1", "XOF")

@@ -3,8 +3,9 @@
 return page pulls once per window.
 
 The process's client is built with a recorded ``sleep`` (no real waits, and the waits the
-retry loop asked for are asserted) and the patient background policy (4 retries, Retry-After
-honoured up to 60 s), so what bounds the person's wait is the deadline alone. Nothing here
+retry loop asked for are asserted) and the patient background policy (the client's default: 4
+retries, Retry-After honoured up to 60 s), so what bounds the person's wait is the deadline
+alone. Nothing here
 asserts wall-clock time.
 """
 
@@ -25,7 +26,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 URL = "/billing/checkout/"
 RETURN = "/billing/checkout/return/"
-PATIENT = {"MAX_RETRIES": 4, "BACKOFF_BASE": 0.5, "BACKOFF_MAX": 20.0, "RETRY_AFTER_MAX": 60.0}
 
 
 def post(client, product, cycle="months-1", currency="XOF"):
@@ -45,7 +45,7 @@ def install_client() -> tuple[list[float], list[tuple[str, tuple[float, float, f
         waits.append(seconds)
         now[0] += seconds
 
-    client = BillingClient(sleep=sleep, backoff=SharedBackoff.from_settings(clock=lambda: now[0]))
+    client = BillingClient(sleep=sleep, backoff=SharedBackoff(clock=lambda: now[0]))
     real = client.session.request
 
     def spy(method, url, *args, **kwargs):
@@ -62,10 +62,14 @@ def install_client() -> tuple[list[float], list[tuple[str, tuple[float, float, f
     return waits, timeouts
 
 
+@pytest.fixture(autouse=True)
+def fast_retries():
+    """Not here: the client keeps its patient defaults (conftest's fixture overridden)."""
+
+
 @pytest.fixture
-def patient(settings, billing_sandbox, product):
+def patient(billing_sandbox, product):
     """The background retry policy; the process client records waits and timeouts."""
-    settings.BILLING = {**settings.BILLING, **PATIENT}
     yield install_client()
     client_module.reset_client()
 

@@ -47,7 +47,7 @@ def fast_client(**kwargs) -> BillingClient:
         waits.append(seconds)
         now[0] += seconds
 
-    kwargs.setdefault("backoff", SharedBackoff.from_settings(clock=lambda: now[0]))
+    kwargs.setdefault("backoff", SharedBackoff(clock=lambda: now[0]))
     client = BillingClient(
         retry=RetryPolicy(max_retries=3, backoff_base=0.01, backoff_max=0.05, retry_after_max=5),
         sleep=sleep,
@@ -146,9 +146,8 @@ def test_single_flight_under_concurrency(billing_sandbox, settings):
     assert len(billing_sandbox.requests(operation="token")) == 1
 
 
-def test_refresh_ahead_of_expiry(billing_sandbox, settings):
-    billing_sandbox.config(token_lifetime=10)
-    settings.BILLING = {**settings.BILLING, "TOKEN_REFRESH_RATIO": 0.8}
+def test_refresh_ahead_of_expiry(billing_sandbox):
+    billing_sandbox.config(token_lifetime=10)  # refreshed once tokens.REFRESH_RATIO (0.8) passed
     client = get_client()
     list(client.list_products())
     token = client.tokens._local
@@ -349,3 +348,16 @@ def test_no_secret_or_token_in_logs_errors_or_repr(billing_sandbox, caplog, sett
         assert secret not in text
         assert billing_sandbox.client_secret not in text
     assert "create_product" in caplog.text  # the log does say what happened
+
+
+def test_the_retry_constants_are_read_at_each_call(billing_sandbox, monkeypatch):
+    """Tests (and hosts) tune the retries by patching ``client.retry``'s constants; the
+    process's client, already built, follows them at its next call."""
+    from billing_integration.client import retry
+
+    client = get_client()
+    monkeypatch.setattr(retry, "MAX_RETRIES", 0)
+    billing_sandbox.faults(operation="create_customer", status=503, count=10)
+    with pytest.raises(BillingServerError):
+        client.create_customer({"identifier": "x", "first_name": "", "last_name": "", "email": ""})
+    assert len(billing_sandbox.requests(operation="create_customer")) == 1

@@ -64,8 +64,8 @@ def test_the_client_resends_a_lost_answer_with_the_same_key(billing_sandbox):
     assert [c["id"] for c in billing_sandbox.objects("customer")] == [created["id"]]
 
 
-def test_a_lost_answer_is_an_in_doubt_error_without_retries(billing_sandbox, settings):
-    settings.BILLING = {**settings.BILLING, "MAX_RETRIES": 0}
+def test_a_lost_answer_is_an_in_doubt_error_without_retries(billing_sandbox, settings, monkeypatch):
+    monkeypatch.setattr("billing_integration.client.retry.MAX_RETRIES", 0)
     billing_sandbox.faults(operation="create_customer", lose_first_answer=True)
     body = {"identifier": "auth.user:8", "first_name": "A", "last_name": "B", "email": "a@b.c"}
     with pytest.raises(BillingAnswerLostError) as info:
@@ -74,10 +74,13 @@ def test_a_lost_answer_is_an_in_doubt_error_without_retries(billing_sandbox, set
     assert "not JSON" in str(info.value) and "<" not in str(info.value)
 
 
-def test_a_failed_entry_whose_answer_was_lost_is_retried_with_its_key(billing_sandbox, settings):
+def test_a_failed_entry_whose_answer_was_lost_is_retried_with_its_key(
+    billing_sandbox, settings, monkeypatch
+):
     """The issue's story: the entry ends failed, is retried (billing_sync --retry-failed or
     the admin action), and the service must still hold one product, the pull import none."""
-    settings.BILLING = {**settings.BILLING, "MAX_RETRIES": 0, "OUTBOX_MAX_ATTEMPTS": 1}
+    monkeypatch.setattr("billing_integration.client.retry.MAX_RETRIES", 0)
+    settings.BILLING = {**settings.BILLING, "OUTBOX_MAX_ATTEMPTS": 1}
     product = make_product()
     entry = OutboxEntry.objects.get()
     billing_sandbox.faults(operation="create_product", lose_first_answer=True)
@@ -100,8 +103,10 @@ def test_a_failed_entry_whose_answer_was_lost_is_retried_with_its_key(billing_sa
     assert Product.objects.count() == 1
 
 
-def test_an_entry_once_in_doubt_keeps_its_key_after_a_refusal(billing_sandbox, settings):
-    settings.BILLING = {**settings.BILLING, "MAX_RETRIES": 0}
+def test_an_entry_once_in_doubt_keeps_its_key_after_a_refusal(
+    billing_sandbox, settings, monkeypatch
+):
+    monkeypatch.setattr("billing_integration.client.retry.MAX_RETRIES", 0)
     make_product()
     entry = OutboxEntry.objects.get()
     billing_sandbox.faults(operation="create_product", lose_first_answer=True)
@@ -119,9 +124,9 @@ def test_an_entry_once_in_doubt_keeps_its_key_after_a_refusal(billing_sandbox, s
 
 
 def test_a_customer_that_may_exist_is_looked_up_before_it_is_created_again(
-    billing_sandbox, settings
+    billing_sandbox, settings, monkeypatch
 ):
-    settings.BILLING = {**settings.BILLING, "MAX_RETRIES": 0}
+    monkeypatch.setattr("billing_integration.client.retry.MAX_RETRIES", 0)
     user = get_user_model().objects.create_user("carol", email="carol@example.com")
     customer, _ = get_or_create_customer(user)
     entry = OutboxEntry.objects.for_object(customer).get()
@@ -141,12 +146,13 @@ def test_a_customer_that_may_exist_is_looked_up_before_it_is_created_again(
     assert Customer.objects.count() == 1
 
 
-def test_sync_error_keeps_an_excerpt_of_an_html_error_page(billing_sandbox, settings):
+def test_sync_error_keeps_an_excerpt_of_an_html_error_page(billing_sandbox, settings, monkeypatch):
     """A proxy's 500 page (the sandbox answers JSON, so ``responses`` plays the proxy): the
     entry and the product keep the status, the request id and a bounded excerpt."""
     import responses
 
-    settings.BILLING = {**settings.BILLING, "MAX_RETRIES": 0, "OUTBOX_MAX_ATTEMPTS": 1}
+    monkeypatch.setattr("billing_integration.client.retry.MAX_RETRIES", 0)
+    settings.BILLING = {**settings.BILLING, "OUTBOX_MAX_ATTEMPTS": 1}
     product = make_product()
     entry = OutboxEntry.objects.get()
     page = "<html><head><style>p {}</style></head><body>" + "<p>Oops</p>" * 2000 + "</body></html>"

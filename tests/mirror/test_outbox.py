@@ -200,8 +200,8 @@ def test_a_rolled_back_change_leaves_no_entry_and_sends_nothing(billing_sandbox,
     assert billing_sandbox.requests(operation="create_product") == []
 
 
-def test_a_retry_resends_the_same_key_and_body(billing_sandbox, settings):
-    settings.BILLING = {**settings.BILLING, "MAX_RETRIES": 0}
+def test_a_retry_resends_the_same_key_and_body(billing_sandbox, settings, monkeypatch):
+    monkeypatch.setattr("billing_integration.client.retry.MAX_RETRIES", 0)
     make_product()
     entry = OutboxEntry.objects.get()
     billing_sandbox.faults(operation="create_product", status=503, count=1)
@@ -231,8 +231,11 @@ def test_a_reset_after_commit_creates_one_remote_object(billing_sandbox):
     assert str(product.remote_id) == remote[0]["id"]
 
 
-def test_exhausted_retries_mark_the_entry_failed_and_retryable(billing_sandbox, settings):
-    settings.BILLING = {**settings.BILLING, "MAX_RETRIES": 0, "OUTBOX_MAX_ATTEMPTS": 2}
+def test_exhausted_retries_mark_the_entry_failed_and_retryable(
+    billing_sandbox, settings, monkeypatch
+):
+    monkeypatch.setattr("billing_integration.client.retry.MAX_RETRIES", 0)
+    settings.BILLING = {**settings.BILLING, "OUTBOX_MAX_ATTEMPTS": 2}
     product = make_product()
     entry = OutboxEntry.objects.get()
     billing_sandbox.faults(operation="create_product", status=503, count=2)

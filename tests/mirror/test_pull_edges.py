@@ -20,8 +20,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def small_pages(settings, billing_sandbox):
-    settings.BILLING = {**settings.BILLING, "PAGE_SIZE": 10}
+def small_pages(settings, billing_sandbox, monkeypatch):
+    monkeypatch.setattr("billing_integration.client.client.PAGE_SIZE", 10)
     from billing_integration.client import reset_client
 
     reset_client()

@@ -45,10 +45,10 @@ def test_push_sends_a_fresh_entry_that_drain_leaves(billing_sandbox):
     assert billing_sandbox.requests("list_products") == [], "--push alone pulls nothing"
 
 
-def test_push_ignores_the_retry_time_and_reports_errors(billing_sandbox, settings):
+def test_push_ignores_the_retry_time_and_reports_errors(billing_sandbox, settings, monkeypatch):
+    monkeypatch.setattr("billing_integration.client.retry.MAX_RETRIES", 0)
     settings.BILLING = {
         **settings.BILLING,
-        "MAX_RETRIES": 0,
         "OUTBOX_RETRY_BASE": 3600.0,
         "OUTBOX_RETRY_MAX": 3600.0,
     }
