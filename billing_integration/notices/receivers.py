@@ -11,6 +11,7 @@ from typing import Any
 
 from django.db import transaction
 
+from ..conf import billing_settings
 from ..models import Notice, NoticeState
 from ..webhooks import signals
 from .sending import enabled
@@ -27,7 +28,10 @@ def queue_notice(kind: str, event_pk: int) -> None:
         Notice.objects.get_or_create(
             event_id=event_pk, kind=kind, defaults={"state": NoticeState.QUEUED}
         )
-        transaction.on_commit(lambda: send_notice.delay(event_pk, kind), robust=True)
+        transaction.on_commit(
+            lambda: send_notice.apply_async((event_pk, kind), queue=billing_settings.QUEUE),
+            robust=True,
+        )
 
 
 def _receiver(kind: str) -> Callable[..., None]:

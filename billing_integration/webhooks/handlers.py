@@ -1,44 +1,29 @@
-"""One handler per canonical event type, registered in one table (``HANDLERS``).
+"""One handler class per canonical event type, registered with ``@handler(type, ...)``.
 
-A handler's ``handle(ctx)`` runs inside the processing transaction, with the event row
-locked. It locks the rows it changes (``_locked``: ``FOR NO KEY UPDATE`` on PostgreSQL, always
-in the order subscription -> invoice -> payment -> refund, so two events never wait on each
-other in opposite orders), skips the event when it is older than the stored state (``ctx.version``
-compared with the row's ``remote_updated``), applies it, and returns a ``HandlerResult``
-naming the objects it touched (they go to the signals).
+A handler's ``handle(ctx)`` runs in the processing transaction, with the event row locked.
+It locks the rows it changes (always subscription -> invoice -> payment -> refund), skips an
+event older than the stored state (the version guard: ``ctx.version`` against the row's
+``remote_updated``; ``leaves_final`` for final states), applies it, and returns a
+``HandlerResult`` naming the objects it touched (for the signals). A value that cannot be
+stored raises ``RemoteDataError``: the event fails and nothing changes.
 
-Every event has a version (``EventContext.version``): the data's ``date_updated``, else its
-``date_created``, else the envelope's ``created_at``, else the delivery's signed
-``webhook-timestamp``, else the time it was received. An applied event stores it as the
-row's ``remote_updated``, which therefore never goes back nor becomes null. The last two are
-times of ours (``EventContext.version_is_ours``; a subscription records it in
-``remote_updated_ours``): such an event never moves an object out of a final state, and of
-two events of the same version the higher-ranked status wins (``leaves_final``). A value that
-cannot be parsed (a date, a status longer than its column, an amount, a payment's currency
-not in ``BILLING['CURRENCIES']``) raises ``RemoteDataError``: the event fails with that error
-and nothing is changed.
+A host overrides or adds a type by registering a subclass, in a module its ``AppConfig.ready``
+imports::
 
-A host overrides one event by subclassing and registering its class::
+    from billing_integration.webhooks.handlers import InvoiceHandler, handler
 
-    # myapp/handlers.py
-    from billing_integration.webhooks.handlers import InvoiceHandler
-
+    @handler("invoice.paid")
     class MyInvoicePaid(InvoiceHandler):
         def handle(self, ctx):
             result = super().handle(ctx)
             ...  # your own bookkeeping, in the same transaction
             return result
-
-    # settings.py
-    BILLING = {..., "EVENT_HANDLERS": {"invoice.paid": "myapp.handlers.MyInvoicePaid"}}
-
-A handler class registered for a type that is not built in (with an
-``EVENT_TYPE_ALIASES`` entry pointing a spelling at it) handles a new kind of event.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
@@ -49,7 +34,6 @@ from typing import Any, ClassVar
 from django.db import connections, models
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
 from ..conf import billing_settings
 from ..exceptions import BillingConfigurationError, RemoteDataError, WebhookError
@@ -79,6 +63,7 @@ __all__ = [
     "RefundHandler",
     "SubscriptionHandler",
     "get_handler",
+    "handler",
 ]
 
 
@@ -259,6 +244,22 @@ def _text(value: Any, limit: int) -> str:
     return str(value).replace("\x00", "")[:limit]
 
 
+#: Canonical type -> handler class (``@handler``).
+HANDLERS: dict[str, type[EventHandler]] = {}
+
+
+def handler(*event_types: str) -> Callable[[type[EventHandler]], type[EventHandler]]:
+    """Register the decorated ``EventHandler`` subclass for these canonical types (the last
+    registration of a type wins, so a host's subclass replaces a built-in one)."""
+
+    def register(cls: type[EventHandler]) -> type[EventHandler]:
+        for event_type in event_types:
+            HANDLERS[event_type] = cls
+        return cls
+
+    return register
+
+
 class EventHandler:
     """Base class of every handler. Override ``handle``."""
 
@@ -305,6 +306,7 @@ _SUBSCRIPTION_SOURCE = {
 }
 
 
+@handler(types.SUBSCRIPTION_RENEWAL, types.SUBSCRIPTION_CANCELED, types.SUBSCRIPTION_PAUSED)
 class SubscriptionHandler(EventHandler):
     """``subscription.*``: the data is the Subscription resource after the change.
 
@@ -508,6 +510,12 @@ class RecordHandler(EventHandler):
         return HandlerResult("applied", {name: record, **related})
 
 
+@handler(
+    types.INVOICE_PAID,
+    types.INVOICE_VOIDED,
+    types.INVOICE_MARKED_UNCOLLECTABLE,
+    types.INVOICE_DELETED,
+)
 class InvoiceHandler(RecordHandler):
     """``invoice.*``: sets the invoice paid / void / uncollectable / deleted."""
 
@@ -530,6 +538,7 @@ class InvoiceHandler(RecordHandler):
         }
 
 
+@handler(types.PAYMENT_COMPLETED, types.PAYMENT_FAILED, types.PAYMENT_CANCELED)
 class PaymentHandler(RecordHandler):
     """``payment.*``: records the payment and updates the subscription's
     ``last_payment_status`` (a failed payment shows there) to the status of its most recent
@@ -583,6 +592,7 @@ class PaymentHandler(RecordHandler):
             subscription.last_payment_status = record.status
 
 
+@handler(types.REFUND_INITIATED, types.REFUND_APPROVED, types.REFUND_REJECTED)
 class RefundHandler(RecordHandler):
     """``refund.*``: moves a refund through initiated -> approved / rejected."""
 
@@ -631,40 +641,7 @@ class RefundHandler(RecordHandler):
         super().resolve_links(ctx, record, values, related)
 
 
-# --- the table -------------------------------------------------------------------------------
-
-#: Canonical type -> handler class. ``BILLING['EVENT_HANDLERS']`` overrides or extends it.
-HANDLERS: dict[str, type[EventHandler]] = {
-    types.SUBSCRIPTION_RENEWAL: SubscriptionHandler,
-    types.SUBSCRIPTION_CANCELED: SubscriptionHandler,
-    types.SUBSCRIPTION_PAUSED: SubscriptionHandler,
-    types.PAYMENT_COMPLETED: PaymentHandler,
-    types.PAYMENT_FAILED: PaymentHandler,
-    types.PAYMENT_CANCELED: PaymentHandler,
-    types.REFUND_INITIATED: RefundHandler,
-    types.REFUND_APPROVED: RefundHandler,
-    types.REFUND_REJECTED: RefundHandler,
-    types.INVOICE_PAID: InvoiceHandler,
-    types.INVOICE_VOIDED: InvoiceHandler,
-    types.INVOICE_MARKED_UNCOLLECTABLE: InvoiceHandler,
-    types.INVOICE_DELETED: InvoiceHandler,
-}
-
-
 def get_handler(event_type: str) -> EventHandler | None:
-    """The handler for a canonical type (settings first), or None if there is none."""
-    if not event_type:
-        return None
-    configured = billing_settings.get("EVENT_HANDLERS") or {}
-    target: Any = configured.get(event_type) or HANDLERS.get(event_type)
-    if target is None:
-        return None
-    if isinstance(target, str):
-        try:
-            target = import_string(target)
-        except ImportError as exc:
-            raise BillingConfigurationError(
-                f"BILLING['EVENT_HANDLERS'][{event_type!r}] cannot be imported: {exc}",
-                setting="BILLING['EVENT_HANDLERS']",
-            ) from exc
-    return target(event_type)
+    """The handler of a canonical type, or None if there is none."""
+    cls = HANDLERS.get(event_type) if event_type else None
+    return cls(event_type) if cls is not None else None

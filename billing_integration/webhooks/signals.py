@@ -38,7 +38,7 @@ invoice_marked_uncollectable = Signal()
 invoice_deleted = Signal()
 
 #: Canonical type -> its signal. A host registering a handler for a type of its own
-#: (``BILLING['EVENT_HANDLERS']``) may add a signal here.
+#: (``@handler``) may add a signal here.
 SIGNALS: dict[str, Signal] = {
     types.SUBSCRIPTION_RENEWAL: subscription_renewal,
     types.SUBSCRIPTION_CANCELED: subscription_canceled,
