@@ -21,7 +21,7 @@ ALL_ON = {
 
 
 @pytest.fixture
-def notice_settings(settings, eager):
+def notice_settings(settings, eager):  # noqa: F811
     """Signed deliveries processed in the request, every notice on, the locmem backend."""
     settings.BILLING = {
         **settings.BILLING,
