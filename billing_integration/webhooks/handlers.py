@@ -72,11 +72,8 @@ class EventDataError(WebhookError):
 
 
 class PullRequired(Exception):
-    """Raised by a handler inside the transaction: fetch this object from the API first.
-
-    Processing rolls back, pulls (outside any transaction), and runs the handler again with
-    ``ctx.pulled`` containing ``(kind, remote_id)`` so it does not ask twice.
-    """
+    """Raised by a handler: roll back, pull this object from the API, run the handler again
+    (with ``(kind, remote_id)`` in ``ctx.pulled``)."""
 
     def __init__(self, kind: str, remote_id: uuid.UUID, *, customer: uuid.UUID | None = None):
         super().__init__(f"{kind} {remote_id} is not known locally")
@@ -87,11 +84,8 @@ class PullRequired(Exception):
 
 @dataclass
 class EventContext:
-    """What a handler gets: the event row, its canonical type and parsed parts.
-
-    ``occurred_at``: the envelope's ``created_at``; ``signed_at``: the delivery's
-    ``webhook-timestamp`` when the signature covered it; ``received_at``: when it was stored.
-    """
+    """What a handler gets: the event row, its canonical type, its data, the envelope's
+    ``occurred_at``, the signed ``webhook-timestamp`` (``signed_at``) and ``received_at``."""
 
     event: WebhookEvent
     event_type: str
@@ -120,17 +114,13 @@ class EventContext:
 
     @property
     def version(self) -> datetime:
-        """The time of the state the event carries: ``data.date_updated``, else
-        ``data.date_created``, else the envelope's ``created_at``, else the signed
-        ``webhook-timestamp``, else the receive time (never None). ``RemoteDataError`` when
-        a date given in the data does not parse."""
+        """``data.date_updated``, else ``date_created``, else the envelope's ``created_at``,
+        else the signed timestamp, else the receive time (never None)."""
         return self._versioned[0]
 
     @property
     def version_is_ours(self) -> bool:
-        """The version is a time of ours (the signed ``webhook-timestamp`` or the receive
-        time), not a date of the service's: such an event never moves an object out of a
-        final state (``leaves_final``)."""
+        """The version is the signed timestamp or the receive time, not a service's date."""
         return self._versioned[1]
 
     def may_pull(self, kind: str, remote_id: uuid.UUID | None) -> bool:
@@ -139,22 +129,15 @@ class EventContext:
 
 @dataclass
 class HandlerResult:
-    """``outcome``: ``applied`` or ``stale`` (an older event, skipped). ``objects``: the
-    local objects the event concerns, by name, for the signals."""
+    """``outcome``: ``applied`` or ``stale``; ``objects``: the local objects, for the signals."""
 
     outcome: str = "applied"
     objects: dict[str, Any] = field(default_factory=dict)
 
 
 def _locked(queryset: models.QuerySet) -> models.QuerySet:
-    """``queryset`` locking its rows until the transaction ends: ``FOR NO KEY UPDATE`` where
-    the database has it (PostgreSQL), else ``FOR UPDATE``. Two handlers still exclude each
-    other on a row, but a handler's lock no longer blocks the ``KEY SHARE`` locks PostgreSQL's
-    foreign-key checks take, at the commit (Django's foreign keys are deferred), on the rows a
-    new or changed row points to. With ``FOR UPDATE``, an event inserting a refund (holding
-    the ``KEY SHARE`` on its payment, then checking its subscription at the commit) and a
-    payment event holding that subscription and waiting for that payment deadlocked when
-    events of different objects were processed at once."""
+    """``queryset`` locking its rows: ``FOR NO KEY UPDATE`` where the database has it, so a
+    handler never waits on another transaction's foreign-key check (a deadlock otherwise)."""
     no_key = connections[queryset.db].features.has_select_for_no_key_update
     return queryset.select_for_update(no_key=no_key)
 
@@ -173,14 +156,8 @@ def leaves_final(
     final: frozenset[str],
     rank: dict[str, int],
 ) -> bool:
-    """True when the event must not apply over the stored state (not older than it):
-
-    - an event of the same version as the stored state applies only when its status ranks
-      at least as high (``rank``, 0 for a status not in it): of two events of the same
-      instant, the higher-ranked status wins whatever the order they are processed in;
-    - an event whose version is ours (undated: the signed timestamp or the receive time)
-      never moves the object out of one of the ``final`` states. A dated event newer than
-      the stored state still can."""
+    """The event must not apply over the stored state: of the same version, its status ranks
+    lower (``rank``); or, undated (``version_is_ours``), it would leave a ``final`` state."""
     if ctx.version == stored_version and rank.get(status, 0) < rank.get(stored_status, 0):
         return True
     return ctx.version_is_ours and stored_status in final and status not in final
@@ -194,9 +171,8 @@ def _uuid_or_fail(value: Any, what: str) -> uuid.UUID:
 
 
 def _amount(value: Any) -> Decimal | None:
-    """The ``amount`` as stored (``None`` when absent); ``RemoteDataError`` when it cannot be
-    read as one (``"lots"``, ``true``, ``1e300``: more than the column holds), never "no
-    amount": reporting sums the amounts."""
+    """The ``amount`` as stored (None when absent); ``RemoteDataError`` when it is no amount
+    the column holds."""
     if value is None:
         return None
     dec = None
@@ -218,9 +194,8 @@ def _currency(value: Any) -> str:
 
 
 def _known_currency(value: Any) -> str:
-    """A payment's currency code (``""`` when absent); ``RemoteDataError`` when it is not a
-    currency of ``BILLING['CURRENCIES']`` (an id or a code): a payment in an unknown currency
-    cannot be counted."""
+    """A payment's currency code ("" when absent); ``RemoteDataError`` when it is not one of
+    ``BILLING['CURRENCIES']``."""
     if value in (None, ""):
         return ""
     known = billing_settings.CURRENCIES
@@ -272,7 +247,6 @@ class EventHandler:
     def handle(self, ctx: EventContext) -> HandlerResult:
         raise NotImplementedError
 
-    # Helpers for subclasses -----------------------------------------------------------------
     @staticmethod
     def customer_id(
         ctx: EventContext, remote_id: uuid.UUID | None, *, pull: bool = True
@@ -308,12 +282,8 @@ _SUBSCRIPTION_SOURCE = {
 
 @handler(types.SUBSCRIPTION_RENEWAL, types.SUBSCRIPTION_CANCELED, types.SUBSCRIPTION_PAUSED)
 class SubscriptionHandler(EventHandler):
-    """``subscription.*``: the data is the Subscription resource after the change.
-
-    Renewal moves the cycle dates and the next billing date; canceled and paused set the
-    status. A subscription not known locally is created from the data (after pulling its
-    customer if that is unknown too).
-    """
+    """``subscription.*``: the data is the subscription after the change; an unknown one is
+    created from it (after pulling its customer if that is unknown too)."""
 
     object_name = "subscription"
     #: The status the event type implies (None: take ``data.status``).
@@ -321,10 +291,9 @@ class SubscriptionHandler(EventHandler):
         types.SUBSCRIPTION_CANCELED: "canceled",
         types.SUBSCRIPTION_PAUSED: "paused",
     }
-    #: Of two events with the same version, the one whose status ranks higher wins, in any
-    #: order (0 for any other status): a cancel over a pause over anything else.
+    #: Of two events of the same version, the higher-ranked status wins.
     SAME_VERSION_RANK: ClassVar[dict[str, int]] = {"paused": 1, "canceled": 2}
-    #: States an undated event (a version of ours) never moves a subscription out of.
+    #: States an undated event never moves a subscription out of.
     FINAL: ClassVar[frozenset[str]] = frozenset({"canceled"})
 
     def fields(self, ctx: EventContext) -> dict[str, Any]:
@@ -337,8 +306,6 @@ class SubscriptionHandler(EventHandler):
         status = self.STATUS_FOR_TYPE.get(self.event_type)
         if status:
             values["status"] = status
-        # The event's version (its date_updated when it has one): never None, and never
-        # older than the stored one (an older event is skipped before this is saved).
         values["remote_updated"] = ctx.version
         values["remote_updated_ours"] = ctx.version_is_ours
         return values
@@ -442,18 +409,8 @@ class RecordHandler(EventHandler):
         )
         if subscription is None and sub_rid and needs_lookup:
             # One query gives the subscription and, through it, its customer and product.
-            row = (
-                Subscription.objects.filter(remote_id=sub_rid)
-                .values(
-                    "pk",
-                    "remote_id",
-                    "customer_id",
-                    "customer_remote_id",
-                    "product_id",
-                    "product_remote_id",
-                )
-                .order_by()[:1]
-            )
+            fields = "pk remote_id customer_id customer_remote_id product_id product_remote_id"
+            row = Subscription.objects.filter(remote_id=sub_rid).values(*fields.split())[:1]
             subscription = SimpleNamespace(**row[0]) if row else None
         if changed(sub_rid, record.subscription_remote_id, record.subscription_id):
             if subscription is not None and subscription.remote_id == sub_rid:
@@ -540,10 +497,8 @@ class InvoiceHandler(RecordHandler):
 
 @handler(types.PAYMENT_COMPLETED, types.PAYMENT_FAILED, types.PAYMENT_CANCELED)
 class PaymentHandler(RecordHandler):
-    """``payment.*``: records the payment and updates the subscription's
-    ``last_payment_status`` (a failed payment shows there) to the status of its most recent
-    payment. A subscription not known locally is pulled from the API first (once) - this is
-    how a subscription created through checkout appears locally."""
+    """``payment.*``: records the payment and sets the subscription's ``last_payment_status``
+    to its most recent payment's; an unknown subscription is pulled first (once)."""
 
     model = Payment
     object_name = "payment"
@@ -616,19 +571,9 @@ class RefundHandler(RecordHandler):
     ) -> None:
         pay_rid = values["payment_remote_id"]
         if pay_rid != record.payment_remote_id or (pay_rid and record.payment_id is None):
-            row = (
-                Payment.objects.filter(remote_id=pay_rid)
-                .values(
-                    "pk",
-                    "subscription_id",
-                    "subscription_remote_id",
-                    "customer_id",
-                    "customer_remote_id",
-                )
-                .first()
-                if pay_rid
-                else None
-            )
+            fields = "pk subscription_id subscription_remote_id customer_id customer_remote_id"
+            rows = Payment.objects.filter(remote_id=pay_rid).values(*fields.split())
+            row = rows.first() if pay_rid else None
             record.payment_id = row["pk"] if row else None
             if row:
                 # The payment already knows the subscription and customer: no more lookups.

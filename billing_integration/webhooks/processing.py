@@ -13,13 +13,12 @@ from __future__ import annotations
 import logging
 import traceback as tb
 import uuid
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError, IntegrityError, OperationalError, transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from ..conf import shared_cache
@@ -155,7 +154,7 @@ def _apply(
             raise WebhookEvent.DoesNotExist
         if in_order and event.state != EventState.RECEIVED:
             return ProcessResult(pk, event.state, event.outcome)
-        if in_order and event.object_id and _older_pending(event):
+        if in_order and _older_pending(event):
             return ProcessResult(pk, BUSY)
         if event.state == EventState.REJECTED or (
             event.state == EventState.PROCESSED and not force
@@ -252,48 +251,29 @@ def send_signals(event: WebhookEvent, ctx: EventContext, result: HandlerResult) 
             continue
         for receiver, response in signal.send_robust(sender=WebhookEvent, **kwargs):
             if isinstance(response, Exception):
-                logger.error(
-                    "Receiver %r of %s raised: %r",
-                    receiver,
-                    ctx.event_type,
-                    response,
-                    exc_info=(type(response), response, response.__traceback__),
-                )
+                info = (type(response), response, response.__traceback__)
+                logger.error("Receiver %r of %s raised", receiver, ctx.event_type, exc_info=info)
 
 
 def replay_events(
-    queryset: Iterable[WebhookEvent] | Any, *, inline: bool = True, force: bool = False
+    queryset: QuerySet[WebhookEvent], *, inline: bool = True, force: bool = False
 ) -> dict[str, int]:
-    """Process the given events again (the admin action and ``billing_replay_events``).
+    """Process events again, in order of reception (the admin action, ``billing_replay_events``):
+    never rejected ones, processed ones only with ``force``; here (``inline``) or on Celery.
+    Returns counts by resulting state (``enqueued`` when not inline)."""
+    from .tasks import send
 
-    Rejected events are skipped; processed ones only with ``force``. With ``inline`` the
-    events are processed here, in order of reception, else enqueued on Celery. Returns
-    counts by resulting state (``enqueued`` when not inline).
-    """
-    counts: dict[str, int] = {}
-    pks = list(
-        queryset.exclude(state=EventState.REJECTED)
-        .order_by("received_at", "pk")
-        .values_list("pk", flat=True)
-        if hasattr(queryset, "exclude")
-        else [e.pk for e in queryset if e.state != EventState.REJECTED]
-    )
+    events = queryset.exclude(state=EventState.REJECTED)
     if not force:
-        pks = list(
-            WebhookEvent.objects.filter(pk__in=pks)
-            .exclude(state=EventState.PROCESSED)
-            .order_by("received_at", "pk")
-            .values_list("pk", flat=True)
-        )
-    for pk in pks:
+        events = events.exclude(state=EventState.PROCESSED)
+    counts: dict[str, int] = {}
+    for pk in list(events.order_by("received_at", "pk").values_list("pk", flat=True)):
         if inline:
-            result = process_event(pk, force=force)
-            counts[result.state] = counts.get(result.state, 0) + 1
+            state = process_event(pk, force=force).state
         else:
-            from .tasks import send
-
             send(pk, force=force)
-            counts["enqueued"] = counts.get("enqueued", 0) + 1
+            state = "enqueued"
+        counts[state] = counts.get(state, 0) + 1
     return counts
 
 
