@@ -1,8 +1,5 @@
-"""The receivers that queue notices: connected to the app's signals, which are sent after
-an event's local state is committed (``webhooks.processing.send_signals``), also on a forced
-replay: the task's claim keeps each notice to one email. The notice is recorded ``queued``
-before its task is: a task that cannot be queued (the broker down) leaves it for the periodic
-sweep (``tasks.sweep_notices``)."""
+"""Receivers of the app's signals that record a notice ``queued`` and queue its task on commit
+(a task that cannot be queued is left to the sweep)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""What a notice says and to whom: the recipient, the templates, the message.
-
-Templates (overridable in the project's templates): ``billing_integration/notices/<kind>.txt``
-(plain text), ``<kind>.html`` (the HTML alternative) and ``<kind>_subject.txt`` (one line),
-rendered in the active language with ``notice_context()``.
-"""
+"""What a notice says and to whom. Templates (overridable):
+``billing_integration/notices/<kind>.txt``, ``<kind>.html`` and ``<kind>_subject.txt``."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The Celery tasks of the notices: ``send_notice`` sends one notice, once per (event, kind);
-``sweep_notices`` (periodic) queues again the notices still ``queued`` after ``SWEEP_AFTER``,
-whose task was lost or could not be queued (the broker down when the event was applied)."""
+"""``send_notice`` sends one notice, once per (event, kind); ``sweep_notices`` (periodic) queues
+again the notices still ``queued`` after ``SWEEP_AFTER``."""
 
 from __future__ import annotations
 
