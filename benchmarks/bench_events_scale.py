@@ -434,15 +434,11 @@ def main() -> int:
 
 
 def warm_up(timeout: float) -> None:
-    """Wait until the worker runs a task: send one for an event that does not exist and wait
-    for its result."""
-    from billing_integration.webhooks.tasks import process_webhook_event
+    """Give the worker its first task (an event that does not exist) and a moment to run it."""
+    from billing_integration.webhooks.tasks import send
 
-    try:
-        process_webhook_event.apply_async((0,)).get(timeout=timeout)
-    except Exception as exc:  # no result backend: give the worker a moment instead
-        print(f"(warm-up without a result: {exc!r})")
-        time.sleep(2.0)
+    send(0)
+    time.sleep(min(2.0, timeout))
 
 
 def machine_busy() -> float:
