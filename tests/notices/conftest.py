@@ -6,7 +6,6 @@ import pytest
 
 from ..webhooks.conftest import (  # noqa: F401  (fixtures reused here)
     SECRET,
-    eager,
     mirror,
     webhook_settings,
 )
@@ -21,7 +20,7 @@ ALL_ON = {
 
 
 @pytest.fixture
-def notice_settings(settings, eager):  # noqa: F811
+def notice_settings(settings, eager):
     """Signed deliveries processed in the request, every notice on, the locmem backend."""
     settings.BILLING = {
         **settings.BILLING,

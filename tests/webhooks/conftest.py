@@ -89,17 +89,6 @@ def post_signed(
 
 
 @pytest.fixture
-def eager():
-    """Celery's ``task_always_eager``: a delivery is processed in the request."""
-    from celery import current_app
-
-    before = current_app.conf.task_always_eager
-    current_app.conf.task_always_eager = True
-    yield
-    current_app.conf.task_always_eager = before
-
-
-@pytest.fixture
 def webhook_settings(settings, eager):
     """settings.BILLING with the test secret; processing in the request (eager Celery)."""
     settings.BILLING = {**settings.BILLING, "WEBHOOK_SECRET": SECRET}
