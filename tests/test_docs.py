@@ -163,7 +163,7 @@ MODELS = {"subscription": Subscription, "payment": Payment, "refund": Refund, "i
 @pytest.mark.django_db
 @pytest.mark.parametrize("event_type", sorted(CANONICAL_TYPES))
 def test_each_documented_payload_is_applied(
-    event_type, client, settings, django_capture_on_commit_callbacks
+    event_type, client, settings, django_capture_on_commit_callbacks, eager
 ):
     """Posted as docs/testing.md shows (signed with ``sign_webhook``), each example is stored,
     applied (not stale, not failed) and gives its object the status the page promises."""
@@ -171,7 +171,6 @@ def test_each_documented_payload_is_applied(
     settings.BILLING = {
         **settings.BILLING,
         "WEBHOOK_SECRET": secret,
-        "WEBHOOK_PROCESS_INLINE": True,
     }
     with from_remote():  # the objects the examples name, known locally (no pull needed)
         customer = Customer.objects.create(remote_id=CUSTOMER, identifier="docs:1")
