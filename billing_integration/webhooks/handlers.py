@@ -329,20 +329,15 @@ class SubscriptionHandler(EventHandler):
             ctx, subscription, values.get("status", subscription.status)
         ):
             return HandlerResult("stale", {"subscription": subscription})
-        new = subscription is None
-        if new:
+        if subscription is None:
             subscription = Subscription(
                 remote_id=remote_id, sync_state="synced", last_synced_at=timezone.now()
             )
         customer_rid = values.get("customer_remote_id", subscription.customer_remote_id)
         product_rid = values.get("product_remote_id", subscription.product_remote_id)
-        if customer_rid != subscription.customer_remote_id or (
-            customer_rid and subscription.customer_id is None
-        ):
+        if changed(customer_rid, subscription.customer_remote_id, subscription.customer_id):
             subscription.customer_id = self.customer_id(ctx, customer_rid)
-        if product_rid != subscription.product_remote_id or (
-            product_rid and subscription.product_id is None
-        ):
+        if changed(product_rid, subscription.product_remote_id, subscription.product_id):
             subscription.product_id = self.product_id(product_rid)
         for name, value in values.items():
             setattr(subscription, name, value)
@@ -367,11 +362,7 @@ class RecordHandler(EventHandler):
     FINAL: ClassVar[frozenset[str] | None] = None
 
     def status(self, ctx: EventContext) -> str:
-        given = ctx.data.get("status")
-        implied = self.STATUS_FOR_TYPE.get(self.event_type, "")
-        if implied:
-            return implied
-        return _text(given, 32)
+        return self.STATUS_FOR_TYPE.get(self.event_type) or _text(ctx.data.get("status"), 32)
 
     def lock_related(self, ctx: EventContext) -> dict[str, Any]:
         """Lock rows this event also changes, before the record (override)."""
@@ -412,28 +403,25 @@ class RecordHandler(EventHandler):
             fields = "pk remote_id customer_id customer_remote_id product_id product_remote_id"
             row = Subscription.objects.filter(remote_id=sub_rid).values(*fields.split())[:1]
             subscription = SimpleNamespace(**row[0]) if row else None
+        known = subscription or SimpleNamespace(
+            pk=None, remote_id=None, customer_id=None, customer_remote_id=None, product_id=None
+        )
         if changed(sub_rid, record.subscription_remote_id, record.subscription_id):
-            if subscription is not None and subscription.remote_id == sub_rid:
-                record.subscription_id = subscription.pk
-            else:
-                record.subscription_id = None
+            record.subscription_id = known.pk if known.remote_id == sub_rid else None
         cust_rid = values["customer_remote_id"]
-        if cust_rid != record.customer_remote_id or (cust_rid and record.customer_id is None):
-            if (
-                subscription is not None
-                and subscription.customer_remote_id == cust_rid
-                and subscription.customer_id is not None
-            ):
-                record.customer_id = subscription.customer_id
+        if changed(cust_rid, record.customer_remote_id, record.customer_id):
+            if known.customer_remote_id == cust_rid and known.customer_id is not None:
+                record.customer_id = known.customer_id
             else:
                 record.customer_id = self.customer_id(ctx, cust_rid)
-        if hasattr(record, "product_remote_id"):
-            prod_rid = values.get("product_remote_id")
-            if prod_rid != record.product_remote_id or (prod_rid and record.product_id is None):
-                if subscription is not None and subscription.product_remote_id == prod_rid:
-                    record.product_id = subscription.product_id
-                else:
-                    record.product_id = self.product_id(prod_rid)
+        prod_rid = values.get("product_remote_id")
+        if hasattr(record, "product_remote_id") and changed(
+            prod_rid, record.product_remote_id, record.product_id
+        ):
+            if subscription is not None and subscription.product_remote_id == prod_rid:
+                record.product_id = subscription.product_id
+            else:
+                record.product_id = self.product_id(prod_rid)
 
     def is_stale(self, ctx: EventContext, record: Any, status: str) -> bool:
         """Older than the stored state, or held off by its final state (``leaves_final``)."""
