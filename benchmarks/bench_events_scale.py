@@ -3,10 +3,9 @@
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/events \
     CELERY_BROKER_URL=redis://127.0.0.1:6379/4 CACHE_URL=redis://127.0.0.1:6379/5 \
         .venv/bin/python benchmarks/bench_events_scale.py [--events 10000] \
-        [--subscriptions 1000] [--rounds 5] [--runs 4]
-    ... --profile        instead: the drain's body in this process (WEBHOOK_PROCESS_RUNS 1),
-                         timed (wall, CPU of this process and of its backend), then under
-                         cProfile (CPU time)
+        [--subscriptions 1000] [--rounds 5] [--workers 4]
+    ... --profile        instead: the task's body for every event in this process, timed
+                         (wall, CPU of this process and of its backend), then under cProfile
 
 The stack (``benchmarks/_stack.py``) gets a database of its own (``<db>_events_scale`` on
 PostgreSQL, created and dropped by the script). Set-up, once: ``--subscriptions``
@@ -22,15 +21,15 @@ checked against the plain-Python answer (per object, the event with the latest v
 wins) and is what every round must end with.
 
 Each measurement: the subscriptions and payments are reset, the stored rows are inserted
-again as ``received`` (one transaction, reception times kept), and the commit kicks the
-drain (``EVENTS``) as the webhook view does; the time runs from the commit until no event
-is ``received``. Then the final state must equal the reference, every event be
+again as ``received`` (one transaction, reception times kept), and the commit sends one
+``process_webhook_event`` message per event, as the webhook view does; the time runs from the
+commit until no event is ``received``. Then the final state must equal the reference, every event be
 ``processed`` with one attempt; anything else fails the run (``MeasurementFailed``).
 The floor is one Celery worker process (``celery worker -c 1``), the target four
-(``-c 4``, prefork); both with ``WEBHOOK_PROCESS_RUNS`` = ``--runs`` (the worker processes
-are started, and have run one drain with nothing to do, before each measurement, and are
-stopped after it, outside the timing). Rounds run the two back to back, the order flipped
-every round; the verdict is the median of the paired round ratios rate(4) / rate(1)
+(``-c 4``, prefork; the worker processes are started, and have run one task with nothing
+to do, before each measurement, and are stopped after it, outside the timing). Rounds run
+the two back to back, the order flipped every round; the verdict is the median of the paired
+round ratios rate(4) / rate(1)
 (``benchmarks/_paired.py``). Also printed per side, on Linux: the CPU time per event of the
 worker processes plus their PostgreSQL backends (``/proc``), and the cores busy during the
 measurement, those processes' and the whole machine's (``/proc/stat``): what the machine's
@@ -198,18 +197,20 @@ def store(envelopes: list[dict]) -> list[dict]:
 
 
 def insert_received(rows: list[dict]) -> float:
-    """Insert the rows as ``received`` in one transaction and kick the drain after its
-    commit, as the webhook view does; returns the time of the commit."""
+    """Insert the rows as ``received`` in one transaction and send each event's message after
+    its commit, as the webhook view does; returns the time of the commit."""
     from django.db import transaction
 
     from billing_integration.models import WebhookEvent
-    from billing_integration.webhooks.tasks import EVENTS
+    from billing_integration.webhooks.tasks import send
 
     committed: list[float] = []
     with transaction.atomic():
-        WebhookEvent.objects.bulk_create([WebhookEvent(**row) for row in rows], batch_size=2000)
+        events = [WebhookEvent(**row) for row in rows]
+        WebhookEvent.objects.bulk_create(events, batch_size=2000)
+        pks = list(WebhookEvent.objects.order_by("received_at", "pk").values_list("pk", flat=True))
         transaction.on_commit(lambda: committed.append(time.perf_counter()))
-        transaction.on_commit(EVENTS.kick)
+        transaction.on_commit(lambda: [send(pk) for pk in pks])
     return committed[0]
 
 
@@ -309,16 +310,15 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=10000)
     parser.add_argument("--subscriptions", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--runs", type=int, default=4, help="WEBHOOK_PROCESS_RUNS")
     parser.add_argument("--workers", type=int, default=4, help="worker processes of the target")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per measurement")
-    parser.add_argument("--profile", action="store_true", help="cProfile one in-process drain")
+    parser.add_argument("--profile", action="store_true", help="cProfile the tasks in-process")
     args = parser.parse_args()
 
     os.environ.setdefault("DEBUG", "0")  # no query log in the worker processes
     stack = Stack(
         "events_scale",
-        extra={"WEBHOOK_SECRET": SECRET, "WEBHOOK_PROCESS_RUNS": args.runs},
+        extra={"WEBHOOK_SECRET": SECRET},
     ).start()
     try:
         from django.db import connection
@@ -411,7 +411,7 @@ def main() -> int:
         )
         print(
             f"{args.rounds} alternating rounds of {args.events} events over "
-            f"{args.subscriptions} subscriptions, WEBHOOK_PROCESS_RUNS={args.runs}"
+            f"{args.subscriptions} subscriptions"
         )
         print(summary(f"{args.workers} workers / 1 worker", paired, TARGET, at_least=True))
         import statistics
@@ -434,22 +434,11 @@ def main() -> int:
 
 
 def warm_up(timeout: float) -> None:
-    """Wait until the worker runs a drain: kick run 0 with nothing to do and wait for its
-    first step (the flag's delete), then for the run's end (its linger)."""
-    from django.core.cache import caches
+    """Give the worker its first task (an event that does not exist) and a moment to run it."""
+    from billing_integration.webhooks.tasks import send
 
-    from billing_integration.conf import billing_settings
-    from billing_integration.wakeup import LINGER_MARGIN, flag_key
-    from billing_integration.webhooks.tasks import EVENTS, WAKEUP_NAME
-
-    cache = caches[billing_settings.KICK_CACHE or billing_settings.TOKEN_CACHE]
-    cache.delete(flag_key(WAKEUP_NAME))
-    require(EVENTS.kick(), "the warm-up kick was not sent")
-    require(
-        wait(lambda: cache.get(flag_key(WAKEUP_NAME)) is None, timeout=timeout, interval=0.05),
-        "the worker did not start",
-    )
-    time.sleep(float(billing_settings.WEBHOOK_KICK_WINDOW) + LINGER_MARGIN + 0.5)
+    send(0)
+    time.sleep(min(2.0, timeout))
 
 
 def machine_busy() -> float:
@@ -470,27 +459,16 @@ def left_received_none() -> bool:
 
 
 def profile(initial: list[dict], rows: list[dict]) -> int:
-    """Two in-process runs of the drain task's body (``WEBHOOK_PROCESS_RUNS`` 1) over the
-    stored events (as received): one timed (wall time, this process's CPU time, its
-    PostgreSQL backend's CPU time), one under cProfile (the top functions by cumulative and
-    by own time)."""
+    """Two in-process runs of the task's body over every stored event (as received): one
+    timed (wall, this process's CPU, its PostgreSQL backend's CPU), one under cProfile."""
     import cProfile
     import pstats
 
-    from django.conf import settings
     from django.db import connection
 
-    from billing_integration.conf import billing_settings
     from billing_integration.models import WebhookEvent
-    from billing_integration.webhooks import tasks
+    from billing_integration.webhooks.processing import process_in_order
 
-    settings.BILLING = {
-        **settings.BILLING,
-        "WEBHOOK_PROCESS_RUNS": 1,
-        "WEBHOOK_KICK_WINDOW": 0,
-        "WEBHOOK_DRAIN_SECONDS": 3600,
-    }
-    billing_settings.reload()
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         backend = cursor.fetchone()[0]
@@ -507,7 +485,11 @@ def profile(initial: list[dict], rows: list[dict]) -> int:
         wall, cpu, db = time.perf_counter(), time.process_time(), backend_cpu()
         if prof:
             prof.enable()
-        handled = tasks.process_received_events()
+        pks = WebhookEvent.objects.order_by("received_at", "pk").values_list("pk", flat=True)
+        handled = 0
+        for pk in list(pks):
+            process_in_order(pk)
+            handled += 1
         if prof:
             prof.disable()
         wall, cpu, db = (
@@ -516,7 +498,7 @@ def profile(initial: list[dict], rows: list[dict]) -> int:
             backend_cpu() - db,
         )
         print(
-            f"in-process drain{' (profiled)' if profiled else ''}: {handled} events in "
+            f"in-process tasks{' (profiled)' if profiled else ''}: {handled} events in "
             f"{wall:.1f} s ({handled / wall:.0f}/s); per event: wall {wall / handled * 1000:.2f}"
             f" ms, Python CPU {cpu / handled * 1000:.2f} ms, PostgreSQL backend CPU "
             f"{db / handled * 1000:.2f} ms"

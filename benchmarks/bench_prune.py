@@ -5,8 +5,8 @@
     .venv/bin/python benchmarks/bench_prune.py
 
 The stack of ``bench_webhooks.py`` (gunicorn + PostgreSQL, signed deliveries from a load
-generator in another process, to the full callback path). The log is seeded by ``COPY``
-(``models.bulk.insert_rows``) with ``BENCH_PRUNE_ROWS`` processed deliveries received 200
+generator in another process, to the full callback path). The log is seeded (``bulk_create``)
+with ``BENCH_PRUNE_ROWS`` processed deliveries received 200
 days ago (default 1,000,000), topped up again before every round with a prune. Paired rounds
 (``_paired.py``): the floor is the ingest rate with no prune, the target the ingest rate
 while ``prune_events(90 days)`` runs in another process, started as the load starts and
@@ -77,37 +77,36 @@ def old_count() -> int:
 
 
 def top_up(rows: int) -> None:
-    """Seed processed deliveries received 200 days ago until ``rows`` are there (COPY)."""
+    """Seed processed deliveries received 200 days ago until ``rows`` are there (bulk_create)."""
     from django.utils import timezone
 
     from billing_integration.models import EventState, WebhookEvent
-    from billing_integration.models.bulk import insert_rows
 
     missing = rows - old_count()
     when = timezone.now() - timedelta(days=200)
     body, headers = hooks.signed_requests(1)[0]
     while missing > 0:
         n = min(missing, 50_000)
-        insert_rows(
-            WebhookEvent,
+        WebhookEvent.objects.bulk_create(
             [
-                {
-                    "event_id": str(uuid.uuid4()),
-                    "raw_type": "payment.completed",
-                    "type": "payment.completed",
-                    "body": body,
-                    "headers": headers,
-                    "verified_by": "signature",
-                    "received_at": when,
-                    "occurred_at": when,
-                    "object_id": str(uuid.uuid4()),
-                    "state": EventState.PROCESSED.value,
-                    "outcome": "applied",
-                    "attempts": 1,
-                    "processed_at": when,
-                }
+                WebhookEvent(
+                    event_id=str(uuid.uuid4()),
+                    raw_type="payment.completed",
+                    type="payment.completed",
+                    body=body,
+                    headers=headers,
+                    verified_by="signature",
+                    received_at=when,
+                    occurred_at=when,
+                    object_id=str(uuid.uuid4()),
+                    state=EventState.PROCESSED.value,
+                    outcome="applied",
+                    attempts=1,
+                    processed_at=when,
+                )
                 for _ in range(n)
             ],
+            batch_size=2000,
         )
         missing -= n
     from django.db import connection
@@ -139,7 +138,7 @@ def start_pruner() -> subprocess.Popen:
 
 def main() -> int:
     hooks.prepare()
-    print(f"seeding {ROWS:,} old processed deliveries (COPY) ...", flush=True)
+    print(f"seeding {ROWS:,} old processed deliveries (bulk_create) ...", flush=True)
     started = time.perf_counter()
     top_up(ROWS)
     print(f"  seeded in {time.perf_counter() - started:.1f}s", flush=True)

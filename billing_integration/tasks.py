@@ -2,9 +2,9 @@
 every task module of the app: the outbox (``billing_integration.push_pending``, the push run
 a commit kicks, as ``push_due_entries``; ``.drain_outbox``, the periodic sweep, as
 ``requeue_stale_entries``), the pull (``.sync_all``), the event processing
-(``.process_webhook_event``, ``.process_received_events``,
-``.process_pending_webhook_events``), the event log's pruning (``.prune_events``) and the
-notices (``.send_notice``, ``.sweep_notices``). A broken import fails loudly here.
+(``.process_webhook_event``, ``.process_pending_webhook_events``), the event log's pruning
+(``.prune_events``) and the notices (``.send_notice``, ``.sweep_notices``). A broken import
+fails loudly here.
 """
 
 from .notices.tasks import send_notice, sweep_notices

@@ -92,3 +92,14 @@ def default_language():
     translation.deactivate()
     yield
     translation.deactivate()
+
+
+@pytest.fixture
+def eager():
+    """Celery's ``task_always_eager``: a delivery is processed in the request."""
+    from celery import current_app
+
+    before = current_app.conf.task_always_eager
+    current_app.conf.task_always_eager = True
+    yield
+    current_app.conf.task_always_eager = before

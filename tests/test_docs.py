@@ -17,7 +17,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from celery import current_app
 from django.urls import reverse
 
 from billing_integration.conf import DEFAULTS, DOCS, REQUIRED
@@ -161,13 +160,15 @@ MODELS = {"subscription": Subscription, "payment": Payment, "refund": Refund, "i
 @pytest.mark.django_db
 @pytest.mark.parametrize("event_type", sorted(CANONICAL_TYPES))
 def test_each_documented_payload_is_applied(
-    event_type, client, settings, monkeypatch, django_capture_on_commit_callbacks
+    event_type, client, settings, django_capture_on_commit_callbacks, eager
 ):
     """Posted as docs/testing.md shows (signed with ``sign_webhook``), each example is stored,
     applied (not stale, not failed) and gives its object the status the page promises."""
     secret = "whsec_" + base64.b64encode(b"docs example secret, 32 bytes!!").decode()
-    settings.BILLING = {**settings.BILLING, "WEBHOOK_SECRET": secret}
-    monkeypatch.setitem(current_app.conf, "task_always_eager", True)  # processed in the request
+    settings.BILLING = {
+        **settings.BILLING,
+        "WEBHOOK_SECRET": secret,
+    }
     with from_remote():  # the objects the examples name, known locally (no pull needed)
         customer = Customer.objects.create(remote_id=CUSTOMER, identifier="docs:1")
         product = Product.objects.create(remote_id=PRODUCT, name="Pro", status="published")

@@ -22,7 +22,6 @@ def test_every_task_module_is_registered_and_the_schedule_names_registered_tasks
         "billing_integration.drain_outbox",
         "billing_integration.sync_all",
         "billing_integration.process_webhook_event",
-        "billing_integration.process_received_events",
         "billing_integration.process_pending_webhook_events",
     ):
         assert name in names

@@ -1,10 +1,5 @@
-"""The log of event deliveries received on the callback (``WebhookEvent``).
-
-Every verified delivery is stored *first*, raw, before anything is parsed or applied; the
-log is then the source of truth for processing, deduplication (``event_id`` is unique) and
-replay. Deliveries whose body is not a JSON object are kept too, in state ``rejected``, so
-they can be inspected; they are never processed.
-"""
+"""The log of event deliveries (``WebhookEvent``): stored first, raw; the source of truth for
+processing, deduplication (``event_id`` is unique) and replay."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""Notices: the record of each opt-in email sent when money moves (``billing_integration.notices``).
-
-One row per (event, kind), enforced by a unique constraint: the row is recorded ``queued``
-when the event is applied, and the sending task claims it (a conditional UPDATE to
-``sending``) before it sends, so a replayed event, a redelivered task or the periodic sweep
-never sends the same notice twice.
-"""
+"""The record of each notice email: one row per (event, kind), claimed before sending."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The receivers that queue notices: connected to the app's signals, which are sent after
-an event's local state is committed (``webhooks.processing.send_signals``), also on a forced
-replay: the task's claim keeps each notice to one email. The notice is recorded ``queued``
-before its task is: a task that cannot be queued (the broker down) leaves it for the periodic
-sweep (``tasks.sweep_notices``)."""
+"""Receivers of the app's signals that record a notice ``queued`` and queue its task on commit
+(a task that cannot be queued is left to the sweep)."""
 
 from __future__ import annotations
 
@@ -11,6 +8,7 @@ from typing import Any
 
 from django.db import transaction
 
+from ..conf import billing_settings
 from ..models import Notice, NoticeState
 from ..webhooks import signals
 from .sending import enabled
@@ -27,7 +25,10 @@ def queue_notice(kind: str, event_pk: int) -> None:
         Notice.objects.get_or_create(
             event_id=event_pk, kind=kind, defaults={"state": NoticeState.QUEUED}
         )
-        transaction.on_commit(lambda: send_notice.delay(event_pk, kind), robust=True)
+        transaction.on_commit(
+            lambda: send_notice.apply_async((event_pk, kind), queue=billing_settings.QUEUE),
+            robust=True,
+        )
 
 
 def _receiver(kind: str) -> Callable[..., None]:

@@ -1,13 +1,8 @@
-"""What a notice says and to whom: the recipient, the templates, the message.
-
-Templates (overridable in the project's templates): ``billing_integration/notices/<kind>.txt``
-(plain text), ``<kind>.html`` (the HTML alternative) and ``<kind>_subject.txt`` (one line),
-rendered in the active language with ``notice_context()``.
-"""
+"""What a notice says and to whom. Templates (overridable):
+``billing_integration/notices/<kind>.txt``, ``<kind>.html`` and ``<kind>_subject.txt``."""
 
 from __future__ import annotations
 
-import contextlib
 from decimal import Decimal
 from typing import Any
 
@@ -16,7 +11,6 @@ from django.core.mail import EmailMultiAlternatives
 from django.template.loader import render_to_string
 from django.urls import NoReverseMatch, reverse
 from django.utils import formats
-from django.utils.module_loading import import_string
 from django.utils.translation import gettext
 
 from ..conf import billing_settings
@@ -26,12 +20,14 @@ __all__ = [
     "KINDS",
     "account_url",
     "build_message",
-    "default_recipient",
     "enabled",
     "notice_context",
     "recipient_for",
     "template_names",
 ]
+
+#: The URL name of the account page the notices link to.
+ACCOUNT_URL_NAME = "billing_integration:account"
 
 #: Notice kind -> the model of the object its event is about (``event.object_id``).
 KINDS: dict[str, type] = {
@@ -49,33 +45,21 @@ def enabled(kind: str) -> bool:
 
 
 def account_url() -> str:
-    """The absolute URL of the account page: ``BILLING['SITE_URL']`` joined with
-    ``BILLING['ACCOUNT_URL']`` (a URL name, reversed, or a path; an absolute URL is kept)."""
-    target = str(billing_settings.ACCOUNT_URL or "/")
-    if "/" not in target:
-        with contextlib.suppress(NoReverseMatch):
-            target = reverse(target)
-    if target.startswith(("https://", "http://")):
-        return target
-    site = str(billing_settings.SITE_URL or "").rstrip("/")
-    return f"{site}/{target.lstrip('/')}"
-
-
-def default_recipient(customer: Customer | None, subscriber: Any) -> str | None:
-    """The customer's ``email``, else the subscriber's ``email`` attribute, else None."""
-    if customer is not None and customer.email:
-        return customer.email
-    email = getattr(subscriber, "email", None)
-    return email if isinstance(email, str) and email.strip() else None
+    """The absolute URL of the app's account page: ``BILLING['SITE_URL']`` joined with it."""
+    try:
+        path = reverse(ACCOUNT_URL_NAME)
+    except NoReverseMatch:
+        path = "/"
+    return f"{str(billing_settings.SITE_URL or '').rstrip('/')}{path}"
 
 
 def recipient_for(customer: Customer | None, subscriber: Any) -> str | None:
-    """The address of a notice: ``BILLING['NOTICE_RECIPIENT']`` (a dotted path) or
-    ``default_recipient``. Blank means nobody (the notice is skipped)."""
-    path = billing_settings.NOTICE_RECIPIENT
-    resolver = import_string(path) if path else default_recipient
-    email = resolver(customer, subscriber)
-    return email.strip() if isinstance(email, str) and email.strip() else None
+    """The address of a notice: the customer's ``email``, else the subscriber's ``email``
+    attribute; None (the notice is skipped) when neither is set."""
+    for email in (getattr(customer, "email", None), getattr(subscriber, "email", None)):
+        if isinstance(email, str) and email.strip():
+            return email.strip()
+    return None
 
 
 def _amount(value: Decimal | None, currency: str) -> str:
@@ -127,7 +111,7 @@ def build_message(kind: str, context: dict[str, Any], to: str) -> EmailMultiAlte
     message = EmailMultiAlternatives(
         subject=subject,
         body=render_to_string(names["text"], context),
-        from_email=billing_settings.NOTICE_FROM_EMAIL or settings.DEFAULT_FROM_EMAIL,
+        from_email=settings.DEFAULT_FROM_EMAIL,
         to=[to],
     )
     message.attach_alternative(render_to_string(names["html"], context), "text/html")

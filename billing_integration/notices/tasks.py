@@ -1,6 +1,5 @@
-"""The Celery tasks of the notices: ``send_notice`` sends one notice, once per (event, kind);
-``sweep_notices`` (periodic) queues again the notices still ``queued`` after ``SWEEP_AFTER``,
-whose task was lost or could not be queued (the broker down when the event was applied)."""
+"""``send_notice`` sends one notice, once per (event, kind); ``sweep_notices`` (periodic) queues
+again the notices still ``queued`` after ``SWEEP_AFTER``."""
 
 from __future__ import annotations
 
@@ -20,12 +19,14 @@ from .sending import KINDS, build_message, enabled, notice_context, recipient_fo
 
 logger = logging.getLogger("billing_integration.notices")
 
-__all__ = ["SWEEP_AFTER", "claim", "send_notice", "sweep_notices"]
+__all__ = ["MAX_ATTEMPTS", "SWEEP_AFTER", "claim", "send_notice", "sweep_notices"]
 
 #: A notice still ``queued`` this long after it was recorded is queued again by the sweep.
 SWEEP_AFTER = timedelta(minutes=5)
 #: The most notices one sweep queues again (the next sweep takes the rest).
 SWEEP_BATCH = 500
+#: Sending attempts of one notice (the task retries with backoff) before it stays failed.
+MAX_ATTEMPTS = 5
 
 
 def claim(event: WebhookEvent, kind: str) -> Notice | None:
@@ -69,7 +70,7 @@ def _subject_of(event: WebhookEvent, kind: str) -> Any:
 def send_notice(self: Any, event_pk: int, kind: str) -> str:
     """Send the ``kind`` notice of the event ``event_pk`` unless it was already sent (or is
     being sent). A failed send is recorded ``failed`` and retried with backoff up to
-    ``BILLING['NOTICE_MAX_ATTEMPTS']`` attempts. Returns the notice's state (``off`` when the
+    ``MAX_ATTEMPTS`` attempts. Returns the notice's state (``off`` when the
     notice is turned off, ``done`` when another task has it)."""
     if kind not in KINDS or not enabled(kind):
         return "off"
@@ -93,8 +94,7 @@ def send_notice(self: Any, event_pk: int, kind: str) -> str:
     except Exception as exc:
         message = f"{type(exc).__name__}: {exc}"
         _finish(notice, NoticeState.FAILED, error=message)
-        max_attempts = int(billing_settings.NOTICE_MAX_ATTEMPTS)
-        if notice.attempts < max_attempts:
+        if notice.attempts < MAX_ATTEMPTS:
             logger.warning("Notice %s of event %s failed: %s", kind, event_pk, message)
             raise self.retry(countdown=min(30 * 2**self.request.retries, 3600)) from exc
         logger.error("Notice %s of event %s failed for good: %s", kind, event_pk, message)
@@ -117,7 +117,7 @@ def sweep_notices() -> int:
     ).order_by("created_at")
     queued = 0
     for event_pk, kind in stale.values_list("event_id", "kind")[:SWEEP_BATCH]:
-        send_notice.delay(event_pk, kind)
+        send_notice.apply_async((event_pk, kind), queue=billing_settings.QUEUE)
         queued += 1
     if queued:
         logger.warning("Queued %d notice(s) again whose task was lost or never queued", queued)

@@ -65,9 +65,8 @@ def _flush(connection: Any) -> None:
 
 def _wakeup_names() -> list[str]:
     from ..outbox.tasks import wakeup_name
-    from ..webhooks.tasks import wakeup_names
 
-    return [wakeup_name(), *wakeup_names()]
+    return [wakeup_name()]
 
 
 @contextlib.contextmanager

@@ -1,14 +1,6 @@
-"""Reading the event envelope tolerantly.
-
-The envelope is ``{"id", "type", "created_at", "data"}``; a real service may say ``event``
-or ``event_type`` for the type, ``timestamp`` for the time, ``payload`` or ``object`` for the
-data. Nothing here raises on odd values: unknown shapes give empty fields (a time that does
-not parse is kept raw in ``Envelope.occurred_raw``, so processing can fail the event rather
-than treat it as "no time"). Processing parses the body with ``billing_integration.strictjson``:
-``NaN`` and ``Infinity`` are not JSON, it refuses them (Python's ``json`` would accept them);
-the webhook view stores such a signed delivery with Python's reading, and processing then
-fails it.
-"""
+"""Reading the event envelope ``{"id", "type", "created_at", "data"}`` tolerantly (other
+common key names accepted); odd values give empty fields, never an error (a time that does not
+parse is kept in ``Envelope.occurred_raw`` so processing can fail the event)."""
 
 from __future__ import annotations
 

@@ -1,44 +1,29 @@
-"""One handler per canonical event type, registered in one table (``HANDLERS``).
+"""One handler class per canonical event type, registered with ``@handler(type, ...)``.
 
-A handler's ``handle(ctx)`` runs inside the processing transaction, with the event row
-locked. It locks the rows it changes (``_locked``: ``FOR NO KEY UPDATE`` on PostgreSQL, always
-in the order subscription -> invoice -> payment -> refund, so two events never wait on each
-other in opposite orders), skips the event when it is older than the stored state (``ctx.version``
-compared with the row's ``remote_updated``), applies it, and returns a ``HandlerResult``
-naming the objects it touched (they go to the signals).
+A handler's ``handle(ctx)`` runs in the processing transaction, with the event row locked.
+It locks the rows it changes (always subscription -> invoice -> payment -> refund), skips an
+event older than the stored state (the version guard: ``ctx.version`` against the row's
+``remote_updated``; ``leaves_final`` for final states), applies it, and returns a
+``HandlerResult`` naming the objects it touched (for the signals). A value that cannot be
+stored raises ``RemoteDataError``: the event fails and nothing changes.
 
-Every event has a version (``EventContext.version``): the data's ``date_updated``, else its
-``date_created``, else the envelope's ``created_at``, else the delivery's signed
-``webhook-timestamp``, else the time it was received. An applied event stores it as the
-row's ``remote_updated``, which therefore never goes back nor becomes null. The last two are
-times of ours (``EventContext.version_is_ours``; a subscription records it in
-``remote_updated_ours``): such an event never moves an object out of a final state, and of
-two events of the same version the higher-ranked status wins (``leaves_final``). A value that
-cannot be parsed (a date, a status longer than its column, an amount, a payment's currency
-not in ``BILLING['CURRENCIES']``) raises ``RemoteDataError``: the event fails with that error
-and nothing is changed.
+A host overrides or adds a type by registering a subclass, in a module its ``AppConfig.ready``
+imports::
 
-A host overrides one event by subclassing and registering its class::
+    from billing_integration.webhooks.handlers import InvoiceHandler, handler
 
-    # myapp/handlers.py
-    from billing_integration.webhooks.handlers import InvoiceHandler
-
+    @handler("invoice.paid")
     class MyInvoicePaid(InvoiceHandler):
         def handle(self, ctx):
             result = super().handle(ctx)
             ...  # your own bookkeeping, in the same transaction
             return result
-
-    # settings.py
-    BILLING = {..., "EVENT_HANDLERS": {"invoice.paid": "myapp.handlers.MyInvoicePaid"}}
-
-A handler class registered for a type that is not built in (with an
-``EVENT_TYPE_ALIASES`` entry pointing a spelling at it) handles a new kind of event.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
@@ -49,7 +34,6 @@ from typing import Any, ClassVar
 from django.db import connections, models
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
 from ..conf import billing_settings
 from ..exceptions import BillingConfigurationError, RemoteDataError, WebhookError
@@ -79,6 +63,7 @@ __all__ = [
     "RefundHandler",
     "SubscriptionHandler",
     "get_handler",
+    "handler",
 ]
 
 
@@ -87,11 +72,8 @@ class EventDataError(WebhookError):
 
 
 class PullRequired(Exception):
-    """Raised by a handler inside the transaction: fetch this object from the API first.
-
-    Processing rolls back, pulls (outside any transaction), and runs the handler again with
-    ``ctx.pulled`` containing ``(kind, remote_id)`` so it does not ask twice.
-    """
+    """Raised by a handler: roll back, pull this object from the API, run the handler again
+    (with ``(kind, remote_id)`` in ``ctx.pulled``)."""
 
     def __init__(self, kind: str, remote_id: uuid.UUID, *, customer: uuid.UUID | None = None):
         super().__init__(f"{kind} {remote_id} is not known locally")
@@ -102,11 +84,8 @@ class PullRequired(Exception):
 
 @dataclass
 class EventContext:
-    """What a handler gets: the event row, its canonical type and parsed parts.
-
-    ``occurred_at``: the envelope's ``created_at``; ``signed_at``: the delivery's
-    ``webhook-timestamp`` when the signature covered it; ``received_at``: when it was stored.
-    """
+    """What a handler gets: the event row, its canonical type, its data, the envelope's
+    ``occurred_at``, the signed ``webhook-timestamp`` (``signed_at``) and ``received_at``."""
 
     event: WebhookEvent
     event_type: str
@@ -135,17 +114,13 @@ class EventContext:
 
     @property
     def version(self) -> datetime:
-        """The time of the state the event carries: ``data.date_updated``, else
-        ``data.date_created``, else the envelope's ``created_at``, else the signed
-        ``webhook-timestamp``, else the receive time (never None). ``RemoteDataError`` when
-        a date given in the data does not parse."""
+        """``data.date_updated``, else ``date_created``, else the envelope's ``created_at``,
+        else the signed timestamp, else the receive time (never None)."""
         return self._versioned[0]
 
     @property
     def version_is_ours(self) -> bool:
-        """The version is a time of ours (the signed ``webhook-timestamp`` or the receive
-        time), not a date of the service's: such an event never moves an object out of a
-        final state (``leaves_final``)."""
+        """The version is the signed timestamp or the receive time, not a service's date."""
         return self._versioned[1]
 
     def may_pull(self, kind: str, remote_id: uuid.UUID | None) -> bool:
@@ -154,22 +129,15 @@ class EventContext:
 
 @dataclass
 class HandlerResult:
-    """``outcome``: ``applied`` or ``stale`` (an older event, skipped). ``objects``: the
-    local objects the event concerns, by name, for the signals."""
+    """``outcome``: ``applied`` or ``stale``; ``objects``: the local objects, for the signals."""
 
     outcome: str = "applied"
     objects: dict[str, Any] = field(default_factory=dict)
 
 
 def _locked(queryset: models.QuerySet) -> models.QuerySet:
-    """``queryset`` locking its rows until the transaction ends: ``FOR NO KEY UPDATE`` where
-    the database has it (PostgreSQL), else ``FOR UPDATE``. Two handlers still exclude each
-    other on a row, but a handler's lock no longer blocks the ``KEY SHARE`` locks PostgreSQL's
-    foreign-key checks take, at the commit (Django's foreign keys are deferred), on the rows a
-    new or changed row points to. With ``FOR UPDATE``, an event inserting a refund (holding
-    the ``KEY SHARE`` on its payment, then checking its subscription at the commit) and a
-    payment event holding that subscription and waiting for that payment deadlocked when
-    events of different objects were processed at once."""
+    """``queryset`` locking its rows: ``FOR NO KEY UPDATE`` where the database has it, so a
+    handler never waits on another transaction's foreign-key check (a deadlock otherwise)."""
     no_key = connections[queryset.db].features.has_select_for_no_key_update
     return queryset.select_for_update(no_key=no_key)
 
@@ -188,14 +156,8 @@ def leaves_final(
     final: frozenset[str],
     rank: dict[str, int],
 ) -> bool:
-    """True when the event must not apply over the stored state (not older than it):
-
-    - an event of the same version as the stored state applies only when its status ranks
-      at least as high (``rank``, 0 for a status not in it): of two events of the same
-      instant, the higher-ranked status wins whatever the order they are processed in;
-    - an event whose version is ours (undated: the signed timestamp or the receive time)
-      never moves the object out of one of the ``final`` states. A dated event newer than
-      the stored state still can."""
+    """The event must not apply over the stored state: of the same version, its status ranks
+    lower (``rank``); or, undated (``version_is_ours``), it would leave a ``final`` state."""
     if ctx.version == stored_version and rank.get(status, 0) < rank.get(stored_status, 0):
         return True
     return ctx.version_is_ours and stored_status in final and status not in final
@@ -209,9 +171,8 @@ def _uuid_or_fail(value: Any, what: str) -> uuid.UUID:
 
 
 def _amount(value: Any) -> Decimal | None:
-    """The ``amount`` as stored (``None`` when absent); ``RemoteDataError`` when it cannot be
-    read as one (``"lots"``, ``true``, ``1e300``: more than the column holds), never "no
-    amount": reporting sums the amounts."""
+    """The ``amount`` as stored (None when absent); ``RemoteDataError`` when it is no amount
+    the column holds."""
     if value is None:
         return None
     dec = None
@@ -233,9 +194,8 @@ def _currency(value: Any) -> str:
 
 
 def _known_currency(value: Any) -> str:
-    """A payment's currency code (``""`` when absent); ``RemoteDataError`` when it is not a
-    currency of ``BILLING['CURRENCIES']`` (an id or a code): a payment in an unknown currency
-    cannot be counted."""
+    """A payment's currency code ("" when absent); ``RemoteDataError`` when it is not one of
+    ``BILLING['CURRENCIES']``."""
     if value in (None, ""):
         return ""
     known = billing_settings.CURRENCIES
@@ -259,6 +219,22 @@ def _text(value: Any, limit: int) -> str:
     return str(value).replace("\x00", "")[:limit]
 
 
+#: Canonical type -> handler class (``@handler``).
+HANDLERS: dict[str, type[EventHandler]] = {}
+
+
+def handler(*event_types: str) -> Callable[[type[EventHandler]], type[EventHandler]]:
+    """Register the decorated ``EventHandler`` subclass for these canonical types (the last
+    registration of a type wins, so a host's subclass replaces a built-in one)."""
+
+    def register(cls: type[EventHandler]) -> type[EventHandler]:
+        for event_type in event_types:
+            HANDLERS[event_type] = cls
+        return cls
+
+    return register
+
+
 class EventHandler:
     """Base class of every handler. Override ``handle``."""
 
@@ -271,7 +247,6 @@ class EventHandler:
     def handle(self, ctx: EventContext) -> HandlerResult:
         raise NotImplementedError
 
-    # Helpers for subclasses -----------------------------------------------------------------
     @staticmethod
     def customer_id(
         ctx: EventContext, remote_id: uuid.UUID | None, *, pull: bool = True
@@ -305,13 +280,10 @@ _SUBSCRIPTION_SOURCE = {
 }
 
 
+@handler(types.SUBSCRIPTION_RENEWAL, types.SUBSCRIPTION_CANCELED, types.SUBSCRIPTION_PAUSED)
 class SubscriptionHandler(EventHandler):
-    """``subscription.*``: the data is the Subscription resource after the change.
-
-    Renewal moves the cycle dates and the next billing date; canceled and paused set the
-    status. A subscription not known locally is created from the data (after pulling its
-    customer if that is unknown too).
-    """
+    """``subscription.*``: the data is the subscription after the change; an unknown one is
+    created from it (after pulling its customer if that is unknown too)."""
 
     object_name = "subscription"
     #: The status the event type implies (None: take ``data.status``).
@@ -319,10 +291,9 @@ class SubscriptionHandler(EventHandler):
         types.SUBSCRIPTION_CANCELED: "canceled",
         types.SUBSCRIPTION_PAUSED: "paused",
     }
-    #: Of two events with the same version, the one whose status ranks higher wins, in any
-    #: order (0 for any other status): a cancel over a pause over anything else.
+    #: Of two events of the same version, the higher-ranked status wins.
     SAME_VERSION_RANK: ClassVar[dict[str, int]] = {"paused": 1, "canceled": 2}
-    #: States an undated event (a version of ours) never moves a subscription out of.
+    #: States an undated event never moves a subscription out of.
     FINAL: ClassVar[frozenset[str]] = frozenset({"canceled"})
 
     def fields(self, ctx: EventContext) -> dict[str, Any]:
@@ -335,8 +306,6 @@ class SubscriptionHandler(EventHandler):
         status = self.STATUS_FOR_TYPE.get(self.event_type)
         if status:
             values["status"] = status
-        # The event's version (its date_updated when it has one): never None, and never
-        # older than the stored one (an older event is skipped before this is saved).
         values["remote_updated"] = ctx.version
         values["remote_updated_ours"] = ctx.version_is_ours
         return values
@@ -360,20 +329,15 @@ class SubscriptionHandler(EventHandler):
             ctx, subscription, values.get("status", subscription.status)
         ):
             return HandlerResult("stale", {"subscription": subscription})
-        new = subscription is None
-        if new:
+        if subscription is None:
             subscription = Subscription(
                 remote_id=remote_id, sync_state="synced", last_synced_at=timezone.now()
             )
         customer_rid = values.get("customer_remote_id", subscription.customer_remote_id)
         product_rid = values.get("product_remote_id", subscription.product_remote_id)
-        if customer_rid != subscription.customer_remote_id or (
-            customer_rid and subscription.customer_id is None
-        ):
+        if changed(customer_rid, subscription.customer_remote_id, subscription.customer_id):
             subscription.customer_id = self.customer_id(ctx, customer_rid)
-        if product_rid != subscription.product_remote_id or (
-            product_rid and subscription.product_id is None
-        ):
+        if changed(product_rid, subscription.product_remote_id, subscription.product_id):
             subscription.product_id = self.product_id(product_rid)
         for name, value in values.items():
             setattr(subscription, name, value)
@@ -398,11 +362,7 @@ class RecordHandler(EventHandler):
     FINAL: ClassVar[frozenset[str] | None] = None
 
     def status(self, ctx: EventContext) -> str:
-        given = ctx.data.get("status")
-        implied = self.STATUS_FOR_TYPE.get(self.event_type, "")
-        if implied:
-            return implied
-        return _text(given, 32)
+        return self.STATUS_FOR_TYPE.get(self.event_type) or _text(ctx.data.get("status"), 32)
 
     def lock_related(self, ctx: EventContext) -> dict[str, Any]:
         """Lock rows this event also changes, before the record (override)."""
@@ -440,41 +400,28 @@ class RecordHandler(EventHandler):
         )
         if subscription is None and sub_rid and needs_lookup:
             # One query gives the subscription and, through it, its customer and product.
-            row = (
-                Subscription.objects.filter(remote_id=sub_rid)
-                .values(
-                    "pk",
-                    "remote_id",
-                    "customer_id",
-                    "customer_remote_id",
-                    "product_id",
-                    "product_remote_id",
-                )
-                .order_by()[:1]
-            )
+            fields = "pk remote_id customer_id customer_remote_id product_id product_remote_id"
+            row = Subscription.objects.filter(remote_id=sub_rid).values(*fields.split())[:1]
             subscription = SimpleNamespace(**row[0]) if row else None
+        known = subscription or SimpleNamespace(
+            pk=None, remote_id=None, customer_id=None, customer_remote_id=None, product_id=None
+        )
         if changed(sub_rid, record.subscription_remote_id, record.subscription_id):
-            if subscription is not None and subscription.remote_id == sub_rid:
-                record.subscription_id = subscription.pk
-            else:
-                record.subscription_id = None
+            record.subscription_id = known.pk if known.remote_id == sub_rid else None
         cust_rid = values["customer_remote_id"]
-        if cust_rid != record.customer_remote_id or (cust_rid and record.customer_id is None):
-            if (
-                subscription is not None
-                and subscription.customer_remote_id == cust_rid
-                and subscription.customer_id is not None
-            ):
-                record.customer_id = subscription.customer_id
+        if changed(cust_rid, record.customer_remote_id, record.customer_id):
+            if known.customer_remote_id == cust_rid and known.customer_id is not None:
+                record.customer_id = known.customer_id
             else:
                 record.customer_id = self.customer_id(ctx, cust_rid)
-        if hasattr(record, "product_remote_id"):
-            prod_rid = values.get("product_remote_id")
-            if prod_rid != record.product_remote_id or (prod_rid and record.product_id is None):
-                if subscription is not None and subscription.product_remote_id == prod_rid:
-                    record.product_id = subscription.product_id
-                else:
-                    record.product_id = self.product_id(prod_rid)
+        prod_rid = values.get("product_remote_id")
+        if hasattr(record, "product_remote_id") and changed(
+            prod_rid, record.product_remote_id, record.product_id
+        ):
+            if subscription is not None and subscription.product_remote_id == prod_rid:
+                record.product_id = subscription.product_id
+            else:
+                record.product_id = self.product_id(prod_rid)
 
     def is_stale(self, ctx: EventContext, record: Any, status: str) -> bool:
         """Older than the stored state, or held off by its final state (``leaves_final``)."""
@@ -508,6 +455,12 @@ class RecordHandler(EventHandler):
         return HandlerResult("applied", {name: record, **related})
 
 
+@handler(
+    types.INVOICE_PAID,
+    types.INVOICE_VOIDED,
+    types.INVOICE_MARKED_UNCOLLECTABLE,
+    types.INVOICE_DELETED,
+)
 class InvoiceHandler(RecordHandler):
     """``invoice.*``: sets the invoice paid / void / uncollectable / deleted."""
 
@@ -530,11 +483,10 @@ class InvoiceHandler(RecordHandler):
         }
 
 
+@handler(types.PAYMENT_COMPLETED, types.PAYMENT_FAILED, types.PAYMENT_CANCELED)
 class PaymentHandler(RecordHandler):
-    """``payment.*``: records the payment and updates the subscription's
-    ``last_payment_status`` (a failed payment shows there) to the status of its most recent
-    payment. A subscription not known locally is pulled from the API first (once) - this is
-    how a subscription created through checkout appears locally."""
+    """``payment.*``: records the payment and sets the subscription's ``last_payment_status``
+    to its most recent payment's; an unknown subscription is pulled first (once)."""
 
     model = Payment
     object_name = "payment"
@@ -583,6 +535,7 @@ class PaymentHandler(RecordHandler):
             subscription.last_payment_status = record.status
 
 
+@handler(types.REFUND_INITIATED, types.REFUND_APPROVED, types.REFUND_REJECTED)
 class RefundHandler(RecordHandler):
     """``refund.*``: moves a refund through initiated -> approved / rejected."""
 
@@ -606,19 +559,9 @@ class RefundHandler(RecordHandler):
     ) -> None:
         pay_rid = values["payment_remote_id"]
         if pay_rid != record.payment_remote_id or (pay_rid and record.payment_id is None):
-            row = (
-                Payment.objects.filter(remote_id=pay_rid)
-                .values(
-                    "pk",
-                    "subscription_id",
-                    "subscription_remote_id",
-                    "customer_id",
-                    "customer_remote_id",
-                )
-                .first()
-                if pay_rid
-                else None
-            )
+            fields = "pk subscription_id subscription_remote_id customer_id customer_remote_id"
+            rows = Payment.objects.filter(remote_id=pay_rid).values(*fields.split())
+            row = rows.first() if pay_rid else None
             record.payment_id = row["pk"] if row else None
             if row:
                 # The payment already knows the subscription and customer: no more lookups.
@@ -631,40 +574,7 @@ class RefundHandler(RecordHandler):
         super().resolve_links(ctx, record, values, related)
 
 
-# --- the table -------------------------------------------------------------------------------
-
-#: Canonical type -> handler class. ``BILLING['EVENT_HANDLERS']`` overrides or extends it.
-HANDLERS: dict[str, type[EventHandler]] = {
-    types.SUBSCRIPTION_RENEWAL: SubscriptionHandler,
-    types.SUBSCRIPTION_CANCELED: SubscriptionHandler,
-    types.SUBSCRIPTION_PAUSED: SubscriptionHandler,
-    types.PAYMENT_COMPLETED: PaymentHandler,
-    types.PAYMENT_FAILED: PaymentHandler,
-    types.PAYMENT_CANCELED: PaymentHandler,
-    types.REFUND_INITIATED: RefundHandler,
-    types.REFUND_APPROVED: RefundHandler,
-    types.REFUND_REJECTED: RefundHandler,
-    types.INVOICE_PAID: InvoiceHandler,
-    types.INVOICE_VOIDED: InvoiceHandler,
-    types.INVOICE_MARKED_UNCOLLECTABLE: InvoiceHandler,
-    types.INVOICE_DELETED: InvoiceHandler,
-}
-
-
 def get_handler(event_type: str) -> EventHandler | None:
-    """The handler for a canonical type (settings first), or None if there is none."""
-    if not event_type:
-        return None
-    configured = billing_settings.get("EVENT_HANDLERS") or {}
-    target: Any = configured.get(event_type) or HANDLERS.get(event_type)
-    if target is None:
-        return None
-    if isinstance(target, str):
-        try:
-            target = import_string(target)
-        except ImportError as exc:
-            raise BillingConfigurationError(
-                f"BILLING['EVENT_HANDLERS'][{event_type!r}] cannot be imported: {exc}",
-                setting="BILLING['EVENT_HANDLERS']",
-            ) from exc
-    return target(event_type)
+    """The handler of a canonical type, or None if there is none."""
+    cls = HANDLERS.get(event_type) if event_type else None
+    return cls(event_type) if cls is not None else None

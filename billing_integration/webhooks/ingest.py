@@ -1,31 +1,20 @@
-"""Storing a verified delivery (``store_delivery``) and handing it to processing.
-
-The ingest path does one INSERT for a new event (plus one SELECT for a duplicate), through
-``models.bulk.insert_ignoring_conflict``; the event id's unique index is what makes a
-redelivery harmless. It works on column values, not on a model instance
-(``StoreResult.event`` builds one on demand).
-"""
+"""Storing a verified delivery (``store_delivery``) and handing it to processing (``enqueue``)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
-from itertools import islice
-from typing import Any
+from dataclasses import dataclass
 
-from django.db import router, transaction
+from django.db import IntegrityError, router, transaction
 
-from ..conf import billing_settings
 from ..exceptions import WebhookVerificationError
 from ..health import record_refused
 from ..models import EventState, WebhookEvent
-from ..models.bulk import insert_ignoring_conflict
 from .envelope import clean_text, read_envelope
-from .tasks import EVENTS
 from .types import normalize_type
 from .verification import MissingHeadersError, StaleTimestampError, Verification
 
@@ -37,113 +26,65 @@ __all__ = [
     "StoreResult",
     "count_refusal",
     "enqueue",
-    "request_headers",
-    "safe_headers",
     "store_delivery",
 ]
 
-#: Headers stored with their value (lower-case names): the delivery's id and time, the body's
-#: type, length and encoding, and what a proxy or the sender adds to trace a request. Every other
-#: header (credentials, signatures, cookies, and any name not listed, whatever it holds) is
-#: stored with its value replaced by ``REDACTED``, so an operator sees it was sent. An
-#: allow-list, not a list of secret-looking names: a header nobody thought of stays hidden.
-STORED_HEADERS = frozenset(
-    {
-        "webhook-id",
-        "webhook-timestamp",
-        "svix-id",
-        "svix-timestamp",
-        "content-type",
-        "content-length",
-        "content-encoding",
-        "user-agent",
-        "accept",
-        "accept-encoding",
-        "host",
-        "via",
-        "forwarded",
-        "x-forwarded-for",
-        "x-forwarded-host",
-        "x-forwarded-proto",
-        "x-real-ip",
-        "x-request-id",
-        "x-correlation-id",
-        "traceparent",
-    }
-)
+#: Headers stored with their value (lower-case names); every other header is stored as
+#: ``REDACTED``: an allow-list, so a header nobody thought of stays hidden.
+_STORED = """webhook-id webhook-timestamp svix-id svix-timestamp content-type content-length
+    content-encoding user-agent accept accept-encoding host via forwarded x-forwarded-for
+    x-forwarded-host x-forwarded-proto x-real-ip x-request-id x-correlation-id traceparent"""
+STORED_HEADERS = frozenset(_STORED.split())
 #: What a header outside ``STORED_HEADERS`` is stored as.
 REDACTED = "[redacted]"
-_MAX_HEADERS = 64
-_MAX_HEADER_VALUE = 1024
-
-
-_UNPREFIXED = frozenset({"CONTENT_TYPE", "CONTENT_LENGTH"})
-
-
-@lru_cache(maxsize=1024)
-def _meta_name(key: str) -> str | None:
-    """``HTTP_WEBHOOK_ID`` -> ``webhook-id``; None for a WSGI variable that is no header."""
-    if key.startswith("HTTP_"):
-        key = key[5:]
-    elif key not in _UNPREFIXED:
-        return None
-    return key.replace("_", "-").lower()
-
-
-def request_headers(meta: Mapping[str, object]) -> dict[str, str]:
-    """The request's headers from its WSGI environ (``request.META``) as a plain dict with
-    lower-case names: what ``request.headers`` holds, without its case-insensitive mapping
-    (built and then looked up and iterated on every delivery, it cost more than the rest of
-    the header work together)."""
-    headers: dict[str, str] = {}
-    for key, value in meta.items():
-        name = _meta_name(key)
-        if name is not None:
-            headers[name] = value  # type: ignore[assignment]
-    return headers
-
-
-@lru_cache(maxsize=1024)
-def _header_key(name: str) -> tuple[str, bool]:
-    """A header name as stored (lower-cased, cut) and whether its value is stored."""
-    key = clean_text(name.lower(), 128)
-    return key, key in STORED_HEADERS
+#: Headers stored at most, and characters of each value.
+MAX_HEADERS = 64
+MAX_HEADER_VALUE = 1024
 
 
 def safe_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """The request headers as a plain dict, lower-cased: the values of ``STORED_HEADERS``,
+    """The request headers with lower-case names: the values of ``STORED_HEADERS``,
     ``REDACTED`` for every other header."""
     result: dict[str, str] = {}
-    for name, value in islice(headers.items(), _MAX_HEADERS):
-        key, stored = _header_key(str(name))
-        result[key] = clean_text(str(value), _MAX_HEADER_VALUE) if stored else REDACTED
+    for name, value in list(headers.items())[:MAX_HEADERS]:
+        key = clean_text(str(name).lower(), 128)
+        result[key] = (
+            clean_text(str(value), MAX_HEADER_VALUE) if key in STORED_HEADERS else REDACTED
+        )
     return result
 
 
 @dataclass
 class StoreResult:
-    """What ``store_delivery`` did: ``pk`` and ``event_id`` of the stored row (of the row
-    already there, for a duplicate; ``pk`` None if nothing could be identified), ``created``,
-    the row's ``state`` and, for a rejected body, ``error``."""
+    """What ``store_delivery`` did: the stored ``event`` (the row already there for a
+    duplicate; None if it vanished meanwhile), ``created``, its ``state``, and ``error`` for a
+    rejected body."""
 
-    pk: int | None
+    event: WebhookEvent | None
     event_id: str
     created: bool
     state: str
     error: str = ""
-    #: The column values this delivery was stored with (or would have been).
-    values: dict[str, Any] = field(default_factory=dict, repr=False)
-    using: str = "default"
 
-    @cached_property
-    def event(self) -> WebhookEvent | None:
-        """The row as a model instance (built on demand: the view never needs one)."""
-        if self.pk is None:
-            return None
-        event = WebhookEvent(pk=self.pk, **self.values)
-        event._state.adding = False
-        event._state.db = self.using
-        return event
+    @property
+    def pk(self) -> int | None:
+        return self.event.pk if self.event is not None else None
+
+
+def _read(body: bytes) -> tuple[str, object, str]:
+    """The body as text, its JSON value, and why it cannot be stored as an event ("" if it can)."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return body.decode("utf-8", "replace"), None, "The body is not UTF-8."
+    try:
+        # Python's reading takes NaN and Infinity: processing refuses them (strict JSON).
+        payload = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        return text, None, f"Malformed JSON: {str(exc)[:200]}"
+    if not isinstance(payload, dict):
+        return text, payload, f"The body is a JSON {type(payload).__name__}, not an object."
+    return text, payload, ""
 
 
 def store_delivery(
@@ -151,93 +92,42 @@ def store_delivery(
 ) -> StoreResult:
     """Store one verified delivery; raises ``DatabaseError`` only if it could not be stored.
 
-    A body that is not a JSON object is stored in state ``rejected`` (for inspection, never
-    processed) and reported with ``error``; a redelivery of a stored event is recognised by
-    its event id and reported with ``created=False``.
-    """
-    stored_headers = safe_headers(headers)
-    payload: object = None
-    error = ""
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError:
-        text = body.decode("utf-8", "replace")
-        error = "The body is not UTF-8."
-    else:
-        try:
-            # Python's reading, which takes NaN and Infinity: such a signed delivery is stored
-            # and then failed by processing (strict JSON there), never lost at the door.
-            payload = json.loads(text)
-        except (ValueError, RecursionError) as exc:
-            error = f"Malformed JSON: {str(exc)[:200]}"
-    if not error and not isinstance(payload, dict):
-        error = f"The body is a JSON {type(payload).__name__}, not an object."
+    A body that is not a JSON object is stored ``rejected`` (never processed); a redelivery is
+    recognised by its event id (unique) and reported with ``created=False``."""
+    text, payload, error = _read(body)
+    event = WebhookEvent(
+        body=clean_text(text),
+        headers=safe_headers(headers),
+        verified_by=verification.method,
+    )
     if error:
         digest = hashlib.sha256(body).hexdigest()
-        values: dict[str, Any] = {
-            "event_id": clean_text(f"invalid:{verification.message_id or 'sha256'}:{digest}", 255),
-            "body": clean_text(text),
-            "headers": stored_headers,
-            "verified_by": verification.method,
-            "state": EventState.REJECTED.value,
-            "error": error,
-        }
-        using = router.db_for_write(WebhookEvent)
-        pk = insert_ignoring_conflict(WebhookEvent, values, conflict="event_id", using=using)
-        return StoreResult(
-            pk=pk,
-            event_id=values["event_id"],
-            created=pk is not None,
-            state=EventState.REJECTED,
-            error=error,
-            values=values,
-            using=using,
-        )
-
-    assert isinstance(payload, dict)
-    envelope = read_envelope(payload, message_id=verification.message_id, body=body)
-    values = {
-        "event_id": envelope.event_id,
-        "raw_type": envelope.raw_type,
-        "type": normalize_type(envelope.raw_type),
-        "body": clean_text(text),
-        "headers": stored_headers,
-        "verified_by": verification.method,
-        "occurred_at": envelope.occurred_at,
-        "object_id": envelope.object_id,
-        "state": EventState.RECEIVED.value,
-    }
+        event.event_id = clean_text(f"invalid:{verification.message_id or 'sha256'}:{digest}", 255)
+        event.state, event.error = EventState.REJECTED, error
+    else:
+        assert isinstance(payload, dict)
+        envelope = read_envelope(payload, message_id=verification.message_id, body=body)
+        event.event_id = envelope.event_id
+        event.raw_type = envelope.raw_type
+        event.type = normalize_type(envelope.raw_type)
+        event.occurred_at = envelope.occurred_at
+        event.object_id = envelope.object_id
     using = router.db_for_write(WebhookEvent)
-    pk = insert_ignoring_conflict(WebhookEvent, values, conflict="event_id", using=using)
-    if pk is not None:
-        return StoreResult(
-            pk=pk,
-            event_id=envelope.event_id,
-            created=True,
-            state=EventState.RECEIVED,
-            values=values,
-            using=using,
-        )
-    existing = (
-        WebhookEvent.objects.using(using)
-        .filter(event_id=envelope.event_id)
-        .values_list("pk", "state")
-        .first()
-    )
-    # The row is gone if it was deleted between the two statements: nothing to identify.
-    return StoreResult(
-        pk=existing[0] if existing else None,
-        event_id=envelope.event_id,
-        created=False,
-        state=existing[1] if existing else "",
-        values=values,
-        using=using,
-    )
+    # The view runs in autocommit: one INSERT. Inside a caller's transaction, a savepoint
+    # keeps that transaction usable when the event id is already stored.
+    in_transaction = transaction.get_connection(using).in_atomic_block
+    try:
+        with transaction.atomic(using=using) if in_transaction else contextlib.nullcontext():
+            event.save(force_insert=True, using=using)
+    except IntegrityError:
+        existing = WebhookEvent.objects.using(using).filter(event_id=event.event_id).first()
+        state = existing.state if existing is not None else ""
+        return StoreResult(existing, event.event_id, False, state, error)
+    return StoreResult(event, event.event_id, True, event.state, error)
 
 
 def count_refusal(exc: WebhookVerificationError) -> None:
-    """Count a refused delivery for ``billing_doctor`` and the admin's Health page
-    (``health.record_refused``), by reason: the exception's type, never its request."""
+    """Count a refused delivery by reason, for ``billing_doctor`` and the Health page."""
     if isinstance(exc, StaleTimestampError):
         record_refused("stale_timestamp")
     elif isinstance(exc, MissingHeadersError):
@@ -247,34 +137,16 @@ def count_refusal(exc: WebhookVerificationError) -> None:
 
 
 def enqueue(event_pk: int) -> None:
-    """Hand a stored event to processing.
+    """Hand a stored event to processing: a Celery task once the transaction commits, or, with
+    Celery's ``task_always_eager``, processing here and now. Never raises: a failure leaves
+    the event ``received`` for the periodic sweep."""
+    from .processing import process_in_order
+    from .tasks import process_webhook_event, send
 
-    With ``WEBHOOK_PROCESS_INLINE``: processed here, in the request, now. The row is already
-    stored: the webhook view runs in autocommit, so its INSERT is committed; a caller inside a
-    transaction (a test's, say) gets the processing in that same transaction, so the event and
-    its effects commit or roll back together. The signals still wait for the commit.
-
-    Otherwise, after commit, a coalesced kick of the ``process_received_events`` drain: one
-    Celery message per burst of deliveries, not one per event, and within
-    ``WEBHOOK_KICK_WINDOW`` of a wake-up this process saw pending, not even a cache round trip
-    (see ``billing_integration.wakeup``).
-
-    Never raises: the event is stored, and a failure to process or enqueue leaves it
-    ``received`` (or ``failed``) for ``process_pending`` (or a redelivery, or a replay).
-    """
-    if billing_settings.WEBHOOK_PROCESS_INLINE:
+    if process_webhook_event.app.conf.task_always_eager:
         try:
-            from .processing import process_event
-
-            process_event(event_pk)
+            process_in_order(event_pk)
         except Exception:
             logger.exception("Could not process event %s inline; it stays stored", event_pk)
         return
-
-    def run() -> None:
-        try:
-            EVENTS.kick()  # within this process's window of a pending wake-up: returns at once
-        except Exception:
-            logger.exception("Could not hand event %s to processing; it stays received", event_pk)
-
-    transaction.on_commit(run)
+    transaction.on_commit(lambda: send(event_pk), robust=True)

@@ -1,20 +1,11 @@
-"""Applying stored events: ``process_event(pk)``, idempotent and safe to run concurrently.
+"""Applying stored events: ``process_event(pk)`` applies one, once; ``process_in_order(pk)``
+(the task) applies the received events of its object oldest first.
 
-One transaction per event:
-
-1. lock the event row (``select_for_update``); a processed (or rejected) event is left alone,
-   so an event is applied once however often it is delivered or enqueued (the drain also
-   leaves any event that is no longer ``received``: another run took it);
-2. find the handler for its canonical type (re-normalised now, so an alias or handler added
-   since the delivery applies on replay); none -> ``ignored``, kept for later;
-3. the handler locks the rows it changes in a fixed order, skips an older event, applies;
-4. mark the event ``processed`` (``outcome`` ``applied`` or ``stale``) and, on commit, send
-   the signals.
-
-A handler error rolls the whole transaction back and the event is marked ``failed`` with the
-error, the traceback and the attempt count. A handler may ask for an object to be pulled from
-the API first (``PullRequired``); that happens outside the transaction, at most once per
-object (per ``PULL_ONCE_TTL``) and the handler then runs again.
+Each event is applied in one transaction, under its row lock: a processed or rejected event
+is left alone; the handler of its canonical type (none: ``ignored``) checks the version guard
+and applies; the event is marked ``processed`` and the signals are sent on commit. A handler
+error rolls back and marks the event ``failed``. A handler may ask for an object to be pulled
+first (``PullRequired``): that happens outside the transaction, then the handler runs again.
 """
 
 from __future__ import annotations
@@ -22,16 +13,15 @@ from __future__ import annotations
 import logging
 import traceback as tb
 import uuid
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.core.cache import cache
 from django.db import DatabaseError, IntegrityError, OperationalError, transaction
-from django.db.models import F
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
+from ..conf import shared_cache
 from ..exceptions import (
     BillingRateLimitError,
     BillingServerError,
@@ -52,12 +42,23 @@ logger = logging.getLogger("billing_integration.webhooks")
 #: What processing writes back on the event row.
 _OUTCOME_FIELDS = ["state", "outcome", "error", "traceback", "attempts", "processed_at", "type"]
 
-__all__ = ["ProcessResult", "process_event", "process_pending", "pull_missing", "replay_events"]
+__all__ = [
+    "BUSY",
+    "ProcessResult",
+    "process_event",
+    "process_in_order",
+    "process_pending",
+    "pull_missing",
+    "replay_events",
+]
 
 #: Seconds during which an object that was pulled is not pulled again for another event.
 PULL_ONCE_TTL = 3600
 _RETRYABLE = (OperationalError, BillingTransportError, BillingServerError, BillingRateLimitError)
 _MAX_ROUNDS = 4
+#: The state ``process_event(..., in_order=True)`` reports when another worker holds the event
+#: or an older one of its object: this worker leaves it to that one.
+BUSY = "busy"
 
 
 @dataclass
@@ -70,23 +71,14 @@ class ProcessResult:
 
 
 def pull_missing(kind: str, remote_id: uuid.UUID, *, customer: uuid.UUID | None = None) -> None:
-    """Fetch an object an event names but that is not known locally, through the client.
-
-    ``kind`` is ``subscription`` or ``customer``. Customers come from a pull of the customer
-    list; subscriptions from a pull of the whole subscription list (after the customers when
-    the event's customer is unknown too, so the subscription links to it). Each ``(kind, id)``
-    asks at most once per ``PULL_ONCE_TTL`` seconds across processes (a cache key); later
-    events naming it go on without it. The pulls are coalesced (``sync.coalesce``): one pull
-    of a list at a time across processes; an event that finds its object known once a running
-    pull is over, or served by a pull that started after it asked, goes on without pulling;
-    the others share the next single pull. So a burst of events naming many unknown objects
-    costs a pull or two, not one per event.
-    """
-    # Which service (billing_integration.service): refuse before using the once-only key.
+    """Pull an object an event names but that is not known locally (``customer`` or
+    ``subscription``, after its customer when that is unknown too), at most once per
+    ``PULL_ONCE_TTL`` across processes (a key in ``BILLING['CACHE']``); concurrent asks share
+    one pull (``sync.coalesce``)."""
     ensure_service()
     key = f"billing:webhook-pull:{kind}:{remote_id}"
     try:
-        first = cache.add(key, 1, timeout=PULL_ONCE_TTL)
+        first = shared_cache().add(key, 1, timeout=PULL_ONCE_TTL)
     except Exception:  # a cache outage must not stop processing
         first = True
     if not first:
@@ -138,15 +130,34 @@ def _load_context(event: WebhookEvent, event_type: str) -> EventContext:
     )
 
 
+def _older_pending(event: WebhookEvent) -> bool:
+    """An older event of the same object is still ``received``."""
+    return (
+        WebhookEvent.objects.filter(object_id=event.object_id, state=EventState.RECEIVED)
+        .filter(
+            Q(received_at__lt=event.received_at) | Q(received_at=event.received_at, pk__lt=event.pk)
+        )
+        .exists()
+    )
+
+
 def _apply(
-    pk: int, pulled: set[tuple[str, uuid.UUID]], force: bool, received_only: bool = False
+    pk: int, pulled: set[tuple[str, uuid.UUID]], force: bool, in_order: bool = False
 ) -> ProcessResult:
     with transaction.atomic():
-        event = WebhookEvent.objects.select_for_update().get(pk=pk)
-        if (
-            event.state == EventState.REJECTED
-            or (event.state == EventState.PROCESSED and not force)
-            or (received_only and event.state != EventState.RECEIVED)
+        # In order: a claim that skips a row another worker holds, and leaves the event when
+        # an older one of its object is not processed yet (its holder goes on with this one).
+        event = WebhookEvent.objects.select_for_update(skip_locked=in_order).filter(pk=pk).first()
+        if event is None:
+            if in_order and WebhookEvent.objects.filter(pk=pk).exists():
+                return ProcessResult(pk, BUSY)
+            raise WebhookEvent.DoesNotExist
+        if in_order and event.state != EventState.RECEIVED:
+            return ProcessResult(pk, event.state, event.outcome)
+        if in_order and _older_pending(event):
+            return ProcessResult(pk, BUSY)
+        if event.state == EventState.REJECTED or (
+            event.state == EventState.PROCESSED and not force
         ):
             return ProcessResult(pk, event.state, event.outcome)
         event_type = normalize_type(event.raw_type) or event.type
@@ -194,21 +205,17 @@ def _record_failure(pk: int, exc: BaseException, *, final: bool) -> ProcessResul
 
 
 def process_event(
-    pk: int, *, force: bool = False, final: bool = True, received_only: bool = False
+    pk: int, *, force: bool = False, final: bool = True, in_order: bool = False
 ) -> ProcessResult:
-    """Apply one stored event (by primary key) once; never raises for a handler error.
-
-    ``force`` re-applies an already processed event (its state is still compared with the
-    stored one, so an older event changes nothing). ``final`` is False while a task still has
-    retries left (only affects logging). ``received_only`` (the drain) leaves alone an event
-    that is no longer ``received`` once locked: another run took it meanwhile (ignored, failed
-    and handed to its retries, or processed).
-    """
+    """Apply one stored event once; never raises for a handler error. ``force`` applies a
+    processed event again (the version guard still holds); ``final``: no retry is left (only
+    affects logging); ``in_order``: leave the event (``BUSY``) to a worker holding it or an
+    older event of its object."""
     pulled: set[tuple[str, uuid.UUID]] = set()
     last_exc: BaseException | None = None
     for _ in range(_MAX_ROUNDS):
         try:
-            return _apply(pk, pulled, force, received_only)
+            return _apply(pk, pulled, force, in_order)
         except WebhookEvent.DoesNotExist:
             return ProcessResult(pk, "missing", error="No such event.")
         except PullRequired as need:
@@ -244,55 +251,78 @@ def send_signals(event: WebhookEvent, ctx: EventContext, result: HandlerResult) 
             continue
         for receiver, response in signal.send_robust(sender=WebhookEvent, **kwargs):
             if isinstance(response, Exception):
-                logger.error(
-                    "Receiver %r of %s raised: %r",
-                    receiver,
-                    ctx.event_type,
-                    response,
-                    exc_info=(type(response), response, response.__traceback__),
-                )
+                info = (type(response), response, response.__traceback__)
+                logger.error("Receiver %r of %s raised", receiver, ctx.event_type, exc_info=info)
 
 
 def replay_events(
-    queryset: Iterable[WebhookEvent] | Any, *, inline: bool = True, force: bool = False
+    queryset: QuerySet[WebhookEvent], *, inline: bool = True, force: bool = False
 ) -> dict[str, int]:
-    """Process the given events again (the admin action and ``billing_replay_events``).
+    """Process events again, in order of reception (the admin action, ``billing_replay_events``):
+    never rejected ones, processed ones only with ``force``; here (``inline``) or on Celery.
+    Returns counts by resulting state (``enqueued`` when not inline)."""
+    from .tasks import send
 
-    Rejected events are skipped; processed ones only with ``force``. With ``inline`` the
-    events are processed here, in order of reception, else enqueued on Celery. Returns
-    counts by resulting state (``enqueued`` when not inline).
-    """
-    counts: dict[str, int] = {}
-    pks = list(
-        queryset.exclude(state=EventState.REJECTED)
-        .order_by("received_at", "pk")
-        .values_list("pk", flat=True)
-        if hasattr(queryset, "exclude")
-        else [e.pk for e in queryset if e.state != EventState.REJECTED]
-    )
+    events = queryset.exclude(state=EventState.REJECTED)
     if not force:
-        pks = list(
-            WebhookEvent.objects.filter(pk__in=pks)
-            .exclude(state=EventState.PROCESSED)
-            .order_by("received_at", "pk")
-            .values_list("pk", flat=True)
-        )
-    for pk in pks:
+        events = events.exclude(state=EventState.PROCESSED)
+    counts: dict[str, int] = {}
+    for pk in list(events.order_by("received_at", "pk").values_list("pk", flat=True)):
         if inline:
-            result = process_event(pk, force=force)
-            counts[result.state] = counts.get(result.state, 0) + 1
+            state = process_event(pk, force=force).state
         else:
-            from .tasks import process_webhook_event
-
-            process_webhook_event.delay(pk, force=force)
-            counts["enqueued"] = counts.get("enqueued", 0) + 1
+            send(pk, force=force)
+            state = "enqueued"
+        counts[state] = counts.get(state, 0) + 1
     return counts
 
 
+def process_in_order(pk: int, *, final: bool = True) -> ProcessResult:
+    """Apply event ``pk`` and the other ``received`` events of its object, oldest first, one
+    transaction each; stop when another worker holds one (that worker goes on). Returns the
+    result for ``pk``."""
+    row = WebhookEvent.objects.filter(pk=pk).values_list("object_id", "state").first()
+    if row is None:
+        return ProcessResult(pk, "missing", error="No such event.")
+    object_id, state = row
+    if not object_id or state != EventState.RECEIVED:
+        return process_event(pk, final=final)
+    pending = (
+        WebhookEvent.objects.filter(object_id=object_id, state=EventState.RECEIVED)
+        .order_by("received_at", "pk")
+        .values_list("pk", flat=True)
+    )
+    result = ProcessResult(pk, state)
+    applied = 0
+    seen: set[int] = set()
+    while (next_pk := pending.first()) is not None and next_pk not in seen:
+        seen.add(next_pk)
+        step = process_event(next_pk, final=final or next_pk != pk, in_order=True)
+        if step.state == BUSY:
+            # Left to the worker holding it; if that one only glanced at it, the message
+            # sent here makes sure the rest is not left until the sweep.
+            if applied:
+                from .tasks import send
+
+                send(next_pk, countdown=1)
+            break
+        applied += 1
+        if next_pk == pk:
+            result = step
+        elif step.retryable:
+            from .tasks import send
+
+            send(next_pk, countdown=1)  # its retry, as its own task would
+    if result.state == EventState.RECEIVED:  # processed meanwhile by another worker
+        current = WebhookEvent.objects.filter(pk=pk).values_list("state", flat=True).first()
+        result = ProcessResult(pk, current or "missing")
+    return result
+
+
 def process_pending(older_than: float = 60.0, limit: int = 1000) -> int:
-    """Enqueue events still ``received`` after ``older_than`` seconds (a lost task, a broker
-    outage at delivery time). Meant for Celery beat; returns how many were enqueued."""
-    from .tasks import process_webhook_event
+    """Enqueue the events still ``received`` after ``older_than`` seconds (a lost message, a
+    broker outage at delivery time). Returns how many were enqueued."""
+    from .tasks import send
 
     cutoff = timezone.now() - timedelta(seconds=older_than)
     pks = list(
@@ -301,5 +331,5 @@ def process_pending(older_than: float = 60.0, limit: int = 1000) -> int:
         .values_list("pk", flat=True)[:limit]
     )
     for pk in pks:
-        process_webhook_event.delay(pk)
+        send(pk)
     return len(pks)

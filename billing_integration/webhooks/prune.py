@@ -1,14 +1,7 @@
-"""Keeping the event log bounded: deleting old, finished deliveries (``prune_events``).
+"""Deleting old, finished deliveries (``prune_events``); ``received`` ones never are.
 
-Deliveries in a finished state (``processed``, ``ignored``, ``failed``, ``rejected``) whose
-``received_at`` is older than a cut-off are deleted; ``received`` ones (not yet processed)
-never are, whatever their age. Payments, invoices and refunds live in their own tables and
-do not reference the log, so reporting keeps what it needs.
-
-The deletes run in small batches, each its own short transaction: select at most
-``batch_size`` ids (``FOR UPDATE SKIP LOCKED`` where the database has it: a row that
-processing or a replay holds is left for the next run, never waited on), then delete those
-ids. Ingest only INSERTs new rows, which no batch locks, so it never waits on a prune.
+Batches of ``batch_size`` rows, each its own transaction, claimed ``FOR UPDATE SKIP LOCKED``
+(a row being processed is left for the next run).
 """
 
 from __future__ import annotations
@@ -30,15 +23,8 @@ from ..models import EventState, WebhookEvent
 
 logger = logging.getLogger("billing_integration.webhooks")
 
-__all__ = [
-    "PRUNABLE_STATES",
-    "PruneResult",
-    "count_prunable",
-    "parse_duration",
-    "prune_events",
-    "prune_events_task",
-    "retention",
-]
+__all__ = ["PRUNABLE_STATES", "PruneResult", "count_prunable", "parse_duration", "prune_events"]
+__all__ += ["prune_events_task", "retention"]
 
 #: The states a delivery may be pruned in: every finished one. ``received`` is not among them.
 PRUNABLE_STATES: tuple[str, ...] = (
@@ -53,9 +39,8 @@ _DURATION = re.compile(r"^\s*(\d+)\s*([smhd]?)\s*$")
 
 
 def parse_duration(value: Any) -> timedelta:
-    """``"90d"``, ``"12h"``, ``"30m"``, ``"45s"``, plain seconds (``3600``, ``"3600"``) or a
-    ``timedelta`` -> a positive ``timedelta``. Raises ``ValueError`` for anything else (zero,
-    negative, fractional, unknown units, booleans)."""
+    """``"90d"``, ``"12h"``, ``"30m"``, ``"45s"``, seconds or a ``timedelta`` -> a positive
+    ``timedelta``; ``ValueError`` for anything else."""
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, int) and not isinstance(value, bool):
@@ -82,7 +67,7 @@ def retention() -> timedelta | None:
 
 @dataclass
 class PruneResult:
-    """What ``prune_events`` did: rows ``deleted``, in ``batches`` DELETE statements."""
+    """Rows ``deleted``, in ``batches`` DELETE statements."""
 
     deleted: int = 0
     batches: int = 0
@@ -111,12 +96,9 @@ def prune_events(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> PruneResult:
-    """Delete the finished deliveries received more than ``older_than`` ago, ``batch_size``
-    rows per transaction. Between batches it sleeps ``pause`` seconds, and at least as long
-    as keeps its batches to ``max_busy`` of the time (0.25: a batch that took 0.1 s is
-    followed by 0.3 s of rest; 1.0: no rest), so the database's CPUs stay free for ingest
-    whatever the batches cost. Rows locked by another transaction are skipped (the next run
-    takes them). Returns the rows deleted and batches."""
+    """Delete the finished deliveries received more than ``older_than`` ago. Between batches
+    it rests ``pause`` seconds, and enough to keep its batches to ``max_busy`` of the time,
+    so ingest keeps the database's CPUs."""
     if batch_size < 1:
         raise ValueError(_("The batch size must be at least 1."))
     if not 0 < max_busy <= 1:
@@ -135,10 +117,8 @@ def prune_events(
             ids = list(rows.values_list("pk", flat=True)[:batch_size])
             if not ids:
                 break
-            # The conditions again: on a database without row locks, a row may have changed
-            # between the two statements (a replay put it back to received). Only the ids are
-            # read back: the notices' SET_NULL makes Django load the rows it deletes, and the
-            # bodies are most of a row.
+            # The conditions again (without row locks a replay may have changed a row); only
+            # the ids are loaded (the notices' SET_NULL makes Django read what it deletes).
             deleted, _by_model = _prunable(cutoff, using).filter(pk__in=ids).only("pk").delete()
         result.deleted += deleted
         result.batches += 1
@@ -148,20 +128,14 @@ def prune_events(
         if rest > 0:
             sleep(rest)
     if result.deleted:
-        logger.info(
-            "Pruned %s event deliveries received before %s (%s batches)",
-            result.deleted,
-            cutoff.isoformat(),
-            result.batches,
-        )
+        logger.info("Pruned %s event deliveries received before %s", result.deleted, cutoff)
     return result
 
 
 @shared_task(name="billing_integration.prune_events", ignore_result=True)
 def prune_events_task(batch_size: int = 1000, pause: float = 0.0, max_busy: float = 0.25) -> int:
-    """For Celery beat (``billing-prune-events``, daily): prune the deliveries older than
-    ``BILLING['EVENT_RETENTION']``; does nothing when it is None. Returns the rows deleted.
-    Busy a quarter of the time at most, so ingest keeps the CPUs (``benchmarks/bench_prune.py``)."""
+    """For Celery beat (daily): prune the deliveries older than ``BILLING['EVENT_RETENTION']``
+    (none when it is None). Returns the rows deleted."""
     keep = retention()
     if keep is None:
         return 0

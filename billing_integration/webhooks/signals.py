@@ -1,19 +1,7 @@
-"""Django signals for the host application.
-
-Sent after an event has been applied and the local state committed (``on_commit``); a
-receiver that raises is logged and does not undo anything. Every signal is sent with
-``sender=WebhookEvent`` and the keyword arguments:
-
-- ``event``: the ``WebhookEvent`` row (``event.type``, ``event.payload``, ...);
-- ``event_type``: the canonical type;
-- ``data``: the event's ``data`` object (a dict);
-- ``objects``: the local objects the event touched, by name (``subscription``, ``payment``,
-  ``refund``, ``invoice``; a payment event's ``subscription`` when it is mirrored), and the
-  same names as keyword arguments.
-
-``billing_event_received`` is sent for every processed event; ``SIGNALS[type]`` (for example
-``invoice_paid``) for events of one type.
-"""
+"""Django signals, sent on commit once an event is applied (``sender=WebhookEvent``; a
+receiver that raises is logged): ``billing_event_received`` for every event, ``SIGNALS[type]``
+for one type. Arguments: ``event``, ``event_type``, ``data``, ``objects`` (the local objects
+touched, by name), and those objects as keyword arguments."""
 
 from __future__ import annotations
 
@@ -38,7 +26,7 @@ invoice_marked_uncollectable = Signal()
 invoice_deleted = Signal()
 
 #: Canonical type -> its signal. A host registering a handler for a type of its own
-#: (``BILLING['EVENT_HANDLERS']``) may add a signal here.
+#: (``@handler``) may add a signal here.
 SIGNALS: dict[str, Signal] = {
     types.SUBSCRIPTION_RENEWAL: subscription_renewal,
     types.SUBSCRIPTION_CANCELED: subscription_canceled,

@@ -27,89 +27,42 @@ INVOICE_VOIDED = "invoice.voided"
 INVOICE_MARKED_UNCOLLECTABLE = "invoice.marked_uncollectable"
 INVOICE_DELETED = "invoice.deleted"
 
-CANONICAL_TYPES: tuple[str, ...] = (
-    SUBSCRIPTION_RENEWAL,
-    SUBSCRIPTION_CANCELED,
-    SUBSCRIPTION_PAUSED,
-    PAYMENT_COMPLETED,
-    PAYMENT_FAILED,
-    PAYMENT_CANCELED,
-    REFUND_INITIATED,
-    REFUND_APPROVED,
-    REFUND_REJECTED,
-    INVOICE_PAID,
-    INVOICE_VOIDED,
-    INVOICE_MARKED_UNCOLLECTABLE,
-    INVOICE_DELETED,
-)
 
 #: Group spellings -> canonical group.
 _GROUPS = {
-    "subscription": "subscription",
-    "subscriptions": "subscription",
-    "sub": "subscription",
-    "payment": "payment",
-    "payments": "payment",
-    "charge": "payment",
-    "refund": "refund",
-    "refunds": "refund",
-    "invoice": "invoice",
-    "invoices": "invoice",
+    **dict.fromkeys(("subscription", "subscriptions", "sub"), "subscription"),
+    **dict.fromkeys(("payment", "payments", "charge"), "payment"),
+    **dict.fromkeys(("refund", "refunds"), "refund"),
+    **dict.fromkeys(("invoice", "invoices"), "invoice"),
 }
 
 #: Words that carry no meaning in a type name.
 _FILLER = frozenset({"as", "is", "has", "been", "was", "event", "the", "a"})
 
-#: (group, action) -> canonical type. The action is the remaining words joined by "_".
-_ACTIONS: dict[str, dict[str, str]] = {
-    "subscription": {
-        "renewal": SUBSCRIPTION_RENEWAL,
-        "renewed": SUBSCRIPTION_RENEWAL,
-        "renew": SUBSCRIPTION_RENEWAL,
-        "renews": SUBSCRIPTION_RENEWAL,
-        "canceled": SUBSCRIPTION_CANCELED,
-        "cancelled": SUBSCRIPTION_CANCELED,
-        "cancel": SUBSCRIPTION_CANCELED,
-        "cancellation": SUBSCRIPTION_CANCELED,
-        "paused": SUBSCRIPTION_PAUSED,
-        "pause": SUBSCRIPTION_PAUSED,
-    },
-    "payment": {
-        "completed": PAYMENT_COMPLETED,
-        "complete": PAYMENT_COMPLETED,
-        "succeeded": PAYMENT_COMPLETED,
-        "success": PAYMENT_COMPLETED,
-        "successful": PAYMENT_COMPLETED,
-        "failed": PAYMENT_FAILED,
-        "failure": PAYMENT_FAILED,
-        "fail": PAYMENT_FAILED,
-        "canceled": PAYMENT_CANCELED,
-        "cancelled": PAYMENT_CANCELED,
-        "cancel": PAYMENT_CANCELED,
-    },
-    "refund": {
-        "initiated": REFUND_INITIATED,
-        "initiate": REFUND_INITIATED,
-        "created": REFUND_INITIATED,
-        "requested": REFUND_INITIATED,
-        "approved": REFUND_APPROVED,
-        "approve": REFUND_APPROVED,
-        "rejected": REFUND_REJECTED,
-        "reject": REFUND_REJECTED,
-        "declined": REFUND_REJECTED,
-    },
-    "invoice": {
-        "paid": INVOICE_PAID,
-        "voided": INVOICE_VOIDED,
-        "void": INVOICE_VOIDED,
-        "marked_uncollectable": INVOICE_MARKED_UNCOLLECTABLE,
-        "uncollectable": INVOICE_MARKED_UNCOLLECTABLE,
-        "marked_uncollectible": INVOICE_MARKED_UNCOLLECTABLE,
-        "uncollectible": INVOICE_MARKED_UNCOLLECTABLE,
-        "deleted": INVOICE_DELETED,
-        "delete": INVOICE_DELETED,
-    },
+#: Canonical type -> the spellings of its action (the words after the group, joined by "_").
+_SPELLINGS = {
+    SUBSCRIPTION_RENEWAL: "renewal renewed renew renews",
+    SUBSCRIPTION_CANCELED: "canceled cancelled cancel cancellation",
+    SUBSCRIPTION_PAUSED: "paused pause",
+    PAYMENT_COMPLETED: "completed complete succeeded success successful",
+    PAYMENT_FAILED: "failed failure fail",
+    PAYMENT_CANCELED: "canceled cancelled cancel",
+    REFUND_INITIATED: "initiated initiate created requested",
+    REFUND_APPROVED: "approved approve",
+    REFUND_REJECTED: "rejected reject declined",
+    INVOICE_PAID: "paid",
+    INVOICE_VOIDED: "voided void",
+    INVOICE_MARKED_UNCOLLECTABLE: (
+        "marked_uncollectable uncollectable marked_uncollectible uncollectible"
+    ),
+    INVOICE_DELETED: "deleted delete",
 }
+CANONICAL_TYPES: tuple[str, ...] = tuple(_SPELLINGS)
+#: (group, action) -> canonical type.
+_ACTIONS: dict[str, dict[str, str]] = {}
+for _type, _words_of in _SPELLINGS.items():
+    for _action in _words_of.split():
+        _ACTIONS.setdefault(_type.split(".")[0], {})[_action] = _type
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _SEPARATORS = re.compile(r"[^a-z0-9]+")
@@ -131,11 +84,8 @@ def _aliases() -> dict[str, str]:
 
 
 def normalize_type(raw: object) -> str:
-    """The canonical type for a spelling, or ``""`` if it is not known.
-
-    ``BILLING['EVENT_TYPE_ALIASES']`` is consulted first (keys compared spelling-insensitively);
-    a value there may be any type with a registered handler, not only the built-in ones.
-    """
+    """The canonical type for a spelling, or "" if it is not known;
+    ``BILLING['EVENT_TYPE_ALIASES']`` first (keys compared spelling-insensitively)."""
     if not isinstance(raw, str) or not raw.strip() or len(raw) > 255:
         return ""
     if raw in CANONICAL_TYPES and not billing_settings.get("EVENT_TYPE_ALIASES"):

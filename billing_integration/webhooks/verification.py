@@ -1,13 +1,6 @@
-"""Authenticity of event deliveries, checked on the raw body before anything is parsed.
-
-Standard Webhooks (https://www.standardwebhooks.com/): headers ``webhook-id``,
-``webhook-timestamp`` (unix seconds) and ``webhook-signature`` (space-separated
-``v1,<base64 HMAC-SHA256 of "id.timestamp.body">``), secrets ``whsec_<base64>``. Several
-secrets may be configured at once (rotation): a signature made with any of them is accepted.
-HTTP basic auth on the callback URL is the alternative. Unverified deliveries are accepted
-only with ``BILLING['WEBHOOK_ALLOW_UNVERIFIED']`` (and a warning is logged for each).
-
-No message raised here ever contains a secret, a signature or a password.
+"""Authenticity of event deliveries, checked on the raw body: Standard Webhooks signatures
+(several ``whsec_`` secrets during a rotation) or HTTP basic auth. No message raised here
+contains a secret, a signature or a password.
 """
 
 from __future__ import annotations
@@ -28,18 +21,11 @@ from ..exceptions import WebhookVerificationError
 
 logger = logging.getLogger("billing_integration.webhooks")
 
-__all__ = [
-    "MissingHeadersError",
-    "StaleTimestampError",
-    "Verification",
-    "WebhookVerificationError",
-    "sign",
-    "verify_basic_auth",
-    "verify_request",
-    "verify_signature",
-    "whsec_key",
-]
+__all__ = ["TOLERANCE", "MissingHeadersError", "StaleTimestampError", "Verification", "sign"]
+__all__ += ["verify_basic_auth", "verify_request", "verify_signature", "whsec_key"]
 
+#: Seconds of clock skew accepted on ``webhook-timestamp``, both ways (Standard Webhooks default).
+TOLERANCE = 300
 _SECRET_PREFIX = "whsec_"
 _MAX_HEADER = 4096
 
@@ -66,8 +52,7 @@ class Verification:
 
 
 def whsec_key(secret: object) -> bytes | None:
-    """The key of a ``whsec_<base64>`` secret, its base64 padded or not (as the Standard
-    Webhooks libraries read it); None when ``secret`` is not of that form."""
+    """The key of a ``whsec_<base64>`` secret, padded or not; None for another form."""
     if not isinstance(secret, str) or not secret.startswith(_SECRET_PREFIX):
         return None
     value = secret[len(_SECRET_PREFIX) :]
@@ -118,13 +103,13 @@ def verify_signature(
     headers: Mapping[str, str],
     secrets: str | Sequence[str],
     *,
-    tolerance: int = 300,
+    tolerance: int = TOLERANCE,
     now: float | None = None,
 ) -> Verification:
     """Check a Standard Webhooks signature; raise ``WebhookVerificationError`` if it fails.
 
-    ``headers``: lower-case names (``ingest.request_headers``) or a case-insensitive mapping
-    (Django's ``request.headers``). ``svix-*`` header names are accepted as synonyms.
+    ``headers``: a case-insensitive mapping (``request.headers``) or lower-case names;
+    ``svix-*`` names are accepted as synonyms.
     """
     msg_id = _header(headers, "webhook-id", "svix-id")
     timestamp = _header(headers, "webhook-timestamp", "svix-timestamp")
@@ -186,12 +171,9 @@ def verify_basic_auth(headers: Mapping[str, str], credentials: str) -> Verificat
 
 
 def verify_request(body: bytes, headers: Mapping[str, str]) -> Verification:
-    """Authenticate one delivery according to the settings.
-
-    With a secret configured a valid signature is accepted; with basic auth configured,
-    valid credentials are; with both, either. With neither, the delivery is refused unless
-    ``WEBHOOK_ALLOW_UNVERIFIED`` is set (then accepted with a logged warning).
-    """
+    """Authenticate one delivery: a valid signature (with ``WEBHOOK_SECRET``) or valid
+    credentials (with ``WEBHOOK_BASIC_AUTH``); with neither set, refused unless
+    ``WEBHOOK_ALLOW_UNVERIFIED`` (then accepted with a warning)."""
     conf = billing_settings.as_dict()
     secrets = conf.get("WEBHOOK_SECRET")
     basic = conf.get("WEBHOOK_BASIC_AUTH")
@@ -199,15 +181,13 @@ def verify_request(body: bytes, headers: Mapping[str, str]) -> Verification:
         has_signature = _header(headers, "webhook-signature", "svix-signature") is not None
         if has_signature or not headers.get("authorization"):
             try:
-                return verify_signature(
-                    body, headers, secrets, tolerance=int(conf["WEBHOOK_TOLERANCE"])
-                )
+                return verify_signature(body, headers, secrets)
             except WebhookVerificationError:
                 if not headers.get("authorization"):
                     raise
         return verify_basic_auth(headers, str(basic))
     if secrets:
-        return verify_signature(body, headers, secrets, tolerance=int(conf["WEBHOOK_TOLERANCE"]))
+        return verify_signature(body, headers, secrets)
     if basic:
         return verify_basic_auth(headers, str(basic))
     if conf.get("WEBHOOK_ALLOW_UNVERIFIED"):

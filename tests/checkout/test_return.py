@@ -28,9 +28,8 @@ def start(client, product, cycle="months-1") -> CheckoutSession:
 
 
 @pytest.fixture
-def hooked(billing_sandbox, live_server, settings):
+def hooked(billing_sandbox, live_server, eager):
     """The sandbox delivering its events to this test's live server, processed inline."""
-    settings.BILLING = {**settings.BILLING, "WEBHOOK_PROCESS_INLINE": True}
     billing_sandbox.set_callback(live_server.url + "/billing/webhooks/")
     return billing_sandbox
 

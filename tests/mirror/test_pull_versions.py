@@ -23,8 +23,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def sandbox(settings, billing_sandbox):
-    settings.BILLING = {**settings.BILLING, "WEBHOOK_PROCESS_INLINE": True}
+def sandbox(billing_sandbox, eager):
     from billing_integration.client import reset_client
 
     reset_client()

@@ -7,7 +7,6 @@ import pytest
 from ..webhooks.conftest import (  # noqa: F401  (fixtures reused here)
     SECRET,
     mirror,
-    no_local_wakeup_window,
     webhook_settings,
 )
 
@@ -21,18 +20,16 @@ ALL_ON = {
 
 
 @pytest.fixture
-def notice_settings(settings):
+def notice_settings(settings, eager):
     """Signed deliveries processed in the request, every notice on, the locmem backend."""
     settings.BILLING = {
         **settings.BILLING,
         "WEBHOOK_SECRET": SECRET,
-        "WEBHOOK_PROCESS_INLINE": True,
         "NOTICES": dict(ALL_ON),
         "SITE_URL": SITE,
-        "ACCOUNT_URL": "/account/billing/",
-        "NOTICE_FROM_EMAIL": "billing@example.com",
     }
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    settings.DEFAULT_FROM_EMAIL = "billing@example.com"
     return settings
 
 

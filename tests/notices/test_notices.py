@@ -13,6 +13,7 @@ from django.db.models import F
 from kombu.exceptions import OperationalError
 
 from billing_integration.models import Notice, NoticeState, WebhookEvent
+from billing_integration.notices import tasks as notice_tasks
 from billing_integration.notices.tasks import SWEEP_AFTER, claim, send_notice, sweep_notices
 from billing_integration.schedule import BEAT_SCHEDULE
 from billing_integration.webhooks import signals
@@ -29,7 +30,7 @@ from .conftest import SITE
 
 pytestmark = pytest.mark.django_db
 
-ACCOUNT = f"{SITE}/account/billing/"
+ACCOUNT = f"{SITE}/billing/account/"
 
 
 def failed_payment(mirror, **extra):
@@ -156,20 +157,13 @@ def test_the_subscribers_email_when_the_customer_has_none(
     assert [m.to for m in mailoutbox] == [["user@example.com"]]
 
 
-def pick_billing_address(customer, subscriber):
-    return f"billing+{customer.identifier}@example.com"
-
-
-def test_the_recipient_resolver_is_overridable(
+def test_the_sender_is_default_from_email(
     client, customer_email, notice_settings, billing_inline, mailoutbox
 ):
-    notice_settings.BILLING = {
-        **notice_settings.BILLING,
-        "NOTICE_RECIPIENT": f"{__name__}.pick_billing_address",
-    }
+    notice_settings.DEFAULT_FROM_EMAIL = "accounts@example.com"
     deliver(client, failed_payment(customer_email))
-    assert [m.to for m in mailoutbox] == [["billing+cust-1@example.com"]]
-    assert Notice.objects.get().recipient == "billing+cust-1@example.com"
+    assert [m.from_email for m in mailoutbox] == ["accounts@example.com"]
+    assert Notice.objects.get().recipient == "ada@example.com"
 
 
 @pytest.mark.parametrize(
@@ -295,10 +289,10 @@ def test_a_failed_send_is_recorded_and_retried(
 
 
 def test_a_send_failing_every_attempt_stays_failed(
-    client, customer_email, notice_settings, billing_inline, mailoutbox
+    client, customer_email, notice_settings, billing_inline, mailoutbox, monkeypatch
 ):
     notice_settings.EMAIL_BACKEND = f"{__name__}.FlakyBackend"
-    notice_settings.BILLING = {**notice_settings.BILLING, "NOTICE_MAX_ATTEMPTS": 3}
+    monkeypatch.setattr(notice_tasks, "MAX_ATTEMPTS", 3)
     FlakyBackend.failures = 10
     try:
         event = deliver(client, failed_payment(customer_email))
@@ -333,7 +327,7 @@ def test_a_notice_whose_task_could_not_be_queued_is_sent_once_by_the_sweep(
     client, customer_email, notice_settings, billing_inline, mailoutbox, monkeypatch
 ):
     with monkeypatch.context() as patch:
-        patch.setattr(send_notice, "delay", broker_down)  # the broker is down...
+        patch.setattr(send_notice, "apply_async", broker_down)  # the broker is down...
         event = deliver(client, failed_payment(customer_email))  # ...the event is applied
     assert mailoutbox == []
     notice = Notice.objects.get()
@@ -356,7 +350,7 @@ def test_the_sweep_and_a_late_task_claim_a_queued_notice_once(
     client, customer_email, notice_settings, billing_inline, mailoutbox, monkeypatch
 ):
     with monkeypatch.context() as patch:
-        patch.setattr(send_notice, "delay", broker_down)
+        patch.setattr(send_notice, "apply_async", broker_down)
         event = deliver(client, failed_payment(customer_email))
     first = claim(event, "payment_failed")  # the sweep's task
     assert first is not None and first.state == "sending"
@@ -371,7 +365,7 @@ def test_a_turned_off_notice_is_not_swept(
     client, customer_email, notice_settings, billing_inline, mailoutbox, monkeypatch
 ):
     with monkeypatch.context() as patch:
-        patch.setattr(send_notice, "delay", broker_down)
+        patch.setattr(send_notice, "apply_async", broker_down)
         deliver(client, failed_payment(customer_email))
     notice_settings.BILLING = {**notice_settings.BILLING, "NOTICES": {"refund_approved": True}}
     age_queued_notices()

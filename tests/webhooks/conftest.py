@@ -89,13 +89,9 @@ def post_signed(
 
 
 @pytest.fixture
-def webhook_settings(settings):
-    """settings.BILLING with the test secret; processing inline."""
-    settings.BILLING = {
-        **settings.BILLING,
-        "WEBHOOK_SECRET": SECRET,
-        "WEBHOOK_PROCESS_INLINE": True,
-    }
+def webhook_settings(settings, eager):
+    """settings.BILLING with the test secret; processing in the request (eager Celery)."""
+    settings.BILLING = {**settings.BILLING, "WEBHOOK_SECRET": SECRET}
     return settings
 
 
@@ -214,14 +210,3 @@ def mirror(db):
     return type(
         "Mirror", (), {"customer": customer, "product": product, "subscription": subscription}
     )
-
-
-@pytest.fixture(autouse=True)
-def no_local_wakeup_window():
-    """Each test starts with no process-local suppression window (``wakeup._pending_until``)
-    left by an earlier one."""
-    from billing_integration import wakeup
-
-    wakeup._pending_until.clear()
-    yield
-    wakeup._pending_until.clear()

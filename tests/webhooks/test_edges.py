@@ -122,7 +122,7 @@ def test_records_never_go_back_to_an_older_state(mirror, deliver, model, newer, 
 
 
 def test_unsigned_delivery_without_dates_takes_the_receive_time(
-    client, settings, mirror, django_capture_on_commit_callbacks
+    client, settings, mirror, django_capture_on_commit_callbacks, eager
 ):
     import base64
 
@@ -130,7 +130,6 @@ def test_unsigned_delivery_without_dates_takes_the_receive_time(
         **settings.BILLING,
         "WEBHOOK_SECRET": None,
         "WEBHOOK_BASIC_AUTH": "hook:pw",
-        "WEBHOOK_PROCESS_INLINE": True,
     }
     sub = mirror.subscription
     body = json.dumps(bare("subscription.paused", {"id": str(sub.remote_id)})).encode()

@@ -40,9 +40,8 @@ def received():
 
 
 @pytest.fixture
-def hooked(billing_sandbox, live_server, settings):
+def hooked(billing_sandbox, live_server, eager):
     """The sandbox delivering to this test's live server; processing inline."""
-    settings.BILLING = {**settings.BILLING, "WEBHOOK_PROCESS_INLINE": True}
     billing_sandbox.set_callback(live_server.url + "/billing/webhooks/")
     return billing_sandbox
 

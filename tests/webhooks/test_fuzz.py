@@ -80,12 +80,11 @@ def not_finite(value) -> bool:
 
 
 @pytest.fixture
-def fuzz_settings(settings):
+def fuzz_settings(settings, eager):
     # Inline processing: the handlers see the fuzzed data in the request, too.
     settings.BILLING = {
         **settings.BILLING,
         "WEBHOOK_SECRET": SECRET,
-        "WEBHOOK_PROCESS_INLINE": True,
     }
 
 

@@ -1,6 +1,6 @@
-"""``WEBHOOK_PROCESS_INLINE`` processes the event in the request, right after storing it: no
-wait for a commit (a plain ``django_db`` test never commits), while the other path still
-hands off after commit."""
+"""With Celery's ``task_always_eager`` the event is processed in the request, right after it is
+stored: no wait for a commit (a plain ``django_db`` test never commits); otherwise processing
+is handed off after commit."""
 
 from __future__ import annotations
 
@@ -61,7 +61,6 @@ def test_without_inline_nothing_is_processed_before_the_commit(client, mirror, s
     settings.BILLING = {
         **settings.BILLING,
         "WEBHOOK_SECRET": SECRET,
-        "WEBHOOK_PROCESS_INLINE": False,
     }
     response = post_signed(client, canceled(mirror), msg_id=str(uuid.uuid4()))
     assert response.status_code == 200

@@ -184,13 +184,12 @@ def deliveries(events: list[dict], rng: random.Random) -> list[dict]:
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_shuffled_duplicated_deliveries_over_http(client, settings):
+def test_shuffled_duplicated_deliveries_over_http(client, settings, eager):
     from .conftest import SECRET
 
     settings.BILLING = {
         **settings.BILLING,
         "WEBHOOK_SECRET": SECRET,
-        "WEBHOOK_PROCESS_INLINE": True,
     }
     rng = random.Random(1234)
     product, subs = make_world()

@@ -1,12 +1,4 @@
-"""Delete old, finished event deliveries: ``python manage.py billing_prune_events``.
-
-``--older-than`` a duration (``90d``, ``12h``, ``30m`` or seconds; default
-``BILLING['EVENT_RETENTION']``); ``--dry-run`` only counts; ``--batch-size`` rows per DELETE
-(each its own transaction); ``--pause`` seconds between batches; ``--max-busy`` the share of
-the time the batches may take (default 0.25, as the daily task: ingest keeps the CPUs; 1 for
-no rest). Deliveries still
-``received`` are never deleted (see ``billing_integration.webhooks.prune``).
-"""
+"""``python manage.py billing_prune_events``: delete old, finished event deliveries."""
 
 from __future__ import annotations
 
@@ -33,9 +25,7 @@ class Command(BaseCommand):
         )
         parser.add_argument("--dry-run", action="store_true", help="Only count what would go.")
         parser.add_argument("--batch-size", type=int, default=1000, help="Rows per DELETE.")
-        parser.add_argument(
-            "--pause", type=float, default=0.0, help="Seconds to wait between batches."
-        )
+        parser.add_argument("--pause", type=float, default=0.0, help="Seconds between batches.")
         parser.add_argument(
             "--max-busy",
             type=float,

@@ -1,11 +1,5 @@
-"""Process stored event deliveries again: ``python manage.py billing_replay_events``.
-
-Without options: every event not processed yet (received, failed, ignored). ``--failed``
-only failed ones; ``--ignored`` only ignored ones (e.g. after adding a handler or an alias);
-``--type`` a canonical or raw type; ``--since`` an ISO date or datetime (received at or
-after); ``--force`` also re-applies processed events (an older event still changes nothing);
-``--async`` enqueues Celery tasks instead of processing here.
-"""
+"""``python manage.py billing_replay_events``: process stored events again (``--failed``,
+``--ignored``, ``--type``, ``--since``; ``--force`` re-applies processed ones; ``--async``)."""
 
 from __future__ import annotations
 

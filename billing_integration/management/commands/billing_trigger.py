@@ -1,9 +1,4 @@
-"""``python manage.py billing_trigger TYPE OBJECT_ID``: make the sandbox emit an event.
-
-Posts to the sandbox's ``/_sandbox/trigger`` control endpoint, which applies the state change
-the event implies (``subscription.canceled`` cancels the subscription, ``refund.approved``
-approves the refund, ...) and delivers the signed event to the registered callback.
-"""
+"""``python manage.py billing_trigger TYPE OBJECT_ID``: make the sandbox emit an event."""
 
 from __future__ import annotations
 
