@@ -6,8 +6,8 @@ Each module offers, both directions:
 - ``from_remote(data) -> dict``: model field values from a response/list/event resource;
 - (products) ``diff_for_patch(obj, changed=()) -> dict``: only the fields that changed.
 
-Currency ids <-> codes go through ``billing_settings.currency_code()/currency_id()``
-(``BILLING['CURRENCIES']``). Timestamps: ``billing_integration.timestamps``.
+Currency ids <-> codes go through ``billing_integration.currencies``.
+Timestamps: ``billing_integration.timestamps``.
 """
 
 from . import checkout, customers, products, subscriptions

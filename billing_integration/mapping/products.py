@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils.translation import gettext
 
+from .. import currencies
 from .common import as_decimal, remote_meta, wire_amount
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ def blueprint(product: Product) -> dict[str, Any]:
 
 
 def currencies_to_wire(ids: Iterable[Any]) -> list[str]:
-    return [str(int(i)) for i in ids]
+    return [str(currencies.currency_id(i)) for i in ids]
 
 
 def currencies_from_wire(values: Iterable[Any] | None) -> list[int]:
@@ -72,12 +73,7 @@ def currencies_from_wire(values: Iterable[Any] | None) -> list[int]:
     for value in values or []:
         if isinstance(value, dict):  # tolerate {"id": ...} elements
             value = value.get("id")
-        try:
-            out.append(int(value))
-        except (TypeError, ValueError):
-            from ..conf import billing_settings
-
-            out.append(billing_settings.currency_id(str(value)))
+        out.append(int(value) if currencies.is_id(value) else currencies.currency_id(value))
     return out
 
 
@@ -149,13 +145,10 @@ def remote_type(remote: dict[str, Any] | None) -> str | None:
 
 
 def _money(prices: dict[int, Decimal]) -> str:
-    from ..conf import billing_settings
-
     if not prices:
         return gettext("none")
-    names = billing_settings.CURRENCIES
     return " + ".join(
-        f"{wire_amount(amount)} {names.get(cid, cid)}" for cid, amount in sorted(prices.items())
+        f"{wire_amount(amount)} {currencies.label(cid)}" for cid, amount in sorted(prices.items())
     )
 
 

@@ -24,6 +24,7 @@ import threading
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from .. import currencies
 from ..conf import billing_settings
 from ..exceptions import BillingConfigurationError, RemoteDataError
 from .common import as_uuid, remote_meta, ts, wire_ts
@@ -94,11 +95,8 @@ def _fits(name: str, value: str) -> str:
 
 
 def currency_code(value: Any) -> str:
-    if value in (None, ""):
-        return ""
-    if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
-        return billing_settings.currency_code(value)
-    return str(value).upper()
+    """The code of a currency id or code (``currencies.currency_code``); ``""`` for none."""
+    return "" if value in (None, "") else currencies.currency_code(value)
 
 
 #: The values of ``BILLING['SUBSCRIPTION_CURRENCY_FORM']``.
@@ -112,7 +110,7 @@ def wire_currency(value: Any) -> str:
     if form == "code" or not code:
         return code
     if form == "id":
-        return str(billing_settings.currency_id(code))
+        return str(currencies.currency_id(code))
     raise BillingConfigurationError(
         f"BILLING['SUBSCRIPTION_CURRENCY_FORM'] must be one of {', '.join(CURRENCY_FORMS)}, "
         f"not {form!r}.",

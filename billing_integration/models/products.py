@@ -38,6 +38,7 @@ from django.db import models, router, transaction
 from django.db.models.deletion import ProtectedError
 from django.utils.translation import gettext_lazy as _
 
+from ..currencies import is_id, label
 from ..exceptions import BillingError
 from .base import AtomicSaveMixin, RemoteObject, SyncState
 
@@ -261,7 +262,7 @@ class Product(RemoteObject):
 
 def _with(currencies: Any, more: set[int]) -> list[int]:
     """``currencies`` (ids, possibly written as strings) with the ids of ``more``, sorted."""
-    ids = {int(c) for c in currencies or [] if str(c).strip().isdigit()}
+    ids = {int(c) for c in currencies or [] if is_id(c)}
     return sorted(ids | {int(c) for c in more})
 
 
@@ -334,13 +335,7 @@ class Price(AtomicSaveMixin, models.Model):
         ]
 
     def __str__(self) -> str:
-        from ..conf import billing_settings
-
-        try:
-            code = billing_settings.currency_code(self.currency_id)
-        except Exception:
-            code = str(self.currency_id)
-        return f"{self.amount} {code}"
+        return f"{self.amount} {label(self.currency_id)}"
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         """A price in a currency its product is not sold in yet adds that currency to the

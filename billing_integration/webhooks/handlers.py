@@ -51,6 +51,7 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from .. import currencies
 from ..conf import billing_settings
 from ..exceptions import BillingConfigurationError, RemoteDataError, WebhookError
 from ..mapping import subscriptions as subscription_mapping
@@ -226,10 +227,7 @@ def _amount(value: Any) -> Decimal | None:
 
 
 def _currency(value: Any) -> str:
-    try:
-        return subscription_mapping.currency_code(value)[:8]
-    except BillingConfigurationError:
-        return str(value)[:8]
+    return currencies.label(value)[:8]
 
 
 def _known_currency(value: Any) -> str:
@@ -238,14 +236,12 @@ def _known_currency(value: Any) -> str:
     cannot be counted."""
     if value in (None, ""):
         return ""
-    known = billing_settings.CURRENCIES
     try:
-        code = subscription_mapping.currency_code(value)
+        return currencies.currency_code(value)
     except BillingConfigurationError:
-        code = ""
-    if code not in {str(c).upper() for c in known.values()}:
-        raise RemoteDataError("currency", value, "not a currency of BILLING['CURRENCIES']")
-    return code
+        raise RemoteDataError(
+            "currency", value, "not a currency of BILLING['CURRENCIES']"
+        ) from None
 
 
 def changed(remote_id: Any, stored_remote_id: Any, fk: Any) -> bool:
