@@ -1,51 +1,28 @@
-"""Pull (remote -> local): page through the service's lists and upsert in bulk.
+"""Pull (remote -> local): page through the service's lists and upsert each page through the
+ORM, in a constant number of queries per page (one ``SELECT`` of the known and adoptable rows,
+one ``bulk_create`` of the new ones, one ``bulk_update`` of the changed ones), inside
+``from_remote()`` so nothing is queued for a push.
 
-Each page costs a constant number of queries, whatever its size: one ``SELECT`` of the rows
-already known by ``remote_id`` and of the local rows not linked yet that may stand for one
-(their create answer was lost), one for the customers a subscription page links to (products
-are looked up once per pull), one insert of the new rows (``models.bulk.insert_rows``: a
-``COPY`` on PostgreSQL) and one ``bulk_update``. While a page is stored, a thread fetches the
-next ones (``_read_ahead``), so the HTTP wait overlaps the database work. Nothing here sends
-an outbox entry (bulk operations fire no signals, and everything runs inside
-``from_remote()``).
-
-Ownership rules:
-
-- products and customers are authored locally: a row with local changes not yet pushed
-  (``sync_state`` ``pending`` or ``failed``) is left alone (counted as ``skipped``);
-- subscriptions are owned by the service: state and dates always come from the remote side,
-  but never move backwards: a row older than the stored version (its ``date_updated``, else
-  ``date_created``, against the stored ``remote_updated``, which an event may have set) is
-  not applied (counted as ``stale``), and a stored ``remote_updated`` is never nulled. Only
-  a stored version of the service's own makes a row stale: one of our clock (an undated
-  event's signed timestamp or receive time, ``remote_updated_ours``) never does, the pull
-  is the service's present.
-
-A row the mapping refuses (``RemoteDataError``: a date that does not parse, a string longer
-than its column) is not applied: what is stored is kept, the row is counted in ``errors``
-with its message in ``error_messages``, and an error is logged. The rest of the page is
-applied.
-
-Public, stable entry points (also used by the webhook handlers)::
-
-    pull_products() / pull_customers() / pull_subscriptions(customer=None) -> PullCounts
-    pull_each(resources) -> (resource, PullCounts or the BillingError of its failed pull)...
-    products_without_cycles() -> products checkout refuses until their cycles are declared
-    upsert_products(rows) / upsert_customers(rows) / upsert_subscriptions(rows) -> PullCounts
-    upsert_product(data) / upsert_customer(data) / upsert_subscription(data) -> model instance
+- Products and customers are authored locally: a row with local changes not yet pushed
+  (``pending`` or ``failed``) keeps them (counted as ``skipped``).
+- Subscriptions are the service's: a row older than the stored ``remote_updated`` is not
+  applied (``stale``) unless that version is of our clock (``remote_updated_ours``), and a
+  stored ``remote_updated`` is never nulled.
+- A local row not linked yet (its create answer was lost) is adopted by the remote row that
+  stands for it instead of being duplicated.
+- A row the mapping refuses (``RemoteDataError``) is counted in ``errors`` and the rest of the
+  page is applied.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
-from django.db import connections, models, transaction
+from django.db import models, transaction
 from django.db.models import Q, prefetch_related_objects
 from django.utils import timezone
 
@@ -55,7 +32,6 @@ from ..mapping import customers as customer_map
 from ..mapping import products as product_map
 from ..mapping import subscriptions as subscription_map
 from ..models.base import SyncState
-from ..models.bulk import insert_rows
 from ..models.customers import Customer
 from ..models.products import Price, Product, ProductStatus
 from ..models.subscriptions import Subscription
@@ -81,10 +57,7 @@ __all__ = [
 logger = logging.getLogger("billing_integration.sync")
 
 Progress = Callable[[str, "PullCounts"], None]
-T = TypeVar("T")
 LOCAL_CHANGES = (SyncState.PENDING, SyncState.FAILED)
-
-
 #: How many error messages a ``PullCounts`` keeps (the count goes on).
 MAX_ERROR_MESSAGES = 20
 
@@ -97,10 +70,8 @@ class PullCounts:
     skipped: int = 0
     pages: int = 0
     seen: set[uuid.UUID] = field(default_factory=set, repr=False)
-    #: Rows not applied because the mapping refused a value (``RemoteDataError``).
     errors: int = 0
     error_messages: list[str] = field(default_factory=list, repr=False)
-    #: Rows older than the stored version, not applied.
     stale: int = 0
 
     @property
@@ -108,15 +79,10 @@ class PullCounts:
         return self.created + self.updated + self.unchanged + self.skipped + self.stale
 
     def add(self, other: PullCounts) -> None:
-        self.created += other.created
-        self.updated += other.updated
-        self.unchanged += other.unchanged
-        self.skipped += other.skipped
-        self.pages += other.pages
-        self.errors += other.errors
-        self.stale += other.stale
-        room = MAX_ERROR_MESSAGES - len(self.error_messages)
-        self.error_messages.extend(other.error_messages[: max(room, 0)])
+        for name in ("created", "updated", "unchanged", "skipped", "pages", "errors", "stale"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        room = max(MAX_ERROR_MESSAGES - len(self.error_messages), 0)
+        self.error_messages.extend(other.error_messages[:room])
 
     def error(self, message: str) -> None:
         self.errors += 1
@@ -124,15 +90,8 @@ class PullCounts:
             self.error_messages.append(message)
 
     def as_dict(self) -> dict[str, int]:
-        return {
-            "created": self.created,
-            "updated": self.updated,
-            "unchanged": self.unchanged,
-            "skipped": self.skipped,
-            "pages": self.pages,
-            "stale": self.stale,
-            "errors": self.errors,
-        }
+        names = ("created", "updated", "unchanged", "skipped", "pages", "stale", "errors")
+        return {name: getattr(self, name) for name in names}
 
     def __str__(self) -> str:
         return (
@@ -143,12 +102,9 @@ class PullCounts:
         )
 
 
-# --- generic bulk upsert ---------------------------------------------------------------------
-def _mapped(
-    rows: Iterable[dict[str, Any]], mapper: Callable[[dict], dict], counts: PullCounts
-) -> list[dict]:
-    """The mapped rows by remote id; a row the mapper refuses (``RemoteDataError``) is left
-    out and counted in ``counts.errors`` (what is stored for it is kept)."""
+# --- one page ----------------------------------------------------------------------------------
+def _mapped(rows: Iterable[Any], mapper: Callable[[dict], dict], counts: PullCounts) -> list[dict]:
+    """The mapped rows (the last of duplicates wins); a refused row is counted in errors."""
     out: dict[uuid.UUID, dict] = {}
     for row in rows:
         if not isinstance(row, dict):
@@ -156,56 +112,27 @@ def _mapped(
         try:
             fields = mapper(row)
         except RemoteDataError as exc:
-            rid = str(row.get("id"))[:64]
-            message = f"{rid}: {exc}"
+            message = f"{str(row.get('id'))[:64]}: {exc}"
             logger.error("Pulled row not applied (kept what is stored): %s", message)
             counts.error(message)
             continue
         if fields.get("remote_id") is not None:
-            out[fields["remote_id"]] = fields  # the last of duplicates wins
+            out[fields["remote_id"]] = fields
     return list(out.values())
-
-
-def _differs(obj: models.Model, fields: dict[str, Any]) -> list[str]:
-    return [name for name, value in fields.items() if getattr(obj, name) != value]
 
 
 @dataclass(frozen=True)
 class Adoption:
-    """How a page finds local rows not linked yet (their create answer was lost) that stand
-    for a remote row: ``candidates(rows)`` filters the local unlinked rows that may match
-    (``None``: none can), ``local_key(obj)`` and ``remote_key(fields)`` pair them up."""
+    """Unlinked local rows that may stand for remote ones: ``candidates(rows)`` filters them
+    (None: none can); ``local_key(obj)`` and ``remote_key(fields)`` pair them up."""
 
     candidates: Callable[[list[dict[str, Any]]], Q | None]
     local_key: Callable[[Any], Any]
     remote_key: Callable[[dict[str, Any]], Any]
 
 
-def _bulk_upsert(
-    model: type[models.Model],
-    mapped: list[dict[str, Any]],
-    *,
-    local_owned: tuple[str, ...],
-    adopt: Adoption | None = None,
-    create_only: tuple[str, ...] = (),
-    created_rows: bool = False,
-    counts: PullCounts | None = None,
-    versioned: bool = False,
-) -> tuple[PullCounts, list[models.Model]]:
-    """Upsert one page. ``local_owned`` fields are not overwritten on rows with local
-    changes pending; ``create_only`` fields are set on new rows only; ``adopt`` links remote
-    rows to local not-yet-linked rows (looked up in the same query as the known rows).
-    ``versioned``: a row older than the stored ``remote_updated`` is not applied (``stale``)
-    unless that is a time of ours (``remote_updated_ours``), and a row without
-    ``date_updated`` keeps the stored ``remote_updated``.
-    Returns the counts and the rows written: the created ones (with their primary keys) when
-    ``created_rows`` is set - otherwise new rows are inserted without building model
-    instances (``models.bulk.insert_rows``) and only the updated ones are returned."""
-    counts = counts if counts is not None else PullCounts()
-    counts.pages += 1
-    if not mapped:
-        return counts, []
-    now = timezone.now()
+def _existing(model: type[models.Model], mapped: list[dict], adopt: Adoption | None) -> dict:
+    """The local rows by remote id: the known ones and the adopted ones, in one query."""
     query = Q(remote_id__in=[m["remote_id"] for m in mapped])
     candidates = adopt.candidates(mapped) if adopt else None
     if candidates is not None:
@@ -217,72 +144,91 @@ def _bulk_upsert(
             existing[obj.remote_id] = obj
         elif adopt is not None:
             unlinked.setdefault(adopt.local_key(obj), obj)
-    if adopt is not None and unlinked:
-        for fields in mapped:
-            if fields["remote_id"] not in existing:
-                obj = unlinked.pop(adopt.remote_key(fields), None)
-                if obj is not None:
-                    existing[fields["remote_id"]] = obj
-    to_create: list[dict[str, Any]] = []
+    for fields in mapped:
+        if unlinked and fields["remote_id"] not in existing:
+            obj = unlinked.pop(adopt.remote_key(fields), None)  # type: ignore[union-attr]
+            if obj is not None:
+                existing[fields["remote_id"]] = obj
+    return existing
+
+
+def _applicable(obj: Any, fields: dict, local_owned: tuple, versioned: bool, counts: PullCounts):
+    """The fields of ``fields`` to write on ``obj`` and whether its local changes are kept;
+    None for a stale row."""
+    if versioned and obj.remote_updated is not None:
+        version = fields.get("remote_updated") or fields.get("remote_created")
+        if version is not None and version < obj.remote_updated and not obj.remote_updated_ours:
+            counts.stale += 1
+            return None
+        if fields.get("remote_updated") is None:
+            fields = {k: v for k, v in fields.items() if k != "remote_updated"}
+        else:
+            fields = {**fields, "remote_updated_ours": False}
+    keep = bool(local_owned) and obj.sync_state in LOCAL_CHANGES and obj.remote_id is not None
+    if keep:
+        fields = {k: v for k, v in fields.items() if k not in local_owned}
+        counts.skipped += 1
+    return fields, keep
+
+
+def _upsert(
+    model: type[models.Model],
+    mapped: list[dict[str, Any]],
+    counts: PullCounts,
+    *,
+    local_owned: tuple[str, ...] = (),
+    adopt: Adoption | None = None,
+    create_only: tuple[str, ...] = (),
+    versioned: bool = False,
+) -> tuple[list[models.Model], list[models.Model]]:
+    """Upsert one page of mapped rows; returns the created and the updated rows."""
+    counts.pages += 1
+    if not mapped:
+        return [], []
+    now = timezone.now()
+    existing = _existing(model, mapped, adopt)
+    to_create: list[models.Model] = []
     to_update: list[models.Model] = []
-    update_fields: set[str] = set()
+    update_fields = {"last_synced_at", "updated_at"}
     for fields in mapped:
         counts.seen.add(fields["remote_id"])
         obj = existing.get(fields["remote_id"])
         if obj is None:
-            to_create.append({**fields, "sync_state": SyncState.SYNCED, "last_synced_at": now})
+            to_create.append(model(**fields, sync_state=SyncState.SYNCED, last_synced_at=now))
             continue
         fields = {k: v for k, v in fields.items() if k not in create_only}
-        if versioned and obj.remote_updated is not None:
-            version = fields.get("remote_updated") or fields.get("remote_created")
-            ours = obj.remote_updated_ours  # our clock never makes the service's row stale
-            if version is not None and version < obj.remote_updated and not ours:
-                counts.stale += 1
-                continue
-            if fields.get("remote_updated") is None:
-                fields = {k: v for k, v in fields.items() if k != "remote_updated"}
-            else:
-                fields["remote_updated_ours"] = False
-        if (
-            local_owned
-            and getattr(obj, "sync_state", None) in LOCAL_CHANGES
-            and obj.remote_id is not None
-        ):
-            # Local changes waiting to be pushed: keep them; still record what we saw.
-            fields = {k: v for k, v in fields.items() if k not in local_owned}
-            counts.skipped += 1
-            skipped = True
-        else:
-            skipped = False
-        changed = _differs(obj, fields)
+        applicable = _applicable(obj, fields, local_owned, versioned, counts)
+        if applicable is None:
+            continue
+        fields, kept = applicable
+        changed = [name for name, value in fields.items() if getattr(obj, name) != value]
         if not changed:
-            if not skipped:
+            if not kept:
                 counts.unchanged += 1
             continue
         for name in changed:
             setattr(obj, name, fields[name])
-        obj.last_synced_at = now
+        obj.last_synced_at = obj.updated_at = now
         update_fields.update(changed)
-        update_fields.add("last_synced_at")
-        if not skipped:
-            if obj.sync_state != SyncState.SYNCED and obj.remote_id is not None:
+        if not kept:
+            if obj.sync_state != SyncState.SYNCED:
                 obj.sync_state = SyncState.SYNCED
                 update_fields.add("sync_state")
             counts.updated += 1
         to_update.append(obj)
-    created: list[models.Model] = []
     with transaction.atomic(), from_remote():
-        if to_create and created_rows:
-            created = model._default_manager.bulk_create([model(**row) for row in to_create])
-        elif to_create:
-            insert_rows(model, to_create, using=model._default_manager.db)
+        if to_create:
+            # A row a concurrent pull or event inserted meanwhile is updated, not duplicated.
+            model._default_manager.bulk_create(
+                to_create,
+                update_conflicts=True,
+                unique_fields=["remote_id"],
+                update_fields=sorted(set(mapped[0]) - {"remote_id", *create_only}),
+            )
         if to_update:
-            update_fields.add("updated_at")
-            for obj in to_update:
-                obj.updated_at = now
             model._default_manager.bulk_update(to_update, sorted(update_fields))
     counts.created += len(to_create)
-    return counts, [*created, *to_update]
+    return to_create, to_update
 
 
 # --- products --------------------------------------------------------------------------------
@@ -290,27 +236,20 @@ PRODUCT_LOCAL = ("name", "description", "status", "selected_currencies", "billin
 
 
 def upsert_products(rows: Iterable[dict[str, Any]]) -> PullCounts:
-    """Upsert one page of product resources (request or response shape). Products new to
-    this side get their type and root prices (one-time products) from the resource; the
-    cycles of a response-shape blueprint (an id) are not known and stay empty: such a
-    subscription product is stored with ``blueprint_known`` False, so the cycles declared
-    for it here are not pushed unasked (see ``Product.objects.without_cycles()``).
-
-    Products whose remote JSON changed get their ``not_sent`` state re-derived: what the
-    service lacks may have changed (two queries for the page)."""
+    """Upsert one page of product resources. New products get their type and root prices
+    from the resource (a response's blueprint is an id: its cycles stay unknown,
+    ``blueprint_known`` False); updated ones get their ``not_sent`` state re-derived."""
     rows = [r for r in rows if isinstance(r, dict)]
     counts = PullCounts()
     mapped = _mapped(rows, product_map.from_remote, counts)
-    counts, objs = _bulk_upsert(
+    created, updated = _upsert(
         Product,
         mapped,
+        counts,
         local_owned=PRODUCT_LOCAL,
         create_only=("product_type", "blueprint_known"),
-        created_rows=True,
-        counts=counts,
     )
-    _settle_not_carried(objs[counts.created :])
-    created = [o for o in objs[: counts.created] if o.pk is not None]
+    _settle_not_carried(updated)
     if created:
         by_id = {str(r.get("id")): r for r in rows}
         prices = [
@@ -387,9 +326,7 @@ CUSTOMER_ADOPTION = Adoption(
 def upsert_customers(rows: Iterable[dict[str, Any]]) -> PullCounts:
     counts = PullCounts()
     mapped = _mapped(rows, customer_map.from_remote, counts)
-    counts, _ = _bulk_upsert(
-        Customer, mapped, local_owned=CUSTOMER_LOCAL, adopt=CUSTOMER_ADOPTION, counts=counts
-    )
+    _upsert(Customer, mapped, counts, local_owned=CUSTOMER_LOCAL, adopt=CUSTOMER_ADOPTION)
     return counts
 
 
@@ -459,14 +396,7 @@ def upsert_subscriptions(
         }
         for fields in mapped
     ]
-    counts, _ = _bulk_upsert(
-        Subscription,
-        linked,
-        local_owned=(),
-        adopt=SUBSCRIPTION_ADOPTION,
-        counts=counts,
-        versioned=True,
-    )
+    _upsert(Subscription, linked, counts, adopt=SUBSCRIPTION_ADOPTION, versioned=True)
     return counts
 
 
@@ -521,57 +451,6 @@ def pull_each(
 
 
 # --- paging ----------------------------------------------------------------------------------
-#: Pages fetched ahead by a thread while the current page is stored (0: no thread).
-READ_AHEAD = 2
-_END = object()
-
-
-def _read_ahead(pages: Iterator[T], depth: int = READ_AHEAD) -> Iterator[T]:
-    """Yield the items of ``pages`` while a thread fetches up to ``depth`` more, so the wait
-    for the next page overlaps the database work on this one. An error in the thread is
-    raised here, at the point the failed page would have been yielded; stopping early stops
-    the thread."""
-    if depth <= 0:
-        yield from pages
-        return
-    box: queue.Queue[tuple[Any, BaseException | None]] = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def put(item: tuple[Any, BaseException | None]) -> bool:
-        while not stop.is_set():
-            try:
-                box.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def fetch() -> None:
-        try:
-            for page in pages:
-                if not put((page, None)):
-                    return
-            put((_END, None))
-        except BaseException as exc:  # handed to the consumer
-            put((_END, exc))
-        finally:
-            connections.close_all()  # this thread's own (e.g. a database cache for the token)
-
-    thread = threading.Thread(target=fetch, name="billing-pull-read-ahead", daemon=True)
-    thread.start()
-    try:
-        while True:
-            page, error = box.get()
-            if page is _END:
-                if error is not None:
-                    raise error
-                return
-            yield page
-    finally:
-        stop.set()
-        thread.join(timeout=60)
-
-
 def _pull(
     resource: str,
     upsert: Callable[[list[dict[str, Any]]], PullCounts],
@@ -585,7 +464,7 @@ def _pull(
 
         client = get_client()
     total = PullCounts()
-    for page in _read_ahead(client.iter_pages(resource)):
+    for page in client.iter_pages(resource):
         total.add(upsert(page))
         if progress:
             progress(resource, total)

@@ -20,11 +20,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def small_pages(settings, billing_sandbox):
-    settings.BILLING = {**settings.BILLING, "PAGE_SIZE": 10}
-    from billing_integration.client import reset_client
+def small_pages(billing_sandbox):
+    from billing_integration.client import get_client, reset_client
 
     reset_client()
+    get_client().page_size = 10
     return billing_sandbox
 
 
