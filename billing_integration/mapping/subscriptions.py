@@ -1,21 +1,6 @@
-"""Subscription <-> wire.
-
-POST /subscriptions: ``customer`` and ``product`` (remote UUIDs), ``selected_currency`` (the
-field is typed string: a currency code, ``"XOF"``, or with
-``BILLING['SUBSCRIPTION_CURRENCY_FORM'] = "id"`` the currency id written as a string, ``"1"``),
-``selected_billing_cycle`` (``months-1``), ``trial_end_date`` (timestamp; left out when there
-is no trial) and ``auto_renew``.
-Responses carry ``selected_currency`` as a code; an integer id is converted (an id missing
-from ``BILLING['CURRENCIES']`` is kept as received, with a warning logged once: a cancel must
-not be lost over a currency the settings do not know).
-
-``from_remote`` is the one place where a subscription status from the service is normalised
-(``normalize_status``: stripped, lower-cased) before anything compares it with
-``BILLING['ACTIVE_STATUSES']``. A status that is neither active nor a known inactive one is
-stored as received (normalised), logged once per process and value, and grants no access.
-Values that cannot be stored faithfully raise ``RemoteDataError``: a date that does not parse
-(null stays "no date"), a string longer than its column.
-"""
+"""Subscription <-> wire. ``selected_currency`` is sent as a code, or as an id with
+``BILLING['SUBSCRIPTION_CURRENCY_FORM'] = "id"``; one the settings do not know is stored as
+received (logged once). Statuses are stripped and lower-cased here, once."""
 
 from __future__ import annotations
 
@@ -49,8 +34,7 @@ REMOTE_OWNED = (
 
 logger = logging.getLogger("billing_integration.mapping")
 
-#: Values already logged as unknown (status or currency id), so each is logged once per
-#: process; bounded, so odd data cannot grow it without limit.
+#: Unknown values already logged (bounded).
 _LOGGED: set[tuple[str, str]] = set()
 _LOGGED_MAX = 1000
 _LOGGED_LOCK = threading.Lock()
@@ -66,8 +50,7 @@ def _log_once(kind: str, value: str, message: str, *args: Any) -> None:
 
 
 def normalize_status(value: Any) -> str:
-    """A subscription status as stored and compared: stripped and lower-cased; null or
-    missing is ``""``. Raises ``RemoteDataError`` for a value that is not a string."""
+    """A status stripped and lower-cased (``""`` for null); ``RemoteDataError`` if not text."""
     if value is None:
         return ""
     if not isinstance(value, str):
@@ -83,9 +66,7 @@ def _max_length(name: str) -> int:
 
 
 def _fits(name: str, value: str) -> str:
-    """``value`` if it fits the model column ``name``, else ``RemoteDataError`` (PostgreSQL
-    would refuse the row; cutting or cleaning it would store something the service never
-    said): longer than the column, or holding a NUL character."""
+    """``value`` if it fits the column ``name`` (length, no NUL), else ``RemoteDataError``."""
     limit = _max_length(name)
     if len(value) > limit:
         raise RemoteDataError(name, value, f"longer than {limit} characters ({len(value)})")
@@ -163,8 +144,7 @@ def to_remote(subscription: Subscription) -> dict[str, Any]:
 
 
 def from_remote(data: dict[str, Any]) -> dict[str, Any]:
-    """Model field values from a subscription resource; ``RemoteDataError`` for a value
-    that cannot be stored faithfully (see the module docstring)."""
+    """Model field values from a subscription resource (``RemoteDataError`` if unstorable)."""
     fields = remote_meta(data)
     cycle = data.get("selected_billing_cycle") or ""
     fields.update(

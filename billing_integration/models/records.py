@@ -1,10 +1,5 @@
-"""Invoices, payments and refunds: read-only local records of what events say.
-
-The service has no API for them; they are known only from events. Each keeps the raw remote
-ids of the objects it names (``customer_remote_id``, ...) and, where that object is known
-locally, a foreign key to it. ``remote_data`` is the last ``data`` seen; ``remote_updated``
-its ``date_updated`` (an older event never overwrites a newer one).
-"""
+"""Invoices, payments and refunds: read-only records of what events say (the service has
+no API for them), with the remote ids they name and a foreign key where known here."""
 
 from __future__ import annotations
 
@@ -132,19 +127,14 @@ class Payment(EventRecord):
         verbose_name = _("payment")
         verbose_name_plural = _("payments")
         ordering = ("-remote_created", "-id")
-        # Reporting (billing_integration.reporting.metrics); INCLUDE is PostgreSQL only, so
-        # that it answers the dashboard's two payment aggregates with index-only scans
-        # (which also return the indexed UPPER(currency) instead of computing it per row).
+        # For reporting.metrics (index-only scans on PostgreSQL).
         indexes = [
-            # payment_history: one range of COALESCE(remote_created, created_at) per month
-            # (also gives PostgreSQL statistics on that expression).
             models.Index(
                 Coalesce("remote_created", "created_at"),
                 Upper("currency"),
                 include=["product", "status", "amount", "currency", "remote_created", "created_at"],
                 name="payment_at_code_covering",
             ),
-            # customer_summary: the ranking by lifetime paid, completed payments only.
             models.Index(
                 F("customer"),
                 Upper("currency"),
@@ -154,8 +144,6 @@ class Payment(EventRecord):
                 ),
                 name="payment_paid_covering",
             ),
-            # customer_summary: every figure of a customer and currency (the listed
-            # customers of the dashboard; every customer for the CSV export).
             models.Index(
                 F("customer"),
                 Upper("currency"),
