@@ -62,6 +62,9 @@ LOCAL_CHANGES = (SyncState.PENDING, SyncState.FAILED)
 MAX_ERROR_MESSAGES = 20
 
 
+_COUNTED = ("created", "updated", "unchanged", "skipped", "pages", "stale", "errors")
+
+
 @dataclass
 class PullCounts:
     created: int = 0
@@ -69,7 +72,6 @@ class PullCounts:
     unchanged: int = 0
     skipped: int = 0
     pages: int = 0
-    seen: set[uuid.UUID] = field(default_factory=set, repr=False)
     errors: int = 0
     error_messages: list[str] = field(default_factory=list, repr=False)
     stale: int = 0
@@ -79,19 +81,16 @@ class PullCounts:
         return self.created + self.updated + self.unchanged + self.skipped + self.stale
 
     def add(self, other: PullCounts) -> None:
-        for name in ("created", "updated", "unchanged", "skipped", "pages", "errors", "stale"):
+        for name in _COUNTED:
             setattr(self, name, getattr(self, name) + getattr(other, name))
-        room = max(MAX_ERROR_MESSAGES - len(self.error_messages), 0)
-        self.error_messages.extend(other.error_messages[:room])
+        self.error_messages = (self.error_messages + other.error_messages)[:MAX_ERROR_MESSAGES]
 
     def error(self, message: str) -> None:
         self.errors += 1
-        if len(self.error_messages) < MAX_ERROR_MESSAGES:
-            self.error_messages.append(message)
+        self.error_messages = [*self.error_messages, message][:MAX_ERROR_MESSAGES]
 
     def as_dict(self) -> dict[str, int]:
-        names = ("created", "updated", "unchanged", "skipped", "pages", "stale", "errors")
-        return {name: getattr(self, name) for name in names}
+        return {name: getattr(self, name) for name in _COUNTED}
 
     def __str__(self) -> str:
         return (
@@ -121,34 +120,33 @@ def _mapped(rows: Iterable[Any], mapper: Callable[[dict], dict], counts: PullCou
     return list(out.values())
 
 
-@dataclass(frozen=True)
-class Adoption:
-    """Unlinked local rows that may stand for remote ones: ``candidates(rows)`` filters them
-    (None: none can); ``local_key(obj)`` and ``remote_key(fields)`` pair them up."""
-
-    candidates: Callable[[list[dict[str, Any]]], Q | None]
-    local_key: Callable[[Any], Any]
-    remote_key: Callable[[dict[str, Any]], Any]
+#: The fields by which an unlinked local row (its create answer was lost) is adopted.
+ADOPT_BY = {
+    "Customer": ("identifier",),
+    "Subscription": ("customer_id", "product_id", "selected_billing_cycle"),
+}
 
 
-def _existing(model: type[models.Model], mapped: list[dict], adopt: Adoption | None) -> dict:
-    """The local rows by remote id: the known ones and the adopted ones, in one query."""
+def _existing(model: type[models.Model], mapped: list[dict]) -> dict:
+    """The local rows by remote id, the adopted unlinked ones included, in one query."""
+    keys = ADOPT_BY.get(model.__name__, ())
     query = Q(remote_id__in=[m["remote_id"] for m in mapped])
-    candidates = adopt.candidates(mapped) if adopt else None
-    if candidates is not None:
-        query |= Q(remote_id__isnull=True) & candidates
-    existing: dict[uuid.UUID, models.Model] = {}
+    wanted = {k for k in (tuple(m.get(n) for n in keys) for m in mapped) if k and k[0]}
+    wanted = {k for k in wanted if None not in k}
+    if wanted:
+        values = {f"{name}__in": {k[i] for k in wanted} for i, name in enumerate(keys)}
+        query |= Q(remote_id__isnull=True, **values)
+    existing: dict[Any, models.Model] = {}
     unlinked: dict[Any, models.Model] = {}
     for obj in model._default_manager.filter(query).order_by("pk"):
         if obj.remote_id is not None:
             existing[obj.remote_id] = obj
-        elif adopt is not None:
-            unlinked.setdefault(adopt.local_key(obj), obj)
+        else:
+            unlinked.setdefault(tuple(getattr(obj, name) for name in keys), obj)
     for fields in mapped:
-        if unlinked and fields["remote_id"] not in existing:
-            obj = unlinked.pop(adopt.remote_key(fields), None)  # type: ignore[union-attr]
-            if obj is not None:
-                existing[fields["remote_id"]] = obj
+        key = tuple(fields.get(name) for name in keys)
+        if unlinked and fields["remote_id"] not in existing and key in unlinked:
+            existing[fields["remote_id"]] = unlinked.pop(key)
     return existing
 
 
@@ -177,7 +175,6 @@ def _upsert(
     counts: PullCounts,
     *,
     local_owned: tuple[str, ...] = (),
-    adopt: Adoption | None = None,
     create_only: tuple[str, ...] = (),
     versioned: bool = False,
 ) -> tuple[list[models.Model], list[models.Model]]:
@@ -186,12 +183,11 @@ def _upsert(
     if not mapped:
         return [], []
     now = timezone.now()
-    existing = _existing(model, mapped, adopt)
+    existing = _existing(model, mapped)
     to_create: list[models.Model] = []
     to_update: list[models.Model] = []
     update_fields = {"last_synced_at", "updated_at"}
     for fields in mapped:
-        counts.seen.add(fields["remote_id"])
         obj = existing.get(fields["remote_id"])
         if obj is None:
             to_create.append(model(**fields, sync_state=SyncState.SYNCED, last_synced_at=now))
@@ -266,9 +262,7 @@ def upsert_products(rows: Iterable[dict[str, Any]]) -> PullCounts:
 
 
 def _settle_not_carried(products: list[Any]) -> None:
-    """Re-derive ``synced`` / ``not_sent`` (and its reason) of updated products with no
-    local change pending, from the JSON just pulled (a pull must not hide a local change
-    the service still lacks, nor keep reporting one it now has)."""
+    """Re-derive ``synced`` / ``not_sent`` of updated products without pending changes."""
     settled = [p for p in products if p.sync_state in (SyncState.SYNCED, SyncState.NOT_SENT)]
     if not settled:
         return
@@ -295,8 +289,7 @@ def pull_products(*, client: Any = None, progress: Progress | None = None) -> Pu
 
 
 def products_without_cycles() -> list[Product]:
-    """Products on the service, not archived, with no billing cycle known here: checkout
-    refuses them until cycles are declared (a pulled subscription product arrives so)."""
+    """Products on the service, not archived, with no billing cycle known here."""
     return list(
         Product.objects.without_cycles()
         .filter(remote_id__isnull=False)
@@ -309,24 +302,10 @@ def products_without_cycles() -> list[Product]:
 CUSTOMER_LOCAL = ("identifier", "first_name", "last_name", "email")
 
 
-def _customer_candidates(rows: list[dict[str, Any]]) -> Q | None:
-    idents = {m["identifier"] for m in rows if m.get("identifier")}
-    return Q(identifier__in=idents) if idents else None
-
-
-#: Local customers not linked yet (their create answer was lost) with the same identifier
-#: as a remote one are linked instead of creating a second local row.
-CUSTOMER_ADOPTION = Adoption(
-    candidates=_customer_candidates,
-    local_key=lambda customer: customer.identifier,
-    remote_key=lambda fields: fields.get("identifier"),
-)
-
-
 def upsert_customers(rows: Iterable[dict[str, Any]]) -> PullCounts:
     counts = PullCounts()
     mapped = _mapped(rows, customer_map.from_remote, counts)
-    _upsert(Customer, mapped, counts, local_owned=CUSTOMER_LOCAL, adopt=CUSTOMER_ADOPTION)
+    _upsert(Customer, mapped, counts, local_owned=CUSTOMER_LOCAL)
     return counts
 
 
@@ -340,51 +319,22 @@ def pull_customers(*, client: Any = None, progress: Progress | None = None) -> P
 
 
 # --- subscriptions ---------------------------------------------------------------------------
-def _subscription_candidates(rows: list[dict[str, Any]]) -> Q | None:
-    pairs = [(m["customer_id"], m["product_id"]) for m in rows]
-    customers = {c for c, p in pairs if c is not None and p is not None}
-    products = {p for c, p in pairs if c is not None and p is not None}
-    if not customers:
-        return None
-    return Q(customer_id__in=customers, product_id__in=products)
-
-
-#: Local subscriptions created here whose create answer was lost (same customer, product and
-#: cycle, not linked yet) are linked instead of creating a second local row.
-SUBSCRIPTION_ADOPTION = Adoption(
-    candidates=_subscription_candidates,
-    local_key=lambda sub: (sub.customer_id, sub.product_id, sub.selected_billing_cycle),
-    remote_key=lambda fields: (
-        fields["customer_id"],
-        fields["product_id"],
-        fields["selected_billing_cycle"],
-    ),
-)
-
-
 def upsert_subscriptions(
     rows: Iterable[dict[str, Any]],
     *,
     customer: Customer | None = None,
-    products: dict[uuid.UUID, int] | None = None,
 ) -> PullCounts:
-    """Upsert one page of subscription resources, linked to the local product and customer
-    by remote id (one query each for the whole page). ``customer`` keeps only its rows.
-    ``products`` (remote id -> local pk) is a cache kept across the pages of one pull: the
-    products of a page are looked up only when some are new to it."""
+    """Upsert one page of subscription resources, linked to the local products and customers
+    (one query each); with ``customer``, only its rows."""
     counts = PullCounts()
     mapped = _mapped(rows, subscription_map.from_remote, counts)
     if customer is not None:
         mapped = [m for m in mapped if m["customer_remote_id"] == customer.remote_id]
     product_ids = {m["product_remote_id"] for m in mapped if m["product_remote_id"]}
     customer_ids = {m["customer_remote_id"] for m in mapped if m["customer_remote_id"]}
-    if products is None:
-        products = {}
-    unknown = product_ids - products.keys()
-    if unknown:
-        products.update(
-            Product.objects.filter(remote_id__in=unknown).values_list("remote_id", "pk")
-        )
+    products = dict(
+        Product.objects.filter(remote_id__in=product_ids).values_list("remote_id", "pk")
+    )
     customers = dict(
         Customer.objects.filter(remote_id__in=customer_ids).values_list("remote_id", "pk")
     )
@@ -396,7 +346,7 @@ def upsert_subscriptions(
         }
         for fields in mapped
     ]
-    _upsert(Subscription, linked, counts, adopt=SUBSCRIPTION_ADOPTION, versioned=True)
+    _upsert(Subscription, linked, counts, versioned=True)
     return counts
 
 
@@ -413,17 +363,11 @@ def upsert_subscription(data: dict[str, Any]) -> Subscription | None:
 def pull_subscriptions(
     customer: Customer | None = None, *, client: Any = None, progress: Progress | None = None
 ) -> PullCounts:
-    """Pull subscriptions; with ``customer``, only that customer's (the list has no filter
-    in the interface, so the pages are still read in full)."""
+    """Pull subscriptions; with ``customer``, only its (the list has no filter: all pages)."""
     if customer is not None and customer.remote_id is None:
         return PullCounts()
-    products: dict[uuid.UUID, int] = {}
-    return _pull(
-        "subscriptions",
-        lambda rows: upsert_subscriptions(rows, customer=customer, products=products),
-        client,
-        progress,
-    )
+    upsert = lambda rows: upsert_subscriptions(rows, customer=customer)  # noqa: E731
+    return _pull("subscriptions", upsert, client, progress)
 
 
 # --- all of them ---------------------------------------------------------------------------
@@ -434,17 +378,10 @@ RESOURCES = ("products", "customers", "subscriptions")
 def pull_each(
     resources: Iterable[str] = RESOURCES, *, progress: Progress | None = None
 ) -> Iterator[tuple[str, PullCounts | BillingError]]:
-    """Pull each resource on its own: yields ``(resource, counts)``, or ``(resource, error)``
-    when that pull failed (logged), and goes on with the next one, so a failing resource
-    never keeps the others from being pulled."""
-    functions: dict[str, Callable[..., PullCounts]] = {
-        "products": pull_products,
-        "customers": pull_customers,
-        "subscriptions": pull_subscriptions,
-    }
+    """Pull each resource on its own: yields ``(resource, counts or the error)``."""
     for resource in resources:
         try:
-            yield resource, functions[resource](progress=progress)
+            yield resource, globals()[f"pull_{resource}"](progress=progress)
         except BillingError as exc:
             logger.error("Pull of %s failed: %s", resource, exc)
             yield resource, exc
