@@ -3,6 +3,8 @@ no API for them), with the remote ids they name and a foreign key where known he
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
 from django.db.models import F
 from django.db.models.functions import Coalesce, Upper
@@ -30,34 +32,37 @@ class RefundStatus(models.TextChoices):
     REJECTED = "rejected", _("Rejected")
 
 
+def _status(choices: Any = None) -> models.CharField:
+    return models.CharField(
+        _("status"), max_length=32, blank=True, default="", choices=choices, db_index=True
+    )
+
+
+def _link(to: Any, related_name: str) -> models.ForeignKey:
+    """A read-only link to a local row, when it is known here."""
+    return models.ForeignKey(
+        to, models.SET_NULL, null=True, blank=True, related_name=related_name, editable=False
+    )
+
+
+def _remote_ref() -> models.UUIDField:
+    return models.UUIDField(null=True, blank=True, editable=False)
+
+
 class EventRecord(models.Model):
     """Fields common to the three records (abstract)."""
 
     remote_id = models.UUIDField(_("remote id"), unique=True, editable=False)
-    status = models.CharField(_("status"), max_length=32, blank=True, default="", db_index=True)
+    status = _status()
     amount = models.DecimalField(
         _("amount"), max_digits=20, decimal_places=4, null=True, blank=True, editable=False
     )
     currency = models.CharField(_("currency"), max_length=8, blank=True, default="", editable=False)
 
-    customer = models.ForeignKey(
-        "billing_integration.Customer",
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
-        related_name="%(class)ss",
-        editable=False,
-    )
-    subscription = models.ForeignKey(
-        "billing_integration.Subscription",
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
-        related_name="%(class)ss",
-        editable=False,
-    )
-    customer_remote_id = models.UUIDField(null=True, blank=True, editable=False)
-    subscription_remote_id = models.UUIDField(null=True, blank=True, editable=False)
+    customer = _link("billing_integration.Customer", "%(class)ss")
+    subscription = _link("billing_integration.Subscription", "%(class)ss")
+    customer_remote_id = _remote_ref()
+    subscription_remote_id = _remote_ref()
 
     remote_created = models.DateTimeField(null=True, blank=True, editable=False)
     remote_updated = models.DateTimeField(null=True, blank=True, editable=False)
@@ -76,23 +81,9 @@ class EventRecord(models.Model):
 
 
 class Invoice(EventRecord):
-    status = models.CharField(
-        _("status"),
-        max_length=32,
-        blank=True,
-        default="",
-        choices=InvoiceStatus.choices,
-        db_index=True,
-    )
-    product = models.ForeignKey(
-        "billing_integration.Product",
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
-        related_name="invoices",
-        editable=False,
-    )
-    product_remote_id = models.UUIDField(null=True, blank=True, editable=False)
+    status = _status(InvoiceStatus.choices)
+    product = _link("billing_integration.Product", "invoices")
+    product_remote_id = _remote_ref()
     period_start = models.DateTimeField(null=True, blank=True, editable=False)
     period_end = models.DateTimeField(null=True, blank=True, editable=False)
 
@@ -103,24 +94,10 @@ class Invoice(EventRecord):
 
 
 class Payment(EventRecord):
-    status = models.CharField(
-        _("status"),
-        max_length=32,
-        blank=True,
-        default="",
-        choices=PaymentStatus.choices,
-        db_index=True,
-    )
-    product = models.ForeignKey(
-        "billing_integration.Product",
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
-        related_name="payments",
-        editable=False,
-    )
-    product_remote_id = models.UUIDField(null=True, blank=True, editable=False)
-    invoice_remote_id = models.UUIDField(null=True, blank=True, editable=False)
+    status = _status(PaymentStatus.choices)
+    product = _link("billing_integration.Product", "payments")
+    product_remote_id = _remote_ref()
+    invoice_remote_id = _remote_ref()
     failure_reason = models.CharField(max_length=64, blank=True, default="", editable=False)
 
     class Meta:
@@ -161,23 +138,9 @@ class Payment(EventRecord):
 
 
 class Refund(EventRecord):
-    status = models.CharField(
-        _("status"),
-        max_length=32,
-        blank=True,
-        default="",
-        choices=RefundStatus.choices,
-        db_index=True,
-    )
-    payment = models.ForeignKey(
-        Payment,
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
-        related_name="refunds",
-        editable=False,
-    )
-    payment_remote_id = models.UUIDField(null=True, blank=True, editable=False)
+    status = _status(RefundStatus.choices)
+    payment = _link(Payment, "refunds")
+    payment_remote_id = _remote_ref()
     reason = models.CharField(max_length=255, blank=True, default="", editable=False)
 
     class Meta:

@@ -1,5 +1,4 @@
-"""Bounding the pulls that requests and events ask for, through the shared cache
-(``conf.shared_cache()``).
+"""Bounding the pulls that requests and events ask for, through ``conf.shared_cache()``.
 
 - ``once_per_window(key, seconds)``: True for the first caller in a window (a cache ``add``);
   ``note_window`` / ``window_note`` keep a word about that pull for the rest of the window.
@@ -12,7 +11,6 @@ A cache outage never stops a pull: the counters then live in this process.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -30,65 +28,46 @@ PULL_LOCK_TTL = 300.0
 #: Seconds between two looks at a lock another process holds.
 POLL_INTERVAL = 0.1
 
-_local: dict[str, Any] = {}  # the counters while the shared cache is down
+_local: dict[str, int] = {}  # the counters while the shared cache is down
 _locks: dict[str, threading.Lock] = {}
+_DOWN = object()
 
 
-def _cache_call(method: str, key: str, *args: Any, **kwargs: Any) -> Any:
+def _cache(method: str, key: str, *args: Any, **kwargs: Any) -> Any:
+    """``shared_cache().<method>(key, ...)``, or ``_DOWN`` when the cache fails (logged)."""
     try:
         return getattr(shared_cache(), method)(key, *args, **kwargs)
     except Exception as exc:
         logger.warning("pull %s: cache unavailable (%s)", key, type(exc).__name__)
-        raise
+        return _DOWN
 
 
 def once_per_window(key: str, seconds: float) -> bool:
     """True for the first call with ``key`` in ``seconds`` across processes (and when the
     cache fails: the caller's one pull rather than none)."""
-    try:
-        return bool(_cache_call("add", key, 1, timeout=max(1, round(seconds))))
-    except Exception:
-        return True
+    return bool(_cache("add", key, 1, timeout=max(1, round(seconds))))
 
 
 def note_window(key: str, note: str, seconds: float) -> None:
     """Replace the window's marker by ``note``."""
-    try:
-        _cache_call("set", key, note, timeout=max(1, round(seconds)))
-    except Exception:
-        return
+    _cache("set", key, note, timeout=max(1, round(seconds)))
 
 
 def window_note(key: str) -> Any:
     """The note of the window ``key`` (None when absent or the cache fails)."""
-    try:
-        return shared_cache().get(key)
-    except Exception:
-        return None
+    note = _cache("get", key)
+    return None if note is _DOWN else note
 
 
-def _get(key: str) -> int:
-    try:
-        return int(_cache_call("get", key) or 0)
-    except Exception:
-        return int(_local.get(key, 0))
-
-
-def _next(key: str) -> int:
-    try:
-        _cache_call("add", key, 0, timeout=None)
-        return int(_cache_call("incr", key))
-    except Exception:
-        _local[key] = int(_local.get(key, 0)) + 1
-        return int(_local[key])
-
-
-def _set(key: str, value: int) -> None:
-    _local[key] = value
-    try:
-        _cache_call("set", key, value, timeout=None)
-    except Exception:
-        return
+def _counter(key: str, step: int = 0) -> int:
+    """The counter ``key`` after adding ``step`` (in this process when the cache is down)."""
+    if step and _cache("add", key, 0, timeout=None) is not _DOWN:
+        value = _cache("incr", key, step)
+    else:
+        value = _cache("get", key)
+    if value is _DOWN:
+        value = _local[key] = _local.get(key, 0) + step
+    return int(value or 0)
 
 
 def coalesced_pull(
@@ -97,26 +76,23 @@ def coalesced_pull(
     """Run ``pull`` unless ``present()`` or a pull started after this call has finished;
     True if this call pulled. An error of ``pull`` is raised (it serves no one)."""
     prefix = f"billing:pull:{resource}"
-    asked = _get(f"{prefix}:started")
+    asked = _counter(f"{prefix}:started")
     give_up = time.monotonic() + PULL_LOCK_TTL
     with _locks.setdefault(resource, threading.Lock()):  # this process's callers in turn
         while True:
-            if present() or _get(f"{prefix}:finished") > asked:
+            if present() or _counter(f"{prefix}:finished") > asked:
                 return False
-            try:
-                if _cache_call("add", f"{prefix}:lock", 1, timeout=PULL_LOCK_TTL):
-                    break
-            except Exception:
-                break  # no cross-process lock: this process's turn is enough
+            if _cache("add", f"{prefix}:lock", 1, timeout=PULL_LOCK_TTL):  # or the cache is down
+                break
             if time.monotonic() > give_up:
                 logger.warning("pull of %s: another process held it too long", resource)
                 return False
             time.sleep(POLL_INTERVAL)
         try:
-            generation = _next(f"{prefix}:started")
+            generation = _counter(f"{prefix}:started", 1)
             pull()
-            _set(f"{prefix}:finished", generation)
+            if _cache("set", f"{prefix}:finished", generation, timeout=None) is _DOWN:
+                _local[f"{prefix}:finished"] = generation
         finally:
-            with contextlib.suppress(Exception):  # else it expires after PULL_LOCK_TTL
-                _cache_call("delete", f"{prefix}:lock")
+            _cache("delete", f"{prefix}:lock")  # else it expires after PULL_LOCK_TTL
         return True
