@@ -6,8 +6,6 @@ import json
 import math
 from typing import Any
 
-__all__ = ["parse_body", "parse_json"]
-
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")

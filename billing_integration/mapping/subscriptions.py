@@ -5,8 +5,7 @@ received (logged once). Statuses are stripped and lower-cased here, once."""
 from __future__ import annotations
 
 import logging
-import threading
-from functools import cache
+from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any
 
 from .. import currencies
@@ -34,18 +33,10 @@ REMOTE_OWNED = (
 
 logger = logging.getLogger("billing_integration.mapping")
 
-#: Unknown values already logged (bounded).
-_LOGGED: set[tuple[str, str]] = set()
-_LOGGED_MAX = 1000
-_LOGGED_LOCK = threading.Lock()
 
-
+@lru_cache(maxsize=1000)
 def _log_once(kind: str, value: str, message: str, *args: Any) -> None:
-    key = (kind, value[:200])
-    with _LOGGED_LOCK:
-        if key in _LOGGED or len(_LOGGED) >= _LOGGED_MAX:
-            return
-        _LOGGED.add(key)
+    """Log ``message`` once per process for each unknown ``(kind, value)``."""
     logger.warning(message, *args)
 
 

@@ -24,9 +24,6 @@ class CustomerQuerySet(models.QuerySet):
     def for_subscriber(self, subscriber: Any) -> CustomerQuerySet:
         return self.filter(subscriber=subscriber)
 
-    def pushed(self) -> CustomerQuerySet:
-        return self.filter(remote_id__isnull=False)
-
 
 class Customer(RemoteObject):
     subscriber = models.OneToOneField(

@@ -69,9 +69,6 @@ class ProductQuerySet(models.QuerySet):
     def published(self) -> ProductQuerySet:
         return self.filter(status=ProductStatus.PUBLISHED)
 
-    def archived(self) -> ProductQuerySet:
-        return self.filter(status=ProductStatus.ARCHIVED)
-
     def on_sale(self) -> ProductQuerySet:
         """Published products the service is known to sell (``confirmed_status``)."""
         refused = models.Q(
@@ -82,9 +79,6 @@ class ProductQuerySet(models.QuerySet):
 
     def subscriptions(self) -> ProductQuerySet:
         return self.filter(product_type=ProductType.SUBSCRIPTION)
-
-    def one_time(self) -> ProductQuerySet:
-        return self.filter(product_type=ProductType.ONE_TIME)
 
     def without_cycles(self) -> ProductQuerySet:
         """Subscription products with no billing cycle (checkout refuses them)."""
@@ -348,7 +342,7 @@ class ProductFeature(models.Model):
         return self.key if self.limit is None else f"{self.key}:{self.limit}"
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        self.key = (self.key or "").strip().lower()
+        self.clean()
         super().save(*args, **kwargs)
 
     def clean(self) -> None:

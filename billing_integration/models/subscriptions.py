@@ -100,9 +100,6 @@ class SubscriptionQuerySet(models.QuerySet):
         """Subscriptions whose status is neither active nor known inactive."""
         return self.filter(unknown_status_q())
 
-    def inactive(self, at: datetime | None = None) -> SubscriptionQuerySet:
-        return self.exclude(pk__in=self.active(at).values("pk"))
-
     def for_subscriber(self, subscriber: Any) -> SubscriptionQuerySet:
         """Subscriptions of the customer linked to ``subscriber`` (a user, team, ...)."""
         return self.filter(customer__subscriber=subscriber)

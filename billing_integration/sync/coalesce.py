@@ -21,7 +21,6 @@ from ..conf import shared_cache
 
 logger = logging.getLogger("billing_integration.sync")
 
-__all__ = ["coalesced_pull", "note_window", "once_per_window", "shared_cache", "window_note"]
 
 #: Seconds a pull's lock lasts (a killed process frees it after this); a caller waits as long.
 PULL_LOCK_TTL = 300.0

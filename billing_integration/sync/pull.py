@@ -38,22 +38,6 @@ from ..models.subscriptions import Subscription
 from ..outbox.context import from_remote
 from ..service import ensure_service
 
-__all__ = [
-    "RESOURCES",
-    "PullCounts",
-    "products_without_cycles",
-    "pull_customers",
-    "pull_each",
-    "pull_products",
-    "pull_subscriptions",
-    "upsert_customer",
-    "upsert_customers",
-    "upsert_product",
-    "upsert_products",
-    "upsert_subscription",
-    "upsert_subscriptions",
-]
-
 logger = logging.getLogger("billing_integration.sync")
 
 Progress = Callable[[str, "PullCounts"], None]

@@ -13,7 +13,6 @@ from .coalesce import once_per_window
 
 logger = logging.getLogger("billing_integration.sync")
 
-__all__ = ["BACKGROUND_PULL_INTERVAL", "refresh_in_background", "sync_all"]
 
 #: Pages that could not refresh ask a worker for one pull per this many seconds.
 BACKGROUND_PULL_INTERVAL = 60.0
