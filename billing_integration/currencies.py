@@ -1,10 +1,7 @@
-"""The one conversion between the service's integer currency ids and ISO codes
-(``BILLING['CURRENCIES']``).
-
-Rules: an id is an ``int`` (not a ``bool``) or a string of ASCII digits; anything else is read
-as a code, compared case-insensitively. An id or code missing from the setting raises
-``BillingConfigurationError`` naming it; ``label()`` alone, for display, shows it as it is.
-"""
+"""The one conversion between the service's currency ids and ISO codes
+(``BILLING['CURRENCIES']``): an id is an ``int`` (not a ``bool``) or ASCII digits, anything
+else a code (any case); an unknown one raises ``BillingConfigurationError``, except in
+``label()``, for display, which shows it as it is."""
 
 from __future__ import annotations
 

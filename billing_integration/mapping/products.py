@@ -134,21 +134,17 @@ def not_carried(
     remote = product.remote_data if remote is None else remote
     if not isinstance(remote, dict):
         return ""
-    notes = []
     service_type = remote_type(remote)
     if service_type is not None and service_type != product.product_type:
         labels = {"one_time": gettext("one-time"), "subscription": gettext("subscription")}
-        notes.append(
-            gettext(
-                "Not sent: the service has no way to change a product's type; local "
-                "%(local)s, service %(remote)s."
-            )
-            % {
-                "local": labels.get(product.product_type, product.product_type),
-                "remote": labels[service_type],
-            }
-        )
-    elif product.is_one_time:
+        return gettext(
+            "Not sent: the service has no way to change a product's type; local "
+            "%(local)s, service %(remote)s."
+        ) % {
+            "local": labels.get(product.product_type, product.product_type),
+            "remote": labels[service_type],
+        }
+    if product.is_one_time:
         local = {int(p.currency_id): as_decimal(p.amount) for p in product.root_prices.all()}
         try:
             service = (
@@ -159,22 +155,16 @@ def not_carried(
         except (TypeError, ValueError, ArithmeticError):
             service = None
         if service is None and "prices" in set(changed):
-            notes.append(
-                gettext(
-                    "Not sent: the service has no way to change a one-time product's prices; "
-                    "local %(local)s, the service's are not known."
-                )
-                % {"local": _money(local)}
-            )
+            return gettext(
+                "Not sent: the service has no way to change a one-time product's prices; "
+                "local %(local)s, the service's are not known."
+            ) % {"local": _money(local)}
         elif service is not None and service != local:
-            notes.append(
-                gettext(
-                    "Not sent: the service has no way to change a one-time product's prices; "
-                    "local %(local)s, service %(remote)s."
-                )
-                % {"local": _money(local), "remote": _money(service)}
-            )
-    return " ".join(notes)
+            return gettext(
+                "Not sent: the service has no way to change a one-time product's prices; "
+                "local %(local)s, service %(remote)s."
+            ) % {"local": _money(local), "remote": _money(service)}
+    return ""
 
 
 def from_remote(data: dict[str, Any]) -> dict[str, Any]:

@@ -1,13 +1,7 @@
-"""Bounding the pulls that requests and events ask for, through ``conf.shared_cache()``.
-
-- ``once_per_window(key, seconds)``: True for the first caller in a window (a cache ``add``);
-  ``note_window`` / ``window_note`` keep a word about that pull for the rest of the window.
-- ``coalesced_pull(resource, pull, present)``: one pull of a list at a time; a caller that
-  waited goes on without pulling once its object is known (``present()``) or a pull that
-  started after it asked has finished.
-
-A cache outage never stops a pull: the counters then live in this process.
-"""
+"""Bounding the pulls that requests and events ask for, through ``conf.shared_cache()``:
+``once_per_window`` (a cache ``add``) and ``coalesced_pull`` (one pull of a list at a time;
+a caller that waited goes on once its object is known or a later pull has finished). A
+cache outage never stops a pull: the counters then live in this process."""
 
 from __future__ import annotations
 

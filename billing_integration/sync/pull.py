@@ -1,18 +1,8 @@
 """Pull (remote -> local): page through the service's lists and upsert each page through the
-ORM, in a constant number of queries per page (one ``SELECT`` of the known and adoptable rows,
-one ``bulk_create`` of the new ones, one ``bulk_update`` of the changed ones), inside
-``from_remote()`` so nothing is queued for a push.
-
-- Products and customers are authored locally: a row with local changes not yet pushed
-  (``pending`` or ``failed``) keeps them (counted as ``skipped``).
-- Subscriptions are the service's: a row older than the stored ``remote_updated`` is not
-  applied (``stale``) unless that version is of our clock (``remote_updated_ours``), and a
-  stored ``remote_updated`` is never nulled.
-- A local row not linked yet (its create answer was lost) is adopted by the remote row that
-  stands for it instead of being duplicated.
-- A row the mapping refuses (``RemoteDataError``) is counted in ``errors`` and the rest of the
-  page is applied.
-"""
+ORM in a constant number of queries, inside ``from_remote()`` (nothing is queued for a push).
+Local changes not yet pushed are kept (``skipped``); a subscription never goes back to an
+older version of the service's (``stale``); a local row whose create answer was lost is
+adopted; a row the mapping refuses is counted in ``errors`` and the rest applied."""
 
 from __future__ import annotations
 
