@@ -202,9 +202,7 @@ FEATURE_VALUE_FIELDS = ("limit", "value", "quantity")
 
 def feature_key(value: Any) -> str:
     """A feature name as compared: a stripped, lower-cased string (``""`` when unusable)."""
-    if not isinstance(value, str):
-        return ""
-    return value.strip().lower()
+    return value.strip().lower() if isinstance(value, str) else ""
 
 
 def _feature_number(value: Any) -> tuple[bool, int | None]:
@@ -264,8 +262,4 @@ def features_from_remote(data: Any) -> dict[str, int | None]:
 
 def larger_limit(a: int | None, b: int | None) -> int | None:
     """The larger of two limits; ``None`` (no number) loses to any number."""
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return max(a, b)
+    return b if a is None else a if b is None else max(a, b)
