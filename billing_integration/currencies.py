@@ -27,10 +27,6 @@ def is_id(value: Any) -> bool:
     return isinstance(value, str) and value.isascii() and value.isdigit()
 
 
-def _unknown(value: Any) -> BillingConfigurationError:
-    return BillingConfigurationError(f"Currency {value!r} is not in {SETTING}.", setting=SETTING)
-
-
 def currency_id(value: Any) -> int:
     """The service's id of a currency given by its id or its code."""
     text = value.strip() if isinstance(value, str) else value
@@ -42,7 +38,7 @@ def currency_id(value: Any) -> int:
         for cid, code in table.items():
             if code.upper() == text.upper():
                 return cid
-    raise _unknown(value)
+    raise BillingConfigurationError(f"Currency {value!r} is not in {SETTING}.", setting=SETTING)
 
 
 def currency_code(value: Any) -> str:

@@ -253,11 +253,6 @@ def _settle_not_carried(products: list[Any]) -> None:
             Product.objects.bulk_update(changed, ["sync_state", "sync_error"])
 
 
-def upsert_product(data: dict[str, Any]) -> Product | None:
-    upsert_products([data])
-    return Product.objects.filter(remote_id=data.get("id")).first()
-
-
 def pull_products(*, client: Any = None, progress: Progress | None = None) -> PullCounts:
     return _pull("products", upsert_products, client, progress)
 
@@ -281,11 +276,6 @@ def upsert_customers(rows: Iterable[dict[str, Any]]) -> PullCounts:
     mapped = _mapped(rows, customer_map.from_remote, counts)
     _upsert(Customer, mapped, counts, local_owned=CUSTOMER_LOCAL)
     return counts
-
-
-def upsert_customer(data: dict[str, Any]) -> Customer | None:
-    upsert_customers([data])
-    return Customer.objects.filter(remote_id=data.get("id")).first()
 
 
 def pull_customers(*, client: Any = None, progress: Progress | None = None) -> PullCounts:
