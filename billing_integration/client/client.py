@@ -52,6 +52,8 @@ logger = logging.getLogger("billing_integration.client")
 
 API_PREFIX = "/v1/api/billing"
 RESOURCES = ("products", "customers", "subscriptions")
+#: Pages read at most from one list (a hard stop for a list that never ends).
+MAX_PAGES = 100_000
 #: A deadline argument: seconds from now, a shared ``Deadline``, or ``None`` (no deadline).
 DeadlineArg = Deadline | float | None
 _JSON_HEADERS = {"Accept": "application/json", "Content-Type": "application/json"}
@@ -95,7 +97,7 @@ class BillingClient:
         )
         self.timeout = timeout or (conf.CONNECT_TIMEOUT, conf.READ_TIMEOUT)
         self.page_size = page_size or conf.PAGE_SIZE
-        self.max_pages = conf.MAX_PAGES
+        self.max_pages = MAX_PAGES
         self._sleep = sleep
         #: The window every worker backs off in together (``client/backoff.py``).
         self.backoff = backoff or SharedBackoff.from_settings()
