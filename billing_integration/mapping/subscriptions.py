@@ -35,9 +35,9 @@ logger = logging.getLogger("billing_integration.mapping")
 
 
 @lru_cache(maxsize=1000)
-def _log_once(kind: str, value: str, message: str, *args: Any) -> None:
-    """Log ``message`` once per process for each unknown ``(kind, value)``."""
-    logger.warning(message, *args)
+def _log_once(message: str, value: str) -> None:
+    """Log ``message`` about an unknown ``value`` once per process."""
+    logger.warning(message, value)
 
 
 def normalize_status(value: Any) -> str:
@@ -96,9 +96,7 @@ def _remote_currency(value: Any) -> str:
     except BillingConfigurationError:
         text = str(value)
         _log_once(
-            "currency",
-            text,
-            "Subscription currency id %r is not in BILLING['CURRENCIES']; stored as received.",
+            "Subscription currency %r is not in BILLING['CURRENCIES']; stored as received.",
             text[:80],
         )
         return text
@@ -110,8 +108,6 @@ def _remote_status(value: Any, present: bool) -> str:
     status = _fits("status", normalize_status(value))
     if present and not is_known_status(status):
         _log_once(
-            "status",
-            status,
             "Unknown subscription status %r: stored, grants no access (add it to "
             "BILLING['ACTIVE_STATUSES'] if it means a live subscription).",
             status[:80],
