@@ -1,16 +1,10 @@
-"""Strict JSON for stored and received event bodies (``parse_json``, ``parse_body``).
-
-Below the models (``WebhookEvent.payload``) and the webhooks package (ingest, processing);
-imports nothing of the app and not Django.
-"""
+"""Strict JSON for event bodies: no NaN or infinity (``parse_json``, ``parse_body``)."""
 
 from __future__ import annotations
 
 import json
 import math
 from typing import Any
-
-__all__ = ["parse_body", "parse_json"]
 
 
 def _no_constant(name: str) -> Any:
@@ -25,9 +19,7 @@ def _finite_float(text: str) -> float:
 
 
 def parse_json(text: str) -> Any:
-    """``json.loads`` for a delivery body: strict JSON, so ``NaN``, ``Infinity`` and
-    ``-Infinity`` (and a number too large for a float, which would read as infinity) raise
-    ``ValueError``: an amount must never be read as a float NaN or infinity."""
+    """``json.loads`` raising ``ValueError`` on NaN and infinities."""
     return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
 
 

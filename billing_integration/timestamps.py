@@ -14,11 +14,7 @@ def format_timestamp(value: datetime) -> str:
 
 
 def parse_timestamp(value: str | None) -> datetime | None:
-    """Parse a timestamp from the service; ``None`` and ``""`` give ``None``.
-
-    Tolerant of the variants a real service may send (no milliseconds, ``+00:00``, microseconds).
-    Raises ``ValueError`` for anything else.
-    """
+    """A timestamp from the service (any ISO 8601 variant) in UTC; None for none."""
     if value in (None, ""):
         return None
     if not isinstance(value, str):

@@ -34,6 +34,7 @@ from django.urls import NoReverseMatch, reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
+from .. import currencies
 from ..access import get_subscriber, held_plan
 from ..checkout.services import allows_multiple_purchases
 from ..client import get_client
@@ -82,7 +83,7 @@ def _price_of(sub: Subscription) -> Price | None:
     if sub.product is None or not sub.selected_billing_cycle or not sub.selected_currency:
         return None
     try:
-        currency_id = billing_settings.currency_id(sub.selected_currency)
+        currency_id = currencies.currency_id(sub.selected_currency)
     except BillingConfigurationError:
         return None
     for cycle in sub.product.cycles.all():

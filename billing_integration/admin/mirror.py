@@ -21,9 +21,8 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
-from .. import display
-from ..conf import billing_settings
-from ..exceptions import BillingConfigurationError, BillingError
+from .. import currencies, display
+from ..exceptions import BillingError
 from ..models import (
     CheckoutSession,
     Customer,
@@ -362,12 +361,7 @@ def subscription_link(
 def currency_label(currency_id: Any) -> str:
     """The ISO code of one of the service's integer currency ids (``BILLING['CURRENCIES']``);
     an id not configured there is shown as it is."""
-    if currency_id is None or currency_id == "":
-        return "-"
-    try:
-        return billing_settings.currency_code(currency_id)
-    except BillingConfigurationError:
-        return str(currency_id)
+    return currencies.label(currency_id) or "-"
 
 
 @admin.register(Subscription)

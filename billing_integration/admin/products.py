@@ -36,8 +36,8 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
-from ..conf import billing_settings
-from ..exceptions import BillingError
+from .. import currencies
+from ..exceptions import BillingConfigurationError, BillingError
 from ..mapping import products as product_map
 from ..models import (
     LOCAL_FIELDS,
@@ -105,14 +105,13 @@ def declared_badge(cycle: BillingCycle) -> Any:
 
 # --- the compact prices editor of a cycle row ---------------------------------------------------
 def _currencies() -> dict[int, str]:
-    return dict(billing_settings.CURRENCIES)
+    return currencies.known()
 
 
 def parse_prices(text: str) -> dict[int, Decimal]:
     """Parse ``"XOF 10000, USD 19.99"`` (codes or integer ids; separators ``,`` ``;`` or new
     lines; ``XOF=10000`` and ``1:10000`` also accepted) into ``{currency_id: amount}``."""
     prices: dict[int, Decimal] = {}
-    codes = {code.upper(): cid for cid, code in _currencies().items()}
     for raw in re.split(r"[,;\n]+", text or ""):
         item = raw.strip()
         if not item:
@@ -124,14 +123,14 @@ def parse_prices(text: str) -> dict[int, Decimal]:
                 params={"item": item},
             )
         currency, amount_text = match.groups()
-        if currency.isdigit():
-            cid = int(currency)
-            if cid not in _currencies():
-                raise ValidationError(_("Unknown currency id %(c)s."), params={"c": cid})
-        else:
-            if currency.upper() not in codes:
-                raise ValidationError(_("Unknown currency %(c)s."), params={"c": currency})
-            cid = codes[currency.upper()]
+        try:
+            cid = currencies.currency_id(currency)
+        except BillingConfigurationError:
+            if currencies.is_id(currency):
+                raise ValidationError(
+                    _("Unknown currency id %(c)s."), params={"c": int(currency)}
+                ) from None
+            raise ValidationError(_("Unknown currency %(c)s."), params={"c": currency}) from None
         try:
             amount = Decimal(amount_text)
         except InvalidOperation:

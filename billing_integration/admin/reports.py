@@ -19,7 +19,7 @@ from django.utils import timezone
 from django.utils.text import slugify
 from django.utils.translation import gettext
 
-from ..conf import billing_settings
+from .. import currencies
 from ..models import Product, Report
 from ..reporting.charts import bar_chart, line_chart
 from ..reporting.csv import TABLES, table_csv
@@ -171,9 +171,7 @@ class ReportAdmin(admin.ModelAdmin):
             "tables": [table_context(t) for t in tables.values()],
             "at_risk_total": report.at_risk_total,
             "products": list(Product.objects.order_by("name").values_list("pk", "name")),
-            "currencies": sorted(
-                set(billing_settings.CURRENCIES.values()) | set(report.currencies)
-            ),
+            "currencies": sorted(set(currencies.known().values()) | set(report.currencies)),
             "month_choices": (1, 3, 6, 12, 24, 36),
             "query": query.urlencode(),
             **(extra_context or {}),

@@ -52,6 +52,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.translation import gettext, gettext_lazy
 
+from .. import currencies
 from ..access import held_plan, resolve_product, subscribed
 from ..client import get_client, interactive_deadline
 from ..client.retry import Deadline
@@ -225,20 +226,12 @@ def _ascii_digits(text: str) -> bool:
 
 def _currency_id(currency: Any) -> int:
     try:
-        value = checkout_map.currency_id(
-            currency.strip() if isinstance(currency, str) else currency
-        )
+        return currencies.currency_id(currency)
     except BillingConfigurationError:
         raise InvalidChoice(
             gettext("The currency %(currency)s is not offered.")
             % {"currency": repr(str(currency)[:16])}
         ) from None
-    if value is None or value not in billing_settings.CURRENCIES:
-        raise InvalidChoice(
-            gettext("The currency %(currency)s is not offered.")
-            % {"currency": repr(str(currency)[:16])}
-        )
-    return value
 
 
 def validate_selection(product: Any, cycle: Any = None, currency: Any = None) -> CheckoutSelection:
@@ -309,10 +302,10 @@ def validate_selection(product: Any, cycle: Any = None, currency: Any = None) ->
                 )
         prices = Price.objects.filter(cycle=chosen_cycle)
 
-    offered = {int(c) for c in (resolved.selected_currencies or []) if _ascii_digits(str(c))}
+    offered = {int(c) for c in (resolved.selected_currencies or []) if currencies.is_id(c)}
     priced = set(prices.values_list("currency_id", flat=True))
     if currency in (None, ""):
-        candidates = [c for c in (resolved.selected_currencies or []) if _ascii_digits(str(c))]
+        candidates = [c for c in (resolved.selected_currencies or []) if currencies.is_id(c)]
         usable = [int(c) for c in candidates if int(c) in priced]
         if not usable:
             raise InvalidChoice(
@@ -322,7 +315,7 @@ def validate_selection(product: Any, cycle: Any = None, currency: Any = None) ->
     else:
         currency_id = _currency_id(currency)
         if currency_id not in offered or currency_id not in priced:
-            code_text = billing_settings.CURRENCIES.get(currency_id, str(currency_id))
+            code_text = currencies.label(currency_id)
             raise InvalidChoice(
                 gettext("This product is not sold in %(currency)s.") % {"currency": code_text},
                 code="unknown_currency",

@@ -1,14 +1,5 @@
-"""The mapping between the service's JSON and the models: one module per resource.
-
-Each module offers, both directions:
-
-- ``to_remote(obj) -> dict``: the request body in wire shape;
-- ``from_remote(data) -> dict``: model field values from a response/list/event resource;
-- (products) ``diff_for_patch(obj, changed=()) -> dict``: only the fields that changed.
-
-Currency ids <-> codes go through ``billing_settings.currency_code()/currency_id()``
-(``BILLING['CURRENCIES']``). Timestamps: ``billing_integration.timestamps``.
-"""
+"""The mapping between the service's JSON and the models, one module per resource:
+``to_remote(obj)`` and ``from_remote(data)``."""
 
 from . import checkout, customers, products, subscriptions
 from .common import remote_meta

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
+from .. import currencies
 from ..conf import billing_settings
 from .common import remote_meta, ts, wire_ts
 
@@ -16,11 +17,7 @@ if TYPE_CHECKING:
 
 
 def currency_id(value: Any) -> int | None:
-    if value in (None, ""):
-        return None
-    if isinstance(value, int) or (isinstance(value, str) and value.isascii() and value.isdigit()):
-        return int(value)
-    return billing_settings.currency_id(str(value))
+    return None if value in (None, "") else currencies.currency_id(value)
 
 
 def to_remote(session: CheckoutSession) -> dict[str, Any]:

@@ -33,10 +33,8 @@ def as_uuid(value: Any) -> uuid.UUID | None:
 
 
 def ts(value: Any, field: str = "timestamp") -> datetime | None:
-    """A wire timestamp as an aware UTC datetime; ``None`` for null, missing or ``""`` (null
-    is legitimate on the wire). Anything else that is not a timestamp (``"31/12/2026"``, a
-    number, an offset such as ``+25:00``, a date that leaves the datetime range in UTC)
-    raises ``RemoteDataError`` naming ``field``: it never becomes "no date"."""
+    """A wire timestamp as an aware UTC datetime (None for null); ``RemoteDataError`` for
+    anything else."""
     if isinstance(value, datetime):
         return value
     try:

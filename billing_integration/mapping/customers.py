@@ -33,8 +33,7 @@ def from_remote(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def differs(customer: Customer) -> list[str]:
-    """Create fields whose local value differs from the last remote JSON (the service has no
-    customer update operation, so these can only be reported)."""
+    """Create fields that differ from the last remote JSON (reported: no update operation)."""
     remote = customer.remote_data if isinstance(customer.remote_data, dict) else {}
     local = to_remote(customer)
     return [f for f in CREATE_FIELDS if (remote.get(f) or "") != local[f]]

@@ -1,26 +1,5 @@
-"""Product <-> wire.
-
-Request shape (POST, PATCH): ``subscription_blueprint`` is an object
-``{"billing_type": "flat-rate", "billing_cycles": [{"cycle", "frequency", "prices": [{"currency":
-int, "amount": number}]}]}`` for subscription products; one-time products send root-level
-``prices`` instead. ``selected_currencies`` is a list of currency ids written as strings.
-
-Response shape: ``subscription_blueprint`` is an id string (null for one-time products) and
-``prices`` is null for subscription products. ``from_remote`` accepts both shapes.
-
-PATCH accepts ``status``, ``name``, ``description``, ``selected_currencies`` and
-``subscription_blueprint`` (section 4.5): root ``prices`` of a one-time product are sent on
-creation only, and a product's type cannot change. ``not_carried`` says what of a product's
-local state the service does not have and no request can carry (shown as "not sent").
-
-The blueprint of a product whose blueprint on the service is not known here
-(``blueprint_known`` False: pulled, with cycles declared here) is sent only when asked
-(``subscription_blueprint`` among the changed fields): it replaces the service's one.
-
-``features`` (an array whose element shape the interface does not document) is read, never
-sent: POST and PATCH bodies have no ``features``. ``features_from_remote`` reads it from the
-product JSON kept in ``remote_data``.
-"""
+"""Product <-> wire. Requests carry a ``subscription_blueprint`` object (or root ``prices``
+for a one-time product); responses carry its id. Features are read, never sent."""
 
 from __future__ import annotations
 
@@ -30,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils.translation import gettext
 
+from .. import currencies
 from .common import as_decimal, remote_meta, wire_amount
 
 if TYPE_CHECKING:
@@ -64,7 +44,7 @@ def blueprint(product: Product) -> dict[str, Any]:
 
 
 def currencies_to_wire(ids: Iterable[Any]) -> list[str]:
-    return [str(int(i)) for i in ids]
+    return [str(currencies.currency_id(i)) for i in ids]
 
 
 def currencies_from_wire(values: Iterable[Any] | None) -> list[int]:
@@ -72,12 +52,7 @@ def currencies_from_wire(values: Iterable[Any] | None) -> list[int]:
     for value in values or []:
         if isinstance(value, dict):  # tolerate {"id": ...} elements
             value = value.get("id")
-        try:
-            out.append(int(value))
-        except (TypeError, ValueError):
-            from ..conf import billing_settings
-
-            out.append(billing_settings.currency_id(str(value)))
+        out.append(int(value) if currencies.is_id(value) else currencies.currency_id(value))
     return out
 
 
@@ -108,12 +83,8 @@ def _norm(field: str, value: Any) -> Any:
 
 
 def diff_for_patch(product: Product, changed: Iterable[str] = ()) -> dict[str, Any]:
-    """The PATCH /products/{id} body: only the fields that differ from the last remote JSON.
-
-    ``changed`` names wire fields known to be changed though not comparable with the
-    response (``subscription_blueprint``: the response carries only its id). Without any
-    remote JSON every PATCH field is sent.
-    """
+    """The PATCH body: the fields that differ from the last remote JSON, and those named in
+    ``changed`` (``subscription_blueprint``: a response carries only its id)."""
     full = to_remote(product)
     remote = product.remote_data if isinstance(product.remote_data, dict) else None
     changed = set(changed)
@@ -133,9 +104,8 @@ def diff_for_patch(product: Product, changed: Iterable[str] = ()) -> dict[str, A
 
 
 def _blueprint_sendable(product: Product, remote: dict[str, Any] | None, changed: set) -> bool:
-    """False when a PATCH must not carry the blueprint: the service's product is one-time
-    (its type cannot change), or its blueprint is not known here and nobody asked to replace
-    it with the cycles declared here."""
+    """Whether a PATCH may carry the blueprint (never for a one-time product, nor an unknown
+    blueprint nobody asked to replace)."""
     if remote_type(remote) == "one_time":
         return False
     return product.blueprint_known or "subscription_blueprint" in changed
@@ -149,45 +119,32 @@ def remote_type(remote: dict[str, Any] | None) -> str | None:
 
 
 def _money(prices: dict[int, Decimal]) -> str:
-    from ..conf import billing_settings
-
     if not prices:
         return gettext("none")
-    names = billing_settings.CURRENCIES
     return " + ".join(
-        f"{wire_amount(amount)} {names.get(cid, cid)}" for cid, amount in sorted(prices.items())
+        f"{wire_amount(amount)} {currencies.label(cid)}" for cid, amount in sorted(prices.items())
     )
 
 
 def not_carried(
     product: Product, remote: dict[str, Any] | None = None, changed: Iterable[str] = ()
 ) -> str:
-    """What of ``product``'s local state the service's product ``remote`` (default: the last
-    JSON seen) lacks and no request of the interface can carry; ``""`` when nothing.
-
-    - the type (one-time / subscription): set on creation, no request changes it;
-    - the root prices of a one-time product: PATCH has no ``prices``. Compared with the
-      ``prices`` of ``remote``; when ``remote`` has none, a change of them (``"prices"`` in
-      ``changed``) is reported as not sent.
-    """
+    """What of the product the service (``remote``, default the last JSON) lacks and no
+    request can carry (its type, a one-time product's prices); ``""`` when nothing."""
     remote = product.remote_data if remote is None else remote
     if not isinstance(remote, dict):
         return ""
-    notes = []
     service_type = remote_type(remote)
     if service_type is not None and service_type != product.product_type:
         labels = {"one_time": gettext("one-time"), "subscription": gettext("subscription")}
-        notes.append(
-            gettext(
-                "Not sent: the service has no way to change a product's type; local "
-                "%(local)s, service %(remote)s."
-            )
-            % {
-                "local": labels.get(product.product_type, product.product_type),
-                "remote": labels[service_type],
-            }
-        )
-    elif product.is_one_time:
+        return gettext(
+            "Not sent: the service has no way to change a product's type; local "
+            "%(local)s, service %(remote)s."
+        ) % {
+            "local": labels.get(product.product_type, product.product_type),
+            "remote": labels[service_type],
+        }
+    if product.is_one_time:
         local = {int(p.currency_id): as_decimal(p.amount) for p in product.root_prices.all()}
         try:
             service = (
@@ -198,29 +155,20 @@ def not_carried(
         except (TypeError, ValueError, ArithmeticError):
             service = None
         if service is None and "prices" in set(changed):
-            notes.append(
-                gettext(
-                    "Not sent: the service has no way to change a one-time product's prices; "
-                    "local %(local)s, the service's are not known."
-                )
-                % {"local": _money(local)}
-            )
+            return gettext(
+                "Not sent: the service has no way to change a one-time product's prices; "
+                "local %(local)s, the service's are not known."
+            ) % {"local": _money(local)}
         elif service is not None and service != local:
-            notes.append(
-                gettext(
-                    "Not sent: the service has no way to change a one-time product's prices; "
-                    "local %(local)s, service %(remote)s."
-                )
-                % {"local": _money(local), "remote": _money(service)}
-            )
-    return " ".join(notes)
+            return gettext(
+                "Not sent: the service has no way to change a one-time product's prices; "
+                "local %(local)s, service %(remote)s."
+            ) % {"local": _money(local), "remote": _money(service)}
+    return ""
 
 
 def from_remote(data: dict[str, Any]) -> dict[str, Any]:
-    """Product field values from a product resource (response or request shape).
-
-    ``blueprint_known`` (for a product new to this side) is False for subscription products:
-    their cycles are not read from the resource (a response carries a blueprint id only)."""
+    """Product field values from a product resource (either shape)."""
     bp = data.get("subscription_blueprint")
     fields = remote_meta(data)
     product_type = "one_time" if bp in (None, "") else "subscription"
@@ -254,15 +202,12 @@ FEATURE_VALUE_FIELDS = ("limit", "value", "quantity")
 
 def feature_key(value: Any) -> str:
     """A feature name as compared: a stripped, lower-cased string (``""`` when unusable)."""
-    if not isinstance(value, str):
-        return ""
-    return value.strip().lower()
+    return value.strip().lower() if isinstance(value, str) else ""
 
 
 def _feature_number(value: Any) -> tuple[bool, int | None]:
-    """``(granted, limit)`` of an element's value: ``False`` (or ``"false"``) withdraws the
-    feature; a non-negative integer (or its ASCII digits) is its limit; anything else (true,
-    null, text, a fraction, a negative number) grants it without a number."""
+    """``(granted, limit)``: false withdraws the feature, a non-negative integer is its
+    limit, anything else grants it without a number."""
     if value is False or (isinstance(value, str) and value.strip().lower() == "false"):
         return False, None
     if isinstance(value, int) and not isinstance(value, bool):
@@ -301,14 +246,8 @@ def _feature(element: Any) -> tuple[str, int | None] | None:
 
 
 def features_from_remote(data: Any) -> dict[str, int | None]:
-    """The features of a product resource: ``{key: limit or None}``.
-
-    Tolerant of the undocumented element shape: a string (``"sso"``, ``"seats:5"``) or an
-    object named by ``key``/``name``/``code``/``slug`` (the first non-empty) with an optional
-    number in ``limit``/``value``/``quantity``. An element that names nothing is skipped; one whose
-    value is ``false`` (or ``enabled: false``) grants nothing. A key listed twice keeps its
-    largest number. ``{}`` when ``data`` has no usable ``features`` array.
-    """
+    """``{key: limit or None}`` of a product resource's ``features``: strings (``"seats:5"``)
+    or objects; a key listed twice keeps its largest number."""
     if not isinstance(data, dict) or not isinstance(data.get("features"), list):
         return {}
     out: dict[str, int | None] = {}
@@ -323,8 +262,4 @@ def features_from_remote(data: Any) -> dict[str, int | None]:
 
 def larger_limit(a: int | None, b: int | None) -> int | None:
     """The larger of two limits; ``None`` (no number) loses to any number."""
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return max(a, b)
+    return b if a is None else a if b is None else max(a, b)

@@ -1,29 +1,14 @@
-"""Subscription <-> wire.
-
-POST /subscriptions: ``customer`` and ``product`` (remote UUIDs), ``selected_currency`` (the
-field is typed string: a currency code, ``"XOF"``, or with
-``BILLING['SUBSCRIPTION_CURRENCY_FORM'] = "id"`` the currency id written as a string, ``"1"``),
-``selected_billing_cycle`` (``months-1``), ``trial_end_date`` (timestamp; left out when there
-is no trial) and ``auto_renew``.
-Responses carry ``selected_currency`` as a code; an integer id is converted (an id missing
-from ``BILLING['CURRENCIES']`` is kept as received, with a warning logged once: a cancel must
-not be lost over a currency the settings do not know).
-
-``from_remote`` is the one place where a subscription status from the service is normalised
-(``normalize_status``: stripped, lower-cased) before anything compares it with
-``BILLING['ACTIVE_STATUSES']``. A status that is neither active nor a known inactive one is
-stored as received (normalised), logged once per process and value, and grants no access.
-Values that cannot be stored faithfully raise ``RemoteDataError``: a date that does not parse
-(null stays "no date"), a string longer than its column.
-"""
+"""Subscription <-> wire. ``selected_currency`` is sent as a code, or as an id with
+``BILLING['SUBSCRIPTION_CURRENCY_FORM'] = "id"``; one the settings do not know is stored as
+received (logged once). Statuses are stripped and lower-cased here, once."""
 
 from __future__ import annotations
 
 import logging
-import threading
-from functools import cache
+from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any
 
+from .. import currencies
 from ..conf import billing_settings
 from ..exceptions import BillingConfigurationError, RemoteDataError
 from .common import as_uuid, remote_meta, ts, wire_ts
@@ -48,25 +33,15 @@ REMOTE_OWNED = (
 
 logger = logging.getLogger("billing_integration.mapping")
 
-#: Values already logged as unknown (status or currency id), so each is logged once per
-#: process; bounded, so odd data cannot grow it without limit.
-_LOGGED: set[tuple[str, str]] = set()
-_LOGGED_MAX = 1000
-_LOGGED_LOCK = threading.Lock()
 
-
-def _log_once(kind: str, value: str, message: str, *args: Any) -> None:
-    key = (kind, value[:200])
-    with _LOGGED_LOCK:
-        if key in _LOGGED or len(_LOGGED) >= _LOGGED_MAX:
-            return
-        _LOGGED.add(key)
-    logger.warning(message, *args)
+@lru_cache(maxsize=1000)
+def _log_once(message: str, value: str) -> None:
+    """Log ``message`` about an unknown ``value`` once per process."""
+    logger.warning(message, value)
 
 
 def normalize_status(value: Any) -> str:
-    """A subscription status as stored and compared: stripped and lower-cased; null or
-    missing is ``""``. Raises ``RemoteDataError`` for a value that is not a string."""
+    """A status stripped and lower-cased (``""`` for null); ``RemoteDataError`` if not text."""
     if value is None:
         return ""
     if not isinstance(value, str):
@@ -82,9 +57,7 @@ def _max_length(name: str) -> int:
 
 
 def _fits(name: str, value: str) -> str:
-    """``value`` if it fits the model column ``name``, else ``RemoteDataError`` (PostgreSQL
-    would refuse the row; cutting or cleaning it would store something the service never
-    said): longer than the column, or holding a NUL character."""
+    """``value`` if it fits the column ``name`` (length, no NUL), else ``RemoteDataError``."""
     limit = _max_length(name)
     if len(value) > limit:
         raise RemoteDataError(name, value, f"longer than {limit} characters ({len(value)})")
@@ -94,11 +67,8 @@ def _fits(name: str, value: str) -> str:
 
 
 def currency_code(value: Any) -> str:
-    if value in (None, ""):
-        return ""
-    if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
-        return billing_settings.currency_code(value)
-    return str(value).upper()
+    """The code of a currency id or code (``currencies.currency_code``); ``""`` for none."""
+    return "" if value in (None, "") else currencies.currency_code(value)
 
 
 #: The values of ``BILLING['SUBSCRIPTION_CURRENCY_FORM']``.
@@ -112,7 +82,7 @@ def wire_currency(value: Any) -> str:
     if form == "code" or not code:
         return code
     if form == "id":
-        return str(billing_settings.currency_id(code))
+        return str(currencies.currency_id(code))
     raise BillingConfigurationError(
         f"BILLING['SUBSCRIPTION_CURRENCY_FORM'] must be one of {', '.join(CURRENCY_FORMS)}, "
         f"not {form!r}.",
@@ -126,9 +96,7 @@ def _remote_currency(value: Any) -> str:
     except BillingConfigurationError:
         text = str(value)
         _log_once(
-            "currency",
-            text,
-            "Subscription currency id %r is not in BILLING['CURRENCIES']; stored as received.",
+            "Subscription currency %r is not in BILLING['CURRENCIES']; stored as received.",
             text[:80],
         )
         return text
@@ -140,8 +108,6 @@ def _remote_status(value: Any, present: bool) -> str:
     status = _fits("status", normalize_status(value))
     if present and not is_known_status(status):
         _log_once(
-            "status",
-            status,
             "Unknown subscription status %r: stored, grants no access (add it to "
             "BILLING['ACTIVE_STATUSES'] if it means a live subscription).",
             status[:80],
@@ -165,8 +131,7 @@ def to_remote(subscription: Subscription) -> dict[str, Any]:
 
 
 def from_remote(data: dict[str, Any]) -> dict[str, Any]:
-    """Model field values from a subscription resource; ``RemoteDataError`` for a value
-    that cannot be stored faithfully (see the module docstring)."""
+    """Model field values from a subscription resource (``RemoteDataError`` if unstorable)."""
     fields = remote_meta(data)
     cycle = data.get("selected_billing_cycle") or ""
     fields.update(

@@ -24,14 +24,11 @@ class SyncState(models.TextChoices):
     PENDING = "pending", _("Pending push")
     SYNCED = "synced", _("Synced")
     FAILED = "failed", _("Failed")
-    #: Pushed as far as the interface allows, but a local change has no way to reach the
-    #: service (e.g. a one-time product's prices: PATCH has no ``prices``). The local change
-    #: is kept; ``sync_error`` says what differs.
+    #: A local change no request can carry (``sync_error`` says what).
     NOT_SENT = "not_sent", _("Not sent")
 
 
-#: Fields only the remote side (push answers, pulls, events) writes. A plain ``save()`` of an
-#: instance loaded before a push never writes them back (it would erase the remote id).
+#: Fields only the remote side writes: a plain ``save()`` never writes them back.
 REMOTE_STATE_FIELDS = frozenset(
     {
         "remote_id",
@@ -50,12 +47,8 @@ REMOTE_STATE_FIELDS = frozenset(
 
 
 class RemoteObject(AtomicSaveMixin, models.Model):
-    """A local row mirroring one resource of the billing service.
-
-    The local primary key is our own; ``remote_id`` is the service's UUID, null until the
-    object has been created remotely. ``remote_data`` keeps the last JSON seen from the
-    service (response of a push, a pull or an event).
-    """
+    """A local row mirroring one resource of the service (``remote_id``: null until created
+    there; ``remote_data``: the last JSON seen)."""
 
     remote_id = models.UUIDField(_("remote id"), unique=True, null=True, blank=True, editable=False)
     remote_created = models.DateTimeField(null=True, blank=True, editable=False)

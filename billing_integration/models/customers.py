@@ -1,9 +1,5 @@
-"""Customers: the billing side of a subscriber (a user by default, or a team/organisation).
-
-The subscriber model is ``BILLING['SUBSCRIBER_MODEL']`` (default ``AUTH_USER_MODEL``). The
-migration reads the same setting, so a project may point it at its own team model before
-its first ``migrate``.
-"""
+"""Customers: the billing side of a subscriber (``BILLING['SUBSCRIBER_MODEL']``, a user by
+default)."""
 
 from __future__ import annotations
 
@@ -27,9 +23,6 @@ def subscriber_model_label() -> str:
 class CustomerQuerySet(models.QuerySet):
     def for_subscriber(self, subscriber: Any) -> CustomerQuerySet:
         return self.filter(subscriber=subscriber)
-
-    def pushed(self) -> CustomerQuerySet:
-        return self.filter(remote_id__isnull=False)
 
 
 class Customer(RemoteObject):

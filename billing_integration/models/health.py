@@ -1,10 +1,5 @@
-"""``Heartbeat``: when each periodic job last ran, for ``billing_doctor`` and the admin's
-Health page; ``Health``, a proxy of it that gives that page an entry on the admin index and
-its own view permission (``billing_integration.view_health``).
-
-A database row, not a cache entry: the cache may be per-process, and the doctor must see what
-the worker and beat processes recorded. Written by ``billing_integration.health.record_run``.
-"""
+"""``Heartbeat``: when each periodic job last ran (a row: every process sees it); ``Health``,
+its proxy behind the admin's Health page."""
 
 from __future__ import annotations
 

@@ -1,33 +1,6 @@
-"""Products, their billing cycles and prices.
-
-A product is authored locally and pushed. It is never deleted: the service has no delete
-operation and archiving keeps billing history, so ``delete()`` (instance and queryset) and
-a ``pre_delete`` guard raise ``ProductDeletionRefused``.
-
-A subscription product pulled from the service arrives without cycles: the service answers
-with a blueprint id only. Its ``blueprint_known`` is False, and the cycles saved for it here
-are ``declared``: offered at checkout, but not pushed (pushing them would replace the
-service's blueprint, which is not known here) until someone asks for it.
-
-A product is sold in the currencies of ``selected_currencies``, which always include every
-currency one of its prices is in: a price saved in a new currency adds it, and a save of the
-product keeps them (``Product.add_priced_currencies``), so a product created in code without
-``selected_currencies`` is pushed and sold in the currencies of its prices.
-
-A product's *features* (entitlements, read by ``billing_integration.access``) are the
-service's ``features`` array (kept in ``remote_data``, read through ``mapping.products``) and
-the ``ProductFeature`` rows declared here. Declared features are never pushed: the service's
-API has no way to receive them.
-
-One plan at a time: the recurring products of one ``plan_group`` (empty: the main group) are
-alternatives, and a subscriber holds at most one of them (``access.held_plan``); an
-``add_on`` is held beside a plan. Both are kept here only (``LOCAL_FIELDS``: the service has
-no such fields), so a save of only them writes no outbox entry.
-
-What is on sale is what the service is known to sell (``confirmed_status``, ``on_sale()``):
-a product whose last push failed is sold per the status the service last confirmed (kept in
-``remote_data``), e.g. an archived product published again here while the service refused.
-"""
+"""Products, their billing cycles, prices and declared features. A product is never
+deleted (archive it); its ``selected_currencies`` always hold its prices' currencies; cycles
+saved for a product whose blueprint is not known here are ``declared``, not pushed."""
 
 from __future__ import annotations
 
@@ -38,6 +11,7 @@ from django.db import models, router, transaction
 from django.db.models.deletion import ProtectedError
 from django.utils.translation import gettext_lazy as _
 
+from ..currencies import is_id, label
 from ..exceptions import BillingError
 from .base import AtomicSaveMixin, RemoteObject, SyncState
 
@@ -55,8 +29,7 @@ __all__ = [
     "ProductType",
 ]
 
-#: Fields of a product kept here only (the service's API has no such fields): a save of only
-#: these writes no outbox entry.
+#: Fields kept here only: a save of only these writes no outbox entry.
 LOCAL_FIELDS = frozenset({"add_on", "plan_group"})
 
 DELETE_MESSAGE = (
@@ -96,12 +69,8 @@ class ProductQuerySet(models.QuerySet):
     def published(self) -> ProductQuerySet:
         return self.filter(status=ProductStatus.PUBLISHED)
 
-    def archived(self) -> ProductQuerySet:
-        return self.filter(status=ProductStatus.ARCHIVED)
-
     def on_sale(self) -> ProductQuerySet:
-        """Published products the service is known to sell: not those whose last push failed
-        while the service still had another status (``Product.confirmed_status``)."""
+        """Published products the service is known to sell (``confirmed_status``)."""
         refused = models.Q(
             sync_state=SyncState.FAILED,
             remote_data__status__in=[ProductStatus.DRAFT.value, ProductStatus.ARCHIVED.value],
@@ -111,12 +80,8 @@ class ProductQuerySet(models.QuerySet):
     def subscriptions(self) -> ProductQuerySet:
         return self.filter(product_type=ProductType.SUBSCRIPTION)
 
-    def one_time(self) -> ProductQuerySet:
-        return self.filter(product_type=ProductType.ONE_TIME)
-
     def without_cycles(self) -> ProductQuerySet:
-        """Subscription products with no billing cycle at all: checkout refuses them (e.g.
-        pulled from the service, whose answers carry a blueprint id only)."""
+        """Subscription products with no billing cycle (checkout refuses them)."""
         return self.subscriptions().filter(cycles__isnull=True)
 
     def with_declared_cycles(self) -> ProductQuerySet:
@@ -222,8 +187,7 @@ class Product(RemoteObject):
         self.save(update_fields=["status", "updated_at"])
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        """A save that writes ``selected_currencies`` keeps the currencies of the product's
-        prices in it (an instance loaded before a price was added cannot drop its currency)."""
+        """A save of ``selected_currencies`` keeps the currencies of the product's prices."""
         from ..context import is_from_remote
 
         fields = kwargs.get("update_fields")
@@ -237,8 +201,7 @@ class Product(RemoteObject):
         super().save(*args, **kwargs)
 
     def priced_currencies(self) -> set[int]:
-        """The ids of the currencies the product has a price in (its cycles' prices, or its
-        root prices): one query."""
+        """The ids of the currencies the product has a price in (one query)."""
         return set(
             Price.objects.filter(models.Q(product=self) | models.Q(cycle__product=self))
             .values_list("currency_id", flat=True)
@@ -246,9 +209,7 @@ class Product(RemoteObject):
         )
 
     def add_priced_currencies(self) -> bool:
-        """Add to ``selected_currencies`` every currency the product has a price in, and save
-        that field (pushed like any change) when one was missing. The stored list is the base,
-        so a stale instance drops nothing. Returns True if the list changed."""
+        """Add the priced currencies to the stored ``selected_currencies``; True if it changed."""
         row = Product.objects.filter(pk=self.pk).values_list("selected_currencies", flat=True)
         stored = _with(row.first(), set())
         wanted = _with(stored, self.priced_currencies())
@@ -261,7 +222,7 @@ class Product(RemoteObject):
 
 def _with(currencies: Any, more: set[int]) -> list[int]:
     """``currencies`` (ids, possibly written as strings) with the ids of ``more``, sorted."""
-    ids = {int(c) for c in currencies or [] if str(c).strip().isdigit()}
+    ids = {int(c) for c in currencies or [] if is_id(c)}
     return sorted(ids | {int(c) for c in more})
 
 
@@ -291,8 +252,7 @@ class BillingCycle(AtomicSaveMixin, models.Model):
         return self.code
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        """A cycle saved for a product whose blueprint on the service is not known here is
-        ``declared`` (saves inside ``from_remote()`` state what the service has: unchanged)."""
+        """A local save for a product whose blueprint is not known here is ``declared``."""
         from ..context import is_from_remote
 
         if not self.declared and not is_from_remote() and self.product_id is not None:
@@ -334,18 +294,10 @@ class Price(AtomicSaveMixin, models.Model):
         ]
 
     def __str__(self) -> str:
-        from ..conf import billing_settings
-
-        try:
-            code = billing_settings.currency_code(self.currency_id)
-        except Exception:
-            code = str(self.currency_id)
-        return f"{self.amount} {code}"
+        return f"{self.amount} {label(self.currency_id)}"
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        """A price in a currency its product is not sold in yet adds that currency to the
-        product's ``selected_currencies``, in the same transaction (the service refuses a
-        price outside them, and checkout offers only those)."""
+        """A price in a new currency adds it to the product's ``selected_currencies``."""
         from ..context import is_from_remote
 
         using = kwargs.get("using") or router.db_for_write(type(self), instance=self)
@@ -363,13 +315,7 @@ class Price(AtomicSaveMixin, models.Model):
 
 
 class ProductFeature(models.Model):
-    """A feature (entitlement) of a product declared here, e.g. ``sso`` or ``seats`` with a
-    limit of 5. Kept here only: the service's API has no way to receive features, so saving
-    one writes no outbox entry and leaves the product's sync state alone.
-
-    ``key`` is stored stripped and lower-cased; ``limit`` is an optional number read by
-    ``access.feature_limit`` (``None``: the feature without a number).
-    """
+    """A feature of a product declared here (kept here only), e.g. ``seats`` limited to 5."""
 
     product = models.ForeignKey(Product, on_delete=models.CASCADE, related_name="declared_features")
     key = models.SlugField(
@@ -396,7 +342,7 @@ class ProductFeature(models.Model):
         return self.key if self.limit is None else f"{self.key}:{self.limit}"
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        self.key = (self.key or "").strip().lower()
+        self.clean()
         super().save(*args, **kwargs)
 
     def clean(self) -> None:

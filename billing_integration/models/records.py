@@ -1,12 +1,9 @@
-"""Invoices, payments and refunds: read-only local records of what events say.
-
-The service has no API for them; they are known only from events. Each keeps the raw remote
-ids of the objects it names (``customer_remote_id``, ...) and, where that object is known
-locally, a foreign key to it. ``remote_data`` is the last ``data`` seen; ``remote_updated``
-its ``date_updated`` (an older event never overwrites a newer one).
-"""
+"""Invoices, payments and refunds: read-only records of what events say (the service has
+no API for them), with the remote ids they name and a foreign key where known here."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.db import models
 from django.db.models import F
@@ -35,34 +32,37 @@ class RefundStatus(models.TextChoices):
     REJECTED = "rejected", _("Rejected")
 
 
+def _status(choices: Any = None) -> models.CharField:
+    return models.CharField(
+        _("status"), max_length=32, blank=True, default="", choices=choices, db_index=True
+    )
+
+
+def _link(to: Any, related_name: str) -> models.ForeignKey:
+    """A read-only link to a local row, when it is known here."""
+    return models.ForeignKey(
+        to, models.SET_NULL, null=True, blank=True, related_name=related_name, editable=False
+    )
+
+
+def _remote_ref() -> models.UUIDField:
+    return models.UUIDField(null=True, blank=True, editable=False)
+
+
 class EventRecord(models.Model):
     """Fields common to the three records (abstract)."""
 
     remote_id = models.UUIDField(_("remote id"), unique=True, editable=False)
-    status = models.CharField(_("status"), max_length=32, blank=True, default="", db_index=True)
+    status = _status()
     amount = models.DecimalField(
         _("amount"), max_digits=20, decimal_places=4, null=True, blank=True, editable=False
     )
     currency = models.CharField(_("currency"), max_length=8, blank=True, default="", editable=False)
 
-    customer = models.ForeignKey(
-        "billing_integration.Customer",
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
-        related_name="%(class)ss",
-        editable=False,
-    )
-    subscription = models.ForeignKey(
-        "billing_integration.Subscription",
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
-        related_name="%(class)ss",
-        editable=False,
-    )
-    customer_remote_id = models.UUIDField(null=True, blank=True, editable=False)
-    subscription_remote_id = models.UUIDField(null=True, blank=True, editable=False)
+    customer = _link("billing_integration.Customer", "%(class)ss")
+    subscription = _link("billing_integration.Subscription", "%(class)ss")
+    customer_remote_id = _remote_ref()
+    subscription_remote_id = _remote_ref()
 
     remote_created = models.DateTimeField(null=True, blank=True, editable=False)
     remote_updated = models.DateTimeField(null=True, blank=True, editable=False)
@@ -81,23 +81,9 @@ class EventRecord(models.Model):
 
 
 class Invoice(EventRecord):
-    status = models.CharField(
-        _("status"),
-        max_length=32,
-        blank=True,
-        default="",
-        choices=InvoiceStatus.choices,
-        db_index=True,
-    )
-    product = models.ForeignKey(
-        "billing_integration.Product",
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
-        related_name="invoices",
-        editable=False,
-    )
-    product_remote_id = models.UUIDField(null=True, blank=True, editable=False)
+    status = _status(InvoiceStatus.choices)
+    product = _link("billing_integration.Product", "invoices")
+    product_remote_id = _remote_ref()
     period_start = models.DateTimeField(null=True, blank=True, editable=False)
     period_end = models.DateTimeField(null=True, blank=True, editable=False)
 
@@ -108,43 +94,24 @@ class Invoice(EventRecord):
 
 
 class Payment(EventRecord):
-    status = models.CharField(
-        _("status"),
-        max_length=32,
-        blank=True,
-        default="",
-        choices=PaymentStatus.choices,
-        db_index=True,
-    )
-    product = models.ForeignKey(
-        "billing_integration.Product",
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
-        related_name="payments",
-        editable=False,
-    )
-    product_remote_id = models.UUIDField(null=True, blank=True, editable=False)
-    invoice_remote_id = models.UUIDField(null=True, blank=True, editable=False)
+    status = _status(PaymentStatus.choices)
+    product = _link("billing_integration.Product", "payments")
+    product_remote_id = _remote_ref()
+    invoice_remote_id = _remote_ref()
     failure_reason = models.CharField(max_length=64, blank=True, default="", editable=False)
 
     class Meta:
         verbose_name = _("payment")
         verbose_name_plural = _("payments")
         ordering = ("-remote_created", "-id")
-        # Reporting (billing_integration.reporting.metrics); INCLUDE is PostgreSQL only, so
-        # that it answers the dashboard's two payment aggregates with index-only scans
-        # (which also return the indexed UPPER(currency) instead of computing it per row).
+        # For reporting.metrics (index-only scans on PostgreSQL).
         indexes = [
-            # payment_history: one range of COALESCE(remote_created, created_at) per month
-            # (also gives PostgreSQL statistics on that expression).
             models.Index(
                 Coalesce("remote_created", "created_at"),
                 Upper("currency"),
                 include=["product", "status", "amount", "currency", "remote_created", "created_at"],
                 name="payment_at_code_covering",
             ),
-            # customer_summary: the ranking by lifetime paid, completed payments only.
             models.Index(
                 F("customer"),
                 Upper("currency"),
@@ -154,8 +121,6 @@ class Payment(EventRecord):
                 ),
                 name="payment_paid_covering",
             ),
-            # customer_summary: every figure of a customer and currency (the listed
-            # customers of the dashboard; every customer for the CSV export).
             models.Index(
                 F("customer"),
                 Upper("currency"),
@@ -173,23 +138,9 @@ class Payment(EventRecord):
 
 
 class Refund(EventRecord):
-    status = models.CharField(
-        _("status"),
-        max_length=32,
-        blank=True,
-        default="",
-        choices=RefundStatus.choices,
-        db_index=True,
-    )
-    payment = models.ForeignKey(
-        Payment,
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
-        related_name="refunds",
-        editable=False,
-    )
-    payment_remote_id = models.UUIDField(null=True, blank=True, editable=False)
+    status = _status(RefundStatus.choices)
+    payment = _link(Payment, "refunds")
+    payment_remote_id = _remote_ref()
     reason = models.CharField(max_length=255, blank=True, default="", editable=False)
 
     class Meta:

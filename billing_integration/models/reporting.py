@@ -1,6 +1,4 @@
-"""``Report``: a proxy of ``Subscription`` that only exists to give the reporting dashboard
-an entry on the admin index (its changelist is the dashboard) and its own view permission
-(``billing_integration.view_report``). It adds no table."""
+"""``Report``: a proxy of ``Subscription`` behind the admin reporting dashboard."""
 
 from __future__ import annotations
 

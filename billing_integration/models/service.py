@@ -1,11 +1,4 @@
-"""Which billing service the local mirror belongs to: ``ServiceBinding``, one row per database.
-
-The remote ids, remote JSON and sync states of the mirrored rows are only meaningful at the
-service that issued them. The binding records that service (base URL, realm, client id; never
-the secret) the first time the app talks to a service with local state, and
-``billing_integration.service`` refuses pushes, pulls and checkouts while the settings point
-elsewhere. See ``docs/mirror.md`` ("Which service the mirror belongs to").
-"""
+"""``ServiceBinding``: which billing service the mirror in this database belongs to."""
 
 from __future__ import annotations
 
@@ -17,11 +10,7 @@ __all__ = ["ServiceBinding"]
 
 
 class ServiceBinding(models.Model):
-    """The service the mirror in this database belongs to (a single row).
-
-    ``singleton`` is always True and unique, so two processes recording the binding at once
-    cannot both insert a row: the second gets an ``IntegrityError`` and reads the first's.
-    """
+    """The single row (``singleton`` is unique) naming the mirror's service."""
 
     singleton = models.BooleanField(default=True, editable=False)
     base_url = models.CharField(
@@ -30,8 +19,7 @@ class ServiceBinding(models.Model):
     realm = models.CharField(_("realm"), max_length=200)
     client_id = models.CharField(_("client id"), max_length=255)
     recorded_at = models.DateTimeField(_("recorded at"))
-    #: Earlier bindings, oldest first: ``{"base_url", "realm", "client_id", "recorded_at",
-    #: "until", "action"}`` (``action``: ``relink`` or ``reset``).
+    #: Earlier bindings, oldest first.
     history = models.JSONField(default=list, blank=True)
 
     class Meta:

@@ -1,17 +1,6 @@
-"""Subscriptions. Their state is owned by the service (events, pulls); a local
-``Subscription`` without ``remote_id`` is created remotely once through ``POST /subscriptions``.
-
-The *active* rule, the one rule every access check uses (``Subscription.objects.active()``
-in SQL, ``grants_access()`` / ``Subscription.is_active`` in Python): a subscription is active
-when its ``status`` is in the allow-list ``BILLING['ACTIVE_STATUSES']`` (default
-``("published",)``) and either its ``cycle_end_date`` is null or in the future, or its
-``trial_end_date`` is in the future (in trial). A status not in the allow-list never grants
-access, whatever it is; statuses are normalised (stripped, lower-cased) once, by the mapping,
-before they are stored. ``KNOWN_INACTIVE_STATUSES`` only tells a known non-active status
-(``canceled``, ``paused``, ``detached``: a subscription of a former service, see
-``billing_integration.service.reset_mirror``, ...) from an unknown one, for the admin and
-the logs.
-"""
+"""Subscriptions, owned by the service. The active rule (``active_q`` in SQL,
+``grants_access`` in Python): the status is in ``BILLING['ACTIVE_STATUSES']`` and the cycle
+has not ended, or the trial has not."""
 
 from __future__ import annotations
 
@@ -42,9 +31,7 @@ __all__ = [
     "unknown_status_q",
 ]
 
-#: Statuses known to mean "no access" (what the cancel / pause events set, and common
-#: spellings of an end). Not a deny-list: any status outside ``ACTIVE_STATUSES`` grants no
-#: access; these are only not reported as *unknown*.
+#: Statuses known to grant no access (not reported as unknown); not a deny-list.
 KNOWN_INACTIVE_STATUSES = ("canceled", "cancelled", "paused", "ended", "expired", "detached")
 
 
@@ -54,10 +41,7 @@ def _normalised(configured: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def active_statuses() -> tuple[str, ...]:
-    """``BILLING['ACTIVE_STATUSES']``, normalised like stored statuses (stripped,
-    lower-cased). Raises ``BillingConfigurationError`` when the setting is not a non-empty
-    list or tuple of non-empty strings (the system check reports it at start-up): a bad
-    allow-list never grants access."""
+    """``BILLING['ACTIVE_STATUSES']`` stripped and lower-cased; raises on a malformed one."""
     configured = billing_settings.ACTIVE_STATUSES
     if (
         not isinstance(configured, (list, tuple))
@@ -73,14 +57,12 @@ def active_statuses() -> tuple[str, ...]:
 
 
 def is_known_status(status: str) -> bool:
-    """An active status or one of ``KNOWN_INACTIVE_STATUSES``. ``""`` (no status) is not
-    known: it grants no access and the admin flags it."""
+    """An active status or one of ``KNOWN_INACTIVE_STATUSES``."""
     return status in active_statuses() or status in KNOWN_INACTIVE_STATUSES
 
 
 def active_q(at: datetime | None = None, prefix: str = "") -> Q:
-    """The active rule as a ``Q`` (``prefix``: the path to a subscription from another
-    model, e.g. ``"subscriptions__"``)."""
+    """The active rule as a ``Q`` (``prefix``: e.g. ``"subscriptions__"``)."""
     now = at or timezone.now()
     return Q(**{f"{prefix}status__in": active_statuses()}) & (
         Q(**{f"{prefix}cycle_end_date__isnull": True})
@@ -115,12 +97,8 @@ class SubscriptionQuerySet(models.QuerySet):
         return self.filter(active_q(at))
 
     def unknown_status(self) -> SubscriptionQuerySet:
-        """Subscriptions with a status that is neither active nor known inactive (they grant
-        no access; the admin flags them)."""
+        """Subscriptions whose status is neither active nor known inactive."""
         return self.filter(unknown_status_q())
-
-    def inactive(self, at: datetime | None = None) -> SubscriptionQuerySet:
-        return self.exclude(pk__in=self.active(at).values("pk"))
 
     def for_subscriber(self, subscriber: Any) -> SubscriptionQuerySet:
         """Subscriptions of the customer linked to ``subscriber`` (a user, team, ...)."""
@@ -157,10 +135,7 @@ class Subscription(RemoteObject):
         max_length=8, blank=True, default="", help_text=_("Currency code, e.g. XOF.")
     )
     last_payment_status = models.CharField(max_length=16, null=True, blank=True)  # noqa: DJ001
-    #: Where ``remote_updated`` came from: False for a date of the service's (the data's
-    #: ``date_updated`` / ``date_created``, an event envelope's ``created_at``), True for a
-    #: time of ours (an undated event's signed ``webhook-timestamp`` or receive time). Only
-    #: a version of the service's makes a pulled row stale (``sync.pull``).
+    #: True when ``remote_updated`` is a time of ours (an undated event's), not the service's.
     remote_updated_ours = models.BooleanField(default=False, editable=False)
 
     objects = SubscriptionQuerySet.as_manager()
@@ -169,10 +144,7 @@ class Subscription(RemoteObject):
         ordering = ["-created_at", "pk"]
         verbose_name = _("subscription")
         verbose_name_plural = _("subscriptions")
-        # Reporting (billing_integration.reporting.metrics): when a subscription started
-        # (also PostgreSQL statistics on that expression, for the plans); two small partial
-        # ones: trials ending in the period, and the customers whose last payment failed (at
-        # risk), including what ``active()`` reads (INCLUDE is PostgreSQL only).
+        # For reporting.metrics: the start, trials ending, customers at risk.
         indexes = [
             models.Index(Coalesce("remote_created", "created_at"), name="subscription_started"),
             models.Index(

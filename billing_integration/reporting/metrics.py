@@ -37,7 +37,7 @@ from django.db.models.functions import Cast, Coalesce, Concat, Greatest, TruncMo
 from django.db.models.lookups import IsNull, LessThan, LessThanOrEqual
 from django.utils import timezone
 
-from ..conf import billing_settings
+from .. import currencies
 from ..models import (
     Customer,
     Invoice,
@@ -154,10 +154,7 @@ def active_at(t: datetime) -> Q:
 def currency_code_of_id(field_name: str) -> Case:
     """SQL turning one of the service's integer currency ids into its code."""
     return Case(
-        *[
-            When(**{field_name: cid}, then=Value(code))
-            for cid, code in billing_settings.CURRENCIES.items()
-        ],
+        *[When(**{field_name: cid}, then=Value(code)) for cid, code in currencies.known().items()],
         default=Value(""),
         output_field=CharField(),
     )

@@ -1,51 +1,18 @@
-"""Pull (remote -> local): page through the service's lists and upsert in bulk.
-
-Each page costs a constant number of queries, whatever its size: one ``SELECT`` of the rows
-already known by ``remote_id`` and of the local rows not linked yet that may stand for one
-(their create answer was lost), one for the customers a subscription page links to (products
-are looked up once per pull), one insert of the new rows (``models.bulk.insert_rows``: a
-``COPY`` on PostgreSQL) and one ``bulk_update``. While a page is stored, a thread fetches the
-next ones (``_read_ahead``), so the HTTP wait overlaps the database work. Nothing here sends
-an outbox entry (bulk operations fire no signals, and everything runs inside
-``from_remote()``).
-
-Ownership rules:
-
-- products and customers are authored locally: a row with local changes not yet pushed
-  (``sync_state`` ``pending`` or ``failed``) is left alone (counted as ``skipped``);
-- subscriptions are owned by the service: state and dates always come from the remote side,
-  but never move backwards: a row older than the stored version (its ``date_updated``, else
-  ``date_created``, against the stored ``remote_updated``, which an event may have set) is
-  not applied (counted as ``stale``), and a stored ``remote_updated`` is never nulled. Only
-  a stored version of the service's own makes a row stale: one of our clock (an undated
-  event's signed timestamp or receive time, ``remote_updated_ours``) never does, the pull
-  is the service's present.
-
-A row the mapping refuses (``RemoteDataError``: a date that does not parse, a string longer
-than its column) is not applied: what is stored is kept, the row is counted in ``errors``
-with its message in ``error_messages``, and an error is logged. The rest of the page is
-applied.
-
-Public, stable entry points (also used by the webhook handlers)::
-
-    pull_products() / pull_customers() / pull_subscriptions(customer=None) -> PullCounts
-    pull_each(resources) -> (resource, PullCounts or the BillingError of its failed pull)...
-    products_without_cycles() -> products checkout refuses until their cycles are declared
-    upsert_products(rows) / upsert_customers(rows) / upsert_subscriptions(rows) -> PullCounts
-    upsert_product(data) / upsert_customer(data) / upsert_subscription(data) -> model instance
-"""
+"""Pull (remote -> local): page through the service's lists and upsert each page through the
+ORM in a constant number of queries, inside ``from_remote()`` (nothing is queued for a push).
+Local changes not yet pushed are kept (``skipped``); a subscription never goes back to an
+older version of the service's (``stale``); a local row whose create answer was lost is
+adopted; a row the mapping refuses is counted in ``errors`` and the rest applied."""
 
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
-from django.db import connections, models, transaction
+from django.db import models, transaction
 from django.db.models import Q, prefetch_related_objects
 from django.utils import timezone
 
@@ -55,38 +22,21 @@ from ..mapping import customers as customer_map
 from ..mapping import products as product_map
 from ..mapping import subscriptions as subscription_map
 from ..models.base import SyncState
-from ..models.bulk import insert_rows
 from ..models.customers import Customer
 from ..models.products import Price, Product, ProductStatus
 from ..models.subscriptions import Subscription
 from ..outbox.context import from_remote
 from ..service import ensure_service
 
-__all__ = [
-    "RESOURCES",
-    "PullCounts",
-    "products_without_cycles",
-    "pull_customers",
-    "pull_each",
-    "pull_products",
-    "pull_subscriptions",
-    "upsert_customer",
-    "upsert_customers",
-    "upsert_product",
-    "upsert_products",
-    "upsert_subscription",
-    "upsert_subscriptions",
-]
-
 logger = logging.getLogger("billing_integration.sync")
 
 Progress = Callable[[str, "PullCounts"], None]
-T = TypeVar("T")
 LOCAL_CHANGES = (SyncState.PENDING, SyncState.FAILED)
-
-
 #: How many error messages a ``PullCounts`` keeps (the count goes on).
 MAX_ERROR_MESSAGES = 20
+
+
+_COUNTED = ("created", "updated", "unchanged", "skipped", "pages", "stale", "errors")
 
 
 @dataclass
@@ -96,11 +46,8 @@ class PullCounts:
     unchanged: int = 0
     skipped: int = 0
     pages: int = 0
-    seen: set[uuid.UUID] = field(default_factory=set, repr=False)
-    #: Rows not applied because the mapping refused a value (``RemoteDataError``).
     errors: int = 0
     error_messages: list[str] = field(default_factory=list, repr=False)
-    #: Rows older than the stored version, not applied.
     stale: int = 0
 
     @property
@@ -108,31 +55,16 @@ class PullCounts:
         return self.created + self.updated + self.unchanged + self.skipped + self.stale
 
     def add(self, other: PullCounts) -> None:
-        self.created += other.created
-        self.updated += other.updated
-        self.unchanged += other.unchanged
-        self.skipped += other.skipped
-        self.pages += other.pages
-        self.errors += other.errors
-        self.stale += other.stale
-        room = MAX_ERROR_MESSAGES - len(self.error_messages)
-        self.error_messages.extend(other.error_messages[: max(room, 0)])
+        for name in _COUNTED:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.error_messages = (self.error_messages + other.error_messages)[:MAX_ERROR_MESSAGES]
 
     def error(self, message: str) -> None:
         self.errors += 1
-        if len(self.error_messages) < MAX_ERROR_MESSAGES:
-            self.error_messages.append(message)
+        self.error_messages = [*self.error_messages, message][:MAX_ERROR_MESSAGES]
 
     def as_dict(self) -> dict[str, int]:
-        return {
-            "created": self.created,
-            "updated": self.updated,
-            "unchanged": self.unchanged,
-            "skipped": self.skipped,
-            "pages": self.pages,
-            "stale": self.stale,
-            "errors": self.errors,
-        }
+        return {name: getattr(self, name) for name in _COUNTED}
 
     def __str__(self) -> str:
         return (
@@ -143,12 +75,9 @@ class PullCounts:
         )
 
 
-# --- generic bulk upsert ---------------------------------------------------------------------
-def _mapped(
-    rows: Iterable[dict[str, Any]], mapper: Callable[[dict], dict], counts: PullCounts
-) -> list[dict]:
-    """The mapped rows by remote id; a row the mapper refuses (``RemoteDataError``) is left
-    out and counted in ``counts.errors`` (what is stored for it is kept)."""
+# --- one page ----------------------------------------------------------------------------------
+def _mapped(rows: Iterable[Any], mapper: Callable[[dict], dict], counts: PullCounts) -> list[dict]:
+    """The mapped rows (the last of duplicates wins); a refused row is counted in errors."""
     out: dict[uuid.UUID, dict] = {}
     for row in rows:
         if not isinstance(row, dict):
@@ -156,133 +85,120 @@ def _mapped(
         try:
             fields = mapper(row)
         except RemoteDataError as exc:
-            rid = str(row.get("id"))[:64]
-            message = f"{rid}: {exc}"
+            message = f"{str(row.get('id'))[:64]}: {exc}"
             logger.error("Pulled row not applied (kept what is stored): %s", message)
             counts.error(message)
             continue
         if fields.get("remote_id") is not None:
-            out[fields["remote_id"]] = fields  # the last of duplicates wins
+            out[fields["remote_id"]] = fields
     return list(out.values())
 
 
-def _differs(obj: models.Model, fields: dict[str, Any]) -> list[str]:
-    return [name for name, value in fields.items() if getattr(obj, name) != value]
+#: The fields by which an unlinked local row (its create answer was lost) is adopted.
+ADOPT_BY = {
+    "Customer": ("identifier",),
+    "Subscription": ("customer_id", "product_id", "selected_billing_cycle"),
+}
 
 
-@dataclass(frozen=True)
-class Adoption:
-    """How a page finds local rows not linked yet (their create answer was lost) that stand
-    for a remote row: ``candidates(rows)`` filters the local unlinked rows that may match
-    (``None``: none can), ``local_key(obj)`` and ``remote_key(fields)`` pair them up."""
-
-    candidates: Callable[[list[dict[str, Any]]], Q | None]
-    local_key: Callable[[Any], Any]
-    remote_key: Callable[[dict[str, Any]], Any]
-
-
-def _bulk_upsert(
-    model: type[models.Model],
-    mapped: list[dict[str, Any]],
-    *,
-    local_owned: tuple[str, ...],
-    adopt: Adoption | None = None,
-    create_only: tuple[str, ...] = (),
-    created_rows: bool = False,
-    counts: PullCounts | None = None,
-    versioned: bool = False,
-) -> tuple[PullCounts, list[models.Model]]:
-    """Upsert one page. ``local_owned`` fields are not overwritten on rows with local
-    changes pending; ``create_only`` fields are set on new rows only; ``adopt`` links remote
-    rows to local not-yet-linked rows (looked up in the same query as the known rows).
-    ``versioned``: a row older than the stored ``remote_updated`` is not applied (``stale``)
-    unless that is a time of ours (``remote_updated_ours``), and a row without
-    ``date_updated`` keeps the stored ``remote_updated``.
-    Returns the counts and the rows written: the created ones (with their primary keys) when
-    ``created_rows`` is set - otherwise new rows are inserted without building model
-    instances (``models.bulk.insert_rows``) and only the updated ones are returned."""
-    counts = counts if counts is not None else PullCounts()
-    counts.pages += 1
-    if not mapped:
-        return counts, []
-    now = timezone.now()
+def _existing(model: type[models.Model], mapped: list[dict]) -> dict:
+    """The local rows by remote id, the adopted unlinked ones included, in one query."""
+    keys = ADOPT_BY.get(model.__name__, ())
     query = Q(remote_id__in=[m["remote_id"] for m in mapped])
-    candidates = adopt.candidates(mapped) if adopt else None
-    if candidates is not None:
-        query |= Q(remote_id__isnull=True) & candidates
-    existing: dict[uuid.UUID, models.Model] = {}
+    wanted = {k for k in (tuple(m.get(n) for n in keys) for m in mapped) if k and k[0]}
+    wanted = {k for k in wanted if None not in k}
+    if wanted:
+        values = {f"{name}__in": {k[i] for k in wanted} for i, name in enumerate(keys)}
+        query |= Q(remote_id__isnull=True, **values)
+    existing: dict[Any, models.Model] = {}
     unlinked: dict[Any, models.Model] = {}
     for obj in model._default_manager.filter(query).order_by("pk"):
         if obj.remote_id is not None:
             existing[obj.remote_id] = obj
-        elif adopt is not None:
-            unlinked.setdefault(adopt.local_key(obj), obj)
-    if adopt is not None and unlinked:
-        for fields in mapped:
-            if fields["remote_id"] not in existing:
-                obj = unlinked.pop(adopt.remote_key(fields), None)
-                if obj is not None:
-                    existing[fields["remote_id"]] = obj
-    to_create: list[dict[str, Any]] = []
-    to_update: list[models.Model] = []
-    update_fields: set[str] = set()
+        else:
+            unlinked.setdefault(tuple(getattr(obj, name) for name in keys), obj)
     for fields in mapped:
-        counts.seen.add(fields["remote_id"])
+        key = tuple(fields.get(name) for name in keys)
+        if unlinked and fields["remote_id"] not in existing and key in unlinked:
+            existing[fields["remote_id"]] = unlinked.pop(key)
+    return existing
+
+
+def _applicable(obj: Any, fields: dict, local_owned: tuple, versioned: bool, counts: PullCounts):
+    """The fields of ``fields`` to write on ``obj`` and whether its local changes are kept;
+    None for a stale row."""
+    if versioned and obj.remote_updated is not None:
+        version = fields.get("remote_updated") or fields.get("remote_created")
+        if version is not None and version < obj.remote_updated and not obj.remote_updated_ours:
+            counts.stale += 1
+            return None
+        if fields.get("remote_updated") is None:
+            fields = {k: v for k, v in fields.items() if k != "remote_updated"}
+        else:
+            fields = {**fields, "remote_updated_ours": False}
+    keep = bool(local_owned) and obj.sync_state in LOCAL_CHANGES and obj.remote_id is not None
+    if keep:
+        fields = {k: v for k, v in fields.items() if k not in local_owned}
+        counts.skipped += 1
+    return fields, keep
+
+
+def _upsert(
+    model: type[models.Model],
+    mapped: list[dict[str, Any]],
+    counts: PullCounts,
+    *,
+    local_owned: tuple[str, ...] = (),
+    create_only: tuple[str, ...] = (),
+    versioned: bool = False,
+) -> tuple[list[models.Model], list[models.Model]]:
+    """Upsert one page of mapped rows; returns the created and the updated rows."""
+    counts.pages += 1
+    if not mapped:
+        return [], []
+    now = timezone.now()
+    existing = _existing(model, mapped)
+    to_create: list[models.Model] = []
+    to_update: list[models.Model] = []
+    update_fields = {"last_synced_at", "updated_at"}
+    for fields in mapped:
         obj = existing.get(fields["remote_id"])
         if obj is None:
-            to_create.append({**fields, "sync_state": SyncState.SYNCED, "last_synced_at": now})
+            to_create.append(model(**fields, sync_state=SyncState.SYNCED, last_synced_at=now))
             continue
         fields = {k: v for k, v in fields.items() if k not in create_only}
-        if versioned and obj.remote_updated is not None:
-            version = fields.get("remote_updated") or fields.get("remote_created")
-            ours = obj.remote_updated_ours  # our clock never makes the service's row stale
-            if version is not None and version < obj.remote_updated and not ours:
-                counts.stale += 1
-                continue
-            if fields.get("remote_updated") is None:
-                fields = {k: v for k, v in fields.items() if k != "remote_updated"}
-            else:
-                fields["remote_updated_ours"] = False
-        if (
-            local_owned
-            and getattr(obj, "sync_state", None) in LOCAL_CHANGES
-            and obj.remote_id is not None
-        ):
-            # Local changes waiting to be pushed: keep them; still record what we saw.
-            fields = {k: v for k, v in fields.items() if k not in local_owned}
-            counts.skipped += 1
-            skipped = True
-        else:
-            skipped = False
-        changed = _differs(obj, fields)
+        applicable = _applicable(obj, fields, local_owned, versioned, counts)
+        if applicable is None:
+            continue
+        fields, kept = applicable
+        changed = [name for name, value in fields.items() if getattr(obj, name) != value]
         if not changed:
-            if not skipped:
+            if not kept:
                 counts.unchanged += 1
             continue
         for name in changed:
             setattr(obj, name, fields[name])
-        obj.last_synced_at = now
+        obj.last_synced_at = obj.updated_at = now
         update_fields.update(changed)
-        update_fields.add("last_synced_at")
-        if not skipped:
-            if obj.sync_state != SyncState.SYNCED and obj.remote_id is not None:
+        if not kept:
+            if obj.sync_state != SyncState.SYNCED:
                 obj.sync_state = SyncState.SYNCED
                 update_fields.add("sync_state")
             counts.updated += 1
         to_update.append(obj)
-    created: list[models.Model] = []
     with transaction.atomic(), from_remote():
-        if to_create and created_rows:
-            created = model._default_manager.bulk_create([model(**row) for row in to_create])
-        elif to_create:
-            insert_rows(model, to_create, using=model._default_manager.db)
+        if to_create:
+            # A row a concurrent pull or event inserted meanwhile is updated, not duplicated.
+            model._default_manager.bulk_create(
+                to_create,
+                update_conflicts=True,
+                unique_fields=["remote_id"],
+                update_fields=sorted(set(mapped[0]) - {"remote_id", *create_only}),
+            )
         if to_update:
-            update_fields.add("updated_at")
-            for obj in to_update:
-                obj.updated_at = now
             model._default_manager.bulk_update(to_update, sorted(update_fields))
     counts.created += len(to_create)
-    return counts, [*created, *to_update]
+    return to_create, to_update
 
 
 # --- products --------------------------------------------------------------------------------
@@ -290,27 +206,20 @@ PRODUCT_LOCAL = ("name", "description", "status", "selected_currencies", "billin
 
 
 def upsert_products(rows: Iterable[dict[str, Any]]) -> PullCounts:
-    """Upsert one page of product resources (request or response shape). Products new to
-    this side get their type and root prices (one-time products) from the resource; the
-    cycles of a response-shape blueprint (an id) are not known and stay empty: such a
-    subscription product is stored with ``blueprint_known`` False, so the cycles declared
-    for it here are not pushed unasked (see ``Product.objects.without_cycles()``).
-
-    Products whose remote JSON changed get their ``not_sent`` state re-derived: what the
-    service lacks may have changed (two queries for the page)."""
+    """Upsert one page of product resources. New products get their type and root prices
+    from the resource (a response's blueprint is an id: its cycles stay unknown,
+    ``blueprint_known`` False); updated ones get their ``not_sent`` state re-derived."""
     rows = [r for r in rows if isinstance(r, dict)]
     counts = PullCounts()
     mapped = _mapped(rows, product_map.from_remote, counts)
-    counts, objs = _bulk_upsert(
+    created, updated = _upsert(
         Product,
         mapped,
+        counts,
         local_owned=PRODUCT_LOCAL,
         create_only=("product_type", "blueprint_known"),
-        created_rows=True,
-        counts=counts,
     )
-    _settle_not_carried(objs[counts.created :])
-    created = [o for o in objs[: counts.created] if o.pk is not None]
+    _settle_not_carried(updated)
     if created:
         by_id = {str(r.get("id")): r for r in rows}
         prices = [
@@ -327,9 +236,7 @@ def upsert_products(rows: Iterable[dict[str, Any]]) -> PullCounts:
 
 
 def _settle_not_carried(products: list[Any]) -> None:
-    """Re-derive ``synced`` / ``not_sent`` (and its reason) of updated products with no
-    local change pending, from the JSON just pulled (a pull must not hide a local change
-    the service still lacks, nor keep reporting one it now has)."""
+    """Re-derive ``synced`` / ``not_sent`` of updated products without pending changes."""
     settled = [p for p in products if p.sync_state in (SyncState.SYNCED, SyncState.NOT_SENT)]
     if not settled:
         return
@@ -346,18 +253,12 @@ def _settle_not_carried(products: list[Any]) -> None:
             Product.objects.bulk_update(changed, ["sync_state", "sync_error"])
 
 
-def upsert_product(data: dict[str, Any]) -> Product | None:
-    upsert_products([data])
-    return Product.objects.filter(remote_id=data.get("id")).first()
-
-
 def pull_products(*, client: Any = None, progress: Progress | None = None) -> PullCounts:
     return _pull("products", upsert_products, client, progress)
 
 
 def products_without_cycles() -> list[Product]:
-    """Products on the service, not archived, with no billing cycle known here: checkout
-    refuses them until cycles are declared (a pulled subscription product arrives so)."""
+    """Products on the service, not archived, with no billing cycle known here."""
     return list(
         Product.objects.without_cycles()
         .filter(remote_id__isnull=False)
@@ -370,32 +271,11 @@ def products_without_cycles() -> list[Product]:
 CUSTOMER_LOCAL = ("identifier", "first_name", "last_name", "email")
 
 
-def _customer_candidates(rows: list[dict[str, Any]]) -> Q | None:
-    idents = {m["identifier"] for m in rows if m.get("identifier")}
-    return Q(identifier__in=idents) if idents else None
-
-
-#: Local customers not linked yet (their create answer was lost) with the same identifier
-#: as a remote one are linked instead of creating a second local row.
-CUSTOMER_ADOPTION = Adoption(
-    candidates=_customer_candidates,
-    local_key=lambda customer: customer.identifier,
-    remote_key=lambda fields: fields.get("identifier"),
-)
-
-
 def upsert_customers(rows: Iterable[dict[str, Any]]) -> PullCounts:
     counts = PullCounts()
     mapped = _mapped(rows, customer_map.from_remote, counts)
-    counts, _ = _bulk_upsert(
-        Customer, mapped, local_owned=CUSTOMER_LOCAL, adopt=CUSTOMER_ADOPTION, counts=counts
-    )
+    _upsert(Customer, mapped, counts, local_owned=CUSTOMER_LOCAL)
     return counts
-
-
-def upsert_customer(data: dict[str, Any]) -> Customer | None:
-    upsert_customers([data])
-    return Customer.objects.filter(remote_id=data.get("id")).first()
 
 
 def pull_customers(*, client: Any = None, progress: Progress | None = None) -> PullCounts:
@@ -403,51 +283,22 @@ def pull_customers(*, client: Any = None, progress: Progress | None = None) -> P
 
 
 # --- subscriptions ---------------------------------------------------------------------------
-def _subscription_candidates(rows: list[dict[str, Any]]) -> Q | None:
-    pairs = [(m["customer_id"], m["product_id"]) for m in rows]
-    customers = {c for c, p in pairs if c is not None and p is not None}
-    products = {p for c, p in pairs if c is not None and p is not None}
-    if not customers:
-        return None
-    return Q(customer_id__in=customers, product_id__in=products)
-
-
-#: Local subscriptions created here whose create answer was lost (same customer, product and
-#: cycle, not linked yet) are linked instead of creating a second local row.
-SUBSCRIPTION_ADOPTION = Adoption(
-    candidates=_subscription_candidates,
-    local_key=lambda sub: (sub.customer_id, sub.product_id, sub.selected_billing_cycle),
-    remote_key=lambda fields: (
-        fields["customer_id"],
-        fields["product_id"],
-        fields["selected_billing_cycle"],
-    ),
-)
-
-
 def upsert_subscriptions(
     rows: Iterable[dict[str, Any]],
     *,
     customer: Customer | None = None,
-    products: dict[uuid.UUID, int] | None = None,
 ) -> PullCounts:
-    """Upsert one page of subscription resources, linked to the local product and customer
-    by remote id (one query each for the whole page). ``customer`` keeps only its rows.
-    ``products`` (remote id -> local pk) is a cache kept across the pages of one pull: the
-    products of a page are looked up only when some are new to it."""
+    """Upsert one page of subscription resources, linked to the local products and customers
+    (one query each); with ``customer``, only its rows."""
     counts = PullCounts()
     mapped = _mapped(rows, subscription_map.from_remote, counts)
     if customer is not None:
         mapped = [m for m in mapped if m["customer_remote_id"] == customer.remote_id]
     product_ids = {m["product_remote_id"] for m in mapped if m["product_remote_id"]}
     customer_ids = {m["customer_remote_id"] for m in mapped if m["customer_remote_id"]}
-    if products is None:
-        products = {}
-    unknown = product_ids - products.keys()
-    if unknown:
-        products.update(
-            Product.objects.filter(remote_id__in=unknown).values_list("remote_id", "pk")
-        )
+    products = dict(
+        Product.objects.filter(remote_id__in=product_ids).values_list("remote_id", "pk")
+    )
     customers = dict(
         Customer.objects.filter(remote_id__in=customer_ids).values_list("remote_id", "pk")
     )
@@ -459,14 +310,7 @@ def upsert_subscriptions(
         }
         for fields in mapped
     ]
-    counts, _ = _bulk_upsert(
-        Subscription,
-        linked,
-        local_owned=(),
-        adopt=SUBSCRIPTION_ADOPTION,
-        counts=counts,
-        versioned=True,
-    )
+    _upsert(Subscription, linked, counts, versioned=True)
     return counts
 
 
@@ -483,17 +327,11 @@ def upsert_subscription(data: dict[str, Any]) -> Subscription | None:
 def pull_subscriptions(
     customer: Customer | None = None, *, client: Any = None, progress: Progress | None = None
 ) -> PullCounts:
-    """Pull subscriptions; with ``customer``, only that customer's (the list has no filter
-    in the interface, so the pages are still read in full)."""
+    """Pull subscriptions; with ``customer``, only its (the list has no filter: all pages)."""
     if customer is not None and customer.remote_id is None:
         return PullCounts()
-    products: dict[uuid.UUID, int] = {}
-    return _pull(
-        "subscriptions",
-        lambda rows: upsert_subscriptions(rows, customer=customer, products=products),
-        client,
-        progress,
-    )
+    upsert = lambda rows: upsert_subscriptions(rows, customer=customer)  # noqa: E731
+    return _pull("subscriptions", upsert, client, progress)
 
 
 # --- all of them ---------------------------------------------------------------------------
@@ -504,74 +342,16 @@ RESOURCES = ("products", "customers", "subscriptions")
 def pull_each(
     resources: Iterable[str] = RESOURCES, *, progress: Progress | None = None
 ) -> Iterator[tuple[str, PullCounts | BillingError]]:
-    """Pull each resource on its own: yields ``(resource, counts)``, or ``(resource, error)``
-    when that pull failed (logged), and goes on with the next one, so a failing resource
-    never keeps the others from being pulled."""
-    functions: dict[str, Callable[..., PullCounts]] = {
-        "products": pull_products,
-        "customers": pull_customers,
-        "subscriptions": pull_subscriptions,
-    }
+    """Pull each resource on its own: yields ``(resource, counts or the error)``."""
     for resource in resources:
         try:
-            yield resource, functions[resource](progress=progress)
+            yield resource, globals()[f"pull_{resource}"](progress=progress)
         except BillingError as exc:
             logger.error("Pull of %s failed: %s", resource, exc)
             yield resource, exc
 
 
 # --- paging ----------------------------------------------------------------------------------
-#: Pages fetched ahead by a thread while the current page is stored (0: no thread).
-READ_AHEAD = 2
-_END = object()
-
-
-def _read_ahead(pages: Iterator[T], depth: int = READ_AHEAD) -> Iterator[T]:
-    """Yield the items of ``pages`` while a thread fetches up to ``depth`` more, so the wait
-    for the next page overlaps the database work on this one. An error in the thread is
-    raised here, at the point the failed page would have been yielded; stopping early stops
-    the thread."""
-    if depth <= 0:
-        yield from pages
-        return
-    box: queue.Queue[tuple[Any, BaseException | None]] = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def put(item: tuple[Any, BaseException | None]) -> bool:
-        while not stop.is_set():
-            try:
-                box.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def fetch() -> None:
-        try:
-            for page in pages:
-                if not put((page, None)):
-                    return
-            put((_END, None))
-        except BaseException as exc:  # handed to the consumer
-            put((_END, exc))
-        finally:
-            connections.close_all()  # this thread's own (e.g. a database cache for the token)
-
-    thread = threading.Thread(target=fetch, name="billing-pull-read-ahead", daemon=True)
-    thread.start()
-    try:
-        while True:
-            page, error = box.get()
-            if page is _END:
-                if error is not None:
-                    raise error
-                return
-            yield page
-    finally:
-        stop.set()
-        thread.join(timeout=60)
-
-
 def _pull(
     resource: str,
     upsert: Callable[[list[dict[str, Any]]], PullCounts],
@@ -585,7 +365,7 @@ def _pull(
 
         client = get_client()
     total = PullCounts()
-    for page in _read_ahead(client.iter_pages(resource)):
+    for page in client.iter_pages(resource):
         total.add(upsert(page))
         if progress:
             progress(resource, total)

@@ -1,6 +1,4 @@
-"""Celery task of the periodic pull: ``billing_integration.sync_all`` (the name deployed beat
-schedules use), and ``refresh_in_background()``: the same pull asked of a worker by a page
-that answered from the mirror because the service is known down."""
+"""The periodic pull (``billing_integration.sync_all``) and ``refresh_in_background()``."""
 
 from __future__ import annotations
 
@@ -8,25 +6,22 @@ import logging
 
 from celery import shared_task
 
+from ..conf import billing_settings
 from ..exceptions import BillingError
 from ..health import record_run
-from ..wakeup import PUBLISH_RETRY_POLICY
 from .coalesce import once_per_window
 
 logger = logging.getLogger("billing_integration.sync")
 
-__all__ = ["BACKGROUND_PULL_INTERVAL", "refresh_in_background", "sync_all"]
 
-#: Seconds during which pages that could not refresh from the service ask a worker for one
-#: pull (``sync_all``), however many people load them.
+#: Pages that could not refresh ask a worker for one pull per this many seconds.
 BACKGROUND_PULL_INTERVAL = 60.0
 BACKGROUND_PULL_KEY = "billing:background-pull"
 
 
 @shared_task(name="billing_integration.sync_all", ignore_result=True)
 def sync_all() -> dict[str, dict[str, int]]:
-    """Reconcile: pull products, customers and subscriptions (see ``billing_sync``), each on
-    its own; raises the first failure once all were tried."""
+    """Pull products, customers and subscriptions, each on its own; raises the first failure."""
     from .pull import pull_each
 
     record_run("sync_all")  # billing_doctor: beat ran
@@ -43,18 +38,14 @@ def sync_all() -> dict[str, dict[str, int]]:
 
 
 def refresh_in_background() -> bool:
-    """Ask a worker for the pull (``sync_all``) at most once per ``BACKGROUND_PULL_INTERVAL``
-    across processes: a page that answered from the mirror (the service known down, or its
-    refresh failed) leaves the refresh to the worker, which waits out the backoff window
-    instead of the person. Never raises and never runs the pull in the request: with
-    ``CELERY_TASK_ALWAYS_EAGER`` nothing is sent (the periodic pull refreshes). True when a
-    message was sent."""
+    """Send ``sync_all`` at most once per ``BACKGROUND_PULL_INTERVAL`` (never eagerly, never
+    raising); True when a message was sent."""
     if sync_all.app.conf.task_always_eager:
         return False
     if not once_per_window(BACKGROUND_PULL_KEY, BACKGROUND_PULL_INTERVAL):
         return False
     try:
-        sync_all.apply_async(retry=True, retry_policy=PUBLISH_RETRY_POLICY)
+        sync_all.apply_async(queue=billing_settings.QUEUE)
     except Exception as exc:  # the broker is down: the periodic pull refreshes
         logger.warning("background pull not sent (%s); the periodic pull will refresh", exc)
         return False

@@ -59,13 +59,11 @@ from django import template
 from django.urls import reverse
 from django.utils.translation import gettext
 
-from .. import display
+from .. import currencies, display
 from ..access import active_subscriptions, get_subscriber, held_plan, resolve_product, subscribed
 from ..checkout.services import allows_multiple_purchases
 from ..checkout.views import account_url
-from ..conf import billing_settings
 from ..exceptions import BillingConfigurationError
-from ..mapping import checkout as checkout_map
 from ..models import BillingCycle, Product, ProductStatus
 
 register = template.Library()
@@ -98,10 +96,8 @@ def billing_checkout_button(
     resolved = product if isinstance(product, Product) else resolve_product(product)
     if isinstance(cycle, BillingCycle):
         cycle = cycle.code
-    if isinstance(currency, int) or (
-        isinstance(currency, str) and currency.isascii() and currency.isdigit()
-    ):
-        currency = billing_settings.CURRENCIES.get(int(currency), currency)
+    if currencies.is_id(currency):
+        currency = currencies.label(currency)
     subscriber = _request_subscriber(context)
     held = change = False
     if resolved is not None and not allows_multiple_purchases(resolved):
@@ -138,8 +134,8 @@ def _same_option(subscription: Any, cycle: Any, currency: Any) -> bool:
     if not currency:
         return True
     try:
-        held = checkout_map.currency_id(subscription.selected_currency)
-        wanted = checkout_map.currency_id(currency)
+        held = currencies.currency_id(subscription.selected_currency)
+        wanted = currencies.currency_id(currency)
     except BillingConfigurationError:
         return str(subscription.selected_currency).upper() == str(currency).upper()
     return held == wanted
@@ -150,7 +146,7 @@ def _label_with_price(label: str, product: Product | None, cycle: Any, currency:
     price_text = ""
     if product is not None:
         try:
-            currency_id = billing_settings.currency_id(currency) if currency else None
+            currency_id = currencies.currency_id(currency) if currency else None
         except BillingConfigurationError:
             currency_id = None
         for candidate in product.cycles.all():
@@ -159,7 +155,7 @@ def _label_with_price(label: str, product: Product | None, cycle: Any, currency:
             for price in candidate.prices.all():
                 if currency_id is None or price.currency_id == currency_id:
                     price_text = display.format_money(
-                        price.amount, billing_settings.CURRENCIES.get(price.currency_id, "")
+                        price.amount, currencies.label(price.currency_id)
                     )
                     break
             if price_text:
@@ -291,14 +287,7 @@ def do_if_feature(parser: template.base.Parser, token: template.base.Token) -> I
 def currency_code(value: Any) -> str:
     """``{{ price.currency_id|currency_code }}``: the ISO code of one of the service's integer
     currency ids (``BILLING['CURRENCIES']``); a code is returned upper-cased."""
-    if value is None or value == "":
-        return ""
-    if isinstance(value, int) or (isinstance(value, str) and value.isascii() and value.isdigit()):
-        try:
-            return billing_settings.currency_code(value)
-        except BillingConfigurationError:
-            return str(value)
-    return str(value).upper()
+    return currencies.label(value).upper()
 
 
 @register.filter

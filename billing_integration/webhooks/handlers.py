@@ -35,7 +35,7 @@ from django.db import connections, models
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from ..conf import billing_settings
+from .. import currencies
 from ..exceptions import BillingConfigurationError, RemoteDataError, WebhookError
 from ..mapping import subscriptions as subscription_mapping
 from ..mapping.common import as_uuid, ts
@@ -187,10 +187,7 @@ def _amount(value: Any) -> Decimal | None:
 
 
 def _currency(value: Any) -> str:
-    try:
-        return subscription_mapping.currency_code(value)[:8]
-    except BillingConfigurationError:
-        return str(value)[:8]
+    return currencies.label(value)[:8]
 
 
 def _known_currency(value: Any) -> str:
@@ -198,14 +195,12 @@ def _known_currency(value: Any) -> str:
     ``BILLING['CURRENCIES']``."""
     if value in (None, ""):
         return ""
-    known = billing_settings.CURRENCIES
     try:
-        code = subscription_mapping.currency_code(value)
+        return currencies.currency_code(value)
     except BillingConfigurationError:
-        code = ""
-    if code not in {str(c).upper() for c in known.values()}:
-        raise RemoteDataError("currency", value, "not a currency of BILLING['CURRENCIES']")
-    return code
+        raise RemoteDataError(
+            "currency", value, "not a currency of BILLING['CURRENCIES']"
+        ) from None
 
 
 def changed(remote_id: Any, stored_remote_id: Any, fk: Any) -> bool:

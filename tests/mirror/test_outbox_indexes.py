@@ -5,12 +5,12 @@ keeps (PostgreSQL's plans, on a table of 5,000 done entries with fresh statistic
 from __future__ import annotations
 
 import pytest
+from billing_integration.models.bulk import insert_rows
 from django.contrib.contenttypes.models import ContentType
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from billing_integration.models import Customer, OutboxEntry
-from billing_integration.models.bulk import insert_rows
 from billing_integration.outbox.push import push_entries
 
 from .test_batch import customers

@@ -1,0 +1,56 @@
+"""The one conversion between the service's currency ids and ISO codes
+(``BILLING['CURRENCIES']``): an id is an ``int`` (not a ``bool``) or ASCII digits, anything
+else a code (any case); an unknown one raises ``BillingConfigurationError``, except in
+``label()``, for display, which shows it as it is."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .conf import billing_settings
+from .exceptions import BillingConfigurationError
+
+SETTING = "BILLING['CURRENCIES']"
+
+
+def known() -> dict[int, str]:
+    """The configured ``{id: code}``."""
+    return dict(billing_settings.CURRENCIES)
+
+
+def is_id(value: Any) -> bool:
+    """Whether ``value`` is written as an id: an int (not a bool) or ASCII digits."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return True
+    return isinstance(value, str) and value.isascii() and value.isdigit()
+
+
+def currency_id(value: Any) -> int:
+    """The service's id of a currency given by its id or its code."""
+    text = value.strip() if isinstance(value, str) else value
+    table = known()
+    if is_id(text):
+        if int(text) in table:
+            return int(text)
+    elif isinstance(text, str):
+        for cid, code in table.items():
+            if code.upper() == text.upper():
+                return cid
+    raise BillingConfigurationError(f"Currency {value!r} is not in {SETTING}.", setting=SETTING)
+
+
+def currency_code(value: Any) -> str:
+    """The configured ISO code of a currency given by its id or its code."""
+    return known()[currency_id(value)]
+
+
+def label(value: Any) -> str:
+    """For display only: the code, an unknown value as it is, ``""`` for none."""
+    if value is None or value == "":
+        return ""
+    try:
+        return currency_code(value)
+    except BillingConfigurationError:
+        return str(value)
