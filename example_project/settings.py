@@ -105,7 +105,6 @@ BILLING = {
     "CLIENT_ID": env("BILLING_CLIENT_ID", default="sandbox-client"),
     "CLIENT_SECRET": env("BILLING_CLIENT_SECRET", default="sandbox-secret"),
     "WEBHOOK_SECRET": env("BILLING_WEBHOOK_SECRET", default=None),
-    "ACCOUNT_URL": "account",  # the app's billing page, mounted at /account/ (urls.py)
     "BASE_TEMPLATE": "base.html",  # the billing pages look like the rest of the site
     "PRICING_URL": "pricing",  # where a lapsed subscriber chooses a plan again
 }

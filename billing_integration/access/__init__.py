@@ -166,10 +166,9 @@ def held_plan(subscriber: Any, product: ProductRef) -> Subscription | None:
 def subscription_required_url(
     redirect_url: str | None = None, next_path: str | None = None, feature: str | None = None
 ) -> str:
-    """Where to send a non-subscriber: ``redirect_url`` or ``BILLING['SUBSCRIPTION_REQUIRED_URL']``
-    (a URL name, reversed, or a path), with ``?next=<next_path>`` and, when a feature is what
-    is missing, ``&feature=<key>`` (``access.features.refused_feature`` reads it back)."""
-    target = redirect_url or billing_settings.SUBSCRIPTION_REQUIRED_URL or "/"
+    """Where to send a non-subscriber: ``redirect_url`` or ``BILLING['PRICING_URL']`` (a URL
+    name or a path), with ``?next=`` and, when a feature is missing, ``&feature=``."""
+    target = redirect_url or billing_settings.PRICING_URL or "/"
     if "/" not in target:
         with contextlib.suppress(NoReverseMatch):
             target = reverse(target)

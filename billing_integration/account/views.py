@@ -35,7 +35,6 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from ..access import get_subscriber, held_plan
-from ..checkout.services import allows_multiple_purchases
 from ..client import get_client
 from ..conf import billing_settings
 from ..exceptions import BillingConfigurationError
@@ -70,11 +69,8 @@ def _url(target: str) -> str:
 
 
 def pricing_url() -> str:
-    """``BILLING['PRICING_URL']`` (default ``SUBSCRIPTION_REQUIRED_URL``): a URL name or a
-    path, where a customer chooses a plan."""
-    return _url(
-        str(billing_settings.PRICING_URL or billing_settings.SUBSCRIPTION_REQUIRED_URL or "/")
-    )
+    """``BILLING['PRICING_URL']`` (a URL name or a path): where a customer chooses a plan."""
+    return _url(str(billing_settings.PRICING_URL or "/"))
 
 
 def _price_of(sub: Subscription) -> Price | None:
@@ -110,7 +106,7 @@ def _pay_again(
             continue
         if product.confirmed_status != ProductStatus.PUBLISHED:
             continue
-        if product.pk in held and not allows_multiple_purchases(product):
+        if product.pk in held and not product.multiple_purchases:
             continue
         if held and held_plan(subscriber, product) is not None:
             continue

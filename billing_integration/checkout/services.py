@@ -92,7 +92,6 @@ __all__ = [
     "PlanAlreadyHeld",
     "ProductUnavailable",
     "ServiceUnavailable",
-    "allows_multiple_purchases",
     "start_checkout",
     "validate_selection",
 ]
@@ -376,24 +375,6 @@ def _translate(exc: BillingError, operation: str) -> CheckoutError:
     return ServiceUnavailable()
 
 
-def allows_multiple_purchases(product: Product) -> bool:
-    """Whether ``BILLING['MULTIPLE_PURCHASE_PRODUCTS']`` names ``product`` (by its name or its
-    remote id): such a product may be bought again while a subscription to it is active."""
-    listed = billing_settings.MULTIPLE_PURCHASE_PRODUCTS or ()
-    if isinstance(listed, (str, uuid.UUID)):
-        listed = (listed,)
-    for item in listed:
-        text = str(item).strip()
-        if text and text == product.name:
-            return True
-        try:
-            if product.remote_id is not None and uuid.UUID(text) == product.remote_id:
-                return True
-        except ValueError:
-            continue
-    return False
-
-
 def _lock_customer(customer: Customer) -> None:
     """Serialise the customer's checkouts until the transaction ends: a row lock where the
     database has ``SELECT ... FOR UPDATE``, else (SQLite) a no-op write, which takes the
@@ -482,7 +463,7 @@ def start_checkout(
     if subscriber is None or getattr(subscriber, "pk", None) is None:
         raise NoSubscriber()
     selection = validate_selection(product, cycle, currency)
-    if not allows_multiple_purchases(selection.product) and subscribed(
+    if not selection.product.multiple_purchases and subscribed(
         subscriber, selection.product
     ):
         raise AlreadySubscribed()

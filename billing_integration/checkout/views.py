@@ -53,16 +53,16 @@ RETURN_TEMPLATE = "billing_integration/checkout_return.html"
 RETURN_PULL_INTERVAL = 5.0
 
 
+#: The subscriber's billing page (the app's own), linked from the return and error pages.
+ACCOUNT_URL_NAME = "billing_integration:account"
+
+
 def account_url() -> str:
-    """``BILLING['ACCOUNT_URL']``: a URL name (reversed) or a path."""
-    target = str(billing_settings.ACCOUNT_URL or "/")
-    if "/" not in target:
-        try:
-            target = reverse(target)
-        except NoReverseMatch:
-            logger.warning("BILLING['ACCOUNT_URL'] %r is no URL name; linking to /", target)
-            target = "/"
-    return target
+    """The billing page's URL, ``/`` where the app's URLs are not mounted."""
+    try:
+        return reverse(ACCOUNT_URL_NAME)
+    except NoReverseMatch:
+        return "/"
 
 
 def _safe_next(request: HttpRequest, value: str | None) -> str | None:

@@ -57,7 +57,7 @@ __all__ = [
 
 #: Fields of a product kept here only (the service's API has no such fields): a save of only
 #: these writes no outbox entry.
-LOCAL_FIELDS = frozenset({"add_on", "plan_group"})
+LOCAL_FIELDS = frozenset({"add_on", "plan_group", "multiple_purchases"})
 
 DELETE_MESSAGE = (
     "Billing products are never deleted: the billing service keeps their history and has "
@@ -178,6 +178,12 @@ class Product(RemoteObject):
             "The recurring products of one group are alternatives: a subscriber holds at "
             "most one of them at a time. Empty: the main group of plans. Kept here only."
         ),
+    )
+
+    multiple_purchases = models.BooleanField(
+        _("multiple purchases"),
+        default=False,
+        help_text=_("May be bought again while held. Kept here only."),
     )
 
     objects = ProductQuerySet.as_manager()

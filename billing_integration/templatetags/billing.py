@@ -61,7 +61,6 @@ from django.utils.translation import gettext
 
 from .. import display
 from ..access import active_subscriptions, get_subscriber, held_plan, resolve_product, subscribed
-from ..checkout.services import allows_multiple_purchases
 from ..checkout.views import account_url
 from ..conf import billing_settings
 from ..exceptions import BillingConfigurationError
@@ -104,7 +103,7 @@ def billing_checkout_button(
         currency = billing_settings.CURRENCIES.get(int(currency), currency)
     subscriber = _request_subscriber(context)
     held = change = False
-    if resolved is not None and not allows_multiple_purchases(resolved):
+    if resolved is not None and not resolved.multiple_purchases:
         own = list(active_subscriptions(subscriber, resolved))
         held = any(_same_option(sub, cycle, currency) for sub in own)
         change = not held and (bool(own) or held_plan(subscriber, resolved) is not None)
