@@ -463,9 +463,7 @@ def start_checkout(
     if subscriber is None or getattr(subscriber, "pk", None) is None:
         raise NoSubscriber()
     selection = validate_selection(product, cycle, currency)
-    if not selection.product.multiple_purchases and subscribed(
-        subscriber, selection.product
-    ):
+    if not selection.product.multiple_purchases and subscribed(subscriber, selection.product):
         raise AlreadySubscribed()
     held = held_plan(subscriber, selection.product)
     if held is not None:

@@ -33,7 +33,6 @@ from django.views.decorators.http import require_GET, require_POST
 from ..access import get_subscriber
 from ..client import get_client, interactive_deadline
 from ..client.retry import Deadline
-from ..conf import billing_settings
 from ..exceptions import BillingError
 from ..models import CheckoutSession, Customer, Payment, Subscription
 from ..pages import render_page

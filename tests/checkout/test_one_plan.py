@@ -140,7 +140,8 @@ def test_button_current_plan_only_on_the_option_held(billing_sandbox, plans, use
     ):
         html = button(product, user, cycle=cycle, currency=currency)
         assert "<form" not in html and "Current plan" not in html, (product, cycle, currency)
-        assert '<p class="billing-checkout-change"><a href="/billing/account/">Change of plan</a>' in html
+        change = '<p class="billing-checkout-change"><a href="/billing/account/">Change of plan</a>'
+        assert change in html
     # the currency held as the service's id matches its code
     Subscription.objects.filter(product=starter).update(selected_currency="1")
     assert "Current plan" in button(starter, user, cycle="months-1", currency="XOF")
