@@ -1,42 +1,13 @@
-"""Start a hosted checkout: validate, make sure the customer exists remotely, create the
-session, record it.
+"""Start a hosted checkout: validate the choice, make sure the customer exists remotely, create
+the session, record it.
 
-    from billing_integration.checkout.services import start_checkout, CheckoutError
-    session = start_checkout(request.user, product, "months-1", "XOF")
-    return redirect(get_client().checkout_url(session.remote_id))
+    from billing_integration.checkout.services import checkout_url
+    return redirect(checkout_url(request.user, product, "months-1", "XOF"))
 
-Guarantees:
-
-- nothing is written when the choice is invalid (unknown / unpublished product, unknown
-  cycle or currency): validation runs before the customer is looked up; a product is sold
-  per the status the service last confirmed (``Product.confirmed_status``: an archived
-  product published again here while the service refused stays archived);
-- the local ``CheckoutSession`` row is written only after the service answered with the new
-  session (never a half-made session);
-- a session whose answer was lost (in doubt: a timeout, a 5xx, a 2xx that cannot be read) is
-  not created again within its lifetime: its key and expiry are kept in the shared cache
-  (``TOKEN_CACHE``) until it expires, and the next checkout of the same customer, product,
-  cycle and currency resends the same body with the same key, so the service replays it;
-- the customer is created and pushed through its own outbox entry and idempotency key
-  (``ensure_customer_pushed``), so a second click, a worker or a retry never creates a
-  second remote customer;
-- one idempotency key per checkout attempt (the client's retries reuse it);
-- one purchase per product: a subscriber holding an active subscription to the product
-  (``access.subscribed``) is refused (``AlreadySubscribed``, 409) before anything is written
-  or sent, unless ``BILLING['MULTIPLE_PURCHASE_PRODUCTS']`` names the product;
-- one plan at a time: a subscriber holding an active subscription to another recurring plan
-  of the product's group (``access.held_plan``: not an add-on, same ``plan_group``) is
-  refused (``PlanAlreadyHeld``, 409, naming the held plan) before anything is written or
-  sent: a second plan is never sold beside a first that may still renew;
-- one hosted session per double click: a checkout of the same product, cycle and currency
-  while an earlier session of the subscriber is still open (and untouched) returns that
-  session instead of creating another; the subscriber's checkouts are serialised by a lock
-  on its customer row, so two concurrent requests cannot both create one;
-- a person never waits longer than ``BILLING['INTERACTIVE_DEADLINE']`` seconds on the
-  service: the customer push and the session creation share that deadline (less
-  ``PAGE_MARGIN`` for the page); while the service is known down (its shared backoff window
-  is open) a checkout is refused at once with ``ServiceUnavailable``;
-- every failure is a ``CheckoutError`` with an HTTP status and a message fit for the user.
+Nothing is written for an invalid choice, a held product (unless ``Product.multiple_purchases``)
+or a second plan of a group; a session is recorded only once the service answered; a creation
+left in doubt is replayed with the same body and key; a double click gets the open session; a
+person waits at most ``INTERACTIVE_DEADLINE``; every failure is a ``CheckoutError``.
 """
 
 from __future__ import annotations
@@ -49,13 +20,14 @@ from typing import Any
 
 from django.db import connections, router, transaction
 from django.db.models import F, Q
+from django.http import HttpResponseRedirect
 from django.utils import timezone
 from django.utils.translation import gettext, gettext_lazy
 
 from ..access import held_plan, resolve_product, subscribed
 from ..client import get_client, interactive_deadline
 from ..client.retry import Deadline
-from ..conf import billing_settings
+from ..conf import billing_settings, shared_cache
 from ..customers import ensure_customer_pushed, get_or_create_customer
 from ..exceptions import (
     BillingAPIError,
@@ -78,7 +50,6 @@ from ..models import (
 from ..models.base import SyncState
 from ..outbox import from_remote
 from ..service import ensure_service
-from ..sync.coalesce import shared_cache
 
 logger = logging.getLogger("billing_integration.checkout")
 
@@ -92,6 +63,8 @@ __all__ = [
     "PlanAlreadyHeld",
     "ProductUnavailable",
     "ServiceUnavailable",
+    "checkout_redirect",
+    "checkout_url",
     "start_checkout",
     "validate_selection",
 ]
@@ -450,7 +423,7 @@ def start_checkout(
 ) -> CheckoutSession:
     """Start a hosted checkout for ``subscriber`` and return the recorded ``CheckoutSession``.
 
-    Send the customer to ``get_client().checkout_url(session.remote_id)``. The session's
+    ``checkout_url`` gives the page to send the customer to. The session's
     ``reused`` attribute is True when an open session of an earlier click was returned
     instead of a new one. Raises a ``CheckoutError`` subclass (``ProductUnavailable``
     404/409, ``AlreadySubscribed`` 409, ``PlanAlreadyHeld`` 409, ``InvalidChoice`` 400,
@@ -518,6 +491,22 @@ def start_checkout(
         selection.currency_id,
     )
     return session
+
+
+def checkout_url(
+    subscriber: Any, product: Any, cycle: Any = None, currency: Any = None, **kwargs: Any
+) -> str:
+    """The hosted checkout page's URL for ``subscriber``'s choice (``start_checkout``, then the
+    page of its session). Raises a ``CheckoutError`` as ``start_checkout`` does."""
+    session = start_checkout(subscriber, product, cycle, currency, **kwargs)
+    return str((kwargs.get("client") or get_client()).checkout_url(str(session.remote_id)))
+
+
+def checkout_redirect(
+    subscriber: Any, product: Any, cycle: Any = None, currency: Any = None, **kwargs: Any
+) -> HttpResponseRedirect:
+    """``checkout_url`` as a redirect a view can return."""
+    return HttpResponseRedirect(checkout_url(subscriber, product, cycle, currency, **kwargs))
 
 
 def _create_session(

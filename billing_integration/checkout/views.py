@@ -38,7 +38,7 @@ from ..models import CheckoutSession, Customer, Payment, Subscription
 from ..pages import render_page
 from ..sync.coalesce import note_window, once_per_window, window_note
 from ..sync.tasks import refresh_in_background
-from .services import CheckoutError, NoSubscriber, ServiceUnavailable, start_checkout
+from .services import CheckoutError, NoSubscriber, ServiceUnavailable, checkout_url
 
 logger = logging.getLogger("billing_integration.checkout")
 
@@ -95,14 +95,13 @@ def checkout(request: HttpRequest) -> HttpResponse:
     deadline = interactive_deadline()  # first: the whole request ends by it
     data = request.POST
     try:
-        session = start_checkout(
+        url = checkout_url(
             get_subscriber(request),
             data.get("product"),
             data.get("cycle") or None,
             data.get("currency") or None,
             deadline=deadline,
         )
-        url = get_client().checkout_url(str(session.remote_id))
     except CheckoutError as exc:
         return _error_page(request, exc)
     except BillingError as exc:  # e.g. configuration
