@@ -180,3 +180,11 @@ def customer_label(customer: Any) -> str:
         if text and text.strip():
             return text.strip()
     return customer.email or customer.identifier
+
+
+def object_label(obj: Any) -> str:
+    """``str(obj)``, with the amount in its currency for a payment, invoice or refund."""
+    amount = getattr(obj, "amount", None)
+    if amount is None or not hasattr(obj, "currency"):
+        return str(obj)
+    return f"{obj} {format_money(amount, obj.currency)}"

@@ -100,8 +100,10 @@ def admin_link(obj: models.Model | None, label: Any = None) -> SafeString | str:
     try:
         url = reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk])
     except NoReverseMatch:
-        return str(label if label is not None else obj)
-    return format_html('<a href="{}">{}</a>', url, label if label is not None else obj)
+        return str(label if label is not None else display.object_label(obj))
+    return format_html(
+        '<a href="{}">{}</a>', url, label if label is not None else display.object_label(obj)
+    )
 
 
 def admin_links(objects: Iterable[models.Model], empty: str = "-") -> SafeString | str:
