@@ -1,11 +1,5 @@
-"""Admin of the mirrored customers, subscriptions and checkout sessions, and the shared helpers
-of the billing admin (sync-state badge, links between objects, outbox actions).
-
-Remote-owned fields are read-only everywhere. Subscriptions and checkout sessions are read-only
-as a whole: the service owns their state (no update, cancel or pause operation), so the admin
-offers no add, change or delete for them. Nothing of the mirror is ever deleted from the admin:
-the service has no delete operation.
-"""
+"""Admin of the mirrored customers, subscriptions and checkout sessions, and the shared helpers of
+the billing admin (sync-state badge, links between objects, outbox actions)."""
 
 from __future__ import annotations
 
@@ -33,22 +27,6 @@ from ..models import (
     unknown_status_q,
 )
 from ..outbox.retry import retry_failed_pushes
-
-__all__ = [
-    "REMOTE_STATE_READONLY",
-    "CheckoutSessionAdmin",
-    "CustomerAdmin",
-    "ReadOnlyAdminMixin",
-    "SyncStateAdminMixin",
-    "admin_link",
-    "admin_links",
-    "currency_label",
-    "customer_link",
-    "retry_failed_pushes",
-    "state_badge",
-    "subscription_label",
-    "subscription_link",
-]
 
 #: Colours of the badges (sync states, event states, record statuses).
 BADGE_COLOURS = {
@@ -344,10 +322,7 @@ def subscription_label(subscription: Subscription) -> str:
 def subscription_link(
     subscription: Subscription | None, remote_id: Any = None, *, look_up: bool = True
 ) -> SafeString | str:
-    """A link to the subscription labelled by ``subscription_label``. A record that names a
-    subscription not linked to it (not mirrored yet when its event arrived) is linked to it
-    once it is mirrored (``look_up``: one query; a list looks its rows up at once); until then
-    its remote id reads "not mirrored here"."""
+    """A link to the subscription labelled by ``subscription_label``."""
     if subscription is None and remote_id and look_up:
         subscription = (
             Subscription.objects.filter(remote_id=remote_id)

@@ -1,11 +1,6 @@
 """Admin of products: billing cycles with their prices inline, root prices of one-time products,
 publish / archive / sync actions, a confirmation page before changing the prices or cycles of a
-product that has subscriptions, and archive instead of delete.
-
-Saving goes through the models only (an outbox entry per change, pushed by a Celery task); the
-admin never calls the HTTP client. Cycles saved for a product pulled from the service are
-"declared here" (offered at checkout, not pushed) until "Send declared cycles to the service".
-"""
+product that has subscriptions, and archive instead of delete."""
 
 from __future__ import annotations
 
@@ -49,8 +44,6 @@ from .mirror import (
     retry_failed_pushes,
     state_badge,
 )
-
-__all__ = ["CONFIRM_FIELD", "BillingCycleAdmin", "ProductAdmin", "format_prices", "parse_prices"]
 
 #: The POST flag that confirms a change of prices or cycles of a product with subscriptions.
 CONFIRM_FIELD = "_confirm_pricing_change"

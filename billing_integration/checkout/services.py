@@ -1,14 +1,5 @@
-"""Start a hosted checkout: validate the choice, make sure the customer exists remotely, create
-the session, record it.
-
-    from billing_integration.checkout.services import checkout_url
-    return redirect(checkout_url(request.user, product, "months-1", "XOF"))
-
-Nothing is written for an invalid choice, a held product (unless ``Product.multiple_purchases``)
-or a second plan of a group; a session is recorded only once the service answered; a creation
-left in doubt is replayed with the same body and key; a double click gets the open session; a
-person waits at most ``INTERACTIVE_DEADLINE``; every failure is a ``CheckoutError``.
-"""
+"""Start a hosted checkout: validate the choice, make sure the customer exists remotely, create the
+session, record it."""
 
 from __future__ import annotations
 
@@ -52,22 +43,6 @@ from ..outbox import from_remote
 from ..service import ensure_service
 
 logger = logging.getLogger("billing_integration.checkout")
-
-__all__ = [
-    "AlreadySubscribed",
-    "CheckoutError",
-    "CheckoutRefused",
-    "CheckoutSelection",
-    "InvalidChoice",
-    "NoSubscriber",
-    "PlanAlreadyHeld",
-    "ProductUnavailable",
-    "ServiceUnavailable",
-    "checkout_redirect",
-    "checkout_url",
-    "start_checkout",
-    "validate_selection",
-]
 
 ACTION_NEW = "new_subscription"
 #: Seconds an open session must still have before it expires to be reused for a second
@@ -214,14 +189,7 @@ def _currency_id(currency: Any) -> int:
 
 
 def validate_selection(product: Any, cycle: Any = None, currency: Any = None) -> CheckoutSelection:
-    """Check a product / cycle / currency choice against the local catalogue.
-
-    ``product``: a ``Product``, pk, remote id or name. ``cycle``: a ``BillingCycle`` or its code
-    (``"months-1"``); required for subscription products, ignored for one-time products.
-    ``currency``: a code (``"XOF"``) or an integer id; when omitted, the first of the
-    product's currencies that has a price. Reads only; raises ``ProductUnavailable`` or
-    ``InvalidChoice``.
-    """
+    """Check a product / cycle / currency choice against the local catalogue."""
     resolved = product if isinstance(product, Product) else None
     if resolved is None and product not in (None, ""):
         try:
@@ -349,9 +317,8 @@ def _translate(exc: BillingError, operation: str) -> CheckoutError:
 
 
 def _lock_customer(customer: Customer) -> None:
-    """Serialise the customer's checkouts until the transaction ends: a row lock where the
-    database has ``SELECT ... FOR UPDATE``, else (SQLite) a no-op write, which takes the
-    database's write lock."""
+    """Serialise the customer's checkouts until the transaction ends: a row lock where the database
+    has ``SELECT ..."""
     using = router.db_for_write(Customer)
     rows = Customer.objects.using(using).filter(pk=customer.pk)
     if connections[using].features.has_select_for_update:
@@ -361,11 +328,10 @@ def _lock_customer(customer: Customer) -> None:
 
 
 def _reusable_session(customer: Customer, selection: CheckoutSelection) -> CheckoutSession | None:
-    """The customer's open session for the same choice that a second click may reuse: not
-    completed, with more than ``REUSE_MARGIN`` seconds left (at most half of
-    ``CHECKOUT_EXPIRY``), and untouched since it started (no payment of the customer and no
-    subscription to the product recorded since; after a failed payment a new click starts
-    afresh)."""
+    """The customer's open session for the same choice that a second click may reuse: not completed,
+    with more than ``REUSE_MARGIN`` seconds left (at most half of ``CHECKOUT_EXPIRY``), and
+    untouched since it started (no payment of the customer and no subscription to the product
+    recorded since; after a failed payment a new click starts afresh)."""
     margin = min(REUSE_MARGIN, float(billing_settings.CHECKOUT_EXPIRY) / 2)
     now = timezone.now()
     session = (
@@ -421,17 +387,7 @@ def start_checkout(
     client: Any = None,
     deadline: Deadline | None = None,
 ) -> CheckoutSession:
-    """Start a hosted checkout for ``subscriber`` and return the recorded ``CheckoutSession``.
-
-    ``checkout_url`` gives the page to send the customer to. The session's
-    ``reused`` attribute is True when an open session of an earlier click was returned
-    instead of a new one. Raises a ``CheckoutError`` subclass (``ProductUnavailable``
-    404/409, ``AlreadySubscribed`` 409, ``PlanAlreadyHeld`` 409, ``InvalidChoice`` 400,
-    ``NoSubscriber`` 403, ``ServiceUnavailable`` 503, ``CheckoutRefused`` 502). ``deadline``:
-    the request's (the view's ``interactive_deadline()``, started when the request came in);
-    default: one started now. While the service is known down (``BillingClient.known_down``)
-    it raises ``ServiceUnavailable`` at once, nothing written or sent.
-    """
+    """Start a hosted checkout for ``subscriber`` and return the recorded ``CheckoutSession``."""
     deadline = deadline or interactive_deadline()
     if subscriber is None or getattr(subscriber, "pk", None) is None:
         raise NoSubscriber()
@@ -512,12 +468,7 @@ def checkout_redirect(
 def _create_session(
     customer: Customer, selection: CheckoutSelection, client: Any, deadline: Deadline
 ) -> CheckoutSession:
-    """Create the remote session, then record it locally (never a half-made session).
-
-    A creation left in doubt is remembered (``_in_doubt_key``) until the session would
-    expire: the next attempt for the same choice resends its body and key (a replay). Runs
-    in the caller's transaction, which commits even when this raises (a database cache's
-    entry must survive the failure)."""
+    """Create the remote session, then record it locally (never a half-made session)."""
     remembered = _in_doubt_key(customer, selection)
     earlier = _cache_call("get", remembered)
     now = timezone.now()

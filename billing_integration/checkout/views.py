@@ -1,19 +1,4 @@
-"""The checkout views: thin wrappers around ``services``.
-
-- ``checkout`` (POST, login required): starts a session and answers 302 to
-  ``{CHECKOUT_URL}/checkout/<session_id>`` -- the only place it ever redirects to (a ``next``
-  field is kept for the return page's "continue" link, and only if it is a local path).
-  Failures render ``billing_integration/checkout_error.html`` (extending
-  ``BILLING['BASE_TEMPLATE']``) with the error's status (409
-  with a link to ``BILLING['ACCOUNT_URL']`` for a product the subscriber already holds, and
-  for another plan while one is held: the page names the held plan and how to change it).
-- ``checkout_return`` (GET, login required): pulls the subscriber's subscriptions (at most
-  once per ``RETURN_PULL_INTERVAL`` seconds per customer, within
-  ``BILLING['INTERACTIVE_DEADLINE']``) and shows the outcome (active / pending / failed) in
-  ``billing_integration/checkout_return.html``. While the service is known down it sends
-  nothing: it answers from the mirror at once, says the page may not be up to date, and asks a
-  worker for the pull (``sync.tasks.refresh_in_background``).
-"""
+"""The checkout views: thin wrappers around ``services``."""
 
 from __future__ import annotations
 
@@ -41,8 +26,6 @@ from ..sync.tasks import refresh_in_background
 from .services import CheckoutError, NoSubscriber, ServiceUnavailable, checkout_url
 
 logger = logging.getLogger("billing_integration.checkout")
-
-__all__ = ["account_url", "checkout", "checkout_outcome", "checkout_return"]
 
 NEXT_SESSION_KEY = "billing_checkout_next"
 ERROR_TEMPLATE = "billing_integration/checkout_error.html"
@@ -121,15 +104,7 @@ ACTIVE, PENDING, FAILED, NONE = "active", "pending", "failed", "none"
 
 
 def checkout_outcome(customer: Customer | None, session: CheckoutSession | None) -> dict[str, Any]:
-    """The outcome of ``session`` (or of the customer's checkouts if ``None``) from local data:
-
-    - ``active``: an active subscription to the session's product (any product without a
-      session);
-    - ``failed``: a failed or canceled payment for the customer (and product) since the session
-      started, or the session expired (its status, or ``expires_at`` has passed);
-    - ``pending``: otherwise, while the session may still complete;
-    - ``none``: no customer, no session and no subscription.
-    """
+    """The outcome of ``session`` (or of the customer's checkouts if ``None``) from local data:"""
     result: dict[str, Any] = {
         "outcome": NONE,
         "subscription": None,
@@ -186,10 +161,8 @@ def _session_for(customer: Customer | None, ref: str | None) -> CheckoutSession 
 
 
 def _refresh(customer: Customer, deadline: Deadline) -> bool:
-    """Pull the customer's subscriptions, at most once per ``RETURN_PULL_INTERVAL`` and within
-    the request's ``deadline``. False when the page answers from the mirror without a fresh
-    pull (the page then says it may be out of date): the service is known down (nothing is
-    sent), or the last pull of the window failed; a worker then refreshes in the background."""
+    """Pull the customer's subscriptions, at most once per ``RETURN_PULL_INTERVAL`` and within the
+    request's ``deadline``."""
     if customer.remote_id is None:
         return True
     client = get_client()
