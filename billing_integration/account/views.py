@@ -110,8 +110,7 @@ def account(request: HttpRequest) -> HttpResponse:
     refunds: list[Refund] = []
     if customer is not None:
         cycles = Prefetch(
-            "product__cycles",
-            queryset=BillingCycle.objects.prefetch_related("prices"),
+            "product__cycles", queryset=BillingCycle.objects.prefetch_related("prices")
         )
         subscriptions = list(
             Subscription.objects.for_customer(customer)

@@ -18,14 +18,7 @@ from django.utils.translation import gettext_lazy as _
 from .. import display
 from ..conf import billing_settings
 from ..exceptions import BillingConfigurationError, BillingError
-from ..models import (
-    CheckoutSession,
-    Customer,
-    Subscription,
-    SyncState,
-    active_q,
-    unknown_status_q,
-)
+from ..models import CheckoutSession, Customer, Subscription, SyncState, active_q, unknown_status_q
 from ..outbox.retry import retry_failed_pushes
 
 #: Colours of the badges (sync states, event states, record statuses).
