@@ -104,7 +104,8 @@ ACTIVE, PENDING, FAILED, NONE = "active", "pending", "failed", "none"
 
 
 def checkout_outcome(customer: Customer | None, session: CheckoutSession | None) -> dict[str, Any]:
-    """The outcome of ``session`` (or of the customer's checkouts if ``None``) from local data:"""
+    """The outcome of ``session`` (or of the customer's checkouts if ``None``) from local data:
+    active (an active subscription), failed (a failed payment, or expired), else pending."""
     result: dict[str, Any] = {
         "outcome": NONE,
         "subscription": None,
