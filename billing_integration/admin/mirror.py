@@ -180,10 +180,6 @@ class CustomerAdmin(NoDeleteMixin, SyncStateAdminMixin, admin.ModelAdmin):
             fields = self.creation_fields + fields
         return fields
 
-    @admin.display(description=_("name"), ordering="last_name")
-    def full_name(self, obj: Customer) -> str:
-        return f"{obj.first_name} {obj.last_name}".strip()
-
     @admin.display(description=_("customer"), ordering="last_name")
     def display_name(self, obj: Customer) -> str:
         """Its name, else its subscriber's (never ``auth.user:4``)."""
