@@ -159,7 +159,7 @@ def check_feature(
     request: HttpRequest, feature: Any, redirect_url: str | None = None
 ) -> HttpResponse | None:
     """``None`` if the request may go on; else the redirect to send (the login page for
-    anonymous users, then ``redirect_url`` or ``BILLING['SUBSCRIPTION_REQUIRED_URL']`` with
+    anonymous users, then ``redirect_url`` or ``BILLING['PRICING_URL']`` with
     ``?next=<path>&feature=<key>``)."""
     key = _required(feature)
     user = getattr(request, "user", None)
