@@ -1,21 +1,4 @@
-"""What people read: human labels for billing cycles and statuses, and money per currency.
-
-One module for every page (templates through ``{% load billing %}``, the admin, the
-reports) so the same value always reads the same::
-
-    cycle_label("months-1")            # "Monthly"
-    cycle_label("months-3")            # "Every 3 months"
-    status_label(subscription)         # "Active", "Lapsed", "Canceled", "Unknown status", ...
-    format_money(Decimal("5000.0000"), "XOF")              # "XOF 5,000"  (en)
-    format_money(Decimal("5000.0000"), "XOF", locale="fr")  # "5 000 XOF"
-
-Money uses Babel's currency data: the amount is rounded to the currency's real minor units
-(XOF has none, USD two) and laid out per the locale (grouping, decimal sign, where the
-currency goes). The currency is shown by its ISO code, never a symbol, so "$" can never be
-read as the wrong dollar. The locale is the active Django language
-(``django.utils.translation.get_language()``), ``"en"`` when it has none or Babel does not
-know it. Machine outputs (CSV exports, the API) keep plain numbers and never use this module.
-"""
+"""What people read: human labels for billing cycles and statuses, and money per currency."""
 
 from __future__ import annotations
 
@@ -27,16 +10,6 @@ from typing import Any
 from babel import Locale, UnknownLocaleError
 from babel.numbers import format_currency, format_decimal, get_currency_precision
 from django.utils.translation import get_language, gettext, ngettext, pgettext, to_locale
-
-__all__ = [
-    "babel_locale",
-    "currency_precision",
-    "customer_label",
-    "cycle_label",
-    "failure_reason_label",
-    "format_money",
-    "status_label",
-]
 
 _CYCLE = re.compile(r"^(?P<unit>[a-z]+)-(?P<frequency>[0-9]+)$")
 FALLBACK_LOCALE = "en"
@@ -75,9 +48,8 @@ def _code_pattern(locale: Locale) -> str:
 
 
 def format_money(amount: Any, currency_code: str | None, locale: str | Locale | None = None) -> str:
-    """``amount`` in ``currency_code`` for a person: rounded to the currency's minor units,
-    grouped per ``locale`` (default: the active language), with the ISO code. ``""`` for no
-    amount; an amount that is not a number is returned as text, unchanged."""
+    """``amount`` in ``currency_code`` for a person: rounded to the currency's minor units, grouped
+    per ``locale`` (default: the active language), with the ISO code."""
     if amount is None or amount == "":
         return ""
     try:
@@ -92,9 +64,8 @@ def format_money(amount: Any, currency_code: str | None, locale: str | Locale | 
 
 
 def cycle_label(cycle: Any) -> str:
-    """``"months-1"`` -> "Monthly", ``"months-3"`` -> "Every 3 months", ``"years-1"`` ->
-    "Yearly", ``"years-2"`` -> "Every 2 years"; "One-time" for no cycle. A ``BillingCycle``
-    is read by its code; a value of another form is returned unchanged."""
+    """``"months-1"`` -> "Monthly", ``"months-3"`` -> "Every 3 months", ``"years-1"`` -> "Yearly",
+    ``"years-2"`` -> "Every 2 years"; "One-time" for no cycle."""
     code = getattr(cycle, "code", cycle)
     if not code:
         return gettext("One-time")
@@ -125,14 +96,7 @@ def _subscription_statuses() -> dict[str, str]:
 
 
 def status_label(value: Any) -> str:
-    """A subscription's status for a person.
-
-    Given a ``Subscription``: "Active" when it grants access now (the active rule),
-    "Lapsed" when its status is an active one but its period is over; otherwise as for a
-    status string: an active status (``BILLING['ACTIVE_STATUSES']``) -> "Active", a known
-    inactive one -> "Canceled", "Paused", ..., anything else (empty included) -> "Unknown
-    status". Never the raw value, so "published" never reaches a customer.
-    """
+    """A subscription's status for a person."""
     from .models.subscriptions import active_statuses
 
     status = getattr(value, "status", value)
@@ -162,9 +126,8 @@ def failure_reason_label(reason: str | None) -> str:
 
 
 def customer_label(customer: Any) -> str:
-    """A customer as a person reads it: its name, else its subscriber's (a user's full name
-    or username, ``str()`` of a team), else its e-mail, else its identifier. Reads
-    ``customer.subscriber``: select it with the customer in lists."""
+    """A customer as a person reads it: its name, else its subscriber's (a user's full name or
+    username, ``str()`` of a team), else its e-mail, else its identifier."""
     if customer is None:
         return ""
     name = f"{customer.first_name} {customer.last_name}".strip()
@@ -180,3 +143,11 @@ def customer_label(customer: Any) -> str:
         if text and text.strip():
             return text.strip()
     return customer.email or customer.identifier
+
+
+def object_label(obj: Any) -> str:
+    """``str(obj)``, with the amount in its currency for a payment, invoice or refund."""
+    amount = getattr(obj, "amount", None)
+    if amount is None or not hasattr(obj, "currency"):
+        return str(obj)
+    return f"{obj} {format_money(amount, obj.currency)}"

@@ -1,10 +1,4 @@
-"""Rendering of the app's own pages (checkout return and errors, the billing page).
-
-Every page template extends ``BILLING['BASE_TEMPLATE']`` (default: the app's minimal
-``billing_integration/base.html``) through the context variable ``billing_base_template``,
-so a host project's pages and the billing pages share one layout. The base template must
-define the blocks ``title`` and ``content``.
-"""
+"""Rendering of the app's own pages (checkout return and errors, the billing page)."""
 
 from __future__ import annotations
 
@@ -14,8 +8,6 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from .conf import billing_settings
-
-__all__ = ["base_template", "render_page"]
 
 DEFAULT_BASE_TEMPLATE = "billing_integration/base.html"
 

@@ -1,41 +1,4 @@
-"""Access checks: who has an active subscription.
-
-    from billing_integration.access import (
-        subscribed, active_subscriptions, subscription_required, SubscriptionRequiredMixin,
-        HasActiveSubscription, get_subscriber,
-    )
-
-    subscribed(request.user)                      # any active subscription
-    subscribed(request.user, product)             # to this product (instance, pk, remote id, name)
-
-    @subscription_required                        # or @subscription_required(product="Pro plan")
-    def members(request): ...
-
-    class Members(SubscriptionRequiredMixin, TemplateView):
-        subscription_product = "Pro plan"         # optional
-
-The *active* rule is ``Subscription.objects.active()`` (``billing_integration/models/
-subscriptions.py``): the status is in the allow-list ``BILLING['ACTIVE_STATUSES']`` (default
-``published``; any other status, an unknown one included, grants no access), and either the
-cycle has no end date, the cycle end is in the future, or the trial end is in the future.
-Nothing here re-implements it.
-
-The *subscriber* of a request is ``request.user`` unless ``BILLING['SUBSCRIBER_RESOLVER']``
-names a ``callable(request) -> subscriber | None`` (a team or an organisation model).
-Anonymous users have no subscriber. Non-subscribers are sent to
-``BILLING['SUBSCRIPTION_REQUIRED_URL']`` (a URL name or a path) with ``?next=<path>``;
-anonymous users are sent to the login page first.
-
-One plan at a time (``held_plan``): the recurring products of one ``plan_group`` are
-alternatives, and a subscriber holds at most one of them; an ``add_on`` is held beside a
-plan. ``held_plan(subscriber, product)`` is the active subscription to another plan of the
-product's group, the one that makes buying ``product`` a second plan beside a first that
-may still renew. Checkout (view, ``start_checkout``, DRF) and the checkout button use it.
-
-Access by feature (``has_feature``, ``feature_limit``, ``feature_required``,
-``FeatureRequiredMixin``, ``HasFeature``, ``products_with_feature``, ``refused_feature``): see
-``access/features.py``.
-"""
+"""Access checks: who has an active subscription."""
 
 from __future__ import annotations
 
@@ -94,10 +57,7 @@ def get_subscriber(request: HttpRequest) -> Any | None:
 
 
 def resolve_product(product: ProductRef) -> Product | None:
-    """A ``Product`` from an instance, a primary key, a remote id (UUID) or a name.
-
-    Returns ``None`` when nothing matches (``product=None`` also gives ``None``).
-    """
+    """A ``Product`` from an instance, a primary key, a remote id (UUID) or a name."""
     if product is None or isinstance(product, Product):
         return product
     if isinstance(product, uuid.UUID):
@@ -134,19 +94,13 @@ def active_subscriptions(subscriber: Any, product: ProductRef = None) -> QuerySe
 
 
 def subscribed(subscriber: Any, product: ProductRef = None) -> bool:
-    """Whether ``subscriber`` has an active subscription (to ``product`` if given).
-
-    ``subscriber`` is a subscriber instance (a user by default); ``None`` or an anonymous user
-    gives ``False``. ``product`` may be a ``Product``, its pk, its remote id or its name; an
-    unknown product gives ``False``.
-    """
+    """Whether ``subscriber`` has an active subscription (to ``product`` if given)."""
     return active_subscriptions(subscriber, product).exists()
 
 
 def held_plan(subscriber: Any, product: ProductRef) -> Subscription | None:
-    """The subscriber's active subscription to another plan of ``product``'s group, if any:
-    buying ``product`` beside it would be a second plan. ``None`` for a one-time product, an
-    add-on, an unknown product, or a subscriber holding no other plan of the group."""
+    """The subscriber's active subscription to another plan of ``product``'s group, if any: buying
+    ``product`` beside it would be a second plan."""
     resolved = resolve_product(product)
     if resolved is None or not resolved.is_plan:
         return None
@@ -166,10 +120,9 @@ def held_plan(subscriber: Any, product: ProductRef) -> Subscription | None:
 def subscription_required_url(
     redirect_url: str | None = None, next_path: str | None = None, feature: str | None = None
 ) -> str:
-    """Where to send a non-subscriber: ``redirect_url`` or ``BILLING['SUBSCRIPTION_REQUIRED_URL']``
-    (a URL name, reversed, or a path), with ``?next=<next_path>`` and, when a feature is what
-    is missing, ``&feature=<key>`` (``access.features.refused_feature`` reads it back)."""
-    target = redirect_url or billing_settings.SUBSCRIPTION_REQUIRED_URL or "/"
+    """Where to send a non-subscriber: ``redirect_url`` or ``BILLING['PRICING_URL']`` (a URL
+    name or a path), with ``?next=`` and, when a feature is missing, ``&feature=``."""
+    target = redirect_url or billing_settings.PRICING_URL or "/"
     if "/" not in target:
         with contextlib.suppress(NoReverseMatch):
             target = reverse(target)
@@ -198,13 +151,7 @@ def subscription_required(
     product: ProductRef = None,
     redirect_url: str | None = None,
 ) -> Any:
-    """View decorator: login required, then an active subscription (to ``product``).
-
-    Use bare (``@subscription_required``) or with arguments
-    (``@subscription_required(product="Pro plan", redirect_url="pricing")``).
-    Anonymous users go to the login page; non-subscribers to ``redirect_url`` or
-    ``BILLING['SUBSCRIPTION_REQUIRED_URL']`` with ``?next=<path>``.
-    """
+    """View decorator: login required, then an active subscription (to ``product``)."""
 
     def decorator(func: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
         @functools.wraps(func)
@@ -224,12 +171,7 @@ def subscription_required(
 
 
 class SubscriptionRequiredMixin:
-    """Class-based-view mixin: login required, then an active subscription.
-
-    Set ``subscription_product`` (instance, pk, remote id or name) to require one product
-    and ``subscription_redirect_url`` to override ``BILLING['SUBSCRIPTION_REQUIRED_URL']``;
-    or override ``get_subscription_product()``.
-    """
+    """Class-based-view mixin: login required, then an active subscription."""
 
     subscription_product: ProductRef = None
     subscription_redirect_url: str | None = None

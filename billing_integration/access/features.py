@@ -1,42 +1,4 @@
-"""Entitlements: access by feature (``sso``, ``api``, ``seats`` = 5), not by product name.
-
-    from billing_integration.access import (
-        has_feature, feature_limit, features_for, feature_required, FeatureRequiredMixin,
-        HasFeature,
-    )
-
-    has_feature(request.user, "sso")              # one query (or the request's cache, below)
-    has_feature(request, "sso")                   # the request's subscriber, cached
-    feature_limit(request, "seats")               # 5, or None
-
-    @feature_required("sso")
-    def reports(request): ...
-
-    class Reports(FeatureRequiredMixin, TemplateView):
-        required_feature = "sso"
-
-    refused_feature(request)    # on the pricing page: {"feature": "sso", "products": [...]}
-
-A subscriber's features are those of the products of its *active* subscriptions
-(``access.active_subscriptions``: the allow-list ``BILLING['ACTIVE_STATUSES']`` and the cycle
-rule; nothing here re-implements it). A product's features are the service's (its
-``features`` array, kept in ``remote_data``) and the ``ProductFeature`` rows declared here;
-where both name a key, the declaration here wins for that product. Across products (several
-active subscriptions) a key is granted when any product has it, and its limit is the largest
-number among them. A feature without a number is granted with a limit of ``None``:
-``has_feature`` is True and ``feature_limit`` is None (no number, not "unlimited"). Keys are
-compared stripped and lower-cased.
-
-Queries: computing the features of a subscriber is one query. ``features_for(request)``
-memoises them on the request (``request._billing_features``) and on the request's subscriber
-instance, so the decorator, the mixin, the DRF permission, the template tag and filters, and
-``has_feature(request.user, ...)`` in the view all share one query per request. A subscriber
-never bound to a request costs one query per call.
-
-A request refused for want of a feature is sent to ``SUBSCRIPTION_REQUIRED_URL`` with
-``?next=<path>&feature=<key>``: the page there can say which feature is missing and which plans
-include it (``refused_feature(request)``, ``products_with_feature(key)``).
-"""
+"""Entitlements: access by feature (``sso``, ``api``, ``seats`` = 5), not by product name."""
 
 from __future__ import annotations
 
@@ -52,17 +14,6 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from ..mapping.products import feature_key, features_from_remote, larger_limit
 from ..models import Product
 from . import active_subscriptions, get_subscriber, subscription_required_url
-
-__all__ = [
-    "FeatureRequiredMixin",
-    "feature_limit",
-    "feature_required",
-    "features_for",
-    "features_of",
-    "has_feature",
-    "products_with_feature",
-    "refused_feature",
-]
 
 #: The longest feature key ``refused_feature`` reads from a query string.
 MAX_FEATURE_KEY = 100
@@ -106,9 +57,8 @@ def _product_features(remote_data: Any, declared: dict[str, int | None]) -> dict
 
 
 def products_with_feature(feature: Any) -> list[Product]:
-    """The published subscription products that include ``feature`` (the service's
-    ``features`` array or a declaration here), by name: the plans to offer a subscriber who
-    lacks it. Empty for an empty or non-string key."""
+    """The published subscription products that include ``feature`` (the service's ``features``
+    array or a declaration here), by name: the plans to offer a subscriber who lacks it."""
     key = feature_key(feature)
     if not key:
         return []
@@ -130,9 +80,8 @@ def products_with_feature(feature: Any) -> list[Product]:
 
 
 def refused_feature(request: HttpRequest) -> dict[str, Any] | None:
-    """On the page a feature check sent the request to (``?feature=<key>``): ``{"feature":
-    key, "products": products_with_feature(key)}``; None without a usable ``feature``
-    parameter. The key is only compared and shown (escaped by the template), never trusted."""
+    """On the page a feature check sent the request to (``?feature=<key>``): ``{"feature": key,
+    "products": products_with_feature(key)}``; None without a usable ``feature`` parameter."""
     key = feature_key(request.GET.get("feature"))
     if not key or len(key) > MAX_FEATURE_KEY:
         return None
@@ -145,10 +94,7 @@ def _bound(obj: Any) -> Features | None:
 
 
 def features_of(subscriber: Any, *, memoise: bool = False) -> Features:
-    """The features of ``subscriber``: ``{key: limit or None}``; empty for ``None``/anonymous.
-
-    Uses the features memoised on the instance by ``features_for(request)`` when there are
-    some; otherwise one query (kept on the instance when ``memoise``)."""
+    """The features of ``subscriber``: ``{key: limit or None}``; empty for ``None``/anonymous."""
     cached = _bound(subscriber)
     if cached is not None:
         return cached
@@ -213,7 +159,7 @@ def check_feature(
     request: HttpRequest, feature: Any, redirect_url: str | None = None
 ) -> HttpResponse | None:
     """``None`` if the request may go on; else the redirect to send (the login page for
-    anonymous users, then ``redirect_url`` or ``BILLING['SUBSCRIPTION_REQUIRED_URL']`` with
+    anonymous users, then ``redirect_url`` or ``BILLING['PRICING_URL']`` with
     ``?next=<path>&feature=<key>``)."""
     key = _required(feature)
     user = getattr(request, "user", None)
@@ -229,10 +175,7 @@ def check_feature(
 def feature_required(
     feature: str, *, redirect_url: str | None = None
 ) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
-    """View decorator: login required, then ``feature`` through an active subscription.
-
-    ``@feature_required("sso")`` or ``@feature_required("api", redirect_url="pricing")``.
-    """
+    """View decorator: login required, then ``feature`` through an active subscription."""
     if callable(feature):
         raise TypeError('feature_required needs a feature name: @feature_required("sso").')
     key = _required(feature)
@@ -251,11 +194,7 @@ def feature_required(
 
 
 class FeatureRequiredMixin:
-    """Class-based-view mixin: login required, then ``required_feature``.
-
-    Set ``required_feature`` (or override ``get_required_feature()``) and optionally
-    ``feature_redirect_url``. A view without a feature raises ``ImproperlyConfigured``.
-    """
+    """Class-based-view mixin: login required, then ``required_feature``."""
 
     required_feature: str | None = None
     feature_redirect_url: str | None = None

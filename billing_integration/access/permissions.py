@@ -11,17 +11,9 @@ from rest_framework.permissions import BasePermission
 from . import ProductRef, get_subscriber, subscribed
 from .features import has_feature
 
-__all__ = ["HasActiveSubscription", "HasFeature"]
-
 
 class HasActiveSubscription(BasePermission):
-    """Allow authenticated requests whose subscriber has an active subscription.
-
-    Any product by default; set ``subscription_product`` on the view (instance, pk, remote
-    id or name), or subclass this permission with ``product = ...``. Anonymous requests get
-    DRF's "not authenticated" answer (401 or 403 depending on the authentication classes);
-    authenticated non-subscribers get 403.
-    """
+    """Allow authenticated requests whose subscriber has an active subscription."""
 
     message = _("An active subscription is required.")
     code = "subscription_required"
@@ -36,15 +28,8 @@ class HasActiveSubscription(BasePermission):
 
 
 class HasFeature(BasePermission):
-    """Allow authenticated requests whose subscriber has a feature (``access.has_feature``,
-    through the request's cache).
-
-    ``permission_classes = [HasFeature("sso")]`` (the call makes a permission class for that
-    feature), or ``permission_classes = [HasFeature]`` with ``required_feature = "sso"`` on the
-    view. A feature given to ``HasFeature(...)`` wins over the view's. No feature at all
-    raises ``ImproperlyConfigured``. Anonymous requests get DRF's "not authenticated"
-    answer; authenticated requests without the feature get 403.
-    """
+    """Allow authenticated requests whose subscriber has a feature (``access.has_feature``, through
+    the request's cache)."""
 
     message = _("This feature is not included in your subscription.")
     code = "feature_required"

@@ -1,27 +1,4 @@
-"""The customer's billing page (login required): subscriptions, payments, invoices, refunds.
-
-``account`` renders ``billing_integration/account.html`` (extending
-``BILLING['BASE_TEMPLATE']``; override the template in your project to change it) for the
-request's subscriber (``access.get_subscriber``: the user, or a team through
-``BILLING['SUBSCRIBER_RESOLVER']``):
-
-- each subscription with its human status, its price (the product's cycle price in the
-  subscription's currency), its cycle and, while it grants access, its next billing date;
-- payments (with the failure reason of a failed one), invoices and refunds, newest first;
-- **pay again** for the latest failed or canceled payment of a product the subscriber does
-  *not* hold now: a POST form to the checkout view for the same product, cycle and
-  currency. A product still held (its subscription still grants access although a renewal
-  payment failed) gets no pay-again button: the one-purchase rule stands (a new checkout
-  would be a second purchase and is refused with 409); the service retries the renewal, and
-  the page says access continues until the period ends;
-- a lapsed subscription (no longer granting access, product not held through another)
-  links to ``BILLING['PRICING_URL']`` (default ``SUBSCRIPTION_REQUIRED_URL``);
-- read from the mirror only (no call to the service); while the service is known down
-  (``BillingClient.known_down``) the page says it may not be up to date and asks a worker for
-  a pull (``sync.tasks.refresh_in_background``).
-
-A constant number of queries per page, whatever the number of records.
-"""
+"""The customer's billing page (login required): subscriptions, payments, invoices, refunds."""
 
 from __future__ import annotations
 
@@ -36,7 +13,6 @@ from django.views.decorators.http import require_GET
 
 from .. import currencies
 from ..access import get_subscriber, held_plan
-from ..checkout.services import allows_multiple_purchases
 from ..client import get_client
 from ..conf import billing_settings
 from ..exceptions import BillingConfigurationError
@@ -54,8 +30,6 @@ from ..models import (
 from ..pages import render_page
 from ..sync.tasks import refresh_in_background
 
-__all__ = ["ACCOUNT_TEMPLATE", "account", "pricing_url"]
-
 ACCOUNT_TEMPLATE = "billing_integration/account.html"
 #: Payment statuses a customer may pay again for.
 PAY_AGAIN_STATUSES = ("failed", "canceled")
@@ -71,11 +45,8 @@ def _url(target: str) -> str:
 
 
 def pricing_url() -> str:
-    """``BILLING['PRICING_URL']`` (default ``SUBSCRIPTION_REQUIRED_URL``): a URL name or a
-    path, where a customer chooses a plan."""
-    return _url(
-        str(billing_settings.PRICING_URL or billing_settings.SUBSCRIPTION_REQUIRED_URL or "/")
-    )
+    """``BILLING['PRICING_URL']`` (a URL name or a path): where a customer chooses a plan."""
+    return _url(str(billing_settings.PRICING_URL or "/"))
 
 
 def _price_of(sub: Subscription) -> Price | None:
@@ -111,7 +82,7 @@ def _pay_again(
             continue
         if product.confirmed_status != ProductStatus.PUBLISHED:
             continue
-        if product.pk in held and not allows_multiple_purchases(product):
+        if product.pk in held and not product.multiple_purchases:
             continue
         if held and held_plan(subscriber, product) is not None:
             continue
@@ -140,8 +111,7 @@ def account(request: HttpRequest) -> HttpResponse:
     refunds: list[Refund] = []
     if customer is not None:
         cycles = Prefetch(
-            "product__cycles",
-            queryset=BillingCycle.objects.prefetch_related("prices"),
+            "product__cycles", queryset=BillingCycle.objects.prefetch_related("prices")
         )
         subscriptions = list(
             Subscription.objects.for_customer(customer)

@@ -1,7 +1,6 @@
 """Admin of the event log (``WebhookEvent``): filters by type and state, the raw body and the
-headers (redacted when stored) pretty-printed, and "Replay" actions that call the webhooks
-layer (``replay_events``). Deliveries are never added or edited from the admin.
-"""
+headers (redacted when stored) pretty-printed, and "Replay" actions that call the webhooks layer
+(``replay_events``). Deliveries are never added or edited from the admin."""
 
 from __future__ import annotations
 
@@ -17,9 +16,6 @@ from django.utils.translation import gettext_lazy as _
 
 from ..models import WebhookEvent
 from .mirror import state_badge
-
-__all__ = ["WebhookEventAdmin", "pretty_json"]
-
 
 #: Characters of a body shown as raw text (not JSON, or nested too deep to be parsed).
 RAW_TEXT_LIMIT = 20_000

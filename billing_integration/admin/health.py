@@ -1,11 +1,4 @@
-"""Admin: the Health page (Admin → Billing → Health).
-
-Like the reports dashboard, it is the changelist of a proxy model (``Health``, a proxy of
-``Heartbeat``) so the admin index links to it and ``billing_integration.view_health`` guards
-it. It shows what ``manage.py billing_doctor`` prints, gathered when the page is opened
-(``billing_integration.health.diagnose``): a new token is fetched (never shown) and workers
-are pinged, so the page takes up to the ping timeout to answer.
-"""
+"""Admin: the Health page (Admin → Billing → Health)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""Admin of the mirrored customers, subscriptions and checkout sessions, and the shared helpers
-of the billing admin (sync-state badge, links between objects, outbox actions).
-
-Remote-owned fields are read-only everywhere. Subscriptions and checkout sessions are read-only
-as a whole: the service owns their state (no update, cancel or pause operation), so the admin
-offers no add, change or delete for them. Nothing of the mirror is ever deleted from the admin:
-the service has no delete operation.
-"""
+"""Admin of the mirrored customers, subscriptions and checkout sessions, and the shared helpers of
+the billing admin (sync-state badge, links between objects, outbox actions)."""
 
 from __future__ import annotations
 
@@ -32,22 +26,6 @@ from ..models import (
     unknown_status_q,
 )
 from ..outbox.retry import retry_failed_pushes
-
-__all__ = [
-    "REMOTE_STATE_READONLY",
-    "CheckoutSessionAdmin",
-    "CustomerAdmin",
-    "ReadOnlyAdminMixin",
-    "SyncStateAdminMixin",
-    "admin_link",
-    "admin_links",
-    "currency_label",
-    "customer_link",
-    "retry_failed_pushes",
-    "state_badge",
-    "subscription_label",
-    "subscription_link",
-]
 
 #: Colours of the badges (sync states, event states, record statuses).
 BADGE_COLOURS = {
@@ -99,8 +77,10 @@ def admin_link(obj: models.Model | None, label: Any = None) -> SafeString | str:
     try:
         url = reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk])
     except NoReverseMatch:
-        return str(label if label is not None else obj)
-    return format_html('<a href="{}">{}</a>', url, label if label is not None else obj)
+        return str(label if label is not None else display.object_label(obj))
+    return format_html(
+        '<a href="{}">{}</a>', url, label if label is not None else display.object_label(obj)
+    )
 
 
 def admin_links(objects: Iterable[models.Model], empty: str = "-") -> SafeString | str:
@@ -205,10 +185,6 @@ class CustomerAdmin(NoDeleteMixin, SyncStateAdminMixin, admin.ModelAdmin):
         if obj is not None and obj.remote_id is not None:
             fields = self.creation_fields + fields
         return fields
-
-    @admin.display(description=_("name"), ordering="last_name")
-    def full_name(self, obj: Customer) -> str:
-        return f"{obj.first_name} {obj.last_name}".strip()
 
     @admin.display(description=_("customer"), ordering="last_name")
     def display_name(self, obj: Customer) -> str:
@@ -341,10 +317,7 @@ def subscription_label(subscription: Subscription) -> str:
 def subscription_link(
     subscription: Subscription | None, remote_id: Any = None, *, look_up: bool = True
 ) -> SafeString | str:
-    """A link to the subscription labelled by ``subscription_label``. A record that names a
-    subscription not linked to it (not mirrored yet when its event arrived) is linked to it
-    once it is mirrored (``look_up``: one query; a list looks its rows up at once); until then
-    its remote id reads "not mirrored here"."""
+    """A link to the subscription labelled by ``subscription_label``."""
     if subscription is None and remote_id and look_up:
         subscription = (
             Subscription.objects.filter(remote_id=remote_id)

@@ -10,8 +10,6 @@ from django.utils.translation import gettext_lazy as _
 from ..models import Notice
 from .mirror import ReadOnlyAdminMixin, admin_link, state_badge
 
-__all__ = ["NoticeAdmin"]
-
 
 @admin.register(Notice)
 class NoticeAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):

@@ -1,21 +1,6 @@
 """Admin of products: billing cycles with their prices inline, root prices of one-time products,
-publish / archive / sync actions, a confirmation page before changing the prices or cycles of
-a product that has subscriptions, and archive instead of delete.
-
-How a product with a monthly price is made in one screen (see ``docs/admin.md``): the product
-form, a "Billing cycles" inline row (unit ``months``, frequency ``1``) and, on that row, the
-compact prices field (``XOF 10000, USD 19.99``). Each cycle row also links to a cycle page with
-one row per price (``show_change_link``). One-time products use the "Prices" inline instead.
-
-Saving goes through the models only: every save writes an outbox entry (``post_save``) that a
-Celery task pushes after commit. The admin never calls the HTTP client.
-
-Products pulled from the service arrive without cycles (the service answers with a blueprint
-id only): the list flags them ("no known cycles"); cycles saved for them are "declared here,
-not confirmed by the service" (offered at checkout, not pushed) until "Send declared cycles to
-the service". A save whose change no request can carry (a one-time product's prices, a
-product's type) is kept and shown with a warning; the push then marks the product "not sent".
-"""
+publish / archive / sync actions, a confirmation page before changing the prices or cycles of a
+product that has subscriptions, and archive instead of delete."""
 
 from __future__ import annotations
 
@@ -26,11 +11,12 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.contrib.admin.utils import flatten_fieldsets, unquote
+from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import models, transaction
 from django.db.models import Count
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.forms.formsets import DELETION_FIELD_NAME
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
@@ -58,16 +44,6 @@ from .mirror import (
     retry_failed_pushes,
     state_badge,
 )
-
-__all__ = [
-    "CONFIRM_FIELD",
-    "PRICE_CHANGE_WARNING",
-    "BillingCycleAdmin",
-    "BillingCycleForm",
-    "ProductAdmin",
-    "format_prices",
-    "parse_prices",
-]
 
 #: The POST flag that confirms a change of prices or cycles of a product with subscriptions.
 CONFIRM_FIELD = "_confirm_pricing_change"
@@ -99,8 +75,17 @@ DECLARED_WARNING = _(
 
 
 def declared_badge(cycle: BillingCycle) -> Any:
-    """The "declared here" mark of a cycle, ``-`` for the others."""
     return state_badge("declared", str(DECLARED_LABEL)) if cycle.declared else "-"
+
+
+def is_deleted(formset: Any, form: Any) -> bool:
+    """Whether a valid formset's form is marked for deletion."""
+    return bool(formset.can_delete and form.cleaned_data.get(DELETION_FIELD_NAME))
+
+
+def _change_url(model_admin: admin.ModelAdmin, obj: Any) -> str:
+    opts = model_admin.opts
+    return reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk])
 
 
 # --- the compact prices editor of a cycle row ---------------------------------------------------
@@ -171,7 +156,8 @@ class BillingCycleForm(forms.ModelForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        if self.instance.pk is not None:
+        self.was_new = self.instance.pk is None
+        if not self.was_new:
             self.fields["prices"].initial = format_prices(list(self.instance.prices.all()))
 
     def clean_prices(self) -> dict[int, Decimal]:
@@ -185,7 +171,7 @@ class BillingCycleForm(forms.ModelForm):
 
     def save_prices(self, cycle: BillingCycle) -> None:
         """Make the cycle's prices those of the field (only the rows that differ are written)."""
-        if "prices" not in self.changed_data and not getattr(self, "_was_new", False):
+        if "prices" not in self.changed_data and not self.was_new:
             return
         wanted: dict[int, Decimal] = self.cleaned_data.get("prices") or {}
         existing = {p.currency_id: p for p in cycle.prices.all()}
@@ -199,14 +185,9 @@ class BillingCycleForm(forms.ModelForm):
             if cid not in existing:
                 Price.objects.create(cycle=cycle, currency_id=cid, amount=amount)
 
-    def _post_clean(self) -> None:
-        self._was_new = self.instance.pk is None
-        super()._post_clean()
 
-
-class _NeverSentRowsFormSet(forms.BaseInlineFormSet):
-    """Inline rows that a product of one type would never send are refused rather than kept
-    silently: ``refuse_for_one_time`` says which type, ``message`` what to do."""
+class NeverSentRowsFormSet(forms.BaseInlineFormSet):
+    """Refuses inline rows that a product of the other type would never send."""
 
     refuse_for_one_time: bool
     message: Any
@@ -216,16 +197,13 @@ class _NeverSentRowsFormSet(forms.BaseInlineFormSet):
         if self.instance.is_one_time != self.refuse_for_one_time:
             return
         for form in self.forms:
-            if not hasattr(form, "cleaned_data") or self._should_delete_form(form):
+            if not hasattr(form, "cleaned_data") or is_deleted(self, form):
                 continue
             if form.instance.pk is not None or form.has_changed():
                 raise ValidationError(self.message)
 
 
-class CycleFormSet(_NeverSentRowsFormSet):
-    """Cycles belong to subscription products: a one-time product's cycles would never be
-    sent (its price is the root price)."""
-
+class CycleFormSet(NeverSentRowsFormSet):
     refuse_for_one_time = True
     message = _(
         "A one-time product has no billing cycles (none would be sent): put its "
@@ -233,9 +211,7 @@ class CycleFormSet(_NeverSentRowsFormSet):
     )
 
 
-class RootPriceFormSet(_NeverSentRowsFormSet):
-    """Root prices belong to one-time products: a subscription product's would never be sent."""
-
+class RootPriceFormSet(NeverSentRowsFormSet):
     refuse_for_one_time = False
     message = _(
         "A subscription product's prices go on its billing cycles (root prices "
@@ -259,8 +235,7 @@ class BillingCycleInline(admin.TabularInline):
 
     @admin.display(description=_("prices"))
     def prices(self, obj: BillingCycle) -> str:
-        """The prices as text where the row is read-only (a user without the change
-        permission): without it the admin would call the ``prices`` related manager."""
+        """The prices as text on a read-only row (a user without the change permission)."""
         return format_prices(list(obj.prices.all())) or "-"
 
     @admin.display(description=_("origin"))
@@ -268,14 +243,11 @@ class BillingCycleInline(admin.TabularInline):
         return declared_badge(obj)
 
     def get_extra(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> int:
-        if obj is not None and (obj.is_one_time or obj.cycles.exists()):
-            return 0
-        return 1
+        return 0 if obj is not None and (obj.is_one_time or obj.cycles.exists()) else 1
 
 
 class PriceInlineForm(forms.ModelForm):
-    """A price row: the currency chosen by its code (``BILLING['CURRENCIES']``), never typed
-    as the service's integer id."""
+    """A price row whose currency is chosen by its code."""
 
     currency_id = forms.TypedChoiceField(label=_("currency"), coerce=int)
 
@@ -285,10 +257,7 @@ class PriceInlineForm(forms.ModelForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["currency_id"].choices = [
-            ("", "---------"),
-            *((cid, code) for cid, code in sorted(_currencies().items())),
-        ]
+        self.fields["currency_id"].choices = [("", "---------"), *sorted(_currencies().items())]
 
 
 class RootPriceInline(admin.TabularInline):
@@ -341,6 +310,7 @@ class ProductForm(forms.ModelForm):
             "selected_currencies",
             "add_on",
             "plan_group",
+            "multiple_purchases",
         )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -353,57 +323,56 @@ class ProductForm(forms.ModelForm):
 
     def clean_status(self) -> str:
         """An archived product the service knows is published again only through the
-        "Publish selected products" action, which warns first (the service may refuse)."""
+        "Publish selected products" action, which warns first."""
         status = self.cleaned_data.get("status")
-        stored = Product.objects.filter(pk=self.instance.pk, remote_id__isnull=False)
         if (
             status == ProductStatus.PUBLISHED
             and self.instance.pk is not None
-            and stored.filter(status=ProductStatus.ARCHIVED).exists()
+            and Product.objects.filter(
+                pk=self.instance.pk, remote_id__isnull=False, status=ProductStatus.ARCHIVED
+            ).exists()
         ):
             raise ValidationError(REPUBLISH_FORM_ERROR)
         return status
 
 
-def _confirm_pricing_change(
-    model_admin: admin.ModelAdmin,
-    request: HttpRequest,
-    product: Product,
-    changes: list[Any],
-    change_url: str,
-    subscription_count: int,
-) -> TemplateResponse:
-    """The page that asks to confirm a change of prices or cycles of a product with
-    subscriptions; confirming re-posts the same form data with ``CONFIRM_FIELD``."""
-    context = {
-        **model_admin.admin_site.each_context(request),
-        "title": _("Confirm the change of prices or billing cycles"),
-        "object": product,
-        "opts": model_admin.opts,
-        "changes": changes,
-        "subscription_count": subscription_count,
-        "active_count": Subscription.objects.for_product(product).active().count(),
-        "warning": PRICE_CHANGE_WARNING,
-        "post_items": [
-            (key, value)
-            for key, values in request.POST.lists()
-            if key != "csrfmiddlewaretoken"
-            for value in values
-        ],
-        "confirm_field": CONFIRM_FIELD,
-        "change_url": change_url,
-    }
-    return TemplateResponse(
-        request, "admin/billing_integration/product/confirm_pricing_change.html", context
-    )
+def formset_changes(formset: Any) -> list[str]:
+    """Human descriptions of what a valid cycle or price formset would change."""
+    changes: list[str] = []
+    for form in formset.forms:
+        deleted = is_deleted(formset, form)
+        instance = form.instance
+        if deleted and instance.pk:
+            changes.append(_("remove %s") % instance)
+        elif deleted or not form.has_changed():
+            continue
+        elif instance.pk is None:
+            shown = ("unit", "frequency", "currency_id", "amount")
+            label = ", ".join(f"{k}={v}" for k, v in form.cleaned_data.items() if k in shown)
+            changes.append(_("add %s") % label)
+        else:
+            changes.append(
+                _("change %(obj)s (%(fields)s)")
+                % {"obj": instance, "fields": ", ".join(form.changed_data)}
+            )
+    return changes
 
 
 class PricingConfirmationMixin:
-    """Asks for confirmation before a change form saves new cycles or prices of a product
-    that has subscriptions: ``_pricing_confirmation`` returns that page, or None to go on."""
+    """Before a change form saves new cycles or prices of a product that has subscriptions,
+    answers a confirmation page; confirming re-posts the form with ``CONFIRM_FIELD``."""
 
-    def _pricing_confirmation(self, request: HttpRequest, object_id: str) -> HttpResponse | None:
+    def pricing_changes(self, request: HttpRequest, obj: Any) -> tuple[Product, list[str]]:
+        """The product concerned and the changes the valid POST would make (none if invalid)."""
         raise NotImplementedError
+
+    def bound_formsets(self, request: HttpRequest, obj: Any) -> list[Any]:
+        formsets = []
+        for formset_class, inline in self.get_formsets_with_inlines(request, obj):  # type: ignore[attr-defined]
+            prefix = formset_class.get_default_prefix()
+            kwargs = self.get_formset_kwargs(request, obj, inline, prefix)  # type: ignore[attr-defined]
+            formsets.append(formset_class(**kwargs))
+        return formsets
 
     def changeform_view(
         self,
@@ -413,10 +382,40 @@ class PricingConfirmationMixin:
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
         if request.method == "POST" and object_id and CONFIRM_FIELD not in request.POST:
-            response = self._pricing_confirmation(request, object_id)
+            response = self.pricing_confirmation(request, object_id)
             if response is not None:
                 return response
-        return super().changeform_view(request, object_id, form_url, extra_context)
+        return super().changeform_view(request, object_id, form_url, extra_context)  # type: ignore[misc]
+
+    def pricing_confirmation(self, request: HttpRequest, object_id: str) -> HttpResponse | None:
+        obj = self.get_object(request, unquote(object_id))  # type: ignore[attr-defined]
+        if obj is None or not self.has_change_permission(request, obj):  # type: ignore[attr-defined]
+            return None
+        product, changes = self.pricing_changes(request, obj)
+        total = product.subscriptions.count() if changes else 0
+        if not total or (not product.is_one_time and not product.blueprint_known):
+            return None  # declared cycles reach no subscription (sending them asks instead)
+        context = {
+            **self.admin_site.each_context(request),  # type: ignore[attr-defined]
+            "title": _("Confirm the change of prices or billing cycles"),
+            "object": product,
+            "opts": Product._meta,
+            "changes": changes,
+            "subscription_count": total,
+            "active_count": Subscription.objects.for_product(product).active().count(),
+            "warning": PRICE_CHANGE_WARNING,
+            "post_items": [
+                (key, value)
+                for key, values in request.POST.lists()
+                if key != "csrfmiddlewaretoken"
+                for value in values
+            ],
+            "confirm_field": CONFIRM_FIELD,
+            "change_url": request.path,
+        }
+        return TemplateResponse(
+            request, "admin/billing_integration/product/confirm_pricing_change.html", context
+        )
 
 
 class CyclesListFilter(admin.SimpleListFilter):
@@ -462,7 +461,7 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
         (
             _("One plan at a time"),
             {
-                "fields": ("add_on", "plan_group"),
+                "fields": ("add_on", "plan_group", "multiple_purchases"),
                 "description": _(
                     "A subscriber holds one recurring plan of a group at a time: checkout "
                     "refuses a second plan beside a first that may still renew. Mark an "
@@ -478,9 +477,16 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
     readonly_fields = (*REMOTE_STATE_READONLY, "cycles_column", "subscriptions_link")
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
-        """No synchronisation state on the add form: nothing is saved yet, so nothing is
-        "Pending push"."""
+        """No synchronisation state on the add form (nothing is saved yet)."""
         return self.fieldsets if obj is not None else self.fieldsets[:1]
+
+    def get_object_or_404(self, request: HttpRequest, object_id: str) -> Product:
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None:
+            raise Http404(_("No product with the key “%s”.") % object_id)
+        if not self.has_change_permission(request, obj):
+            raise PermissionDenied
+        return obj
 
     # -- list ------------------------------------------------------------------------------------
     def get_queryset(self, request: HttpRequest) -> models.QuerySet:
@@ -489,9 +495,7 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
             .get_queryset(request)
             .annotate(
                 _subscriber_count=Count(
-                    "subscriptions",
-                    filter=active_q(prefix="subscriptions__"),
-                    distinct=True,
+                    "subscriptions", filter=active_q(prefix="subscriptions__"), distinct=True
                 ),
                 _cycle_count=Count("cycles", distinct=True),
                 _declared_count=Count(
@@ -503,18 +507,12 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
     @admin.display(description=_("status"), ordering="status")
     def status_column(self, obj: Product) -> Any:
         """The status, and the service's when it refused a change of it (what is sold)."""
-        confirmed = obj.confirmed_status
-        if confirmed == obj.status:
+        if obj.confirmed_status == obj.status:
             return obj.get_status_display()
-        return format_html(
-            "{} {}",
-            obj.get_status_display(),
-            state_badge(
-                "failed",
-                _("refused by the service: still %(status)s there")
-                % {"status": ProductStatus(confirmed).label},
-            ),
-        )
+        refused = _("refused by the service: still %(status)s there") % {
+            "status": ProductStatus(obj.confirmed_status).label
+        }
+        return format_html("{} {}", obj.get_status_display(), state_badge("failed", refused))
 
     def change_view(
         self,
@@ -531,14 +529,14 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
 
     @admin.display(description=_("billing cycles"))
     def cycles_column(self, obj: Product) -> Any:
-        """Flags a subscription product that cannot be sold (no cycle known here) and one
-        whose cycles are declared here, not confirmed by the service."""
+        """Flags a subscription product with no known cycle, and one with declared cycles."""
         if obj.is_one_time:
             return "-"
         total = getattr(obj, "_cycle_count", None)
-        declared = getattr(obj, "_declared_count", None)
-        if total is None or declared is None:
+        if total is None:
             total = obj.cycles.count()
+        declared = getattr(obj, "_declared_count", None)
+        if declared is None:
             declared = obj.cycles.filter(declared=True).count()
         if not total:
             return state_badge("no-cycles", str(NO_CYCLES_LABEL))
@@ -557,10 +555,8 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
 
     @admin.display(description=_("subscriptions"))
     def subscriptions_link(self, obj: Product) -> Any:
-        total = obj.subscriptions.count()
-        return changelist_link(
-            Subscription, _("%d subscription(s)") % total, product__id__exact=obj.pk
-        )
+        label = _("%d subscription(s)") % obj.subscriptions.count()
+        return changelist_link(Subscription, label, product__id__exact=obj.pk)
 
     # -- delete is replaced by archive -----------------------------------------------------------
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -588,18 +584,11 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
         ]
 
     def send_declared_cycles_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        """GET: what would be sent (it replaces the service's blueprint); POST: send it
-        through the outbox (``outbox.signals.send_declared_cycles``)."""
+        """GET: what would be sent (it replaces the service's blueprint); POST: send it."""
         from ..outbox.signals import send_declared_cycles
 
-        obj = self.get_object(request, unquote(object_id))
-        if obj is None:
-            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
-        if not self.has_change_permission(request, obj):
-            raise PermissionDenied
-        change_url = reverse(
-            f"admin:{self.opts.app_label}_{self.opts.model_name}_change", args=[obj.pk]
-        )
+        obj = self.get_object_or_404(request, object_id)
+        change_url = _change_url(self, obj)
         if request.method == "POST":
             try:
                 send_declared_cycles(obj)
@@ -629,14 +618,8 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
 
     def archive_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """GET: a confirmation page; POST: archive the product (pushed like any change)."""
-        obj = self.get_object(request, unquote(object_id))
-        if obj is None:
-            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
-        if not self.has_change_permission(request, obj):
-            raise PermissionDenied
-        change_url = reverse(
-            f"admin:{self.opts.app_label}_{self.opts.model_name}_change", args=[obj.pk]
-        )
+        obj = self.get_object_or_404(request, object_id)
+        change_url = _change_url(self, obj)
         if request.method == "POST":
             if obj.status != ProductStatus.ARCHIVED:
                 obj.archive()
@@ -656,24 +639,20 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
         )
 
     # -- actions ---------------------------------------------------------------------------------
-    def _set_status(self, request: HttpRequest, queryset: models.QuerySet, status: str) -> int:
+    def set_status(self, request: HttpRequest, queryset: models.QuerySet, status: str) -> int:
         count = 0
         pks = list(queryset.values_list("pk", flat=True))
         with transaction.atomic():
             rows = Product.objects.filter(pk__in=pks).exclude(status=status).select_for_update()
             for product in rows:
-                if status == ProductStatus.ARCHIVED:
-                    product.archive()
-                else:
-                    product.publish()
+                product.archive() if status == ProductStatus.ARCHIVED else product.publish()
                 self.log_change(request, product, [{"changed": {"fields": ["status"]}}])
                 count += 1
         return count
 
     @admin.action(description=_("Publish selected products"), permissions=["change"])
     def publish(self, request: HttpRequest, queryset: models.QuerySet) -> HttpResponse | None:
-        """Publish; an archived product the service knows is published again only after a
-        confirmation page (the service may refuse: it stays off sale until it confirms)."""
+        """Publish; an archived product the service knows asks for confirmation first."""
         archived = list(queryset.filter(status=ProductStatus.ARCHIVED, remote_id__isnull=False))
         if archived and not request.POST.get(REPUBLISH_FIELD):
             context = {
@@ -689,7 +668,7 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
             return TemplateResponse(
                 request, "admin/billing_integration/product/republish_confirmation.html", context
             )
-        count = self._set_status(request, queryset, ProductStatus.PUBLISHED)
+        count = self.set_status(request, queryset, ProductStatus.PUBLISHED)
         self.message_user(
             request,
             _("%d product(s) published; the change is being pushed.") % count,
@@ -701,7 +680,7 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
 
     @admin.action(description=_("Archive selected products"), permissions=["change"])
     def archive(self, request: HttpRequest, queryset: models.QuerySet) -> None:
-        count = self._set_status(request, queryset, ProductStatus.ARCHIVED)
+        count = self.set_status(request, queryset, ProductStatus.ARCHIVED)
         self.message_user(
             request,
             _("%d product(s) archived; the change is being pushed.") % count,
@@ -740,8 +719,7 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
 
     @admin.action(description=_("Send declared cycles to the service"), permissions=["change"])
     def send_declared_cycles(self, request: HttpRequest, queryset: models.QuerySet) -> None:
-        """Push the declared cycles of the selected products as their blueprints (each
-        replaces the service's one); products without declared cycles are skipped."""
+        """Push the declared cycles of the selected products as their blueprints."""
         from ..outbox.signals import send_declared_cycles
 
         sent = []
@@ -766,25 +744,20 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
 
     # -- saving ----------------------------------------------------------------------------------
     def save_model(self, request: HttpRequest, obj: Product, form: Any, change: bool) -> None:
-        """An unchanged product is not saved, so not pushed: a change of its features only
-        (kept here, never sent) writes no outbox entry; nor does a change of only its add-on
-        mark or plan group (kept here: ``LOCAL_FIELDS``)."""
+        """An unchanged product is not saved (so not pushed); a change of ``LOCAL_FIELDS``
+        only is saved without a push."""
         if change and not form.has_changed():
             return
         if change and set(form.changed_data) <= LOCAL_FIELDS:
-            obj.save(update_fields=[*form.changed_data, "updated_at"])  # kept here: no push
+            obj.save(update_fields=[*form.changed_data, "updated_at"])
             return
         super().save_model(request, obj, form, change)
 
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        """Adds the prices' currencies to the product, and says when the change is not sent."""
         super().save_related(request, form, formsets, change)
         product = form.instance
-        product.add_priced_currencies()  # the model's rule: sold in its prices' currencies
-        self._warn_not_sent(request, product, formsets)
-
-    def _warn_not_sent(self, request: HttpRequest, product: Product, formsets: Any) -> None:
-        """Say so when the saved change will not reach the service: declared cycles (not
-        pushed unasked), or a change no request of the interface can carry."""
+        product.add_priced_currencies()
         if product.remote_id is None:
             return
         cycles_saved = any(fs.model is BillingCycle and fs.has_changed() for fs in formsets)
@@ -794,36 +767,13 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
         if note:
             self.message_user(request, f"{note} {_('The local change is kept.')}", messages.WARNING)
 
-    # -- confirmation before changing prices or cycles of a product with subscriptions ----------
-    def _pricing_confirmation(self, request: HttpRequest, object_id: str) -> HttpResponse | None:
-        """The confirmation page when a valid POST changes cycles or prices of a product that
-        has subscriptions; None otherwise (the normal save or error page follows)."""
-        obj = self.get_object(request, unquote(object_id))
-        if obj is None or not self.has_change_permission(request, obj):
-            return None
-        if not obj.is_one_time and not obj.blueprint_known:
-            return None  # declared cycles reach no subscription (sending them asks instead)
-        total = obj.subscriptions.count()
-        if not total:
-            return None
-        fieldsets = self.get_fieldsets(request, obj)
-        form_class = self.get_form(request, obj, change=True, fields=flatten_fieldsets(fieldsets))
-        form = form_class(request.POST, request.FILES, instance=obj)
-        formsets, _inlines = self._create_formsets(request, obj, change=True)
+    def pricing_changes(self, request: HttpRequest, obj: Product) -> tuple[Product, list[str]]:
+        form = self.get_form(request, obj, change=True)(request.POST, request.FILES, instance=obj)
+        formsets = self.bound_formsets(request, obj)
         if not (form.is_valid() and all(fs.is_valid() for fs in formsets)):
-            return None
-        changes = [
-            change
-            for fs in formsets
-            if fs.model in (BillingCycle, Price)
-            for change in _formset_changes(fs)
-        ]
-        if not changes:
-            return None
-        change_url = reverse(
-            f"admin:{self.opts.app_label}_{self.opts.model_name}_change", args=[obj.pk]
-        )
-        return _confirm_pricing_change(self, request, obj, changes, change_url, total)
+            return obj, []
+        priced = [fs for fs in formsets if fs.model in (BillingCycle, Price)]
+        return obj, [change for fs in priced for change in formset_changes(fs)]
 
     def render_change_form(
         self,
@@ -835,19 +785,14 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
         obj: Any = None,
     ) -> Any:
         if obj is not None:
-            context["archive_url"] = reverse(
-                f"admin:{self.opts.app_label}_{self.opts.model_name}_archive", args=[obj.pk]
-            )
-            context["can_archive"] = (
-                obj.status != ProductStatus.ARCHIVED and self.has_change_permission(request, obj)
-            )
-            context["send_declared_url"] = reverse(
-                f"admin:{self.opts.app_label}_{self.opts.model_name}_send_declared_cycles",
-                args=[obj.pk],
-            )
+            info = f"admin:{self.opts.app_label}_{self.opts.model_name}"
+            may_change = self.has_change_permission(request, obj)
+            context["archive_url"] = reverse(f"{info}_archive", args=[obj.pk])
+            context["can_archive"] = obj.status != ProductStatus.ARCHIVED and may_change
+            context["send_declared_url"] = reverse(f"{info}_send_declared_cycles", args=[obj.pk])
             context["can_send_declared"] = (
                 obj.remote_id is not None
-                and self.has_change_permission(request, obj)
+                and may_change
                 and obj.cycles.filter(declared=True).exists()
             )
         return super().render_change_form(request, context, add, change, form_url, obj)
@@ -863,34 +808,6 @@ def refused_message(product: Product) -> str:
         "status": product.get_status_display().lower(),
         "confirmed": ProductStatus(product.confirmed_status).label.lower(),
     }
-
-
-def _formset_changes(formset: Any) -> list[str]:
-    """Human descriptions of what a valid cycle or price formset would change."""
-    changes: list[str] = []
-    for form in formset.forms:
-        deleted = formset.can_delete and formset._should_delete_form(form)
-        if not form.has_changed() and not deleted:
-            continue
-        instance = form.instance
-        label = (
-            str(instance)
-            if instance.pk
-            else ", ".join(
-                f"{k}={v}"
-                for k, v in form.cleaned_data.items()
-                if k in ("unit", "frequency", "currency_id", "amount")
-            )
-        )
-        if deleted:
-            if instance.pk:
-                changes.append(_("remove %s") % label)
-        elif instance.pk is None:
-            changes.append(_("add %s") % label)
-        else:
-            fields = ", ".join(form.changed_data)
-            changes.append(_("change %(obj)s (%(fields)s)") % {"obj": label, "fields": fields})
-    return changes
 
 
 # --- a cycle with one row per price (reached from the cycle inline's "change" link) ------------
@@ -924,22 +841,12 @@ class BillingCycleAdmin(PricingConfirmationMixin, admin.ModelAdmin):
         if cycle.declared and (form.has_changed() or any(fs.has_changed() for fs in formsets)):
             self.message_user(request, DECLARED_WARNING % {"name": cycle.product}, messages.WARNING)
 
-    def _pricing_confirmation(self, request: HttpRequest, object_id: str) -> HttpResponse | None:
-        """The confirmation page when a valid POST changes this cycle or its prices and the
-        product has subscriptions; None otherwise."""
-        obj = self.get_object(request, unquote(object_id))
-        if obj is None or not obj.product.blueprint_known:
-            return None  # a declared cycle reaches no subscription (sending it asks instead)
-        total = obj.product.subscriptions.count()
-        if not total:
-            return None
-        formsets, _inlines = self._create_formsets(request, obj, change=True)
+    def pricing_changes(self, request: HttpRequest, obj: BillingCycle) -> tuple[Product, list[str]]:
         form = self.get_form(request, obj, change=True)(request.POST, instance=obj)
+        formsets = self.bound_formsets(request, obj)
         if not (form.is_valid() and all(f.is_valid() for f in formsets)):
-            return None
-        changes = [change for f in formsets for change in _formset_changes(f)]
+            return obj.product, []
+        changes = [change for f in formsets for change in formset_changes(f)]
         if form.has_changed():
             changes.insert(0, _("change cycle %s") % obj)
-        if not changes:
-            return None
-        return _confirm_pricing_change(self, request, obj.product, changes, request.path, total)
+        return obj.product, changes

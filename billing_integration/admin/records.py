@@ -1,8 +1,4 @@
-"""Admin of invoices, payments and refunds: read-only records known only from events.
-
-No add, change or delete (the view permission shows the change page read-only); links to the
-customer, subscription, product, invoice and payment each record names.
-"""
+"""Admin of invoices, payments and refunds: read-only records known only from events."""
 
 from __future__ import annotations
 
@@ -23,8 +19,6 @@ from .mirror import (
     state_badge,
     subscription_link,
 )
-
-__all__ = ["InvoiceAdmin", "PaymentAdmin", "RefundAdmin"]
 
 COMMON_LIST = (
     "remote_id",

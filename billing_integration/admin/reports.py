@@ -1,10 +1,4 @@
-"""Admin: the reporting dashboard.
-
-The default admin site cannot get extra URLs from a reusable app, so the dashboard is the
-changelist of ``Report`` (a proxy of ``Subscription``): the admin index links to it and the
-``view_report`` permission guards it. GET parameters: ``product`` (pk), ``currency`` (code),
-``months`` (1-36, default 12); ``export=<table>`` returns that table as CSV.
-"""
+"""Admin: the reporting dashboard."""
 
 from __future__ import annotations
 

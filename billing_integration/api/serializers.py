@@ -8,8 +8,6 @@ from rest_framework import serializers
 
 from ..models import Subscription
 
-__all__ = ["CheckoutSessionCreateSerializer", "CheckoutSessionSerializer", "SubscriptionSerializer"]
-
 
 class CheckoutSessionCreateSerializer(serializers.Serializer):
     """The request: ``product`` (pk, remote id or name), ``cycle`` (``"months-1"``; optional

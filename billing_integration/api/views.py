@@ -1,18 +1,4 @@
-"""DRF endpoints for single-page front ends.
-
-- ``POST api/checkout-sessions/`` (``CheckoutSessionCreate``): ``{"product", "cycle",
-  "currency"}`` -> 201 ``{"id", "url", "expires_at"}`` (200 with the same body when an open
-  session of an earlier, identical request is returned); send the browser to ``url``.
-  Errors: ``{"detail", "code"}`` with 400 / 403 / 404 / 409 / 502 / 503; a product the
-  subscriber already holds answers 409 ``already_subscribed`` with ``account_url``; another
-  plan of a group where the subscriber holds one answers 409 ``plan_held`` with
-  ``account_url`` and ``held_plan`` (its name): one plan at a time.
-- ``GET api/subscriptions/`` (``SubscriptionList``): the current subscriber's subscriptions
-  (``?active=1`` for the active ones only).
-
-Authentication and throttling follow your ``REST_FRAMEWORK`` settings (DRF's defaults are
-session and basic authentication); both need an authenticated user.
-"""
+"""DRF endpoints for single-page front ends."""
 
 from __future__ import annotations
 
@@ -41,8 +27,6 @@ from .serializers import (
     CheckoutSessionSerializer,
     SubscriptionSerializer,
 )
-
-__all__ = ["CheckoutSessionCreate", "SubscriptionList"]
 
 
 class CheckoutSessionCreate(APIView):

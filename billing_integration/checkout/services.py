@@ -1,43 +1,5 @@
-"""Start a hosted checkout: validate, make sure the customer exists remotely, create the
-session, record it.
-
-    from billing_integration.checkout.services import start_checkout, CheckoutError
-    session = start_checkout(request.user, product, "months-1", "XOF")
-    return redirect(get_client().checkout_url(session.remote_id))
-
-Guarantees:
-
-- nothing is written when the choice is invalid (unknown / unpublished product, unknown
-  cycle or currency): validation runs before the customer is looked up; a product is sold
-  per the status the service last confirmed (``Product.confirmed_status``: an archived
-  product published again here while the service refused stays archived);
-- the local ``CheckoutSession`` row is written only after the service answered with the new
-  session (never a half-made session);
-- a session whose answer was lost (in doubt: a timeout, a 5xx, a 2xx that cannot be read) is
-  not created again within its lifetime: its key and expiry are kept in the shared cache
-  (``TOKEN_CACHE``) until it expires, and the next checkout of the same customer, product,
-  cycle and currency resends the same body with the same key, so the service replays it;
-- the customer is created and pushed through its own outbox entry and idempotency key
-  (``ensure_customer_pushed``), so a second click, a worker or a retry never creates a
-  second remote customer;
-- one idempotency key per checkout attempt (the client's retries reuse it);
-- one purchase per product: a subscriber holding an active subscription to the product
-  (``access.subscribed``) is refused (``AlreadySubscribed``, 409) before anything is written
-  or sent, unless ``BILLING['MULTIPLE_PURCHASE_PRODUCTS']`` names the product;
-- one plan at a time: a subscriber holding an active subscription to another recurring plan
-  of the product's group (``access.held_plan``: not an add-on, same ``plan_group``) is
-  refused (``PlanAlreadyHeld``, 409, naming the held plan) before anything is written or
-  sent: a second plan is never sold beside a first that may still renew;
-- one hosted session per double click: a checkout of the same product, cycle and currency
-  while an earlier session of the subscriber is still open (and untouched) returns that
-  session instead of creating another; the subscriber's checkouts are serialised by a lock
-  on its customer row, so two concurrent requests cannot both create one;
-- a person never waits longer than ``BILLING['INTERACTIVE_DEADLINE']`` seconds on the
-  service: the customer push and the session creation share that deadline (less
-  ``PAGE_MARGIN`` for the page); while the service is known down (its shared backoff window
-  is open) a checkout is refused at once with ``ServiceUnavailable``;
-- every failure is a ``CheckoutError`` with an HTTP status and a message fit for the user.
-"""
+"""Start a hosted checkout: validate the choice, make sure the customer exists remotely, create the
+session, record it."""
 
 from __future__ import annotations
 
@@ -49,6 +11,7 @@ from typing import Any
 
 from django.db import connections, router, transaction
 from django.db.models import F, Q
+from django.http import HttpResponseRedirect
 from django.utils import timezone
 from django.utils.translation import gettext, gettext_lazy
 
@@ -56,7 +19,7 @@ from .. import currencies
 from ..access import held_plan, resolve_product, subscribed
 from ..client import get_client, interactive_deadline
 from ..client.retry import Deadline
-from ..conf import billing_settings
+from ..conf import billing_settings, shared_cache
 from ..customers import ensure_customer_pushed, get_or_create_customer
 from ..exceptions import (
     BillingAPIError,
@@ -79,24 +42,8 @@ from ..models import (
 from ..models.base import SyncState
 from ..outbox import from_remote
 from ..service import ensure_service
-from ..sync.coalesce import shared_cache
 
 logger = logging.getLogger("billing_integration.checkout")
-
-__all__ = [
-    "AlreadySubscribed",
-    "CheckoutError",
-    "CheckoutRefused",
-    "CheckoutSelection",
-    "InvalidChoice",
-    "NoSubscriber",
-    "PlanAlreadyHeld",
-    "ProductUnavailable",
-    "ServiceUnavailable",
-    "allows_multiple_purchases",
-    "start_checkout",
-    "validate_selection",
-]
 
 ACTION_NEW = "new_subscription"
 #: Seconds an open session must still have before it expires to be reused for a second
@@ -235,14 +182,7 @@ def _currency_id(currency: Any) -> int:
 
 
 def validate_selection(product: Any, cycle: Any = None, currency: Any = None) -> CheckoutSelection:
-    """Check a product / cycle / currency choice against the local catalogue.
-
-    ``product``: a ``Product``, pk, remote id or name. ``cycle``: a ``BillingCycle`` or its code
-    (``"months-1"``); required for subscription products, ignored for one-time products.
-    ``currency``: a code (``"XOF"``) or an integer id; when omitted, the first of the
-    product's currencies that has a price. Reads only; raises ``ProductUnavailable`` or
-    ``InvalidChoice``.
-    """
+    """Check a product / cycle / currency choice against the local catalogue."""
     resolved = product if isinstance(product, Product) else None
     if resolved is None and product not in (None, ""):
         try:
@@ -369,28 +309,9 @@ def _translate(exc: BillingError, operation: str) -> CheckoutError:
     return ServiceUnavailable()
 
 
-def allows_multiple_purchases(product: Product) -> bool:
-    """Whether ``BILLING['MULTIPLE_PURCHASE_PRODUCTS']`` names ``product`` (by its name or its
-    remote id): such a product may be bought again while a subscription to it is active."""
-    listed = billing_settings.MULTIPLE_PURCHASE_PRODUCTS or ()
-    if isinstance(listed, (str, uuid.UUID)):
-        listed = (listed,)
-    for item in listed:
-        text = str(item).strip()
-        if text and text == product.name:
-            return True
-        try:
-            if product.remote_id is not None and uuid.UUID(text) == product.remote_id:
-                return True
-        except ValueError:
-            continue
-    return False
-
-
 def _lock_customer(customer: Customer) -> None:
-    """Serialise the customer's checkouts until the transaction ends: a row lock where the
-    database has ``SELECT ... FOR UPDATE``, else (SQLite) a no-op write, which takes the
-    database's write lock."""
+    """Serialise the customer's checkouts until the transaction ends: a row lock where the database
+    has ``SELECT ..."""
     using = router.db_for_write(Customer)
     rows = Customer.objects.using(using).filter(pk=customer.pk)
     if connections[using].features.has_select_for_update:
@@ -400,11 +321,10 @@ def _lock_customer(customer: Customer) -> None:
 
 
 def _reusable_session(customer: Customer, selection: CheckoutSelection) -> CheckoutSession | None:
-    """The customer's open session for the same choice that a second click may reuse: not
-    completed, with more than ``REUSE_MARGIN`` seconds left (at most half of
-    ``CHECKOUT_EXPIRY``), and untouched since it started (no payment of the customer and no
-    subscription to the product recorded since; after a failed payment a new click starts
-    afresh)."""
+    """The customer's open session for the same choice that a second click may reuse: not completed,
+    with more than ``REUSE_MARGIN`` seconds left (at most half of ``CHECKOUT_EXPIRY``), and
+    untouched since it started (no payment of the customer and no subscription to the product
+    recorded since; after a failed payment a new click starts afresh)."""
     margin = min(REUSE_MARGIN, float(billing_settings.CHECKOUT_EXPIRY) / 2)
     now = timezone.now()
     session = (
@@ -460,24 +380,12 @@ def start_checkout(
     client: Any = None,
     deadline: Deadline | None = None,
 ) -> CheckoutSession:
-    """Start a hosted checkout for ``subscriber`` and return the recorded ``CheckoutSession``.
-
-    Send the customer to ``get_client().checkout_url(session.remote_id)``. The session's
-    ``reused`` attribute is True when an open session of an earlier click was returned
-    instead of a new one. Raises a ``CheckoutError`` subclass (``ProductUnavailable``
-    404/409, ``AlreadySubscribed`` 409, ``PlanAlreadyHeld`` 409, ``InvalidChoice`` 400,
-    ``NoSubscriber`` 403, ``ServiceUnavailable`` 503, ``CheckoutRefused`` 502). ``deadline``:
-    the request's (the view's ``interactive_deadline()``, started when the request came in);
-    default: one started now. While the service is known down (``BillingClient.known_down``)
-    it raises ``ServiceUnavailable`` at once, nothing written or sent.
-    """
+    """Start a hosted checkout for ``subscriber`` and return the recorded ``CheckoutSession``."""
     deadline = deadline or interactive_deadline()
     if subscriber is None or getattr(subscriber, "pk", None) is None:
         raise NoSubscriber()
     selection = validate_selection(product, cycle, currency)
-    if not allows_multiple_purchases(selection.product) and subscribed(
-        subscriber, selection.product
-    ):
+    if not selection.product.multiple_purchases and subscribed(subscriber, selection.product):
         raise AlreadySubscribed()
     held = held_plan(subscriber, selection.product)
     if held is not None:
@@ -534,15 +442,26 @@ def start_checkout(
     return session
 
 
+def checkout_url(
+    subscriber: Any, product: Any, cycle: Any = None, currency: Any = None, **kwargs: Any
+) -> str:
+    """The hosted checkout page's URL for ``subscriber``'s choice (``start_checkout``, then the
+    page of its session). Raises a ``CheckoutError`` as ``start_checkout`` does."""
+    session = start_checkout(subscriber, product, cycle, currency, **kwargs)
+    return str((kwargs.get("client") or get_client()).checkout_url(str(session.remote_id)))
+
+
+def checkout_redirect(
+    subscriber: Any, product: Any, cycle: Any = None, currency: Any = None, **kwargs: Any
+) -> HttpResponseRedirect:
+    """``checkout_url`` as a redirect a view can return."""
+    return HttpResponseRedirect(checkout_url(subscriber, product, cycle, currency, **kwargs))
+
+
 def _create_session(
     customer: Customer, selection: CheckoutSelection, client: Any, deadline: Deadline
 ) -> CheckoutSession:
-    """Create the remote session, then record it locally (never a half-made session).
-
-    A creation left in doubt is remembered (``_in_doubt_key``) until the session would
-    expire: the next attempt for the same choice resends its body and key (a replay). Runs
-    in the caller's transaction, which commits even when this raises (a database cache's
-    entry must survive the failure)."""
+    """Create the remote session, then record it locally (never a half-made session)."""
     remembered = _in_doubt_key(customer, selection)
     earlier = _cache_call("get", remembered)
     now = timezone.now()

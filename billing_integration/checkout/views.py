@@ -1,19 +1,4 @@
-"""The checkout views: thin wrappers around ``services``.
-
-- ``checkout`` (POST, login required): starts a session and answers 302 to
-  ``{CHECKOUT_URL}/checkout/<session_id>`` -- the only place it ever redirects to (a ``next``
-  field is kept for the return page's "continue" link, and only if it is a local path).
-  Failures render ``billing_integration/checkout_error.html`` (extending
-  ``BILLING['BASE_TEMPLATE']``) with the error's status (409
-  with a link to ``BILLING['ACCOUNT_URL']`` for a product the subscriber already holds, and
-  for another plan while one is held: the page names the held plan and how to change it).
-- ``checkout_return`` (GET, login required): pulls the subscriber's subscriptions (at most
-  once per ``RETURN_PULL_INTERVAL`` seconds per customer, within
-  ``BILLING['INTERACTIVE_DEADLINE']``) and shows the outcome (active / pending / failed) in
-  ``billing_integration/checkout_return.html``. While the service is known down it sends
-  nothing: it answers from the mirror at once, says the page may not be up to date, and asks a
-  worker for the pull (``sync.tasks.refresh_in_background``).
-"""
+"""The checkout views: thin wrappers around ``services``."""
 
 from __future__ import annotations
 
@@ -33,17 +18,14 @@ from django.views.decorators.http import require_GET, require_POST
 from ..access import get_subscriber
 from ..client import get_client, interactive_deadline
 from ..client.retry import Deadline
-from ..conf import billing_settings
 from ..exceptions import BillingError
 from ..models import CheckoutSession, Customer, Payment, Subscription
 from ..pages import render_page
 from ..sync.coalesce import note_window, once_per_window, window_note
 from ..sync.tasks import refresh_in_background
-from .services import CheckoutError, NoSubscriber, ServiceUnavailable, start_checkout
+from .services import CheckoutError, NoSubscriber, ServiceUnavailable, checkout_url
 
 logger = logging.getLogger("billing_integration.checkout")
-
-__all__ = ["account_url", "checkout", "checkout_outcome", "checkout_return"]
 
 NEXT_SESSION_KEY = "billing_checkout_next"
 ERROR_TEMPLATE = "billing_integration/checkout_error.html"
@@ -53,16 +35,16 @@ RETURN_TEMPLATE = "billing_integration/checkout_return.html"
 RETURN_PULL_INTERVAL = 5.0
 
 
+#: The subscriber's billing page (the app's own), linked from the return and error pages.
+ACCOUNT_URL_NAME = "billing_integration:account"
+
+
 def account_url() -> str:
-    """``BILLING['ACCOUNT_URL']``: a URL name (reversed) or a path."""
-    target = str(billing_settings.ACCOUNT_URL or "/")
-    if "/" not in target:
-        try:
-            target = reverse(target)
-        except NoReverseMatch:
-            logger.warning("BILLING['ACCOUNT_URL'] %r is no URL name; linking to /", target)
-            target = "/"
-    return target
+    """The billing page's URL, ``/`` where the app's URLs are not mounted."""
+    try:
+        return reverse(ACCOUNT_URL_NAME)
+    except NoReverseMatch:
+        return "/"
 
 
 def _safe_next(request: HttpRequest, value: str | None) -> str | None:
@@ -96,14 +78,13 @@ def checkout(request: HttpRequest) -> HttpResponse:
     deadline = interactive_deadline()  # first: the whole request ends by it
     data = request.POST
     try:
-        session = start_checkout(
+        url = checkout_url(
             get_subscriber(request),
             data.get("product"),
             data.get("cycle") or None,
             data.get("currency") or None,
             deadline=deadline,
         )
-        url = get_client().checkout_url(str(session.remote_id))
     except CheckoutError as exc:
         return _error_page(request, exc)
     except BillingError as exc:  # e.g. configuration
@@ -124,14 +105,7 @@ ACTIVE, PENDING, FAILED, NONE = "active", "pending", "failed", "none"
 
 def checkout_outcome(customer: Customer | None, session: CheckoutSession | None) -> dict[str, Any]:
     """The outcome of ``session`` (or of the customer's checkouts if ``None``) from local data:
-
-    - ``active``: an active subscription to the session's product (any product without a
-      session);
-    - ``failed``: a failed or canceled payment for the customer (and product) since the session
-      started, or the session expired (its status, or ``expires_at`` has passed);
-    - ``pending``: otherwise, while the session may still complete;
-    - ``none``: no customer, no session and no subscription.
-    """
+    active (an active subscription), failed (a failed payment, or expired), else pending."""
     result: dict[str, Any] = {
         "outcome": NONE,
         "subscription": None,
@@ -188,10 +162,8 @@ def _session_for(customer: Customer | None, ref: str | None) -> CheckoutSession 
 
 
 def _refresh(customer: Customer, deadline: Deadline) -> bool:
-    """Pull the customer's subscriptions, at most once per ``RETURN_PULL_INTERVAL`` and within
-    the request's ``deadline``. False when the page answers from the mirror without a fresh
-    pull (the page then says it may be out of date): the service is known down (nothing is
-    sent), or the last pull of the window failed; a worker then refreshes in the background."""
+    """Pull the customer's subscriptions, at most once per ``RETURN_PULL_INTERVAL`` and within the
+    request's ``deadline``."""
     if customer.remote_id is None:
         return True
     client = get_client()

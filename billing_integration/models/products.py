@@ -29,8 +29,9 @@ __all__ = [
     "ProductType",
 ]
 
-#: Fields kept here only: a save of only these writes no outbox entry.
-LOCAL_FIELDS = frozenset({"add_on", "plan_group"})
+#: Fields of a product kept here only (the service's API has no such fields): a save of only
+#: these writes no outbox entry.
+LOCAL_FIELDS = frozenset({"add_on", "plan_group", "multiple_purchases"})
 
 DELETE_MESSAGE = (
     "Billing products are never deleted: the billing service keeps their history and has "
@@ -143,6 +144,12 @@ class Product(RemoteObject):
             "The recurring products of one group are alternatives: a subscriber holds at "
             "most one of them at a time. Empty: the main group of plans. Kept here only."
         ),
+    )
+
+    multiple_purchases = models.BooleanField(
+        _("multiple purchases"),
+        default=False,
+        help_text=_("May be bought again while held. Kept here only."),
     )
 
     objects = ProductQuerySet.as_manager()

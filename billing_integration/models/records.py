@@ -74,10 +74,7 @@ class EventRecord(models.Model):
         abstract = True
 
     def __str__(self) -> str:
-        from ..display import format_money  # the amount in its currency's minor units
-
-        amount = f" {format_money(self.amount, self.currency)}" if self.amount is not None else ""
-        return f"{type(self).__name__} {self.remote_id} {self.status}{amount}"
+        return f"{type(self).__name__} {self.remote_id} {self.status}"
 
 
 class Invoice(EventRecord):

@@ -1,55 +1,4 @@
-"""Template tags of billing_integration: ``{% load billing %}``.
-
-Checkout button (a POST form with CSRF to the ``billing_integration:checkout`` view)::
-
-    {% billing_checkout_button product cycle="months-1" currency="XOF" label="Subscribe" %}
-    {% billing_checkout_button product cycle=cycle currency=2 next=request.path css_class="btn" %}
-
-``product`` is a ``Product`` (or its pk / remote id / name); ``cycle`` a ``BillingCycle`` or its
-code (optional when the product has one cycle, ignored for one-time products); ``currency`` a
-code or an integer id (optional: the product's first priced currency). ``next`` is a local
-path for the "continue" link of the return page. ``label`` may name ``{price}`` and
-``{cycle}`` (``label="Subscribe for {price}, {cycle}"``): the price for that cycle and
-currency, formatted per the active language (``billing_integration.display``), and the
-cycle's label ("Monthly"). A product that is not on sale (not published, or a status change
-the service refused: ``Product.confirmed_status``) renders a short "not available" paragraph
-instead of the form. One plan at a time: the exact cycle and currency the request's
-subscriber holds (an active subscription, unless ``BILLING['MULTIPLE_PURCHASE_PRODUCTS']``
-names the product; an omitted cycle or currency matches any) renders "Current plan"
-(``current_label``); another cycle or currency of that product, and another plan of its
-group (``access.held_plan``), render a "Change of plan" link to the billing page
-(``change_label``, ``BILLING['ACCOUNT_URL']``) instead of the form: checkout refuses a second
-plan.
-
-Access checks (the *active* rule is ``Subscription.objects.active()``)::
-
-    {% if user|subscribed_to:product %}...{% endif %}      {# product: instance/pk/remote id/name #}
-    {% if user|subscribed_to:None %}...{% endif %}         {# any product #}
-    {% if user|is_subscriber %}...{% endif %}              {# any product #}
-
-    {% is_subscribed as ok %}                 {# the request's subscriber (SUBSCRIBER_RESOLVER) #}
-    {% is_subscribed product as ok %}
-    {% is_subscribed product subscriber=team as ok %}
-
-    {% if_subscribed product %}members content{% else %}subscribe first{% endif_subscribed %}
-    {% if_subscribed %}...{% endif_subscribed %}            {# any product #}
-
-Access by feature (``access.has_feature``: the request's cache, one query per request)::
-
-    {% if user|has_feature:"sso" %}...{% endif %}           {# or request|has_feature:"sso" #}
-    {{ user|feature_limit:"seats" }}                         {# 5, or None #}
-    {% if_feature "sso" %}SSO settings{% else %}upgrade{% endif_feature %}
-
-Display (``billing_integration.display``; the active language's formatting)::
-
-    {{ price.amount|money:"XOF" }}           {# "XOF 5,000"; "5 000 XOF" in French #}
-    {{ payment.amount|money:payment.currency }}
-    {{ price.currency_id|currency_code }}    {# the service's integer id -> "XOF" #}
-    {{ price|price_label }}                  {# a Price: amount in its currency #}
-    {{ "months-3"|cycle_label }}             {# "Every 3 months" #}
-    {{ subscription|status_label }}          {# "Active", "Lapsed", "Canceled", ... #}
-    {{ payment.failure_reason|failure_reason }}
-"""
+"""Template tags of billing_integration: ``{% load billing %}``."""
 
 from __future__ import annotations
 
@@ -61,7 +10,6 @@ from django.utils.translation import gettext
 
 from .. import currencies, display
 from ..access import active_subscriptions, get_subscriber, held_plan, resolve_product, subscribed
-from ..checkout.services import allows_multiple_purchases
 from ..checkout.views import account_url
 from ..exceptions import BillingConfigurationError
 from ..models import BillingCycle, Product, ProductStatus
@@ -100,7 +48,7 @@ def billing_checkout_button(
         currency = currencies.label(currency)
     subscriber = _request_subscriber(context)
     held = change = False
-    if resolved is not None and not allows_multiple_purchases(resolved):
+    if resolved is not None and not resolved.multiple_purchases:
         own = list(active_subscriptions(subscriber, resolved))
         held = any(_same_option(sub, cycle, currency) for sub in own)
         change = not held and (bool(own) or held_plan(subscriber, resolved) is not None)

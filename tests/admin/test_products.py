@@ -521,10 +521,11 @@ def test_add_on_and_plan_group_are_set_in_the_admin_and_not_pushed(admin_client)
     product = make_product("Support", remote=True, status="published")
     html = admin_client.get(change_url(product)).content.decode()
     assert 'name="add_on"' in html and 'name="plan_group"' in html
-    data = product_form_data(product, add_on="on", plan_group="support")
+    assert 'name="multiple_purchases"' in html
+    data = product_form_data(product, add_on="on", plan_group="support", multiple_purchases="on")
     assert admin_client.post(change_url(product), data).status_code == 302
     product.refresh_from_db()
-    assert product.add_on and product.plan_group == "support"
+    assert product.add_on and product.plan_group == "support" and product.multiple_purchases
     assert not OutboxEntry.objects.exists()  # kept here only: nothing to send
 
 

@@ -132,10 +132,11 @@ def team_of(request):
 
 
 def test_subscription_required_url(settings):
+    settings.BILLING = {**settings.BILLING, "PRICING_URL": None}
     assert subscription_required_url() == "/"
-    settings.BILLING = {**settings.BILLING, "SUBSCRIPTION_REQUIRED_URL": "pricing"}
+    settings.BILLING = {**settings.BILLING, "PRICING_URL": "pricing"}
     assert subscription_required_url(next_path="/members/") == "/pricing/?next=%2Fmembers%2F"
-    settings.BILLING = {**settings.BILLING, "SUBSCRIPTION_REQUIRED_URL": "/plans/?ref=x"}
+    settings.BILLING = {**settings.BILLING, "PRICING_URL": "/plans/?ref=x"}
     assert subscription_required_url(next_path="/m/") == "/plans/?ref=x&next=%2Fm%2F"
 
 
@@ -149,7 +150,7 @@ def test_anonymous_goes_to_login(client, path):
 
 @pytest.mark.parametrize("path", ["/members/", "/members-cbv/", "/pro/", "/pro-cbv/"])
 def test_non_subscriber_goes_to_the_configured_page(client, user, settings, path, pro):
-    settings.BILLING = {**settings.BILLING, "SUBSCRIPTION_REQUIRED_URL": "pricing"}
+    settings.BILLING = {**settings.BILLING, "PRICING_URL": "pricing"}
     client.force_login(user)
     response = client.get(path)
     assert response.status_code == 302

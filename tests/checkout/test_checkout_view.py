@@ -32,6 +32,17 @@ def post(client, product, cycle="months-1", currency="XOF", **extra):
     return client.post(URL, data)
 
 
+def test_checkout_url_is_the_hosted_page_of_the_new_session(billing_sandbox, product, user):
+    from billing_integration.checkout.services import checkout_redirect, checkout_url
+
+    url = checkout_url(user, product, "months-1", "XOF")
+    session = CheckoutSession.objects.get()
+    assert url == f"{billing_sandbox.checkout_url}/checkout/{session.remote_id}"
+    response = checkout_redirect(user, product, "months-1", "XOF")  # a second click: reused
+    assert response.status_code == 302 and response["Location"] == url
+    assert CheckoutSession.objects.count() == 1
+
+
 def test_url_names():
     assert reverse("billing_integration:checkout") == URL
     assert reverse("billing_integration:checkout_return") == "/billing/checkout/return/"

@@ -45,7 +45,7 @@ def test_second_plan_is_refused_and_a_month_later_one_renewal_was_paid(
     html = second.content.decode()
     assert 'data-error-code="plan_held"' in html
     assert "You already have the Starter plan" in html and "change your plan" in html
-    assert 'id="billing-account-link" href="/account/"' in html
+    assert 'id="billing-account-link" href="/billing/account/"' in html
     assert len(billing_sandbox.requests(operation="create_checkout_session")) == 1
 
     summary = billing_sandbox.advance(days=32)
@@ -75,7 +75,7 @@ def test_every_path_refuses_a_second_plan(billing_sandbox, plans, logged_in, use
     assert response.status_code == 409
     body = response.json()
     assert body["code"] == "plan_held" and body["held_plan"] == "Starter"
-    assert body["account_url"] == "/account/"
+    assert body["account_url"] == "/billing/account/"
     assert "Starter" in body["detail"]
 
     assert post(logged_in, pro).status_code == 409
@@ -140,7 +140,8 @@ def test_button_current_plan_only_on_the_option_held(billing_sandbox, plans, use
     ):
         html = button(product, user, cycle=cycle, currency=currency)
         assert "<form" not in html and "Current plan" not in html, (product, cycle, currency)
-        assert '<p class="billing-checkout-change"><a href="/account/">Change of plan</a>' in html
+        change = '<p class="billing-checkout-change"><a href="/billing/account/">Change of plan</a>'
+        assert change in html
     # the currency held as the service's id matches its code
     Subscription.objects.filter(product=starter).update(selected_currency="1")
     assert "Current plan" in button(starter, user, cycle="months-1", currency="XOF")

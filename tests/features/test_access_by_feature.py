@@ -90,7 +90,8 @@ def logged_in(user) -> Client:
 
 
 @pytest.mark.parametrize("case", list(TABLE))
-def test_every_form_follows_the_table(case, user, logged_in):
+def test_every_form_follows_the_table(case, user, logged_in, settings):
+    settings.BILLING = {**settings.BILLING, "PRICING_URL": "/plans/"}
     catalogue = products()
     subscriptions, expected = TABLE[case]
     for name, fields in subscriptions:
@@ -104,7 +105,7 @@ def test_every_form_follows_the_table(case, user, logged_in):
         assert feature_limit(user, key) == limit, key
         assert has_feature(user, key.upper()) is granted  # keys compare lower-cased
 
-        # the decorator and the mixin: through, or to SUBSCRIPTION_REQUIRED_URL with ?next=
+        # the decorator and the mixin: through, or to PRICING_URL with ?next=
         # and the missing feature
         for prefix in ("decorator", "mixin"):
             response = logged_in.get(f"/{prefix}/{key}/")
@@ -112,7 +113,7 @@ def test_every_form_follows_the_table(case, user, logged_in):
                 assert response.status_code == 200, (prefix, key)
             else:
                 assert response.status_code == 302, (prefix, key)
-                assert response["Location"] == f"/?next=%2F{prefix}%2F{key}%2F&feature={key}"
+                assert response["Location"] == f"/plans/?next=%2F{prefix}%2F{key}%2F&feature={key}"
         # the DRF permission
         assert logged_in.get(f"/api/{key}/").status_code == (200 if granted else 403), key
         # the template filters and the tag

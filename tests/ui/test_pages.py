@@ -89,7 +89,7 @@ def test_return_page_in_the_sites_layout_links_the_billing_page(client, demo, se
     assert answer.status_code == 200 and SITE_NAV in html
     assert "<title>Subscription active · billing demo</title>" in html
     assert "You are subscribed to <strong>Starter</strong> (Monthly)" in html
-    assert 'id="billing-account-link" href="/account/"' in html
+    assert 'id="billing-account-link" href="/billing/account/"' in html
 
 
 def test_error_pages_in_the_sites_layout(client, demo, seeded) -> None:
@@ -102,7 +102,7 @@ def test_error_pages_in_the_sites_layout(client, demo, seeded) -> None:
     )
     html = held.content.decode()
     assert held.status_code == 409 and SITE_NAV in html
-    assert "You already have this plan" in html and 'href="/account/"' in html
+    assert "You already have this plan" in html and 'href="/billing/account/"' in html
 
     request = RequestFactory().get("/")
     request.user = demo
