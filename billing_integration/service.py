@@ -1,25 +1,11 @@
 """Which billing service the local mirror belongs to: the one guard of pushes, pulls and
 checkouts.
 
-The mirrored rows carry the remote ids, JSON and sync states of one service. Pointed at
-another (``BILLING['BASE_URL']``, ``REALM`` or ``CLIENT_ID`` changed: sandbox to production,
-one sandbox to another), the app would PATCH ids that do not exist there and pull a second,
-unrelated set of objects into the same tables. So:
-
-- the first push, pull or checkout records the configured service in ``ServiceBinding`` (one
-  row per database, unique, so two processes cannot both record one);
-- ``ensure_service()`` compares it with the configured one and raises
-  ``BillingServiceMismatchError`` before anything is sent. The entry points call it once
-  per run: a batch of the outbox drain (not per entry), a one-entry push, a pull, a
-  checkout, a webhook event's pull of an unknown object;
-- ``relink()`` records the configured service as the mirror's (the same service at a new
-  address: remote ids kept); ``reset_mirror()`` clears the remote ids for a fresh start with
-  the configured service; ``manage.py billing_service`` drives both.
-
-The configured identity is computed once per process (re-read when ``settings.BILLING``
-changes, through ``setting_changed``). The recorded one is read from the database on each
-call, one indexed ``SELECT`` of a one-row table: another process may relink or reset at any
-time, and a test database rolls it back after each test.
+The first push, pull or checkout records the configured service (``BASE_URL``, ``REALM``,
+``CLIENT_ID``) in ``ServiceBinding``; ``ensure_service()`` raises
+``BillingServiceMismatchError`` before anything is sent to another one. ``relink()`` keeps the
+remote ids (same service, new address); ``reset_mirror()`` clears them for a fresh start;
+``manage.py billing_service`` drives both.
 """
 
 from __future__ import annotations
@@ -50,7 +36,6 @@ __all__ = [
     "mirror_database",
     "normalise_url",
     "recorded_service",
-    "refuse_push_if_other_service",
     "relink",
     "reset_mirror",
 ]
@@ -216,27 +201,6 @@ def _record_first(configured: ServiceIdentity, alias: str) -> ServiceIdentity:
     raise BillingError("Could not record which billing service the mirror belongs to.")
 
 
-# --- the outbox's refusal ---------------------------------------------------------------------
-def refuse_push_if_other_service(entry_ids: Any) -> list[Any]:
-    """For the push paths: ``[]`` when the mirror belongs to the configured service, else one
-    ``REFUSED`` ``PushResult`` per id, nothing claimed or sent. The pending entries keep
-    their state and attempts (they go out after a relink) and show the reason in
-    ``last_error``."""
-    try:
-        ensure_service()
-    except BillingServiceMismatchError as exc:
-        from .models.outbox import OutboxEntry, OutboxState
-        from .outbox.push import PushOutcome, PushResult
-
-        message = str(exc)[:2000]
-        OutboxEntry.objects.filter(state=OutboxState.PENDING).exclude(last_error=message).update(
-            last_error=message
-        )
-        logger.error("outbox push refused: %s", message)
-        return [PushResult(PushOutcome.REFUSED, pk, error=exc) for pk in sorted(set(entry_ids))]
-    return []
-
-
 # --- relink and reset -------------------------------------------------------------------------
 class MirrorBusyError(BillingError):
     """A reset was asked while a worker holds outbox entries (its lease has not expired)."""
@@ -271,31 +235,14 @@ def _bind(configured: ServiceIdentity, alias: str, action: str) -> ServiceIdenti
     return previous
 
 
-def _kick_outbox(alias: str) -> None:
-    """After commit, wake the outbox drain so the pending entries go out now."""
-    from .models.outbox import OutboxEntry, OutboxState
-    from .outbox import tasks
-
-    first = (
-        OutboxEntry.objects.using(alias)
-        .filter(state=OutboxState.PENDING)
-        .order_by("pk")
-        .values_list("pk", flat=True)
-        .first()
-    )
-    if first is not None:
-        tasks.enqueue_on_commit(first, using=alias)
-
-
 def relink(*, using: str | None = None) -> ServiceIdentity | None:
     """Record the configured service as the mirror's, keeping every remote id (the same
-    service at a new address, or new credentials of the same account). The entries a
-    mismatch held back are pushed next. Returns the previously recorded service."""
+    service at a new address, or new credentials of the same account). Returns the
+    previously recorded service; ``outbox.tasks.enqueue_open`` sends what was held back."""
     configured = configured_service()
     alias = mirror_database(using)
     with transaction.atomic(using=alias):
         previous = _bind(configured, alias, "relink")
-        _kick_outbox(alias)
     logger.warning("billing mirror relinked from %s to %s", previous, configured)
     return previous
 
@@ -334,9 +281,9 @@ def in_flight(using: str | None = None) -> int:
     """Outbox entries a worker holds now (in progress, lease not expired)."""
     from datetime import timedelta
 
-    from .models.outbox import OutboxEntry, OutboxState
+    from .models.outbox import LEASE, OutboxEntry, OutboxState
 
-    since = timezone.now() - timedelta(seconds=float(billing_settings.OUTBOX_LEASE))
+    since = timezone.now() - timedelta(seconds=LEASE)
     return (
         OutboxEntry.objects.using(mirror_database(using))
         .filter(state=OutboxState.IN_PROGRESS, started_at__gt=since)
@@ -358,8 +305,7 @@ def reset_mirror(*, using: str | None = None) -> ResetCounts:
     - checkout sessions, invoices, payments, refunds and the event log are kept unchanged;
     - the configured service becomes the mirror's.
 
-    Raises ``MirrorBusyError`` while a worker holds outbox entries: stop the workers (or
-    wait ``OUTBOX_LEASE``) first."""
+    Raises ``MirrorBusyError`` while a worker holds outbox entries: stop the workers first."""
     from django.contrib.contenttypes.models import ContentType
 
     from .models.base import SyncState
@@ -395,7 +341,7 @@ def reset_mirror(*, using: str | None = None) -> ResetCounts:
             raise MirrorBusyError(
                 _(
                     "%(count)d outbox entries are being pushed by a worker right now; stop the "
-                    "workers (or wait OUTBOX_LEASE seconds) and run the reset again."
+                    "workers (or wait 5 minutes) and run the reset again."
                 )
                 % {"count": busy}
             )
@@ -435,7 +381,6 @@ def reset_mirror(*, using: str | None = None) -> ResetCounts:
         OutboxEntry.objects.using(alias).bulk_create(entries, batch_size=1000)
         counts.entries_created = len(entries)
         previous = _bind(configured, alias, "reset")
-        _kick_outbox(alias)
     logger.warning(
         "billing mirror reset: was %s, now %s (%s products, %s customers to push; %s "
         "subscriptions detached; %s outbox entries closed unsent)",
