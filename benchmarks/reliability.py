@@ -328,7 +328,7 @@ def run(stack: Stack, args: argparse.Namespace, restart: BrokerRestart) -> int:
     from django.db import transaction
 
     from billing_integration.models import BillingCycle, Customer, OutboxEntry, Price, Product
-    from billing_integration.outbox.tasks import requeue_stale_entries
+    from billing_integration.outbox.tasks import sweep_outbox
 
     rng = random.Random(args.seed)
     sandbox = stack.sandbox
@@ -424,7 +424,7 @@ def run(stack: Stack, args: argparse.Namespace, restart: BrokerRestart) -> int:
     def beat() -> None:
         while not stop.wait(3.0):
             try:
-                requeue_stale_entries()
+                sweep_outbox()
             except Exception as exc:  # broker still down
                 print("drain:", exc)
 

@@ -1,6 +1,5 @@
 """The transactional outbox: one row per logical push of a local change, written in the
-change's transaction and pushed by a Celery task enqueued on commit (``billing_integration.outbox``).
-"""
+change's transaction and pushed by a Celery task enqueued on commit (``outbox``)."""
 
 from __future__ import annotations
 

@@ -43,13 +43,13 @@ def healthy(billing_sandbox: Any, transactional_db: None) -> Any:
     """The sandbox answering, and the periodic jobs run once, as beat would (they record their
     runs, and sync_all its pulls); no refused delivery counted (the shared cache outlives the
     tests that refused some)."""
-    from billing_integration.outbox.tasks import requeue_stale_entries
+    from billing_integration.outbox.tasks import sweep_outbox
     from billing_integration.sync.tasks import sync_all
     from billing_integration.wakeup import _cache
     from billing_integration.webhooks.tasks import process_pending_webhook_events
 
     _cache().clear()
-    requeue_stale_entries()
+    sweep_outbox()
     process_pending_webhook_events()
     sync_all()
     return billing_sandbox

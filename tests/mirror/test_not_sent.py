@@ -14,7 +14,7 @@ from django.db import transaction
 
 from billing_integration.models import BillingCycle, OutboxEntry, Price, Product
 from billing_integration.outbox import from_remote
-from billing_integration.outbox.push import PushOutcome, push_entries, push_entry_now
+from billing_integration.outbox.push import PushOutcome, push_entries, push_entry
 from billing_integration.sync.pull import pull_products, upsert_products
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def push_all() -> list[str]:
     return [
-        push_entry_now(pk).status for pk in OutboxEntry.objects.open().values_list("pk", flat=True)
+        push_entry(pk).status for pk in OutboxEntry.objects.open().values_list("pk", flat=True)
     ]
 
 

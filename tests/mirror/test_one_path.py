@@ -12,8 +12,8 @@ from billing_integration.checks import check_billing_settings
 from billing_integration.conf import billing_settings
 from billing_integration.models import Customer, OutboxEntry
 from billing_integration.models.outbox import OutboxState
-from billing_integration.outbox.push import PushOutcome, push_entries, push_entry_now
-from billing_integration.outbox.tasks import push_due_entries, requeue_stale_entries
+from billing_integration.outbox.push import PushOutcome, push_entries, push_entry
+from billing_integration.outbox.tasks import push_due_entries, sweep_outbox
 
 pytestmark = pytest.mark.django_db
 
@@ -26,7 +26,7 @@ def customer(i: int) -> Customer:
 
 def test_push_outcomes_are_their_own_enum_not_entry_states(billing_sandbox):
     customer(1)
-    result = push_entry_now(OutboxEntry.objects.get().pk)
+    result = push_entry(OutboxEntry.objects.get().pk)
     assert result.status is PushOutcome.DONE
     assert not isinstance(result.status, OutboxState)
     assert {o.value for o in PushOutcome} == {
@@ -43,7 +43,7 @@ def test_an_entry_that_is_gone_is_skipped_by_a_batch_as_by_a_push_of_one(billing
     customer(1)
     pk = OutboxEntry.objects.get().pk
     OutboxEntry.objects.filter(pk=pk).delete()
-    assert push_entry_now(pk).status == PushOutcome.SKIPPED
+    assert push_entry(pk).status == PushOutcome.SKIPPED
     [result] = push_entries([pk])
     assert result.status == PushOutcome.SKIPPED and not result.held
     assert billing_sandbox.requests(operation="create_customer") == []
@@ -77,7 +77,7 @@ def test_the_stale_sweep_has_its_own_batch_size(settings, recorded_enqueues):
     recorded_enqueues.clear()
     old = timezone.now() - timedelta(seconds=3600)
     OutboxEntry.objects.update(updated_at=old)
-    assert requeue_stale_entries() == 2
+    assert sweep_outbox() == 2
     assert len(recorded_enqueues) == 2
 
 
@@ -99,6 +99,6 @@ def test_the_counts_are_checked(settings, key):
 def test_the_task_names_of_deployments_beat_schedules_are_kept_and_push_entry_is_gone():
     tasks = push_due_entries.app.tasks
     assert push_due_entries.name == "billing_integration.push_pending"
-    assert requeue_stale_entries.name == "billing_integration.drain_outbox"
+    assert sweep_outbox.name == "billing_integration.drain_outbox"
     assert {"billing_integration.push_pending", "billing_integration.drain_outbox"} <= set(tasks)
     assert "billing_integration.push_entry" not in tasks

@@ -21,9 +21,9 @@ from billing_integration.models import (
     Subscription,
 )
 from billing_integration.outbox import from_remote, tasks
-from billing_integration.outbox.push import PushOutcome, push_entry_now
+from billing_integration.outbox.push import PushOutcome, push_entry
 from billing_integration.outbox.retry import retry_failed
-from billing_integration.outbox.tasks import requeue_stale_entries
+from billing_integration.outbox.tasks import sweep_outbox
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -47,7 +47,7 @@ def make_product(name: str = "Pro plan", one_time: bool = False) -> Product:
 
 def push_all() -> list[str]:
     ids = OutboxEntry.objects.open().values_list("pk", flat=True)
-    return [push_entry_now(pk).status for pk in ids]
+    return [push_entry(pk).status for pk in ids]
 
 
 def test_create_product_sends_blueprint_with_the_entry_key(billing_sandbox, recorded_enqueues):
@@ -56,7 +56,7 @@ def test_create_product_sends_blueprint_with_the_entry_key(billing_sandbox, reco
     assert len(entries) == 1, "one entry for the product, its cycle and prices"
     assert recorded_enqueues == [entries[0].pk]
 
-    assert push_entry_now(entries[0].pk).status == PushOutcome.DONE
+    assert push_entry(entries[0].pk).status == PushOutcome.DONE
 
     calls = billing_sandbox.requests(operation="create_product")
     assert len(calls) == 1
@@ -177,11 +177,11 @@ def test_an_edit_while_the_create_is_in_flight_gets_its_own_entry_behind_it(bill
     product.name = "Renamed"
     product.save()
     second = OutboxEntry.objects.exclude(pk=first.pk).get()
-    assert push_entry_now(second.pk).status == PushOutcome.BUSY  # waits for the create
+    assert push_entry(second.pk).status == PushOutcome.BUSY  # waits for the create
     assert billing_sandbox.requests(operation="create_product") == []
     OutboxEntry.objects.filter(pk=first.pk).update(state="pending", started_at=None)
-    assert push_entry_now(first.pk).status == PushOutcome.DONE
-    assert push_entry_now(second.pk).status == PushOutcome.DONE
+    assert push_entry(first.pk).status == PushOutcome.DONE
+    assert push_entry(second.pk).status == PushOutcome.DONE
     assert len(billing_sandbox.requests(operation="create_product")) == 1
     # The create carried the state at push time, so the update has nothing left to send.
     assert len(billing_sandbox.requests(operation="update_product")) <= 1
@@ -196,7 +196,7 @@ def test_a_rolled_back_change_leaves_no_entry_and_sends_nothing(billing_sandbox,
     assert OutboxEntry.objects.count() == 0
     assert Product.objects.count() == 0
     assert recorded_enqueues == []
-    assert requeue_stale_entries(inline=True) == 0
+    assert sweep_outbox(inline=True) == 0
     assert billing_sandbox.requests(operation="create_product") == []
 
 
@@ -205,12 +205,12 @@ def test_a_retry_resends_the_same_key_and_body(billing_sandbox, settings):
     make_product()
     entry = OutboxEntry.objects.get()
     billing_sandbox.faults(operation="create_product", status=503, count=1)
-    assert push_entry_now(entry.pk).status == PushOutcome.RETRY
+    assert push_entry(entry.pk).status == PushOutcome.RETRY
     entry.refresh_from_db()
     assert (entry.state, entry.attempts, entry.in_doubt) == ("pending", 1, True)
     assert "503" in entry.last_error
     assert entry.next_attempt_at is not None
-    assert push_entry_now(entry.pk).status == PushOutcome.DONE
+    assert push_entry(entry.pk).status == PushOutcome.DONE
     calls = billing_sandbox.requests(operation="create_product")
     assert len(calls) == 2
     assert {c["headers"]["x-idempotency-id"] for c in calls} == {str(entry.idempotency_key)}
@@ -236,8 +236,8 @@ def test_exhausted_retries_mark_the_entry_failed_and_retryable(billing_sandbox, 
     product = make_product()
     entry = OutboxEntry.objects.get()
     billing_sandbox.faults(operation="create_product", status=503, count=2)
-    assert push_entry_now(entry.pk).status == PushOutcome.RETRY
-    assert push_entry_now(entry.pk).status == PushOutcome.FAILED
+    assert push_entry(entry.pk).status == PushOutcome.RETRY
+    assert push_entry(entry.pk).status == PushOutcome.FAILED
     entry.refresh_from_db()
     product.refresh_from_db()
     assert entry.state == "failed" and entry.in_doubt
@@ -246,7 +246,7 @@ def test_exhausted_retries_mark_the_entry_failed_and_retryable(billing_sandbox, 
     assert retry_failed() == 1
     entry.refresh_from_db()
     assert (entry.state, entry.idempotency_key) == ("pending", key)  # outcome unknown: same key
-    assert push_entry_now(entry.pk).status == PushOutcome.DONE
+    assert push_entry(entry.pk).status == PushOutcome.DONE
     product.refresh_from_db()
     assert product.sync_state == "synced" and product.remote_id is not None
 
@@ -280,7 +280,7 @@ def test_a_refused_request_fails_at_once(billing_sandbox):
     make_product()
     entry = OutboxEntry.objects.get()
     billing_sandbox.faults(operation="create_product", status=400, count=1)
-    assert push_entry_now(entry.pk).status == PushOutcome.FAILED
+    assert push_entry(entry.pk).status == PushOutcome.FAILED
     entry.refresh_from_db()
     assert entry.state == "failed" and not entry.in_doubt and entry.attempts == 1
 
@@ -308,7 +308,7 @@ def test_two_pushers_never_push_the_same_entry_at_once(billing_sandbox):
     results: list[str] = []
 
     def run() -> None:
-        results.append(push_entry_now(entry.pk).status)
+        results.append(push_entry(entry.pk).status)
 
     threads = [threading.Thread(target=run) for _ in range(3)]
     for t in threads:
@@ -333,7 +333,7 @@ def test_customer_from_subscriber_and_synchronous_push_uses_the_entry_key(billin
     ensure_customer_pushed(customer)
     assert customer.remote_id is not None
     # The queued task for the same entry then finds nothing to do.
-    assert push_entry_now(entry.pk).status == "skipped"
+    assert push_entry(entry.pk).status == "skipped"
     ensure_customer_pushed(customer)
     calls = billing_sandbox.requests(operation="create_customer")
     assert len(calls) == 1
@@ -375,7 +375,7 @@ def test_subscription_created_through_the_api_pushes_its_dependencies_first(bill
         auto_renew=True,
     )
     entry = OutboxEntry.objects.for_object(sub).get()
-    assert push_entry_now(entry.pk).status == PushOutcome.DONE
+    assert push_entry(entry.pk).status == PushOutcome.DONE
     sub.refresh_from_db()
     customer.refresh_from_db()
     product.refresh_from_db()
@@ -402,17 +402,17 @@ def test_drain_re_enqueues_entries_whose_message_was_lost(billing_sandbox, recor
     make_product()
     entry = OutboxEntry.objects.get()
     recorded_enqueues.clear()
-    assert requeue_stale_entries() == 0  # not stale yet
+    assert sweep_outbox() == 0  # not stale yet
     from datetime import timedelta
 
     from django.utils import timezone
 
     OutboxEntry.objects.filter(pk=entry.pk).update(updated_at=timezone.now() - timedelta(hours=1))
-    assert requeue_stale_entries() == 1
+    assert sweep_outbox() == 1
     assert recorded_enqueues == [entry.pk]
-    assert requeue_stale_entries() == 0  # touched: not again before OUTBOX_STALE_AFTER
+    assert sweep_outbox() == 0  # touched: not again before OUTBOX_STALE_AFTER
     OutboxEntry.objects.filter(pk=entry.pk).update(updated_at=timezone.now() - timedelta(hours=1))
-    assert requeue_stale_entries(inline=True) == 1
+    assert sweep_outbox(inline=True) == 1
     entry.refresh_from_db()
     assert entry.state == "done"
     assert len(billing_sandbox.requests(operation="create_product")) == 1

@@ -23,8 +23,8 @@ from billing_integration.models import (
     WebhookEvent,
 )
 from billing_integration.outbox.drain import push_due
-from billing_integration.outbox.push import PushOutcome, push_entries, push_entry_now
-from billing_integration.outbox.tasks import requeue_stale_entries
+from billing_integration.outbox.push import PushOutcome, push_entries, push_entry
+from billing_integration.outbox.tasks import sweep_outbox
 from billing_integration.sync.pull import pull_customers, pull_products, pull_subscriptions
 from billing_integration.sync.tasks import sync_all
 from billing_integration.testing import start_sandbox
@@ -78,7 +78,7 @@ def point_at_sandbox(settings, sandbox) -> None:
 def pushed_product(name: str = "Pro plan") -> Product:
     product = make_product(name)
     for pk in open_ids():
-        assert push_entry_now(pk).status == PushOutcome.DONE
+        assert push_entry(pk).status == PushOutcome.DONE
     product.refresh_from_db()
     assert product.remote_id is not None
     return product
@@ -197,7 +197,7 @@ def test_the_same_service_written_differently_is_not_another_one(billing_sandbox
     product = Product.objects.get()
     product.description = "Changed"
     product.save()
-    assert [push_entry_now(pk).status for pk in open_ids()] == [PushOutcome.DONE]
+    assert [push_entry(pk).status for pk in open_ids()] == [PushOutcome.DONE]
     assert len(billing_sandbox.requests("update_product")) == 1
 
 
@@ -230,7 +230,7 @@ def test_pointed_elsewhere_pushes_are_refused_nothing_sent_nothing_lost_then_rel
     billing_sandbox.clear_requests()
 
     # The one-entry path, the batch path, the drain, the inline drain: all refuse.
-    assert push_entry_now(held[0]).status == REFUSED
+    assert push_entry(held[0]).status == REFUSED
     assert {r.status for r in push_entries(held)} == {REFUSED}
     report = push_due()
     assert report.refused and report.handled == 0 and report.pushed == 0
@@ -238,7 +238,7 @@ def test_pointed_elsewhere_pushes_are_refused_nothing_sent_nothing_lost_then_rel
     from billing_integration.exceptions import BillingServiceMismatchError
 
     with pytest.raises(BillingServiceMismatchError):
-        requeue_stale_entries(inline=True)
+        sweep_outbox(inline=True)
     with pytest.raises(CommandError, match="billing_service relink"):
         call_command("billing_sync", "--drain", "--no-progress")
 
@@ -282,7 +282,7 @@ def test_another_realm_or_client_id_is_another_service(billing_sandbox, settings
     customers(1, "c")
     point_at(settings, **{key: "production" if key == "REALM" else "other-client"})
     billing_sandbox.clear_requests()
-    assert [push_entry_now(pk).status for pk in open_ids()] == [REFUSED]
+    assert [push_entry(pk).status for pk in open_ids()] == [REFUSED]
     assert billing_sandbox.requests() == []
     entry = OutboxEntry.objects.get(state="pending")
     assert ("'production'" if key == "REALM" else "'other-client'") in entry.last_error

@@ -19,7 +19,7 @@ from billing_integration.models import (
     Product,
     Subscription,
 )
-from billing_integration.outbox.tasks import requeue_stale_entries
+from billing_integration.outbox.tasks import sweep_outbox
 from billing_integration.sync.pull import pull_subscriptions
 
 from .conftest import wait_for
@@ -147,7 +147,7 @@ def test_redelivery_after_a_killed_worker_sends_the_same_key_once_created(
 
     celery_worker_process(extra=extra)
     # Once the killed worker's lease expires, the periodic safety net re-enqueues the entry.
-    wait_for(lambda: requeue_stale_entries() == 1, timeout=60, interval=0.2)
+    wait_for(lambda: sweep_outbox() == 1, timeout=60, interval=0.2)
     all_done()
     calls = billing_sandbox.requests(operation="create_product")
     assert len(calls) == 2
