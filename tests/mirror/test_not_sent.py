@@ -21,9 +21,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def push_all() -> list[str]:
-    return [
-        push_entry(pk).status for pk in OutboxEntry.objects.open().values_list("pk", flat=True)
-    ]
+    return [push_entry(pk).status for pk in OutboxEntry.objects.open().values_list("pk", flat=True)]
 
 
 def pushed_one_time(amount: str = "2500") -> Product:

@@ -9,6 +9,7 @@ import uuid
 from io import StringIO
 
 import pytest
+from billing_integration.outbox.drain import push_due
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import IntegrityError, connection, transaction
@@ -22,7 +23,6 @@ from billing_integration.models import (
     Subscription,
     WebhookEvent,
 )
-from billing_integration.outbox.drain import push_due
 from billing_integration.outbox.push import PushOutcome, push_entries, push_entry
 from billing_integration.outbox.tasks import sweep_outbox
 from billing_integration.sync.pull import pull_customers, pull_products, pull_subscriptions
