@@ -177,8 +177,7 @@ def test_publish_action_reaches_the_sandbox(billing_sandbox, admin_client):
 
     def push_all() -> list[str]:
         return [
-            push_entry(pk).status
-            for pk in OutboxEntry.objects.open().values_list("pk", flat=True)
+            push_entry(pk).status for pk in OutboxEntry.objects.open().values_list("pk", flat=True)
         ]
 
     # Created through the admin add form, pushed: the sandbox has the draft product.
@@ -482,8 +481,7 @@ def test_the_admin_says_when_the_service_refused_to_publish_again(billing_sandbo
 
     def push_all() -> list[str]:
         return [
-            push_entry(pk).status
-            for pk in OutboxEntry.objects.open().values_list("pk", flat=True)
+            push_entry(pk).status for pk in OutboxEntry.objects.open().values_list("pk", flat=True)
         ]
 
     data = product_form_data(

@@ -57,9 +57,7 @@ def pull(out: io.StringIO | None = None) -> str:
 
 
 def push_all() -> list[str]:
-    return [
-        push_entry(pk).status for pk in OutboxEntry.objects.open().values_list("pk", flat=True)
-    ]
+    return [push_entry(pk).status for pk in OutboxEntry.objects.open().values_list("pk", flat=True)]
 
 
 def blueprint_patches(sandbox: Any) -> list[dict[str, Any]]:

@@ -51,9 +51,7 @@ def pull() -> None:
 
 
 def push_open() -> list[str]:
-    return [
-        push_entry(pk).status for pk in OutboxEntry.objects.open().values_list("pk", flat=True)
-    ]
+    return [push_entry(pk).status for pk in OutboxEntry.objects.open().values_list("pk", flat=True)]
 
 
 def test_the_pull_keeps_the_services_features(billing_sandbox, user):

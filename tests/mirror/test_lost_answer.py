@@ -16,6 +16,7 @@ from billing_integration.client import get_client
 from billing_integration.customers import get_or_create_customer
 from billing_integration.exceptions import BillingAnswerLostError
 from billing_integration.models import BillingCycle, Customer, OutboxEntry, Price, Product
+from billing_integration.outbox import push
 from billing_integration.outbox.push import PushOutcome, push_entry
 from billing_integration.outbox.retry import retry_failed
 from billing_integration.sync.pull import pull_products
@@ -74,10 +75,13 @@ def test_a_lost_answer_is_an_in_doubt_error_without_retries(billing_sandbox, set
     assert "not JSON" in str(info.value) and "<" not in str(info.value)
 
 
-def test_a_failed_entry_whose_answer_was_lost_is_retried_with_its_key(billing_sandbox, settings):
+def test_a_failed_entry_whose_answer_was_lost_is_retried_with_its_key(
+    billing_sandbox, settings, monkeypatch
+):
     """The issue's story: the entry ends failed, is retried (billing_sync --retry-failed or
     the admin action), and the service must still hold one product, the pull import none."""
-    settings.BILLING = {**settings.BILLING, "MAX_RETRIES": 0, "OUTBOX_MAX_ATTEMPTS": 1}
+    settings.BILLING = {**settings.BILLING, "MAX_RETRIES": 0}
+    monkeypatch.setattr(push, "MAX_ATTEMPTS", 1)
     product = make_product()
     entry = OutboxEntry.objects.get()
     billing_sandbox.faults(operation="create_product", lose_first_answer=True)
@@ -141,12 +145,13 @@ def test_a_customer_that_may_exist_is_looked_up_before_it_is_created_again(
     assert Customer.objects.count() == 1
 
 
-def test_sync_error_keeps_an_excerpt_of_an_html_error_page(billing_sandbox, settings):
+def test_sync_error_keeps_an_excerpt_of_an_html_error_page(billing_sandbox, settings, monkeypatch):
     """A proxy's 500 page (the sandbox answers JSON, so ``responses`` plays the proxy): the
     entry and the product keep the status, the request id and a bounded excerpt."""
     import responses
 
-    settings.BILLING = {**settings.BILLING, "MAX_RETRIES": 0, "OUTBOX_MAX_ATTEMPTS": 1}
+    settings.BILLING = {**settings.BILLING, "MAX_RETRIES": 0}
+    monkeypatch.setattr(push, "MAX_ATTEMPTS", 1)
     product = make_product()
     entry = OutboxEntry.objects.get()
     page = "<html><head><style>p {}</style></head><body>" + "<p>Oops</p>" * 2000 + "</body></html>"

@@ -3,6 +3,7 @@ order per object, the same key on retry, two pushers racing one entry make one c
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import Counter
 from unittest import mock
@@ -91,10 +92,8 @@ def test_two_pushers_racing_one_entry_make_one_call(billing_sandbox):
 
     def blocking(entry):
         entered.append(entry.pk)
-        try:
+        with contextlib.suppress(threading.BrokenBarrierError):
             barrier.wait()
-        except threading.BrokenBarrierError:
-            pass
         return real(entry)
 
     results = []

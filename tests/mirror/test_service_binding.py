@@ -9,11 +9,9 @@ import uuid
 from io import StringIO
 
 import pytest
-from billing_integration.outbox.drain import push_due
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.db import IntegrityError, connection, transaction
-from django.test.utils import CaptureQueriesContext
+from django.db import IntegrityError, transaction
 
 from billing_integration.exceptions import BillingError
 from billing_integration.models import (
@@ -23,14 +21,14 @@ from billing_integration.models import (
     Subscription,
     WebhookEvent,
 )
-from billing_integration.outbox.push import PushOutcome, push_entries, push_entry
-from billing_integration.outbox.tasks import sweep_outbox
+from billing_integration.outbox.push import PushOutcome, push_entry
 from billing_integration.sync.pull import pull_customers, pull_products, pull_subscriptions
 from billing_integration.sync.tasks import sync_all
 from billing_integration.testing import start_sandbox
 
-from .test_batch import customers, open_ids
+from .conftest import push_open
 from .test_outbox import make_product
+from .test_push import customers, open_ids
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -229,18 +227,10 @@ def test_pointed_elsewhere_pushes_are_refused_nothing_sent_nothing_lost_then_rel
     point_at(settings, BASE_URL=moved)
     billing_sandbox.clear_requests()
 
-    # The one-entry path, the batch path, the drain, the inline drain: all refuse.
-    assert push_entry(held[0]).status == REFUSED
-    assert {r.status for r in push_entries(held)} == {REFUSED}
-    report = push_due()
-    assert report.refused and report.handled == 0 and report.pushed == 0
-    assert not report.more and report.next_in is None  # no hot loop of refusals
-    from billing_integration.exceptions import BillingServiceMismatchError
-
-    with pytest.raises(BillingServiceMismatchError):
-        sweep_outbox(inline=True)
+    # The push (the task's and the inline paths'), and billing_sync --push: all refuse.
+    assert {r.status for r in push_open()} == {REFUSED}
     with pytest.raises(CommandError, match="billing_service relink"):
-        call_command("billing_sync", "--drain", "--no-progress")
+        call_command("billing_sync", "--push", "--no-progress")
 
     assert billing_sandbox.requests() == []  # not even a token
     for entry in OutboxEntry.objects.filter(pk__in=held):
@@ -263,9 +253,8 @@ def test_pointed_elsewhere_pushes_are_refused_nothing_sent_nothing_lost_then_rel
     assert row.base_url == moved
     assert [h["base_url"] for h in row.history] == [billing_sandbox.base_url]
     assert row.history[0]["action"] == "relink"
-    assert recorded_enqueues, "the relink wakes the outbox drain"
-    report = push_due()
-    assert report.pushed == 4 and not report.refused
+    assert sorted(recorded_enqueues) == held, "the relink enqueues the held entries"
+    assert [r.status for r in push_open()] == [PushOutcome.DONE] * 4
     [patch] = billing_sandbox.requests("update_product")
     assert patch["path"].endswith(f"/products/{remote_id}")  # the remote id was kept
     assert patch["body"]["description"] == "Changed while pointed elsewhere"
@@ -286,20 +275,6 @@ def test_another_realm_or_client_id_is_another_service(billing_sandbox, settings
     assert billing_sandbox.requests() == []
     entry = OutboxEntry.objects.get(state="pending")
     assert ("'production'" if key == "REALM" else "'other-client'") in entry.last_error
-
-
-def test_the_guard_reads_the_binding_once_per_batch_not_per_entry(billing_sandbox, settings):
-    from billing_integration.models import ServiceBinding
-
-    point_at(settings, OUTBOX_CLAIM_BATCH=20)
-    customers(50, "q")
-    table = ServiceBinding._meta.db_table
-    ticks = iter(range(0, 1000, 10))  # each batch takes 10 s: they stay at 20 (claim_size)
-    with CaptureQueriesContext(connection) as queries:
-        report = push_due(clock=lambda: float(next(ticks)))
-    assert report.pushed == 50
-    reads = [q for q in queries if table in q["sql"] and q["sql"].lstrip().startswith("SELECT")]
-    assert len(reads) == 3  # batches of 20, 20 and 10
 
 
 # --- pulls ------------------------------------------------------------------------------------
@@ -359,7 +334,7 @@ def test_reset_pushes_products_and_customers_anew_and_detaches_old_subscriptions
     )
 
     point_at_sandbox(settings, other_sandbox)  # another service
-    assert push_due().refused
+    assert [r.status for r in push_open()] == [REFUSED]
     billing_sandbox.clear_requests()
 
     out = StringIO()
@@ -381,8 +356,7 @@ def test_reset_pushes_products_and_customers_anew_and_detaches_old_subscriptions
     assert OutboxEntry.objects.for_object(unpushed).get().state == "done"
     assert WebhookEvent.objects.count() == 1
 
-    report = push_due()
-    assert report.pushed == 2 and not report.refused
+    assert [r.status for r in push_open()] == [PushOutcome.DONE] * 2
     [created_product] = other_sandbox.objects("product")
     [created_customer] = other_sandbox.objects("customer")
     product.refresh_from_db()
