@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from django.core.signals import setting_changed
 from django.db import DatabaseError, IntegrityError, connections, router, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -85,31 +84,10 @@ def normalise_url(url: Any) -> str:
     return f"{scheme}://{netloc}{parts.path.rstrip('/')}"
 
 
-# --- the configured side (per process) --------------------------------------------------------
-_configured: ServiceIdentity | None = None
-
-
 def configured_service() -> ServiceIdentity:
-    """The service ``settings.BILLING`` points at; computed once per process."""
-    global _configured
-    found = _configured
-    if found is None:
-        found = ServiceIdentity(
-            normalise_url(billing_settings.BASE_URL),
-            str(billing_settings.REALM),
-            str(billing_settings.CLIENT_ID),
-        )
-        _configured = found
-    return found
-
-
-def _forget_configured(*, setting: str, **kwargs: Any) -> None:
-    global _configured
-    if setting == "BILLING":
-        _configured = None
-
-
-setting_changed.connect(_forget_configured)
+    """The service ``settings.BILLING`` points at."""
+    conf = billing_settings
+    return ServiceIdentity(normalise_url(conf.BASE_URL), str(conf.REALM), str(conf.CLIENT_ID))
 
 
 def identity_of(client: Any = None) -> ServiceIdentity:
@@ -136,8 +114,7 @@ def mirror_database(using: str | None = None) -> str:
 
 
 def recorded_service(using: str | None = None) -> ServiceIdentity | None:
-    """The service the mirror in database ``using`` belongs to; None before the first
-    push, pull or checkout. One query."""
+    """The service the mirror in database ``using`` belongs to; None before the first use."""
     row = (
         _binding_model()
         .objects.using(mirror_database(using))
@@ -168,11 +145,8 @@ def mismatch_error(
 
 def ensure_service(*, client: Any = None, using: str | None = None) -> ServiceIdentity:
     """Check that the mirror belongs to the service about to be called (``client``'s, else
-    the configured one), recording it if the mirror belongs to none yet. Returns it.
-
-    Raises ``BillingServiceMismatchError`` (nothing is sent) when the mirror belongs to
-    another service. Race-safe: of two processes recording at once, one inserts and the
-    other reads that row (a unique constraint)."""
+    the configured one), recording it first if none is; raises
+    ``BillingServiceMismatchError`` (nothing sent) when it belongs to another."""
     configured = identity_of(client)
     alias = mirror_database(using)
     recorded = recorded_service(alias)
@@ -250,9 +224,8 @@ def relink(*, using: str | None = None) -> ServiceIdentity | None:
 def products_unknown_at(
     client: Any = None, *, sample: int = 3, using: str | None = None
 ) -> list[Any]:
-    """Of up to ``sample`` pushed products, those the service (``client``, else the
-    configured one) answers 404 for: a relink to a service that does not know the mirror's
-    ids would PATCH ids that do not exist there. Other errors are raised."""
+    """Of up to ``sample`` pushed products, those the service answers 404 for (a relink
+    there would PATCH ids it does not have)."""
     from .client import get_client
     from .exceptions import BillingNotFoundError
     from .models.products import Product
@@ -292,20 +265,10 @@ def in_flight(using: str | None = None) -> int:
 
 
 def reset_mirror(*, using: str | None = None) -> ResetCounts:
-    """Start afresh with the configured service, in one transaction:
-
-    - products and customers: remote ids, timestamps, users and JSON cleared, sync state
-      ``pending``, one new create entry each in the outbox (pushed to the new service);
-    - every outbox entry not done (meant for the old service) is closed unsent: ``done``
-      with a ``last_error`` saying so, so nothing is sent twice or to the wrong service;
-    - subscriptions are kept as history but detached: status ``detached`` (the service's
-      own status stays in ``remote_data``), which grants no access and counts for no
-      revenue, ``remote_updated`` set to now (they ended here, and no older event of the
-      old service can bring them back); never pushed to the new service;
-    - checkout sessions, invoices, payments, refunds and the event log are kept unchanged;
-    - the configured service becomes the mirror's.
-
-    Raises ``MirrorBusyError`` while a worker holds outbox entries: stop the workers first."""
+    """Start afresh with the configured service, in one transaction: products and customers
+    lose their remote ids and get a create entry each; open outbox entries are closed
+    unsent; subscriptions are kept but ``detached`` (no access, never pushed); the rest is
+    kept. Raises ``MirrorBusyError`` while a worker holds outbox entries."""
     from django.contrib.contenttypes.models import ContentType
 
     from .models.base import SyncState

@@ -315,12 +315,7 @@ def _call(entry: OutboxEntry, obj: Any, client: Any) -> dict[str, Any]:
 
 
 def _others_open(entry: OutboxEntry) -> bool:
-    return (
-        OutboxEntry.objects.filter(content_type_id=entry.content_type_id, object_id=entry.object_id)
-        .exclude(pk=entry.pk)
-        .filter(state__in=OPEN_STATES)
-        .exists()
-    )
+    return _blocking(entry).exclude(pk=entry.pk).filter(state__in=OPEN_STATES).exists()
 
 
 def settled_state(note: str, synced: bool) -> str:
