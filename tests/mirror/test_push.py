@@ -81,6 +81,7 @@ def test_the_statements_of_a_push_do_not_grow_with_the_number_pushed(billing_san
     assert statements(5, "s") == statements(20, "l")
 
 
+@pytest.mark.postgresql
 def test_two_pushers_racing_one_entry_make_one_call(billing_sandbox):
     """Both pushers claim at the same moment (a barrier inside the claim): one calls, the
     other finds the entry taken."""
@@ -91,9 +92,10 @@ def test_two_pushers_racing_one_entry_make_one_call(billing_sandbox):
     entered = []
 
     def blocking(entry):
-        entered.append(entry.pk)
-        with contextlib.suppress(threading.BrokenBarrierError):
-            barrier.wait()
+        if threading.get_ident() not in entered:  # the claim's look, first in each pusher
+            entered.append(threading.get_ident())
+            with contextlib.suppress(threading.BrokenBarrierError):
+                barrier.wait()
         return real(entry)
 
     results = []
@@ -110,9 +112,30 @@ def test_two_pushers_racing_one_entry_make_one_call(billing_sandbox):
             thread.start()
         for thread in threads:
             thread.join()
-    assert entered == [pk, pk]  # the race happened: both were inside the claim
+    assert len(entered) == 2 and not barrier.broken  # the race happened: both in the claim
     assert results.count(PushOutcome.DONE) == 1  # the other: busy, or skipped once done
     assert len(billing_sandbox.requests(operation="create_customer")) == 1
+
+
+def test_a_claim_lost_to_another_pusher_between_its_read_and_its_update_calls_nothing(
+    billing_sandbox,
+):
+    """Without row locks (SQLite), two pushers may read the same pending row: the other one
+    claims it between this one's read and its update, and this one calls nothing."""
+    customers(1)
+    (pk,) = open_ids()
+    real = push._blocking
+    raced = []
+
+    def blocking(entry):
+        if not raced:  # the other pusher claims the row now
+            raced.append(OutboxEntry.objects.filter(pk=pk, state="pending").update(attempts=1))
+        return real(entry)
+
+    with mock.patch.object(push, "_blocking", side_effect=blocking):
+        assert push_entry(pk).status == PushOutcome.BUSY
+    assert raced == [1]  # the race happened
+    assert billing_sandbox.requests(operation="create_customer") == []
 
 
 def test_two_entries_of_one_object_in_a_batch_go_out_in_order(billing_sandbox):
