@@ -102,9 +102,8 @@ class OutboxEntry(models.Model):
     payload = models.JSONField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True, default="")
-    #: True once a failure left the remote outcome unknown (timeouts, 5xx, a 2xx whose answer
-    #: was lost), until the entry is done: later entries of the same object wait behind it,
-    #: and a retry reuses key and body.
+    #: The remote outcome of an attempt is unknown (until done): later entries wait, and
+    #: every retry reuses key and body.
     in_doubt = models.BooleanField(default=False)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)

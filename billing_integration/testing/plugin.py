@@ -87,7 +87,7 @@ def _point_django_at(handle: SandboxHandle, request: pytest.FixtureRequest) -> N
 
 
 def _forget_tokens(alias: str) -> None:
-    """Drop cached tokens and the per-process client so nothing from a previous test leaks."""
+    """Drop cached tokens and the per-process client."""
     from django.core.cache import caches
 
     with contextlib.suppress(Exception):  # e.g. a database cache in a test without DB access

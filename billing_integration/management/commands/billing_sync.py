@@ -141,8 +141,7 @@ class Command(BaseCommand):
         self.stdout.write(f"outbox: {len(results)} open entries pushed now: {summary}")
 
     def _report_without_cycles(self, products: list[Any]) -> None:
-        """Products checkout refuses: the service answers with a blueprint id only, so the
-        cycles of a product created there are not known here."""
+        """Products checkout refuses: their cycles are not known here."""
         if not products:
             return
         self.stdout.write(
