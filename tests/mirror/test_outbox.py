@@ -410,3 +410,30 @@ def test_drain_re_enqueues_entries_whose_message_was_lost(billing_sandbox, recor
     assert sweep_outbox() == 1
     assert recorded_enqueues == [entry.pk]
     assert sweep_outbox() == 0  # touched: not again before STALE_AFTER
+
+
+REAL_ENQUEUE = tasks.enqueue
+
+
+def test_a_broker_down_at_commit_loses_no_push_the_sweep_sends_it(billing_sandbox, monkeypatch):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    sent: list[int] = []
+    down = [True]
+
+    def apply_async(args, **options):
+        if down:
+            raise OSError("broker down")
+        sent.append(args[0])
+
+    monkeypatch.setattr(tasks, "enqueue", REAL_ENQUEUE)
+    monkeypatch.setattr(tasks.push_outbox_entry, "apply_async", apply_async)
+    make_product()  # committed; its enqueue fails (logged) and the save goes on
+    entry = OutboxEntry.objects.get()
+    assert entry.state == "pending" and sent == []
+    down.clear()  # the broker is back; beat's sweep finds the entry
+    OutboxEntry.objects.filter(pk=entry.pk).update(updated_at=timezone.now() - timedelta(hours=1))
+    assert sweep_outbox() == 1
+    assert sent == [entry.pk]
