@@ -120,7 +120,7 @@ def demo_stack(live_server: Any, billing_sandbox: Any, settings: Any) -> Iterato
     worker = Worker(billing_sandbox)
     settings.BILLING = {
         **settings.BILLING,
-        "OUTBOX_QUEUE": worker.queue,  # this process publishes pushes to the worker's queue
+        "QUEUE": worker.queue,  # this process publishes pushes to the worker's queue
         "WEBHOOK_PROCESS_INLINE": True,  # events are applied in the live server's request
     }
     settings.DEBUG = True  # the admin's static files from the live server
