@@ -280,7 +280,7 @@ class Stack:
             "BILLING_CHECKOUT_URL": self.sandbox.checkout_url,
             "BILLING_CLIENT_ID": self.sandbox.client_id,
             "BILLING_CLIENT_SECRET": self.sandbox.client_secret,
-            "BILLING_EXTRA": json.dumps({"OUTBOX_QUEUE": self.queue, **self.extra}),
+            "BILLING_EXTRA": json.dumps({"QUEUE": self.queue, **self.extra}),
             "PYTHONPATH": str(ROOT),
         }
         os.environ.update(self.env)
@@ -296,9 +296,11 @@ class Stack:
         cache.clear()  # no token of an earlier run
         return self
 
-    def start_worker(self, concurrency: int = 1, queue: str | None = None) -> subprocess.Popen:
-        """A ``celery worker`` process with ``concurrency`` children consuming ``queue`` (by
-        default the stack's private one, the outbox's)."""
+    def start_worker(
+        self, concurrency: int = 1, queue: str | None = None, pool: str | None = None
+    ) -> subprocess.Popen:
+        """A ``celery worker`` process with ``concurrency`` children (or threads: ``pool``)
+        consuming ``queue`` (by default the stack's private one, the outbox's)."""
         log = (self.tmp / f"worker-{len(self.workers)}.log").open("w")
         proc = subprocess.Popen(
             [
@@ -319,6 +321,7 @@ class Stack:
                 "--without-heartbeat",
                 "-n",
                 f"{self.queue}-{len(self.workers)}@%h",
+                *(["--pool", pool] if pool else []),
             ],
             cwd=ROOT,
             env={**os.environ, **self.env},

@@ -1,34 +1,25 @@
-"""Pushes in parallel: a burst of outbox entries drained with 1, 2, 4 and 8 calls in flight.
+"""Pushes in parallel through Celery's own concurrency: a burst of outbox entries pushed by one
+worker with 1, 2, 4 and 8 threads (``--pool threads``), against the sandbox's latency.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench \\
         .venv/bin/python benchmarks/bench_scale.py [--objects 500] [--per-object 4] [--rounds 3]
 
-The sandbox runs as a process of its own (``sandbox_process.py``: the sandbox's threaded
-Werkzeug server, one thread per connection) and adds ``--latency`` seconds (default 0.05) to
-every call, its latency fault. A burst is ``objects`` products with ``per-object`` entries each
-(a create, then PATCHes of the name, each entry with its body stored, as after edits made
-between pushes), interleaved at random in primary-key order; nothing is kicked while it is
-written. Then one kick of the push run, and the time until every entry is done, by real Celery
-worker processes:
+The sandbox runs as a process of its own and adds ``--latency`` seconds (default 0.05) to every
+call. A burst is ``objects`` products with ``per-object`` entries each (a create, then PATCHes
+of the name), interleaved at random in primary-key order, written without an enqueue; then
+``enqueue_open()`` sends the push of each object's first entry (each push enqueues the next
+entry of its object) and the time until every entry is done is measured. After every run:
+every entry done, one remote product per local one (0 duplicates), and per product its create
+then its PATCHes in the order of its entries (``order_problems``).
 
-- ``c`` concurrent calls in all are ``OUTBOX_PUSH_CONCURRENCY`` threads in each of ``P`` worker
-  processes (``OUTBOX_PUSH_RUNS = P``: a run that finds a full batch wakes the next);
-  ``--layout`` says which (default: 1 process up to 4 calls, then 2 processes);
-- after every run: every entry done, one remote product per local one (0 duplicates), and
-  per product the service received its create and then its PATCHes in the order of its entries
-  (``order_problems``).
-
-Rounds run every configuration, the order reversed every other round; the figure of each
-configuration is the median over rounds of its speed-up over the 1-call run of the same round
-(``benchmarks/_paired.py``). Target: 8 calls >= 6x one. PostgreSQL is needed (SQLite
-serialises the claims): ``DATABASE_URL``, by default this machine's ``.../bench``, in a
-database of its own (``<db>_bench_scale``).
+The figure of each configuration is the median over rounds of its speed-up over the 1-thread
+run of the same round (``benchmarks/_paired.py``). Target: 8 calls in flight >= 6x one.
+PostgreSQL is needed (SQLite serialises the claims).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import statistics
@@ -46,14 +37,6 @@ TARGET = 6.0
 CONFIGS = (1, 2, 4, 8)
 
 
-def layout(calls: int, processes: int | None) -> tuple[int, int]:
-    """(worker processes, calls in flight per process) for ``calls`` in all."""
-    if processes is None:
-        processes = 1 if calls <= 4 else 2
-    processes = max(1, min(processes, calls))
-    return processes, max(1, calls // processes)
-
-
 def make_burst(objects: int, per_object: int, *, seed: int = 7, tag: str = "S") -> list[Any]:
     """``objects`` products (no entry written for them) and ``per_object`` outbox entries each:
     the create (body built at claim) then PATCHes of the name ``<name> v1``, ``v2``... (bodies
@@ -62,8 +45,8 @@ def make_burst(objects: int, per_object: int, *, seed: int = 7, tag: str = "S") 
     from django.contrib.contenttypes.models import ContentType
     from django.db import transaction
 
+    from billing_integration.context import from_remote
     from billing_integration.models import BillingCycle, OutboxEntry, Price, Product
-    from billing_integration.outbox.context import from_remote
 
     rng = random.Random(seed)
     with transaction.atomic(), from_remote():
@@ -136,8 +119,8 @@ def reset_burst() -> None:
     """Delete the products and entries of the previous run (no entry written, nothing kicked)."""
     from django.db import connection, transaction
 
+    from billing_integration.context import from_remote
     from billing_integration.models import BillingCycle, OutboxEntry, Price, Product
-    from billing_integration.outbox.context import from_remote
 
     with transaction.atomic(), from_remote():
         OutboxEntry.objects.all().delete()
@@ -153,8 +136,7 @@ def main() -> int:
     parser.add_argument("--per-object", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--latency", type=float, default=0.05)
-    parser.add_argument("--processes", type=int, default=None, help="worker processes (all)")
-    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per drain")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per burst")
     parser.add_argument(
         "--calls", type=int, nargs="+", default=list(CONFIGS), help="configurations (1 always)"
     )
@@ -164,50 +146,24 @@ def main() -> int:
     from django.db import connection
 
     require(connection.vendor == "postgresql", "PostgreSQL is needed (DATABASE_URL)")
-    from django.core.cache import caches
-
-    from billing_integration import wakeup
-    from billing_integration.conf import billing_settings
     from billing_integration.models import OutboxEntry
-    from billing_integration.outbox.tasks import OUTBOX, push_run
+    from billing_integration.outbox.tasks import enqueue_open
 
-    cache = caches[billing_settings.KICK_CACHE or billing_settings.TOKEN_CACHE]
     entries = args.objects * args.per_object
     times: dict[int, list[float]] = defaultdict(list)
-    base_extra = json.loads(stack.env["BILLING_EXTRA"])
     try:
         sandbox = stack.sandbox
 
         def run(calls: int, round_no: int) -> float:
-            processes, threads = layout(calls, args.processes)
-            for proc in stack.workers:
-                proc.terminate()
-                proc.wait()
+            stack.stop_workers()
             stack.workers.clear()
-            stack.env["BILLING_EXTRA"] = json.dumps(
-                {
-                    **base_extra,
-                    "OUTBOX_PUSH_CONCURRENCY": threads,
-                    "OUTBOX_PUSH_RUNS": processes,
-                }
-            )
             reset_burst()
             sandbox.reset()
-            for slot in range(processes + 1):  # no flag left by the previous run's workers
-                wakeup.clear(push_run(slot).name)
-            stack.start_worker(concurrency=processes)
-            # Ready: a run with nothing to push has cleared the flag of its kick.
-            OUTBOX.kick()
-            flag = wakeup.flag_key(OUTBOX.name)
-            require(
-                wait(lambda: cache.get(flag) is None, timeout=120, interval=0.05),
-                f"{calls} calls: the worker did not start",
-            )
+            stack.start_worker(concurrency=calls, pool="threads")
             sandbox.faults(operation="*", latency=args.latency)
             products = make_burst(args.objects, args.per_object, tag=f"r{round_no}c{calls}")
-            time.sleep(0.5)
             started = time.perf_counter()
-            OUTBOX.kick()
+            enqueue_open()
             require(
                 wait(
                     lambda: not OutboxEntry.objects.exclude(state="done").exists(),
@@ -225,8 +181,7 @@ def main() -> int:
             problems = order_problems(products, sandbox.requests(), args.per_object)
             require(not problems, f"{calls} calls: order broken: {problems[:5]}")
             print(
-                f"  round {round_no}: {calls} call(s) in flight ({processes} process(es) x "
-                f"{threads} thread(s)): {entries} entries in {elapsed:.2f} s, "
+                f"  round {round_no}: {calls} thread(s): {entries} entries in {elapsed:.2f} s, "
                 f"{entries / elapsed:.1f}/s; order per object kept, 0 duplicates",
                 flush=True,
             )

@@ -88,7 +88,7 @@ def run(base_url: str, rounds: int) -> int:
     from billing_integration.client import get_client
     from billing_integration.client.backoff import clear_shared_backoff
     from billing_integration.models import BillingCycle, OutboxEntry, Price, Product
-    from billing_integration.outbox.push import push_entry_now
+    from billing_integration.outbox.push import push_entry
 
     call_command("migrate", verbosity=0)
     control = requests.Session()
@@ -114,7 +114,7 @@ def run(base_url: str, rounds: int) -> int:
         monthly = BillingCycle.objects.create(product=product, unit="months", frequency=1)
         Price.objects.create(cycle=monthly, currency_id=1, amount=Decimal("10000"))
     for pk in OutboxEntry.objects.open().values_list("pk", flat=True):
-        push_entry_now(pk)
+        push_entry(pk)
     user = get_user_model().objects.create_user("bench", email="bench@example.com")
     browser = Client()
     browser.force_login(user)
@@ -129,7 +129,7 @@ def run(base_url: str, rounds: int) -> int:
         cycle = BillingCycle.objects.create(product=other, unit="months", frequency=1)
         Price.objects.create(cycle=cycle, currency_id=1, amount=Decimal("20000"))
     for pk in OutboxEntry.objects.open().values_list("pk", flat=True):
-        push_entry_now(pk)
+        push_entry(pk)
     buy = {"product": other.pk, "cycle": "months-1", "currency": "XOF"}
 
     wrong: set[str] = set()  # cases whose answer was not the expected one (still timed)

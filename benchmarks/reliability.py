@@ -249,11 +249,6 @@ def main(argv: list[str] | None = None) -> int:
             "MAX_RETRIES": 2,
             "BACKOFF_BASE": 0.2,
             "BACKOFF_MAX": 2.0,
-            "OUTBOX_RETRY_BASE": 0.5,
-            "OUTBOX_RETRY_MAX": 5.0,
-            "OUTBOX_MAX_ATTEMPTS": 1000,
-            "OUTBOX_STALE_AFTER": 3.0,
-            "OUTBOX_LEASE": 30.0,
             "SHARED_BACKOFF": not args.no_shared_backoff,
         },
     )
@@ -328,7 +323,7 @@ def run(stack: Stack, args: argparse.Namespace, restart: BrokerRestart) -> int:
     from django.db import transaction
 
     from billing_integration.models import BillingCycle, Customer, OutboxEntry, Price, Product
-    from billing_integration.outbox.tasks import requeue_stale_entries
+    from billing_integration.outbox.tasks import sweep_outbox
 
     rng = random.Random(args.seed)
     sandbox = stack.sandbox
@@ -424,10 +419,16 @@ def run(stack: Stack, args: argparse.Namespace, restart: BrokerRestart) -> int:
     def beat() -> None:
         while not stop.wait(3.0):
             try:
-                requeue_stale_entries()
+                sweep_outbox()
             except Exception as exc:  # broker still down
                 print("drain:", exc)
 
+    # The sweep of this process takes entries untouched for 3 s (not a minute), and those a
+    # killed worker held after 30 s (not 5 minutes): the run is short.
+    from billing_integration.models import outbox as outbox_model
+    from billing_integration.outbox import tasks as outbox_tasks
+
+    outbox_tasks.STALE_AFTER, outbox_model.LEASE = 3.0, 30.0
     threading.Thread(target=beat, daemon=True).start()
     finished = wait(
         lambda: not OutboxEntry.objects.exclude(state="done").exists(),

@@ -1,14 +1,9 @@
 """Customers from subscribers, and the synchronous "make sure this customer exists remotely".
 
-The subscriber is an instance of ``BILLING['SUBSCRIBER_MODEL']`` (default the user model; a
-team or organisation model works the same). Two overridable rules, dotted paths in settings:
-
-- ``BILLING['CUSTOMER_IDENTIFIER']`` (default ``default_identifier``): the ``identifier``
-  sent to the service, ``"<app_label>.<model_name>:<pk>"``, e.g. ``"auth.user:42"``. Stable
-  (never the e-mail, which changes) and unique per subscriber.
-- ``BILLING['CUSTOMER_FIELDS']`` (default ``default_fields``): ``first_name``, ``last_name``
-  and ``email`` read from the subscriber's attributes of those names when present (a team
-  model may define properties, or point this setting at its own function).
+The subscriber is an instance of ``BILLING['SUBSCRIBER_MODEL']`` (default the user model).
+``BILLING['CUSTOMER_FIELDS']`` (default ``default_fields``) is a callable(subscriber), or its
+dotted path, returning ``identifier``, ``first_name``, ``last_name`` and ``email``; the default
+identifier is ``"<app_label>.<model_name>:<pk>"`` (stable, unique per subscriber).
 """
 
 from __future__ import annotations
@@ -36,6 +31,8 @@ __all__ = [
     "get_or_create_customer",
 ]
 
+FIELDS = ("identifier", "first_name", "last_name", "email")
+
 
 def default_identifier(subscriber: Any) -> str:
     """``"<app_label>.<model_name>:<pk>"`` of the subscriber."""
@@ -44,25 +41,28 @@ def default_identifier(subscriber: Any) -> str:
 
 
 def default_fields(subscriber: Any) -> dict[str, str]:
-    """``first_name``/``last_name``/``email`` from same-named attributes, else ``""``."""
-    out = {}
-    for name in ("first_name", "last_name", "email"):
+    """``default_identifier`` and ``first_name``/``last_name``/``email`` from same-named
+    attributes (else ``""``)."""
+    out = {"identifier": default_identifier(subscriber)}
+    for name in FIELDS[1:]:
         value = getattr(subscriber, name, "") or ""
         out[name] = str(value() if callable(value) else value)
     return out
 
 
-def customer_identifier(subscriber: Any) -> str:
-    """The identifier by the configured rule (``BILLING['CUSTOMER_IDENTIFIER']``)."""
-    rule = billing_settings.CUSTOMER_IDENTIFIER
-    return str((import_string(rule) if isinstance(rule, str) else rule)(subscriber))
-
-
 def customer_fields(subscriber: Any) -> dict[str, str]:
-    """The create fields by the configured rule (``BILLING['CUSTOMER_FIELDS']``)."""
+    """The customer's fields by ``BILLING['CUSTOMER_FIELDS']`` (identifier included; a rule
+    that returns none gets ``default_identifier``)."""
     rule = billing_settings.CUSTOMER_FIELDS
     fields = (import_string(rule) if isinstance(rule, str) else rule)(subscriber)
-    return {k: str(v or "") for k, v in fields.items() if k in ("first_name", "last_name", "email")}
+    out = {k: str(v or "") for k, v in fields.items() if k in FIELDS}
+    out["identifier"] = out.get("identifier") or default_identifier(subscriber)
+    return out
+
+
+def customer_identifier(subscriber: Any) -> str:
+    """The subscriber's customer identifier (``customer_fields``)."""
+    return customer_fields(subscriber)["identifier"]
 
 
 def get_or_create_customer(subscriber: Any) -> tuple[Customer, bool]:
@@ -72,11 +72,7 @@ def get_or_create_customer(subscriber: Any) -> tuple[Customer, bool]:
         return existing, False
     try:
         with transaction.atomic():
-            customer = Customer(
-                subscriber=subscriber,
-                identifier=customer_identifier(subscriber),
-                **customer_fields(subscriber),
-            )
+            customer = Customer(subscriber=subscriber, **customer_fields(subscriber))
             customer.save()
             return customer, True
     except IntegrityError:  # created concurrently
@@ -86,18 +82,12 @@ def get_or_create_customer(subscriber: Any) -> tuple[Customer, bool]:
 def ensure_customer_pushed(
     customer: Customer, *, timeout: float = 30.0, deadline: Deadline | None = None
 ) -> Customer:
-    """Make sure ``customer`` exists remotely, synchronously (the checkout view needs its id).
-
-    Goes through the customer's own outbox entry and idempotency key, so a worker pushing
-    the same entry at the same time, a retry or a redelivery never creates a second remote
-    customer. Raises the service's error (a ``BillingError``) if the push fails, or
-    ``BillingTransportError`` if a worker holds the entry for longer than ``timeout``.
-
-    With a ``deadline`` (a person waits) the push, its retries and the wait for a worker end
-    by then. A push that could not finish in time leaves its entry pending and queued, so the
-    outbox completes it in the background with the same key.
-    """
-    from .outbox.push import PushOutcome, _open_entry_for, push_entry_now
+    """Make sure ``customer`` exists remotely, synchronously (the checkout view needs its id),
+    through its own outbox entry and key (so nothing creates it twice). Raises the service's
+    error, or ``BillingTransportError`` when a worker holds the entry past ``timeout``. With
+    a ``deadline`` everything ends by then; a push not finished is completed in the
+    background with the same key."""
+    from .outbox.push import PushOutcome, open_entry_for, push_entry
 
     if customer.remote_id is not None:
         return customer
@@ -113,15 +103,14 @@ def ensure_customer_pushed(
         customer.refresh_from_db()
         if customer.remote_id is not None:
             return customer
-        entry = _open_entry_for(customer)
-        result = push_entry_now(entry.pk, client=client)
+        result = push_entry(open_entry_for(customer).pk, client=client)
         customer.refresh_from_db()
         if customer.remote_id is not None:
             return customer
-        if result.status == PushOutcome.RETRY:
-            _hand_to_outbox(result.entry_id, result.retry_in)
-        if result.status in (PushOutcome.RETRY, PushOutcome.FAILED) and result.error is not None:
-            raise result.error
+        if result.status == PushOutcome.RETRY:  # the outbox retries it (same entry and key)
+            from .outbox.tasks import enqueue
+
+            enqueue(result.entry_id, countdown=result.retry_in)
         if result.status != PushOutcome.BUSY and result.error is not None:
             raise result.error
         if time.monotonic() >= end:
@@ -129,14 +118,3 @@ def ensure_customer_pushed(
                 "the customer's push is still in progress elsewhere", operation="create_customer"
             )
         time.sleep(min(0.2, max(0.0, end - time.monotonic())))
-
-
-def _hand_to_outbox(entry_id: int, countdown: float | None) -> None:
-    """Queue a push the person could not wait for: the outbox retries it in the background
-    (same entry, same idempotency key). A broker outage leaves it to the periodic drain."""
-    from .outbox import tasks
-
-    try:
-        tasks.enqueue(entry_id, countdown=countdown)
-    except Exception:  # the entry is pending either way; the periodic drain finds it
-        logger.warning("customer push %s: could not queue the background retry", entry_id)

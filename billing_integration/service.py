@@ -1,25 +1,11 @@
 """Which billing service the local mirror belongs to: the one guard of pushes, pulls and
 checkouts.
 
-The mirrored rows carry the remote ids, JSON and sync states of one service. Pointed at
-another (``BILLING['BASE_URL']``, ``REALM`` or ``CLIENT_ID`` changed: sandbox to production,
-one sandbox to another), the app would PATCH ids that do not exist there and pull a second,
-unrelated set of objects into the same tables. So:
-
-- the first push, pull or checkout records the configured service in ``ServiceBinding`` (one
-  row per database, unique, so two processes cannot both record one);
-- ``ensure_service()`` compares it with the configured one and raises
-  ``BillingServiceMismatchError`` before anything is sent. The entry points call it once
-  per run: a batch of the outbox drain (not per entry), a one-entry push, a pull, a
-  checkout, a webhook event's pull of an unknown object;
-- ``relink()`` records the configured service as the mirror's (the same service at a new
-  address: remote ids kept); ``reset_mirror()`` clears the remote ids for a fresh start with
-  the configured service; ``manage.py billing_service`` drives both.
-
-The configured identity is computed once per process (re-read when ``settings.BILLING``
-changes, through ``setting_changed``). The recorded one is read from the database on each
-call, one indexed ``SELECT`` of a one-row table: another process may relink or reset at any
-time, and a test database rolls it back after each test.
+The first push, pull or checkout records the configured service (``BASE_URL``, ``REALM``,
+``CLIENT_ID``) in ``ServiceBinding``; ``ensure_service()`` raises
+``BillingServiceMismatchError`` before anything is sent to another one. ``relink()`` keeps the
+remote ids (same service, new address); ``reset_mirror()`` clears them for a fresh start;
+``manage.py billing_service`` drives both.
 """
 
 from __future__ import annotations
@@ -29,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from django.core.signals import setting_changed
 from django.db import DatabaseError, IntegrityError, connections, router, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -50,7 +35,6 @@ __all__ = [
     "mirror_database",
     "normalise_url",
     "recorded_service",
-    "refuse_push_if_other_service",
     "relink",
     "reset_mirror",
 ]
@@ -100,31 +84,10 @@ def normalise_url(url: Any) -> str:
     return f"{scheme}://{netloc}{parts.path.rstrip('/')}"
 
 
-# --- the configured side (per process) --------------------------------------------------------
-_configured: ServiceIdentity | None = None
-
-
 def configured_service() -> ServiceIdentity:
-    """The service ``settings.BILLING`` points at; computed once per process."""
-    global _configured
-    found = _configured
-    if found is None:
-        found = ServiceIdentity(
-            normalise_url(billing_settings.BASE_URL),
-            str(billing_settings.REALM),
-            str(billing_settings.CLIENT_ID),
-        )
-        _configured = found
-    return found
-
-
-def _forget_configured(*, setting: str, **kwargs: Any) -> None:
-    global _configured
-    if setting == "BILLING":
-        _configured = None
-
-
-setting_changed.connect(_forget_configured)
+    """The service ``settings.BILLING`` points at."""
+    conf = billing_settings
+    return ServiceIdentity(normalise_url(conf.BASE_URL), str(conf.REALM), str(conf.CLIENT_ID))
 
 
 def identity_of(client: Any = None) -> ServiceIdentity:
@@ -151,8 +114,7 @@ def mirror_database(using: str | None = None) -> str:
 
 
 def recorded_service(using: str | None = None) -> ServiceIdentity | None:
-    """The service the mirror in database ``using`` belongs to; None before the first
-    push, pull or checkout. One query."""
+    """The service the mirror in database ``using`` belongs to; None before the first use."""
     row = (
         _binding_model()
         .objects.using(mirror_database(using))
@@ -183,11 +145,8 @@ def mismatch_error(
 
 def ensure_service(*, client: Any = None, using: str | None = None) -> ServiceIdentity:
     """Check that the mirror belongs to the service about to be called (``client``'s, else
-    the configured one), recording it if the mirror belongs to none yet. Returns it.
-
-    Raises ``BillingServiceMismatchError`` (nothing is sent) when the mirror belongs to
-    another service. Race-safe: of two processes recording at once, one inserts and the
-    other reads that row (a unique constraint)."""
+    the configured one), recording it first if none is; raises
+    ``BillingServiceMismatchError`` (nothing sent) when it belongs to another."""
     configured = identity_of(client)
     alias = mirror_database(using)
     recorded = recorded_service(alias)
@@ -214,27 +173,6 @@ def _record_first(configured: ServiceIdentity, alias: str) -> ServiceIdentity:
         logger.info("billing mirror bound to the service at %s", configured)
         return configured
     raise BillingError("Could not record which billing service the mirror belongs to.")
-
-
-# --- the outbox's refusal ---------------------------------------------------------------------
-def refuse_push_if_other_service(entry_ids: Any) -> list[Any]:
-    """For the push paths: ``[]`` when the mirror belongs to the configured service, else one
-    ``REFUSED`` ``PushResult`` per id, nothing claimed or sent. The pending entries keep
-    their state and attempts (they go out after a relink) and show the reason in
-    ``last_error``."""
-    try:
-        ensure_service()
-    except BillingServiceMismatchError as exc:
-        from .models.outbox import OutboxEntry, OutboxState
-        from .outbox.push import PushOutcome, PushResult
-
-        message = str(exc)[:2000]
-        OutboxEntry.objects.filter(state=OutboxState.PENDING).exclude(last_error=message).update(
-            last_error=message
-        )
-        logger.error("outbox push refused: %s", message)
-        return [PushResult(PushOutcome.REFUSED, pk, error=exc) for pk in sorted(set(entry_ids))]
-    return []
 
 
 # --- relink and reset -------------------------------------------------------------------------
@@ -271,31 +209,14 @@ def _bind(configured: ServiceIdentity, alias: str, action: str) -> ServiceIdenti
     return previous
 
 
-def _kick_outbox(alias: str) -> None:
-    """After commit, wake the outbox drain so the pending entries go out now."""
-    from .models.outbox import OutboxEntry, OutboxState
-    from .outbox import tasks
-
-    first = (
-        OutboxEntry.objects.using(alias)
-        .filter(state=OutboxState.PENDING)
-        .order_by("pk")
-        .values_list("pk", flat=True)
-        .first()
-    )
-    if first is not None:
-        tasks.enqueue_on_commit(first, using=alias)
-
-
 def relink(*, using: str | None = None) -> ServiceIdentity | None:
     """Record the configured service as the mirror's, keeping every remote id (the same
-    service at a new address, or new credentials of the same account). The entries a
-    mismatch held back are pushed next. Returns the previously recorded service."""
+    service at a new address, or new credentials of the same account). Returns the
+    previously recorded service; ``outbox.tasks.enqueue_open`` sends what was held back."""
     configured = configured_service()
     alias = mirror_database(using)
     with transaction.atomic(using=alias):
         previous = _bind(configured, alias, "relink")
-        _kick_outbox(alias)
     logger.warning("billing mirror relinked from %s to %s", previous, configured)
     return previous
 
@@ -303,9 +224,8 @@ def relink(*, using: str | None = None) -> ServiceIdentity | None:
 def products_unknown_at(
     client: Any = None, *, sample: int = 3, using: str | None = None
 ) -> list[Any]:
-    """Of up to ``sample`` pushed products, those the service (``client``, else the
-    configured one) answers 404 for: a relink to a service that does not know the mirror's
-    ids would PATCH ids that do not exist there. Other errors are raised."""
+    """Of up to ``sample`` pushed products, those the service answers 404 for (a relink
+    there would PATCH ids it does not have)."""
     from .client import get_client
     from .exceptions import BillingNotFoundError
     from .models.products import Product
@@ -334,9 +254,9 @@ def in_flight(using: str | None = None) -> int:
     """Outbox entries a worker holds now (in progress, lease not expired)."""
     from datetime import timedelta
 
-    from .models.outbox import OutboxEntry, OutboxState
+    from .models.outbox import LEASE, OutboxEntry, OutboxState
 
-    since = timezone.now() - timedelta(seconds=float(billing_settings.OUTBOX_LEASE))
+    since = timezone.now() - timedelta(seconds=LEASE)
     return (
         OutboxEntry.objects.using(mirror_database(using))
         .filter(state=OutboxState.IN_PROGRESS, started_at__gt=since)
@@ -345,21 +265,10 @@ def in_flight(using: str | None = None) -> int:
 
 
 def reset_mirror(*, using: str | None = None) -> ResetCounts:
-    """Start afresh with the configured service, in one transaction:
-
-    - products and customers: remote ids, timestamps, users and JSON cleared, sync state
-      ``pending``, one new create entry each in the outbox (pushed to the new service);
-    - every outbox entry not done (meant for the old service) is closed unsent: ``done``
-      with a ``last_error`` saying so, so nothing is sent twice or to the wrong service;
-    - subscriptions are kept as history but detached: status ``detached`` (the service's
-      own status stays in ``remote_data``), which grants no access and counts for no
-      revenue, ``remote_updated`` set to now (they ended here, and no older event of the
-      old service can bring them back); never pushed to the new service;
-    - checkout sessions, invoices, payments, refunds and the event log are kept unchanged;
-    - the configured service becomes the mirror's.
-
-    Raises ``MirrorBusyError`` while a worker holds outbox entries: stop the workers (or
-    wait ``OUTBOX_LEASE``) first."""
+    """Start afresh with the configured service, in one transaction: products and customers
+    lose their remote ids and get a create entry each; open outbox entries are closed
+    unsent; subscriptions are kept but ``detached`` (no access, never pushed); the rest is
+    kept. Raises ``MirrorBusyError`` while a worker holds outbox entries."""
     from django.contrib.contenttypes.models import ContentType
 
     from .models.base import SyncState
@@ -395,7 +304,7 @@ def reset_mirror(*, using: str | None = None) -> ResetCounts:
             raise MirrorBusyError(
                 _(
                     "%(count)d outbox entries are being pushed by a worker right now; stop the "
-                    "workers (or wait OUTBOX_LEASE seconds) and run the reset again."
+                    "workers (or wait 5 minutes) and run the reset again."
                 )
                 % {"count": busy}
             )
@@ -435,7 +344,6 @@ def reset_mirror(*, using: str | None = None) -> ResetCounts:
         OutboxEntry.objects.using(alias).bulk_create(entries, batch_size=1000)
         counts.entries_created = len(entries)
         previous = _bind(configured, alias, "reset")
-        _kick_outbox(alias)
     logger.warning(
         "billing mirror reset: was %s, now %s (%s products, %s customers to push; %s "
         "subscriptions detached; %s outbox entries closed unsent)",

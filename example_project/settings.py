@@ -108,7 +108,7 @@ BILLING = {
     "BASE_TEMPLATE": "base.html",  # the billing pages look like the rest of the site
     "PRICING_URL": "pricing",  # where a lapsed subscriber chooses a plan again
 }
-# (mirror) Any other BILLING key as JSON, e.g. BILLING_EXTRA='{"OUTBOX_RETRY_BASE": 0.5}'
+# (mirror) Any other BILLING key as JSON, e.g. BILLING_EXTRA='{"QUEUE": "billing"}'
 # (used by the worker processes the tests and benchmarks start).
 BILLING.update(env.json("BILLING_EXTRA", default={}))
 
@@ -139,7 +139,7 @@ elif CELERY_BROKER_URL.split("://", 1)[0] in ("amqp", "amqps", "pyamqp"):
     CELERY_BROKER_TRANSPORT_OPTIONS = {}
 else:
     # Redis and SQS redeliver an unacknowledged message after the visibility timeout:
-    # keep it above the longest task retry wait (BILLING['OUTBOX_RETRY_MAX']).
+    # keep it above the longest task retry wait (300 s: a push retry's longest wait).
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 # A worker started while the broker is down retries until it answers, as it does when the
 # broker goes away later (Celery 5 also does so when this is unset; set, it says so).

@@ -1,5 +1,6 @@
-"""The plugin's ``billing_inline`` fixture: after-commit work runs inside a plain ``django_db``
-test, when a commit would run it (``billing_integration.testing.inline``)."""
+"""The plugin's ``billing_inline`` fixture (the test runs in real transactions, Celery eager):
+after-commit work runs when its transaction commits; and ``after_commit_inline`` with
+pytest-django's ``django_capture_on_commit_callbacks`` in a plain ``django_db`` test."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from django.db import transaction
 from billing_integration.models import BillingCycle, OutboxEntry, Price, Product
 from billing_integration.testing.inline import after_commit_inline
 
-pytestmark = pytest.mark.django_db  # one transaction per test, never committed
+pytestmark = pytest.mark.django_db  # one transaction per test, unless billing_inline
 
 
 def make_product(sandbox, name: str = "Pro") -> Product:
@@ -80,6 +81,17 @@ def test_celery_is_eager_inside_and_restored_after(settings):
     with transaction.atomic():
         transaction.on_commit(lambda: ran.append(1))
     assert ran == [], "after it, the test's transaction holds the callbacks again"
+
+
+def test_captured_callbacks_run_the_push_in_a_plain_django_db_test(
+    billing_sandbox, settings, django_capture_on_commit_callbacks
+):
+    with after_commit_inline(settings), django_capture_on_commit_callbacks(execute=True):
+        product = make_product(billing_sandbox)
+    [call] = billing_sandbox.requests("create_product")
+    assert call["status"] == 200
+    product.refresh_from_db()
+    assert product.sync_state == "synced"
 
 
 @pytest.mark.django_db(transaction=True)

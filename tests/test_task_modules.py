@@ -18,7 +18,7 @@ def test_every_task_module_is_registered_and_the_schedule_names_registered_tasks
     importlib.import_module("billing_integration.tasks")
     names = set(app.tasks)
     for name in (
-        "billing_integration.push_pending",
+        "billing_integration.push_entry",
         "billing_integration.drain_outbox",
         "billing_integration.sync_all",
         "billing_integration.process_webhook_event",
@@ -27,12 +27,6 @@ def test_every_task_module_is_registered_and_the_schedule_names_registered_tasks
         assert name in names
     assert {entry["task"] for entry in schedule.BEAT_SCHEDULE.values()} <= names
     assert app.tasks["billing_integration.sync_all"].__module__ == "billing_integration.sync.tasks"
-
-
-def test_the_schedule_keeps_its_old_import_for_one_release():
-    from billing_integration.outbox import BEAT_SCHEDULE, beat_schedule
-
-    assert BEAT_SCHEDULE is schedule.BEAT_SCHEDULE and beat_schedule is schedule.beat_schedule
 
 
 def test_a_broken_webhook_task_module_fails_the_task_discovery(monkeypatch):

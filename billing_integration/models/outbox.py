@@ -1,9 +1,5 @@
-"""The transactional outbox: one row per logical push of a local change.
-
-Written by a ``post_save`` receiver in the same transaction as the change (a rollback leaves
-no row), pushed by the push run a commit kicks (``outbox.tasks.push_due_entries``), swept
-periodically for lost messages. See ``docs/mirror.md`` for the state machine.
-"""
+"""The transactional outbox: one row per logical push of a local change, written in the
+change's transaction and pushed by a Celery task enqueued on commit (``outbox``)."""
 
 from __future__ import annotations
 
@@ -17,7 +13,7 @@ from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-__all__ = ["OutboxEntry", "OutboxOperation", "OutboxQuerySet", "OutboxState"]
+__all__ = ["LEASE", "OutboxEntry", "OutboxOperation", "OutboxQuerySet", "OutboxState"]
 
 
 class OutboxOperation(models.TextChoices):
@@ -33,6 +29,7 @@ class OutboxState(models.TextChoices):
 
 
 OPEN_STATES = (OutboxState.PENDING, OutboxState.IN_PROGRESS)
+LEASE = 300.0  # seconds a worker's claim holds; then the sweep gives the entry to another
 
 
 class OutboxQuerySet(models.QuerySet):
@@ -51,25 +48,22 @@ class OutboxQuerySet(models.QuerySet):
     def failed(self) -> OutboxQuerySet:
         return self.filter(state=OutboxState.FAILED)
 
-    def due(self, *, lease: float, stale_after: float | None = None) -> OutboxQuerySet:
-        """Entries a push may claim now: pending ones whose retry time has come, and
-        in-progress ones whose worker's lease (seconds) has expired (a killed worker). With
-        ``stale_after`` (seconds; the periodic sweep), only pending ones not touched for that
-        long: their wake-up should have pushed them by now."""
+    def due(self, *, stale_after: float = 0.0) -> OutboxQuerySet:
+        """Entries a push may take now: pending ones whose retry time has come (untouched for
+        ``stale_after`` seconds), and in-progress ones whose lease expired (a worker died)."""
         now = timezone.now()
         pending = Q(state=OutboxState.PENDING) & (
             Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now)
         )
-        if stale_after is not None:
+        if stale_after:
             pending &= Q(updated_at__lte=now - timedelta(seconds=stale_after))
         return self.filter(
             pending
-            | Q(state=OutboxState.IN_PROGRESS, started_at__lte=now - timedelta(seconds=lease))
+            | Q(state=OutboxState.IN_PROGRESS, started_at__lte=now - timedelta(seconds=LEASE))
         )
 
     def heads(self) -> OutboxQuerySet:
-        """Entries with no older open (or in-doubt failed) entry of their object: the ones a
-        push may take now without overtaking another push of the same object."""
+        """Entries with no older open (or in-doubt failed) entry of their object."""
         older = OutboxEntry.objects.filter(
             content_type_id=OuterRef("content_type_id"),
             object_id=OuterRef("object_id"),
@@ -79,8 +73,7 @@ class OutboxQuerySet(models.QuerySet):
 
     def reset_failed(self) -> list[int]:
         """Put failed entries back in the queue (same key; a refused body is rebuilt) and
-        return their ids. Nothing is enqueued here: ``outbox.retry.retry_failed`` does both.
-        """
+        return their ids (``outbox.retry.retry_failed`` enqueues them)."""
         ids = list(self.filter(state=OutboxState.FAILED).values_list("pk", flat=True))
         for entry in OutboxEntry.objects.filter(pk__in=ids):
             entry.state = OutboxState.PENDING
@@ -109,9 +102,8 @@ class OutboxEntry(models.Model):
     payload = models.JSONField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True, default="")
-    #: True once a failure left the remote outcome unknown (timeouts, 5xx, a 2xx whose answer
-    #: was lost), until the entry is done: later entries of the same object wait behind it,
-    #: and a retry reuses key and body.
+    #: The remote outcome of an attempt is unknown (until done): later entries wait, and
+    #: every retry reuses key and body.
     in_doubt = models.BooleanField(default=False)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -128,9 +120,7 @@ class OutboxEntry(models.Model):
         indexes = [
             models.Index(fields=["content_type", "object_id", "state"], name="billing_outbox_obj"),
             models.Index(fields=["state", "updated_at"], name="billing_outbox_due"),
-            # The open (or in-doubt failed) entries of an object: what every push asks (who
-            # comes first, what is still open). Few rows whatever the history kept, so those
-            # lookups cost the same on a table of millions of done entries.
+            # The open (or in-doubt failed) entries of an object: what every push asks.
             models.Index(
                 fields=["content_type", "object_id"],
                 condition=models.Q(state__in=["pending", "in_progress"])

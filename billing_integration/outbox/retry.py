@@ -1,6 +1,4 @@
-"""Re-queue failed outbox entries: reset them (``OutboxEntryQuerySet.reset_failed``) and
-enqueue their pushes after commit. Used by the admin action and ``billing_sync
---retry-failed``."""
+"""Re-queue failed outbox entries (the admin action and ``billing_sync --retry-failed``)."""
 
 from __future__ import annotations
 
@@ -17,11 +15,9 @@ def retry_failed(entries: models.QuerySet[OutboxEntry] | None = None) -> int:
     """Put the failed entries among ``entries`` (default: all) back in the queue (same key
     when the outcome is unknown; a refused body is rebuilt) and enqueue their pushes after
     commit. Returns the number of entries re-queued."""
-    if entries is None:
-        entries = OutboxEntry.objects.all()
-    ids = entries.reset_failed()
-    if ids:
-        tasks.enqueue_on_commit(min(ids))
+    ids = (entries if entries is not None else OutboxEntry.objects.all()).reset_failed()
+    for pk in ids:
+        tasks.enqueue_on_commit(pk)
     return len(ids)
 
 

@@ -1,11 +1,6 @@
-"""``post_save`` receivers: every local change of a mirrored object writes (or extends) an
-outbox entry in the same transaction, and enqueues its push once the transaction commits.
-
-Collapsing: a change to an object that already has a pending entry not yet attempted
-(``attempts == 0``), whose body is not built yet (``payload`` is built at the claim and kept
-by an entry released unsent or reset in doubt) and not locked by a worker reuses that entry;
-otherwise a new entry is written. A burst of edits therefore gives at most two calls: the one
-in flight and one more.
+"""``post_save`` receivers: a change of a mirrored object writes (or extends) an outbox
+entry in the same transaction; its push is enqueued on commit. A change reuses the object's
+pending entry not yet attempted nor built, so a burst of edits makes at most two calls.
 """
 
 from __future__ import annotations
@@ -31,7 +26,6 @@ from ..models.products import (
 )
 from ..models.subscriptions import Subscription
 from .context import is_from_remote
-from .locks import skip_locked
 
 logger = logging.getLogger("billing_integration.outbox")
 
@@ -39,11 +33,8 @@ __all__ = ["record_change", "send_declared_cycles"]
 
 
 def record_change(obj: models.Model, changed: Iterable[str] = ()) -> OutboxEntry:
-    """Write or extend the pending outbox entry of ``obj`` (inside the current transaction).
-
-    ``changed`` names wire fields known to be changed (``subscription_blueprint`` when a
-    cycle or price changed). Returns the entry; its push is enqueued on commit when new.
-    """
+    """Write or extend the pending outbox entry of ``obj`` in the current transaction;
+    ``changed``: wire fields known to be changed (e.g. ``subscription_blueprint``)."""
     using = router.db_for_write(type(obj), instance=obj)
     ct = ContentType.objects.db_manager(using).get_for_model(obj, for_concrete_model=True)
     changed = sorted(set(changed))
@@ -55,7 +46,7 @@ def record_change(obj: models.Model, changed: Iterable[str] = ()) -> OutboxEntry
             attempts=0,
             payload__isnull=True,  # a built body would not carry this change
         )
-        entry = skip_locked(qs, using).order_by("pk").first()
+        entry = qs.select_for_update(skip_locked=True).order_by("pk").first()
         if entry is not None:
             if changed and not set(changed) <= set(entry.changed_fields):
                 entry.changed_fields = sorted(set(entry.changed_fields) | set(changed))
@@ -105,10 +96,8 @@ def _product_part_changed(product: Product | None) -> None:
 
 
 def send_declared_cycles(product: Product) -> OutboxEntry:
-    """Push the billing cycles declared here for ``product`` as its blueprint (it replaces
-    the service's). Writes (or extends) the product's outbox entry with
-    ``subscription_blueprint`` as a changed field; when the push succeeds, the sent cycles
-    are marked confirmed. Raises ``DeclaredCyclesNotSendable`` when there is nothing to send."""
+    """Push the cycles declared here for ``product`` as its blueprint (replacing the
+    service's); raises ``DeclaredCyclesNotSendable`` when there is nothing to send."""
     if product.remote_id is None or product.is_one_time:
         raise DeclaredCyclesNotSendable(
             "Only the cycles of a subscription product already on the service are sent this way."

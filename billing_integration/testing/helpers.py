@@ -19,11 +19,8 @@ def sign_webhook(
     msg_id: str | None = None,
     timestamp: int | float | None = None,
 ) -> dict[str, str]:
-    """Standard Webhooks headers for ``body``, signed with ``secret`` the way the sandbox does.
-
-    Returns ``{"webhook-id", "webhook-timestamp", "webhook-signature", "content-type"}``;
-    ``msg_id`` defaults to a new UUID and ``timestamp`` (unix seconds) to now.
-    """
+    """Standard Webhooks headers for ``body`` signed with ``secret`` as the sandbox does
+    (``msg_id``: a new UUID, ``timestamp``: now, by default)."""
     return sign_headers(body, secret, msg_id=msg_id or str(uuid.uuid4()), timestamp=timestamp)
 
 
@@ -38,13 +35,8 @@ def start_sandbox(**settings: Any):
 
 
 class SandboxHandle:
-    """Drive a running sandbox at ``url`` through its ``/_sandbox/`` control endpoints.
-
-    The sandbox never answers its webhook secret over HTTP; the handle knows it from
-    ``server`` (a ``SandboxServer`` of this process: always the current secret) or from
-    ``webhook_secret`` (the value the sandbox process was started with, or printed), and
-    from ``config(webhook_secret=...)`` calls made through it.
-    """
+    """Drive a running sandbox at ``url`` through its ``/_sandbox/`` control endpoints. Its
+    webhook secret comes from ``server`` (in-process) or ``webhook_secret``."""
 
     def __init__(
         self,
@@ -229,10 +221,8 @@ class SandboxHandle:
         return self._get("/_sandbox/deliveries", **params)["data"]
 
     def deliver(self, client: Any, event: dict[str, Any], path: str = "/billing/webhooks/") -> Any:
-        """POST ``event`` (an envelope: what ``trigger()`` returns, or an item of ``events()``)
-        to your webhook view through a Django test ``client``, as the sandbox delivers it: the
-        same body, signed with the sandbox's webhook secret, ``webhook-id`` the event id. No
-        live server or callback needed. Returns the client's response."""
+        """POST ``event`` (from ``trigger()`` or ``events()``) to your webhook view through a
+        Django test ``client``, signed as the sandbox delivers it; returns the response."""
         body = encode(event)
         headers = sign_webhook(body, self.webhook_secret, msg_id=event["id"])
         headers.pop("content-type", None)
@@ -249,10 +239,8 @@ class SandboxHandle:
     def complete_checkout(
         self, session_id: str, phone: str = "0700000001", return_url: str | None = None
     ) -> requests.Response:
-        """Walk the hosted page with plain HTTP: phone step, then "I entered my PIN".
-
-        Returns the final page's response (``data-outcome`` in the HTML tells the result).
-        """
+        """Walk the hosted page (phone step, then "I entered my PIN"); the final response's
+        ``data-outcome`` tells the result."""
         page = f"{self.url}/checkout/{session_id}"
         extra = {"return_url": return_url} if return_url else {}
         first = self.http.post(page, data={"step": "phone", "phone": phone, **extra}, timeout=30)

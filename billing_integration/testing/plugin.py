@@ -9,9 +9,9 @@ Fixtures:
   object (the sandbox never answers it over HTTP). When Django is configured it also points
   ``settings.BILLING`` at the sandbox through pytest-django's ``settings`` fixture (other
   ``BILLING`` keys are kept), drops cached tokens and the per-process client.
-- ``billing_inline`` (function): the app's after-commit work runs inside the test, even in a
-  plain ``django_db`` test whose transaction never commits: outbox pushes, event processing
-  and the signals, with Celery eager (``billing_integration.testing.inline``).
+- ``billing_inline`` (function): the test runs in real transactions (``transactional_db``)
+  with Celery eager, so the app's after-commit work (outbox pushes, event processing, the
+  signals) runs inside it (``billing_integration.testing.inline``).
 
 Django is imported lazily: this module loads in every pytest run.
 """
@@ -57,9 +57,8 @@ def billing_sandbox(billing_sandbox_server: Any, request: pytest.FixtureRequest)
 
 
 @pytest.fixture
-def billing_inline(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Run the after-commit work (pushes, event processing, signals) and Celery tasks inside
-    the test, at the moment a real commit would run them."""
+def billing_inline(request: pytest.FixtureRequest, transactional_db: None) -> Iterator[None]:
+    """Real commits and eager Celery: pushes, event processing and signals run in the test."""
     from .inline import after_commit_inline
 
     try:
@@ -88,7 +87,7 @@ def _point_django_at(handle: SandboxHandle, request: pytest.FixtureRequest) -> N
 
 
 def _forget_tokens(alias: str) -> None:
-    """Drop cached tokens and the per-process client so nothing from a previous test leaks."""
+    """Drop cached tokens and the per-process client."""
     from django.core.cache import caches
 
     with contextlib.suppress(Exception):  # e.g. a database cache in a test without DB access

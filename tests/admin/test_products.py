@@ -173,12 +173,11 @@ def test_publish_and_archive_actions_change_status_and_write_outbox(
 
 @pytest.mark.django_db(transaction=True)
 def test_publish_action_reaches_the_sandbox(billing_sandbox, admin_client):
-    from billing_integration.outbox.push import PushOutcome, push_entry_now
+    from billing_integration.outbox.push import PushOutcome, push_entry
 
     def push_all() -> list[str]:
         return [
-            push_entry_now(pk).status
-            for pk in OutboxEntry.objects.open().values_list("pk", flat=True)
+            push_entry(pk).status for pk in OutboxEntry.objects.open().values_list("pk", flat=True)
         ]
 
     # Created through the admin add form, pushed: the sandbox has the draft product.
@@ -478,12 +477,11 @@ def test_publishing_an_archived_product_again_asks_first(admin_client):
 def test_the_admin_says_when_the_service_refused_to_publish_again(billing_sandbox, admin_client):
     """Archive, then publish again: the sandbox refuses (400 invalid_transition); the list and
     the change page say so, and the product is not on sale."""
-    from billing_integration.outbox.push import PushOutcome, push_entry_now
+    from billing_integration.outbox.push import PushOutcome, push_entry
 
     def push_all() -> list[str]:
         return [
-            push_entry_now(pk).status
-            for pk in OutboxEntry.objects.open().values_list("pk", flat=True)
+            push_entry(pk).status for pk in OutboxEntry.objects.open().values_list("pk", flat=True)
         ]
 
     data = product_form_data(

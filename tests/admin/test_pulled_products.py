@@ -15,7 +15,7 @@ from django.test import Client
 from django.urls import reverse
 
 from billing_integration.models import BillingCycle, CheckoutSession, OutboxEntry, Product
-from billing_integration.outbox.push import PushOutcome, push_entries, push_entry_now
+from billing_integration.outbox.push import PushOutcome, push_entry
 
 from .conftest import product_form_data
 
@@ -57,9 +57,7 @@ def pull(out: io.StringIO | None = None) -> str:
 
 
 def push_all() -> list[str]:
-    return [
-        push_entry_now(pk).status for pk in OutboxEntry.objects.open().values_list("pk", flat=True)
-    ]
+    return [push_entry(pk).status for pk in OutboxEntry.objects.open().values_list("pk", flat=True)]
 
 
 def blueprint_patches(sandbox: Any) -> list[dict[str, Any]]:
@@ -211,7 +209,7 @@ def test_send_declared_cycles_action_through_a_batch_drain(billing_sandbox, pull
     )
     assert response.status_code == 302
     entries = list(OutboxEntry.objects.open().values_list("pk", flat=True))
-    assert [r.status for r in push_entries(entries)] == [PushOutcome.DONE]
+    assert [push_entry(pk).status for pk in entries] == [PushOutcome.DONE]
     assert len(blueprint_patches(billing_sandbox)) == 1
     assert pulled.cycles.get().declared is False
 

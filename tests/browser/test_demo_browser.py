@@ -120,8 +120,7 @@ def demo_stack(live_server: Any, billing_sandbox: Any, settings: Any) -> Iterato
     worker = Worker(billing_sandbox)
     settings.BILLING = {
         **settings.BILLING,
-        "OUTBOX_QUEUE": worker.queue,  # this process publishes pushes to the worker's queue
-        "QUEUE": worker.queue,  # the event tasks too
+        "QUEUE": worker.queue,  # this process publishes pushes and events to the worker's queue
     }
     settings.DEBUG = True  # the admin's static files from the live server
     worker.start()

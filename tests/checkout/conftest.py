@@ -2,7 +2,7 @@
 
 Pushes happen through ``transaction.on_commit`` -> Celery; like the mirror tests
 (``tests/mirror/conftest.py``), enqueued pushes are recorded instead of sent to a broker, and
-the tests push what they need synchronously (``push_entry_now``), or let the checkout view do
+the tests push what they need synchronously (``push_entry``), or let the checkout view do
 it (``ensure_customer_pushed``).
 """
 
@@ -15,7 +15,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from billing_integration.models import BillingCycle, OutboxEntry, Price, Product
-from billing_integration.outbox.push import PushOutcome, push_entry_now
+from billing_integration.outbox.push import PushOutcome, push_entry
 
 PASSWORD = "pw-for-tests"
 
@@ -42,7 +42,7 @@ def fast_retries(monkeypatch):
 
 def push_open_entries() -> None:
     for pk in list(OutboxEntry.objects.open().values_list("pk", flat=True)):
-        assert push_entry_now(pk).status == PushOutcome.DONE
+        assert push_entry(pk).status == PushOutcome.DONE
 
 
 def make_product(

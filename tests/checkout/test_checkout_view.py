@@ -13,7 +13,7 @@ from billing_integration.client import get_client
 from billing_integration.client.backoff import clear_shared_backoff
 from billing_integration.customers import get_or_create_customer
 from billing_integration.models import CheckoutSession, Customer, OutboxEntry, Product
-from billing_integration.outbox.push import push_entry_now
+from billing_integration.outbox.push import push_entry
 
 from .conftest import make_product, push_open_entries
 
@@ -134,7 +134,7 @@ def test_pending_customer_entry_is_shared(
     [call] = billing_sandbox.requests(operation="create_customer")
     assert call["headers"]["x-idempotency-id"] == str(entry.idempotency_key)
     # The worker's delivery of the same entry afterwards creates nothing more.
-    push_entry_now(entry.pk)
+    push_entry(entry.pk)
     assert len(billing_sandbox.requests(operation="create_customer")) == 1
     assert len(billing_sandbox.objects("customer")) == 1
     customer.refresh_from_db()

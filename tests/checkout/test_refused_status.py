@@ -8,7 +8,7 @@ import pytest
 
 from billing_integration.checkout.services import ProductUnavailable, start_checkout
 from billing_integration.models import CheckoutSession, OutboxEntry, Product
-from billing_integration.outbox.push import PushOutcome, push_entry_now
+from billing_integration.outbox.push import PushOutcome, push_entry
 
 from .conftest import make_product, push_open_entries
 from .test_one_purchase import button, post
@@ -23,7 +23,7 @@ def republished_but_refused() -> Product:
     push_open_entries()
     product.publish()
     [entry] = OutboxEntry.objects.open()
-    assert push_entry_now(entry.pk).status == PushOutcome.FAILED
+    assert push_entry(entry.pk).status == PushOutcome.FAILED
     product.refresh_from_db()
     assert (product.status, product.sync_state) == ("published", "failed")
     assert "invalid_transition" in product.sync_error

@@ -20,7 +20,7 @@ import billing_integration.client as client_module
 from billing_integration.client import BillingClient, SharedBackoff
 from billing_integration.client.retry import PAGE_MARGIN
 from billing_integration.models import CheckoutSession, Customer, OutboxEntry
-from billing_integration.outbox.push import PushOutcome, push_entry_now
+from billing_integration.outbox.push import PushOutcome, push_entry
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -182,7 +182,7 @@ def test_customer_push_cut_short_is_finished_by_the_outbox(
     ], "handed to the outbox with a countdown"
 
     billing_sandbox.clear_faults()
-    assert push_entry_now(entry.pk).status == PushOutcome.DONE  # what the worker does
+    assert push_entry(entry.pk).status == PushOutcome.DONE  # what the worker does
     calls = billing_sandbox.requests(operation="create_customer")
     assert {c["headers"]["x-idempotency-id"] for c in calls} == {str(entry.idempotency_key)}
     assert len(billing_sandbox.objects("customer")) == 1

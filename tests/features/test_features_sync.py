@@ -15,7 +15,7 @@ from django.urls import reverse
 
 from billing_integration.access import feature_limit, has_feature
 from billing_integration.models import OutboxEntry, Product, ProductFeature
-from billing_integration.outbox.push import push_entry_now
+from billing_integration.outbox.push import push_entry
 
 from ..admin.conftest import product_form_data
 from .conftest import subscribe
@@ -51,9 +51,7 @@ def pull() -> None:
 
 
 def push_open() -> list[str]:
-    return [
-        push_entry_now(pk).status for pk in OutboxEntry.objects.open().values_list("pk", flat=True)
-    ]
+    return [push_entry(pk).status for pk in OutboxEntry.objects.open().values_list("pk", flat=True)]
 
 
 def test_the_pull_keeps_the_services_features(billing_sandbox, user):

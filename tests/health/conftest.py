@@ -44,12 +44,12 @@ def healthy(billing_sandbox: Any, transactional_db: None) -> Any:
     runs, and sync_all its pulls); no refused delivery counted (the shared cache outlives the
     tests that refused some)."""
     from billing_integration.conf import shared_cache
-    from billing_integration.outbox.tasks import requeue_stale_entries
+    from billing_integration.outbox.tasks import sweep_outbox
     from billing_integration.sync.tasks import sync_all
     from billing_integration.webhooks.tasks import process_pending_webhook_events
 
     shared_cache().clear()
-    requeue_stale_entries()
+    sweep_outbox()
     process_pending_webhook_events()
     sync_all()
     return billing_sandbox

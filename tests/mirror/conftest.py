@@ -31,6 +31,15 @@ def recorded_enqueues(request: pytest.FixtureRequest, monkeypatch: pytest.Monkey
     return calls
 
 
+def push_open() -> list:
+    """Push every open entry once, in primary-key order, in this process; their results."""
+    from billing_integration.models import OutboxEntry
+    from billing_integration.outbox.push import push_entry
+
+    ids = OutboxEntry.objects.open().order_by("pk").values_list("pk", flat=True)
+    return [push_entry(pk) for pk in list(ids)]
+
+
 def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.1) -> Any:
     deadline = time.monotonic() + timeout
     while True:
@@ -91,7 +100,7 @@ class Worker:
             BILLING_CHECKOUT_URL=billing["CHECKOUT_URL"],
             BILLING_CLIENT_ID=billing["CLIENT_ID"],
             BILLING_CLIENT_SECRET=billing["CLIENT_SECRET"],
-            BILLING_EXTRA=json.dumps({"OUTBOX_QUEUE": self.queue, **self.extra}),
+            BILLING_EXTRA=json.dumps({"QUEUE": self.queue, **self.extra}),
             CELERY_TASK_ALWAYS_EAGER="0",
             PYTHONPATH=str(ROOT),
         )
@@ -159,7 +168,7 @@ def celery_worker_process(
 
     def start(**kwargs: Any) -> Worker:
         worker = Worker(billing_sandbox, **kwargs)
-        settings.BILLING = {**settings.BILLING, "OUTBOX_QUEUE": worker.queue, **worker.extra}
+        settings.BILLING = {**settings.BILLING, "QUEUE": worker.queue, **worker.extra}
         worker.start()
         started.append(worker)
         return worker

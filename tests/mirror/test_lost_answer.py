@@ -16,7 +16,8 @@ from billing_integration.client import get_client
 from billing_integration.customers import get_or_create_customer
 from billing_integration.exceptions import BillingAnswerLostError
 from billing_integration.models import BillingCycle, Customer, OutboxEntry, Price, Product
-from billing_integration.outbox.push import PushOutcome, push_entry_now
+from billing_integration.outbox import push
+from billing_integration.outbox.push import PushOutcome, push_entry
 from billing_integration.outbox.retry import retry_failed
 from billing_integration.sync.pull import pull_products
 
@@ -80,11 +81,11 @@ def test_a_failed_entry_whose_answer_was_lost_is_retried_with_its_key(
     """The issue's story: the entry ends failed, is retried (billing_sync --retry-failed or
     the admin action), and the service must still hold one product, the pull import none."""
     monkeypatch.setattr("billing_integration.client.retry.MAX_RETRIES", 0)
-    settings.BILLING = {**settings.BILLING, "OUTBOX_MAX_ATTEMPTS": 1}
+    monkeypatch.setattr(push, "MAX_ATTEMPTS", 1)
     product = make_product()
     entry = OutboxEntry.objects.get()
     billing_sandbox.faults(operation="create_product", lose_first_answer=True)
-    assert push_entry_now(entry.pk).status == PushOutcome.FAILED
+    assert push_entry(entry.pk).status == PushOutcome.FAILED
     entry.refresh_from_db()
     assert entry.state == "failed" and entry.in_doubt
     key = entry.idempotency_key
@@ -92,7 +93,7 @@ def test_a_failed_entry_whose_answer_was_lost_is_retried_with_its_key(
     assert retry_failed() == 1
     entry.refresh_from_db()
     assert entry.idempotency_key == key
-    assert push_entry_now(entry.pk).status == PushOutcome.DONE
+    assert push_entry(entry.pk).status == PushOutcome.DONE
 
     remote = billing_sandbox.objects("product")
     assert len(remote) == 1
@@ -110,16 +111,16 @@ def test_an_entry_once_in_doubt_keeps_its_key_after_a_refusal(
     make_product()
     entry = OutboxEntry.objects.get()
     billing_sandbox.faults(operation="create_product", lose_first_answer=True)
-    assert push_entry_now(entry.pk).status == PushOutcome.RETRY
+    assert push_entry(entry.pk).status == PushOutcome.RETRY
     billing_sandbox.faults(operation="create_product", status=400, count=1)
-    assert push_entry_now(entry.pk).status == PushOutcome.FAILED
+    assert push_entry(entry.pk).status == PushOutcome.FAILED
     entry.refresh_from_db()
     assert entry.state == "failed" and entry.in_doubt  # the first attempt may have created it
     key = entry.idempotency_key
     assert retry_failed() == 1
     entry.refresh_from_db()
     assert entry.idempotency_key == key
-    assert push_entry_now(entry.pk).status == PushOutcome.DONE
+    assert push_entry(entry.pk).status == PushOutcome.DONE
     assert len(billing_sandbox.objects("product")) == 1
 
 
@@ -131,12 +132,12 @@ def test_a_customer_that_may_exist_is_looked_up_before_it_is_created_again(
     customer, _ = get_or_create_customer(user)
     entry = OutboxEntry.objects.for_object(customer).get()
     billing_sandbox.faults(operation="create_customer", lose_first_answer=True)
-    assert push_entry_now(entry.pk).status == PushOutcome.RETRY
+    assert push_entry(entry.pk).status == PushOutcome.RETRY
     entry.refresh_from_db()
     assert entry.in_doubt
     billing_sandbox.clear_requests()
 
-    assert push_entry_now(entry.pk).status == PushOutcome.DONE
+    assert push_entry(entry.pk).status == PushOutcome.DONE
     assert billing_sandbox.requests(operation="create_customer") == []  # found, not re-sent
     assert billing_sandbox.requests(operation="list_customers") != []
     (remote,) = billing_sandbox.objects("customer")
@@ -152,7 +153,7 @@ def test_sync_error_keeps_an_excerpt_of_an_html_error_page(billing_sandbox, sett
     import responses
 
     monkeypatch.setattr("billing_integration.client.retry.MAX_RETRIES", 0)
-    settings.BILLING = {**settings.BILLING, "OUTBOX_MAX_ATTEMPTS": 1}
+    monkeypatch.setattr(push, "MAX_ATTEMPTS", 1)
     product = make_product()
     entry = OutboxEntry.objects.get()
     page = "<html><head><style>p {}</style></head><body>" + "<p>Oops</p>" * 2000 + "</body></html>"
@@ -166,7 +167,7 @@ def test_sync_error_keeps_an_excerpt_of_an_html_error_page(billing_sandbox, sett
             content_type="text/html",
             headers={"x-request-id": "req-500"},
         )
-        assert push_entry_now(entry.pk).status == PushOutcome.FAILED
+        assert push_entry(entry.pk).status == PushOutcome.FAILED
     entry.refresh_from_db()
     product.refresh_from_db()
     for text in (entry.last_error, product.sync_error):

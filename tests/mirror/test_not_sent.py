@@ -14,16 +14,14 @@ from django.db import transaction
 
 from billing_integration.models import BillingCycle, OutboxEntry, Price, Product
 from billing_integration.outbox import from_remote
-from billing_integration.outbox.push import PushOutcome, push_entries, push_entry_now
+from billing_integration.outbox.push import PushOutcome, push_entry
 from billing_integration.sync.pull import pull_products, upsert_products
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def push_all() -> list[str]:
-    return [
-        push_entry_now(pk).status for pk in OutboxEntry.objects.open().values_list("pk", flat=True)
-    ]
+    return [push_entry(pk).status for pk in OutboxEntry.objects.open().values_list("pk", flat=True)]
 
 
 def pushed_one_time(amount: str = "2500") -> Product:
@@ -54,7 +52,7 @@ def test_reprice_and_rename_in_one_batch_sends_the_name_and_says_the_price_is_no
     product.save()
     entries = list(OutboxEntry.objects.open().values_list("pk", flat=True))
     assert len(entries) == 1  # collapsed
-    assert [r.status for r in push_entries(entries)] == [PushOutcome.DONE]
+    assert [push_entry(pk).status for pk in entries] == [PushOutcome.DONE]
 
     [patch] = billing_sandbox.requests(operation="update_product")
     assert patch["body"] == {"name": "Setup fee (2027)"}  # PATCH has no `prices`

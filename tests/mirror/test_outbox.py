@@ -20,10 +20,10 @@ from billing_integration.models import (
     ProductDeletionRefused,
     Subscription,
 )
-from billing_integration.outbox import from_remote, tasks
-from billing_integration.outbox.push import PushOutcome, push_entry_now
+from billing_integration.outbox import from_remote, push, tasks
+from billing_integration.outbox.push import PushOutcome, push_entry
 from billing_integration.outbox.retry import retry_failed
-from billing_integration.outbox.tasks import requeue_stale_entries
+from billing_integration.outbox.tasks import sweep_outbox
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -47,7 +47,7 @@ def make_product(name: str = "Pro plan", one_time: bool = False) -> Product:
 
 def push_all() -> list[str]:
     ids = OutboxEntry.objects.open().values_list("pk", flat=True)
-    return [push_entry_now(pk).status for pk in ids]
+    return [push_entry(pk).status for pk in ids]
 
 
 def test_create_product_sends_blueprint_with_the_entry_key(billing_sandbox, recorded_enqueues):
@@ -56,7 +56,7 @@ def test_create_product_sends_blueprint_with_the_entry_key(billing_sandbox, reco
     assert len(entries) == 1, "one entry for the product, its cycle and prices"
     assert recorded_enqueues == [entries[0].pk]
 
-    assert push_entry_now(entries[0].pk).status == PushOutcome.DONE
+    assert push_entry(entries[0].pk).status == PushOutcome.DONE
 
     calls = billing_sandbox.requests(operation="create_product")
     assert len(calls) == 1
@@ -90,24 +90,19 @@ def make_customers(*names: str) -> list[Customer]:
     ]
 
 
-def test_a_transaction_of_many_changes_sends_one_wakeup_after_its_commit(recorded_enqueues):
+def test_each_entry_of_a_transaction_is_enqueued_after_its_commit(recorded_enqueues):
     with transaction.atomic():
         make_customers("a", "b", "c")
         assert recorded_enqueues == []  # not before the commit
-    entries = list(OutboxEntry.objects.order_by("pk"))
-    assert len(entries) == 3
-    assert recorded_enqueues == [entries[0].pk]  # one kick wakes the run that pushes all three
-
-    with transaction.atomic():  # the next transaction has a wake-up of its own
-        make_customers("d")
-    assert recorded_enqueues == [entries[0].pk, OutboxEntry.objects.latest("pk").pk]
+    entries = list(OutboxEntry.objects.order_by("pk").values_list("pk", flat=True))
+    assert recorded_enqueues == entries and len(entries) == 3
 
 
-def test_a_rolled_back_savepoint_takes_its_wakeup_and_the_rest_still_kicks(recorded_enqueues):
+def test_a_rolled_back_savepoint_enqueues_nothing_and_the_rest_is_enqueued(recorded_enqueues):
     with transaction.atomic():
         with pytest.raises(RuntimeError), transaction.atomic():
-            make_customers("gone")  # registers the transaction's wake-up first ...
-            raise RuntimeError  # ... and the savepoint's rollback drops it
+            make_customers("gone")
+            raise RuntimeError
         (kept,) = make_customers("kept")
     entry = OutboxEntry.objects.get()
     assert entry.object_id == kept.pk
@@ -177,11 +172,11 @@ def test_an_edit_while_the_create_is_in_flight_gets_its_own_entry_behind_it(bill
     product.name = "Renamed"
     product.save()
     second = OutboxEntry.objects.exclude(pk=first.pk).get()
-    assert push_entry_now(second.pk).status == PushOutcome.BUSY  # waits for the create
+    assert push_entry(second.pk).status == PushOutcome.BUSY  # waits for the create
     assert billing_sandbox.requests(operation="create_product") == []
     OutboxEntry.objects.filter(pk=first.pk).update(state="pending", started_at=None)
-    assert push_entry_now(first.pk).status == PushOutcome.DONE
-    assert push_entry_now(second.pk).status == PushOutcome.DONE
+    assert push_entry(first.pk).status == PushOutcome.DONE
+    assert push_entry(second.pk).status == PushOutcome.DONE
     assert len(billing_sandbox.requests(operation="create_product")) == 1
     # The create carried the state at push time, so the update has nothing left to send.
     assert len(billing_sandbox.requests(operation="update_product")) <= 1
@@ -196,7 +191,7 @@ def test_a_rolled_back_change_leaves_no_entry_and_sends_nothing(billing_sandbox,
     assert OutboxEntry.objects.count() == 0
     assert Product.objects.count() == 0
     assert recorded_enqueues == []
-    assert requeue_stale_entries(inline=True) == 0
+    assert sweep_outbox() == 0
     assert billing_sandbox.requests(operation="create_product") == []
 
 
@@ -205,12 +200,12 @@ def test_a_retry_resends_the_same_key_and_body(billing_sandbox, settings, monkey
     make_product()
     entry = OutboxEntry.objects.get()
     billing_sandbox.faults(operation="create_product", status=503, count=1)
-    assert push_entry_now(entry.pk).status == PushOutcome.RETRY
+    assert push_entry(entry.pk).status == PushOutcome.RETRY
     entry.refresh_from_db()
     assert (entry.state, entry.attempts, entry.in_doubt) == ("pending", 1, True)
     assert "503" in entry.last_error
     assert entry.next_attempt_at is not None
-    assert push_entry_now(entry.pk).status == PushOutcome.DONE
+    assert push_entry(entry.pk).status == PushOutcome.DONE
     calls = billing_sandbox.requests(operation="create_product")
     assert len(calls) == 2
     assert {c["headers"]["x-idempotency-id"] for c in calls} == {str(entry.idempotency_key)}
@@ -235,12 +230,12 @@ def test_exhausted_retries_mark_the_entry_failed_and_retryable(
     billing_sandbox, settings, monkeypatch
 ):
     monkeypatch.setattr("billing_integration.client.retry.MAX_RETRIES", 0)
-    settings.BILLING = {**settings.BILLING, "OUTBOX_MAX_ATTEMPTS": 2}
+    monkeypatch.setattr(push, "MAX_ATTEMPTS", 2)
     product = make_product()
     entry = OutboxEntry.objects.get()
     billing_sandbox.faults(operation="create_product", status=503, count=2)
-    assert push_entry_now(entry.pk).status == PushOutcome.RETRY
-    assert push_entry_now(entry.pk).status == PushOutcome.FAILED
+    assert push_entry(entry.pk).status == PushOutcome.RETRY
+    assert push_entry(entry.pk).status == PushOutcome.FAILED
     entry.refresh_from_db()
     product.refresh_from_db()
     assert entry.state == "failed" and entry.in_doubt
@@ -249,7 +244,7 @@ def test_exhausted_retries_mark_the_entry_failed_and_retryable(
     assert retry_failed() == 1
     entry.refresh_from_db()
     assert (entry.state, entry.idempotency_key) == ("pending", key)  # outcome unknown: same key
-    assert push_entry_now(entry.pk).status == PushOutcome.DONE
+    assert push_entry(entry.pk).status == PushOutcome.DONE
     product.refresh_from_db()
     assert product.sync_state == "synced" and product.remote_id is not None
 
@@ -283,7 +278,7 @@ def test_a_refused_request_fails_at_once(billing_sandbox):
     make_product()
     entry = OutboxEntry.objects.get()
     billing_sandbox.faults(operation="create_product", status=400, count=1)
-    assert push_entry_now(entry.pk).status == PushOutcome.FAILED
+    assert push_entry(entry.pk).status == PushOutcome.FAILED
     entry.refresh_from_db()
     assert entry.state == "failed" and not entry.in_doubt and entry.attempts == 1
 
@@ -311,7 +306,7 @@ def test_two_pushers_never_push_the_same_entry_at_once(billing_sandbox):
     results: list[str] = []
 
     def run() -> None:
-        results.append(push_entry_now(entry.pk).status)
+        results.append(push_entry(entry.pk).status)
 
     threads = [threading.Thread(target=run) for _ in range(3)]
     for t in threads:
@@ -336,7 +331,7 @@ def test_customer_from_subscriber_and_synchronous_push_uses_the_entry_key(billin
     ensure_customer_pushed(customer)
     assert customer.remote_id is not None
     # The queued task for the same entry then finds nothing to do.
-    assert push_entry_now(entry.pk).status == "skipped"
+    assert push_entry(entry.pk).status == "skipped"
     ensure_customer_pushed(customer)
     calls = billing_sandbox.requests(operation="create_customer")
     assert len(calls) == 1
@@ -353,15 +348,16 @@ def test_customer_from_subscriber_and_synchronous_push_uses_the_entry_key(billin
 def test_customer_identifier_rule_is_overridable(billing_sandbox, settings):
     settings.BILLING = {
         **settings.BILLING,
-        "CUSTOMER_IDENTIFIER": "tests.mirror.test_outbox.email_identifier",
+        "CUSTOMER_FIELDS": "tests.mirror.test_outbox.email_identifier",
     }
     user = get_user_model().objects.create(username="bob", email="bob@example.com")
     customer, _ = get_or_create_customer(user)
     assert customer.identifier == "user-bob@example.com"
+    assert customer.email == "bob@example.com"
 
 
-def email_identifier(subscriber) -> str:
-    return f"user-{subscriber.email}"
+def email_identifier(subscriber) -> dict:
+    return {"identifier": f"user-{subscriber.email}", "email": subscriber.email}
 
 
 # --- subscriptions -------------------------------------------------------------------------------
@@ -378,7 +374,7 @@ def test_subscription_created_through_the_api_pushes_its_dependencies_first(bill
         auto_renew=True,
     )
     entry = OutboxEntry.objects.for_object(sub).get()
-    assert push_entry_now(entry.pk).status == PushOutcome.DONE
+    assert push_entry(entry.pk).status == PushOutcome.DONE
     sub.refresh_from_db()
     customer.refresh_from_db()
     product.refresh_from_db()
@@ -405,17 +401,39 @@ def test_drain_re_enqueues_entries_whose_message_was_lost(billing_sandbox, recor
     make_product()
     entry = OutboxEntry.objects.get()
     recorded_enqueues.clear()
-    assert requeue_stale_entries() == 0  # not stale yet
+    assert sweep_outbox() == 0  # not stale yet
     from datetime import timedelta
 
     from django.utils import timezone
 
     OutboxEntry.objects.filter(pk=entry.pk).update(updated_at=timezone.now() - timedelta(hours=1))
-    assert requeue_stale_entries() == 1
+    assert sweep_outbox() == 1
     assert recorded_enqueues == [entry.pk]
-    assert requeue_stale_entries() == 0  # touched: not again before OUTBOX_STALE_AFTER
+    assert sweep_outbox() == 0  # touched: not again before STALE_AFTER
+
+
+REAL_ENQUEUE = tasks.enqueue
+
+
+def test_a_broker_down_at_commit_loses_no_push_the_sweep_sends_it(billing_sandbox, monkeypatch):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    sent: list[int] = []
+    down = [True]
+
+    def apply_async(args, **options):
+        if down:
+            raise OSError("broker down")
+        sent.append(args[0])
+
+    monkeypatch.setattr(tasks, "enqueue", REAL_ENQUEUE)
+    monkeypatch.setattr(tasks.push_outbox_entry, "apply_async", apply_async)
+    make_product()  # committed; its enqueue fails (logged) and the save goes on
+    entry = OutboxEntry.objects.get()
+    assert entry.state == "pending" and sent == []
+    down.clear()  # the broker is back; beat's sweep finds the entry
     OutboxEntry.objects.filter(pk=entry.pk).update(updated_at=timezone.now() - timedelta(hours=1))
-    assert requeue_stale_entries(inline=True) == 1
-    entry.refresh_from_db()
-    assert entry.state == "done"
-    assert len(billing_sandbox.requests(operation="create_product")) == 1
+    assert sweep_outbox() == 1
+    assert sent == [entry.pk]

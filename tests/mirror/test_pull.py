@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from billing_integration.models import Customer, OutboxEntry, Product, Subscription
-from billing_integration.outbox.push import push_entry_now
+from billing_integration.outbox.push import push_entry
 from billing_integration.sync.pull import (
     pull_customers,
     pull_products,
@@ -125,14 +125,14 @@ def test_lost_create_answer_is_adopted_not_duplicated(small_pages):
     small_pages.faults(operation="create_customer", reset_rate=1.0, count=10)
     from billing_integration.exceptions import BillingTransportError
 
-    result = push_entry_now(entry.pk)
+    result = push_entry(entry.pk)
     assert result.status == "retry" and isinstance(result.error, BillingTransportError)
     small_pages.clear_faults()
     pull_customers()  # the remote customer exists: link it to the local row
     assert Customer.objects.count() == 1
     c.refresh_from_db()
     assert c.remote_id is not None
-    assert push_entry_now(entry.pk).status == "done"
+    assert push_entry(entry.pk).status == "done"
     assert len(small_pages.objects("customer")) == 1
 
 
@@ -184,11 +184,11 @@ def test_lost_subscription_create_answer_is_adopted_not_duplicated(small_pages):
         auto_renew=True,
     )
     for entry in OutboxEntry.objects.exclude(object_id=sub.pk).order_by("pk"):
-        assert push_entry_now(entry.pk).status == "done"  # the product and the customer
+        assert push_entry(entry.pk).status == "done"  # the product and the customer
     entry = OutboxEntry.objects.open().get()
     small_pages.faults(operation="create_subscription", reset_after_commit_rate=1.0, count=1)
     small_pages.faults(operation="create_subscription", reset_rate=1.0, count=10)
-    result = push_entry_now(entry.pk)
+    result = push_entry(entry.pk)
     assert result.status == "retry" and isinstance(result.error, BillingTransportError)
     small_pages.clear_faults()
     counts = pull_subscriptions()  # the remote subscription exists: link it to the local row

@@ -131,7 +131,7 @@ def test_a_push_answer_with_a_date_that_does_not_parse_keeps_the_id_and_grants_n
     from django.contrib.auth import get_user_model
 
     from billing_integration.customers import get_or_create_customer
-    from billing_integration.outbox.push import push_entry_now
+    from billing_integration.outbox.push import push_entry
 
     from .test_outbox import make_product
 
@@ -147,10 +147,10 @@ def test_a_push_answer_with_a_date_that_does_not_parse_keeps_the_id_and_grants_n
         auto_renew=True,
     )
     for entry in OutboxEntry.objects.exclude(object_id=sub.pk).order_by("pk"):
-        assert push_entry_now(entry.pk).status == "done"  # the product and the customer
+        assert push_entry(entry.pk).status == "done"  # the product and the customer
     tamper("create_subscription", lambda answer: [dict(answer[0], cycle_end_date="31/12/2026")])
     entry = OutboxEntry.objects.open().get()
-    assert push_entry_now(entry.pk).status == "done"
+    assert push_entry(entry.pk).status == "done"
     sub.refresh_from_db()
     (remote,) = small_pages.objects("subscription")
     assert str(sub.remote_id) == remote["id"]  # linked: never created twice

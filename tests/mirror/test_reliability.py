@@ -18,7 +18,7 @@ from django.db import transaction
 from benchmarks._stack import RabbitMQ, rabbitmq_url
 from benchmarks.reliability import compare_with_remote
 from billing_integration.models import BillingCycle, Customer, OutboxEntry, Price, Product
-from billing_integration.outbox.push import push_entry_now
+from billing_integration.outbox.push import push_entry
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -92,7 +92,7 @@ def test_reliability_ci_size_on_rabbitmq():
 
 def push_all() -> None:
     for pk in OutboxEntry.objects.open().values_list("pk", flat=True):
-        assert push_entry_now(pk).status == "done"
+        assert push_entry(pk).status == "done"
 
 
 def drop_unpushed_changes() -> int:

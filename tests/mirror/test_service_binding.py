@@ -11,8 +11,7 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.db import IntegrityError, connection, transaction
-from django.test.utils import CaptureQueriesContext
+from django.db import IntegrityError, transaction
 
 from billing_integration.exceptions import BillingError
 from billing_integration.models import (
@@ -22,15 +21,14 @@ from billing_integration.models import (
     Subscription,
     WebhookEvent,
 )
-from billing_integration.outbox.drain import push_due
-from billing_integration.outbox.push import PushOutcome, push_entries, push_entry_now
-from billing_integration.outbox.tasks import requeue_stale_entries
+from billing_integration.outbox.push import PushOutcome, push_entry
 from billing_integration.sync.pull import pull_customers, pull_products, pull_subscriptions
 from billing_integration.sync.tasks import sync_all
 from billing_integration.testing import start_sandbox
 
-from .test_batch import customers, open_ids
+from .conftest import push_open
 from .test_outbox import make_product
+from .test_push import customers, open_ids
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -78,7 +76,7 @@ def point_at_sandbox(settings, sandbox) -> None:
 def pushed_product(name: str = "Pro plan") -> Product:
     product = make_product(name)
     for pk in open_ids():
-        assert push_entry_now(pk).status == PushOutcome.DONE
+        assert push_entry(pk).status == PushOutcome.DONE
     product.refresh_from_db()
     assert product.remote_id is not None
     return product
@@ -197,17 +195,15 @@ def test_the_same_service_written_differently_is_not_another_one(billing_sandbox
     product = Product.objects.get()
     product.description = "Changed"
     product.save()
-    assert [push_entry_now(pk).status for pk in open_ids()] == [PushOutcome.DONE]
+    assert [push_entry(pk).status for pk in open_ids()] == [PushOutcome.DONE]
     assert len(billing_sandbox.requests("update_product")) == 1
 
 
-def test_the_configured_service_is_cached_and_re_read_when_settings_change(
-    billing_sandbox, settings
-):
+def test_the_configured_service_follows_the_settings(billing_sandbox, settings):
     from billing_integration.service import configured_service
 
     first = configured_service()
-    assert configured_service() is first
+    assert configured_service() == first
     point_at(settings, CLIENT_ID="another-client")
     assert configured_service().client_id == "another-client"
     assert configured_service().base_url == first.base_url
@@ -229,18 +225,10 @@ def test_pointed_elsewhere_pushes_are_refused_nothing_sent_nothing_lost_then_rel
     point_at(settings, BASE_URL=moved)
     billing_sandbox.clear_requests()
 
-    # The one-entry path, the batch path, the drain, the inline drain: all refuse.
-    assert push_entry_now(held[0]).status == REFUSED
-    assert {r.status for r in push_entries(held)} == {REFUSED}
-    report = push_due()
-    assert report.refused and report.handled == 0 and report.pushed == 0
-    assert not report.more and report.next_in is None  # no hot loop of refusals
-    from billing_integration.exceptions import BillingServiceMismatchError
-
-    with pytest.raises(BillingServiceMismatchError):
-        requeue_stale_entries(inline=True)
+    # The push (the task's and the inline paths'), and billing_sync --push: all refuse.
+    assert {r.status for r in push_open()} == {REFUSED}
     with pytest.raises(CommandError, match="billing_service relink"):
-        call_command("billing_sync", "--drain", "--no-progress")
+        call_command("billing_sync", "--push", "--no-progress")
 
     assert billing_sandbox.requests() == []  # not even a token
     for entry in OutboxEntry.objects.filter(pk__in=held):
@@ -263,9 +251,8 @@ def test_pointed_elsewhere_pushes_are_refused_nothing_sent_nothing_lost_then_rel
     assert row.base_url == moved
     assert [h["base_url"] for h in row.history] == [billing_sandbox.base_url]
     assert row.history[0]["action"] == "relink"
-    assert recorded_enqueues, "the relink wakes the outbox drain"
-    report = push_due()
-    assert report.pushed == 4 and not report.refused
+    assert sorted(recorded_enqueues) == held, "the relink enqueues the held entries"
+    assert [r.status for r in push_open()] == [PushOutcome.DONE] * 4
     [patch] = billing_sandbox.requests("update_product")
     assert patch["path"].endswith(f"/products/{remote_id}")  # the remote id was kept
     assert patch["body"]["description"] == "Changed while pointed elsewhere"
@@ -282,24 +269,10 @@ def test_another_realm_or_client_id_is_another_service(billing_sandbox, settings
     customers(1, "c")
     point_at(settings, **{key: "production" if key == "REALM" else "other-client"})
     billing_sandbox.clear_requests()
-    assert [push_entry_now(pk).status for pk in open_ids()] == [REFUSED]
+    assert [push_entry(pk).status for pk in open_ids()] == [REFUSED]
     assert billing_sandbox.requests() == []
     entry = OutboxEntry.objects.get(state="pending")
     assert ("'production'" if key == "REALM" else "'other-client'") in entry.last_error
-
-
-def test_the_guard_reads_the_binding_once_per_batch_not_per_entry(billing_sandbox, settings):
-    from billing_integration.models import ServiceBinding
-
-    point_at(settings, OUTBOX_CLAIM_BATCH=20)
-    customers(50, "q")
-    table = ServiceBinding._meta.db_table
-    ticks = iter(range(0, 1000, 10))  # each batch takes 10 s: they stay at 20 (claim_size)
-    with CaptureQueriesContext(connection) as queries:
-        report = push_due(clock=lambda: float(next(ticks)))
-    assert report.pushed == 50
-    reads = [q for q in queries if table in q["sql"] and q["sql"].lstrip().startswith("SELECT")]
-    assert len(reads) == 3  # batches of 20, 20 and 10
 
 
 # --- pulls ------------------------------------------------------------------------------------
@@ -359,7 +332,7 @@ def test_reset_pushes_products_and_customers_anew_and_detaches_old_subscriptions
     )
 
     point_at_sandbox(settings, other_sandbox)  # another service
-    assert push_due().refused
+    assert [r.status for r in push_open()] == [REFUSED]
     billing_sandbox.clear_requests()
 
     out = StringIO()
@@ -381,8 +354,7 @@ def test_reset_pushes_products_and_customers_anew_and_detaches_old_subscriptions
     assert OutboxEntry.objects.for_object(unpushed).get().state == "done"
     assert WebhookEvent.objects.count() == 1
 
-    report = push_due()
-    assert report.pushed == 2 and not report.refused
+    assert [r.status for r in push_open()] == [PushOutcome.DONE] * 2
     [created_product] = other_sandbox.objects("product")
     [created_customer] = other_sandbox.objects("customer")
     product.refresh_from_db()

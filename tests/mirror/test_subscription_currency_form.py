@@ -14,7 +14,7 @@ from billing_integration.customers import get_or_create_customer
 from billing_integration.exceptions import BillingConfigurationError
 from billing_integration.mapping import subscriptions as subscription_map
 from billing_integration.models import BillingCycle, OutboxEntry, Price, Product, Subscription
-from billing_integration.outbox.push import PushOutcome, push_entry_now
+from billing_integration.outbox.push import PushOutcome, push_entry
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -36,7 +36,7 @@ def push_new_subscription(currency: str = "XOF") -> Subscription:
         auto_renew=True,
     )
     entry = OutboxEntry.objects.for_object(sub).get()
-    assert push_entry_now(entry.pk).status == PushOutcome.DONE
+    assert push_entry(entry.pk).status == PushOutcome.DONE
     sub.refresh_from_db()
     return sub
 

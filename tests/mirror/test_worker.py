@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import signal
 import threading
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.utils import timezone
 
 from billing_integration.customers import get_or_create_customer
 from billing_integration.models import (
@@ -19,7 +21,8 @@ from billing_integration.models import (
     Product,
     Subscription,
 )
-from billing_integration.outbox.tasks import requeue_stale_entries
+from billing_integration.models.outbox import LEASE
+from billing_integration.outbox.tasks import sweep_outbox
 from billing_integration.sync.pull import pull_subscriptions
 
 from .conftest import wait_for
@@ -130,10 +133,9 @@ def test_redelivery_after_a_killed_worker_sends_the_same_key_once_created(
     celery_worker_process, billing_sandbox, held_product_creation
 ):
     received, release = held_product_creation
-    extra = {"OUTBOX_LEASE": 2.0, "OUTBOX_STALE_AFTER": 0.0}
     # The service commits the create, then the answer is lost: the worker was killed while
     # the sandbox held its request.
-    worker = celery_worker_process(extra=extra)
+    worker = celery_worker_process()
     product = new_product()
     entry = OutboxEntry.objects.get()
     assert received.wait(timeout=60), worker.output()[-3000:]
@@ -145,9 +147,12 @@ def test_redelivery_after_a_killed_worker_sends_the_same_key_once_created(
     product.refresh_from_db()
     assert product.remote_id is None  # the answer never arrived
 
-    celery_worker_process(extra=extra)
     # Once the killed worker's lease expires, the periodic safety net re-enqueues the entry.
-    wait_for(lambda: requeue_stale_entries() == 1, timeout=60, interval=0.2)
+    OutboxEntry.objects.filter(pk=entry.pk).update(
+        started_at=timezone.now() - timedelta(seconds=LEASE + 1)
+    )
+    celery_worker_process()
+    wait_for(lambda: sweep_outbox() == 1, timeout=60, interval=0.2)
     all_done()
     calls = billing_sandbox.requests(operation="create_product")
     assert len(calls) == 2

@@ -11,6 +11,7 @@ from django.utils.translation import gettext as _
 
 from ... import service
 from ...exceptions import BillingError
+from ...outbox.tasks import enqueue_open
 
 
 class Command(BaseCommand):
@@ -137,6 +138,7 @@ class Command(BaseCommand):
             % {"recorded": recorded or _("nothing"), "configured": configured},
         )
         service.relink(using=using)
+        enqueue_open(service.mirror_database(using))
         self.stdout.write(
             self.style.SUCCESS(
                 _("The mirror now belongs to %(service)s. Pending outbox entries are pushed to it.")
@@ -174,6 +176,7 @@ class Command(BaseCommand):
             counts = service.reset_mirror(using=using)
         except service.MirrorBusyError as exc:
             raise CommandError(str(exc)) from exc
+        enqueue_open(service.mirror_database(using))
         self.stdout.write(
             self.style.SUCCESS(
                 _(

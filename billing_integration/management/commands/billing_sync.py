@@ -11,10 +11,9 @@ Each resource is pulled on its own: one whose pull fails (the service down, a re
 answer) is reported on stderr, the next ones are still pulled, and the command exits with
 an error at the end naming the resources that failed.
 
-``--drain`` first pushes the outbox entries whose message was lost (pending longer than
-``OUTBOX_STALE_AFTER``), inline; ``--push`` first pushes every open outbox entry now, inline, and
-prints each one's outcome (no worker needed); ``--retry-failed`` puts failed outbox entries back
-in the queue first. ``--push`` without a resource only pushes (no pull).
+``--push`` first pushes every open outbox entry now, in this process, and prints each one's
+outcome (no worker needed); ``--retry-failed`` puts failed outbox entries back in the queue
+first. ``--push`` without a resource only pushes (no pull).
 """
 
 from __future__ import annotations
@@ -39,9 +38,6 @@ class Command(BaseCommand):
             help="products, customers, subscriptions (default: all)",
         )
         parser.add_argument(
-            "--drain", action="store_true", help="push stale outbox entries inline before pulling"
-        )
-        parser.add_argument(
             "--push",
             action="store_true",
             help="push every open outbox entry now, inline (without a worker), "
@@ -56,7 +52,6 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         from ...outbox.retry import retry_failed
-        from ...outbox.tasks import requeue_stale_entries
         from ...sync import pull
         from ...sync.pull import RESOURCES
 
@@ -78,9 +73,6 @@ class Command(BaseCommand):
         if options["retry_failed"]:
             count = retry_failed()
             self.stdout.write(f"outbox: {count} failed entries re-queued")
-        if options["drain"]:
-            count = requeue_stale_entries(inline=True)
-            self.stdout.write(f"outbox: {count} stale entries pushed")
         if options["push"]:
             self._push()
             if not options["resources"]:
@@ -118,10 +110,11 @@ class Command(BaseCommand):
 
     def _push(self) -> None:
         """Push every open entry now and print one line per entry and a summary."""
-        from ...outbox.drain import push_open
-        from ...outbox.push import PushOutcome
+        from ...models.outbox import OutboxEntry
+        from ...outbox.push import PushOutcome, push_entry
 
-        results = push_open()
+        entries = OutboxEntry.objects.open().select_related("content_type").order_by("pk")
+        results = [(entry, push_entry(entry.pk)) for entry in entries]
         words = {
             PushOutcome.DONE: "pushed",
             PushOutcome.RETRY: "to retry later",
@@ -148,8 +141,7 @@ class Command(BaseCommand):
         self.stdout.write(f"outbox: {len(results)} open entries pushed now: {summary}")
 
     def _report_without_cycles(self, products: list[Any]) -> None:
-        """Products checkout refuses: the service answers with a blueprint id only, so the
-        cycles of a product created there are not known here."""
+        """Products checkout refuses: their cycles are not known here."""
         if not products:
             return
         self.stdout.write(

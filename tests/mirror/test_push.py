@@ -1,9 +1,9 @@
-"""``outbox.push.push_entries``: the drain's batched claim / call / record, against the sandbox
-over real HTTP. The guarantees are ``push_entry_now``'s; these tests check them on a batch."""
+"""``outbox.push.push_entry`` against the sandbox over real HTTP: each entry once with its key,
+order per object, the same key on retry, two pushers racing one entry make one call."""
 
 from __future__ import annotations
 
-import time
+import threading
 from collections import Counter
 from unittest import mock
 
@@ -17,7 +17,7 @@ from billing_integration.customers import get_or_create_customer
 from billing_integration.mapping.products import to_remote
 from billing_integration.models import Customer, OutboxEntry, Subscription
 from billing_integration.outbox import push
-from billing_integration.outbox.push import PushOutcome, push_entries
+from billing_integration.outbox.push import PushOutcome, push_entry
 
 from .test_outbox import make_product
 
@@ -41,11 +41,11 @@ def open_ids() -> list[int]:
     return list(OutboxEntry.objects.open().order_by("pk").values_list("pk", flat=True))
 
 
-@pytest.mark.parametrize("concurrency", [1, 4])
-def test_a_batch_pushes_every_entry_once_with_its_key_and_stores_the_answers(
-    billing_sandbox, settings, concurrency
-):
-    settings.BILLING = {**settings.BILLING, "OUTBOX_PUSH_CONCURRENCY": concurrency}
+def push_entries(ids: list[int]) -> list[push.PushResult]:
+    return [push_entry(pk) for pk in ids]
+
+
+def test_each_entry_is_pushed_once_with_its_key_and_the_answers_are_stored(billing_sandbox):
     made = customers(5)
     entries = list(OutboxEntry.objects.order_by("pk"))
     results = push_entries([e.pk for e in entries])
@@ -53,10 +53,7 @@ def test_a_batch_pushes_every_entry_once_with_its_key_and_stores_the_answers(
     calls = billing_sandbox.requests(operation="create_customer")
     sent = [(c["headers"]["x-idempotency-id"], c["body"]["identifier"]) for c in calls]
     wanted = [(str(e.idempotency_key), f"b-{i}") for i, e in enumerate(entries)]
-    if concurrency == 1:  # one call at a time, in primary-key order
-        assert sent == wanted
-    else:  # calls in flight together may reach the service in any order: each once
-        assert sorted(sent) == sorted(wanted)
+    assert sent == wanted
     remote = {c["identifier"]: c["id"] for c in billing_sandbox.objects("customer")}
     for customer in made:
         customer.refresh_from_db()
@@ -69,25 +66,67 @@ def test_a_batch_pushes_every_entry_once_with_its_key_and_stores_the_answers(
     assert len(billing_sandbox.requests(operation="create_customer")) == 5
 
 
-def test_the_statements_of_a_batch_do_not_grow_with_its_size(billing_sandbox, settings):
-    # The shared backoff window is read from the (database) cache once per BACKOFF_REFRESH,
-    # whatever the batch size: long enough here that only the warm-up reads it.
+def test_the_statements_of_a_push_do_not_grow_with_the_number_pushed(billing_sandbox, settings):
     settings.BILLING = {**settings.BILLING, "BACKOFF_REFRESH": 60}
 
-    def statements(n: int, tag: str) -> int:
+    def statements(n: int, tag: str) -> float:
         customers(n, tag)
         ids = open_ids()
         with CaptureQueriesContext(connection) as queries:
             assert {r.status for r in push_entries(ids)} == {PushOutcome.DONE}
-        return len(queries)
+        return len(queries) / n
 
     statements(2, "warm")  # token, content types
-    small, large = statements(5, "s"), statements(50, "l")
-    assert small == large
-    # Two transactions (claim, record) and a savepoint around the answers: 8 statements
-    # that do the work, whatever the size; plus one read of the service the mirror belongs
-    # to (billing_integration.service), once per batch.
-    assert large <= 15
+    assert statements(5, "s") == statements(20, "l")
+
+
+@pytest.mark.postgresql
+def test_two_pushers_racing_one_entry_make_one_call(billing_sandbox):
+    """The second pusher tries to claim the entry while the first holds its row lock: it
+    skips the row (busy); the first pushes it."""
+    customers(1)
+    (pk,) = open_ids()
+    real = push._blocking
+    results: list[str] = []
+
+    def run():
+        try:
+            results.append(push_entry(pk).status)
+        finally:
+            connection.close()
+
+    def blocking(entry):
+        if not results and threading.current_thread() is threading.main_thread():
+            other = threading.Thread(target=run)  # while this pusher holds the row
+            other.start()
+            other.join(timeout=30)
+        return real(entry)
+
+    with mock.patch.object(push, "_blocking", side_effect=blocking):
+        results.append(push_entry(pk).status)
+    assert results == [PushOutcome.BUSY, PushOutcome.DONE]  # the race happened, one won
+    assert len(billing_sandbox.requests(operation="create_customer")) == 1
+
+
+def test_a_claim_lost_to_another_pusher_between_its_read_and_its_update_calls_nothing(
+    billing_sandbox,
+):
+    """Without row locks (SQLite), two pushers may read the same pending row: the other one
+    claims it between this one's read and its update, and this one calls nothing."""
+    customers(1)
+    (pk,) = open_ids()
+    real = push._blocking
+    raced = []
+
+    def blocking(entry):
+        if not raced:  # the other pusher claims the row now
+            raced.append(OutboxEntry.objects.filter(pk=pk, state="pending").update(attempts=1))
+        return real(entry)
+
+    with mock.patch.object(push, "_blocking", side_effect=blocking):
+        assert push_entry(pk).status == PushOutcome.BUSY
+    assert raced == [1]  # the race happened
+    assert billing_sandbox.requests(operation="create_customer") == []
 
 
 def test_two_entries_of_one_object_in_a_batch_go_out_in_order(billing_sandbox):
@@ -119,7 +158,7 @@ def test_an_entry_held_by_a_live_lease_or_behind_an_older_one_is_left(billing_sa
     held, other = OutboxEntry.objects.order_by("pk")
     OutboxEntry.objects.filter(pk=held.pk).update(state="in_progress", started_at=timezone.now())
     results = {r.entry_id: r for r in push_entries([held.pk, other.pk])}
-    assert results[held.pk].status == PushOutcome.BUSY and results[held.pk].held
+    assert results[held.pk].status == PushOutcome.BUSY and results[held.pk].retry_in
     assert results[other.pk].status == PushOutcome.DONE
     assert [
         c["body"]["identifier"] for c in billing_sandbox.requests(operation="create_customer")
@@ -129,7 +168,7 @@ def test_an_entry_held_by_a_live_lease_or_behind_an_older_one_is_left(billing_sa
         content_type=held.content_type, object_id=a.pk, operation="create"
     )
     (result,) = push_entries([later.pk])
-    assert result.status == PushOutcome.BUSY and not result.held  # waits behind the in-doubt create
+    assert result.status == PushOutcome.BUSY  # waits behind the in-doubt create
     assert OutboxEntry.objects.get(pk=later.pk).state == "pending"
 
 
@@ -139,7 +178,6 @@ def test_a_failed_call_is_retried_later_and_the_others_are_done(billing_sandbox,
     ids = open_ids()
     billing_sandbox.faults(operation="create_customer", status=503, count=1)
     results = push_entries(ids)
-    # The calls are in flight together (OUTBOX_PUSH_CONCURRENCY): the fault hits one of them.
     statuses = [r.status for r in results]
     assert sorted(statuses) == sorted([PushOutcome.RETRY, PushOutcome.DONE, PushOutcome.DONE])
     failed = ids[statuses.index(PushOutcome.RETRY)]
@@ -155,18 +193,6 @@ def test_a_failed_call_is_retried_later_and_the_others_are_done(billing_sandbox,
     ]
     assert keys.count(str(first.idempotency_key)) == 2  # the retry reused the key
     assert len(billing_sandbox.objects("customer")) == 3
-
-
-def test_the_deadline_releases_what_was_not_called(billing_sandbox):
-    customers(3)
-    ids = open_ids()
-    results = push_entries(ids, deadline=time.monotonic() - 1)
-    assert all(r.status == PushOutcome.BUSY and r.released for r in results)
-    assert billing_sandbox.requests(operation="create_customer") == []
-    assert [(e.state, e.attempts, e.started_at) for e in OutboxEntry.objects.all()] == [
-        ("pending", 0, None)
-    ] * 3
-    assert [r.status for r in push_entries(ids)] == [PushOutcome.DONE] * 3
 
 
 def test_an_answer_that_cannot_be_stored_does_not_lose_the_others(billing_sandbox):
@@ -207,19 +233,17 @@ def test_a_subscription_in_a_batch_creates_its_customer_once_then_itself(billing
     assert Subscription.objects.get().remote_id is not None
 
 
-def test_a_change_after_a_release_is_not_folded_into_the_built_body(billing_sandbox):
-    """A released entry is pending again with no attempt counted, but its body was built at
-    the claim: a later change gets an entry of its own, so the service ends with it."""
+def test_a_change_after_a_body_was_built_is_not_folded_into_it(billing_sandbox):
+    """An entry whose body was built (a worker died after its claim) keeps that body: a later
+    change gets an entry of its own, so the service ends with it."""
     product = make_product("Plan")
     push_entries(open_ids())
     product.name = "Plan rev 1"
     product.save()
     (first,) = open_ids()
-    (released,) = push_entries([first], deadline=time.monotonic() - 1)
-    assert released.released
-    entry = OutboxEntry.objects.get(pk=first)
-    assert (entry.state, entry.attempts) == ("pending", 0)
-    assert entry.payload["name"] == "Plan rev 1"  # built at the claim
+    OutboxEntry.objects.filter(pk=first).update(
+        state="in_progress", attempts=1, operation="update", payload={"name": "Plan rev 1"}
+    )
     product.name = "Plan rev 2"
     product.save()
     ids = open_ids()
@@ -253,78 +277,3 @@ def test_a_change_after_an_in_doubt_reset_gets_an_entry_of_its_own(billing_sandb
     assert [r.status for r in push_entries(open_ids())] == [PushOutcome.DONE] * 2
     (remote,) = billing_sandbox.objects("product")
     assert remote["name"] == "Plan rev 2"
-
-
-# --- the size of a push run's batches (drain.claim_size) --------------------------------------
-def test_claim_size_is_half_a_second_of_calls_never_under_the_setting_nor_over_the_cap():
-    from billing_integration.outbox.drain import CLAIM_MAX, CLAIM_SECONDS, claim_size
-
-    assert CLAIM_SECONDS == 0.5
-    assert claim_size(100, 100, 0.125) == 400  # 800 a second: 400 in half a second
-    assert claim_size(100, 100, 5.0) == 100  # a slow service: the setting
-    assert claim_size(100, 100, 0.001) == CLAIM_MAX
-    assert claim_size(CLAIM_MAX + 500, 10, 0.001) == CLAIM_MAX + 500  # the setting above the cap
-    assert claim_size(100, 0, 0.0) == 100  # nothing measured
-
-
-@pytest.fixture
-def batch_sizes(settings, monkeypatch) -> list[int]:
-    """Push runs of batches of at least 5; the size of each batch they push, in order."""
-    from billing_integration.outbox import drain
-
-    settings.BILLING = {**settings.BILLING, "OUTBOX_CLAIM_BATCH": 5}
-    sizes: list[int] = []
-
-    def counted(ids, **kwargs):
-        sizes.append(len(ids))
-        return push_entries(ids, **kwargs)
-
-    monkeypatch.setattr(drain, "push_entries", counted)
-    return sizes
-
-
-def push_run(seconds_per_batch: float):
-    """``push_due`` with a fake clock on which each batch takes ``seconds_per_batch``."""
-    from billing_integration.outbox import drain
-
-    ticks = iter(range(1000))
-    return drain.push_due(clock=lambda: next(ticks) * seconds_per_batch)
-
-
-@pytest.mark.parametrize(
-    ("seconds_per_batch", "batches"),
-    [(0.001, [5, 25]), (10.0, [5, 5, 5, 5, 5, 5])],
-    ids=["fast service: the next batch takes the rest", "slow service: the setting's size"],
-)
-def test_a_push_run_claims_larger_batches_when_the_calls_are_fast(
-    billing_sandbox, batch_sizes, seconds_per_batch, batches
-):
-    customers(30, "grow")
-    report = push_run(seconds_per_batch)
-    assert batch_sizes == batches
-    assert report.pushed == 30
-    assert len(billing_sandbox.requests(operation="create_customer")) == 30
-    assert set(OutboxEntry.objects.values_list("state", flat=True)) == {"done"}
-
-
-def test_the_pace_counts_calls_not_entries_settled_without_one(billing_sandbox, batch_sizes):
-    """Entries settled without a call (here: edits of pushed customers, which the service
-    cannot take) would make a batch look fast: the next batch stays at the setting."""
-    import uuid
-
-    from billing_integration.outbox import from_remote
-
-    with from_remote():
-        pushed = [
-            Customer.objects.create(identifier=f"old-{i}", first_name="A", remote_id=uuid.uuid4())
-            for i in range(10)
-        ]
-    for customer in pushed:
-        customer.first_name = "Edited"
-        customer.save()
-    customers(20, "new")
-    report = push_run(0.001)
-    # 10 edits (no call): two batches at the setting; then 5 calls, fast: the rest at once.
-    assert batch_sizes == [5, 5, 5, 15]
-    assert report.handled == 30
-    assert len(billing_sandbox.requests(operation="create_customer")) == 20
