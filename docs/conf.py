@@ -45,7 +45,7 @@ html_copy_source = False
 # no intersphinx) and of the package's private modules (not on the site).
 nitpick_ignore_regex = [
     ("py:class", r"(uuid|datetime|collections\.abc|django|requests)\..+"),
-    ("py:class", r"billing_integration\.(models|client)\..+"),
+    ("py:class", r"billing_integration\.(models|client|access\.features)\..+"),
     # Sphinx cuts HandlerResult's signature (a dataclass default "<factory>") at a comma.
     ("py:class", r"dict\[str"),
 ]
