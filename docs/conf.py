@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import django
 
@@ -49,3 +50,19 @@ nitpick_ignore_regex = [
     # Sphinx cuts HandlerResult's signature (a dataclass default "<factory>") at a comma.
     ("py:class", r"dict\[str"),
 ]
+
+
+def _signal_doc(app: Any, what: str, name: str, obj: Any, options: Any, lines: list[str]) -> None:
+    """A signal's entry on the API page says which event sends it (not Signal's docstring)."""
+    from django.dispatch import Signal
+
+    from billing_integration.webhooks.signals import SIGNALS
+
+    if isinstance(obj, Signal):
+        types = [t for t, signal in SIGNALS.items() if signal is obj]
+        sent = f"a ``{types[0]}`` event" if types else "any event"
+        lines[:] = [f"Sent once {sent} is applied."]
+
+
+def setup(app: Any) -> None:
+    app.connect("autodoc-process-docstring", _signal_doc)
