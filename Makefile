@@ -22,6 +22,7 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports --no-logo
+	$(VENV)/bin/mypy billing_integration
 	$(PY) manage.py makemigrations --check --dry-run billing_integration
 	$(MAKE) --no-print-directory docs
 	$(VENV)/bin/pytest $(PYTEST_ARGS)

@@ -57,3 +57,11 @@ def test_the_demo_banner_lists_every_page_the_readme_says_it_prints():
     for page in paths:
         assert f'$(DEMO_WEB_PORT){page}"' in echoed, page
     assert "/admin/" in echoed and "/_sandbox/" in echoed
+
+
+def test_upgrading_lists_every_removed_setting_with_what_replaced_it():
+    from billing_integration.conf import REMOVED
+
+    upgrading = README.split("\n## Upgrading\n", 1)[1].split("\n## ", 1)[0]
+    missing = [k for k, v in REMOVED.items() if f"| `{k}` | {v} |" not in upgrading]
+    assert missing == []

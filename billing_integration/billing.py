@@ -1,0 +1,101 @@
+"""What a host project uses, from one place: ``from billing_integration import billing``, then
+``billing.subscribed(request.user, "pro")``. Everything else in the package is private."""
+
+from .access import (
+    SubscriptionRequiredMixin,
+    active_subscriptions,
+    get_subscriber,
+    subscribed,
+    subscription_required,
+)
+from .access.features import (
+    FeatureRequiredMixin,
+    feature_limit,
+    feature_required,
+    features_for,
+    has_feature,
+    products_with_feature,
+    refused_feature,
+)
+from .access.permissions import HasActiveSubscription, HasFeature
+from .checkout.services import (
+    AlreadySubscribed,
+    CheckoutError,
+    CheckoutRefused,
+    InvalidChoice,
+    NoSubscriber,
+    PlanAlreadyHeld,
+    ProductUnavailable,
+    ServiceUnavailable,
+    checkout_redirect,
+    checkout_url,
+    start_checkout,
+)
+from .client import get_client
+from .exceptions import (
+    BillingAnswerLostError,
+    BillingAPIError,
+    BillingAuthenticationError,
+    BillingConfigurationError,
+    BillingConflictError,
+    BillingError,
+    BillingIdempotencyConflict,
+    BillingNotFoundError,
+    BillingRateLimitError,
+    BillingServerError,
+    BillingServiceMismatchError,
+    BillingTransportError,
+    BillingValidationError,
+    RemoteDataError,
+    WebhookError,
+    WebhookVerificationError,
+)
+from .testing.helpers import SandboxHandle, sign_webhook, start_sandbox
+from .testing.inline import after_commit_inline
+from .webhooks.handlers import (
+    EventContext,
+    EventHandler,
+    HandlerResult,
+    InvoiceHandler,
+    PaymentHandler,
+    RefundHandler,
+    SubscriptionHandler,
+    handler,
+)
+from .webhooks.signals import (
+    SIGNALS,
+    billing_event_received,
+    invoice_deleted,
+    invoice_marked_uncollectable,
+    invoice_paid,
+    invoice_voided,
+    payment_canceled,
+    payment_completed,
+    payment_failed,
+    refund_approved,
+    refund_initiated,
+    refund_rejected,
+    subscription_canceled,
+    subscription_paused,
+    subscription_renewal,
+)
+
+__all__ = [
+    "SIGNALS", "AlreadySubscribed", "BillingAPIError", "BillingAnswerLostError",
+    "BillingAuthenticationError", "BillingConfigurationError", "BillingConflictError",
+    "BillingError", "BillingIdempotencyConflict", "BillingNotFoundError", "BillingRateLimitError",
+    "BillingServerError", "BillingServiceMismatchError", "BillingTransportError",
+    "BillingValidationError", "CheckoutError", "CheckoutRefused", "EventContext", "EventHandler",
+    "FeatureRequiredMixin", "HandlerResult", "HasActiveSubscription", "HasFeature",
+    "InvalidChoice", "InvoiceHandler", "NoSubscriber", "PaymentHandler", "PlanAlreadyHeld",
+    "ProductUnavailable", "RefundHandler", "RemoteDataError", "SandboxHandle",
+    "ServiceUnavailable", "SubscriptionHandler", "SubscriptionRequiredMixin", "WebhookError",
+    "WebhookVerificationError", "active_subscriptions", "after_commit_inline",
+    "billing_event_received", "checkout_redirect", "checkout_url", "feature_limit",
+    "feature_required", "features_for", "get_client", "get_subscriber", "handler", "has_feature",
+    "invoice_deleted", "invoice_marked_uncollectable", "invoice_paid", "invoice_voided",
+    "payment_canceled", "payment_completed", "payment_failed", "products_with_feature",
+    "refund_approved", "refund_initiated", "refund_rejected", "refused_feature", "sign_webhook",
+    "start_checkout", "start_sandbox", "subscribed", "subscription_canceled",
+    "subscription_paused", "subscription_renewal", "subscription_required",
+]  # fmt: skip

@@ -1,0 +1,76 @@
+"""``billing_integration.billing`` is the one module a host imports from: every name of its
+``__all__`` resolves, and the README's "Using it" code imports from it alone and runs."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+from django.test import RequestFactory
+
+from billing_integration import billing
+
+README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+
+
+def _using_it_code() -> str:
+    section = README.split("\n## Using it\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    assert blocks, "README's 'Using it' has no Python example"
+    return "\n".join(blocks)
+
+
+def _package_imports(code: str) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("billing_"):
+            found += [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.startswith("billing_")]
+    return found
+
+
+def test_every_public_name_resolves():
+    assert len(set(billing.__all__)) == len(billing.__all__)
+    for name in billing.__all__:
+        assert getattr(billing, name) is not None, name
+
+
+def test_the_public_module_names_what_a_host_uses():
+    wanted = {
+        "subscribed", "has_feature", "feature_limit", "subscription_required",
+        "feature_required", "SubscriptionRequiredMixin", "FeatureRequiredMixin",
+        "HasActiveSubscription", "HasFeature", "checkout_url", "checkout_redirect",
+        "start_checkout", "billing_event_received", "payment_failed", "BillingError",
+        "CheckoutError", "WebhookVerificationError", "handler", "EventHandler", "get_client",
+        "sign_webhook", "start_sandbox", "after_commit_inline",
+    }  # fmt: skip
+    assert wanted <= set(billing.__all__)
+    assert not [n for n in billing.__all__ if n.startswith("_")]
+
+
+def test_the_readme_imports_only_from_the_public_module():
+    imports = _package_imports(_using_it_code())
+    assert imports
+    assert all(
+        i == "billing_integration.billing" or i.startswith("billing_integration.billing.")
+        for i in imports
+    ), imports
+
+
+def test_the_import_check_sees_a_private_import():
+    assert _package_imports("from billing_integration.access import subscribed") == [
+        "billing_integration.access.subscribed"
+    ]
+
+
+@pytest.mark.django_db
+def test_the_readme_using_it_code_runs(django_user_model):
+    namespace: dict = {}
+    exec(compile(_using_it_code(), "README.md: Using it", "exec"), namespace)
+    request = RequestFactory().get("/members/")
+    request.user = django_user_model.objects.create_user("ada", password="pw")
+    response = namespace["members"](request)  # no subscription: sent to the pricing page
+    assert response.status_code == 302
