@@ -1,8 +1,4 @@
-"""The one place the app reads its configuration: the ``BILLING`` dict of Django settings.
-
-from billing_integration.conf import billing_settings
-billing_settings.BASE_URL
-"""
+"""The one place the app reads its configuration: ``settings.BILLING`` over ``DEFAULTS``."""
 
 from __future__ import annotations
 
@@ -63,35 +59,42 @@ DEFAULTS: dict[str, Any] = {
     "QUEUE": None,
 }
 
-_CONSTANT = "it is a constant now ({})"
+
+def _constant(module: str, *keys: str) -> dict[str, str]:
+    return dict.fromkeys(keys, f"it is a constant now ({module})")
+
+
+_PUSH_TASKS = "remove it: pushes are one Celery task per change, swept by beat"
+_CONCURRENCY = "run more Celery worker processes or threads"
 #: Keys that were removed, and what to do instead. The README's "Upgrading" section lists them.
 REMOVED: dict[str, str] = {
-    "CONNECT_TIMEOUT": _CONSTANT.format("billing_integration.client"),
-    "READ_TIMEOUT": _CONSTANT.format("billing_integration.client"),
-    "MAX_RETRIES": _CONSTANT.format("billing_integration.client"),
-    "BACKOFF_BASE": _CONSTANT.format("billing_integration.client"),
-    "BACKOFF_MAX": _CONSTANT.format("billing_integration.client"),
-    "RETRY_AFTER_MAX": _CONSTANT.format("billing_integration.client"),
-    "TOKEN_REFRESH_RATIO": _CONSTANT.format("billing_integration.client"),
-    "TOKEN_LOCK_TIMEOUT": _CONSTANT.format("billing_integration.client"),
-    "PAGE_SIZE": _CONSTANT.format("billing_integration.client"),
-    "MAX_PAGES": _CONSTANT.format("billing_integration.client"),
-    "TOKEN_CACHE": "use BILLING['CACHE']",
-    "BACKOFF_CACHE": "use BILLING['CACHE']",
-    "KICK_CACHE": "use BILLING['CACHE']",
+    **_constant(
+        "billing_integration.client",
+        *("CONNECT_TIMEOUT", "READ_TIMEOUT", "MAX_RETRIES", "BACKOFF_BASE", "BACKOFF_MAX"),
+        *("RETRY_AFTER_MAX", "TOKEN_REFRESH_RATIO", "TOKEN_LOCK_TIMEOUT", "PAGE_SIZE"),
+        *("MAX_PAGES", "BACKOFF_REFRESH"),
+    ),
+    **_constant(
+        "billing_integration.outbox",
+        *("OUTBOX_MAX_ATTEMPTS", "OUTBOX_RETRY_BASE", "OUTBOX_RETRY_MAX", "OUTBOX_STALE_AFTER"),
+        *("OUTBOX_LEASE", "OUTBOX_DEFER_DELAY", "OUTBOX_REQUEUE_BATCH"),
+    ),
+    **_constant("300 s, the Standard Webhooks default", "WEBHOOK_TOLERANCE"),
+    **_constant("billing_integration.webhooks", "WEBHOOK_MAX_ATTEMPTS"),
+    **_constant("billing_integration.notices", "NOTICE_MAX_ATTEMPTS"),
+    **dict.fromkeys(("TOKEN_CACHE", "BACKOFF_CACHE", "KICK_CACHE"), "use BILLING['CACHE']"),
+    **dict.fromkeys(("OUTBOX_DRAIN_BATCH", "OUTBOX_PUSH_MAX_ENTRIES"), _PUSH_TASKS),
+    **dict.fromkeys(("OUTBOX_DRAIN_SECONDS", "OUTBOX_CLAIM_BATCH"), _PUSH_TASKS),
+    **dict.fromkeys(("WEBHOOK_PROCESS_RUNS", "OUTBOX_PUSH_RUNS"), _CONCURRENCY),
     "SHARED_BACKOFF": "every process always backs off together, through BILLING['CACHE']",
-    "BACKOFF_REFRESH": _CONSTANT.format("billing_integration.client"),
     "BACKOFF_FAILURE_RUN": "the shared back-off no longer counts failures in a row",
     "PACE_DOUBLING": "the shared 429 pace is gone; a Retry-After pauses every process",
-    "WEBHOOK_TOLERANCE": _CONSTANT.format("300 s, the Standard Webhooks default"),
     "WEBHOOK_PROCESS_INLINE": "set Celery's task_always_eager (CELERY_TASK_ALWAYS_EAGER) "
     "to process events in the request",
     "EVENT_HANDLERS": "register your EventHandler subclass with the @handler(...) decorator "
     "(see docs/events.md)",
-    "WEBHOOK_MAX_ATTEMPTS": _CONSTANT.format("billing_integration.webhooks"),
     "WEBHOOK_DRAIN_SECONDS": "event drain runs are gone: one Celery task processes an event",
     "WEBHOOK_KICK_WINDOW": "wake-ups are gone: every event enqueues its Celery task",
-    "WEBHOOK_PROCESS_RUNS": "run more Celery worker processes or threads",
     "CUSTOMER_IDENTIFIER": "use BILLING['CUSTOMER_FIELDS']: its callable returns identifier, "
     "first_name, last_name and email",
     "SUBSCRIPTION_REQUIRED_URL": "use BILLING['PRICING_URL']",
@@ -99,25 +102,11 @@ REMOVED: dict[str, str] = {
     "route it where you want it",
     "MULTIPLE_PURCHASE_PRODUCTS": "tick the product's 'may be bought again while held' "
     "(Product.multiple_purchases) in the admin",
-    "OUTBOX_MAX_ATTEMPTS": _CONSTANT.format("billing_integration.outbox"),
-    "OUTBOX_RETRY_BASE": _CONSTANT.format("billing_integration.outbox"),
-    "OUTBOX_RETRY_MAX": _CONSTANT.format("billing_integration.outbox"),
-    "OUTBOX_STALE_AFTER": _CONSTANT.format("billing_integration.outbox"),
-    "OUTBOX_LEASE": _CONSTANT.format("billing_integration.outbox"),
-    "OUTBOX_DEFER_DELAY": _CONSTANT.format("billing_integration.outbox"),
-    "OUTBOX_DRAIN_BATCH": "remove it: pushes are one Celery task per change, swept by beat",
-    "OUTBOX_PUSH_MAX_ENTRIES": "remove it: pushes are one Celery task per change, swept by beat",
-    "OUTBOX_REQUEUE_BATCH": _CONSTANT.format("billing_integration.outbox"),
-    "OUTBOX_DRAIN_SECONDS": "remove it: pushes are one Celery task per change, swept by beat",
-    "OUTBOX_CLAIM_BATCH": "remove it: pushes are one Celery task per change, swept by beat",
     "OUTBOX_QUEUE": "use BILLING['QUEUE'] (the queue of all the app's tasks)",
-    "OUTBOX_PUSH_CONCURRENCY": "run more Celery worker processes or threads "
-    "(celery worker --concurrency N)",
-    "OUTBOX_PUSH_RUNS": "run more Celery worker processes or threads",
+    "OUTBOX_PUSH_CONCURRENCY": f"{_CONCURRENCY} (celery worker --concurrency N)",
     "KICK_TTL": "wake-ups are gone: every change enqueues its Celery task",
     "NOTICE_FROM_EMAIL": "notices are sent from settings.DEFAULT_FROM_EMAIL",
     "NOTICE_RECIPIENT": "notices go to the customer's email, else the subscriber's email",
-    "NOTICE_MAX_ATTEMPTS": _CONSTANT.format("billing_integration.notices"),
 }
 
 #: One line per key of ``DEFAULTS``: what it means (the settings reference shows it).
@@ -223,27 +212,6 @@ class BillingSettings:
 
     def reload(self) -> None:
         self._cache = None
-
-    # Currency mapping -------------------------------------------------------------------
-    def currency_code(self, currency_id: int | str) -> str:
-        """The ISO code for one of the service's integer currency ids."""
-        try:
-            return self.as_dict()["CURRENCIES"][int(currency_id)]
-        except (KeyError, ValueError, TypeError):
-            raise BillingConfigurationError(
-                f"Currency id {currency_id!r} is not in BILLING['CURRENCIES'].",
-                setting="BILLING['CURRENCIES']",
-            ) from None
-
-    def currency_id(self, code: str) -> int:
-        """The service's integer id for an ISO currency code."""
-        for cid, ccode in self.as_dict()["CURRENCIES"].items():
-            if ccode.upper() == str(code).upper():
-                return cid
-        raise BillingConfigurationError(
-            f"Currency code {code!r} is not in BILLING['CURRENCIES'].",
-            setting="BILLING['CURRENCIES']",
-        )
 
 
 billing_settings = BillingSettings()

@@ -1,11 +1,6 @@
-"""Which billing service the local mirror belongs to: the one guard of pushes, pulls and
-checkouts.
-
-The first push, pull or checkout records the configured service (``BASE_URL``, ``REALM``,
-``CLIENT_ID``) in ``ServiceBinding``; ``ensure_service()`` raises
-``BillingServiceMismatchError`` before anything is sent to another one. ``relink()`` keeps the
-remote ids (same service, new address); ``reset_mirror()`` clears them for a fresh start;
-``manage.py billing_service`` drives both.
+"""Which billing service the local mirror belongs to. The first push, pull or checkout records
+it in ``ServiceBinding``; ``ensure_service()`` refuses another one before anything is sent.
+``relink()`` keeps the remote ids, ``reset_mirror()`` clears them (``manage.py billing_service``).
 """
 
 from __future__ import annotations
@@ -23,21 +18,6 @@ from .conf import billing_settings
 from .exceptions import BillingConfigurationError, BillingError, BillingServiceMismatchError
 
 logger = logging.getLogger("billing_integration.service")
-
-__all__ = [
-    "DETACHED",
-    "MirrorBusyError",
-    "ResetCounts",
-    "ServiceIdentity",
-    "configured_service",
-    "ensure_service",
-    "identity_of",
-    "mirror_database",
-    "normalise_url",
-    "recorded_service",
-    "relink",
-    "reset_mirror",
-]
 
 SHOW_COMMAND = "python manage.py billing_service"
 RELINK_COMMAND = "python manage.py billing_service relink"
@@ -84,24 +64,16 @@ def normalise_url(url: Any) -> str:
     return f"{scheme}://{netloc}{parts.path.rstrip('/')}"
 
 
-def configured_service() -> ServiceIdentity:
-    """The service ``settings.BILLING`` points at."""
-    conf = billing_settings
-    return ServiceIdentity(normalise_url(conf.BASE_URL), str(conf.REALM), str(conf.CLIENT_ID))
+def configured_service(client: Any = None) -> ServiceIdentity:
+    """The service ``client`` (a ``BillingClient``) talks to, else the one of the settings."""
+    try:
+        base_url, realm, client_id = client.base_url, client.realm, client.client_id
+    except AttributeError:  # no client, or a wrapper that uses the settings
+        conf = billing_settings
+        base_url, realm, client_id = conf.BASE_URL, conf.REALM, conf.CLIENT_ID
+    return ServiceIdentity(normalise_url(base_url), str(realm), str(client_id))
 
 
-def identity_of(client: Any = None) -> ServiceIdentity:
-    """The service ``client`` talks to (a ``BillingClient``), else the configured one."""
-    if client is not None:
-        try:
-            base_url, realm, client_id = client.base_url, client.realm, client.client_id
-        except AttributeError:  # a wrapper that is not a BillingClient: it uses the settings
-            return configured_service()
-        return ServiceIdentity(normalise_url(base_url), str(realm), str(client_id))
-    return configured_service()
-
-
-# --- the recorded side (per database) ---------------------------------------------------------
 def _binding_model() -> Any:
     from .models.service import ServiceBinding
 
@@ -115,18 +87,19 @@ def mirror_database(using: str | None = None) -> str:
 
 def recorded_service(using: str | None = None) -> ServiceIdentity | None:
     """The service the mirror in database ``using`` belongs to; None before the first use."""
-    row = (
-        _binding_model()
-        .objects.using(mirror_database(using))
-        .values_list("base_url", "realm", "client_id")
-        .first()
-    )
+    fields = ("base_url", "realm", "client_id")
+    row = _binding_model().objects.using(mirror_database(using)).values_list(*fields).first()
     return ServiceIdentity(*row) if row is not None else None
 
 
-def mismatch_error(
-    recorded: ServiceIdentity, configured: ServiceIdentity
-) -> BillingServiceMismatchError:
+def ensure_service(*, client: Any = None, using: str | None = None) -> ServiceIdentity:
+    """Record the service about to be called (``client``'s, else the configured one) if none
+    is; raise ``BillingServiceMismatchError`` (nothing sent) when the mirror belongs to another."""
+    configured = configured_service(client)
+    alias = mirror_database(using)
+    recorded = recorded_service(alias) or _record_first(configured, alias)
+    if recorded == configured:
+        return configured
     message = _(
         "The billing mirror in this database belongs to the service at %(recorded)s, but "
         "settings.BILLING points at %(configured)s; nothing was sent. If it is the same "
@@ -140,21 +113,7 @@ def mismatch_error(
         "reset": RESET_COMMAND,
         "show": SHOW_COMMAND,
     }
-    return BillingServiceMismatchError(message, recorded=recorded, configured=configured)
-
-
-def ensure_service(*, client: Any = None, using: str | None = None) -> ServiceIdentity:
-    """Check that the mirror belongs to the service about to be called (``client``'s, else
-    the configured one), recording it first if none is; raises
-    ``BillingServiceMismatchError`` (nothing sent) when it belongs to another."""
-    configured = identity_of(client)
-    alias = mirror_database(using)
-    recorded = recorded_service(alias)
-    if recorded is None:
-        recorded = _record_first(configured, alias)
-    if recorded != configured:
-        raise mismatch_error(recorded, configured)
-    return configured
+    raise BillingServiceMismatchError(message, recorded=recorded, configured=configured)
 
 
 def _record_first(configured: ServiceIdentity, alias: str) -> ServiceIdentity:
@@ -175,7 +134,6 @@ def _record_first(configured: ServiceIdentity, alias: str) -> ServiceIdentity:
     raise BillingError("Could not record which billing service the mirror belongs to.")
 
 
-# --- relink and reset -------------------------------------------------------------------------
 class MirrorBusyError(BillingError):
     """A reset was asked while a worker holds outbox entries (its lease has not expired)."""
 
@@ -190,20 +148,10 @@ def _bind(configured: ServiceIdentity, alias: str, action: str) -> ServiceIdenti
         model.objects.using(alias).create(**configured.as_dict(), recorded_at=now)
         return None
     previous = ServiceIdentity(row.base_url, row.realm, row.client_id)
-    row.history = [
-        *(row.history or []),
-        {
-            **previous.as_dict(),
-            "recorded_at": row.recorded_at.isoformat(),
-            "until": now.isoformat(),
-            "action": action,
-        },
-    ]
-    row.base_url, row.realm, row.client_id = (
-        configured.base_url,
-        configured.realm,
-        configured.client_id,
-    )
+    was = {"recorded_at": row.recorded_at.isoformat(), "until": now.isoformat(), "action": action}
+    row.history = [*(row.history or []), {**previous.as_dict(), **was}]
+    for key, value in configured.as_dict().items():
+        setattr(row, key, value)
     row.recorded_at = now
     row.save()
     return previous
@@ -257,11 +205,8 @@ def in_flight(using: str | None = None) -> int:
     from .models.outbox import LEASE, OutboxEntry, OutboxState
 
     since = timezone.now() - timedelta(seconds=LEASE)
-    return (
-        OutboxEntry.objects.using(mirror_database(using))
-        .filter(state=OutboxState.IN_PROGRESS, started_at__gt=since)
-        .count()
-    )
+    entries = OutboxEntry.objects.using(mirror_database(using))
+    return entries.filter(state=OutboxState.IN_PROGRESS, started_at__gt=since).count()
 
 
 def reset_mirror(*, using: str | None = None) -> ResetCounts:
@@ -285,19 +230,10 @@ def reset_mirror(*, using: str | None = None) -> ResetCounts:
         "service": configured,
         "when": now.isoformat(timespec="seconds"),
     }
-    cleared = {
-        "remote_id": None,
-        "remote_created": None,
-        "remote_updated": None,
-        "remote_user_created": None,
-        "remote_user_updated": None,
-        "remote_data": None,
-        "sync_state": SyncState.PENDING,
-        "sync_error": "",
-        "last_attempt_at": None,
-        "last_synced_at": None,
-        "updated_at": now,
-    }
+    fields = ("remote_id", "remote_created", "remote_updated", "remote_user_created")
+    fields += ("remote_user_updated", "remote_data", "last_attempt_at", "last_synced_at")
+    cleared = {**dict.fromkeys(fields), "sync_error": "", "updated_at": now}
+    cleared["sync_state"] = SyncState.PENDING
     with transaction.atomic(using=alias):
         busy = in_flight(alias)
         if busy:
@@ -337,27 +273,14 @@ def reset_mirror(*, using: str | None = None) -> ResetCounts:
                 OutboxEntry(content_type=ct, object_id=pk, operation=OutboxOperation.CREATE)
                 for pk in pks
             ]
-            if model is Product:
-                counts.products = len(pks)
-            else:
-                counts.customers = len(pks)
+            setattr(counts, f"{model._meta.model_name}s", len(pks))  # products, customers
         OutboxEntry.objects.using(alias).bulk_create(entries, batch_size=1000)
         counts.entries_created = len(entries)
         previous = _bind(configured, alias, "reset")
-    logger.warning(
-        "billing mirror reset: was %s, now %s (%s products, %s customers to push; %s "
-        "subscriptions detached; %s outbox entries closed unsent)",
-        previous,
-        configured,
-        counts.products,
-        counts.customers,
-        counts.subscriptions,
-        counts.entries_closed,
-    )
+    logger.warning("billing mirror reset: was %s, now %s (%s)", previous, configured, counts)
     return counts
 
 
-# --- the system check -------------------------------------------------------------------------
 def check_messages(databases: Any) -> list[Any]:
     """System check messages for the databases Django asked to check (``migrate``,
     ``check --database``): an ``Error`` when the mirror belongs to another service."""
