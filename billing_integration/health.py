@@ -1,9 +1,6 @@
-"""The health of the integration, as ``billing_doctor`` and the admin's Health page report it:
-heartbeats of the periodic jobs (:func:`record_run`), refused deliveries counted per minute in
-the shared cache (:func:`record_refused`), and :func:`diagnose`, which gathers every fact.
-
-Imports neither models nor Celery at import time: tasks import ``record_run``.
-"""
+"""The health of the integration (``billing_doctor``, the admin's Health page): heartbeats of
+the periodic jobs, refused deliveries counted per minute in the shared cache, and
+:func:`diagnose`. Imports neither models nor Celery at import time: tasks import it."""
 
 from __future__ import annotations
 
@@ -30,18 +27,8 @@ PERIODIC_JOBS = ("drain_outbox", "process_pending_webhook_events", "sync_all")
 PULLED_RESOURCES = ("products", "customers", "subscriptions")
 
 #: The facts, in report order (``--skip`` takes these names).
-FACTS = (
-    "token",
-    "broker",
-    "workers",
-    "beat",
-    "outbox",
-    "outbox_failed",
-    "events",
-    "events_failed",
-    "refused",
-    "pull",
-)
+FACTS = ("token", "broker", "workers", "beat", "outbox", "outbox_failed")
+FACTS += ("events", "events_failed", "refused", "pull")
 
 #: Why the callback refused a delivery: a bad signature, a stale timestamp, missing headers.
 REFUSAL_REASONS = ("bad_signature", "stale_timestamp", "missing_headers")
@@ -50,7 +37,6 @@ REFUSALS_WINDOW = 3600
 _REFUSAL_BUCKET = 60
 
 
-# --- recording --------------------------------------------------------------------------------
 def record_run(name: str) -> None:
     """Record now as the last run of ``name``; never raises (in a savepoint, a failure logged)."""
     from .models.health import Heartbeat
@@ -87,17 +73,15 @@ def refused_deliveries(now: float | None = None) -> dict[str, dict[str, Any]]:
     at = time.time() if now is None else now
     current = int(at // _REFUSAL_BUCKET)
     minutes = range(current - REFUSALS_WINDOW // _REFUSAL_BUCKET + 1, current + 1)
-    keys = {
-        reason: [_refusal_key(reason, minute) for minute in minutes] for reason in REFUSAL_REASONS
-    }
+    keys = {reason: [_refusal_key(reason, m) for m in minutes] for reason in REFUSAL_REASONS}
     lasts = {reason: _refusal_key(reason, "last") for reason in REFUSAL_REASONS}
     found = shared_cache().get_many([k for ks in keys.values() for k in ks] + list(lasts.values()))
     return {
         reason: {
-            "count": sum(int(found.get(key) or 0) for key in keys[reason]),
-            "last": found.get(lasts[reason]),
+            "count": sum(int(found.get(k) or 0) for k in keys[reason]),
+            "last": found.get(last),
         }
-        for reason in REFUSAL_REASONS
+        for reason, last in lasts.items()
     }
 
 
@@ -108,7 +92,6 @@ def last_runs() -> dict[str, datetime]:
     return dict(Heartbeat.objects.values_list("name", "at"))
 
 
-# --- the report -------------------------------------------------------------------------------
 @dataclass
 class Thresholds:
     """Limits beyond which a fact fails. An age of 0 switches its limit off."""
@@ -183,20 +166,16 @@ def diagnose(
         try:
             found = probe()
         except Exception as exc:  # one unreadable fact must not hide the others
-            found = [
-                Fact(
-                    keys[0],
-                    FAIL,
-                    _("%(fact)s: could not be checked: %(error)s")
-                    % {"fact": keys[0], "error": _error(exc)},
-                    {"error": _error(exc)},
-                )
-            ]
+            error = _error(exc)
+            text = _("%(fact)s: could not be checked: %(error)s") % {
+                "fact": keys[0],
+                "error": error,
+            }
+            found = [Fact(keys[0], FAIL, text, {"error": error})]
         facts.extend(f for f in found if f.key not in skip)
     return HealthReport(facts=facts, checked_at=now)
 
 
-# --- the probes -------------------------------------------------------------------------------
 def _token(limits: Thresholds) -> Fact:
     """Fetch a new token through the client, no retries, ``timeout`` per request."""
     from .client import BillingClient, RetryPolicy
@@ -219,14 +198,10 @@ def _token(limits: Thresholds) -> Fact:
     finally:
         client.session.close()
     elapsed = time.perf_counter() - started
-    text = _("token: a new token was fetched from %(url)s in %(ms)d ms (expires in %(life)s)") % {
-        "url": url,
-        "ms": round(elapsed * 1000),
-        "life": duration(lifetime),
-    }
-    return Fact(
-        "token", OK, text, {"url": url, "seconds": round(elapsed, 3), "expires_in": lifetime}
-    )
+    text = _("token: a new token was fetched from %(url)s in %(ms)d ms (expires in %(life)s)")
+    values = {"url": url, "ms": round(elapsed * 1000), "life": duration(lifetime)}
+    data = {"url": url, "seconds": round(elapsed, 3), "expires_in": lifetime}
+    return Fact("token", OK, text % values, data)
 
 
 def celery_app() -> Any | None:
@@ -274,14 +249,11 @@ def _broker_and_workers(limits: Thresholds, skip: Any) -> list[Fact]:
     replies = app.control.ping(timeout=limits.ping_timeout) or []
     names = sorted(name for reply in replies for name in reply)
     if not names:
-        text = _("workers: no worker answered a ping within %(timeout)s") % {
-            "timeout": duration(limits.ping_timeout)
-        }
+        text = _("workers: no worker answered a ping within %(timeout)s")
+        text %= {"timeout": duration(limits.ping_timeout)}
         return [broker, Fact("workers", FAIL, text, {"workers": []})]
-    text = _("workers: %(count)d answered a ping (%(names)s)") % {
-        "count": len(names),
-        "names": ", ".join(names),
-    }
+    text = _("workers: %(count)d answered a ping (%(names)s)")
+    text %= {"count": len(names), "names": ", ".join(names)}
     return [broker, Fact("workers", OK, text, {"workers": names})]
 
 
@@ -301,9 +273,8 @@ def _beat(limits: Thresholds, now: datetime) -> Fact:
     if limits.max_beat_age and age > limits.max_beat_age:
         text = _("beat: the last periodic run was %(age)s ago, more than %(limit)s (%(each)s)")
         return Fact("beat", FAIL, text % values, data)
-    return Fact(
-        "beat", OK, _("beat: the last periodic run was %(age)s ago (%(each)s)") % values, data
-    )
+    text = _("beat: the last periodic run was %(age)s ago (%(each)s)")
+    return Fact("beat", OK, text % values, data)
 
 
 def _outbox(limits: Thresholds, now: datetime) -> list[Fact]:
@@ -444,16 +415,14 @@ def _pull(limits: Thresholds, now: datetime) -> Fact:
     each = ", ".join(f"{r} {duration(ages[r])} ago" if r in ages else f"{r} never" for r in pulls)
     if limits.max_pull_age and any(age > limits.max_pull_age for age in ages.values()):
         text = _("pull: the last successful pull is older than %(limit)s (%(each)s)")
-        return Fact(
-            "pull", FAIL, text % {"limit": duration(limits.max_pull_age), "each": each}, data
-        )
+        values = {"limit": duration(limits.max_pull_age), "each": each}
+        return Fact("pull", FAIL, text % values, data)
     if len(ages) < len(pulls):
         text = _("pull: no successful pull recorded yet for some resources (%(each)s)")
         return Fact("pull", WARNING, text % {"each": each}, data)
     return Fact("pull", OK, _("pull: last successful pulls: %(each)s") % {"each": each}, data)
 
 
-# --- helpers ----------------------------------------------------------------------------------
 def _age(now: datetime, then: datetime) -> float:
     return max(0.0, (now - then).total_seconds())
 
