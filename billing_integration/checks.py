@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, TypeGuard
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -27,8 +27,8 @@ DEMO_WEBHOOK_SECRET_SHA256 = "d571fb0081e214ea7f811973fbf285e38d0cef2822dafc2dfb
 SANDBOX_CLIENT_SECRET = "sandbox-secret"
 
 
-def _error(code: str, msg: str, hint: str, level: type[CheckMessage] = Error) -> CheckMessage:
-    return level(msg, hint=hint, id=f"billing_integration.{code}")
+def _error(code: str, msg: str, hint: str, warning: bool = False) -> CheckMessage:
+    return (Warning if warning else Error)(msg, hint=hint, id=f"billing_integration.{code}")
 
 
 def _hint(key: str) -> str:
@@ -86,7 +86,7 @@ def _service_errors(conf: dict[str, Any]) -> list[CheckMessage]:
         elif parts.scheme == "http" and not settings.DEBUG and parts.hostname not in LOOPBACK:
             text = f"BILLING['{key}'] uses plain http outside DEBUG: {value!r}."
             hint = "Use the service's https address in production."
-            errors.append(_error("W003", text, hint, Warning))
+            errors.append(_error("W003", text, hint, warning=True))
     return errors
 
 
@@ -118,7 +118,7 @@ def _webhook_errors(conf: dict[str, Any]) -> list[CheckMessage]:
             "accepted, so anyone who can reach the callback URL can forge billing events."
         )
         hint = "Set BILLING['WEBHOOK_SECRET'] and drop WEBHOOK_ALLOW_UNVERIFIED."
-        errors.append(_error("W001", text, hint, Warning))
+        errors.append(_error("W001", text, hint, warning=True))
     elif not secrets and not basic and not settings.DEBUG:
         text = (
             "Event callbacks cannot be verified: neither BILLING['WEBHOOK_SECRET'] nor "
@@ -136,7 +136,7 @@ def _value_errors(conf: dict[str, Any]) -> list[CheckMessage]:
         message = f"BILLING['{key}'] must be {text}, not {conf.get(key)!r}."
         return _error(code, message, f"{hint} The default is {DEFAULTS[key]!r}.".strip())
 
-    def number(value: Any) -> bool:
+    def number(value: Any) -> TypeGuard[float]:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
 
     errors: list[CheckMessage] = []
@@ -223,7 +223,9 @@ def check_billing_deploy(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
             )
             hint = f"Set BILLING['{key}'] to the service's https address "
             errors.append(
-                _error("W010", text, hint + f"(environment variable {REQUIRED[key]}).", Warning)
+                _error(
+                    "W010", text, hint + f"(environment variable {REQUIRED[key]}).", warning=True
+                )
             )
     return errors
 
@@ -289,7 +291,10 @@ def _check_celery() -> list[CheckMessage]:
             hint = "from billing_integration.schedule import BEAT_SCHEDULE; "
             errors.append(
                 _error(
-                    "W021", text, hint + "CELERY_BEAT_SCHEDULE = {**BEAT_SCHEDULE, ...}", Warning
+                    "W021",
+                    text,
+                    hint + "CELERY_BEAT_SCHEDULE = {**BEAT_SCHEDULE, ...}",
+                    warning=True,
                 )
             )
     return errors
@@ -323,7 +328,7 @@ def _check_cache() -> list[CheckMessage]:
         "a process told to slow down pauses alone, and duplicate work is not suppressed."
     )
     hint = "Use a cache every process reaches (Redis, Memcached, the database cache)."
-    return [_error("W020", text, hint, Warning)]
+    return [_error("W020", text, hint, warning=True)]
 
 
 def _check_drf() -> list[CheckMessage]:

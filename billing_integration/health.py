@@ -27,7 +27,7 @@ PERIODIC_JOBS = ("drain_outbox", "process_pending_webhook_events", "sync_all")
 PULLED_RESOURCES = ("products", "customers", "subscriptions")
 
 #: The facts, in report order (``--skip`` takes these names).
-FACTS = ("token", "broker", "workers", "beat", "outbox", "outbox_failed")
+FACTS: tuple[str, ...] = ("token", "broker", "workers", "beat", "outbox", "outbox_failed")
 FACTS += ("events", "events_failed", "refused", "pull")
 
 #: Why the callback refused a delivery: a bad signature, a stale timestamp, missing headers.
@@ -115,10 +115,6 @@ class Fact:
     summary: str
     data: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def failed(self) -> bool:
-        return self.status == FAIL
-
 
 @dataclass
 class HealthReport:
@@ -127,11 +123,11 @@ class HealthReport:
 
     @property
     def healthy(self) -> bool:
-        return not any(f.failed for f in self.facts)
+        return not self.failures
 
     @property
     def failures(self) -> list[Fact]:
-        return [f for f in self.facts if f.failed]
+        return [f for f in self.facts if f.status == FAIL]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -310,12 +306,12 @@ def _outbox(limits: Thresholds, now: datetime) -> list[Fact]:
 
 
 def _last_received() -> datetime | None:
-    """When the newest stored (so verified) delivery was received."""
+    """When the newest stored (so verified) delivery was received: one indexed (state,
+    received_at) lookup per state, not a scan of the table."""
     from django.db.models import Max
 
     from .models.events import EventState, WebhookEvent
 
-    # One indexed (state, received_at) lookup per state, not a scan of the table.
     latest = [
         WebhookEvent.objects.filter(state=state).aggregate(at=Max("received_at"))["at"]
         for state in EventState.values
@@ -333,11 +329,9 @@ def _events(limits: Thresholds, now: datetime) -> list[Fact]:
     failed = events.filter(state=EventState.FAILED).count()
     lag = _age(now, oldest) if oldest else 0.0
     data = {"last_received": last, "oldest_unprocessed": oldest, "lag": lag}
-    received = (
-        _("the last was received %(age)s ago") % {"age": duration(_age(now, last))}
-        if last
-        else _("none received yet")
-    )
+    received = _("none received yet")
+    if last:
+        received = _("the last was received %(age)s ago") % {"age": duration(_age(now, last))}
     values = {"received": received, "lag": duration(lag), "limit": duration(limits.max_event_lag)}
     if limits.max_event_lag and lag > limits.max_event_lag:
         text = _(

@@ -230,20 +230,23 @@ def reset_mirror(*, using: str | None = None) -> ResetCounts:
         "service": configured,
         "when": now.isoformat(timespec="seconds"),
     }
-    fields = ("remote_id", "remote_created", "remote_updated", "remote_user_created")
+    fields: tuple[str, ...] = (
+        "remote_id",
+        "remote_created",
+        "remote_updated",
+        "remote_user_created",
+    )
     fields += ("remote_user_updated", "remote_data", "last_attempt_at", "last_synced_at")
     cleared = {**dict.fromkeys(fields), "sync_error": "", "updated_at": now}
     cleared["sync_state"] = SyncState.PENDING
     with transaction.atomic(using=alias):
         busy = in_flight(alias)
         if busy:
-            raise MirrorBusyError(
-                _(
-                    "%(count)d outbox entries are being pushed by a worker right now; stop the "
-                    "workers (or wait 5 minutes) and run the reset again."
-                )
-                % {"count": busy}
+            text = _(
+                "%(count)d outbox entries are being pushed by a worker right now; stop the "
+                "workers (or wait 5 minutes) and run the reset again."
             )
+            raise MirrorBusyError(text % {"count": busy})
         counts.entries_closed = (
             OutboxEntry.objects.using(alias)
             .exclude(state=OutboxState.DONE)
@@ -282,14 +285,19 @@ def reset_mirror(*, using: str | None = None) -> ResetCounts:
 
 
 def check_messages(databases: Any) -> list[Any]:
-    """System check messages for the databases Django asked to check (``migrate``,
-    ``check --database``): an ``Error`` when the mirror belongs to another service."""
+    """For the databases Django checks (``migrate``): an ``Error`` when the mirror belongs to
+    another service."""
     from django.core.checks import Error
 
     try:
         configured = configured_service()
     except BillingConfigurationError:
         return []  # reported by check_billing_settings
+    hint = _(
+        "Run `%(relink)s` if it is the same service (a new address, new "
+        "credentials of the same account), or `%(reset)s` to start afresh "
+        "with the configured service."
+    ) % {"relink": RELINK_COMMAND, "reset": RESET_COMMAND}
     model = _binding_model()
     messages = []
     for alias in databases or ():
@@ -305,21 +313,10 @@ def check_messages(databases: Any) -> list[Any]:
         except DatabaseError:
             continue
         if recorded is not None and recorded != configured:
-            messages.append(
-                Error(
-                    _(
-                        "The billing mirror in database %(alias)r belongs to the service at "
-                        "%(recorded)s, but settings.BILLING points at %(configured)s: "
-                        "pushes, pulls and checkouts are refused."
-                    )
-                    % {"alias": alias, "recorded": recorded, "configured": configured},
-                    hint=_(
-                        "Run `%(relink)s` if it is the same service (a new address, new "
-                        "credentials of the same account), or `%(reset)s` to start afresh "
-                        "with the configured service."
-                    )
-                    % {"relink": RELINK_COMMAND, "reset": RESET_COMMAND},
-                    id="billing_integration.E010",
-                )
-            )
+            text = _(
+                "The billing mirror in database %(alias)r belongs to the service at "
+                "%(recorded)s, but settings.BILLING points at %(configured)s: "
+                "pushes, pulls and checkouts are refused."
+            ) % {"alias": alias, "recorded": recorded, "configured": configured}
+            messages.append(Error(text, hint=hint, id="billing_integration.E010"))
     return messages
