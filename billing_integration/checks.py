@@ -28,7 +28,13 @@ SANDBOX_CLIENT_SECRET = "sandbox-secret"
 
 
 def _error(code: str, msg: str, hint: str, warning: bool = False) -> CheckMessage:
-    return (Warning if warning else Error)(msg, hint=hint, id=f"billing_integration.{code}")
+    return (Warning if warning else Error)(msg, hint=hint, id=code)
+
+
+_COPY_SECRET = (
+    "Copy the secret exactly as the service (or the sandbox) prints it "
+    "(environment variable BILLING_WEBHOOK_SECRET)."
+)
 
 
 def _hint(key: str) -> str:
@@ -66,7 +72,7 @@ def check_billing_settings(app_configs: Any = None, **kwargs: Any) -> list[Check
 
 def _service_errors(conf: dict[str, Any]) -> list[CheckMessage]:
     errors = [
-        _error("E001", f"BILLING['{key}'] is not set.", _hint(key))
+        _error("billing_integration.E001", f"BILLING['{key}'] is not set.", _hint(key))
         for key in ("CLIENT_ID", "CLIENT_SECRET")
         if not conf.get(key)
     ]
@@ -74,7 +80,9 @@ def _service_errors(conf: dict[str, Any]) -> list[CheckMessage]:
         value = conf.get(key)
         parts = urlsplit(str(value))
         if not value:
-            errors.append(_error("E002", f"BILLING['{key}'] is not set.", _hint(key)))
+            errors.append(
+                _error("billing_integration.E002", f"BILLING['{key}'] is not set.", _hint(key))
+            )
         elif (
             parts.scheme not in ("http", "https")
             or not parts.netloc
@@ -82,11 +90,11 @@ def _service_errors(conf: dict[str, Any]) -> list[CheckMessage]:
             or parts.fragment
         ):
             text = f"BILLING['{key}'] is not an absolute http(s) URL without query: {value!r}."
-            errors.append(_error("E003", text, _hint(key)))
+            errors.append(_error("billing_integration.E003", text, _hint(key)))
         elif parts.scheme == "http" and not settings.DEBUG and parts.hostname not in LOOPBACK:
             text = f"BILLING['{key}'] uses plain http outside DEBUG: {value!r}."
             hint = "Use the service's https address in production."
-            errors.append(_error("W003", text, hint, warning=True))
+            errors.append(_error("billing_integration.W003", text, hint, warning=True))
     return errors
 
 
@@ -98,34 +106,27 @@ def _webhook_errors(conf: dict[str, Any]) -> list[CheckMessage]:
         key = whsec_key(secret)
         if key is None or len(key) < 16:
             label = "BILLING['WEBHOOK_SECRET']" + (f"[{index}]" if listed else "")
-            hint = "Copy the secret exactly as the service (or the sandbox) prints it "
-            errors.append(
-                _error(
-                    "E004",
-                    f"{label} is not of the form 'whsec_<base64>'.",
-                    hint + "(environment variable BILLING_WEBHOOK_SECRET).",
-                )
-            )
+            text = f"{label} is not of the form 'whsec_<base64>'."
+            errors.append(_error("billing_integration.E004", text, _COPY_SECRET))
     basic = conf.get("WEBHOOK_BASIC_AUTH")
     if basic and (not isinstance(basic, str) or ":" not in basic):
         text = "BILLING['WEBHOOK_BASIC_AUTH'] must be 'user:password'."
-        errors.append(
-            _error("E005", text, "Set it to the credentials you registered with the callback URL.")
-        )
+        hint = "Set it to the credentials you registered with the callback URL."
+        errors.append(_error("billing_integration.E005", text, hint))
     if conf.get("WEBHOOK_ALLOW_UNVERIFIED"):
         text = (
             "BILLING['WEBHOOK_ALLOW_UNVERIFIED'] is True: unsigned event deliveries are "
             "accepted, so anyone who can reach the callback URL can forge billing events."
         )
         hint = "Set BILLING['WEBHOOK_SECRET'] and drop WEBHOOK_ALLOW_UNVERIFIED."
-        errors.append(_error("W001", text, hint, warning=True))
+        errors.append(_error("billing_integration.W001", text, hint, warning=True))
     elif not secrets and not basic and not settings.DEBUG:
         text = (
             "Event callbacks cannot be verified: neither BILLING['WEBHOOK_SECRET'] nor "
             "BILLING['WEBHOOK_BASIC_AUTH'] is set, so every delivery will be refused."
         )
         hint = "Set BILLING['WEBHOOK_SECRET'] (environment variable BILLING_WEBHOOK_SECRET)."
-        errors.append(_error("E006", text, hint))
+        errors.append(_error("billing_integration.E006", text, hint))
     return errors
 
 
@@ -142,24 +143,36 @@ def _value_errors(conf: dict[str, Any]) -> list[CheckMessage]:
     errors: list[CheckMessage] = []
     expiry = conf.get("CHECKOUT_EXPIRY")
     if not number(expiry) or not isinstance(expiry, int) or expiry < 0:
-        errors.append(bad("E007", "CHECKOUT_EXPIRY", "a non-negative integer"))
+        errors.append(bad("billing_integration.E007", "CHECKOUT_EXPIRY", "a non-negative integer"))
     active = conf.get("ACTIVE_STATUSES")
     statuses = active if isinstance(active, (list, tuple)) else ()
     if not statuses or not all(isinstance(s, str) and s.strip() for s in statuses):
-        errors.append(bad("E008", "ACTIVE_STATUSES", "a non-empty list or tuple of strings"))
+        errors.append(
+            bad(
+                "billing_integration.E008",
+                "ACTIVE_STATUSES",
+                "a non-empty list or tuple of strings",
+            )
+        )
     if conf.get("SUBSCRIPTION_CURRENCY_FORM") not in ("code", "id"):
         hint = "'code' sends selected_currency as 'XOF', 'id' as '1'."
-        errors.append(bad("E013", "SUBSCRIPTION_CURRENCY_FORM", "'code' or 'id'", hint))
+        errors.append(
+            bad("billing_integration.E013", "SUBSCRIPTION_CURRENCY_FORM", "'code' or 'id'", hint)
+        )
     deadline = conf.get("INTERACTIVE_DEADLINE")
     if not number(deadline) or deadline <= 0:
-        errors.append(bad("E014", "INTERACTIVE_DEADLINE", "a positive number of seconds"))
+        errors.append(
+            bad("billing_integration.E014", "INTERACTIVE_DEADLINE", "a positive number of seconds")
+        )
     retention = conf.get("EVENT_RETENTION")
     try:
         if retention is not None:
             parse_duration(retention)
     except ValueError:
         text = "None or a positive duration such as '90d', '12h', '30m' or seconds"
-        errors.append(bad("E024", "EVENT_RETENTION", text, "None keeps every delivery."))
+        errors.append(
+            bad("billing_integration.E024", "EVENT_RETENTION", text, "None keeps every delivery.")
+        )
     return errors
 
 
@@ -168,7 +181,9 @@ def _notice_errors(conf: dict[str, Any]) -> list[CheckMessage]:
     notices, known = conf.get("NOTICES"), set(DEFAULTS["NOTICES"])
     if not isinstance(notices, dict) or set(notices) - known:
         text = f"BILLING['NOTICES'] must be a dict of notice kinds to True/False, not {notices!r}."
-        return [_error("E040", text, f"Known kinds: {', '.join(sorted(known))}.")]
+        return [
+            _error("billing_integration.E040", text, f"Known kinds: {', '.join(sorted(known))}.")
+        ]
     site = conf.get("SITE_URL")
     on = sorted(kind for kind, value in notices.items() if value)
     if on and not (isinstance(site, str) and site.startswith(("https://", "http://"))):
@@ -176,7 +191,7 @@ def _notice_errors(conf: dict[str, Any]) -> list[CheckMessage]:
             f"BILLING['SITE_URL'] must be set when notices are on ({', '.join(on)}): "
             "the emails link to the account page with an absolute URL."
         )
-        return [_error("E041", text, 'For example "https://app.example.com".')]
+        return [_error("billing_integration.E041", text, 'For example "https://app.example.com".')]
     return []
 
 
@@ -207,12 +222,18 @@ def check_billing_deploy(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
             "BILLING['WEBHOOK_SECRET'] is the public demo secret of example_project/demo.env: "
             "anyone can sign events your site accepts."
         )
-        hint = "Use the webhook secret the billing service gives you for this callback "
-        errors.append(_error("E011", text, hint + "(environment variable BILLING_WEBHOOK_SECRET)."))
+        hint = (
+            "Use the webhook secret the billing service gives you for this callback "
+            "(environment variable BILLING_WEBHOOK_SECRET)."
+        )
+        errors.append(_error("billing_integration.E011", text, hint))
     if conf.get("CLIENT_SECRET") == SANDBOX_CLIENT_SECRET:
         text = "BILLING['CLIENT_SECRET'] is the offline sandbox's default client secret."
-        hint = "Use the client secret the billing service issued for BILLING['CLIENT_ID'] "
-        errors.append(_error("E012", text, hint + "(environment variable BILLING_CLIENT_SECRET)."))
+        hint = (
+            "Use the client secret the billing service issued for BILLING['CLIENT_ID'] "
+            "(environment variable BILLING_CLIENT_SECRET)."
+        )
+        errors.append(_error("billing_integration.E012", text, hint))
     for key in URL_KEYS:
         parts = urlsplit(str(conf.get(key) or ""))
         # W003 already reports a remote http URL outside DEBUG.
@@ -222,11 +243,8 @@ def check_billing_deploy(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
                 "data would travel unencrypted."
             )
             hint = f"Set BILLING['{key}'] to the service's https address "
-            errors.append(
-                _error(
-                    "W010", text, hint + f"(environment variable {REQUIRED[key]}).", warning=True
-                )
-            )
+            hint += f"(environment variable {REQUIRED[key]})."
+            errors.append(_error("billing_integration.W010", text, hint, warning=True))
     return errors
 
 
@@ -265,7 +283,7 @@ def _check_celery() -> list[CheckMessage]:
             f"app.autodiscover_tasks()) and import it in {path}/__init__.py "
             "(from .celery import app as celery_app)."
         )
-        return [_error("E020", text, hint)]
+        return [_error("billing_integration.E020", text, hint)]
     errors: list[CheckMessage] = []
     conf = app.conf
     if not conf.task_always_eager and not conf.broker_write_url:
@@ -275,9 +293,8 @@ def _check_celery() -> list[CheckMessage]:
             "is probably not there."
         )
         hint = "Set CELERY_BROKER_URL (e.g. redis://host:6379/0), even to "
-        errors.append(
-            _error("E021", text, hint + "amqp://guest@localhost// if that is really your broker.")
-        )
+        hint += "amqp://guest@localhost// if that is really your broker."
+        errors.append(_error("billing_integration.E021", text, hint))
     if str(conf.beat_scheduler or "").startswith("celery.beat"):  # others keep theirs elsewhere
         schedule = (conf.beat_schedule or {}).values()
         scheduled = {e.get("task") for e in schedule if isinstance(e, dict)}
@@ -289,14 +306,8 @@ def _check_celery() -> list[CheckMessage]:
                 "retried, and nothing would reconcile the mirror."
             )
             hint = "from billing_integration.schedule import BEAT_SCHEDULE; "
-            errors.append(
-                _error(
-                    "W021",
-                    text,
-                    hint + "CELERY_BEAT_SCHEDULE = {**BEAT_SCHEDULE, ...}",
-                    warning=True,
-                )
-            )
+            hint += "CELERY_BEAT_SCHEDULE = {**BEAT_SCHEDULE, ...}"
+            errors.append(_error("billing_integration.W021", text, hint, warning=True))
     return errors
 
 
@@ -311,7 +322,13 @@ def _check_cache() -> list[CheckMessage]:
     alias = conf["CACHE"]
     if alias not in settings.CACHES:
         text = f"BILLING['CACHE'] names the cache {alias!r}, which is not in settings.CACHES."
-        return [_error("E023", text, f"Add {alias!r} to CACHES or name an existing alias.")]
+        return [
+            _error(
+                "billing_integration.E023",
+                text,
+                f"Add {alias!r} to CACHES or name an existing alias.",
+            )
+        ]
     app = celery_app()
     if app is not None and app.conf.task_always_eager:
         return []  # no worker processes: one process shares with itself
@@ -328,7 +345,7 @@ def _check_cache() -> list[CheckMessage]:
         "a process told to slow down pauses alone, and duplicate work is not suppressed."
     )
     hint = "Use a cache every process reaches (Redis, Memcached, the database cache)."
-    return [_error("W020", text, hint, warning=True)]
+    return [_error("billing_integration.W020", text, hint, warning=True)]
 
 
 def _check_drf() -> list[CheckMessage]:
@@ -345,4 +362,4 @@ def _check_drf() -> list[CheckMessage]:
         "billing_integration.urls routes its REST API, but 'rest_framework' is not in "
         "INSTALLED_APPS: its pages fail (the browsable API's templates are missing)."
     )
-    return [_error("E022", text, "Add 'rest_framework' to INSTALLED_APPS.")]
+    return [_error("billing_integration.E022", text, "Add 'rest_framework' to INSTALLED_APPS.")]

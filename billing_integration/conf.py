@@ -119,44 +119,39 @@ DOCS: dict[str, str] = {
     "CLIENT_ID": "The client id of the client-credentials pair.",
     "CLIENT_SECRET": "The client secret of the client-credentials pair (never logged).",
     "CURRENCIES": "The service's integer currency ids and their ISO codes (the interface does "
-    "not publish the table: set yours). Checkout sessions and prices send the id, "
-    "subscriptions the code (see `SUBSCRIPTION_CURRENCY_FORM`).",
+    "not publish the table: set yours).",
     "SUBSCRIPTION_CURRENCY_FORM": "How `POST /subscriptions` sends `selected_currency`: "
-    '`"code"` (`"XOF"`) or `"id"` (the id as a string, `"1"`); answers carry the code either '
-    "way.",
+    '`"code"` (`"XOF"`) or `"id"` (the id as a string, `"1"`).',
     "WEBHOOK_SECRET": '`"whsec_<base64>"`, or a list of them while rotating (any one verifies).',
     "WEBHOOK_BASIC_AUTH": '`"user:password"`: HTTP basic auth on the callback URL, an '
     "alternative to signatures.",
     "WEBHOOK_ALLOW_UNVERIFIED": "With neither `WEBHOOK_SECRET` nor `WEBHOOK_BASIC_AUTH` set, "
     "accept deliveries unverified (check `W001` warns, each one is logged). Never in production.",
     "EVENT_TYPE_ALIASES": "Extra spellings of event types, mapped to a canonical type.",
-    "EVENT_RETENTION": "Finished event deliveries older than this are deleted by the daily task "
-    "`billing_integration.prune_events`: `90d`, `12h`, `30m` or seconds; `None` keeps every "
-    "delivery. `received` ones are never deleted.",
+    "EVENT_RETENTION": "Finished event deliveries older than this (`90d`, `12h`, `30m` or "
+    "seconds) are deleted daily; `None` keeps them all.",
     "SUBSCRIBER_MODEL": "What a customer belongs to (a user, a team, an organisation); "
     "`None` means `AUTH_USER_MODEL`. Set it before the first `migrate`.",
     "SUBSCRIBER_RESOLVER": "Dotted path of a callable(request) -> subscriber or `None`; `None` "
     "means `request.user`.",
-    "ACTIVE_STATUSES": "Subscription statuses that grant access (an allow-list, compared "
-    "stripped and lower-cased); any other status, unknown ones included, grants none. The "
-    'interface shows only `published`; add e.g. `"trialing"` if your service sends more.',
+    "ACTIVE_STATUSES": "Subscription statuses that grant access (compared stripped and "
+    "lower-cased); any other grants none. The interface shows only `published`; add e.g. "
+    '`"trialing"` if your service sends more.',
     "PRICING_URL": "Where a person without the needed plan is sent to choose one (a URL name "
     "or a path; `?next=` and `&feature=` are added).",
     "CUSTOMER_FIELDS": "Dotted path of a callable(subscriber) -> the customer's `identifier`, "
     "`first_name`, `last_name` and `email`.",
     "CHECKOUT_EXPIRY": "Seconds a checkout session stays open (sent as `expires_at`).",
-    "INTERACTIVE_DEADLINE": "Seconds a request a person waits on (checkout, the return page, "
-    "the API's checkout) may spend on the service in all, retries and waits included; a "
-    "service known to be down fails at once.",
+    "INTERACTIVE_DEADLINE": "Seconds a request a person waits on (checkout, the return page) "
+    "may spend on the service in all, retries and waits included.",
     "BASE_TEMPLATE": "The template the app's pages extend; it must define the blocks `title` "
     'and `content` (the example project sets `"base.html"`).',
     "NOTICES": "Each notice email on (`True`) or off: `payment_failed`, `subscription_canceled`, "
     "`subscription_paused`, `refund_approved`; opt-in (all off).",
     "SITE_URL": "The site's absolute base (`https://app.example.com`) for links in the notices; "
     "required (a system check) when a notice is on.",
-    "CACHE": "The Django cache alias of everything the processes share: the token, the "
-    'back-off window, the "once" and dedup keys. In production use a cache every process '
-    "reaches (Redis, the database cache), not the per-process `LocMemCache`.",
+    "CACHE": "The Django cache alias of everything the processes share (the token, the "
+    "back-off window, dedup keys): in production one every process reaches, not `LocMemCache`.",
     "QUEUE": "The Celery queue of the app's tasks (`None`: Celery's default queue).",
 }
 
@@ -167,16 +162,13 @@ class BillingSettings:
     def __init__(self) -> None:
         self._cache: dict[str, Any] | None = None
 
-    @property
-    def user_settings(self) -> dict[str, Any]:
-        value = getattr(settings, "BILLING", None) or {}
-        if not isinstance(value, dict):
-            raise BillingConfigurationError("settings.BILLING must be a dict.", setting="BILLING")
-        return value
-
     def as_dict(self) -> dict[str, Any]:
         if self._cache is None:
-            user = self.user_settings
+            user = getattr(settings, "BILLING", None) or {}
+            if not isinstance(user, dict):
+                raise BillingConfigurationError(
+                    "settings.BILLING must be a dict.", setting="BILLING"
+                )
             for key in sorted(user):
                 if key in REMOVED:
                     raise BillingConfigurationError(

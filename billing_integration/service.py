@@ -36,11 +36,8 @@ class ServiceIdentity:
     client_id: str
 
     def __str__(self) -> str:
-        return _("%(url)s (realm %(realm)r, client id %(client_id)r)") % {
-            "url": self.base_url,
-            "realm": self.realm,
-            "client_id": self.client_id,
-        }
+        text = _("%(url)s (realm %(realm)r, client id %(client_id)r)")
+        return text % {"url": self.base_url, **self.as_dict()}
 
     def as_dict(self) -> dict[str, str]:
         return {"base_url": self.base_url, "realm": self.realm, "client_id": self.client_id}
