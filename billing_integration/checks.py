@@ -257,12 +257,10 @@ def check_wiring(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
 def _project_package() -> str:
     """The host's package (``acme.settings`` -> ``acme``), where its ``celery.py`` belongs."""
     module = getattr(settings, "SETTINGS_MODULE", None) or ""
-    if "." in module:
-        return module.rsplit(".", 1)[0]
     urlconf = getattr(settings, "ROOT_URLCONF", None)
-    if isinstance(urlconf, str) and urlconf:
+    if "." not in module and isinstance(urlconf, str) and urlconf:
         return urlconf.split(".", 1)[0]
-    return module or "proj"
+    return module.rsplit(".", 1)[0] if "." in module else module or "proj"
 
 
 def _check_celery() -> list[CheckMessage]:

@@ -123,15 +123,14 @@ DOCS: dict[str, str] = {
     "SUBSCRIPTION_CURRENCY_FORM": "How `POST /subscriptions` sends `selected_currency`: "
     '`"code"` (`"XOF"`) or `"id"` (the id as a string, `"1"`).',
     "WEBHOOK_SECRET": '`"whsec_<base64>"`, or a list of them while rotating (any one verifies).',
-    "WEBHOOK_BASIC_AUTH": '`"user:password"`: HTTP basic auth on the callback URL, an '
-    "alternative to signatures.",
+    "WEBHOOK_BASIC_AUTH": '`"user:password"`: HTTP basic auth on the callback URL (no signature).',
     "WEBHOOK_ALLOW_UNVERIFIED": "With neither `WEBHOOK_SECRET` nor `WEBHOOK_BASIC_AUTH` set, "
     "accept deliveries unverified (check `W001` warns, each one is logged). Never in production.",
     "EVENT_TYPE_ALIASES": "Extra spellings of event types, mapped to a canonical type.",
     "EVENT_RETENTION": "Finished event deliveries older than this (`90d`, `12h`, `30m` or "
     "seconds) are deleted daily; `None` keeps them all.",
-    "SUBSCRIBER_MODEL": "What a customer belongs to (a user, a team, an organisation); "
-    "`None` means `AUTH_USER_MODEL`. Set it before the first `migrate`.",
+    "SUBSCRIBER_MODEL": "What a customer belongs to; `None` means `AUTH_USER_MODEL`. Set it "
+    "before the first `migrate`.",
     "SUBSCRIBER_RESOLVER": "Dotted path of a callable(request) -> subscriber or `None`; `None` "
     "means `request.user`.",
     "ACTIVE_STATUSES": "Subscription statuses that grant access (compared stripped and "

@@ -178,9 +178,8 @@ def _token(limits: Thresholds) -> Fact:
     from .exceptions import BillingError
 
     try:
-        client = BillingClient(
-            retry=RetryPolicy(max_retries=0), timeout=(limits.timeout, limits.timeout)
-        )
+        once = RetryPolicy(max_retries=0)
+        client = BillingClient(retry=once, timeout=(limits.timeout, limits.timeout))
     except BillingError as exc:
         text = _("token: not configured: %(error)s") % {"error": exc}
         return Fact("token", FAIL, text, {"error": str(exc)})

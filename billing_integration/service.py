@@ -301,10 +301,7 @@ def check_messages(databases: Any) -> list[Any]:
         if not router.allow_migrate_model(alias, model):
             continue
         try:
-            connection = connections[alias]
-            with connection.cursor() as cursor:
-                tables = connection.introspection.table_names(cursor)
-            if model._meta.db_table not in tables:
+            if model._meta.db_table not in connections[alias].introspection.table_names():
                 continue  # not migrated yet: nothing recorded
             recorded = recorded_service(alias)
         except DatabaseError:

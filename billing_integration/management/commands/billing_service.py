@@ -14,6 +14,8 @@ from ... import service
 from ...exceptions import BillingError
 from ...outbox.tasks import enqueue_open
 
+Options = dict[str, Any]
+
 
 class Command(BaseCommand):
     help = "Show or change which billing service the local mirror belongs to."
@@ -38,7 +40,7 @@ class Command(BaseCommand):
         recorded = service.recorded_service(using)
         getattr(self, f"do_{options['action']}")(recorded, configured, using, options)
 
-    def do_show(self, recorded: Any, configured: Any, using: Any, options: dict[str, Any]) -> None:
+    def do_show(self, recorded: Any, configured: Any, using: Any, options: Options) -> None:
         from ...models import Customer, OutboxEntry, Product, ServiceBinding
 
         alias = service.mirror_database(using)
@@ -84,9 +86,7 @@ class Command(BaseCommand):
         for old in binding.history if binding is not None else []:
             self.stdout.write(text % {"url": old.get("base_url"), **{k: old.get(k) for k in keys}})
 
-    def do_relink(
-        self, recorded: Any, configured: Any, using: Any, options: dict[str, Any]
-    ) -> None:
+    def do_relink(self, recorded: Any, configured: Any, using: Any, options: Options) -> None:
         if recorded == configured:
             text = _("The mirror already belongs to %(service)s; nothing to do.")
             self.stdout.write(text % {"service": configured})
@@ -95,24 +95,21 @@ class Command(BaseCommand):
             try:
                 unknown = service.products_unknown_at(using=using)
             except BillingError as exc:
-                raise CommandError(
-                    _(
-                        "Could not ask %(service)s about the mirror's products: %(error)s. "
-                        "Use --force to relink without that check."
-                    )
-                    % {"service": configured, "error": exc}
-                ) from exc
+                text = _(
+                    "Could not ask %(service)s about the mirror's products: %(error)s. "
+                    "Use --force to relink without that check."
+                )
+                raise CommandError(text % {"service": configured, "error": exc}) from exc
             if unknown:
                 names = ", ".join(f"{p.name!r} ({p.remote_id})" for p in unknown)
-                raise CommandError(
-                    _(
-                        "%(service)s does not know the mirror's products %(names)s: it looks "
-                        "like another service, where the mirror's remote ids do not exist. Run "
-                        "`%(reset)s` to start afresh with it, or relink with --force if you are "
-                        "sure."
-                    )
-                    % {"service": configured, "names": names, "reset": service.RESET_COMMAND}
+                text = _(
+                    "%(service)s does not know the mirror's products %(names)s: it looks "
+                    "like another service, where the mirror's remote ids do not exist. Run "
+                    "`%(reset)s` to start afresh with it, or relink with --force if you are "
+                    "sure."
                 )
+                values = {"service": configured, "names": names, "reset": service.RESET_COMMAND}
+                raise CommandError(text % values)
         self.confirm(
             options,
             _("Relink the mirror from %(recorded)s to %(configured)s, keeping every remote id?")
@@ -123,7 +120,7 @@ class Command(BaseCommand):
         text = _("The mirror now belongs to %(service)s. Pending outbox entries are pushed to it.")
         self.stdout.write(self.style.SUCCESS(text % {"service": configured}))
 
-    def do_reset(self, recorded: Any, configured: Any, using: Any, options: dict[str, Any]) -> None:
+    def do_reset(self, recorded: Any, configured: Any, using: Any, options: Options) -> None:
         from ...models import Customer, OutboxEntry, Product, Subscription
         from ...models.outbox import OutboxState
 
@@ -162,7 +159,7 @@ class Command(BaseCommand):
         values = {"service": configured, "closed": counts.entries_closed, **asdict(counts)}
         self.stdout.write(self.style.SUCCESS(text % values))
 
-    def confirm(self, options: dict[str, Any], question: str) -> None:
+    def confirm(self, options: Options, question: str) -> None:
         self.stdout.write(question)
         if not options["interactive"]:
             return

@@ -66,9 +66,8 @@ class Command(BaseCommand):
 
         def progress(resource: str, counts: pull.PullCounts) -> None:
             if tty:
-                self.stdout.ending = ""
-                self.stdout.write(f"\r{resource}: page {counts.pages}, {counts.total} rows ...")
-                self.stdout.ending = "\n"
+                line = f"\r{resource}: page {counts.pages}, {counts.total} rows ..."
+                self.stdout.write(line, ending="")
                 self.stdout.flush()
 
         errors = 0
@@ -86,11 +85,8 @@ class Command(BaseCommand):
             for message in counts.error_messages:
                 self.stderr.write(f"{resource}: not applied: {message}")
             errors += counts.errors
-        problems = []
-        if failed:
-            problems.append(f"pull failed for {', '.join(failed)}")
-        if errors:
-            problems.append(f"{errors} row(s) not applied (bad data from the service)")
+        problems = [f"pull failed for {', '.join(failed)}"] if failed else []
+        problems += [f"{errors} row(s) not applied (bad data from the service)"] if errors else []
         if problems:
             raise CommandError("; ".join(problems) + ".")
 
