@@ -281,15 +281,11 @@ def _outbox(limits: Thresholds, now: datetime) -> list[Fact]:
     failed = entries.failed().count()
     age = _age(now, oldest) if oldest else None
     data = {"open": open_count, "oldest_pending": oldest, "oldest_pending_age": age}
-    values = {
-        "open": open_count,
-        "age": duration(age or 0),
-        "limit": duration(limits.max_outbox_age),
-    }
+    limit = duration(limits.max_outbox_age)
+    values = {"open": open_count, "age": duration(age or 0), "limit": limit}
     if age is None:
-        backlog = Fact(
-            "outbox", OK, _("outbox: %(open)d open entries, none pending") % values, data
-        )
+        text = _("outbox: %(open)d open entries, none pending")
+        backlog = Fact("outbox", OK, text % values, data)
     elif limits.max_outbox_age and age > limits.max_outbox_age:
         text = _(
             "outbox: %(open)d open entries, the oldest pending "
