@@ -62,12 +62,8 @@ def check_billing_settings(app_configs: Any = None, **kwargs: Any) -> list[Check
         conf = billing_settings.as_dict()
     except BillingConfigurationError as exc:
         return [Error(str(exc), hint=f"Fix {exc.setting}.", id="billing_integration.E000")]
-    return [
-        *_service_errors(conf),
-        *_webhook_errors(conf),
-        *_value_errors(conf),
-        *_notice_errors(conf),
-    ]
+    parts = (_service_errors, _webhook_errors, _value_errors, _notice_errors)
+    return [error for part in parts for error in part(conf)]
 
 
 def _service_errors(conf: dict[str, Any]) -> list[CheckMessage]:
@@ -79,16 +75,11 @@ def _service_errors(conf: dict[str, Any]) -> list[CheckMessage]:
     for key in URL_KEYS:
         value = conf.get(key)
         parts = urlsplit(str(value))
+        absolute = parts.scheme in ("http", "https") and parts.netloc
         if not value:
-            errors.append(
-                _error("billing_integration.E002", f"BILLING['{key}'] is not set.", _hint(key))
-            )
-        elif (
-            parts.scheme not in ("http", "https")
-            or not parts.netloc
-            or parts.query
-            or parts.fragment
-        ):
+            unset = f"BILLING['{key}'] is not set."
+            errors.append(_error("billing_integration.E002", unset, _hint(key)))
+        elif not absolute or parts.query or parts.fragment:
             text = f"BILLING['{key}'] is not an absolute http(s) URL without query: {value!r}."
             errors.append(_error("billing_integration.E003", text, _hint(key)))
         elif parts.scheme == "http" and not settings.DEBUG and parts.hostname not in LOOPBACK:
@@ -147,13 +138,8 @@ def _value_errors(conf: dict[str, Any]) -> list[CheckMessage]:
     active = conf.get("ACTIVE_STATUSES")
     statuses = active if isinstance(active, (list, tuple)) else ()
     if not statuses or not all(isinstance(s, str) and s.strip() for s in statuses):
-        errors.append(
-            bad(
-                "billing_integration.E008",
-                "ACTIVE_STATUSES",
-                "a non-empty list or tuple of strings",
-            )
-        )
+        text = "a non-empty list or tuple of strings"
+        errors.append(bad("billing_integration.E008", "ACTIVE_STATUSES", text))
     if conf.get("SUBSCRIPTION_CURRENCY_FORM") not in ("code", "id"):
         hint = "'code' sends selected_currency as 'XOF', 'id' as '1'."
         errors.append(
@@ -161,18 +147,16 @@ def _value_errors(conf: dict[str, Any]) -> list[CheckMessage]:
         )
     deadline = conf.get("INTERACTIVE_DEADLINE")
     if not number(deadline) or deadline <= 0:
-        errors.append(
-            bad("billing_integration.E014", "INTERACTIVE_DEADLINE", "a positive number of seconds")
-        )
+        text = "a positive number of seconds"
+        errors.append(bad("billing_integration.E014", "INTERACTIVE_DEADLINE", text))
     retention = conf.get("EVENT_RETENTION")
     try:
         if retention is not None:
             parse_duration(retention)
     except ValueError:
         text = "None or a positive duration such as '90d', '12h', '30m' or seconds"
-        errors.append(
-            bad("billing_integration.E024", "EVENT_RETENTION", text, "None keeps every delivery.")
-        )
+        hint = "None keeps every delivery."
+        errors.append(bad("billing_integration.E024", "EVENT_RETENTION", text, hint))
     return errors
 
 
@@ -181,9 +165,8 @@ def _notice_errors(conf: dict[str, Any]) -> list[CheckMessage]:
     notices, known = conf.get("NOTICES"), set(DEFAULTS["NOTICES"])
     if not isinstance(notices, dict) or set(notices) - known:
         text = f"BILLING['NOTICES'] must be a dict of notice kinds to True/False, not {notices!r}."
-        return [
-            _error("billing_integration.E040", text, f"Known kinds: {', '.join(sorted(known))}.")
-        ]
+        hint = f"Known kinds: {', '.join(sorted(known))}."
+        return [_error("billing_integration.E040", text, hint)]
     site = conf.get("SITE_URL")
     on = sorted(kind for kind, value in notices.items() if value)
     if on and not (isinstance(site, str) and site.startswith(("https://", "http://"))):
