@@ -125,7 +125,6 @@ def _record_first(configured: ServiceIdentity, alias: str) -> ServiceIdentity:
             recorded = recorded_service(alias)
             if recorded is not None:
                 return recorded
-            continue
         logger.info("billing mirror bound to the service at %s", configured)
         return configured
     raise BillingError("Could not record which billing service the mirror belongs to.")
@@ -244,19 +243,15 @@ def reset_mirror(*, using: str | None = None) -> ResetCounts:
                 "workers (or wait 5 minutes) and run the reset again."
             )
             raise MirrorBusyError(text % {"count": busy})
-        counts.entries_closed = (
-            OutboxEntry.objects.using(alias)
-            .exclude(state=OutboxState.DONE)
-            .update(
-                state=OutboxState.DONE,
-                completed_at=now,
-                started_at=None,
-                next_attempt_at=None,
-                in_doubt=False,
-                last_error=note,
-                updated_at=now,
-            )
-        )
+        unsent = OutboxEntry.objects.using(alias).exclude(state=OutboxState.DONE)
+        done = {
+            "state": OutboxState.DONE,
+            "completed_at": now,
+            "last_error": note,
+            "updated_at": now,
+        }
+        done |= {"started_at": None, "next_attempt_at": None, "in_doubt": False}
+        counts.entries_closed = unsent.update(**done)
         subscriptions = Subscription.objects.using(alias).exclude(status=DETACHED)
         subscriptions.filter(remote_id__isnull=True).update(sync_state=SyncState.FAILED)
         counts.subscriptions = subscriptions.update(
@@ -264,10 +259,9 @@ def reset_mirror(*, using: str | None = None) -> ResetCounts:
         )
         entries = []
         for model in (Product, Customer):
-            pks = list(
-                model._default_manager.using(alias).order_by("pk").values_list("pk", flat=True)
-            )
-            model._default_manager.using(alias).update(**cleared)
+            rows = model._default_manager.using(alias)
+            pks = list(rows.order_by("pk").values_list("pk", flat=True))
+            rows.update(**cleared)
             ct = ContentType.objects.db_manager(alias).get_for_model(model)
             entries += [
                 OutboxEntry(content_type=ct, object_id=pk, operation=OutboxOperation.CREATE)
