@@ -11,13 +11,8 @@ from django.core.signals import setting_changed
 from .exceptions import BillingConfigurationError
 
 #: Keys without a default, with the environment variable the example project reads each from.
-REQUIRED: dict[str, str] = {
-    "BASE_URL": "BILLING_BASE_URL",
-    "AUTH_URL": "BILLING_AUTH_URL",
-    "CHECKOUT_URL": "BILLING_CHECKOUT_URL",
-    "CLIENT_ID": "BILLING_CLIENT_ID",
-    "CLIENT_SECRET": "BILLING_CLIENT_SECRET",
-}
+_REQUIRED_KEYS = ("BASE_URL", "AUTH_URL", "CHECKOUT_URL", "CLIENT_ID", "CLIENT_SECRET")
+REQUIRED: dict[str, str] = {key: f"BILLING_{key}" for key in _REQUIRED_KEYS}
 
 #: Every key and its default, grouped by the ``# --- group ---`` comments (docs/settings.md).
 DEFAULTS: dict[str, Any] = {
@@ -47,12 +42,9 @@ DEFAULTS: dict[str, Any] = {
     "INTERACTIVE_DEADLINE": 8.0,
     "BASE_TEMPLATE": "billing_integration/base.html",
     # --- notices ---
-    "NOTICES": {
-        "payment_failed": False,
-        "subscription_canceled": False,
-        "subscription_paused": False,
-        "refund_approved": False,
-    },
+    "NOTICES": dict.fromkeys(
+        ("payment_failed", "subscription_canceled", "subscription_paused", "refund_approved"), False
+    ),
     "SITE_URL": "",
     # --- workers ---
     "CACHE": "default",

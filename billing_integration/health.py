@@ -301,8 +301,7 @@ def _outbox(limits: Thresholds, now: datetime) -> list[Fact]:
 
 
 def _last_received() -> datetime | None:
-    """When the newest stored (so verified) delivery was received: one indexed (state,
-    received_at) lookup per state, not a scan of the table."""
+    """When the newest stored delivery was received (an indexed lookup per state, no scan)."""
     from django.db.models import Max
 
     from .models.events import EventState, WebhookEvent

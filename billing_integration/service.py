@@ -168,8 +168,7 @@ def relink(*, using: str | None = None) -> ServiceIdentity | None:
 def products_unknown_at(
     client: Any = None, *, sample: int = 3, using: str | None = None
 ) -> list[Any]:
-    """Of up to ``sample`` pushed products, those the service answers 404 for (a relink
-    there would PATCH ids it does not have)."""
+    """Of up to ``sample`` pushed products, those the service answers 404 for."""
     from .client import get_client
     from .exceptions import BillingNotFoundError
     from .models.products import Product

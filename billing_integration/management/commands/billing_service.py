@@ -57,27 +57,22 @@ class Command(BaseCommand):
         elif recorded == configured:
             self.stdout.write(self.style.SUCCESS(_("They match.")))
         else:
-            self.stdout.write(
-                self.style.ERROR(
-                    _(
-                        "MISMATCH: pushes, pulls and checkouts are refused until `%(relink)s` "
-                        "(same service, remote ids kept) or `%(reset)s` (start afresh with the "
-                        "configured service)."
-                    )
-                    % {"relink": service.RELINK_COMMAND, "reset": service.RESET_COMMAND}
-                )
+            text = _(
+                "MISMATCH: pushes, pulls and checkouts are refused until `%(relink)s` "
+                "(same service, remote ids kept) or `%(reset)s` (start afresh with the "
+                "configured service)."
             )
-        self.stdout.write(
-            _(
-                "mirror: %(products)d products and %(customers)d customers with remote ids; "
-                "%(pending)d outbox entries pending"
-            )
-            % {
-                "products": Product.objects.using(alias).filter(remote_id__isnull=False).count(),
-                "customers": Customer.objects.using(alias).filter(remote_id__isnull=False).count(),
-                "pending": OutboxEntry.objects.using(alias).pending().count(),
-            }
+            commands = {"relink": service.RELINK_COMMAND, "reset": service.RESET_COMMAND}
+            self.stdout.write(self.style.ERROR(text % commands))
+        text = _(
+            "mirror: %(products)d products and %(customers)d customers with remote ids; "
+            "%(pending)d outbox entries pending"
         )
+        pushed = {"remote_id__isnull": False}
+        products = Product.objects.using(alias).filter(**pushed).count()
+        customers = Customer.objects.using(alias).filter(**pushed).count()
+        pending = OutboxEntry.objects.using(alias).pending().count()
+        self.stdout.write(text % {"products": products, "customers": customers, "pending": pending})
         text = _(
             "before: %(url)s (realm %(realm)r, client id %(client_id)r) until %(until)s "
             "(%(action)s)"
@@ -125,27 +120,24 @@ class Command(BaseCommand):
         from ...models.outbox import OutboxState
 
         alias = service.mirror_database(using)
-        self.confirm(
-            options,
-            _(
-                "Reset the mirror for %(configured)s (now: %(recorded)s)? The remote ids of "
-                "%(products)d products and %(customers)d customers are cleared and they are "
-                "pushed to it anew; %(subscriptions)d subscriptions of the old service are "
-                "detached (kept, no access, never pushed); %(entries)d outbox entries not sent "
-                "yet are closed unsent. Checkout sessions, invoices, payments, refunds and the "
-                "event log are kept."
-            )
-            % {
-                "configured": configured,
-                "recorded": recorded or _("nothing recorded"),
-                "products": Product.objects.using(alias).count(),
-                "customers": Customer.objects.using(alias).count(),
-                "subscriptions": Subscription.objects.using(alias)
-                .exclude(status=service.DETACHED)
-                .count(),
-                "entries": OutboxEntry.objects.using(alias).exclude(state=OutboxState.DONE).count(),
-            },
+        question = _(
+            "Reset the mirror for %(configured)s (now: %(recorded)s)? The remote ids of "
+            "%(products)d products and %(customers)d customers are cleared and they are "
+            "pushed to it anew; %(subscriptions)d subscriptions of the old service are "
+            "detached (kept, no access, never pushed); %(entries)d outbox entries not sent "
+            "yet are closed unsent. Checkout sessions, invoices, payments, refunds and the "
+            "event log are kept."
         )
+        subscriptions = Subscription.objects.using(alias).exclude(status=service.DETACHED)
+        values = {
+            "configured": configured,
+            "recorded": recorded or _("nothing recorded"),
+            "products": Product.objects.using(alias).count(),
+            "customers": Customer.objects.using(alias).count(),
+            "subscriptions": subscriptions.count(),
+            "entries": OutboxEntry.objects.using(alias).exclude(state=OutboxState.DONE).count(),
+        }
+        self.confirm(options, question % values)
         try:
             counts = service.reset_mirror(using=using)
         except service.MirrorBusyError as exc:

@@ -123,12 +123,11 @@ class Command(BaseCommand):
         """Products checkout refuses: their cycles are not known here."""
         if not products:
             return
-        self.stdout.write(
-            self.style.WARNING(
-                f"products: {len(products)} on the service without known billing cycles "
-                "(the service answers with a blueprint id only); checkout refuses them:"
-            )
+        text = (
+            f"products: {len(products)} on the service without known billing cycles "
+            "(the service answers with a blueprint id only); checkout refuses them:"
         )
+        self.stdout.write(self.style.WARNING(text))
         for product in products:
             self.stdout.write(f"  - {product.name} (remote id {product.remote_id})")
         self.stdout.write(
