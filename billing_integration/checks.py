@@ -1,13 +1,10 @@
-"""Django system checks of the billing configuration and of the wiring a host must provide.
-
-None touches the database, the broker or a cache, except ``check_service_binding``: it is
-tagged ``database``, so it runs only when Django asks for database checks (``migrate``).
-"""
+"""Django system checks of the billing settings and of the wiring a host must provide. Only
+``check_service_binding`` (tagged ``database``, so run by ``migrate``) reads the database."""
 
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, TypeGuard
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -28,6 +25,16 @@ PROCESS_LOCAL_BACKENDS = (LocMemCache, DummyCache)
 DEMO_WEBHOOK_SECRET_SHA256 = "d571fb0081e214ea7f811973fbf285e38d0cef2822dafc2dfbc6be6b674fdaf8"
 #: The sandbox's default client secret (``billing_integration.sandbox.config``).
 SANDBOX_CLIENT_SECRET = "sandbox-secret"
+
+
+def _error(code: str, msg: str, hint: str, warning: bool = False) -> CheckMessage:
+    return (Warning if warning else Error)(msg, hint=hint, id=code)
+
+
+_COPY_SECRET = (
+    "Copy the secret exactly as the service (or the sandbox) prints it "
+    "(environment variable BILLING_WEBHOOK_SECRET)."
+)
 
 
 def _hint(key: str) -> str:
@@ -55,51 +62,30 @@ def check_billing_settings(app_configs: Any = None, **kwargs: Any) -> list[Check
         conf = billing_settings.as_dict()
     except BillingConfigurationError as exc:
         return [Error(str(exc), hint=f"Fix {exc.setting}.", id="billing_integration.E000")]
-    return [
-        *_service_errors(conf),
-        *_webhook_errors(conf),
-        *_value_errors(conf),
-        *_notice_errors(conf),
-    ]
+    parts = (_service_errors, _webhook_errors, _value_errors, _notice_errors)
+    return [error for part in parts for error in part(conf)]
 
 
 def _service_errors(conf: dict[str, Any]) -> list[CheckMessage]:
-    errors: list[CheckMessage] = [
-        Error(f"BILLING['{key}'] is not set.", hint=_hint(key), id="billing_integration.E001")
+    errors = [
+        _error("billing_integration.E001", f"BILLING['{key}'] is not set.", _hint(key))
         for key in ("CLIENT_ID", "CLIENT_SECRET")
         if not conf.get(key)
     ]
     for key in URL_KEYS:
         value = conf.get(key)
-        if not value:
-            errors.append(
-                Error(
-                    f"BILLING['{key}'] is not set.", hint=_hint(key), id="billing_integration.E002"
-                )
-            )
-            continue
         parts = urlsplit(str(value))
-        if (
-            parts.scheme not in ("http", "https")
-            or not parts.netloc
-            or parts.query
-            or parts.fragment
-        ):
-            errors.append(
-                Error(
-                    f"BILLING['{key}'] is not an absolute http(s) URL without query: {value!r}.",
-                    hint=_hint(key),
-                    id="billing_integration.E003",
-                )
-            )
+        absolute = parts.scheme in ("http", "https") and parts.netloc
+        if not value:
+            unset = f"BILLING['{key}'] is not set."
+            errors.append(_error("billing_integration.E002", unset, _hint(key)))
+        elif not absolute or parts.query or parts.fragment:
+            text = f"BILLING['{key}'] is not an absolute http(s) URL without query: {value!r}."
+            errors.append(_error("billing_integration.E003", text, _hint(key)))
         elif parts.scheme == "http" and not settings.DEBUG and parts.hostname not in LOOPBACK:
-            errors.append(
-                Warning(
-                    f"BILLING['{key}'] uses plain http outside DEBUG: {value!r}.",
-                    hint="Use the service's https address in production.",
-                    id="billing_integration.W003",
-                )
-            )
+            text = f"BILLING['{key}'] uses plain http outside DEBUG: {value!r}."
+            hint = "Use the service's https address in production."
+            errors.append(_error("billing_integration.W003", text, hint, warning=True))
     return errors
 
 
@@ -111,93 +97,66 @@ def _webhook_errors(conf: dict[str, Any]) -> list[CheckMessage]:
         key = whsec_key(secret)
         if key is None or len(key) < 16:
             label = "BILLING['WEBHOOK_SECRET']" + (f"[{index}]" if listed else "")
-            errors.append(
-                Error(
-                    f"{label} is not of the form 'whsec_<base64>'.",
-                    hint="Copy the secret exactly as the service (or the sandbox) prints it "
-                    "(environment variable BILLING_WEBHOOK_SECRET).",
-                    id="billing_integration.E004",
-                )
-            )
+            text = f"{label} is not of the form 'whsec_<base64>'."
+            errors.append(_error("billing_integration.E004", text, _COPY_SECRET))
     basic = conf.get("WEBHOOK_BASIC_AUTH")
     if basic and (not isinstance(basic, str) or ":" not in basic):
-        errors.append(
-            Error(
-                "BILLING['WEBHOOK_BASIC_AUTH'] must be 'user:password'.",
-                hint="Set it to the credentials you registered with the callback URL.",
-                id="billing_integration.E005",
-            )
-        )
+        text = "BILLING['WEBHOOK_BASIC_AUTH'] must be 'user:password'."
+        hint = "Set it to the credentials you registered with the callback URL."
+        errors.append(_error("billing_integration.E005", text, hint))
     if conf.get("WEBHOOK_ALLOW_UNVERIFIED"):
-        errors.append(
-            Warning(
-                "BILLING['WEBHOOK_ALLOW_UNVERIFIED'] is True: unsigned event deliveries are "
-                "accepted, so anyone who can reach the callback URL can forge billing events.",
-                hint="Set BILLING['WEBHOOK_SECRET'] and drop WEBHOOK_ALLOW_UNVERIFIED.",
-                id="billing_integration.W001",
-            )
+        text = (
+            "BILLING['WEBHOOK_ALLOW_UNVERIFIED'] is True: unsigned event deliveries are "
+            "accepted, so anyone who can reach the callback URL can forge billing events."
         )
+        hint = "Set BILLING['WEBHOOK_SECRET'] and drop WEBHOOK_ALLOW_UNVERIFIED."
+        errors.append(_error("billing_integration.W001", text, hint, warning=True))
     elif not secrets and not basic and not settings.DEBUG:
-        errors.append(
-            Error(
-                "Event callbacks cannot be verified: neither BILLING['WEBHOOK_SECRET'] nor "
-                "BILLING['WEBHOOK_BASIC_AUTH'] is set, so every delivery will be refused.",
-                hint="Set BILLING['WEBHOOK_SECRET'] (environment variable BILLING_WEBHOOK_SECRET).",
-                id="billing_integration.E006",
-            )
+        text = (
+            "Event callbacks cannot be verified: neither BILLING['WEBHOOK_SECRET'] nor "
+            "BILLING['WEBHOOK_BASIC_AUTH'] is set, so every delivery will be refused."
         )
+        hint = "Set BILLING['WEBHOOK_SECRET'] (environment variable BILLING_WEBHOOK_SECRET)."
+        errors.append(_error("billing_integration.E006", text, hint))
     return errors
 
 
 def _value_errors(conf: dict[str, Any]) -> list[CheckMessage]:
     from .webhooks.prune import parse_duration
 
-    def bad(key: str, text: str, code: str, hint: str = "") -> Error:
-        default = f"The default is {DEFAULTS[key]!r}."
-        return Error(
-            f"BILLING['{key}'] must be {text}, not {conf.get(key)!r}.",
-            hint=f"{hint} {default}".strip(),
-            id=code,
-        )
+    def bad(code: str, key: str, text: str, hint: str = "") -> CheckMessage:
+        message = f"BILLING['{key}'] must be {text}, not {conf.get(key)!r}."
+        return _error(code, message, f"{hint} The default is {DEFAULTS[key]!r}.".strip())
+
+    def number(value: Any) -> TypeGuard[float]:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
 
     errors: list[CheckMessage] = []
     expiry = conf.get("CHECKOUT_EXPIRY")
-    if not isinstance(expiry, int) or isinstance(expiry, bool) or expiry < 0:
-        errors.append(bad("CHECKOUT_EXPIRY", "a non-negative integer", "billing_integration.E007"))
+    if not number(expiry) or not isinstance(expiry, int) or expiry < 0:
+        errors.append(bad("billing_integration.E007", "CHECKOUT_EXPIRY", "a non-negative integer"))
     active = conf.get("ACTIVE_STATUSES")
     statuses = active if isinstance(active, (list, tuple)) else ()
     if not statuses or not all(isinstance(s, str) and s.strip() for s in statuses):
-        errors.append(
-            bad(
-                "ACTIVE_STATUSES",
-                "a non-empty list or tuple of strings",
-                "billing_integration.E008",
-            )
-        )
+        text = "a non-empty list or tuple of strings"
+        errors.append(bad("billing_integration.E008", "ACTIVE_STATUSES", text))
     if conf.get("SUBSCRIPTION_CURRENCY_FORM") not in ("code", "id"):
         hint = "'code' sends selected_currency as 'XOF', 'id' as '1'."
         errors.append(
-            bad("SUBSCRIPTION_CURRENCY_FORM", "'code' or 'id'", "billing_integration.E013", hint)
+            bad("billing_integration.E013", "SUBSCRIPTION_CURRENCY_FORM", "'code' or 'id'", hint)
         )
     deadline = conf.get("INTERACTIVE_DEADLINE")
-    if not isinstance(deadline, (int, float)) or isinstance(deadline, bool) or deadline <= 0:
-        errors.append(
-            bad("INTERACTIVE_DEADLINE", "a positive number of seconds", "billing_integration.E014")
-        )
+    if not number(deadline) or deadline <= 0:
+        text = "a positive number of seconds"
+        errors.append(bad("billing_integration.E014", "INTERACTIVE_DEADLINE", text))
     retention = conf.get("EVENT_RETENTION")
-    if retention is not None:
-        try:
+    try:
+        if retention is not None:
             parse_duration(retention)
-        except ValueError:
-            text = "None or a positive duration such as '90d', '12h', '30m' or seconds"
-            errors.append(
-                bad(
-                    "EVENT_RETENTION",
-                    text,
-                    "billing_integration.E024",
-                    "None keeps every delivery.",
-                )
-            )
+    except ValueError:
+        text = "None or a positive duration such as '90d', '12h', '30m' or seconds"
+        hint = "None keeps every delivery."
+        errors.append(bad("billing_integration.E024", "EVENT_RETENTION", text, hint))
     return errors
 
 
@@ -205,25 +164,17 @@ def _notice_errors(conf: dict[str, Any]) -> list[CheckMessage]:
     """Known notice kinds (E040), and ``SITE_URL`` set when one is on (E041)."""
     notices, known = conf.get("NOTICES"), set(DEFAULTS["NOTICES"])
     if not isinstance(notices, dict) or set(notices) - known:
-        return [
-            Error(
-                f"BILLING['NOTICES'] must be a dict of notice kinds to True/False, not "
-                f"{notices!r}.",
-                hint=f"Known kinds: {', '.join(sorted(known))}.",
-                id="billing_integration.E040",
-            )
-        ]
+        text = f"BILLING['NOTICES'] must be a dict of notice kinds to True/False, not {notices!r}."
+        hint = f"Known kinds: {', '.join(sorted(known))}."
+        return [_error("billing_integration.E040", text, hint)]
     site = conf.get("SITE_URL")
     on = sorted(kind for kind, value in notices.items() if value)
     if on and not (isinstance(site, str) and site.startswith(("https://", "http://"))):
-        return [
-            Error(
-                f"BILLING['SITE_URL'] must be set when notices are on ({', '.join(on)}): "
-                f"the emails link to the account page with an absolute URL.",
-                hint='For example "https://app.example.com".',
-                id="billing_integration.E041",
-            )
-        ]
+        text = (
+            f"BILLING['SITE_URL'] must be set when notices are on ({', '.join(on)}): "
+            "the emails link to the account page with an absolute URL."
+        )
+        return [_error("billing_integration.E041", text, 'For example "https://app.example.com".')]
     return []
 
 
@@ -250,37 +201,33 @@ def check_billing_deploy(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
         isinstance(s, str) and hashlib.sha256(s.encode()).hexdigest() == DEMO_WEBHOOK_SECRET_SHA256
         for s in _secrets(conf)
     ):
-        errors.append(
-            Error(
-                "BILLING['WEBHOOK_SECRET'] is the public demo secret of example_project/demo.env: "
-                "anyone can sign events your site accepts.",
-                hint="Use the webhook secret the billing service gives you for this callback "
-                "(environment variable BILLING_WEBHOOK_SECRET).",
-                id="billing_integration.E011",
-            )
+        text = (
+            "BILLING['WEBHOOK_SECRET'] is the public demo secret of example_project/demo.env: "
+            "anyone can sign events your site accepts."
         )
+        hint = (
+            "Use the webhook secret the billing service gives you for this callback "
+            "(environment variable BILLING_WEBHOOK_SECRET)."
+        )
+        errors.append(_error("billing_integration.E011", text, hint))
     if conf.get("CLIENT_SECRET") == SANDBOX_CLIENT_SECRET:
-        errors.append(
-            Error(
-                "BILLING['CLIENT_SECRET'] is the offline sandbox's default client secret.",
-                hint="Use the client secret the billing service issued for BILLING['CLIENT_ID'] "
-                "(environment variable BILLING_CLIENT_SECRET).",
-                id="billing_integration.E012",
-            )
+        text = "BILLING['CLIENT_SECRET'] is the offline sandbox's default client secret."
+        hint = (
+            "Use the client secret the billing service issued for BILLING['CLIENT_ID'] "
+            "(environment variable BILLING_CLIENT_SECRET)."
         )
+        errors.append(_error("billing_integration.E012", text, hint))
     for key in URL_KEYS:
         parts = urlsplit(str(conf.get(key) or ""))
         # W003 already reports a remote http URL outside DEBUG.
         if parts.scheme == "http" and (settings.DEBUG or parts.hostname in LOOPBACK):
-            errors.append(
-                Warning(
-                    f"BILLING['{key}'] uses plain http: tokens, client credentials and billing "
-                    "data would travel unencrypted.",
-                    hint=f"Set BILLING['{key}'] to the service's https address "
-                    f"(environment variable {REQUIRED[key]}).",
-                    id="billing_integration.W010",
-                )
+            text = (
+                f"BILLING['{key}'] uses plain http: tokens, client credentials and billing "
+                "data would travel unencrypted."
             )
+            hint = f"Set BILLING['{key}'] to the service's https address "
+            hint += f"(environment variable {REQUIRED[key]})."
+            errors.append(_error("billing_integration.W010", text, hint, warning=True))
     return errors
 
 
@@ -293,12 +240,10 @@ def check_wiring(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
 def _project_package() -> str:
     """The host's package (``acme.settings`` -> ``acme``), where its ``celery.py`` belongs."""
     module = getattr(settings, "SETTINGS_MODULE", None) or ""
-    if "." in module:
-        return module.rsplit(".", 1)[0]
     urlconf = getattr(settings, "ROOT_URLCONF", None)
-    if isinstance(urlconf, str) and urlconf:
+    if "." not in module and isinstance(urlconf, str) and urlconf:
         return urlconf.split(".", 1)[0]
-    return module or "proj"
+    return module.rsplit(".", 1)[0] if "." in module else module or "proj"
 
 
 def _check_celery() -> list[CheckMessage]:
@@ -309,52 +254,47 @@ def _check_celery() -> list[CheckMessage]:
     if app is None:
         package = _project_package()
         path = package.replace(".", "/")
-        return [
-            Error(
-                "No Celery app is loaded: local changes would be sent to Celery's default "
-                "broker (amqp://guest@localhost//) and never pushed to the billing service.",
-                hint=f"Create {path}/celery.py (app = Celery('{package}'); "
-                "app.config_from_object('django.conf:settings', namespace='CELERY'); "
-                f"app.autodiscover_tasks()) and import it in {path}/__init__.py "
-                "(from .celery import app as celery_app).",
-                id="billing_integration.E020",
-            )
-        ]
+        text = (
+            "No Celery app is loaded: local changes would be sent to Celery's default "
+            "broker (amqp://guest@localhost//) and never pushed to the billing service."
+        )
+        hint = (
+            f"Create {path}/celery.py (app = Celery('{package}'); "
+            "app.config_from_object('django.conf:settings', namespace='CELERY'); "
+            f"app.autodiscover_tasks()) and import it in {path}/__init__.py "
+            "(from .celery import app as celery_app)."
+        )
+        return [_error("billing_integration.E020", text, hint)]
     errors: list[CheckMessage] = []
     conf = app.conf
     if not conf.task_always_eager and not conf.broker_write_url:
-        errors.append(
-            Error(
-                "The Celery broker is not set, so Celery uses its default, "
-                "amqp://guest@localhost//: pushes and event processing wait on a broker that "
-                "is probably not there.",
-                hint="Set CELERY_BROKER_URL (e.g. redis://host:6379/0), even to "
-                "amqp://guest@localhost// if that is really your broker.",
-                id="billing_integration.E021",
-            )
+        text = (
+            "The Celery broker is not set, so Celery uses its default, "
+            "amqp://guest@localhost//: pushes and event processing wait on a broker that "
+            "is probably not there."
         )
+        hint = "Set CELERY_BROKER_URL (e.g. redis://host:6379/0), even to "
+        hint += "amqp://guest@localhost// if that is really your broker."
+        errors.append(_error("billing_integration.E021", text, hint))
     if str(conf.beat_scheduler or "").startswith("celery.beat"):  # others keep theirs elsewhere
-        scheduled = {
-            e.get("task") for e in (conf.beat_schedule or {}).values() if isinstance(e, dict)
-        }
+        schedule = (conf.beat_schedule or {}).values()
+        scheduled = {e.get("task") for e in schedule if isinstance(e, dict)}
         missing = [e["task"] for e in BEAT_SCHEDULE.values() if e["task"] not in scheduled]
         if missing:
-            errors.append(
-                Warning(
-                    "Celery beat's schedule lacks billing_integration's periodic tasks "
-                    f"({', '.join(missing)}): a lost push or event message would never be "
-                    "retried, and nothing would reconcile the mirror.",
-                    hint="from billing_integration.schedule import BEAT_SCHEDULE; "
-                    "CELERY_BEAT_SCHEDULE = {**BEAT_SCHEDULE, ...}",
-                    id="billing_integration.W021",
-                )
+            text = (
+                "Celery beat's schedule lacks billing_integration's periodic tasks "
+                f"({', '.join(missing)}): a lost push or event message would never be "
+                "retried, and nothing would reconcile the mirror."
             )
+            hint = "from billing_integration.schedule import BEAT_SCHEDULE; "
+            hint += "CELERY_BEAT_SCHEDULE = {**BEAT_SCHEDULE, ...}"
+            errors.append(_error("billing_integration.W021", text, hint, warning=True))
     return errors
 
 
 def _check_cache() -> list[CheckMessage]:
-    """BILLING['CACHE'] names a cache (E023), shared between processes when workers run
-    apart from the web processes (W020)."""
+    """BILLING['CACHE'] names a cache (E023), shared between processes when workers run apart
+    (W020)."""
     from .health import celery_app
 
     conf = _conf()
@@ -362,11 +302,12 @@ def _check_cache() -> list[CheckMessage]:
         return []
     alias = conf["CACHE"]
     if alias not in settings.CACHES:
+        text = f"BILLING['CACHE'] names the cache {alias!r}, which is not in settings.CACHES."
         return [
-            Error(
-                f"BILLING['CACHE'] names the cache {alias!r}, which is not in settings.CACHES.",
-                hint=f"Add {alias!r} to CACHES or name an existing alias.",
-                id="billing_integration.E023",
+            _error(
+                "billing_integration.E023",
+                text,
+                f"Add {alias!r} to CACHES or name an existing alias.",
             )
         ]
     app = celery_app()
@@ -379,34 +320,27 @@ def _check_cache() -> list[CheckMessage]:
         return []  # Django's own cache checks report it
     if not local:
         return []
-    return [
-        Warning(
-            f"The cache {alias!r} of BILLING['CACHE'] ({backend.rsplit('.', 1)[-1]}) is not "
-            "shared between processes: every web and worker process fetches its own API token, "
-            "a process told to slow down pauses alone, and duplicate work is not suppressed.",
-            hint="Use a cache every process reaches (Redis, Memcached, the database cache).",
-            id="billing_integration.W020",
-        )
-    ]
+    text = (
+        f"The cache {alias!r} of BILLING['CACHE'] ({backend.rsplit('.', 1)[-1]}) is not "
+        "shared between processes: every web and worker process fetches its own API token, "
+        "a process told to slow down pauses alone, and duplicate work is not suppressed."
+    )
+    hint = "Use a cache every process reaches (Redis, Memcached, the database cache)."
+    return [_error("billing_integration.W020", text, hint, warning=True)]
 
 
 def _check_drf() -> list[CheckMessage]:
     from django.apps import apps
-    from django.urls import NoReverseMatch, reverse
+    from django.urls import reverse
 
     if apps.is_installed("rest_framework"):
         return []
     try:
         reverse("billing_integration:api_subscriptions")
-    except NoReverseMatch:
-        return []  # the API is not routed
-    except Exception:
-        return []  # a broken URLconf: Django's own URL checks report it
-    return [
-        Error(
-            "billing_integration.urls routes its REST API, but 'rest_framework' is not in "
-            "INSTALLED_APPS: its pages fail (the browsable API's templates are missing).",
-            hint="Add 'rest_framework' to INSTALLED_APPS.",
-            id="billing_integration.E022",
-        )
-    ]
+    except Exception:  # not routed (NoReverseMatch), or a URLconf Django's checks report
+        return []
+    text = (
+        "billing_integration.urls routes its REST API, but 'rest_framework' is not in "
+        "INSTALLED_APPS: its pages fail (the browsable API's templates are missing)."
+    )
+    return [_error("billing_integration.E022", text, "Add 'rest_framework' to INSTALLED_APPS.")]

@@ -1,8 +1,4 @@
-"""The one place the app reads its configuration: the ``BILLING`` dict of Django settings.
-
-from billing_integration.conf import billing_settings
-billing_settings.BASE_URL
-"""
+"""The one place the app reads its configuration: ``settings.BILLING`` over ``DEFAULTS``."""
 
 from __future__ import annotations
 
@@ -15,13 +11,8 @@ from django.core.signals import setting_changed
 from .exceptions import BillingConfigurationError
 
 #: Keys without a default, with the environment variable the example project reads each from.
-REQUIRED: dict[str, str] = {
-    "BASE_URL": "BILLING_BASE_URL",
-    "AUTH_URL": "BILLING_AUTH_URL",
-    "CHECKOUT_URL": "BILLING_CHECKOUT_URL",
-    "CLIENT_ID": "BILLING_CLIENT_ID",
-    "CLIENT_SECRET": "BILLING_CLIENT_SECRET",
-}
+_REQUIRED_KEYS = ("BASE_URL", "AUTH_URL", "CHECKOUT_URL", "CLIENT_ID", "CLIENT_SECRET")
+REQUIRED: dict[str, str] = {key: f"BILLING_{key}" for key in _REQUIRED_KEYS}
 
 #: Every key and its default, grouped by the ``# --- group ---`` comments (docs/settings.md).
 DEFAULTS: dict[str, Any] = {
@@ -51,47 +42,51 @@ DEFAULTS: dict[str, Any] = {
     "INTERACTIVE_DEADLINE": 8.0,
     "BASE_TEMPLATE": "billing_integration/base.html",
     # --- notices ---
-    "NOTICES": {
-        "payment_failed": False,
-        "subscription_canceled": False,
-        "subscription_paused": False,
-        "refund_approved": False,
-    },
+    "NOTICES": dict.fromkeys(
+        ("payment_failed", "subscription_canceled", "subscription_paused", "refund_approved"), False
+    ),
     "SITE_URL": "",
     # --- workers ---
     "CACHE": "default",
     "QUEUE": None,
 }
 
-_CONSTANT = "it is a constant now ({})"
+
+def _constant(module: str, *keys: str) -> dict[str, str]:
+    return dict.fromkeys(keys, f"it is a constant now ({module})")
+
+
+_PUSH_TASKS = "remove it: pushes are one Celery task per change, swept by beat"
+_CONCURRENCY = "run more Celery worker processes or threads"
 #: Keys that were removed, and what to do instead. The README's "Upgrading" section lists them.
 REMOVED: dict[str, str] = {
-    "CONNECT_TIMEOUT": _CONSTANT.format("billing_integration.client"),
-    "READ_TIMEOUT": _CONSTANT.format("billing_integration.client"),
-    "MAX_RETRIES": _CONSTANT.format("billing_integration.client"),
-    "BACKOFF_BASE": _CONSTANT.format("billing_integration.client"),
-    "BACKOFF_MAX": _CONSTANT.format("billing_integration.client"),
-    "RETRY_AFTER_MAX": _CONSTANT.format("billing_integration.client"),
-    "TOKEN_REFRESH_RATIO": _CONSTANT.format("billing_integration.client"),
-    "TOKEN_LOCK_TIMEOUT": _CONSTANT.format("billing_integration.client"),
-    "PAGE_SIZE": _CONSTANT.format("billing_integration.client"),
-    "MAX_PAGES": _CONSTANT.format("billing_integration.client"),
-    "TOKEN_CACHE": "use BILLING['CACHE']",
-    "BACKOFF_CACHE": "use BILLING['CACHE']",
-    "KICK_CACHE": "use BILLING['CACHE']",
+    **_constant(
+        "billing_integration.client",
+        *("CONNECT_TIMEOUT", "READ_TIMEOUT", "MAX_RETRIES", "BACKOFF_BASE", "BACKOFF_MAX"),
+        *("RETRY_AFTER_MAX", "TOKEN_REFRESH_RATIO", "TOKEN_LOCK_TIMEOUT", "PAGE_SIZE"),
+        *("MAX_PAGES", "BACKOFF_REFRESH"),
+    ),
+    **_constant(
+        "billing_integration.outbox",
+        *("OUTBOX_MAX_ATTEMPTS", "OUTBOX_RETRY_BASE", "OUTBOX_RETRY_MAX", "OUTBOX_STALE_AFTER"),
+        *("OUTBOX_LEASE", "OUTBOX_DEFER_DELAY", "OUTBOX_REQUEUE_BATCH"),
+    ),
+    **_constant("300 s, the Standard Webhooks default", "WEBHOOK_TOLERANCE"),
+    **_constant("billing_integration.webhooks", "WEBHOOK_MAX_ATTEMPTS"),
+    **_constant("billing_integration.notices", "NOTICE_MAX_ATTEMPTS"),
+    **dict.fromkeys(("TOKEN_CACHE", "BACKOFF_CACHE", "KICK_CACHE"), "use BILLING['CACHE']"),
+    **dict.fromkeys(("OUTBOX_DRAIN_BATCH", "OUTBOX_PUSH_MAX_ENTRIES"), _PUSH_TASKS),
+    **dict.fromkeys(("OUTBOX_DRAIN_SECONDS", "OUTBOX_CLAIM_BATCH"), _PUSH_TASKS),
+    **dict.fromkeys(("WEBHOOK_PROCESS_RUNS", "OUTBOX_PUSH_RUNS"), _CONCURRENCY),
     "SHARED_BACKOFF": "every process always backs off together, through BILLING['CACHE']",
-    "BACKOFF_REFRESH": _CONSTANT.format("billing_integration.client"),
     "BACKOFF_FAILURE_RUN": "the shared back-off no longer counts failures in a row",
     "PACE_DOUBLING": "the shared 429 pace is gone; a Retry-After pauses every process",
-    "WEBHOOK_TOLERANCE": _CONSTANT.format("300 s, the Standard Webhooks default"),
     "WEBHOOK_PROCESS_INLINE": "set Celery's task_always_eager (CELERY_TASK_ALWAYS_EAGER) "
     "to process events in the request",
     "EVENT_HANDLERS": "register your EventHandler subclass with the @handler(...) decorator "
     "(see docs/events.md)",
-    "WEBHOOK_MAX_ATTEMPTS": _CONSTANT.format("billing_integration.webhooks"),
     "WEBHOOK_DRAIN_SECONDS": "event drain runs are gone: one Celery task processes an event",
     "WEBHOOK_KICK_WINDOW": "wake-ups are gone: every event enqueues its Celery task",
-    "WEBHOOK_PROCESS_RUNS": "run more Celery worker processes or threads",
     "CUSTOMER_IDENTIFIER": "use BILLING['CUSTOMER_FIELDS']: its callable returns identifier, "
     "first_name, last_name and email",
     "SUBSCRIPTION_REQUIRED_URL": "use BILLING['PRICING_URL']",
@@ -99,25 +94,11 @@ REMOVED: dict[str, str] = {
     "route it where you want it",
     "MULTIPLE_PURCHASE_PRODUCTS": "tick the product's 'may be bought again while held' "
     "(Product.multiple_purchases) in the admin",
-    "OUTBOX_MAX_ATTEMPTS": _CONSTANT.format("billing_integration.outbox"),
-    "OUTBOX_RETRY_BASE": _CONSTANT.format("billing_integration.outbox"),
-    "OUTBOX_RETRY_MAX": _CONSTANT.format("billing_integration.outbox"),
-    "OUTBOX_STALE_AFTER": _CONSTANT.format("billing_integration.outbox"),
-    "OUTBOX_LEASE": _CONSTANT.format("billing_integration.outbox"),
-    "OUTBOX_DEFER_DELAY": _CONSTANT.format("billing_integration.outbox"),
-    "OUTBOX_DRAIN_BATCH": "remove it: pushes are one Celery task per change, swept by beat",
-    "OUTBOX_PUSH_MAX_ENTRIES": "remove it: pushes are one Celery task per change, swept by beat",
-    "OUTBOX_REQUEUE_BATCH": _CONSTANT.format("billing_integration.outbox"),
-    "OUTBOX_DRAIN_SECONDS": "remove it: pushes are one Celery task per change, swept by beat",
-    "OUTBOX_CLAIM_BATCH": "remove it: pushes are one Celery task per change, swept by beat",
     "OUTBOX_QUEUE": "use BILLING['QUEUE'] (the queue of all the app's tasks)",
-    "OUTBOX_PUSH_CONCURRENCY": "run more Celery worker processes or threads "
-    "(celery worker --concurrency N)",
-    "OUTBOX_PUSH_RUNS": "run more Celery worker processes or threads",
+    "OUTBOX_PUSH_CONCURRENCY": f"{_CONCURRENCY} (celery worker --concurrency N)",
     "KICK_TTL": "wake-ups are gone: every change enqueues its Celery task",
     "NOTICE_FROM_EMAIL": "notices are sent from settings.DEFAULT_FROM_EMAIL",
     "NOTICE_RECIPIENT": "notices go to the customer's email, else the subscriber's email",
-    "NOTICE_MAX_ATTEMPTS": _CONSTANT.format("billing_integration.notices"),
 }
 
 #: One line per key of ``DEFAULTS``: what it means (the settings reference shows it).
@@ -130,44 +111,38 @@ DOCS: dict[str, str] = {
     "CLIENT_ID": "The client id of the client-credentials pair.",
     "CLIENT_SECRET": "The client secret of the client-credentials pair (never logged).",
     "CURRENCIES": "The service's integer currency ids and their ISO codes (the interface does "
-    "not publish the table: set yours). Checkout sessions and prices send the id, "
-    "subscriptions the code (see `SUBSCRIPTION_CURRENCY_FORM`).",
+    "not publish the table: set yours).",
     "SUBSCRIPTION_CURRENCY_FORM": "How `POST /subscriptions` sends `selected_currency`: "
-    '`"code"` (`"XOF"`) or `"id"` (the id as a string, `"1"`); answers carry the code either '
-    "way.",
+    '`"code"` (`"XOF"`) or `"id"` (the id as a string, `"1"`).',
     "WEBHOOK_SECRET": '`"whsec_<base64>"`, or a list of them while rotating (any one verifies).',
-    "WEBHOOK_BASIC_AUTH": '`"user:password"`: HTTP basic auth on the callback URL, an '
-    "alternative to signatures.",
+    "WEBHOOK_BASIC_AUTH": '`"user:password"`: HTTP basic auth on the callback URL (no signature).',
     "WEBHOOK_ALLOW_UNVERIFIED": "With neither `WEBHOOK_SECRET` nor `WEBHOOK_BASIC_AUTH` set, "
     "accept deliveries unverified (check `W001` warns, each one is logged). Never in production.",
     "EVENT_TYPE_ALIASES": "Extra spellings of event types, mapped to a canonical type.",
-    "EVENT_RETENTION": "Finished event deliveries older than this are deleted by the daily task "
-    "`billing_integration.prune_events`: `90d`, `12h`, `30m` or seconds; `None` keeps every "
-    "delivery. `received` ones are never deleted.",
-    "SUBSCRIBER_MODEL": "What a customer belongs to (a user, a team, an organisation); "
-    "`None` means `AUTH_USER_MODEL`. Set it before the first `migrate`.",
+    "EVENT_RETENTION": "Finished event deliveries older than this (`90d`, `12h`, `30m` or "
+    "seconds) are deleted daily; `None` keeps them all.",
+    "SUBSCRIBER_MODEL": "What a customer belongs to; `None` means `AUTH_USER_MODEL`. Set it "
+    "before the first `migrate`.",
     "SUBSCRIBER_RESOLVER": "Dotted path of a callable(request) -> subscriber or `None`; `None` "
     "means `request.user`.",
-    "ACTIVE_STATUSES": "Subscription statuses that grant access (an allow-list, compared "
-    "stripped and lower-cased); any other status, unknown ones included, grants none. The "
-    'interface shows only `published`; add e.g. `"trialing"` if your service sends more.',
+    "ACTIVE_STATUSES": "Subscription statuses that grant access (compared stripped and "
+    "lower-cased); any other grants none. The interface shows only `published`; add e.g. "
+    '`"trialing"` if your service sends more.',
     "PRICING_URL": "Where a person without the needed plan is sent to choose one (a URL name "
     "or a path; `?next=` and `&feature=` are added).",
     "CUSTOMER_FIELDS": "Dotted path of a callable(subscriber) -> the customer's `identifier`, "
     "`first_name`, `last_name` and `email`.",
     "CHECKOUT_EXPIRY": "Seconds a checkout session stays open (sent as `expires_at`).",
-    "INTERACTIVE_DEADLINE": "Seconds a request a person waits on (checkout, the return page, "
-    "the API's checkout) may spend on the service in all, retries and waits included; a "
-    "service known to be down fails at once.",
+    "INTERACTIVE_DEADLINE": "Seconds a request a person waits on (checkout, the return page) "
+    "may spend on the service in all, retries and waits included.",
     "BASE_TEMPLATE": "The template the app's pages extend; it must define the blocks `title` "
     'and `content` (the example project sets `"base.html"`).',
     "NOTICES": "Each notice email on (`True`) or off: `payment_failed`, `subscription_canceled`, "
     "`subscription_paused`, `refund_approved`; opt-in (all off).",
     "SITE_URL": "The site's absolute base (`https://app.example.com`) for links in the notices; "
     "required (a system check) when a notice is on.",
-    "CACHE": "The Django cache alias of everything the processes share: the token, the "
-    'back-off window, the "once" and dedup keys. In production use a cache every process '
-    "reaches (Redis, the database cache), not the per-process `LocMemCache`.",
+    "CACHE": "The Django cache alias of everything the processes share (the token, the "
+    "back-off window, dedup keys): in production one every process reaches, not `LocMemCache`.",
     "QUEUE": "The Celery queue of the app's tasks (`None`: Celery's default queue).",
 }
 
@@ -178,16 +153,13 @@ class BillingSettings:
     def __init__(self) -> None:
         self._cache: dict[str, Any] | None = None
 
-    @property
-    def user_settings(self) -> dict[str, Any]:
-        value = getattr(settings, "BILLING", None) or {}
-        if not isinstance(value, dict):
-            raise BillingConfigurationError("settings.BILLING must be a dict.", setting="BILLING")
-        return value
-
     def as_dict(self) -> dict[str, Any]:
         if self._cache is None:
-            user = self.user_settings
+            user = getattr(settings, "BILLING", None) or {}
+            if not isinstance(user, dict):
+                raise BillingConfigurationError(
+                    "settings.BILLING must be a dict.", setting="BILLING"
+                )
             for key in sorted(user):
                 if key in REMOVED:
                     raise BillingConfigurationError(
@@ -223,27 +195,6 @@ class BillingSettings:
 
     def reload(self) -> None:
         self._cache = None
-
-    # Currency mapping -------------------------------------------------------------------
-    def currency_code(self, currency_id: int | str) -> str:
-        """The ISO code for one of the service's integer currency ids."""
-        try:
-            return self.as_dict()["CURRENCIES"][int(currency_id)]
-        except (KeyError, ValueError, TypeError):
-            raise BillingConfigurationError(
-                f"Currency id {currency_id!r} is not in BILLING['CURRENCIES'].",
-                setting="BILLING['CURRENCIES']",
-            ) from None
-
-    def currency_id(self, code: str) -> int:
-        """The service's integer id for an ISO currency code."""
-        for cid, ccode in self.as_dict()["CURRENCIES"].items():
-            if ccode.upper() == str(code).upper():
-                return cid
-        raise BillingConfigurationError(
-            f"Currency code {code!r} is not in BILLING['CURRENCIES'].",
-            setting="BILLING['CURRENCIES']",
-        )
 
 
 billing_settings = BillingSettings()

@@ -73,8 +73,7 @@ class BillingAPIError(BillingError):
 
 
 class BillingAnswerLostError(BillingAPIError):
-    """A 2xx whose body cannot be read: probably applied, so in doubt and retried with the
-    same idempotency key."""
+    """A 2xx whose body cannot be read: in doubt, retried with the same idempotency key."""
 
     retryable = True
 
@@ -129,8 +128,7 @@ class WebhookVerificationError(WebhookError):
 
 
 class BillingServiceMismatchError(BillingError):
-    """The settings point at another service than the mirror's (raised before anything is
-    sent). ``recorded`` and ``configured`` are ``service.ServiceIdentity`` values; the way out
+    """The settings point at another service than the mirror's (nothing was sent); the way out
     is ``manage.py billing_service relink`` or ``reset``."""
 
     def __init__(self, message: str, *, recorded: Any, configured: Any) -> None:
@@ -140,8 +138,7 @@ class BillingServiceMismatchError(BillingError):
 
 
 class RemoteDataError(BillingError):
-    """A value from the service cannot be stored as it is (refused rather than stored cut or
-    empty); ``field`` names the resource field."""
+    """A value from the service cannot be stored as it is; ``field`` names the resource field."""
 
     def __init__(self, field: str, value: Any, problem: str) -> None:
         text = value if isinstance(value, str) else repr(value)
@@ -159,8 +156,7 @@ def error_for_status(status: int) -> type[BillingAPIError]:
 
 
 def redact(value: Any) -> Any:
-    """``value`` (parsed JSON, or JSON or form-encoded text) with every secret-looking field
-    replaced by ``"[redacted]"``."""
+    """``value`` (parsed JSON, or JSON or form text) with every secret-looking field redacted."""
     if isinstance(value, dict):
         return {
             k: "[redacted]" if _SECRET_FIELD.search(str(k)) else redact(v) for k, v in value.items()

@@ -1,9 +1,6 @@
-"""The health of the integration, as ``billing_doctor`` and the admin's Health page report it:
-heartbeats of the periodic jobs (:func:`record_run`), refused deliveries counted per minute in
-the shared cache (:func:`record_refused`), and :func:`diagnose`, which gathers every fact.
-
-Imports neither models nor Celery at import time: tasks import ``record_run``.
-"""
+"""The health of the integration (``billing_doctor``, the admin's Health page): heartbeats of
+the periodic jobs, refused deliveries counted per minute in the shared cache, and
+:func:`diagnose`. Imports neither models nor Celery at import time: tasks import it."""
 
 from __future__ import annotations
 
@@ -30,18 +27,8 @@ PERIODIC_JOBS = ("drain_outbox", "process_pending_webhook_events", "sync_all")
 PULLED_RESOURCES = ("products", "customers", "subscriptions")
 
 #: The facts, in report order (``--skip`` takes these names).
-FACTS = (
-    "token",
-    "broker",
-    "workers",
-    "beat",
-    "outbox",
-    "outbox_failed",
-    "events",
-    "events_failed",
-    "refused",
-    "pull",
-)
+FACTS: tuple[str, ...] = ("token", "broker", "workers", "beat", "outbox", "outbox_failed")
+FACTS += ("events", "events_failed", "refused", "pull")
 
 #: Why the callback refused a delivery: a bad signature, a stale timestamp, missing headers.
 REFUSAL_REASONS = ("bad_signature", "stale_timestamp", "missing_headers")
@@ -50,7 +37,6 @@ REFUSALS_WINDOW = 3600
 _REFUSAL_BUCKET = 60
 
 
-# --- recording --------------------------------------------------------------------------------
 def record_run(name: str) -> None:
     """Record now as the last run of ``name``; never raises (in a savepoint, a failure logged)."""
     from .models.health import Heartbeat
@@ -87,17 +73,15 @@ def refused_deliveries(now: float | None = None) -> dict[str, dict[str, Any]]:
     at = time.time() if now is None else now
     current = int(at // _REFUSAL_BUCKET)
     minutes = range(current - REFUSALS_WINDOW // _REFUSAL_BUCKET + 1, current + 1)
-    keys = {
-        reason: [_refusal_key(reason, minute) for minute in minutes] for reason in REFUSAL_REASONS
-    }
+    keys = {reason: [_refusal_key(reason, m) for m in minutes] for reason in REFUSAL_REASONS}
     lasts = {reason: _refusal_key(reason, "last") for reason in REFUSAL_REASONS}
     found = shared_cache().get_many([k for ks in keys.values() for k in ks] + list(lasts.values()))
     return {
         reason: {
-            "count": sum(int(found.get(key) or 0) for key in keys[reason]),
-            "last": found.get(lasts[reason]),
+            "count": sum(int(found.get(k) or 0) for k in keys[reason]),
+            "last": found.get(last),
         }
-        for reason in REFUSAL_REASONS
+        for reason, last in lasts.items()
     }
 
 
@@ -108,7 +92,6 @@ def last_runs() -> dict[str, datetime]:
     return dict(Heartbeat.objects.values_list("name", "at"))
 
 
-# --- the report -------------------------------------------------------------------------------
 @dataclass
 class Thresholds:
     """Limits beyond which a fact fails. An age of 0 switches its limit off."""
@@ -132,10 +115,6 @@ class Fact:
     summary: str
     data: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def failed(self) -> bool:
-        return self.status == FAIL
-
 
 @dataclass
 class HealthReport:
@@ -144,11 +123,11 @@ class HealthReport:
 
     @property
     def healthy(self) -> bool:
-        return not any(f.failed for f in self.facts)
+        return not self.failures
 
     @property
     def failures(self) -> list[Fact]:
-        return [f for f in self.facts if f.failed]
+        return [f for f in self.facts if f.status == FAIL]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -183,29 +162,24 @@ def diagnose(
         try:
             found = probe()
         except Exception as exc:  # one unreadable fact must not hide the others
-            found = [
-                Fact(
-                    keys[0],
-                    FAIL,
-                    _("%(fact)s: could not be checked: %(error)s")
-                    % {"fact": keys[0], "error": _error(exc)},
-                    {"error": _error(exc)},
-                )
-            ]
+            error = _error(exc)
+            text = _("%(fact)s: could not be checked: %(error)s") % {
+                "fact": keys[0],
+                "error": error,
+            }
+            found = [Fact(keys[0], FAIL, text, {"error": error})]
         facts.extend(f for f in found if f.key not in skip)
     return HealthReport(facts=facts, checked_at=now)
 
 
-# --- the probes -------------------------------------------------------------------------------
 def _token(limits: Thresholds) -> Fact:
     """Fetch a new token through the client, no retries, ``timeout`` per request."""
     from .client import BillingClient, RetryPolicy
     from .exceptions import BillingError
 
     try:
-        client = BillingClient(
-            retry=RetryPolicy(max_retries=0), timeout=(limits.timeout, limits.timeout)
-        )
+        once = RetryPolicy(max_retries=0)
+        client = BillingClient(retry=once, timeout=(limits.timeout, limits.timeout))
     except BillingError as exc:
         text = _("token: not configured: %(error)s") % {"error": exc}
         return Fact("token", FAIL, text, {"error": str(exc)})
@@ -219,14 +193,10 @@ def _token(limits: Thresholds) -> Fact:
     finally:
         client.session.close()
     elapsed = time.perf_counter() - started
-    text = _("token: a new token was fetched from %(url)s in %(ms)d ms (expires in %(life)s)") % {
-        "url": url,
-        "ms": round(elapsed * 1000),
-        "life": duration(lifetime),
-    }
-    return Fact(
-        "token", OK, text, {"url": url, "seconds": round(elapsed, 3), "expires_in": lifetime}
-    )
+    text = _("token: a new token was fetched from %(url)s in %(ms)d ms (expires in %(life)s)")
+    values = {"url": url, "ms": round(elapsed * 1000), "life": duration(lifetime)}
+    data = {"url": url, "seconds": round(elapsed, 3), "expires_in": lifetime}
+    return Fact("token", OK, text % values, data)
 
 
 def celery_app() -> Any | None:
@@ -274,14 +244,11 @@ def _broker_and_workers(limits: Thresholds, skip: Any) -> list[Fact]:
     replies = app.control.ping(timeout=limits.ping_timeout) or []
     names = sorted(name for reply in replies for name in reply)
     if not names:
-        text = _("workers: no worker answered a ping within %(timeout)s") % {
-            "timeout": duration(limits.ping_timeout)
-        }
+        text = _("workers: no worker answered a ping within %(timeout)s")
+        text %= {"timeout": duration(limits.ping_timeout)}
         return [broker, Fact("workers", FAIL, text, {"workers": []})]
-    text = _("workers: %(count)d answered a ping (%(names)s)") % {
-        "count": len(names),
-        "names": ", ".join(names),
-    }
+    text = _("workers: %(count)d answered a ping (%(names)s)")
+    text %= {"count": len(names), "names": ", ".join(names)}
     return [broker, Fact("workers", OK, text, {"workers": names})]
 
 
@@ -301,9 +268,8 @@ def _beat(limits: Thresholds, now: datetime) -> Fact:
     if limits.max_beat_age and age > limits.max_beat_age:
         text = _("beat: the last periodic run was %(age)s ago, more than %(limit)s (%(each)s)")
         return Fact("beat", FAIL, text % values, data)
-    return Fact(
-        "beat", OK, _("beat: the last periodic run was %(age)s ago (%(each)s)") % values, data
-    )
+    text = _("beat: the last periodic run was %(age)s ago (%(each)s)")
+    return Fact("beat", OK, text % values, data)
 
 
 def _outbox(limits: Thresholds, now: datetime) -> list[Fact]:
@@ -315,15 +281,11 @@ def _outbox(limits: Thresholds, now: datetime) -> list[Fact]:
     failed = entries.failed().count()
     age = _age(now, oldest) if oldest else None
     data = {"open": open_count, "oldest_pending": oldest, "oldest_pending_age": age}
-    values = {
-        "open": open_count,
-        "age": duration(age or 0),
-        "limit": duration(limits.max_outbox_age),
-    }
+    limit = duration(limits.max_outbox_age)
+    values = {"open": open_count, "age": duration(age or 0), "limit": limit}
     if age is None:
-        backlog = Fact(
-            "outbox", OK, _("outbox: %(open)d open entries, none pending") % values, data
-        )
+        text = _("outbox: %(open)d open entries, none pending")
+        backlog = Fact("outbox", OK, text % values, data)
     elif limits.max_outbox_age and age > limits.max_outbox_age:
         text = _(
             "outbox: %(open)d open entries, the oldest pending "
@@ -339,12 +301,11 @@ def _outbox(limits: Thresholds, now: datetime) -> list[Fact]:
 
 
 def _last_received() -> datetime | None:
-    """When the newest stored (so verified) delivery was received."""
+    """When the newest stored delivery was received (an indexed lookup per state, no scan)."""
     from django.db.models import Max
 
     from .models.events import EventState, WebhookEvent
 
-    # One indexed (state, received_at) lookup per state, not a scan of the table.
     latest = [
         WebhookEvent.objects.filter(state=state).aggregate(at=Max("received_at"))["at"]
         for state in EventState.values
@@ -362,11 +323,9 @@ def _events(limits: Thresholds, now: datetime) -> list[Fact]:
     failed = events.filter(state=EventState.FAILED).count()
     lag = _age(now, oldest) if oldest else 0.0
     data = {"last_received": last, "oldest_unprocessed": oldest, "lag": lag}
-    received = (
-        _("the last was received %(age)s ago") % {"age": duration(_age(now, last))}
-        if last
-        else _("none received yet")
-    )
+    received = _("none received yet")
+    if last:
+        received = _("the last was received %(age)s ago") % {"age": duration(_age(now, last))}
     values = {"received": received, "lag": duration(lag), "limit": duration(limits.max_event_lag)}
     if limits.max_event_lag and lag > limits.max_event_lag:
         text = _(
@@ -444,16 +403,14 @@ def _pull(limits: Thresholds, now: datetime) -> Fact:
     each = ", ".join(f"{r} {duration(ages[r])} ago" if r in ages else f"{r} never" for r in pulls)
     if limits.max_pull_age and any(age > limits.max_pull_age for age in ages.values()):
         text = _("pull: the last successful pull is older than %(limit)s (%(each)s)")
-        return Fact(
-            "pull", FAIL, text % {"limit": duration(limits.max_pull_age), "each": each}, data
-        )
+        values = {"limit": duration(limits.max_pull_age), "each": each}
+        return Fact("pull", FAIL, text % values, data)
     if len(ages) < len(pulls):
         text = _("pull: no successful pull recorded yet for some resources (%(each)s)")
         return Fact("pull", WARNING, text % {"each": each}, data)
     return Fact("pull", OK, _("pull: last successful pulls: %(each)s") % {"each": each}, data)
 
 
-# --- helpers ----------------------------------------------------------------------------------
 def _age(now: datetime, then: datetime) -> float:
     return max(0.0, (now - then).total_seconds())
 

@@ -1,8 +1,5 @@
-"""The app's Celery beat schedule (``BEAT_SCHEDULE``, ``beat_schedule()``), for the host's
-``CELERY_BEAT_SCHEDULE``: the outbox drain, the periodic pull, the sweep of stuck events, the
-event log's pruning and the sweep of notices never queued.
-
-Imports nothing (no models, no settings), so a settings module may import it::
+"""The app's Celery beat schedule, for the host's ``CELERY_BEAT_SCHEDULE``. Imports nothing (no
+models, no settings), so a settings module may import it::
 
     from billing_integration.schedule import BEAT_SCHEDULE as BILLING_BEAT_SCHEDULE
     CELERY_BEAT_SCHEDULE = {**BILLING_BEAT_SCHEDULE}
@@ -12,8 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["BEAT_SCHEDULE", "beat_schedule"]
-
 
 def beat_schedule(
     drain_every: float = 60.0,
@@ -22,39 +17,26 @@ def beat_schedule(
     prune_every: float = 86400.0,
     notices_every: float = 300.0,
 ) -> dict[str, Any]:
-    """A Celery beat schedule to merge into ``CELERY_BEAT_SCHEDULE``: the outbox drain, the
-    periodic pull, the sweep of received events whose processing message was lost, the
-    pruning of the event log (``BILLING['EVENT_RETENTION']``) and the sweep of notices whose
-    task was lost or never queued."""
+    """The sweep of outbox entries whose message was lost, the periodic pull, the sweep of
+    received events whose message was lost, the event log's pruning
+    (``BILLING['EVENT_RETENTION']``) and the sweep of notices never queued."""
+    entries = {
+        "billing-drain-outbox": ("drain_outbox", drain_every),
+        "billing-sync-all": ("sync_all", sync_every),
+        "billing-process-pending-events": ("process_pending_webhook_events", events_every),
+        "billing-prune-events": ("prune_events", prune_every),
+        "billing-sweep-notices": ("sweep_notices", notices_every),
+    }
     return {
-        "billing-drain-outbox": {
-            "task": "billing_integration.drain_outbox",
-            "schedule": drain_every,
-            "options": {"expires": drain_every},
-        },
-        "billing-sync-all": {
-            "task": "billing_integration.sync_all",
-            "schedule": sync_every,
-            "options": {"expires": sync_every},
-        },
-        "billing-process-pending-events": {
-            "task": "billing_integration.process_pending_webhook_events",
-            "schedule": events_every,
-            "options": {"expires": events_every},
-        },
-        "billing-prune-events": {
-            "task": "billing_integration.prune_events",
-            "schedule": prune_every,
-            "options": {"expires": prune_every},
-        },
-        "billing-sweep-notices": {
-            "task": "billing_integration.sweep_notices",
-            "schedule": notices_every,
-            "options": {"expires": notices_every},
-        },
+        key: {
+            "task": f"billing_integration.{task}",
+            "schedule": every,
+            "options": {"expires": every},
+        }
+        for key, (task, every) in entries.items()
     }
 
 
-#: The default schedule: drain lost outbox messages and sweep stuck events every minute,
-#: reconcile every hour, prune the event log every day, sweep unsent notices every 5 minutes.
+#: Every minute the sweeps of lost outbox and event messages, every hour the pull, every day
+#: the pruning, every 5 minutes the sweep of unsent notices.
 BEAT_SCHEDULE: dict[str, Any] = beat_schedule()

@@ -1,11 +1,6 @@
-"""Which billing service the local mirror belongs to: the one guard of pushes, pulls and
-checkouts.
-
-The first push, pull or checkout records the configured service (``BASE_URL``, ``REALM``,
-``CLIENT_ID``) in ``ServiceBinding``; ``ensure_service()`` raises
-``BillingServiceMismatchError`` before anything is sent to another one. ``relink()`` keeps the
-remote ids (same service, new address); ``reset_mirror()`` clears them for a fresh start;
-``manage.py billing_service`` drives both.
+"""Which billing service the local mirror belongs to. The first push, pull or checkout records
+it in ``ServiceBinding``; ``ensure_service()`` refuses another one before anything is sent.
+``relink()`` keeps the remote ids, ``reset_mirror()`` clears them (``manage.py billing_service``).
 """
 
 from __future__ import annotations
@@ -24,21 +19,6 @@ from .exceptions import BillingConfigurationError, BillingError, BillingServiceM
 
 logger = logging.getLogger("billing_integration.service")
 
-__all__ = [
-    "DETACHED",
-    "MirrorBusyError",
-    "ResetCounts",
-    "ServiceIdentity",
-    "configured_service",
-    "ensure_service",
-    "identity_of",
-    "mirror_database",
-    "normalise_url",
-    "recorded_service",
-    "relink",
-    "reset_mirror",
-]
-
 SHOW_COMMAND = "python manage.py billing_service"
 RELINK_COMMAND = "python manage.py billing_service relink"
 RESET_COMMAND = "python manage.py billing_service reset"
@@ -56,11 +36,8 @@ class ServiceIdentity:
     client_id: str
 
     def __str__(self) -> str:
-        return _("%(url)s (realm %(realm)r, client id %(client_id)r)") % {
-            "url": self.base_url,
-            "realm": self.realm,
-            "client_id": self.client_id,
-        }
+        text = _("%(url)s (realm %(realm)r, client id %(client_id)r)")
+        return text % {"url": self.base_url, **self.as_dict()}
 
     def as_dict(self) -> dict[str, str]:
         return {"base_url": self.base_url, "realm": self.realm, "client_id": self.client_id}
@@ -84,24 +61,16 @@ def normalise_url(url: Any) -> str:
     return f"{scheme}://{netloc}{parts.path.rstrip('/')}"
 
 
-def configured_service() -> ServiceIdentity:
-    """The service ``settings.BILLING`` points at."""
-    conf = billing_settings
-    return ServiceIdentity(normalise_url(conf.BASE_URL), str(conf.REALM), str(conf.CLIENT_ID))
+def configured_service(client: Any = None) -> ServiceIdentity:
+    """The service ``client`` (a ``BillingClient``) talks to, else the one of the settings."""
+    try:
+        base_url, realm, client_id = client.base_url, client.realm, client.client_id
+    except AttributeError:  # no client, or a wrapper that uses the settings
+        conf = billing_settings
+        base_url, realm, client_id = conf.BASE_URL, conf.REALM, conf.CLIENT_ID
+    return ServiceIdentity(normalise_url(base_url), str(realm), str(client_id))
 
 
-def identity_of(client: Any = None) -> ServiceIdentity:
-    """The service ``client`` talks to (a ``BillingClient``), else the configured one."""
-    if client is not None:
-        try:
-            base_url, realm, client_id = client.base_url, client.realm, client.client_id
-        except AttributeError:  # a wrapper that is not a BillingClient: it uses the settings
-            return configured_service()
-        return ServiceIdentity(normalise_url(base_url), str(realm), str(client_id))
-    return configured_service()
-
-
-# --- the recorded side (per database) ---------------------------------------------------------
 def _binding_model() -> Any:
     from .models.service import ServiceBinding
 
@@ -115,18 +84,19 @@ def mirror_database(using: str | None = None) -> str:
 
 def recorded_service(using: str | None = None) -> ServiceIdentity | None:
     """The service the mirror in database ``using`` belongs to; None before the first use."""
-    row = (
-        _binding_model()
-        .objects.using(mirror_database(using))
-        .values_list("base_url", "realm", "client_id")
-        .first()
-    )
+    fields = ("base_url", "realm", "client_id")
+    row = _binding_model().objects.using(mirror_database(using)).values_list(*fields).first()
     return ServiceIdentity(*row) if row is not None else None
 
 
-def mismatch_error(
-    recorded: ServiceIdentity, configured: ServiceIdentity
-) -> BillingServiceMismatchError:
+def ensure_service(*, client: Any = None, using: str | None = None) -> ServiceIdentity:
+    """Record the service about to be called (``client``'s, else the configured one) if none
+    is; raise ``BillingServiceMismatchError`` (nothing sent) when the mirror belongs to another."""
+    configured = configured_service(client)
+    alias = mirror_database(using)
+    recorded = recorded_service(alias) or _record_first(configured, alias)
+    if recorded == configured:
+        return configured
     message = _(
         "The billing mirror in this database belongs to the service at %(recorded)s, but "
         "settings.BILLING points at %(configured)s; nothing was sent. If it is the same "
@@ -140,21 +110,7 @@ def mismatch_error(
         "reset": RESET_COMMAND,
         "show": SHOW_COMMAND,
     }
-    return BillingServiceMismatchError(message, recorded=recorded, configured=configured)
-
-
-def ensure_service(*, client: Any = None, using: str | None = None) -> ServiceIdentity:
-    """Check that the mirror belongs to the service about to be called (``client``'s, else
-    the configured one), recording it first if none is; raises
-    ``BillingServiceMismatchError`` (nothing sent) when it belongs to another."""
-    configured = identity_of(client)
-    alias = mirror_database(using)
-    recorded = recorded_service(alias)
-    if recorded is None:
-        recorded = _record_first(configured, alias)
-    if recorded != configured:
-        raise mismatch_error(recorded, configured)
-    return configured
+    raise BillingServiceMismatchError(message, recorded=recorded, configured=configured)
 
 
 def _record_first(configured: ServiceIdentity, alias: str) -> ServiceIdentity:
@@ -169,13 +125,11 @@ def _record_first(configured: ServiceIdentity, alias: str) -> ServiceIdentity:
             recorded = recorded_service(alias)
             if recorded is not None:
                 return recorded
-            continue
         logger.info("billing mirror bound to the service at %s", configured)
         return configured
     raise BillingError("Could not record which billing service the mirror belongs to.")
 
 
-# --- relink and reset -------------------------------------------------------------------------
 class MirrorBusyError(BillingError):
     """A reset was asked while a worker holds outbox entries (its lease has not expired)."""
 
@@ -190,20 +144,10 @@ def _bind(configured: ServiceIdentity, alias: str, action: str) -> ServiceIdenti
         model.objects.using(alias).create(**configured.as_dict(), recorded_at=now)
         return None
     previous = ServiceIdentity(row.base_url, row.realm, row.client_id)
-    row.history = [
-        *(row.history or []),
-        {
-            **previous.as_dict(),
-            "recorded_at": row.recorded_at.isoformat(),
-            "until": now.isoformat(),
-            "action": action,
-        },
-    ]
-    row.base_url, row.realm, row.client_id = (
-        configured.base_url,
-        configured.realm,
-        configured.client_id,
-    )
+    was = {"recorded_at": row.recorded_at.isoformat(), "until": now.isoformat(), "action": action}
+    row.history = [*(row.history or []), {**previous.as_dict(), **was}]
+    for key, value in configured.as_dict().items():
+        setattr(row, key, value)
     row.recorded_at = now
     row.save()
     return previous
@@ -224,8 +168,7 @@ def relink(*, using: str | None = None) -> ServiceIdentity | None:
 def products_unknown_at(
     client: Any = None, *, sample: int = 3, using: str | None = None
 ) -> list[Any]:
-    """Of up to ``sample`` pushed products, those the service answers 404 for (a relink
-    there would PATCH ids it does not have)."""
+    """Of up to ``sample`` pushed products, those the service answers 404 for."""
     from .client import get_client
     from .exceptions import BillingNotFoundError
     from .models.products import Product
@@ -257,11 +200,8 @@ def in_flight(using: str | None = None) -> int:
     from .models.outbox import LEASE, OutboxEntry, OutboxState
 
     since = timezone.now() - timedelta(seconds=LEASE)
-    return (
-        OutboxEntry.objects.using(mirror_database(using))
-        .filter(state=OutboxState.IN_PROGRESS, started_at__gt=since)
-        .count()
-    )
+    entries = OutboxEntry.objects.using(mirror_database(using))
+    return entries.filter(state=OutboxState.IN_PROGRESS, started_at__gt=since).count()
 
 
 def reset_mirror(*, using: str | None = None) -> ResetCounts:
@@ -285,42 +225,32 @@ def reset_mirror(*, using: str | None = None) -> ResetCounts:
         "service": configured,
         "when": now.isoformat(timespec="seconds"),
     }
-    cleared = {
-        "remote_id": None,
-        "remote_created": None,
-        "remote_updated": None,
-        "remote_user_created": None,
-        "remote_user_updated": None,
-        "remote_data": None,
-        "sync_state": SyncState.PENDING,
-        "sync_error": "",
-        "last_attempt_at": None,
-        "last_synced_at": None,
-        "updated_at": now,
-    }
+    fields: tuple[str, ...] = (
+        "remote_id",
+        "remote_created",
+        "remote_updated",
+        "remote_user_created",
+    )
+    fields += ("remote_user_updated", "remote_data", "last_attempt_at", "last_synced_at")
+    cleared = {**dict.fromkeys(fields), "sync_error": "", "updated_at": now}
+    cleared["sync_state"] = SyncState.PENDING
     with transaction.atomic(using=alias):
         busy = in_flight(alias)
         if busy:
-            raise MirrorBusyError(
-                _(
-                    "%(count)d outbox entries are being pushed by a worker right now; stop the "
-                    "workers (or wait 5 minutes) and run the reset again."
-                )
-                % {"count": busy}
+            text = _(
+                "%(count)d outbox entries are being pushed by a worker right now; stop the "
+                "workers (or wait 5 minutes) and run the reset again."
             )
-        counts.entries_closed = (
-            OutboxEntry.objects.using(alias)
-            .exclude(state=OutboxState.DONE)
-            .update(
-                state=OutboxState.DONE,
-                completed_at=now,
-                started_at=None,
-                next_attempt_at=None,
-                in_doubt=False,
-                last_error=note,
-                updated_at=now,
-            )
-        )
+            raise MirrorBusyError(text % {"count": busy})
+        unsent = OutboxEntry.objects.using(alias).exclude(state=OutboxState.DONE)
+        done = {
+            "state": OutboxState.DONE,
+            "completed_at": now,
+            "last_error": note,
+            "updated_at": now,
+        }
+        done |= {"started_at": None, "next_attempt_at": None, "in_doubt": False}
+        counts.entries_closed = unsent.update(**done)
         subscriptions = Subscription.objects.using(alias).exclude(status=DETACHED)
         subscriptions.filter(remote_id__isnull=True).update(sync_state=SyncState.FAILED)
         counts.subscriptions = subscriptions.update(
@@ -328,75 +258,52 @@ def reset_mirror(*, using: str | None = None) -> ResetCounts:
         )
         entries = []
         for model in (Product, Customer):
-            pks = list(
-                model._default_manager.using(alias).order_by("pk").values_list("pk", flat=True)
-            )
-            model._default_manager.using(alias).update(**cleared)
+            rows = model._default_manager.using(alias)
+            pks = list(rows.order_by("pk").values_list("pk", flat=True))
+            rows.update(**cleared)
             ct = ContentType.objects.db_manager(alias).get_for_model(model)
             entries += [
                 OutboxEntry(content_type=ct, object_id=pk, operation=OutboxOperation.CREATE)
                 for pk in pks
             ]
-            if model is Product:
-                counts.products = len(pks)
-            else:
-                counts.customers = len(pks)
+            setattr(counts, f"{model._meta.model_name}s", len(pks))  # products, customers
         OutboxEntry.objects.using(alias).bulk_create(entries, batch_size=1000)
         counts.entries_created = len(entries)
         previous = _bind(configured, alias, "reset")
-    logger.warning(
-        "billing mirror reset: was %s, now %s (%s products, %s customers to push; %s "
-        "subscriptions detached; %s outbox entries closed unsent)",
-        previous,
-        configured,
-        counts.products,
-        counts.customers,
-        counts.subscriptions,
-        counts.entries_closed,
-    )
+    logger.warning("billing mirror reset: was %s, now %s (%s)", previous, configured, counts)
     return counts
 
 
-# --- the system check -------------------------------------------------------------------------
 def check_messages(databases: Any) -> list[Any]:
-    """System check messages for the databases Django asked to check (``migrate``,
-    ``check --database``): an ``Error`` when the mirror belongs to another service."""
+    """For the databases Django checks (``migrate``): an ``Error`` when the mirror belongs to
+    another service."""
     from django.core.checks import Error
 
     try:
         configured = configured_service()
     except BillingConfigurationError:
         return []  # reported by check_billing_settings
+    hint = _(
+        "Run `%(relink)s` if it is the same service (a new address, new "
+        "credentials of the same account), or `%(reset)s` to start afresh "
+        "with the configured service."
+    ) % {"relink": RELINK_COMMAND, "reset": RESET_COMMAND}
     model = _binding_model()
     messages = []
     for alias in databases or ():
         if not router.allow_migrate_model(alias, model):
             continue
         try:
-            connection = connections[alias]
-            with connection.cursor() as cursor:
-                tables = connection.introspection.table_names(cursor)
-            if model._meta.db_table not in tables:
+            if model._meta.db_table not in connections[alias].introspection.table_names():
                 continue  # not migrated yet: nothing recorded
             recorded = recorded_service(alias)
         except DatabaseError:
             continue
         if recorded is not None and recorded != configured:
-            messages.append(
-                Error(
-                    _(
-                        "The billing mirror in database %(alias)r belongs to the service at "
-                        "%(recorded)s, but settings.BILLING points at %(configured)s: "
-                        "pushes, pulls and checkouts are refused."
-                    )
-                    % {"alias": alias, "recorded": recorded, "configured": configured},
-                    hint=_(
-                        "Run `%(relink)s` if it is the same service (a new address, new "
-                        "credentials of the same account), or `%(reset)s` to start afresh "
-                        "with the configured service."
-                    )
-                    % {"relink": RELINK_COMMAND, "reset": RESET_COMMAND},
-                    id="billing_integration.E010",
-                )
-            )
+            text = _(
+                "The billing mirror in database %(alias)r belongs to the service at "
+                "%(recorded)s, but settings.BILLING points at %(configured)s: "
+                "pushes, pulls and checkouts are refused."
+            ) % {"alias": alias, "recorded": recorded, "configured": configured}
+            messages.append(Error(text, hint=hint, id="billing_integration.E010"))
     return messages

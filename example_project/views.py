@@ -16,6 +16,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 
+from billing_integration import currencies
 from billing_integration.access import (
     active_subscriptions,
     feature_limit,
@@ -23,15 +24,11 @@ from billing_integration.access import (
     refused_feature,
     subscription_required,
 )
-from billing_integration.conf import billing_settings
 from billing_integration.models import BillingCycle, Price, Product
 
 
 def _currency(currency_id: int) -> str:
-    try:
-        return billing_settings.currency_code(currency_id)
-    except Exception:
-        return str(currency_id)
+    return currencies.label(currency_id)
 
 
 def home(request: HttpRequest) -> HttpResponse:

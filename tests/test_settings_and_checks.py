@@ -7,6 +7,7 @@ from django.core.checks import ERROR, WARNING, run_checks
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
+from billing_integration import currencies
 from billing_integration.checks import check_billing_settings
 from billing_integration.conf import DEFAULTS, REMOVED, billing_settings
 from billing_integration.exceptions import BillingConfigurationError
@@ -73,10 +74,10 @@ def test_the_old_cache_aliases_point_to_cache(settings):
 
 def test_currency_mapping(settings):
     settings.BILLING = {**GOOD, "CURRENCIES": {"7": "xaf", 8: "USD"}}
-    assert billing_settings.currency_code(7) == "xaf"
-    assert billing_settings.currency_id("XAF") == 7
+    assert currencies.currency_code(7) == "xaf"
+    assert currencies.currency_id("XAF") == 7
     with pytest.raises(BillingConfigurationError, match="CURRENCIES"):
-        billing_settings.currency_code(99)
+        currencies.currency_code(99)
 
 
 def test_good_settings_pass(settings):

@@ -25,7 +25,7 @@ Number = int | float | Decimal
 def _nice_max(value: float) -> float:
     if value <= 0:
         return 1.0
-    magnitude = 10 ** (len(str(int(value))) - 1)
+    magnitude: int = 10 ** (len(str(int(value))) - 1)
     for step in (1, 2, 2.5, 5, 10):
         if value <= step * magnitude:
             return step * magnitude

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import (
     Case,
     CharField,
@@ -24,6 +25,7 @@ from django.db.models import (
     IntegerField,
     Max,
     Min,
+    Model,
     OuterRef,
     Q,
     QuerySet,
@@ -35,6 +37,7 @@ from django.db.models import (
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast, Coalesce, Concat, Greatest, TruncMonth, Upper
 from django.db.models.lookups import IsNull, LessThan, LessThanOrEqual
+from django.db.models.sql.compiler import SQLCompiler
 from django.utils import timezone
 
 from .. import currencies
@@ -189,7 +192,7 @@ def price_table() -> dict[tuple[Any, str, str], Decimal]:
     return {(p, cycle, code): Decimal(m) for p, cycle, code, m in rows}
 
 
-def _subscriptions(period: Period, qs: QuerySet | None = None) -> QuerySet:
+def _subscriptions(period: Period, qs: QuerySet[Any] | None = None) -> QuerySet[Any]:
     qs = Subscription.objects.all() if qs is None else qs
     qs = qs.annotate(currency=Upper("selected_currency"))
     if period.product:
@@ -205,11 +208,11 @@ def _subscriptions(period: Period, qs: QuerySet | None = None) -> QuerySet:
 
 
 def _records(
-    model: type, period: Period, *, product: Any = None, lifetime: bool = False
-) -> QuerySet:
+    model: type[Model], period: Period, *, product: Any = None, lifetime: bool = False
+) -> QuerySet[Any]:
     """Payments, refunds or invoices of the period (``lifetime``: up to now), annotated with
     ``at`` (when it happened), ``code`` (currency code) and ``product_ref``."""
-    qs = model.objects.annotate(
+    qs = model._default_manager.annotate(
         at=Coalesce("remote_created", "created_at", output_field=DateTimeField()),
         code=Upper("currency"),
         product_ref=product if product is not None else F("product_id"),
@@ -228,11 +231,11 @@ def _money(value: Any) -> Decimal:
 
 
 # --- subscriptions ---------------------------------------------------------------------------
-def _merge_codes(rows: Any, keys: tuple[str, ...], counts: tuple[str, ...]) -> list[dict]:
+def _merge_codes(rows: Any, keys: tuple[str, ...], counts: tuple[str, ...]) -> list[dict[str, Any]]:
     """Rows grouped on the stored currency (``selected_currency``) with its ``code``
     (``Upper(Min(...))``: upper-cased once per group in SQL, not once per subscription),
     added up per ``keys`` + code: "usd" and "USD" are one currency. A few rows."""
-    out: dict[tuple, dict[str, Any]] = {}
+    out: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in rows:
         key = (*(r[k] for k in keys), r["code"])
         if key in out:
@@ -243,7 +246,9 @@ def _merge_codes(rows: Any, keys: tuple[str, ...], counts: tuple[str, ...]) -> l
     return list(out.values())
 
 
-def current_subscriptions(period: Period, prices: dict | None = None) -> list[dict[str, Any]]:
+def current_subscriptions(
+    period: Period, prices: dict[Any, Any] | None = None
+) -> list[dict[str, Any]]:
     """Active subscriptions now (``objects.active()``), trialing ones and MRR (of the active
     subscriptions not in trial), grouped by product, billing cycle and currency. One query."""
     now = period.now
@@ -284,7 +289,15 @@ class PointsBefore(Func):
         self.points, self.inclusive, self.null = list(points), inclusive, null
         super().__init__(value)
 
-    def as_sql(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list]:
+    def as_sql(
+        self,
+        compiler: SQLCompiler,
+        connection: BaseDatabaseWrapper,
+        function: str | None = None,
+        template: str | None = None,
+        arg_joiner: str | None = None,
+        **extra_context: Any,
+    ) -> tuple[str, Any]:
         value = self.source_expressions[0]
         # the first point the value is before (or at, when points at it are not counted)
         before = LessThan if self.inclusive else LessThanOrEqual
@@ -296,7 +309,7 @@ class PointsBefore(Func):
         )
         return compiler.compile(case)
 
-    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list]:
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list[Any]]:
         value_sql, params = compiler.compile(self.source_expressions[0])
         shift = timedelta(0) if self.inclusive else timedelta(microseconds=1)
         points = [p + shift for p in self.points]
@@ -306,7 +319,9 @@ class PointsBefore(Func):
         )
 
 
-def subscription_history(period: Period, prices: dict | None = None) -> list[dict[str, Any]]:
+def subscription_history(
+    period: Period, prices: dict[Any, Any] | None = None
+) -> list[dict[str, Any]]:
     """Per product, currency and month: active at the start of the month, new, cancellations
     and MRR at the end of the month. One query: each subscription is bucketed once against the
     month boundaries (``PointsBefore``) and Python adds up the histograms."""
@@ -380,7 +395,7 @@ def subscription_history(period: Period, prices: dict | None = None) -> list[dic
     ]
     rows = grouped[0].union(*grouped[1:], all=True)
     # per (product, cycle, currency code): histograms of starts / ends by up, paying, month
-    groups: dict[tuple, dict[str, list[int]]] = {}
+    groups: dict[tuple[Any, ...], dict[str, list[int]]] = {}
     for r in rows:
         key = (r["product_id"], r["selected_billing_cycle"], r["code"])
         if key not in groups:
@@ -395,7 +410,7 @@ def subscription_history(period: Period, prices: dict | None = None) -> list[dic
             g[f"month{kind}"][r["month"]] += r["n"]
     prices = price_table() if prices is None else prices
     months = [month_key(start) for start, _end in bounds]
-    out: dict[tuple, dict[str, Any]] = {}
+    out: dict[tuple[Any, ...], dict[str, Any]] = {}
     for (product_id, cycle, currency), g in groups.items():
         active = _running(g["up0"], g["up1"])  # active at b_k
         paying = _running(g["paying0"], g["paying1"])  # active and out of trial at b_k
@@ -484,7 +499,7 @@ def payment_history(period: Period) -> list[dict[str, Any]]:
         PaymentStatus.CANCELED: ("payments_canceled", None),
     }
     months = [month_key(start) for start, _end in bounds]
-    out: dict[tuple, dict[str, Any]] = {}
+    out: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in parts[0].union(*parts[1:], all=True):
         month = months[r["month"]]
         row = out.setdefault(
@@ -548,7 +563,7 @@ def refund_history(period: Period) -> list[dict[str, Any]]:
 
 
 # --- customers -------------------------------------------------------------------------------
-def _ranked_customers(payments: QuerySet, limit: int) -> RawSQL:
+def _ranked_customers(payments: QuerySet[Any], limit: int) -> RawSQL:
     """SQL selecting the customers of the first ``limit`` (customer, currency) pairs by lifetime
     paid, highest first, then by customer and currency code. Raw SQL for the need the ORM cannot
     express: a common table expression, so the ranking runs once."""
@@ -633,7 +648,7 @@ def customer_summary(period: Period, limit: int | None = 25) -> list[dict[str, A
     return out
 
 
-def _at_risk(period: Period) -> tuple[QuerySet, dict[str, Any]]:
+def _at_risk(period: Period) -> tuple[QuerySet[Any], dict[str, Any]]:
     """Customers with an active subscription whose last payment failed
     (``Subscription.last_payment_status``, kept by the payment events), or with an unpaid or
     uncollectable invoice (any state but paid / void / deleted)."""
@@ -647,7 +662,7 @@ def _at_risk(period: Period) -> tuple[QuerySet, dict[str, Any]]:
         invoices = invoices.annotate(c=Upper("currency")).filter(c=period.currency)
     subs, invoices = subs.order_by(), invoices.order_by()
 
-    def count(qs: QuerySet) -> Coalesce:
+    def count(qs: QuerySet[Any]) -> Coalesce:
         qs = qs.filter(customer=OuterRef("pk")).values("customer")
         return Coalesce(Subquery(qs.annotate(n=Count("pk")).values("n")), 0)
 

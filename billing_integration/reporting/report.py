@@ -206,7 +206,7 @@ def build_report(
     months = [metrics.month_key(m) for m in period.starts]
 
     # --- monthly, per product and per currency -------------------------------------------
-    by_product: dict[tuple, dict[str, Any]] = {}
+    by_product: dict[tuple[Any, ...], dict[str, Any]] = {}
     first_month, last_month = months[0], months[-1]
 
     def monthly_row(product_id: Any, currency: str, month: str) -> dict[str, Any]:
@@ -234,7 +234,7 @@ def build_report(
         (finish({**r, "product": _name(products, r["product_id"])}) for r in by_product.values()),
         key=lambda r: (r["month"], r["product"], r["currency"]),
     )
-    overall: dict[tuple, dict[str, Any]] = {}
+    overall: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in by_product.values():
         key = (r["currency"], r["month"])
         if key not in overall:
@@ -247,7 +247,7 @@ def build_report(
     )
 
     # --- overview: per product and currency, plus "All products" per currency -------------
-    overview: dict[tuple, dict[str, Any]] = {}
+    overview: dict[tuple[Any, ...], dict[str, Any]] = {}
 
     def overview_row(product: str, product_id: Any, currency: str) -> dict[str, Any]:
         key = (product, currency)

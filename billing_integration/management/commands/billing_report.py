@@ -1,9 +1,5 @@
-"""``python manage.py billing_report [--product PK|NAME] [--currency XOF] [--months 12]
-[--csv TABLE] [--at ISO]``
-
-Print the reporting dashboard's tables in the terminal (the same figures, from the local
-mirror), or one table as CSV (``--csv overview|monthly|monthly_by_product|customers|at_risk``).
-"""
+"""``python manage.py billing_report``: the reporting dashboard's tables in the terminal, or one
+table as CSV (``--csv overview|monthly|monthly_by_product|customers|at_risk``)."""
 
 from __future__ import annotations
 
@@ -62,11 +58,7 @@ class Command(BaseCommand):
         if options["product"]:
             value = options["product"]
             by_pk = value.isascii() and value.isdigit()
-            match = (
-                Product.objects.filter(pk=int(value))
-                if by_pk
-                else (Product.objects.filter(name=value))
-            )
+            match = Product.objects.filter(**({"pk": int(value)} if by_pk else {"name": value}))
             product = match.values_list("pk", flat=True).first()
             if product is None:
                 raise CommandError(f"No product {value!r}.")

@@ -1,9 +1,6 @@
-"""``python manage.py billing_sandbox --port 8100``: run the offline sandbox of the service.
-
-A thin wrapper of ``billing_integration.sandbox.server`` (the sandbox itself never uses
-Django). It prints the ``BILLING_*`` lines to paste into the environment of the app. The
-webhook secret is read from ``BILLING_SANDBOX_WEBHOOK_SECRET``, never from the command line.
-"""
+"""``python manage.py billing_sandbox --port 8100``: run the offline sandbox of the service
+(``billing_integration.sandbox.server``, which never uses Django). The webhook secret is read
+from ``BILLING_SANDBOX_WEBHOOK_SECRET``, never from the command line."""
 
 from __future__ import annotations
 

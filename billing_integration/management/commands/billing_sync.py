@@ -1,19 +1,9 @@
-"""``python manage.py billing_sync [products] [customers] [subscriptions]``
-
-Pull the lists from the billing service and upsert them locally (all three when none is
-named), printing created / updated / unchanged counts. Progress is shown on a terminal.
-After the products, it lists the products on the service that have no known billing cycles
-(checkout refuses them) and says what to do.
-
-Rows the service sent with a value that cannot be stored (a date that does not parse, ...)
-are not applied: they are listed on stderr and the command exits with an error at the end.
-Each resource is pulled on its own: one whose pull fails (the service down, a refused
-answer) is reported on stderr, the next ones are still pulled, and the command exits with
-an error at the end naming the resources that failed.
-
-``--push`` first pushes every open outbox entry now, in this process, and prints each one's
-outcome (no worker needed); ``--retry-failed`` puts failed outbox entries back in the queue
-first. ``--push`` without a resource only pushes (no pull).
+"""``python manage.py billing_sync [products] [customers] [subscriptions] [--push]
+[--retry-failed]``: pull the lists from the service (all three when none is named) and upsert
+them, printing the counts and the products checkout refuses (no known cycles). A resource whose
+pull fails, or rows that cannot be stored, are reported on stderr, the next resources still
+pulled, and the command fails at the end. ``--push`` first pushes every open outbox entry in
+this process (alone, it pulls nothing); ``--retry-failed`` re-queues failed entries first.
 """
 
 from __future__ import annotations
@@ -43,11 +33,8 @@ class Command(BaseCommand):
             help="push every open outbox entry now, inline (without a worker), "
             "and print what happened; with no resource named, pull nothing",
         )
-        parser.add_argument(
-            "--retry-failed",
-            action="store_true",
-            help="re-queue failed outbox entries before pulling",
-        )
+        retry = "re-queue failed outbox entries before pulling"
+        parser.add_argument("--retry-failed", action="store_true", help=retry)
         parser.add_argument("--no-progress", action="store_true")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -65,8 +52,7 @@ class Command(BaseCommand):
             and (self.stdout.isatty() or sys.stdout.isatty())
         )
 
-        # Which service (billing_integration.service): refuse before pushing or pulling.
-        try:
+        try:  # refuse another service before pushing or pulling
             ensure_service()
         except BillingServiceMismatchError as exc:
             raise CommandError(str(exc)) from exc
@@ -80,9 +66,8 @@ class Command(BaseCommand):
 
         def progress(resource: str, counts: pull.PullCounts) -> None:
             if tty:
-                self.stdout.ending = ""
-                self.stdout.write(f"\r{resource}: page {counts.pages}, {counts.total} rows ...")
-                self.stdout.ending = "\n"
+                line = f"\r{resource}: page {counts.pages}, {counts.total} rows ..."
+                self.stdout.write(line, ending="")
                 self.stdout.flush()
 
         errors = 0
@@ -100,11 +85,8 @@ class Command(BaseCommand):
             for message in counts.error_messages:
                 self.stderr.write(f"{resource}: not applied: {message}")
             errors += counts.errors
-        problems = []
-        if failed:
-            problems.append(f"pull failed for {', '.join(failed)}")
-        if errors:
-            problems.append(f"{errors} row(s) not applied (bad data from the service)")
+        problems = [f"pull failed for {', '.join(failed)}"] if failed else []
+        problems += [f"{errors} row(s) not applied (bad data from the service)"] if errors else []
         if problems:
             raise CommandError("; ".join(problems) + ".")
 
@@ -123,33 +105,29 @@ class Command(BaseCommand):
             PushOutcome.SKIPPED: "nothing to do",
             PushOutcome.REFUSED: "refused (another service)",
         }
-        counts: dict[str, int] = {}
+        counts: dict[PushOutcome, int] = {}
         for entry, result in results:
             counts[result.status] = counts.get(result.status, 0) + 1
             what = f"{entry.content_type.model} {entry.object_id}"
-            target = entry.target
-            if target is not None:
-                what += f" “{str(target)[:60]}”"
-            line = f"  {entry.get_operation_display().lower()} {what}: " + words.get(
-                result.status, result.status
-            )
+            if entry.target is not None:
+                what += f" “{str(entry.target)[:60]}”"
+            line = f"  {entry.get_operation_display().lower()} {what}: {words[result.status]}"
             if result.error is not None and result.status != PushOutcome.DONE:
                 line += f" ({type(result.error).__name__}: {str(result.error)[:200]})"
             style = self.style.SUCCESS if result.status == PushOutcome.DONE else self.style.WARNING
             self.stdout.write(style(line))
-        summary = ", ".join(f"{n} {words.get(s, s)}" for s, n in counts.items()) or "nothing open"
+        summary = ", ".join(f"{n} {words[s]}" for s, n in counts.items()) or "nothing open"
         self.stdout.write(f"outbox: {len(results)} open entries pushed now: {summary}")
 
     def _report_without_cycles(self, products: list[Any]) -> None:
         """Products checkout refuses: their cycles are not known here."""
         if not products:
             return
-        self.stdout.write(
-            self.style.WARNING(
-                f"products: {len(products)} on the service without known billing cycles "
-                "(the service answers with a blueprint id only); checkout refuses them:"
-            )
+        text = (
+            f"products: {len(products)} on the service without known billing cycles "
+            "(the service answers with a blueprint id only); checkout refuses them:"
         )
+        self.stdout.write(self.style.WARNING(text))
         for product in products:
             self.stdout.write(f"  - {product.name} (remote id {product.remote_id})")
         self.stdout.write(

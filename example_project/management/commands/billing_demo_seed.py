@@ -21,7 +21,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from billing_integration.conf import billing_settings
+from billing_integration.currencies import currency_id
 from billing_integration.models import BillingCycle, Price, Product, ProductFeature
 
 #: (login, password, superuser)
@@ -85,9 +85,7 @@ def seed_products() -> list[tuple[Product, bool]]:
             seed_features(product)
             out.append((product, False))
             continue
-        currencies = sorted(
-            {billing_settings.currency_id(code) for prices in cycles.values() for code in prices}
-        )
+        currencies = sorted({currency_id(code) for prices in cycles.values() for code in prices})
         with transaction.atomic():  # one outbox entry, pushed once the whole product exists
             product = Product.objects.create(
                 name=name,
@@ -104,7 +102,7 @@ def seed_products() -> list[tuple[Product, bool]]:
                 for currency, amount in prices.items():
                     Price.objects.create(
                         cycle=cycle,
-                        currency_id=billing_settings.currency_id(currency),
+                        currency_id=currency_id(currency),
                         amount=Decimal(amount),
                     )
             seed_features(product)
