@@ -232,26 +232,11 @@ def main(argv: list[str] | None = None) -> int:
         help="length of the rate-limit phase (0: none)",
     )
     parser.add_argument("--workers", type=int, default=4, help="worker processes")
-    parser.add_argument(
-        "--no-shared-backoff",
-        action="store_true",
-        help="BILLING['SHARED_BACKOFF'] = False: each worker retries alone",
-    )
     parser.add_argument("--drain-timeout", type=float, default=600.0)
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)
 
-    stack = Stack(
-        "reliability",
-        broker=args.broker,
-        extra={
-            "READ_TIMEOUT": 2.0,
-            "MAX_RETRIES": 2,
-            "BACKOFF_BASE": 0.2,
-            "BACKOFF_MAX": 2.0,
-            "SHARED_BACKOFF": not args.no_shared_backoff,
-        },
-    )
+    stack = Stack("reliability", broker=args.broker)
     restart = BrokerRestart(stack, args.broker_stop)
     try:
         stack.start()

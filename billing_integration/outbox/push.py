@@ -1,9 +1,5 @@
-"""The one push of an outbox entry: claim it, call the service, record the outcome.
-
-``push_entry(pk)`` is called by the Celery task ``push_outbox_entry`` and by the inline paths
-(checkout's ``ensure_customer_pushed``, ``billing_sync --push``). No transaction is held
-during the HTTP call; every attempt sends the entry's stored body with its idempotency key.
-"""
+"""The one push of an outbox entry: claim it, call the service (no transaction held), record
+the outcome. Every attempt sends the entry's stored body with its idempotency key."""
 
 from __future__ import annotations
 
@@ -40,9 +36,9 @@ logger = logging.getLogger("billing_integration.outbox")
 
 __all__ = ["PushOutcome", "PushResult", "backoff", "push_entry", "response_fields"]
 
-MAX_ATTEMPTS = 8  # attempts before an entry that keeps failing with retryable errors fails
+MAX_ATTEMPTS = 8  # retryable failures before an entry fails
 RETRY_BASE = 2.0  # seconds: retry n waits RETRY_BASE * 2**(n-1), with jitter
-RETRY_MAX = 300.0  # seconds: the longest wait; keep it below the broker's visibility timeout
+RETRY_MAX = 300.0  # seconds: below the broker's visibility timeout
 
 
 class PushOutcome(StrEnum):
@@ -68,9 +64,9 @@ def backoff(attempt: int) -> float:
     return min(RETRY_MAX, wait * (0.75 + random.random() * 0.5))
 
 
-def push_entry(entry_id: int, *, client: Any = None) -> PushResult:
-    """Push outbox entry ``entry_id`` now, in this process; safe from any number of them.
-    ``client``: the ``BillingClient`` to call (a person waiting passes one with a deadline)."""
+def push_entry(entry_id: int | None, *, client: Any = None) -> PushResult:
+    """Push entry ``entry_id`` (None: the oldest due entry not locked by another worker); safe
+    from any number of processes. ``client``: e.g. one with a deadline for a person waiting."""
     try:
         ensure_service()
     except BillingServiceMismatchError as exc:
@@ -79,17 +75,17 @@ def push_entry(entry_id: int, *, client: Any = None) -> PushResult:
             last_error=message
         )
         logger.error("outbox push refused: %s", message)
-        return PushResult(PushOutcome.REFUSED, entry_id, error=exc)
+        return PushResult(PushOutcome.REFUSED, entry_id or 0, error=exc)
     return _push(entry_id, client, depth=0)
 
 
-def _push(entry_id: int, client: Any, depth: int) -> PushResult:
+def _push(entry_id: int | None, client: Any, depth: int) -> PushResult:
     claimed = _claim(entry_id)
     if isinstance(claimed, PushResult):
         return claimed
-    if isinstance(claimed, list):  # a subscription whose customer/product is not pushed yet
-        return _after_dependencies(entry_id, claimed, client, depth)
-    entry, obj = claimed
+    entry, obj, deps = claimed
+    if deps:  # a subscription whose customer/product is not pushed yet
+        return _after_dependencies(entry.pk, deps, client, depth)
     if client is None:
         from ..client import get_client
 
@@ -114,11 +110,19 @@ def _after_dependencies(pk: int, deps: list[Any], client: Any, depth: int) -> Pu
     return _push(pk, client, depth + 1)
 
 
-def _claim(entry_id: int) -> PushResult | list[Any] | tuple[OutboxEntry, Any]:
-    """Lock the entry (``SKIP LOCKED``) and mark it in progress, or say why not."""
+def _claim(entry_id: int | None) -> PushResult | tuple[OutboxEntry, Any, list[Any]]:
+    """Lock the entry (``SKIP LOCKED``) and mark it in progress, or say why not; a claimed
+    subscription comes with the objects to push first."""
     now = timezone.now()
     with transaction.atomic():
-        entry = OutboxEntry.objects.select_for_update(skip_locked=True).filter(pk=entry_id).first()
+        locked = OutboxEntry.objects.select_for_update(skip_locked=True)
+        if entry_id is None:
+            entry = locked.due().heads().order_by("pk").first()
+            if entry is None:
+                return PushResult(PushOutcome.SKIPPED, 0)
+            entry_id = entry.pk
+        else:
+            entry = locked.filter(pk=entry_id).first()
         if entry is None:  # another worker holds it, or it is gone
             held = OutboxEntry.objects.filter(pk=entry_id).exists()
             return PushResult(PushOutcome.BUSY if held else PushOutcome.SKIPPED, entry_id)
@@ -136,7 +140,7 @@ def _claim(entry_id: int) -> PushResult | list[Any] | tuple[OutboxEntry, Any]:
             return PushResult(PushOutcome.SKIPPED, entry_id)
         if entry.payload is None:
             if deps := _dependencies_missing(obj):
-                return deps
+                return entry, obj, deps
             entry.operation, body, note = _build(entry, obj)
             if body is None:
                 _finish(entry, note)
@@ -148,8 +152,7 @@ def _claim(entry_id: int) -> PushResult | list[Any] | tuple[OutboxEntry, Any]:
         elif entry.operation == OutboxOperation.CREATE and obj.remote_id is not None:
             _finish(entry, "")  # created meanwhile through this same entry
             return PushResult(PushOutcome.DONE, entry_id)
-        # A conditional update: of two processes that read the same row (SQLite has no row
-        # locks), one claims it.
+        # Conditional: of two processes that read the row (SQLite has no row locks), one wins.
         claimed = OutboxEntry.objects.filter(
             pk=entry.pk, state=entry.state, attempts=entry.attempts
         ).update(
@@ -168,7 +171,7 @@ def _claim(entry_id: int) -> PushResult | list[Any] | tuple[OutboxEntry, Any]:
             entry.attempts + 1,
         )
         type(obj)._default_manager.filter(pk=obj.pk).update(last_attempt_at=now)
-    return entry, obj
+    return entry, obj, []
 
 
 def _blocking(entry: OutboxEntry) -> Any:

@@ -1,15 +1,15 @@
-"""Celery tasks of the outbox: ``push_outbox_entry`` (one entry, enqueued when its change
-commits) and ``sweep_outbox`` (beat: re-enqueues what a lost message left behind).
+"""Celery tasks of the outbox: ``push_outbox_entry`` (enqueued when a change commits) and
+``sweep_outbox`` (beat: re-enqueues what a lost message left behind).
 
-Retries go through Celery: a retryable failure re-enqueues the task with a ``countdown``
-(the entry's backoff). The host keeps ``CELERY_TASK_ACKS_LATE`` and
-``CELERY_TASK_REJECT_ON_WORKER_LOST`` on (a killed worker's task is redelivered, same key),
-and the broker's visibility timeout above ``push.RETRY_MAX``.
+A retryable failure re-enqueues the task after the entry's backoff. The host keeps
+``CELERY_TASK_ACKS_LATE`` and ``CELERY_TASK_REJECT_ON_WORKER_LOST`` on and the broker's
+visibility timeout above ``push.RETRY_MAX``.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 from celery import shared_task
 from django.db import transaction
@@ -18,14 +18,14 @@ from django.utils import timezone
 from ..conf import billing_settings
 from ..health import record_run
 from ..models.outbox import OutboxEntry
-from .push import PushOutcome, push_entry
+from .push import PushOutcome, PushResult, push_entry
 
 logger = logging.getLogger("billing_integration.outbox")
 
-__all__ = ["enqueue", "enqueue_on_commit", "enqueue_open", "push_outbox_entry", "sweep_outbox"]
-
 STALE_AFTER = 60.0  # seconds: the sweep re-enqueues pending entries untouched for this long
 SWEEP_BATCH = 1000  # entries one sweep re-enqueues at most
+DRAIN_ENTRIES = 100  # due entries a task pushes after its own, at most...
+DRAIN_SECONDS = 5.0  # ...and for at most this long
 #: Publishing must not hang a web request when the broker is down (the sweep covers it).
 PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2}
 
@@ -50,7 +50,6 @@ def enqueue(entry_id: int, countdown: float | None = None) -> bool:
 
 
 def enqueue_on_commit(entry_id: int, *, using: str | None = None) -> None:
-    """``enqueue(entry_id)`` once the current transaction commits."""
     transaction.on_commit(lambda: enqueue(entry_id), using=using)
 
 
@@ -68,6 +67,22 @@ def enqueue_open(using: str | None = None) -> int:
     return len(ids)
 
 
+def _settle(result: PushResult) -> bool:
+    """Enqueue a retry after its backoff; True when the entry was pushed here (any outcome)."""
+    if result.status == PushOutcome.RETRY:
+        enqueue(result.entry_id, countdown=result.retry_in)
+    return result.status in (PushOutcome.DONE, PushOutcome.RETRY, PushOutcome.FAILED)
+
+
+def push_due(limit: int = DRAIN_ENTRIES, seconds: float = DRAIN_SECONDS) -> int:
+    """Push the oldest due entries (claimed ``SKIP LOCKED``) until none is left, ``limit`` are
+    pushed or ``seconds`` passed; returns how many were pushed."""
+    pushed, stop = 0, time.monotonic() + seconds
+    while pushed < limit and time.monotonic() < stop and _settle(push_entry(None)):
+        pushed += 1
+    return pushed
+
+
 @shared_task(
     name="billing_integration.push_entry",
     acks_late=True,
@@ -75,17 +90,18 @@ def enqueue_open(using: str | None = None) -> int:
     ignore_result=True,
 )
 def push_outbox_entry(entry_id: int) -> str:
-    """Push one entry; a retryable failure comes back after its backoff (same key)."""
+    """Push one entry, then other due ones (``push_due``) so a backlog drains without a
+    message per entry; a task whose entry is already done, or held, exits at once."""
     result = push_entry(entry_id)
-    if result.status == PushOutcome.RETRY:
-        enqueue(entry_id, countdown=result.retry_in)
+    if _settle(result) and not push_outbox_entry.request.is_eager:
+        push_due()
     return str(result.status)
 
 
 @shared_task(name="billing_integration.drain_outbox", ignore_result=True)
 def sweep_outbox() -> int:
-    """Re-enqueue entries due and not running whose message was lost (pending and untouched
-    for ``STALE_AFTER``, or in progress past their lease). Returns how many."""
+    """Re-enqueue due entries whose message was lost (pending and untouched for
+    ``STALE_AFTER``, or in progress past their lease). Returns how many."""
     record_run("drain_outbox")  # billing_doctor: beat ran
     ids = list(
         OutboxEntry.objects.due(stale_after=STALE_AFTER)

@@ -66,8 +66,8 @@ def test_each_entry_is_pushed_once_with_its_key_and_the_answers_are_stored(billi
     assert len(billing_sandbox.requests(operation="create_customer")) == 5
 
 
-def test_the_statements_of_a_push_do_not_grow_with_the_number_pushed(billing_sandbox, settings):
-    settings.BILLING = {**settings.BILLING, "BACKOFF_REFRESH": 60}
+def test_the_statements_of_a_push_do_not_grow_with_the_number_pushed(billing_sandbox, monkeypatch):
+    monkeypatch.setattr("billing_integration.client.backoff.REFRESH", 60.0)  # no timed cache read
 
     def statements(n: int, tag: str) -> float:
         customers(n, tag)
@@ -172,8 +172,8 @@ def test_an_entry_held_by_a_live_lease_or_behind_an_older_one_is_left(billing_sa
     assert OutboxEntry.objects.get(pk=later.pk).state == "pending"
 
 
-def test_a_failed_call_is_retried_later_and_the_others_are_done(billing_sandbox, settings):
-    settings.BILLING = {**settings.BILLING, "MAX_RETRIES": 0}
+def test_a_failed_call_is_retried_later_and_the_others_are_done(billing_sandbox, monkeypatch):
+    monkeypatch.setattr("billing_integration.client.retry.MAX_RETRIES", 0)
     customers(3)
     ids = open_ids()
     billing_sandbox.faults(operation="create_customer", status=503, count=1)
