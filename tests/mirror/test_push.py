@@ -277,3 +277,43 @@ def test_a_change_after_an_in_doubt_reset_gets_an_entry_of_its_own(billing_sandb
     assert [r.status for r in push_entries(open_ids())] == [PushOutcome.DONE] * 2
     (remote,) = billing_sandbox.objects("product")
     assert remote["name"] == "Plan rev 2"
+
+
+def test_a_push_task_goes_on_with_due_entries_and_their_own_tasks_exit_at_once(
+    billing_sandbox, recorded_enqueues
+):
+    """One task drains the backlog (oldest first, each object's entries in order, each once);
+    the tasks enqueued for the others find their entry done and send nothing."""
+    from billing_integration.outbox.tasks import push_outbox_entry
+
+    a, b = customers(2)
+    for customer in (a, b):
+        customer.first_name = "Renamed"
+        customer.save()  # pending entries of a and b wait behind their creates
+    first, *others = open_ids()
+    assert push_outbox_entry(first) == "done"
+    assert not OutboxEntry.objects.open().exists()
+    calls = billing_sandbox.requests(operation="create_customer")
+    assert [c["body"]["identifier"] for c in calls] == ["b-0", "b-1"]
+    assert [push_outbox_entry(pk) for pk in others] == ["skipped"] * len(others)
+    assert len(billing_sandbox.requests(operation="create_customer")) == 2
+
+
+def test_push_due_stops_at_its_bound_and_skips_entries_behind_an_open_one(billing_sandbox):
+    from billing_integration.outbox.tasks import push_due
+
+    a, b, c = customers(3)
+    OutboxEntry.objects.filter(object_id=a.pk).update(
+        state="in_progress", started_at=timezone.now()
+    )
+    later = OutboxEntry.objects.create(
+        content_type=OutboxEntry.objects.get(object_id=a.pk).content_type,
+        object_id=a.pk,
+        operation="update",
+    )
+    assert push_due(limit=1) == 1
+    assert OutboxEntry.objects.filter(state="done").count() == 1
+    assert push_due() == 1  # c; a's later entry waits behind its create in progress
+    assert OutboxEntry.objects.get(pk=later.pk).state == "pending"
+    calls = billing_sandbox.requests(operation="create_customer")
+    assert [call["body"]["identifier"] for call in calls] == ["b-1", "b-2"]
