@@ -1,11 +1,7 @@
-"""The transactional outbox: local changes -> Celery -> the billing service.
-
-``signals`` writes an ``OutboxEntry`` in the change's transaction and enqueues its push on
-commit; ``push.push_entry`` pushes one entry; ``tasks`` holds the push task and the sweep;
-``retry`` re-queues failed entries. Saves inside ``from_remote()`` are never pushed.
+"""The transactional outbox: a change writes an ``OutboxEntry`` in its transaction and enqueues
+its push on commit (``signals``); ``push.push_entry`` pushes one; ``tasks`` holds the push task
+and the sweep; ``retry`` re-queues failed entries. Saves inside ``from_remote()`` are not pushed.
 """
-
-from __future__ import annotations
 
 from ..context import from_remote, is_from_remote
 

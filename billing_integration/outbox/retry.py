@@ -8,13 +8,10 @@ from django.db import models
 from ..models.outbox import OutboxEntry
 from . import tasks
 
-__all__ = ["retry_failed", "retry_failed_pushes"]
-
 
 def retry_failed(entries: models.QuerySet[OutboxEntry] | None = None) -> int:
-    """Put the failed entries among ``entries`` (default: all) back in the queue (same key
-    when the outcome is unknown; a refused body is rebuilt) and enqueue their pushes after
-    commit. Returns the number of entries re-queued."""
+    """Re-queue the failed entries among ``entries`` (default: all) and enqueue their pushes on
+    commit (``OutboxQuerySet.reset_failed``); returns how many."""
     ids = (entries if entries is not None else OutboxEntry.objects.all()).reset_failed()
     for pk in ids:
         tasks.enqueue_on_commit(pk)

@@ -1,7 +1,6 @@
-"""``post_save`` receivers: a change of a mirrored object writes (or extends) an outbox
-entry in the same transaction; its push is enqueued on commit. A change reuses the object's
-pending entry not yet attempted nor built, so a burst of edits makes at most two calls.
-"""
+"""Receivers: a change of a mirrored object writes (or extends) an outbox entry in its
+transaction and enqueues its push on commit. A change extends the object's pending entry not yet
+attempted nor built, so a burst of edits makes at most two calls."""
 
 from __future__ import annotations
 
@@ -13,6 +12,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.db import models, router, transaction
 from django.db.models.signals import post_delete, post_save, pre_delete
 
+from ..context import is_from_remote
 from ..models.base import SyncState
 from ..models.customers import Customer
 from ..models.outbox import OutboxEntry, OutboxOperation, OutboxState
@@ -25,16 +25,12 @@ from ..models.products import (
     ProductDeletionRefused,
 )
 from ..models.subscriptions import Subscription
-from .context import is_from_remote
 
 logger = logging.getLogger("billing_integration.outbox")
 
-__all__ = ["record_change", "send_declared_cycles"]
-
 
 def record_change(obj: models.Model, changed: Iterable[str] = ()) -> OutboxEntry:
-    """Write or extend the pending outbox entry of ``obj`` in the current transaction;
-    ``changed``: wire fields known to be changed (e.g. ``subscription_blueprint``)."""
+    """Write or extend the pending entry of ``obj``; ``changed``: wire fields known changed."""
     using = router.db_for_write(type(obj), instance=obj)
     ct = ContentType.objects.db_manager(using).get_for_model(obj, for_concrete_model=True)
     changed = sorted(set(changed))
@@ -71,7 +67,6 @@ def record_change(obj: models.Model, changed: Iterable[str] = ()) -> OutboxEntry
     return entry
 
 
-# --- receivers --------------------------------------------------------------------------------
 def _skip(raw: bool) -> bool:
     return raw or is_from_remote()
 
@@ -88,16 +83,13 @@ def _product_part_changed(product: Product | None) -> None:
     if product is None or product.pk is None:
         return
     if not product.is_one_time and not product.blueprint_known:
-        # Cycles declared here for a product pulled from the service: pushing them would
-        # replace a blueprint not known here. Sent only on request (``send_declared_cycles``).
-        return
+        return  # pushing would replace a blueprint unknown here: ``send_declared_cycles``
     field = "prices" if product.is_one_time else "subscription_blueprint"
     record_change(product, [field])
 
 
 def send_declared_cycles(product: Product) -> OutboxEntry:
-    """Push the cycles declared here for ``product`` as its blueprint (replacing the
-    service's); raises ``DeclaredCyclesNotSendable`` when there is nothing to send."""
+    """Push the cycles declared here as ``product``'s blueprint, replacing the service's."""
     if product.remote_id is None or product.is_one_time:
         raise DeclaredCyclesNotSendable(
             "Only the cycles of a subscription product already on the service are sent this way."
@@ -136,8 +128,7 @@ def customer_saved(sender: Any, instance: Customer, raw: bool = False, **kwargs:
 def subscription_saved(
     sender: Any, instance: Subscription, raw: bool = False, **kwargs: Any
 ) -> None:
-    # Subscriptions are created remotely once (POST /subscriptions); the service owns their
-    # state afterwards and offers no update, so only unpushed ones make an entry.
+    # The service owns a subscription once created (no update call): only new ones are pushed.
     if not _skip(raw) and instance.remote_id is None:
         record_change(instance)
 

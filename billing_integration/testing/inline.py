@@ -1,11 +1,8 @@
-"""``after_commit_inline()``: Celery runs eagerly, so the work the app enqueues when a
-transaction commits (outbox pushes, event processing, notices) runs inside the test.
-
-On-commit work runs only when a transaction really commits: use it in a transactional test
-(``TransactionTestCase``, ``django_db(transaction=True)``), or run the code under
-``TestCase.captureOnCommitCallbacks(execute=True)`` / pytest-django's
-``django_capture_on_commit_callbacks(execute=True)``. The ``billing_inline`` fixture makes its
-test transactional and runs it inside ``after_commit_inline()``.
+"""``after_commit_inline()``: Celery runs eagerly, so what the app enqueues on commit (pushes,
+event processing, notices) runs inside the test. It runs only when a transaction really
+commits: use a transactional test, or ``captureOnCommitCallbacks(execute=True)`` /
+``django_capture_on_commit_callbacks(execute=True)``. The ``billing_inline`` fixture: a
+transactional test inside it.
 """
 
 from __future__ import annotations
@@ -13,8 +10,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from typing import Any
-
-__all__ = ["after_commit_inline"]
 
 
 @contextlib.contextmanager

@@ -302,7 +302,7 @@ def test_a_push_task_goes_on_with_due_entries_and_their_own_tasks_exit_at_once(
 def test_push_due_stops_at_its_bound_and_skips_entries_behind_an_open_one(billing_sandbox):
     from billing_integration.outbox.tasks import push_due
 
-    a, b, c = customers(3)
+    a, *_ = customers(3)
     OutboxEntry.objects.filter(object_id=a.pk).update(
         state="in_progress", started_at=timezone.now()
     )
