@@ -140,9 +140,8 @@ def _claim(entry_id: int | None) -> PushResult | tuple[OutboxEntry, Any, list[An
             entry.operation, body, note = _build(entry, obj)
             if body is None:
                 _finish(entry, note)
-                type(obj)._default_manager.filter(pk=obj.pk).update(
-                    sync_state=settled_state(note, not _others_open(entry)), sync_error=note
-                )
+                state = settled_state(note, not _others_open(entry))
+                _rows(obj).update(sync_state=state, sync_error=note)
                 return PushResult(PushOutcome.DONE, entry_id)
             entry.payload = body
         elif entry.operation == OutboxOperation.CREATE and obj.remote_id is not None:
@@ -157,7 +156,7 @@ def _claim(entry_id: int | None) -> PushResult | tuple[OutboxEntry, Any, list[An
             return PushResult(PushOutcome.BUSY, entry_id)
         for field, value in claim.items():
             setattr(entry, field, value)
-        type(obj)._default_manager.filter(pk=obj.pk).update(last_attempt_at=now)
+        _rows(obj).update(last_attempt_at=now)
     return entry, obj, []
 
 
@@ -171,9 +170,7 @@ def _blocking(entry: OutboxEntry) -> QuerySet[OutboxEntry]:
 
 
 def _finish(entry: OutboxEntry, note: str) -> None:
-    entry.state = OutboxState.DONE
-    entry.completed_at = timezone.now()
-    entry.last_error = note
+    entry.state, entry.completed_at, entry.last_error = OutboxState.DONE, timezone.now(), note
     entry.save()
     _enqueue_next(entry)
 
@@ -216,23 +213,21 @@ def _record_failure(entry: OutboxEntry, obj: Any, exc: BillingError) -> PushResu
     now = timezone.now()
     with transaction.atomic():
         current = OutboxEntry.objects.select_for_update().get(pk=entry.pk)
-        current.last_error = str(exc)[:2000]
+        error = current.last_error = str(exc)[:2000]
         current.in_doubt = in_doubt or current.in_doubt
         current.started_at = None
-        if retryable and current.attempts < MAX_ATTEMPTS:
-            wait = backoff(current.attempts)
+        wait = backoff(current.attempts) if retryable and current.attempts < MAX_ATTEMPTS else None
+        if wait is not None:
             current.state = OutboxState.PENDING
             current.next_attempt_at = now + timedelta(seconds=wait)
-            current.save()
-            type(obj)._default_manager.filter(pk=obj.pk).update(sync_error=current.last_error)
+        else:
+            current.state, current.completed_at = OutboxState.FAILED, now
+        current.save()
+        if wait is not None:
+            _rows(obj).update(sync_error=error)
             logger.warning("outbox entry %s failed (%s); retry in %.1fs", entry.pk, exc, wait)
             return PushResult(PushOutcome.RETRY, entry.pk, retry_in=wait, error=exc)
-        current.state = OutboxState.FAILED
-        current.completed_at = now
-        current.save()
-        type(obj)._default_manager.filter(pk=obj.pk).update(
-            sync_state=SyncState.FAILED, sync_error=current.last_error
-        )
+        _rows(obj).update(sync_state=SyncState.FAILED, sync_error=error)
         _enqueue_next(current)
     logger.error("outbox entry %s failed after %s attempt(s): %s", entry.pk, entry.attempts, exc)
     return PushResult(PushOutcome.FAILED, entry.pk, error=exc)
@@ -286,6 +281,10 @@ def _call(entry: OutboxEntry, obj: Any, client: BillingClient) -> dict[str, Any]
     raise TypeError(f"No push defined for {type(obj).__name__}")
 
 
+def _rows(obj: Any) -> QuerySet[Any]:
+    return type(obj)._default_manager.filter(pk=obj.pk)
+
+
 def _others_open(entry: OutboxEntry) -> bool:
     return _blocking(entry).exclude(pk=entry.pk).filter(state__in=OPEN_STATES).exists()
 
@@ -297,12 +296,10 @@ def settled_state(note: str, synced: bool) -> str:
     return SyncState.NOT_SENT if note else SyncState.SYNCED
 
 
-def response_fields(
-    obj: Any, data: dict[str, Any], synced: bool, changed: Any = ()
-) -> dict[str, Any]:
-    """The columns to store from the service's answer to the push of ``obj``. An answer the
-    mapping refuses keeps only its remote id (never created twice) and the error. Raises
-    ``IntegrityError`` when neither the answer nor the object has a remote id."""
+def _apply_response(obj: Any, data: dict[str, Any], synced: bool, changed: Any = ()) -> None:
+    """Store the answer without signals (nothing is pushed back). An answer the mapping refuses
+    keeps only its remote id (never created twice) and the error; with no id on either side,
+    ``IntegrityError``."""
     error = note = ""
     try:
         fields = _answer_fields(obj, data)
@@ -319,7 +316,10 @@ def response_fields(
     fields.update(last_synced_at=timezone.now(), sync_error="\n".join(filter(None, (note, error))))
     if synced:
         fields["sync_state"] = settled_state(note, synced)
-    return fields
+    with from_remote():
+        _rows(obj).update(**fields)
+    for key, value in fields.items():
+        setattr(obj, key, value)
 
 
 def _answer_fields(obj: Any, data: dict[str, Any]) -> dict[str, Any]:
@@ -335,15 +335,6 @@ def _answer_fields(obj: Any, data: dict[str, Any]) -> dict[str, Any]:
     else:
         return {}
     return {k: v for k, v in mapped.items() if k in keep}
-
-
-def _apply_response(obj: Any, data: dict[str, Any], synced: bool, changed: Any = ()) -> None:
-    """Store the answer without signals (so nothing is pushed back)."""
-    fields = response_fields(obj, data, synced, changed)
-    with from_remote():
-        type(obj)._default_manager.filter(pk=obj.pk).update(**fields)
-    for key, value in fields.items():
-        setattr(obj, key, value)
 
 
 def _confirm_declared_cycles(product: Product, body: dict[str, Any]) -> None:

@@ -1,10 +1,5 @@
-"""Celery tasks of the outbox: ``push_outbox_entry`` (enqueued when a change commits) and
-``sweep_outbox`` (beat: re-enqueues what a lost message left behind).
-
-A retryable failure re-enqueues the task after the entry's backoff. The host keeps
-``CELERY_TASK_ACKS_LATE`` and ``CELERY_TASK_REJECT_ON_WORKER_LOST`` on and the broker's
-visibility timeout above ``push.RETRY_MAX``.
-"""
+"""The outbox's tasks: ``push_outbox_entry`` (enqueued when a change commits; a retry comes
+back after its backoff) and ``sweep_outbox`` (beat: re-enqueues what a lost message left)."""
 
 from __future__ import annotations
 
@@ -31,8 +26,8 @@ PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 
 
 
 def enqueue(entry_id: int, countdown: float | None = None) -> bool:
-    """Send ``push_outbox_entry(entry_id)``; False when the broker refused (the sweep finds it).
-    Eager Celery ignores countdowns: a delayed push is then left to the sweep."""
+    """Send ``push_outbox_entry(entry_id)``; False when the broker refused or Celery is eager
+    with a countdown (it would ignore it): the sweep finds the entry."""
     if countdown and push_outbox_entry.app.conf.task_always_eager:
         return False
     queue = billing_settings.QUEUE
@@ -55,13 +50,8 @@ def enqueue_on_commit(entry_id: int, *, using: str | None = None) -> None:
 
 def enqueue_open(using: str | None = None) -> int:
     """Enqueue, on commit, the push of every pending entry not waiting behind another."""
-    ids = list(
-        OutboxEntry.objects.using(using)
-        .pending()
-        .heads()
-        .order_by("pk")
-        .values_list("pk", flat=True)
-    )
+    heads = OutboxEntry.objects.using(using).pending().heads().order_by("pk")
+    ids = list(heads.values_list("pk", flat=True))
     for pk in ids:
         enqueue_on_commit(pk, using=using)
     return len(ids)
@@ -103,12 +93,8 @@ def sweep_outbox() -> int:
     """Re-enqueue due entries whose message was lost (pending and untouched for
     ``STALE_AFTER``, or in progress past their lease). Returns how many."""
     record_run("drain_outbox")  # billing_doctor: beat ran
-    ids = list(
-        OutboxEntry.objects.due(stale_after=STALE_AFTER)
-        .heads()
-        .order_by("pk")
-        .values_list("pk", flat=True)[:SWEEP_BATCH]
-    )
+    due = OutboxEntry.objects.due(stale_after=STALE_AFTER).heads().order_by("pk")
+    ids = list(due.values_list("pk", flat=True)[:SWEEP_BATCH])
     if ids:  # touched, so the next sweep waits STALE_AFTER again
         OutboxEntry.objects.filter(pk__in=ids).update(updated_at=timezone.now())
         for pk in ids:

@@ -86,9 +86,8 @@ class SandboxHandle:
             return str(self.server.config.webhook_secret)
         if self._webhook_secret is None:
             raise RuntimeError(
-                "The sandbox does not answer its webhook secret over HTTP: create the handle "
-                "with server= (in-process) or webhook_secret= (the BILLING_SANDBOX_WEBHOOK_SECRET "
-                "the process was started with, or the BILLING_WEBHOOK_SECRET it printed)."
+                "The sandbox does not answer its webhook secret over HTTP: pass server= or "
+                "webhook_secret= (the BILLING_WEBHOOK_SECRET it printed) to the handle."
             )
         return self._webhook_secret
 

@@ -49,11 +49,7 @@ def billing_sandbox(billing_sandbox_server: Any, request: pytest.FixtureRequest)
 def billing_inline(request: pytest.FixtureRequest, transactional_db: None) -> Iterator[None]:
     from .inline import after_commit_inline
 
-    try:
-        settings = request.getfixturevalue("settings")  # pytest-django
-    except pytest.FixtureLookupError:
-        settings = None
-    with after_commit_inline(settings):
+    with after_commit_inline(_settings(request)):
         yield
 
 
@@ -62,16 +58,19 @@ def _point_django_at(handle: SandboxHandle, request: pytest.FixtureRequest) -> N
         from django.conf import settings as django_settings
     except ImportError:
         return
-    if not django_settings.configured:
-        return
-    try:
-        settings = request.getfixturevalue("settings")  # pytest-django
-    except pytest.FixtureLookupError:
+    if not django_settings.configured or (settings := _settings(request)) is None:
         return
     billing = dict(getattr(settings, "BILLING", None) or {})
     billing.update(handle.django_settings())
     settings.BILLING = billing
     _forget_tokens(billing.get("CACHE", "default"))
+
+
+def _settings(request: pytest.FixtureRequest) -> Any:
+    try:
+        return request.getfixturevalue("settings")  # pytest-django
+    except pytest.FixtureLookupError:
+        return None
 
 
 def _forget_tokens(alias: str) -> None:
