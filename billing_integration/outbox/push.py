@@ -38,6 +38,7 @@ logger = logging.getLogger("billing_integration.outbox")
 MAX_ATTEMPTS = 8  # retryable failures before an entry fails
 RETRY_BASE = 2.0  # seconds: retry n waits RETRY_BASE * 2**(n-1), with jitter
 RETRY_MAX = 300.0  # seconds: below the broker's visibility timeout
+Client = BillingClient | None
 
 
 class PushOutcome(StrEnum):
@@ -63,7 +64,7 @@ def backoff(attempt: int) -> float:
     return min(RETRY_MAX, wait * (0.75 + random.random() * 0.5))
 
 
-def push_entry(entry_id: int | None, *, client: BillingClient | None = None) -> PushResult:
+def push_entry(entry_id: int | None, *, client: Client = None) -> PushResult:
     """Push entry ``entry_id`` (None: the oldest due entry not locked by another worker); safe
     from any number of processes. ``client``: e.g. one with a deadline for a person waiting."""
     try:
@@ -77,7 +78,7 @@ def push_entry(entry_id: int | None, *, client: BillingClient | None = None) -> 
     return _push(entry_id, client, depth=0)
 
 
-def _push(entry_id: int | None, client: BillingClient | None, depth: int) -> PushResult:
+def _push(entry_id: int | None, client: Client, depth: int) -> PushResult:
     claimed = _claim(entry_id)
     if isinstance(claimed, PushResult):
         return claimed
@@ -92,9 +93,7 @@ def _push(entry_id: int | None, client: BillingClient | None, depth: int) -> Pus
     return _record(entry, obj, data if isinstance(data, dict) else {})
 
 
-def _after_dependencies(
-    pk: int, deps: list[Any], client: BillingClient | None, depth: int
-) -> PushResult:
+def _after_dependencies(pk: int, deps: list[Any], client: Client, depth: int) -> PushResult:
     """Push what the entry's object refers to first (each through its own entry and key)."""
     for dep in deps:
         result = _push(open_entry_for(dep).pk, client, 0)
@@ -107,8 +106,7 @@ def _after_dependencies(
 
 
 def _claim(entry_id: int | None) -> PushResult | tuple[OutboxEntry, Any, list[Any]]:
-    """Lock the entry (``SKIP LOCKED``) and mark it in progress, or say why not; a claimed
-    subscription comes with the objects to push first."""
+    """Lock the entry (``SKIP LOCKED``) and mark it in progress (with what to push first)."""
     now = timezone.now()
     with transaction.atomic():
         locked = OutboxEntry.objects.select_for_update(skip_locked=True)
@@ -282,7 +280,8 @@ def _call(entry: OutboxEntry, obj: Any, client: BillingClient) -> dict[str, Any]
 
 
 def _rows(obj: Any) -> QuerySet[Any]:
-    return type(obj)._default_manager.filter(pk=obj.pk)
+    rows: QuerySet[Any] = type(obj)._default_manager.filter(pk=obj.pk)
+    return rows
 
 
 def _others_open(entry: OutboxEntry) -> bool:
@@ -356,7 +355,8 @@ def _confirm_declared_cycles(product: Product, body: dict[str, Any]) -> None:
 def open_entry_for(obj: Any) -> OutboxEntry:
     """The entry that will create ``obj``: its oldest blocking one (put back in the queue if
     failed), else a new one."""
-    existing = OutboxEntry.objects.for_object(obj).filter(BLOCKING).order_by("pk").first()
+    blocking = OutboxEntry.objects.for_object(obj).filter(BLOCKING)
+    existing: OutboxEntry | None = blocking.order_by("pk").first()
     if existing is not None:
         if existing.state == OutboxState.FAILED:
             OutboxEntry.objects.filter(pk=existing.pk).update(

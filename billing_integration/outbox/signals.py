@@ -100,9 +100,9 @@ def refuse_product_delete(sender: Any, instance: Product, **kwargs: Any) -> None
     raise ProductDeletionRefused([instance])
 
 
-for model, name in ((Product, "product"), (Customer, "customer"), (Subscription, "subscription")):
-    post_save.connect(mirror_saved, sender=model, dispatch_uid=f"billing_outbox_{name}")
-for model, name in ((BillingCycle, "cycle"), (Price, "price")):
-    post_save.connect(part_changed, sender=model, dispatch_uid=f"billing_outbox_{name}")
-    post_delete.connect(part_changed, sender=model, dispatch_uid=f"billing_outbox_{name}_del")
+for mirrored in (Product, Customer, Subscription):
+    post_save.connect(mirror_saved, sender=mirrored, dispatch_uid=f"billing_outbox_{mirrored}")
+for part in (BillingCycle, Price):
+    post_save.connect(part_changed, sender=part, dispatch_uid=f"billing_outbox_{part}")
+    post_delete.connect(part_changed, sender=part, dispatch_uid=f"billing_outbox_{part}_del")
 pre_delete.connect(refuse_product_delete, sender=Product, dispatch_uid="billing_refuse_delete")

@@ -30,14 +30,11 @@ def enqueue(entry_id: int, countdown: float | None = None) -> bool:
     with a countdown (it would ignore it): the sweep finds the entry."""
     if countdown and push_outbox_entry.app.conf.task_always_eager:
         return False
-    queue = billing_settings.QUEUE
+    options = {"countdown": countdown, "retry_policy": PUBLISH_RETRY_POLICY}
+    if billing_settings.QUEUE:
+        options["queue"] = billing_settings.QUEUE
     try:
-        push_outbox_entry.apply_async(
-            (entry_id,),
-            countdown=countdown,
-            retry_policy=PUBLISH_RETRY_POLICY,
-            **({"queue": queue} if queue else {}),
-        )
+        push_outbox_entry.apply_async((entry_id,), **options)
     except Exception as exc:
         logger.warning("outbox entry %s: could not enqueue its push (%s)", entry_id, exc)
         return False
@@ -73,7 +70,7 @@ def push_due(limit: int = DRAIN_ENTRIES, seconds: float = DRAIN_SECONDS) -> int:
     return pushed
 
 
-@shared_task(
+@shared_task(  # type: ignore[untyped-decorator]  # Celery ships no type hints
     name="billing_integration.push_entry",
     acks_late=True,
     reject_on_worker_lost=True,
@@ -88,7 +85,7 @@ def push_outbox_entry(entry_id: int) -> str:
     return str(result.status)
 
 
-@shared_task(name="billing_integration.drain_outbox", ignore_result=True)
+@shared_task(name="billing_integration.drain_outbox", ignore_result=True)  # type: ignore[untyped-decorator]
 def sweep_outbox() -> int:
     """Re-enqueue due entries whose message was lost (pending and untouched for
     ``STALE_AFTER``, or in progress past their lease). Returns how many."""

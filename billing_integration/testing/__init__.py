@@ -1,6 +1,4 @@
-"""Test helpers: the pytest plugin (``billing_integration.testing.plugin``, a ``pytest11`` entry
-point) with the ``billing_sandbox`` fixture, ``sign_webhook(body, secret)`` and
-``SandboxHandle(url)`` for a running sandbox's control endpoints."""
+"""Test helpers: the pytest plugin (``testing.plugin``), ``sign_webhook`` and ``SandboxHandle``."""
 
 from .helpers import SandboxHandle, sign_webhook, start_sandbox
 

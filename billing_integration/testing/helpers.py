@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 
 #: Fast delivery retries for tests (seconds).
 TEST_RETRY_SCHEDULE = [0.05, 0.1, 0.2, 0.4]
-Rows = list[dict[str, Any]]
+Item = dict[str, Any]
+Rows = list[Item]
 
 
 def sign_webhook(
@@ -87,7 +88,7 @@ class SandboxHandle:
         if self._webhook_secret is None:
             raise RuntimeError(
                 "The sandbox does not answer its webhook secret over HTTP: pass server= or "
-                "webhook_secret= (the BILLING_WEBHOOK_SECRET it printed) to the handle."
+                "webhook_secret= (BILLING_SANDBOX_WEBHOOK_SECRET, or what it printed)."
             )
         return self._webhook_secret
 
@@ -102,15 +103,15 @@ class SandboxHandle:
             "WEBHOOK_SECRET": self.webhook_secret,
         }
 
-    def _call(self, method: str, path: str, timeout: float = 30, **kwargs: Any) -> Any:
+    def _call(self, method: str, path: str, timeout: float = 30, **kwargs: Any) -> Item:
         response = self.http.request(method, self.url + path, timeout=timeout, **kwargs)
         response.raise_for_status()
-        return response.json()
+        return cast(Item, response.json())
 
-    def _get(self, path: str, **params: Any) -> Any:
+    def _get(self, path: str, **params: Any) -> Item:
         return self._call("GET", path, params=params)
 
-    def _post(self, path: str, body: dict[str, Any] | None = None, timeout: float = 30) -> Any:
+    def _post(self, path: str, body: Item | None = None, timeout: float = 30) -> Item:
         return self._call("POST", path, timeout, json=body or {})
 
     def _data(self, path: str, **params: Any) -> Rows:
@@ -145,10 +146,7 @@ class SandboxHandle:
     def faults(self, **knobs: Any) -> dict[str, Any]:
         """Add a fault rule (see docs/sandbox.md), e.g. ``faults(operation="create_product",
         status=503, count=2)``; without arguments, return the current faults."""
-        return cast(
-            dict[str, Any],
-            self._post("/_sandbox/faults", knobs) if knobs else self._get("/_sandbox/faults"),
-        )
+        return self._post("/_sandbox/faults", knobs) if knobs else self._get("/_sandbox/faults")
 
     def clear_faults(self) -> None:
         self._call("DELETE", "/_sandbox/faults")
@@ -157,23 +155,20 @@ class SandboxHandle:
         return self._data(f"/_sandbox/objects/{kind}")
 
     def object(self, kind: str, obj_id: str) -> dict[str, Any]:
-        return cast(dict[str, Any], self._get(f"/_sandbox/objects/{kind}/{obj_id}")["data"])
+        return cast(Item, self._get(f"/_sandbox/objects/{kind}/{obj_id}")["data"])
 
-    def seed(
-        self, customers: int = 0, subscriptions: int = 0, product: str | None = None
-    ) -> dict[str, Any]:
+    def seed(self, customers: int = 0, subscriptions: int = 0, product: str | None = None) -> Item:
         body = {"customers": customers, "subscriptions": subscriptions, "product": product}
-        return cast(dict[str, Any], self._post("/_sandbox/seed", body, timeout=120))
+        return self._post("/_sandbox/seed", body, timeout=120)
 
     def trigger(self, event_type: str, obj: str, reason: str | None = None) -> dict[str, Any]:
         """Emit ``event_type`` for object id ``obj`` with its state change; returns the event."""
         body = {"type": event_type, "object": obj, **({"reason": reason} if reason else {})}
-        return cast(dict[str, Any], self._post("/_sandbox/trigger", body))
+        return self._post("/_sandbox/trigger", body)
 
     def advance(self, seconds: float = 0, *, days: float = 0) -> dict[str, Any]:
         """Move the sandbox clock forward; returns what was billed and expired."""
-        body = {"seconds": seconds, "days": days}
-        return cast(dict[str, Any], self._post("/_sandbox/clock/advance", body))
+        return self._post("/_sandbox/clock/advance", {"seconds": seconds, "days": days})
 
     def now(self) -> str:
         return str(self._get("/_sandbox/clock")["now"])
@@ -201,10 +196,8 @@ class SandboxHandle:
 
     def wait_for_deliveries(self, timeout: float = 10.0) -> bool:
         """Block until no delivery is pending; False if ``timeout`` passed first."""
-        response = self.http.post(
-            self.url + "/_sandbox/deliveries/flush", json={"timeout": timeout}, timeout=timeout + 10
-        )
-        return response.status_code == 200
+        url, body = self.url + "/_sandbox/deliveries/flush", {"timeout": timeout}
+        return self.http.post(url, json=body, timeout=timeout + 10).status_code == 200
 
     def complete_checkout(
         self, session_id: str, phone: str = "0700000001", return_url: str | None = None

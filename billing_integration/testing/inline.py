@@ -1,9 +1,5 @@
-"""``after_commit_inline()``: Celery runs eagerly, so what the app enqueues on commit (pushes,
-event processing, notices) runs inside the test. It runs only when a transaction really
-commits: use a transactional test, or ``captureOnCommitCallbacks(execute=True)`` /
-``django_capture_on_commit_callbacks(execute=True)``. The ``billing_inline`` fixture: a
-transactional test inside it.
-"""
+"""``after_commit_inline()``: eager Celery, so what the app enqueues on commit runs in the test,
+once a transaction really commits (a transactional test, or ``captureOnCommitCallbacks``)."""
 
 from __future__ import annotations
 

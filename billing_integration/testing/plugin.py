@@ -80,10 +80,9 @@ def _forget_tokens(alias: str) -> None:
         from django.db import transaction
 
         cache = caches[alias]
-        if cache.__class__.__name__ == "DatabaseCache":
-            with transaction.atomic(using=getattr(cache, "_db", None) or "default"):
-                cache.clear()
-        else:
+        in_db = cache.__class__.__name__ == "DatabaseCache"
+        db = getattr(cache, "_db", None) or "default"
+        with transaction.atomic(using=db) if in_db else contextlib.nullcontext():
             cache.clear()
     with contextlib.suppress(ImportError):
         from billing_integration.client import reset_client
