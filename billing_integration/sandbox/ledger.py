@@ -304,7 +304,9 @@ class Ledger:
         return session
 
     # -- trigger ---------------------------------------------------------------------------------
-    def trigger(self, event_type: str, obj_id: str, reason: str | None = None) -> dict[str, Any]:
+    def trigger(
+        self, event_type: str | None, obj_id: str | None, reason: str | None = None
+    ) -> dict[str, Any]:
         """Apply the state change ``event_type`` implies on ``obj_id`` and emit the event."""
         if event_type not in EVENT_TYPES:
             raise ValidationFailed(

@@ -121,7 +121,7 @@ class Store:
             finally:
                 self._depth = 0
 
-    def execute(self, sql: str, params: Iterable[Any] = ()) -> list[tuple]:
+    def execute(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
         with self.lock:
             return self.conn.execute(sql, tuple(params)).fetchall()
 
@@ -169,7 +169,7 @@ class Store:
         return [json.loads(r[0]) for r in rows]
 
     def count(self, kind: str) -> int:
-        return self.execute("SELECT COUNT(*) FROM objects WHERE kind = ?", (kind,))[0][0]
+        return int(self.execute("SELECT COUNT(*) FROM objects WHERE kind = ?", (kind,))[0][0])
 
     def due(self, kind: str, before: str, limit: int = 1000) -> list[dict[str, Any]]:
         """Documents of ``kind`` whose ``due`` is set and not after ``before``."""
