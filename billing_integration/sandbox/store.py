@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -138,7 +138,7 @@ class Store:
             )
         return doc
 
-    def insert_many(self, kind: str, docs: list[tuple[dict[str, Any], str | None]]) -> None:
+    def insert_many(self, kind: str, docs: Sequence[tuple[dict[str, Any], str | None]]) -> None:
         with self.transaction() as conn:
             conn.executemany(
                 "INSERT INTO objects (id, kind, due, data) VALUES (?, ?, ?, ?)",
@@ -156,6 +156,13 @@ class Store:
     def get(self, kind: str, obj_id: str) -> dict[str, Any] | None:
         rows = self.execute("SELECT data FROM objects WHERE id = ? AND kind = ?", (obj_id, kind))
         return json.loads(rows[0][0]) if rows else None
+
+    def must(self, kind: str, obj_id: str) -> dict[str, Any]:
+        """``get`` of an object the caller knows exists."""
+        doc = self.get(kind, obj_id)
+        if doc is None:
+            raise LookupError(f"No {kind} {obj_id}.")
+        return doc
 
     def kind_of(self, obj_id: str) -> str | None:
         rows = self.execute("SELECT kind FROM objects WHERE id = ?", (obj_id,))
