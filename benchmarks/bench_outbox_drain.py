@@ -6,16 +6,16 @@
 
 The sandbox runs as a process of its own; the floor (``n`` raw POSTs with the same bodies from
 one ``requests.Session`` in this process, set up as the client's) and the drain (``n``
-customers committed in one transaction, one push task each, pushed by one Celery worker
-process with concurrency 1) are both its clients. Werkzeug's server closes every connection
-after its answer, so both reconnect per request. The drain's time runs from the commit to the
-last entry done: the ``completed_at`` the worker stamps on it (not when this process's poll,
-every 50 ms, notices). Rounds run the two
-back to back, the order flipped every round; the verdict is the median of the paired round
-ratios (``benchmarks/_paired.py``; target: drain <= 1.5x the raw POSTs). Then, once: exactly 1
-token request per token lifetime while 4 worker processes drain ``n`` more. A drain that does
-not finish within ``--timeout`` seconds fails the run (exit status 1, no figure); so does a
-missed target.
+customers committed in one transaction, one push task enqueued each, pushed by one Celery
+worker process with concurrency 1: a task goes on with due entries, so most find theirs done)
+are both its clients. Werkzeug's server closes every connection after its answer, so both
+reconnect per request. The drain's time runs from the commit to the last entry done: the
+``completed_at`` the worker stamps on it (not when this process's poll, every 50 ms, notices).
+Rounds run the two back to back, the order flipped every round; the verdict is the median of
+the paired round ratios (``benchmarks/_paired.py``; target: drain <= 1.5x the raw POSTs).
+Then, once: exactly 1 token request per token lifetime while 4 worker processes drain ``n``
+more. A drain that does not finish within ``--timeout`` seconds fails the run (exit status 1,
+no figure); so does a missed target.
 """
 
 from __future__ import annotations

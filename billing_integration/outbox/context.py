@@ -1,7 +1,4 @@
-"""``from_remote()`` as the outbox's name for it; it lives in ``billing_integration.context``,
-below the models, whose ``save()`` reads it."""
-
-from __future__ import annotations
+"""``from_remote()`` under the outbox's name; defined in ``billing_integration.context``."""
 
 from ..context import from_remote, is_from_remote
 

@@ -1,9 +1,5 @@
-"""The one push of an outbox entry: claim it, call the service, record the outcome.
-
-``push_entry(pk)`` is called by the Celery task ``push_outbox_entry`` and by the inline paths
-(checkout's ``ensure_customer_pushed``, ``billing_sync --push``). No transaction is held
-during the HTTP call; every attempt sends the entry's stored body with its idempotency key.
-"""
+"""The one push of an outbox entry: claim it, call the service (no transaction held), record
+the outcome. Every attempt sends the entry's stored body with its idempotency key."""
 
 from __future__ import annotations
 
@@ -15,9 +11,11 @@ from enum import StrEnum
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from ..client import BillingClient, get_client
+from ..context import from_remote
 from ..exceptions import (
     BillingError,
     BillingIdempotencyConflict,
@@ -34,15 +32,13 @@ from ..models.outbox import LEASE, OPEN_STATES, OutboxEntry, OutboxOperation, Ou
 from ..models.products import BillingCycle, Product
 from ..models.subscriptions import Subscription
 from ..service import ensure_service
-from .context import from_remote
 
 logger = logging.getLogger("billing_integration.outbox")
 
-__all__ = ["PushOutcome", "PushResult", "backoff", "push_entry", "response_fields"]
-
-MAX_ATTEMPTS = 8  # attempts before an entry that keeps failing with retryable errors fails
+MAX_ATTEMPTS = 8  # retryable failures before an entry fails
 RETRY_BASE = 2.0  # seconds: retry n waits RETRY_BASE * 2**(n-1), with jitter
-RETRY_MAX = 300.0  # seconds: the longest wait; keep it below the broker's visibility timeout
+RETRY_MAX = 300.0  # seconds: below the broker's visibility timeout
+Client = BillingClient | None
 
 
 class PushOutcome(StrEnum):
@@ -64,45 +60,40 @@ class PushResult:
 
 def backoff(attempt: int) -> float:
     """Seconds before retry ``attempt`` (1-based), with jitter, at most ``RETRY_MAX``."""
-    wait = min(RETRY_MAX, RETRY_BASE * 2 ** max(0, attempt - 1))
+    wait = min(RETRY_MAX, RETRY_BASE * 2.0 ** max(0, attempt - 1))
     return min(RETRY_MAX, wait * (0.75 + random.random() * 0.5))
 
 
-def push_entry(entry_id: int, *, client: Any = None) -> PushResult:
-    """Push outbox entry ``entry_id`` now, in this process; safe from any number of them.
-    ``client``: the ``BillingClient`` to call (a person waiting passes one with a deadline)."""
+def push_entry(entry_id: int | None, *, client: Client = None) -> PushResult:
+    """Push entry ``entry_id`` (None: the oldest due entry not locked by another worker); safe
+    from any number of processes. ``client``: e.g. one with a deadline for a person waiting."""
     try:
         ensure_service()
     except BillingServiceMismatchError as exc:
         message = str(exc)[:2000]
-        OutboxEntry.objects.filter(state=OutboxState.PENDING).exclude(last_error=message).update(
-            last_error=message
-        )
+        pending = OutboxEntry.objects.filter(state=OutboxState.PENDING)
+        pending.exclude(last_error=message).update(last_error=message)
         logger.error("outbox push refused: %s", message)
-        return PushResult(PushOutcome.REFUSED, entry_id, error=exc)
+        return PushResult(PushOutcome.REFUSED, entry_id or 0, error=exc)
     return _push(entry_id, client, depth=0)
 
 
-def _push(entry_id: int, client: Any, depth: int) -> PushResult:
+def _push(entry_id: int | None, client: Client, depth: int) -> PushResult:
     claimed = _claim(entry_id)
     if isinstance(claimed, PushResult):
         return claimed
-    if isinstance(claimed, list):  # a subscription whose customer/product is not pushed yet
-        return _after_dependencies(entry_id, claimed, client, depth)
-    entry, obj = claimed
-    if client is None:
-        from ..client import get_client
-
-        client = get_client()
+    entry, obj, deps = claimed
+    if deps:  # a subscription whose customer/product is not pushed yet
+        return _after_dependencies(entry.pk, deps, client, depth)
     try:
-        data = _call(entry, obj, client)
+        data = _call(entry, obj, client or get_client())
     except BillingError as exc:
         return _record_failure(entry, obj, exc)
     # Anything else leaves the entry in progress: the sweep takes it again after its lease.
     return _record(entry, obj, data if isinstance(data, dict) else {})
 
 
-def _after_dependencies(pk: int, deps: list[Any], client: Any, depth: int) -> PushResult:
+def _after_dependencies(pk: int, deps: list[Any], client: Client, depth: int) -> PushResult:
     """Push what the entry's object refers to first (each through its own entry and key)."""
     for dep in deps:
         result = _push(open_entry_for(dep).pk, client, 0)
@@ -114,11 +105,18 @@ def _after_dependencies(pk: int, deps: list[Any], client: Any, depth: int) -> Pu
     return _push(pk, client, depth + 1)
 
 
-def _claim(entry_id: int) -> PushResult | list[Any] | tuple[OutboxEntry, Any]:
-    """Lock the entry (``SKIP LOCKED``) and mark it in progress, or say why not."""
+def _claim(entry_id: int | None) -> PushResult | tuple[OutboxEntry, Any, list[Any]]:
+    """Lock the entry (``SKIP LOCKED``) and mark it in progress (with what to push first)."""
     now = timezone.now()
     with transaction.atomic():
-        entry = OutboxEntry.objects.select_for_update(skip_locked=True).filter(pk=entry_id).first()
+        locked = OutboxEntry.objects.select_for_update(skip_locked=True)
+        if entry_id is None:
+            entry = locked.due().heads().order_by("pk").first()
+            if entry is None:
+                return PushResult(PushOutcome.SKIPPED, 0)
+            entry_id = entry.pk
+        else:
+            entry = locked.filter(pk=entry_id).first()
         if entry is None:  # another worker holds it, or it is gone
             held = OutboxEntry.objects.filter(pk=entry_id).exists()
             return PushResult(PushOutcome.BUSY if held else PushOutcome.SKIPPED, entry_id)
@@ -136,52 +134,41 @@ def _claim(entry_id: int) -> PushResult | list[Any] | tuple[OutboxEntry, Any]:
             return PushResult(PushOutcome.SKIPPED, entry_id)
         if entry.payload is None:
             if deps := _dependencies_missing(obj):
-                return deps
+                return entry, obj, deps
             entry.operation, body, note = _build(entry, obj)
             if body is None:
                 _finish(entry, note)
-                type(obj)._default_manager.filter(pk=obj.pk).update(
-                    sync_state=settled_state(note, not _others_open(entry)), sync_error=note
-                )
+                state = settled_state(note, not _others_open(entry))
+                _rows(obj).update(sync_state=state, sync_error=note)
                 return PushResult(PushOutcome.DONE, entry_id)
             entry.payload = body
         elif entry.operation == OutboxOperation.CREATE and obj.remote_id is not None:
             _finish(entry, "")  # created meanwhile through this same entry
             return PushResult(PushOutcome.DONE, entry_id)
-        # A conditional update: of two processes that read the same row (SQLite has no row
-        # locks), one claims it.
-        claimed = OutboxEntry.objects.filter(
-            pk=entry.pk, state=entry.state, attempts=entry.attempts
-        ).update(
-            state=OutboxState.IN_PROGRESS,
-            started_at=now,
-            attempts=entry.attempts + 1,
-            payload=entry.payload,
-            operation=entry.operation,
-            updated_at=now,
-        )
-        if not claimed:
+        # Conditional: of two processes that read the row (SQLite has no row locks), one wins.
+        n = entry.attempts
+        same = OutboxEntry.objects.filter(pk=entry.pk, state=entry.state, attempts=n)
+        claim = {"state": OutboxState.IN_PROGRESS, "started_at": now, "updated_at": now}
+        claim.update(attempts=n + 1, payload=entry.payload, operation=entry.operation)
+        if not same.update(**claim):
             return PushResult(PushOutcome.BUSY, entry_id)
-        entry.state, entry.started_at, entry.attempts = (
-            OutboxState.IN_PROGRESS,
-            now,
-            entry.attempts + 1,
-        )
-        type(obj)._default_manager.filter(pk=obj.pk).update(last_attempt_at=now)
-    return entry, obj
+        for field, value in claim.items():
+            setattr(entry, field, value)
+        _rows(obj).update(last_attempt_at=now)
+    return entry, obj, []
 
 
-def _blocking(entry: OutboxEntry) -> Any:
-    """The entries of ``entry``'s object that a later one waits behind: open or in doubt."""
-    return OutboxEntry.objects.filter(
-        content_type_id=entry.content_type_id, object_id=entry.object_id
-    ).filter(Q(state__in=OPEN_STATES) | Q(state=OutboxState.FAILED, in_doubt=True))
+#: The entries a later one of their object waits behind: open or in doubt.
+BLOCKING = Q(state__in=OPEN_STATES) | Q(state=OutboxState.FAILED, in_doubt=True)
+
+
+def _blocking(entry: OutboxEntry) -> QuerySet[OutboxEntry]:
+    of_object = {"content_type_id": entry.content_type_id, "object_id": entry.object_id}
+    return OutboxEntry.objects.filter(BLOCKING, **of_object)
 
 
 def _finish(entry: OutboxEntry, note: str) -> None:
-    entry.state = OutboxState.DONE
-    entry.completed_at = timezone.now()
-    entry.last_error = note
+    entry.state, entry.completed_at, entry.last_error = OutboxState.DONE, timezone.now(), note
     entry.save()
     _enqueue_next(entry)
 
@@ -211,55 +198,39 @@ def _record(entry: OutboxEntry, obj: Any, data: dict[str, Any]) -> PushResult:
             logger.error("outbox entry %s: %s", entry.pk, error)
             OutboxEntry.objects.filter(pk=entry.pk).update(last_error=error)
         _enqueue_next(entry)
-    logger.info(
-        "outbox entry %s: %s %s#%s done (attempt %s)",
-        entry.pk,
-        entry.operation,
-        type(obj).__name__,
-        obj.pk,
-        entry.attempts,
-    )
+    name = f"{entry.operation} {type(obj).__name__}#{obj.pk}"
+    logger.info("outbox entry %s: %s done (attempt %s)", entry.pk, name, entry.attempts)
     return PushResult(PushOutcome.DONE, entry.pk)
 
 
 def _record_failure(entry: OutboxEntry, obj: Any, exc: BillingError) -> PushResult:
-    """A retryable error goes back to pending with a backoff, else the entry fails. A timeout,
-    a 5xx or an idempotency conflict leaves the outcome unknown: the entry is in doubt for
-    good, so any retry keeps its key and body."""
+    """Back to pending after a backoff if retryable, else failed. An unknown outcome (timeout,
+    5xx, idempotency conflict) puts the entry in doubt for good: retries keep key and body."""
     retryable = bool(getattr(exc, "retryable", False))
     in_doubt = retryable or isinstance(exc, BillingIdempotencyConflict)
     now = timezone.now()
     with transaction.atomic():
         current = OutboxEntry.objects.select_for_update().get(pk=entry.pk)
-        current.last_error = str(exc)[:2000]
+        error = current.last_error = str(exc)[:2000]
         current.in_doubt = in_doubt or current.in_doubt
         current.started_at = None
-        if retryable and current.attempts < MAX_ATTEMPTS:
-            wait = backoff(current.attempts)
+        wait = backoff(current.attempts) if retryable and current.attempts < MAX_ATTEMPTS else None
+        if wait is not None:
             current.state = OutboxState.PENDING
             current.next_attempt_at = now + timedelta(seconds=wait)
-            current.save()
-            type(obj)._default_manager.filter(pk=obj.pk).update(sync_error=current.last_error)
-            logger.warning(
-                "outbox entry %s: attempt %s failed (%s); retry in %.1fs",
-                entry.pk,
-                current.attempts,
-                exc,
-                wait,
-            )
-            return PushResult(PushOutcome.RETRY, entry.pk, retry_in=wait, error=exc)
-        current.state = OutboxState.FAILED
-        current.completed_at = now
+        else:
+            current.state, current.completed_at = OutboxState.FAILED, now
         current.save()
-        type(obj)._default_manager.filter(pk=obj.pk).update(
-            sync_state=SyncState.FAILED, sync_error=current.last_error
-        )
+        if wait is not None:
+            _rows(obj).update(sync_error=error)
+            logger.warning("outbox entry %s failed (%s); retry in %.1fs", entry.pk, exc, wait)
+            return PushResult(PushOutcome.RETRY, entry.pk, retry_in=wait, error=exc)
+        _rows(obj).update(sync_state=SyncState.FAILED, sync_error=error)
         _enqueue_next(current)
     logger.error("outbox entry %s failed after %s attempt(s): %s", entry.pk, entry.attempts, exc)
     return PushResult(PushOutcome.FAILED, entry.pk, error=exc)
 
 
-# --- building, calling, storing ---------------------------------------------------------------
 def _build(entry: OutboxEntry, obj: Any) -> tuple[str, dict[str, Any] | None, str]:
     """(operation, body or None when there is nothing to send, note)."""
     if isinstance(obj, Product):
@@ -271,13 +242,9 @@ def _build(entry: OutboxEntry, obj: Any) -> tuple[str, dict[str, Any] | None, st
     if isinstance(obj, Customer):
         if obj.remote_id is None:
             return OutboxOperation.CREATE, customer_map.to_remote(obj), ""
-        fields = customer_map.differs(obj)
-        note = (
-            f"Not pushed: the service has no customer update operation (changed: {fields})."
-            if fields
-            else ""
-        )
-        return OutboxOperation.UPDATE, None, note
+        changed = customer_map.differs(obj)
+        note = f"Not pushed: the service has no customer update operation (changed: {changed})."
+        return OutboxOperation.UPDATE, None, note if changed else ""
     if isinstance(obj, Subscription):
         if obj.remote_id is None:
             return OutboxOperation.CREATE, subscription_map.to_remote(obj), ""
@@ -288,13 +255,11 @@ def _build(entry: OutboxEntry, obj: Any) -> tuple[str, dict[str, Any] | None, st
 def _dependencies_missing(obj: Any) -> list[Any]:
     """Objects that must exist remotely before ``obj`` can be created."""
     if isinstance(obj, Subscription) and obj.remote_id is None:
-        return [
-            dep for dep in (obj.customer, obj.product) if dep is not None and dep.remote_id is None
-        ]
+        return [d for d in (obj.customer, obj.product) if d is not None and d.remote_id is None]
     return []
 
 
-def _call(entry: OutboxEntry, obj: Any, client: Any) -> dict[str, Any]:
+def _call(entry: OutboxEntry, obj: Any, client: BillingClient) -> dict[str, Any]:
     key = str(entry.idempotency_key)
     body = entry.payload or {}
     if isinstance(obj, Product):
@@ -314,6 +279,11 @@ def _call(entry: OutboxEntry, obj: Any, client: Any) -> dict[str, Any]:
     raise TypeError(f"No push defined for {type(obj).__name__}")
 
 
+def _rows(obj: Any) -> QuerySet[Any]:
+    rows: QuerySet[Any] = type(obj)._default_manager.filter(pk=obj.pk)
+    return rows
+
+
 def _others_open(entry: OutboxEntry) -> bool:
     return _blocking(entry).exclude(pk=entry.pk).filter(state__in=OPEN_STATES).exists()
 
@@ -325,12 +295,10 @@ def settled_state(note: str, synced: bool) -> str:
     return SyncState.NOT_SENT if note else SyncState.SYNCED
 
 
-def response_fields(
-    obj: Any, data: dict[str, Any], synced: bool, changed: Any = ()
-) -> dict[str, Any]:
-    """The columns to store from the service's answer to the push of ``obj``. An answer the
-    mapping refuses keeps only its remote id (never created twice) and the error. Raises
-    ``IntegrityError`` when neither the answer nor the object has a remote id."""
+def _apply_response(obj: Any, data: dict[str, Any], synced: bool, changed: Any = ()) -> None:
+    """Store the answer without signals (nothing is pushed back). An answer the mapping refuses
+    keeps only its remote id (never created twice) and the error; with no id on either side,
+    ``IntegrityError``."""
     error = note = ""
     try:
         fields = _answer_fields(obj, data)
@@ -347,35 +315,30 @@ def response_fields(
     fields.update(last_synced_at=timezone.now(), sync_error="\n".join(filter(None, (note, error))))
     if synced:
         fields["sync_state"] = settled_state(note, synced)
-    return fields
-
-
-def _answer_fields(obj: Any, data: dict[str, Any]) -> dict[str, Any]:
-    if isinstance(obj, Product):
-        return {k: v for k, v in product_map.from_remote(data).items() if k in META_FIELDS}
-    if isinstance(obj, Customer):
-        mapped = customer_map.from_remote(data)
-        keep = (*META_FIELDS, "address_line_1", "address_line_2", "phone", "status")
-        return {k: v for k, v in mapped.items() if k in keep}
-    if isinstance(obj, Subscription):
-        mapped = subscription_map.from_remote(data)
-        owned = (*META_FIELDS, *subscription_map.REMOTE_OWNED)
-        return {k: v for k, v in mapped.items() if k in owned}
-    return {}
-
-
-def _apply_response(obj: Any, data: dict[str, Any], synced: bool, changed: Any = ()) -> None:
-    """Store the answer without signals (so nothing is pushed back)."""
-    fields = response_fields(obj, data, synced, changed)
     with from_remote():
-        type(obj)._default_manager.filter(pk=obj.pk).update(**fields)
+        _rows(obj).update(**fields)
     for key, value in fields.items():
         setattr(obj, key, value)
 
 
+def _answer_fields(obj: Any, data: dict[str, Any]) -> dict[str, Any]:
+    keep: tuple[str, ...] = tuple(META_FIELDS)
+    if isinstance(obj, Product):
+        mapped = product_map.from_remote(data)
+    elif isinstance(obj, Customer):
+        mapped = customer_map.from_remote(data)
+        keep += ("address_line_1", "address_line_2", "phone", "status")
+    elif isinstance(obj, Subscription):
+        mapped = subscription_map.from_remote(data)
+        keep += tuple(subscription_map.REMOTE_OWNED)
+    else:
+        return {}
+    return {k: v for k, v in mapped.items() if k in keep}
+
+
 def _confirm_declared_cycles(product: Product, body: dict[str, Any]) -> None:
-    """After a push that carried a blueprint, the cycles sent as they are now are confirmed
-    and the product's blueprint is known."""
+    """After a push of a blueprint: the cycles sent as they are now are confirmed, and the
+    product's blueprint is known."""
     blueprint = body.get("subscription_blueprint")
     if not isinstance(blueprint, dict):
         return
@@ -390,14 +353,10 @@ def _confirm_declared_cycles(product: Product, body: dict[str, Any]) -> None:
 
 
 def open_entry_for(obj: Any) -> OutboxEntry:
-    """The entry that will create ``obj``: its oldest open (or in-doubt failed) one, put back
-    in the queue if failed, else a new one."""
-    existing = (
-        OutboxEntry.objects.for_object(obj)
-        .filter(Q(state__in=OPEN_STATES) | Q(state=OutboxState.FAILED, in_doubt=True))
-        .order_by("pk")
-        .first()
-    )
+    """The entry that will create ``obj``: its oldest blocking one (put back in the queue if
+    failed), else a new one."""
+    blocking = OutboxEntry.objects.for_object(obj).filter(BLOCKING)
+    existing: OutboxEntry | None = blocking.order_by("pk").first()
     if existing is not None:
         if existing.state == OutboxState.FAILED:
             OutboxEntry.objects.filter(pk=existing.pk).update(

@@ -1,15 +1,10 @@
-"""Celery tasks of the outbox: ``push_outbox_entry`` (one entry, enqueued when its change
-commits) and ``sweep_outbox`` (beat: re-enqueues what a lost message left behind).
-
-Retries go through Celery: a retryable failure re-enqueues the task with a ``countdown``
-(the entry's backoff). The host keeps ``CELERY_TASK_ACKS_LATE`` and
-``CELERY_TASK_REJECT_ON_WORKER_LOST`` on (a killed worker's task is redelivered, same key),
-and the broker's visibility timeout above ``push.RETRY_MAX``.
-"""
+"""The outbox's tasks: ``push_outbox_entry`` (enqueued when a change commits; a retry comes
+back after its backoff) and ``sweep_outbox`` (beat: re-enqueues what a lost message left)."""
 
 from __future__ import annotations
 
 import logging
+import time
 
 from celery import shared_task
 from django.db import transaction
@@ -18,31 +13,28 @@ from django.utils import timezone
 from ..conf import billing_settings
 from ..health import record_run
 from ..models.outbox import OutboxEntry
-from .push import PushOutcome, push_entry
+from .push import PushOutcome, PushResult, push_entry
 
 logger = logging.getLogger("billing_integration.outbox")
 
-__all__ = ["enqueue", "enqueue_on_commit", "enqueue_open", "push_outbox_entry", "sweep_outbox"]
-
 STALE_AFTER = 60.0  # seconds: the sweep re-enqueues pending entries untouched for this long
 SWEEP_BATCH = 1000  # entries one sweep re-enqueues at most
+DRAIN_ENTRIES = 100  # due entries a task pushes after its own, at most...
+DRAIN_SECONDS = 5.0  # ...and for at most this long
 #: Publishing must not hang a web request when the broker is down (the sweep covers it).
 PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2}
 
 
 def enqueue(entry_id: int, countdown: float | None = None) -> bool:
-    """Send ``push_outbox_entry(entry_id)``; False when the broker refused (the sweep finds it).
-    Eager Celery ignores countdowns: a delayed push is then left to the sweep."""
+    """Send ``push_outbox_entry(entry_id)``; False when the broker refused or Celery is eager
+    with a countdown (it would ignore it): the sweep finds the entry."""
     if countdown and push_outbox_entry.app.conf.task_always_eager:
         return False
-    queue = billing_settings.QUEUE
+    options = {"countdown": countdown, "retry_policy": PUBLISH_RETRY_POLICY}
+    if billing_settings.QUEUE:
+        options["queue"] = billing_settings.QUEUE
     try:
-        push_outbox_entry.apply_async(
-            (entry_id,),
-            countdown=countdown,
-            retry_policy=PUBLISH_RETRY_POLICY,
-            **({"queue": queue} if queue else {}),
-        )
+        push_outbox_entry.apply_async((entry_id,), **options)
     except Exception as exc:
         logger.warning("outbox entry %s: could not enqueue its push (%s)", entry_id, exc)
         return False
@@ -50,49 +42,56 @@ def enqueue(entry_id: int, countdown: float | None = None) -> bool:
 
 
 def enqueue_on_commit(entry_id: int, *, using: str | None = None) -> None:
-    """``enqueue(entry_id)`` once the current transaction commits."""
     transaction.on_commit(lambda: enqueue(entry_id), using=using)
 
 
 def enqueue_open(using: str | None = None) -> int:
     """Enqueue, on commit, the push of every pending entry not waiting behind another."""
-    ids = list(
-        OutboxEntry.objects.using(using)
-        .pending()
-        .heads()
-        .order_by("pk")
-        .values_list("pk", flat=True)
-    )
+    heads = OutboxEntry.objects.using(using).pending().heads().order_by("pk")
+    ids = list(heads.values_list("pk", flat=True))
     for pk in ids:
         enqueue_on_commit(pk, using=using)
     return len(ids)
 
 
-@shared_task(
+def _settle(result: PushResult) -> bool:
+    """Enqueue a retry after its backoff; True when the entry was pushed here (any outcome)."""
+    if result.status == PushOutcome.RETRY:
+        enqueue(result.entry_id, countdown=result.retry_in)
+    return result.status in (PushOutcome.DONE, PushOutcome.RETRY, PushOutcome.FAILED)
+
+
+def push_due(limit: int = DRAIN_ENTRIES, seconds: float = DRAIN_SECONDS) -> int:
+    """Push the oldest due entries (claimed ``SKIP LOCKED``) until none is left, ``limit`` are
+    pushed or ``seconds`` passed; returns how many were pushed."""
+    pushed, stop = 0, time.monotonic() + seconds
+    while pushed < limit and time.monotonic() < stop and _settle(push_entry(None)):
+        pushed += 1
+    return pushed
+
+
+@shared_task(  # type: ignore[untyped-decorator]  # Celery ships no type hints
     name="billing_integration.push_entry",
     acks_late=True,
     reject_on_worker_lost=True,
     ignore_result=True,
 )
 def push_outbox_entry(entry_id: int) -> str:
-    """Push one entry; a retryable failure comes back after its backoff (same key)."""
+    """Push one entry, then other due ones (``push_due``) so a backlog drains without a
+    message per entry; a task whose entry is already done, or held, exits at once."""
     result = push_entry(entry_id)
-    if result.status == PushOutcome.RETRY:
-        enqueue(entry_id, countdown=result.retry_in)
+    if _settle(result) and not push_outbox_entry.request.is_eager:
+        push_due()
     return str(result.status)
 
 
-@shared_task(name="billing_integration.drain_outbox", ignore_result=True)
+@shared_task(name="billing_integration.drain_outbox", ignore_result=True)  # type: ignore[untyped-decorator]
 def sweep_outbox() -> int:
-    """Re-enqueue entries due and not running whose message was lost (pending and untouched
-    for ``STALE_AFTER``, or in progress past their lease). Returns how many."""
+    """Re-enqueue due entries whose message was lost (pending and untouched for
+    ``STALE_AFTER``, or in progress past their lease). Returns how many."""
     record_run("drain_outbox")  # billing_doctor: beat ran
-    ids = list(
-        OutboxEntry.objects.due(stale_after=STALE_AFTER)
-        .heads()
-        .order_by("pk")
-        .values_list("pk", flat=True)[:SWEEP_BATCH]
-    )
+    due = OutboxEntry.objects.due(stale_after=STALE_AFTER).heads().order_by("pk")
+    ids = list(due.values_list("pk", flat=True)[:SWEEP_BATCH])
     if ids:  # touched, so the next sweep waits STALE_AFTER again
         OutboxEntry.objects.filter(pk__in=ids).update(updated_at=timezone.now())
         for pk in ids:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import uuid
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeGuard
 
 from . import clock as timeutil
 from .clock import Clock
@@ -21,6 +21,7 @@ from .web import NotFound, ValidationFailed, error_entry
 PRODUCT_STATUSES = ("draft", "published", "archived")
 BILLING_TYPES = ("flat-rate",)
 ACTIONS = ("new_subscription",)
+Reply = tuple[int, dict[str, Any]]  # status, JSON body
 MAX_LIMIT = 1000
 DEFAULT_LIMIT = 100
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
@@ -32,11 +33,11 @@ def is_uuid(value: Any) -> bool:
     return isinstance(value, str) and bool(_UUID.match(value))
 
 
-def is_int(value: Any) -> bool:
+def is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
@@ -238,23 +239,23 @@ class BillingAPI:
     def _store_blueprint(self, blueprint: dict[str, Any], product_id: str) -> str:
         doc = {"id": str(uuid.uuid4()), "product": product_id, **blueprint}
         self.store.insert("blueprint", doc)
-        return doc["id"]
+        return str(doc["id"])
 
     def blueprint_of(self, product: dict[str, Any]) -> dict[str, Any] | None:
         bp = product.get("subscription_blueprint")
         return self.store.get("blueprint", bp) if bp else None
 
     # -- products --------------------------------------------------------------------------
-    def list_products(self, account: str, args: Any, ignore_paging: bool = False):
+    def list_products(self, account: str, args: Any, ignore_paging: bool = False) -> Reply:
         return self._list("product", args, ignore_paging)
 
-    def get_product(self, account: str, product_id: str):
+    def get_product(self, account: str, product_id: str) -> Reply:
         doc = self.store.get("product", product_id)
         if doc is None:
             raise NotFound(f"Product {product_id} not found.")
         return 200, {"data": public(doc)}
 
-    def create_product(self, account: str, body: Any):
+    def create_product(self, account: str, body: Any) -> Reply:
         chk = Checker(body)
         name = chk.string("name", non_empty=True)
         description = chk.string("description", required=False, default="")
@@ -311,7 +312,7 @@ class BillingAPI:
         if chk.has("features") and not isinstance(chk.body["features"], list | type(None)):
             chk.fail("features", "features must be an array.", "invalid_type")
 
-    def update_product(self, account: str, product_id: str, body: Any):
+    def update_product(self, account: str, product_id: str, body: Any) -> Reply:
         doc = self.store.get("product", product_id)
         if doc is None:
             raise NotFound(f"Product {product_id} not found.")
@@ -370,10 +371,10 @@ class BillingAPI:
         return 200, {"data": public(doc)}
 
     # -- customers -------------------------------------------------------------------------
-    def list_customers(self, account: str, args: Any, ignore_paging: bool = False):
+    def list_customers(self, account: str, args: Any, ignore_paging: bool = False) -> Reply:
         return self._list("customer", args, ignore_paging)
 
-    def create_customer(self, account: str, body: Any):
+    def create_customer(self, account: str, body: Any) -> Reply:
         chk = Checker(body)
         identifier = chk.string("identifier", non_empty=True)
         first_name = chk.string("first_name", required=False, default="")
@@ -402,7 +403,7 @@ class BillingAPI:
         return 200, {"data": public(doc)}
 
     # -- subscriptions ---------------------------------------------------------------------
-    def list_subscriptions(self, account: str, args: Any, ignore_paging: bool = False):
+    def list_subscriptions(self, account: str, args: Any, ignore_paging: bool = False) -> Reply:
         return self._list("subscription", args, ignore_paging)
 
     def _reference(self, chk: Checker, name: str, kind: str) -> dict[str, Any] | None:
@@ -507,8 +508,9 @@ class BillingAPI:
             )
             return None, None
         if value.isascii() and value.isdigit():
-            currency_id: int | None = int(value)
-            code = self.config.currency_code(currency_id)
+            number = int(value)
+            currency_id: int | None = number
+            code = self.config.currency_code(number)
         else:
             code, currency_id = value, self.config.currency_id(value)
         if code is None or currency_id is None:
@@ -521,7 +523,7 @@ class BillingAPI:
             return None, None
         return code, currency_id
 
-    def create_subscription(self, account: str, body: Any):
+    def create_subscription(self, account: str, body: Any) -> Reply:
         chk = Checker(body)
         customer = self._reference(chk, "customer", "customer")
         product = self._reference(chk, "product", "product")
@@ -549,7 +551,9 @@ class BillingAPI:
             auto_renew = True
         if not isinstance(auto_renew, bool):
             chk.fail("auto_renew", "auto_renew must be a boolean.", "invalid_type")
-        chk.check()
+        chk.check()  # raises unless every check passed: what follows is set
+        assert customer is not None and product is not None
+        assert code is not None and currency is not None
         doc = self.new_subscription(
             account, customer, product, code, currency, auto_renew, trial_end
         )
@@ -593,7 +597,7 @@ class BillingAPI:
         return doc
 
     # -- checkout sessions -----------------------------------------------------------------
-    def create_checkout_session(self, account: str, body: Any):
+    def create_checkout_session(self, account: str, body: Any) -> Reply:
         chk = Checker(body)
         customer = self._reference(chk, "customer", "customer")
         product = self._reference(chk, "product", "product")
@@ -637,7 +641,8 @@ class BillingAPI:
                 else:
                     if expires <= now:
                         chk.fail("expires_at", "expires_at must be in the future.", "in_the_past")
-        chk.check()
+        chk.check()  # raises unless every check passed
+        assert customer is not None and product is not None
         doc = self._meta(account)
         doc.update(
             {

@@ -131,7 +131,9 @@ class SandboxApp:
             return 404, {"errors": [{"message": exc.message, "code": "not_found", "field": None}]}
 
     # -- WSGI ------------------------------------------------------------------------------
-    def __call__(self, environ: dict[str, Any], start_response: Callable) -> Iterable[bytes]:
+    def __call__(
+        self, environ: dict[str, Any], start_response: Callable[..., Any]
+    ) -> Iterable[bytes]:
         request = Request(environ)
         response = self.dispatch(request)
         return response(environ, start_response)
@@ -152,8 +154,8 @@ class SandboxApp:
         except HTTPException as exc:  # redirects of strict slashes and the like
             return exc.get_response(request.environ)
         if endpoint.startswith("control:"):
-            return self.control.dispatch(endpoint.split(":", 1)[1], request, args)
-        return self._operation(request, endpoint, args)
+            return self.control.dispatch(endpoint.split(":", 1)[1], request, dict(args))
+        return self._operation(request, endpoint, dict(args))
 
     def _operation(self, request: Request, op: str, args: dict[str, Any]) -> Response:
         entry = self.log.record(request, op)

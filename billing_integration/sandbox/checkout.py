@@ -193,7 +193,15 @@ class CheckoutPages:
             outcome="form" if not error else outcome,
         )
 
-    def _confirm(self, session, phone, summary, action, return_url, back) -> Response:
+    def _confirm(
+        self,
+        session: dict[str, Any],
+        phone: str,
+        summary: str,
+        action: str,
+        return_url: str | None,
+        back: str,
+    ) -> Response:
         result = self.ledger.confirm_checkout(session, phone)
         outcome = result["outcome"]
         if outcome == SUCCESS:

@@ -10,6 +10,7 @@ sandbox knows it (``BILLING_SANDBOX_WEBHOOK_SECRET``, the start-up printout, or
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from html import escape
 from typing import TYPE_CHECKING, Any
@@ -77,15 +78,16 @@ class Control:
         except ValueError as exc:
             return error_response(400, "invalid_json", f"Invalid JSON body: {exc}")
         try:
-            return getattr(self, f"do_{endpoint}")(request, body, **args)
+            handler: Callable[..., Response] = getattr(self, f"do_{endpoint}")
+            return handler(request, body, **args)
         except (ValueError, TypeError) as exc:
             return error_response(400, "invalid", str(exc))
 
     # -- state ---------------------------------------------------------------------------------
-    def do_health(self, request, body) -> Response:
+    def do_health(self, request: Request, body: dict[str, Any]) -> Response:
         return json_response({"status": "ok", "time": self.app.clock.now_str()})
 
-    def do_config(self, request, body) -> Response:
+    def do_config(self, request: Request, body: dict[str, Any]) -> Response:
         if request.method == "POST":
             unknown = self.app.config.update(body)
             if unknown:
@@ -93,7 +95,7 @@ class Control:
             self.app.config.save(self.app.store)
         return json_response(self.app.config.public_dict())
 
-    def do_callback(self, request, body) -> Response:
+    def do_callback(self, request: Request, body: dict[str, Any]) -> Response:
         if request.method == "POST":
             url = body.get("url")
             if not isinstance(url, str) or not url.startswith(("http://", "https://")):
@@ -105,31 +107,31 @@ class Control:
             self.app.config.save(self.app.store)
         return json_response({"url": self.app.config.callback_url})
 
-    def do_reset(self, request, body) -> Response:
+    def do_reset(self, request: Request, body: dict[str, Any]) -> Response:
         self.app.reset(config=bool(body.get("config")))
         return json_response({"reset": True, "config": self.app.config.public_dict()})
 
-    def do_requests(self, request, body) -> Response:
+    def do_requests(self, request: Request, body: dict[str, Any]) -> Response:
         if request.method == "DELETE":
             self.app.log.clear()
             return json_response({"cleared": True})
         return json_response({"data": self.app.log.entries(request.args.get("operation"))})
 
-    def do_faults(self, request, body) -> Response:
+    def do_faults(self, request: Request, body: dict[str, Any]) -> Response:
         if request.method == "POST":
             return json_response(self.app.faults.add(body))
         if request.method == "DELETE":
             self.app.faults.clear()
         return json_response(self.app.faults.state())
 
-    def do_revoke(self, request, body) -> Response:
+    def do_revoke(self, request: Request, body: dict[str, Any]) -> Response:
         return json_response({"revoked": self.app.tokens.revoke_all()})
 
     # -- clock -------------------------------------------------------------------------------
-    def do_clock(self, request, body) -> Response:
+    def do_clock(self, request: Request, body: dict[str, Any]) -> Response:
         return json_response({"now": self.app.clock.now_str(), "offset": self.app.clock.offset})
 
-    def do_advance(self, request, body) -> Response:
+    def do_advance(self, request: Request, body: dict[str, Any]) -> Response:
         seconds = float(body.get("seconds", 0)) + float(body.get("minutes", 0)) * 60
         seconds += float(body.get("hours", 0)) * 3600 + float(body.get("days", 0)) * 86400
         if seconds < 0:
@@ -140,7 +142,7 @@ class Control:
         )
 
     # -- events ------------------------------------------------------------------------------
-    def do_trigger(self, request, body) -> Response:
+    def do_trigger(self, request: Request, body: dict[str, Any]) -> Response:
         status, payload = self.app.guard(
             lambda: (
                 200,
@@ -149,7 +151,7 @@ class Control:
         )
         return json_response(payload, status=status)
 
-    def do_deliveries(self, request, body) -> Response:
+    def do_deliveries(self, request: Request, body: dict[str, Any]) -> Response:
         return json_response(
             {
                 "data": self.app.delivery.list(request.args.get("status")),
@@ -157,20 +159,20 @@ class Control:
             }
         )
 
-    def do_flush(self, request, body) -> Response:
+    def do_flush(self, request: Request, body: dict[str, Any]) -> Response:
         idle = self.app.delivery.wait_idle(float(body.get("timeout", 10)))
         return json_response(
             {"idle": idle, "pending": self.app.delivery.pending()}, status=200 if idle else 504
         )
 
-    def do_events(self, request, body) -> Response:
+    def do_events(self, request: Request, body: dict[str, Any]) -> Response:
         events = self.app.store.page("event", None)
         wanted = request.args.get("type")
         if wanted:
             events = [e for e in events if e["type"] in wanted.split(",")]
         return json_response({"data": events})
 
-    def do_seed(self, request, body) -> Response:
+    def do_seed(self, request: Request, body: dict[str, Any]) -> Response:
         status, payload = self.app.guard(
             lambda: (
                 200,
@@ -184,19 +186,19 @@ class Control:
         )
         return json_response(payload, status=status)
 
-    def do_objects(self, request, body, kind: str) -> Response:
+    def do_objects(self, request: Request, body: dict[str, Any], kind: str) -> Response:
         if kind not in KINDS:
             return error_response(404, "not_found", f"Unknown kind {kind}; one of {KINDS}.")
         return json_response({"data": [public(d) for d in self.app.store.page(kind, None)]})
 
-    def do_object(self, request, body, kind: str, obj_id: str) -> Response:
+    def do_object(self, request: Request, body: dict[str, Any], kind: str, obj_id: str) -> Response:
         doc = self.app.store.get(kind, obj_id) if kind in KINDS else None
         if doc is None:
             return error_response(404, "not_found", f"No {kind} {obj_id}.")
         return json_response({"data": public(doc)})
 
     # -- pages for people ----------------------------------------------------------------------
-    def do_index(self, request, body) -> Response:
+    def do_index(self, request: Request, body: dict[str, Any]) -> Response:
         """``/``: what this server is, with links (not a 404)."""
         base = request.host_url.rstrip("/")
         html = _html_page(
@@ -216,7 +218,7 @@ class Control:
         )
         return Response(html, mimetype="text/html")
 
-    def do_dashboard(self, request, body) -> Response:
+    def do_dashboard(self, request: Request, body: dict[str, Any]) -> Response:
         app = self.app
         counts = "".join(f"<tr><td>{k}</td><td>{app.store.count(k)}</td></tr>" for k in KINDS)
         rows = "".join(

@@ -150,7 +150,9 @@ class DeliveryWorker:
 
     # -- inspection ------------------------------------------------------------------------
     def pending(self) -> int:
-        return self.store.execute("SELECT COUNT(*) FROM deliveries WHERE status = 'pending'")[0][0]
+        return int(
+            self.store.execute("SELECT COUNT(*) FROM deliveries WHERE status = 'pending'")[0][0]
+        )
 
     def wait_idle(self, timeout: float = 10.0) -> bool:
         """Block until no delivery is pending (True) or ``timeout`` passes (False)."""

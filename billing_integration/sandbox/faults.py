@@ -105,9 +105,10 @@ class FaultRule:
             "error": self.error_rate,
         }
         if self.count is not None:
-            return next((a for a in ACTIONS if rates[a] > 0), None)
+            return next((a for a in ACTIONS if (rates[a] or 0) > 0), None)
         for action in ACTIONS:
-            if rates[action] > 0 and self._rng.random() < rates[action]:
+            rate = rates[action] or 0.0
+            if rate > 0 and self._rng.random() < rate:
                 return action
         return None
 

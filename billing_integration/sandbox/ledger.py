@@ -91,14 +91,16 @@ class Ledger:
                     prices = cycle["prices"]
         for price in prices:
             if price["currency"] == currency_id:
-                return price["amount"]
+                amount: float = price["amount"]
+                return amount
         return 0
 
     def _sub_amount(self, sub: dict[str, Any]) -> tuple[float, str]:
         product = self.store.get("product", sub["product"]) or {}
         currency = sub["selected_currency"]
         cid = self.config.currency_id(currency)
-        amount = self.price(product, sub["selected_billing_cycle"], cid) if product else 0
+        cycle = sub["selected_billing_cycle"]
+        amount = self.price(product, cycle, cid) if product and cid is not None else 0
         return amount, currency
 
     def new_invoice(
@@ -135,7 +137,9 @@ class Ledger:
         )
         return self.store.insert("payment", doc)
 
-    def new_refund(self, payment: dict[str, Any], status: str, reason: str | None):
+    def new_refund(
+        self, payment: dict[str, Any], status: str, reason: str | None
+    ) -> dict[str, Any]:
         doc = self._doc(
             status=status,
             payment=payment["id"],
@@ -170,8 +174,8 @@ class Ledger:
         first, _ = outcomes(phone)
         if first == NEVER:
             return {"outcome": NEVER}
-        product = self.store.get("product", session["product"])
-        customer = self.store.get("customer", session["customer"])
+        product = self.store.must("product", session["product"])
+        customer = self.store.must("customer", session["customer"])
         currency = self.config.currency_code(session["selected_currency"])
         ctx = {
             "customer": customer["id"],
@@ -190,6 +194,7 @@ class Ledger:
             subscription = None
             period_start = period_end = None
             if product.get("subscription_blueprint"):
+                assert currency is not None  # checked when the session was made
                 subscription = self.api.new_subscription(
                     session["user_created"],
                     customer,
@@ -234,7 +239,7 @@ class Ledger:
 
     def renew(self, sub: dict[str, Any]) -> list[dict[str, Any]]:
         """Bill one due period of ``sub`` and emit what happened."""
-        events = []
+        events: list[dict[str, Any]] = []
         with self.store.transaction():
             if sub["status"] != "published":
                 self.store.save("subscription", sub, due=None)
@@ -304,7 +309,9 @@ class Ledger:
         return session
 
     # -- trigger ---------------------------------------------------------------------------------
-    def trigger(self, event_type: str, obj_id: str, reason: str | None = None) -> dict[str, Any]:
+    def trigger(
+        self, event_type: str | None, obj_id: str | None, reason: str | None = None
+    ) -> dict[str, Any]:
         """Apply the state change ``event_type`` implies on ``obj_id`` and emit the event."""
         if event_type not in EVENT_TYPES:
             raise ValidationFailed(
@@ -329,10 +336,12 @@ class Ledger:
             [error_entry(f"{event_type} cannot apply to a {kind}.", "wrong_object", "object")]
         )
 
-    def _trigger_subscription(self, action, kind, obj_id, reason) -> dict[str, Any]:
+    def _trigger_subscription(
+        self, action: str, kind: str, obj_id: str, reason: str | None
+    ) -> dict[str, Any]:
         if kind != "subscription":
             raise self._wrong(f"subscription.{action}", kind)
-        sub = self.store.get("subscription", obj_id)
+        sub = self.store.must("subscription", obj_id)
         if action == "renewal":
             self._move_cycle(sub)
             return self._touch("subscription", sub, due=sub["next_billing_date"])
@@ -341,11 +350,13 @@ class Ledger:
             sub["auto_renew"] = False
         return self._touch("subscription", sub, due=None)
 
-    def _trigger_payment(self, action, kind, obj_id, reason) -> dict[str, Any]:
+    def _trigger_payment(
+        self, action: str, kind: str, obj_id: str, reason: str | None
+    ) -> dict[str, Any]:
         status = action  # completed / failed / canceled
         failure = (reason or "declined") if status == "failed" else None
         if kind == "subscription":
-            sub = self.store.get("subscription", obj_id)
+            sub = self.store.must("subscription", obj_id)
             ctx = self._sub_ctx(sub)
             invoice = self.new_invoice(
                 ctx,
@@ -356,14 +367,14 @@ class Ledger:
             return self.new_payment(ctx, status, failure_reason=failure, invoice=invoice["id"])
         if kind != "payment":
             raise self._wrong(f"payment.{action}", kind)
-        payment = self.store.get("payment", obj_id)
+        payment = self.store.must("payment", obj_id)
         payment["status"] = status
         payment["failure_reason"] = failure
         return self._touch("payment", payment)
 
     def _payment_for(self, kind: str, obj_id: str, event_type: str) -> dict[str, Any]:
         if kind == "payment":
-            return self.store.get("payment", obj_id)
+            return self.store.must("payment", obj_id)
         if kind == "subscription":
             payment = self._latest("payment", subscription=obj_id, status="completed")
             if payment is None:
@@ -371,9 +382,11 @@ class Ledger:
             return payment
         raise self._wrong(event_type, kind)
 
-    def _trigger_refund(self, action, kind, obj_id, reason) -> dict[str, Any]:
+    def _trigger_refund(
+        self, action: str, kind: str, obj_id: str, reason: str | None
+    ) -> dict[str, Any]:
         if kind == "refund":
-            refund = self.store.get("refund", obj_id)
+            refund = self.store.must("refund", obj_id)
             refund["status"] = action
             if reason:
                 refund["reason"] = reason
@@ -381,20 +394,21 @@ class Ledger:
         payment = self._payment_for(kind, obj_id, f"refund.{action}")
         if action == "initiated":
             return self.new_refund(payment, "initiated", reason)
-        refund = self._latest("refund", payment=payment["id"], status="initiated")
-        if refund is None:
-            refund = self.new_refund(payment, "initiated", reason)
+        latest = self._latest("refund", payment=payment["id"], status="initiated")
+        refund = latest if latest is not None else self.new_refund(payment, "initiated", reason)
         refund["status"] = action
         return self._touch("refund", refund)
 
-    def _trigger_invoice(self, action, kind, obj_id, reason) -> dict[str, Any]:
+    def _trigger_invoice(
+        self, action: str, kind: str, obj_id: str, reason: str | None
+    ) -> dict[str, Any]:
         status = INVOICE_STATUS[f"invoice.{action}"]
         if kind == "invoice":
-            invoice = self.store.get("invoice", obj_id)
-        elif kind == "payment" and self.store.get("payment", obj_id).get("invoice"):
-            invoice = self.store.get("invoice", self.store.get("payment", obj_id)["invoice"])
+            invoice = self.store.must("invoice", obj_id)
+        elif kind == "payment" and self.store.must("payment", obj_id).get("invoice"):
+            invoice = self.store.must("invoice", self.store.must("payment", obj_id)["invoice"])
         elif kind == "subscription":
-            sub = self.store.get("subscription", obj_id)
+            sub = self.store.must("subscription", obj_id)
             invoice = self.new_invoice(
                 self._sub_ctx(sub), "open", sub["cycle_start_date"], sub["cycle_end_date"]
             )
@@ -437,7 +451,7 @@ class Ledger:
                             },
                         },
                     )
-                    product = self.store.get("product", body["data"]["id"])
+                    product = self.store.must("product", body["data"]["id"])
             blueprint = self.api.blueprint_of(product) if product else None
             base = {
                 "date_created": now_s,
@@ -467,6 +481,7 @@ class Ledger:
             self.store.insert_many("customer", cust_docs)
             sub_docs = []
             if subscriptions:
+                assert product is not None and blueprint is not None  # made above
                 cycle = blueprint["billing_cycles"][0]
                 code = f"{cycle['cycle']}-{cycle['frequency']}"
                 currency = self.config.currency_code(cycle["prices"][0]["currency"])

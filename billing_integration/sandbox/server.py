@@ -100,7 +100,7 @@ class SandboxServer:
         self.httpd = make_server(
             host, port, self.app, threaded=True, request_handler=SandboxRequestHandler
         )
-        self.httpd.daemon_threads = True
+        self.httpd.daemon_threads = True  # type: ignore[attr-defined]  # threaded=True makes a ThreadedWSGIServer; the stub types it as its base
         self.host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host  # noqa: S104
         self.port = self.httpd.server_port
         self._thread: threading.Thread | None = None

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -121,7 +121,7 @@ class Store:
             finally:
                 self._depth = 0
 
-    def execute(self, sql: str, params: Iterable[Any] = ()) -> list[tuple]:
+    def execute(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
         with self.lock:
             return self.conn.execute(sql, tuple(params)).fetchall()
 
@@ -138,7 +138,7 @@ class Store:
             )
         return doc
 
-    def insert_many(self, kind: str, docs: list[tuple[dict[str, Any], str | None]]) -> None:
+    def insert_many(self, kind: str, docs: Sequence[tuple[dict[str, Any], str | None]]) -> None:
         with self.transaction() as conn:
             conn.executemany(
                 "INSERT INTO objects (id, kind, due, data) VALUES (?, ?, ?, ?)",
@@ -157,6 +157,13 @@ class Store:
         rows = self.execute("SELECT data FROM objects WHERE id = ? AND kind = ?", (obj_id, kind))
         return json.loads(rows[0][0]) if rows else None
 
+    def must(self, kind: str, obj_id: str) -> dict[str, Any]:
+        """``get`` of an object the caller knows exists."""
+        doc = self.get(kind, obj_id)
+        if doc is None:
+            raise LookupError(f"No {kind} {obj_id}.")
+        return doc
+
     def kind_of(self, obj_id: str) -> str | None:
         rows = self.execute("SELECT kind FROM objects WHERE id = ?", (obj_id,))
         return rows[0][0] if rows else None
@@ -169,7 +176,7 @@ class Store:
         return [json.loads(r[0]) for r in rows]
 
     def count(self, kind: str) -> int:
-        return self.execute("SELECT COUNT(*) FROM objects WHERE kind = ?", (kind,))[0][0]
+        return int(self.execute("SELECT COUNT(*) FROM objects WHERE kind = ?", (kind,))[0][0])
 
     def due(self, kind: str, before: str, limit: int = 1000) -> list[dict[str, Any]]:
         """Documents of ``kind`` whose ``due`` is set and not after ``before``."""

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import requests
+from requests import Response
 
 from billing_integration.sandbox.events import encode, sign_headers
 
+if TYPE_CHECKING:
+    from billing_integration.sandbox.server import SandboxServer
+
 #: Fast delivery retries for tests (seconds).
 TEST_RETRY_SCHEDULE = [0.05, 0.1, 0.2, 0.4]
+Item = dict[str, Any]
+Rows = list[Item]
 
 
 def sign_webhook(
@@ -24,7 +30,7 @@ def sign_webhook(
     return sign_headers(body, secret, msg_id=msg_id or str(uuid.uuid4()), timestamp=timestamp)
 
 
-def start_sandbox(**settings: Any):
+def start_sandbox(**settings: Any) -> SandboxServer:
     """Start an in-memory sandbox on a free port in a background thread (call ``.stop()``)."""
     from billing_integration.sandbox.server import SandboxServer
 
@@ -36,7 +42,8 @@ def start_sandbox(**settings: Any):
 
 class SandboxHandle:
     """Drive a running sandbox at ``url`` through its ``/_sandbox/`` control endpoints. Its
-    webhook secret comes from ``server`` (in-process) or ``webhook_secret``."""
+    webhook secret comes from ``server`` (in-process) or ``webhook_secret``: the sandbox never
+    answers it over HTTP."""
 
     def __init__(
         self,
@@ -46,33 +53,15 @@ class SandboxHandle:
         server: Any = None,
         webhook_secret: str | None = None,
     ) -> None:
-        self.url = url.rstrip("/")
+        self.url = self.base_url = self.checkout_url = url.rstrip("/")
+        self.auth_url = f"{self.url}/auth"
+        self.token_url = f"{self.auth_url}/realms/sandbox/protocol/openid-connect/token"
+        self.api_url = f"{self.url}/v1/api/billing"
         self.http = requests.Session()
         self.defaults = dict(defaults or {})
         self.server = server
         self._webhook_secret = webhook_secret
         self._config: dict[str, Any] | None = None
-
-    # -- addresses and credentials ---------------------------------------------------------
-    @property
-    def base_url(self) -> str:
-        return self.url
-
-    @property
-    def auth_url(self) -> str:
-        return f"{self.url}/auth"
-
-    @property
-    def checkout_url(self) -> str:
-        return self.url
-
-    @property
-    def token_url(self) -> str:
-        return f"{self.auth_url}/realms/sandbox/protocol/openid-connect/token"
-
-    @property
-    def api_url(self) -> str:
-        return f"{self.url}/v1/api/billing"
 
     def config(self, **values: Any) -> dict[str, Any]:
         """Read (and with ``values``, change) the sandbox's configuration."""
@@ -86,22 +75,20 @@ class SandboxHandle:
 
     @property
     def client_id(self) -> str:
-        return self.config()["client_id"]
+        return str(self.config()["client_id"])
 
     @property
     def client_secret(self) -> str:
-        return self.config()["client_secret"]
+        return str(self.config()["client_secret"])
 
     @property
     def webhook_secret(self) -> str:
-        """The secret the sandbox signs deliveries with (see the class docstring)."""
         if self.server is not None:
-            return self.server.config.webhook_secret
+            return str(self.server.config.webhook_secret)
         if self._webhook_secret is None:
             raise RuntimeError(
-                "The sandbox does not answer its webhook secret over HTTP: create the handle "
-                "with server= (in-process) or webhook_secret= (the BILLING_SANDBOX_WEBHOOK_SECRET "
-                "the process was started with, or the BILLING_WEBHOOK_SECRET it printed)."
+                "The sandbox does not answer its webhook secret over HTTP: pass server= or "
+                "webhook_secret= (BILLING_SANDBOX_WEBHOOK_SECRET, or what it printed)."
             )
         return self._webhook_secret
 
@@ -116,23 +103,20 @@ class SandboxHandle:
             "WEBHOOK_SECRET": self.webhook_secret,
         }
 
-    # -- plumbing --------------------------------------------------------------------------
-    def _get(self, path: str, **params: Any) -> Any:
-        response = self.http.get(self.url + path, params=params, timeout=30)
+    def _call(self, method: str, path: str, timeout: float = 30, **kwargs: Any) -> Item:
+        response = self.http.request(method, self.url + path, timeout=timeout, **kwargs)
         response.raise_for_status()
-        return response.json()
+        return cast(Item, response.json())
 
-    def _post(self, path: str, body: dict[str, Any] | None = None, timeout: float = 30) -> Any:
-        response = self.http.post(self.url + path, json=body or {}, timeout=timeout)
-        response.raise_for_status()
-        return response.json()
+    def _get(self, path: str, **params: Any) -> Item:
+        return self._call("GET", path, params=params)
 
-    def _delete(self, path: str) -> Any:
-        response = self.http.delete(self.url + path, timeout=30)
-        response.raise_for_status()
-        return response.json()
+    def _post(self, path: str, body: Item | None = None, timeout: float = 30) -> Item:
+        return self._call("POST", path, timeout, json=body or {})
 
-    # -- state -------------------------------------------------------------------------------
+    def _data(self, path: str, **params: Any) -> Rows:
+        return cast(Rows, self._get(path, **{k: v for k, v in params.items() if v})["data"])
+
     def reset(self) -> None:
         """Wipe the state, faults, request log and clock; restore the default settings."""
         self._post("/_sandbox/reset")
@@ -142,60 +126,44 @@ class SandboxHandle:
 
     def token(self) -> str:
         """A fresh access token for the configured client."""
+        form = {"grant_type": "client_credentials", "client_id": self.client_id}
         response = self.http.post(
-            self.token_url,
-            data={
-                "grant_type": "client_credentials",
-                "client_id": self.client_id,
-                "client_secret": self.client_secret,
-            },
-            timeout=30,
+            self.token_url, data={**form, "client_secret": self.client_secret}, timeout=30
         )
         response.raise_for_status()
-        return response.json()["access_token"]
+        return str(response.json()["access_token"])
 
     def revoke_tokens(self) -> int:
-        return self._post("/_sandbox/tokens/revoke")["revoked"]
+        return int(self._post("/_sandbox/tokens/revoke")["revoked"])
 
-    def requests(self, operation: str | None = None) -> list[dict[str, Any]]:
+    def requests(self, operation: str | None = None) -> Rows:
         """What the sandbox received (token, billing and checkout calls), oldest first."""
-        params = {"operation": operation} if operation else {}
-        return self._get("/_sandbox/requests", **params)["data"]
+        return self._data("/_sandbox/requests", operation=operation)
 
     def clear_requests(self) -> None:
-        self._delete("/_sandbox/requests")
+        self._call("DELETE", "/_sandbox/requests")
 
     def faults(self, **knobs: Any) -> dict[str, Any]:
         """Add a fault rule (see docs/sandbox.md), e.g. ``faults(operation="create_product",
         status=503, count=2)``; without arguments, return the current faults."""
-        if knobs:
-            return self._post("/_sandbox/faults", knobs)
-        return self._get("/_sandbox/faults")
+        return self._post("/_sandbox/faults", knobs) if knobs else self._get("/_sandbox/faults")
 
     def clear_faults(self) -> None:
-        self._delete("/_sandbox/faults")
+        self._call("DELETE", "/_sandbox/faults")
 
-    def objects(self, kind: str) -> list[dict[str, Any]]:
-        return self._get(f"/_sandbox/objects/{kind}")["data"]
+    def objects(self, kind: str) -> Rows:
+        return self._data(f"/_sandbox/objects/{kind}")
 
     def object(self, kind: str, obj_id: str) -> dict[str, Any]:
-        return self._get(f"/_sandbox/objects/{kind}/{obj_id}")["data"]
+        return cast(Item, self._get(f"/_sandbox/objects/{kind}/{obj_id}")["data"])
 
-    def seed(
-        self, customers: int = 0, subscriptions: int = 0, product: str | None = None
-    ) -> dict[str, Any]:
-        return self._post(
-            "/_sandbox/seed",
-            {"customers": customers, "subscriptions": subscriptions, "product": product},
-            timeout=120,
-        )
+    def seed(self, customers: int = 0, subscriptions: int = 0, product: str | None = None) -> Item:
+        body = {"customers": customers, "subscriptions": subscriptions, "product": product}
+        return self._post("/_sandbox/seed", body, timeout=120)
 
-    # -- events and time ---------------------------------------------------------------------
     def trigger(self, event_type: str, obj: str, reason: str | None = None) -> dict[str, Any]:
         """Emit ``event_type`` for object id ``obj`` with its state change; returns the event."""
-        body = {"type": event_type, "object": obj}
-        if reason:
-            body["reason"] = reason
+        body = {"type": event_type, "object": obj, **({"reason": reason} if reason else {})}
         return self._post("/_sandbox/trigger", body)
 
     def advance(self, seconds: float = 0, *, days: float = 0) -> dict[str, Any]:
@@ -203,22 +171,20 @@ class SandboxHandle:
         return self._post("/_sandbox/clock/advance", {"seconds": seconds, "days": days})
 
     def now(self) -> str:
-        return self._get("/_sandbox/clock")["now"]
+        return str(self._get("/_sandbox/clock")["now"])
 
     def set_callback(self, url: str | None) -> None:
         if url is None:
-            self._delete("/_sandbox/callback")
+            self._call("DELETE", "/_sandbox/callback")
         else:
             self._post("/_sandbox/callback", {"url": url})
         self._config = None
 
-    def events(self, event_type: str | None = None) -> list[dict[str, Any]]:
-        params = {"type": event_type} if event_type else {}
-        return self._get("/_sandbox/events", **params)["data"]
+    def events(self, event_type: str | None = None) -> Rows:
+        return self._data("/_sandbox/events", type=event_type)
 
-    def deliveries(self, status: str | None = None) -> list[dict[str, Any]]:
-        params = {"status": status} if status else {}
-        return self._get("/_sandbox/deliveries", **params)["data"]
+    def deliveries(self, status: str | None = None) -> Rows:
+        return self._data("/_sandbox/deliveries", status=status)
 
     def deliver(self, client: Any, event: dict[str, Any], path: str = "/billing/webhooks/") -> Any:
         """POST ``event`` (from ``trigger()`` or ``events()``) to your webhook view through a
@@ -230,15 +196,12 @@ class SandboxHandle:
 
     def wait_for_deliveries(self, timeout: float = 10.0) -> bool:
         """Block until no delivery is pending; False if ``timeout`` passed first."""
-        response = self.http.post(
-            self.url + "/_sandbox/deliveries/flush", json={"timeout": timeout}, timeout=timeout + 10
-        )
-        return response.status_code == 200
+        url, body = self.url + "/_sandbox/deliveries/flush", {"timeout": timeout}
+        return self.http.post(url, json=body, timeout=timeout + 10).status_code == 200
 
-    # -- checkout ---------------------------------------------------------------------------
     def complete_checkout(
         self, session_id: str, phone: str = "0700000001", return_url: str | None = None
-    ) -> requests.Response:
+    ) -> Response:
         """Walk the hosted page (phone step, then "I entered my PIN"); the final response's
         ``data-outcome`` tells the result."""
         page = f"{self.url}/checkout/{session_id}"

@@ -1,20 +1,11 @@
-"""``after_commit_inline()``: Celery runs eagerly, so the work the app enqueues when a
-transaction commits (outbox pushes, event processing, notices) runs inside the test.
-
-On-commit work runs only when a transaction really commits: use it in a transactional test
-(``TransactionTestCase``, ``django_db(transaction=True)``), or run the code under
-``TestCase.captureOnCommitCallbacks(execute=True)`` / pytest-django's
-``django_capture_on_commit_callbacks(execute=True)``. The ``billing_inline`` fixture makes its
-test transactional and runs it inside ``after_commit_inline()``.
-"""
+"""``after_commit_inline()``: eager Celery, so what the app enqueues on commit runs in the test,
+once a transaction really commits (a transactional test, or ``captureOnCommitCallbacks``)."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
 from typing import Any
-
-__all__ = ["after_commit_inline"]
 
 
 @contextlib.contextmanager

@@ -1,19 +1,9 @@
-"""pytest plugin: a real sandbox server for the session, reset for each test.
+"""pytest plugin (Django imported lazily: it loads in every pytest run).
 
-Fixtures:
-
-- ``billing_sandbox_server`` (session): the running ``SandboxServer`` (in memory, free port,
-  fast delivery retries).
-- ``billing_sandbox`` (function): a ``SandboxHandle`` on it after a full reset (state, faults,
-  request log, deliveries, clock, settings); its ``webhook_secret`` is read from the server
-  object (the sandbox never answers it over HTTP). When Django is configured it also points
-  ``settings.BILLING`` at the sandbox through pytest-django's ``settings`` fixture (other
-  ``BILLING`` keys are kept), drops cached tokens and the per-process client.
-- ``billing_inline`` (function): the test runs in real transactions (``transactional_db``)
-  with Celery eager, so the app's after-commit work (outbox pushes, event processing, the
-  signals) runs inside it (``billing_integration.testing.inline``).
-
-Django is imported lazily: this module loads in every pytest run.
+- ``billing_sandbox_server`` (session): an in-memory ``SandboxServer`` on a free port.
+- ``billing_sandbox``: a ``SandboxHandle`` on it after a full reset; with Django configured,
+  ``settings.BILLING`` points at it (other keys kept) and cached tokens and the client go.
+- ``billing_inline``: real transactions and eager Celery (``testing.inline``).
 """
 
 from __future__ import annotations
@@ -26,19 +16,18 @@ import pytest
 
 from .helpers import TEST_RETRY_SCHEDULE, SandboxHandle, start_sandbox
 
-SESSION_DEFAULTS: dict[str, Any] = {
-    "callback_url": None,
-    "return_url": None,
+STARTED: dict[str, Any] = {
     "retry_schedule": TEST_RETRY_SCHEDULE,
     "max_attempts": 5,
     "delivery_timeout": 2.0,
     "token_lifetime": 300,
 }
+SESSION_DEFAULTS = {"callback_url": None, "return_url": None, **STARTED}
 
 
 @pytest.fixture(scope="session")
 def billing_sandbox_server() -> Iterator[Any]:
-    server = start_sandbox(**{k: v for k, v in SESSION_DEFAULTS.items() if v is not None})
+    server = start_sandbox(**STARTED)
     try:
         yield server
     finally:
@@ -58,14 +47,9 @@ def billing_sandbox(billing_sandbox_server: Any, request: pytest.FixtureRequest)
 
 @pytest.fixture
 def billing_inline(request: pytest.FixtureRequest, transactional_db: None) -> Iterator[None]:
-    """Real commits and eager Celery: pushes, event processing and signals run in the test."""
     from .inline import after_commit_inline
 
-    try:
-        settings = request.getfixturevalue("settings")  # pytest-django
-    except pytest.FixtureLookupError:
-        settings = None
-    with after_commit_inline(settings):
+    with after_commit_inline(_settings(request)):
         yield
 
 
@@ -74,11 +58,7 @@ def _point_django_at(handle: SandboxHandle, request: pytest.FixtureRequest) -> N
         from django.conf import settings as django_settings
     except ImportError:
         return
-    if not django_settings.configured:
-        return
-    try:
-        settings = request.getfixturevalue("settings")  # pytest-django
-    except pytest.FixtureLookupError:
+    if not django_settings.configured or (settings := _settings(request)) is None:
         return
     billing = dict(getattr(settings, "BILLING", None) or {})
     billing.update(handle.django_settings())
@@ -86,18 +66,23 @@ def _point_django_at(handle: SandboxHandle, request: pytest.FixtureRequest) -> N
     _forget_tokens(billing.get("CACHE", "default"))
 
 
+def _settings(request: pytest.FixtureRequest) -> Any:
+    try:
+        return request.getfixturevalue("settings")  # pytest-django
+    except pytest.FixtureLookupError:
+        return None
+
+
 def _forget_tokens(alias: str) -> None:
-    """Drop cached tokens and the per-process client."""
     from django.core.cache import caches
 
     with contextlib.suppress(Exception):  # e.g. a database cache in a test without DB access
         from django.db import transaction
 
         cache = caches[alias]
-        if cache.__class__.__name__ == "DatabaseCache":
-            with transaction.atomic(using=getattr(cache, "_db", None) or "default"):
-                cache.clear()
-        else:
+        in_db = cache.__class__.__name__ == "DatabaseCache"
+        db = getattr(cache, "_db", None) or "default"
+        with transaction.atomic(using=db) if in_db else contextlib.nullcontext():
             cache.clear()
     with contextlib.suppress(ImportError):
         from billing_integration.client import reset_client

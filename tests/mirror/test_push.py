@@ -66,8 +66,8 @@ def test_each_entry_is_pushed_once_with_its_key_and_the_answers_are_stored(billi
     assert len(billing_sandbox.requests(operation="create_customer")) == 5
 
 
-def test_the_statements_of_a_push_do_not_grow_with_the_number_pushed(billing_sandbox, settings):
-    settings.BILLING = {**settings.BILLING, "BACKOFF_REFRESH": 60}
+def test_the_statements_of_a_push_do_not_grow_with_the_number_pushed(billing_sandbox, monkeypatch):
+    monkeypatch.setattr("billing_integration.client.backoff.REFRESH", 60.0)  # no timed cache read
 
     def statements(n: int, tag: str) -> float:
         customers(n, tag)
@@ -172,8 +172,8 @@ def test_an_entry_held_by_a_live_lease_or_behind_an_older_one_is_left(billing_sa
     assert OutboxEntry.objects.get(pk=later.pk).state == "pending"
 
 
-def test_a_failed_call_is_retried_later_and_the_others_are_done(billing_sandbox, settings):
-    settings.BILLING = {**settings.BILLING, "MAX_RETRIES": 0}
+def test_a_failed_call_is_retried_later_and_the_others_are_done(billing_sandbox, monkeypatch):
+    monkeypatch.setattr("billing_integration.client.retry.MAX_RETRIES", 0)
     customers(3)
     ids = open_ids()
     billing_sandbox.faults(operation="create_customer", status=503, count=1)
@@ -277,3 +277,43 @@ def test_a_change_after_an_in_doubt_reset_gets_an_entry_of_its_own(billing_sandb
     assert [r.status for r in push_entries(open_ids())] == [PushOutcome.DONE] * 2
     (remote,) = billing_sandbox.objects("product")
     assert remote["name"] == "Plan rev 2"
+
+
+def test_a_push_task_goes_on_with_due_entries_and_their_own_tasks_exit_at_once(
+    billing_sandbox, recorded_enqueues
+):
+    """One task drains the backlog (oldest first, each object's entries in order, each once);
+    the tasks enqueued for the others find their entry done and send nothing."""
+    from billing_integration.outbox.tasks import push_outbox_entry
+
+    a, b = customers(2)
+    for customer in (a, b):
+        customer.first_name = "Renamed"
+        customer.save()  # pending entries of a and b wait behind their creates
+    first, *others = open_ids()
+    assert push_outbox_entry(first) == "done"
+    assert not OutboxEntry.objects.open().exists()
+    calls = billing_sandbox.requests(operation="create_customer")
+    assert [c["body"]["identifier"] for c in calls] == ["b-0", "b-1"]
+    assert [push_outbox_entry(pk) for pk in others] == ["skipped"] * len(others)
+    assert len(billing_sandbox.requests(operation="create_customer")) == 2
+
+
+def test_push_due_stops_at_its_bound_and_skips_entries_behind_an_open_one(billing_sandbox):
+    from billing_integration.outbox.tasks import push_due
+
+    a, *_ = customers(3)
+    OutboxEntry.objects.filter(object_id=a.pk).update(
+        state="in_progress", started_at=timezone.now()
+    )
+    later = OutboxEntry.objects.create(
+        content_type=OutboxEntry.objects.get(object_id=a.pk).content_type,
+        object_id=a.pk,
+        operation="update",
+    )
+    assert push_due(limit=1) == 1
+    assert OutboxEntry.objects.filter(state="done").count() == 1
+    assert push_due() == 1  # c; a's later entry waits behind its create in progress
+    assert OutboxEntry.objects.get(pk=later.pk).state == "pending"
+    calls = billing_sandbox.requests(operation="create_customer")
+    assert [call["body"]["identifier"] for call in calls] == ["b-1", "b-2"]
