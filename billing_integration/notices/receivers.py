@@ -1,9 +1,8 @@
-"""Receivers of the app's signals that record a notice ``queued`` and queue its task on commit
+"""Receivers of the app's signals: record the notice ``queued`` and queue its task on commit
 (a task that cannot be queued is left to the sweep)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from django.db import transaction
@@ -14,13 +13,10 @@ from ..webhooks import signals
 from .sending import enabled
 from .tasks import send_notice
 
-__all__ = ["queue_notice"]
-
 
 def queue_notice(kind: str, event_pk: int) -> None:
-    """Record the notice ``queued`` (unless it has a row already) and queue ``send_notice``
-    for it once the current transaction (if any) commits. A failure to queue is logged, not
-    raised: the sweep queues the notice again."""
+    """Record the notice ``queued`` (unless it has a row) and queue ``send_notice`` on commit;
+    a failure to queue is logged, not raised."""
     if enabled(kind):
         Notice.objects.get_or_create(
             event_id=event_pk, kind=kind, defaults={"state": NoticeState.QUEUED}
@@ -31,19 +27,15 @@ def queue_notice(kind: str, event_pk: int) -> None:
         )
 
 
-def _receiver(kind: str) -> Callable[..., None]:
-    def receiver(sender: Any, event: Any = None, **kwargs: Any) -> None:
-        if event is not None and event.pk is not None:
-            queue_notice(kind, event.pk)
-
-    receiver.__name__ = f"queue_{kind}_notice"
-    return receiver
-
-
 for _signal, _kind in (
     (signals.payment_failed, "payment_failed"),
     (signals.subscription_canceled, "subscription_canceled"),
     (signals.subscription_paused, "subscription_paused"),
     (signals.refund_approved, "refund_approved"),
 ):
-    _signal.connect(_receiver(_kind), weak=False, dispatch_uid=f"billing_notice_{_kind}")
+
+    def _receiver(sender: Any, event: Any = None, _kind: str = _kind, **kwargs: Any) -> None:
+        if event is not None and event.pk is not None:
+            queue_notice(_kind, event.pk)
+
+    _signal.connect(_receiver, weak=False, dispatch_uid=f"billing_notice_{_kind}")

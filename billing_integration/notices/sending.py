@@ -8,6 +8,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.mail import EmailMultiAlternatives
+from django.db import models
 from django.template.loader import render_to_string
 from django.urls import NoReverseMatch, reverse
 from django.utils import formats
@@ -16,21 +17,11 @@ from django.utils.translation import gettext
 from ..conf import billing_settings
 from ..models import Customer, NoticeKind, Payment, Refund, Subscription, WebhookEvent
 
-__all__ = [
-    "KINDS",
-    "account_url",
-    "build_message",
-    "enabled",
-    "notice_context",
-    "recipient_for",
-    "template_names",
-]
-
 #: The URL name of the account page the notices link to.
 ACCOUNT_URL_NAME = "billing_integration:account"
 
 #: Notice kind -> the model of the object its event is about (``event.object_id``).
-KINDS: dict[str, type] = {
+KINDS: dict[str, type[models.Model]] = {
     NoticeKind.PAYMENT_FAILED: Payment,
     NoticeKind.SUBSCRIPTION_CANCELED: Subscription,
     NoticeKind.SUBSCRIPTION_PAUSED: Subscription,
@@ -45,7 +36,7 @@ def enabled(kind: str) -> bool:
 
 
 def account_url() -> str:
-    """The absolute URL of the app's account page: ``BILLING['SITE_URL']`` joined with it."""
+    """The account page's absolute URL, after ``BILLING['SITE_URL']``."""
     try:
         path = reverse(ACCOUNT_URL_NAME)
     except NoReverseMatch:
@@ -54,8 +45,7 @@ def account_url() -> str:
 
 
 def recipient_for(customer: Customer | None, subscriber: Any) -> str | None:
-    """The address of a notice: the customer's ``email``, else the subscriber's ``email``
-    attribute; None (the notice is skipped) when neither is set."""
+    """The customer's ``email``, else the subscriber's; None (the notice is skipped)."""
     for email in (getattr(customer, "email", None), getattr(subscriber, "email", None)):
         if isinstance(email, str) and email.strip():
             return email.strip()
@@ -71,9 +61,7 @@ def _amount(value: Decimal | None, currency: str) -> str:
 
 
 def notice_context(kind: str, event: WebhookEvent, obj: Any) -> dict[str, Any]:
-    """The templates' context: ``kind``, ``event``, ``customer``, ``subscriber``,
-    ``subscription``, ``product``, ``payment`` / ``refund`` (when the notice is about one),
-    ``amount`` (formatted, with its currency), ``failure_reason`` and ``account_url``."""
+    """The templates' context (``amount`` formatted with its currency)."""
     payment = obj if isinstance(obj, Payment) else None
     refund = obj if isinstance(obj, Refund) else None
     subscription = obj if isinstance(obj, Subscription) else getattr(obj, "subscription", None)
@@ -96,23 +84,15 @@ def notice_context(kind: str, event: WebhookEvent, obj: Any) -> dict[str, Any]:
     }
 
 
-def template_names(kind: str) -> dict[str, str]:
-    """The three templates of a notice kind: ``subject``, ``text`` and ``html``."""
-    base = f"billing_integration/notices/{kind}"
-    return {"subject": f"{base}_subject.txt", "text": f"{base}.txt", "html": f"{base}.html"}
-
-
 def build_message(kind: str, context: dict[str, Any], to: str) -> EmailMultiAlternatives:
     """The email of a notice, rendered in the active language."""
-    names = template_names(kind)
-    subject = " ".join(render_to_string(names["subject"], context).split())
-    if not subject:
-        subject = gettext("About your subscription")
+    base = f"billing_integration/notices/{kind}"
+    subject = " ".join(render_to_string(f"{base}_subject.txt", context).split())
     message = EmailMultiAlternatives(
-        subject=subject,
-        body=render_to_string(names["text"], context),
+        subject=subject or gettext("About your subscription"),
+        body=render_to_string(f"{base}.txt", context),
         from_email=settings.DEFAULT_FROM_EMAIL,
         to=[to],
     )
-    message.attach_alternative(render_to_string(names["html"], context), "text/html")
+    message.attach_alternative(render_to_string(f"{base}.html", context), "text/html")
     return message

@@ -1,4 +1,4 @@
-"""``send_notice`` sends one notice, once per (event, kind); ``sweep_notices`` (periodic) queues
+"""``send_notice`` sends a notice once per (event, kind); ``sweep_notices`` (periodic) queues
 again the notices still ``queued`` after ``SWEEP_AFTER``."""
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ from .sending import KINDS, build_message, enabled, notice_context, recipient_fo
 
 logger = logging.getLogger("billing_integration.notices")
 
-__all__ = ["MAX_ATTEMPTS", "SWEEP_AFTER", "claim", "send_notice", "sweep_notices"]
-
 #: A notice still ``queued`` this long after it was recorded is queued again by the sweep.
 SWEEP_AFTER = timedelta(minutes=5)
 #: The most notices one sweep queues again (the next sweep takes the rest).
@@ -30,11 +28,9 @@ MAX_ATTEMPTS = 5
 
 
 def claim(event: WebhookEvent, kind: str) -> Notice | None:
-    """Take the notice of (event, kind) for sending: one conditional UPDATE from ``queued`` (or
-    ``failed``, a retry) to ``sending``, so of a task, its duplicate and the sweep's task only
-    one wins; without a row yet, insert it (the unique constraint lets one task win). None
-    when the notice is sent, skipped, or being sent by another task: this task must not send
-    it."""
+    """Take the notice for sending: one conditional UPDATE from ``queued`` or ``failed`` to
+    ``sending`` (or, with no row yet, an INSERT the unique constraint lets one task win).
+    None when it is sent, skipped or another task's: this task must not send it."""
     taken = Notice.objects.filter(
         event=event, kind=kind, state__in=(NoticeState.QUEUED, NoticeState.FAILED)
     ).update(state=NoticeState.SENDING, attempts=F("attempts") + 1)
@@ -63,15 +59,15 @@ def _subject_of(event: WebhookEvent, kind: str) -> Any:
         remote_id = uuid.UUID(str(event.object_id))
     except ValueError:
         return None
-    return KINDS[kind].objects.filter(remote_id=remote_id).first()
+    return KINDS[kind]._default_manager.filter(remote_id=remote_id).first()
 
 
-@shared_task(bind=True, name="billing_integration.send_notice", acks_late=True)
+# Celery ships no type hints: its decorators are untyped.
+@shared_task(bind=True, name="billing_integration.send_notice", acks_late=True)  # type: ignore[untyped-decorator]
 def send_notice(self: Any, event_pk: int, kind: str) -> str:
-    """Send the ``kind`` notice of the event ``event_pk`` unless it was already sent (or is
-    being sent). A failed send is recorded ``failed`` and retried with backoff up to
-    ``MAX_ATTEMPTS`` attempts. Returns the notice's state (``off`` when the
-    notice is turned off, ``done`` when another task has it)."""
+    """Send the ``kind`` notice of event ``event_pk`` unless it is sent or being sent; a
+    failure is retried with backoff, ``MAX_ATTEMPTS`` attempts in all. Returns its state
+    (``off``: turned off, ``done``: another task has it)."""
     if kind not in KINDS or not enabled(kind):
         return "off"
     event = WebhookEvent.objects.filter(pk=event_pk).first()
@@ -103,11 +99,10 @@ def send_notice(self: Any, event_pk: int, kind: str) -> str:
     return NoticeState.SENT
 
 
-@shared_task(name="billing_integration.sweep_notices")
+@shared_task(name="billing_integration.sweep_notices")  # type: ignore[untyped-decorator]
 def sweep_notices() -> int:
-    """Queue ``send_notice`` again for each notice (of a kind that is on) still ``queued``
-    ``SWEEP_AFTER`` after it was recorded: its task could not be queued, or was lost. The
-    claim keeps it to one email if the first task runs after all. Returns how many."""
+    """Queue ``send_notice`` again for each notice still ``queued`` ``SWEEP_AFTER`` after it
+    was recorded (its task lost or never queued); the claim keeps it to one email."""
     kinds = [kind for kind in KINDS if enabled(kind)]
     stale = Notice.objects.filter(
         state=NoticeState.QUEUED,

@@ -1,6 +1,5 @@
-"""Reading the event envelope ``{"id", "type", "created_at", "data"}`` tolerantly (other
-common key names accepted); odd values give empty fields, never an error (a time that does not
-parse is kept in ``Envelope.occurred_raw`` so processing can fail the event)."""
+"""Reading the envelope ``{"id", "type", "created_at", "data"}`` tolerantly (other common key
+names too): odd values give empty fields, never an error."""
 
 from __future__ import annotations
 
@@ -55,8 +54,7 @@ class Envelope:
     raw_type: str
     occurred_at: datetime | None
     data: dict[str, Any] = field(default_factory=dict)
-    #: The envelope's time as sent (``None`` when absent); set with ``occurred_at`` None
-    #: means it did not parse.
+    #: The time as sent: set while ``occurred_at`` is None, it did not parse.
     occurred_raw: Any = None
 
     @property
@@ -66,11 +64,8 @@ class Envelope:
 
 
 def read_envelope(payload: dict[str, Any], *, message_id: str | None, body: bytes) -> Envelope:
-    """Pull id, type, time and data out of a parsed envelope, tolerantly.
-
-    The event id is the envelope's ``id``, else the ``webhook-id`` header, else a hash of the
-    body (so an identical redelivery is still recognised).
-    """
+    """Id, type, time and data of an envelope. The id is the envelope's ``id``, else the
+    ``webhook-id`` header, else a hash of the body (an identical redelivery is recognised)."""
     raw_id = _first(payload, _ID_KEYS)
     if isinstance(raw_id, (str, int)) and not isinstance(raw_id, bool) and str(raw_id).strip():
         event_id = str(raw_id).strip()

@@ -1,14 +1,10 @@
 """One handler class per canonical event type, registered with ``@handler(type, ...)``.
 
-A handler's ``handle(ctx)`` runs in the processing transaction, with the event row locked.
-It locks the rows it changes (always subscription -> invoice -> payment -> refund), skips an
-event older than the stored state (the version guard: ``ctx.version`` against the row's
-``remote_updated``; ``leaves_final`` for final states), applies it, and returns a
-``HandlerResult`` naming the objects it touched (for the signals). A value that cannot be
-stored raises ``RemoteDataError``: the event fails and nothing changes.
-
-A host overrides or adds a type by registering a subclass, in a module its ``AppConfig.ready``
-imports::
+``handle(ctx)`` runs in the processing transaction, the event row locked. It locks the rows it
+changes (subscription -> invoice -> payment -> refund), returns ``stale`` for an event older
+than the stored state (the version guard), else applies it. A value that cannot be stored
+raises ``RemoteDataError``: the event fails and nothing changes. A host replaces or adds a type
+with a subclass, in a module its ``AppConfig.ready`` imports::
 
     from billing_integration.webhooks.handlers import InvoiceHandler, handler
 
@@ -39,32 +35,9 @@ from .. import currencies
 from ..exceptions import BillingConfigurationError, RemoteDataError, WebhookError
 from ..mapping import subscriptions as subscription_mapping
 from ..mapping.common import as_uuid, ts
-from ..models import (
-    Customer,
-    Invoice,
-    Payment,
-    Product,
-    Refund,
-    Subscription,
-    WebhookEvent,
-)
+from ..models import Customer, Invoice, Payment, Product, Refund, Subscription, WebhookEvent
 from ..outbox import from_remote
 from . import types
-
-__all__ = [
-    "HANDLERS",
-    "EventContext",
-    "EventDataError",
-    "EventHandler",
-    "HandlerResult",
-    "InvoiceHandler",
-    "PaymentHandler",
-    "PullRequired",
-    "RefundHandler",
-    "SubscriptionHandler",
-    "get_handler",
-    "handler",
-]
 
 
 class EventDataError(WebhookError):
@@ -72,8 +45,7 @@ class EventDataError(WebhookError):
 
 
 class PullRequired(Exception):
-    """Raised by a handler: roll back, pull this object from the API, run the handler again
-    (with ``(kind, remote_id)`` in ``ctx.pulled``)."""
+    """Roll back, pull this object, run the handler again (with it in ``ctx.pulled``)."""
 
     def __init__(self, kind: str, remote_id: uuid.UUID, *, customer: uuid.UUID | None = None):
         super().__init__(f"{kind} {remote_id} is not known locally")
@@ -84,8 +56,7 @@ class PullRequired(Exception):
 
 @dataclass
 class EventContext:
-    """What a handler gets: the event row, its canonical type, its data, the envelope's
-    ``occurred_at``, the signed ``webhook-timestamp`` (``signed_at``) and ``received_at``."""
+    """What a handler gets: the event row, its canonical type, its data and its times."""
 
     event: WebhookEvent
     event_type: str
@@ -104,18 +75,12 @@ class EventContext:
         )
         if service is not None:
             return service, False
-        ours = (
-            self.signed_at
-            or self.received_at
-            or getattr(self.event, "received_at", None)
-            or timezone.now()
-        )
-        return ours, True
+        return self.signed_at or self.received_at or self.event.received_at or timezone.now(), True
 
     @property
     def version(self) -> datetime:
         """``data.date_updated``, else ``date_created``, else the envelope's ``created_at``,
-        else the signed timestamp, else the receive time (never None)."""
+        else the signed timestamp, else the receive time."""
         return self._versioned[0]
 
     @property
@@ -135,32 +100,11 @@ class HandlerResult:
     objects: dict[str, Any] = field(default_factory=dict)
 
 
-def _locked(queryset: models.QuerySet) -> models.QuerySet:
-    """``queryset`` locking its rows: ``FOR NO KEY UPDATE`` where the database has it, so a
-    handler never waits on another transaction's foreign-key check (a deadlock otherwise)."""
+def _locked(queryset: models.QuerySet[Any]) -> models.QuerySet[Any]:
+    """``FOR NO KEY UPDATE`` where the database has it: a handler never waits on another
+    transaction's foreign-key check (a deadlock otherwise)."""
     no_key = connections[queryset.db].features.has_select_for_no_key_update
     return queryset.select_for_update(no_key=no_key)
-
-
-def is_older(version: datetime | None, stored: datetime | None) -> bool:
-    """True when an event's state (``version``) is older than what is stored."""
-    return version is not None and stored is not None and version < stored
-
-
-def leaves_final(
-    ctx: EventContext,
-    stored_status: str,
-    stored_version: datetime | None,
-    status: str,
-    *,
-    final: frozenset[str],
-    rank: dict[str, int],
-) -> bool:
-    """The event must not apply over the stored state: of the same version, its status ranks
-    lower (``rank``); or, undated (``version_is_ours``), it would leave a ``final`` state."""
-    if ctx.version == stored_version and rank.get(status, 0) < rank.get(stored_status, 0):
-        return True
-    return ctx.version_is_ours and stored_status in final and status not in final
 
 
 def _uuid_or_fail(value: Any, what: str) -> uuid.UUID:
@@ -171,8 +115,7 @@ def _uuid_or_fail(value: Any, what: str) -> uuid.UUID:
 
 
 def _amount(value: Any) -> Decimal | None:
-    """The ``amount`` as stored (None when absent); ``RemoteDataError`` when it is no amount
-    the column holds."""
+    """The ``amount`` as stored; ``RemoteDataError`` when the column cannot hold it."""
     if value is None:
         return None
     dec = None
@@ -184,10 +127,6 @@ def _amount(value: Any) -> Decimal | None:
     if dec is None or not dec.is_finite() or abs(dec) >= Decimal(10) ** 15:
         raise RemoteDataError("amount", value, "not an amount")
     return dec.quantize(Decimal("0.0001"))
-
-
-def _currency(value: Any) -> str:
-    return currencies.label(value)[:8]
 
 
 def _known_currency(value: Any) -> str:
@@ -209,9 +148,7 @@ def changed(remote_id: Any, stored_remote_id: Any, fk: Any) -> bool:
 
 
 def _text(value: Any, limit: int) -> str:
-    if value is None:
-        return ""
-    return str(value).replace("\x00", "")[:limit]
+    return "" if value is None else str(value).replace("\x00", "")[:limit]
 
 
 #: Canonical type -> handler class (``@handler``).
@@ -219,8 +156,7 @@ HANDLERS: dict[str, type[EventHandler]] = {}
 
 
 def handler(*event_types: str) -> Callable[[type[EventHandler]], type[EventHandler]]:
-    """Register the decorated ``EventHandler`` subclass for these canonical types (the last
-    registration of a type wins, so a host's subclass replaces a built-in one)."""
+    """Register the decorated class for these canonical types (the last registration wins)."""
 
     def register(cls: type[EventHandler]) -> type[EventHandler]:
         for event_type in event_types:
@@ -261,9 +197,103 @@ class EventHandler:
         return Product.objects.filter(remote_id=remote_id).values_list("pk", flat=True).first()
 
 
-# --- subscriptions ---------------------------------------------------------------------------
+class RecordHandler(EventHandler):
+    """Upsert of the ``model`` row the event's ``data.id`` names, behind the version guard."""
 
-#: Model field -> key in the resource, for the fields the mapping fills from another key.
+    model: ClassVar[type[models.Model]]
+    #: Canonical type -> the status it implies; it wins over ``data.status``.
+    STATUS_FOR_TYPE: ClassVar[dict[str, str]] = {}
+    #: Of two events of the same version, the higher-ranked status wins.
+    RANK: ClassVar[dict[str, int]] = {}
+    #: Statuses an undated event (``ctx.version_is_ours``) never moves a row out of.
+    FINAL: ClassVar[frozenset[str]] = frozenset()
+
+    def is_stale(self, ctx: EventContext, record: Any, status: str) -> bool:
+        stored = record.remote_updated
+        if stored is not None and ctx.version < stored:
+            return True
+        if ctx.version == stored and self.RANK.get(status, 0) < self.RANK.get(record.status, 0):
+            return True
+        return ctx.version_is_ours and record.status in self.FINAL and status not in self.FINAL
+
+    def lock_related(self, ctx: EventContext) -> dict[str, Any]:
+        """Lock rows this event also changes, before the record (override)."""
+        return {}
+
+    def fields(self, ctx: EventContext) -> dict[str, Any]:
+        data = ctx.data
+        return {
+            "status": self.STATUS_FOR_TYPE.get(self.event_type) or _text(data.get("status"), 32),
+            "amount": _amount(data.get("amount")),
+            "currency": currencies.label(data.get("currency"))[:8],
+            "customer_remote_id": as_uuid(data.get("customer")),
+            "subscription_remote_id": as_uuid(data.get("subscription")),
+            "remote_created": ts(data.get("date_created"), "date_created"),
+            "remote_updated": ctx.version,
+            "remote_data": data,
+        }
+
+    def new(self, remote_id: uuid.UUID) -> Any:
+        return self.model(remote_id=remote_id)
+
+    def resolve_links(
+        self, ctx: EventContext, record: Any, values: dict[str, Any], related: dict[str, Any]
+    ) -> None:
+        """Set the foreign keys from the remote ids, querying only when they changed."""
+        subscription: Any = related.get("subscription")
+        sub_rid, cust_rid = values["subscription_remote_id"], values["customer_remote_id"]
+        prod_rid = values.get("product_remote_id")
+        has_product = hasattr(record, "product_remote_id")
+        needs_lookup = (
+            changed(sub_rid, record.subscription_remote_id, record.subscription_id)
+            or changed(cust_rid, record.customer_remote_id, record.customer_id)
+            or (has_product and changed(prod_rid, record.product_remote_id, record.product_id))
+        )
+        if subscription is None and sub_rid and needs_lookup:
+            # One query gives the subscription and, through it, its customer and product.
+            fields = "pk remote_id customer_id customer_remote_id product_id product_remote_id"
+            row = Subscription.objects.filter(remote_id=sub_rid).values(*fields.split())[:1]
+            subscription = SimpleNamespace(**row[0]) if row else None
+        known = subscription or SimpleNamespace(
+            pk=None, remote_id=None, customer_id=None, customer_remote_id=None
+        )
+        if changed(sub_rid, record.subscription_remote_id, record.subscription_id):
+            record.subscription_id = known.pk if known.remote_id == sub_rid else None
+        if changed(cust_rid, record.customer_remote_id, record.customer_id):
+            if known.customer_remote_id == cust_rid and known.customer_id is not None:
+                record.customer_id = known.customer_id
+            else:
+                record.customer_id = self.customer_id(ctx, cust_rid)
+        if has_product and changed(prod_rid, record.product_remote_id, record.product_id):
+            if subscription is not None and subscription.product_remote_id == prod_rid:
+                record.product_id = subscription.product_id
+            else:
+                record.product_id = self.product_id(prod_rid)
+
+    def save(self, record: Any) -> None:
+        record.save()
+
+    def after_save(self, ctx: EventContext, record: Any, related: dict[str, Any]) -> None:
+        """Further changes in the same transaction (override)."""
+
+    def handle(self, ctx: EventContext) -> HandlerResult:
+        remote_id = _uuid_or_fail(ctx.data.get("id"), "id")
+        related = self.lock_related(ctx)
+        record = _locked(self.model._default_manager.filter(remote_id=remote_id)).first()
+        values = self.fields(ctx)  # before the age check: bad data fails even a stale event
+        if record is not None and self.is_stale(ctx, record, values.get("status", record.status)):
+            return HandlerResult("stale", {self.object_name: record, **related})
+        if record is None:
+            record = self.new(remote_id)
+        self.resolve_links(ctx, record, values, related)
+        for key, value in values.items():
+            setattr(record, key, value)
+        self.save(record)
+        self.after_save(ctx, record, related)
+        return HandlerResult("applied", {self.object_name: record, **related})
+
+
+#: Subscription field -> key in the resource, for the fields the mapping fills from another key.
 _SUBSCRIPTION_SOURCE = {
     "remote_id": "id",
     "remote_created": "date_created",
@@ -276,20 +306,18 @@ _SUBSCRIPTION_SOURCE = {
 
 
 @handler(types.SUBSCRIPTION_RENEWAL, types.SUBSCRIPTION_CANCELED, types.SUBSCRIPTION_PAUSED)
-class SubscriptionHandler(EventHandler):
+class SubscriptionHandler(RecordHandler):
     """``subscription.*``: the data is the subscription after the change; an unknown one is
     created from it (after pulling its customer if that is unknown too)."""
 
+    model = Subscription
     object_name = "subscription"
-    #: The status the event type implies (None: take ``data.status``).
     STATUS_FOR_TYPE: ClassVar[dict[str, str]] = {
         types.SUBSCRIPTION_CANCELED: "canceled",
         types.SUBSCRIPTION_PAUSED: "paused",
     }
-    #: Of two events of the same version, the higher-ranked status wins.
-    SAME_VERSION_RANK: ClassVar[dict[str, int]] = {"paused": 1, "canceled": 2}
-    #: States an undated event never moves a subscription out of.
-    FINAL: ClassVar[frozenset[str]] = frozenset({"canceled"})
+    RANK: ClassVar[dict[str, int]] = {"paused": 1, "canceled": 2}
+    FINAL = frozenset({"canceled"})
 
     def fields(self, ctx: EventContext) -> dict[str, Any]:
         mapped = subscription_mapping.from_remote(ctx.data)
@@ -305,149 +333,22 @@ class SubscriptionHandler(EventHandler):
         values["remote_updated_ours"] = ctx.version_is_ours
         return values
 
-    def is_stale(self, ctx: EventContext, subscription: Subscription, status: str) -> bool:
-        """Older than the stored state, or held off by its final state (``leaves_final``)."""
-        return is_older(ctx.version, subscription.remote_updated) or leaves_final(
-            ctx,
-            subscription.status,
-            subscription.remote_updated,
-            status,
-            final=self.FINAL,
-            rank=self.SAME_VERSION_RANK,
-        )
-
-    def handle(self, ctx: EventContext) -> HandlerResult:
-        remote_id = _uuid_or_fail(ctx.data.get("id"), "id")
-        subscription = _locked(Subscription.objects.filter(remote_id=remote_id)).first()
-        values = self.fields(ctx)  # before the age check: bad data fails even a stale event
-        if subscription is not None and self.is_stale(
-            ctx, subscription, values.get("status", subscription.status)
-        ):
-            return HandlerResult("stale", {"subscription": subscription})
-        if subscription is None:
-            subscription = Subscription(
-                remote_id=remote_id, sync_state="synced", last_synced_at=timezone.now()
-            )
-        customer_rid = values.get("customer_remote_id", subscription.customer_remote_id)
-        product_rid = values.get("product_remote_id", subscription.product_remote_id)
-        if changed(customer_rid, subscription.customer_remote_id, subscription.customer_id):
-            subscription.customer_id = self.customer_id(ctx, customer_rid)
-        if changed(product_rid, subscription.product_remote_id, subscription.product_id):
-            subscription.product_id = self.product_id(product_rid)
-        for name, value in values.items():
-            setattr(subscription, name, value)
-        with from_remote():
-            subscription.save()
-        return HandlerResult("applied", {"subscription": subscription})
-
-
-# --- records (invoices, payments, refunds) ----------------------------------------------------
-
-
-class RecordHandler(EventHandler):
-    """Upsert of an ``Invoice``/``Payment``/``Refund`` from the event's data."""
-
-    model: ClassVar[type[models.Model]]
-    #: Canonical type -> the status it implies; it wins over ``data.status``.
-    STATUS_FOR_TYPE: ClassVar[dict[str, str]] = {}
-    #: Statuses that an event at the same instant never moves away from.
-    TERMINAL: ClassVar[frozenset[str]] = frozenset()
-    #: Statuses that an undated event (a version of ours) never moves away from (``None``:
-    #: the ``TERMINAL`` ones).
-    FINAL: ClassVar[frozenset[str] | None] = None
-
-    def status(self, ctx: EventContext) -> str:
-        return self.STATUS_FOR_TYPE.get(self.event_type) or _text(ctx.data.get("status"), 32)
-
-    def lock_related(self, ctx: EventContext) -> dict[str, Any]:
-        """Lock rows this event also changes, before the record (override)."""
-        return {}
-
-    def common_fields(self, ctx: EventContext) -> dict[str, Any]:
-        data = ctx.data
-        return {
-            "status": self.status(ctx),
-            "amount": _amount(data.get("amount")),
-            "currency": _currency(data.get("currency")),
-            "customer_remote_id": as_uuid(data.get("customer")),
-            "subscription_remote_id": as_uuid(data.get("subscription")),
-            "remote_created": ts(data.get("date_created"), "date_created"),
-            "remote_updated": ctx.version,
-            "remote_data": data,
-        }
-
-    def extra_fields(self, ctx: EventContext) -> dict[str, Any]:
-        return {}
+    def new(self, remote_id: uuid.UUID) -> Any:
+        return Subscription(remote_id=remote_id, sync_state="synced", last_synced_at=timezone.now())
 
     def resolve_links(
         self, ctx: EventContext, record: Any, values: dict[str, Any], related: dict[str, Any]
     ) -> None:
-        """Set the foreign keys from the remote ids, querying only when they changed."""
-        subscription: Any = related.get("subscription")
-        sub_rid = values["subscription_remote_id"]
-        needs_lookup = changed(sub_rid, record.subscription_remote_id, record.subscription_id) or (
-            changed(values["customer_remote_id"], record.customer_remote_id, record.customer_id)
-            or changed(
-                values.get("product_remote_id"),
-                getattr(record, "product_remote_id", None),
-                getattr(record, "product_id", None),
-            )
-        )
-        if subscription is None and sub_rid and needs_lookup:
-            # One query gives the subscription and, through it, its customer and product.
-            fields = "pk remote_id customer_id customer_remote_id product_id product_remote_id"
-            row = Subscription.objects.filter(remote_id=sub_rid).values(*fields.split())[:1]
-            subscription = SimpleNamespace(**row[0]) if row else None
-        known = subscription or SimpleNamespace(
-            pk=None, remote_id=None, customer_id=None, customer_remote_id=None, product_id=None
-        )
-        if changed(sub_rid, record.subscription_remote_id, record.subscription_id):
-            record.subscription_id = known.pk if known.remote_id == sub_rid else None
-        cust_rid = values["customer_remote_id"]
-        if changed(cust_rid, record.customer_remote_id, record.customer_id):
-            if known.customer_remote_id == cust_rid and known.customer_id is not None:
-                record.customer_id = known.customer_id
-            else:
-                record.customer_id = self.customer_id(ctx, cust_rid)
-        prod_rid = values.get("product_remote_id")
-        if hasattr(record, "product_remote_id") and changed(
-            prod_rid, record.product_remote_id, record.product_id
-        ):
-            if subscription is not None and subscription.product_remote_id == prod_rid:
-                record.product_id = subscription.product_id
-            else:
-                record.product_id = self.product_id(prod_rid)
+        customer_rid = values.get("customer_remote_id", record.customer_remote_id)
+        product_rid = values.get("product_remote_id", record.product_remote_id)
+        if changed(customer_rid, record.customer_remote_id, record.customer_id):
+            record.customer_id = self.customer_id(ctx, customer_rid)
+        if changed(product_rid, record.product_remote_id, record.product_id):
+            record.product_id = self.product_id(product_rid)
 
-    def is_stale(self, ctx: EventContext, record: Any, status: str) -> bool:
-        """Older than the stored state, or held off by its final state (``leaves_final``)."""
-        return is_older(ctx.version, record.remote_updated) or leaves_final(
-            ctx,
-            record.status,
-            record.remote_updated,
-            status,
-            final=self.TERMINAL if self.FINAL is None else self.FINAL,
-            rank=dict.fromkeys(self.TERMINAL, 1),
-        )
-
-    def after_save(self, ctx: EventContext, record: Any, related: dict[str, Any]) -> None:
-        """Hook: further changes in the same transaction (override)."""
-
-    def handle(self, ctx: EventContext) -> HandlerResult:
-        remote_id = _uuid_or_fail(ctx.data.get("id"), "id")
-        related = self.lock_related(ctx)
-        name = self.object_name
-        record = _locked(self.model.objects.filter(remote_id=remote_id)).first()
-        values = {**self.common_fields(ctx), **self.extra_fields(ctx)}
-        if record is not None and self.is_stale(ctx, record, values["status"]):
-            return HandlerResult("stale", {name: record, **related})
-        if record is None:
-            record = self.model(remote_id=remote_id)
-        self.resolve_links(ctx, record, values, related)
-        for key, value in values.items():
-            setattr(record, key, value)
-        record.save()
-        self.after_save(ctx, record, related)
-        return HandlerResult("applied", {name: record, **related})
+    def save(self, record: Any) -> None:
+        with from_remote():
+            record.save()
 
 
 @handler(
@@ -467,11 +368,12 @@ class InvoiceHandler(RecordHandler):
         types.INVOICE_MARKED_UNCOLLECTABLE: "uncollectable",
         types.INVOICE_DELETED: "deleted",
     }
-    TERMINAL = frozenset({"deleted"})
+    RANK: ClassVar[dict[str, int]] = {"deleted": 1}
     FINAL = frozenset({"deleted", "void", "uncollectable"})
 
-    def extra_fields(self, ctx: EventContext) -> dict[str, Any]:
+    def fields(self, ctx: EventContext) -> dict[str, Any]:
         return {
+            **super().fields(ctx),
             "product_remote_id": as_uuid(ctx.data.get("product")),
             "period_start": ts(ctx.data.get("period_start"), "period_start"),
             "period_end": ts(ctx.data.get("period_end"), "period_end"),
@@ -504,8 +406,9 @@ class PaymentHandler(RecordHandler):
             return {}
         return {"subscription": subscription}
 
-    def extra_fields(self, ctx: EventContext) -> dict[str, Any]:
+    def fields(self, ctx: EventContext) -> dict[str, Any]:
         return {
+            **super().fields(ctx),
             "product_remote_id": as_uuid(ctx.data.get("product")),
             "invoice_remote_id": as_uuid(ctx.data.get("invoice")),
             "currency": _known_currency(ctx.data.get("currency")),
@@ -541,10 +444,12 @@ class RefundHandler(RecordHandler):
         types.REFUND_APPROVED: "approved",
         types.REFUND_REJECTED: "rejected",
     }
-    TERMINAL = frozenset({"approved", "rejected"})
+    RANK: ClassVar[dict[str, int]] = {"approved": 1, "rejected": 1}
+    FINAL = frozenset({"approved", "rejected"})
 
-    def extra_fields(self, ctx: EventContext) -> dict[str, Any]:
+    def fields(self, ctx: EventContext) -> dict[str, Any]:
         return {
+            **super().fields(ctx),
             "payment_remote_id": as_uuid(ctx.data.get("payment")),
             "reason": _text(ctx.data.get("reason"), 255),
         }

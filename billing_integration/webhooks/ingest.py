@@ -20,31 +20,19 @@ from .verification import MissingHeadersError, StaleTimestampError, Verification
 
 logger = logging.getLogger("billing_integration.webhooks")
 
-__all__ = [
-    "REDACTED",
-    "STORED_HEADERS",
-    "StoreResult",
-    "count_refusal",
-    "enqueue",
-    "store_delivery",
-]
-
-#: Headers stored with their value (lower-case names); every other header is stored as
-#: ``REDACTED``: an allow-list, so a header nobody thought of stays hidden.
+#: Headers stored with their value; every other one is stored as ``REDACTED`` (an allow-list:
+#: a header nobody thought of stays hidden).
 _STORED = """webhook-id webhook-timestamp svix-id svix-timestamp content-type content-length
     content-encoding user-agent accept accept-encoding host via forwarded x-forwarded-for
     x-forwarded-host x-forwarded-proto x-real-ip x-request-id x-correlation-id traceparent"""
 STORED_HEADERS = frozenset(_STORED.split())
-#: What a header outside ``STORED_HEADERS`` is stored as.
 REDACTED = "[redacted]"
 #: Headers stored at most, and characters of each value.
-MAX_HEADERS = 64
-MAX_HEADER_VALUE = 1024
+MAX_HEADERS, MAX_HEADER_VALUE = 64, 1024
 
 
 def safe_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """The request headers with lower-case names: the values of ``STORED_HEADERS``,
-    ``REDACTED`` for every other header."""
+    """The headers, names in lower case, values of the others than ``STORED_HEADERS`` hidden."""
     result: dict[str, str] = {}
     for name, value in list(headers.items())[:MAX_HEADERS]:
         key = clean_text(str(name).lower(), 128)
@@ -56,9 +44,8 @@ def safe_headers(headers: Mapping[str, str]) -> dict[str, str]:
 
 @dataclass
 class StoreResult:
-    """What ``store_delivery`` did: the stored ``event`` (the row already there for a
-    duplicate; None if it vanished meanwhile), ``created``, its ``state``, and ``error`` for a
-    rejected body."""
+    """The stored ``event`` (for a duplicate, the row already there, if any), ``created``, its
+    ``state``, and ``error`` for a rejected body."""
 
     event: WebhookEvent | None
     event_id: str
@@ -90,10 +77,8 @@ def _read(body: bytes) -> tuple[str, object, str]:
 def store_delivery(
     body: bytes, headers: Mapping[str, str], verification: Verification
 ) -> StoreResult:
-    """Store one verified delivery; raises ``DatabaseError`` only if it could not be stored.
-
-    A body that is not a JSON object is stored ``rejected`` (never processed); a redelivery is
-    recognised by its event id (unique) and reported with ``created=False``."""
+    """Store one verified delivery (``DatabaseError`` if it cannot be). A body that is not a
+    JSON object is stored ``rejected``; a redelivery (same event id) gives ``created=False``."""
     text, payload, error = _read(body)
     event = WebhookEvent(
         body=clean_text(text),
@@ -137,9 +122,8 @@ def count_refusal(exc: WebhookVerificationError) -> None:
 
 
 def enqueue(event_pk: int) -> None:
-    """Hand a stored event to processing: a Celery task once the transaction commits, or, with
-    Celery's ``task_always_eager``, processing here and now. Never raises: a failure leaves
-    the event ``received`` for the periodic sweep."""
+    """Hand a stored event to processing: a Celery task on commit, or here and now with
+    ``task_always_eager``. Never raises: a failure leaves it ``received`` for the sweep."""
     from .processing import process_in_order
     from .tasks import process_webhook_event, send
 

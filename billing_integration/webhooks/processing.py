@@ -1,11 +1,11 @@
 """Applying stored events: ``process_event(pk)`` applies one, once; ``process_in_order(pk)``
 (the task) applies the received events of its object oldest first.
 
-Each event is applied in one transaction, under its row lock: a processed or rejected event
-is left alone; the handler of its canonical type (none: ``ignored``) checks the version guard
-and applies; the event is marked ``processed`` and the signals are sent on commit. A handler
-error rolls back and marks the event ``failed``. A handler may ask for an object to be pulled
-first (``PullRequired``): that happens outside the transaction, then the handler runs again.
+Each event is applied in one transaction, its row locked: the handler of its type (none:
+``ignored``) applies it behind the version guard, the event is marked ``processed`` and the
+signals go on commit. A handler error rolls back and marks the event ``failed``. A handler may
+ask for an object to be pulled first (``PullRequired``): the pull runs outside the transaction,
+then the handler again.
 """
 
 from __future__ import annotations
@@ -29,9 +29,10 @@ from ..exceptions import (
     BillingTransportError,
     RemoteDataError,
 )
-from ..models import EventState, WebhookEvent
+from ..models import Customer, EventState, Subscription, WebhookEvent
 from ..service import ensure_service
 from ..strictjson import parse_body
+from . import tasks
 from .envelope import read_envelope
 from .handlers import EventContext, EventDataError, HandlerResult, PullRequired, get_handler
 from .signals import SIGNALS, billing_event_received
@@ -39,25 +40,12 @@ from .types import normalize_type
 
 logger = logging.getLogger("billing_integration.webhooks")
 
-#: What processing writes back on the event row.
 _OUTCOME_FIELDS = ["state", "outcome", "error", "traceback", "attempts", "processed_at", "type"]
-
-__all__ = [
-    "BUSY",
-    "ProcessResult",
-    "process_event",
-    "process_in_order",
-    "process_pending",
-    "pull_missing",
-    "replay_events",
-]
-
 #: Seconds during which an object that was pulled is not pulled again for another event.
 PULL_ONCE_TTL = 3600
 _RETRYABLE = (OperationalError, BillingTransportError, BillingServerError, BillingRateLimitError)
 _MAX_ROUNDS = 4
-#: The state ``process_event(..., in_order=True)`` reports when another worker holds the event
-#: or an older one of its object: this worker leaves it to that one.
+#: The state of an event another worker holds (or an older one of its object): left to it.
 BUSY = "busy"
 
 
@@ -71,19 +59,16 @@ class ProcessResult:
 
 
 def pull_missing(kind: str, remote_id: uuid.UUID, *, customer: uuid.UUID | None = None) -> None:
-    """Pull an object an event names but that is not known locally (``customer`` or
-    ``subscription``, after its customer when that is unknown too), at most once per
-    ``PULL_ONCE_TTL`` across processes (a key in ``BILLING['CACHE']``); concurrent asks share
-    one pull (``sync.coalesce``)."""
+    """Pull a ``customer`` or ``subscription`` (after its unknown ``customer``) an event names,
+    at most once per ``PULL_ONCE_TTL`` across processes (a key in ``BILLING['CACHE']``);
+    concurrent asks share one pull (``sync.coalesce``)."""
     ensure_service()
-    key = f"billing:webhook-pull:{kind}:{remote_id}"
     try:
-        first = shared_cache().add(key, 1, timeout=PULL_ONCE_TTL)
+        first = shared_cache().add(f"billing:webhook-pull:{kind}:{remote_id}", 1, PULL_ONCE_TTL)
     except Exception:  # a cache outage must not stop processing
         first = True
     if not first:
         return
-    from ..models import Customer, Subscription
     from ..sync import pull
     from ..sync.coalesce import coalesced_pull
 
@@ -99,8 +84,7 @@ def pull_missing(kind: str, remote_id: uuid.UUID, *, customer: uuid.UUID | None 
 
 
 def _signed_at(event: WebhookEvent) -> datetime | None:
-    """The delivery's ``webhook-timestamp`` when the signature covered it (verified at
-    ingest, kept with the stored headers), else None."""
+    """The ``webhook-timestamp`` the verified signature covered, else None."""
     if event.verified_by != "signature" or not isinstance(event.headers, dict):
         return None
     raw = event.headers.get("webhook-timestamp") or event.headers.get("svix-timestamp")
@@ -110,7 +94,9 @@ def _signed_at(event: WebhookEvent) -> datetime | None:
         return None
 
 
-def _load_context(event: WebhookEvent, event_type: str) -> EventContext:
+def _load_context(
+    event: WebhookEvent, event_type: str, pulled: set[tuple[str, uuid.UUID]]
+) -> EventContext:
     try:
         payload = parse_body(event.body)
     except ValueError as exc:  # NaN, Infinity, a number out of range: not JSON
@@ -121,32 +107,23 @@ def _load_context(event: WebhookEvent, event_type: str) -> EventContext:
         # A time that does not parse never becomes "no time".
         raise RemoteDataError("created_at", envelope.occurred_raw, "not a timestamp")
     return EventContext(
-        event=event,
-        event_type=event_type,
-        data=envelope.data,
-        occurred_at=occurred_at,
-        signed_at=_signed_at(event),
-        received_at=event.received_at,
+        event, event_type, envelope.data, occurred_at, pulled, _signed_at(event), event.received_at
     )
 
 
 def _older_pending(event: WebhookEvent) -> bool:
     """An older event of the same object is still ``received``."""
-    return (
-        WebhookEvent.objects.filter(object_id=event.object_id, state=EventState.RECEIVED)
-        .filter(
-            Q(received_at__lt=event.received_at) | Q(received_at=event.received_at, pk__lt=event.pk)
-        )
-        .exists()
-    )
+    older = Q(received_at__lt=event.received_at) | Q(received_at=event.received_at, pk__lt=event.pk)
+    pending = WebhookEvent.objects.filter(object_id=event.object_id, state=EventState.RECEIVED)
+    return pending.filter(older).exists()
 
 
 def _apply(
     pk: int, pulled: set[tuple[str, uuid.UUID]], force: bool, in_order: bool = False
 ) -> ProcessResult:
     with transaction.atomic():
-        # In order: a claim that skips a row another worker holds, and leaves the event when
-        # an older one of its object is not processed yet (its holder goes on with this one).
+        # In order: skip a row another worker holds, and leave the event when an older one of
+        # its object is not processed yet (its holder goes on with this one).
         event = WebhookEvent.objects.select_for_update(skip_locked=in_order).filter(pk=pk).first()
         if event is None:
             if in_order and WebhookEvent.objects.filter(pk=pk).exists():
@@ -160,47 +137,40 @@ def _apply(
             event.state == EventState.PROCESSED and not force
         ):
             return ProcessResult(pk, event.state, event.outcome)
-        event_type = normalize_type(event.raw_type) or event.type
-        handler = get_handler(event_type)
-        now = timezone.now()
+        event.type = normalize_type(event.raw_type) or event.type
+        handler = get_handler(event.type)
         event.attempts += 1
-        event.processed_at = now
-        event.error = event.traceback = ""
+        event.processed_at = timezone.now()
+        event.error = event.traceback = event.outcome = ""
         if handler is None:
             event.state = EventState.IGNORED
-            event.outcome = ""
             event.error = f"No handler for event type {event.raw_type[:100]!r}."
-            event.type = event_type
-            event.save(update_fields=_OUTCOME_FIELDS)
-            return ProcessResult(pk, event.state)
-        ctx = _load_context(event, event_type)
-        ctx.pulled = pulled
-        result: HandlerResult = handler.handle(ctx)
-        event.type = event_type
-        event.state = EventState.PROCESSED
-        event.outcome = result.outcome
+        else:
+            ctx = _load_context(event, event.type, pulled)
+            result = handler.handle(ctx)
+            event.state, event.outcome = EventState.PROCESSED, result.outcome
+            if result.outcome == "applied":
+                transaction.on_commit(lambda: send_signals(event, ctx, result))
         event.save(update_fields=_OUTCOME_FIELDS)
-        if result.outcome == "applied":
-            transaction.on_commit(lambda: send_signals(event, ctx, result))
-        return ProcessResult(pk, event.state, result.outcome)
+        return ProcessResult(pk, event.state, event.outcome)
 
 
 def _record_failure(pk: int, exc: BaseException, *, final: bool) -> ProcessResult:
     retryable = isinstance(exc, _RETRYABLE)
     message = f"{type(exc).__name__}: {exc}"[:2000]
-    trace = "".join(tb.format_exception(exc))[-20000:]
     try:
         WebhookEvent.objects.filter(pk=pk).exclude(state=EventState.PROCESSED).update(
             state=EventState.FAILED,
             attempts=F("attempts") + 1,
             error=message,
-            traceback=trace,
+            traceback="".join(tb.format_exception(exc))[-20000:],
             processed_at=timezone.now(),
         )
     except DatabaseError:
         logger.exception("Could not record the failure of event %s", pk)
-    log = logger.warning if retryable and not final else logger.error
-    log("Event %s failed: %s", pk, message)
+    (logger.warning if retryable and not final else logger.error)(
+        "Event %s failed: %s", pk, message
+    )
     return ProcessResult(pk, EventState.FAILED, retryable=retryable, error=message)
 
 
@@ -209,10 +179,9 @@ def process_event(
 ) -> ProcessResult:
     """Apply one stored event once; never raises for a handler error. ``force`` applies a
     processed event again (the version guard still holds); ``final``: no retry is left (only
-    affects logging); ``in_order``: leave the event (``BUSY``) to a worker holding it or an
-    older event of its object."""
+    logging); ``in_order``: ``BUSY`` when another worker holds it or an older event."""
     pulled: set[tuple[str, uuid.UUID]] = set()
-    last_exc: BaseException | None = None
+    last_exc: BaseException = RuntimeError("Too many processing rounds.")
     for _ in range(_MAX_ROUNDS):
         try:
             return _apply(pk, pulled, force, in_order)
@@ -227,18 +196,16 @@ def process_event(
             except Exception as exc:
                 # The event is still applied without the object (the raw ids are kept).
                 logger.warning("Pulling %s %s failed: %s", need.kind, need.remote_id, exc)
-            continue
         except IntegrityError as exc:
             # Two events inserted the same new record concurrently; the retry finds the row.
             last_exc = exc
-            continue
         except Exception as exc:
             return _record_failure(pk, exc, final=final)
-    return _record_failure(pk, last_exc or RuntimeError("Too many processing rounds."), final=final)
+    return _record_failure(pk, last_exc, final=final)
 
 
 def send_signals(event: WebhookEvent, ctx: EventContext, result: HandlerResult) -> None:
-    """Send the type's signal and ``billing_event_received`` (robustly: errors are logged)."""
+    """Send the type's signal and ``billing_event_received``; a receiver's error is logged."""
     kwargs: dict[str, Any] = {
         "event": event,
         "event_type": ctx.event_type,
@@ -249,7 +216,7 @@ def send_signals(event: WebhookEvent, ctx: EventContext, result: HandlerResult) 
     for signal in (SIGNALS.get(ctx.event_type), billing_event_received):
         if signal is None:
             continue
-        for receiver, response in signal.send_robust(sender=WebhookEvent, **kwargs):
+        for receiver, response in signal.send_robust(WebhookEvent, **kwargs):
             if isinstance(response, Exception):
                 info = (type(response), response, response.__traceback__)
                 logger.error("Receiver %r of %s raised", receiver, ctx.event_type, exc_info=info)
@@ -258,11 +225,8 @@ def send_signals(event: WebhookEvent, ctx: EventContext, result: HandlerResult) 
 def replay_events(
     queryset: QuerySet[WebhookEvent], *, inline: bool = True, force: bool = False
 ) -> dict[str, int]:
-    """Process events again, in order of reception (the admin action, ``billing_replay_events``):
-    never rejected ones, processed ones only with ``force``; here (``inline``) or on Celery.
-    Returns counts by resulting state (``enqueued`` when not inline)."""
-    from .tasks import send
-
+    """Process events again in order of reception, here (``inline``) or on Celery; never
+    rejected ones, processed ones only with ``force``. Returns counts by resulting state."""
     events = queryset.exclude(state=EventState.REJECTED)
     if not force:
         events = events.exclude(state=EventState.PROCESSED)
@@ -271,7 +235,7 @@ def replay_events(
         if inline:
             state = process_event(pk, force=force).state
         else:
-            send(pk, force=force)
+            tasks.send(pk, force=force)
             state = "enqueued"
         counts[state] = counts.get(state, 0) + 1
     return counts
@@ -279,8 +243,7 @@ def replay_events(
 
 def process_in_order(pk: int, *, final: bool = True) -> ProcessResult:
     """Apply event ``pk`` and the other ``received`` events of its object, oldest first, one
-    transaction each; stop when another worker holds one (that worker goes on). Returns the
-    result for ``pk``."""
+    transaction each; stop at one another worker holds (it goes on). Returns ``pk``'s result."""
     row = WebhookEvent.objects.filter(pk=pk).values_list("object_id", "state").first()
     if row is None:
         return ProcessResult(pk, "missing", error="No such event.")
@@ -299,20 +262,16 @@ def process_in_order(pk: int, *, final: bool = True) -> ProcessResult:
         seen.add(next_pk)
         step = process_event(next_pk, final=final or next_pk != pk, in_order=True)
         if step.state == BUSY:
-            # Left to the worker holding it; if that one only glanced at it, the message
-            # sent here makes sure the rest is not left until the sweep.
+            # Left to its holder; if that one only glanced at it, this message makes sure the
+            # rest is not left until the sweep.
             if applied:
-                from .tasks import send
-
-                send(next_pk, countdown=1)
+                tasks.send(next_pk, countdown=1)
             break
         applied += 1
         if next_pk == pk:
             result = step
         elif step.retryable:
-            from .tasks import send
-
-            send(next_pk, countdown=1)  # its retry, as its own task would
+            tasks.send(next_pk, countdown=1)  # its retry, as its own task would
     if result.state == EventState.RECEIVED:  # processed meanwhile by another worker
         current = WebhookEvent.objects.filter(pk=pk).values_list("state", flat=True).first()
         result = ProcessResult(pk, current or "missing")
@@ -321,9 +280,7 @@ def process_in_order(pk: int, *, final: bool = True) -> ProcessResult:
 
 def process_pending(older_than: float = 60.0, limit: int = 1000) -> int:
     """Enqueue the events still ``received`` after ``older_than`` seconds (a lost message, a
-    broker outage at delivery time). Returns how many were enqueued."""
-    from .tasks import send
-
+    broker outage at delivery time). Returns how many."""
     cutoff = timezone.now() - timedelta(seconds=older_than)
     pks = list(
         WebhookEvent.objects.filter(state=EventState.RECEIVED, received_at__lt=cutoff)
@@ -331,5 +288,5 @@ def process_pending(older_than: float = 60.0, limit: int = 1000) -> int:
         .values_list("pk", flat=True)[:limit]
     )
     for pk in pks:
-        send(pk)
+        tasks.send(pk)
     return len(pks)

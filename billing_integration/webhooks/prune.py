@@ -1,8 +1,5 @@
-"""Deleting old, finished deliveries (``prune_events``); ``received`` ones never are.
-
-Batches of ``batch_size`` rows, each its own transaction, claimed ``FOR UPDATE SKIP LOCKED``
-(a row being processed is left for the next run).
-"""
+"""Deleting old, finished deliveries (``prune_events``), never ``received`` ones: batches,
+each its own transaction, claimed ``FOR UPDATE SKIP LOCKED`` (a row in use waits a run)."""
 
 from __future__ import annotations
 
@@ -16,6 +13,7 @@ from typing import Any
 
 from celery import shared_task
 from django.db import connections, router, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -23,10 +21,7 @@ from ..models import EventState, WebhookEvent
 
 logger = logging.getLogger("billing_integration.webhooks")
 
-__all__ = ["PRUNABLE_STATES", "PruneResult", "count_prunable", "parse_duration", "prune_events"]
-__all__ += ["prune_events_task", "retention"]
-
-#: The states a delivery may be pruned in: every finished one. ``received`` is not among them.
+#: The states a delivery may be pruned in: every finished one.
 PRUNABLE_STATES: tuple[str, ...] = (
     EventState.PROCESSED.value,
     EventState.IGNORED.value,
@@ -40,7 +35,7 @@ _DURATION = re.compile(r"^\s*(\d+)\s*([smhd]?)\s*$")
 
 def parse_duration(value: Any) -> timedelta:
     """``"90d"``, ``"12h"``, ``"30m"``, ``"45s"``, seconds or a ``timedelta`` -> a positive
-    ``timedelta``; ``ValueError`` for anything else."""
+    ``timedelta`` (else ``ValueError``)."""
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, int) and not isinstance(value, bool):
@@ -74,7 +69,7 @@ class PruneResult:
     cutoff: datetime | None = None
 
 
-def _prunable(cutoff: datetime, using: str) -> Any:
+def _prunable(cutoff: datetime, using: str) -> QuerySet[WebhookEvent]:
     return WebhookEvent.objects.using(using).filter(
         state__in=PRUNABLE_STATES, received_at__lt=cutoff
     )
@@ -96,16 +91,14 @@ def prune_events(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> PruneResult:
-    """Delete the finished deliveries received more than ``older_than`` ago. Between batches
-    it rests ``pause`` seconds, and enough to keep its batches to ``max_busy`` of the time,
-    so ingest keeps the database's CPUs."""
+    """Delete the finished deliveries received more than ``older_than`` ago, resting between
+    batches ``pause`` seconds and enough to keep them to ``max_busy`` of the time."""
     if batch_size < 1:
         raise ValueError(_("The batch size must be at least 1."))
     if not 0 < max_busy <= 1:
         raise ValueError(_("The busy share must be above 0 and at most 1."))
     using = router.db_for_write(WebhookEvent)
-    connection = connections[using]
-    skip_locked = connection.features.has_select_for_update_skip_locked
+    skip_locked = connections[using].features.has_select_for_update_skip_locked
     cutoff = (now or timezone.now()) - older_than
     result = PruneResult(cutoff=cutoff)
     while True:
@@ -117,8 +110,8 @@ def prune_events(
             ids = list(rows.values_list("pk", flat=True)[:batch_size])
             if not ids:
                 break
-            # The conditions again (without row locks a replay may have changed a row); only
-            # the ids are loaded (the notices' SET_NULL makes Django read what it deletes).
+            # The conditions again (a row not locked may have changed); only the ids loaded
+            # (the notices' SET_NULL makes Django read what it deletes).
             deleted, _by_model = _prunable(cutoff, using).filter(pk__in=ids).only("pk").delete()
         result.deleted += deleted
         result.batches += 1
@@ -132,7 +125,8 @@ def prune_events(
     return result
 
 
-@shared_task(name="billing_integration.prune_events", ignore_result=True)
+# Celery ships no type hints: its decorators are untyped.
+@shared_task(name="billing_integration.prune_events", ignore_result=True)  # type: ignore[untyped-decorator]
 def prune_events_task(batch_size: int = 1000, pause: float = 0.0, max_busy: float = 0.25) -> int:
     """For Celery beat (daily): prune the deliveries older than ``BILLING['EVENT_RETENTION']``
     (none when it is None). Returns the rows deleted."""

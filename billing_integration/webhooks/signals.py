@@ -1,7 +1,6 @@
-"""Django signals, sent on commit once an event is applied (``sender=WebhookEvent``; a
-receiver that raises is logged): ``billing_event_received`` for every event, ``SIGNALS[type]``
-for one type. Arguments: ``event``, ``event_type``, ``data``, ``objects`` (the local objects
-touched, by name), and those objects as keyword arguments."""
+"""Signals sent on commit once an event is applied (``sender=WebhookEvent``): ``SIGNALS[type]``
+and ``billing_event_received``, with ``event``, ``event_type``, ``data``, ``objects`` (the
+local objects touched, by name) and those objects as keyword arguments."""
 
 from __future__ import annotations
 
@@ -25,8 +24,7 @@ invoice_voided = Signal()
 invoice_marked_uncollectable = Signal()
 invoice_deleted = Signal()
 
-#: Canonical type -> its signal. A host registering a handler for a type of its own
-#: (``@handler``) may add a signal here.
+#: Canonical type -> its signal (a host's own type may add one).
 SIGNALS: dict[str, Signal] = {
     types.SUBSCRIPTION_RENEWAL: subscription_renewal,
     types.SUBSCRIPTION_CANCELED: subscription_canceled,
@@ -42,9 +40,3 @@ SIGNALS: dict[str, Signal] = {
     types.INVOICE_MARKED_UNCOLLECTABLE: invoice_marked_uncollectable,
     types.INVOICE_DELETED: invoice_deleted,
 }
-
-__all__ = [
-    "SIGNALS",
-    "billing_event_received",
-    *(s.replace(".", "_") for s in types.CANONICAL_TYPES),
-]

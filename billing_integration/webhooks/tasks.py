@@ -10,16 +10,15 @@ from celery import shared_task
 from ..conf import billing_settings
 from ..health import record_run
 
-__all__ = ["MAX_ATTEMPTS", "process_pending_webhook_events", "process_webhook_event", "send"]
-
 #: Processing attempts of an event failing transiently (database, API) before it stays failed.
 MAX_ATTEMPTS = 5
 
 
-@shared_task(bind=True, name="billing_integration.process_webhook_event", acks_late=True)
+# Celery ships no type hints: its decorators are untyped.
+@shared_task(bind=True, name="billing_integration.process_webhook_event", acks_late=True)  # type: ignore[untyped-decorator]
 def process_webhook_event(self: Any, event_pk: int, force: bool = False) -> str:
-    """Process a stored event, after the older events of its object (``process_in_order``);
-    retries a transient failure with exponential backoff up to ``MAX_ATTEMPTS``."""
+    """Process a stored event after the older ones of its object; a transient failure is
+    retried with exponential backoff, ``MAX_ATTEMPTS`` attempts in all."""
     from .processing import process_event, process_in_order
 
     final = self.request.retries + 1 >= MAX_ATTEMPTS
@@ -39,7 +38,7 @@ def send(event_pk: int, *, force: bool = False, countdown: float | None = None) 
     )
 
 
-@shared_task(name="billing_integration.process_pending_webhook_events")
+@shared_task(name="billing_integration.process_pending_webhook_events")  # type: ignore[untyped-decorator]
 def process_pending_webhook_events(older_than: float = 60.0) -> int:
     """For Celery beat: enqueue the events still ``received`` after ``older_than`` seconds."""
     from .processing import process_pending

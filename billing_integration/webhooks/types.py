@@ -1,11 +1,6 @@
-"""Canonical event types and the normalisation of the spellings a service may send.
-
-The canonical names are ``<group>.<event>``. ``normalize_type`` maps variants
-such as ``"Invoice Marked as uncollectable"``, ``INVOICE_MARKED_UNCOLLECTABLE``,
-``invoice.marked-as-uncollectable``, ``InvoiceMarkedUncollectable`` or
-``subscription.cancelled`` onto them, and returns ``""`` for a type it does not know.
-``BILLING['EVENT_TYPE_ALIASES']`` adds spellings (``{"sub.renew": "subscription.renewal"}``).
-"""
+"""Canonical event types (``<group>.<event>``) and ``normalize_type``, which maps spellings
+such as ``INVOICE_MARKED_UNCOLLECTABLE``, ``InvoiceMarkedUncollectable`` or
+``subscription.cancelled`` onto them (``BILLING['EVENT_TYPE_ALIASES']`` adds some)."""
 
 from __future__ import annotations
 
@@ -26,7 +21,6 @@ INVOICE_PAID = "invoice.paid"
 INVOICE_VOIDED = "invoice.voided"
 INVOICE_MARKED_UNCOLLECTABLE = "invoice.marked_uncollectable"
 INVOICE_DELETED = "invoice.deleted"
-
 
 #: Group spellings -> canonical group.
 _GROUPS = {
@@ -73,19 +67,13 @@ def _words(raw: str) -> list[str]:
     return [w for w in _SEPARATORS.split(text) if w and w not in _FILLER]
 
 
-def type_key(raw: str) -> str:
-    """The spelling-insensitive key of a type name (``invoice_marked_uncollectable``)."""
-    return "_".join(_words(raw))
-
-
 def _aliases() -> dict[str, str]:
     configured = billing_settings.get("EVENT_TYPE_ALIASES") or {}
-    return {type_key(str(k)): str(v) for k, v in configured.items()}
+    return {"_".join(_words(str(k))): str(v) for k, v in configured.items()}
 
 
 def normalize_type(raw: object) -> str:
-    """The canonical type for a spelling, or "" if it is not known;
-    ``BILLING['EVENT_TYPE_ALIASES']`` first (keys compared spelling-insensitively)."""
+    """The canonical type of a spelling ("" if not known); the aliases first."""
     if not isinstance(raw, str) or not raw.strip() or len(raw) > 255:
         return ""
     if raw in CANONICAL_TYPES and not billing_settings.get("EVENT_TYPE_ALIASES"):

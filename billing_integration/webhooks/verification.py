@@ -1,7 +1,5 @@
-"""Authenticity of event deliveries, checked on the raw body: Standard Webhooks signatures
-(several ``whsec_`` secrets during a rotation) or HTTP basic auth. No message raised here
-contains a secret, a signature or a password.
-"""
+"""Authenticity of event deliveries: Standard Webhooks signatures (several ``whsec_`` secrets
+during a rotation) or HTTP basic auth. No message raised here holds a secret."""
 
 from __future__ import annotations
 
@@ -20,9 +18,6 @@ from ..conf import billing_settings
 from ..exceptions import WebhookVerificationError
 
 logger = logging.getLogger("billing_integration.webhooks")
-
-__all__ = ["TOLERANCE", "MissingHeadersError", "StaleTimestampError", "Verification", "sign"]
-__all__ += ["verify_basic_auth", "verify_request", "verify_signature", "whsec_key"]
 
 #: Seconds of clock skew accepted on ``webhook-timestamp``, both ways (Standard Webhooks default).
 TOLERANCE = 300
@@ -46,7 +41,7 @@ class StaleTimestampError(WebhookVerificationError):
 class Verification:
     """How a delivery was authenticated (``method``) and its ``webhook-id`` if signed."""
 
-    method: str  # "signature" | "basic" | "none"
+    method: str  # signature, basic or none
     message_id: str | None = None
     timestamp: int | None = None
 
@@ -62,7 +57,7 @@ def whsec_key(secret: object) -> bytes | None:
         return None
 
 
-@lru_cache(maxsize=16)  # the configured secrets: decoded once, not on every delivery
+@lru_cache(maxsize=16)  # decoded once, not on every delivery
 def _decode_secret(secret: str) -> bytes:
     key = whsec_key(secret)
     if key is not None:
@@ -71,15 +66,8 @@ def _decode_secret(secret: str) -> bytes:
     try:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
-        # Not base64: some services hand out raw secrets. Use the bytes as they are.
+        # Not base64: some services hand out raw secrets.
         return value.encode("utf-8")
-
-
-def _secrets(secrets: str | Sequence[str] | None) -> list[bytes]:
-    if not secrets:
-        return []
-    items = [secrets] if isinstance(secrets, str) else list(secrets)
-    return [_decode_secret(s) for s in items if s]
 
 
 def sign(body: bytes, secret: str, msg_id: str, timestamp: int) -> str:
@@ -106,11 +94,8 @@ def verify_signature(
     tolerance: int = TOLERANCE,
     now: float | None = None,
 ) -> Verification:
-    """Check a Standard Webhooks signature; raise ``WebhookVerificationError`` if it fails.
-
-    ``headers``: a case-insensitive mapping (``request.headers``) or lower-case names;
-    ``svix-*`` names are accepted as synonyms.
-    """
+    """Check a Standard Webhooks signature (``svix-*`` headers accepted too); raise
+    ``WebhookVerificationError`` if it fails. ``headers``: ``request.headers`` or lower case."""
     msg_id = _header(headers, "webhook-id", "svix-id")
     timestamp = _header(headers, "webhook-timestamp", "svix-timestamp")
     signature = _header(headers, "webhook-signature", "svix-signature")
@@ -126,14 +111,13 @@ def verify_signature(
         raise MissingHeadersError("webhook-timestamp is not an integer.") from None
     current = time.time() if now is None else now
     if abs(current - ts) > tolerance:
-        # Whole seconds rounded away from now, so a refused timestamp never reads as within
-        # the tolerance ("300 s" for one 300.4 s away).
+        # Rounded away from now: a refused timestamp never reads as within the tolerance.
         off = math.ceil(abs(current - ts))
         when = f"{off} s in the future" if ts > current else f"{off} s old"
         raise StaleTimestampError(
             f"webhook-timestamp is {when}: more than the tolerance of {tolerance} s."
         )
-    keys = _secrets(secrets)
+    keys = [_decode_secret(s) for s in ([secrets] if isinstance(secrets, str) else secrets) if s]
     if not keys:
         raise WebhookVerificationError("No webhook secret is configured.")
     signed = f"{msg_id}.{ts}.".encode() + body

@@ -23,8 +23,6 @@ from .verification import verify_request
 
 logger = logging.getLogger("billing_integration.webhooks")
 
-__all__ = ["webhook"]
-
 
 @csrf_exempt
 @transaction.non_atomic_requests

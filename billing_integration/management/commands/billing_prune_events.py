@@ -40,23 +40,19 @@ class Command(BaseCommand):
             raise CommandError(_("--pause must not be negative."))
         if not 0 < options["max_busy"] <= 1:
             raise CommandError(_("--max-busy must be above 0 and at most 1."))
-        if options["older_than"] is not None:
-            try:
-                older_than = parse_duration(options["older_than"])
-            except ValueError as exc:
-                raise CommandError(f"--older-than: {exc}") from exc
-        else:
-            try:
-                older_than = retention()
-            except ValueError as exc:
-                raise CommandError(f"BILLING['EVENT_RETENTION']: {exc}") from exc
-            if older_than is None:
-                raise CommandError(
-                    _(
-                        "BILLING['EVENT_RETENTION'] is None (keep every delivery): "
-                        "pass --older-than to prune anyway."
-                    )
+        given = options["older_than"]
+        try:
+            older_than = retention() if given is None else parse_duration(given)
+        except ValueError as exc:
+            source = "BILLING['EVENT_RETENTION']" if given is None else "--older-than"
+            raise CommandError(f"{source}: {exc}") from exc
+        if older_than is None:
+            raise CommandError(
+                _(
+                    "BILLING['EVENT_RETENTION'] is None (keep every delivery): "
+                    "pass --older-than to prune anyway."
                 )
+            )
         if options["dry_run"]:
             count = count_prunable(older_than)
             self.stdout.write(

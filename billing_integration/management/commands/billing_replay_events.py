@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -30,11 +31,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         events = WebhookEvent.objects.exclude(state=EventState.REJECTED)
-        states = []
-        if options["failed"]:
-            states.append(EventState.FAILED)
-        if options["ignored"]:
-            states.append(EventState.IGNORED)
+        states = [s for s in (EventState.FAILED, EventState.IGNORED) if options[s.value]]
         if states:
             events = events.filter(state__in=states)
         if options["event_type"]:
@@ -49,13 +46,13 @@ class Command(BaseCommand):
         self.stdout.write(f"Replayed {total} event(s) ({detail}).")
 
     @staticmethod
-    def _since(value: str) -> Any:
+    def _since(value: str) -> datetime:
         moment = parse_datetime(value)
         if moment is None:
             day = parse_date(value)
             if day is None:
                 raise CommandError(f"--since: not a date or datetime: {value!r}")
-            moment = timezone.datetime(day.year, day.month, day.day)
+            moment = datetime(day.year, day.month, day.day)
         if timezone.is_naive(moment):
             moment = timezone.make_aware(moment, timezone.get_default_timezone())
         return moment
