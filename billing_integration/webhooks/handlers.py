@@ -1,20 +1,7 @@
-"""One handler class per canonical event type, registered with ``@handler(type, ...)``.
-
-``handle(ctx)`` runs in the processing transaction, the event row locked. It locks the rows it
-changes (subscription -> invoice -> payment -> refund), returns ``stale`` for an event older
-than the stored state (the version guard), else applies it. A value that cannot be stored
-raises ``RemoteDataError``: the event fails and nothing changes. A host replaces or adds a type
-with a subclass, in a module its ``AppConfig.ready`` imports::
-
-    from billing_integration.webhooks.handlers import InvoiceHandler, handler
-
-    @handler("invoice.paid")
-    class MyInvoicePaid(InvoiceHandler):
-        def handle(self, ctx):
-            result = super().handle(ctx)
-            ...  # your own bookkeeping, in the same transaction
-            return result
-"""
+"""One handler class per canonical event type, registered with ``@handler(type, ...)`` (a
+host's subclass replaces a built-in one: docs/events.md). ``handle(ctx)`` runs in the event's
+transaction: it locks the rows it changes (subscription -> invoice -> payment -> refund) and
+returns ``stale`` for an event older than the stored state (the version guard)."""
 
 from __future__ import annotations
 
@@ -28,7 +15,7 @@ from types import SimpleNamespace
 from typing import Any, ClassVar
 
 from django.db import connections, models
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists
 from django.utils import timezone
 
 from .. import currencies
@@ -79,13 +66,13 @@ class EventContext:
 
     @property
     def version(self) -> datetime:
-        """``data.date_updated``, else ``date_created``, else the envelope's ``created_at``,
-        else the signed timestamp, else the receive time."""
+        """The data's ``date_updated`` or ``date_created``, else the envelope's time, else
+        the signed timestamp, else the receive time."""
         return self._versioned[0]
 
     @property
     def version_is_ours(self) -> bool:
-        """The version is the signed timestamp or the receive time, not a service's date."""
+        """The version is not a service's date."""
         return self._versioned[1]
 
     def may_pull(self, kind: str, remote_id: uuid.UUID | None) -> bool:
@@ -107,23 +94,14 @@ def _locked(queryset: models.QuerySet[Any]) -> models.QuerySet[Any]:
     return queryset.select_for_update(no_key=no_key)
 
 
-def _uuid_or_fail(value: Any, what: str) -> uuid.UUID:
-    result = as_uuid(value)
-    if result is None:
-        raise EventDataError(f"data.{what} is not a UUID: {str(value)[:80]!r}")
-    return result
-
-
 def _amount(value: Any) -> Decimal | None:
     """The ``amount`` as stored; ``RemoteDataError`` when the column cannot hold it."""
     if value is None:
         return None
-    dec = None
-    if not isinstance(value, bool):
-        try:
-            dec = Decimal(str(value))
-        except (InvalidOperation, ValueError):
-            dec = None
+    try:
+        dec = None if isinstance(value, bool) else Decimal(str(value))
+    except (InvalidOperation, ValueError):
+        dec = None
     if dec is None or not dec.is_finite() or abs(dec) >= Decimal(10) ** 15:
         raise RemoteDataError("amount", value, "not an amount")
     return dec.quantize(Decimal("0.0001"))
@@ -166,47 +144,38 @@ def handler(*event_types: str) -> Callable[[type[EventHandler]], type[EventHandl
     return register
 
 
+def _customer_pk(ctx: EventContext, remote_id: uuid.UUID | None) -> int | None:
+    """The local id of a customer; asks for a pull (once) when it is not known."""
+    if remote_id is None:
+        return None
+    pk = Customer.objects.filter(remote_id=remote_id).values_list("pk", flat=True).first()
+    if pk is None and ctx.may_pull("customer", remote_id):
+        raise PullRequired("customer", remote_id)
+    return pk
+
+
+def _product_pk(remote_id: uuid.UUID | None) -> int | None:
+    if remote_id is None:
+        return None
+    return Product.objects.filter(remote_id=remote_id).values_list("pk", flat=True).first()
+
+
 class EventHandler:
-    """Base class of every handler. Override ``handle``."""
-
-    #: The local object kind the handler changes, for the signals (``subscription``, ...).
-    object_name: ClassVar[str] = ""
-
-    def __init__(self, event_type: str) -> None:
-        self.event_type = event_type
-
-    def handle(self, ctx: EventContext) -> HandlerResult:
-        raise NotImplementedError
-
-    @staticmethod
-    def customer_id(
-        ctx: EventContext, remote_id: uuid.UUID | None, *, pull: bool = True
-    ) -> int | None:
-        """The local id of a customer; asks for a pull (once) when it is not known."""
-        if remote_id is None:
-            return None
-        pk = Customer.objects.filter(remote_id=remote_id).values_list("pk", flat=True).first()
-        if pk is None and pull and ctx.may_pull("customer", remote_id):
-            raise PullRequired("customer", remote_id)
-        return pk
-
-    @staticmethod
-    def product_id(remote_id: uuid.UUID | None) -> int | None:
-        if remote_id is None:
-            return None
-        return Product.objects.filter(remote_id=remote_id).values_list("pk", flat=True).first()
-
-
-class RecordHandler(EventHandler):
-    """Upsert of the ``model`` row the event's ``data.id`` names, behind the version guard."""
+    """Base class of every handler: an upsert of the ``model`` row the event's ``data.id``
+    names, behind the version guard. Override ``handle`` or its steps."""
 
     model: ClassVar[type[models.Model]]
+    #: The local object kind the handler changes, for the signals (``subscription``, ...).
+    object_name: ClassVar[str] = ""
     #: Canonical type -> the status it implies; it wins over ``data.status``.
     STATUS_FOR_TYPE: ClassVar[dict[str, str]] = {}
     #: Of two events of the same version, the higher-ranked status wins.
     RANK: ClassVar[dict[str, int]] = {}
     #: Statuses an undated event (``ctx.version_is_ours``) never moves a row out of.
     FINAL: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, event_type: str) -> None:
+        self.event_type = event_type
 
     def is_stale(self, ctx: EventContext, record: Any, status: str) -> bool:
         stored = record.remote_updated
@@ -239,36 +208,28 @@ class RecordHandler(EventHandler):
     def resolve_links(
         self, ctx: EventContext, record: Any, values: dict[str, Any], related: dict[str, Any]
     ) -> None:
-        """Set the foreign keys from the remote ids, querying only when they changed."""
-        subscription: Any = related.get("subscription")
+        """Set the foreign keys whose remote id changed."""
         sub_rid, cust_rid = values["subscription_remote_id"], values["customer_remote_id"]
         prod_rid = values.get("product_remote_id")
-        has_product = hasattr(record, "product_remote_id")
-        needs_lookup = (
-            changed(sub_rid, record.subscription_remote_id, record.subscription_id)
-            or changed(cust_rid, record.customer_remote_id, record.customer_id)
-            or (has_product and changed(prod_rid, record.product_remote_id, record.product_id))
+        relink_sub = changed(sub_rid, record.subscription_remote_id, record.subscription_id)
+        relink_cust = changed(cust_rid, record.customer_remote_id, record.customer_id)
+        relink_prod = hasattr(record, "product_remote_id") and changed(
+            prod_rid, record.product_remote_id, record.product_id
         )
-        if subscription is None and sub_rid and needs_lookup:
+        sub: Any = related.get("subscription")
+        if sub is None and sub_rid and (relink_sub or relink_cust or relink_prod):
             # One query gives the subscription and, through it, its customer and product.
-            fields = "pk remote_id customer_id customer_remote_id product_id product_remote_id"
-            row = Subscription.objects.filter(remote_id=sub_rid).values(*fields.split())[:1]
-            subscription = SimpleNamespace(**row[0]) if row else None
-        known = subscription or SimpleNamespace(
-            pk=None, remote_id=None, customer_id=None, customer_remote_id=None
-        )
-        if changed(sub_rid, record.subscription_remote_id, record.subscription_id):
-            record.subscription_id = known.pk if known.remote_id == sub_rid else None
-        if changed(cust_rid, record.customer_remote_id, record.customer_id):
-            if known.customer_remote_id == cust_rid and known.customer_id is not None:
-                record.customer_id = known.customer_id
-            else:
-                record.customer_id = self.customer_id(ctx, cust_rid)
-        if has_product and changed(prod_rid, record.product_remote_id, record.product_id):
-            if subscription is not None and subscription.product_remote_id == prod_rid:
-                record.product_id = subscription.product_id
-            else:
-                record.product_id = self.product_id(prod_rid)
+            cols = ("pk", "customer_id", "customer_remote_id", "product_id", "product_remote_id")
+            row = Subscription.objects.filter(remote_id=sub_rid).values(*cols).first()
+            sub = SimpleNamespace(**row) if row else None
+        if relink_sub:
+            record.subscription_id = sub.pk if sub else None
+        if relink_cust:
+            same = sub and sub.customer_remote_id == cust_rid and sub.customer_id
+            record.customer_id = sub.customer_id if same else _customer_pk(ctx, cust_rid)
+        if relink_prod:
+            same = sub and sub.product_remote_id == prod_rid
+            record.product_id = sub.product_id if same else _product_pk(prod_rid)
 
     def save(self, record: Any) -> None:
         record.save()
@@ -277,7 +238,9 @@ class RecordHandler(EventHandler):
         """Further changes in the same transaction (override)."""
 
     def handle(self, ctx: EventContext) -> HandlerResult:
-        remote_id = _uuid_or_fail(ctx.data.get("id"), "id")
+        remote_id = as_uuid(ctx.data.get("id"))
+        if remote_id is None:
+            raise EventDataError(f"data.id is not a UUID: {str(ctx.data.get('id'))[:80]!r}")
         related = self.lock_related(ctx)
         record = _locked(self.model._default_manager.filter(remote_id=remote_id)).first()
         values = self.fields(ctx)  # before the age check: bad data fails even a stale event
@@ -306,7 +269,7 @@ _SUBSCRIPTION_SOURCE = {
 
 
 @handler(types.SUBSCRIPTION_RENEWAL, types.SUBSCRIPTION_CANCELED, types.SUBSCRIPTION_PAUSED)
-class SubscriptionHandler(RecordHandler):
+class SubscriptionHandler(EventHandler):
     """``subscription.*``: the data is the subscription after the change; an unknown one is
     created from it (after pulling its customer if that is unknown too)."""
 
@@ -342,9 +305,9 @@ class SubscriptionHandler(RecordHandler):
         customer_rid = values.get("customer_remote_id", record.customer_remote_id)
         product_rid = values.get("product_remote_id", record.product_remote_id)
         if changed(customer_rid, record.customer_remote_id, record.customer_id):
-            record.customer_id = self.customer_id(ctx, customer_rid)
+            record.customer_id = _customer_pk(ctx, customer_rid)
         if changed(product_rid, record.product_remote_id, record.product_id):
-            record.product_id = self.product_id(product_rid)
+            record.product_id = _product_pk(product_rid)
 
     def save(self, record: Any) -> None:
         with from_remote():
@@ -357,7 +320,7 @@ class SubscriptionHandler(RecordHandler):
     types.INVOICE_MARKED_UNCOLLECTABLE,
     types.INVOICE_DELETED,
 )
-class InvoiceHandler(RecordHandler):
+class InvoiceHandler(EventHandler):
     """``invoice.*``: sets the invoice paid / void / uncollectable / deleted."""
 
     model = Invoice
@@ -381,7 +344,7 @@ class InvoiceHandler(RecordHandler):
 
 
 @handler(types.PAYMENT_COMPLETED, types.PAYMENT_FAILED, types.PAYMENT_CANCELED)
-class PaymentHandler(RecordHandler):
+class PaymentHandler(EventHandler):
     """``payment.*``: records the payment and sets the subscription's ``last_payment_status``
     to its most recent payment's; an unknown subscription is pulled first (once)."""
 
@@ -422,19 +385,13 @@ class PaymentHandler(RecordHandler):
         newer = Payment.objects.filter(
             subscription_id=subscription.pk, remote_updated__gt=record.remote_updated
         )
-        if record.remote_updated is None:
-            newer = Payment.objects.filter(subscription_id=subscription.pk).exclude(pk=record.pk)
-        updated = (
-            Subscription.objects.filter(pk=subscription.pk)
-            .exclude(Exists(newer.filter(subscription_id=OuterRef("pk"))))
-            .update(last_payment_status=record.status)
-        )
-        if updated:
+        rows = Subscription.objects.filter(pk=subscription.pk).exclude(Exists(newer))
+        if rows.update(last_payment_status=record.status):
             subscription.last_payment_status = record.status
 
 
 @handler(types.REFUND_INITIATED, types.REFUND_APPROVED, types.REFUND_REJECTED)
-class RefundHandler(RecordHandler):
+class RefundHandler(EventHandler):
     """``refund.*``: moves a refund through initiated -> approved / rejected."""
 
     model = Refund
@@ -458,9 +415,9 @@ class RefundHandler(RecordHandler):
         self, ctx: EventContext, record: Any, values: dict[str, Any], related: dict[str, Any]
     ) -> None:
         pay_rid = values["payment_remote_id"]
-        if pay_rid != record.payment_remote_id or (pay_rid and record.payment_id is None):
-            fields = "pk subscription_id subscription_remote_id customer_id customer_remote_id"
-            rows = Payment.objects.filter(remote_id=pay_rid).values(*fields.split())
+        if changed(pay_rid, record.payment_remote_id, record.payment_id):
+            cols = "pk subscription_id subscription_remote_id customer_id customer_remote_id"
+            rows = Payment.objects.filter(remote_id=pay_rid).values(*cols.split())
             row = rows.first() if pay_rid else None
             record.payment_id = row["pk"] if row else None
             if row:

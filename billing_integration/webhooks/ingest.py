@@ -1,4 +1,6 @@
-"""Storing a verified delivery (``store_delivery``) and handing it to processing (``enqueue``)."""
+"""Storing a verified delivery (``store_delivery``) and handing it to processing (``enqueue``).
+The envelope ``{"id", "type", "created_at", "data"}`` is read tolerantly (other common key
+names too): odd values give empty fields, never an error."""
 
 from __future__ import annotations
 
@@ -8,17 +10,89 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
 
 from django.db import IntegrityError, router, transaction
 
 from ..exceptions import WebhookVerificationError
 from ..health import record_refused
 from ..models import EventState, WebhookEvent
-from .envelope import clean_text, read_envelope
+from ..timestamps import parse_timestamp
 from .types import normalize_type
 from .verification import MissingHeadersError, StaleTimestampError, Verification
 
 logger = logging.getLogger("billing_integration.webhooks")
+
+_ID_KEYS = ("id", "event_id", "eventId", "uuid")
+_TYPE_KEYS = ("type", "event_type", "eventType", "event", "name")
+_TIME_KEYS = ("created_at", "createdAt", "timestamp", "occurred_at", "date_created", "created")
+_DATA_KEYS = ("data", "payload", "object", "resource")
+
+
+def clean_text(value: str, limit: int | None = None) -> str:
+    """A string PostgreSQL accepts (no NUL characters), optionally cut to ``limit``."""
+    value = value.replace("\x00", "\ufffd")
+    return value if limit is None else value[:limit]
+
+
+def parse_time(value: Any) -> datetime | None:
+    """A datetime from an ISO string or a unix timestamp (seconds or milliseconds)."""
+    try:
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value.strip())
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return datetime.fromtimestamp(value / 1000 if value > 1e11 else value, tz=UTC)
+        return parse_timestamp(value.strip()) if isinstance(value, str) else None
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
+def _first(mapping: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    return next((mapping[key] for key in keys if key in mapping), None)
+
+
+@dataclass
+class Envelope:
+    event_id: str
+    raw_type: str
+    occurred_at: datetime | None
+    data: dict[str, Any]
+    #: The time as sent: set while ``occurred_at`` is None, it did not parse.
+    occurred_raw: Any = None
+
+    @property
+    def object_id(self) -> str:
+        value = self.data.get("id")
+        return clean_text(str(value), 64) if isinstance(value, (str, int)) else ""
+
+
+def read_envelope(payload: dict[str, Any], *, message_id: str | None, body: bytes) -> Envelope:
+    """Id, type, time and data of an envelope. The id is the envelope's ``id``, else the
+    ``webhook-id`` header, else a hash of the body (an identical redelivery is recognised)."""
+    raw_id = _first(payload, _ID_KEYS)
+    if isinstance(raw_id, (str, int)) and not isinstance(raw_id, bool) and str(raw_id).strip():
+        event_id = str(raw_id).strip()
+    elif message_id:
+        event_id = message_id
+    else:
+        event_id = "sha256:" + hashlib.sha256(body).hexdigest()
+    if len(event_id) > 255:
+        event_id = "sha256:" + hashlib.sha256(event_id.encode("utf-8", "replace")).hexdigest()
+    raw_type = _first(payload, _TYPE_KEYS)
+    raw_type = raw_type if isinstance(raw_type, str) else ""
+    data = _first(payload, _DATA_KEYS)
+    if isinstance(data, dict) and isinstance(data.get("object"), dict) and "id" not in data:
+        data = data["object"]
+    raw_time = _first(payload, _TIME_KEYS)
+    return Envelope(
+        event_id=clean_text(event_id),
+        raw_type=clean_text(raw_type, 255),
+        occurred_at=parse_time(raw_time),
+        data=data if isinstance(data, dict) else {},
+        occurred_raw=raw_time,
+    )
+
 
 #: Headers stored with their value; every other one is stored as ``REDACTED`` (an allow-list:
 #: a header nobody thought of stays hidden).

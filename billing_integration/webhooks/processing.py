@@ -33,8 +33,8 @@ from ..models import Customer, EventState, Subscription, WebhookEvent
 from ..service import ensure_service
 from ..strictjson import parse_body
 from . import tasks
-from .envelope import read_envelope
 from .handlers import EventContext, EventDataError, HandlerResult, PullRequired, get_handler
+from .ingest import read_envelope
 from .signals import SIGNALS, billing_event_received
 from .types import normalize_type
 

@@ -43,7 +43,6 @@ class Verification:
 
     method: str  # signature, basic or none
     message_id: str | None = None
-    timestamp: int | None = None
 
 
 def whsec_key(secret: object) -> bytes | None:
@@ -60,14 +59,10 @@ def whsec_key(secret: object) -> bytes | None:
 @lru_cache(maxsize=16)  # decoded once, not on every delivery
 def _decode_secret(secret: str) -> bytes:
     key = whsec_key(secret)
-    if key is not None:
-        return key
-    value = secret[len(_SECRET_PREFIX) :] if secret.startswith(_SECRET_PREFIX) else secret
     try:
-        return base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError):
-        # Not base64: some services hand out raw secrets.
-        return value.encode("utf-8")
+        return key if key is not None else base64.b64decode(secret, validate=True)
+    except (binascii.Error, ValueError):  # not base64: some services hand out raw secrets
+        return secret.removeprefix(_SECRET_PREFIX).encode("utf-8")
 
 
 def sign(body: bytes, secret: str, msg_id: str, timestamp: int) -> str:
@@ -136,7 +131,7 @@ def verify_signature(
             valid |= hmac.compare_digest(digest, given)
     if not valid:
         raise WebhookVerificationError("No valid webhook signature.")
-    return Verification("signature", message_id=msg_id, timestamp=ts)
+    return Verification("signature", message_id=msg_id)
 
 
 def verify_basic_auth(headers: Mapping[str, str], credentials: str) -> Verification:
@@ -159,19 +154,15 @@ def verify_request(body: bytes, headers: Mapping[str, str]) -> Verification:
     credentials (with ``WEBHOOK_BASIC_AUTH``); with neither set, refused unless
     ``WEBHOOK_ALLOW_UNVERIFIED`` (then accepted with a warning)."""
     conf = billing_settings.as_dict()
-    secrets = conf.get("WEBHOOK_SECRET")
-    basic = conf.get("WEBHOOK_BASIC_AUTH")
-    if secrets and basic:
-        has_signature = _header(headers, "webhook-signature", "svix-signature") is not None
-        if has_signature or not headers.get("authorization"):
-            try:
-                return verify_signature(body, headers, secrets)
-            except WebhookVerificationError:
-                if not headers.get("authorization"):
-                    raise
-        return verify_basic_auth(headers, str(basic))
-    if secrets:
-        return verify_signature(body, headers, secrets)
+    secrets, basic = conf.get("WEBHOOK_SECRET"), conf.get("WEBHOOK_BASIC_AUTH")
+    may_be_basic = basic and headers.get("authorization")
+    signed = _header(headers, "webhook-signature", "svix-signature") is not None
+    if secrets and (signed or not may_be_basic):
+        try:
+            return verify_signature(body, headers, secrets)
+        except WebhookVerificationError:
+            if not may_be_basic:
+                raise
     if basic:
         return verify_basic_auth(headers, str(basic))
     if conf.get("WEBHOOK_ALLOW_UNVERIFIED"):
