@@ -66,15 +66,14 @@ def notice_context(kind: str, event: WebhookEvent, obj: Any) -> dict[str, Any]:
     refund = obj if isinstance(obj, Refund) else None
     subscription = obj if isinstance(obj, Subscription) else getattr(obj, "subscription", None)
     customer = getattr(obj, "customer", None) or getattr(subscription, "customer", None)
-    product = getattr(obj, "product", None) or getattr(subscription, "product", None)
     record = payment or refund
     return {
         "kind": kind,
         "event": event,
         "customer": customer,
-        "subscriber": getattr(customer, "subscriber", None) if customer is not None else None,
+        "subscriber": getattr(customer, "subscriber", None),
         "subscription": subscription,
-        "product": product,
+        "product": getattr(obj, "product", None) or getattr(subscription, "product", None),
         "payment": payment,
         "refund": refund,
         "amount": _amount(record.amount, record.currency) if record is not None else "",

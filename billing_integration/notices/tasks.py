@@ -45,16 +45,15 @@ def claim(event: WebhookEvent, kind: str) -> Notice | None:
         return None
 
 
-def _finish(notice: Notice, state: str, *, recipient: str = "", error: str = "") -> None:
-    notice.state = state
-    notice.recipient = recipient
-    notice.error = error[:2000]
+def _finish(notice: Notice, state: str, *, recipient: str = "", error: str = "") -> str:
+    notice.state, notice.recipient, notice.error = state, recipient, error[:2000]
     notice.sent_at = timezone.now() if state == NoticeState.SENT else None
     notice.save(update_fields=["state", "recipient", "error", "sent_at"])
+    return state
 
 
 def _subject_of(event: WebhookEvent, kind: str) -> Any:
-    """The local object the event is about (a payment, a subscription, a refund), or None."""
+    """The local object the event is about, or None."""
     try:
         remote_id = uuid.UUID(str(event.object_id))
     except ValueError:
@@ -78,14 +77,12 @@ def send_notice(self: Any, event_pk: int, kind: str) -> str:
         return "done"
     obj = _subject_of(event, kind)
     if obj is None:
-        _finish(notice, NoticeState.SKIPPED, error=f"No local object {event.object_id!r}.")
-        return NoticeState.SKIPPED
+        return _finish(notice, NoticeState.SKIPPED, error=f"No local object {event.object_id!r}.")
     try:
         context = notice_context(kind, event, obj)
         recipient = recipient_for(context["customer"], context["subscriber"])
         if recipient is None:
-            _finish(notice, NoticeState.SKIPPED, error="No address to send it to.")
-            return NoticeState.SKIPPED
+            return _finish(notice, NoticeState.SKIPPED, error="No address to send it to.")
         build_message(kind, context, recipient).send(fail_silently=False)
     except Exception as exc:
         message = f"{type(exc).__name__}: {exc}"
@@ -95,8 +92,7 @@ def send_notice(self: Any, event_pk: int, kind: str) -> str:
             raise self.retry(countdown=min(30 * 2**self.request.retries, 3600)) from exc
         logger.error("Notice %s of event %s failed for good: %s", kind, event_pk, message)
         return NoticeState.FAILED
-    _finish(notice, NoticeState.SENT, recipient=recipient)
-    return NoticeState.SENT
+    return _finish(notice, NoticeState.SENT, recipient=recipient)
 
 
 @shared_task(name="billing_integration.sweep_notices")  # type: ignore[untyped-decorator]
@@ -110,10 +106,9 @@ def sweep_notices() -> int:
         event__isnull=False,
         created_at__lt=timezone.now() - SWEEP_AFTER,
     ).order_by("created_at")
-    queued = 0
-    for event_pk, kind in stale.values_list("event_id", "kind")[:SWEEP_BATCH]:
+    pairs = list(stale.values_list("event_id", "kind")[:SWEEP_BATCH])
+    for event_pk, kind in pairs:
         send_notice.apply_async((event_pk, kind), queue=billing_settings.QUEUE)
-        queued += 1
-    if queued:
-        logger.warning("Queued %d notice(s) again whose task was lost or never queued", queued)
-    return queued
+    if pairs:
+        logger.warning("Queued %d notice(s) again whose task was lost or never queued", len(pairs))
+    return len(pairs)
