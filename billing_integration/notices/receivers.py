@@ -10,8 +10,7 @@ from django.db import transaction
 from ..conf import billing_settings
 from ..models import Notice, NoticeState
 from ..webhooks import signals
-from .sending import enabled
-from .tasks import send_notice
+from .tasks import enabled, send_notice
 
 
 def queue_notice(kind: str, event_pk: int) -> None:

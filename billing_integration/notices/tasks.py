@@ -1,21 +1,28 @@
-"""``send_notice`` sends a notice once per (event, kind); ``sweep_notices`` (periodic) queues
-again the notices still ``queued`` after ``SWEEP_AFTER``."""
+"""Notices: what one says and to whom (templates, overridable:
+``billing_integration/notices/<kind>.txt``, ``<kind>.html`` and ``<kind>_subject.txt``);
+``send_notice`` sends it once per (event, kind); ``sweep_notices`` (periodic) queues again the
+notices still ``queued`` after ``SWEEP_AFTER``."""
 
 from __future__ import annotations
 
 import logging
 import uuid
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 from celery import shared_task
-from django.db import IntegrityError, transaction
+from django.conf import settings
+from django.core.mail import EmailMultiAlternatives
+from django.db import IntegrityError, models, transaction
 from django.db.models import F
-from django.utils import timezone
+from django.template.loader import render_to_string
+from django.urls import NoReverseMatch, reverse
+from django.utils import formats, timezone
+from django.utils.translation import gettext
 
 from ..conf import billing_settings
-from ..models import Notice, NoticeState, WebhookEvent
-from .sending import KINDS, build_message, enabled, notice_context, recipient_for
+from ..models import Notice, NoticeState, Payment, Refund, Subscription, WebhookEvent
 
 logger = logging.getLogger("billing_integration.notices")
 
@@ -25,6 +32,86 @@ SWEEP_AFTER = timedelta(minutes=5)
 SWEEP_BATCH = 500
 #: Sending attempts of one notice (the task retries with backoff) before it stays failed.
 MAX_ATTEMPTS = 5
+
+
+#: The URL name of the account page the notices link to.
+ACCOUNT_URL_NAME = "billing_integration:account"
+
+#: Notice kind -> the model of the object its event is about (``event.object_id``).
+KINDS: dict[str, type[models.Model]] = {
+    "payment_failed": Payment,
+    "subscription_canceled": Subscription,
+    "subscription_paused": Subscription,
+    "refund_approved": Refund,
+}
+
+
+def enabled(kind: str) -> bool:
+    """``BILLING['NOTICES'][kind]`` is true (a kind left out is off)."""
+    notices = billing_settings.NOTICES or {}
+    return isinstance(notices, dict) and notices.get(kind) is True
+
+
+def account_url() -> str:
+    """The account page's absolute URL, after ``BILLING['SITE_URL']``."""
+    try:
+        path = reverse(ACCOUNT_URL_NAME)
+    except NoReverseMatch:
+        path = "/"
+    return f"{str(billing_settings.SITE_URL or '').rstrip('/')}{path}"
+
+
+def recipient_for(customer: Any, subscriber: Any) -> str | None:
+    """The customer's ``email``, else the subscriber's; None (the notice is skipped)."""
+    for email in (getattr(customer, "email", None), getattr(subscriber, "email", None)):
+        if isinstance(email, str) and email.strip():
+            return email.strip()
+    return None
+
+
+def _amount(value: Decimal | None, currency: str) -> str:
+    if value is None:
+        return ""
+    places = 0 if value == value.to_integral_value() else 2
+    text = formats.number_format(value, decimal_pos=places, use_l10n=True, force_grouping=True)
+    return f"{text} {currency}".strip()
+
+
+def notice_context(kind: str, event: WebhookEvent, obj: Any) -> dict[str, Any]:
+    """The templates' context (``amount`` formatted with its currency)."""
+    payment = obj if isinstance(obj, Payment) else None
+    refund = obj if isinstance(obj, Refund) else None
+    subscription = obj if isinstance(obj, Subscription) else getattr(obj, "subscription", None)
+    customer = getattr(obj, "customer", None) or getattr(subscription, "customer", None)
+    record = payment or refund
+    return {
+        "kind": kind,
+        "event": event,
+        "customer": customer,
+        "subscriber": getattr(customer, "subscriber", None),
+        "subscription": subscription,
+        "product": getattr(obj, "product", None) or getattr(subscription, "product", None),
+        "payment": payment,
+        "refund": refund,
+        "amount": _amount(record.amount, record.currency) if record is not None else "",
+        "failure_reason": (payment.failure_reason or "").replace("_", " ") if payment else "",
+        "account_url": account_url(),
+        "site_url": str(billing_settings.SITE_URL or "").rstrip("/"),
+    }
+
+
+def build_message(kind: str, context: dict[str, Any], to: str) -> EmailMultiAlternatives:
+    """The email of a notice, rendered in the active language."""
+    base = f"billing_integration/notices/{kind}"
+    subject = " ".join(render_to_string(f"{base}_subject.txt", context).split())
+    message = EmailMultiAlternatives(
+        subject=subject or gettext("About your subscription"),
+        body=render_to_string(f"{base}.txt", context),
+        from_email=settings.DEFAULT_FROM_EMAIL,
+        to=[to],
+    )
+    message.attach_alternative(render_to_string(f"{base}.html", context), "text/html")
+    return message
 
 
 def claim(event: WebhookEvent, kind: str) -> Notice | None:

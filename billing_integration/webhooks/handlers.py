@@ -51,7 +51,6 @@ class EventContext:
     occurred_at: datetime | None
     pulled: set[tuple[str, uuid.UUID]] = field(default_factory=set)
     signed_at: datetime | None = None
-    received_at: datetime | None = None
 
     @cached_property
     def _versioned(self) -> tuple[datetime, bool]:
@@ -62,7 +61,7 @@ class EventContext:
         )
         if service is not None:
             return service, False
-        return self.signed_at or self.received_at or self.event.received_at or timezone.now(), True
+        return self.signed_at or self.event.received_at or timezone.now(), True
 
     @property
     def version(self) -> datetime:

@@ -15,12 +15,10 @@ from typing import Any
 
 from django.db import IntegrityError, router, transaction
 
-from ..exceptions import WebhookVerificationError
-from ..health import record_refused
 from ..models import EventState, WebhookEvent
 from ..timestamps import parse_timestamp
 from .types import normalize_type
-from .verification import MissingHeadersError, StaleTimestampError, Verification
+from .verification import Verification
 
 logger = logging.getLogger("billing_integration.webhooks")
 
@@ -183,16 +181,6 @@ def store_delivery(
         state = existing.state if existing is not None else ""
         return StoreResult(existing, event.event_id, False, state, error)
     return StoreResult(event, event.event_id, True, event.state, error)
-
-
-def count_refusal(exc: WebhookVerificationError) -> None:
-    """Count a refused delivery by reason, for ``billing_doctor`` and the Health page."""
-    if isinstance(exc, StaleTimestampError):
-        record_refused("stale_timestamp")
-    elif isinstance(exc, MissingHeadersError):
-        record_refused("missing_headers")
-    else:
-        record_refused("bad_signature")
 
 
 def enqueue(event_pk: int) -> None:

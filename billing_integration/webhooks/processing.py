@@ -1,12 +1,6 @@
-"""Applying stored events: ``process_event(pk)`` applies one, once; ``process_in_order(pk)``
-(the task) applies the received events of its object oldest first.
-
-Each event is applied in one transaction, its row locked: the handler of its type (none:
-``ignored``) applies it behind the version guard, the event is marked ``processed`` and the
-signals go on commit. A handler error rolls back and marks the event ``failed``. A handler may
-ask for an object to be pulled first (``PullRequired``): the pull runs outside the transaction,
-then the handler again.
-"""
+"""Applying stored events, each in one transaction with its row locked: ``process_event(pk)``
+applies one, once; ``process_in_order(pk)`` (the task) the received ones of its object, oldest
+first. A handler error marks the event ``failed``; a ``PullRequired`` pulls, then retries."""
 
 from __future__ import annotations
 
@@ -106,9 +100,7 @@ def _load_context(
     if occurred_at is None and envelope.occurred_raw not in (None, ""):
         # A time that does not parse never becomes "no time".
         raise RemoteDataError("created_at", envelope.occurred_raw, "not a timestamp")
-    return EventContext(
-        event, event_type, envelope.data, occurred_at, pulled, _signed_at(event), event.received_at
-    )
+    return EventContext(event, event_type, envelope.data, occurred_at, pulled, _signed_at(event))
 
 
 def _older_pending(event: WebhookEvent) -> bool:

@@ -22,12 +22,7 @@ from ..models import EventState, WebhookEvent
 logger = logging.getLogger("billing_integration.webhooks")
 
 #: The states a delivery may be pruned in: every finished one.
-PRUNABLE_STATES: tuple[str, ...] = (
-    EventState.PROCESSED.value,
-    EventState.IGNORED.value,
-    EventState.FAILED.value,
-    EventState.REJECTED.value,
-)
+PRUNABLE_STATES = tuple(state.value for state in EventState if state != EventState.RECEIVED)
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhd]?)\s*$")
@@ -66,7 +61,6 @@ class PruneResult:
 
     deleted: int = 0
     batches: int = 0
-    cutoff: datetime | None = None
 
 
 def _prunable(cutoff: datetime, using: str) -> QuerySet[WebhookEvent]:
@@ -100,7 +94,7 @@ def prune_events(
     using = router.db_for_write(WebhookEvent)
     skip_locked = connections[using].features.has_select_for_update_skip_locked
     cutoff = (now or timezone.now()) - older_than
-    result = PruneResult(cutoff=cutoff)
+    result = PruneResult()
     while True:
         started = clock()
         with transaction.atomic(using=using):
@@ -130,7 +124,6 @@ def prune_events(
 def prune_events_task(batch_size: int = 1000, pause: float = 0.0, max_busy: float = 0.25) -> int:
     """For Celery beat (daily): prune the deliveries older than ``BILLING['EVENT_RETENTION']``
     (none when it is None). Returns the rows deleted."""
-    keep = retention()
-    if keep is None:
+    if (keep := retention()) is None:
         return 0
     return prune_events(keep, batch_size=batch_size, pause=pause, max_busy=max_busy).deleted

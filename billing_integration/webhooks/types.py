@@ -53,10 +53,9 @@ _SPELLINGS = {
 }
 CANONICAL_TYPES: tuple[str, ...] = tuple(_SPELLINGS)
 #: (group, action) -> canonical type.
-_ACTIONS: dict[str, dict[str, str]] = {}
-for _type, _words_of in _SPELLINGS.items():
-    for _action in _words_of.split():
-        _ACTIONS.setdefault(_type.split(".")[0], {})[_action] = _type
+_ACTIONS = {
+    (t.split(".")[0], a): t for t, spellings in _SPELLINGS.items() for a in spellings.split()
+}
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _SEPARATORS = re.compile(r"[^a-z0-9]+")
@@ -81,13 +80,7 @@ def normalize_type(raw: object) -> str:
     words = _words(raw)
     if not words:
         return ""
-    key = "_".join(words)
-    alias = _aliases().get(key)
-    if alias:
-        return alias
-    if raw in CANONICAL_TYPES:
-        return raw
-    group = _GROUPS.get(words[0])
-    if group is None:
-        return ""
-    return _ACTIONS[group].get("_".join(words[1:]), "")
+    alias = _aliases().get("_".join(words))
+    if alias or raw in CANONICAL_TYPES:
+        return alias or raw
+    return _ACTIONS.get((_GROUPS.get(words[0], ""), "_".join(words[1:])), "")

@@ -28,13 +28,13 @@ _MAX_HEADER = 4096
 class MissingHeadersError(WebhookVerificationError):
     """The signature headers (or the credentials) are absent or malformed: HTTP 400."""
 
-    status = 400
+    status, reason = 400, "missing_headers"
 
 
 class StaleTimestampError(WebhookVerificationError):
     """``webhook-timestamp`` is outside the tolerance: HTTP 401."""
 
-    status = 401
+    status, reason = 401, "stale_timestamp"
 
 
 @dataclass(frozen=True)

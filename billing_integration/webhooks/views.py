@@ -17,8 +17,9 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
 from ..exceptions import WebhookVerificationError
+from ..health import record_refused
 from ..models import EventState
-from .ingest import count_refusal, enqueue, store_delivery
+from .ingest import enqueue, store_delivery
 from .verification import verify_request
 
 logger = logging.getLogger("billing_integration.webhooks")
@@ -39,7 +40,7 @@ def webhook(request: HttpRequest) -> HttpResponse:
     except WebhookVerificationError as exc:
         status = getattr(exc, "status", 401)
         logger.warning("Refused an event delivery (%s): %s", status, exc)
-        count_refusal(exc)
+        record_refused(getattr(exc, "reason", "bad_signature"))  # billing_doctor, Health page
         response = JsonResponse({"error": str(exc)}, status=status)
         if status == 401 and "basic" in str(exc).lower():
             response["WWW-Authenticate"] = 'Basic realm="billing webhooks"'
