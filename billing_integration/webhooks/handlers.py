@@ -10,7 +10,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
-from functools import cached_property
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
@@ -49,30 +48,11 @@ class EventContext:
     event_type: str
     data: dict[str, Any]
     occurred_at: datetime | None
+    #: The data's ``date_updated`` or ``date_created``, else the envelope's time, else (then
+    #: ``version_is_ours``) the signed timestamp, else the receive time.
+    version: datetime
+    version_is_ours: bool = False
     pulled: set[tuple[str, uuid.UUID]] = field(default_factory=set)
-    signed_at: datetime | None = None
-
-    @cached_property
-    def _versioned(self) -> tuple[datetime, bool]:
-        service = (
-            ts(self.data.get("date_updated"), "date_updated")
-            or ts(self.data.get("date_created"), "date_created")
-            or self.occurred_at
-        )
-        if service is not None:
-            return service, False
-        return self.signed_at or self.event.received_at or timezone.now(), True
-
-    @property
-    def version(self) -> datetime:
-        """The data's ``date_updated`` or ``date_created``, else the envelope's time, else
-        the signed timestamp, else the receive time."""
-        return self._versioned[0]
-
-    @property
-    def version_is_ours(self) -> bool:
-        """The version is not a service's date."""
-        return self._versioned[1]
 
     def may_pull(self, kind: str, remote_id: uuid.UUID | None) -> bool:
         return remote_id is not None and (kind, remote_id) not in self.pulled

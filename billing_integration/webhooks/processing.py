@@ -23,6 +23,7 @@ from ..exceptions import (
     BillingTransportError,
     RemoteDataError,
 )
+from ..mapping.common import ts
 from ..models import Customer, EventState, Subscription, WebhookEvent
 from ..service import ensure_service
 from ..strictjson import parse_body
@@ -100,7 +101,11 @@ def _load_context(
     if occurred_at is None and envelope.occurred_raw not in (None, ""):
         # A time that does not parse never becomes "no time".
         raise RemoteDataError("created_at", envelope.occurred_raw, "not a timestamp")
-    return EventContext(event, event_type, envelope.data, occurred_at, pulled, _signed_at(event))
+    data = envelope.data
+    dated = ts(data.get("date_updated"), "date_updated")
+    dated = dated or ts(data.get("date_created"), "date_created") or occurred_at
+    version = dated or _signed_at(event) or event.received_at or timezone.now()
+    return EventContext(event, event_type, data, occurred_at, version, dated is None, pulled)
 
 
 def _older_pending(event: WebhookEvent) -> bool:
@@ -160,9 +165,8 @@ def _record_failure(pk: int, exc: BaseException, *, final: bool) -> ProcessResul
         )
     except DatabaseError:
         logger.exception("Could not record the failure of event %s", pk)
-    (logger.warning if retryable and not final else logger.error)(
-        "Event %s failed: %s", pk, message
-    )
+    level = logging.WARNING if retryable and not final else logging.ERROR
+    logger.log(level, "Event %s failed: %s", pk, message)
     return ProcessResult(pk, EventState.FAILED, retryable=retryable, error=message)
 
 
@@ -198,16 +202,9 @@ def process_event(
 
 def send_signals(event: WebhookEvent, ctx: EventContext, result: HandlerResult) -> None:
     """Send the type's signal and ``billing_event_received``; a receiver's error is logged."""
-    kwargs: dict[str, Any] = {
-        "event": event,
-        "event_type": ctx.event_type,
-        "data": ctx.data,
-        "objects": result.objects,
-        **{k: v for k, v in result.objects.items() if k not in ("event", "data", "sender")},
-    }
-    for signal in (SIGNALS.get(ctx.event_type), billing_event_received):
-        if signal is None:
-            continue
+    kwargs = {k: v for k, v in result.objects.items() if k not in ("event", "data", "sender")}
+    kwargs.update(event=event, event_type=ctx.event_type, data=ctx.data, objects=result.objects)
+    for signal in filter(None, (SIGNALS.get(ctx.event_type), billing_event_received)):
         for receiver, response in signal.send_robust(WebhookEvent, **kwargs):
             if isinstance(response, Exception):
                 info = (type(response), response, response.__traceback__)
