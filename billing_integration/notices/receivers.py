@@ -10,7 +10,7 @@ from django.db import transaction
 from ..conf import billing_settings
 from ..models import Notice, NoticeState
 from ..webhooks import signals
-from .tasks import enabled, send_notice
+from .tasks import KINDS, enabled, send_notice
 
 
 def queue_notice(kind: str, event_pk: int) -> None:
@@ -26,15 +26,10 @@ def queue_notice(kind: str, event_pk: int) -> None:
         )
 
 
-for _signal, _kind in (
-    (signals.payment_failed, "payment_failed"),
-    (signals.subscription_canceled, "subscription_canceled"),
-    (signals.subscription_paused, "subscription_paused"),
-    (signals.refund_approved, "refund_approved"),
-):
+for _kind in KINDS:  # each kind is named after the signal that queues it
 
     def _receiver(sender: Any, event: Any = None, _kind: str = _kind, **kwargs: Any) -> None:
         if event is not None and event.pk is not None:
             queue_notice(_kind, event.pk)
 
-    _signal.connect(_receiver, weak=False, dispatch_uid=f"billing_notice_{_kind}")
+    getattr(signals, _kind).connect(_receiver, weak=False, dispatch_uid=f"billing_notice_{_kind}")

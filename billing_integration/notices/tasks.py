@@ -125,9 +125,7 @@ def claim(event: WebhookEvent, kind: str) -> Notice | None:
         return Notice.objects.get(event=event, kind=kind)
     try:
         with transaction.atomic():
-            return Notice.objects.create(
-                event=event, kind=kind, state=NoticeState.SENDING, attempts=1
-            )
+            return Notice.objects.create(event=event, kind=kind, state="sending", attempts=1)
     except IntegrityError:
         return None
 
@@ -137,15 +135,6 @@ def _finish(notice: Notice, state: str, *, recipient: str = "", error: str = "")
     notice.sent_at = timezone.now() if state == NoticeState.SENT else None
     notice.save(update_fields=["state", "recipient", "error", "sent_at"])
     return state
-
-
-def _subject_of(event: WebhookEvent, kind: str) -> Any:
-    """The local object the event is about, or None."""
-    try:
-        remote_id = uuid.UUID(str(event.object_id))
-    except ValueError:
-        return None
-    return KINDS[kind]._default_manager.filter(remote_id=remote_id).first()
 
 
 # Celery ships no type hints: its decorators are untyped.
@@ -162,7 +151,11 @@ def send_notice(self: Any, event_pk: int, kind: str) -> str:
     notice = claim(event, kind)
     if notice is None:
         return "done"
-    obj = _subject_of(event, kind)
+    try:  # the local object the event is about
+        remote_id = uuid.UUID(str(event.object_id))
+        obj = KINDS[kind]._default_manager.filter(remote_id=remote_id).first()
+    except ValueError:
+        obj = None
     if obj is None:
         return _finish(notice, NoticeState.SKIPPED, error=f"No local object {event.object_id!r}.")
     try:

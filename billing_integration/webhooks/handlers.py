@@ -35,9 +35,7 @@ class PullRequired(Exception):
 
     def __init__(self, kind: str, remote_id: uuid.UUID, *, customer: uuid.UUID | None = None):
         super().__init__(f"{kind} {remote_id} is not known locally")
-        self.kind = kind
-        self.remote_id = remote_id
-        self.customer = customer
+        self.kind, self.remote_id, self.customer = kind, remote_id, customer
 
 
 @dataclass
@@ -87,16 +85,11 @@ def _amount(value: Any) -> Decimal | None:
 
 
 def _known_currency(value: Any) -> str:
-    """A payment's currency code ("" when absent); ``RemoteDataError`` when it is not one of
-    ``BILLING['CURRENCIES']``."""
-    if value in (None, ""):
-        return ""
+    """A payment's currency code ("" when absent); ``RemoteDataError`` for an unknown one."""
     try:
-        return currencies.currency_code(value)
+        return "" if value in (None, "") else currencies.currency_code(value)
     except BillingConfigurationError:
-        raise RemoteDataError(
-            "currency", value, "not a currency of BILLING['CURRENCIES']"
-        ) from None
+        raise RemoteDataError("currency", value, "not in BILLING['CURRENCIES']") from None
 
 
 def changed(remote_id: Any, stored_remote_id: Any, fk: Any) -> bool:

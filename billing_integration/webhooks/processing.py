@@ -4,6 +4,7 @@ first. A handler error marks the event ``failed``; a ``PullRequired`` pulls, the
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import traceback as tb
 import uuid
@@ -58,12 +59,9 @@ def pull_missing(kind: str, remote_id: uuid.UUID, *, customer: uuid.UUID | None 
     at most once per ``PULL_ONCE_TTL`` across processes (a key in ``BILLING['CACHE']``);
     concurrent asks share one pull (``sync.coalesce``)."""
     ensure_service()
-    try:
-        first = shared_cache().add(f"billing:webhook-pull:{kind}:{remote_id}", 1, PULL_ONCE_TTL)
-    except Exception:  # a cache outage must not stop processing
-        first = True
-    if not first:
-        return
+    with contextlib.suppress(Exception):  # a cache outage must not stop processing
+        if not shared_cache().add(f"billing:webhook-pull:{kind}:{remote_id}", 1, PULL_ONCE_TTL):
+            return
     from ..sync import pull
     from ..sync.coalesce import coalesced_pull
 
