@@ -1,7 +1,6 @@
-"""Notices: what one says and to whom (templates, overridable:
-``billing_integration/notices/<kind>.txt``, ``<kind>.html`` and ``<kind>_subject.txt``);
-``send_notice`` sends it once per (event, kind); ``sweep_notices`` (periodic) queues again the
-notices still ``queued`` after ``SWEEP_AFTER``."""
+"""Notices: ``send_notice`` sends one once per (event, kind), rendering the overridable
+templates ``billing_integration/notices/<kind>.txt``, ``.html`` and ``_subject.txt``;
+``sweep_notices`` (periodic) queues again those still ``queued`` after ``SWEEP_AFTER``."""
 
 from __future__ import annotations
 
@@ -32,8 +31,6 @@ SWEEP_AFTER = timedelta(minutes=5)
 SWEEP_BATCH = 500
 #: Sending attempts of one notice (the task retries with backoff) before it stays failed.
 MAX_ATTEMPTS = 5
-
-
 #: The URL name of the account page the notices link to.
 ACCOUNT_URL_NAME = "billing_integration:account"
 
@@ -140,9 +137,8 @@ def _finish(notice: Notice, state: str, *, recipient: str = "", error: str = "")
 # Celery ships no type hints: its decorators are untyped.
 @shared_task(bind=True, name="billing_integration.send_notice", acks_late=True)  # type: ignore[untyped-decorator]
 def send_notice(self: Any, event_pk: int, kind: str) -> str:
-    """Send the ``kind`` notice of event ``event_pk`` unless it is sent or being sent; a
-    failure is retried with backoff, ``MAX_ATTEMPTS`` attempts in all. Returns its state
-    (``off``: turned off, ``done``: another task has it)."""
+    """Send the ``kind`` notice of event ``event_pk`` unless it is sent or being sent (then
+    ``done``); a failure is retried with backoff, ``MAX_ATTEMPTS`` attempts in all."""
     if kind not in KINDS or not enabled(kind):
         return "off"
     event = WebhookEvent.objects.filter(pk=event_pk).first()

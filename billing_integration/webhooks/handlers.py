@@ -27,7 +27,7 @@ from . import types
 
 
 class EventDataError(WebhookError):
-    """The event's data cannot be applied (e.g. no usable id). The event is marked failed."""
+    """The event's data cannot be applied (e.g. no usable id): the event fails."""
 
 
 class PullRequired(Exception):
@@ -109,8 +109,7 @@ def handler(*event_types: str) -> Callable[[type[EventHandler]], type[EventHandl
     """Register the decorated class for these canonical types (the last registration wins)."""
 
     def register(cls: type[EventHandler]) -> type[EventHandler]:
-        for event_type in event_types:
-            HANDLERS[event_type] = cls
+        HANDLERS.update(dict.fromkeys(event_types, cls))
         return cls
 
     return register
@@ -286,12 +285,8 @@ class SubscriptionHandler(EventHandler):
             record.save()
 
 
-@handler(
-    types.INVOICE_PAID,
-    types.INVOICE_VOIDED,
-    types.INVOICE_MARKED_UNCOLLECTABLE,
-    types.INVOICE_DELETED,
-)
+@handler(types.INVOICE_PAID, types.INVOICE_VOIDED, types.INVOICE_MARKED_UNCOLLECTABLE)
+@handler(types.INVOICE_DELETED)
 class InvoiceHandler(EventHandler):
     """``invoice.*``: sets the invoice paid / void / uncollectable / deleted."""
 

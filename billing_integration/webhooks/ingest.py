@@ -116,8 +116,7 @@ def safe_headers(headers: Mapping[str, str]) -> dict[str, str]:
 
 @dataclass
 class StoreResult:
-    """The stored ``event`` (for a duplicate, the row already there, if any), ``created``, its
-    ``state``, and ``error`` for a rejected body."""
+    """The stored ``event`` (for a duplicate, the one already there), and what became of it."""
 
     event: WebhookEvent | None
     event_id: str

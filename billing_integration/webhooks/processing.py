@@ -40,7 +40,6 @@ _OUTCOME_FIELDS = ["state", "outcome", "error", "traceback", "attempts", "proces
 #: Seconds during which an object that was pulled is not pulled again for another event.
 PULL_ONCE_TTL = 3600
 _RETRYABLE = (OperationalError, BillingTransportError, BillingServerError, BillingRateLimitError)
-_MAX_ROUNDS = 4
 #: The state of an event another worker holds (or an older one of its object): left to it.
 BUSY = "busy"
 
@@ -55,9 +54,8 @@ class ProcessResult:
 
 
 def pull_missing(kind: str, remote_id: uuid.UUID, *, customer: uuid.UUID | None = None) -> None:
-    """Pull a ``customer`` or ``subscription`` (after its unknown ``customer``) an event names,
-    at most once per ``PULL_ONCE_TTL`` across processes (a key in ``BILLING['CACHE']``);
-    concurrent asks share one pull (``sync.coalesce``)."""
+    """Pull a ``customer`` or ``subscription`` (and its unknown ``customer``) an event names, at
+    most once per ``PULL_ONCE_TTL`` across processes; concurrent asks share one pull."""
     ensure_service()
     with contextlib.suppress(Exception):  # a cache outage must not stop processing
         if not shared_cache().add(f"billing:webhook-pull:{kind}:{remote_id}", 1, PULL_ONCE_TTL):
@@ -171,12 +169,11 @@ def _record_failure(pk: int, exc: BaseException, *, final: bool) -> ProcessResul
 def process_event(
     pk: int, *, force: bool = False, final: bool = True, in_order: bool = False
 ) -> ProcessResult:
-    """Apply one stored event once; never raises for a handler error. ``force`` applies a
-    processed event again (the version guard still holds); ``final``: no retry is left (only
-    logging); ``in_order``: ``BUSY`` when another worker holds it or an older event."""
+    """Apply one stored event once (never raises for a handler error); ``force``: a processed
+    one again; ``final``: no retry left; ``in_order``: ``BUSY`` when another worker has it."""
     pulled: set[tuple[str, uuid.UUID]] = set()
     last_exc: BaseException = RuntimeError("Too many processing rounds.")
-    for _ in range(_MAX_ROUNDS):
+    for _ in range(4):
         try:
             return _apply(pk, pulled, force, in_order)
         except WebhookEvent.DoesNotExist:
@@ -219,11 +216,9 @@ def replay_events(
         events = events.exclude(state=EventState.PROCESSED)
     counts: dict[str, int] = {}
     for pk in list(events.order_by("received_at", "pk").values_list("pk", flat=True)):
-        if inline:
-            state = process_event(pk, force=force).state
-        else:
+        if not inline:
             tasks.send(pk, force=force)
-            state = "enqueued"
+        state = process_event(pk, force=force).state if inline else "enqueued"
         counts[state] = counts.get(state, 0) + 1
     return counts
 
@@ -243,7 +238,6 @@ def process_in_order(pk: int, *, final: bool = True) -> ProcessResult:
         .values_list("pk", flat=True)
     )
     result = ProcessResult(pk, state)
-    applied = 0
     seen: set[int] = set()
     while (next_pk := pending.first()) is not None and next_pk not in seen:
         seen.add(next_pk)
@@ -251,10 +245,9 @@ def process_in_order(pk: int, *, final: bool = True) -> ProcessResult:
         if step.state == BUSY:
             # Left to its holder; if that one only glanced at it, this message makes sure the
             # rest is not left until the sweep.
-            if applied:
+            if len(seen) > 1:  # this run applied some
                 tasks.send(next_pk, countdown=1)
             break
-        applied += 1
         if next_pk == pk:
             result = step
         elif step.retryable:

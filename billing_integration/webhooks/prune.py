@@ -29,8 +29,7 @@ _DURATION = re.compile(r"^\s*(\d+)\s*([smhd]?)\s*$")
 
 
 def parse_duration(value: Any) -> timedelta:
-    """``"90d"``, ``"12h"``, ``"30m"``, ``"45s"``, seconds or a ``timedelta`` -> a positive
-    ``timedelta`` (else ``ValueError``)."""
+    """``"90d"``, ``"12h"``, ``"30m"``, ``"45s"``, seconds or a ``timedelta`` -> a ``timedelta``."""
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, int) and not isinstance(value, bool):
@@ -122,8 +121,7 @@ def prune_events(
 # Celery ships no type hints: its decorators are untyped.
 @shared_task(name="billing_integration.prune_events", ignore_result=True)  # type: ignore[untyped-decorator]
 def prune_events_task(batch_size: int = 1000, pause: float = 0.0, max_busy: float = 0.25) -> int:
-    """For Celery beat (daily): prune the deliveries older than ``BILLING['EVENT_RETENTION']``
-    (none when it is None). Returns the rows deleted."""
+    """For Celery beat (daily): prune the deliveries older than ``BILLING['EVENT_RETENTION']``."""
     if (keep := retention()) is None:
         return 0
     return prune_events(keep, batch_size=batch_size, pause=pause, max_busy=max_busy).deleted

@@ -1,10 +1,7 @@
-"""The event callback: verify the raw body, store it, answer; processing comes after commit.
-
-``POST`` -> 200 for a stored (or already stored) event, 400 for missing or malformed
-signature headers and for a body that is not a JSON object (kept ``rejected``), 401 for a
-bad signature, a stale timestamp or wrong credentials, 413 for a body too large, 503 when the
-event could not be stored. ``HEAD`` and ``GET`` -> 200 with no body (reachability probes).
-"""
+"""The event callback: verify the raw body, store it, answer (processing comes after commit).
+``POST``: 200 stored (or already), 400 bad signature headers or not a JSON object, 401 bad
+signature, stale timestamp or wrong credentials, 413 too large, 503 not stored. ``HEAD``,
+``GET``: 200 (reachability probes)."""
 
 from __future__ import annotations
 

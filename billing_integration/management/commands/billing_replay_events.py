@@ -25,9 +25,7 @@ class Command(BaseCommand):
         parser.add_argument("--type", dest="event_type", help="Only events of this type.")
         parser.add_argument("--since", help="Only events received at or after this date/time.")
         parser.add_argument("--force", action="store_true", help="Also re-apply processed events.")
-        parser.add_argument(
-            "--async", dest="use_celery", action="store_true", help="Enqueue Celery tasks."
-        )
+        parser.add_argument("--async", dest="use_celery", action="store_true", help="On Celery.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         events = WebhookEvent.objects.exclude(state=EventState.REJECTED)
