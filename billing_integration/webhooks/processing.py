@@ -122,14 +122,12 @@ def _apply(
             if in_order and WebhookEvent.objects.filter(pk=pk).exists():
                 return ProcessResult(pk, BUSY)
             raise WebhookEvent.DoesNotExist
-        if in_order and event.state != EventState.RECEIVED:
-            return ProcessResult(pk, event.state, event.outcome)
+        state = event.state
+        done = state == EventState.REJECTED or (state == EventState.PROCESSED and not force)
+        if done or (in_order and state != EventState.RECEIVED):
+            return ProcessResult(pk, state, event.outcome)
         if in_order and _older_pending(event):
             return ProcessResult(pk, BUSY)
-        if event.state == EventState.REJECTED or (
-            event.state == EventState.PROCESSED and not force
-        ):
-            return ProcessResult(pk, event.state, event.outcome)
         event.type = normalize_type(event.raw_type) or event.type
         handler = get_handler(event.type)
         event.attempts += 1

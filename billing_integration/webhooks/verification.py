@@ -26,15 +26,11 @@ _MAX_HEADER = 4096
 
 
 class MissingHeadersError(WebhookVerificationError):
-    """The signature headers (or the credentials) are absent or malformed: HTTP 400."""
-
-    status, reason = 400, "missing_headers"
+    status, reason = 400, "missing_headers"  # signature headers or credentials absent, malformed
 
 
 class StaleTimestampError(WebhookVerificationError):
-    """``webhook-timestamp`` is outside the tolerance: HTTP 401."""
-
-    status, reason = 401, "stale_timestamp"
+    status, reason = 401, "stale_timestamp"  # webhook-timestamp outside the tolerance
 
 
 @dataclass(frozen=True)
@@ -49,7 +45,7 @@ def whsec_key(secret: object) -> bytes | None:
     """The key of a ``whsec_<base64>`` secret, padded or not; None for another form."""
     if not isinstance(secret, str) or not secret.startswith(_SECRET_PREFIX):
         return None
-    value = secret[len(_SECRET_PREFIX) :]
+    value = secret.removeprefix(_SECRET_PREFIX)
     try:
         return base64.b64decode(value + "=" * (-len(value) % 4), validate=True)
     except (binascii.Error, ValueError):
@@ -114,17 +110,13 @@ def verify_signature(
     signed = f"{msg_id}.{ts}.".encode() + body
     expected = [hmac.new(key, signed, hashlib.sha256).digest() for key in keys]
     valid = False
-    for candidate in signature.split():
-        version, _, value = candidate.partition(",")
-        if version != "v1" or not value:
-            continue
+    for version, _, value in (candidate.partition(",") for candidate in signature.split()):
         try:
             given = base64.b64decode(value, validate=True)
         except (binascii.Error, ValueError):
             continue
-        for digest in expected:
-            # Evaluate every comparison: the time taken does not reveal which one matched.
-            valid |= hmac.compare_digest(digest, given)
+        for digest in expected:  # every comparison made: the time taken reveals no match
+            valid |= version == "v1" and hmac.compare_digest(digest, given)
     if not valid:
         raise WebhookVerificationError("No valid webhook signature.")
     return Verification("signature", message_id=msg_id)

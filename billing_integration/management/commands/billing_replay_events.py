@@ -46,11 +46,8 @@ class Command(BaseCommand):
     @staticmethod
     def _since(value: str) -> datetime:
         moment = parse_datetime(value)
-        if moment is None:
-            day = parse_date(value)
-            if day is None:
-                raise CommandError(f"--since: not a date or datetime: {value!r}")
+        if moment is None and (day := parse_date(value)) is not None:
             moment = datetime(day.year, day.month, day.day)
-        if timezone.is_naive(moment):
-            moment = timezone.make_aware(moment, timezone.get_default_timezone())
-        return moment
+        if moment is None:
+            raise CommandError(f"--since: not a date or datetime: {value!r}")
+        return moment if timezone.is_aware(moment) else timezone.make_aware(moment)
