@@ -9,7 +9,7 @@ import logging
 import traceback as tb
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from django.db import DatabaseError, IntegrityError, OperationalError, transaction
@@ -30,7 +30,7 @@ from ..service import ensure_service
 from ..strictjson import parse_body
 from . import tasks
 from .handlers import EventContext, EventDataError, HandlerResult, PullRequired, get_handler
-from .ingest import read_envelope
+from .ingest import parse_time, read_envelope
 from .signals import SIGNALS, billing_event_received
 from .types import normalize_type
 
@@ -74,17 +74,6 @@ def pull_missing(kind: str, remote_id: uuid.UUID, *, customer: uuid.UUID | None 
         coalesced_pull("subscriptions", pull.pull_subscriptions, known(Subscription, remote_id))
 
 
-def _signed_at(event: WebhookEvent) -> datetime | None:
-    """The ``webhook-timestamp`` the verified signature covered, else None."""
-    if event.verified_by != "signature" or not isinstance(event.headers, dict):
-        return None
-    raw = event.headers.get("webhook-timestamp") or event.headers.get("svix-timestamp")
-    try:
-        return datetime.fromtimestamp(int(str(raw).strip()), tz=UTC)
-    except (TypeError, ValueError, OverflowError, OSError):
-        return None
-
-
 def _load_context(
     event: WebhookEvent, event_type: str, pulled: set[tuple[str, uuid.UUID]]
 ) -> EventContext:
@@ -100,7 +89,11 @@ def _load_context(
     data = envelope.data
     dated = ts(data.get("date_updated"), "date_updated")
     dated = dated or ts(data.get("date_created"), "date_created") or occurred_at
-    version = dated or _signed_at(event) or event.received_at or timezone.now()
+    # The webhook-timestamp the verified signature covered.
+    headers = event.headers if isinstance(event.headers, dict) else {}
+    stamp = headers.get("webhook-timestamp") or headers.get("svix-timestamp")
+    signed_at = parse_time(stamp) if event.verified_by == "signature" else None
+    version = dated or signed_at or event.received_at or timezone.now()
     return EventContext(event, event_type, data, occurred_at, version, dated is None, pulled)
 
 

@@ -17,6 +17,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from ..conf import billing_settings
 from ..models import EventState, WebhookEvent
 
 logger = logging.getLogger("billing_integration.webhooks")
@@ -48,8 +49,6 @@ def parse_duration(value: Any) -> timedelta:
 
 def retention() -> timedelta | None:
     """``BILLING['EVENT_RETENTION']`` as a ``timedelta``; None keeps every delivery."""
-    from ..conf import billing_settings
-
     value = billing_settings.EVENT_RETENTION
     return None if value is None else parse_duration(value)
 

@@ -66,21 +66,18 @@ def _words(raw: str) -> list[str]:
     return [w for w in _SEPARATORS.split(text) if w and w not in _FILLER]
 
 
-def _aliases() -> dict[str, str]:
-    configured = billing_settings.get("EVENT_TYPE_ALIASES") or {}
-    return {"_".join(_words(str(k))): str(v) for k, v in configured.items()}
-
-
 def normalize_type(raw: object) -> str:
     """The canonical type of a spelling ("" if not known); the aliases first."""
     if not isinstance(raw, str) or not raw.strip() or len(raw) > 255:
         return ""
-    if raw in CANONICAL_TYPES and not billing_settings.get("EVENT_TYPE_ALIASES"):
+    configured = billing_settings.get("EVENT_TYPE_ALIASES") or {}
+    if raw in CANONICAL_TYPES and not configured:
         return raw  # the common case, without the spelling analysis below
     words = _words(raw)
     if not words:
         return ""
-    alias = _aliases().get("_".join(words))
+    aliases = {"_".join(_words(str(k))): str(v) for k, v in configured.items()}
+    alias = aliases.get("_".join(words))
     if alias or raw in CANONICAL_TYPES:
         return alias or raw
     return _ACTIONS.get((_GROUPS.get(words[0], ""), "_".join(words[1:])), "")
