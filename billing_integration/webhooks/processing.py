@@ -9,7 +9,6 @@ import logging
 import traceback as tb
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from django.db import DatabaseError, IntegrityError, OperationalError, transaction
@@ -247,17 +246,3 @@ def process_in_order(pk: int, *, final: bool = True) -> ProcessResult:
         current = WebhookEvent.objects.filter(pk=pk).values_list("state", flat=True).first()
         result = ProcessResult(pk, current or "missing")
     return result
-
-
-def process_pending(older_than: float = 60.0, limit: int = 1000) -> int:
-    """Enqueue the events still ``received`` after ``older_than`` seconds (a lost message, a
-    broker outage at delivery time). Returns how many."""
-    cutoff = timezone.now() - timedelta(seconds=older_than)
-    pks = list(
-        WebhookEvent.objects.filter(state=EventState.RECEIVED, received_at__lt=cutoff)
-        .order_by("received_at")
-        .values_list("pk", flat=True)[:limit]
-    )
-    for pk in pks:
-        tasks.send(pk)
-    return len(pks)

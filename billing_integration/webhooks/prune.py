@@ -109,8 +109,7 @@ def prune_events(
         result.batches += 1
         if len(ids) < batch_size:
             break
-        rest = max(pause, (clock() - started) * (1 - max_busy) / max_busy)
-        if rest > 0:
+        if (rest := max(pause, (clock() - started) * (1 - max_busy) / max_busy)) > 0:
             sleep(rest)
     if result.deleted:
         logger.info("Pruned %s event deliveries received before %s", result.deleted, cutoff)

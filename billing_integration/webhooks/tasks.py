@@ -3,12 +3,15 @@ after commit) and ``process_pending_webhook_events`` (the periodic sweep of lost
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from celery import shared_task
+from django.utils import timezone
 
 from ..conf import billing_settings
 from ..health import record_run
+from ..models import EventState, WebhookEvent
 
 #: Processing attempts of an event failing transiently (database, API) before it stays failed.
 MAX_ATTEMPTS = 5
@@ -40,8 +43,12 @@ def send(event_pk: int, *, force: bool = False, countdown: float | None = None) 
 
 @shared_task(name="billing_integration.process_pending_webhook_events")  # type: ignore[untyped-decorator]
 def process_pending_webhook_events(older_than: float = 60.0) -> int:
-    """For Celery beat: enqueue the events still ``received`` after ``older_than`` seconds."""
-    from .processing import process_pending
-
+    """For Celery beat: enqueue the events still ``received`` after ``older_than`` seconds (a
+    lost message, a broker outage at delivery time). Returns how many."""
     record_run("process_pending_webhook_events")  # billing_doctor: beat ran
-    return process_pending(older_than=older_than)
+    cutoff = timezone.now() - timedelta(seconds=older_than)
+    pending = WebhookEvent.objects.filter(state=EventState.RECEIVED, received_at__lt=cutoff)
+    pks = list(pending.order_by("received_at").values_list("pk", flat=True)[:1000])
+    for pk in pks:
+        send(pk)
+    return len(pks)
