@@ -176,12 +176,9 @@ def sweep_notices() -> int:
     """Queue ``send_notice`` again for each notice still ``queued`` ``SWEEP_AFTER`` after it
     was recorded (its task lost or never queued); the claim keeps it to one email."""
     kinds = [kind for kind in KINDS if enabled(kind)]
-    stale = Notice.objects.filter(
-        state=NoticeState.QUEUED,
-        kind__in=kinds,
-        event__isnull=False,
-        created_at__lt=timezone.now() - SWEEP_AFTER,
-    ).order_by("created_at")
+    cutoff = timezone.now() - SWEEP_AFTER
+    stale = Notice.objects.filter(state=NoticeState.QUEUED, kind__in=kinds, created_at__lt=cutoff)
+    stale = stale.filter(event__isnull=False).order_by("created_at")
     pairs = list(stale.values_list("event_id", "kind")[:SWEEP_BATCH])
     for event_pk, kind in pairs:
         send_notice.apply_async((event_pk, kind), queue=billing_settings.QUEUE)

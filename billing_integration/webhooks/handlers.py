@@ -46,8 +46,7 @@ class EventContext:
     event_type: str
     data: dict[str, Any]
     occurred_at: datetime | None
-    #: The data's ``date_updated`` or ``date_created``, else the envelope's time, else (then
-    #: ``version_is_ours``) the signed timestamp, else the receive time.
+    #: The data's date, else the envelope's; else (``version_is_ours``) the delivery's.
     version: datetime
     version_is_ours: bool = False
     pulled: set[tuple[str, uuid.UUID]] = field(default_factory=set)
@@ -328,13 +327,10 @@ class PaymentHandler(EventHandler):
         if sub_rid is None:
             return {}
         subscription = _locked(Subscription.objects.filter(remote_id=sub_rid)).first()
-        if subscription is None:
-            if ctx.may_pull("subscription", sub_rid):
-                raise PullRequired(
-                    "subscription", sub_rid, customer=as_uuid(ctx.data.get("customer"))
-                )
-            return {}
-        return {"subscription": subscription}
+        if subscription is None and ctx.may_pull("subscription", sub_rid):
+            customer = as_uuid(ctx.data.get("customer"))
+            raise PullRequired("subscription", sub_rid, customer=customer)
+        return {"subscription": subscription} if subscription else {}
 
     def fields(self, ctx: EventContext) -> dict[str, Any]:
         return {

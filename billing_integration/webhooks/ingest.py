@@ -92,8 +92,7 @@ def read_envelope(payload: dict[str, Any], *, message_id: str | None, body: byte
     )
 
 
-#: Headers stored with their value; every other one is stored as ``REDACTED`` (an allow-list:
-#: a header nobody thought of stays hidden).
+#: Headers stored with their value; any other is stored ``REDACTED`` (an allow-list).
 _STORED = """webhook-id webhook-timestamp svix-id svix-timestamp content-type content-length
     content-encoding user-agent accept accept-encoding host via forwarded x-forwarded-for
     x-forwarded-host x-forwarded-proto x-real-ip x-request-id x-correlation-id traceparent"""
@@ -167,8 +166,7 @@ def store_delivery(
         event.occurred_at = envelope.occurred_at
         event.object_id = envelope.object_id
     using = router.db_for_write(WebhookEvent)
-    # The view runs in autocommit: one INSERT. Inside a caller's transaction, a savepoint
-    # keeps that transaction usable when the event id is already stored.
+    # A savepoint only inside a caller's transaction (kept usable on a duplicate).
     in_transaction = transaction.get_connection(using).in_atomic_block
     try:
         with transaction.atomic(using=using) if in_transaction else contextlib.nullcontext():

@@ -107,8 +107,7 @@ def _apply(
     pk: int, pulled: set[tuple[str, uuid.UUID]], force: bool, in_order: bool = False
 ) -> ProcessResult:
     with transaction.atomic():
-        # In order: skip a row another worker holds, and leave the event when an older one of
-        # its object is not processed yet (its holder goes on with this one).
+        # In order: leave an event another worker holds, or an older one of its object, to it.
         event = WebhookEvent.objects.select_for_update(skip_locked=in_order).filter(pk=pk).first()
         if event is None:
             if in_order and WebhookEvent.objects.filter(pk=pk).exists():
@@ -233,8 +232,7 @@ def process_in_order(pk: int, *, final: bool = True) -> ProcessResult:
         seen.add(next_pk)
         step = process_event(next_pk, final=final or next_pk != pk, in_order=True)
         if step.state == BUSY:
-            # Left to its holder; if that one only glanced at it, this message makes sure the
-            # rest is not left until the sweep.
+            # Left to its holder; if it only glanced at it, this message spares the sweep.
             if len(seen) > 1:  # this run applied some
                 tasks.send(next_pk, countdown=1)
             break

@@ -62,9 +62,8 @@ class PruneResult:
 
 
 def _prunable(cutoff: datetime, using: str) -> QuerySet[WebhookEvent]:
-    return WebhookEvent.objects.using(using).filter(
-        state__in=PRUNABLE_STATES, received_at__lt=cutoff
-    )
+    events = WebhookEvent.objects.using(using)
+    return events.filter(state__in=PRUNABLE_STATES, received_at__lt=cutoff)
 
 
 def count_prunable(older_than: timedelta, *, now: datetime | None = None) -> int:
@@ -102,8 +101,7 @@ def prune_events(
             ids = list(rows.values_list("pk", flat=True)[:batch_size])
             if not ids:
                 break
-            # The conditions again (a row not locked may have changed); only the ids loaded
-            # (the notices' SET_NULL makes Django read what it deletes).
+            # The conditions again; only the ids loaded (SET_NULL: Django reads what it deletes).
             deleted, _by_model = _prunable(cutoff, using).filter(pk__in=ids).only("pk").delete()
         result.deleted += deleted
         result.batches += 1
