@@ -14,8 +14,7 @@ from .tasks import KINDS, enabled, send_notice
 
 
 def queue_notice(kind: str, event_pk: int) -> None:
-    """Record the notice ``queued`` (unless it has a row) and queue ``send_notice`` on commit;
-    a failure to queue is logged, not raised."""
+    """Record the notice ``queued`` (unless it has a row) and queue ``send_notice`` on commit."""
     if enabled(kind):
         Notice.objects.get_or_create(
             event_id=event_pk, kind=kind, defaults={"state": NoticeState.QUEUED}

@@ -112,9 +112,8 @@ def build_message(kind: str, context: dict[str, Any], to: str) -> EmailMultiAlte
 
 
 def claim(event: WebhookEvent, kind: str) -> Notice | None:
-    """Take the notice for sending: one conditional UPDATE from ``queued`` or ``failed`` to
-    ``sending`` (or, with no row yet, an INSERT the unique constraint lets one task win).
-    None when it is sent, skipped or another task's: this task must not send it."""
+    """Take the notice for sending (``queued`` or ``failed`` -> ``sending`` in one UPDATE, or an
+    INSERT the unique constraint lets one task win); None: this task must not send it."""
     taken = Notice.objects.filter(
         event=event, kind=kind, state__in=(NoticeState.QUEUED, NoticeState.FAILED)
     ).update(state=NoticeState.SENDING, attempts=F("attempts") + 1)

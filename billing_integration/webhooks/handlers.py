@@ -259,12 +259,9 @@ class SubscriptionHandler(EventHandler):
             for name, value in mapped.items()
             if name == "remote_data" or _SUBSCRIPTION_SOURCE.get(name, name) in ctx.data
         }
-        status = self.STATUS_FOR_TYPE.get(self.event_type)
-        if status:
+        if status := self.STATUS_FOR_TYPE.get(self.event_type):
             values["status"] = status
-        values["remote_updated"] = ctx.version
-        values["remote_updated_ours"] = ctx.version_is_ours
-        return values
+        return {**values, "remote_updated": ctx.version, "remote_updated_ours": ctx.version_is_ours}
 
     def new(self, remote_id: uuid.UUID) -> Any:
         return Subscription(remote_id=remote_id, sync_state="synced", last_synced_at=timezone.now())
@@ -311,8 +308,7 @@ class InvoiceHandler(EventHandler):
 
 @handler(types.PAYMENT_COMPLETED, types.PAYMENT_FAILED, types.PAYMENT_CANCELED)
 class PaymentHandler(EventHandler):
-    """``payment.*``: records the payment and sets the subscription's ``last_payment_status``
-    to its most recent payment's; an unknown subscription is pulled first (once)."""
+    """``payment.*``: the payment, and its (pulled if unknown) subscription's latest status."""
 
     model = Payment
     object_name = "payment"

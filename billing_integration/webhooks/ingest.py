@@ -1,6 +1,5 @@
-"""Storing a verified delivery (``store_delivery``) and handing it to processing (``enqueue``).
-The envelope ``{"id", "type", "created_at", "data"}`` is read tolerantly (other common key
-names too): odd values give empty fields, never an error."""
+"""Storing a verified delivery and handing it to processing. The envelope ``{"id", "type",
+"created_at", "data"}`` is read tolerantly: odd values give empty fields, never an error."""
 
 from __future__ import annotations
 

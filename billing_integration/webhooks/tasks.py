@@ -43,8 +43,7 @@ def send(event_pk: int, *, force: bool = False, countdown: float | None = None) 
 
 @shared_task(name="billing_integration.process_pending_webhook_events")  # type: ignore[untyped-decorator]
 def process_pending_webhook_events(older_than: float = 60.0) -> int:
-    """For Celery beat: enqueue the events still ``received`` after ``older_than`` seconds (a
-    lost message, a broker outage at delivery time). Returns how many."""
+    """For Celery beat: enqueue the events still ``received`` after ``older_than`` seconds."""
     record_run("process_pending_webhook_events")  # billing_doctor: beat ran
     cutoff = timezone.now() - timedelta(seconds=older_than)
     pending = WebhookEvent.objects.filter(state=EventState.RECEIVED, received_at__lt=cutoff)

@@ -1,6 +1,5 @@
 """Canonical event types (``<group>.<event>``) and ``normalize_type``, which maps spellings
-such as ``INVOICE_MARKED_UNCOLLECTABLE``, ``InvoiceMarkedUncollectable`` or
-``subscription.cancelled`` onto them (``BILLING['EVENT_TYPE_ALIASES']`` adds some)."""
+(``InvoiceMarkedUncollectable``, ``subscription.cancelled``, ``EVENT_TYPE_ALIASES``) onto them."""
 
 from __future__ import annotations
 

@@ -138,9 +138,8 @@ def verify_basic_auth(headers: Mapping[str, str], credentials: str) -> Verificat
 
 
 def verify_request(body: bytes, headers: Mapping[str, str]) -> Verification:
-    """Authenticate one delivery: a valid signature (with ``WEBHOOK_SECRET``) or valid
-    credentials (with ``WEBHOOK_BASIC_AUTH``); with neither set, refused unless
-    ``WEBHOOK_ALLOW_UNVERIFIED`` (then accepted with a warning)."""
+    """Authenticate one delivery by ``WEBHOOK_SECRET`` or ``WEBHOOK_BASIC_AUTH``; with neither
+    set, refused unless ``WEBHOOK_ALLOW_UNVERIFIED`` (then accepted with a warning)."""
     conf = billing_settings.as_dict()
     secrets, basic = conf.get("WEBHOOK_SECRET"), conf.get("WEBHOOK_BASIC_AUTH")
     may_be_basic = basic and headers.get("authorization")
