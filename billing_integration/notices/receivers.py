@@ -1,9 +1,8 @@
-"""Receivers of the app's signals that record a notice ``queued`` and queue its task on commit
+"""Receivers of the app's signals: record the notice ``queued`` and queue its task on commit
 (a task that cannot be queued is left to the sweep)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from django.db import transaction
@@ -11,16 +10,11 @@ from django.db import transaction
 from ..conf import billing_settings
 from ..models import Notice, NoticeState
 from ..webhooks import signals
-from .sending import enabled
-from .tasks import send_notice
-
-__all__ = ["queue_notice"]
+from .tasks import KINDS, enabled, send_notice
 
 
 def queue_notice(kind: str, event_pk: int) -> None:
-    """Record the notice ``queued`` (unless it has a row already) and queue ``send_notice``
-    for it once the current transaction (if any) commits. A failure to queue is logged, not
-    raised: the sweep queues the notice again."""
+    """Record the notice ``queued`` (unless it has a row) and queue ``send_notice`` on commit."""
     if enabled(kind):
         Notice.objects.get_or_create(
             event_id=event_pk, kind=kind, defaults={"state": NoticeState.QUEUED}
@@ -31,19 +25,10 @@ def queue_notice(kind: str, event_pk: int) -> None:
         )
 
 
-def _receiver(kind: str) -> Callable[..., None]:
-    def receiver(sender: Any, event: Any = None, **kwargs: Any) -> None:
+for _kind in KINDS:  # each kind is named after the signal that queues it
+
+    def _receiver(sender: Any, event: Any = None, _kind: str = _kind, **kwargs: Any) -> None:
         if event is not None and event.pk is not None:
-            queue_notice(kind, event.pk)
+            queue_notice(_kind, event.pk)
 
-    receiver.__name__ = f"queue_{kind}_notice"
-    return receiver
-
-
-for _signal, _kind in (
-    (signals.payment_failed, "payment_failed"),
-    (signals.subscription_canceled, "subscription_canceled"),
-    (signals.subscription_paused, "subscription_paused"),
-    (signals.refund_approved, "refund_approved"),
-):
-    _signal.connect(_receiver(_kind), weak=False, dispatch_uid=f"billing_notice_{_kind}")
+    getattr(signals, _kind).connect(_receiver, weak=False, dispatch_uid=f"billing_notice_{_kind}")

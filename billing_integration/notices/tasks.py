@@ -1,25 +1,29 @@
-"""``send_notice`` sends one notice, once per (event, kind); ``sweep_notices`` (periodic) queues
-again the notices still ``queued`` after ``SWEEP_AFTER``."""
+"""Notices: ``send_notice`` sends one once per (event, kind), rendering the overridable
+templates ``billing_integration/notices/<kind>.txt``, ``.html`` and ``_subject.txt``;
+``sweep_notices`` (periodic) queues again those still ``queued`` after ``SWEEP_AFTER``."""
 
 from __future__ import annotations
 
 import logging
 import uuid
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 from celery import shared_task
-from django.db import IntegrityError, transaction
+from django.conf import settings
+from django.core.mail import EmailMultiAlternatives
+from django.db import IntegrityError, models, transaction
 from django.db.models import F
-from django.utils import timezone
+from django.template.loader import render_to_string
+from django.urls import NoReverseMatch, reverse
+from django.utils import formats, timezone
+from django.utils.translation import gettext
 
 from ..conf import billing_settings
-from ..models import Notice, NoticeState, WebhookEvent
-from .sending import KINDS, build_message, enabled, notice_context, recipient_for
+from ..models import Notice, NoticeState, Payment, Refund, Subscription, WebhookEvent
 
 logger = logging.getLogger("billing_integration.notices")
-
-__all__ = ["MAX_ATTEMPTS", "SWEEP_AFTER", "claim", "send_notice", "sweep_notices"]
 
 #: A notice still ``queued`` this long after it was recorded is queued again by the sweep.
 SWEEP_AFTER = timedelta(minutes=5)
@@ -27,14 +31,89 @@ SWEEP_AFTER = timedelta(minutes=5)
 SWEEP_BATCH = 500
 #: Sending attempts of one notice (the task retries with backoff) before it stays failed.
 MAX_ATTEMPTS = 5
+#: The URL name of the account page the notices link to.
+ACCOUNT_URL_NAME = "billing_integration:account"
+
+#: Notice kind -> the model of the object its event is about (``event.object_id``).
+KINDS: dict[str, type[models.Model]] = {
+    "payment_failed": Payment,
+    "subscription_canceled": Subscription,
+    "subscription_paused": Subscription,
+    "refund_approved": Refund,
+}
+
+
+def enabled(kind: str) -> bool:
+    """``BILLING['NOTICES'][kind]`` is true (a kind left out is off)."""
+    notices = billing_settings.NOTICES or {}
+    return isinstance(notices, dict) and notices.get(kind) is True
+
+
+def account_url() -> str:
+    """The account page's absolute URL, after ``BILLING['SITE_URL']``."""
+    try:
+        path = reverse(ACCOUNT_URL_NAME)
+    except NoReverseMatch:
+        path = "/"
+    return f"{str(billing_settings.SITE_URL or '').rstrip('/')}{path}"
+
+
+def recipient_for(customer: Any, subscriber: Any) -> str | None:
+    """The customer's ``email``, else the subscriber's; None (the notice is skipped)."""
+    for email in (getattr(customer, "email", None), getattr(subscriber, "email", None)):
+        if isinstance(email, str) and email.strip():
+            return email.strip()
+    return None
+
+
+def _amount(value: Decimal | None, currency: str) -> str:
+    if value is None:
+        return ""
+    places = 0 if value == value.to_integral_value() else 2
+    text = formats.number_format(value, decimal_pos=places, use_l10n=True, force_grouping=True)
+    return f"{text} {currency}".strip()
+
+
+def notice_context(kind: str, event: WebhookEvent, obj: Any) -> dict[str, Any]:
+    """The templates' context (``amount`` formatted with its currency)."""
+    payment = obj if isinstance(obj, Payment) else None
+    refund = obj if isinstance(obj, Refund) else None
+    subscription = obj if isinstance(obj, Subscription) else getattr(obj, "subscription", None)
+    customer = getattr(obj, "customer", None) or getattr(subscription, "customer", None)
+    record = payment or refund
+    return {
+        "kind": kind,
+        "event": event,
+        "customer": customer,
+        "subscriber": getattr(customer, "subscriber", None),
+        "subscription": subscription,
+        "product": getattr(obj, "product", None) or getattr(subscription, "product", None),
+        "payment": payment,
+        "refund": refund,
+        "amount": _amount(record.amount, record.currency) if record is not None else "",
+        "failure_reason": (payment.failure_reason or "").replace("_", " ") if payment else "",
+        "account_url": account_url(),
+        "site_url": str(billing_settings.SITE_URL or "").rstrip("/"),
+    }
+
+
+def build_message(kind: str, context: dict[str, Any], to: str) -> EmailMultiAlternatives:
+    """The email of a notice, rendered in the active language."""
+    base = f"billing_integration/notices/{kind}"
+    subject = " ".join(render_to_string(f"{base}_subject.txt", context).split())
+    message = EmailMultiAlternatives(
+        subject=subject or gettext("About your subscription"),
+        body=render_to_string(f"{base}.txt", context),
+        from_email=settings.DEFAULT_FROM_EMAIL,
+        to=[to],
+    )
+    message.attach_alternative(render_to_string(f"{base}.html", context), "text/html")
+    return message
 
 
 def claim(event: WebhookEvent, kind: str) -> Notice | None:
-    """Take the notice of (event, kind) for sending: one conditional UPDATE from ``queued`` (or
-    ``failed``, a retry) to ``sending``, so of a task, its duplicate and the sweep's task only
-    one wins; without a row yet, insert it (the unique constraint lets one task win). None
-    when the notice is sent, skipped, or being sent by another task: this task must not send
-    it."""
+    """Take the notice for sending (``queued`` or ``failed`` -> ``sending`` in one UPDATE, or an
+    INSERT the unique constraint lets one task win); None: this task must not send it."""
     taken = Notice.objects.filter(
         event=event, kind=kind, state__in=(NoticeState.QUEUED, NoticeState.FAILED)
     ).update(state=NoticeState.SENDING, attempts=F("attempts") + 1)
@@ -42,36 +121,23 @@ def claim(event: WebhookEvent, kind: str) -> Notice | None:
         return Notice.objects.get(event=event, kind=kind)
     try:
         with transaction.atomic():
-            return Notice.objects.create(
-                event=event, kind=kind, state=NoticeState.SENDING, attempts=1
-            )
+            return Notice.objects.create(event=event, kind=kind, state="sending", attempts=1)
     except IntegrityError:
         return None
 
 
-def _finish(notice: Notice, state: str, *, recipient: str = "", error: str = "") -> None:
-    notice.state = state
-    notice.recipient = recipient
-    notice.error = error[:2000]
+def _finish(notice: Notice, state: str, *, recipient: str = "", error: str = "") -> str:
+    notice.state, notice.recipient, notice.error = state, recipient, error[:2000]
     notice.sent_at = timezone.now() if state == NoticeState.SENT else None
     notice.save(update_fields=["state", "recipient", "error", "sent_at"])
+    return state
 
 
-def _subject_of(event: WebhookEvent, kind: str) -> Any:
-    """The local object the event is about (a payment, a subscription, a refund), or None."""
-    try:
-        remote_id = uuid.UUID(str(event.object_id))
-    except ValueError:
-        return None
-    return KINDS[kind].objects.filter(remote_id=remote_id).first()
-
-
-@shared_task(bind=True, name="billing_integration.send_notice", acks_late=True)
+# Celery ships no type hints: its decorators are untyped.
+@shared_task(bind=True, name="billing_integration.send_notice", acks_late=True)  # type: ignore[untyped-decorator]
 def send_notice(self: Any, event_pk: int, kind: str) -> str:
-    """Send the ``kind`` notice of the event ``event_pk`` unless it was already sent (or is
-    being sent). A failed send is recorded ``failed`` and retried with backoff up to
-    ``MAX_ATTEMPTS`` attempts. Returns the notice's state (``off`` when the
-    notice is turned off, ``done`` when another task has it)."""
+    """Send the ``kind`` notice of event ``event_pk`` unless it is sent or being sent (then
+    ``done``); a failure is retried with backoff, ``MAX_ATTEMPTS`` attempts in all."""
     if kind not in KINDS or not enabled(kind):
         return "off"
     event = WebhookEvent.objects.filter(pk=event_pk).first()
@@ -80,16 +146,18 @@ def send_notice(self: Any, event_pk: int, kind: str) -> str:
     notice = claim(event, kind)
     if notice is None:
         return "done"
-    obj = _subject_of(event, kind)
+    try:  # the local object the event is about
+        remote_id = uuid.UUID(str(event.object_id))
+        obj = KINDS[kind]._default_manager.filter(remote_id=remote_id).first()
+    except ValueError:
+        obj = None
     if obj is None:
-        _finish(notice, NoticeState.SKIPPED, error=f"No local object {event.object_id!r}.")
-        return NoticeState.SKIPPED
+        return _finish(notice, NoticeState.SKIPPED, error=f"No local object {event.object_id!r}.")
     try:
         context = notice_context(kind, event, obj)
         recipient = recipient_for(context["customer"], context["subscriber"])
         if recipient is None:
-            _finish(notice, NoticeState.SKIPPED, error="No address to send it to.")
-            return NoticeState.SKIPPED
+            return _finish(notice, NoticeState.SKIPPED, error="No address to send it to.")
         build_message(kind, context, recipient).send(fail_silently=False)
     except Exception as exc:
         message = f"{type(exc).__name__}: {exc}"
@@ -99,26 +167,20 @@ def send_notice(self: Any, event_pk: int, kind: str) -> str:
             raise self.retry(countdown=min(30 * 2**self.request.retries, 3600)) from exc
         logger.error("Notice %s of event %s failed for good: %s", kind, event_pk, message)
         return NoticeState.FAILED
-    _finish(notice, NoticeState.SENT, recipient=recipient)
-    return NoticeState.SENT
+    return _finish(notice, NoticeState.SENT, recipient=recipient)
 
 
-@shared_task(name="billing_integration.sweep_notices")
+@shared_task(name="billing_integration.sweep_notices")  # type: ignore[untyped-decorator]
 def sweep_notices() -> int:
-    """Queue ``send_notice`` again for each notice (of a kind that is on) still ``queued``
-    ``SWEEP_AFTER`` after it was recorded: its task could not be queued, or was lost. The
-    claim keeps it to one email if the first task runs after all. Returns how many."""
+    """Queue ``send_notice`` again for each notice still ``queued`` ``SWEEP_AFTER`` after it
+    was recorded (its task lost or never queued); the claim keeps it to one email."""
     kinds = [kind for kind in KINDS if enabled(kind)]
-    stale = Notice.objects.filter(
-        state=NoticeState.QUEUED,
-        kind__in=kinds,
-        event__isnull=False,
-        created_at__lt=timezone.now() - SWEEP_AFTER,
-    ).order_by("created_at")
-    queued = 0
-    for event_pk, kind in stale.values_list("event_id", "kind")[:SWEEP_BATCH]:
+    cutoff = timezone.now() - SWEEP_AFTER
+    stale = Notice.objects.filter(state=NoticeState.QUEUED, kind__in=kinds, created_at__lt=cutoff)
+    stale = stale.filter(event__isnull=False).order_by("created_at")
+    pairs = list(stale.values_list("event_id", "kind")[:SWEEP_BATCH])
+    for event_pk, kind in pairs:
         send_notice.apply_async((event_pk, kind), queue=billing_settings.QUEUE)
-        queued += 1
-    if queued:
-        logger.warning("Queued %d notice(s) again whose task was lost or never queued", queued)
-    return queued
+    if pairs:
+        logger.warning("Queued %d notice(s) again whose task was lost or never queued", len(pairs))
+    return len(pairs)

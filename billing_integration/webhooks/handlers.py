@@ -1,24 +1,7 @@
-"""One handler class per canonical event type, registered with ``@handler(type, ...)``.
-
-A handler's ``handle(ctx)`` runs in the processing transaction, with the event row locked.
-It locks the rows it changes (always subscription -> invoice -> payment -> refund), skips an
-event older than the stored state (the version guard: ``ctx.version`` against the row's
-``remote_updated``; ``leaves_final`` for final states), applies it, and returns a
-``HandlerResult`` naming the objects it touched (for the signals). A value that cannot be
-stored raises ``RemoteDataError``: the event fails and nothing changes.
-
-A host overrides or adds a type by registering a subclass, in a module its ``AppConfig.ready``
-imports::
-
-    from billing_integration.webhooks.handlers import InvoiceHandler, handler
-
-    @handler("invoice.paid")
-    class MyInvoicePaid(InvoiceHandler):
-        def handle(self, ctx):
-            result = super().handle(ctx)
-            ...  # your own bookkeeping, in the same transaction
-            return result
-"""
+"""One handler class per canonical event type, registered with ``@handler(type, ...)`` (a
+host's subclass replaces a built-in one: docs/events.md). ``handle(ctx)`` runs in the event's
+transaction: it locks the rows it changes (subscription -> invoice -> payment -> refund) and
+returns ``stale`` for an event older than the stored state (the version guard)."""
 
 from __future__ import annotations
 
@@ -27,101 +10,46 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
-from functools import cached_property
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
 from django.db import connections, models
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists
 from django.utils import timezone
 
 from .. import currencies
 from ..exceptions import BillingConfigurationError, RemoteDataError, WebhookError
 from ..mapping import subscriptions as subscription_mapping
 from ..mapping.common import as_uuid, ts
-from ..models import (
-    Customer,
-    Invoice,
-    Payment,
-    Product,
-    Refund,
-    Subscription,
-    WebhookEvent,
-)
+from ..models import Customer, Invoice, Payment, Product, Refund, Subscription, WebhookEvent
 from ..outbox import from_remote
 from . import types
 
-__all__ = [
-    "HANDLERS",
-    "EventContext",
-    "EventDataError",
-    "EventHandler",
-    "HandlerResult",
-    "InvoiceHandler",
-    "PaymentHandler",
-    "PullRequired",
-    "RefundHandler",
-    "SubscriptionHandler",
-    "get_handler",
-    "handler",
-]
-
 
 class EventDataError(WebhookError):
-    """The event's data cannot be applied (e.g. no usable id). The event is marked failed."""
+    """The event's data cannot be applied (e.g. no usable id): the event fails."""
 
 
 class PullRequired(Exception):
-    """Raised by a handler: roll back, pull this object from the API, run the handler again
-    (with ``(kind, remote_id)`` in ``ctx.pulled``)."""
+    """Roll back, pull this object, run the handler again (with it in ``ctx.pulled``)."""
 
     def __init__(self, kind: str, remote_id: uuid.UUID, *, customer: uuid.UUID | None = None):
         super().__init__(f"{kind} {remote_id} is not known locally")
-        self.kind = kind
-        self.remote_id = remote_id
-        self.customer = customer
+        self.kind, self.remote_id, self.customer = kind, remote_id, customer
 
 
 @dataclass
 class EventContext:
-    """What a handler gets: the event row, its canonical type, its data, the envelope's
-    ``occurred_at``, the signed ``webhook-timestamp`` (``signed_at``) and ``received_at``."""
+    """What a handler gets: the event row, its canonical type, its data and its times."""
 
     event: WebhookEvent
     event_type: str
     data: dict[str, Any]
     occurred_at: datetime | None
+    #: The data's date, else the envelope's; else (``version_is_ours``) the delivery's.
+    version: datetime
+    version_is_ours: bool = False
     pulled: set[tuple[str, uuid.UUID]] = field(default_factory=set)
-    signed_at: datetime | None = None
-    received_at: datetime | None = None
-
-    @cached_property
-    def _versioned(self) -> tuple[datetime, bool]:
-        service = (
-            ts(self.data.get("date_updated"), "date_updated")
-            or ts(self.data.get("date_created"), "date_created")
-            or self.occurred_at
-        )
-        if service is not None:
-            return service, False
-        ours = (
-            self.signed_at
-            or self.received_at
-            or getattr(self.event, "received_at", None)
-            or timezone.now()
-        )
-        return ours, True
-
-    @property
-    def version(self) -> datetime:
-        """``data.date_updated``, else ``date_created``, else the envelope's ``created_at``,
-        else the signed timestamp, else the receive time (never None)."""
-        return self._versioned[0]
-
-    @property
-    def version_is_ours(self) -> bool:
-        """The version is the signed timestamp or the receive time, not a service's date."""
-        return self._versioned[1]
 
     def may_pull(self, kind: str, remote_id: uuid.UUID | None) -> bool:
         return remote_id is not None and (kind, remote_id) not in self.pulled
@@ -135,72 +63,32 @@ class HandlerResult:
     objects: dict[str, Any] = field(default_factory=dict)
 
 
-def _locked(queryset: models.QuerySet) -> models.QuerySet:
-    """``queryset`` locking its rows: ``FOR NO KEY UPDATE`` where the database has it, so a
-    handler never waits on another transaction's foreign-key check (a deadlock otherwise)."""
+def _locked(queryset: models.QuerySet[Any]) -> models.QuerySet[Any]:
+    """``FOR NO KEY UPDATE`` where the database has it: a handler never waits on another
+    transaction's foreign-key check (a deadlock otherwise)."""
     no_key = connections[queryset.db].features.has_select_for_no_key_update
     return queryset.select_for_update(no_key=no_key)
 
 
-def is_older(version: datetime | None, stored: datetime | None) -> bool:
-    """True when an event's state (``version``) is older than what is stored."""
-    return version is not None and stored is not None and version < stored
-
-
-def leaves_final(
-    ctx: EventContext,
-    stored_status: str,
-    stored_version: datetime | None,
-    status: str,
-    *,
-    final: frozenset[str],
-    rank: dict[str, int],
-) -> bool:
-    """The event must not apply over the stored state: of the same version, its status ranks
-    lower (``rank``); or, undated (``version_is_ours``), it would leave a ``final`` state."""
-    if ctx.version == stored_version and rank.get(status, 0) < rank.get(stored_status, 0):
-        return True
-    return ctx.version_is_ours and stored_status in final and status not in final
-
-
-def _uuid_or_fail(value: Any, what: str) -> uuid.UUID:
-    result = as_uuid(value)
-    if result is None:
-        raise EventDataError(f"data.{what} is not a UUID: {str(value)[:80]!r}")
-    return result
-
-
 def _amount(value: Any) -> Decimal | None:
-    """The ``amount`` as stored (None when absent); ``RemoteDataError`` when it is no amount
-    the column holds."""
+    """The ``amount`` as stored; ``RemoteDataError`` when the column cannot hold it."""
     if value is None:
         return None
-    dec = None
-    if not isinstance(value, bool):
-        try:
-            dec = Decimal(str(value))
-        except (InvalidOperation, ValueError):
-            dec = None
+    try:
+        dec = None if isinstance(value, bool) else Decimal(str(value))
+    except (InvalidOperation, ValueError):
+        dec = None
     if dec is None or not dec.is_finite() or abs(dec) >= Decimal(10) ** 15:
         raise RemoteDataError("amount", value, "not an amount")
     return dec.quantize(Decimal("0.0001"))
 
 
-def _currency(value: Any) -> str:
-    return currencies.label(value)[:8]
-
-
 def _known_currency(value: Any) -> str:
-    """A payment's currency code ("" when absent); ``RemoteDataError`` when it is not one of
-    ``BILLING['CURRENCIES']``."""
-    if value in (None, ""):
-        return ""
+    """A payment's currency code ("" when absent); ``RemoteDataError`` for an unknown one."""
     try:
-        return currencies.currency_code(value)
+        return "" if value in (None, "") else currencies.currency_code(value)
     except BillingConfigurationError:
-        raise RemoteDataError(
-            "currency", value, "not a currency of BILLING['CURRENCIES']"
-        ) from None
+        raise RemoteDataError("currency", value, "not in BILLING['CURRENCIES']") from None
 
 
 def changed(remote_id: Any, stored_remote_id: Any, fk: Any) -> bool:
@@ -209,9 +97,7 @@ def changed(remote_id: Any, stored_remote_id: Any, fk: Any) -> bool:
 
 
 def _text(value: Any, limit: int) -> str:
-    if value is None:
-        return ""
-    return str(value).replace("\x00", "")[:limit]
+    return "" if value is None else str(value).replace("\x00", "")[:limit]
 
 
 #: Canonical type -> handler class (``@handler``).
@@ -219,51 +105,128 @@ HANDLERS: dict[str, type[EventHandler]] = {}
 
 
 def handler(*event_types: str) -> Callable[[type[EventHandler]], type[EventHandler]]:
-    """Register the decorated ``EventHandler`` subclass for these canonical types (the last
-    registration of a type wins, so a host's subclass replaces a built-in one)."""
+    """Register the decorated class for these canonical types (the last registration wins)."""
 
     def register(cls: type[EventHandler]) -> type[EventHandler]:
-        for event_type in event_types:
-            HANDLERS[event_type] = cls
+        HANDLERS.update(dict.fromkeys(event_types, cls))
         return cls
 
     return register
 
 
-class EventHandler:
-    """Base class of every handler. Override ``handle``."""
+def _customer_pk(ctx: EventContext, remote_id: uuid.UUID | None) -> int | None:
+    """The local id of a customer; asks for a pull (once) when it is not known."""
+    if remote_id is None:
+        return None
+    pk = Customer.objects.filter(remote_id=remote_id).values_list("pk", flat=True).first()
+    if pk is None and ctx.may_pull("customer", remote_id):
+        raise PullRequired("customer", remote_id)
+    return pk
 
+
+def _product_pk(remote_id: uuid.UUID | None) -> int | None:
+    if remote_id is None:
+        return None
+    return Product.objects.filter(remote_id=remote_id).values_list("pk", flat=True).first()
+
+
+class EventHandler:
+    """Base class of every handler: an upsert of the ``model`` row the event's ``data.id``
+    names, behind the version guard. Override ``handle`` or its steps."""
+
+    model: ClassVar[type[models.Model]]
     #: The local object kind the handler changes, for the signals (``subscription``, ...).
     object_name: ClassVar[str] = ""
+    #: Canonical type -> the status it implies; it wins over ``data.status``.
+    STATUS_FOR_TYPE: ClassVar[dict[str, str]] = {}
+    #: Of two events of the same version, the higher-ranked status wins.
+    RANK: ClassVar[dict[str, int]] = {}
+    #: Statuses an undated event (``ctx.version_is_ours``) never moves a row out of.
+    FINAL: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, event_type: str) -> None:
         self.event_type = event_type
 
+    def is_stale(self, ctx: EventContext, record: Any, status: str) -> bool:
+        stored = record.remote_updated
+        if stored is not None and ctx.version < stored:
+            return True
+        if ctx.version == stored and self.RANK.get(status, 0) < self.RANK.get(record.status, 0):
+            return True
+        return ctx.version_is_ours and record.status in self.FINAL and status not in self.FINAL
+
+    def lock_related(self, ctx: EventContext) -> dict[str, Any]:
+        """Lock rows this event also changes, before the record (override)."""
+        return {}
+
+    def fields(self, ctx: EventContext) -> dict[str, Any]:
+        data = ctx.data
+        return {
+            "status": self.STATUS_FOR_TYPE.get(self.event_type) or _text(data.get("status"), 32),
+            "amount": _amount(data.get("amount")),
+            "currency": currencies.label(data.get("currency"))[:8],
+            "customer_remote_id": as_uuid(data.get("customer")),
+            "subscription_remote_id": as_uuid(data.get("subscription")),
+            "remote_created": ts(data.get("date_created"), "date_created"),
+            "remote_updated": ctx.version,
+            "remote_data": data,
+        }
+
+    def new(self, remote_id: uuid.UUID) -> Any:
+        return self.model(remote_id=remote_id)
+
+    def resolve_links(
+        self, ctx: EventContext, record: Any, values: dict[str, Any], related: dict[str, Any]
+    ) -> None:
+        """Set the foreign keys whose remote id changed."""
+        sub_rid, cust_rid = values["subscription_remote_id"], values["customer_remote_id"]
+        prod_rid = values.get("product_remote_id")
+        relink_sub = changed(sub_rid, record.subscription_remote_id, record.subscription_id)
+        relink_cust = changed(cust_rid, record.customer_remote_id, record.customer_id)
+        relink_prod = hasattr(record, "product_remote_id") and changed(
+            prod_rid, record.product_remote_id, record.product_id
+        )
+        sub: Any = related.get("subscription")
+        if sub is None and sub_rid and (relink_sub or relink_cust or relink_prod):
+            # One query gives the subscription and, through it, its customer and product.
+            cols = ("pk", "customer_id", "customer_remote_id", "product_id", "product_remote_id")
+            row = Subscription.objects.filter(remote_id=sub_rid).values(*cols).first()
+            sub = SimpleNamespace(**row) if row else None
+        if relink_sub:
+            record.subscription_id = sub.pk if sub else None
+        if relink_cust:
+            same = sub and sub.customer_remote_id == cust_rid and sub.customer_id
+            record.customer_id = sub.customer_id if same else _customer_pk(ctx, cust_rid)
+        if relink_prod:
+            same = sub and sub.product_remote_id == prod_rid
+            record.product_id = sub.product_id if same else _product_pk(prod_rid)
+
+    def save(self, record: Any) -> None:
+        record.save()
+
+    def after_save(self, ctx: EventContext, record: Any, related: dict[str, Any]) -> None:
+        """Further changes in the same transaction (override)."""
+
     def handle(self, ctx: EventContext) -> HandlerResult:
-        raise NotImplementedError
-
-    @staticmethod
-    def customer_id(
-        ctx: EventContext, remote_id: uuid.UUID | None, *, pull: bool = True
-    ) -> int | None:
-        """The local id of a customer; asks for a pull (once) when it is not known."""
+        remote_id = as_uuid(ctx.data.get("id"))
         if remote_id is None:
-            return None
-        pk = Customer.objects.filter(remote_id=remote_id).values_list("pk", flat=True).first()
-        if pk is None and pull and ctx.may_pull("customer", remote_id):
-            raise PullRequired("customer", remote_id)
-        return pk
+            raise EventDataError(f"data.id is not a UUID: {str(ctx.data.get('id'))[:80]!r}")
+        related = self.lock_related(ctx)
+        record = _locked(self.model._default_manager.filter(remote_id=remote_id)).first()
+        values = self.fields(ctx)  # before the age check: bad data fails even a stale event
+        if record is not None and self.is_stale(ctx, record, values.get("status", record.status)):
+            return HandlerResult("stale", {self.object_name: record, **related})
+        if record is None:
+            record = self.new(remote_id)
+        self.resolve_links(ctx, record, values, related)
+        for key, value in values.items():
+            setattr(record, key, value)
+        self.save(record)
+        self.after_save(ctx, record, related)
+        return HandlerResult("applied", {self.object_name: record, **related})
 
-    @staticmethod
-    def product_id(remote_id: uuid.UUID | None) -> int | None:
-        if remote_id is None:
-            return None
-        return Product.objects.filter(remote_id=remote_id).values_list("pk", flat=True).first()
 
-
-# --- subscriptions ---------------------------------------------------------------------------
-
-#: Model field -> key in the resource, for the fields the mapping fills from another key.
+#: Subscription field -> key in the resource, for the fields the mapping fills from another key.
 _SUBSCRIPTION_SOURCE = {
     "remote_id": "id",
     "remote_created": "date_created",
@@ -280,16 +243,14 @@ class SubscriptionHandler(EventHandler):
     """``subscription.*``: the data is the subscription after the change; an unknown one is
     created from it (after pulling its customer if that is unknown too)."""
 
+    model = Subscription
     object_name = "subscription"
-    #: The status the event type implies (None: take ``data.status``).
     STATUS_FOR_TYPE: ClassVar[dict[str, str]] = {
         types.SUBSCRIPTION_CANCELED: "canceled",
         types.SUBSCRIPTION_PAUSED: "paused",
     }
-    #: Of two events of the same version, the higher-ranked status wins.
-    SAME_VERSION_RANK: ClassVar[dict[str, int]] = {"paused": 1, "canceled": 2}
-    #: States an undated event never moves a subscription out of.
-    FINAL: ClassVar[frozenset[str]] = frozenset({"canceled"})
+    RANK: ClassVar[dict[str, int]] = {"paused": 1, "canceled": 2}
+    FINAL = frozenset({"canceled"})
 
     def fields(self, ctx: EventContext) -> dict[str, Any]:
         mapped = subscription_mapping.from_remote(ctx.data)
@@ -298,165 +259,31 @@ class SubscriptionHandler(EventHandler):
             for name, value in mapped.items()
             if name == "remote_data" or _SUBSCRIPTION_SOURCE.get(name, name) in ctx.data
         }
-        status = self.STATUS_FOR_TYPE.get(self.event_type)
-        if status:
+        if status := self.STATUS_FOR_TYPE.get(self.event_type):
             values["status"] = status
-        values["remote_updated"] = ctx.version
-        values["remote_updated_ours"] = ctx.version_is_ours
-        return values
+        return {**values, "remote_updated": ctx.version, "remote_updated_ours": ctx.version_is_ours}
 
-    def is_stale(self, ctx: EventContext, subscription: Subscription, status: str) -> bool:
-        """Older than the stored state, or held off by its final state (``leaves_final``)."""
-        return is_older(ctx.version, subscription.remote_updated) or leaves_final(
-            ctx,
-            subscription.status,
-            subscription.remote_updated,
-            status,
-            final=self.FINAL,
-            rank=self.SAME_VERSION_RANK,
-        )
-
-    def handle(self, ctx: EventContext) -> HandlerResult:
-        remote_id = _uuid_or_fail(ctx.data.get("id"), "id")
-        subscription = _locked(Subscription.objects.filter(remote_id=remote_id)).first()
-        values = self.fields(ctx)  # before the age check: bad data fails even a stale event
-        if subscription is not None and self.is_stale(
-            ctx, subscription, values.get("status", subscription.status)
-        ):
-            return HandlerResult("stale", {"subscription": subscription})
-        if subscription is None:
-            subscription = Subscription(
-                remote_id=remote_id, sync_state="synced", last_synced_at=timezone.now()
-            )
-        customer_rid = values.get("customer_remote_id", subscription.customer_remote_id)
-        product_rid = values.get("product_remote_id", subscription.product_remote_id)
-        if changed(customer_rid, subscription.customer_remote_id, subscription.customer_id):
-            subscription.customer_id = self.customer_id(ctx, customer_rid)
-        if changed(product_rid, subscription.product_remote_id, subscription.product_id):
-            subscription.product_id = self.product_id(product_rid)
-        for name, value in values.items():
-            setattr(subscription, name, value)
-        with from_remote():
-            subscription.save()
-        return HandlerResult("applied", {"subscription": subscription})
-
-
-# --- records (invoices, payments, refunds) ----------------------------------------------------
-
-
-class RecordHandler(EventHandler):
-    """Upsert of an ``Invoice``/``Payment``/``Refund`` from the event's data."""
-
-    model: ClassVar[type[models.Model]]
-    #: Canonical type -> the status it implies; it wins over ``data.status``.
-    STATUS_FOR_TYPE: ClassVar[dict[str, str]] = {}
-    #: Statuses that an event at the same instant never moves away from.
-    TERMINAL: ClassVar[frozenset[str]] = frozenset()
-    #: Statuses that an undated event (a version of ours) never moves away from (``None``:
-    #: the ``TERMINAL`` ones).
-    FINAL: ClassVar[frozenset[str] | None] = None
-
-    def status(self, ctx: EventContext) -> str:
-        return self.STATUS_FOR_TYPE.get(self.event_type) or _text(ctx.data.get("status"), 32)
-
-    def lock_related(self, ctx: EventContext) -> dict[str, Any]:
-        """Lock rows this event also changes, before the record (override)."""
-        return {}
-
-    def common_fields(self, ctx: EventContext) -> dict[str, Any]:
-        data = ctx.data
-        return {
-            "status": self.status(ctx),
-            "amount": _amount(data.get("amount")),
-            "currency": _currency(data.get("currency")),
-            "customer_remote_id": as_uuid(data.get("customer")),
-            "subscription_remote_id": as_uuid(data.get("subscription")),
-            "remote_created": ts(data.get("date_created"), "date_created"),
-            "remote_updated": ctx.version,
-            "remote_data": data,
-        }
-
-    def extra_fields(self, ctx: EventContext) -> dict[str, Any]:
-        return {}
+    def new(self, remote_id: uuid.UUID) -> Any:
+        return Subscription(remote_id=remote_id, sync_state="synced", last_synced_at=timezone.now())
 
     def resolve_links(
         self, ctx: EventContext, record: Any, values: dict[str, Any], related: dict[str, Any]
     ) -> None:
-        """Set the foreign keys from the remote ids, querying only when they changed."""
-        subscription: Any = related.get("subscription")
-        sub_rid = values["subscription_remote_id"]
-        needs_lookup = changed(sub_rid, record.subscription_remote_id, record.subscription_id) or (
-            changed(values["customer_remote_id"], record.customer_remote_id, record.customer_id)
-            or changed(
-                values.get("product_remote_id"),
-                getattr(record, "product_remote_id", None),
-                getattr(record, "product_id", None),
-            )
-        )
-        if subscription is None and sub_rid and needs_lookup:
-            # One query gives the subscription and, through it, its customer and product.
-            fields = "pk remote_id customer_id customer_remote_id product_id product_remote_id"
-            row = Subscription.objects.filter(remote_id=sub_rid).values(*fields.split())[:1]
-            subscription = SimpleNamespace(**row[0]) if row else None
-        known = subscription or SimpleNamespace(
-            pk=None, remote_id=None, customer_id=None, customer_remote_id=None, product_id=None
-        )
-        if changed(sub_rid, record.subscription_remote_id, record.subscription_id):
-            record.subscription_id = known.pk if known.remote_id == sub_rid else None
-        cust_rid = values["customer_remote_id"]
-        if changed(cust_rid, record.customer_remote_id, record.customer_id):
-            if known.customer_remote_id == cust_rid and known.customer_id is not None:
-                record.customer_id = known.customer_id
-            else:
-                record.customer_id = self.customer_id(ctx, cust_rid)
-        prod_rid = values.get("product_remote_id")
-        if hasattr(record, "product_remote_id") and changed(
-            prod_rid, record.product_remote_id, record.product_id
-        ):
-            if subscription is not None and subscription.product_remote_id == prod_rid:
-                record.product_id = subscription.product_id
-            else:
-                record.product_id = self.product_id(prod_rid)
+        customer_rid = values.get("customer_remote_id", record.customer_remote_id)
+        product_rid = values.get("product_remote_id", record.product_remote_id)
+        if changed(customer_rid, record.customer_remote_id, record.customer_id):
+            record.customer_id = _customer_pk(ctx, customer_rid)
+        if changed(product_rid, record.product_remote_id, record.product_id):
+            record.product_id = _product_pk(product_rid)
 
-    def is_stale(self, ctx: EventContext, record: Any, status: str) -> bool:
-        """Older than the stored state, or held off by its final state (``leaves_final``)."""
-        return is_older(ctx.version, record.remote_updated) or leaves_final(
-            ctx,
-            record.status,
-            record.remote_updated,
-            status,
-            final=self.TERMINAL if self.FINAL is None else self.FINAL,
-            rank=dict.fromkeys(self.TERMINAL, 1),
-        )
-
-    def after_save(self, ctx: EventContext, record: Any, related: dict[str, Any]) -> None:
-        """Hook: further changes in the same transaction (override)."""
-
-    def handle(self, ctx: EventContext) -> HandlerResult:
-        remote_id = _uuid_or_fail(ctx.data.get("id"), "id")
-        related = self.lock_related(ctx)
-        name = self.object_name
-        record = _locked(self.model.objects.filter(remote_id=remote_id)).first()
-        values = {**self.common_fields(ctx), **self.extra_fields(ctx)}
-        if record is not None and self.is_stale(ctx, record, values["status"]):
-            return HandlerResult("stale", {name: record, **related})
-        if record is None:
-            record = self.model(remote_id=remote_id)
-        self.resolve_links(ctx, record, values, related)
-        for key, value in values.items():
-            setattr(record, key, value)
-        record.save()
-        self.after_save(ctx, record, related)
-        return HandlerResult("applied", {name: record, **related})
+    def save(self, record: Any) -> None:
+        with from_remote():
+            record.save()
 
 
-@handler(
-    types.INVOICE_PAID,
-    types.INVOICE_VOIDED,
-    types.INVOICE_MARKED_UNCOLLECTABLE,
-    types.INVOICE_DELETED,
-)
-class InvoiceHandler(RecordHandler):
+@handler(types.INVOICE_PAID, types.INVOICE_VOIDED, types.INVOICE_MARKED_UNCOLLECTABLE)
+@handler(types.INVOICE_DELETED)
+class InvoiceHandler(EventHandler):
     """``invoice.*``: sets the invoice paid / void / uncollectable / deleted."""
 
     model = Invoice
@@ -467,11 +294,12 @@ class InvoiceHandler(RecordHandler):
         types.INVOICE_MARKED_UNCOLLECTABLE: "uncollectable",
         types.INVOICE_DELETED: "deleted",
     }
-    TERMINAL = frozenset({"deleted"})
+    RANK: ClassVar[dict[str, int]] = {"deleted": 1}
     FINAL = frozenset({"deleted", "void", "uncollectable"})
 
-    def extra_fields(self, ctx: EventContext) -> dict[str, Any]:
+    def fields(self, ctx: EventContext) -> dict[str, Any]:
         return {
+            **super().fields(ctx),
             "product_remote_id": as_uuid(ctx.data.get("product")),
             "period_start": ts(ctx.data.get("period_start"), "period_start"),
             "period_end": ts(ctx.data.get("period_end"), "period_end"),
@@ -479,9 +307,8 @@ class InvoiceHandler(RecordHandler):
 
 
 @handler(types.PAYMENT_COMPLETED, types.PAYMENT_FAILED, types.PAYMENT_CANCELED)
-class PaymentHandler(RecordHandler):
-    """``payment.*``: records the payment and sets the subscription's ``last_payment_status``
-    to its most recent payment's; an unknown subscription is pulled first (once)."""
+class PaymentHandler(EventHandler):
+    """``payment.*``: the payment, and its (pulled if unknown) subscription's latest status."""
 
     model = Payment
     object_name = "payment"
@@ -496,16 +323,14 @@ class PaymentHandler(RecordHandler):
         if sub_rid is None:
             return {}
         subscription = _locked(Subscription.objects.filter(remote_id=sub_rid)).first()
-        if subscription is None:
-            if ctx.may_pull("subscription", sub_rid):
-                raise PullRequired(
-                    "subscription", sub_rid, customer=as_uuid(ctx.data.get("customer"))
-                )
-            return {}
-        return {"subscription": subscription}
+        if subscription is None and ctx.may_pull("subscription", sub_rid):
+            customer = as_uuid(ctx.data.get("customer"))
+            raise PullRequired("subscription", sub_rid, customer=customer)
+        return {"subscription": subscription} if subscription else {}
 
-    def extra_fields(self, ctx: EventContext) -> dict[str, Any]:
+    def fields(self, ctx: EventContext) -> dict[str, Any]:
         return {
+            **super().fields(ctx),
             "product_remote_id": as_uuid(ctx.data.get("product")),
             "invoice_remote_id": as_uuid(ctx.data.get("invoice")),
             "currency": _known_currency(ctx.data.get("currency")),
@@ -519,19 +344,13 @@ class PaymentHandler(RecordHandler):
         newer = Payment.objects.filter(
             subscription_id=subscription.pk, remote_updated__gt=record.remote_updated
         )
-        if record.remote_updated is None:
-            newer = Payment.objects.filter(subscription_id=subscription.pk).exclude(pk=record.pk)
-        updated = (
-            Subscription.objects.filter(pk=subscription.pk)
-            .exclude(Exists(newer.filter(subscription_id=OuterRef("pk"))))
-            .update(last_payment_status=record.status)
-        )
-        if updated:
+        rows = Subscription.objects.filter(pk=subscription.pk).exclude(Exists(newer))
+        if rows.update(last_payment_status=record.status):
             subscription.last_payment_status = record.status
 
 
 @handler(types.REFUND_INITIATED, types.REFUND_APPROVED, types.REFUND_REJECTED)
-class RefundHandler(RecordHandler):
+class RefundHandler(EventHandler):
     """``refund.*``: moves a refund through initiated -> approved / rejected."""
 
     model = Refund
@@ -541,10 +360,12 @@ class RefundHandler(RecordHandler):
         types.REFUND_APPROVED: "approved",
         types.REFUND_REJECTED: "rejected",
     }
-    TERMINAL = frozenset({"approved", "rejected"})
+    RANK: ClassVar[dict[str, int]] = {"approved": 1, "rejected": 1}
+    FINAL = frozenset({"approved", "rejected"})
 
-    def extra_fields(self, ctx: EventContext) -> dict[str, Any]:
+    def fields(self, ctx: EventContext) -> dict[str, Any]:
         return {
+            **super().fields(ctx),
             "payment_remote_id": as_uuid(ctx.data.get("payment")),
             "reason": _text(ctx.data.get("reason"), 255),
         }
@@ -553,9 +374,9 @@ class RefundHandler(RecordHandler):
         self, ctx: EventContext, record: Any, values: dict[str, Any], related: dict[str, Any]
     ) -> None:
         pay_rid = values["payment_remote_id"]
-        if pay_rid != record.payment_remote_id or (pay_rid and record.payment_id is None):
-            fields = "pk subscription_id subscription_remote_id customer_id customer_remote_id"
-            rows = Payment.objects.filter(remote_id=pay_rid).values(*fields.split())
+        if changed(pay_rid, record.payment_remote_id, record.payment_id):
+            cols = "pk subscription_id subscription_remote_id customer_id customer_remote_id"
+            rows = Payment.objects.filter(remote_id=pay_rid).values(*cols.split())
             row = rows.first() if pay_rid else None
             record.payment_id = row["pk"] if row else None
             if row:

@@ -1,4 +1,5 @@
-"""Storing a verified delivery (``store_delivery``) and handing it to processing (``enqueue``)."""
+"""Storing a verified delivery and handing it to processing. The envelope ``{"id", "type",
+"created_at", "data"}`` is read tolerantly: odd values give empty fields, never an error."""
 
 from __future__ import annotations
 
@@ -8,57 +9,110 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
 
 from django.db import IntegrityError, router, transaction
 
-from ..exceptions import WebhookVerificationError
-from ..health import record_refused
 from ..models import EventState, WebhookEvent
-from .envelope import clean_text, read_envelope
+from ..timestamps import parse_timestamp
 from .types import normalize_type
-from .verification import MissingHeadersError, StaleTimestampError, Verification
+from .verification import Verification
 
 logger = logging.getLogger("billing_integration.webhooks")
 
-__all__ = [
-    "REDACTED",
-    "STORED_HEADERS",
-    "StoreResult",
-    "count_refusal",
-    "enqueue",
-    "store_delivery",
-]
+_ID_KEYS = ("id", "event_id", "eventId", "uuid")
+_TYPE_KEYS = ("type", "event_type", "eventType", "event", "name")
+_TIME_KEYS = ("created_at", "createdAt", "timestamp", "occurred_at", "date_created", "created")
+_DATA_KEYS = ("data", "payload", "object", "resource")
 
-#: Headers stored with their value (lower-case names); every other header is stored as
-#: ``REDACTED``: an allow-list, so a header nobody thought of stays hidden.
+
+def clean_text(value: str, limit: int | None = None) -> str:
+    """A string PostgreSQL accepts (no NUL characters), optionally cut to ``limit``."""
+    value = value.replace("\x00", "\ufffd")
+    return value if limit is None else value[:limit]
+
+
+def parse_time(value: Any) -> datetime | None:
+    """A datetime from an ISO string or a unix timestamp (seconds or milliseconds)."""
+    try:
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value.strip())
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return datetime.fromtimestamp(value / 1000 if value > 1e11 else value, tz=UTC)
+        return parse_timestamp(value.strip()) if isinstance(value, str) else None
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
+def _first(mapping: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    return next((mapping[key] for key in keys if key in mapping), None)
+
+
+@dataclass
+class Envelope:
+    event_id: str
+    raw_type: str
+    occurred_at: datetime | None
+    data: dict[str, Any]
+    #: The time as sent: set while ``occurred_at`` is None, it did not parse.
+    occurred_raw: Any = None
+
+    @property
+    def object_id(self) -> str:
+        value = self.data.get("id")
+        return clean_text(str(value), 64) if isinstance(value, (str, int)) else ""
+
+
+def read_envelope(payload: dict[str, Any], *, message_id: str | None, body: bytes) -> Envelope:
+    """Id, type, time and data of an envelope. The id is the envelope's ``id``, else the
+    ``webhook-id`` header, else a hash of the body (an identical redelivery is recognised)."""
+    raw_id = _first(payload, _ID_KEYS)
+    if isinstance(raw_id, (str, int)) and not isinstance(raw_id, bool) and str(raw_id).strip():
+        event_id = str(raw_id).strip()
+    elif message_id:
+        event_id = message_id
+    else:
+        event_id = "sha256:" + hashlib.sha256(body).hexdigest()
+    if len(event_id) > 255:
+        event_id = "sha256:" + hashlib.sha256(event_id.encode("utf-8", "replace")).hexdigest()
+    raw_type = _first(payload, _TYPE_KEYS)
+    raw_type = raw_type if isinstance(raw_type, str) else ""
+    data = _first(payload, _DATA_KEYS)
+    if isinstance(data, dict) and isinstance(data.get("object"), dict) and "id" not in data:
+        data = data["object"]
+    raw_time = _first(payload, _TIME_KEYS)
+    return Envelope(
+        event_id=clean_text(event_id),
+        raw_type=clean_text(raw_type, 255),
+        occurred_at=parse_time(raw_time),
+        data=data if isinstance(data, dict) else {},
+        occurred_raw=raw_time,
+    )
+
+
+#: Headers stored with their value; any other is stored ``REDACTED`` (an allow-list).
 _STORED = """webhook-id webhook-timestamp svix-id svix-timestamp content-type content-length
     content-encoding user-agent accept accept-encoding host via forwarded x-forwarded-for
     x-forwarded-host x-forwarded-proto x-real-ip x-request-id x-correlation-id traceparent"""
 STORED_HEADERS = frozenset(_STORED.split())
-#: What a header outside ``STORED_HEADERS`` is stored as.
 REDACTED = "[redacted]"
-#: Headers stored at most, and characters of each value.
+#: Headers stored at most (and characters of a value: 1024).
 MAX_HEADERS = 64
-MAX_HEADER_VALUE = 1024
 
 
 def safe_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """The request headers with lower-case names: the values of ``STORED_HEADERS``,
-    ``REDACTED`` for every other header."""
+    """The headers, names in lower case, values of the others than ``STORED_HEADERS`` hidden."""
     result: dict[str, str] = {}
     for name, value in list(headers.items())[:MAX_HEADERS]:
         key = clean_text(str(name).lower(), 128)
-        result[key] = (
-            clean_text(str(value), MAX_HEADER_VALUE) if key in STORED_HEADERS else REDACTED
-        )
+        result[key] = REDACTED if key not in STORED_HEADERS else clean_text(str(value), 1024)
     return result
 
 
 @dataclass
 class StoreResult:
-    """What ``store_delivery`` did: the stored ``event`` (the row already there for a
-    duplicate; None if it vanished meanwhile), ``created``, its ``state``, and ``error`` for a
-    rejected body."""
+    """The stored ``event`` (for a duplicate, the one already there), and what became of it."""
 
     event: WebhookEvent | None
     event_id: str
@@ -90,10 +144,8 @@ def _read(body: bytes) -> tuple[str, object, str]:
 def store_delivery(
     body: bytes, headers: Mapping[str, str], verification: Verification
 ) -> StoreResult:
-    """Store one verified delivery; raises ``DatabaseError`` only if it could not be stored.
-
-    A body that is not a JSON object is stored ``rejected`` (never processed); a redelivery is
-    recognised by its event id (unique) and reported with ``created=False``."""
+    """Store one verified delivery (``DatabaseError`` if it cannot be). A body that is not a
+    JSON object is stored ``rejected``; a redelivery (same event id) gives ``created=False``."""
     text, payload, error = _read(body)
     event = WebhookEvent(
         body=clean_text(text),
@@ -113,8 +165,7 @@ def store_delivery(
         event.occurred_at = envelope.occurred_at
         event.object_id = envelope.object_id
     using = router.db_for_write(WebhookEvent)
-    # The view runs in autocommit: one INSERT. Inside a caller's transaction, a savepoint
-    # keeps that transaction usable when the event id is already stored.
+    # A savepoint only inside a caller's transaction (kept usable on a duplicate).
     in_transaction = transaction.get_connection(using).in_atomic_block
     try:
         with transaction.atomic(using=using) if in_transaction else contextlib.nullcontext():
@@ -126,20 +177,9 @@ def store_delivery(
     return StoreResult(event, event.event_id, True, event.state, error)
 
 
-def count_refusal(exc: WebhookVerificationError) -> None:
-    """Count a refused delivery by reason, for ``billing_doctor`` and the Health page."""
-    if isinstance(exc, StaleTimestampError):
-        record_refused("stale_timestamp")
-    elif isinstance(exc, MissingHeadersError):
-        record_refused("missing_headers")
-    else:
-        record_refused("bad_signature")
-
-
 def enqueue(event_pk: int) -> None:
-    """Hand a stored event to processing: a Celery task once the transaction commits, or, with
-    Celery's ``task_always_eager``, processing here and now. Never raises: a failure leaves
-    the event ``received`` for the periodic sweep."""
+    """Hand a stored event to processing: a Celery task on commit, or here and now with
+    ``task_always_eager``. Never raises: a failure leaves it ``received`` for the sweep."""
     from .processing import process_in_order
     from .tasks import process_webhook_event, send
 

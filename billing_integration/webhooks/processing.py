@@ -1,20 +1,14 @@
-"""Applying stored events: ``process_event(pk)`` applies one, once; ``process_in_order(pk)``
-(the task) applies the received events of its object oldest first.
-
-Each event is applied in one transaction, under its row lock: a processed or rejected event
-is left alone; the handler of its canonical type (none: ``ignored``) checks the version guard
-and applies; the event is marked ``processed`` and the signals are sent on commit. A handler
-error rolls back and marks the event ``failed``. A handler may ask for an object to be pulled
-first (``PullRequired``): that happens outside the transaction, then the handler runs again.
-"""
+"""Applying stored events, each in one transaction with its row locked: ``process_event(pk)``
+applies one, once; ``process_in_order(pk)`` (the task) the received ones of its object, oldest
+first. A handler error marks the event ``failed``; a ``PullRequired`` pulls, then retries."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import traceback as tb
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError, IntegrityError, OperationalError, transaction
@@ -29,35 +23,23 @@ from ..exceptions import (
     BillingTransportError,
     RemoteDataError,
 )
-from ..models import EventState, WebhookEvent
+from ..mapping.common import ts
+from ..models import Customer, EventState, Subscription, WebhookEvent
 from ..service import ensure_service
 from ..strictjson import parse_body
-from .envelope import read_envelope
+from . import tasks
 from .handlers import EventContext, EventDataError, HandlerResult, PullRequired, get_handler
+from .ingest import parse_time, read_envelope
 from .signals import SIGNALS, billing_event_received
 from .types import normalize_type
 
 logger = logging.getLogger("billing_integration.webhooks")
 
-#: What processing writes back on the event row.
 _OUTCOME_FIELDS = ["state", "outcome", "error", "traceback", "attempts", "processed_at", "type"]
-
-__all__ = [
-    "BUSY",
-    "ProcessResult",
-    "process_event",
-    "process_in_order",
-    "process_pending",
-    "pull_missing",
-    "replay_events",
-]
-
 #: Seconds during which an object that was pulled is not pulled again for another event.
 PULL_ONCE_TTL = 3600
 _RETRYABLE = (OperationalError, BillingTransportError, BillingServerError, BillingRateLimitError)
-_MAX_ROUNDS = 4
-#: The state ``process_event(..., in_order=True)`` reports when another worker holds the event
-#: or an older one of its object: this worker leaves it to that one.
+#: The state of an event another worker holds (or an older one of its object): left to it.
 BUSY = "busy"
 
 
@@ -71,19 +53,12 @@ class ProcessResult:
 
 
 def pull_missing(kind: str, remote_id: uuid.UUID, *, customer: uuid.UUID | None = None) -> None:
-    """Pull an object an event names but that is not known locally (``customer`` or
-    ``subscription``, after its customer when that is unknown too), at most once per
-    ``PULL_ONCE_TTL`` across processes (a key in ``BILLING['CACHE']``); concurrent asks share
-    one pull (``sync.coalesce``)."""
+    """Pull a ``customer`` or ``subscription`` (and its unknown ``customer``) an event names, at
+    most once per ``PULL_ONCE_TTL`` across processes; concurrent asks share one pull."""
     ensure_service()
-    key = f"billing:webhook-pull:{kind}:{remote_id}"
-    try:
-        first = shared_cache().add(key, 1, timeout=PULL_ONCE_TTL)
-    except Exception:  # a cache outage must not stop processing
-        first = True
-    if not first:
-        return
-    from ..models import Customer, Subscription
+    with contextlib.suppress(Exception):  # a cache outage must not stop processing
+        if not shared_cache().add(f"billing:webhook-pull:{kind}:{remote_id}", 1, PULL_ONCE_TTL):
+            return
     from ..sync import pull
     from ..sync.coalesce import coalesced_pull
 
@@ -98,19 +73,9 @@ def pull_missing(kind: str, remote_id: uuid.UUID, *, customer: uuid.UUID | None 
         coalesced_pull("subscriptions", pull.pull_subscriptions, known(Subscription, remote_id))
 
 
-def _signed_at(event: WebhookEvent) -> datetime | None:
-    """The delivery's ``webhook-timestamp`` when the signature covered it (verified at
-    ingest, kept with the stored headers), else None."""
-    if event.verified_by != "signature" or not isinstance(event.headers, dict):
-        return None
-    raw = event.headers.get("webhook-timestamp") or event.headers.get("svix-timestamp")
-    try:
-        return datetime.fromtimestamp(int(str(raw).strip()), tz=UTC)
-    except (TypeError, ValueError, OverflowError, OSError):
-        return None
-
-
-def _load_context(event: WebhookEvent, event_type: str) -> EventContext:
+def _load_context(
+    event: WebhookEvent, event_type: str, pulled: set[tuple[str, uuid.UUID]]
+) -> EventContext:
     try:
         payload = parse_body(event.body)
     except ValueError as exc:  # NaN, Infinity, a number out of range: not JSON
@@ -120,100 +85,84 @@ def _load_context(event: WebhookEvent, event_type: str) -> EventContext:
     if occurred_at is None and envelope.occurred_raw not in (None, ""):
         # A time that does not parse never becomes "no time".
         raise RemoteDataError("created_at", envelope.occurred_raw, "not a timestamp")
-    return EventContext(
-        event=event,
-        event_type=event_type,
-        data=envelope.data,
-        occurred_at=occurred_at,
-        signed_at=_signed_at(event),
-        received_at=event.received_at,
-    )
+    data = envelope.data
+    dated = ts(data.get("date_updated"), "date_updated")
+    dated = dated or ts(data.get("date_created"), "date_created") or occurred_at
+    # The webhook-timestamp the verified signature covered.
+    headers = event.headers if isinstance(event.headers, dict) else {}
+    stamp = headers.get("webhook-timestamp") or headers.get("svix-timestamp")
+    signed_at = parse_time(stamp) if event.verified_by == "signature" else None
+    version = dated or signed_at or event.received_at or timezone.now()
+    return EventContext(event, event_type, data, occurred_at, version, dated is None, pulled)
 
 
 def _older_pending(event: WebhookEvent) -> bool:
     """An older event of the same object is still ``received``."""
-    return (
-        WebhookEvent.objects.filter(object_id=event.object_id, state=EventState.RECEIVED)
-        .filter(
-            Q(received_at__lt=event.received_at) | Q(received_at=event.received_at, pk__lt=event.pk)
-        )
-        .exists()
-    )
+    older = Q(received_at__lt=event.received_at) | Q(received_at=event.received_at, pk__lt=event.pk)
+    pending = WebhookEvent.objects.filter(object_id=event.object_id, state=EventState.RECEIVED)
+    return pending.filter(older).exists()
 
 
 def _apply(
     pk: int, pulled: set[tuple[str, uuid.UUID]], force: bool, in_order: bool = False
 ) -> ProcessResult:
     with transaction.atomic():
-        # In order: a claim that skips a row another worker holds, and leaves the event when
-        # an older one of its object is not processed yet (its holder goes on with this one).
+        # In order: leave an event another worker holds, or an older one of its object, to it.
         event = WebhookEvent.objects.select_for_update(skip_locked=in_order).filter(pk=pk).first()
         if event is None:
             if in_order and WebhookEvent.objects.filter(pk=pk).exists():
                 return ProcessResult(pk, BUSY)
             raise WebhookEvent.DoesNotExist
-        if in_order and event.state != EventState.RECEIVED:
-            return ProcessResult(pk, event.state, event.outcome)
+        state = event.state
+        done = state == EventState.REJECTED or (state == EventState.PROCESSED and not force)
+        if done or (in_order and state != EventState.RECEIVED):
+            return ProcessResult(pk, state, event.outcome)
         if in_order and _older_pending(event):
             return ProcessResult(pk, BUSY)
-        if event.state == EventState.REJECTED or (
-            event.state == EventState.PROCESSED and not force
-        ):
-            return ProcessResult(pk, event.state, event.outcome)
-        event_type = normalize_type(event.raw_type) or event.type
-        handler = get_handler(event_type)
-        now = timezone.now()
+        event.type = normalize_type(event.raw_type) or event.type
+        handler = get_handler(event.type)
         event.attempts += 1
-        event.processed_at = now
-        event.error = event.traceback = ""
+        event.processed_at = timezone.now()
+        event.error = event.traceback = event.outcome = ""
         if handler is None:
             event.state = EventState.IGNORED
-            event.outcome = ""
             event.error = f"No handler for event type {event.raw_type[:100]!r}."
-            event.type = event_type
-            event.save(update_fields=_OUTCOME_FIELDS)
-            return ProcessResult(pk, event.state)
-        ctx = _load_context(event, event_type)
-        ctx.pulled = pulled
-        result: HandlerResult = handler.handle(ctx)
-        event.type = event_type
-        event.state = EventState.PROCESSED
-        event.outcome = result.outcome
+        else:
+            ctx = _load_context(event, event.type, pulled)
+            result = handler.handle(ctx)
+            event.state, event.outcome = EventState.PROCESSED, result.outcome
+            if result.outcome == "applied":
+                transaction.on_commit(lambda: send_signals(event, ctx, result))
         event.save(update_fields=_OUTCOME_FIELDS)
-        if result.outcome == "applied":
-            transaction.on_commit(lambda: send_signals(event, ctx, result))
-        return ProcessResult(pk, event.state, result.outcome)
+        return ProcessResult(pk, event.state, event.outcome)
 
 
 def _record_failure(pk: int, exc: BaseException, *, final: bool) -> ProcessResult:
     retryable = isinstance(exc, _RETRYABLE)
     message = f"{type(exc).__name__}: {exc}"[:2000]
-    trace = "".join(tb.format_exception(exc))[-20000:]
     try:
         WebhookEvent.objects.filter(pk=pk).exclude(state=EventState.PROCESSED).update(
             state=EventState.FAILED,
             attempts=F("attempts") + 1,
             error=message,
-            traceback=trace,
+            traceback="".join(tb.format_exception(exc))[-20000:],
             processed_at=timezone.now(),
         )
     except DatabaseError:
         logger.exception("Could not record the failure of event %s", pk)
-    log = logger.warning if retryable and not final else logger.error
-    log("Event %s failed: %s", pk, message)
+    level = logging.WARNING if retryable and not final else logging.ERROR
+    logger.log(level, "Event %s failed: %s", pk, message)
     return ProcessResult(pk, EventState.FAILED, retryable=retryable, error=message)
 
 
 def process_event(
     pk: int, *, force: bool = False, final: bool = True, in_order: bool = False
 ) -> ProcessResult:
-    """Apply one stored event once; never raises for a handler error. ``force`` applies a
-    processed event again (the version guard still holds); ``final``: no retry is left (only
-    affects logging); ``in_order``: leave the event (``BUSY``) to a worker holding it or an
-    older event of its object."""
+    """Apply one stored event once (never raises for a handler error); ``force``: a processed
+    one again; ``final``: no retry left; ``in_order``: ``BUSY`` when another worker has it."""
     pulled: set[tuple[str, uuid.UUID]] = set()
-    last_exc: BaseException | None = None
-    for _ in range(_MAX_ROUNDS):
+    last_exc: BaseException = RuntimeError("Too many processing rounds.")
+    for _ in range(4):
         try:
             return _apply(pk, pulled, force, in_order)
         except WebhookEvent.DoesNotExist:
@@ -227,29 +176,20 @@ def process_event(
             except Exception as exc:
                 # The event is still applied without the object (the raw ids are kept).
                 logger.warning("Pulling %s %s failed: %s", need.kind, need.remote_id, exc)
-            continue
         except IntegrityError as exc:
             # Two events inserted the same new record concurrently; the retry finds the row.
             last_exc = exc
-            continue
         except Exception as exc:
             return _record_failure(pk, exc, final=final)
-    return _record_failure(pk, last_exc or RuntimeError("Too many processing rounds."), final=final)
+    return _record_failure(pk, last_exc, final=final)
 
 
 def send_signals(event: WebhookEvent, ctx: EventContext, result: HandlerResult) -> None:
-    """Send the type's signal and ``billing_event_received`` (robustly: errors are logged)."""
-    kwargs: dict[str, Any] = {
-        "event": event,
-        "event_type": ctx.event_type,
-        "data": ctx.data,
-        "objects": result.objects,
-        **{k: v for k, v in result.objects.items() if k not in ("event", "data", "sender")},
-    }
-    for signal in (SIGNALS.get(ctx.event_type), billing_event_received):
-        if signal is None:
-            continue
-        for receiver, response in signal.send_robust(sender=WebhookEvent, **kwargs):
+    """Send the type's signal and ``billing_event_received``; a receiver's error is logged."""
+    kwargs = {k: v for k, v in result.objects.items() if k not in ("event", "data", "sender")}
+    kwargs.update(event=event, event_type=ctx.event_type, data=ctx.data, objects=result.objects)
+    for signal in filter(None, (SIGNALS.get(ctx.event_type), billing_event_received)):
+        for receiver, response in signal.send_robust(WebhookEvent, **kwargs):
             if isinstance(response, Exception):
                 info = (type(response), response, response.__traceback__)
                 logger.error("Receiver %r of %s raised", receiver, ctx.event_type, exc_info=info)
@@ -258,29 +198,23 @@ def send_signals(event: WebhookEvent, ctx: EventContext, result: HandlerResult) 
 def replay_events(
     queryset: QuerySet[WebhookEvent], *, inline: bool = True, force: bool = False
 ) -> dict[str, int]:
-    """Process events again, in order of reception (the admin action, ``billing_replay_events``):
-    never rejected ones, processed ones only with ``force``; here (``inline``) or on Celery.
-    Returns counts by resulting state (``enqueued`` when not inline)."""
-    from .tasks import send
-
+    """Process events again in order of reception, here (``inline``) or on Celery; never
+    rejected ones, processed ones only with ``force``. Returns counts by resulting state."""
     events = queryset.exclude(state=EventState.REJECTED)
     if not force:
         events = events.exclude(state=EventState.PROCESSED)
     counts: dict[str, int] = {}
     for pk in list(events.order_by("received_at", "pk").values_list("pk", flat=True)):
-        if inline:
-            state = process_event(pk, force=force).state
-        else:
-            send(pk, force=force)
-            state = "enqueued"
+        if not inline:
+            tasks.send(pk, force=force)
+        state = process_event(pk, force=force).state if inline else "enqueued"
         counts[state] = counts.get(state, 0) + 1
     return counts
 
 
 def process_in_order(pk: int, *, final: bool = True) -> ProcessResult:
     """Apply event ``pk`` and the other ``received`` events of its object, oldest first, one
-    transaction each; stop when another worker holds one (that worker goes on). Returns the
-    result for ``pk``."""
+    transaction each; stop at one another worker holds (it goes on). Returns ``pk``'s result."""
     row = WebhookEvent.objects.filter(pk=pk).values_list("object_id", "state").first()
     if row is None:
         return ProcessResult(pk, "missing", error="No such event.")
@@ -293,43 +227,20 @@ def process_in_order(pk: int, *, final: bool = True) -> ProcessResult:
         .values_list("pk", flat=True)
     )
     result = ProcessResult(pk, state)
-    applied = 0
     seen: set[int] = set()
     while (next_pk := pending.first()) is not None and next_pk not in seen:
         seen.add(next_pk)
         step = process_event(next_pk, final=final or next_pk != pk, in_order=True)
         if step.state == BUSY:
-            # Left to the worker holding it; if that one only glanced at it, the message
-            # sent here makes sure the rest is not left until the sweep.
-            if applied:
-                from .tasks import send
-
-                send(next_pk, countdown=1)
+            # Left to its holder; if it only glanced at it, this message spares the sweep.
+            if len(seen) > 1:  # this run applied some
+                tasks.send(next_pk, countdown=1)
             break
-        applied += 1
         if next_pk == pk:
             result = step
         elif step.retryable:
-            from .tasks import send
-
-            send(next_pk, countdown=1)  # its retry, as its own task would
+            tasks.send(next_pk, countdown=1)  # its retry, as its own task would
     if result.state == EventState.RECEIVED:  # processed meanwhile by another worker
         current = WebhookEvent.objects.filter(pk=pk).values_list("state", flat=True).first()
         result = ProcessResult(pk, current or "missing")
     return result
-
-
-def process_pending(older_than: float = 60.0, limit: int = 1000) -> int:
-    """Enqueue the events still ``received`` after ``older_than`` seconds (a lost message, a
-    broker outage at delivery time). Returns how many were enqueued."""
-    from .tasks import send
-
-    cutoff = timezone.now() - timedelta(seconds=older_than)
-    pks = list(
-        WebhookEvent.objects.filter(state=EventState.RECEIVED, received_at__lt=cutoff)
-        .order_by("received_at")
-        .values_list("pk", flat=True)[:limit]
-    )
-    for pk in pks:
-        send(pk)
-    return len(pks)

@@ -1,8 +1,5 @@
-"""Deleting old, finished deliveries (``prune_events``); ``received`` ones never are.
-
-Batches of ``batch_size`` rows, each its own transaction, claimed ``FOR UPDATE SKIP LOCKED``
-(a row being processed is left for the next run).
-"""
+"""Deleting old, finished deliveries (``prune_events``), never ``received`` ones: batches,
+each its own transaction, claimed ``FOR UPDATE SKIP LOCKED`` (a row in use waits a run)."""
 
 from __future__ import annotations
 
@@ -16,31 +13,24 @@ from typing import Any
 
 from celery import shared_task
 from django.db import connections, router, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from ..conf import billing_settings
 from ..models import EventState, WebhookEvent
 
 logger = logging.getLogger("billing_integration.webhooks")
 
-__all__ = ["PRUNABLE_STATES", "PruneResult", "count_prunable", "parse_duration", "prune_events"]
-__all__ += ["prune_events_task", "retention"]
-
-#: The states a delivery may be pruned in: every finished one. ``received`` is not among them.
-PRUNABLE_STATES: tuple[str, ...] = (
-    EventState.PROCESSED.value,
-    EventState.IGNORED.value,
-    EventState.FAILED.value,
-    EventState.REJECTED.value,
-)
+#: The states a delivery may be pruned in: every finished one.
+PRUNABLE_STATES = tuple(state.value for state in EventState if state != EventState.RECEIVED)
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhd]?)\s*$")
 
 
 def parse_duration(value: Any) -> timedelta:
-    """``"90d"``, ``"12h"``, ``"30m"``, ``"45s"``, seconds or a ``timedelta`` -> a positive
-    ``timedelta``; ``ValueError`` for anything else."""
+    """``"90d"``, ``"12h"``, ``"30m"``, ``"45s"``, seconds or a ``timedelta`` -> a ``timedelta``."""
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, int) and not isinstance(value, bool):
@@ -59,8 +49,6 @@ def parse_duration(value: Any) -> timedelta:
 
 def retention() -> timedelta | None:
     """``BILLING['EVENT_RETENTION']`` as a ``timedelta``; None keeps every delivery."""
-    from ..conf import billing_settings
-
     value = billing_settings.EVENT_RETENTION
     return None if value is None else parse_duration(value)
 
@@ -71,13 +59,11 @@ class PruneResult:
 
     deleted: int = 0
     batches: int = 0
-    cutoff: datetime | None = None
 
 
-def _prunable(cutoff: datetime, using: str) -> Any:
-    return WebhookEvent.objects.using(using).filter(
-        state__in=PRUNABLE_STATES, received_at__lt=cutoff
-    )
+def _prunable(cutoff: datetime, using: str) -> QuerySet[WebhookEvent]:
+    events = WebhookEvent.objects.using(using)
+    return events.filter(state__in=PRUNABLE_STATES, received_at__lt=cutoff)
 
 
 def count_prunable(older_than: timedelta, *, now: datetime | None = None) -> int:
@@ -96,18 +82,16 @@ def prune_events(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> PruneResult:
-    """Delete the finished deliveries received more than ``older_than`` ago. Between batches
-    it rests ``pause`` seconds, and enough to keep its batches to ``max_busy`` of the time,
-    so ingest keeps the database's CPUs."""
+    """Delete the finished deliveries received more than ``older_than`` ago, resting between
+    batches ``pause`` seconds and enough to keep them to ``max_busy`` of the time."""
     if batch_size < 1:
         raise ValueError(_("The batch size must be at least 1."))
     if not 0 < max_busy <= 1:
         raise ValueError(_("The busy share must be above 0 and at most 1."))
     using = router.db_for_write(WebhookEvent)
-    connection = connections[using]
-    skip_locked = connection.features.has_select_for_update_skip_locked
+    skip_locked = connections[using].features.has_select_for_update_skip_locked
     cutoff = (now or timezone.now()) - older_than
-    result = PruneResult(cutoff=cutoff)
+    result = PruneResult()
     while True:
         started = clock()
         with transaction.atomic(using=using):
@@ -117,26 +101,23 @@ def prune_events(
             ids = list(rows.values_list("pk", flat=True)[:batch_size])
             if not ids:
                 break
-            # The conditions again (without row locks a replay may have changed a row); only
-            # the ids are loaded (the notices' SET_NULL makes Django read what it deletes).
+            # The conditions again; only the ids loaded (SET_NULL: Django reads what it deletes).
             deleted, _by_model = _prunable(cutoff, using).filter(pk__in=ids).only("pk").delete()
         result.deleted += deleted
         result.batches += 1
         if len(ids) < batch_size:
             break
-        rest = max(pause, (clock() - started) * (1 - max_busy) / max_busy)
-        if rest > 0:
+        if (rest := max(pause, (clock() - started) * (1 - max_busy) / max_busy)) > 0:
             sleep(rest)
     if result.deleted:
         logger.info("Pruned %s event deliveries received before %s", result.deleted, cutoff)
     return result
 
 
-@shared_task(name="billing_integration.prune_events", ignore_result=True)
+# Celery ships no type hints: its decorators are untyped.
+@shared_task(name="billing_integration.prune_events", ignore_result=True)  # type: ignore[untyped-decorator]
 def prune_events_task(batch_size: int = 1000, pause: float = 0.0, max_busy: float = 0.25) -> int:
-    """For Celery beat (daily): prune the deliveries older than ``BILLING['EVENT_RETENTION']``
-    (none when it is None). Returns the rows deleted."""
-    keep = retention()
-    if keep is None:
+    """For Celery beat (daily): prune the deliveries older than ``BILLING['EVENT_RETENTION']``."""
+    if (keep := retention()) is None:
         return 0
     return prune_events(keep, batch_size=batch_size, pause=pause, max_busy=max_busy).deleted

@@ -1,7 +1,6 @@
-"""Django signals, sent on commit once an event is applied (``sender=WebhookEvent``; a
-receiver that raises is logged): ``billing_event_received`` for every event, ``SIGNALS[type]``
-for one type. Arguments: ``event``, ``event_type``, ``data``, ``objects`` (the local objects
-touched, by name), and those objects as keyword arguments."""
+"""Signals sent on commit once an event is applied (``sender=WebhookEvent``): ``SIGNALS[type]``
+and ``billing_event_received``, with ``event``, ``event_type``, ``data``, ``objects`` (the
+local objects touched, by name) and those objects as keyword arguments."""
 
 from __future__ import annotations
 
@@ -10,41 +9,11 @@ from django.dispatch import Signal
 from . import types
 
 billing_event_received = Signal()
-
-subscription_renewal = Signal()
-subscription_canceled = Signal()
-subscription_paused = Signal()
-payment_completed = Signal()
-payment_failed = Signal()
-payment_canceled = Signal()
-refund_initiated = Signal()
-refund_approved = Signal()
-refund_rejected = Signal()
-invoice_paid = Signal()
-invoice_voided = Signal()
+subscription_renewal, subscription_canceled, subscription_paused = Signal(), Signal(), Signal()
+payment_completed, payment_failed, payment_canceled = Signal(), Signal(), Signal()
+refund_initiated, refund_approved, refund_rejected = Signal(), Signal(), Signal()
+invoice_paid, invoice_voided, invoice_deleted = Signal(), Signal(), Signal()
 invoice_marked_uncollectable = Signal()
-invoice_deleted = Signal()
 
-#: Canonical type -> its signal. A host registering a handler for a type of its own
-#: (``@handler``) may add a signal here.
-SIGNALS: dict[str, Signal] = {
-    types.SUBSCRIPTION_RENEWAL: subscription_renewal,
-    types.SUBSCRIPTION_CANCELED: subscription_canceled,
-    types.SUBSCRIPTION_PAUSED: subscription_paused,
-    types.PAYMENT_COMPLETED: payment_completed,
-    types.PAYMENT_FAILED: payment_failed,
-    types.PAYMENT_CANCELED: payment_canceled,
-    types.REFUND_INITIATED: refund_initiated,
-    types.REFUND_APPROVED: refund_approved,
-    types.REFUND_REJECTED: refund_rejected,
-    types.INVOICE_PAID: invoice_paid,
-    types.INVOICE_VOIDED: invoice_voided,
-    types.INVOICE_MARKED_UNCOLLECTABLE: invoice_marked_uncollectable,
-    types.INVOICE_DELETED: invoice_deleted,
-}
-
-__all__ = [
-    "SIGNALS",
-    "billing_event_received",
-    *(s.replace(".", "_") for s in types.CANONICAL_TYPES),
-]
+#: Canonical type -> its signal, named after it (a host's own type may add one).
+SIGNALS: dict[str, Signal] = {t: globals()[t.replace(".", "_")] for t in types.CANONICAL_TYPES}

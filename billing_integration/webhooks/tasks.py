@@ -3,23 +3,25 @@ after commit) and ``process_pending_webhook_events`` (the periodic sweep of lost
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from celery import shared_task
+from django.utils import timezone
 
 from ..conf import billing_settings
 from ..health import record_run
-
-__all__ = ["MAX_ATTEMPTS", "process_pending_webhook_events", "process_webhook_event", "send"]
+from ..models import EventState, WebhookEvent
 
 #: Processing attempts of an event failing transiently (database, API) before it stays failed.
 MAX_ATTEMPTS = 5
 
 
-@shared_task(bind=True, name="billing_integration.process_webhook_event", acks_late=True)
+# Celery ships no type hints: its decorators are untyped.
+@shared_task(bind=True, name="billing_integration.process_webhook_event", acks_late=True)  # type: ignore[untyped-decorator]
 def process_webhook_event(self: Any, event_pk: int, force: bool = False) -> str:
-    """Process a stored event, after the older events of its object (``process_in_order``);
-    retries a transient failure with exponential backoff up to ``MAX_ATTEMPTS``."""
+    """Process a stored event after the older ones of its object; a transient failure is
+    retried with exponential backoff, ``MAX_ATTEMPTS`` attempts in all."""
     from .processing import process_event, process_in_order
 
     final = self.request.retries + 1 >= MAX_ATTEMPTS
@@ -39,10 +41,13 @@ def send(event_pk: int, *, force: bool = False, countdown: float | None = None) 
     )
 
 
-@shared_task(name="billing_integration.process_pending_webhook_events")
+@shared_task(name="billing_integration.process_pending_webhook_events")  # type: ignore[untyped-decorator]
 def process_pending_webhook_events(older_than: float = 60.0) -> int:
     """For Celery beat: enqueue the events still ``received`` after ``older_than`` seconds."""
-    from .processing import process_pending
-
     record_run("process_pending_webhook_events")  # billing_doctor: beat ran
-    return process_pending(older_than=older_than)
+    cutoff = timezone.now() - timedelta(seconds=older_than)
+    pending = WebhookEvent.objects.filter(state=EventState.RECEIVED, received_at__lt=cutoff)
+    pks = list(pending.order_by("received_at").values_list("pk", flat=True)[:1000])
+    for pk in pks:
+        send(pk)
+    return len(pks)

@@ -1,11 +1,5 @@
-"""Canonical event types and the normalisation of the spellings a service may send.
-
-The canonical names are ``<group>.<event>``. ``normalize_type`` maps variants
-such as ``"Invoice Marked as uncollectable"``, ``INVOICE_MARKED_UNCOLLECTABLE``,
-``invoice.marked-as-uncollectable``, ``InvoiceMarkedUncollectable`` or
-``subscription.cancelled`` onto them, and returns ``""`` for a type it does not know.
-``BILLING['EVENT_TYPE_ALIASES']`` adds spellings (``{"sub.renew": "subscription.renewal"}``).
-"""
+"""Canonical event types (``<group>.<event>``) and ``normalize_type``, which maps spellings
+(``InvoiceMarkedUncollectable``, ``subscription.cancelled``, ``EVENT_TYPE_ALIASES``) onto them."""
 
 from __future__ import annotations
 
@@ -26,7 +20,6 @@ INVOICE_PAID = "invoice.paid"
 INVOICE_VOIDED = "invoice.voided"
 INVOICE_MARKED_UNCOLLECTABLE = "invoice.marked_uncollectable"
 INVOICE_DELETED = "invoice.deleted"
-
 
 #: Group spellings -> canonical group.
 _GROUPS = {
@@ -59,10 +52,9 @@ _SPELLINGS = {
 }
 CANONICAL_TYPES: tuple[str, ...] = tuple(_SPELLINGS)
 #: (group, action) -> canonical type.
-_ACTIONS: dict[str, dict[str, str]] = {}
-for _type, _words_of in _SPELLINGS.items():
-    for _action in _words_of.split():
-        _ACTIONS.setdefault(_type.split(".")[0], {})[_action] = _type
+_ACTIONS = {
+    (t.split(".")[0], a): t for t, spellings in _SPELLINGS.items() for a in spellings.split()
+}
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _SEPARATORS = re.compile(r"[^a-z0-9]+")
@@ -73,33 +65,18 @@ def _words(raw: str) -> list[str]:
     return [w for w in _SEPARATORS.split(text) if w and w not in _FILLER]
 
 
-def type_key(raw: str) -> str:
-    """The spelling-insensitive key of a type name (``invoice_marked_uncollectable``)."""
-    return "_".join(_words(raw))
-
-
-def _aliases() -> dict[str, str]:
-    configured = billing_settings.get("EVENT_TYPE_ALIASES") or {}
-    return {type_key(str(k)): str(v) for k, v in configured.items()}
-
-
 def normalize_type(raw: object) -> str:
-    """The canonical type for a spelling, or "" if it is not known;
-    ``BILLING['EVENT_TYPE_ALIASES']`` first (keys compared spelling-insensitively)."""
+    """The canonical type of a spelling ("" if not known); the aliases first."""
     if not isinstance(raw, str) or not raw.strip() or len(raw) > 255:
         return ""
-    if raw in CANONICAL_TYPES and not billing_settings.get("EVENT_TYPE_ALIASES"):
+    configured = billing_settings.get("EVENT_TYPE_ALIASES") or {}
+    if raw in CANONICAL_TYPES and not configured:
         return raw  # the common case, without the spelling analysis below
     words = _words(raw)
     if not words:
         return ""
-    key = "_".join(words)
-    alias = _aliases().get(key)
-    if alias:
-        return alias
-    if raw in CANONICAL_TYPES:
-        return raw
-    group = _GROUPS.get(words[0])
-    if group is None:
-        return ""
-    return _ACTIONS[group].get("_".join(words[1:]), "")
+    aliases = {"_".join(_words(str(k))): str(v) for k, v in configured.items()}
+    alias = aliases.get("_".join(words))
+    if alias or raw in CANONICAL_TYPES:
+        return alias or raw
+    return _ACTIONS.get((_GROUPS.get(words[0], ""), "_".join(words[1:])), "")

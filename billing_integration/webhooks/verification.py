@@ -1,7 +1,5 @@
-"""Authenticity of event deliveries, checked on the raw body: Standard Webhooks signatures
-(several ``whsec_`` secrets during a rotation) or HTTP basic auth. No message raised here
-contains a secret, a signature or a password.
-"""
+"""Authenticity of event deliveries: Standard Webhooks signatures (several ``whsec_`` secrets
+during a rotation) or HTTP basic auth. No message raised here holds a secret."""
 
 from __future__ import annotations
 
@@ -21,9 +19,6 @@ from ..exceptions import WebhookVerificationError
 
 logger = logging.getLogger("billing_integration.webhooks")
 
-__all__ = ["TOLERANCE", "MissingHeadersError", "StaleTimestampError", "Verification", "sign"]
-__all__ += ["verify_basic_auth", "verify_request", "verify_signature", "whsec_key"]
-
 #: Seconds of clock skew accepted on ``webhook-timestamp``, both ways (Standard Webhooks default).
 TOLERANCE = 300
 _SECRET_PREFIX = "whsec_"
@@ -31,55 +26,39 @@ _MAX_HEADER = 4096
 
 
 class MissingHeadersError(WebhookVerificationError):
-    """The signature headers (or the credentials) are absent or malformed: HTTP 400."""
-
-    status = 400
+    status, reason = 400, "missing_headers"  # signature headers or credentials absent, malformed
 
 
 class StaleTimestampError(WebhookVerificationError):
-    """``webhook-timestamp`` is outside the tolerance: HTTP 401."""
-
-    status = 401
+    status, reason = 401, "stale_timestamp"  # webhook-timestamp outside the tolerance
 
 
 @dataclass(frozen=True)
 class Verification:
     """How a delivery was authenticated (``method``) and its ``webhook-id`` if signed."""
 
-    method: str  # "signature" | "basic" | "none"
+    method: str  # signature, basic or none
     message_id: str | None = None
-    timestamp: int | None = None
 
 
 def whsec_key(secret: object) -> bytes | None:
     """The key of a ``whsec_<base64>`` secret, padded or not; None for another form."""
     if not isinstance(secret, str) or not secret.startswith(_SECRET_PREFIX):
         return None
-    value = secret[len(_SECRET_PREFIX) :]
+    value = secret.removeprefix(_SECRET_PREFIX)
     try:
         return base64.b64decode(value + "=" * (-len(value) % 4), validate=True)
     except (binascii.Error, ValueError):
         return None
 
 
-@lru_cache(maxsize=16)  # the configured secrets: decoded once, not on every delivery
+@lru_cache(maxsize=16)  # decoded once, not on every delivery
 def _decode_secret(secret: str) -> bytes:
     key = whsec_key(secret)
-    if key is not None:
-        return key
-    value = secret[len(_SECRET_PREFIX) :] if secret.startswith(_SECRET_PREFIX) else secret
     try:
-        return base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError):
-        # Not base64: some services hand out raw secrets. Use the bytes as they are.
-        return value.encode("utf-8")
-
-
-def _secrets(secrets: str | Sequence[str] | None) -> list[bytes]:
-    if not secrets:
-        return []
-    items = [secrets] if isinstance(secrets, str) else list(secrets)
-    return [_decode_secret(s) for s in items if s]
+        return key if key is not None else base64.b64decode(secret, validate=True)
+    except (binascii.Error, ValueError):  # not base64: some services hand out raw secrets
+        return secret.removeprefix(_SECRET_PREFIX).encode("utf-8")
 
 
 def sign(body: bytes, secret: str, msg_id: str, timestamp: int) -> str:
@@ -90,12 +69,9 @@ def sign(body: bytes, secret: str, msg_id: str, timestamp: int) -> str:
     return "v1," + base64.b64encode(digest).decode("ascii")
 
 
-def _header(headers: Mapping[str, str], *names: str) -> str | None:
-    for name in names:
-        value = headers.get(name)
-        if value is not None:
-            return value
-    return None
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    """A ``webhook-*`` header, or its ``svix-*`` synonym."""
+    return headers.get(f"webhook-{name}") or headers.get(f"svix-{name}")
 
 
 def verify_signature(
@@ -106,14 +82,10 @@ def verify_signature(
     tolerance: int = TOLERANCE,
     now: float | None = None,
 ) -> Verification:
-    """Check a Standard Webhooks signature; raise ``WebhookVerificationError`` if it fails.
-
-    ``headers``: a case-insensitive mapping (``request.headers``) or lower-case names;
-    ``svix-*`` names are accepted as synonyms.
-    """
-    msg_id = _header(headers, "webhook-id", "svix-id")
-    timestamp = _header(headers, "webhook-timestamp", "svix-timestamp")
-    signature = _header(headers, "webhook-signature", "svix-signature")
+    """Check a Standard Webhooks signature (``svix-*`` headers accepted too); raise
+    ``WebhookVerificationError`` if it fails. ``headers``: ``request.headers`` or lower case."""
+    msg_id, timestamp = _header(headers, "id"), _header(headers, "timestamp")
+    signature = _header(headers, "signature")
     if not msg_id or not timestamp or not signature:
         raise MissingHeadersError(
             "Missing webhook-id, webhook-timestamp or webhook-signature header."
@@ -126,33 +98,28 @@ def verify_signature(
         raise MissingHeadersError("webhook-timestamp is not an integer.") from None
     current = time.time() if now is None else now
     if abs(current - ts) > tolerance:
-        # Whole seconds rounded away from now, so a refused timestamp never reads as within
-        # the tolerance ("300 s" for one 300.4 s away).
+        # Rounded away from now: a refused timestamp never reads as within the tolerance.
         off = math.ceil(abs(current - ts))
         when = f"{off} s in the future" if ts > current else f"{off} s old"
         raise StaleTimestampError(
             f"webhook-timestamp is {when}: more than the tolerance of {tolerance} s."
         )
-    keys = _secrets(secrets)
+    keys = [_decode_secret(s) for s in ([secrets] if isinstance(secrets, str) else secrets) if s]
     if not keys:
         raise WebhookVerificationError("No webhook secret is configured.")
     signed = f"{msg_id}.{ts}.".encode() + body
     expected = [hmac.new(key, signed, hashlib.sha256).digest() for key in keys]
     valid = False
-    for candidate in signature.split():
-        version, _, value = candidate.partition(",")
-        if version != "v1" or not value:
-            continue
+    for version, _, value in (candidate.partition(",") for candidate in signature.split()):
         try:
             given = base64.b64decode(value, validate=True)
         except (binascii.Error, ValueError):
             continue
-        for digest in expected:
-            # Evaluate every comparison: the time taken does not reveal which one matched.
-            valid |= hmac.compare_digest(digest, given)
+        for digest in expected:  # every comparison made: the time taken reveals no match
+            valid |= version == "v1" and hmac.compare_digest(digest, given)
     if not valid:
         raise WebhookVerificationError("No valid webhook signature.")
-    return Verification("signature", message_id=msg_id, timestamp=ts)
+    return Verification("signature", message_id=msg_id)
 
 
 def verify_basic_auth(headers: Mapping[str, str], credentials: str) -> Verification:
@@ -171,30 +138,25 @@ def verify_basic_auth(headers: Mapping[str, str], credentials: str) -> Verificat
 
 
 def verify_request(body: bytes, headers: Mapping[str, str]) -> Verification:
-    """Authenticate one delivery: a valid signature (with ``WEBHOOK_SECRET``) or valid
-    credentials (with ``WEBHOOK_BASIC_AUTH``); with neither set, refused unless
-    ``WEBHOOK_ALLOW_UNVERIFIED`` (then accepted with a warning)."""
+    """Authenticate one delivery by ``WEBHOOK_SECRET`` or ``WEBHOOK_BASIC_AUTH``; with neither
+    set, refused unless ``WEBHOOK_ALLOW_UNVERIFIED`` (then accepted with a warning)."""
     conf = billing_settings.as_dict()
-    secrets = conf.get("WEBHOOK_SECRET")
-    basic = conf.get("WEBHOOK_BASIC_AUTH")
-    if secrets and basic:
-        has_signature = _header(headers, "webhook-signature", "svix-signature") is not None
-        if has_signature or not headers.get("authorization"):
-            try:
-                return verify_signature(body, headers, secrets)
-            except WebhookVerificationError:
-                if not headers.get("authorization"):
-                    raise
-        return verify_basic_auth(headers, str(basic))
-    if secrets:
-        return verify_signature(body, headers, secrets)
+    secrets, basic = conf.get("WEBHOOK_SECRET"), conf.get("WEBHOOK_BASIC_AUTH")
+    may_be_basic = basic and headers.get("authorization")
+    signed = _header(headers, "signature") is not None
+    if secrets and (signed or not may_be_basic):
+        try:
+            return verify_signature(body, headers, secrets)
+        except WebhookVerificationError:
+            if not may_be_basic:
+                raise
     if basic:
         return verify_basic_auth(headers, str(basic))
     if conf.get("WEBHOOK_ALLOW_UNVERIFIED"):
         logger.warning(
             "Accepting an unverified event delivery (BILLING['WEBHOOK_ALLOW_UNVERIFIED'] is True)."
         )
-        return Verification("none", message_id=_header(headers, "webhook-id", "svix-id"))
+        return Verification("none", message_id=_header(headers, "id"))
     raise WebhookVerificationError(
         "Event deliveries cannot be verified: set BILLING['WEBHOOK_SECRET'] or "
         "BILLING['WEBHOOK_BASIC_AUTH']."

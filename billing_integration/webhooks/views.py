@@ -1,10 +1,7 @@
-"""The event callback: verify the raw body, store it, answer; processing comes after commit.
-
-``POST`` -> 200 for a stored (or already stored) event, 400 for missing or malformed
-signature headers and for a body that is not a JSON object (kept ``rejected``), 401 for a
-bad signature, a stale timestamp or wrong credentials, 413 for a body too large, 503 when the
-event could not be stored. ``HEAD`` and ``GET`` -> 200 with no body (reachability probes).
-"""
+"""The event callback: verify the raw body, store it, answer (processing comes after commit).
+``POST``: 200 stored (or already), 400 bad signature headers or not a JSON object, 401 bad
+signature, stale timestamp or wrong credentials, 413 too large, 503 not stored. ``HEAD``,
+``GET``: 200 (reachability probes)."""
 
 from __future__ import annotations
 
@@ -17,13 +14,12 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
 from ..exceptions import WebhookVerificationError
+from ..health import record_refused
 from ..models import EventState
-from .ingest import count_refusal, enqueue, store_delivery
+from .ingest import enqueue, store_delivery
 from .verification import verify_request
 
 logger = logging.getLogger("billing_integration.webhooks")
-
-__all__ = ["webhook"]
 
 
 @csrf_exempt
@@ -41,7 +37,7 @@ def webhook(request: HttpRequest) -> HttpResponse:
     except WebhookVerificationError as exc:
         status = getattr(exc, "status", 401)
         logger.warning("Refused an event delivery (%s): %s", status, exc)
-        count_refusal(exc)
+        record_refused(getattr(exc, "reason", "bad_signature"))  # billing_doctor, Health page
         response = JsonResponse({"error": str(exc)}, status=status)
         if status == 401 and "basic" in str(exc).lower():
             response["WWW-Authenticate"] = 'Basic realm="billing webhooks"'

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from datetime import timedelta
 from io import StringIO
@@ -10,7 +11,7 @@ from unittest import mock
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from billing_integration.models import EventState, Invoice, Payment, Refund, WebhookEvent
@@ -466,3 +467,41 @@ def test_processing_query_count_is_bounded_and_constant(mirror):
     assert WebhookEvent.objects.count() > 200 and Invoice.objects.count() > 10
     assert many == few  # constant
     assert max(many.values()) <= 6  # bounded
+
+
+@pytest.mark.postgresql
+@pytest.mark.django_db(transaction=True)
+def test_a_handler_does_not_wait_on_a_foreign_key_check_of_another_transaction(mirror):
+    """Another transaction inserting a row that points to the subscription holds ``KEY SHARE``
+    on it (PostgreSQL's foreign-key check) while it may wait for a row this one holds: the
+    handlers' row locks (``FOR NO KEY UPDATE``) must not wait on it, or the two deadlock. A
+    payment event, which locks and updates the subscription, goes through without waiting."""
+    sub = mirror.subscription
+    holding, release = threading.Event(), threading.Event()
+
+    def key_share() -> None:
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                table = sub._meta.db_table
+                cursor.execute(f"SELECT 1 FROM {table} WHERE id = %s FOR KEY SHARE", [sub.pk])
+                holding.set()
+                release.wait(timeout=30)
+        finally:
+            connection.close()
+
+    other = threading.Thread(target=key_share)
+    other.start()
+    try:
+        assert holding.wait(timeout=10)
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '2s'")  # a wait fails the event instead
+        data = payment_data(uuid.uuid4(), status="failed", **refs(mirror))
+        result = process_event(store(envelope("payment.failed", data)).pk)
+        assert (result.state, result.error) == (EventState.PROCESSED, "")
+        sub.refresh_from_db()
+        assert sub.last_payment_status == "failed"
+    finally:
+        release.set()
+        other.join(timeout=30)
+        with connection.cursor() as cursor:
+            cursor.execute("RESET lock_timeout")

@@ -7,31 +7,18 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.translation import gettext as _
 
-from billing_integration.webhooks.prune import (
-    count_prunable,
-    parse_duration,
-    prune_events,
-    retention,
-)
+from billing_integration.webhooks import prune
 
 
 class Command(BaseCommand):
     help = "Delete processed, ignored, failed and rejected event deliveries older than a duration."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument(
-            "--older-than",
-            help="90d, 12h, 30m or seconds (default: BILLING['EVENT_RETENTION']).",
-        )
+        parser.add_argument("--older-than", help="90d, 12h, 30m, seconds; default EVENT_RETENTION")
         parser.add_argument("--dry-run", action="store_true", help="Only count what would go.")
         parser.add_argument("--batch-size", type=int, default=1000, help="Rows per DELETE.")
         parser.add_argument("--pause", type=float, default=0.0, help="Seconds between batches.")
-        parser.add_argument(
-            "--max-busy",
-            type=float,
-            default=0.25,
-            help="Share of the time the batches may take, above 0 and at most 1 (default 0.25).",
-        )
+        parser.add_argument("--max-busy", type=float, default=0.25, help="Busy share, (0, 1].")
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["batch_size"] < 1:
@@ -40,31 +27,27 @@ class Command(BaseCommand):
             raise CommandError(_("--pause must not be negative."))
         if not 0 < options["max_busy"] <= 1:
             raise CommandError(_("--max-busy must be above 0 and at most 1."))
-        if options["older_than"] is not None:
-            try:
-                older_than = parse_duration(options["older_than"])
-            except ValueError as exc:
-                raise CommandError(f"--older-than: {exc}") from exc
-        else:
-            try:
-                older_than = retention()
-            except ValueError as exc:
-                raise CommandError(f"BILLING['EVENT_RETENTION']: {exc}") from exc
-            if older_than is None:
-                raise CommandError(
-                    _(
-                        "BILLING['EVENT_RETENTION'] is None (keep every delivery): "
-                        "pass --older-than to prune anyway."
-                    )
+        given = options["older_than"]
+        try:
+            older_than = prune.retention() if given is None else prune.parse_duration(given)
+        except ValueError as exc:
+            source = "BILLING['EVENT_RETENTION']" if given is None else "--older-than"
+            raise CommandError(f"{source}: {exc}") from exc
+        if older_than is None:
+            raise CommandError(
+                _(
+                    "BILLING['EVENT_RETENTION'] is None (keep every delivery): "
+                    "pass --older-than to prune anyway."
                 )
+            )
         if options["dry_run"]:
-            count = count_prunable(older_than)
+            count = prune.count_prunable(older_than)
             self.stdout.write(
                 _("%(count)s event delivery(ies) received more than %(age)s ago would be deleted.")
                 % {"count": count, "age": older_than}
             )
             return
-        result = prune_events(
+        result = prune.prune_events(
             older_than,
             batch_size=options["batch_size"],
             pause=options["pause"],

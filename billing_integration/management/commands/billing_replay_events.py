@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -24,17 +25,11 @@ class Command(BaseCommand):
         parser.add_argument("--type", dest="event_type", help="Only events of this type.")
         parser.add_argument("--since", help="Only events received at or after this date/time.")
         parser.add_argument("--force", action="store_true", help="Also re-apply processed events.")
-        parser.add_argument(
-            "--async", dest="use_celery", action="store_true", help="Enqueue Celery tasks."
-        )
+        parser.add_argument("--async", dest="use_celery", action="store_true", help="On Celery.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         events = WebhookEvent.objects.exclude(state=EventState.REJECTED)
-        states = []
-        if options["failed"]:
-            states.append(EventState.FAILED)
-        if options["ignored"]:
-            states.append(EventState.IGNORED)
+        states = [s for s in (EventState.FAILED, EventState.IGNORED) if options[s.value]]
         if states:
             events = events.filter(state__in=states)
         if options["event_type"]:
@@ -49,13 +44,10 @@ class Command(BaseCommand):
         self.stdout.write(f"Replayed {total} event(s) ({detail}).")
 
     @staticmethod
-    def _since(value: str) -> Any:
+    def _since(value: str) -> datetime:
         moment = parse_datetime(value)
+        if moment is None and (day := parse_date(value)) is not None:
+            moment = datetime(day.year, day.month, day.day)
         if moment is None:
-            day = parse_date(value)
-            if day is None:
-                raise CommandError(f"--since: not a date or datetime: {value!r}")
-            moment = timezone.datetime(day.year, day.month, day.day)
-        if timezone.is_naive(moment):
-            moment = timezone.make_aware(moment, timezone.get_default_timezone())
-        return moment
+            raise CommandError(f"--since: not a date or datetime: {value!r}")
+        return moment if timezone.is_aware(moment) else timezone.make_aware(moment)

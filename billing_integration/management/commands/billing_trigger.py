@@ -22,11 +22,8 @@ class Command(BaseCommand):
         parser.add_argument("--reason", help="failure or refund reason")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        url = (
-            options["sandbox_url"]
-            or (getattr(settings, "BILLING", None) or {}).get("BASE_URL")
-            or "http://127.0.0.1:8100"
-        )
+        billing = getattr(settings, "BILLING", None) or {}
+        url = options["sandbox_url"] or billing.get("BASE_URL") or "http://127.0.0.1:8100"
         body = {"type": options["type"], "object": options["object_id"]}
         if options["reason"]:
             body["reason"] = options["reason"]
