@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.contrib import admin, messages
@@ -38,10 +38,14 @@ from ..models import (
 )
 from .mirror import (
     REMOTE_STATE_READONLY,
+    BaseInlineFormSet,
+    ModelAdmin,
+    ModelForm,
+    NoDeleteMixin,
     SyncStateAdminMixin,
+    TabularInline,
     admin_link,
     changelist_link,
-    retry_failed_pushes,
     state_badge,
 )
 
@@ -83,16 +87,12 @@ def is_deleted(formset: Any, form: Any) -> bool:
     return bool(formset.can_delete and form.cleaned_data.get(DELETION_FIELD_NAME))
 
 
-def _change_url(model_admin: admin.ModelAdmin, obj: Any) -> str:
+def _change_url(model_admin: ModelAdmin, obj: Any) -> str:
     opts = model_admin.opts
     return reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk])
 
 
 # --- the compact prices editor of a cycle row ---------------------------------------------------
-def _currencies() -> dict[int, str]:
-    return currencies.known()
-
-
 def parse_prices(text: str) -> dict[int, Decimal]:
     """Parse ``"XOF 10000, USD 19.99"`` (codes or integer ids; separators ``,`` ``;`` or new
     lines; ``XOF=10000`` and ``1:10000`` also accepted) into ``{currency_id: amount}``."""
@@ -136,11 +136,11 @@ def format_prices(prices: dict[int, Decimal] | list[Price]) -> str:
     """The compact text of prices (inverse of ``parse_prices``)."""
     if not isinstance(prices, dict):
         prices = {p.currency_id: p.amount for p in prices}
-    names = _currencies()
+    names = currencies.known()
     return ", ".join(f"{names.get(cid, cid)} {amount}" for cid, amount in sorted(prices.items()))
 
 
-class BillingCycleForm(forms.ModelForm):
+class BillingCycleForm(ModelForm):
     """A cycle with its prices in one text field (``prices``)."""
 
     prices = forms.CharField(
@@ -164,13 +164,13 @@ class BillingCycleForm(forms.ModelForm):
         return parse_prices(self.cleaned_data.get("prices") or "")
 
     def save(self, commit: bool = True) -> BillingCycle:
-        cycle = super().save(commit=commit)
+        cycle: BillingCycle = super().save(commit=commit)
         if commit:
             self.save_prices(cycle)
         return cycle
 
     def save_prices(self, cycle: BillingCycle) -> None:
-        """Make the cycle's prices those of the field (only the rows that differ are written)."""
+        """Make the cycle's prices those of the field, writing only the rows that differ."""
         if "prices" not in self.changed_data and not self.was_new:
             return
         wanted: dict[int, Decimal] = self.cleaned_data.get("prices") or {}
@@ -186,7 +186,7 @@ class BillingCycleForm(forms.ModelForm):
                 Price.objects.create(cycle=cycle, currency_id=cid, amount=amount)
 
 
-class NeverSentRowsFormSet(forms.BaseInlineFormSet):
+class NeverSentRowsFormSet(BaseInlineFormSet):
     """Refuses inline rows that a product of the other type would never send."""
 
     refuse_for_one_time: bool
@@ -219,7 +219,7 @@ class RootPriceFormSet(NeverSentRowsFormSet):
     )
 
 
-class BillingCycleInline(admin.TabularInline):
+class BillingCycleInline(TabularInline):
     model = BillingCycle
     form = BillingCycleForm
     formset = CycleFormSet
@@ -230,7 +230,7 @@ class BillingCycleInline(admin.TabularInline):
     verbose_name = _("billing cycle")
     verbose_name_plural = _("billing cycles (subscription products)")
 
-    def get_queryset(self, request: HttpRequest) -> models.QuerySet:
+    def get_queryset(self, request: HttpRequest) -> models.QuerySet[BillingCycle]:
         return super().get_queryset(request).prefetch_related("prices")
 
     @admin.display(description=_("prices"))
@@ -246,7 +246,7 @@ class BillingCycleInline(admin.TabularInline):
         return 0 if obj is not None and (obj.is_one_time or obj.cycles.exists()) else 1
 
 
-class PriceInlineForm(forms.ModelForm):
+class PriceInlineForm(ModelForm):
     """A price row whose currency is chosen by its code."""
 
     currency_id = forms.TypedChoiceField(label=_("currency"), coerce=int)
@@ -257,10 +257,11 @@ class PriceInlineForm(forms.ModelForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["currency_id"].choices = [("", "---------"), *sorted(_currencies().items())]
+        field = cast(forms.ChoiceField, self.fields["currency_id"])
+        field.choices = [("", "---------"), *sorted(currencies.known().items())]
 
 
-class RootPriceInline(admin.TabularInline):
+class RootPriceInline(TabularInline):
     model = Price
     form = PriceInlineForm
     formset = RootPriceFormSet
@@ -271,7 +272,7 @@ class RootPriceInline(admin.TabularInline):
     verbose_name_plural = _("prices (one-time products)")
 
 
-class CyclePriceInline(admin.TabularInline):
+class CyclePriceInline(TabularInline):
     model = Price
     fk_name = "cycle"
     form = PriceInlineForm
@@ -279,7 +280,7 @@ class CyclePriceInline(admin.TabularInline):
     extra = 1
 
 
-class ProductFeatureInline(admin.TabularInline):
+class ProductFeatureInline(TabularInline):
     """Features declared here (read by ``access.has_feature``); never pushed."""
 
     model = ProductFeature
@@ -291,7 +292,7 @@ class ProductFeatureInline(admin.TabularInline):
     )
 
 
-class ProductForm(forms.ModelForm):
+class ProductForm(ModelForm):
     selected_currencies = forms.TypedMultipleChoiceField(
         label=_("Currencies"),
         coerce=int,
@@ -315,7 +316,8 @@ class ProductForm(forms.ModelForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["selected_currencies"].choices = sorted(_currencies().items())
+        field = cast(forms.ChoiceField, self.fields["selected_currencies"])
+        field.choices = sorted(currencies.known().items())
         if self.instance.pk is not None:
             self.initial["selected_currencies"] = [
                 int(c) for c in self.instance.selected_currencies or []
@@ -324,7 +326,7 @@ class ProductForm(forms.ModelForm):
     def clean_status(self) -> str:
         """An archived product the service knows is published again only through the
         "Publish selected products" action, which warns first."""
-        status = self.cleaned_data.get("status")
+        status: str = self.cleaned_data["status"]
         if (
             status == ProductStatus.PUBLISHED
             and self.instance.pk is not None
@@ -358,7 +360,7 @@ def formset_changes(formset: Any) -> list[str]:
     return changes
 
 
-class PricingConfirmationMixin:
+class PricingConfirmationAdmin(ModelAdmin):
     """Before a change form saves new cycles or prices of a product that has subscriptions,
     answers a confirmation page; confirming re-posts the form with ``CONFIRM_FIELD``."""
 
@@ -368,9 +370,9 @@ class PricingConfirmationMixin:
 
     def bound_formsets(self, request: HttpRequest, obj: Any) -> list[Any]:
         formsets = []
-        for formset_class, inline in self.get_formsets_with_inlines(request, obj):  # type: ignore[attr-defined]
+        for formset_class, inline in self.get_formsets_with_inlines(request, obj):
             prefix = formset_class.get_default_prefix()
-            kwargs = self.get_formset_kwargs(request, obj, inline, prefix)  # type: ignore[attr-defined]
+            kwargs = self.get_formset_kwargs(request, obj, inline, prefix)
             formsets.append(formset_class(**kwargs))
         return formsets
 
@@ -385,18 +387,18 @@ class PricingConfirmationMixin:
             response = self.pricing_confirmation(request, object_id)
             if response is not None:
                 return response
-        return super().changeform_view(request, object_id, form_url, extra_context)  # type: ignore[misc]
+        return super().changeform_view(request, object_id, form_url, extra_context)
 
     def pricing_confirmation(self, request: HttpRequest, object_id: str) -> HttpResponse | None:
-        obj = self.get_object(request, unquote(object_id))  # type: ignore[attr-defined]
-        if obj is None or not self.has_change_permission(request, obj):  # type: ignore[attr-defined]
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None or not self.has_change_permission(request, obj):
             return None
         product, changes = self.pricing_changes(request, obj)
         total = product.subscriptions.count() if changes else 0
         if not total or (not product.is_one_time and not product.blueprint_known):
             return None  # declared cycles reach no subscription (sending them asks instead)
         context = {
-            **self.admin_site.each_context(request),  # type: ignore[attr-defined]
+            **self.admin_site.each_context(request),
             "title": _("Confirm the change of prices or billing cycles"),
             "object": product,
             "opts": Product._meta,
@@ -427,7 +429,9 @@ class CyclesListFilter(admin.SimpleListFilter):
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
         return [("none", NO_CYCLES_LABEL), ("declared", DECLARED_LABEL)]
 
-    def queryset(self, request: HttpRequest, queryset: models.QuerySet) -> models.QuerySet:
+    def queryset(
+        self, request: HttpRequest, queryset: models.QuerySet[Product]
+    ) -> models.QuerySet[Product]:
         if self.value() == "none":
             return queryset.filter(pk__in=Product.objects.without_cycles().values("pk"))
         if self.value() == "declared":
@@ -436,7 +440,7 @@ class CyclesListFilter(admin.SimpleListFilter):
 
 
 @admin.register(Product)
-class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdmin):
+class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin):
     form = ProductForm
     inlines = (BillingCycleInline, RootPriceInline, ProductFeatureInline)
     list_display = (
@@ -481,7 +485,7 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
         return self.fieldsets if obj is not None else self.fieldsets[:1]
 
     def get_object_or_404(self, request: HttpRequest, object_id: str) -> Product:
-        obj = self.get_object(request, unquote(object_id))
+        obj: Product | None = self.get_object(request, unquote(object_id))
         if obj is None:
             raise Http404(_("No product with the key “%s”.") % object_id)
         if not self.has_change_permission(request, obj):
@@ -489,19 +493,14 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
         return obj
 
     # -- list ------------------------------------------------------------------------------------
-    def get_queryset(self, request: HttpRequest) -> models.QuerySet:
-        return (
-            super()
-            .get_queryset(request)
-            .annotate(
-                _subscriber_count=Count(
-                    "subscriptions", filter=active_q(prefix="subscriptions__"), distinct=True
-                ),
-                _cycle_count=Count("cycles", distinct=True),
-                _declared_count=Count(
-                    "cycles", filter=models.Q(cycles__declared=True), distinct=True
-                ),
-            )
+    def get_queryset(self, request: HttpRequest) -> models.QuerySet[Product]:
+        products: models.QuerySet[Product] = super().get_queryset(request)
+        return products.annotate(
+            _subscriber_count=Count(
+                "subscriptions", filter=active_q(prefix="subscriptions__"), distinct=True
+            ),
+            _cycle_count=Count("cycles", distinct=True),
+            _declared_count=Count("cycles", filter=models.Q(cycles__declared=True), distinct=True),
         )
 
     @admin.display(description=_("status"), ordering="status")
@@ -557,15 +556,6 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
     def subscriptions_link(self, obj: Product) -> Any:
         label = _("%d subscription(s)") % obj.subscriptions.count()
         return changelist_link(Subscription, label, product__id__exact=obj.pk)
-
-    # -- delete is replaced by archive -----------------------------------------------------------
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
-        actions = super().get_actions(request)
-        actions.pop("delete_selected", None)
-        return actions
 
     def get_urls(self) -> list[Any]:
         info = self.opts.app_label, self.opts.model_name
@@ -639,7 +629,9 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
         )
 
     # -- actions ---------------------------------------------------------------------------------
-    def set_status(self, request: HttpRequest, queryset: models.QuerySet, status: str) -> int:
+    def set_status(
+        self, request: HttpRequest, queryset: models.QuerySet[Product], status: str
+    ) -> int:
         count = 0
         pks = list(queryset.values_list("pk", flat=True))
         with transaction.atomic():
@@ -651,7 +643,9 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
         return count
 
     @admin.action(description=_("Publish selected products"), permissions=["change"])
-    def publish(self, request: HttpRequest, queryset: models.QuerySet) -> HttpResponse | None:
+    def publish(
+        self, request: HttpRequest, queryset: models.QuerySet[Product]
+    ) -> HttpResponse | None:
         """Publish; an archived product the service knows asks for confirmation first."""
         archived = list(queryset.filter(status=ProductStatus.ARCHIVED, remote_id__isnull=False))
         if archived and not request.POST.get(REPUBLISH_FIELD):
@@ -679,7 +673,7 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
         return None
 
     @admin.action(description=_("Archive selected products"), permissions=["change"])
-    def archive(self, request: HttpRequest, queryset: models.QuerySet) -> None:
+    def archive(self, request: HttpRequest, queryset: models.QuerySet[Product]) -> None:
         count = self.set_status(request, queryset, ProductStatus.ARCHIVED)
         self.message_user(
             request,
@@ -690,7 +684,7 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
     @admin.action(
         description=_("Sync now (pull products from the service)"), permissions=["change"]
     )
-    def sync_now(self, request: HttpRequest, queryset: models.QuerySet) -> None:
+    def sync_now(self, request: HttpRequest, queryset: models.QuerySet[Product]) -> None:
         from ..sync.pull import products_without_cycles, pull_products
 
         try:
@@ -712,13 +706,10 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
                 messages.WARNING,
             )
 
-    @admin.action(description=_("Retry failed push"), permissions=["change"])
-    def retry_failed_push(self, request: HttpRequest, queryset: models.QuerySet) -> None:
-        count = retry_failed_pushes(queryset)
-        self.message_user(request, _("%d failed push(es) re-queued.") % count, messages.SUCCESS)
-
     @admin.action(description=_("Send declared cycles to the service"), permissions=["change"])
-    def send_declared_cycles(self, request: HttpRequest, queryset: models.QuerySet) -> None:
+    def send_declared_cycles(
+        self, request: HttpRequest, queryset: models.QuerySet[Product]
+    ) -> None:
         """Push the declared cycles of the selected products as their blueprints."""
         from ..outbox.signals import send_declared_cycles
 
@@ -812,7 +803,7 @@ def refused_message(product: Product) -> str:
 
 # --- a cycle with one row per price (reached from the cycle inline's "change" link) ------------
 @admin.register(BillingCycle)
-class BillingCycleAdmin(PricingConfirmationMixin, admin.ModelAdmin):
+class BillingCycleAdmin(PricingConfirmationAdmin):
     fields = ("product_link", "unit", "frequency", "declared_badge")
     readonly_fields = ("product_link", "declared_badge")
     inlines = (CyclePriceInline,)

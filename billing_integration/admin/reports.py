@@ -19,6 +19,7 @@ from ..reporting.charts import bar_chart, line_chart
 from ..reporting.csv import TABLES, table_csv
 from ..reporting.report import Period, Table, build_report, display
 from ..reporting.report import Report as ReportData
+from .mirror import ModelAdmin, ReadOnlyAdminMixin
 
 MAX_MONTHS = 36
 
@@ -113,18 +114,7 @@ def charts(report: ReportData) -> list[dict[str, Any]]:
 
 
 @admin.register(Report)
-class ReportAdmin(admin.ModelAdmin):
-    """The dashboard (see the module docstring). Nothing to add, change or delete."""
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
+class ReportAdmin(ReadOnlyAdminMixin, ModelAdmin):
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied
