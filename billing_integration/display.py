@@ -142,7 +142,7 @@ def customer_label(customer: Any) -> str:
             text = username() if callable(username) else str(subscriber)
         if text and text.strip():
             return text.strip()
-    return customer.email or customer.identifier
+    return str(customer.email or customer.identifier)
 
 
 def object_label(obj: Any) -> str:

@@ -110,13 +110,13 @@ def account(request: HttpRequest) -> HttpResponse:
     invoices: list[Invoice] = []
     refunds: list[Refund] = []
     if customer is not None:
-        cycles = Prefetch(
+        priced = Prefetch(
             "product__cycles", queryset=BillingCycle.objects.prefetch_related("prices")
         )
         subscriptions = list(
             Subscription.objects.for_customer(customer)
             .select_related("product")
-            .prefetch_related(cycles)
+            .prefetch_related(priced)
             .order_by("-created_at", "-pk")
         )
         payments = list(

@@ -423,12 +423,11 @@ def start_checkout(
                 customer.remote_id,
             )
             return existing
+        failure: CheckoutError | None = None
         try:
             session = _create_session(customer, selection, client or get_client(), deadline)
         except CheckoutError as exc:
             failure = exc  # raised after the commit: what it remembered must not roll back
-        else:
-            failure = None
     if failure is not None:
         raise failure
     logger.info(

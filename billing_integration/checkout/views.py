@@ -172,7 +172,7 @@ def _refresh(customer: Customer, deadline: Deadline) -> bool:
         return False
     key = f"billing:return-pull:{customer.pk}"
     if not once_per_window(key, RETURN_PULL_INTERVAL):
-        return window_note(key) != "failed"
+        return bool(window_note(key) != "failed")
     from ..sync.pull import pull_subscriptions
 
     try:
