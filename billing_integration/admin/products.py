@@ -368,6 +368,12 @@ class PricingConfirmationAdmin(ModelAdmin):
         """The product concerned and the changes the valid POST would make (none if invalid)."""
         raise NotImplementedError
 
+    def page(self, request: HttpRequest, template: str, **context: Any) -> TemplateResponse:
+        """One of the product's confirmation pages (``template`` in its template folder)."""
+        context = {**self.admin_site.each_context(request), "opts": self.opts, **context}
+        folder = "admin/billing_integration/product"
+        return TemplateResponse(request, f"{folder}/{template}.html", context)
+
     def bound_formsets(self, request: HttpRequest, obj: Any) -> list[Any]:
         formsets = []
         for formset_class, inline in self.get_formsets_with_inlines(request, obj):
@@ -397,26 +403,24 @@ class PricingConfirmationAdmin(ModelAdmin):
         total = product.subscriptions.count() if changes else 0
         if not total or (not product.is_one_time and not product.blueprint_known):
             return None  # declared cycles reach no subscription (sending them asks instead)
-        context = {
-            **self.admin_site.each_context(request),
-            "title": _("Confirm the change of prices or billing cycles"),
-            "object": product,
-            "opts": Product._meta,
-            "changes": changes,
-            "subscription_count": total,
-            "active_count": Subscription.objects.for_product(product).active().count(),
-            "warning": PRICE_CHANGE_WARNING,
-            "post_items": [
+        return self.page(
+            request,
+            "confirm_pricing_change",
+            title=_("Confirm the change of prices or billing cycles"),
+            object=product,
+            opts=Product._meta,
+            changes=changes,
+            subscription_count=total,
+            active_count=Subscription.objects.for_product(product).active().count(),
+            warning=PRICE_CHANGE_WARNING,
+            post_items=[
                 (key, value)
                 for key, values in request.POST.lists()
                 if key != "csrfmiddlewaretoken"
                 for value in values
             ],
-            "confirm_field": CONFIRM_FIELD,
-            "change_url": request.path,
-        }
-        return TemplateResponse(
-            request, "admin/billing_integration/product/confirm_pricing_change.html", context
+            confirm_field=CONFIRM_FIELD,
+            change_url=request.path,
         )
 
 
@@ -592,18 +596,15 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
                 messages.SUCCESS,
             )
             return HttpResponseRedirect(change_url)
-        context = {
-            **self.admin_site.each_context(request),
-            "title": _("Send the declared cycles of %s") % obj,
-            "object": obj,
-            "opts": self.opts,
-            "change_url": change_url,
-            "cycles": list(obj.cycles.prefetch_related("prices")),
-            "subscription_count": obj.subscriptions.count(),
-            "warning": PRICE_CHANGE_WARNING,
-        }
-        return TemplateResponse(
-            request, "admin/billing_integration/product/send_declared_cycles.html", context
+        return self.page(
+            request,
+            "send_declared_cycles",
+            title=_("Send the declared cycles of %s") % obj,
+            object=obj,
+            change_url=change_url,
+            cycles=list(obj.cycles.prefetch_related("prices")),
+            subscription_count=obj.subscriptions.count(),
+            warning=PRICE_CHANGE_WARNING,
         )
 
     def archive_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
@@ -616,16 +617,13 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
                 self.log_change(request, obj, [{"changed": {"fields": ["status"]}}])
             self.message_user(request, _("“%s” is archived.") % obj, messages.SUCCESS)
             return HttpResponseRedirect(change_url)
-        context = {
-            **self.admin_site.each_context(request),
-            "title": _("Archive %s") % obj,
-            "object": obj,
-            "opts": self.opts,
-            "change_url": change_url,
-            "subscription_count": obj.subscriptions.count(),
-        }
-        return TemplateResponse(
-            request, "admin/billing_integration/product/archive_confirmation.html", context
+        return self.page(
+            request,
+            "archive_confirmation",
+            title=_("Archive %s") % obj,
+            object=obj,
+            change_url=change_url,
+            subscription_count=obj.subscriptions.count(),
         )
 
     # -- actions ---------------------------------------------------------------------------------
@@ -649,18 +647,15 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
         """Publish; an archived product the service knows asks for confirmation first."""
         archived = list(queryset.filter(status=ProductStatus.ARCHIVED, remote_id__isnull=False))
         if archived and not request.POST.get(REPUBLISH_FIELD):
-            context = {
-                **self.admin_site.each_context(request),
-                "title": _("Publish archived products again?"),
-                "opts": self.opts,
-                "archived": archived,
-                "selected": queryset.values_list("pk", flat=True),
-                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-                "confirm_field": REPUBLISH_FIELD,
-                "warning": REPUBLISH_WARNING,
-            }
-            return TemplateResponse(
-                request, "admin/billing_integration/product/republish_confirmation.html", context
+            return self.page(
+                request,
+                "republish_confirmation",
+                title=_("Publish archived products again?"),
+                archived=archived,
+                selected=queryset.values_list("pk", flat=True),
+                action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
+                confirm_field=REPUBLISH_FIELD,
+                warning=REPUBLISH_WARNING,
             )
         count = self.set_status(request, queryset, ProductStatus.PUBLISHED)
         self.message_user(

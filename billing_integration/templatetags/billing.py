@@ -135,38 +135,45 @@ def is_subscribed(context: template.Context, product: Any = None, subscriber: An
     return subscribed(subscriber, product)
 
 
-class IfSubscribedNode(template.Node):
+class IfNode(template.Node):
+    """``yes`` if ``test(context, argument)``, else ``no``."""
+
     def __init__(
         self,
-        product: template.base.FilterExpression | None,
+        test: Any,
+        argument: template.base.FilterExpression | None,
         yes: template.NodeList,
         no: template.NodeList,
     ) -> None:
-        self.product = product
-        self.yes = yes
-        self.no = no
+        self.test, self.argument, self.yes, self.no = test, argument, yes, no
 
     def render(self, context: template.Context) -> str:
-        product = self.product.resolve(context) if self.product is not None else None
-        ok = subscribed(_request_subscriber(context), product)
-        return (self.yes if ok else self.no).render(context)
+        value = self.argument.resolve(context) if self.argument is not None else None
+        return (self.yes if self.test(context, value) else self.no).render(context)
 
 
-@register.tag("if_subscribed")
-def do_if_subscribed(parser: template.base.Parser, token: template.base.Token) -> IfSubscribedNode:
-    """``{% if_subscribed [product] %}...{% else %}...{% endif_subscribed %}``."""
+def _if_node(parser: template.base.Parser, token: template.base.Token, test: Any) -> IfNode:
+    """The node of ``{% tag [argument] %}...{% else %}...{% endtag %}``."""
     bits = token.split_contents()
-    if len(bits) > 2:
-        raise template.TemplateSyntaxError(f"{bits[0]} takes at most one argument (a product)")
-    product = parser.compile_filter(bits[1]) if len(bits) == 2 else None
-    yes = parser.parse(("else", "endif_subscribed"))
-    token = parser.next_token()
-    if token.contents == "else":
-        no = parser.parse(("endif_subscribed",))
+    end = f"end{bits[0]}"
+    argument = parser.compile_filter(bits[1]) if len(bits) == 2 else None
+    yes = parser.parse(("else", end))
+    if parser.next_token().contents == "else":
+        no = parser.parse((end,))
         parser.delete_first_token()
     else:
         no = template.NodeList()
-    return IfSubscribedNode(product, yes, no)
+    return IfNode(test, argument, yes, no)
+
+
+@register.tag("if_subscribed")
+def do_if_subscribed(parser: template.base.Parser, token: template.base.Token) -> IfNode:
+    """``{% if_subscribed [product] %}...{% else %}...{% endif_subscribed %}``."""
+    if len(token.split_contents()) > 2:
+        raise template.TemplateSyntaxError("if_subscribed takes at most one argument (a product)")
+    return _if_node(
+        parser, token, lambda context, product: subscribed(_request_subscriber(context), product)
+    )
 
 
 # --- access by feature --------------------------------------------------------------------------
@@ -197,37 +204,18 @@ def feature_limit_filter(subject: Any, feature: Any) -> int | None:
     return _features(subject).get(key) if key else None
 
 
-class IfFeatureNode(template.Node):
-    def __init__(
-        self, feature: template.base.FilterExpression, yes: template.NodeList, no: template.NodeList
-    ) -> None:
-        self.feature = feature
-        self.yes = yes
-        self.no = no
-
-    def render(self, context: template.Context) -> str:
-        request = context.get("request")
-        subject = request if request is not None else _request_subscriber(context)
-        ok = has_feature_filter(subject, self.feature.resolve(context))
-        return (self.yes if ok else self.no).render(context)
+def _context_has_feature(context: template.Context, feature: Any) -> bool:
+    request = context.get("request")
+    return has_feature_filter(request or _request_subscriber(context), feature)
 
 
 @register.tag("if_feature")
-def do_if_feature(parser: template.base.Parser, token: template.base.Token) -> IfFeatureNode:
+def do_if_feature(parser: template.base.Parser, token: template.base.Token) -> IfNode:
     """``{% if_feature "sso" %}...{% else %}...{% endif_feature %}``: the request's subscriber
     has the feature (through the request's cache)."""
-    bits = token.split_contents()
-    if len(bits) != 2:
-        raise template.TemplateSyntaxError(f"{bits[0]} takes one argument (a feature name)")
-    feature = parser.compile_filter(bits[1])
-    yes = parser.parse(("else", "endif_feature"))
-    token = parser.next_token()
-    if token.contents == "else":
-        no = parser.parse(("endif_feature",))
-        parser.delete_first_token()
-    else:
-        no = template.NodeList()
-    return IfFeatureNode(feature, yes, no)
+    if len(token.split_contents()) != 2:
+        raise template.TemplateSyntaxError("if_feature takes one argument (a feature name)")
+    return _if_node(parser, token, _context_has_feature)
 
 
 # --- display ------------------------------------------------------------------------------------
