@@ -153,9 +153,7 @@ def _refusal(
     return HttpResponseRedirect(subscription_required_url(redirect_url, path, feature=feature))
 
 
-def _guard(
-    refusal: Callable[[HttpRequest], HttpResponse | None],
-) -> Callable[[ViewFunc], ViewFunc]:
+def _guard(refusal: Callable[[HttpRequest], HttpResponse | None]) -> Callable[[ViewFunc], ViewFunc]:
     """A view decorator that answers ``refusal(request)`` unless it is ``None``."""
 
     def decorator(func: ViewFunc) -> ViewFunc:

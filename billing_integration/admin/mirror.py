@@ -19,14 +19,7 @@ from django.utils.translation import gettext_lazy as _
 
 from .. import currencies, display
 from ..exceptions import BillingError
-from ..models import (
-    CheckoutSession,
-    Customer,
-    Subscription,
-    SyncState,
-    active_q,
-    unknown_status_q,
-)
+from ..models import CheckoutSession, Customer, Subscription, SyncState, active_q, unknown_status_q
 from ..outbox.retry import retry_failed_pushes
 
 if TYPE_CHECKING:  # generic in the stubs, not subscriptable at run time
