@@ -331,8 +331,19 @@ def subscription_link(
     return admin_link(subscription, subscription_label(subscription))
 
 
+class SessionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, ModelAdmin):
+    """What subscriptions and checkout sessions share: a customer, a product and a cycle."""
+
+    list_select_related = ("customer__subscriber", "product")
+    date_hierarchy = "created_at"
+
+    @admin.display(description=_("billing cycle"), ordering="selected_billing_cycle")
+    def cycle_display(self, obj: Subscription | CheckoutSession) -> str:
+        return display.cycle_label(obj.selected_billing_cycle)
+
+
 @admin.register(Subscription)
-class SubscriptionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, ModelAdmin):
+class SubscriptionAdmin(SessionAdmin):
     list_display = (
         "subscription_label",
         "customer_link",
@@ -355,8 +366,6 @@ class SubscriptionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, ModelAdmin):
         "customer_remote_id",
         "product_remote_id",
     )
-    list_select_related = ("customer__subscriber", "product")
-    date_hierarchy = "created_at"
     fieldsets = (
         (None, {"fields": ("customer_link", "product_link", "status_display", "auto_renew")}),
         (
@@ -387,10 +396,6 @@ class SubscriptionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, ModelAdmin):
     @admin.display(description=_("subscription"))
     def subscription_label(self, obj: Subscription) -> str:
         return subscription_label(obj)
-
-    @admin.display(description=_("billing cycle"), ordering="selected_billing_cycle")
-    def cycle_display(self, obj: Subscription) -> str:
-        return display.cycle_label(obj.selected_billing_cycle)
 
     @admin.display(description=_("customer"), ordering="customer__identifier")
     def customer_link(self, obj: Subscription) -> SafeString | str:
@@ -423,7 +428,7 @@ CHECKOUT_STATUS_HELP = _(
 
 
 @admin.register(CheckoutSession)
-class CheckoutSessionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, ModelAdmin):
+class CheckoutSessionAdmin(SessionAdmin):
     list_display = (
         "session_label",
         "customer_link",
@@ -437,8 +442,6 @@ class CheckoutSessionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, ModelAdmin):
     )
     list_filter = ("status", "sync_state", "action")
     search_fields = ("remote_id", "customer__identifier", "customer__email", "product__name")
-    list_select_related = ("customer__subscriber", "product")
-    date_hierarchy = "created_at"
     fieldsets = (
         (
             None,
@@ -486,10 +489,6 @@ class CheckoutSessionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, ModelAdmin):
     @admin.display(description=_("customer"), ordering="customer__identifier")
     def customer_link(self, obj: CheckoutSession) -> SafeString | str:
         return customer_link(obj.customer)
-
-    @admin.display(description=_("billing cycle"), ordering="selected_billing_cycle")
-    def cycle_display(self, obj: CheckoutSession) -> str:
-        return display.cycle_label(obj.selected_billing_cycle)
 
     @admin.display(description=_("product"), ordering="product__name")
     def product_link(self, obj: CheckoutSession) -> SafeString | str:

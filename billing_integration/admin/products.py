@@ -1,6 +1,5 @@
-"""Admin of products: billing cycles with their prices inline, root prices of one-time products,
-publish / archive / sync actions, a confirmation page before changing the prices or cycles of a
-product that has subscriptions, and archive instead of delete."""
+"""Admin of products: cycles and prices inline, publish / archive / sync actions, and a
+confirmation before changing the prices or cycles of a product that has subscriptions."""
 
 from __future__ import annotations
 
@@ -78,8 +77,10 @@ DECLARED_WARNING = _(
 )
 
 
-def declared_badge(cycle: BillingCycle) -> Any:
-    return state_badge("declared", str(DECLARED_LABEL)) if cycle.declared else "-"
+class DeclaredBadgeMixin:
+    @admin.display(description=_("origin"))
+    def declared_badge(self, obj: BillingCycle) -> Any:
+        return state_badge("declared", str(DECLARED_LABEL)) if obj.declared else "-"
 
 
 def is_deleted(formset: Any, form: Any) -> bool:
@@ -94,8 +95,8 @@ def _change_url(model_admin: ModelAdmin, obj: Any) -> str:
 
 # --- the compact prices editor of a cycle row ---------------------------------------------------
 def parse_prices(text: str) -> dict[int, Decimal]:
-    """Parse ``"XOF 10000, USD 19.99"`` (codes or integer ids; separators ``,`` ``;`` or new
-    lines; ``XOF=10000`` and ``1:10000`` also accepted) into ``{currency_id: amount}``."""
+    """``"XOF 10000, USD 19.99"`` (also ``;``, new lines, ``XOF=10000``, ``1:10000``) as
+    ``{currency_id: amount}``."""
     prices: dict[int, Decimal] = {}
     for raw in re.split(r"[,;\n]+", text or ""):
         item = raw.strip()
@@ -132,12 +133,11 @@ def parse_prices(text: str) -> dict[int, Decimal]:
     return prices
 
 
-def format_prices(prices: dict[int, Decimal] | list[Price]) -> str:
+def format_prices(prices: list[Price]) -> str:
     """The compact text of prices (inverse of ``parse_prices``)."""
-    if not isinstance(prices, dict):
-        prices = {p.currency_id: p.amount for p in prices}
     names = currencies.known()
-    return ", ".join(f"{names.get(cid, cid)} {amount}" for cid, amount in sorted(prices.items()))
+    rows = sorted((p.currency_id, p.amount) for p in prices)
+    return ", ".join(f"{names.get(cid, cid)} {amount}" for cid, amount in rows)
 
 
 class BillingCycleForm(ModelForm):
@@ -219,7 +219,7 @@ class RootPriceFormSet(NeverSentRowsFormSet):
     )
 
 
-class BillingCycleInline(TabularInline):
+class BillingCycleInline(DeclaredBadgeMixin, TabularInline):
     model = BillingCycle
     form = BillingCycleForm
     formset = CycleFormSet
@@ -237,10 +237,6 @@ class BillingCycleInline(TabularInline):
     def prices(self, obj: BillingCycle) -> str:
         """The prices as text on a read-only row (a user without the change permission)."""
         return format_prices(list(obj.prices.all())) or "-"
-
-    @admin.display(description=_("origin"))
-    def declared_badge(self, obj: BillingCycle) -> Any:
-        return declared_badge(obj)
 
     def get_extra(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> int:
         return 0 if obj is not None and (obj.is_one_time or obj.cycles.exists()) else 1
@@ -324,8 +320,7 @@ class ProductForm(ModelForm):
             ]
 
     def clean_status(self) -> str:
-        """An archived product the service knows is published again only through the
-        "Publish selected products" action, which warns first."""
+        """An archived product the service knows is published again only by the action."""
         status: str = self.cleaned_data["status"]
         if (
             status == ProductStatus.PUBLISHED
@@ -730,8 +725,7 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
 
     # -- saving ----------------------------------------------------------------------------------
     def save_model(self, request: HttpRequest, obj: Product, form: Any, change: bool) -> None:
-        """An unchanged product is not saved (so not pushed); a change of ``LOCAL_FIELDS``
-        only is saved without a push."""
+        """An unchanged product is not saved; a change of ``LOCAL_FIELDS`` only is not pushed."""
         if change and not form.has_changed():
             return
         if change and set(form.changed_data) <= LOCAL_FIELDS:
@@ -798,7 +792,7 @@ def refused_message(product: Product) -> str:
 
 # --- a cycle with one row per price (reached from the cycle inline's "change" link) ------------
 @admin.register(BillingCycle)
-class BillingCycleAdmin(PricingConfirmationAdmin):
+class BillingCycleAdmin(DeclaredBadgeMixin, PricingConfirmationAdmin):
     fields = ("product_link", "unit", "frequency", "declared_badge")
     readonly_fields = ("product_link", "declared_badge")
     inlines = (CyclePriceInline,)
@@ -816,10 +810,6 @@ class BillingCycleAdmin(PricingConfirmationAdmin):
     @admin.display(description=_("product"))
     def product_link(self, obj: BillingCycle) -> Any:
         return admin_link(obj.product)
-
-    @admin.display(description=_("origin"))
-    def declared_badge(self, obj: BillingCycle) -> Any:
-        return declared_badge(obj)
 
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         super().save_related(request, form, formsets, change)

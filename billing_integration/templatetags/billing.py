@@ -38,9 +38,8 @@ def billing_checkout_button(
     current_label: str | None = None,
     change_label: str | None = None,
 ) -> dict[str, Any]:
-    """A POST form (with ``{% csrf_token %}``) to the checkout view; "Current plan" for the
-    option the request's subscriber holds; a link to the billing page ("Change of plan") for
-    an option that would change the plan held, never a second one."""
+    """A POST form to the checkout view; "Current plan" for the option the subscriber holds, a
+    link to the billing page ("Change of plan") for one that would change the plan held."""
     resolved = product if isinstance(product, Product) else resolve_product(product)
     if isinstance(cycle, BillingCycle):
         cycle = cycle.code
@@ -128,8 +127,7 @@ def is_subscriber(subscriber: Any) -> bool:
 
 @register.simple_tag(takes_context=True)
 def is_subscribed(context: template.Context, product: Any = None, subscriber: Any = None) -> bool:
-    """``{% is_subscribed [product] [subscriber=...] as var %}``; the subscriber defaults
-    to the request's (``BILLING['SUBSCRIBER_RESOLVER']`` or the user)."""
+    """``{% is_subscribed [product] [subscriber=...] as var %}`` (default: the request's)."""
     if subscriber is None:
         subscriber = _request_subscriber(context)
     return subscribed(subscriber, product)
@@ -178,8 +176,7 @@ def do_if_subscribed(parser: template.base.Parser, token: template.base.Token) -
 
 # --- access by feature --------------------------------------------------------------------------
 def _features(subject: Any) -> dict[str, int | None]:
-    """A request's features (its cache), or a subscriber's, memoised on the instance: a
-    template renders within one request, and ``request.user`` is built per request."""
+    """A request's features (its cache), or a subscriber's, memoised on the instance."""
     from ..access.features import features_for, features_of, is_request
 
     return features_for(subject) if is_request(subject) else features_of(subject, memoise=True)
@@ -221,15 +218,13 @@ def do_if_feature(parser: template.base.Parser, token: template.base.Token) -> I
 # --- display ------------------------------------------------------------------------------------
 @register.filter
 def currency_code(value: Any) -> str:
-    """``{{ price.currency_id|currency_code }}``: the ISO code of one of the service's integer
-    currency ids (``BILLING['CURRENCIES']``); a code is returned upper-cased."""
+    """``{{ price.currency_id|currency_code }}``: the ISO code of a currency id (or code)."""
     return currencies.label(value).upper()
 
 
 @register.filter
 def money(amount: Any, currency: Any) -> str:
-    """``{{ amount|money:"XOF" }}``: the amount in the currency (a code or the service's
-    integer id), in its minor units, per the active language."""
+    """``{{ amount|money:"XOF" }}``: the amount in the currency (a code or an id)."""
     return display.format_money(amount, currency_code(currency))
 
 
@@ -249,8 +244,7 @@ def cycle_label(cycle: Any) -> str:
 
 @register.filter
 def status_label(value: Any) -> str:
-    """``{{ subscription|status_label }}`` (or a status string) -> "Active", "Canceled",
-    "Unknown status", ..."""
+    """``{{ subscription|status_label }}`` (or a status string) -> "Active", "Canceled", ..."""
     return display.status_label(value)
 
 
