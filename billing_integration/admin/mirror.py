@@ -100,7 +100,7 @@ def changelist_link(model: type[models.Model], label: Any, **params: Any) -> Saf
     return format_html('<a href="{}?{}">{}</a>', url, query, label)
 
 
-class SyncStateAdminMixin:
+class SyncStateAdminMixin(ModelAdmin):
     """Sync state badge, last error and the retry action for admins of ``RemoteObject`` models."""
 
     @admin.display(description=_("sync"), ordering="sync_state")
@@ -120,15 +120,23 @@ class SyncStateAdminMixin:
         error = obj.sync_error or ""
         return (error[:80] + "…") if len(error) > 80 else error
 
+    def pull_now(self, request: HttpRequest, pull: Any, done: Any) -> bool:
+        """Run ``pull()`` and say how it went (``done`` takes its counts)."""
+        try:
+            counts = pull()
+        except BillingError as exc:
+            self.message_user(request, _("Pull failed: %s") % exc, messages.ERROR)
+            return False
+        self.message_user(request, done % counts.as_dict(), messages.SUCCESS)
+        return True
+
     @admin.action(description=_("Retry failed push"), permissions=["change"])
     def retry_failed_push(self, request: HttpRequest, queryset: models.QuerySet[Any]) -> None:
         count = retry_failed_pushes(queryset)
-        self.message_user(  # type: ignore[attr-defined]
-            request, _("%d failed push(es) re-queued.") % count, messages.SUCCESS
-        )
+        self.message_user(request, _("%d failed push(es) re-queued.") % count, messages.SUCCESS)
 
 
-class ReadOnlyAdminMixin:
+class ReadOnlyAdminMixin(ModelAdmin):
     """No add, change or delete: every field of the fieldsets is read-only."""
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -141,17 +149,17 @@ class ReadOnlyAdminMixin:
         return False
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return flatten_fieldsets(self.get_fieldsets(request, obj))  # type: ignore[attr-defined]
+        return flatten_fieldsets(self.get_fieldsets(request, obj))
 
 
-class NoDeleteMixin:
+class NoDeleteMixin(ModelAdmin):
     """The service has no delete operation: nothing mirrored is deleted from the admin."""
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
     def get_actions(self, request: HttpRequest) -> dict[str, Any]:
-        actions: dict[str, Any] = super().get_actions(request)  # type: ignore[misc]
+        actions: dict[str, Any] = super().get_actions(request)
         actions.pop("delete_selected", None)
         return actions
 
@@ -220,12 +228,7 @@ class CustomerAdmin(NoDeleteMixin, SyncStateAdminMixin, ModelAdmin):
     def sync_now(self, request: HttpRequest, queryset: models.QuerySet[Customer]) -> None:
         from ..sync.pull import pull_customers
 
-        try:
-            counts = pull_customers()
-        except BillingError as exc:
-            self.message_user(request, _("Pull failed: %s") % exc, messages.ERROR)
-            return
-        self.message_user(request, _("Customers pulled: %s") % counts.as_dict(), messages.SUCCESS)
+        self.pull_now(request, pull_customers, _("Customers pulled: %s"))
 
 
 # --- subscriptions ------------------------------------------------------------------------------

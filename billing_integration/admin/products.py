@@ -22,7 +22,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
 from .. import currencies
-from ..exceptions import BillingConfigurationError, BillingError
+from ..exceptions import BillingConfigurationError
 from ..mapping import products as product_map
 from ..models import (
     LOCAL_FIELDS,
@@ -123,7 +123,8 @@ def parse_prices(text: str) -> dict[int, Decimal]:
             raise ValidationError(
                 _("“%(a)s” is not an amount."), params={"a": amount_text}
             ) from None
-        if amount < 0 or amount.as_tuple().exponent < -2:  # type: ignore[operator]
+        exponent = amount.as_tuple().exponent  # a str only for NaN and infinities
+        if amount < 0 or not isinstance(exponent, int) or exponent < -2:
             raise ValidationError(
                 _("%(a)s: amounts are positive, with at most two decimals."), params={"a": amount}
             )
@@ -677,12 +678,8 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
     def sync_now(self, request: HttpRequest, queryset: models.QuerySet[Product]) -> None:
         from ..sync.pull import products_without_cycles, pull_products
 
-        try:
-            counts = pull_products()
-        except BillingError as exc:
-            self.message_user(request, _("Pull failed: %s") % exc, messages.ERROR)
+        if not self.pull_now(request, pull_products, _("Products pulled: %s")):
             return
-        self.message_user(request, _("Products pulled: %s") % counts.as_dict(), messages.SUCCESS)
         unsellable = products_without_cycles()
         if unsellable:
             self.message_user(
