@@ -24,8 +24,7 @@ def _parse_locale(name: str) -> Locale:
 
 
 def babel_locale(locale: str | Locale | None = None) -> Locale:
-    """``locale`` (a Babel locale or a name such as ``"fr"``, ``"fr_FR"`` or ``"fr-fr"``),
-    else the active Django language; ``"en"`` for one Babel does not know."""
+    """``locale`` (a Babel locale or a name), else the active language; ``"en"`` if unknown."""
     if isinstance(locale, Locale):
         return locale
     name = locale or get_language() or FALLBACK_LOCALE
@@ -39,8 +38,7 @@ def currency_precision(currency_code: str) -> int:
 
 @lru_cache(maxsize=64)
 def _code_pattern(locale: Locale) -> str:
-    """The locale's standard currency pattern with the ISO code (``¤¤``) in place of the
-    symbol, separated from the digits by a no-break space."""
+    """The locale's currency pattern with the ISO code, a no-break space from the digits."""
     pattern = locale.currency_formats["standard"].pattern.split(";")[0]
     pattern = pattern.replace("¤", "¤¤")
     pattern = re.sub(r"¤¤(?=[#0,.])", "¤¤\u00a0", pattern)
@@ -64,8 +62,7 @@ def format_money(amount: Any, currency_code: str | None, locale: str | Locale | 
 
 
 def cycle_label(cycle: Any) -> str:
-    """``"months-1"`` -> "Monthly", ``"months-3"`` -> "Every 3 months", ``"years-1"`` -> "Yearly",
-    ``"years-2"`` -> "Every 2 years"; "One-time" for no cycle."""
+    """``"months-1"`` -> "Monthly", ``"months-3"`` -> "Every 3 months"; "One-time" for none."""
     code = getattr(cycle, "code", cycle)
     if not code:
         return gettext("One-time")
@@ -110,8 +107,7 @@ def status_label(value: Any) -> str:
 
 
 def failure_reason_label(reason: str | None) -> str:
-    """A payment's ``failure_reason`` for a person ("Insufficient funds", "Declined", ...);
-    an unknown reason is shown with its underscores as spaces; ``""`` for none."""
+    """A payment's ``failure_reason`` for a person; an unknown one with spaces for underscores."""
     reason = str(reason or "").strip()
     if not reason:
         return ""
@@ -126,8 +122,7 @@ def failure_reason_label(reason: str | None) -> str:
 
 
 def customer_label(customer: Any) -> str:
-    """A customer as a person reads it: its name, else its subscriber's (a user's full name or
-    username, ``str()`` of a team), else its e-mail, else its identifier."""
+    """A customer's name, else its subscriber's, else its e-mail, else its identifier."""
     if customer is None:
         return ""
     name = f"{customer.first_name} {customer.last_name}".strip()
@@ -142,7 +137,7 @@ def customer_label(customer: Any) -> str:
             text = username() if callable(username) else str(subscriber)
         if text and text.strip():
             return text.strip()
-    return customer.email or customer.identifier
+    return str(customer.email or customer.identifier)
 
 
 def object_label(obj: Any) -> str:

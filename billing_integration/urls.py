@@ -1,6 +1,6 @@
 """URLs of the app. Include them under a prefix of your choice, e.g. ``path("billing/", ...)``."""
 
-from django.urls import path
+from django.urls import URLPattern, URLResolver, path
 
 from .account import views as account_views
 from .api import views as api_views
@@ -9,9 +9,8 @@ from .webhooks import views as webhook_views
 
 app_name = "billing_integration"
 
-urlpatterns: list = [
+urlpatterns: list[URLPattern | URLResolver] = [
     path("webhooks/", webhook_views.webhook, name="webhook"),
-    # checkout (issue 6)
     path("checkout/", checkout_views.checkout, name="checkout"),
     path("checkout/return/", checkout_views.checkout_return, name="checkout_return"),
     path(
@@ -20,6 +19,5 @@ urlpatterns: list = [
         name="api_checkout_sessions",
     ),
     path("api/subscriptions/", api_views.SubscriptionList.as_view(), name="api_subscriptions"),
-    # the customer's billing page (issue 16)
     path("account/", account_views.account, name="account"),
 ]

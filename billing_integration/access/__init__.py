@@ -12,8 +12,10 @@ from urllib.parse import urlencode
 from django.contrib.auth.views import redirect_to_login
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http.response import HttpResponseBase
 from django.urls import NoReverseMatch, reverse
 from django.utils.module_loading import import_string
+from django.views import View
 
 from ..conf import billing_settings
 from ..models import Product, ProductType, Subscription
@@ -40,6 +42,7 @@ __all__ = [
 ]
 
 ProductRef = Product | int | str | uuid.UUID | None
+ViewFunc = Callable[..., HttpResponse]
 
 
 # --- subscriber and product ---------------------------------------------------------------------
@@ -133,44 +136,60 @@ def subscription_required_url(
     return target
 
 
-def _check(
-    request: HttpRequest, product: ProductRef, redirect_url: str | None
+def _refusal(
+    request: HttpRequest,
+    redirect_url: str | None,
+    product: ProductRef = None,
+    feature: str | None = None,
 ) -> HttpResponse | None:
-    """``None`` if the request may go on, else the redirect to send."""
+    """``None`` if the request may go on, else the redirect: the login page for anonymous users,
+    then the pricing page (``subscription_required_url``)."""
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return redirect_to_login(request.get_full_path())
-    if subscribed(get_subscriber(request), product):
+    if has_feature(request, feature) if feature else subscribed(get_subscriber(request), product):
         return None
-    return HttpResponseRedirect(subscription_required_url(redirect_url, request.get_full_path()))
+    path = request.get_full_path()
+    return HttpResponseRedirect(subscription_required_url(redirect_url, path, feature=feature))
+
+
+def _guard(refusal: Callable[[HttpRequest], HttpResponse | None]) -> Callable[[ViewFunc], ViewFunc]:
+    """A view decorator that answers ``refusal(request)`` unless it is ``None``."""
+
+    def decorator(func: ViewFunc) -> ViewFunc:
+        @functools.wraps(func)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            refused = refusal(request)
+            return refused if refused is not None else func(request, *args, **kwargs)
+
+        return wrapper
+
+    return decorator
+
+
+class _GuardMixin(View):
+    def billing_refusal(self, request: HttpRequest) -> HttpResponse | None:
+        raise NotImplementedError
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        refused = self.billing_refusal(request)
+        return refused if refused is not None else super().dispatch(request, *args, **kwargs)
 
 
 def subscription_required(
-    view_func: Callable[..., HttpResponse] | None = None,
+    view_func: ViewFunc | None = None,
     *,
     product: ProductRef = None,
     redirect_url: str | None = None,
 ) -> Any:
     """View decorator: login required, then an active subscription (to ``product``)."""
-
-    def decorator(func: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-        @functools.wraps(func)
-        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-            refused = _check(request, product, redirect_url)
-            if refused is not None:
-                return refused
-            return func(request, *args, **kwargs)
-
-        return wrapper
-
-    if view_func is not None and callable(view_func) and not isinstance(view_func, Product):
-        return decorator(view_func)
-    if view_func is not None:  # @subscription_required(product) positionally
-        product = view_func
-    return decorator
+    if view_func is not None and (isinstance(view_func, Product) or not callable(view_func)):
+        product, view_func = view_func, None  # @subscription_required(product) positionally
+    decorator = _guard(lambda request: _refusal(request, redirect_url, product=product))
+    return decorator(view_func) if view_func is not None else decorator
 
 
-class SubscriptionRequiredMixin:
+class SubscriptionRequiredMixin(_GuardMixin):
     """Class-based-view mixin: login required, then an active subscription."""
 
     subscription_product: ProductRef = None
@@ -179,11 +198,9 @@ class SubscriptionRequiredMixin:
     def get_subscription_product(self) -> ProductRef:
         return self.subscription_product
 
-    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        refused = _check(request, self.get_subscription_product(), self.subscription_redirect_url)
-        if refused is not None:
-            return refused
-        return super().dispatch(request, *args, **kwargs)  # type: ignore[misc]
+    def billing_refusal(self, request: HttpRequest) -> HttpResponse | None:
+        product = self.get_subscription_product()
+        return _refusal(request, self.subscription_redirect_url, product=product)
 
 
 def __getattr__(name: str) -> Any:

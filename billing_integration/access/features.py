@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Callable
 from typing import Any
 
-from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import ImproperlyConfigured
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse
 
 from ..mapping.products import feature_key, features_from_remote, larger_limit
 from ..models import Product
-from . import active_subscriptions, get_subscriber, subscription_required_url
+from . import ViewFunc, _guard, _GuardMixin, _refusal, active_subscriptions, get_subscriber
 
 #: The longest feature key ``refused_feature`` reads from a query string.
 MAX_FEATURE_KEY = 100
@@ -22,7 +20,7 @@ MAX_FEATURE_KEY = 100
 CACHE_ATTR = "_billing_features"
 
 
-class Features(dict):
+class Features(dict[str, int | None]):
     """``{key: limit or None}`` of one subscriber (a ``dict``; the type marks a cache entry)."""
 
 
@@ -155,45 +153,17 @@ def _required(feature: Any) -> str:
     return key
 
 
-def check_feature(
-    request: HttpRequest, feature: Any, redirect_url: str | None = None
-) -> HttpResponse | None:
-    """``None`` if the request may go on; else the redirect to send (the login page for
-    anonymous users, then ``redirect_url`` or ``BILLING['PRICING_URL']`` with
-    ``?next=<path>&feature=<key>``)."""
-    key = _required(feature)
-    user = getattr(request, "user", None)
-    if user is None or not user.is_authenticated:
-        return redirect_to_login(request.get_full_path())
-    if has_feature(request, key):
-        return None
-    return HttpResponseRedirect(
-        subscription_required_url(redirect_url, request.get_full_path(), feature=key)
-    )
-
-
 def feature_required(
     feature: str, *, redirect_url: str | None = None
-) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
+) -> Callable[[ViewFunc], ViewFunc]:
     """View decorator: login required, then ``feature`` through an active subscription."""
     if callable(feature):
         raise TypeError('feature_required needs a feature name: @feature_required("sso").')
     key = _required(feature)
-
-    def decorator(func: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-        @functools.wraps(func)
-        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-            refused = check_feature(request, key, redirect_url)
-            if refused is not None:
-                return refused
-            return func(request, *args, **kwargs)
-
-        return wrapper
-
-    return decorator
+    return _guard(lambda request: _refusal(request, redirect_url, feature=key))
 
 
-class FeatureRequiredMixin:
+class FeatureRequiredMixin(_GuardMixin):
     """Class-based-view mixin: login required, then ``required_feature``."""
 
     required_feature: str | None = None
@@ -202,8 +172,6 @@ class FeatureRequiredMixin:
     def get_required_feature(self) -> str | None:
         return self.required_feature
 
-    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        refused = check_feature(request, self.get_required_feature(), self.feature_redirect_url)
-        if refused is not None:
-            return refused
-        return super().dispatch(request, *args, **kwargs)  # type: ignore[misc]
+    def billing_refusal(self, request: HttpRequest) -> HttpResponse | None:
+        key = _required(self.get_required_feature())
+        return _refusal(request, self.feature_redirect_url, feature=key)

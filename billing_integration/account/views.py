@@ -96,6 +96,12 @@ def _pay_again(
     return offers
 
 
+def _records(model: Any, customer: Customer, *related: str) -> list[Any]:
+    """The customer's payments, invoices or refunds, newest first."""
+    rows = model.objects.filter(customer=customer).select_related(*related)
+    return list(rows.order_by("-remote_created", "-id"))
+
+
 @never_cache
 @login_required
 @require_GET
@@ -110,30 +116,18 @@ def account(request: HttpRequest) -> HttpResponse:
     invoices: list[Invoice] = []
     refunds: list[Refund] = []
     if customer is not None:
-        cycles = Prefetch(
+        priced = Prefetch(
             "product__cycles", queryset=BillingCycle.objects.prefetch_related("prices")
         )
         subscriptions = list(
             Subscription.objects.for_customer(customer)
             .select_related("product")
-            .prefetch_related(cycles)
+            .prefetch_related(priced)
             .order_by("-created_at", "-pk")
         )
-        payments = list(
-            Payment.objects.filter(customer=customer)
-            .select_related("product", "subscription")
-            .order_by("-remote_created", "-id")
-        )
-        invoices = list(
-            Invoice.objects.filter(customer=customer)
-            .select_related("product")
-            .order_by("-remote_created", "-id")
-        )
-        refunds = list(
-            Refund.objects.filter(customer=customer)
-            .select_related("payment")
-            .order_by("-remote_created", "-id")
-        )
+        payments = _records(Payment, customer, "product", "subscription")
+        invoices = _records(Invoice, customer, "product")
+        refunds = _records(Refund, customer, "payment")
     # The page reads the mirror only. While the service is known down, it says the mirror may
     # not be up to date and asks a worker for a pull (nothing is sent from the request).
     stale = customer is not None and get_client().known_down()

@@ -1,6 +1,4 @@
-"""Admin of the event log (``WebhookEvent``): filters by type and state, the raw body and the
-headers (redacted when stored) pretty-printed, and "Replay" actions that call the webhooks layer
-(``replay_events``). Deliveries are never added or edited from the admin."""
+"""Admin of the event log: read-only deliveries, pretty-printed, and "Replay" actions."""
 
 from __future__ import annotations
 
@@ -8,6 +6,7 @@ import json
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.utils import flatten_fieldsets
 from django.db import models
 from django.http import HttpRequest, HttpResponse
 from django.utils.html import format_html
@@ -15,44 +14,33 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from ..models import WebhookEvent
-from .mirror import state_badge
+from .mirror import ModelAdmin, state_badge
 
 #: Characters of a body shown as raw text (not JSON, or nested too deep to be parsed).
 RAW_TEXT_LIMIT = 20_000
-
-
-def _raw_text(value: Any) -> SafeString:
-    """``value`` as text in a ``<pre>``, cut after ``RAW_TEXT_LIMIT`` characters."""
-    if isinstance(value, str):
-        text = value
-    else:
-        try:
-            text = repr(value)
-        except RecursionError:
-            text = str(_("(nested too deep to be shown)"))
-    if len(text) > RAW_TEXT_LIMIT:
-        more = len(text) - RAW_TEXT_LIMIT
-        return format_html(
-            '<pre class="billing-json" style="white-space:pre-wrap">{}</pre><p>{}</p>',
-            text[:RAW_TEXT_LIMIT],
-            _("… %(count)d more characters not shown.") % {"count": more},
-        )
-    return format_html('<pre class="billing-json" style="white-space:pre-wrap">{}</pre>', text)
+PRE = '<pre class="billing-json" style="white-space:pre-wrap">{}</pre>'
 
 
 def pretty_json(value: Any) -> SafeString:
     """``value`` (JSON text or data) indented in a ``<pre>``. Text that is not JSON, or JSON
-    nested too deep for the parser (a stored hostile body), is shown raw and truncated."""
+    nested too deep for the parser, is shown raw and cut after ``RAW_TEXT_LIMIT`` characters."""
     try:
         data = json.loads(value) if isinstance(value, str) else value
-        text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False)
+        return format_html(PRE, json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))
     except (ValueError, TypeError, RecursionError):
-        return _raw_text(value)
-    return format_html('<pre class="billing-json" style="white-space:pre-wrap">{}</pre>', text)
+        pass
+    try:
+        text = value if isinstance(value, str) else repr(value)
+    except RecursionError:
+        text = str(_("(nested too deep to be shown)"))
+    if len(text) <= RAW_TEXT_LIMIT:
+        return format_html(PRE, text)
+    more = _("… %(count)d more characters not shown.") % {"count": len(text) - RAW_TEXT_LIMIT}
+    return format_html(PRE + "<p>{}</p>", text[:RAW_TEXT_LIMIT], more)
 
 
 @admin.register(WebhookEvent)
-class WebhookEventAdmin(admin.ModelAdmin):
+class WebhookEventAdmin(ModelAdmin):
     list_display = (
         "event_id",
         "type",
@@ -90,9 +78,7 @@ class WebhookEventAdmin(admin.ModelAdmin):
         (_("Delivery"), {"fields": ("body_pretty", "headers_pretty")}),
     )
 
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        from django.contrib.admin.utils import flatten_fieldsets
-
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         return flatten_fieldsets(self.fieldsets)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -105,7 +91,7 @@ class WebhookEventAdmin(admin.ModelAdmin):
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
-        # Everything is read-only: no save buttons (the change permission is for the actions).
+        # No save buttons: the change permission is for the actions.
         extra = {
             "show_save": False,
             "show_save_and_continue": False,
@@ -115,7 +101,7 @@ class WebhookEventAdmin(admin.ModelAdmin):
         return super().change_view(request, object_id, form_url, extra)
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
-        """Never write a delivery from the admin (all fields are read-only anyway)."""
+        """Never write a delivery from the admin."""
 
     @admin.display(description=_("state"), ordering="state")
     def state_badge(self, obj: WebhookEvent) -> SafeString:
@@ -137,7 +123,9 @@ class WebhookEventAdmin(admin.ModelAdmin):
     def headers_pretty(self, obj: WebhookEvent) -> SafeString:
         return pretty_json(obj.headers or {})
 
-    def _replay(self, request: HttpRequest, queryset: models.QuerySet, force: bool) -> None:
+    def _replay(
+        self, request: HttpRequest, queryset: models.QuerySet[WebhookEvent], force: bool
+    ) -> None:
         from ..webhooks.processing import replay_events
 
         counts = replay_events(queryset, inline=True, force=force)
@@ -153,12 +141,12 @@ class WebhookEventAdmin(admin.ModelAdmin):
         self.message_user(request, _("Replayed: %s") % summary, level)
 
     @admin.action(description=_("Replay (events not processed yet)"), permissions=["change"])
-    def replay(self, request: HttpRequest, queryset: models.QuerySet) -> None:
+    def replay(self, request: HttpRequest, queryset: models.QuerySet[WebhookEvent]) -> None:
         self._replay(request, queryset, force=False)
 
     @admin.action(
         description=_("Re-apply, processed ones too (older never overwrites newer)"),
         permissions=["change"],
     )
-    def replay_force(self, request: HttpRequest, queryset: models.QuerySet) -> None:
+    def replay_force(self, request: HttpRequest, queryset: models.QuerySet[WebhookEvent]) -> None:
         self._replay(request, queryset, force=True)

@@ -12,25 +12,14 @@ from django.utils.translation import gettext as _
 
 from ..health import FAIL, OK, Thresholds, diagnose
 from ..models import Health
-from .mirror import state_badge
+from .mirror import ModelAdmin, ReadOnlyAdminMixin, state_badge
 
 #: Badge colours (``state_badge``) and labels of the fact statuses.
 STATUS_BADGES = {OK: ("processed", "OK"), "warning": ("received", "WARN"), FAIL: ("failed", "FAIL")}
 
 
 @admin.register(Health)
-class HealthAdmin(admin.ModelAdmin):
-    """The Health page (see the module docstring). Nothing to add, change or delete."""
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
+class HealthAdmin(ReadOnlyAdminMixin, ModelAdmin):
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied

@@ -1,12 +1,14 @@
-"""Admin of the mirrored customers, subscriptions and checkout sessions, and the shared helpers of
-the billing admin (sync-state badge, links between objects, outbox actions)."""
+"""Admin of the mirrored customers, subscriptions and checkout sessions, and the helpers shared by
+the billing admin."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.utils import flatten_fieldsets
 from django.db import models
 from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
@@ -17,15 +19,17 @@ from django.utils.translation import gettext_lazy as _
 
 from .. import currencies, display
 from ..exceptions import BillingError
-from ..models import (
-    CheckoutSession,
-    Customer,
-    Subscription,
-    SyncState,
-    active_q,
-    unknown_status_q,
-)
+from ..models import CheckoutSession, Customer, Subscription, SyncState, active_q, unknown_status_q
 from ..outbox.retry import retry_failed_pushes
+
+if TYPE_CHECKING:  # generic in the stubs, not subscriptable at run time
+    ModelAdmin = admin.ModelAdmin[Any]
+    TabularInline = admin.TabularInline[Any, Any]
+    ModelForm = forms.ModelForm[Any]
+    BaseInlineFormSet = forms.BaseInlineFormSet[Any, Any, Any]
+else:
+    ModelAdmin, TabularInline = admin.ModelAdmin, admin.TabularInline
+    ModelForm, BaseInlineFormSet = forms.ModelForm, forms.BaseInlineFormSet
 
 #: Colours of the badges (sync states, event states, record statuses).
 BADGE_COLOURS = {
@@ -40,9 +44,9 @@ BADGE_COLOURS = {
     "ignored": "#616161",
     "rejected": "#6a1b9a",
     "failed": "#c62828",
+    "unknown-status": "#c62828",
 }
 
-#: A remote id whose object is not known here.
 NOT_MIRRORED_LABEL = _("not mirrored here")
 
 #: The remote-state fields of every ``RemoteObject``, shown read-only.
@@ -73,22 +77,19 @@ def admin_link(obj: models.Model | None, label: Any = None) -> SafeString | str:
     """A link to the admin change page of ``obj`` (plain text if it has no admin)."""
     if obj is None:
         return "-"
+    label = label if label is not None else display.object_label(obj)
     opts = obj._meta
     try:
         url = reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk])
     except NoReverseMatch:
-        return str(label if label is not None else display.object_label(obj))
-    return format_html(
-        '<a href="{}">{}</a>', url, label if label is not None else display.object_label(obj)
-    )
+        return str(label)
+    return format_html('<a href="{}">{}</a>', url, label)
 
 
-def admin_links(objects: Iterable[models.Model], empty: str = "-") -> SafeString | str:
+def admin_links(objects: Iterable[models.Model]) -> SafeString | str:
     """Links to several objects, one per line."""
     items = [(admin_link(o),) for o in objects]
-    if not items:
-        return empty
-    return format_html_join(mark_safe("<br>"), "{}", items)
+    return format_html_join(mark_safe("<br>"), "{}", items) if items else "-"
 
 
 def changelist_link(model: type[models.Model], label: Any, **params: Any) -> SafeString:
@@ -99,8 +100,8 @@ def changelist_link(model: type[models.Model], label: Any, **params: Any) -> Saf
     return format_html('<a href="{}?{}">{}</a>', url, query, label)
 
 
-class SyncStateAdminMixin:
-    """Sync state badge, last error and remote ids for admins of ``RemoteObject`` models."""
+class SyncStateAdminMixin(ModelAdmin):
+    """Sync state badge, last error and the retry action for admins of ``RemoteObject`` models."""
 
     @admin.display(description=_("sync"), ordering="sync_state")
     def sync_badge(self, obj: Any) -> SafeString:
@@ -117,11 +118,26 @@ class SyncStateAdminMixin:
     @admin.display(description=_("last error"))
     def sync_error_short(self, obj: Any) -> str:
         error = obj.sync_error or ""
-        return (error[:80] + "…") if len(error) > 80 else (error or "")
+        return (error[:80] + "…") if len(error) > 80 else error
+
+    def pull_now(self, request: HttpRequest, pull: Any, done: Any) -> bool:
+        """Run ``pull()`` and say how it went (``done`` takes its counts)."""
+        try:
+            counts = pull()
+        except BillingError as exc:
+            self.message_user(request, _("Pull failed: %s") % exc, messages.ERROR)
+            return False
+        self.message_user(request, done % counts.as_dict(), messages.SUCCESS)
+        return True
+
+    @admin.action(description=_("Retry failed push"), permissions=["change"])
+    def retry_failed_push(self, request: HttpRequest, queryset: models.QuerySet[Any]) -> None:
+        count = retry_failed_pushes(queryset)
+        self.message_user(request, _("%d failed push(es) re-queued.") % count, messages.SUCCESS)
 
 
-class ReadOnlyAdminMixin:
-    """No add, change or delete: the change view is a read-only view (view permission)."""
+class ReadOnlyAdminMixin(ModelAdmin):
+    """No add, change or delete: every field of the fieldsets is read-only."""
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -132,22 +148,25 @@ class ReadOnlyAdminMixin:
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return flatten_fieldsets(self.get_fieldsets(request, obj))
 
-class NoDeleteMixin:
+
+class NoDeleteMixin(ModelAdmin):
     """The service has no delete operation: nothing mirrored is deleted from the admin."""
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
     def get_actions(self, request: HttpRequest) -> dict[str, Any]:
-        actions = super().get_actions(request)  # type: ignore[misc]
+        actions: dict[str, Any] = super().get_actions(request)
         actions.pop("delete_selected", None)
         return actions
 
 
 # --- customers ----------------------------------------------------------------------------------
 @admin.register(Customer)
-class CustomerAdmin(NoDeleteMixin, SyncStateAdminMixin, admin.ModelAdmin):
+class CustomerAdmin(NoDeleteMixin, SyncStateAdminMixin, ModelAdmin):
     list_display = (
         "display_name",
         "identifier",
@@ -163,10 +182,8 @@ class CustomerAdmin(NoDeleteMixin, SyncStateAdminMixin, admin.ModelAdmin):
     list_select_related = ("subscriber",)
     raw_id_fields = ("subscriber",)
     actions = ("sync_now", "retry_failed_push")
-    #: Service-owned fields, never editable.
     remote_owned = ("address_line_1", "address_line_2", "phone", "status")
-    #: Supplied on creation; the service offers no customer update, so they are frozen once
-    #: the customer has been pushed.
+    #: Frozen once pushed: the service offers no customer update.
     creation_fields = ("subscriber", "identifier", "first_name", "last_name", "email")
     related_readonly = ("subscriptions_links", "checkout_sessions_links")
 
@@ -181,7 +198,7 @@ class CustomerAdmin(NoDeleteMixin, SyncStateAdminMixin, admin.ModelAdmin):
         return fieldsets
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
-        fields = self.remote_owned + self.related_readonly + REMOTE_STATE_READONLY
+        fields: tuple[str, ...] = self.remote_owned + self.related_readonly + REMOTE_STATE_READONLY
         if obj is not None and obj.remote_id is not None:
             fields = self.creation_fields + fields
         return fields
@@ -208,26 +225,15 @@ class CustomerAdmin(NoDeleteMixin, SyncStateAdminMixin, admin.ModelAdmin):
     @admin.action(
         description=_("Sync now (pull customers from the service)"), permissions=["change"]
     )
-    def sync_now(self, request: HttpRequest, queryset: models.QuerySet) -> None:
+    def sync_now(self, request: HttpRequest, queryset: models.QuerySet[Customer]) -> None:
         from ..sync.pull import pull_customers
 
-        try:
-            counts = pull_customers()
-        except BillingError as exc:
-            self.message_user(request, _("Pull failed: %s") % exc, messages.ERROR)
-            return
-        self.message_user(request, _("Customers pulled: %s") % counts.as_dict(), messages.SUCCESS)
-
-    @admin.action(description=_("Retry failed push"), permissions=["change"])
-    def retry_failed_push(self, request: HttpRequest, queryset: models.QuerySet) -> None:
-        count = retry_failed_pushes(queryset)
-        self.message_user(request, _("%d failed push(es) re-queued.") % count, messages.SUCCESS)
+        self.pull_now(request, pull_customers, _("Customers pulled: %s"))
 
 
 # --- subscriptions ------------------------------------------------------------------------------
 class AccessFilter(admin.SimpleListFilter):
-    """Subscriptions by what the active rule makes of them now; "unknown status" lists the
-    statuses that are neither in ``BILLING['ACTIVE_STATUSES']`` nor known inactive ones."""
+    """Subscriptions by what the active rule makes of them now."""
 
     title = _("access")
     parameter_name = "access"
@@ -239,7 +245,9 @@ class AccessFilter(admin.SimpleListFilter):
             ("unknown", _("unknown status (no access)")),
         ]
 
-    def queryset(self, request: HttpRequest, queryset: models.QuerySet) -> models.QuerySet:
+    def queryset(
+        self, request: HttpRequest, queryset: models.QuerySet[Any]
+    ) -> models.QuerySet[Any]:
         if self.value() == "active":
             return queryset.filter(active_q())
         if self.value() == "inactive":
@@ -250,9 +258,8 @@ class AccessFilter(admin.SimpleListFilter):
 
 
 class StatusFilter(admin.SimpleListFilter):
-    """Subscriptions by status, each offered by the label the status column shows ("Active",
-    "Canceled", "Unknown status", ...: never a bare "published"), with the raw value after it
-    where two statuses share a label."""
+    """Subscriptions by status, offered by the status column's label (the raw value after it
+    where two statuses share a label)."""
 
     title = _("status")
     parameter_name = "status"
@@ -268,7 +275,9 @@ class StatusFilter(admin.SimpleListFilter):
         ]
         return sorted(choices, key=lambda choice: str(choice[1]))
 
-    def queryset(self, request: HttpRequest, queryset: models.QuerySet) -> models.QuerySet:
+    def queryset(
+        self, request: HttpRequest, queryset: models.QuerySet[Any]
+    ) -> models.QuerySet[Any]:
         value = self.value()
         if value is None:
             return queryset
@@ -277,7 +286,7 @@ class StatusFilter(admin.SimpleListFilter):
 
 def status_badge(obj: Subscription) -> SafeString:
     """The status; a red "unknown status — no access" marker when it is neither active nor
-    a known inactive one (and "no status" when it is empty)."""
+    a known inactive one."""
     if not obj.has_unknown_status:
         colour = "#2e7d32" if obj.is_active else "#616161"
         return format_html(
@@ -287,13 +296,7 @@ def status_badge(obj: Subscription) -> SafeString:
             display.status_label(obj),
         )
     label = _("unknown status — no access") if obj.status else _("no status — no access")
-    return format_html(
-        '{} <span class="billing-badge billing-badge-unknown-status" style="background:#c62828;'
-        'color:#fff;padding:1px 6px;border-radius:8px;font-size:11px;white-space:nowrap">'
-        "{}</span>",
-        obj.status,
-        label,
-    )
+    return format_html("{} {}", obj.status, state_badge("unknown-status", str(label)))
 
 
 def customer_link(customer: Customer | None, remote_id: Any = None) -> SafeString | str:
@@ -331,14 +334,19 @@ def subscription_link(
     return admin_link(subscription, subscription_label(subscription))
 
 
-def currency_label(currency_id: Any) -> str:
-    """The ISO code of one of the service's integer currency ids (``BILLING['CURRENCIES']``);
-    an id not configured there is shown as it is."""
-    return currencies.label(currency_id) or "-"
+class SessionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, ModelAdmin):
+    """What subscriptions and checkout sessions share: a customer, a product and a cycle."""
+
+    list_select_related = ("customer__subscriber", "product")
+    date_hierarchy = "created_at"
+
+    @admin.display(description=_("billing cycle"), ordering="selected_billing_cycle")
+    def cycle_display(self, obj: Subscription | CheckoutSession) -> str:
+        return display.cycle_label(obj.selected_billing_cycle)
 
 
 @admin.register(Subscription)
-class SubscriptionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, admin.ModelAdmin):
+class SubscriptionAdmin(SessionAdmin):
     list_display = (
         "subscription_label",
         "customer_link",
@@ -361,8 +369,6 @@ class SubscriptionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, admin.ModelAdmi
         "customer_remote_id",
         "product_remote_id",
     )
-    list_select_related = ("customer__subscriber", "product")
-    date_hierarchy = "created_at"
     fieldsets = (
         (None, {"fields": ("customer_link", "product_link", "status_display", "auto_renew")}),
         (
@@ -386,21 +392,13 @@ class SubscriptionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, admin.ModelAdmi
         ),
     )
 
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
-        return tuple(f for _name, opts in self.fieldsets for f in opts["fields"])
-
     @admin.display(description=_("status"), ordering="status")
     def status_display(self, obj: Subscription) -> SafeString:
         return status_badge(obj)
 
     @admin.display(description=_("subscription"))
     def subscription_label(self, obj: Subscription) -> str:
-        """The product and the customer's name (never ``auth.user:4``)."""
         return subscription_label(obj)
-
-    @admin.display(description=_("billing cycle"), ordering="selected_billing_cycle")
-    def cycle_display(self, obj: Subscription) -> str:
-        return display.cycle_label(obj.selected_billing_cycle)
 
     @admin.display(description=_("customer"), ordering="customer__identifier")
     def customer_link(self, obj: Subscription) -> SafeString | str:
@@ -424,7 +422,6 @@ class SubscriptionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, admin.ModelAdmi
 
 
 # --- checkout sessions --------------------------------------------------------------------------
-#: Why a checkout session stays "open" here (the change page's description, the status tooltip).
 CHECKOUT_STATUS_HELP = _(
     "The service offers no way to read a checkout session back, so its status stays the one "
     "the service answered when it was created; an open session past its expiry shows as "
@@ -434,7 +431,7 @@ CHECKOUT_STATUS_HELP = _(
 
 
 @admin.register(CheckoutSession)
-class CheckoutSessionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, admin.ModelAdmin):
+class CheckoutSessionAdmin(SessionAdmin):
     list_display = (
         "session_label",
         "customer_link",
@@ -448,8 +445,6 @@ class CheckoutSessionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, admin.ModelA
     )
     list_filter = ("status", "sync_state", "action")
     search_fields = ("remote_id", "customer__identifier", "customer__email", "product__name")
-    list_select_related = ("customer__subscriber", "product")
-    date_hierarchy = "created_at"
     fieldsets = (
         (
             None,
@@ -474,17 +469,13 @@ class CheckoutSessionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, admin.ModelA
         (_("Synchronisation"), {"fields": REMOTE_STATE_READONLY}),
     )
 
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
-        return tuple(f for _name, opts in self.fieldsets for f in opts["fields"])
-
     @admin.display(description=_("checkout session"), ordering="created_at")
     def session_label(self, obj: CheckoutSession) -> str:
         return _("checkout %s") % (obj.remote_id or obj.pk)
 
     @admin.display(description=_("status"), ordering="status")
     def status_display(self, obj: CheckoutSession) -> SafeString | str:
-        """The status the service answered at creation; "expired" for an open session past
-        its expiry (the interface has no way to read a session back)."""
+        """The status the service answered at creation; "expired" once past its expiry."""
         expired = (
             obj.status == "open"
             and obj.completed_at is None
@@ -496,15 +487,11 @@ class CheckoutSessionAdmin(ReadOnlyAdminMixin, SyncStateAdminMixin, admin.ModelA
 
     @admin.display(description=_("currency"), ordering="selected_currency")
     def currency_display(self, obj: CheckoutSession) -> str:
-        return currency_label(obj.selected_currency)
+        return currencies.label(obj.selected_currency) or "-"
 
     @admin.display(description=_("customer"), ordering="customer__identifier")
     def customer_link(self, obj: CheckoutSession) -> SafeString | str:
         return customer_link(obj.customer)
-
-    @admin.display(description=_("billing cycle"), ordering="selected_billing_cycle")
-    def cycle_display(self, obj: CheckoutSession) -> str:
-        return display.cycle_label(obj.selected_billing_cycle)
 
     @admin.display(description=_("product"), ordering="product__name")
     def product_link(self, obj: CheckoutSession) -> SafeString | str:

@@ -1,5 +1,4 @@
-"""Admin of the notice emails (``Notice``): read-only, one row per (event, kind), with its
-state (sent, skipped, failed), recipient and a link to the event."""
+"""Admin of the notice emails: read-only, one row per (event, kind)."""
 
 from __future__ import annotations
 
@@ -8,11 +7,11 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from ..models import Notice
-from .mirror import ReadOnlyAdminMixin, admin_link, state_badge
+from .mirror import ModelAdmin, ReadOnlyAdminMixin, admin_link, state_badge
 
 
 @admin.register(Notice)
-class NoticeAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class NoticeAdmin(ReadOnlyAdminMixin, ModelAdmin):
     list_display = ["kind", "recipient", "state_label", "sent_at", "attempts", "event_link"]
     list_filter = ["kind", "state"]
     search_fields = ["recipient", "event__event_id"]
@@ -28,7 +27,6 @@ class NoticeAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "event_link",
         "created_at",
     ]
-    readonly_fields = fields
 
     @admin.display(description=_("state"), ordering="state")
     def state_label(self, obj: Notice) -> SafeString:
@@ -37,5 +35,5 @@ class NoticeAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description=_("event"))
     def event_link(self, obj: Notice) -> SafeString | str:
         if obj.event is None:
-            return _("(pruned from the event log)")
+            return str(_("(pruned from the event log)"))
         return admin_link(obj.event, obj.event.event_id)

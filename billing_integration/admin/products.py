@@ -1,12 +1,11 @@
-"""Admin of products: billing cycles with their prices inline, root prices of one-time products,
-publish / archive / sync actions, a confirmation page before changing the prices or cycles of a
-product that has subscriptions, and archive instead of delete."""
+"""Admin of products: cycles and prices inline, publish / archive / sync actions, and a
+confirmation before changing the prices or cycles of a product that has subscriptions."""
 
 from __future__ import annotations
 
 import re
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.contrib import admin, messages
@@ -23,7 +22,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
 from .. import currencies
-from ..exceptions import BillingConfigurationError, BillingError
+from ..exceptions import BillingConfigurationError
 from ..mapping import products as product_map
 from ..models import (
     LOCAL_FIELDS,
@@ -38,10 +37,14 @@ from ..models import (
 )
 from .mirror import (
     REMOTE_STATE_READONLY,
+    BaseInlineFormSet,
+    ModelAdmin,
+    ModelForm,
+    NoDeleteMixin,
     SyncStateAdminMixin,
+    TabularInline,
     admin_link,
     changelist_link,
-    retry_failed_pushes,
     state_badge,
 )
 
@@ -74,8 +77,10 @@ DECLARED_WARNING = _(
 )
 
 
-def declared_badge(cycle: BillingCycle) -> Any:
-    return state_badge("declared", str(DECLARED_LABEL)) if cycle.declared else "-"
+class DeclaredBadgeMixin:
+    @admin.display(description=_("origin"))
+    def declared_badge(self, obj: BillingCycle) -> Any:
+        return state_badge("declared", str(DECLARED_LABEL)) if obj.declared else "-"
 
 
 def is_deleted(formset: Any, form: Any) -> bool:
@@ -83,19 +88,15 @@ def is_deleted(formset: Any, form: Any) -> bool:
     return bool(formset.can_delete and form.cleaned_data.get(DELETION_FIELD_NAME))
 
 
-def _change_url(model_admin: admin.ModelAdmin, obj: Any) -> str:
+def _change_url(model_admin: ModelAdmin, obj: Any) -> str:
     opts = model_admin.opts
     return reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk])
 
 
 # --- the compact prices editor of a cycle row ---------------------------------------------------
-def _currencies() -> dict[int, str]:
-    return currencies.known()
-
-
 def parse_prices(text: str) -> dict[int, Decimal]:
-    """Parse ``"XOF 10000, USD 19.99"`` (codes or integer ids; separators ``,`` ``;`` or new
-    lines; ``XOF=10000`` and ``1:10000`` also accepted) into ``{currency_id: amount}``."""
+    """``"XOF 10000, USD 19.99"`` (also ``;``, new lines, ``XOF=10000``, ``1:10000``) as
+    ``{currency_id: amount}``."""
     prices: dict[int, Decimal] = {}
     for raw in re.split(r"[,;\n]+", text or ""):
         item = raw.strip()
@@ -122,7 +123,8 @@ def parse_prices(text: str) -> dict[int, Decimal]:
             raise ValidationError(
                 _("“%(a)s” is not an amount."), params={"a": amount_text}
             ) from None
-        if amount < 0 or amount.as_tuple().exponent < -2:  # type: ignore[operator]
+        exponent = amount.as_tuple().exponent  # a str only for NaN and infinities
+        if amount < 0 or not isinstance(exponent, int) or exponent < -2:
             raise ValidationError(
                 _("%(a)s: amounts are positive, with at most two decimals."), params={"a": amount}
             )
@@ -132,15 +134,14 @@ def parse_prices(text: str) -> dict[int, Decimal]:
     return prices
 
 
-def format_prices(prices: dict[int, Decimal] | list[Price]) -> str:
+def format_prices(prices: list[Price]) -> str:
     """The compact text of prices (inverse of ``parse_prices``)."""
-    if not isinstance(prices, dict):
-        prices = {p.currency_id: p.amount for p in prices}
-    names = _currencies()
-    return ", ".join(f"{names.get(cid, cid)} {amount}" for cid, amount in sorted(prices.items()))
+    names = currencies.known()
+    rows = sorted((p.currency_id, p.amount) for p in prices)
+    return ", ".join(f"{names.get(cid, cid)} {amount}" for cid, amount in rows)
 
 
-class BillingCycleForm(forms.ModelForm):
+class BillingCycleForm(ModelForm):
     """A cycle with its prices in one text field (``prices``)."""
 
     prices = forms.CharField(
@@ -164,13 +165,13 @@ class BillingCycleForm(forms.ModelForm):
         return parse_prices(self.cleaned_data.get("prices") or "")
 
     def save(self, commit: bool = True) -> BillingCycle:
-        cycle = super().save(commit=commit)
+        cycle: BillingCycle = super().save(commit=commit)
         if commit:
             self.save_prices(cycle)
         return cycle
 
     def save_prices(self, cycle: BillingCycle) -> None:
-        """Make the cycle's prices those of the field (only the rows that differ are written)."""
+        """Make the cycle's prices those of the field, writing only the rows that differ."""
         if "prices" not in self.changed_data and not self.was_new:
             return
         wanted: dict[int, Decimal] = self.cleaned_data.get("prices") or {}
@@ -186,7 +187,7 @@ class BillingCycleForm(forms.ModelForm):
                 Price.objects.create(cycle=cycle, currency_id=cid, amount=amount)
 
 
-class NeverSentRowsFormSet(forms.BaseInlineFormSet):
+class NeverSentRowsFormSet(BaseInlineFormSet):
     """Refuses inline rows that a product of the other type would never send."""
 
     refuse_for_one_time: bool
@@ -219,7 +220,7 @@ class RootPriceFormSet(NeverSentRowsFormSet):
     )
 
 
-class BillingCycleInline(admin.TabularInline):
+class BillingCycleInline(DeclaredBadgeMixin, TabularInline):
     model = BillingCycle
     form = BillingCycleForm
     formset = CycleFormSet
@@ -230,7 +231,7 @@ class BillingCycleInline(admin.TabularInline):
     verbose_name = _("billing cycle")
     verbose_name_plural = _("billing cycles (subscription products)")
 
-    def get_queryset(self, request: HttpRequest) -> models.QuerySet:
+    def get_queryset(self, request: HttpRequest) -> models.QuerySet[BillingCycle]:
         return super().get_queryset(request).prefetch_related("prices")
 
     @admin.display(description=_("prices"))
@@ -238,15 +239,11 @@ class BillingCycleInline(admin.TabularInline):
         """The prices as text on a read-only row (a user without the change permission)."""
         return format_prices(list(obj.prices.all())) or "-"
 
-    @admin.display(description=_("origin"))
-    def declared_badge(self, obj: BillingCycle) -> Any:
-        return declared_badge(obj)
-
     def get_extra(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> int:
         return 0 if obj is not None and (obj.is_one_time or obj.cycles.exists()) else 1
 
 
-class PriceInlineForm(forms.ModelForm):
+class PriceInlineForm(ModelForm):
     """A price row whose currency is chosen by its code."""
 
     currency_id = forms.TypedChoiceField(label=_("currency"), coerce=int)
@@ -257,10 +254,11 @@ class PriceInlineForm(forms.ModelForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["currency_id"].choices = [("", "---------"), *sorted(_currencies().items())]
+        field = cast(forms.ChoiceField, self.fields["currency_id"])
+        field.choices = [("", "---------"), *sorted(currencies.known().items())]
 
 
-class RootPriceInline(admin.TabularInline):
+class RootPriceInline(TabularInline):
     model = Price
     form = PriceInlineForm
     formset = RootPriceFormSet
@@ -271,7 +269,7 @@ class RootPriceInline(admin.TabularInline):
     verbose_name_plural = _("prices (one-time products)")
 
 
-class CyclePriceInline(admin.TabularInline):
+class CyclePriceInline(TabularInline):
     model = Price
     fk_name = "cycle"
     form = PriceInlineForm
@@ -279,7 +277,7 @@ class CyclePriceInline(admin.TabularInline):
     extra = 1
 
 
-class ProductFeatureInline(admin.TabularInline):
+class ProductFeatureInline(TabularInline):
     """Features declared here (read by ``access.has_feature``); never pushed."""
 
     model = ProductFeature
@@ -291,7 +289,7 @@ class ProductFeatureInline(admin.TabularInline):
     )
 
 
-class ProductForm(forms.ModelForm):
+class ProductForm(ModelForm):
     selected_currencies = forms.TypedMultipleChoiceField(
         label=_("Currencies"),
         coerce=int,
@@ -315,16 +313,16 @@ class ProductForm(forms.ModelForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["selected_currencies"].choices = sorted(_currencies().items())
+        field = cast(forms.ChoiceField, self.fields["selected_currencies"])
+        field.choices = sorted(currencies.known().items())
         if self.instance.pk is not None:
             self.initial["selected_currencies"] = [
                 int(c) for c in self.instance.selected_currencies or []
             ]
 
     def clean_status(self) -> str:
-        """An archived product the service knows is published again only through the
-        "Publish selected products" action, which warns first."""
-        status = self.cleaned_data.get("status")
+        """An archived product the service knows is published again only by the action."""
+        status: str = self.cleaned_data["status"]
         if (
             status == ProductStatus.PUBLISHED
             and self.instance.pk is not None
@@ -358,7 +356,7 @@ def formset_changes(formset: Any) -> list[str]:
     return changes
 
 
-class PricingConfirmationMixin:
+class PricingConfirmationAdmin(ModelAdmin):
     """Before a change form saves new cycles or prices of a product that has subscriptions,
     answers a confirmation page; confirming re-posts the form with ``CONFIRM_FIELD``."""
 
@@ -366,11 +364,17 @@ class PricingConfirmationMixin:
         """The product concerned and the changes the valid POST would make (none if invalid)."""
         raise NotImplementedError
 
+    def page(self, request: HttpRequest, template: str, **context: Any) -> TemplateResponse:
+        """One of the product's confirmation pages (``template`` in its template folder)."""
+        context = {**self.admin_site.each_context(request), "opts": self.opts, **context}
+        folder = "admin/billing_integration/product"
+        return TemplateResponse(request, f"{folder}/{template}.html", context)
+
     def bound_formsets(self, request: HttpRequest, obj: Any) -> list[Any]:
         formsets = []
-        for formset_class, inline in self.get_formsets_with_inlines(request, obj):  # type: ignore[attr-defined]
+        for formset_class, inline in self.get_formsets_with_inlines(request, obj):
             prefix = formset_class.get_default_prefix()
-            kwargs = self.get_formset_kwargs(request, obj, inline, prefix)  # type: ignore[attr-defined]
+            kwargs = self.get_formset_kwargs(request, obj, inline, prefix)
             formsets.append(formset_class(**kwargs))
         return formsets
 
@@ -385,36 +389,34 @@ class PricingConfirmationMixin:
             response = self.pricing_confirmation(request, object_id)
             if response is not None:
                 return response
-        return super().changeform_view(request, object_id, form_url, extra_context)  # type: ignore[misc]
+        return super().changeform_view(request, object_id, form_url, extra_context)
 
     def pricing_confirmation(self, request: HttpRequest, object_id: str) -> HttpResponse | None:
-        obj = self.get_object(request, unquote(object_id))  # type: ignore[attr-defined]
-        if obj is None or not self.has_change_permission(request, obj):  # type: ignore[attr-defined]
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None or not self.has_change_permission(request, obj):
             return None
         product, changes = self.pricing_changes(request, obj)
         total = product.subscriptions.count() if changes else 0
         if not total or (not product.is_one_time and not product.blueprint_known):
             return None  # declared cycles reach no subscription (sending them asks instead)
-        context = {
-            **self.admin_site.each_context(request),  # type: ignore[attr-defined]
-            "title": _("Confirm the change of prices or billing cycles"),
-            "object": product,
-            "opts": Product._meta,
-            "changes": changes,
-            "subscription_count": total,
-            "active_count": Subscription.objects.for_product(product).active().count(),
-            "warning": PRICE_CHANGE_WARNING,
-            "post_items": [
+        return self.page(
+            request,
+            "confirm_pricing_change",
+            title=_("Confirm the change of prices or billing cycles"),
+            object=product,
+            opts=Product._meta,
+            changes=changes,
+            subscription_count=total,
+            active_count=Subscription.objects.for_product(product).active().count(),
+            warning=PRICE_CHANGE_WARNING,
+            post_items=[
                 (key, value)
                 for key, values in request.POST.lists()
                 if key != "csrfmiddlewaretoken"
                 for value in values
             ],
-            "confirm_field": CONFIRM_FIELD,
-            "change_url": request.path,
-        }
-        return TemplateResponse(
-            request, "admin/billing_integration/product/confirm_pricing_change.html", context
+            confirm_field=CONFIRM_FIELD,
+            change_url=request.path,
         )
 
 
@@ -427,7 +429,9 @@ class CyclesListFilter(admin.SimpleListFilter):
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
         return [("none", NO_CYCLES_LABEL), ("declared", DECLARED_LABEL)]
 
-    def queryset(self, request: HttpRequest, queryset: models.QuerySet) -> models.QuerySet:
+    def queryset(
+        self, request: HttpRequest, queryset: models.QuerySet[Product]
+    ) -> models.QuerySet[Product]:
         if self.value() == "none":
             return queryset.filter(pk__in=Product.objects.without_cycles().values("pk"))
         if self.value() == "declared":
@@ -436,7 +440,7 @@ class CyclesListFilter(admin.SimpleListFilter):
 
 
 @admin.register(Product)
-class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdmin):
+class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin):
     form = ProductForm
     inlines = (BillingCycleInline, RootPriceInline, ProductFeatureInline)
     list_display = (
@@ -481,7 +485,7 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
         return self.fieldsets if obj is not None else self.fieldsets[:1]
 
     def get_object_or_404(self, request: HttpRequest, object_id: str) -> Product:
-        obj = self.get_object(request, unquote(object_id))
+        obj: Product | None = self.get_object(request, unquote(object_id))
         if obj is None:
             raise Http404(_("No product with the key “%s”.") % object_id)
         if not self.has_change_permission(request, obj):
@@ -489,19 +493,14 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
         return obj
 
     # -- list ------------------------------------------------------------------------------------
-    def get_queryset(self, request: HttpRequest) -> models.QuerySet:
-        return (
-            super()
-            .get_queryset(request)
-            .annotate(
-                _subscriber_count=Count(
-                    "subscriptions", filter=active_q(prefix="subscriptions__"), distinct=True
-                ),
-                _cycle_count=Count("cycles", distinct=True),
-                _declared_count=Count(
-                    "cycles", filter=models.Q(cycles__declared=True), distinct=True
-                ),
-            )
+    def get_queryset(self, request: HttpRequest) -> models.QuerySet[Product]:
+        products: models.QuerySet[Product] = super().get_queryset(request)
+        return products.annotate(
+            _subscriber_count=Count(
+                "subscriptions", filter=active_q(prefix="subscriptions__"), distinct=True
+            ),
+            _cycle_count=Count("cycles", distinct=True),
+            _declared_count=Count("cycles", filter=models.Q(cycles__declared=True), distinct=True),
         )
 
     @admin.display(description=_("status"), ordering="status")
@@ -558,15 +557,6 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
         label = _("%d subscription(s)") % obj.subscriptions.count()
         return changelist_link(Subscription, label, product__id__exact=obj.pk)
 
-    # -- delete is replaced by archive -----------------------------------------------------------
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
-        actions = super().get_actions(request)
-        actions.pop("delete_selected", None)
-        return actions
-
     def get_urls(self) -> list[Any]:
         info = self.opts.app_label, self.opts.model_name
         return [
@@ -602,18 +592,15 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
                 messages.SUCCESS,
             )
             return HttpResponseRedirect(change_url)
-        context = {
-            **self.admin_site.each_context(request),
-            "title": _("Send the declared cycles of %s") % obj,
-            "object": obj,
-            "opts": self.opts,
-            "change_url": change_url,
-            "cycles": list(obj.cycles.prefetch_related("prices")),
-            "subscription_count": obj.subscriptions.count(),
-            "warning": PRICE_CHANGE_WARNING,
-        }
-        return TemplateResponse(
-            request, "admin/billing_integration/product/send_declared_cycles.html", context
+        return self.page(
+            request,
+            "send_declared_cycles",
+            title=_("Send the declared cycles of %s") % obj,
+            object=obj,
+            change_url=change_url,
+            cycles=list(obj.cycles.prefetch_related("prices")),
+            subscription_count=obj.subscriptions.count(),
+            warning=PRICE_CHANGE_WARNING,
         )
 
     def archive_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
@@ -626,20 +613,19 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
                 self.log_change(request, obj, [{"changed": {"fields": ["status"]}}])
             self.message_user(request, _("“%s” is archived.") % obj, messages.SUCCESS)
             return HttpResponseRedirect(change_url)
-        context = {
-            **self.admin_site.each_context(request),
-            "title": _("Archive %s") % obj,
-            "object": obj,
-            "opts": self.opts,
-            "change_url": change_url,
-            "subscription_count": obj.subscriptions.count(),
-        }
-        return TemplateResponse(
-            request, "admin/billing_integration/product/archive_confirmation.html", context
+        return self.page(
+            request,
+            "archive_confirmation",
+            title=_("Archive %s") % obj,
+            object=obj,
+            change_url=change_url,
+            subscription_count=obj.subscriptions.count(),
         )
 
     # -- actions ---------------------------------------------------------------------------------
-    def set_status(self, request: HttpRequest, queryset: models.QuerySet, status: str) -> int:
+    def set_status(
+        self, request: HttpRequest, queryset: models.QuerySet[Product], status: str
+    ) -> int:
         count = 0
         pks = list(queryset.values_list("pk", flat=True))
         with transaction.atomic():
@@ -651,22 +637,21 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
         return count
 
     @admin.action(description=_("Publish selected products"), permissions=["change"])
-    def publish(self, request: HttpRequest, queryset: models.QuerySet) -> HttpResponse | None:
+    def publish(
+        self, request: HttpRequest, queryset: models.QuerySet[Product]
+    ) -> HttpResponse | None:
         """Publish; an archived product the service knows asks for confirmation first."""
         archived = list(queryset.filter(status=ProductStatus.ARCHIVED, remote_id__isnull=False))
         if archived and not request.POST.get(REPUBLISH_FIELD):
-            context = {
-                **self.admin_site.each_context(request),
-                "title": _("Publish archived products again?"),
-                "opts": self.opts,
-                "archived": archived,
-                "selected": queryset.values_list("pk", flat=True),
-                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-                "confirm_field": REPUBLISH_FIELD,
-                "warning": REPUBLISH_WARNING,
-            }
-            return TemplateResponse(
-                request, "admin/billing_integration/product/republish_confirmation.html", context
+            return self.page(
+                request,
+                "republish_confirmation",
+                title=_("Publish archived products again?"),
+                archived=archived,
+                selected=queryset.values_list("pk", flat=True),
+                action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
+                confirm_field=REPUBLISH_FIELD,
+                warning=REPUBLISH_WARNING,
             )
         count = self.set_status(request, queryset, ProductStatus.PUBLISHED)
         self.message_user(
@@ -679,7 +664,7 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
         return None
 
     @admin.action(description=_("Archive selected products"), permissions=["change"])
-    def archive(self, request: HttpRequest, queryset: models.QuerySet) -> None:
+    def archive(self, request: HttpRequest, queryset: models.QuerySet[Product]) -> None:
         count = self.set_status(request, queryset, ProductStatus.ARCHIVED)
         self.message_user(
             request,
@@ -690,15 +675,11 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
     @admin.action(
         description=_("Sync now (pull products from the service)"), permissions=["change"]
     )
-    def sync_now(self, request: HttpRequest, queryset: models.QuerySet) -> None:
+    def sync_now(self, request: HttpRequest, queryset: models.QuerySet[Product]) -> None:
         from ..sync.pull import products_without_cycles, pull_products
 
-        try:
-            counts = pull_products()
-        except BillingError as exc:
-            self.message_user(request, _("Pull failed: %s") % exc, messages.ERROR)
+        if not self.pull_now(request, pull_products, _("Products pulled: %s")):
             return
-        self.message_user(request, _("Products pulled: %s") % counts.as_dict(), messages.SUCCESS)
         unsellable = products_without_cycles()
         if unsellable:
             self.message_user(
@@ -712,13 +693,10 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
                 messages.WARNING,
             )
 
-    @admin.action(description=_("Retry failed push"), permissions=["change"])
-    def retry_failed_push(self, request: HttpRequest, queryset: models.QuerySet) -> None:
-        count = retry_failed_pushes(queryset)
-        self.message_user(request, _("%d failed push(es) re-queued.") % count, messages.SUCCESS)
-
     @admin.action(description=_("Send declared cycles to the service"), permissions=["change"])
-    def send_declared_cycles(self, request: HttpRequest, queryset: models.QuerySet) -> None:
+    def send_declared_cycles(
+        self, request: HttpRequest, queryset: models.QuerySet[Product]
+    ) -> None:
         """Push the declared cycles of the selected products as their blueprints."""
         from ..outbox.signals import send_declared_cycles
 
@@ -744,8 +722,7 @@ class ProductAdmin(PricingConfirmationMixin, SyncStateAdminMixin, admin.ModelAdm
 
     # -- saving ----------------------------------------------------------------------------------
     def save_model(self, request: HttpRequest, obj: Product, form: Any, change: bool) -> None:
-        """An unchanged product is not saved (so not pushed); a change of ``LOCAL_FIELDS``
-        only is saved without a push."""
+        """An unchanged product is not saved; a change of ``LOCAL_FIELDS`` only is not pushed."""
         if change and not form.has_changed():
             return
         if change and set(form.changed_data) <= LOCAL_FIELDS:
@@ -812,7 +789,7 @@ def refused_message(product: Product) -> str:
 
 # --- a cycle with one row per price (reached from the cycle inline's "change" link) ------------
 @admin.register(BillingCycle)
-class BillingCycleAdmin(PricingConfirmationMixin, admin.ModelAdmin):
+class BillingCycleAdmin(DeclaredBadgeMixin, PricingConfirmationAdmin):
     fields = ("product_link", "unit", "frequency", "declared_badge")
     readonly_fields = ("product_link", "declared_badge")
     inlines = (CyclePriceInline,)
@@ -830,10 +807,6 @@ class BillingCycleAdmin(PricingConfirmationMixin, admin.ModelAdmin):
     @admin.display(description=_("product"))
     def product_link(self, obj: BillingCycle) -> Any:
         return admin_link(obj.product)
-
-    @admin.display(description=_("origin"))
-    def declared_badge(self, obj: BillingCycle) -> Any:
-        return declared_badge(obj)
 
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         super().save_related(request, form, formsets, change)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 from django.contrib import admin
 from django.http import HttpRequest
@@ -11,7 +12,10 @@ from django.utils.translation import gettext_lazy as _
 
 from .. import display
 from ..models import Invoice, Payment, Refund, Subscription
+from .events import pretty_json
 from .mirror import (
+    BADGE_COLOURS,
+    ModelAdmin,
     ReadOnlyAdminMixin,
     admin_link,
     admin_links,
@@ -35,21 +39,35 @@ COMMON_SEARCH = (
     "customer_remote_id",
     "subscription_remote_id",
 )
+COMMON_SELECT = (
+    "customer__subscriber",
+    "subscription__product",
+    "subscription__customer__subscriber",
+)
+#: The badge colour of each record status.
+STATUS_COLOURS = {
+    "paid": "processed",
+    "completed": "processed",
+    "approved": "processed",
+    "failed": "failed",
+    "void": "ignored",
+    "canceled": "ignored",
+    "rejected": "failed",
+    "uncollectable": "failed",
+    "deleted": "ignored",
+    "initiated": "received",
+}
 
 
-class RecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class RecordAdmin(ReadOnlyAdminMixin, ModelAdmin):
     """Shared read-only layout of the three records."""
 
-    list_filter: Any = ("status", "currency")
-    search_fields: Any = COMMON_SEARCH
+    list_filter: ClassVar[tuple[str, ...]] = ("status", "currency")
+    search_fields: ClassVar[tuple[str, ...]] = COMMON_SEARCH
     date_hierarchy = "remote_created"
-    list_select_related: Any = (
-        "customer__subscriber",
-        "subscription__product",
-        "subscription__customer__subscriber",
-    )
-    detail_fields: tuple[str, ...] = ()
-    link_fields: tuple[str, ...] = ("customer_link", "subscription_link")
+    list_select_related: ClassVar[tuple[str, ...]] = COMMON_SELECT
+    detail_fields: ClassVar[Sequence[str]] = ()
+    link_fields: ClassVar[Sequence[str]] = ("customer_link", "subscription_link")
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         return (
@@ -80,29 +98,10 @@ class RecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             ),
         )
 
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        from django.contrib.admin.utils import flatten_fieldsets
-
-        return flatten_fieldsets(self.get_fieldsets(request, obj))
-
     @admin.display(description=_("status"), ordering="status")
     def status_badge(self, obj: Any) -> SafeString:
-        colour_key = {
-            "paid": "processed",
-            "completed": "processed",
-            "approved": "processed",
-            "failed": "failed",
-            "void": "ignored",
-            "canceled": "ignored",
-            "rejected": "failed",
-            "uncollectable": "failed",
-            "deleted": "ignored",
-            "initiated": "received",
-        }.get(obj.status, obj.status)
-        from .mirror import BADGE_COLOURS
-
-        colour = BADGE_COLOURS.get(colour_key)
-        return state_badge(colour_key if colour else obj.status, obj.get_status_display())
+        key = STATUS_COLOURS.get(obj.status, obj.status)
+        return state_badge(key if key in BADGE_COLOURS else obj.status, obj.get_status_display())
 
     @admin.display(description=_("amount"), ordering="amount")
     def amount_display(self, obj: Any) -> str:
@@ -113,9 +112,13 @@ class RecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     def customer_link(self, obj: Any) -> SafeString | str:
         return customer_link(obj.customer, obj.customer_remote_id)
 
+    @admin.display(description=_("product"), ordering="product__name")
+    def product_link(self, obj: Any) -> SafeString | str:
+        return admin_link(obj.product) if obj.product_id else str(obj.product_remote_id or "-")
+
     def get_changelist_instance(self, request: HttpRequest) -> Any:
         """The page's records whose subscription was mirrored after their event get it in one
-        query for the page (not one a row)."""
+        query for the page."""
         changelist = super().get_changelist_instance(request)
         waiting = [
             r
@@ -139,7 +142,6 @@ class RecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description=_("subscription"))
     def subscription_link(self, obj: Any) -> SafeString | str:
-        """ "Pro for Ada Lovelace", never "Pro for auth.user:3" nor a bare remote id."""
         looked_up = getattr(obj, "subscription_looked_up", False)
         return subscription_link(
             obj.subscription, obj.subscription_remote_id, look_up=not looked_up
@@ -147,27 +149,16 @@ class RecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description=_("raw data"))
     def remote_data_pretty(self, obj: Any) -> SafeString:
-        from .events import pretty_json
-
         return pretty_json(obj.remote_data)
 
 
 @admin.register(Invoice)
 class InvoiceAdmin(RecordAdmin):
     list_display = (*COMMON_LIST, "product_link", "period_start", "period_end")
-    list_select_related = (
-        "customer__subscriber",
-        "product",
-        "subscription__product",
-        "subscription__customer__subscriber",
-    )
+    list_select_related = (*COMMON_SELECT, "product")
     search_fields = (*COMMON_SEARCH, "product__name")
     detail_fields = ("period_start", "period_end")
     link_fields = ("customer_link", "subscription_link", "product_link", "payments_links")
-
-    @admin.display(description=_("product"), ordering="product__name")
-    def product_link(self, obj: Invoice) -> SafeString | str:
-        return admin_link(obj.product) if obj.product_id else str(obj.product_remote_id or "-")
 
     @admin.display(description=_("payments"))
     def payments_links(self, obj: Invoice) -> SafeString | str:
@@ -178,12 +169,7 @@ class InvoiceAdmin(RecordAdmin):
 class PaymentAdmin(RecordAdmin):
     list_display = (*COMMON_LIST, "product_link", "failure_reason_display")
     list_filter = ("status", "currency", "failure_reason")
-    list_select_related = (
-        "customer__subscriber",
-        "product",
-        "subscription__product",
-        "subscription__customer__subscriber",
-    )
+    list_select_related = (*COMMON_SELECT, "product")
     search_fields = (*COMMON_SEARCH, "invoice_remote_id", "product__name")
     detail_fields = ("failure_reason_display",)
     link_fields = (
@@ -193,10 +179,6 @@ class PaymentAdmin(RecordAdmin):
         "invoice_link",
         "refunds_links",
     )
-
-    @admin.display(description=_("product"), ordering="product__name")
-    def product_link(self, obj: Payment) -> SafeString | str:
-        return admin_link(obj.product) if obj.product_id else str(obj.product_remote_id or "-")
 
     @admin.display(description=_("failure reason"), ordering="failure_reason")
     def failure_reason_display(self, obj: Payment) -> str:
@@ -215,12 +197,7 @@ class PaymentAdmin(RecordAdmin):
 @admin.register(Refund)
 class RefundAdmin(RecordAdmin):
     list_display = (*COMMON_LIST, "payment_link", "reason")
-    list_select_related = (
-        "customer__subscriber",
-        "payment",
-        "subscription__product",
-        "subscription__customer__subscriber",
-    )
+    list_select_related = (*COMMON_SELECT, "payment")
     search_fields = (*COMMON_SEARCH, "payment_remote_id", "reason")
     detail_fields = ("reason",)
     link_fields = ("customer_link", "subscription_link", "payment_link")

@@ -19,6 +19,7 @@ from ..reporting.charts import bar_chart, line_chart
 from ..reporting.csv import TABLES, table_csv
 from ..reporting.report import Period, Table, build_report, display
 from ..reporting.report import Report as ReportData
+from .mirror import ModelAdmin, ReadOnlyAdminMixin
 
 MAX_MONTHS = 36
 
@@ -63,68 +64,48 @@ def charts(report: ReportData) -> list[dict[str, Any]]:
         def series(key: str, currency: str = currency) -> list[Any]:
             return [v for _, v in report.series(currency, key)]
 
+        def title(text: str, currency: str = currency) -> str:
+            return text % {"currency": currency}
+
         churn = [(v or 0) * 100 for v in series("churn_rate")]
-        out.append(
-            {
-                "currency": currency,
-                "totals": report.totals(currency),
-                "svgs": [
-                    line_chart(
-                        gettext("MRR (%(currency)s)") % {"currency": currency},
-                        months,
-                        {gettext("MRR"): series("mrr")},
-                    ),
-                    bar_chart(
-                        gettext("New subscriptions and cancellations (%(currency)s)")
-                        % {"currency": currency},
-                        months,
-                        {
-                            gettext("new"): series("new"),
-                            gettext("cancellations"): series("cancellations"),
-                        },
-                    ),
-                    line_chart(
-                        gettext("Churn rate (%(currency)s)") % {"currency": currency},
-                        months,
-                        {gettext("churn %"): churn},
-                        unit="%",
-                    ),
-                    bar_chart(
-                        gettext("Payments (%(currency)s)") % {"currency": currency},
-                        months,
-                        {
-                            gettext("completed"): series("payments_completed"),
-                            gettext("failed"): series("payments_failed"),
-                        },
-                    ),
-                    bar_chart(
-                        gettext("Failed and refunded amounts (%(currency)s)")
-                        % {"currency": currency},
-                        months,
-                        {
-                            gettext("failed"): series("failed_amount"),
-                            gettext("refunded"): series("refunded_amount"),
-                        },
-                    ),
-                ],
-            }
-        )
+        svgs = [
+            line_chart(
+                title(gettext("MRR (%(currency)s)")), months, {gettext("MRR"): series("mrr")}
+            ),
+            bar_chart(
+                title(gettext("New subscriptions and cancellations (%(currency)s)")),
+                months,
+                {gettext("new"): series("new"), gettext("cancellations"): series("cancellations")},
+            ),
+            line_chart(
+                title(gettext("Churn rate (%(currency)s)")),
+                months,
+                {gettext("churn %"): churn},
+                unit="%",
+            ),
+            bar_chart(
+                title(gettext("Payments (%(currency)s)")),
+                months,
+                {
+                    gettext("completed"): series("payments_completed"),
+                    gettext("failed"): series("payments_failed"),
+                },
+            ),
+            bar_chart(
+                title(gettext("Failed and refunded amounts (%(currency)s)")),
+                months,
+                {
+                    gettext("failed"): series("failed_amount"),
+                    gettext("refunded"): series("refunded_amount"),
+                },
+            ),
+        ]
+        out.append({"currency": currency, "totals": report.totals(currency), "svgs": svgs})
     return out
 
 
 @admin.register(Report)
-class ReportAdmin(admin.ModelAdmin):
-    """The dashboard (see the module docstring). Nothing to add, change or delete."""
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
+class ReportAdmin(ReadOnlyAdminMixin, ModelAdmin):
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rest_framework import serializers
 
-from ..models import Subscription
+from ..models import CheckoutSession, Subscription
+
+if TYPE_CHECKING:  # generic in the stubs, not subscriptable at run time
+    Serializer = serializers.Serializer[Any]
+    ModelSerializer = serializers.ModelSerializer[Subscription]
+else:
+    Serializer, ModelSerializer = serializers.Serializer, serializers.ModelSerializer
 
 
-class CheckoutSessionCreateSerializer(serializers.Serializer):
+class CheckoutSessionCreateSerializer(Serializer):
     """The request: ``product`` (pk, remote id or name), ``cycle`` (``"months-1"``; optional
     when the product has one cycle), ``currency`` (code or integer id; optional)."""
 
@@ -20,18 +26,18 @@ class CheckoutSessionCreateSerializer(serializers.Serializer):
     )
 
 
-class CheckoutSessionSerializer(serializers.Serializer):
+class CheckoutSessionSerializer(Serializer):
     """The answer: the session's remote ``id``, the hosted page ``url`` and ``expires_at``."""
 
     id = serializers.CharField(source="remote_id")
     url = serializers.SerializerMethodField()
     expires_at = serializers.DateTimeField()
 
-    def get_url(self, obj: Any) -> str:
-        return self.context["checkout_url"]
+    def get_url(self, obj: CheckoutSession) -> str:
+        return str(self.context["checkout_url"])
 
 
-class SubscriptionSerializer(serializers.ModelSerializer):
+class SubscriptionSerializer(ModelSerializer):
     id = serializers.CharField(source="remote_id", read_only=True)
     product = serializers.SerializerMethodField()
     is_active = serializers.BooleanField(read_only=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db.models import QuerySet
 from rest_framework import generics, permissions, status
@@ -27,6 +27,11 @@ from .serializers import (
     CheckoutSessionSerializer,
     SubscriptionSerializer,
 )
+
+if TYPE_CHECKING:  # generic in the stubs, not subscriptable at run time
+    ListAPIView = generics.ListAPIView[Subscription]
+else:
+    ListAPIView = generics.ListAPIView
 
 
 class CheckoutSessionCreate(APIView):
@@ -54,14 +59,14 @@ class CheckoutSessionCreate(APIView):
                 error["held_plan"] = exc.held_name
             return Response(error, status=exc.status)
         except BillingError:
-            exc = ServiceUnavailable()
-            return Response({"detail": exc.message, "code": exc.code}, status=exc.status)
+            down = ServiceUnavailable()
+            return Response({"detail": down.message, "code": down.code}, status=down.status)
         body = CheckoutSessionSerializer(session, context={"checkout_url": url}).data
-        reused = getattr(session, "reused", False)
-        return Response(body, status=status.HTTP_200_OK if reused else status.HTTP_201_CREATED)
+        code = status.HTTP_200_OK if session.reused else status.HTTP_201_CREATED
+        return Response(body, status=code)
 
 
-class SubscriptionList(generics.ListAPIView):
+class SubscriptionList(ListAPIView):
     permission_classes = [permissions.IsAuthenticated]
     serializer_class = SubscriptionSerializer
     pagination_class = None

@@ -46,8 +46,7 @@ from ..service import ensure_service
 logger = logging.getLogger("billing_integration.checkout")
 
 ACTION_NEW = "new_subscription"
-#: Seconds an open session must still have before it expires to be reused for a second
-#: click (at most half of ``CHECKOUT_EXPIRY``): time for the person to pay.
+#: Seconds an open session must have left to be reused (at most half of ``CHECKOUT_EXPIRY``).
 REUSE_MARGIN = 60.0
 
 
@@ -120,8 +119,7 @@ class AlreadySubscribed(CheckoutError):
 
 
 class PlanAlreadyHeld(CheckoutError):
-    """The subscriber holds another recurring plan of the product's group (409): buying this
-    one would be a second plan beside the first. ``held`` is that plan's subscription."""
+    """The subscriber holds another plan of the product's group (409), ``held``."""
 
     status = 409
     code = "plan_held"
@@ -154,8 +152,7 @@ class CheckoutRefused(CheckoutError):
 # --- validation ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class CheckoutSelection:
-    """A validated choice: the product, its cycle (``None`` for one-time products) and the
-    service's integer currency id."""
+    """A validated choice; ``cycle`` is ``None`` for a one-time product."""
 
     product: Product
     cycle: BillingCycle | None
@@ -164,11 +161,6 @@ class CheckoutSelection:
     @property
     def cycle_code(self) -> str:
         return self.cycle.code if self.cycle is not None else ""
-
-
-def _ascii_digits(text: str) -> bool:
-    """Digits ``int()`` reads: ``str.isdigit()`` alone also accepts ``"²"``, which it does not."""
-    return text.isascii() and text.isdigit()
 
 
 def _currency_id(currency: Any) -> int:
@@ -231,7 +223,7 @@ def validate_selection(product: Any, cycle: Any = None, currency: Any = None) ->
             unit, _, freq = code.partition("-")
             chosen_cycle = (
                 resolved.cycles.filter(unit=unit, frequency=int(freq)).first()
-                if _ascii_digits(freq) and len(freq) < 6
+                if freq.isascii() and freq.isdigit() and len(freq) < 6
                 else None
             )
             if chosen_cycle is None:
@@ -242,11 +234,10 @@ def validate_selection(product: Any, cycle: Any = None, currency: Any = None) ->
                 )
         prices = Price.objects.filter(cycle=chosen_cycle)
 
-    offered = {int(c) for c in (resolved.selected_currencies or []) if currencies.is_id(c)}
+    offered = [int(c) for c in (resolved.selected_currencies or []) if currencies.is_id(c)]
     priced = set(prices.values_list("currency_id", flat=True))
     if currency in (None, ""):
-        candidates = [c for c in (resolved.selected_currencies or []) if currencies.is_id(c)]
-        usable = [int(c) for c in candidates if int(c) in priced]
+        usable = [c for c in offered if c in priced]
         if not usable:
             raise InvalidChoice(
                 gettext("This product has no price in any currency."), code="no_price"
@@ -265,8 +256,7 @@ def validate_selection(product: Any, cycle: Any = None, currency: Any = None) ->
 
 # --- the service call ---------------------------------------------------------------------------
 def _error_codes(body: Any) -> set[str]:
-    """Error codes in an error body of unknown shape (``{"errors": [{"code"}]}``,
-    ``{"error": {"code"}}``, ``{"code"}``, Directus ``extensions.code``)."""
+    """The ``code`` strings anywhere in an error body of unknown shape."""
     found: set[str] = set()
 
     def visit(node: Any, depth: int = 0) -> None:
@@ -310,8 +300,8 @@ def _translate(exc: BillingError, operation: str) -> CheckoutError:
 
 
 def _lock_customer(customer: Customer) -> None:
-    """Serialise the customer's checkouts until the transaction ends: a row lock where the database
-    has ``SELECT ..."""
+    """Serialise the customer's checkouts until the transaction ends (a row lock, or a no-op update
+    where the database has no ``SELECT ... FOR UPDATE``)."""
     using = router.db_for_write(Customer)
     rows = Customer.objects.using(using).filter(pk=customer.pk)
     if connections[using].features.has_select_for_update:
@@ -321,10 +311,8 @@ def _lock_customer(customer: Customer) -> None:
 
 
 def _reusable_session(customer: Customer, selection: CheckoutSelection) -> CheckoutSession | None:
-    """The customer's open session for the same choice that a second click may reuse: not completed,
-    with more than ``REUSE_MARGIN`` seconds left (at most half of ``CHECKOUT_EXPIRY``), and
-    untouched since it started (no payment of the customer and no subscription to the product
-    recorded since; after a failed payment a new click starts afresh)."""
+    """The customer's open session for the same choice that a second click may reuse: with more
+    than ``REUSE_MARGIN`` seconds left, and no payment or subscription recorded since it started."""
     margin = min(REUSE_MARGIN, float(billing_settings.CHECKOUT_EXPIRY) / 2)
     now = timezone.now()
     session = (
@@ -423,12 +411,11 @@ def start_checkout(
                 customer.remote_id,
             )
             return existing
+        failure: CheckoutError | None = None
         try:
             session = _create_session(customer, selection, client or get_client(), deadline)
         except CheckoutError as exc:
             failure = exc  # raised after the commit: what it remembered must not roll back
-        else:
-            failure = None
     if failure is not None:
         raise failure
     logger.info(
@@ -497,14 +484,11 @@ def _create_session(
         logger.error("checkout: the service answered without a session id")
         raise CheckoutRefused()
 
-    fields = checkout_map.from_remote(data)
-    for name, value in fields.items():
-        if name in ("expires_at",) and value is None:
-            continue
-        setattr(session, name, value)
+    for name, value in checkout_map.from_remote(data).items():
+        if value is not None or name != "expires_at":
+            setattr(session, name, value)
     session.sync_state = SyncState.SYNCED
     session.last_synced_at = timezone.now()
     with transaction.atomic(), from_remote():
         session.save()
-    session.reused = False
     return session

@@ -30,12 +30,9 @@ logger = logging.getLogger("billing_integration.checkout")
 NEXT_SESSION_KEY = "billing_checkout_next"
 ERROR_TEMPLATE = "billing_integration/checkout_error.html"
 RETURN_TEMPLATE = "billing_integration/checkout_return.html"
-#: Seconds during which the return page pulls a customer's subscriptions once: reloads in a
-#: row (or many tabs) do not each call the service.
+#: The return page pulls a customer's subscriptions at most once in this many seconds.
 RETURN_PULL_INTERVAL = 5.0
 
-
-#: The subscriber's billing page (the app's own), linked from the return and error pages.
 ACCOUNT_URL_NAME = "billing_integration:account"
 
 
@@ -106,12 +103,8 @@ ACTIVE, PENDING, FAILED, NONE = "active", "pending", "failed", "none"
 def checkout_outcome(customer: Customer | None, session: CheckoutSession | None) -> dict[str, Any]:
     """The outcome of ``session`` (or of the customer's checkouts if ``None``) from local data:
     active (an active subscription), failed (a failed payment, or expired), else pending."""
-    result: dict[str, Any] = {
-        "outcome": NONE,
-        "subscription": None,
-        "payment": None,
-        "session": session,
-    }
+    result: dict[str, Any] = {"outcome": NONE, "subscription": None, "payment": None}
+    result["session"] = session
     if customer is None:
         return result
     subs = Subscription.objects.active().for_customer(customer).select_related("product")
@@ -119,8 +112,7 @@ def checkout_outcome(customer: Customer | None, session: CheckoutSession | None)
         subs = subs.filter(product_id=session.product_id)
     sub = subs.first()
     if sub is not None:
-        result.update(outcome=ACTIVE, subscription=sub)
-        return result
+        return {**result, "outcome": ACTIVE, "subscription": sub}
     if session is None:
         return result
     payments = Payment.objects.filter(
@@ -134,15 +126,12 @@ def checkout_outcome(customer: Customer | None, session: CheckoutSession | None)
         )
     payment = payments.order_by("-created_at", "-pk").first()
     if payment is not None:
-        result.update(outcome=FAILED, payment=payment)
-        return result
+        return {**result, "outcome": FAILED, "payment": payment}
     if session.status == "expired" or (
         session.expires_at is not None and session.expires_at <= timezone.now()
     ):
-        result.update(outcome=FAILED)
-        return result
-    result.update(outcome=PENDING)
-    return result
+        return {**result, "outcome": FAILED}
+    return {**result, "outcome": PENDING}
 
 
 def _session_for(customer: Customer | None, ref: str | None) -> CheckoutSession | None:
@@ -172,7 +161,7 @@ def _refresh(customer: Customer, deadline: Deadline) -> bool:
         return False
     key = f"billing:return-pull:{customer.pk}"
     if not once_per_window(key, RETURN_PULL_INTERVAL):
-        return window_note(key) != "failed"
+        return bool(window_note(key) != "failed")
     from ..sync.pull import pull_subscriptions
 
     try:

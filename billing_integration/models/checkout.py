@@ -29,6 +29,8 @@ class CheckoutSession(RemoteObject):
     )
     upgrade_to = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
     downgrade_to = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
+    #: Set by ``start_checkout``: True when an earlier identical request's open session is returned.
+    reused = False
 
     class Meta:
         ordering = ["-created_at", "pk"]

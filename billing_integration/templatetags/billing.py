@@ -38,9 +38,8 @@ def billing_checkout_button(
     current_label: str | None = None,
     change_label: str | None = None,
 ) -> dict[str, Any]:
-    """A POST form (with ``{% csrf_token %}``) to the checkout view; "Current plan" for the
-    option the request's subscriber holds; a link to the billing page ("Change of plan") for
-    an option that would change the plan held, never a second one."""
+    """A POST form to the checkout view; "Current plan" for the option the subscriber holds, a
+    link to the billing page ("Change of plan") for one that would change the plan held."""
     resolved = product if isinstance(product, Product) else resolve_product(product)
     if isinstance(cycle, BillingCycle):
         cycle = cycle.code
@@ -128,51 +127,56 @@ def is_subscriber(subscriber: Any) -> bool:
 
 @register.simple_tag(takes_context=True)
 def is_subscribed(context: template.Context, product: Any = None, subscriber: Any = None) -> bool:
-    """``{% is_subscribed [product] [subscriber=...] as var %}``; the subscriber defaults
-    to the request's (``BILLING['SUBSCRIBER_RESOLVER']`` or the user)."""
+    """``{% is_subscribed [product] [subscriber=...] as var %}`` (default: the request's)."""
     if subscriber is None:
         subscriber = _request_subscriber(context)
     return subscribed(subscriber, product)
 
 
-class IfSubscribedNode(template.Node):
+class IfNode(template.Node):
+    """``yes`` if ``test(context, argument)``, else ``no``."""
+
     def __init__(
         self,
-        product: template.base.FilterExpression | None,
+        test: Any,
+        argument: template.base.FilterExpression | None,
         yes: template.NodeList,
         no: template.NodeList,
     ) -> None:
-        self.product = product
-        self.yes = yes
-        self.no = no
+        self.test, self.argument, self.yes, self.no = test, argument, yes, no
 
     def render(self, context: template.Context) -> str:
-        product = self.product.resolve(context) if self.product is not None else None
-        ok = subscribed(_request_subscriber(context), product)
-        return (self.yes if ok else self.no).render(context)
+        value = self.argument.resolve(context) if self.argument is not None else None
+        return (self.yes if self.test(context, value) else self.no).render(context)
 
 
-@register.tag("if_subscribed")
-def do_if_subscribed(parser: template.base.Parser, token: template.base.Token) -> IfSubscribedNode:
-    """``{% if_subscribed [product] %}...{% else %}...{% endif_subscribed %}``."""
+def _if_node(parser: template.base.Parser, token: template.base.Token, test: Any) -> IfNode:
+    """The node of ``{% tag [argument] %}...{% else %}...{% endtag %}``."""
     bits = token.split_contents()
-    if len(bits) > 2:
-        raise template.TemplateSyntaxError(f"{bits[0]} takes at most one argument (a product)")
-    product = parser.compile_filter(bits[1]) if len(bits) == 2 else None
-    yes = parser.parse(("else", "endif_subscribed"))
-    token = parser.next_token()
-    if token.contents == "else":
-        no = parser.parse(("endif_subscribed",))
+    end = f"end{bits[0]}"
+    argument = parser.compile_filter(bits[1]) if len(bits) == 2 else None
+    yes = parser.parse(("else", end))
+    if parser.next_token().contents == "else":
+        no = parser.parse((end,))
         parser.delete_first_token()
     else:
         no = template.NodeList()
-    return IfSubscribedNode(product, yes, no)
+    return IfNode(test, argument, yes, no)
+
+
+@register.tag("if_subscribed")
+def do_if_subscribed(parser: template.base.Parser, token: template.base.Token) -> IfNode:
+    """``{% if_subscribed [product] %}...{% else %}...{% endif_subscribed %}``."""
+    if len(token.split_contents()) > 2:
+        raise template.TemplateSyntaxError("if_subscribed takes at most one argument (a product)")
+    return _if_node(
+        parser, token, lambda context, product: subscribed(_request_subscriber(context), product)
+    )
 
 
 # --- access by feature --------------------------------------------------------------------------
 def _features(subject: Any) -> dict[str, int | None]:
-    """A request's features (its cache), or a subscriber's, memoised on the instance: a
-    template renders within one request, and ``request.user`` is built per request."""
+    """A request's features (its cache), or a subscriber's, memoised on the instance."""
     from ..access.features import features_for, features_of, is_request
 
     return features_for(subject) if is_request(subject) else features_of(subject, memoise=True)
@@ -197,51 +201,30 @@ def feature_limit_filter(subject: Any, feature: Any) -> int | None:
     return _features(subject).get(key) if key else None
 
 
-class IfFeatureNode(template.Node):
-    def __init__(
-        self, feature: template.base.FilterExpression, yes: template.NodeList, no: template.NodeList
-    ) -> None:
-        self.feature = feature
-        self.yes = yes
-        self.no = no
-
-    def render(self, context: template.Context) -> str:
-        request = context.get("request")
-        subject = request if request is not None else _request_subscriber(context)
-        ok = has_feature_filter(subject, self.feature.resolve(context))
-        return (self.yes if ok else self.no).render(context)
+def _context_has_feature(context: template.Context, feature: Any) -> bool:
+    request = context.get("request")
+    return has_feature_filter(request or _request_subscriber(context), feature)
 
 
 @register.tag("if_feature")
-def do_if_feature(parser: template.base.Parser, token: template.base.Token) -> IfFeatureNode:
+def do_if_feature(parser: template.base.Parser, token: template.base.Token) -> IfNode:
     """``{% if_feature "sso" %}...{% else %}...{% endif_feature %}``: the request's subscriber
     has the feature (through the request's cache)."""
-    bits = token.split_contents()
-    if len(bits) != 2:
-        raise template.TemplateSyntaxError(f"{bits[0]} takes one argument (a feature name)")
-    feature = parser.compile_filter(bits[1])
-    yes = parser.parse(("else", "endif_feature"))
-    token = parser.next_token()
-    if token.contents == "else":
-        no = parser.parse(("endif_feature",))
-        parser.delete_first_token()
-    else:
-        no = template.NodeList()
-    return IfFeatureNode(feature, yes, no)
+    if len(token.split_contents()) != 2:
+        raise template.TemplateSyntaxError("if_feature takes one argument (a feature name)")
+    return _if_node(parser, token, _context_has_feature)
 
 
 # --- display ------------------------------------------------------------------------------------
 @register.filter
 def currency_code(value: Any) -> str:
-    """``{{ price.currency_id|currency_code }}``: the ISO code of one of the service's integer
-    currency ids (``BILLING['CURRENCIES']``); a code is returned upper-cased."""
+    """``{{ price.currency_id|currency_code }}``: the ISO code of a currency id (or code)."""
     return currencies.label(value).upper()
 
 
 @register.filter
 def money(amount: Any, currency: Any) -> str:
-    """``{{ amount|money:"XOF" }}``: the amount in the currency (a code or the service's
-    integer id), in its minor units, per the active language."""
+    """``{{ amount|money:"XOF" }}``: the amount in the currency (a code or an id)."""
     return display.format_money(amount, currency_code(currency))
 
 
@@ -261,8 +244,7 @@ def cycle_label(cycle: Any) -> str:
 
 @register.filter
 def status_label(value: Any) -> str:
-    """``{{ subscription|status_label }}`` (or a status string) -> "Active", "Canceled",
-    "Unknown status", ..."""
+    """``{{ subscription|status_label }}`` (or a status string) -> "Active", "Canceled", ..."""
     return display.status_label(value)
 
 
