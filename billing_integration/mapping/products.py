@@ -43,10 +43,6 @@ def blueprint(product: Product) -> dict[str, Any]:
     }
 
 
-def currencies_to_wire(ids: Iterable[Any]) -> list[str]:
-    return [str(currencies.currency_id(i)) for i in ids]
-
-
 def currencies_from_wire(values: Iterable[Any] | None) -> list[int]:
     out = []
     for value in values or []:
@@ -62,7 +58,9 @@ def to_remote(product: Product) -> dict[str, Any]:
         "status": product.status,
         "name": product.name,
         "description": product.description or "",
-        "selected_currencies": currencies_to_wire(product.selected_currencies or []),
+        "selected_currencies": [
+            str(currencies.currency_id(i)) for i in product.selected_currencies or []
+        ],
     }
     if product.is_one_time:
         body["prices"] = _prices(product.root_prices.all())
@@ -92,27 +90,19 @@ def diff_for_patch(product: Product, changed: Iterable[str] = ()) -> dict[str, A
     for field in SCALAR_FIELDS:
         if remote is None or _norm(field, full[field]) != _norm(field, remote.get(field)):
             body[field] = full[field]
-    if "subscription_blueprint" in full and _blueprint_sendable(product, remote, changed):
-        remote_bp = remote.get("subscription_blueprint") if remote else None
-        if (
-            remote is None
-            or "subscription_blueprint" in changed
-            or (isinstance(remote_bp, dict) and remote_bp != full["subscription_blueprint"])
-        ):
-            body["subscription_blueprint"] = full["subscription_blueprint"]
+    # Never for a one-time product, nor an unknown blueprint nobody asked to replace.
+    bp = full.get("subscription_blueprint")
+    remote_bp = remote.get("subscription_blueprint") if remote else None
+    asked = "subscription_blueprint" in changed
+    sendable = bp is not None and remote_type(remote) != "one_time"
+    differs = remote is None or asked or (isinstance(remote_bp, dict) and remote_bp != bp)
+    if sendable and (product.blueprint_known or asked) and differs:
+        body["subscription_blueprint"] = bp
     return body
 
 
-def _blueprint_sendable(product: Product, remote: dict[str, Any] | None, changed: set) -> bool:
-    """Whether a PATCH may carry the blueprint (never for a one-time product, nor an unknown
-    blueprint nobody asked to replace)."""
-    if remote_type(remote) == "one_time":
-        return False
-    return product.blueprint_known or "subscription_blueprint" in changed
-
-
 def remote_type(remote: dict[str, Any] | None) -> str | None:
-    """``"subscription"`` or ``"one_time"`` as the service has the product; None if unknown."""
+    """The product's type as the service has it; None if unknown."""
     if not isinstance(remote, dict) or "subscription_blueprint" not in remote:
         return None
     return "one_time" if remote["subscription_blueprint"] in (None, "") else "subscription"
@@ -206,8 +196,7 @@ def feature_key(value: Any) -> str:
 
 
 def _feature_number(value: Any) -> tuple[bool, int | None]:
-    """``(granted, limit)``: false withdraws the feature, a non-negative integer is its
-    limit, anything else grants it without a number."""
+    """``(granted, limit)``: false withdraws it, a whole number >= 0 is its limit."""
     if value is False or (isinstance(value, str) and value.strip().lower() == "false"):
         return False, None
     if isinstance(value, int) and not isinstance(value, bool):
@@ -246,8 +235,8 @@ def _feature(element: Any) -> tuple[str, int | None] | None:
 
 
 def features_from_remote(data: Any) -> dict[str, int | None]:
-    """``{key: limit or None}`` of a product resource's ``features``: strings (``"seats:5"``)
-    or objects; a key listed twice keeps its largest number."""
+    """``{key: limit or None}`` of a resource's ``features`` (``"seats:5"`` or objects); a key
+    listed twice keeps its largest number."""
     if not isinstance(data, dict) or not isinstance(data.get("features"), list):
         return {}
     out: dict[str, int | None] = {}
