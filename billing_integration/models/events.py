@@ -3,6 +3,8 @@ processing, deduplication (``event_id`` is unique) and replay."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -57,19 +59,16 @@ class WebhookEvent(models.Model):
         verbose_name_plural = _("event deliveries")
         ordering = ("-received_at", "-id")
         indexes = [models.Index(fields=["state", "received_at"], name="billing_event_state_idx")]
-        # A constraint, not ``unique=True``: on PostgreSQL that would add a second index on
-        # the column (``varchar_pattern_ops``, for LIKE queries nothing here makes), and every
-        # index is paid for by the ingest INSERT.
+        # Not ``unique=True``: on PostgreSQL that adds a second (LIKE) index, paid on ingest.
         constraints = [models.UniqueConstraint(fields=["event_id"], name="billing_event_id_unique")]
 
     def __str__(self) -> str:
         return f"{self.type or self.raw_type or '?'} {self.event_id} ({self.state})"
 
     @property
-    def payload(self) -> dict:
+    def payload(self) -> dict[str, Any]:
         """The parsed envelope (``{}`` if the body is not a JSON object)."""
         try:
-            value = parse_body(self.body)
+            return parse_body(self.body)
         except ValueError:
             return {}
-        return value

@@ -32,7 +32,7 @@ OPEN_STATES = (OutboxState.PENDING, OutboxState.IN_PROGRESS)
 LEASE = 300.0  # seconds a worker's claim holds; then the sweep gives the entry to another
 
 
-class OutboxQuerySet(models.QuerySet):
+class OutboxQuerySet(models.QuerySet["OutboxEntry"]):
     def for_object(self, obj: models.Model) -> OutboxQuerySet:
         return self.filter(
             content_type=ContentType.objects.get_for_model(obj, for_concrete_model=True),

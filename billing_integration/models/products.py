@@ -1,33 +1,23 @@
 """Products, their billing cycles, prices and declared features. A product is never
-deleted (archive it); its ``selected_currencies`` always hold its prices' currencies; cycles
-saved for a product whose blueprint is not known here are ``declared``, not pushed."""
+deleted (archive it); its ``selected_currencies`` hold its prices' currencies; cycles saved
+for a product whose blueprint is not known here are ``declared``, not pushed."""
 
 from __future__ import annotations
 
 from decimal import Decimal
 from typing import Any
 
-from django.db import models, router, transaction
+from django.db import models
 from django.db.models.deletion import ProtectedError
 from django.utils.translation import gettext_lazy as _
 
+from ..context import is_from_remote
 from ..currencies import is_id, label
 from ..exceptions import BillingError
 from .base import AtomicSaveMixin, RemoteObject, SyncState
 
-__all__ = [
-    "LOCAL_FIELDS",
-    "BillingCycle",
-    "CycleUnit",
-    "DeclaredCyclesNotSendable",
-    "Price",
-    "Product",
-    "ProductDeletionRefused",
-    "ProductFeature",
-    "ProductQuerySet",
-    "ProductStatus",
-    "ProductType",
-]
+__all__ = ["LOCAL_FIELDS", "BillingCycle", "CycleUnit", "DeclaredCyclesNotSendable", "Price"]
+__all__ += ["Product", "ProductDeletionRefused", "ProductFeature", "ProductStatus", "ProductType"]
 
 #: Fields of a product kept here only (the service's API has no such fields): a save of only
 #: these writes no outbox entry.
@@ -66,7 +56,7 @@ class CycleUnit(models.TextChoices):
     YEARS = "years", _("Years")
 
 
-class ProductQuerySet(models.QuerySet):
+class ProductQuerySet(models.QuerySet["Product"]):
     def published(self) -> ProductQuerySet:
         return self.filter(status=ProductStatus.PUBLISHED)
 
@@ -178,7 +168,7 @@ class Product(RemoteObject):
         remote = self.remote_data if isinstance(self.remote_data, dict) else {}
         confirmed = remote.get("status")
         if self.sync_state == SyncState.FAILED and confirmed in ProductStatus.values:
-            return confirmed
+            return str(confirmed)
         return self.status
 
     def delete(self, *args: Any, **kwargs: Any) -> Any:
@@ -195,8 +185,6 @@ class Product(RemoteObject):
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         """A save of ``selected_currencies`` keeps the currencies of the product's prices."""
-        from ..context import is_from_remote
-
         fields = kwargs.get("update_fields")
         if (
             not self._state.adding
@@ -260,8 +248,6 @@ class BillingCycle(AtomicSaveMixin, models.Model):
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         """A local save for a product whose blueprint is not known here is ``declared``."""
-        from ..context import is_from_remote
-
         if not self.declared and not is_from_remote() and self.product_id is not None:
             product = self.product
             if not product.blueprint_known and not product.is_one_time:
@@ -303,22 +289,14 @@ class Price(AtomicSaveMixin, models.Model):
     def __str__(self) -> str:
         return f"{self.amount} {label(self.currency_id)}"
 
-    def save(self, *args: Any, **kwargs: Any) -> None:
-        """A price in a new currency adds it to the product's ``selected_currencies``."""
-        from ..context import is_from_remote
-
-        using = kwargs.get("using") or router.db_for_write(type(self), instance=self)
-        with transaction.atomic(using=using, savepoint=False):
-            super().save(*args, **kwargs)
-            if is_from_remote():  # the service's answer states its own currencies
-                return
-            owner = self.owner
-            if int(self.currency_id) not in _with(owner.selected_currencies, set()):
-                owner.add_priced_currencies()
-
-    @property
-    def owner(self) -> Product:
-        return self.product if self.product_id else self.cycle.product
+    def saved(self) -> None:
+        """A price in a new currency adds it to the product's ``selected_currencies`` (not
+        from the service: its answer states its own currencies)."""
+        owner = self.product or (self.cycle.product if self.cycle else None)
+        if is_from_remote() or owner is None:
+            return
+        if int(self.currency_id) not in _with(owner.selected_currencies, set()):
+            owner.add_priced_currencies()
 
 
 class ProductFeature(models.Model):

@@ -20,16 +20,8 @@ from .base import RemoteObject
 from .customers import Customer
 from .products import Product
 
-__all__ = [
-    "KNOWN_INACTIVE_STATUSES",
-    "Subscription",
-    "SubscriptionQuerySet",
-    "active_q",
-    "active_statuses",
-    "grants_access",
-    "is_known_status",
-    "unknown_status_q",
-]
+__all__ = ["Subscription", "active_q", "active_statuses", "grants_access", "is_known_status"]
+__all__ += ["unknown_status_q"]
 
 #: Statuses known to grant no access (not reported as unknown); not a deny-list.
 KNOWN_INACTIVE_STATUSES = ("canceled", "cancelled", "paused", "ended", "expired", "detached")
@@ -77,7 +69,7 @@ def grants_access(
     trial_end_date: datetime | None,
     at: datetime | None = None,
 ) -> bool:
-    """The active rule in Python, for one subscription's values (the twin of ``active_q``)."""
+    """The active rule in Python (the twin of ``active_q``)."""
     now = at or timezone.now()
     return status in active_statuses() and (
         cycle_end_date is None
@@ -91,13 +83,12 @@ def unknown_status_q() -> Q:
     return ~Q(status__in=[*active_statuses(), *KNOWN_INACTIVE_STATUSES])
 
 
-class SubscriptionQuerySet(models.QuerySet):
+class SubscriptionQuerySet(models.QuerySet["Subscription"]):
     def active(self, at: datetime | None = None) -> SubscriptionQuerySet:
-        """Subscriptions that grant access at ``at`` (now by default): the active rule."""
+        """Subscriptions that grant access at ``at`` (now by default)."""
         return self.filter(active_q(at))
 
     def unknown_status(self) -> SubscriptionQuerySet:
-        """Subscriptions whose status is neither active nor known inactive."""
         return self.filter(unknown_status_q())
 
     def for_subscriber(self, subscriber: Any) -> SubscriptionQuerySet:
@@ -172,10 +163,9 @@ class Subscription(RemoteObject):
 
     @property
     def is_active(self) -> bool:
-        """Whether the subscription grants access now (the active rule)."""
+        """Whether the subscription grants access now."""
         return grants_access(self.status, self.cycle_end_date, self.trial_end_date)
 
     @property
     def has_unknown_status(self) -> bool:
-        """The status is neither active nor a known inactive one (it grants no access)."""
         return not is_known_status(self.status)
