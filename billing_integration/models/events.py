@@ -25,14 +25,11 @@ class EventState(models.TextChoices):
 class WebhookEvent(models.Model):
     """One delivery of an event by the billing service."""
 
-    #: The envelope ``id`` (else the ``webhook-id`` header, else a hash of the body).
-    #: Unique (``billing_event_id_unique``): a redelivery is recognised, never applied twice.
+    #: The envelope ``id`` (else the ``webhook-id`` header, else a hash of the body); unique.
     event_id = models.CharField(_("event id"), max_length=255)
-    #: The type exactly as the service spelled it.
     raw_type = models.CharField(_("type as received"), max_length=255, blank=True, default="")
     #: The canonical type (``invoice.paid``), or "" when the spelling is not known.
     type = models.CharField(_("type"), max_length=64, blank=True, default="")
-    #: The raw request body, exactly as received (decoded as UTF-8).
     body = models.TextField(_("raw body"), blank=True, default="")
     #: Request headers, with authorization and signature headers redacted.
     headers = models.JSONField(_("headers"), default=dict, blank=True)
@@ -40,12 +37,10 @@ class WebhookEvent(models.Model):
     verified_by = models.CharField(max_length=16, blank=True, default="")
 
     received_at = models.DateTimeField(_("received at"), default=timezone.now)
-    #: The envelope's ``created_at``: when the service says the event happened.
     occurred_at = models.DateTimeField(_("occurred at"), null=True, blank=True)
-    #: The remote id of the object the event is about (``data.id``), for ordering and search.
+    #: ``data.id``: the object the event is about.
     object_id = models.CharField(_("object id"), max_length=64, blank=True, default="")
 
-    # Indexed through (state, received_at) only: every index costs on the ingest INSERT.
     state = models.CharField(max_length=16, choices=EventState.choices, default=EventState.RECEIVED)
     #: What processing did: ``applied``, ``stale`` (an older event, skipped), ...
     outcome = models.CharField(max_length=32, blank=True, default="")

@@ -19,8 +19,7 @@ from .base import AtomicSaveMixin, RemoteObject, SyncState
 __all__ = ["LOCAL_FIELDS", "BillingCycle", "CycleUnit", "DeclaredCyclesNotSendable", "Price"]
 __all__ += ["Product", "ProductDeletionRefused", "ProductFeature", "ProductStatus", "ProductType"]
 
-#: Fields of a product kept here only (the service's API has no such fields): a save of only
-#: these writes no outbox entry.
+#: Fields kept here only (the service has none such): a save of only these is not pushed.
 LOCAL_FIELDS = frozenset({"add_on", "plan_group", "multiple_purchases"})
 
 DELETE_MESSAGE = (
@@ -30,8 +29,6 @@ DELETE_MESSAGE = (
 
 
 class ProductDeletionRefused(BillingError, ProtectedError):
-    """Raised when code (or the admin) tries to delete a ``Product``."""
-
     def __init__(self, objects: Any = ()) -> None:
         ProtectedError.__init__(self, DELETE_MESSAGE, objects)
 
@@ -76,16 +73,14 @@ class ProductQuerySet(models.QuerySet["Product"]):
         return self.subscriptions().filter(cycles__isnull=True)
 
     def with_declared_cycles(self) -> ProductQuerySet:
-        """Products with billing cycles declared here, not confirmed by the service."""
         return self.filter(cycles__declared=True).distinct()
 
     def archive(self) -> int:
         """Archive every product of the queryset, one save each (so each is pushed)."""
-        count = 0
-        for product in self.exclude(status=ProductStatus.ARCHIVED):
+        products = list(self.exclude(status=ProductStatus.ARCHIVED))
+        for product in products:
             product.archive()
-            count += 1
-        return count
+        return len(products)
 
     def delete(self) -> Any:
         raise ProductDeletionRefused(list(self[:10]))
@@ -158,13 +153,12 @@ class Product(RemoteObject):
 
     @property
     def is_plan(self) -> bool:
-        """A recurring product that is not an add-on: one of a group's alternatives."""
+        """A recurring product that is not an add-on."""
         return not self.is_one_time and not self.add_on
 
     @property
     def confirmed_status(self) -> str:
-        """The status to sell by: the service's last confirmed one (``remote_data``) when the
-        last push failed, else ``status``."""
+        """The status to sell by: the service's (``remote_data``) if the last push failed."""
         remote = self.remote_data if isinstance(self.remote_data, dict) else {}
         confirmed = remote.get("status")
         if self.sync_state == SyncState.FAILED and confirmed in ProductStatus.values:
@@ -175,7 +169,7 @@ class Product(RemoteObject):
         raise ProductDeletionRefused([self])
 
     def archive(self) -> None:
-        """Retire the product (the replacement for deleting it); pushed like any change."""
+        """Retire the product (instead of deleting it); pushed like any change."""
         self.status = ProductStatus.ARCHIVED
         self.save(update_fields=["status", "updated_at"])
 
@@ -196,7 +190,6 @@ class Product(RemoteObject):
         super().save(*args, **kwargs)
 
     def priced_currencies(self) -> set[int]:
-        """The ids of the currencies the product has a price in (one query)."""
         return set(
             Price.objects.filter(models.Q(product=self) | models.Q(cycle__product=self))
             .values_list("currency_id", flat=True)
@@ -204,19 +197,19 @@ class Product(RemoteObject):
         )
 
     def add_priced_currencies(self) -> bool:
-        """Add the priced currencies to the stored ``selected_currencies``; True if it changed."""
+        """Add the priced currencies to the stored ``selected_currencies``; True if changed."""
         row = Product.objects.filter(pk=self.pk).values_list("selected_currencies", flat=True)
         stored = _with(row.first(), set())
         wanted = _with(stored, self.priced_currencies())
         self.selected_currencies = wanted
         if wanted == stored:
             return False
-        super().save(update_fields=["selected_currencies", "updated_at"])  # priced: known
+        super().save(update_fields=["selected_currencies", "updated_at"])
         return True
 
 
 def _with(currencies: Any, more: set[int]) -> list[int]:
-    """``currencies`` (ids, possibly written as strings) with the ids of ``more``, sorted."""
+    """``currencies`` (ids, maybe as strings) with those of ``more``, sorted."""
     ids = {int(c) for c in currencies or [] if is_id(c)}
     return sorted(ids | {int(c) for c in more})
 
@@ -258,7 +251,7 @@ class BillingCycle(AtomicSaveMixin, models.Model):
 
     @property
     def code(self) -> str:
-        """The wire form ``<cycle>-<frequency>``, e.g. ``months-1``."""
+        """The wire form, e.g. ``months-1``."""
         return f"{self.unit}-{self.frequency}"
 
 
