@@ -120,7 +120,7 @@ def not_carried(
     product: Product, remote: dict[str, Any] | None = None, changed: Iterable[str] = ()
 ) -> str:
     """What of the product the service (``remote``, default the last JSON) lacks and no
-    request can carry (its type, a one-time product's prices); ``""`` when nothing."""
+    request can carry (its type, a one-time product's prices), else ``""``."""
     remote = product.remote_data if remote is None else remote
     if not isinstance(remote, dict):
         return ""
@@ -136,14 +136,12 @@ def not_carried(
         }
     if product.is_one_time:
         local = {int(p.currency_id): as_decimal(p.amount) for p in product.root_prices.all()}
+        service = None
         try:
-            service = (
-                dict(root_prices_from_remote(remote))
-                if isinstance(remote.get("prices"), list)
-                else None
-            )
+            if isinstance(remote.get("prices"), list):
+                service = dict(root_prices_from_remote(remote))
         except (TypeError, ValueError, ArithmeticError):
-            service = None
+            pass
         if service is None and "prices" in set(changed):
             return gettext(
                 "Not sent: the service has no way to change a one-time product's prices; "
@@ -160,16 +158,15 @@ def not_carried(
 def from_remote(data: dict[str, Any]) -> dict[str, Any]:
     """Product field values from a product resource (either shape)."""
     bp = data.get("subscription_blueprint")
-    fields = remote_meta(data)
-    product_type = "one_time" if bp in (None, "") else "subscription"
-    fields.update(
-        name=data.get("name") or "",
-        description=data.get("description") or "",
-        status=data.get("status") or "draft",
-        selected_currencies=currencies_from_wire(data.get("selected_currencies")),
-        product_type=product_type,
-        blueprint_known=product_type == "one_time",
-    )
+    one_time = bp in (None, "")
+    fields = remote_meta(data) | {
+        "name": data.get("name") or "",
+        "description": data.get("description") or "",
+        "status": data.get("status") or "draft",
+        "selected_currencies": currencies_from_wire(data.get("selected_currencies")),
+        "product_type": "one_time" if one_time else "subscription",
+        "blueprint_known": one_time,
+    }
     if isinstance(bp, dict) and bp.get("billing_type"):
         fields["billing_type"] = bp["billing_type"]
     return fields
@@ -184,9 +181,8 @@ def root_prices_from_remote(data: dict[str, Any]) -> list[tuple[int, Decimal]]:
     ]
 
 
-#: Element fields naming a feature, in order of preference.
+#: Element fields naming a feature, then those carrying its number, in order of preference.
 FEATURE_NAME_FIELDS = ("key", "name", "code", "slug")
-#: Element fields carrying its number, in order of preference.
 FEATURE_VALUE_FIELDS = ("limit", "value", "quantity")
 
 
@@ -196,55 +192,42 @@ def feature_key(value: Any) -> str:
 
 
 def _feature_number(value: Any) -> tuple[bool, int | None]:
-    """``(granted, limit)``: false withdraws it, a whole number >= 0 is its limit."""
-    if value is False or (isinstance(value, str) and value.strip().lower() == "false"):
+    """``(granted, limit)``: false withdraws the feature, a whole number >= 0 is its limit."""
+    text = value.strip().lower() if isinstance(value, str) else None
+    if value is False or text == "false":
         return False, None
     if isinstance(value, int) and not isinstance(value, bool):
         return True, value if value >= 0 else None
     if isinstance(value, float) and value.is_integer() and value >= 0:
         return True, int(value)
-    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
-        return True, int(value.strip())
-    return True, None
+    return True, int(text) if text and text.isascii() and text.isdigit() else None
 
 
 def _feature(element: Any) -> tuple[str, int | None] | None:
+    """``(key, limit)`` of a ``"seats:5"`` or object element; None if not granted."""
     if isinstance(element, str):
         name, sep, number = element.partition(":")
-        key = feature_key(name)
-        if not key:
-            return None
         granted, limit = _feature_number(number) if sep else (True, None)
-        return (key, limit) if granted else None
-    if not isinstance(element, dict):
+        return (feature_key(name), limit) if granted and feature_key(name) else None
+    if not isinstance(element, dict) or element.get("enabled") is False:
         return None
     key = next((k for k in (feature_key(element.get(f)) for f in FEATURE_NAME_FIELDS) if k), "")
-    if not key:
-        return None
-    if element.get("enabled") is False:
-        return None
     limit = None
-    for field in FEATURE_VALUE_FIELDS:
-        if field in element:
-            granted, limit = _feature_number(element[field])
-            if not granted:
-                return None
-            if limit is not None:
-                break
-    return key, limit
+    for field in (f for f in FEATURE_VALUE_FIELDS if f in element):
+        granted, limit = _feature_number(element[field])
+        if not granted:
+            return None
+        if limit is not None:
+            break
+    return (key, limit) if key else None
 
 
 def features_from_remote(data: Any) -> dict[str, int | None]:
-    """``{key: limit or None}`` of a resource's ``features`` (``"seats:5"`` or objects); a key
-    listed twice keeps its largest number."""
-    if not isinstance(data, dict) or not isinstance(data.get("features"), list):
-        return {}
+    """``{key: limit or None}`` of a resource's ``features``; a key listed twice keeps its
+    largest number."""
     out: dict[str, int | None] = {}
-    for element in data["features"]:
-        parsed = _feature(element)
-        if parsed is None:
-            continue
-        key, limit = parsed
+    features = data.get("features") if isinstance(data, dict) else None
+    for key, limit in filter(None, map(_feature, features if isinstance(features, list) else [])):
         out[key] = larger_limit(out[key], limit) if key in out else limit
     return out
 

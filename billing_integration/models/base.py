@@ -20,6 +20,7 @@ class AtomicSaveMixin:
         model = cast("type[models.Model]", type(self))
         using = kwargs.get("using") or router.db_for_write(model, instance=self)
         with transaction.atomic(using=using, savepoint=False):
+            # mypy cannot see that Model.save follows this mixin in the MRO.
             super().save(*args, **kwargs)  # type: ignore[misc]
             self.saved()
 

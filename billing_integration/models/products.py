@@ -85,7 +85,7 @@ class ProductQuerySet(models.QuerySet["Product"]):
     def delete(self) -> Any:
         raise ProductDeletionRefused(list(self[:10]))
 
-    delete.queryset_only = True  # type: ignore[attr-defined]
+    delete.__dict__["queryset_only"] = True  # not on the manager, like QuerySet.delete
 
 
 class Product(RemoteObject):

@@ -20,8 +20,8 @@ from .base import RemoteObject
 from .customers import Customer
 from .products import Product
 
-__all__ = ["Subscription", "active_q", "active_statuses", "grants_access", "is_known_status"]
-__all__ += ["unknown_status_q"]
+__all__ = ["Report", "Subscription", "active_q", "active_statuses", "grants_access"]
+__all__ += ["is_known_status", "unknown_status_q"]
 
 #: Statuses known to grant no access (not reported as unknown); not a deny-list.
 KNOWN_INACTIVE_STATUSES = ("canceled", "cancelled", "paused", "ended", "expired", "detached")
@@ -169,3 +169,13 @@ class Subscription(RemoteObject):
     @property
     def has_unknown_status(self) -> bool:
         return not is_known_status(self.status)
+
+
+class Report(Subscription):
+    """A proxy behind the admin reporting dashboard."""
+
+    class Meta:
+        proxy = True
+        verbose_name = _("report")
+        verbose_name_plural = _("reports")
+        default_permissions = ("view",)

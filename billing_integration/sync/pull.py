@@ -15,6 +15,7 @@ from django.db import transaction
 from django.db.models import Q, prefetch_related_objects
 from django.utils import timezone
 
+from ..context import from_remote
 from ..exceptions import BillingError, RemoteDataError
 from ..health import record_run
 from ..mapping import customers as customer_map
@@ -24,7 +25,6 @@ from ..models.base import RemoteObject, SyncState
 from ..models.customers import Customer
 from ..models.products import Price, Product, ProductStatus
 from ..models.subscriptions import Subscription
-from ..outbox.context import from_remote
 from ..service import ensure_service
 
 logger = logging.getLogger("billing_integration.sync")

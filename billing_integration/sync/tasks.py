@@ -18,7 +18,7 @@ BACKGROUND_PULL_INTERVAL = 60.0
 BACKGROUND_PULL_KEY = "billing:background-pull"
 
 
-# celery ships no type hints: its decorator is untyped.
+# celery ships no type hints (no stub): its decorator is untyped.
 @shared_task(name="billing_integration.sync_all", ignore_result=True)  # type: ignore[untyped-decorator]
 def sync_all() -> dict[str, dict[str, int]]:
     """Pull products, customers and subscriptions, each on its own; raises the first failure."""
