@@ -16,19 +16,10 @@ from .common import as_uuid, remote_meta, ts, wire_ts
 if TYPE_CHECKING:
     from ..models import Subscription
 
+DATES = ("cycle_start_date", "cycle_end_date", "next_billing_date", "trial_end_date")
 #: Fields owned by the service: a pull or event always overwrites them.
-REMOTE_OWNED = (
-    "status",
-    "cycle_start_date",
-    "cycle_end_date",
-    "next_billing_date",
-    "trial_end_date",
-    "auto_renew",
-    "selected_billing_cycle",
-    "selected_currency",
-    "product_remote_id",
-    "customer_remote_id",
-)
+REMOTE_OWNED: tuple[str, ...] = ("status", *DATES, "auto_renew", "selected_billing_cycle")
+REMOTE_OWNED += ("selected_currency", "product_remote_id", "customer_remote_id")
 #: The values of ``BILLING['SUBSCRIPTION_CURRENCY_FORM']``.
 CURRENCY_FORMS = ("code", "id")
 
@@ -131,7 +122,7 @@ def from_remote(data: dict[str, Any]) -> dict[str, Any]:
     fields["status"] = _remote_status(data.get("status"), "status" in data)
     fields["product_remote_id"] = as_uuid(data.get("product"))
     fields["customer_remote_id"] = as_uuid(data.get("customer"))
-    for name in ("cycle_start_date", "cycle_end_date", "next_billing_date", "trial_end_date"):
+    for name in DATES:
         fields[name] = ts(data.get(name), name)
     fields["auto_renew"] = bool(data.get("auto_renew", True))
     cycle = str(data.get("selected_billing_cycle") or "")

@@ -202,9 +202,8 @@ CUSTOMER_LOCAL = ("identifier", "first_name", "last_name", "email")
 
 
 def upsert_products(rows: Iterable[Row]) -> PullCounts:
-    """Upsert one page of product resources. New products get their type and root prices
-    from the resource (a blueprint id only: ``blueprint_known`` False); updated ones get
-    their ``not_sent`` state re-derived."""
+    """Upsert one page of product resources: new ones with their type and root prices,
+    updated ones with their ``not_sent`` state re-derived."""
     rows = [r for r in rows if isinstance(r, dict)]
     counts = PullCounts()
     mapped = _mapped(rows, product_map.from_remote, counts)
@@ -251,8 +250,8 @@ def upsert_customers(rows: Iterable[Row]) -> PullCounts:
 
 
 def upsert_subscriptions(rows: Iterable[Row], *, customer: Customer | None = None) -> PullCounts:
-    """Upsert one page of subscription resources, linked to the local products and customers
-    (one query each); with ``customer``, only its rows."""
+    """Upsert one page of subscription resources linked to the local products and customers;
+    with ``customer``, only its rows."""
     counts = PullCounts()
     mapped = _mapped(rows, subscription_map.from_remote, counts)
     if customer is not None:
