@@ -1,7 +1,6 @@
 """Models of the app, one module per concern."""
 
 from .base import *  # noqa: F403
-from .checkout import *  # noqa: F403
 from .customers import *  # noqa: F403
 from .events import *  # noqa: F403
 from .health import *  # noqa: F403

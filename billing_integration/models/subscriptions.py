@@ -1,6 +1,6 @@
-"""Subscriptions, owned by the service. The active rule (``active_q`` in SQL,
-``grants_access`` in Python): the status is in ``BILLING['ACTIVE_STATUSES']`` and the cycle
-has not ended, or the trial has not."""
+"""Subscriptions, owned by the service, and checkout sessions. The active rule (``active_q``
+in SQL, ``grants_access`` in Python): the status is in ``BILLING['ACTIVE_STATUSES']`` and
+the cycle has not ended, or the trial has not."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from .base import RemoteObject
 from .customers import Customer
 from .products import Product
 
-__all__ = ["Report", "Subscription", "active_q", "active_statuses", "grants_access"]
-__all__ += ["is_known_status", "unknown_status_q"]
+__all__ = ["CheckoutSession", "Report", "Subscription", "active_q", "active_statuses"]
+__all__ += ["grants_access", "is_known_status", "unknown_status_q"]
 
 #: Statuses known to grant no access (not reported as unknown); not a deny-list.
 KNOWN_INACTIVE_STATUSES = ("canceled", "cancelled", "paused", "ended", "expired", "detached")
@@ -179,3 +179,32 @@ class Report(Subscription):
         verbose_name = _("report")
         verbose_name_plural = _("reports")
         default_permissions = ("view",)
+
+
+class CheckoutSession(RemoteObject):
+    """Created synchronously by the checkout view (the redirect needs its id)."""
+
+    customer = models.ForeignKey(
+        Customer, on_delete=models.SET_NULL, null=True, blank=True, related_name="checkout_sessions"
+    )
+    product = models.ForeignKey(
+        Product, on_delete=models.PROTECT, null=True, blank=True, related_name="checkout_sessions"
+    )
+    status = models.CharField(_("status"), max_length=32, blank=True, default="")
+    expires_at = models.DateTimeField(null=True, blank=True)
+    action = models.CharField(max_length=32, default="new_subscription")
+    completed_at = models.DateTimeField(null=True, blank=True)
+    selected_billing_cycle = models.CharField(max_length=32, blank=True, default="")
+    selected_currency = models.PositiveIntegerField(
+        null=True, blank=True, help_text=_("The service's integer currency id.")
+    )
+    upgrade_to = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
+    downgrade_to = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
+
+    class Meta:
+        ordering = ["-created_at", "pk"]
+        verbose_name = _("checkout session")
+        verbose_name_plural = _("checkout sessions")
+
+    def __str__(self) -> str:
+        return f"checkout {self.remote_id or self.pk} ({self.status or 'new'})"
