@@ -14,16 +14,12 @@ SETTING = "BILLING['CURRENCIES']"
 
 
 def known() -> dict[int, str]:
-    """The configured ``{id: code}``."""
     return dict(billing_settings.CURRENCIES)
 
 
 def is_id(value: Any) -> bool:
-    """Whether ``value`` is written as an id: an int (not a bool) or ASCII digits."""
-    if isinstance(value, bool):
-        return False
     if isinstance(value, int):
-        return True
+        return not isinstance(value, bool)
     return isinstance(value, str) and value.isascii() and value.isdigit()
 
 
@@ -42,7 +38,6 @@ def currency_id(value: Any) -> int:
 
 
 def currency_code(value: Any) -> str:
-    """The configured ISO code of a currency given by its id or its code."""
     return known()[currency_id(value)]
 
 

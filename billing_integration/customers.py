@@ -1,14 +1,8 @@
-"""Customers from subscribers, and the synchronous "make sure this customer exists remotely".
-
-The subscriber is an instance of ``BILLING['SUBSCRIBER_MODEL']`` (default the user model).
-``BILLING['CUSTOMER_FIELDS']`` (default ``default_fields``) is a callable(subscriber), or its
-dotted path, returning ``identifier``, ``first_name``, ``last_name`` and ``email``; the default
-identifier is ``"<app_label>.<model_name>:<pk>"`` (stable, unique per subscriber).
-"""
+"""Customers from subscribers (``BILLING['SUBSCRIBER_MODEL']``, ``BILLING['CUSTOMER_FIELDS']``),
+and the synchronous "make sure this customer exists remotely"."""
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
@@ -20,29 +14,17 @@ from .conf import billing_settings
 from .exceptions import BillingTransportError
 from .models.customers import Customer
 
-logger = logging.getLogger("billing_integration.customers")
-
-__all__ = [
-    "customer_fields",
-    "customer_identifier",
-    "default_fields",
-    "default_identifier",
-    "ensure_customer_pushed",
-    "get_or_create_customer",
-]
-
 FIELDS = ("identifier", "first_name", "last_name", "email")
 
 
 def default_identifier(subscriber: Any) -> str:
-    """``"<app_label>.<model_name>:<pk>"`` of the subscriber."""
+    """``"<app_label>.<model_name>:<pk>"``: stable, unique per subscriber."""
     meta = subscriber._meta
     return f"{meta.app_label}.{meta.model_name}:{subscriber.pk}"
 
 
 def default_fields(subscriber: Any) -> dict[str, str]:
-    """``default_identifier`` and ``first_name``/``last_name``/``email`` from same-named
-    attributes (else ``""``)."""
+    """``default_identifier`` and the same-named attributes (else ``""``)."""
     out = {"identifier": default_identifier(subscriber)}
     for name in FIELDS[1:]:
         value = getattr(subscriber, name, "") or ""
@@ -51,8 +33,7 @@ def default_fields(subscriber: Any) -> dict[str, str]:
 
 
 def customer_fields(subscriber: Any) -> dict[str, str]:
-    """The customer's fields by ``BILLING['CUSTOMER_FIELDS']`` (identifier included; a rule
-    that returns none gets ``default_identifier``)."""
+    """The customer's fields by ``BILLING['CUSTOMER_FIELDS']`` (a callable or its path)."""
     rule = billing_settings.CUSTOMER_FIELDS
     fields = (import_string(rule) if isinstance(rule, str) else rule)(subscriber)
     out = {k: str(v or "") for k, v in fields.items() if k in FIELDS}
@@ -61,7 +42,6 @@ def customer_fields(subscriber: Any) -> dict[str, str]:
 
 
 def customer_identifier(subscriber: Any) -> str:
-    """The subscriber's customer identifier (``customer_fields``)."""
     return customer_fields(subscriber)["identifier"]
 
 
@@ -82,23 +62,18 @@ def get_or_create_customer(subscriber: Any) -> tuple[Customer, bool]:
 def ensure_customer_pushed(
     customer: Customer, *, timeout: float = 30.0, deadline: Deadline | None = None
 ) -> Customer:
-    """Make sure ``customer`` exists remotely, synchronously (the checkout view needs its id),
-    through its own outbox entry and key (so nothing creates it twice). Raises the service's
-    error, or ``BillingTransportError`` when a worker holds the entry past ``timeout``. With
-    a ``deadline`` everything ends by then; a push not finished is completed in the
-    background with the same key."""
+    """Make sure ``customer`` exists remotely, now (the checkout view needs its id), through
+    its outbox entry and key. Raises the service's error, or ``BillingTransportError`` when a
+    worker holds the entry past ``timeout`` or the ``deadline``; a push not finished is
+    completed in the background with the same key."""
+    from .client import get_client
     from .outbox.push import PushOutcome, open_entry_for, push_entry
+    from .outbox.tasks import enqueue
 
     if customer.remote_id is not None:
         return customer
-    end = time.monotonic() + timeout
-    if deadline is not None:
-        end = min(end, time.monotonic() + deadline.remaining())
-    client = None
-    if deadline is not None:
-        from .client import get_client
-
-        client = get_client().with_deadline(deadline)
+    end = time.monotonic() + min(timeout, deadline.remaining() if deadline else timeout)
+    client = get_client().with_deadline(deadline) if deadline is not None else None
     while True:
         customer.refresh_from_db()
         if customer.remote_id is not None:
@@ -108,8 +83,6 @@ def ensure_customer_pushed(
         if customer.remote_id is not None:
             return customer
         if result.status == PushOutcome.RETRY:  # the outbox retries it (same entry and key)
-            from .outbox.tasks import enqueue
-
             enqueue(result.entry_id, countdown=result.retry_in)
         if result.status != PushOutcome.BUSY and result.error is not None:
             raise result.error

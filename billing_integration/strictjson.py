@@ -1,4 +1,4 @@
-"""Strict JSON for event bodies: no NaN or infinity (``parse_json``, ``parse_body``)."""
+"""Strict JSON for event bodies: no NaN or infinity."""
 
 from __future__ import annotations
 
@@ -18,16 +18,11 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def parse_json(text: str) -> Any:
-    """``json.loads`` raising ``ValueError`` on NaN and infinities."""
-    return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
-
-
 def parse_body(body: str | bytes) -> dict[str, Any]:
-    """The envelope as a dict; ``ValueError`` if the body is not a JSON object."""
+    """The envelope as a dict; ``ValueError`` (NaN, infinity, not an object) otherwise."""
     if isinstance(body, bytes):
         body = body.decode("utf-8")  # UnicodeDecodeError is a ValueError
-    value = parse_json(body)
+    value = json.loads(body, parse_constant=_no_constant, parse_float=_finite_float)
     if not isinstance(value, dict):
         raise ValueError("The event body is not a JSON object.")
     return value

@@ -24,9 +24,10 @@ def to_remote(session: CheckoutSession) -> dict[str, Any]:
     expires = session.expires_at or timezone.now() + timedelta(
         seconds=billing_settings.CHECKOUT_EXPIRY
     )
+    customer, product = session.customer, session.product
     return {
-        "customer": str(session.customer.remote_id) if session.customer_id else "",
-        "product": str(session.product.remote_id) if session.product_id else "",
+        "customer": str(customer.remote_id) if customer is not None else "",
+        "product": str(product.remote_id) if product is not None else "",
         "expires_at": wire_ts(expires),
         "action": session.action or "new_subscription",
         "selected_currency": currency_id(session.selected_currency),
@@ -36,15 +37,13 @@ def to_remote(session: CheckoutSession) -> dict[str, Any]:
 
 
 def from_remote(data: dict[str, Any]) -> dict[str, Any]:
-    fields = remote_meta(data)
-    fields.update(
-        status=data.get("status") or "",
-        expires_at=ts(data.get("expires_at"), "expires_at"),
-        action=data.get("action") or "new_subscription",
-        completed_at=ts(data.get("completed_at"), "completed_at"),
-        selected_billing_cycle=data.get("selected_billing_cycle") or "",
-        selected_currency=currency_id(data.get("selected_currency")),
-        upgrade_to=data.get("upgrade_to"),
-        downgrade_to=data.get("downgrade_to"),
-    )
-    return fields
+    return remote_meta(data) | {
+        "status": data.get("status") or "",
+        "expires_at": ts(data.get("expires_at"), "expires_at"),
+        "action": data.get("action") or "new_subscription",
+        "completed_at": ts(data.get("completed_at"), "completed_at"),
+        "selected_billing_cycle": data.get("selected_billing_cycle") or "",
+        "selected_currency": currency_id(data.get("selected_currency")),
+        "upgrade_to": data.get("upgrade_to"),
+        "downgrade_to": data.get("downgrade_to"),
+    }

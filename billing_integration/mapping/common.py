@@ -11,21 +11,18 @@ from ..exceptions import RemoteDataError
 from ..timestamps import format_timestamp, parse_timestamp
 
 #: The ``RemoteObject`` fields every resource fills the same way.
-META_FIELDS = (
+META_FIELDS: tuple[str, ...] = (
     "remote_id",
     "remote_created",
     "remote_updated",
     "remote_user_created",
-    "remote_user_updated",
-    "remote_data",
 )
+META_FIELDS += ("remote_user_updated", "remote_data")
 
 
 def as_uuid(value: Any) -> uuid.UUID | None:
-    if value in (None, ""):
-        return None
-    if isinstance(value, uuid.UUID):
-        return value
+    if isinstance(value, uuid.UUID) or value in (None, ""):
+        return value if isinstance(value, uuid.UUID) else None
     try:
         return uuid.UUID(str(value))
     except ValueError:
@@ -33,8 +30,7 @@ def as_uuid(value: Any) -> uuid.UUID | None:
 
 
 def ts(value: Any, field: str = "timestamp") -> datetime | None:
-    """A wire timestamp as an aware UTC datetime (None for null); ``RemoteDataError`` for
-    anything else."""
+    """A wire timestamp as an aware UTC datetime (None for null), else ``RemoteDataError``."""
     if isinstance(value, datetime):
         return value
     try:

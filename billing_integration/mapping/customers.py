@@ -19,16 +19,10 @@ def to_remote(customer: Customer) -> dict[str, Any]:
 
 def from_remote(data: dict[str, Any]) -> dict[str, Any]:
     fields = remote_meta(data)
-    fields.update(
-        identifier=data.get("identifier") or "",
-        first_name=data.get("first_name") or "",
-        last_name=data.get("last_name") or "",
-        email=data.get("email") or "",
-        address_line_1=data.get("address_line_1"),
-        address_line_2=data.get("address_line_2"),
-        phone=data.get("phone"),
-        status=data.get("status") or "",
-    )
+    for name in (*CREATE_FIELDS, "status"):
+        fields[name] = data.get(name) or ""
+    for name in ("address_line_1", "address_line_2", "phone"):
+        fields[name] = data.get(name)
     return fields
 
 

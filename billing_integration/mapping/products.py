@@ -43,10 +43,6 @@ def blueprint(product: Product) -> dict[str, Any]:
     }
 
 
-def currencies_to_wire(ids: Iterable[Any]) -> list[str]:
-    return [str(currencies.currency_id(i)) for i in ids]
-
-
 def currencies_from_wire(values: Iterable[Any] | None) -> list[int]:
     out = []
     for value in values or []:
@@ -62,7 +58,9 @@ def to_remote(product: Product) -> dict[str, Any]:
         "status": product.status,
         "name": product.name,
         "description": product.description or "",
-        "selected_currencies": currencies_to_wire(product.selected_currencies or []),
+        "selected_currencies": [
+            str(currencies.currency_id(i)) for i in product.selected_currencies or []
+        ],
     }
     if product.is_one_time:
         body["prices"] = _prices(product.root_prices.all())
@@ -92,27 +90,19 @@ def diff_for_patch(product: Product, changed: Iterable[str] = ()) -> dict[str, A
     for field in SCALAR_FIELDS:
         if remote is None or _norm(field, full[field]) != _norm(field, remote.get(field)):
             body[field] = full[field]
-    if "subscription_blueprint" in full and _blueprint_sendable(product, remote, changed):
-        remote_bp = remote.get("subscription_blueprint") if remote else None
-        if (
-            remote is None
-            or "subscription_blueprint" in changed
-            or (isinstance(remote_bp, dict) and remote_bp != full["subscription_blueprint"])
-        ):
-            body["subscription_blueprint"] = full["subscription_blueprint"]
+    # Never for a one-time product, nor an unknown blueprint nobody asked to replace.
+    bp = full.get("subscription_blueprint")
+    remote_bp = remote.get("subscription_blueprint") if remote else None
+    asked = "subscription_blueprint" in changed
+    sendable = bp is not None and remote_type(remote) != "one_time"
+    differs = remote is None or asked or (isinstance(remote_bp, dict) and remote_bp != bp)
+    if sendable and (product.blueprint_known or asked) and differs:
+        body["subscription_blueprint"] = bp
     return body
 
 
-def _blueprint_sendable(product: Product, remote: dict[str, Any] | None, changed: set) -> bool:
-    """Whether a PATCH may carry the blueprint (never for a one-time product, nor an unknown
-    blueprint nobody asked to replace)."""
-    if remote_type(remote) == "one_time":
-        return False
-    return product.blueprint_known or "subscription_blueprint" in changed
-
-
 def remote_type(remote: dict[str, Any] | None) -> str | None:
-    """``"subscription"`` or ``"one_time"`` as the service has the product; None if unknown."""
+    """The product's type as the service has it; None if unknown."""
     if not isinstance(remote, dict) or "subscription_blueprint" not in remote:
         return None
     return "one_time" if remote["subscription_blueprint"] in (None, "") else "subscription"
@@ -130,7 +120,7 @@ def not_carried(
     product: Product, remote: dict[str, Any] | None = None, changed: Iterable[str] = ()
 ) -> str:
     """What of the product the service (``remote``, default the last JSON) lacks and no
-    request can carry (its type, a one-time product's prices); ``""`` when nothing."""
+    request can carry (its type, a one-time product's prices), else ``""``."""
     remote = product.remote_data if remote is None else remote
     if not isinstance(remote, dict):
         return ""
@@ -146,14 +136,12 @@ def not_carried(
         }
     if product.is_one_time:
         local = {int(p.currency_id): as_decimal(p.amount) for p in product.root_prices.all()}
+        service = None
         try:
-            service = (
-                dict(root_prices_from_remote(remote))
-                if isinstance(remote.get("prices"), list)
-                else None
-            )
+            if isinstance(remote.get("prices"), list):
+                service = dict(root_prices_from_remote(remote))
         except (TypeError, ValueError, ArithmeticError):
-            service = None
+            pass
         if service is None and "prices" in set(changed):
             return gettext(
                 "Not sent: the service has no way to change a one-time product's prices; "
@@ -170,16 +158,15 @@ def not_carried(
 def from_remote(data: dict[str, Any]) -> dict[str, Any]:
     """Product field values from a product resource (either shape)."""
     bp = data.get("subscription_blueprint")
-    fields = remote_meta(data)
-    product_type = "one_time" if bp in (None, "") else "subscription"
-    fields.update(
-        name=data.get("name") or "",
-        description=data.get("description") or "",
-        status=data.get("status") or "draft",
-        selected_currencies=currencies_from_wire(data.get("selected_currencies")),
-        product_type=product_type,
-        blueprint_known=product_type == "one_time",
-    )
+    one_time = bp in (None, "")
+    fields = remote_meta(data) | {
+        "name": data.get("name") or "",
+        "description": data.get("description") or "",
+        "status": data.get("status") or "draft",
+        "selected_currencies": currencies_from_wire(data.get("selected_currencies")),
+        "product_type": "one_time" if one_time else "subscription",
+        "blueprint_known": one_time,
+    }
     if isinstance(bp, dict) and bp.get("billing_type"):
         fields["billing_type"] = bp["billing_type"]
     return fields
@@ -194,9 +181,8 @@ def root_prices_from_remote(data: dict[str, Any]) -> list[tuple[int, Decimal]]:
     ]
 
 
-#: Element fields naming a feature, in order of preference.
+#: Element fields naming a feature, then those carrying its number, in order of preference.
 FEATURE_NAME_FIELDS = ("key", "name", "code", "slug")
-#: Element fields carrying its number, in order of preference.
 FEATURE_VALUE_FIELDS = ("limit", "value", "quantity")
 
 
@@ -206,56 +192,42 @@ def feature_key(value: Any) -> str:
 
 
 def _feature_number(value: Any) -> tuple[bool, int | None]:
-    """``(granted, limit)``: false withdraws the feature, a non-negative integer is its
-    limit, anything else grants it without a number."""
-    if value is False or (isinstance(value, str) and value.strip().lower() == "false"):
+    """``(granted, limit)``: false withdraws the feature, a whole number >= 0 is its limit."""
+    text = value.strip().lower() if isinstance(value, str) else None
+    if value is False or text == "false":
         return False, None
     if isinstance(value, int) and not isinstance(value, bool):
         return True, value if value >= 0 else None
     if isinstance(value, float) and value.is_integer() and value >= 0:
         return True, int(value)
-    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
-        return True, int(value.strip())
-    return True, None
+    return True, int(text) if text and text.isascii() and text.isdigit() else None
 
 
 def _feature(element: Any) -> tuple[str, int | None] | None:
+    """``(key, limit)`` of a ``"seats:5"`` or object element; None if not granted."""
     if isinstance(element, str):
         name, sep, number = element.partition(":")
-        key = feature_key(name)
-        if not key:
-            return None
         granted, limit = _feature_number(number) if sep else (True, None)
-        return (key, limit) if granted else None
-    if not isinstance(element, dict):
+        return (feature_key(name), limit) if granted and feature_key(name) else None
+    if not isinstance(element, dict) or element.get("enabled") is False:
         return None
     key = next((k for k in (feature_key(element.get(f)) for f in FEATURE_NAME_FIELDS) if k), "")
-    if not key:
-        return None
-    if element.get("enabled") is False:
-        return None
     limit = None
-    for field in FEATURE_VALUE_FIELDS:
-        if field in element:
-            granted, limit = _feature_number(element[field])
-            if not granted:
-                return None
-            if limit is not None:
-                break
-    return key, limit
+    for field in (f for f in FEATURE_VALUE_FIELDS if f in element):
+        granted, limit = _feature_number(element[field])
+        if not granted:
+            return None
+        if limit is not None:
+            break
+    return (key, limit) if key else None
 
 
 def features_from_remote(data: Any) -> dict[str, int | None]:
-    """``{key: limit or None}`` of a product resource's ``features``: strings (``"seats:5"``)
-    or objects; a key listed twice keeps its largest number."""
-    if not isinstance(data, dict) or not isinstance(data.get("features"), list):
-        return {}
+    """``{key: limit or None}`` of a resource's ``features``; a key listed twice keeps its
+    largest number."""
     out: dict[str, int | None] = {}
-    for element in data["features"]:
-        parsed = _feature(element)
-        if parsed is None:
-            continue
-        key, limit = parsed
+    features = data.get("features") if isinstance(data, dict) else None
+    for key, limit in filter(None, map(_feature, features if isinstance(features, list) else [])):
         out[key] = larger_limit(out[key], limit) if key in out else limit
     return out
 

@@ -16,27 +16,18 @@ from .common import as_uuid, remote_meta, ts, wire_ts
 if TYPE_CHECKING:
     from ..models import Subscription
 
+DATES = ("cycle_start_date", "cycle_end_date", "next_billing_date", "trial_end_date")
 #: Fields owned by the service: a pull or event always overwrites them.
-REMOTE_OWNED = (
-    "status",
-    "cycle_start_date",
-    "cycle_end_date",
-    "next_billing_date",
-    "trial_end_date",
-    "auto_renew",
-    "selected_billing_cycle",
-    "selected_currency",
-    "product_remote_id",
-    "customer_remote_id",
-)
-
+REMOTE_OWNED: tuple[str, ...] = ("status", *DATES, "auto_renew", "selected_billing_cycle")
+REMOTE_OWNED += ("selected_currency", "product_remote_id", "customer_remote_id")
+#: The values of ``BILLING['SUBSCRIPTION_CURRENCY_FORM']``.
+CURRENCY_FORMS = ("code", "id")
 
 logger = logging.getLogger("billing_integration.mapping")
 
 
 @lru_cache(maxsize=1000)
 def _log_once(message: str, value: str) -> None:
-    """Log ``message`` about an unknown ``value`` once per process."""
     logger.warning(message, value)
 
 
@@ -53,7 +44,7 @@ def normalize_status(value: Any) -> str:
 def _max_length(name: str) -> int:
     from ..models import Subscription
 
-    return Subscription._meta.get_field(name).max_length
+    return int(getattr(Subscription._meta.get_field(name), "max_length", 0))
 
 
 def _fits(name: str, value: str) -> str:
@@ -67,12 +58,8 @@ def _fits(name: str, value: str) -> str:
 
 
 def currency_code(value: Any) -> str:
-    """The code of a currency id or code (``currencies.currency_code``); ``""`` for none."""
+    """The code of a currency id or code; ``""`` for none."""
     return "" if value in (None, "") else currencies.currency_code(value)
-
-
-#: The values of ``BILLING['SUBSCRIPTION_CURRENCY_FORM']``.
-CURRENCY_FORMS = ("code", "id")
 
 
 def wire_currency(value: Any) -> str:
@@ -95,10 +82,8 @@ def _remote_currency(value: Any) -> str:
         return currency_code(value)
     except BillingConfigurationError:
         text = str(value)
-        _log_once(
-            "Subscription currency %r is not in BILLING['CURRENCIES']; stored as received.",
-            text[:80],
-        )
+        message = "Subscription currency %r is not in BILLING['CURRENCIES']; stored as received."
+        _log_once(message, text[:80])
         return text
 
 
@@ -116,8 +101,9 @@ def _remote_status(value: Any, present: bool) -> str:
 
 
 def to_remote(subscription: Subscription) -> dict[str, Any]:
-    customer_id = subscription.customer.remote_id if subscription.customer_id else None
-    product_id = subscription.product.remote_id if subscription.product_id else None
+    customer, product = subscription.customer, subscription.product
+    customer_id = customer.remote_id if customer is not None else None
+    product_id = product.remote_id if product is not None else None
     body: dict[str, Any] = {
         "customer": str(customer_id or subscription.customer_remote_id or ""),
         "product": str(product_id or subscription.product_remote_id or ""),
@@ -133,19 +119,14 @@ def to_remote(subscription: Subscription) -> dict[str, Any]:
 def from_remote(data: dict[str, Any]) -> dict[str, Any]:
     """Model field values from a subscription resource (``RemoteDataError`` if unstorable)."""
     fields = remote_meta(data)
-    cycle = data.get("selected_billing_cycle") or ""
-    fields.update(
-        status=_remote_status(data.get("status"), "status" in data),
-        product_remote_id=as_uuid(data.get("product")),
-        customer_remote_id=as_uuid(data.get("customer")),
-        cycle_start_date=ts(data.get("cycle_start_date"), "cycle_start_date"),
-        cycle_end_date=ts(data.get("cycle_end_date"), "cycle_end_date"),
-        next_billing_date=ts(data.get("next_billing_date"), "next_billing_date"),
-        auto_renew=bool(data.get("auto_renew", True)),
-        trial_end_date=ts(data.get("trial_end_date"), "trial_end_date"),
-        selected_billing_cycle=_fits("selected_billing_cycle", str(cycle)),
-        selected_currency=_fits(
-            "selected_currency", _remote_currency(data.get("selected_currency"))
-        ),
-    )
+    fields["status"] = _remote_status(data.get("status"), "status" in data)
+    fields["product_remote_id"] = as_uuid(data.get("product"))
+    fields["customer_remote_id"] = as_uuid(data.get("customer"))
+    for name in DATES:
+        fields[name] = ts(data.get(name), name)
+    fields["auto_renew"] = bool(data.get("auto_renew", True))
+    cycle = str(data.get("selected_billing_cycle") or "")
+    fields["selected_billing_cycle"] = _fits("selected_billing_cycle", cycle)
+    currency = _remote_currency(data.get("selected_currency"))
+    fields["selected_currency"] = _fits("selected_currency", currency)
     return fields

@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django.db import models, router, transaction
 from django.utils.translation import gettext_lazy as _
+
+from ..context import is_from_remote
 
 __all__ = ["AtomicSaveMixin", "RemoteObject", "SyncState"]
 
 
 class AtomicSaveMixin:
     """``save()`` runs in a transaction, so the outbox entry its ``post_save`` writes is
-    committed together with the change even in autocommit mode."""
+    committed with the change even in autocommit mode; ``saved()`` runs in it too."""
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        using = kwargs.get("using") or router.db_for_write(type(self), instance=self)
+        model = cast("type[models.Model]", type(self))
+        using = kwargs.get("using") or router.db_for_write(model, instance=self)
         with transaction.atomic(using=using, savepoint=False):
+            # mypy cannot see that Model.save follows this mixin in the MRO.
             super().save(*args, **kwargs)  # type: ignore[misc]
+            self.saved()
+
+    def saved(self) -> None:
+        """Called after the row is written, in the same transaction."""
 
 
 class SyncState(models.TextChoices):
@@ -29,21 +37,9 @@ class SyncState(models.TextChoices):
 
 
 #: Fields only the remote side writes: a plain ``save()`` never writes them back.
-REMOTE_STATE_FIELDS = frozenset(
-    {
-        "remote_id",
-        "remote_created",
-        "remote_updated",
-        "remote_updated_ours",
-        "remote_user_created",
-        "remote_user_updated",
-        "remote_data",
-        "sync_state",
-        "sync_error",
-        "last_attempt_at",
-        "last_synced_at",
-    }
-)
+REMOTE_STATE_FIELDS = {"remote_id", "remote_created", "remote_updated", "remote_updated_ours"}
+REMOTE_STATE_FIELDS |= {"remote_user_created", "remote_user_updated", "remote_data"}
+REMOTE_STATE_FIELDS |= {"sync_state", "sync_error", "last_attempt_at", "last_synced_at"}
 
 
 class RemoteObject(AtomicSaveMixin, models.Model):
@@ -71,15 +67,8 @@ class RemoteObject(AtomicSaveMixin, models.Model):
         abstract = True
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        from ..context import is_from_remote
-
-        if (
-            not self._state.adding
-            and not args
-            and kwargs.get("update_fields") is None
-            and not kwargs.get("force_insert")
-            and not is_from_remote()
-        ):
+        plain = not (self._state.adding or args or is_from_remote() or kwargs.get("force_insert"))
+        if plain and kwargs.get("update_fields") is None:
             kwargs["update_fields"] = [
                 f.name
                 for f in self._meta.concrete_fields

@@ -3,26 +3,19 @@ default)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.conf import settings
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
 from .base import RemoteObject
 
-__all__ = ["Customer", "CustomerQuerySet", "subscriber_model_label"]
+__all__ = ["Customer"]
 
 
 def subscriber_model_label() -> str:
     """``app_label.ModelName`` of the subscriber model (``BILLING['SUBSCRIBER_MODEL']``)."""
     billing = getattr(settings, "BILLING", None) or {}
     return billing.get("SUBSCRIBER_MODEL") or settings.AUTH_USER_MODEL
-
-
-class CustomerQuerySet(models.QuerySet):
-    def for_subscriber(self, subscriber: Any) -> CustomerQuerySet:
-        return self.filter(subscriber=subscriber)
 
 
 class Customer(RemoteObject):
@@ -42,8 +35,6 @@ class Customer(RemoteObject):
     address_line_2 = models.CharField(max_length=255, null=True, blank=True, editable=False)  # noqa: DJ001
     phone = models.CharField(max_length=64, null=True, blank=True, editable=False)  # noqa: DJ001
     status = models.CharField(max_length=32, blank=True, default="", editable=False)
-
-    objects = CustomerQuerySet.as_manager()
 
     class Meta:
         ordering = ["identifier", "pk"]

@@ -3,6 +3,8 @@ processing, deduplication (``event_id`` is unique) and replay."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -23,14 +25,11 @@ class EventState(models.TextChoices):
 class WebhookEvent(models.Model):
     """One delivery of an event by the billing service."""
 
-    #: The envelope ``id`` (else the ``webhook-id`` header, else a hash of the body).
-    #: Unique (``billing_event_id_unique``): a redelivery is recognised, never applied twice.
+    #: The envelope ``id`` (else the ``webhook-id`` header, else a hash of the body); unique.
     event_id = models.CharField(_("event id"), max_length=255)
-    #: The type exactly as the service spelled it.
     raw_type = models.CharField(_("type as received"), max_length=255, blank=True, default="")
     #: The canonical type (``invoice.paid``), or "" when the spelling is not known.
     type = models.CharField(_("type"), max_length=64, blank=True, default="")
-    #: The raw request body, exactly as received (decoded as UTF-8).
     body = models.TextField(_("raw body"), blank=True, default="")
     #: Request headers, with authorization and signature headers redacted.
     headers = models.JSONField(_("headers"), default=dict, blank=True)
@@ -38,12 +37,10 @@ class WebhookEvent(models.Model):
     verified_by = models.CharField(max_length=16, blank=True, default="")
 
     received_at = models.DateTimeField(_("received at"), default=timezone.now)
-    #: The envelope's ``created_at``: when the service says the event happened.
     occurred_at = models.DateTimeField(_("occurred at"), null=True, blank=True)
-    #: The remote id of the object the event is about (``data.id``), for ordering and search.
+    #: ``data.id``: the object the event is about.
     object_id = models.CharField(_("object id"), max_length=64, blank=True, default="")
 
-    # Indexed through (state, received_at) only: every index costs on the ingest INSERT.
     state = models.CharField(max_length=16, choices=EventState.choices, default=EventState.RECEIVED)
     #: What processing did: ``applied``, ``stale`` (an older event, skipped), ...
     outcome = models.CharField(max_length=32, blank=True, default="")
@@ -57,19 +54,16 @@ class WebhookEvent(models.Model):
         verbose_name_plural = _("event deliveries")
         ordering = ("-received_at", "-id")
         indexes = [models.Index(fields=["state", "received_at"], name="billing_event_state_idx")]
-        # A constraint, not ``unique=True``: on PostgreSQL that would add a second index on
-        # the column (``varchar_pattern_ops``, for LIKE queries nothing here makes), and every
-        # index is paid for by the ingest INSERT.
+        # Not ``unique=True``: on PostgreSQL that adds a second (LIKE) index, paid on ingest.
         constraints = [models.UniqueConstraint(fields=["event_id"], name="billing_event_id_unique")]
 
     def __str__(self) -> str:
         return f"{self.type or self.raw_type or '?'} {self.event_id} ({self.state})"
 
     @property
-    def payload(self) -> dict:
+    def payload(self) -> dict[str, Any]:
         """The parsed envelope (``{}`` if the body is not a JSON object)."""
         try:
-            value = parse_body(self.body)
+            return parse_body(self.body)
         except ValueError:
             return {}
-        return value

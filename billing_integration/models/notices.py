@@ -18,15 +18,14 @@ class NoticeKind(models.TextChoices):
 
 
 class NoticeState(models.TextChoices):
-    #: Recorded when the event was applied, its task queued (or not: the broker was down);
-    #: the task, or the periodic sweep (``sweep_notices``), claims it for sending.
+    #: Recorded with the event; its task, or the sweep, claims it for sending.
     QUEUED = "queued", _("Queued")
-    #: Claimed by a task that is sending it now (or died while sending: never sent again).
+    #: Claimed by a task (one that died while sending: never sent again).
     SENDING = "sending", _("Sending")
     SENT = "sent", _("Sent")
-    #: The last attempt failed; the task retries it (and a later task may claim it again).
+    #: The last attempt failed; the task retries it.
     FAILED = "failed", _("Failed")
-    #: Nothing to send: no address resolved (or the local object is missing).
+    #: Nothing to send: no address (or no local object).
     SKIPPED = "skipped", _("Skipped")
 
 
@@ -60,7 +59,6 @@ class Notice(models.Model):
             models.UniqueConstraint(fields=["event", "kind"], name="billing_notice_once"),
         ]
         indexes = [
-            # The sweep's lookup of notices still queued: only those rows, oldest first.
             models.Index(
                 fields=["created_at"],
                 condition=models.Q(state="queued"),

@@ -29,10 +29,12 @@ class OutboxState(models.TextChoices):
 
 
 OPEN_STATES = (OutboxState.PENDING, OutboxState.IN_PROGRESS)
+#: The entries that hold back the later ones of their object: open, or failed in doubt.
+BLOCKING = Q(state__in=OPEN_STATES) | Q(state=OutboxState.FAILED, in_doubt=True)
 LEASE = 300.0  # seconds a worker's claim holds; then the sweep gives the entry to another
 
 
-class OutboxQuerySet(models.QuerySet):
+class OutboxQuerySet(models.QuerySet["OutboxEntry"]):
     def for_object(self, obj: models.Model) -> OutboxQuerySet:
         return self.filter(
             content_type=ContentType.objects.get_for_model(obj, for_concrete_model=True),
@@ -49,8 +51,8 @@ class OutboxQuerySet(models.QuerySet):
         return self.filter(state=OutboxState.FAILED)
 
     def due(self, *, stale_after: float = 0.0) -> OutboxQuerySet:
-        """Entries a push may take now: pending ones whose retry time has come (untouched for
-        ``stale_after`` seconds), and in-progress ones whose lease expired (a worker died)."""
+        """Pending entries due (untouched for ``stale_after`` seconds), and in-progress ones
+        whose lease expired."""
         now = timezone.now()
         pending = Q(state=OutboxState.PENDING) & (
             Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now)
@@ -63,27 +65,19 @@ class OutboxQuerySet(models.QuerySet):
         )
 
     def heads(self) -> OutboxQuerySet:
-        """Entries with no older open (or in-doubt failed) entry of their object."""
-        older = OutboxEntry.objects.filter(
-            content_type_id=OuterRef("content_type_id"),
-            object_id=OuterRef("object_id"),
-            pk__lt=OuterRef("pk"),
-        ).filter(Q(state__in=OPEN_STATES) | Q(state=OutboxState.FAILED, in_doubt=True))
+        """Entries with no older ``BLOCKING`` entry of their object."""
+        same = {name: OuterRef(name) for name in ("content_type_id", "object_id")}
+        older = OutboxEntry.objects.filter(BLOCKING, pk__lt=OuterRef("pk"), **same)
         return self.filter(~Exists(older))
 
     def reset_failed(self) -> list[int]:
-        """Put failed entries back in the queue (same key; a refused body is rebuilt) and
-        return their ids (``outbox.retry.retry_failed`` enqueues them)."""
+        """Put failed entries back in the queue and return their ids. One in doubt keeps its
+        key and body; one the service refused (nothing created) gets new ones."""
         ids = list(self.filter(state=OutboxState.FAILED).values_list("pk", flat=True))
         for entry in OutboxEntry.objects.filter(pk__in=ids):
-            entry.state = OutboxState.PENDING
-            entry.attempts = 0
-            entry.next_attempt_at = None
+            entry.state, entry.attempts, entry.next_attempt_at = OutboxState.PENDING, 0, None
             if not entry.in_doubt:
-                # The service refused the request: nothing was created, a new body and key
-                # are safe.
-                entry.payload = None
-                entry.idempotency_key = uuid.uuid4()
+                entry.payload, entry.idempotency_key = None, uuid.uuid4()
             entry.save()
         return ids
 
@@ -102,8 +96,7 @@ class OutboxEntry(models.Model):
     payload = models.JSONField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True, default="")
-    #: The remote outcome of an attempt is unknown (until done): later entries wait, and
-    #: every retry reuses key and body.
+    #: An attempt's outcome is unknown: later entries wait, retries reuse key and body.
     in_doubt = models.BooleanField(default=False)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -120,7 +113,6 @@ class OutboxEntry(models.Model):
         indexes = [
             models.Index(fields=["content_type", "object_id", "state"], name="billing_outbox_obj"),
             models.Index(fields=["state", "updated_at"], name="billing_outbox_due"),
-            # The open (or in-doubt failed) entries of an object: what every push asks.
             models.Index(
                 fields=["content_type", "object_id"],
                 condition=models.Q(state__in=["pending", "in_progress"])
@@ -134,6 +126,5 @@ class OutboxEntry(models.Model):
 
     @property
     def target(self) -> Any:
-        # get_for_id is cached per process: no content-type query per entry.
         model = ContentType.objects.get_for_id(self.content_type_id).model_class()
         return model._default_manager.filter(pk=self.object_id).first() if model else None

@@ -1,36 +1,25 @@
 """Products, their billing cycles, prices and declared features. A product is never
-deleted (archive it); its ``selected_currencies`` always hold its prices' currencies; cycles
-saved for a product whose blueprint is not known here are ``declared``, not pushed."""
+deleted (archive it); its ``selected_currencies`` hold its prices' currencies; cycles saved
+for a product whose blueprint is not known here are ``declared``, not pushed."""
 
 from __future__ import annotations
 
 from decimal import Decimal
 from typing import Any
 
-from django.db import models, router, transaction
+from django.db import models
 from django.db.models.deletion import ProtectedError
 from django.utils.translation import gettext_lazy as _
 
+from ..context import is_from_remote
 from ..currencies import is_id, label
 from ..exceptions import BillingError
 from .base import AtomicSaveMixin, RemoteObject, SyncState
 
-__all__ = [
-    "LOCAL_FIELDS",
-    "BillingCycle",
-    "CycleUnit",
-    "DeclaredCyclesNotSendable",
-    "Price",
-    "Product",
-    "ProductDeletionRefused",
-    "ProductFeature",
-    "ProductQuerySet",
-    "ProductStatus",
-    "ProductType",
-]
+__all__ = ["LOCAL_FIELDS", "BillingCycle", "CycleUnit", "DeclaredCyclesNotSendable", "Price"]
+__all__ += ["Product", "ProductDeletionRefused", "ProductFeature", "ProductStatus", "ProductType"]
 
-#: Fields of a product kept here only (the service's API has no such fields): a save of only
-#: these writes no outbox entry.
+#: Fields kept here only (the service has none such): a save of only these is not pushed.
 LOCAL_FIELDS = frozenset({"add_on", "plan_group", "multiple_purchases"})
 
 DELETE_MESSAGE = (
@@ -40,8 +29,6 @@ DELETE_MESSAGE = (
 
 
 class ProductDeletionRefused(BillingError, ProtectedError):
-    """Raised when code (or the admin) tries to delete a ``Product``."""
-
     def __init__(self, objects: Any = ()) -> None:
         ProtectedError.__init__(self, DELETE_MESSAGE, objects)
 
@@ -66,7 +53,7 @@ class CycleUnit(models.TextChoices):
     YEARS = "years", _("Years")
 
 
-class ProductQuerySet(models.QuerySet):
+class ProductQuerySet(models.QuerySet["Product"]):
     def published(self) -> ProductQuerySet:
         return self.filter(status=ProductStatus.PUBLISHED)
 
@@ -86,21 +73,19 @@ class ProductQuerySet(models.QuerySet):
         return self.subscriptions().filter(cycles__isnull=True)
 
     def with_declared_cycles(self) -> ProductQuerySet:
-        """Products with billing cycles declared here, not confirmed by the service."""
         return self.filter(cycles__declared=True).distinct()
 
     def archive(self) -> int:
         """Archive every product of the queryset, one save each (so each is pushed)."""
-        count = 0
-        for product in self.exclude(status=ProductStatus.ARCHIVED):
+        products = list(self.exclude(status=ProductStatus.ARCHIVED))
+        for product in products:
             product.archive()
-            count += 1
-        return count
+        return len(products)
 
     def delete(self) -> Any:
         raise ProductDeletionRefused(list(self[:10]))
 
-    delete.queryset_only = True  # type: ignore[attr-defined]
+    delete.__dict__["queryset_only"] = True  # not on the manager, like QuerySet.delete
 
 
 class Product(RemoteObject):
@@ -168,24 +153,23 @@ class Product(RemoteObject):
 
     @property
     def is_plan(self) -> bool:
-        """A recurring product that is not an add-on: one of a group's alternatives."""
+        """A recurring product that is not an add-on."""
         return not self.is_one_time and not self.add_on
 
     @property
     def confirmed_status(self) -> str:
-        """The status to sell by: the service's last confirmed one (``remote_data``) when the
-        last push failed, else ``status``."""
+        """The status to sell by: the service's (``remote_data``) if the last push failed."""
         remote = self.remote_data if isinstance(self.remote_data, dict) else {}
         confirmed = remote.get("status")
         if self.sync_state == SyncState.FAILED and confirmed in ProductStatus.values:
-            return confirmed
+            return str(confirmed)
         return self.status
 
     def delete(self, *args: Any, **kwargs: Any) -> Any:
         raise ProductDeletionRefused([self])
 
     def archive(self) -> None:
-        """Retire the product (the replacement for deleting it); pushed like any change."""
+        """Retire the product (instead of deleting it); pushed like any change."""
         self.status = ProductStatus.ARCHIVED
         self.save(update_fields=["status", "updated_at"])
 
@@ -195,8 +179,6 @@ class Product(RemoteObject):
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         """A save of ``selected_currencies`` keeps the currencies of the product's prices."""
-        from ..context import is_from_remote
-
         fields = kwargs.get("update_fields")
         if (
             not self._state.adding
@@ -208,7 +190,6 @@ class Product(RemoteObject):
         super().save(*args, **kwargs)
 
     def priced_currencies(self) -> set[int]:
-        """The ids of the currencies the product has a price in (one query)."""
         return set(
             Price.objects.filter(models.Q(product=self) | models.Q(cycle__product=self))
             .values_list("currency_id", flat=True)
@@ -216,19 +197,19 @@ class Product(RemoteObject):
         )
 
     def add_priced_currencies(self) -> bool:
-        """Add the priced currencies to the stored ``selected_currencies``; True if it changed."""
+        """Add the priced currencies to the stored ``selected_currencies``; True if changed."""
         row = Product.objects.filter(pk=self.pk).values_list("selected_currencies", flat=True)
         stored = _with(row.first(), set())
         wanted = _with(stored, self.priced_currencies())
         self.selected_currencies = wanted
         if wanted == stored:
             return False
-        super().save(update_fields=["selected_currencies", "updated_at"])  # priced: known
+        super().save(update_fields=["selected_currencies", "updated_at"])
         return True
 
 
 def _with(currencies: Any, more: set[int]) -> list[int]:
-    """``currencies`` (ids, possibly written as strings) with the ids of ``more``, sorted."""
+    """``currencies`` (ids, maybe as strings) with those of ``more``, sorted."""
     ids = {int(c) for c in currencies or [] if is_id(c)}
     return sorted(ids | {int(c) for c in more})
 
@@ -260,8 +241,6 @@ class BillingCycle(AtomicSaveMixin, models.Model):
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         """A local save for a product whose blueprint is not known here is ``declared``."""
-        from ..context import is_from_remote
-
         if not self.declared and not is_from_remote() and self.product_id is not None:
             product = self.product
             if not product.blueprint_known and not product.is_one_time:
@@ -272,7 +251,7 @@ class BillingCycle(AtomicSaveMixin, models.Model):
 
     @property
     def code(self) -> str:
-        """The wire form ``<cycle>-<frequency>``, e.g. ``months-1``."""
+        """The wire form, e.g. ``months-1``."""
         return f"{self.unit}-{self.frequency}"
 
 
@@ -303,22 +282,14 @@ class Price(AtomicSaveMixin, models.Model):
     def __str__(self) -> str:
         return f"{self.amount} {label(self.currency_id)}"
 
-    def save(self, *args: Any, **kwargs: Any) -> None:
-        """A price in a new currency adds it to the product's ``selected_currencies``."""
-        from ..context import is_from_remote
-
-        using = kwargs.get("using") or router.db_for_write(type(self), instance=self)
-        with transaction.atomic(using=using, savepoint=False):
-            super().save(*args, **kwargs)
-            if is_from_remote():  # the service's answer states its own currencies
-                return
-            owner = self.owner
-            if int(self.currency_id) not in _with(owner.selected_currencies, set()):
-                owner.add_priced_currencies()
-
-    @property
-    def owner(self) -> Product:
-        return self.product if self.product_id else self.cycle.product
+    def saved(self) -> None:
+        """A price in a new currency adds it to the product's ``selected_currencies`` (not
+        from the service: its answer states its own currencies)."""
+        owner = self.product or (self.cycle.product if self.cycle else None)
+        if is_from_remote() or owner is None:
+            return
+        if int(self.currency_id) not in _with(owner.selected_currencies, set()):
+            owner.add_priced_currencies()
 
 
 class ProductFeature(models.Model):

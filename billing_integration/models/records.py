@@ -32,20 +32,20 @@ class RefundStatus(models.TextChoices):
     REJECTED = "rejected", _("Rejected")
 
 
-def _status(choices: Any = None) -> models.CharField:
+def _status(choices: Any = None) -> models.CharField[Any, Any]:
     return models.CharField(
         _("status"), max_length=32, blank=True, default="", choices=choices, db_index=True
     )
 
 
-def _link(to: Any, related_name: str) -> models.ForeignKey:
+def _link(to: Any, related_name: str) -> models.ForeignKey[Any, Any]:
     """A read-only link to a local row, when it is known here."""
     return models.ForeignKey(
         to, models.SET_NULL, null=True, blank=True, related_name=related_name, editable=False
     )
 
 
-def _remote_ref() -> models.UUIDField:
+def _remote_ref() -> models.UUIDField[Any, Any]:
     return models.UUIDField(null=True, blank=True, editable=False)
 
 

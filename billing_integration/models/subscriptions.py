@@ -1,6 +1,6 @@
-"""Subscriptions, owned by the service. The active rule (``active_q`` in SQL,
-``grants_access`` in Python): the status is in ``BILLING['ACTIVE_STATUSES']`` and the cycle
-has not ended, or the trial has not."""
+"""Subscriptions, owned by the service, and checkout sessions. The active rule (``active_q``
+in SQL, ``grants_access`` in Python): the status is in ``BILLING['ACTIVE_STATUSES']`` and
+the cycle has not ended, or the trial has not."""
 
 from __future__ import annotations
 
@@ -20,16 +20,8 @@ from .base import RemoteObject
 from .customers import Customer
 from .products import Product
 
-__all__ = [
-    "KNOWN_INACTIVE_STATUSES",
-    "Subscription",
-    "SubscriptionQuerySet",
-    "active_q",
-    "active_statuses",
-    "grants_access",
-    "is_known_status",
-    "unknown_status_q",
-]
+__all__ = ["CheckoutSession", "Report", "Subscription", "active_q", "active_statuses"]
+__all__ += ["grants_access", "is_known_status", "unknown_status_q"]
 
 #: Statuses known to grant no access (not reported as unknown); not a deny-list.
 KNOWN_INACTIVE_STATUSES = ("canceled", "cancelled", "paused", "ended", "expired", "detached")
@@ -77,7 +69,7 @@ def grants_access(
     trial_end_date: datetime | None,
     at: datetime | None = None,
 ) -> bool:
-    """The active rule in Python, for one subscription's values (the twin of ``active_q``)."""
+    """The active rule in Python (the twin of ``active_q``)."""
     now = at or timezone.now()
     return status in active_statuses() and (
         cycle_end_date is None
@@ -91,13 +83,12 @@ def unknown_status_q() -> Q:
     return ~Q(status__in=[*active_statuses(), *KNOWN_INACTIVE_STATUSES])
 
 
-class SubscriptionQuerySet(models.QuerySet):
+class SubscriptionQuerySet(models.QuerySet["Subscription"]):
     def active(self, at: datetime | None = None) -> SubscriptionQuerySet:
-        """Subscriptions that grant access at ``at`` (now by default): the active rule."""
+        """Subscriptions that grant access at ``at`` (now by default)."""
         return self.filter(active_q(at))
 
     def unknown_status(self) -> SubscriptionQuerySet:
-        """Subscriptions whose status is neither active nor known inactive."""
         return self.filter(unknown_status_q())
 
     def for_subscriber(self, subscriber: Any) -> SubscriptionQuerySet:
@@ -172,10 +163,50 @@ class Subscription(RemoteObject):
 
     @property
     def is_active(self) -> bool:
-        """Whether the subscription grants access now (the active rule)."""
+        """Whether the subscription grants access now."""
         return grants_access(self.status, self.cycle_end_date, self.trial_end_date)
 
     @property
     def has_unknown_status(self) -> bool:
-        """The status is neither active nor a known inactive one (it grants no access)."""
         return not is_known_status(self.status)
+
+
+class Report(Subscription):
+    """A proxy behind the admin reporting dashboard."""
+
+    class Meta:
+        proxy = True
+        verbose_name = _("report")
+        verbose_name_plural = _("reports")
+        default_permissions = ("view",)
+
+
+class CheckoutSession(RemoteObject):
+    """Created synchronously by the checkout view (the redirect needs its id)."""
+
+    customer = models.ForeignKey(
+        Customer, on_delete=models.SET_NULL, null=True, blank=True, related_name="checkout_sessions"
+    )
+    product = models.ForeignKey(
+        Product, on_delete=models.PROTECT, null=True, blank=True, related_name="checkout_sessions"
+    )
+    status = models.CharField(_("status"), max_length=32, blank=True, default="")
+    expires_at = models.DateTimeField(null=True, blank=True)
+    action = models.CharField(max_length=32, default="new_subscription")
+    completed_at = models.DateTimeField(null=True, blank=True)
+    selected_billing_cycle = models.CharField(max_length=32, blank=True, default="")
+    selected_currency = models.PositiveIntegerField(
+        null=True, blank=True, help_text=_("The service's integer currency id.")
+    )
+    upgrade_to = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
+    downgrade_to = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
+    #: Set by ``start_checkout``: True when an earlier identical request's open session is returned.
+    reused = False
+
+    class Meta:
+        ordering = ["-created_at", "pk"]
+        verbose_name = _("checkout session")
+        verbose_name_plural = _("checkout sessions")
+
+    def __str__(self) -> str:
+        return f"checkout {self.remote_id or self.pk} ({self.status or 'new'})"

@@ -1,7 +1,6 @@
 """Bounding the pulls that requests and events ask for, through ``conf.shared_cache()``:
-``once_per_window`` (a cache ``add``) and ``coalesced_pull`` (one pull of a list at a time;
-a caller that waited goes on once its object is known or a later pull has finished). A
-cache outage never stops a pull: the counters then live in this process."""
+``once_per_window`` and ``coalesced_pull`` (one pull of a list at a time). A cache outage
+never stops a pull: the counters then live in this process."""
 
 from __future__ import annotations
 
@@ -37,12 +36,11 @@ def _cache(method: str, key: str, *args: Any, **kwargs: Any) -> Any:
 
 def once_per_window(key: str, seconds: float) -> bool:
     """True for the first call with ``key`` in ``seconds`` across processes (and when the
-    cache fails: the caller's one pull rather than none)."""
+    cache fails)."""
     return bool(_cache("add", key, 1, timeout=max(1, round(seconds))))
 
 
 def note_window(key: str, note: str, seconds: float) -> None:
-    """Replace the window's marker by ``note``."""
     _cache("set", key, note, timeout=max(1, round(seconds)))
 
 
@@ -67,7 +65,7 @@ def coalesced_pull(
     resource: str, pull: Callable[[], Any], present: Callable[[], bool] = lambda: False
 ) -> bool:
     """Run ``pull`` unless ``present()`` or a pull started after this call has finished;
-    True if this call pulled. An error of ``pull`` is raised (it serves no one)."""
+    True if this call pulled."""
     prefix = f"billing:pull:{resource}"
     asked = _counter(f"{prefix}:started")
     give_up = time.monotonic() + PULL_LOCK_TTL

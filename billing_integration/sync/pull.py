@@ -1,41 +1,39 @@
 """Pull (remote -> local): page through the service's lists and upsert each page through the
 ORM in a constant number of queries, inside ``from_remote()`` (nothing is queued for a push).
 Local changes not yet pushed are kept (``skipped``); a subscription never goes back to an
-older version of the service's (``stale``); a local row whose create answer was lost is
-adopted; a row the mapping refuses is counted in ``errors`` and the rest applied."""
+older version (``stale``); a local row whose create answer was lost is adopted; a row the
+mapping refuses is counted in ``errors`` and the rest applied."""
 
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import models, transaction
+from django.db import transaction
 from django.db.models import Q, prefetch_related_objects
 from django.utils import timezone
 
+from ..context import from_remote
 from ..exceptions import BillingError, RemoteDataError
 from ..health import record_run
 from ..mapping import customers as customer_map
 from ..mapping import products as product_map
 from ..mapping import subscriptions as subscription_map
-from ..models.base import SyncState
+from ..models.base import RemoteObject, SyncState
 from ..models.customers import Customer
 from ..models.products import Price, Product, ProductStatus
 from ..models.subscriptions import Subscription
-from ..outbox.context import from_remote
 from ..service import ensure_service
 
 logger = logging.getLogger("billing_integration.sync")
 
+Row = dict[str, Any]
 Progress = Callable[[str, "PullCounts"], None]
 LOCAL_CHANGES = (SyncState.PENDING, SyncState.FAILED)
 #: How many error messages a ``PullCounts`` keeps (the count goes on).
 MAX_ERROR_MESSAGES = 20
-
-
 _COUNTED = ("created", "updated", "unchanged", "skipped", "pages", "stale", "errors")
 
 
@@ -75,10 +73,9 @@ class PullCounts:
         )
 
 
-# --- one page ----------------------------------------------------------------------------------
-def _mapped(rows: Iterable[Any], mapper: Callable[[dict], dict], counts: PullCounts) -> list[dict]:
+def _mapped(rows: Iterable[Any], mapper: Callable[[Row], Row], counts: PullCounts) -> list[Row]:
     """The mapped rows (the last of duplicates wins); a refused row is counted in errors."""
-    out: dict[uuid.UUID, dict] = {}
+    out: dict[Any, Row] = {}
     for row in rows:
         if not isinstance(row, dict):
             continue
@@ -101,17 +98,16 @@ ADOPT_BY = {
 }
 
 
-def _existing(model: type[models.Model], mapped: list[dict]) -> dict:
+def _existing(model: type[RemoteObject], mapped: list[Row]) -> dict[Any, Any]:
     """The local rows by remote id, the adopted unlinked ones included, in one query."""
     keys = ADOPT_BY.get(model.__name__, ())
     query = Q(remote_id__in=[m["remote_id"] for m in mapped])
-    wanted = {k for k in (tuple(m.get(n) for n in keys) for m in mapped) if k and k[0]}
-    wanted = {k for k in wanted if None not in k}
+    wanted = {k for k in (tuple(m.get(n) for n in keys) for m in mapped) if k and None not in k}
     if wanted:
         values = {f"{name}__in": {k[i] for k in wanted} for i, name in enumerate(keys)}
         query |= Q(remote_id__isnull=True, **values)
-    existing: dict[Any, models.Model] = {}
-    unlinked: dict[Any, models.Model] = {}
+    existing: dict[Any, RemoteObject] = {}
+    unlinked: dict[Any, RemoteObject] = {}
     for obj in model._default_manager.filter(query).order_by("pk"):
         if obj.remote_id is not None:
             existing[obj.remote_id] = obj
@@ -124,9 +120,10 @@ def _existing(model: type[models.Model], mapped: list[dict]) -> dict:
     return existing
 
 
-def _applicable(obj: Any, fields: dict, local_owned: tuple, versioned: bool, counts: PullCounts):
-    """The fields of ``fields`` to write on ``obj`` and whether its local changes are kept;
-    None for a stale row."""
+def _applicable(
+    obj: Any, fields: Row, local_owned: tuple[str, ...], versioned: bool, counts: PullCounts
+) -> tuple[Row, bool] | None:
+    """The fields to write on ``obj`` and whether its local changes are kept; None if stale."""
     if versioned and obj.remote_updated is not None:
         version = fields.get("remote_updated") or fields.get("remote_created")
         if version is not None and version < obj.remote_updated and not obj.remote_updated_ours:
@@ -144,22 +141,22 @@ def _applicable(obj: Any, fields: dict, local_owned: tuple, versioned: bool, cou
 
 
 def _upsert(
-    model: type[models.Model],
-    mapped: list[dict[str, Any]],
+    model: type[RemoteObject],
+    mapped: list[Row],
     counts: PullCounts,
     *,
     local_owned: tuple[str, ...] = (),
     create_only: tuple[str, ...] = (),
     versioned: bool = False,
-) -> tuple[list[models.Model], list[models.Model]]:
+) -> tuple[list[Any], list[Any]]:
     """Upsert one page of mapped rows; returns the created and the updated rows."""
     counts.pages += 1
     if not mapped:
         return [], []
     now = timezone.now()
     existing = _existing(model, mapped)
-    to_create: list[models.Model] = []
-    to_update: list[models.Model] = []
+    to_create: list[Any] = []
+    to_update: list[Any] = []
     update_fields = {"last_synced_at", "updated_at"}
     for fields in mapped:
         obj = existing.get(fields["remote_id"])
@@ -173,8 +170,7 @@ def _upsert(
         fields, kept = applicable
         changed = [name for name, value in fields.items() if getattr(obj, name) != value]
         if not changed:
-            if not kept:
-                counts.unchanged += 1
+            counts.unchanged += not kept
             continue
         for name in changed:
             setattr(obj, name, fields[name])
@@ -201,45 +197,38 @@ def _upsert(
     return to_create, to_update
 
 
-# --- products --------------------------------------------------------------------------------
 PRODUCT_LOCAL = ("name", "description", "status", "selected_currencies", "billing_type")
+CUSTOMER_LOCAL = ("identifier", "first_name", "last_name", "email")
 
 
-def upsert_products(rows: Iterable[dict[str, Any]]) -> PullCounts:
-    """Upsert one page of product resources. New products get their type and root prices
-    from the resource (a response's blueprint is an id: its cycles stay unknown,
-    ``blueprint_known`` False); updated ones get their ``not_sent`` state re-derived."""
+def upsert_products(rows: Iterable[Row]) -> PullCounts:
+    """Upsert one page of product resources: new ones with their type and root prices,
+    updated ones with their ``not_sent`` state re-derived."""
     rows = [r for r in rows if isinstance(r, dict)]
     counts = PullCounts()
     mapped = _mapped(rows, product_map.from_remote, counts)
+    create_only = ("product_type", "blueprint_known")
     created, updated = _upsert(
-        Product,
-        mapped,
-        counts,
-        local_owned=PRODUCT_LOCAL,
-        create_only=("product_type", "blueprint_known"),
+        Product, mapped, counts, local_owned=PRODUCT_LOCAL, create_only=create_only
     )
     _settle_not_carried(updated)
-    if created:
-        by_id = {str(r.get("id")): r for r in rows}
-        prices = [
-            Price(product=product, currency_id=currency, amount=amount)
-            for product in created
-            for currency, amount in product_map.root_prices_from_remote(
-                by_id.get(str(product.remote_id), {})
-            )
-        ]
-        if prices:
-            with transaction.atomic(), from_remote():
-                Price.objects.bulk_create(prices)
+    by_id = {str(r.get("id")): r for r in rows}
+    prices = [
+        Price(product=product, currency_id=currency, amount=amount)
+        for product in created
+        for currency, amount in product_map.root_prices_from_remote(
+            by_id.get(str(product.remote_id), {})
+        )
+    ]
+    if prices:
+        with transaction.atomic(), from_remote():
+            Price.objects.bulk_create(prices)
     return counts
 
 
-def _settle_not_carried(products: list[Any]) -> None:
+def _settle_not_carried(products: list[Product]) -> None:
     """Re-derive ``synced`` / ``not_sent`` of updated products without pending changes."""
     settled = [p for p in products if p.sync_state in (SyncState.SYNCED, SyncState.NOT_SENT)]
-    if not settled:
-        return
     prefetch_related_objects(settled, "root_prices")
     changed = []
     for product in settled:
@@ -253,8 +242,42 @@ def _settle_not_carried(products: list[Any]) -> None:
             Product.objects.bulk_update(changed, ["sync_state", "sync_error"])
 
 
-def pull_products(*, client: Any = None, progress: Progress | None = None) -> PullCounts:
-    return _pull("products", upsert_products, client, progress)
+def upsert_customers(rows: Iterable[Row]) -> PullCounts:
+    counts = PullCounts()
+    mapped = _mapped(rows, customer_map.from_remote, counts)
+    _upsert(Customer, mapped, counts, local_owned=CUSTOMER_LOCAL)
+    return counts
+
+
+def upsert_subscriptions(rows: Iterable[Row], *, customer: Customer | None = None) -> PullCounts:
+    """Upsert one page of subscription resources linked to the local products and customers;
+    with ``customer``, only its rows."""
+    counts = PullCounts()
+    mapped = _mapped(rows, subscription_map.from_remote, counts)
+    if customer is not None:
+        mapped = [m for m in mapped if m["customer_remote_id"] == customer.remote_id]
+    local: dict[str, dict[Any, int]] = {}
+    for name, model in (("product", Product), ("customer", Customer)):
+        remote_ids = {m[f"{name}_remote_id"] for m in mapped if m[f"{name}_remote_id"]}
+        rows_ = model._default_manager.filter(remote_id__in=remote_ids)
+        local[name] = dict(rows_.values_list("remote_id", "pk"))
+    linked = [
+        {
+            **fields,
+            "product_id": local["product"].get(fields["product_remote_id"]),
+            "customer_id": local["customer"].get(fields["customer_remote_id"]),
+        }
+        for fields in mapped
+    ]
+    _upsert(Subscription, linked, counts, versioned=True)
+    return counts
+
+
+def upsert_subscription(data: Row) -> Subscription | None:
+    """Upsert one subscription resource (an event's ``data``) and return the local row."""
+    upsert_subscriptions([data])
+    rows = Subscription.objects.select_related("product", "customer")
+    return rows.filter(remote_id=data.get("id")).first()
 
 
 def products_without_cycles() -> list[Product]:
@@ -267,61 +290,12 @@ def products_without_cycles() -> list[Product]:
     )
 
 
-# --- customers -------------------------------------------------------------------------------
-CUSTOMER_LOCAL = ("identifier", "first_name", "last_name", "email")
-
-
-def upsert_customers(rows: Iterable[dict[str, Any]]) -> PullCounts:
-    counts = PullCounts()
-    mapped = _mapped(rows, customer_map.from_remote, counts)
-    _upsert(Customer, mapped, counts, local_owned=CUSTOMER_LOCAL)
-    return counts
+def pull_products(*, client: Any = None, progress: Progress | None = None) -> PullCounts:
+    return _pull("products", upsert_products, client, progress)
 
 
 def pull_customers(*, client: Any = None, progress: Progress | None = None) -> PullCounts:
     return _pull("customers", upsert_customers, client, progress)
-
-
-# --- subscriptions ---------------------------------------------------------------------------
-def upsert_subscriptions(
-    rows: Iterable[dict[str, Any]],
-    *,
-    customer: Customer | None = None,
-) -> PullCounts:
-    """Upsert one page of subscription resources, linked to the local products and customers
-    (one query each); with ``customer``, only its rows."""
-    counts = PullCounts()
-    mapped = _mapped(rows, subscription_map.from_remote, counts)
-    if customer is not None:
-        mapped = [m for m in mapped if m["customer_remote_id"] == customer.remote_id]
-    product_ids = {m["product_remote_id"] for m in mapped if m["product_remote_id"]}
-    customer_ids = {m["customer_remote_id"] for m in mapped if m["customer_remote_id"]}
-    products = dict(
-        Product.objects.filter(remote_id__in=product_ids).values_list("remote_id", "pk")
-    )
-    customers = dict(
-        Customer.objects.filter(remote_id__in=customer_ids).values_list("remote_id", "pk")
-    )
-    linked = [
-        {
-            **fields,
-            "product_id": products.get(fields["product_remote_id"]),
-            "customer_id": customers.get(fields["customer_remote_id"]),
-        }
-        for fields in mapped
-    ]
-    _upsert(Subscription, linked, counts, versioned=True)
-    return counts
-
-
-def upsert_subscription(data: dict[str, Any]) -> Subscription | None:
-    """Upsert one subscription resource (an event's ``data``) and return the local row."""
-    upsert_subscriptions([data])
-    return (
-        Subscription.objects.select_related("product", "customer")
-        .filter(remote_id=data.get("id"))
-        .first()
-    )
 
 
 def pull_subscriptions(
@@ -330,11 +304,14 @@ def pull_subscriptions(
     """Pull subscriptions; with ``customer``, only its (the list has no filter: all pages)."""
     if customer is not None and customer.remote_id is None:
         return PullCounts()
-    upsert = lambda rows: upsert_subscriptions(rows, customer=customer)  # noqa: E731
-    return _pull("subscriptions", upsert, client, progress)
+    return _pull(
+        "subscriptions",
+        lambda rows: upsert_subscriptions(rows, customer=customer),
+        client,
+        progress,
+    )
 
 
-# --- all of them ---------------------------------------------------------------------------
 #: The resources a full pull reads, in this order (subscriptions link to the other two).
 RESOURCES = ("products", "customers", "subscriptions")
 
@@ -351,15 +328,10 @@ def pull_each(
             yield resource, exc
 
 
-# --- paging ----------------------------------------------------------------------------------
 def _pull(
-    resource: str,
-    upsert: Callable[[list[dict[str, Any]]], PullCounts],
-    client: Any,
-    progress: Progress | None,
+    resource: str, upsert: Callable[[list[Row]], PullCounts], client: Any, progress: Any
 ) -> PullCounts:
-    # Which service (billing_integration.service): refuse before any request.
-    ensure_service(client=client)
+    ensure_service(client=client)  # refuse before any request if the service is another one
     if client is None:
         from ..client import get_client
 

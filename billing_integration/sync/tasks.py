@@ -13,20 +13,20 @@ from .coalesce import once_per_window
 
 logger = logging.getLogger("billing_integration.sync")
 
-
 #: Pages that could not refresh ask a worker for one pull per this many seconds.
 BACKGROUND_PULL_INTERVAL = 60.0
 BACKGROUND_PULL_KEY = "billing:background-pull"
 
 
-@shared_task(name="billing_integration.sync_all", ignore_result=True)
+# celery ships no type hints (no stub): its decorator is untyped.
+@shared_task(name="billing_integration.sync_all", ignore_result=True)  # type: ignore[untyped-decorator]
 def sync_all() -> dict[str, dict[str, int]]:
     """Pull products, customers and subscriptions, each on its own; raises the first failure."""
     from .pull import pull_each
 
     record_run("sync_all")  # billing_doctor: beat ran
     results: dict[str, dict[str, int]] = {}
-    failures: list[BillingError] = []
+    failures = []
     for resource, counts in pull_each():
         if isinstance(counts, BillingError):
             failures.append(counts)
