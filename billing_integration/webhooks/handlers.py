@@ -138,11 +138,30 @@ class EventHandler:
     #: The local object kind the handler changes, for the signals (``subscription``, ...).
     object_name: ClassVar[str] = ""
     #: Canonical type -> the status it implies; it wins over ``data.status``.
-    STATUS_FOR_TYPE: ClassVar[dict[str, str]] = {}
+    STATUS_FOR_TYPE: ClassVar[dict[str, str]] = {
+        types.SUBSCRIPTION_CANCELED: "canceled",
+        types.SUBSCRIPTION_PAUSED: "paused",
+        types.INVOICE_PAID: "paid",
+        types.INVOICE_VOIDED: "void",
+        types.INVOICE_MARKED_UNCOLLECTABLE: "uncollectable",
+        types.INVOICE_DELETED: "deleted",
+        types.PAYMENT_COMPLETED: "completed",
+        types.PAYMENT_FAILED: "failed",
+        types.PAYMENT_CANCELED: "canceled",
+        types.REFUND_INITIATED: "initiated",
+        types.REFUND_APPROVED: "approved",
+        types.REFUND_REJECTED: "rejected",
+    }
     #: Of two events of the same version, the higher-ranked status wins.
     RANK: ClassVar[dict[str, int]] = {}
     #: Statuses an undated event (``ctx.version_is_ours``) never moves a row out of.
     FINAL: ClassVar[frozenset[str]] = frozenset()
+    #: A record's other fields: ids of other objects (``<name>_remote_id``), dates, texts
+    #: (name -> the column's length); ``KNOWN_CURRENCY``: an unknown currency fails the event.
+    REFERENCES: ClassVar[tuple[str, ...]] = ()
+    DATES: ClassVar[tuple[str, ...]] = ()
+    TEXTS: ClassVar[dict[str, int]] = {}
+    KNOWN_CURRENCY: ClassVar[bool] = False
 
     def __init__(self, event_type: str) -> None:
         self.event_type = event_type
@@ -161,16 +180,24 @@ class EventHandler:
 
     def fields(self, ctx: EventContext) -> dict[str, Any]:
         data = ctx.data
-        return {
+        currency = data.get("currency")
+        values: dict[str, Any] = {
             "status": self.STATUS_FOR_TYPE.get(self.event_type) or _text(data.get("status"), 32),
             "amount": _amount(data.get("amount")),
-            "currency": currencies.label(data.get("currency"))[:8],
-            "customer_remote_id": as_uuid(data.get("customer")),
-            "subscription_remote_id": as_uuid(data.get("subscription")),
+            "currency": _known_currency(currency)
+            if self.KNOWN_CURRENCY
+            else currencies.label(currency)[:8],
             "remote_created": ts(data.get("date_created"), "date_created"),
             "remote_updated": ctx.version,
             "remote_data": data,
         }
+        for name in ("customer", "subscription", *self.REFERENCES):
+            values[f"{name}_remote_id"] = as_uuid(data.get(name))
+        for name in self.DATES:
+            values[name] = ts(data.get(name), name)
+        for name, length in self.TEXTS.items():
+            values[name] = _text(data.get(name), length)
+        return values
 
     def new(self, remote_id: uuid.UUID) -> Any:
         return self.model(remote_id=remote_id)
@@ -245,16 +272,12 @@ class SubscriptionHandler(EventHandler):
 
     model = Subscription
     object_name = "subscription"
-    STATUS_FOR_TYPE: ClassVar[dict[str, str]] = {
-        types.SUBSCRIPTION_CANCELED: "canceled",
-        types.SUBSCRIPTION_PAUSED: "paused",
-    }
     RANK: ClassVar[dict[str, int]] = {"paused": 1, "canceled": 2}
     FINAL = frozenset({"canceled"})
 
     def fields(self, ctx: EventContext) -> dict[str, Any]:
         mapped = subscription_mapping.from_remote(ctx.data)
-        values = {
+        values: dict[str, Any] = {
             name: value
             for name, value in mapped.items()
             if name == "remote_data" or _SUBSCRIPTION_SOURCE.get(name, name) in ctx.data
@@ -281,29 +304,21 @@ class SubscriptionHandler(EventHandler):
             record.save()
 
 
-@handler(types.INVOICE_PAID, types.INVOICE_VOIDED, types.INVOICE_MARKED_UNCOLLECTABLE)
-@handler(types.INVOICE_DELETED)
+@handler(
+    types.INVOICE_PAID,
+    types.INVOICE_VOIDED,
+    types.INVOICE_MARKED_UNCOLLECTABLE,
+    types.INVOICE_DELETED,
+)
 class InvoiceHandler(EventHandler):
     """``invoice.*``: sets the invoice paid / void / uncollectable / deleted."""
 
     model = Invoice
     object_name = "invoice"
-    STATUS_FOR_TYPE: ClassVar[dict[str, str]] = {
-        types.INVOICE_PAID: "paid",
-        types.INVOICE_VOIDED: "void",
-        types.INVOICE_MARKED_UNCOLLECTABLE: "uncollectable",
-        types.INVOICE_DELETED: "deleted",
-    }
     RANK: ClassVar[dict[str, int]] = {"deleted": 1}
     FINAL = frozenset({"deleted", "void", "uncollectable"})
-
-    def fields(self, ctx: EventContext) -> dict[str, Any]:
-        return {
-            **super().fields(ctx),
-            "product_remote_id": as_uuid(ctx.data.get("product")),
-            "period_start": ts(ctx.data.get("period_start"), "period_start"),
-            "period_end": ts(ctx.data.get("period_end"), "period_end"),
-        }
+    REFERENCES = ("product",)
+    DATES = ("period_start", "period_end")
 
 
 @handler(types.PAYMENT_COMPLETED, types.PAYMENT_FAILED, types.PAYMENT_CANCELED)
@@ -312,11 +327,9 @@ class PaymentHandler(EventHandler):
 
     model = Payment
     object_name = "payment"
-    STATUS_FOR_TYPE: ClassVar[dict[str, str]] = {
-        types.PAYMENT_COMPLETED: "completed",
-        types.PAYMENT_FAILED: "failed",
-        types.PAYMENT_CANCELED: "canceled",
-    }
+    REFERENCES = ("product", "invoice")
+    TEXTS: ClassVar[dict[str, int]] = {"failure_reason": 64}
+    KNOWN_CURRENCY = True
 
     def lock_related(self, ctx: EventContext) -> dict[str, Any]:
         sub_rid = as_uuid(ctx.data.get("subscription"))
@@ -327,15 +340,6 @@ class PaymentHandler(EventHandler):
             customer = as_uuid(ctx.data.get("customer"))
             raise PullRequired("subscription", sub_rid, customer=customer)
         return {"subscription": subscription} if subscription else {}
-
-    def fields(self, ctx: EventContext) -> dict[str, Any]:
-        return {
-            **super().fields(ctx),
-            "product_remote_id": as_uuid(ctx.data.get("product")),
-            "invoice_remote_id": as_uuid(ctx.data.get("invoice")),
-            "currency": _known_currency(ctx.data.get("currency")),
-            "failure_reason": _text(ctx.data.get("failure_reason"), 64),
-        }
 
     def after_save(self, ctx: EventContext, record: Any, related: dict[str, Any]) -> None:
         subscription = related.get("subscription")
@@ -355,20 +359,10 @@ class RefundHandler(EventHandler):
 
     model = Refund
     object_name = "refund"
-    STATUS_FOR_TYPE: ClassVar[dict[str, str]] = {
-        types.REFUND_INITIATED: "initiated",
-        types.REFUND_APPROVED: "approved",
-        types.REFUND_REJECTED: "rejected",
-    }
     RANK: ClassVar[dict[str, int]] = {"approved": 1, "rejected": 1}
     FINAL = frozenset({"approved", "rejected"})
-
-    def fields(self, ctx: EventContext) -> dict[str, Any]:
-        return {
-            **super().fields(ctx),
-            "payment_remote_id": as_uuid(ctx.data.get("payment")),
-            "reason": _text(ctx.data.get("reason"), 255),
-        }
+    REFERENCES = ("payment",)
+    TEXTS: ClassVar[dict[str, int]] = {"reason": 255}
 
     def resolve_links(
         self, ctx: EventContext, record: Any, values: dict[str, Any], related: dict[str, Any]
