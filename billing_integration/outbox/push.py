@@ -11,7 +11,7 @@ from enum import StrEnum
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from ..client import BillingClient, get_client
@@ -28,7 +28,14 @@ from ..mapping import subscriptions as subscription_map
 from ..mapping.common import META_FIELDS, as_uuid
 from ..models.base import SyncState
 from ..models.customers import Customer
-from ..models.outbox import LEASE, OPEN_STATES, OutboxEntry, OutboxOperation, OutboxState
+from ..models.outbox import (
+    BLOCKING,
+    LEASE,
+    OPEN_STATES,
+    OutboxEntry,
+    OutboxOperation,
+    OutboxState,
+)
 from ..models.products import BillingCycle, Product
 from ..models.subscriptions import Subscription
 from ..service import ensure_service
@@ -156,10 +163,6 @@ def _claim(entry_id: int | None) -> PushResult | tuple[OutboxEntry, Any, list[An
             setattr(entry, field, value)
         _rows(obj).update(last_attempt_at=now)
     return entry, obj, []
-
-
-#: The entries a later one of their object waits behind: open or in doubt.
-BLOCKING = Q(state__in=OPEN_STATES) | Q(state=OutboxState.FAILED, in_doubt=True)
 
 
 def _blocking(entry: OutboxEntry) -> QuerySet[OutboxEntry]:
