@@ -6,9 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
+from itertools import accumulate
+from operator import sub
 from typing import Any
 
-from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import (
     Case,
     CharField,
@@ -34,7 +35,6 @@ from django.db.models import (
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast, Coalesce, Concat, Greatest, TruncMonth, Upper
 from django.db.models.lookups import IsNull, LessThan, LessThanOrEqual
-from django.db.models.sql.compiler import SQLCompiler
 from django.utils import timezone
 
 from .. import currencies
@@ -59,7 +59,6 @@ Prices = dict[tuple[Any, str, str], Decimal]
 SETTLED_INVOICE_STATUSES = (InvoiceStatus.PAID, InvoiceStatus.VOID, InvoiceStatus.DELETED)
 
 
-# --- the period ------------------------------------------------------------------------------
 def month_start(value: datetime) -> datetime:
     value = timezone.localtime(value)
     return value.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
@@ -109,7 +108,6 @@ def month_key(month: datetime) -> str:
     return timezone.localtime(month).strftime("%Y-%m")
 
 
-# --- shared expressions ----------------------------------------------------------------------
 def started_at() -> Coalesce:
     return Coalesce("remote_created", "created_at", output_field=DateTimeField())
 
@@ -186,7 +184,7 @@ def _records(
     """Payments or refunds of the period (``lifetime``: up to now), with ``at``, ``code`` and
     ``product_ref``."""
     qs = model._default_manager.annotate(
-        at=Coalesce("remote_created", "created_at", output_field=DateTimeField()),
+        at=started_at(),
         code=Upper("currency"),
         product_ref=product if product is not None else F("product_id"),
     ).filter(at__lte=period.now)
@@ -209,7 +207,6 @@ def _row(key: tuple[Any, Any, str], *counts: str, **amounts: Any) -> dict[str, A
     return {**row, **dict.fromkeys(counts, 0), **{k: Decimal(v) for k, v in amounts.items()}}
 
 
-# --- subscriptions ---------------------------------------------------------------------------
 def _merge_codes(rows: Any, keys: tuple[str, ...], counts: tuple[str, ...]) -> Rows:
     """Rows grouped on the stored currency, added up per ``keys`` + ``code``: "usd" and "USD"
     are one currency."""
@@ -264,15 +261,7 @@ class PointsBefore(Func):
         self.points, self.inclusive, self.null = list(points), inclusive, null
         super().__init__(value)
 
-    def as_sql(
-        self,
-        compiler: SQLCompiler,
-        connection: BaseDatabaseWrapper,
-        function: str | None = None,
-        template: str | None = None,
-        arg_joiner: str | None = None,
-        **extra_context: Any,
-    ) -> tuple[str, Any]:
+    def as_sql(self, compiler: Any, connection: Any, *args: Any, **extra: Any) -> tuple[str, Any]:
         value = self.source_expressions[0]
         before = LessThan if self.inclusive else LessThanOrEqual
         case = Case(
@@ -367,8 +356,8 @@ def subscription_history(period: Period, prices: Prices | None = None) -> Rows:
     months = [month_key(start) for start, _end in bounds]
     out: dict[tuple[Any, ...], dict[str, Any]] = {}
     for (product_id, cycle, currency), g in groups.items():
-        active = _running(g["up0"], g["up1"])  # active at b_k
-        paying = _running(g["paying0"], g["paying1"])  # active and out of trial at b_k
+        active = list(accumulate(map(sub, g["up0"], g["up1"])))  # active at b_k
+        paying = list(accumulate(map(sub, g["paying0"], g["paying1"])))  # and out of trial
         monthly = prices.get((product_id, cycle, currency), Decimal(0))
         for i, month_i in enumerate(months):
             key = (product_id, currency, month_i)
@@ -383,15 +372,6 @@ def subscription_history(period: Period, prices: Prices | None = None) -> Rows:
     for row in out.values():
         row["mrr"] = _money(row["mrr"])
     return sorted(out.values(), key=lambda r: (r["month"], str(r["product_id"]), r["currency"]))
-
-
-def _running(added: list[int], removed: list[int]) -> list[int]:
-    """Running totals of ``added`` minus those of ``removed``."""
-    out, total = [], 0
-    for plus, minus in zip(added, removed, strict=True):
-        total += plus - minus
-        out.append(total)
-    return out
 
 
 def trial_history(period: Period) -> Rows:
@@ -420,7 +400,6 @@ def trial_history(period: Period) -> Rows:
     ]
 
 
-# --- payments and refunds --------------------------------------------------------------------
 def payment_history(period: Period) -> Rows:
     """Per product, currency and month: payments completed / failed / canceled and amounts.
     One query (a UNION ALL of one index range per month)."""
@@ -491,7 +470,6 @@ def refund_history(period: Period) -> Rows:
     ]
 
 
-# --- customers -------------------------------------------------------------------------------
 def _ranked_customers(payments: QuerySet[Any], limit: int) -> RawSQL:
     """The customers of the first ``limit`` (customer, currency) pairs by lifetime paid. Raw SQL
     for what the ORM cannot express: a common table expression, so the ranking runs once."""

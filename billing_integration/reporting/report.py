@@ -209,9 +209,8 @@ def build_report(
     )
     overall: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in by_product.values():
-        key = (r["currency"], r["month"])
-        row = _slot(overall, key, product=ALL_PRODUCTS, currency=key[0], month=key[1])
-        _merge(row, r, MONTHLY)
+        at = {"currency": r["currency"], "month": r["month"]}
+        _merge(_slot(overall, tuple(at.values()), product=ALL_PRODUCTS, **at), r, MONTHLY)
     monthly = sorted(map(finish, overall.values()), key=lambda r: (r["currency"], r["month"]))
 
     # overview: per product and currency, plus "All products" per currency
