@@ -208,8 +208,8 @@ def _row(key: tuple[Any, Any, str], *counts: str, **amounts: Any) -> dict[str, A
 
 
 def _merge_codes(rows: Any, keys: tuple[str, ...], counts: tuple[str, ...]) -> Rows:
-    """Rows grouped on the stored currency, added up per ``keys`` + ``code``: "usd" and "USD"
-    are one currency."""
+    """Rows grouped on the stored currency, added up per ``keys`` + ``code`` (as ``currency``):
+    "usd" and "USD" are one currency."""
     out: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in rows:
         key = (*(r[k] for k in keys), r["code"])
@@ -217,7 +217,11 @@ def _merge_codes(rows: Any, keys: tuple[str, ...], counts: tuple[str, ...]) -> R
             for c in counts:
                 out[key][c] += r[c]
         else:
-            out[key] = {**{k: r[k] for k in keys}, "code": r["code"], **{c: r[c] for c in counts}}
+            out[key] = {
+                **{k: r[k] for k in keys},
+                "currency": r["code"],
+                **{c: r[c] for c in counts},
+            }
     return list(out.values())
 
 
@@ -238,7 +242,7 @@ def current_subscriptions(period: Period, prices: Prices | None = None) -> Rows:
         {
             "product_id": r["product_id"],
             "cycle": r["selected_billing_cycle"],
-            "currency": r["code"],
+            "currency": r["currency"],
             "active": r["active"],
             "trialing": r["trialing"],
             "unpriced": 0 if monthly is not None else r["active"],
@@ -247,7 +251,7 @@ def current_subscriptions(period: Period, prices: Prices | None = None) -> Rows:
         for r in _merge_codes(
             rows, ("product_id", "selected_billing_cycle"), ("active", "trialing")
         )
-        for monthly in [prices.get((r["product_id"], r["selected_billing_cycle"], r["code"]))]
+        for monthly in [prices.get((r["product_id"], r["selected_billing_cycle"], r["currency"]))]
     ]
 
 
@@ -349,9 +353,8 @@ def subscription_history(period: Period, prices: Prices | None = None) -> Rows:
         names = ("up0", "up1", "paying0", "paying1", "month0", "month1")
         g = groups.setdefault(key, {name: [0] * size for name in names})
         for kind in (0, 1) if r["kind"] == 2 else (r["kind"],):
-            g[f"up{kind}"][r["up"]] += r["n"]
-            g[f"paying{kind}"][r["paying"]] += r["n"]
-            g[f"month{kind}"][r["month"]] += r["n"]
+            for name in ("up", "paying", "month"):
+                g[f"{name}{kind}"][r[name]] += r["n"]
     prices = price_table() if prices is None else prices
     months = [month_key(start) for start, _end in bounds]
     out: dict[tuple[Any, ...], dict[str, Any]] = {}
@@ -384,19 +387,14 @@ def trial_history(period: Period) -> Rows:
         .values("product_id", "selected_currency", "month")
         .annotate(
             code=Upper(Min("selected_currency")),
-            ended=Count("pk"),
-            converted_n=Count("pk", filter=Q(converted=True)),
+            trials_ended=Count("pk"),
+            trials_converted=Count("pk", filter=Q(converted=True)),
         )
     )
+    counts = ("trials_ended", "trials_converted")
     return [
-        {
-            "product_id": r["product_id"],
-            "currency": r["code"],
-            "month": month_key(r["month"]),
-            "trials_ended": r["ended"],
-            "trials_converted": r["converted_n"],
-        }
-        for r in _merge_codes(rows, ("product_id", "month"), ("ended", "converted_n"))
+        {**r, "month": month_key(r["month"])}
+        for r in _merge_codes(rows, ("product_id", "month"), counts)
     ]
 
 
