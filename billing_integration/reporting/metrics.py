@@ -59,20 +59,12 @@ Prices = dict[tuple[Any, str, str], Decimal]
 SETTLED_INVOICE_STATUSES = (InvoiceStatus.PAID, InvoiceStatus.VOID, InvoiceStatus.DELETED)
 
 
-def month_start(value: datetime) -> datetime:
-    value = timezone.localtime(value)
-    return value.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-
-
-def add_months(value: datetime, months: int) -> datetime:
-    index = value.year * 12 + value.month - 1 + months
-    return value.replace(year=index // 12, month=index % 12 + 1)
-
-
 def month_starts(months: int, now: datetime | None = None) -> list[datetime]:
-    """The first instants of the last ``months`` months, oldest first."""
-    current = month_start(now or timezone.now())
-    return [add_months(current, -i) for i in range(months - 1, -1, -1)]
+    """The first instants (local time) of the last ``months`` months, oldest first."""
+    current = timezone.localtime(now or timezone.now())
+    current = current.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    indexes = [current.year * 12 + current.month - 1 - i for i in range(months - 1, -1, -1)]
+    return [current.replace(year=i // 12, month=i % 12 + 1) for i in indexes]
 
 
 @dataclass(frozen=True)

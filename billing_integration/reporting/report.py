@@ -134,10 +134,10 @@ class Report:
 
     def totals(self, currency: str) -> dict[str, Any]:
         """The "All products" overview row of one currency."""
-        for row in self.overview:
-            if row["product"] == ALL_PRODUCTS and row["currency"] == currency:
-                return row
-        return {}
+        rows = self.overview
+        return next(
+            (r for r in rows if r["product"] == ALL_PRODUCTS and r["currency"] == currency), {}
+        )
 
     def series(self, currency: str, key: str) -> list[tuple[str, Any]]:
         """``[(month, value), ...]`` of one monthly figure of one currency (all products)."""
