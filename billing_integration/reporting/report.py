@@ -55,7 +55,12 @@ COUNTS = (
 AMOUNTS = ("mrr", "paid_amount", "failed_amount", "refunded_amount")
 MONTHLY = (*COUNTS, *AMOUNTS, "active_start", "active_end")
 
-PAYMENT_FLOW_COLUMNS = [
+PRODUCT, CURRENCY = Column("product", "Product", "text"), Column("currency", "Currency", "text")
+NEW = [Column("new", "New"), Column("cancellations", "Cancellations")]
+#: Trials, payments and refunds of a period: the same columns in the overview and by month.
+FLOW_COLUMNS = [
+    Column("trials_ended", "Trials ended"),
+    Column("trials_converted", "Trials converted"),
     Column("payments_completed", "Payments completed"),
     Column("paid_amount", "Paid", "money"),
     Column("payments_failed", "Payments failed"),
@@ -64,34 +69,28 @@ PAYMENT_FLOW_COLUMNS = [
     Column("refunded_amount", "Refunded", "money"),
 ]
 OVERVIEW_COLUMNS = [
-    Column("product", "Product", "text"),
-    Column("currency", "Currency", "text"),
+    PRODUCT,
+    CURRENCY,
     Column("active", "Active subscriptions"),
     Column("trialing", "In trial"),
     Column("mrr", "MRR", "money"),
-    Column("new", "New"),
-    Column("cancellations", "Cancellations"),
+    *NEW,
     Column("churn_rate", "Churn (period)", "rate"),
-    Column("trials_ended", "Trials ended"),
-    Column("trials_converted", "Trials converted"),
-    *PAYMENT_FLOW_COLUMNS,
+    *FLOW_COLUMNS,
 ]
 MONTHLY_COLUMNS = [
     Column("month", "Month", "text"),
-    Column("product", "Product", "text"),
-    Column("currency", "Currency", "text"),
+    PRODUCT,
+    CURRENCY,
     Column("active_start", "Active at start"),
-    Column("new", "New"),
-    Column("cancellations", "Cancellations"),
+    *NEW,
     Column("churn_rate", "Churn", "rate"),
     Column("mrr", "MRR (end)", "money"),
-    Column("trials_ended", "Trials ended"),
-    Column("trials_converted", "Trials converted"),
-    *PAYMENT_FLOW_COLUMNS,
+    *FLOW_COLUMNS,
 ]
 CUSTOMER_COLUMNS = [
     Column("identifier", "Customer", "text"),
-    Column("currency", "Currency", "text"),
+    CURRENCY,
     Column("lifetime_paid", "Lifetime paid", "money"),
     Column("active_subscriptions", "Current subscriptions"),
     Column("last_payment_status", "Last payment", "text"),
