@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
+from functools import partial
 from itertools import accumulate
 from operator import sub
 from typing import Any
@@ -286,11 +287,8 @@ def subscription_history(period: Period, prices: Prices | None = None) -> Rows:
     first = points[0]
     size = len(points) + 1  # bucket values 0 .. N + 1
 
-    def up(value: Any) -> PointsBefore:
-        return PointsBefore(value, points, inclusive=False, null=len(points))
-
-    def month(value: Any) -> PointsBefore:
-        return PointsBefore(value, points, inclusive=True, null=len(points))
+    up = partial(PointsBefore, points=points, inclusive=False, null=len(points))
+    month = partial(PointsBefore, points=points, inclusive=True, null=len(points))
 
     qs = _subscriptions(period).annotate(
         started=started_at(),
@@ -304,7 +302,7 @@ def subscription_history(period: Period, prices: Prices | None = None) -> Rows:
     columns = ("product_id", "selected_billing_cycle", "selected_currency", "kind")
     zero = Value(0, output_field=IntegerField())
     starts = {
-        "kind": Value(0, output_field=IntegerField()),
+        "kind": zero,
         "up": up(F("started")),
         "month": month(F("started")),
         "paying": up(F("out_of_trial")),
