@@ -1,9 +1,5 @@
-"""Server-rendered SVG charts (no JavaScript, no network): bars and lines with axes, month
-labels, a legend and a ``<title>`` per point. Every text is escaped.
-
-    svg = bar_chart("Payments", months, {"completed": [...], "failed": [...]})
-    svg = line_chart("MRR (XOF)", months, {"MRR": [...]})
-"""
+"""Server-rendered SVG charts (no JavaScript): bars and lines with axes, month labels, a
+legend and a ``<title>`` per point. Every text is escaped."""
 
 from __future__ import annotations
 
@@ -13,10 +9,9 @@ from html import escape
 
 from django.utils.safestring import SafeString, mark_safe
 
-__all__ = ["bar_chart", "line_chart"]
-
 WIDTH, HEIGHT = 560, 220
 LEFT, RIGHT, TOP, BOTTOM = 64, 12, 28, 44
+PLOT_W, PLOT_H = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
 COLORS = ("#417690", "#ba2121", "#e4a11b", "#5b9b3a", "#7d5ba6")
 
 Number = int | float | Decimal
@@ -41,7 +36,6 @@ def _fmt(value: float) -> str:
 
 
 def _frame(title: str, labels: Sequence[str], top: float, unit: str) -> list[str]:
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="billing-chart" role="img" '
         f'viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" '
@@ -51,7 +45,7 @@ def _frame(title: str, labels: Sequence[str], top: float, unit: str) -> list[str
     ]
     for i in range(5):
         value = top * i / 4
-        y = TOP + plot_h - plot_h * i / 4
+        y = TOP + PLOT_H - PLOT_H * i / 4
         out.append(
             f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>'
         )
@@ -59,16 +53,16 @@ def _frame(title: str, labels: Sequence[str], top: float, unit: str) -> list[str
             f'<text x="{LEFT - 4}" y="{y + 3:.1f}" text-anchor="end">'
             f"{escape(_fmt(value))}{escape(unit) if i == 4 else ''}</text>"
         )
-    out.append(f'<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{TOP + plot_h}" stroke="#333"/>')
+    out.append(f'<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{TOP + PLOT_H}" stroke="#333"/>')
     out.append(
-        f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{TOP + plot_h}" '
-        f'y2="{TOP + plot_h}" stroke="#333"/>'
+        f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{TOP + PLOT_H}" '
+        f'y2="{TOP + PLOT_H}" stroke="#333"/>'
     )
-    slot = plot_w / max(len(labels), 1)
+    slot = PLOT_W / max(len(labels), 1)
     for i, label in enumerate(labels):
         x = LEFT + slot * (i + 0.5)
         out.append(
-            f'<text x="{x:.1f}" y="{TOP + plot_h + 14}" text-anchor="middle">'
+            f'<text x="{x:.1f}" y="{TOP + PLOT_H + 14}" text-anchor="middle">'
             f"{escape(label[2:] if len(label) == 7 else label)}</text>"
         )
     return out
@@ -84,60 +78,45 @@ def _legend(names: Sequence[str]) -> list[str]:
     return out
 
 
-def _values(series: dict[str, Sequence[Number | None]]) -> dict[str, list[float]]:
-    return {k: [float(v or 0) for v in vs] for k, vs in series.items()}
+Series = dict[str, Sequence[Number | None]]
 
 
-def bar_chart(
-    title: str, labels: Sequence[str], series: dict[str, Sequence[Number | None]], unit: str = ""
-) -> SafeString:
-    """Grouped bars, one group per label, one bar per series."""
-    values = _values(series)
+def _chart(bars: bool, title: str, labels: Sequence[str], series: Series, unit: str) -> SafeString:
+    values = {k: [float(v or 0) for v in vs] for k, vs in series.items()}
     top = _nice_max(max((v for vs in values.values() for v in vs), default=0))
     out = _frame(title, labels, top, unit)
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
-    slot = plot_w / max(len(labels), 1)
+    slot = PLOT_W / max(len(labels), 1)
     width = slot * 0.8 / max(len(values), 1)
     for s, (name, vs) in enumerate(values.items()):
         color = COLORS[s % len(COLORS)]
-        for i, v in enumerate(vs):
-            h = plot_h * v / top
-            x = LEFT + slot * i + slot * 0.1 + width * s
-            out.append(
-                f'<rect x="{x:.1f}" y="{TOP + plot_h - h:.1f}" width="{width:.1f}" '
-                f'height="{h:.1f}" fill="{color}"><title>{escape(name)} '
-                f"{escape(labels[i])}: {escape(_fmt(v))}</title></rect>"
-            )
+        if not bars:
+            points = [
+                (LEFT + slot * (i + 0.5), TOP + PLOT_H - PLOT_H * v / top) for i, v in enumerate(vs)
+            ]
+            xys = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
+            out.append(f'<polyline fill="none" stroke-width="2" stroke="{color}" points="{xys}"/>')
+        for i, (v, label) in enumerate(zip(vs, labels, strict=False)):
+            tip = f"<title>{escape(name)} {escape(label)}: {escape(_fmt(v))}</title>"
+            if bars:
+                h = PLOT_H * v / top
+                x = LEFT + slot * i + slot * 0.1 + width * s
+                out.append(
+                    f'<rect x="{x:.1f}" y="{TOP + PLOT_H - h:.1f}" width="{width:.1f}" '
+                    f'height="{h:.1f}" fill="{color}">{tip}</rect>'
+                )
+            else:
+                x, y = points[i]
+                out.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{color}">{tip}</circle>')
     out += _legend(list(values))
     out.append("</svg>")
     return mark_safe("".join(out))  # noqa: S308 - every text above is escaped
 
 
-def line_chart(
-    title: str, labels: Sequence[str], series: dict[str, Sequence[Number | None]], unit: str = ""
-) -> SafeString:
+def bar_chart(title: str, labels: Sequence[str], series: Series, unit: str = "") -> SafeString:
+    """Grouped bars, one group per label, one bar per series."""
+    return _chart(True, title, labels, series, unit)
+
+
+def line_chart(title: str, labels: Sequence[str], series: Series, unit: str = "") -> SafeString:
     """One polyline per series with a dot per point."""
-    values = _values(series)
-    top = _nice_max(max((v for vs in values.values() for v in vs), default=0))
-    out = _frame(title, labels, top, unit)
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
-    slot = plot_w / max(len(labels), 1)
-    for s, (name, vs) in enumerate(values.items()):
-        color = COLORS[s % len(COLORS)]
-        points = [
-            (LEFT + slot * (i + 0.5), TOP + plot_h - plot_h * v / top) for i, v in enumerate(vs)
-        ]
-        out.append(
-            '<polyline fill="none" stroke-width="2" stroke="{}" points="{}"/>'.format(
-                color, " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
-            )
-        )
-        for (x, y), v, label in zip(points, vs, labels, strict=False):
-            out.append(
-                f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{color}">'
-                f"<title>{escape(name)} {escape(label)}: {escape(_fmt(v))}</title>"
-                "</circle>"
-            )
-    out += _legend(list(values))
-    out.append("</svg>")
-    return mark_safe("".join(out))  # noqa: S308 - every text above is escaped
+    return _chart(False, title, labels, series, unit)

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterator
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from .report import Report, Table
+from . import report
 
-__all__ = ["TABLES", "csv_rows", "table_csv"]
-
-TABLES = ("overview", "monthly", "monthly_by_product", "customers", "at_risk")
+TABLES = tuple(report.TABLES)
 
 
 def _cell(value: Any) -> str:
@@ -38,17 +35,12 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def csv_rows(table: Table) -> Iterator[list[str]]:
-    """The header (column labels) then one list of strings per row."""
-    yield [c.key for c in table.columns]
-    for row in table.values():
-        yield [_cell(v) for v in row]
-
-
-def table_csv(report: Report, name: str) -> str:
-    """One table of ``report`` as CSV text. ``KeyError`` for an unknown table name."""
-    table = report.tables()[name]
+def table_csv(data: report.Report, name: str) -> str:
+    """One table of the report as CSV text: a header of column keys, then the rows.
+    ``KeyError`` for an unknown table name."""
+    table = data.tables()[name]
     buffer = io.StringIO()
     writer = csv.writer(buffer)
-    writer.writerows(csv_rows(table))
+    writer.writerow([c.key for c in table.columns])
+    writer.writerows([_cell(v) for v in row] for row in table.values())
     return buffer.getvalue()

@@ -1,17 +1,16 @@
-"""Reporting figures, as database aggregates over the local mirror: each function runs one
-query (grouped by product and currency, sometimes by month) and returns plain rows. The rules
-(when a subscription starts and ends, active, MRR, churn, trials, refunds; money never summed
-across currencies) are those of docs/reporting.md.
-"""
+"""Reporting figures: each function runs one grouped query over the mirror and returns plain
+rows. The rules are those of docs/reporting.md."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
+from functools import partial
+from itertools import accumulate
+from operator import sub
 from typing import Any
 
-from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import (
     Case,
     CharField,
@@ -37,7 +36,6 @@ from django.db.models import (
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast, Coalesce, Concat, Greatest, TruncMonth, Upper
 from django.db.models.lookups import IsNull, LessThan, LessThanOrEqual
-from django.db.models.sql.compiler import SQLCompiler
 from django.utils import timezone
 
 from .. import currencies
@@ -54,49 +52,25 @@ from ..models import (
     active_statuses,
 )
 
-__all__ = [
-    "Period",
-    "current_subscriptions",
-    "customer_summary",
-    "customers_at_risk",
-    "customers_at_risk_count",
-    "month_key",
-    "month_starts",
-    "payment_history",
-    "refund_history",
-    "subscription_history",
-    "trial_history",
-]
-
 MONEY = DecimalField(max_digits=24, decimal_places=6)
 CENT = Decimal("0.01")
-#: Invoice states that make a customer "at risk" besides a failed last payment. The interface
-#: lists paid / void / uncollectable / deleted; anything else (``open``, ``unpaid``, ``""``)
-#: is an invoice still waiting for its money.
+Rows = list[dict[str, Any]]
+Prices = dict[tuple[Any, str, str], Decimal]
+#: Invoices not in these states (nor uncollectable) still wait for their money.
 SETTLED_INVOICE_STATUSES = (InvoiceStatus.PAID, InvoiceStatus.VOID, InvoiceStatus.DELETED)
 
 
-# --- the period ------------------------------------------------------------------------------
-def month_start(value: datetime) -> datetime:
-    value = timezone.localtime(value)
-    return value.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-
-
-def add_months(value: datetime, months: int) -> datetime:
-    index = value.year * 12 + value.month - 1 + months
-    return value.replace(year=index // 12, month=index % 12 + 1)
-
-
 def month_starts(months: int, now: datetime | None = None) -> list[datetime]:
-    """The first instants of the last ``months`` months, oldest first, the current one last."""
-    current = month_start(now or timezone.now())
-    return [add_months(current, -i) for i in range(months - 1, -1, -1)]
+    """The first instants (local time) of the last ``months`` months, oldest first."""
+    current = timezone.localtime(now or timezone.now())
+    current = current.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    indexes = [current.year * 12 + current.month - 1 - i for i in range(months - 1, -1, -1)]
+    return [current.replace(year=i // 12, month=i % 12 + 1) for i in indexes]
 
 
 @dataclass(frozen=True)
 class Period:
-    """What a report covers: the last ``months`` months up to ``now``, optionally one
-    product (local pk) and one currency code."""
+    """The last ``months`` months up to ``now``, optionally one product (pk) and currency."""
 
     months: int = 12
     product: int | None = None
@@ -120,42 +94,35 @@ class Period:
     def bounds(self) -> list[tuple[datetime, datetime]]:
         """``(start, end)`` of each month, the last one ending at ``now``."""
         starts = self.starts
-        ends = [*starts[1:], self.now]
-        return list(zip(starts, ends, strict=True))
+        return list(zip(starts, [*starts[1:], self.now], strict=True))
 
 
 def month_key(month: datetime) -> str:
     return timezone.localtime(month).strftime("%Y-%m")
 
 
-# --- shared expressions ----------------------------------------------------------------------
 def started_at() -> Coalesce:
     return Coalesce("remote_created", "created_at", output_field=DateTimeField())
 
 
 def ended_at(now: datetime) -> Case:
-    """When a subscription stopped being active (see the module docstring), else NULL."""
+    """When a subscription stopped being active, else NULL."""
     return Case(
         When(
             ~Q(status__in=active_statuses()),
             then=Coalesce("remote_updated", "updated_at", output_field=DateTimeField()),
         ),
-        When(
-            Q(cycle_end_date__lte=now) & ~Q(trial_end_date__gt=now),
-            then=F("cycle_end_date"),
-        ),
+        When(Q(cycle_end_date__lte=now) & ~Q(trial_end_date__gt=now), then=F("cycle_end_date")),
         default=Value(None, output_field=DateTimeField()),
         output_field=DateTimeField(),
     )
 
 
 def active_at(t: datetime) -> Q:
-    """Active at instant ``t`` over the ``started``/``ended`` annotations."""
     return Q(started__lte=t) & (Q(ended__isnull=True) | Q(ended__gt=t))
 
 
 def currency_code_of_id(field_name: str) -> Case:
-    """SQL turning one of the service's integer currency ids into its code."""
     return Case(
         *[When(**{field_name: cid}, then=Value(code)) for cid, code in currencies.known().items()],
         default=Value(""),
@@ -163,10 +130,9 @@ def currency_code_of_id(field_name: str) -> Case:
     )
 
 
-def price_table() -> dict[tuple[Any, str, str], Decimal]:
-    """Every cycle price normalised to a month, keyed by ``(product pk, cycle code, currency
-    code)``. One query; the grouped counts are multiplied by these prices (a Subquery on Price
-    in the grouped queries would run once per subscription row)."""
+def price_table() -> Prices:
+    """Monthly price by ``(product pk, cycle code, currency code)``, one query (a Subquery in
+    the grouped queries would run once per subscription)."""
     months = ExpressionWrapper(
         F("cycle__frequency") * Case(When(cycle__unit="years", then=12), default=1),
         output_field=IntegerField(),
@@ -182,8 +148,7 @@ def price_table() -> dict[tuple[Any, str, str], Decimal]:
                 output_field=CharField(),
             ),
             code=currency_code_of_id("currency_id"),
-            # ``* 1.0`` (a SQL literal): exact numeric on PostgreSQL, no integer division
-            # on SQLite.
+            # ``* 1.0``: exact numeric on PostgreSQL, no integer division on SQLite
             monthly=ExpressionWrapper(F("amount") * RawSQL("1.0", ()) / months, output_field=MONEY),
         )
         .order_by("-pk")  # the first price of a (cycle, currency) wins, as in the admin
@@ -200,8 +165,7 @@ def _subscriptions(period: Period, qs: QuerySet[Any] | None = None) -> QuerySet[
     if period.currency:
         same = Q(currency=period.currency)
         if period.currency.isascii():
-            # the stored code as given first (SQL OR stops there): UPPER for every
-            # subscription costs as much as the rest of the scan
+            # the stored code first: OR stops there, sparing UPPER on most rows
             same = Q(selected_currency=period.currency) | same
         qs = qs.filter(same)
     return qs.order_by()
@@ -210,10 +174,10 @@ def _subscriptions(period: Period, qs: QuerySet[Any] | None = None) -> QuerySet[
 def _records(
     model: type[Model], period: Period, *, product: Any = None, lifetime: bool = False
 ) -> QuerySet[Any]:
-    """Payments, refunds or invoices of the period (``lifetime``: up to now), annotated with
-    ``at`` (when it happened), ``code`` (currency code) and ``product_ref``."""
+    """Payments or refunds of the period (``lifetime``: up to now), with ``at``, ``code`` and
+    ``product_ref``."""
     qs = model._default_manager.annotate(
-        at=Coalesce("remote_created", "created_at", output_field=DateTimeField()),
+        at=started_at(),
         code=Upper("currency"),
         product_ref=product if product is not None else F("product_id"),
     ).filter(at__lte=period.now)
@@ -230,11 +194,15 @@ def _money(value: Any) -> Decimal:
     return (Decimal(value) if value is not None else Decimal(0)).quantize(CENT)
 
 
-# --- subscriptions ---------------------------------------------------------------------------
-def _merge_codes(rows: Any, keys: tuple[str, ...], counts: tuple[str, ...]) -> list[dict[str, Any]]:
-    """Rows grouped on the stored currency (``selected_currency``) with its ``code``
-    (``Upper(Min(...))``: upper-cased once per group in SQL, not once per subscription),
-    added up per ``keys`` + code: "usd" and "USD" are one currency. A few rows."""
+def _row(key: tuple[Any, Any, str], *counts: str, **amounts: Any) -> dict[str, Any]:
+    """A blank row of ``(product_id, currency, month)`` with zero counts and amounts."""
+    row = dict(zip(("product_id", "currency", "month"), key, strict=True))
+    return {**row, **dict.fromkeys(counts, 0), **{k: Decimal(v) for k, v in amounts.items()}}
+
+
+def _merge_codes(rows: Any, keys: tuple[str, ...], counts: tuple[str, ...]) -> Rows:
+    """Rows grouped on the stored currency, added up per ``keys`` + ``code`` (as ``currency``):
+    "usd" and "USD" are one currency."""
     out: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in rows:
         key = (*(r[k] for k in keys), r["code"])
@@ -242,15 +210,16 @@ def _merge_codes(rows: Any, keys: tuple[str, ...], counts: tuple[str, ...]) -> l
             for c in counts:
                 out[key][c] += r[c]
         else:
-            out[key] = {**{k: r[k] for k in keys}, "code": r["code"], **{c: r[c] for c in counts}}
+            out[key] = {
+                **{k: r[k] for k in keys},
+                "currency": r["code"],
+                **{c: r[c] for c in counts},
+            }
     return list(out.values())
 
 
-def current_subscriptions(
-    period: Period, prices: dict[Any, Any] | None = None
-) -> list[dict[str, Any]]:
-    """Active subscriptions now (``objects.active()``), trialing ones and MRR (of the active
-    subscriptions not in trial), grouped by product, billing cycle and currency. One query."""
+def current_subscriptions(period: Period, prices: Prices | None = None) -> Rows:
+    """Active and trialing subscriptions now and MRR, per product, cycle and currency."""
     now = period.now
     rows = (
         _subscriptions(period, Subscription.objects.active(now))
@@ -266,7 +235,7 @@ def current_subscriptions(
         {
             "product_id": r["product_id"],
             "cycle": r["selected_billing_cycle"],
-            "currency": r["code"],
+            "currency": r["currency"],
             "active": r["active"],
             "trialing": r["trialing"],
             "unpriced": 0 if monthly is not None else r["active"],
@@ -275,13 +244,13 @@ def current_subscriptions(
         for r in _merge_codes(
             rows, ("product_id", "selected_billing_cycle"), ("active", "trialing")
         )
-        for monthly in [prices.get((r["product_id"], r["selected_billing_cycle"], r["code"]))]
+        for monthly in [prices.get((r["product_id"], r["selected_billing_cycle"], r["currency"]))]
     ]
 
 
 class PointsBefore(Func):
-    """How many of ``points`` (ascending instants) lie before the value (at or before it when
-    ``inclusive``; ``null`` when NULL): ``WIDTH_BUCKET`` on PostgreSQL, a CASE elsewhere."""
+    """How many of ``points`` (ascending) lie before the value (or at it when ``inclusive``;
+    ``null`` when NULL): ``WIDTH_BUCKET`` on PostgreSQL, a CASE elsewhere."""
 
     output_field = IntegerField()
 
@@ -289,17 +258,8 @@ class PointsBefore(Func):
         self.points, self.inclusive, self.null = list(points), inclusive, null
         super().__init__(value)
 
-    def as_sql(
-        self,
-        compiler: SQLCompiler,
-        connection: BaseDatabaseWrapper,
-        function: str | None = None,
-        template: str | None = None,
-        arg_joiner: str | None = None,
-        **extra_context: Any,
-    ) -> tuple[str, Any]:
+    def as_sql(self, compiler: Any, connection: Any, *args: Any, **extra: Any) -> tuple[str, Any]:
         value = self.source_expressions[0]
-        # the first point the value is before (or at, when points at it are not counted)
         before = LessThan if self.inclusive else LessThanOrEqual
         case = Case(
             When(IsNull(value, True), then=Value(self.null)),
@@ -319,48 +279,30 @@ class PointsBefore(Func):
         )
 
 
-def subscription_history(
-    period: Period, prices: dict[Any, Any] | None = None
-) -> list[dict[str, Any]]:
-    """Per product, currency and month: active at the start of the month, new, cancellations
-    and MRR at the end of the month. One query: each subscription is bucketed once against the
-    month boundaries (``PointsBefore``) and Python adds up the histograms."""
+def subscription_history(period: Period, prices: Prices | None = None) -> Rows:
+    """Per product, currency and month: active at its start, new, cancellations and MRR at its
+    end. One query buckets each subscription against the month boundaries."""
     bounds = period.bounds()
     points = [start for start, _end in bounds] + [period.now]
     first = points[0]
     size = len(points) + 1  # bucket values 0 .. N + 1
 
-    def up(value: Any) -> PointsBefore:
-        return PointsBefore(value, points, inclusive=False, null=len(points))
+    up = partial(PointsBefore, points=points, inclusive=False, null=len(points))
+    month = partial(PointsBefore, points=points, inclusive=True, null=len(points))
 
-    def month(value: Any) -> PointsBefore:
-        return PointsBefore(value, points, inclusive=True, null=len(points))
-
-    # up() of the later of two instants is the larger of their up(): one bucketing per
-    # figure (``started`` is never NULL: ``created_at`` is not)
     qs = _subscriptions(period).annotate(
         started=started_at(),
         ended=ended_at(period.now),
         out_of_trial=Greatest(
-            started_at(),
-            Coalesce("trial_end_date", started_at()),
-            output_field=DateTimeField(),
+            started_at(), Coalesce("trial_end_date", started_at()), output_field=DateTimeField()
         ),
     )
     # started before the period and out of trial at its start: up 0, month 0, paying 0
     quiet = Q(started__lt=first, out_of_trial__lte=first)
-    columns = (
-        "product_id",
-        "selected_billing_cycle",
-        "selected_currency",
-        "kind",
-        "up",
-        "month",
-        "paying",
-    )
+    columns = ("product_id", "selected_billing_cycle", "selected_currency", "kind")
     zero = Value(0, output_field=IntegerField())
     starts = {
-        "kind": Value(0, output_field=IntegerField()),
+        "kind": zero,
         "up": up(F("started")),
         "month": month(F("started")),
         "paying": up(F("out_of_trial")),
@@ -375,9 +317,7 @@ def subscription_history(
             month=zero,
             paying=zero,
         ),
-        # the others, in two ranges of indexed columns (``subscription_started``,
-        # ``subscription_trial_end``: a range scan each, and statistics for the plan):
-        # started in the period, or before it with a trial ending in it
+        # started in the period, or before it with a trial ending in it: an index range each
         qs.filter(started__gte=first).annotate(**starts),
         qs.filter(started__lt=first, trial_end_date__gt=first).annotate(**starts),
         qs.filter(ended__isnull=False)
@@ -390,46 +330,32 @@ def subscription_history(
         ),
     ]
     grouped = [
-        b.values(*columns).annotate(code=Upper(Min("selected_currency")), n=Count("pk"))
+        b.values(*columns, "up", "month", "paying").annotate(
+            code=Upper(Min("selected_currency")), n=Count("pk")
+        )
         for b in branches
     ]
     rows = grouped[0].union(*grouped[1:], all=True)
-    # per (product, cycle, currency code): histograms of starts / ends by up, paying, month
+    # per (product, cycle, code): histograms of starts (0) / ends (1) by up, paying, month
     groups: dict[tuple[Any, ...], dict[str, list[int]]] = {}
     for r in rows:
         key = (r["product_id"], r["selected_billing_cycle"], r["code"])
-        if key not in groups:
-            groups[key] = {
-                name: [0] * size
-                for name in ("up0", "up1", "paying0", "paying1", "month0", "month1")
-            }
-        g = groups[key]
+        names = ("up0", "up1", "paying0", "paying1", "month0", "month1")
+        g = groups.setdefault(key, {name: [0] * size for name in names})
         for kind in (0, 1) if r["kind"] == 2 else (r["kind"],):
-            g[f"up{kind}"][r["up"]] += r["n"]
-            g[f"paying{kind}"][r["paying"]] += r["n"]
-            g[f"month{kind}"][r["month"]] += r["n"]
+            for name in ("up", "paying", "month"):
+                g[f"{name}{kind}"][r[name]] += r["n"]
     prices = price_table() if prices is None else prices
     months = [month_key(start) for start, _end in bounds]
     out: dict[tuple[Any, ...], dict[str, Any]] = {}
     for (product_id, cycle, currency), g in groups.items():
-        active = _running(g["up0"], g["up1"])  # active at b_k
-        paying = _running(g["paying0"], g["paying1"])  # active and out of trial at b_k
+        active = list(accumulate(map(sub, g["up0"], g["up1"])))  # active at b_k
+        paying = list(accumulate(map(sub, g["paying0"], g["paying1"])))  # and out of trial
         monthly = prices.get((product_id, cycle, currency), Decimal(0))
         for i, month_i in enumerate(months):
             key = (product_id, currency, month_i)
-            row = out.setdefault(
-                key,
-                {
-                    "product_id": key[0],
-                    "currency": key[1],
-                    "month": key[2],
-                    "active_start": 0,
-                    "active_end": 0,
-                    "new": 0,
-                    "cancellations": 0,
-                    "mrr": Decimal(0),
-                },
-            )
+            counts = ("active_start", "active_end", "new", "cancellations")
+            row = out.setdefault(key, _row(key, *counts, mrr=0))
             row["active_start"] += active[i]
             row["active_end"] += active[i + 1]
             # month value i + 1: at or after b_i and before b_(i+1)
@@ -441,19 +367,8 @@ def subscription_history(
     return sorted(out.values(), key=lambda r: (r["month"], str(r["product_id"]), r["currency"]))
 
 
-def _running(added: list[int], removed: list[int]) -> list[int]:
-    """Running totals of ``added`` minus those of ``removed``: at each boundary k, how many
-    were counted at or before it and not taken away at or before it."""
-    out, total = [], 0
-    for plus, minus in zip(added, removed, strict=True):
-        total += plus - minus
-        out.append(total)
-    return out
-
-
-def trial_history(period: Period) -> list[dict[str, Any]]:
-    """Per product, currency and month: trials that ended in the month and how many of
-    them converted (the subscription has a completed payment). One query."""
+def trial_history(period: Period) -> Rows:
+    """Per product, currency and month: trials ended, and converted (a completed payment)."""
     paid = Payment.objects.filter(subscription=OuterRef("pk"), status=PaymentStatus.COMPLETED)
     rows = (
         _subscriptions(period)
@@ -462,26 +377,20 @@ def trial_history(period: Period) -> list[dict[str, Any]]:
         .values("product_id", "selected_currency", "month")
         .annotate(
             code=Upper(Min("selected_currency")),
-            ended=Count("pk"),
-            converted_n=Count("pk", filter=Q(converted=True)),
+            trials_ended=Count("pk"),
+            trials_converted=Count("pk", filter=Q(converted=True)),
         )
     )
+    counts = ("trials_ended", "trials_converted")
     return [
-        {
-            "product_id": r["product_id"],
-            "currency": r["code"],
-            "month": month_key(r["month"]),
-            "trials_ended": r["ended"],
-            "trials_converted": r["converted_n"],
-        }
-        for r in _merge_codes(rows, ("product_id", "month"), ("ended", "converted_n"))
+        {**r, "month": month_key(r["month"])}
+        for r in _merge_codes(rows, ("product_id", "month"), counts)
     ]
 
 
-# --- payments and refunds --------------------------------------------------------------------
-def payment_history(period: Period) -> list[dict[str, Any]]:
-    """Per product, currency and month: payments completed / failed / canceled and their
-    amounts. One query (a UNION ALL of one index range per month)."""
+def payment_history(period: Period) -> Rows:
+    """Per product, currency and month: payments completed / failed / canceled and amounts.
+    One query (a UNION ALL of one index range per month)."""
     parts = []
     bounds = period.bounds()
     for i, (start, end) in enumerate(bounds):
@@ -502,37 +411,24 @@ def payment_history(period: Period) -> list[dict[str, Any]]:
     out: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in parts[0].union(*parts[1:], all=True):
         month = months[r["month"]]
-        row = out.setdefault(
-            (r["product_id"], r["code"], month),
-            {
-                "product_id": r["product_id"],
-                "currency": r["code"],
-                "month": month,
-                "payments_completed": 0,
-                "paid_amount": Decimal(0),
-                "payments_failed": 0,
-                "failed_amount": Decimal(0),
-                "payments_canceled": 0,
-            },
-        )
+        key = (r["product_id"], r["code"], month)
+        counts = ("payments_completed", "payments_failed", "payments_canceled")
+        row = out.setdefault(key, _row(key, *counts, paid_amount=0, failed_amount=0))
         count_key, amount_key = columns.get(r["status"], (None, None))
         if count_key:
             row[count_key] += r["n"]
         if amount_key and r["amount"] is not None:
             row[amount_key] += Decimal(r["amount"])
     for row in out.values():
-        row["paid_amount"], row["failed_amount"] = (
-            _money(row["paid_amount"]),
-            _money(row["failed_amount"]),
+        row["paid_amount"], row["failed_amount"] = map(
+            _money, (row["paid_amount"], row["failed_amount"])
         )
     return list(out.values())
 
 
-def refund_history(period: Period) -> list[dict[str, Any]]:
-    """Per product (of the refunded subscription, else of the payment), currency and month:
-    approved refunds (count, amount) and initiated ones. One query."""
-    # the payment's product only when the subscription has none: a subquery COALESCE runs
-    # lazily (a join would read the payments for every refund)
+def refund_history(period: Period) -> Rows:
+    """Per product (of the subscription, else of the payment), currency and month: approved
+    refunds (count, amount) and initiated ones. One query; the subquery runs only when needed."""
     product = Coalesce(
         "subscription__product_id",
         Subquery(Payment.objects.filter(pk=OuterRef("payment_id")).order_by().values("product_id")),
@@ -562,11 +458,9 @@ def refund_history(period: Period) -> list[dict[str, Any]]:
     ]
 
 
-# --- customers -------------------------------------------------------------------------------
 def _ranked_customers(payments: QuerySet[Any], limit: int) -> RawSQL:
-    """SQL selecting the customers of the first ``limit`` (customer, currency) pairs by lifetime
-    paid, highest first, then by customer and currency code. Raw SQL for the need the ORM cannot
-    express: a common table expression, so the ranking runs once."""
+    """The customers of the first ``limit`` (customer, currency) pairs by lifetime paid. Raw SQL
+    for what the ORM cannot express: a common table expression, so the ranking runs once."""
     ranked = (
         payments.filter(status=PaymentStatus.COMPLETED, amount__isnull=False)
         .values("customer_id", "code")
@@ -591,9 +485,9 @@ def _ranked_customers(payments: QuerySet[Any], limit: int) -> RawSQL:
     return RawSQL(sql, (*ranked_params, *unpaid_params, limit))  # noqa: S611
 
 
-def customer_summary(period: Period, limit: int | None = 25) -> list[dict[str, Any]]:
-    """Per customer and currency (lifetime): paid, failed payments and amount, the active
-    subscriptions and the last payment state; top ``limit`` by paid amount (``None``: all)."""
+def customer_summary(period: Period, limit: int | None = 25) -> Rows:
+    """Per customer and currency (lifetime): paid, failed, active subscriptions, last payment;
+    top ``limit`` by paid amount (``None``: all)."""
     payments = _records(Payment, period, lifetime=True).filter(customer__isnull=False)
     figures = (
         payments.values("customer_id", "code")
@@ -610,48 +504,46 @@ def customer_summary(period: Period, limit: int | None = 25) -> list[dict[str, A
     elif limit <= 0:
         rows = []
     else:
-        # every pair of a listed customer, ordered again: the first ``limit`` are exactly the
-        # ranking's (the listed pairs are among them, any other ranks after them)
+        # the pairs of the ranked customers, ordered again: the first ``limit`` are the ranking's
         rows = list(figures.filter(customer_id__in=_ranked_customers(payments, limit))[:limit])
     payments = Payment.objects.filter(customer=OuterRef("pk")).order_by()
-    active = Subscription.objects.active(period.now).filter(customer=OuterRef("pk"))
+    active = Subscription.objects.active(period.now)
     if period.product:
         payments = payments.filter(product_id=period.product)
         active = active.filter(product_id=period.product)
     details_qs = Customer.objects.annotate(
         last_status=Subquery(payments.order_by("-remote_created", "-pk").values("status")[:1]),
-        active_n=Coalesce(
-            Subquery(active.order_by().values("customer").annotate(n=Count("pk")).values("n")),
-            0,
-        ),
+        active_n=_count(active),
     ).values_list("pk", "identifier", "last_status", "active_n")
     if limit is not None:
-        # the listed customers only (no query at all when there are none)
         details_qs = details_qs.filter(pk__in=[r["customer_id"] for r in rows])
     details = {pk: (ident, last, n) for pk, ident, last, n in details_qs}
-    out = []
-    for r in rows:
-        ident, last, n = details.get(r["customer_id"], ("", "", 0))
-        out.append(
-            {
-                "customer_id": r["customer_id"],
-                "identifier": ident,
-                "currency": r["code"],
-                "lifetime_paid": _money(r["paid"]),
-                "failed_payments": r["failed"],
-                "failed_amount": _money(r["failed_amount"]),
-                "active_subscriptions": n,
-                "last_payment_status": last or "",
-                "last_payment_at": r["last_payment_at"],
-            }
-        )
-    return out
+    return [
+        {
+            "customer_id": r["customer_id"],
+            "identifier": ident,
+            "currency": r["code"],
+            "lifetime_paid": _money(r["paid"]),
+            "failed_payments": r["failed"],
+            "failed_amount": _money(r["failed_amount"]),
+            "active_subscriptions": n,
+            "last_payment_status": last or "",
+            "last_payment_at": r["last_payment_at"],
+        }
+        for r in rows
+        for ident, last, n in [details.get(r["customer_id"], ("", "", 0))]
+    ]
+
+
+def _count(qs: QuerySet[Any]) -> Coalesce:
+    """The number of rows of ``qs`` for the outer customer (0 when none)."""
+    qs = qs.filter(customer=OuterRef("pk")).order_by().values("customer")
+    return Coalesce(Subquery(qs.annotate(n=Count("pk")).values("n")), 0)
 
 
 def _at_risk(period: Period) -> tuple[QuerySet[Any], dict[str, Any]]:
-    """Customers with an active subscription whose last payment failed
-    (``Subscription.last_payment_status``, kept by the payment events), or with an unpaid or
-    uncollectable invoice (any state but paid / void / deleted)."""
+    """Customers with an active subscription whose last payment failed, or with an unpaid or
+    uncollectable invoice."""
     subs = Subscription.objects.active(period.now).filter(last_payment_status=PaymentStatus.FAILED)
     invoices = Invoice.objects.exclude(status__in=SETTLED_INVOICE_STATUSES)
     if period.product:
@@ -661,64 +553,46 @@ def _at_risk(period: Period) -> tuple[QuerySet[Any], dict[str, Any]]:
         subs = subs.annotate(c=Upper("selected_currency")).filter(c=period.currency)
         invoices = invoices.annotate(c=Upper("currency")).filter(c=period.currency)
     subs, invoices = subs.order_by(), invoices.order_by()
-
-    def count(qs: QuerySet[Any]) -> Coalesce:
-        qs = qs.filter(customer=OuterRef("pk")).values("customer")
-        return Coalesce(Subquery(qs.annotate(n=Count("pk")).values("n")), 0)
-
     customers = Customer.objects.filter(
         Q(pk__in=subs.values("customer_id")) | Q(pk__in=invoices.values("customer_id"))
     )
     return customers, {
-        "failing_subscriptions": count(subs),
-        "unpaid_invoices": count(invoices),
-        "uncollectable_invoices": count(invoices.filter(status=InvoiceStatus.UNCOLLECTABLE)),
+        "failing_subscriptions": _count(subs),
+        "unpaid_invoices": _count(invoices),
+        "uncollectable_invoices": _count(invoices.filter(status=InvoiceStatus.UNCOLLECTABLE)),
     }
 
 
 def customers_at_risk_count(period: Period) -> int:
-    """How many customers are at risk (the list may be limited). One query."""
+    """How many customers are at risk. One query."""
     return _at_risk(period)[0].order_by().count()
 
 
-def customers_at_risk(period: Period, limit: int | None = 50) -> list[dict[str, Any]]:
-    """The customers at risk (see ``_at_risk``) by identifier, with the reasons. One query."""
+def customers_at_risk(period: Period, limit: int | None = 50) -> Rows:
+    """The customers at risk by identifier, with the reasons. One query."""
     customers, counts = _at_risk(period)
     qs = (
         customers.order_by("identifier", "pk")
         .annotate(**counts)
-        .values(
-            "pk",
-            "identifier",
-            "first_name",
-            "last_name",
-            "email",
-            "failing_subscriptions",
-            "unpaid_invoices",
-            "uncollectable_invoices",
-        )
+        .values("pk", "identifier", "first_name", "last_name", "email", *counts)
     )
     if limit is not None:
         qs = qs[:limit]
     out = []
     for r in qs:
-        reasons = []
-        if r["failing_subscriptions"]:
-            reasons.append("failed payment")
-        if r["uncollectable_invoices"]:
-            reasons.append("uncollectable invoice")
-        if r["unpaid_invoices"] - r["uncollectable_invoices"]:
-            reasons.append("unpaid invoice")
+        failing, uncollectable = r["failing_subscriptions"], r["uncollectable_invoices"]
+        unpaid = r["unpaid_invoices"] - uncollectable
+        reasons = [("failed payment", failing), ("uncollectable invoice", uncollectable)]
         out.append(
             {
                 "customer_id": r["pk"],
                 "identifier": r["identifier"],
                 "name": f"{r['first_name']} {r['last_name']}".strip(),
                 "email": r["email"],
-                "failing_subscriptions": r["failing_subscriptions"],
-                "unpaid_invoices": r["unpaid_invoices"] - r["uncollectable_invoices"],
-                "uncollectable_invoices": r["uncollectable_invoices"],
-                "reasons": ", ".join(reasons),
+                "failing_subscriptions": failing,
+                "unpaid_invoices": unpaid,
+                "uncollectable_invoices": uncollectable,
+                "reasons": ", ".join(k for k, n in [*reasons, ("unpaid invoice", unpaid)] if n),
             }
         )
     return out

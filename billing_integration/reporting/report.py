@@ -1,19 +1,13 @@
-"""The report: every figure of the dashboard for one filter, in a constant number of queries.
+"""The report: every figure of the dashboard for one filter, in a constant number of queries
+(eleven), merged in Python into tables; money stays per currency.
 
-    from billing_integration.reporting.report import Period, build_report
     report = build_report(Period(months=12, product=None, currency="XOF"))
     report.tables()["monthly"].rows
-
-Queries (always the same eleven, whatever the data size): products, prices (normalised to a
-month), current subscriptions, subscription history, trials, payments, refunds, top
-customers (figures, then details), customers at risk, and the count of customers at risk.
-Python merges the grouped rows (a few per product, currency and month) into tables; money
-stays per currency.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -25,8 +19,6 @@ from ..display import format_money
 from ..models import Product
 from . import metrics
 from .metrics import Period
-
-__all__ = ["ALL_PRODUCTS", "Column", "Period", "Report", "Table", "build_report", "display"]
 
 ALL_PRODUCTS = "All products"
 
@@ -61,9 +53,14 @@ COUNTS = (
     "refunds_pending",
 )
 AMOUNTS = ("mrr", "paid_amount", "failed_amount", "refunded_amount")
+MONTHLY = (*COUNTS, *AMOUNTS, "active_start", "active_end")
 
-#: Payments and refunds of a period: the same columns in the overview and the monthly table.
-PAYMENT_FLOW_COLUMNS = [
+PRODUCT, CURRENCY = Column("product", "Product", "text"), Column("currency", "Currency", "text")
+NEW = [Column("new", "New"), Column("cancellations", "Cancellations")]
+#: Trials, payments and refunds of a period: the same columns in the overview and by month.
+FLOW_COLUMNS = [
+    Column("trials_ended", "Trials ended"),
+    Column("trials_converted", "Trials converted"),
     Column("payments_completed", "Payments completed"),
     Column("paid_amount", "Paid", "money"),
     Column("payments_failed", "Payments failed"),
@@ -72,34 +69,28 @@ PAYMENT_FLOW_COLUMNS = [
     Column("refunded_amount", "Refunded", "money"),
 ]
 OVERVIEW_COLUMNS = [
-    Column("product", "Product", "text"),
-    Column("currency", "Currency", "text"),
+    PRODUCT,
+    CURRENCY,
     Column("active", "Active subscriptions"),
     Column("trialing", "In trial"),
     Column("mrr", "MRR", "money"),
-    Column("new", "New"),
-    Column("cancellations", "Cancellations"),
+    *NEW,
     Column("churn_rate", "Churn (period)", "rate"),
-    Column("trials_ended", "Trials ended"),
-    Column("trials_converted", "Trials converted"),
-    *PAYMENT_FLOW_COLUMNS,
+    *FLOW_COLUMNS,
 ]
 MONTHLY_COLUMNS = [
     Column("month", "Month", "text"),
-    Column("product", "Product", "text"),
-    Column("currency", "Currency", "text"),
+    PRODUCT,
+    CURRENCY,
     Column("active_start", "Active at start"),
-    Column("new", "New"),
-    Column("cancellations", "Cancellations"),
+    *NEW,
     Column("churn_rate", "Churn", "rate"),
     Column("mrr", "MRR (end)", "money"),
-    Column("trials_ended", "Trials ended"),
-    Column("trials_converted", "Trials converted"),
-    *PAYMENT_FLOW_COLUMNS,
+    *FLOW_COLUMNS,
 ]
 CUSTOMER_COLUMNS = [
     Column("identifier", "Customer", "text"),
-    Column("currency", "Currency", "text"),
+    CURRENCY,
     Column("lifetime_paid", "Lifetime paid", "money"),
     Column("active_subscriptions", "Current subscriptions"),
     Column("last_payment_status", "Last payment", "text"),
@@ -142,10 +133,10 @@ class Report:
 
     def totals(self, currency: str) -> dict[str, Any]:
         """The "All products" overview row of one currency."""
-        for row in self.overview:
-            if row["product"] == ALL_PRODUCTS and row["currency"] == currency:
-                return row
-        return {}
+        rows = self.overview
+        return next(
+            (r for r in rows if r["product"] == ALL_PRODUCTS and r["currency"] == currency), {}
+        )
 
     def series(self, currency: str, key: str) -> list[tuple[str, Any]]:
         """``[(month, value), ...]`` of one monthly figure of one currency (all products)."""
@@ -154,33 +145,27 @@ class Report:
 
     def tables(self) -> dict[str, Table]:
         return {
-            "overview": Table(
-                "overview", "By product and currency", OVERVIEW_COLUMNS, self.overview
-            ),
-            "monthly": Table(
-                "monthly",
-                "Month by month (all products in the filter)",
-                MONTHLY_COLUMNS,
-                self.monthly,
-            ),
-            "monthly_by_product": Table(
-                "monthly_by_product",
-                "Month by month, per product",
-                MONTHLY_COLUMNS,
-                self.monthly_by_product,
-            ),
-            "customers": Table(
-                "customers", "Customers (top by lifetime paid)", CUSTOMER_COLUMNS, self.customers
-            ),
-            "at_risk": Table("at_risk", "Customers at risk", AT_RISK_COLUMNS, self.at_risk),
+            name: Table(name, title, columns, getattr(self, name))
+            for name, (title, columns) in TABLES.items()
         }
 
 
-def _blank(**keys: Any) -> dict[str, Any]:
-    row: dict[str, Any] = dict(keys)
-    row.update({k: 0 for k in COUNTS})
-    row.update({k: Decimal("0.00") for k in AMOUNTS})
-    return row
+#: The tables of a report, by name (a ``Report`` attribute): title and columns.
+TABLES = {
+    "overview": ("By product and currency", OVERVIEW_COLUMNS),
+    "monthly": ("Month by month (all products in the filter)", MONTHLY_COLUMNS),
+    "monthly_by_product": ("Month by month, per product", MONTHLY_COLUMNS),
+    "customers": ("Customers (top by lifetime paid)", CUSTOMER_COLUMNS),
+    "at_risk": ("Customers at risk", AT_RISK_COLUMNS),
+}
+
+
+def _slot(rows: MutableMapping[Any, dict[str, Any]], key: Any, **init: Any) -> dict[str, Any]:
+    """The row of ``key``, added with ``init`` and zero counts and amounts when missing."""
+    if key not in rows:
+        zeros = {**dict.fromkeys(COUNTS, 0), **dict.fromkeys(AMOUNTS, Decimal("0.00"))}
+        rows[key] = {**init, **zeros}
+    return rows[key]
 
 
 def _merge(target: dict[str, Any], source: dict[str, Any], keys: Iterable[str]) -> None:
@@ -205,26 +190,13 @@ def build_report(
     at_risk_total = metrics.customers_at_risk_count(period)
     months = [metrics.month_key(m) for m in period.starts]
 
-    # --- monthly, per product and per currency -------------------------------------------
+    # monthly, per product and per currency
     by_product: dict[tuple[Any, ...], dict[str, Any]] = {}
-    first_month, last_month = months[0], months[-1]
-
-    def monthly_row(product_id: Any, currency: str, month: str) -> dict[str, Any]:
-        key = (product_id, currency, month)
-        if key not in by_product:
-            by_product[key] = _blank(
-                product_id=product_id, currency=currency, month=month, active_start=0, active_end=0
-            )
-        return by_product[key]
-
-    for source in (history, trials, payments, refunds):
-        for r in source:
-            if first_month <= r["month"] <= last_month:
-                _merge(
-                    monthly_row(r["product_id"], r["currency"], r["month"]),
-                    r,
-                    (*COUNTS, *AMOUNTS, "active_start", "active_end"),
-                )
+    for r in (*history, *trials, *payments, *refunds):
+        if months[0] <= r["month"] <= months[-1]:
+            key = (r["product_id"], r["currency"], r["month"])
+            init = dict(zip(("product_id", "currency", "month"), key, strict=True))
+            _merge(_slot(by_product, key, **init, active_start=0, active_end=0), r, MONTHLY)
 
     def finish(row: dict[str, Any]) -> dict[str, Any]:
         row["churn_rate"] = _rate(row["cancellations"], row["active_start"])
@@ -236,37 +208,21 @@ def build_report(
     )
     overall: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in by_product.values():
-        key = (r["currency"], r["month"])
-        if key not in overall:
-            overall[key] = _blank(
-                product=ALL_PRODUCTS, currency=key[0], month=key[1], active_start=0, active_end=0
-            )
-        _merge(overall[key], r, (*COUNTS, *AMOUNTS, "active_start", "active_end"))
-    monthly = sorted(
-        (finish(r) for r in overall.values()), key=lambda r: (r["currency"], r["month"])
-    )
+        at = {"currency": r["currency"], "month": r["month"]}
+        _merge(_slot(overall, tuple(at.values()), product=ALL_PRODUCTS, **at), r, MONTHLY)
+    monthly = sorted(map(finish, overall.values()), key=lambda r: (r["currency"], r["month"]))
 
-    # --- overview: per product and currency, plus "All products" per currency -------------
+    # overview: per product and currency, plus "All products" per currency
     overview: dict[tuple[Any, ...], dict[str, Any]] = {}
-
-    def overview_row(product: str, product_id: Any, currency: str) -> dict[str, Any]:
-        key = (product, currency)
-        if key not in overview:
-            overview[key] = _blank(
-                product=product,
-                product_id=product_id,
-                currency=currency,
-                active=0,
-                trialing=0,
-                unpriced=0,
-                active_start=0,
-            )
-        return overview[key]
 
     def overview_rows_of(r: dict[str, Any]) -> list[dict[str, Any]]:
         """The row of the product and the "All products" row of the currency."""
-        own = overview_row(_name(products, r["product_id"]), r["product_id"], r["currency"])
-        return [own, overview_row(ALL_PRODUCTS, None, r["currency"])]
+        init = {"currency": r["currency"], "active": 0, "trialing": 0, "unpriced": 0}
+        name = _name(products, r["product_id"])
+        return [
+            _slot(overview, (p, r["currency"]), product=p, product_id=pk, **init, active_start=0)
+            for p, pk in ((name, r["product_id"]), (ALL_PRODUCTS, None))
+        ]
 
     for r in current:
         for row in overview_rows_of(r):
@@ -274,12 +230,10 @@ def build_report(
     for r in by_product.values():
         for row in overview_rows_of(r):
             _merge(row, r, tuple(k for k in (*COUNTS, *AMOUNTS) if k != "mrr"))
-            if r["month"] == first_month:
+            if r["month"] == months[0]:
                 row["active_start"] += r["active_start"]
-    for row in overview.values():
-        row["churn_rate"] = _rate(row["cancellations"], row["active_start"])
     overview_rows = sorted(
-        overview.values(),
+        map(finish, overview.values()),
         key=lambda r: (r["currency"], r["product"] == ALL_PRODUCTS, r["product"]),
     )
     currencies = sorted({r["currency"] for r in overview_rows})

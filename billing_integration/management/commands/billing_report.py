@@ -1,5 +1,4 @@
-"""``python manage.py billing_report``: the reporting dashboard's tables in the terminal, or one
-table as CSV (``--csv overview|monthly|monthly_by_product|customers|at_risk``)."""
+"""``python manage.py billing_report``: the dashboard's tables in the terminal, or one as CSV."""
 
 from __future__ import annotations
 
@@ -9,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from ...models import Product
 from ...reporting.csv import TABLES, table_csv
 from ...reporting.report import Period, Table, build_report, display
 
@@ -52,8 +52,6 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from ...models import Product
-
         product = None
         if options["product"]:
             value = options["product"]
