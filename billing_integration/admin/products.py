@@ -558,17 +558,19 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
         return changelist_link(Subscription, label, product__id__exact=obj.pk)
 
     def get_urls(self) -> list[Any]:
-        info = self.opts.app_label, self.opts.model_name
+        info = f"{self.opts.app_label}_{self.opts.model_name}"
+        views = {
+            "archive": self.archive_view,
+            "send-declared-cycles": self.send_declared_cycles_view,
+        }
         return [
-            path(
-                "<path:object_id>/archive/",
-                self.admin_site.admin_view(self.archive_view),
-                name="{}_{}_archive".format(*info),
-            ),
-            path(
-                "<path:object_id>/send-declared-cycles/",
-                self.admin_site.admin_view(self.send_declared_cycles_view),
-                name="{}_{}_send_declared_cycles".format(*info),
+            *(
+                path(
+                    f"<path:object_id>/{name}/",
+                    self.admin_site.admin_view(view),
+                    name=f"{info}_{name.replace('-', '_')}",
+                )
+                for name, view in views.items()
             ),
             *super().get_urls(),
         ]
@@ -625,7 +627,7 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
     # -- actions ---------------------------------------------------------------------------------
     def set_status(
         self, request: HttpRequest, queryset: models.QuerySet[Product], status: str
-    ) -> int:
+    ) -> None:
         count = 0
         pks = list(queryset.values_list("pk", flat=True))
         with transaction.atomic():
@@ -634,7 +636,12 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
                 product.archive() if status == ProductStatus.ARCHIVED else product.publish()
                 self.log_change(request, product, [{"changed": {"fields": ["status"]}}])
                 count += 1
-        return count
+        done = (
+            _("%d product(s) archived; the change is being pushed.")
+            if status == ProductStatus.ARCHIVED
+            else _("%d product(s) published; the change is being pushed.")
+        )
+        self.message_user(request, done % count, messages.SUCCESS)
 
     @admin.action(description=_("Publish selected products"), permissions=["change"])
     def publish(
@@ -653,24 +660,14 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
                 confirm_field=REPUBLISH_FIELD,
                 warning=REPUBLISH_WARNING,
             )
-        count = self.set_status(request, queryset, ProductStatus.PUBLISHED)
-        self.message_user(
-            request,
-            _("%d product(s) published; the change is being pushed.") % count,
-            messages.SUCCESS,
-        )
+        self.set_status(request, queryset, ProductStatus.PUBLISHED)
         if archived:
             self.message_user(request, REPUBLISH_WARNING, messages.WARNING)
         return None
 
     @admin.action(description=_("Archive selected products"), permissions=["change"])
     def archive(self, request: HttpRequest, queryset: models.QuerySet[Product]) -> None:
-        count = self.set_status(request, queryset, ProductStatus.ARCHIVED)
-        self.message_user(
-            request,
-            _("%d product(s) archived; the change is being pushed.") % count,
-            messages.SUCCESS,
-        )
+        self.set_status(request, queryset, ProductStatus.ARCHIVED)
 
     @admin.action(
         description=_("Sync now (pull products from the service)"), permissions=["change"]

@@ -112,17 +112,9 @@ def _label_with_price(label: str, product: Product | None, cycle: Any, currency:
     )
 
 
-@register.filter
-def subscribed_to(subscriber: Any, product: Any = None) -> bool:
-    """``{{ user|subscribed_to:product }}``: an active subscription to ``product``
-    (``None`` = any product)."""
-    return subscribed(subscriber, product)
-
-
-@register.filter
-def is_subscriber(subscriber: Any) -> bool:
-    """``{{ user|is_subscriber }}``: an active subscription to any product."""
-    return subscribed(subscriber)
+# ``{{ user|subscribed_to:product }}`` (any product if omitted), ``{{ user|is_subscriber }}``.
+register.filter("subscribed_to", subscribed)
+register.filter("is_subscriber", subscribed)
 
 
 @register.simple_tag(takes_context=True)
@@ -236,19 +228,8 @@ def price_label(price: Any) -> str:
     return display.format_money(price.amount, currency_code(price.currency_id))
 
 
-@register.filter
-def cycle_label(cycle: Any) -> str:
-    """``{{ "months-1"|cycle_label }}`` -> "Monthly" (a code or a ``BillingCycle``)."""
-    return display.cycle_label(cycle)
-
-
-@register.filter
-def status_label(value: Any) -> str:
-    """``{{ subscription|status_label }}`` (or a status string) -> "Active", "Canceled", ..."""
-    return display.status_label(value)
-
-
-@register.filter
-def failure_reason(reason: Any) -> str:
-    """``{{ payment.failure_reason|failure_reason }}`` -> "Insufficient funds", ..."""
-    return display.failure_reason_label(reason)
+# ``{{ "months-1"|cycle_label }}``, ``{{ subscription|status_label }}``,
+# ``{{ payment.failure_reason|failure_reason }}``: the labels of ``display``.
+register.filter("cycle_label", display.cycle_label)
+register.filter("status_label", display.status_label)
+register.filter("failure_reason", display.failure_reason_label)
