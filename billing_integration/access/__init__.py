@@ -205,14 +205,10 @@ class SubscriptionRequiredMixin(_GuardMixin):
 
 def __getattr__(name: str) -> Any:
     # The DRF permissions are imported lazily so this module works without DRF installed.
-    if name == "HasActiveSubscription":
-        from .permissions import HasActiveSubscription
+    if name in ("HasActiveSubscription", "HasFeature"):
+        from . import permissions
 
-        return HasActiveSubscription
-    if name == "HasFeature":
-        from .permissions import HasFeature
-
-        return HasFeature
+        return getattr(permissions, name)
     raise AttributeError(name)
 
 

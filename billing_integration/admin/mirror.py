@@ -299,6 +299,12 @@ def status_badge(obj: Subscription) -> SafeString:
     return format_html("{} {}", obj.status, state_badge("unknown-status", str(label)))
 
 
+@admin.display(description=_("product"), ordering="product__name")
+def product_link(self: Any, obj: Any) -> SafeString | str:
+    """The mirrored product, else its remote id."""
+    return admin_link(obj.product) if obj.product_id else str(obj.product_remote_id or "-")
+
+
 def customer_link(customer: Customer | None, remote_id: Any = None) -> SafeString | str:
     """A link to the customer labelled by its (or its subscriber's) name."""
     if customer is None:
@@ -404,9 +410,7 @@ class SubscriptionAdmin(SessionAdmin):
     def customer_link(self, obj: Subscription) -> SafeString | str:
         return customer_link(obj.customer, obj.customer_remote_id)
 
-    @admin.display(description=_("product"), ordering="product__name")
-    def product_link(self, obj: Subscription) -> SafeString | str:
-        return admin_link(obj.product) if obj.product_id else str(obj.product_remote_id or "-")
+    product_link = product_link
 
     @admin.display(description=_("payments"))
     def payments_links(self, obj: Subscription) -> SafeString | str:

@@ -20,6 +20,7 @@ from .mirror import (
     admin_link,
     admin_links,
     customer_link,
+    product_link,
     state_badge,
     subscription_link,
 )
@@ -112,9 +113,7 @@ class RecordAdmin(ReadOnlyAdminMixin, ModelAdmin):
     def customer_link(self, obj: Any) -> SafeString | str:
         return customer_link(obj.customer, obj.customer_remote_id)
 
-    @admin.display(description=_("product"), ordering="product__name")
-    def product_link(self, obj: Any) -> SafeString | str:
-        return admin_link(obj.product) if obj.product_id else str(obj.product_remote_id or "-")
+    product_link = product_link
 
     def get_changelist_instance(self, request: HttpRequest) -> Any:
         """The page's records whose subscription was mirrored after their event get it in one
