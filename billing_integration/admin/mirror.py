@@ -136,22 +136,6 @@ class SyncStateAdminMixin(ModelAdmin):
         self.message_user(request, _("%d failed push(es) re-queued.") % count, messages.SUCCESS)
 
 
-class ReadOnlyAdminMixin(ModelAdmin):
-    """No add, change or delete: every field of the fieldsets is read-only."""
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return flatten_fieldsets(self.get_fieldsets(request, obj))
-
-
 class NoDeleteMixin(ModelAdmin):
     """The service has no delete operation: nothing mirrored is deleted from the admin."""
 
@@ -162,6 +146,19 @@ class NoDeleteMixin(ModelAdmin):
         actions: dict[str, Any] = super().get_actions(request)
         actions.pop("delete_selected", None)
         return actions
+
+
+class ReadOnlyAdminMixin(NoDeleteMixin):
+    """No add, change or delete: every field of the fieldsets is read-only."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return flatten_fieldsets(self.get_fieldsets(request, obj))
 
 
 # --- customers ----------------------------------------------------------------------------------

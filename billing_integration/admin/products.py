@@ -362,21 +362,25 @@ class PricingConfirmationAdmin(ModelAdmin):
 
     def pricing_changes(self, request: HttpRequest, obj: Any) -> tuple[Product, list[str]]:
         """The product concerned and the changes the valid POST would make (none if invalid)."""
-        raise NotImplementedError
+        form = self.get_form(request, obj, change=True)(request.POST, request.FILES, instance=obj)
+        formsets = []
+        for formset_class, inline in self.get_formsets_with_inlines(request, obj):
+            prefix = formset_class.get_default_prefix()
+            formsets.append(formset_class(**self.get_formset_kwargs(request, obj, inline, prefix)))
+        product = obj if isinstance(obj, Product) else obj.product
+        if not (form.is_valid() and all(fs.is_valid() for fs in formsets)):
+            return product, []
+        priced = [fs for fs in formsets if fs.model in (BillingCycle, Price)]
+        changes = [change for fs in priced for change in formset_changes(fs)]
+        if isinstance(obj, BillingCycle) and form.has_changed():
+            changes.insert(0, _("change cycle %s") % obj)
+        return product, changes
 
     def page(self, request: HttpRequest, template: str, **context: Any) -> TemplateResponse:
         """One of the product's confirmation pages (``template`` in its template folder)."""
         context = {**self.admin_site.each_context(request), "opts": self.opts, **context}
         folder = "admin/billing_integration/product"
         return TemplateResponse(request, f"{folder}/{template}.html", context)
-
-    def bound_formsets(self, request: HttpRequest, obj: Any) -> list[Any]:
-        formsets = []
-        for formset_class, inline in self.get_formsets_with_inlines(request, obj):
-            prefix = formset_class.get_default_prefix()
-            kwargs = self.get_formset_kwargs(request, obj, inline, prefix)
-            formsets.append(formset_class(**kwargs))
-        return formsets
 
     def changeform_view(
         self,
@@ -741,14 +745,6 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
         if note:
             self.message_user(request, f"{note} {_('The local change is kept.')}", messages.WARNING)
 
-    def pricing_changes(self, request: HttpRequest, obj: Product) -> tuple[Product, list[str]]:
-        form = self.get_form(request, obj, change=True)(request.POST, request.FILES, instance=obj)
-        formsets = self.bound_formsets(request, obj)
-        if not (form.is_valid() and all(fs.is_valid() for fs in formsets)):
-            return obj, []
-        priced = [fs for fs in formsets if fs.model in (BillingCycle, Price)]
-        return obj, [change for fs in priced for change in formset_changes(fs)]
-
     def render_change_form(
         self,
         request: HttpRequest,
@@ -810,13 +806,3 @@ class BillingCycleAdmin(DeclaredBadgeMixin, PricingConfirmationAdmin):
         cycle = form.instance
         if cycle.declared and (form.has_changed() or any(fs.has_changed() for fs in formsets)):
             self.message_user(request, DECLARED_WARNING % {"name": cycle.product}, messages.WARNING)
-
-    def pricing_changes(self, request: HttpRequest, obj: BillingCycle) -> tuple[Product, list[str]]:
-        form = self.get_form(request, obj, change=True)(request.POST, instance=obj)
-        formsets = self.bound_formsets(request, obj)
-        if not (form.is_valid() and all(f.is_valid() for f in formsets)):
-            return obj.product, []
-        changes = [change for f in formsets for change in formset_changes(f)]
-        if form.has_changed():
-            changes.insert(0, _("change cycle %s") % obj)
-        return obj.product, changes
