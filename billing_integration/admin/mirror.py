@@ -161,7 +161,6 @@ class ReadOnlyAdminMixin(NoDeleteMixin):
         return flatten_fieldsets(self.get_fieldsets(request, obj))
 
 
-# --- customers ----------------------------------------------------------------------------------
 @admin.register(Customer)
 class CustomerAdmin(NoDeleteMixin, SyncStateAdminMixin, ModelAdmin):
     list_display = (
@@ -228,7 +227,6 @@ class CustomerAdmin(NoDeleteMixin, SyncStateAdminMixin, ModelAdmin):
         self.pull_now(request, pull_customers, _("Customers pulled: %s"))
 
 
-# --- subscriptions ------------------------------------------------------------------------------
 class AccessFilter(admin.SimpleListFilter):
     """Subscriptions by what the active rule makes of them now."""
 
@@ -422,7 +420,6 @@ class SubscriptionAdmin(SessionAdmin):
         return admin_links(obj.refunds.all())
 
 
-# --- checkout sessions --------------------------------------------------------------------------
 CHECKOUT_STATUS_HELP = _(
     "The service offers no way to read a checkout session back, so its status stays the one "
     "the service answered when it was created; an open session past its expiry shows as "

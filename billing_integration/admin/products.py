@@ -93,7 +93,6 @@ def _change_url(model_admin: ModelAdmin, obj: Any) -> str:
     return reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk])
 
 
-# --- the compact prices editor of a cycle row ---------------------------------------------------
 def parse_prices(text: str) -> dict[int, Decimal]:
     """``"XOF 10000, USD 19.99"`` (also ``;``, new lines, ``XOF=10000``, ``1:10000``) as
     ``{currency_id: amount}``."""
@@ -496,7 +495,6 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
             raise PermissionDenied
         return obj
 
-    # -- list ------------------------------------------------------------------------------------
     def get_queryset(self, request: HttpRequest) -> models.QuerySet[Product]:
         products: models.QuerySet[Product] = super().get_queryset(request)
         return products.annotate(
@@ -628,7 +626,6 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
             subscription_count=obj.subscriptions.count(),
         )
 
-    # -- actions ---------------------------------------------------------------------------------
     def set_status(
         self, request: HttpRequest, queryset: models.QuerySet[Product], status: str
     ) -> None:
@@ -721,7 +718,6 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
                 request, _("None of the selected products has declared cycles."), messages.WARNING
             )
 
-    # -- saving ----------------------------------------------------------------------------------
     def save_model(self, request: HttpRequest, obj: Product, form: Any, change: bool) -> None:
         """An unchanged product is not saved; a change of ``LOCAL_FIELDS`` only is not pushed."""
         if change and not form.has_changed():
@@ -780,7 +776,6 @@ def refused_message(product: Product) -> str:
     }
 
 
-# --- a cycle with one row per price (reached from the cycle inline's "change" link) ------------
 @admin.register(BillingCycle)
 class BillingCycleAdmin(DeclaredBadgeMixin, PricingConfirmationAdmin):
     fields = ("product_link", "unit", "frequency", "declared_badge")

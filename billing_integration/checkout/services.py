@@ -318,14 +318,6 @@ def _reusable_session(customer: Customer, selection: CheckoutSelection) -> Check
     return None if paid_since or subscribed_since else session
 
 
-def _in_doubt_key(customer: Customer, selection: CheckoutSelection) -> str:
-    """The shared-cache key of an in-doubt session creation for this customer and choice."""
-    return (
-        f"billing:checkout:in-doubt:{customer.pk}:{selection.product.pk}:"
-        f"{selection.cycle_code}:{selection.currency_id}"
-    )
-
-
 def _cache_call(method: str, *args: Any) -> Any:
     """``method`` of the shared cache; a cache that fails only loses the replay (logged)."""
     try:
@@ -425,7 +417,11 @@ def _create_session(
     customer: Customer, selection: CheckoutSelection, client: Any, deadline: Deadline
 ) -> CheckoutSession:
     """Create the remote session, then record it locally (never a half-made session)."""
-    remembered = _in_doubt_key(customer, selection)
+    # The shared-cache key of an in-doubt session creation for this customer and choice.
+    remembered = (
+        f"billing:checkout:in-doubt:{customer.pk}:{selection.product.pk}:"
+        f"{selection.cycle_code}:{selection.currency_id}"
+    )
     earlier = _cache_call("get", remembered)
     now = timezone.now()
     if isinstance(earlier, dict) and datetime.fromisoformat(earlier["expires_at"]) > now:

@@ -166,7 +166,6 @@ def do_if_subscribed(parser: template.base.Parser, token: template.base.Token) -
     )
 
 
-# --- access by feature --------------------------------------------------------------------------
 def _features(subject: Any) -> dict[str, int | None]:
     """A request's features (its cache), or a subscriber's, memoised on the instance."""
     from ..access.features import features_for, features_of, is_request
@@ -193,21 +192,21 @@ def feature_limit_filter(subject: Any, feature: Any) -> int | None:
     return _features(subject).get(key) if key else None
 
 
-def _context_has_feature(context: template.Context, feature: Any) -> bool:
-    request = context.get("request")
-    return has_feature_filter(request or _request_subscriber(context), feature)
-
-
 @register.tag("if_feature")
 def do_if_feature(parser: template.base.Parser, token: template.base.Token) -> IfNode:
     """``{% if_feature "sso" %}...{% else %}...{% endif_feature %}``: the request's subscriber
     has the feature (through the request's cache)."""
     if len(token.split_contents()) != 2:
         raise template.TemplateSyntaxError("if_feature takes one argument (a feature name)")
-    return _if_node(parser, token, _context_has_feature)
+    return _if_node(
+        parser,
+        token,
+        lambda context, feature: has_feature_filter(
+            context.get("request") or _request_subscriber(context), feature
+        ),
+    )
 
 
-# --- display ------------------------------------------------------------------------------------
 @register.filter
 def currency_code(value: Any) -> str:
     """``{{ price.currency_id|currency_code }}``: the ISO code of a currency id (or code)."""
