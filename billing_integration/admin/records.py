@@ -25,14 +25,8 @@ from .mirror import (
     subscription_link,
 )
 
-COMMON_LIST = (
-    "remote_id",
-    "status_badge",
-    "amount_display",
-    "currency",
-    "customer_link",
-    "subscription_link",
-)
+RECORD_FIELDS = ("remote_id", "status_badge", "amount_display", "currency")
+COMMON_LIST = (*RECORD_FIELDS, "customer_link", "subscription_link")
 COMMON_SEARCH = (
     "remote_id",
     "customer__identifier",
@@ -72,18 +66,7 @@ class RecordAdmin(ReadOnlyAdminMixin, ModelAdmin):
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         return (
-            (
-                None,
-                {
-                    "fields": (
-                        "remote_id",
-                        "status_badge",
-                        "amount_display",
-                        "currency",
-                        *self.detail_fields,
-                    )
-                },
-            ),
+            (None, {"fields": (*RECORD_FIELDS, *self.detail_fields)}),
             (_("Related"), {"fields": self.link_fields}),
             (
                 _("Remote"),
