@@ -81,17 +81,6 @@ def cycle_label(cycle: Any) -> str:
     return str(code)
 
 
-def _subscription_statuses() -> dict[str, str]:
-    return {
-        "canceled": pgettext("subscription status", "Canceled"),
-        "cancelled": pgettext("subscription status", "Canceled"),
-        "paused": pgettext("subscription status", "Paused"),
-        "ended": pgettext("subscription status", "Ended"),
-        "expired": pgettext("subscription status", "Expired"),
-        "detached": pgettext("subscription status", "Detached"),
-    }
-
-
 def status_label(value: Any) -> str:
     """A subscription's status for a person."""
     from .models.subscriptions import active_statuses
@@ -102,7 +91,14 @@ def status_label(value: Any) -> str:
         if hasattr(value, "is_active") and not value.is_active:
             return pgettext("subscription status", "Lapsed")
         return pgettext("subscription status", "Active")
-    known = _subscription_statuses().get(status)
+    known = {
+        "canceled": pgettext("subscription status", "Canceled"),
+        "cancelled": pgettext("subscription status", "Canceled"),
+        "paused": pgettext("subscription status", "Paused"),
+        "ended": pgettext("subscription status", "Ended"),
+        "expired": pgettext("subscription status", "Expired"),
+        "detached": pgettext("subscription status", "Detached"),
+    }.get(status)
     return known if known is not None else gettext("Unknown status")
 
 

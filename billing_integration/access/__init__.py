@@ -45,7 +45,6 @@ ProductRef = Product | int | str | uuid.UUID | None
 ViewFunc = Callable[..., HttpResponse]
 
 
-# --- subscriber and product ---------------------------------------------------------------------
 def get_subscriber(request: HttpRequest) -> Any | None:
     """The subscriber of ``request``: ``BILLING['SUBSCRIBER_RESOLVER'](request)`` if set,
     else ``request.user``; ``None`` for anonymous users (or when the resolver finds none)."""
@@ -82,7 +81,6 @@ def _is_subscriber(subscriber: Any) -> bool:
     return getattr(subscriber, "is_authenticated", True) is not False
 
 
-# --- the checks ---------------------------------------------------------------------------------
 def active_subscriptions(subscriber: Any, product: ProductRef = None) -> QuerySet[Subscription]:
     """The subscriber's active subscriptions (optionally to one product)."""
     if not _is_subscriber(subscriber):
@@ -205,14 +203,10 @@ class SubscriptionRequiredMixin(_GuardMixin):
 
 def __getattr__(name: str) -> Any:
     # The DRF permissions are imported lazily so this module works without DRF installed.
-    if name == "HasActiveSubscription":
-        from .permissions import HasActiveSubscription
+    if name in ("HasActiveSubscription", "HasFeature"):
+        from . import permissions
 
-        return HasActiveSubscription
-    if name == "HasFeature":
-        from .permissions import HasFeature
-
-        return HasFeature
+        return getattr(permissions, name)
     raise AttributeError(name)
 
 

@@ -145,7 +145,6 @@ def feature_limit(subject: Any, feature: str) -> int | None:
     return _features(subject).get(key) if key else None
 
 
-# --- views ----------------------------------------------------------------------------------
 def _required(feature: Any) -> str:
     key = feature_key(feature)
     if not key:

@@ -78,17 +78,14 @@ def _pay_again(
         if product is None or product.pk in seen:
             continue
         seen.add(product.pk)  # only the latest payment of a product counts
-        if payment.status not in PAY_AGAIN_STATUSES:
+        if (
+            payment.status not in PAY_AGAIN_STATUSES
+            or product.confirmed_status != ProductStatus.PUBLISHED
+            or (product.pk in held and not product.multiple_purchases)
+            or (held and held_plan(subscriber, product) is not None)
+        ):
             continue
-        if product.confirmed_status != ProductStatus.PUBLISHED:
-            continue
-        if product.pk in held and not product.multiple_purchases:
-            continue
-        if held and held_plan(subscriber, product) is not None:
-            continue
-        cycle = ""
-        if payment.subscription is not None:
-            cycle = payment.subscription.selected_billing_cycle
+        cycle = payment.subscription.selected_billing_cycle if payment.subscription else ""
         offers[payment.pk] = {
             "cycle": "" if product.is_one_time else (cycle or cycles.get(product.pk, "")),
             "currency": payment.currency,
@@ -149,17 +146,15 @@ def account(request: HttpRequest) -> HttpResponse:
         if sub.product_id and sub.selected_billing_cycle:
             cycles[sub.product_id] = sub.selected_billing_cycle
     offers = _pay_again(payments, held, cycles, subscriber)
-    rows = []
-    for sub in subscriptions:
-        active = sub.is_active
-        rows.append(
-            {
-                "subscription": sub,
-                "active": active,
-                "price": _price_of(sub),
-                "lapsed": not active and sub.product_id not in held,
-            }
-        )
+    rows = [
+        {
+            "subscription": s,
+            "active": s.is_active,
+            "price": _price_of(s),
+            "lapsed": not s.is_active and s.product_id not in held,
+        }
+        for s in subscriptions
+    ]
     payment_rows = [{"payment": p, "pay_again": offers.get(p.pk)} for p in payments]
     return render_page(
         request,

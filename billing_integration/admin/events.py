@@ -92,12 +92,8 @@ class WebhookEventAdmin(ModelAdmin):
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
         # No save buttons: the change permission is for the actions.
-        extra = {
-            "show_save": False,
-            "show_save_and_continue": False,
-            "show_save_and_add_another": False,
-            **(extra_context or {}),
-        }
+        hidden = ("show_save", "show_save_and_continue", "show_save_and_add_another")
+        extra = {**dict.fromkeys(hidden, False), **(extra_context or {})}
         return super().change_view(request, object_id, form_url, extra)
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:

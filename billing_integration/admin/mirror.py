@@ -136,22 +136,6 @@ class SyncStateAdminMixin(ModelAdmin):
         self.message_user(request, _("%d failed push(es) re-queued.") % count, messages.SUCCESS)
 
 
-class ReadOnlyAdminMixin(ModelAdmin):
-    """No add, change or delete: every field of the fieldsets is read-only."""
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return flatten_fieldsets(self.get_fieldsets(request, obj))
-
-
 class NoDeleteMixin(ModelAdmin):
     """The service has no delete operation: nothing mirrored is deleted from the admin."""
 
@@ -164,7 +148,19 @@ class NoDeleteMixin(ModelAdmin):
         return actions
 
 
-# --- customers ----------------------------------------------------------------------------------
+class ReadOnlyAdminMixin(NoDeleteMixin):
+    """No add, change or delete: every field of the fieldsets is read-only."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return flatten_fieldsets(self.get_fieldsets(request, obj))
+
+
 @admin.register(Customer)
 class CustomerAdmin(NoDeleteMixin, SyncStateAdminMixin, ModelAdmin):
     list_display = (
@@ -231,7 +227,6 @@ class CustomerAdmin(NoDeleteMixin, SyncStateAdminMixin, ModelAdmin):
         self.pull_now(request, pull_customers, _("Customers pulled: %s"))
 
 
-# --- subscriptions ------------------------------------------------------------------------------
 class AccessFilter(admin.SimpleListFilter):
     """Subscriptions by what the active rule makes of them now."""
 
@@ -297,6 +292,12 @@ def status_badge(obj: Subscription) -> SafeString:
         )
     label = _("unknown status — no access") if obj.status else _("no status — no access")
     return format_html("{} {}", obj.status, state_badge("unknown-status", str(label)))
+
+
+@admin.display(description=_("product"), ordering="product__name")
+def product_link(self: Any, obj: Any) -> SafeString | str:
+    """The mirrored product, else its remote id."""
+    return admin_link(obj.product) if obj.product_id else str(obj.product_remote_id or "-")
 
 
 def customer_link(customer: Customer | None, remote_id: Any = None) -> SafeString | str:
@@ -404,9 +405,7 @@ class SubscriptionAdmin(SessionAdmin):
     def customer_link(self, obj: Subscription) -> SafeString | str:
         return customer_link(obj.customer, obj.customer_remote_id)
 
-    @admin.display(description=_("product"), ordering="product__name")
-    def product_link(self, obj: Subscription) -> SafeString | str:
-        return admin_link(obj.product) if obj.product_id else str(obj.product_remote_id or "-")
+    product_link = product_link
 
     @admin.display(description=_("payments"))
     def payments_links(self, obj: Subscription) -> SafeString | str:
@@ -421,7 +420,6 @@ class SubscriptionAdmin(SessionAdmin):
         return admin_links(obj.refunds.all())
 
 
-# --- checkout sessions --------------------------------------------------------------------------
 CHECKOUT_STATUS_HELP = _(
     "The service offers no way to read a checkout session back, so its status stays the one "
     "the service answered when it was created; an open session past its expiry shows as "

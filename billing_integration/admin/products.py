@@ -93,7 +93,6 @@ def _change_url(model_admin: ModelAdmin, obj: Any) -> str:
     return reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk])
 
 
-# --- the compact prices editor of a cycle row ---------------------------------------------------
 def parse_prices(text: str) -> dict[int, Decimal]:
     """``"XOF 10000, USD 19.99"`` (also ``;``, new lines, ``XOF=10000``, ``1:10000``) as
     ``{currency_id: amount}``."""
@@ -362,21 +361,25 @@ class PricingConfirmationAdmin(ModelAdmin):
 
     def pricing_changes(self, request: HttpRequest, obj: Any) -> tuple[Product, list[str]]:
         """The product concerned and the changes the valid POST would make (none if invalid)."""
-        raise NotImplementedError
+        form = self.get_form(request, obj, change=True)(request.POST, request.FILES, instance=obj)
+        formsets = []
+        for formset_class, inline in self.get_formsets_with_inlines(request, obj):
+            prefix = formset_class.get_default_prefix()
+            formsets.append(formset_class(**self.get_formset_kwargs(request, obj, inline, prefix)))
+        product = obj if isinstance(obj, Product) else obj.product
+        if not (form.is_valid() and all(fs.is_valid() for fs in formsets)):
+            return product, []
+        priced = [fs for fs in formsets if fs.model in (BillingCycle, Price)]
+        changes = [change for fs in priced for change in formset_changes(fs)]
+        if isinstance(obj, BillingCycle) and form.has_changed():
+            changes.insert(0, _("change cycle %s") % obj)
+        return product, changes
 
     def page(self, request: HttpRequest, template: str, **context: Any) -> TemplateResponse:
         """One of the product's confirmation pages (``template`` in its template folder)."""
         context = {**self.admin_site.each_context(request), "opts": self.opts, **context}
         folder = "admin/billing_integration/product"
         return TemplateResponse(request, f"{folder}/{template}.html", context)
-
-    def bound_formsets(self, request: HttpRequest, obj: Any) -> list[Any]:
-        formsets = []
-        for formset_class, inline in self.get_formsets_with_inlines(request, obj):
-            prefix = formset_class.get_default_prefix()
-            kwargs = self.get_formset_kwargs(request, obj, inline, prefix)
-            formsets.append(formset_class(**kwargs))
-        return formsets
 
     def changeform_view(
         self,
@@ -492,7 +495,6 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
             raise PermissionDenied
         return obj
 
-    # -- list ------------------------------------------------------------------------------------
     def get_queryset(self, request: HttpRequest) -> models.QuerySet[Product]:
         products: models.QuerySet[Product] = super().get_queryset(request)
         return products.annotate(
@@ -558,17 +560,19 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
         return changelist_link(Subscription, label, product__id__exact=obj.pk)
 
     def get_urls(self) -> list[Any]:
-        info = self.opts.app_label, self.opts.model_name
+        info = f"{self.opts.app_label}_{self.opts.model_name}"
+        views = {
+            "archive": self.archive_view,
+            "send-declared-cycles": self.send_declared_cycles_view,
+        }
         return [
-            path(
-                "<path:object_id>/archive/",
-                self.admin_site.admin_view(self.archive_view),
-                name="{}_{}_archive".format(*info),
-            ),
-            path(
-                "<path:object_id>/send-declared-cycles/",
-                self.admin_site.admin_view(self.send_declared_cycles_view),
-                name="{}_{}_send_declared_cycles".format(*info),
+            *(
+                path(
+                    f"<path:object_id>/{name}/",
+                    self.admin_site.admin_view(view),
+                    name=f"{info}_{name.replace('-', '_')}",
+                )
+                for name, view in views.items()
             ),
             *super().get_urls(),
         ]
@@ -622,10 +626,9 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
             subscription_count=obj.subscriptions.count(),
         )
 
-    # -- actions ---------------------------------------------------------------------------------
     def set_status(
         self, request: HttpRequest, queryset: models.QuerySet[Product], status: str
-    ) -> int:
+    ) -> None:
         count = 0
         pks = list(queryset.values_list("pk", flat=True))
         with transaction.atomic():
@@ -634,7 +637,12 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
                 product.archive() if status == ProductStatus.ARCHIVED else product.publish()
                 self.log_change(request, product, [{"changed": {"fields": ["status"]}}])
                 count += 1
-        return count
+        done = (
+            _("%d product(s) archived; the change is being pushed.")
+            if status == ProductStatus.ARCHIVED
+            else _("%d product(s) published; the change is being pushed.")
+        )
+        self.message_user(request, done % count, messages.SUCCESS)
 
     @admin.action(description=_("Publish selected products"), permissions=["change"])
     def publish(
@@ -653,24 +661,14 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
                 confirm_field=REPUBLISH_FIELD,
                 warning=REPUBLISH_WARNING,
             )
-        count = self.set_status(request, queryset, ProductStatus.PUBLISHED)
-        self.message_user(
-            request,
-            _("%d product(s) published; the change is being pushed.") % count,
-            messages.SUCCESS,
-        )
+        self.set_status(request, queryset, ProductStatus.PUBLISHED)
         if archived:
             self.message_user(request, REPUBLISH_WARNING, messages.WARNING)
         return None
 
     @admin.action(description=_("Archive selected products"), permissions=["change"])
     def archive(self, request: HttpRequest, queryset: models.QuerySet[Product]) -> None:
-        count = self.set_status(request, queryset, ProductStatus.ARCHIVED)
-        self.message_user(
-            request,
-            _("%d product(s) archived; the change is being pushed.") % count,
-            messages.SUCCESS,
-        )
+        self.set_status(request, queryset, ProductStatus.ARCHIVED)
 
     @admin.action(
         description=_("Sync now (pull products from the service)"), permissions=["change"]
@@ -720,7 +718,6 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
                 request, _("None of the selected products has declared cycles."), messages.WARNING
             )
 
-    # -- saving ----------------------------------------------------------------------------------
     def save_model(self, request: HttpRequest, obj: Product, form: Any, change: bool) -> None:
         """An unchanged product is not saved; a change of ``LOCAL_FIELDS`` only is not pushed."""
         if change and not form.has_changed():
@@ -743,14 +740,6 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
         note = product_map.not_carried(product)
         if note:
             self.message_user(request, f"{note} {_('The local change is kept.')}", messages.WARNING)
-
-    def pricing_changes(self, request: HttpRequest, obj: Product) -> tuple[Product, list[str]]:
-        form = self.get_form(request, obj, change=True)(request.POST, request.FILES, instance=obj)
-        formsets = self.bound_formsets(request, obj)
-        if not (form.is_valid() and all(fs.is_valid() for fs in formsets)):
-            return obj, []
-        priced = [fs for fs in formsets if fs.model in (BillingCycle, Price)]
-        return obj, [change for fs in priced for change in formset_changes(fs)]
 
     def render_change_form(
         self,
@@ -787,7 +776,6 @@ def refused_message(product: Product) -> str:
     }
 
 
-# --- a cycle with one row per price (reached from the cycle inline's "change" link) ------------
 @admin.register(BillingCycle)
 class BillingCycleAdmin(DeclaredBadgeMixin, PricingConfirmationAdmin):
     fields = ("product_link", "unit", "frequency", "declared_badge")
@@ -813,13 +801,3 @@ class BillingCycleAdmin(DeclaredBadgeMixin, PricingConfirmationAdmin):
         cycle = form.instance
         if cycle.declared and (form.has_changed() or any(fs.has_changed() for fs in formsets)):
             self.message_user(request, DECLARED_WARNING % {"name": cycle.product}, messages.WARNING)
-
-    def pricing_changes(self, request: HttpRequest, obj: BillingCycle) -> tuple[Product, list[str]]:
-        form = self.get_form(request, obj, change=True)(request.POST, instance=obj)
-        formsets = self.bound_formsets(request, obj)
-        if not (form.is_valid() and all(f.is_valid() for f in formsets)):
-            return obj.product, []
-        changes = [change for f in formsets for change in formset_changes(f)]
-        if form.has_changed():
-            changes.insert(0, _("change cycle %s") % obj)
-        return obj.product, changes

@@ -20,18 +20,13 @@ from .mirror import (
     admin_link,
     admin_links,
     customer_link,
+    product_link,
     state_badge,
     subscription_link,
 )
 
-COMMON_LIST = (
-    "remote_id",
-    "status_badge",
-    "amount_display",
-    "currency",
-    "customer_link",
-    "subscription_link",
-)
+RECORD_FIELDS = ("remote_id", "status_badge", "amount_display", "currency")
+COMMON_LIST = (*RECORD_FIELDS, "customer_link", "subscription_link")
 COMMON_SEARCH = (
     "remote_id",
     "customer__identifier",
@@ -71,18 +66,7 @@ class RecordAdmin(ReadOnlyAdminMixin, ModelAdmin):
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         return (
-            (
-                None,
-                {
-                    "fields": (
-                        "remote_id",
-                        "status_badge",
-                        "amount_display",
-                        "currency",
-                        *self.detail_fields,
-                    )
-                },
-            ),
+            (None, {"fields": (*RECORD_FIELDS, *self.detail_fields)}),
             (_("Related"), {"fields": self.link_fields}),
             (
                 _("Remote"),
@@ -112,9 +96,7 @@ class RecordAdmin(ReadOnlyAdminMixin, ModelAdmin):
     def customer_link(self, obj: Any) -> SafeString | str:
         return customer_link(obj.customer, obj.customer_remote_id)
 
-    @admin.display(description=_("product"), ordering="product__name")
-    def product_link(self, obj: Any) -> SafeString | str:
-        return admin_link(obj.product) if obj.product_id else str(obj.product_remote_id or "-")
+    product_link = product_link
 
     def get_changelist_instance(self, request: HttpRequest) -> Any:
         """The page's records whose subscription was mirrored after their event get it in one

@@ -50,7 +50,6 @@ ACTION_NEW = "new_subscription"
 REUSE_MARGIN = 60.0
 
 
-# --- errors -------------------------------------------------------------------------------------
 class CheckoutError(BillingError):
     """A checkout that cannot start. ``status`` is the HTTP status to answer with,
     ``message`` a sentence for the customer (no internals), ``code`` a stable identifier."""
@@ -71,24 +70,18 @@ class CheckoutError(BillingError):
 
 
 class ProductUnavailable(CheckoutError):
-    """Unknown product (404), or not on sale: draft, archived, not pushed yet (409)."""
-
     status = 409
     code = "product_unavailable"
     default_message = gettext_lazy("This product is not available for purchase.")
 
 
 class InvalidChoice(CheckoutError):
-    """An unknown billing cycle or currency for the product (400)."""
-
     status = 400
     code = "invalid_choice"
     default_message = gettext_lazy("This billing option is not offered for this product.")
 
 
 class NoSubscriber(CheckoutError):
-    """The request has no subscriber (e.g. a user without a team) (403)."""
-
     status = 403
     code = "no_subscriber"
     default_message = gettext_lazy(
@@ -97,8 +90,6 @@ class NoSubscriber(CheckoutError):
 
 
 class ServiceUnavailable(CheckoutError):
-    """The billing service is down, slow, or refused our credentials (503)."""
-
     status = 503
     code = "service_unavailable"
     default_message = gettext_lazy(
@@ -108,8 +99,6 @@ class ServiceUnavailable(CheckoutError):
 
 
 class AlreadySubscribed(CheckoutError):
-    """The subscriber already holds an active subscription to the product (409)."""
-
     status = 409
     code = "already_subscribed"
     default_message = gettext_lazy(
@@ -140,8 +129,6 @@ class PlanAlreadyHeld(CheckoutError):
 
 
 class CheckoutRefused(CheckoutError):
-    """The service refused the session for a reason not covered above (502)."""
-
     status = 502
     code = "checkout_refused"
     default_message = gettext_lazy(
@@ -149,7 +136,6 @@ class CheckoutRefused(CheckoutError):
     )
 
 
-# --- validation ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class CheckoutSelection:
     """A validated choice; ``cycle`` is ``None`` for a one-time product."""
@@ -254,25 +240,15 @@ def validate_selection(product: Any, cycle: Any = None, currency: Any = None) ->
     return CheckoutSelection(product=resolved, cycle=chosen_cycle, currency_id=currency_id)
 
 
-# --- the service call ---------------------------------------------------------------------------
-def _error_codes(body: Any) -> set[str]:
+def _error_codes(node: Any, depth: int = 0) -> set[str]:
     """The ``code`` strings anywhere in an error body of unknown shape."""
+    if depth > 4 or not isinstance(node, dict | list):
+        return set()
+    items = node.items() if isinstance(node, dict) else enumerate(node[:20])
     found: set[str] = set()
-
-    def visit(node: Any, depth: int = 0) -> None:
-        if depth > 4:
-            return
-        if isinstance(node, dict):
-            for key, value in node.items():
-                if key == "code" and isinstance(value, str):
-                    found.add(value)
-                else:
-                    visit(value, depth + 1)
-        elif isinstance(node, list):
-            for item in node[:20]:
-                visit(item, depth + 1)
-
-    visit(body)
+    for key, value in items:
+        code = key == "code" and isinstance(value, str)
+        found |= {value} if code else _error_codes(value, depth + 1)
     return found
 
 
@@ -340,14 +316,6 @@ def _reusable_session(customer: Customer, selection: CheckoutSelection) -> Check
         customer=customer, product=selection.product, created_at__gte=session.created_at
     ).exists()
     return None if paid_since or subscribed_since else session
-
-
-def _in_doubt_key(customer: Customer, selection: CheckoutSelection) -> str:
-    """The shared-cache key of an in-doubt session creation for this customer and choice."""
-    return (
-        f"billing:checkout:in-doubt:{customer.pk}:{selection.product.pk}:"
-        f"{selection.cycle_code}:{selection.currency_id}"
-    )
 
 
 def _cache_call(method: str, *args: Any) -> Any:
@@ -449,7 +417,11 @@ def _create_session(
     customer: Customer, selection: CheckoutSelection, client: Any, deadline: Deadline
 ) -> CheckoutSession:
     """Create the remote session, then record it locally (never a half-made session)."""
-    remembered = _in_doubt_key(customer, selection)
+    # The shared-cache key of an in-doubt session creation for this customer and choice.
+    remembered = (
+        f"billing:checkout:in-doubt:{customer.pk}:{selection.product.pk}:"
+        f"{selection.cycle_code}:{selection.currency_id}"
+    )
     earlier = _cache_call("get", remembered)
     now = timezone.now()
     if isinstance(earlier, dict) and datetime.fromisoformat(earlier["expires_at"]) > now:

@@ -96,7 +96,6 @@ def checkout(request: HttpRequest) -> HttpResponse:
     return HttpResponseRedirect(url)
 
 
-# --- return -------------------------------------------------------------------------------------
 ACTIVE, PENDING, FAILED, NONE = "active", "pending", "failed", "none"
 
 

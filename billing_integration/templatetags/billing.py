@@ -112,17 +112,9 @@ def _label_with_price(label: str, product: Product | None, cycle: Any, currency:
     )
 
 
-@register.filter
-def subscribed_to(subscriber: Any, product: Any = None) -> bool:
-    """``{{ user|subscribed_to:product }}``: an active subscription to ``product``
-    (``None`` = any product)."""
-    return subscribed(subscriber, product)
-
-
-@register.filter
-def is_subscriber(subscriber: Any) -> bool:
-    """``{{ user|is_subscriber }}``: an active subscription to any product."""
-    return subscribed(subscriber)
+# ``{{ user|subscribed_to:product }}`` (any product if omitted), ``{{ user|is_subscriber }}``.
+register.filter("subscribed_to", subscribed)
+register.filter("is_subscriber", subscribed)
 
 
 @register.simple_tag(takes_context=True)
@@ -174,7 +166,6 @@ def do_if_subscribed(parser: template.base.Parser, token: template.base.Token) -
     )
 
 
-# --- access by feature --------------------------------------------------------------------------
 def _features(subject: Any) -> dict[str, int | None]:
     """A request's features (its cache), or a subscriber's, memoised on the instance."""
     from ..access.features import features_for, features_of, is_request
@@ -201,21 +192,21 @@ def feature_limit_filter(subject: Any, feature: Any) -> int | None:
     return _features(subject).get(key) if key else None
 
 
-def _context_has_feature(context: template.Context, feature: Any) -> bool:
-    request = context.get("request")
-    return has_feature_filter(request or _request_subscriber(context), feature)
-
-
 @register.tag("if_feature")
 def do_if_feature(parser: template.base.Parser, token: template.base.Token) -> IfNode:
     """``{% if_feature "sso" %}...{% else %}...{% endif_feature %}``: the request's subscriber
     has the feature (through the request's cache)."""
     if len(token.split_contents()) != 2:
         raise template.TemplateSyntaxError("if_feature takes one argument (a feature name)")
-    return _if_node(parser, token, _context_has_feature)
+    return _if_node(
+        parser,
+        token,
+        lambda context, feature: has_feature_filter(
+            context.get("request") or _request_subscriber(context), feature
+        ),
+    )
 
 
-# --- display ------------------------------------------------------------------------------------
 @register.filter
 def currency_code(value: Any) -> str:
     """``{{ price.currency_id|currency_code }}``: the ISO code of a currency id (or code)."""
@@ -236,19 +227,8 @@ def price_label(price: Any) -> str:
     return display.format_money(price.amount, currency_code(price.currency_id))
 
 
-@register.filter
-def cycle_label(cycle: Any) -> str:
-    """``{{ "months-1"|cycle_label }}`` -> "Monthly" (a code or a ``BillingCycle``)."""
-    return display.cycle_label(cycle)
-
-
-@register.filter
-def status_label(value: Any) -> str:
-    """``{{ subscription|status_label }}`` (or a status string) -> "Active", "Canceled", ..."""
-    return display.status_label(value)
-
-
-@register.filter
-def failure_reason(reason: Any) -> str:
-    """``{{ payment.failure_reason|failure_reason }}`` -> "Insufficient funds", ..."""
-    return display.failure_reason_label(reason)
+# ``{{ "months-1"|cycle_label }}``, ``{{ subscription|status_label }}``,
+# ``{{ payment.failure_reason|failure_reason }}``: the labels of ``display``.
+register.filter("cycle_label", display.cycle_label)
+register.filter("status_label", display.status_label)
+register.filter("failure_reason", display.failure_reason_label)
