@@ -26,10 +26,7 @@ Rows = list[Item]
 
 
 def sign_webhook(
-    body: bytes | str,
-    secret: str,
-    msg_id: str | None = None,
-    timestamp: int | float | None = None,
+    body: bytes | str, secret: str, msg_id: str | None = None, timestamp: int | float | None = None
 ) -> dict[str, str]:
     """Standard Webhooks headers for ``body`` signed with ``secret`` as the sandbox does."""
     return sign_headers(body, secret, msg_id=msg_id or str(uuid.uuid4()), timestamp=timestamp)
