@@ -1,6 +1,4 @@
-"""Products, their billing cycles, prices and declared features. A product is never
-deleted (archive it); its ``selected_currencies`` hold its prices' currencies; cycles saved
-for a product whose blueprint is not known here are ``declared``, not pushed."""
+"""Products, their billing cycles, prices and declared features (a product is never deleted)."""
 
 from __future__ import annotations
 
@@ -111,7 +109,6 @@ class Product(RemoteObject):
             "sent on purpose."
         ),
     )
-
     add_on = models.BooleanField(
         _("add-on"),
         default=False,
@@ -130,7 +127,6 @@ class Product(RemoteObject):
             "most one of them at a time. Empty: the main group of plans. Kept here only."
         ),
     )
-
     multiple_purchases = models.BooleanField(
         _("multiple purchases"),
         default=False,
@@ -159,8 +155,7 @@ class Product(RemoteObject):
     @property
     def confirmed_status(self) -> str:
         """The status to sell by: the service's (``remote_data``) if the last push failed."""
-        remote = self.remote_data if isinstance(self.remote_data, dict) else {}
-        confirmed = remote.get("status")
+        confirmed = self.remote_data.get("status") if isinstance(self.remote_data, dict) else None
         if self.sync_state == SyncState.FAILED and confirmed in ProductStatus.values:
             return str(confirmed)
         return self.status
@@ -200,8 +195,7 @@ class Product(RemoteObject):
         """Add the priced currencies to the stored ``selected_currencies``; True if changed."""
         row = Product.objects.filter(pk=self.pk).values_list("selected_currencies", flat=True)
         stored = _with(row.first(), set())
-        wanted = _with(stored, self.priced_currencies())
-        self.selected_currencies = wanted
+        self.selected_currencies = wanted = _with(stored, self.priced_currencies())
         if wanted == stored:
             return False
         super().save(update_fields=["selected_currencies", "updated_at"])
@@ -283,8 +277,7 @@ class Price(AtomicSaveMixin, models.Model):
         return f"{self.amount} {label(self.currency_id)}"
 
     def saved(self) -> None:
-        """A price in a new currency adds it to the product's ``selected_currencies`` (not
-        from the service: its answer states its own currencies)."""
+        """A local price in a new currency adds it to the product's ``selected_currencies``."""
         owner = self.product or (self.cycle.product if self.cycle else None)
         if is_from_remote() or owner is None:
             return

@@ -72,6 +72,7 @@ class EventRecord(models.Model):
 
     class Meta:
         abstract = True
+        ordering = ("-remote_created", "-id")
 
     def __str__(self) -> str:
         return f"{type(self).__name__} {self.remote_id} {self.status}"
@@ -84,10 +85,9 @@ class Invoice(EventRecord):
     period_start = models.DateTimeField(null=True, blank=True, editable=False)
     period_end = models.DateTimeField(null=True, blank=True, editable=False)
 
-    class Meta:
+    class Meta(EventRecord.Meta):
         verbose_name = _("invoice")
         verbose_name_plural = _("invoices")
-        ordering = ("-remote_created", "-id")
 
 
 class Payment(EventRecord):
@@ -97,10 +97,9 @@ class Payment(EventRecord):
     invoice_remote_id = _remote_ref()
     failure_reason = models.CharField(max_length=64, blank=True, default="", editable=False)
 
-    class Meta:
+    class Meta(EventRecord.Meta):
         verbose_name = _("payment")
         verbose_name_plural = _("payments")
-        ordering = ("-remote_created", "-id")
         # For reporting.metrics (index-only scans on PostgreSQL).
         indexes = [
             models.Index(
@@ -140,7 +139,6 @@ class Refund(EventRecord):
     payment_remote_id = _remote_ref()
     reason = models.CharField(max_length=255, blank=True, default="", editable=False)
 
-    class Meta:
+    class Meta(EventRecord.Meta):
         verbose_name = _("refund")
         verbose_name_plural = _("refunds")
-        ordering = ("-remote_created", "-id")

@@ -1,8 +1,5 @@
-"""Pull (remote -> local): page through the service's lists and upsert each page through the
-ORM in a constant number of queries, inside ``from_remote()`` (nothing is queued for a push).
-Local changes not yet pushed are kept (``skipped``); a subscription never goes back to an
-older version (``stale``); a local row whose create answer was lost is adopted; a row the
-mapping refuses is counted in ``errors`` and the rest applied."""
+"""Pull (remote -> local): upsert each page of the service's lists inside ``from_remote()``,
+keeping local changes not yet pushed and never taking a subscription back to an older version."""
 
 from __future__ import annotations
 
@@ -202,8 +199,7 @@ CUSTOMER_LOCAL = ("identifier", "first_name", "last_name", "email")
 
 
 def upsert_products(rows: Iterable[Row]) -> PullCounts:
-    """Upsert one page of product resources: new ones with their type and root prices,
-    updated ones with their ``not_sent`` state re-derived."""
+    """Upsert one page of product resources (new ones with their root prices)."""
     rows = [r for r in rows if isinstance(r, dict)]
     counts = PullCounts()
     mapped = _mapped(rows, product_map.from_remote, counts)
@@ -250,8 +246,7 @@ def upsert_customers(rows: Iterable[Row]) -> PullCounts:
 
 
 def upsert_subscriptions(rows: Iterable[Row], *, customer: Customer | None = None) -> PullCounts:
-    """Upsert one page of subscription resources linked to the local products and customers;
-    with ``customer``, only its rows."""
+    """Upsert one page of subscription resources; with ``customer``, only its rows."""
     counts = PullCounts()
     mapped = _mapped(rows, subscription_map.from_remote, counts)
     if customer is not None:

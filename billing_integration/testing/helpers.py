@@ -15,18 +15,20 @@ if TYPE_CHECKING:
 
 #: Fast delivery retries for tests (seconds).
 TEST_RETRY_SCHEDULE = [0.05, 0.1, 0.2, 0.4]
+#: The settings a test sandbox starts with unless told otherwise.
+TEST_SETTINGS: dict[str, Any] = {
+    "retry_schedule": TEST_RETRY_SCHEDULE,
+    "max_attempts": 5,
+    "delivery_timeout": 2.0,
+}
 Item = dict[str, Any]
 Rows = list[Item]
 
 
 def sign_webhook(
-    body: bytes | str,
-    secret: str,
-    msg_id: str | None = None,
-    timestamp: int | float | None = None,
+    body: bytes | str, secret: str, msg_id: str | None = None, timestamp: int | float | None = None
 ) -> dict[str, str]:
-    """Standard Webhooks headers for ``body`` signed with ``secret`` as the sandbox does
-    (``msg_id``: a new UUID, ``timestamp``: now, by default)."""
+    """Standard Webhooks headers for ``body`` signed with ``secret`` as the sandbox does."""
     return sign_headers(body, secret, msg_id=msg_id or str(uuid.uuid4()), timestamp=timestamp)
 
 
@@ -34,16 +36,12 @@ def start_sandbox(**settings: Any) -> SandboxServer:
     """Start an in-memory sandbox on a free port in a background thread (call ``.stop()``)."""
     from billing_integration.sandbox.server import SandboxServer
 
-    settings.setdefault("retry_schedule", TEST_RETRY_SCHEDULE)
-    settings.setdefault("max_attempts", 5)
-    settings.setdefault("delivery_timeout", 2.0)
+    settings = {**TEST_SETTINGS, **settings}
     return SandboxServer("127.0.0.1", 0, None, quiet=True, **settings).start()
 
 
 class SandboxHandle:
-    """Drive a running sandbox at ``url`` through its ``/_sandbox/`` control endpoints. Its
-    webhook secret comes from ``server`` (in-process) or ``webhook_secret``: the sandbox never
-    answers it over HTTP."""
+    """Drive a running sandbox at ``url`` through its ``/_sandbox/`` control endpoints."""
 
     def __init__(
         self,
@@ -144,8 +142,7 @@ class SandboxHandle:
         self._call("DELETE", "/_sandbox/requests")
 
     def faults(self, **knobs: Any) -> dict[str, Any]:
-        """Add a fault rule (see docs/sandbox.md), e.g. ``faults(operation="create_product",
-        status=503, count=2)``; without arguments, return the current faults."""
+        """Add a fault rule (see docs/sandbox.md); without arguments, return the current faults."""
         return self._post("/_sandbox/faults", knobs) if knobs else self._get("/_sandbox/faults")
 
     def clear_faults(self) -> None:
@@ -187,8 +184,7 @@ class SandboxHandle:
         return self._data("/_sandbox/deliveries", status=status)
 
     def deliver(self, client: Any, event: dict[str, Any], path: str = "/billing/webhooks/") -> Any:
-        """POST ``event`` (from ``trigger()`` or ``events()``) to your webhook view through a
-        Django test ``client``, signed as the sandbox delivers it; returns the response."""
+        """POST ``event`` to your webhook view through a Django test ``client``, signed."""
         body = encode(event)
         headers = sign_webhook(body, self.webhook_secret, msg_id=event["id"])
         headers.pop("content-type", None)
@@ -202,8 +198,7 @@ class SandboxHandle:
     def complete_checkout(
         self, session_id: str, phone: str = "0700000001", return_url: str | None = None
     ) -> Response:
-        """Walk the hosted page (phone step, then "I entered my PIN"); the final response's
-        ``data-outcome`` tells the result."""
+        """Walk the hosted checkout page; the final response's ``data-outcome`` tells the result."""
         page = f"{self.url}/checkout/{session_id}"
         extra = {"return_url": return_url} if return_url else {}
         first = self.http.post(page, data={"step": "phone", "phone": phone, **extra}, timeout=30)

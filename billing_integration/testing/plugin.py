@@ -1,10 +1,5 @@
-"""pytest plugin (Django imported lazily: it loads in every pytest run).
-
-- ``billing_sandbox_server`` (session): an in-memory ``SandboxServer`` on a free port.
-- ``billing_sandbox``: a ``SandboxHandle`` on it after a full reset; with Django configured,
-  ``settings.BILLING`` points at it (other keys kept) and cached tokens and the client go.
-- ``billing_inline``: real transactions and eager Celery (``testing.inline``).
-"""
+"""pytest plugin: ``billing_sandbox_server``, ``billing_sandbox`` and ``billing_inline``
+(Django imported lazily: it loads in every pytest run)."""
 
 from __future__ import annotations
 
@@ -14,14 +9,9 @@ from typing import Any
 
 import pytest
 
-from .helpers import TEST_RETRY_SCHEDULE, SandboxHandle, start_sandbox
+from .helpers import TEST_SETTINGS, SandboxHandle, start_sandbox
 
-STARTED: dict[str, Any] = {
-    "retry_schedule": TEST_RETRY_SCHEDULE,
-    "max_attempts": 5,
-    "delivery_timeout": 2.0,
-    "token_lifetime": 300,
-}
+STARTED: dict[str, Any] = {**TEST_SETTINGS, "token_lifetime": 300}
 SESSION_DEFAULTS = {"callback_url": None, "return_url": None, **STARTED}
 
 
