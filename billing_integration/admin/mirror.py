@@ -1,5 +1,4 @@
-"""Admin of the mirrored customers, subscriptions and checkout sessions, and the helpers shared by
-the billing admin."""
+"""Admin of mirrored customers, subscriptions and checkout sessions; shared admin helpers."""
 
 from __future__ import annotations
 
@@ -62,13 +61,11 @@ REMOTE_STATE_READONLY = (
 
 
 def state_badge(value: str, label: str | None = None) -> SafeString:
-    """A small coloured label for a state value."""
-    colour = BADGE_COLOURS.get(value, "#616161")
     return format_html(
         '<span class="billing-badge billing-badge-{}" style="background:{};color:#fff;'
         'padding:1px 6px;border-radius:8px;font-size:11px;white-space:nowrap">{}</span>',
         value or "none",
-        colour,
+        BADGE_COLOURS.get(value, "#616161"),
         label or value or "-",
     )
 
@@ -78,24 +75,20 @@ def admin_link(obj: models.Model | None, label: Any = None) -> SafeString | str:
     if obj is None:
         return "-"
     label = label if label is not None else display.object_label(obj)
-    opts = obj._meta
     try:
-        url = reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk])
+        url = reverse(f"admin:{obj._meta.app_label}_{obj._meta.model_name}_change", args=[obj.pk])
     except NoReverseMatch:
         return str(label)
     return format_html('<a href="{}">{}</a>', url, label)
 
 
 def admin_links(objects: Iterable[models.Model]) -> SafeString | str:
-    """Links to several objects, one per line."""
     items = [(admin_link(o),) for o in objects]
     return format_html_join(mark_safe("<br>"), "{}", items) if items else "-"
 
 
 def changelist_link(model: type[models.Model], label: Any, **params: Any) -> SafeString:
-    """A link to the changelist of ``model`` filtered by ``params``."""
-    opts = model._meta
-    url = reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist")
+    url = reverse(f"admin:{model._meta.app_label}_{model._meta.model_name}_changelist")
     query = "&".join(f"{k}={v}" for k, v in params.items())
     return format_html('<a href="{}?{}">{}</a>', url, query, label)
 
@@ -253,8 +246,7 @@ class AccessFilter(admin.SimpleListFilter):
 
 
 class StatusFilter(admin.SimpleListFilter):
-    """Subscriptions by status, offered by the status column's label (the raw value after it
-    where two statuses share a label)."""
+    """Subscriptions by status label (with the raw value where two statuses share a label)."""
 
     title = _("status")
     parameter_name = "status"
@@ -273,20 +265,17 @@ class StatusFilter(admin.SimpleListFilter):
     def queryset(
         self, request: HttpRequest, queryset: models.QuerySet[Any]
     ) -> models.QuerySet[Any]:
-        value = self.value()
-        if value is None:
+        if (value := self.value()) is None:
             return queryset
         return queryset.filter(status="" if value == self.EMPTY else value)
 
 
 def status_badge(obj: Subscription) -> SafeString:
-    """The status; a red "unknown status — no access" marker when it is neither active nor
-    a known inactive one."""
+    """The status, with a red "no access" marker when it is unknown."""
     if not obj.has_unknown_status:
-        colour = "#2e7d32" if obj.is_active else "#616161"
         return format_html(
             '<span style="color:{}" title="{}">{}</span>',
-            colour,
+            "#2e7d32" if obj.is_active else "#616161",
             obj.status,
             display.status_label(obj),
         )
@@ -296,12 +285,10 @@ def status_badge(obj: Subscription) -> SafeString:
 
 @admin.display(description=_("product"), ordering="product__name")
 def product_link(self: Any, obj: Any) -> SafeString | str:
-    """The mirrored product, else its remote id."""
     return admin_link(obj.product) if obj.product_id else str(obj.product_remote_id or "-")
 
 
 def customer_link(customer: Customer | None, remote_id: Any = None) -> SafeString | str:
-    """A link to the customer labelled by its (or its subscriber's) name."""
     if customer is None:
         return str(remote_id or "-")
     return admin_link(customer, display.customer_label(customer))
@@ -309,11 +296,7 @@ def customer_link(customer: Customer | None, remote_id: Any = None) -> SafeStrin
 
 def subscription_label(subscription: Subscription) -> str:
     """The product and the customer's name: "Pro for Ada Lovelace" (never ``auth.user:4``)."""
-    product = (
-        subscription.product.name
-        if subscription.product is not None
-        else subscription.product_remote_id
-    )
+    product = subscription.product.name if subscription.product else subscription.product_remote_id
     customer = display.customer_label(subscription.customer) or subscription.customer_remote_id
     return _("%(product)s for %(customer)s") % {"product": product, "customer": customer or "-"}
 
@@ -321,7 +304,6 @@ def subscription_label(subscription: Subscription) -> str:
 def subscription_link(
     subscription: Subscription | None, remote_id: Any = None, *, look_up: bool = True
 ) -> SafeString | str:
-    """A link to the subscription labelled by ``subscription_label``."""
     if subscription is None and remote_id and look_up:
         subscription = (
             Subscription.objects.filter(remote_id=remote_id)

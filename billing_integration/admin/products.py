@@ -1,5 +1,4 @@
-"""Admin of products: cycles and prices inline, publish / archive / sync actions, and a
-confirmation before changing the prices or cycles of a product that has subscriptions."""
+"""Admin of products: cycles and prices inline, status and sync actions, pricing confirmation."""
 
 from __future__ import annotations
 
@@ -50,7 +49,6 @@ from .mirror import (
 
 #: The POST flag that confirms a change of prices or cycles of a product with subscriptions.
 CONFIRM_FIELD = "_confirm_pricing_change"
-#: The interface's warning (PATCH /products/{id}).
 PRICE_CHANGE_WARNING = _(
     "Changes to prices and billing intervals may affect existing subscriptions."
 )
@@ -84,7 +82,6 @@ class DeclaredBadgeMixin:
 
 
 def is_deleted(formset: Any, form: Any) -> bool:
-    """Whether a valid formset's form is marked for deletion."""
     return bool(formset.can_delete and form.cleaned_data.get(DELETION_FIELD_NAME))
 
 
@@ -94,8 +91,7 @@ def _change_url(model_admin: ModelAdmin, obj: Any) -> str:
 
 
 def parse_prices(text: str) -> dict[int, Decimal]:
-    """``"XOF 10000, USD 19.99"`` (also ``;``, new lines, ``XOF=10000``, ``1:10000``) as
-    ``{currency_id: amount}``."""
+    """``"XOF 10000, USD 19.99"`` (also ``;``, ``XOF=10000``, ``1:10000``) as ``{id: amount}``."""
     prices: dict[int, Decimal] = {}
     for raw in re.split(r"[,;\n]+", text or ""):
         item = raw.strip()
@@ -141,8 +137,6 @@ def format_prices(prices: list[Price]) -> str:
 
 
 class BillingCycleForm(ModelForm):
-    """A cycle with its prices in one text field (``prices``)."""
-
     prices = forms.CharField(
         label=_("prices"),
         required=False,
@@ -235,7 +229,6 @@ class BillingCycleInline(DeclaredBadgeMixin, TabularInline):
 
     @admin.display(description=_("prices"))
     def prices(self, obj: BillingCycle) -> str:
-        """The prices as text on a read-only row (a user without the change permission)."""
         return format_prices(list(obj.prices.all())) or "-"
 
     def get_extra(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> int:
@@ -243,8 +236,6 @@ class BillingCycleInline(DeclaredBadgeMixin, TabularInline):
 
 
 class PriceInlineForm(ModelForm):
-    """A price row whose currency is chosen by its code."""
-
     currency_id = forms.TypedChoiceField(label=_("currency"), coerce=int)
 
     class Meta:
@@ -356,8 +347,7 @@ def formset_changes(formset: Any) -> list[str]:
 
 
 class PricingConfirmationAdmin(ModelAdmin):
-    """Before a change form saves new cycles or prices of a product that has subscriptions,
-    answers a confirmation page; confirming re-posts the form with ``CONFIRM_FIELD``."""
+    """Confirms a change of cycles or prices of a product with subscriptions (``CONFIRM_FIELD``)."""
 
     def pricing_changes(self, request: HttpRequest, obj: Any) -> tuple[Product, list[str]]:
         """The product concerned and the changes the valid POST would make (none if invalid)."""
@@ -376,10 +366,10 @@ class PricingConfirmationAdmin(ModelAdmin):
         return product, changes
 
     def page(self, request: HttpRequest, template: str, **context: Any) -> TemplateResponse:
-        """One of the product's confirmation pages (``template`` in its template folder)."""
         context = {**self.admin_site.each_context(request), "opts": self.opts, **context}
-        folder = "admin/billing_integration/product"
-        return TemplateResponse(request, f"{folder}/{template}.html", context)
+        return TemplateResponse(
+            request, f"admin/billing_integration/product/{template}.html", context
+        )
 
     def changeform_view(
         self,
@@ -460,6 +450,7 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
     search_fields = ("name", "description", "remote_id")
     actions = ("publish", "archive", "sync_now", "retry_failed_push", "send_declared_cycles")
     change_form_template = "admin/billing_integration/product/change_form.html"
+    readonly_fields = (*REMOTE_STATE_READONLY, "cycles_column", "subscriptions_link")
     fieldsets = (
         (
             None,
@@ -476,12 +467,8 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
                 ),
             },
         ),
-        (
-            _("Synchronisation"),
-            {"fields": (*REMOTE_STATE_READONLY, "cycles_column", "subscriptions_link")},
-        ),
+        (_("Synchronisation"), {"fields": readonly_fields}),
     )
-    readonly_fields = (*REMOTE_STATE_READONLY, "cycles_column", "subscriptions_link")
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         """No synchronisation state on the add form (nothing is saved yet)."""
@@ -560,20 +547,12 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
         return changelist_link(Subscription, label, product__id__exact=obj.pk)
 
     def get_urls(self) -> list[Any]:
-        info = f"{self.opts.app_label}_{self.opts.model_name}"
-        views = {
-            "archive": self.archive_view,
-            "send-declared-cycles": self.send_declared_cycles_view,
-        }
+        pre = f"{self.opts.app_label}_{self.opts.model_name}_"
+        archive = self.admin_site.admin_view(self.archive_view)
+        send = self.admin_site.admin_view(self.send_declared_cycles_view)
         return [
-            *(
-                path(
-                    f"<path:object_id>/{name}/",
-                    self.admin_site.admin_view(view),
-                    name=f"{info}_{name.replace('-', '_')}",
-                )
-                for name, view in views.items()
-            ),
+            path("<path:object_id>/archive/", archive, name=f"{pre}archive"),
+            path("<path:object_id>/send-declared-cycles/", send, name=f"{pre}send_declared_cycles"),
             *super().get_urls(),
         ]
 
@@ -588,13 +567,13 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
                 send_declared_cycles(obj)
             except DeclaredCyclesNotSendable as exc:
                 self.message_user(request, str(exc), messages.ERROR)
-                return HttpResponseRedirect(change_url)
-            self.log_change(request, obj, [{"changed": {"fields": ["billing cycles"]}}])
-            self.message_user(
-                request,
-                _("The declared cycles of “%s” are being sent to the service.") % obj,
-                messages.SUCCESS,
-            )
+            else:
+                self.log_change(request, obj, [{"changed": {"fields": ["billing cycles"]}}])
+                self.message_user(
+                    request,
+                    _("The declared cycles of “%s” are being sent to the service.") % obj,
+                    messages.SUCCESS,
+                )
             return HttpResponseRedirect(change_url)
         return self.page(
             request,
@@ -629,20 +608,18 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
     def set_status(
         self, request: HttpRequest, queryset: models.QuerySet[Product], status: str
     ) -> None:
-        count = 0
         pks = list(queryset.values_list("pk", flat=True))
         with transaction.atomic():
             rows = Product.objects.filter(pk__in=pks).exclude(status=status).select_for_update()
             for product in rows:
                 product.archive() if status == ProductStatus.ARCHIVED else product.publish()
                 self.log_change(request, product, [{"changed": {"fields": ["status"]}}])
-                count += 1
         done = (
             _("%d product(s) archived; the change is being pushed.")
             if status == ProductStatus.ARCHIVED
             else _("%d product(s) published; the change is being pushed.")
         )
-        self.message_user(request, done % count, messages.SUCCESS)
+        self.message_user(request, done % len(rows), messages.SUCCESS)
 
     @admin.action(description=_("Publish selected products"), permissions=["change"])
     def publish(
@@ -678,8 +655,7 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
 
         if not self.pull_now(request, pull_products, _("Products pulled: %s")):
             return
-        unsellable = products_without_cycles()
-        if unsellable:
+        if unsellable := products_without_cycles():
             self.message_user(
                 request,
                 _(
@@ -707,16 +683,12 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
                 continue
             self.log_change(request, product, [{"changed": {"fields": ["billing cycles"]}}])
             sent.append(product.name)
-        if sent:
-            self.message_user(
-                request,
-                _("Declared cycles being sent for: %s.") % ", ".join(sent),
-                messages.SUCCESS,
-            )
-        else:
-            self.message_user(
-                request, _("None of the selected products has declared cycles."), messages.WARNING
-            )
+        message, level = (
+            (_("Declared cycles being sent for: %s.") % ", ".join(sent), messages.SUCCESS)
+            if sent
+            else (_("None of the selected products has declared cycles."), messages.WARNING)
+        )
+        self.message_user(request, message, level)
 
     def save_model(self, request: HttpRequest, obj: Product, form: Any, change: bool) -> None:
         """An unchanged product is not saved; a change of ``LOCAL_FIELDS`` only is not pushed."""
@@ -737,8 +709,7 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
         cycles_saved = any(fs.model is BillingCycle and fs.has_changed() for fs in formsets)
         if cycles_saved and product.cycles.filter(declared=True).exists():
             self.message_user(request, DECLARED_WARNING % {"name": product}, messages.WARNING)
-        note = product_map.not_carried(product)
-        if note:
+        if note := product_map.not_carried(product):
             self.message_user(request, f"{note} {_('The local change is kept.')}", messages.WARNING)
 
     def render_change_form(

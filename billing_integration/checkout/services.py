@@ -1,5 +1,4 @@
-"""Start a hosted checkout: validate the choice, make sure the customer exists remotely, create the
-session, record it."""
+"""Start a hosted checkout: validate the choice, push the customer, create the session."""
 
 from __future__ import annotations
 
@@ -51,8 +50,7 @@ REUSE_MARGIN = 60.0
 
 
 class CheckoutError(BillingError):
-    """A checkout that cannot start. ``status`` is the HTTP status to answer with,
-    ``message`` a sentence for the customer (no internals), ``code`` a stable identifier."""
+    """A checkout that cannot start: HTTP ``status``, customer ``message``, stable ``code``."""
 
     status: int = 400
     code: str = "checkout_error"
@@ -76,7 +74,6 @@ class ProductUnavailable(CheckoutError):
 
 
 class InvalidChoice(CheckoutError):
-    status = 400
     code = "invalid_choice"
     default_message = gettext_lazy("This billing option is not offered for this product.")
 
@@ -149,16 +146,6 @@ class CheckoutSelection:
         return self.cycle.code if self.cycle is not None else ""
 
 
-def _currency_id(currency: Any) -> int:
-    try:
-        return currencies.currency_id(currency)
-    except BillingConfigurationError:
-        raise InvalidChoice(
-            gettext("The currency %(currency)s is not offered.")
-            % {"currency": repr(str(currency)[:16])}
-        ) from None
-
-
 def validate_selection(product: Any, cycle: Any = None, currency: Any = None) -> CheckoutSelection:
     """Check a product / cycle / currency choice against the local catalogue."""
     resolved = product if isinstance(product, Product) else None
@@ -172,7 +159,7 @@ def validate_selection(product: Any, cycle: Any = None, currency: Any = None) ->
             gettext("This product does not exist."), status=404, code="product_not_found"
         )
     if resolved.pk is not None:
-        resolved.refresh_from_db()  # the status as stored now, not as the caller loaded it
+        resolved.refresh_from_db()
     # What the service is known to sell: a status change it refused is not on sale.
     status = resolved.confirmed_status
     if status == ProductStatus.ARCHIVED:
@@ -230,7 +217,13 @@ def validate_selection(product: Any, cycle: Any = None, currency: Any = None) ->
             )
         currency_id = usable[0]
     else:
-        currency_id = _currency_id(currency)
+        try:
+            currency_id = currencies.currency_id(currency)
+        except BillingConfigurationError:
+            raise InvalidChoice(
+                gettext("The currency %(currency)s is not offered.")
+                % {"currency": repr(str(currency)[:16])}
+            ) from None
         if currency_id not in offered or currency_id not in priced:
             code_text = currencies.label(currency_id)
             raise InvalidChoice(
@@ -264,11 +257,7 @@ def _translate(exc: BillingError, operation: str) -> CheckoutError:
                 return ProductUnavailable(code=code)
         logger.error("checkout: the service refused %s: %s", operation, exc)
         return CheckoutRefused()
-    if (
-        isinstance(exc, BillingAPIError)
-        and not exc.retryable  # 5xx, 429, a lost answer: the service is (or may be) down
-        and (exc.status not in (401, 403))
-    ):
+    if isinstance(exc, BillingAPIError) and not exc.retryable and exc.status not in (401, 403):
         logger.error("checkout: %s failed: %s", operation, exc)
         return CheckoutRefused()
     logger.error("checkout: %s failed, service unavailable: %s", operation, exc)
@@ -276,8 +265,7 @@ def _translate(exc: BillingError, operation: str) -> CheckoutError:
 
 
 def _lock_customer(customer: Customer) -> None:
-    """Serialise the customer's checkouts until the transaction ends (a row lock, or a no-op update
-    where the database has no ``SELECT ... FOR UPDATE``)."""
+    """Serialise the customer's checkouts until the transaction ends (row lock or no-op update)."""
     using = router.db_for_write(Customer)
     rows = Customer.objects.using(using).filter(pk=customer.pk)
     if connections[using].features.has_select_for_update:
@@ -287,10 +275,8 @@ def _lock_customer(customer: Customer) -> None:
 
 
 def _reusable_session(customer: Customer, selection: CheckoutSelection) -> CheckoutSession | None:
-    """The customer's open session for the same choice that a second click may reuse: with more
-    than ``REUSE_MARGIN`` seconds left, and no payment or subscription recorded since it started."""
+    """The open session for the same choice, unexpired and with no payment or subscription since."""
     margin = min(REUSE_MARGIN, float(billing_settings.CHECKOUT_EXPIRY) / 2)
-    now = timezone.now()
     session = (
         CheckoutSession.objects.filter(
             customer=customer,
@@ -301,7 +287,7 @@ def _reusable_session(customer: Customer, selection: CheckoutSelection) -> Check
             status="open",
             completed_at__isnull=True,
             remote_id__isnull=False,
-            expires_at__gt=now + timedelta(seconds=margin),
+            expires_at__gt=timezone.now() + timedelta(seconds=margin),
         )
         .order_by("-created_at", "-pk")
         .first()
@@ -343,21 +329,18 @@ def start_checkout(
     selection = validate_selection(product, cycle, currency)
     if not selection.product.multiple_purchases and subscribed(subscriber, selection.product):
         raise AlreadySubscribed()
-    held = held_plan(subscriber, selection.product)
-    if held is not None:
+    if (held := held_plan(subscriber, selection.product)) is not None:
         raise PlanAlreadyHeld(held, selection.product)
     if (client or get_client()).known_down():
         logger.warning("checkout refused at once: the billing service is known to be down")
         raise ServiceUnavailable()
-    # Which service (billing_integration.service): refuse before anything is created.
     try:
         ensure_service(client=client)
     except BillingServiceMismatchError as exc:
         logger.error("checkout refused: %s", exc)
         raise ServiceUnavailable() from exc
 
-    # The customer: created (with its outbox entry) if needed, then pushed synchronously
-    # through that same entry and key, within the deadline (else the outbox finishes it).
+    # Created if needed, then pushed within the deadline (else the outbox finishes it).
     try:
         customer, _ = get_or_create_customer(subscriber)
         customer = ensure_customer_pushed(customer, deadline=deadline)
@@ -366,8 +349,7 @@ def start_checkout(
     if customer.remote_id is None:  # pragma: no cover - ensure_customer_pushed raises instead
         raise ServiceUnavailable()
 
-    # One checkout of this customer at a time (a double click, two tabs): the second finds
-    # the first one's session. The lock is held during the call, which the deadline bounds.
+    # One checkout per customer at a time: a double click finds the first one's session.
     with transaction.atomic(using=router.db_for_write(CheckoutSession)):
         _lock_customer(customer)
         existing = _reusable_session(customer, selection)
@@ -400,8 +382,7 @@ def start_checkout(
 def checkout_url(
     subscriber: Any, product: Any, cycle: Any = None, currency: Any = None, **kwargs: Any
 ) -> str:
-    """The hosted checkout page's URL for ``subscriber``'s choice (``start_checkout``, then the
-    page of its session). Raises a ``CheckoutError`` as ``start_checkout`` does."""
+    """The hosted checkout page's URL (raises a ``CheckoutError`` as ``start_checkout`` does)."""
     session = start_checkout(subscriber, product, cycle, currency, **kwargs)
     return str((kwargs.get("client") or get_client()).checkout_url(str(session.remote_id)))
 
@@ -409,7 +390,6 @@ def checkout_url(
 def checkout_redirect(
     subscriber: Any, product: Any, cycle: Any = None, currency: Any = None, **kwargs: Any
 ) -> HttpResponseRedirect:
-    """``checkout_url`` as a redirect a view can return."""
     return HttpResponseRedirect(checkout_url(subscriber, product, cycle, currency, **kwargs))
 
 
@@ -417,7 +397,6 @@ def _create_session(
     customer: Customer, selection: CheckoutSelection, client: Any, deadline: Deadline
 ) -> CheckoutSession:
     """Create the remote session, then record it locally (never a half-made session)."""
-    # The shared-cache key of an in-doubt session creation for this customer and choice.
     remembered = (
         f"billing:checkout:in-doubt:{customer.pk}:{selection.product.pk}:"
         f"{selection.cycle_code}:{selection.currency_id}"
@@ -446,8 +425,7 @@ def _create_session(
         if getattr(exc, "retryable", False) and seconds > 0:
             # It may exist on the service: the next attempt for this choice replays it.
             logger.warning("checkout: session %s in doubt, kept for a replay", key)
-            value = {"key": key, "expires_at": expires.isoformat()}
-            _cache_call("set", remembered, value, seconds)
+            _cache_call("set", remembered, {"key": key, "expires_at": expires.isoformat()}, seconds)
         else:  # refused (nothing was created) or expired: the next attempt starts afresh
             _cache_call("delete", remembered)
         raise _translate(exc, "create_checkout_session") from exc
