@@ -1,6 +1,5 @@
-"""The health of the integration (``billing_doctor``, the admin's Health page): heartbeats of
-the periodic jobs, refused deliveries counted per minute in the shared cache, and
-:func:`diagnose`. Imports neither models nor Celery at import time: tasks import it."""
+"""The integration's health (``billing_doctor``, the admin's Health page); imports neither
+models nor Celery at import time (tasks import it)."""
 
 from __future__ import annotations
 
@@ -18,7 +17,6 @@ from .conf import shared_cache
 
 logger = logging.getLogger("billing_integration.health")
 
-
 OK, WARNING, FAIL = "ok", "warning", "fail"
 
 #: The names the beat tasks record (``billing_integration.schedule.BEAT_SCHEDULE``).
@@ -30,7 +28,6 @@ PULLED_RESOURCES = ("products", "customers", "subscriptions")
 FACTS: tuple[str, ...] = ("token", "broker", "workers", "beat", "outbox", "outbox_failed")
 FACTS += ("events", "events_failed", "refused", "pull")
 
-#: Why the callback refused a delivery: a bad signature, a stale timestamp, missing headers.
 REFUSAL_REASONS = ("bad_signature", "stale_timestamp", "missing_headers")
 #: Seconds of refusals the doctor counts (the last hour), in one counter per minute.
 REFUSALS_WINDOW = 3600
@@ -163,10 +160,8 @@ def diagnose(
             found = probe()
         except Exception as exc:  # one unreadable fact must not hide the others
             error = _error(exc)
-            text = _("%(fact)s: could not be checked: %(error)s") % {
-                "fact": keys[0],
-                "error": error,
-            }
+            text = _("%(fact)s: could not be checked: %(error)s")
+            text %= {"fact": keys[0], "error": error}
             found = [Fact(keys[0], FAIL, text, {"error": error})]
         facts.extend(f for f in found if f.key not in skip)
     return HealthReport(facts=facts, checked_at=now)
@@ -340,8 +335,7 @@ def _events(limits: Thresholds, now: datetime) -> list[Fact]:
 
 
 def _refused(now: datetime) -> Fact:
-    """Refused deliveries in the last hour: a failure when signature or timestamp refusals
-    came after the last accepted delivery; a warning otherwise."""
+    """A failure when signature or timestamp refusals came after the last accepted delivery."""
     refused = refused_deliveries(now.timestamp())
     total = sum(r["count"] for r in refused.values())
     if not total:

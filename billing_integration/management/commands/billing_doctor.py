@@ -1,6 +1,5 @@
-"""``python manage.py billing_doctor [--json] [--skip FACT ...] [--max-... N]``: the health of
-the integration (``billing_integration.health``); exits 1 when a fact fails, so it can serve
-as a deployment or liveness probe."""
+"""``python manage.py billing_doctor [--json] [--skip FACT ...] [--max-... N]``: the integration's
+health (``billing_integration.health``); exits 1 when a fact fails (a liveness probe)."""
 
 from __future__ import annotations
 
