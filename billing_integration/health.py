@@ -73,13 +73,8 @@ def refused_deliveries(now: float | None = None) -> dict[str, dict[str, Any]]:
     keys = {reason: [_refusal_key(reason, m) for m in minutes] for reason in REFUSAL_REASONS}
     lasts = {reason: _refusal_key(reason, "last") for reason in REFUSAL_REASONS}
     found = shared_cache().get_many([k for ks in keys.values() for k in ks] + list(lasts.values()))
-    return {
-        reason: {
-            "count": sum(int(found.get(k) or 0) for k in keys[reason]),
-            "last": found.get(last),
-        }
-        for reason, last in lasts.items()
-    }
+    counts = {reason: sum(int(found.get(k) or 0) for k in ks) for reason, ks in keys.items()}
+    return {r: {"count": counts[r], "last": found.get(last)} for r, last in lasts.items()}
 
 
 def last_runs() -> dict[str, datetime]:
@@ -173,8 +168,7 @@ def _token(limits: Thresholds) -> Fact:
     from .exceptions import BillingError
 
     try:
-        once = RetryPolicy(max_retries=0)
-        client = BillingClient(retry=once, timeout=(limits.timeout, limits.timeout))
+        client = BillingClient(retry=RetryPolicy(max_retries=0), timeout=(limits.timeout,) * 2)
     except BillingError as exc:
         text = _("token: not configured: %(error)s") % {"error": exc}
         return Fact("token", FAIL, text, {"error": str(exc)})

@@ -20,6 +20,7 @@ logger = logging.getLogger("billing_integration.service")
 SHOW_COMMAND = "python manage.py billing_service"
 RELINK_COMMAND = "python manage.py billing_service relink"
 RESET_COMMAND = "python manage.py billing_service reset"
+_COMMANDS = {"relink": RELINK_COMMAND, "reset": RESET_COMMAND, "show": SHOW_COMMAND}
 #: The status given to the old service's subscriptions by a reset (grants no access).
 DETACHED = "detached"
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -100,13 +101,7 @@ def ensure_service(*, client: Any = None, using: str | None = None) -> ServiceId
         "service (a new address, new credentials of the same account), run `%(relink)s`; to "
         "start afresh with the configured service (remote ids cleared, everything pushed to "
         "it again), run `%(reset)s`. `%(show)s` shows both."
-    ) % {
-        "recorded": recorded,
-        "configured": configured,
-        "relink": RELINK_COMMAND,
-        "reset": RESET_COMMAND,
-        "show": SHOW_COMMAND,
-    }
+    ) % {"recorded": recorded, "configured": configured, **_COMMANDS}
     raise BillingServiceMismatchError(message, recorded=recorded, configured=configured)
 
 
@@ -236,16 +231,13 @@ def reset_mirror(*, using: str | None = None) -> ResetCounts:
         counts.subscriptions = subscriptions.update(
             status=DETACHED, remote_updated=now, sync_error=note, updated_at=now
         )
-        entries = []
+        entries, create = [], OutboxOperation.CREATE
         for model in (Product, Customer):
             rows = model._default_manager.using(alias)
             pks = list(rows.order_by("pk").values_list("pk", flat=True))
             rows.update(**cleared)
             ct = ContentType.objects.db_manager(alias).get_for_model(model)
-            entries += [
-                OutboxEntry(content_type=ct, object_id=pk, operation=OutboxOperation.CREATE)
-                for pk in pks
-            ]
+            entries += [OutboxEntry(content_type=ct, object_id=pk, operation=create) for pk in pks]
             setattr(counts, f"{model._meta.model_name}s", len(pks))  # products, customers
         OutboxEntry.objects.using(alias).bulk_create(entries, batch_size=1000)
         counts.entries_created = len(entries)
