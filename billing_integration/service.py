@@ -198,11 +198,9 @@ def reset_mirror(*, using: str | None = None) -> ResetCounts:
     raises ``MirrorBusyError`` while a worker holds outbox entries."""
     from django.contrib.contenttypes.models import ContentType
 
+    from .models import Customer, OutboxEntry, Product, Subscription
     from .models.base import SyncState
-    from .models.customers import Customer
-    from .models.outbox import OutboxEntry, OutboxOperation, OutboxState
-    from .models.products import Product
-    from .models.subscriptions import Subscription
+    from .models.outbox import OutboxOperation, OutboxState
 
     configured = configured_service()
     alias = mirror_database(using)
@@ -215,8 +213,7 @@ def reset_mirror(*, using: str | None = None) -> ResetCounts:
     cleared |= dict.fromkeys(("last_attempt_at", "last_synced_at"))
     cleared |= {"sync_error": "", "updated_at": now, "sync_state": SyncState.PENDING}
     with transaction.atomic(using=alias):
-        busy = in_flight(alias)
-        if busy:
+        if busy := in_flight(alias):
             text = _(
                 "%(count)d outbox entries are being pushed by a worker right now; stop the "
                 "workers (or wait 5 minutes) and run the reset again."
@@ -228,9 +225,8 @@ def reset_mirror(*, using: str | None = None) -> ResetCounts:
         counts.entries_closed = unsent.update(**done, in_doubt=False)
         subscriptions = Subscription.objects.using(alias).exclude(status=DETACHED)
         subscriptions.filter(remote_id__isnull=True).update(sync_state=SyncState.FAILED)
-        counts.subscriptions = subscriptions.update(
-            status=DETACHED, remote_updated=now, sync_error=note, updated_at=now
-        )
+        detach = {"status": DETACHED, "remote_updated": now, "sync_error": note, "updated_at": now}
+        counts.subscriptions = subscriptions.update(**detach)
         entries, create = [], OutboxOperation.CREATE
         for model in (Product, Customer):
             rows = model._default_manager.using(alias)
