@@ -106,13 +106,11 @@ def ensure_service(*, client: Any = None, using: str | None = None) -> ServiceId
 
 
 def _record_first(configured: ServiceIdentity, alias: str) -> ServiceIdentity:
-    model = _binding_model()
+    rows = _binding_model().objects.using(alias)
     for _attempt in range(3):
         try:
             with transaction.atomic(using=alias):
-                model.objects.using(alias).create(
-                    **configured.as_dict(), recorded_at=timezone.now()
-                )
+                rows.create(**configured.as_dict(), recorded_at=timezone.now())
         except IntegrityError:  # another process recorded one first: that one counts
             recorded = recorded_service(alias)
             if recorded is not None:
