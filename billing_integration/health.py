@@ -1,5 +1,4 @@
-"""The integration's health (``billing_doctor``, the admin's Health page); imports neither
-models nor Celery at import time (tasks import it)."""
+"""The integration's health; imports neither models nor Celery at import time (tasks import it)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Which billing service the local mirror belongs to (``ServiceBinding``): ``ensure_service()``
-refuses another before anything is sent; ``manage.py billing_service`` relinks or resets."""
+"""Which billing service the mirror belongs to; ``ensure_service()`` refuses any other."""
 
 from __future__ import annotations
 
@@ -192,8 +191,7 @@ def in_flight(using: str | None = None) -> int:
 
 
 def reset_mirror(*, using: str | None = None) -> ResetCounts:
-    """Start afresh with the configured service, in one transaction (see ``ResetCounts``);
-    raises ``MirrorBusyError`` while a worker holds outbox entries."""
+    """Start afresh with the configured service (see ``ResetCounts``); may raise MirrorBusyError."""
     from django.contrib.contenttypes.models import ContentType
 
     from .models import Customer, OutboxEntry, Product, Subscription

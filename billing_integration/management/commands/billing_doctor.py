@@ -1,5 +1,4 @@
-"""``python manage.py billing_doctor [--json] [--skip FACT ...] [--max-... N]``: the integration's
-health (``billing_integration.health``); exits 1 when a fact fails (a liveness probe)."""
+"""``manage.py billing_doctor``: the integration's health report; exits 1 when a fact fails."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""``python manage.py billing_service [show | relink | reset] [--yes] [--force]``: show, relink
-(remote ids kept) or reset (``service.reset_mirror``) the mirror's billing service."""
+"""``manage.py billing_service [show | relink | reset]``: show or change the mirror's service."""
 
 from __future__ import annotations
 
