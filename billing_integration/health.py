@@ -1,6 +1,4 @@
-"""The health of the integration (``billing_doctor``, the admin's Health page): heartbeats of
-the periodic jobs, refused deliveries counted per minute in the shared cache, and
-:func:`diagnose`. Imports neither models nor Celery at import time: tasks import it."""
+"""The integration's health; imports neither models nor Celery at import time (tasks import it)."""
 
 from __future__ import annotations
 
@@ -18,7 +16,6 @@ from .conf import shared_cache
 
 logger = logging.getLogger("billing_integration.health")
 
-
 OK, WARNING, FAIL = "ok", "warning", "fail"
 
 #: The names the beat tasks record (``billing_integration.schedule.BEAT_SCHEDULE``).
@@ -30,7 +27,6 @@ PULLED_RESOURCES = ("products", "customers", "subscriptions")
 FACTS: tuple[str, ...] = ("token", "broker", "workers", "beat", "outbox", "outbox_failed")
 FACTS += ("events", "events_failed", "refused", "pull")
 
-#: Why the callback refused a delivery: a bad signature, a stale timestamp, missing headers.
 REFUSAL_REASONS = ("bad_signature", "stale_timestamp", "missing_headers")
 #: Seconds of refusals the doctor counts (the last hour), in one counter per minute.
 REFUSALS_WINDOW = 3600
@@ -76,13 +72,8 @@ def refused_deliveries(now: float | None = None) -> dict[str, dict[str, Any]]:
     keys = {reason: [_refusal_key(reason, m) for m in minutes] for reason in REFUSAL_REASONS}
     lasts = {reason: _refusal_key(reason, "last") for reason in REFUSAL_REASONS}
     found = shared_cache().get_many([k for ks in keys.values() for k in ks] + list(lasts.values()))
-    return {
-        reason: {
-            "count": sum(int(found.get(k) or 0) for k in keys[reason]),
-            "last": found.get(last),
-        }
-        for reason, last in lasts.items()
-    }
+    counts = {reason: sum(int(found.get(k) or 0) for k in ks) for reason, ks in keys.items()}
+    return {r: {"count": counts[r], "last": found.get(last)} for r, last in lasts.items()}
 
 
 def last_runs() -> dict[str, datetime]:
@@ -163,10 +154,8 @@ def diagnose(
             found = probe()
         except Exception as exc:  # one unreadable fact must not hide the others
             error = _error(exc)
-            text = _("%(fact)s: could not be checked: %(error)s") % {
-                "fact": keys[0],
-                "error": error,
-            }
+            text = _("%(fact)s: could not be checked: %(error)s")
+            text %= {"fact": keys[0], "error": error}
             found = [Fact(keys[0], FAIL, text, {"error": error})]
         facts.extend(f for f in found if f.key not in skip)
     return HealthReport(facts=facts, checked_at=now)
@@ -178,8 +167,7 @@ def _token(limits: Thresholds) -> Fact:
     from .exceptions import BillingError
 
     try:
-        once = RetryPolicy(max_retries=0)
-        client = BillingClient(retry=once, timeout=(limits.timeout, limits.timeout))
+        client = BillingClient(retry=RetryPolicy(max_retries=0), timeout=(limits.timeout,) * 2)
     except BillingError as exc:
         text = _("token: not configured: %(error)s") % {"error": exc}
         return Fact("token", FAIL, text, {"error": str(exc)})
@@ -340,8 +328,7 @@ def _events(limits: Thresholds, now: datetime) -> list[Fact]:
 
 
 def _refused(now: datetime) -> Fact:
-    """Refused deliveries in the last hour: a failure when signature or timestamp refusals
-    came after the last accepted delivery; a warning otherwise."""
+    """A failure when signature or timestamp refusals came after the last accepted delivery."""
     refused = refused_deliveries(now.timestamp())
     total = sum(r["count"] for r in refused.values())
     if not total:

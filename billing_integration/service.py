@@ -1,7 +1,4 @@
-"""Which billing service the local mirror belongs to. The first push, pull or checkout records
-it in ``ServiceBinding``; ``ensure_service()`` refuses another one before anything is sent.
-``relink()`` keeps the remote ids, ``reset_mirror()`` clears them (``manage.py billing_service``).
-"""
+"""Which billing service the mirror belongs to; ``ensure_service()`` refuses any other."""
 
 from __future__ import annotations
 
@@ -22,6 +19,7 @@ logger = logging.getLogger("billing_integration.service")
 SHOW_COMMAND = "python manage.py billing_service"
 RELINK_COMMAND = "python manage.py billing_service relink"
 RESET_COMMAND = "python manage.py billing_service reset"
+_COMMANDS = {"relink": RELINK_COMMAND, "reset": RESET_COMMAND, "show": SHOW_COMMAND}
 #: The status given to the old service's subscriptions by a reset (grants no access).
 DETACHED = "detached"
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -90,8 +88,7 @@ def recorded_service(using: str | None = None) -> ServiceIdentity | None:
 
 
 def ensure_service(*, client: Any = None, using: str | None = None) -> ServiceIdentity:
-    """Record the service about to be called (``client``'s, else the configured one) if none
-    is; raise ``BillingServiceMismatchError`` (nothing sent) when the mirror belongs to another."""
+    """Record the service called if none is; ``BillingServiceMismatchError`` if another is."""
     configured = configured_service(client)
     alias = mirror_database(using)
     recorded = recorded_service(alias) or _record_first(configured, alias)
@@ -103,24 +100,16 @@ def ensure_service(*, client: Any = None, using: str | None = None) -> ServiceId
         "service (a new address, new credentials of the same account), run `%(relink)s`; to "
         "start afresh with the configured service (remote ids cleared, everything pushed to "
         "it again), run `%(reset)s`. `%(show)s` shows both."
-    ) % {
-        "recorded": recorded,
-        "configured": configured,
-        "relink": RELINK_COMMAND,
-        "reset": RESET_COMMAND,
-        "show": SHOW_COMMAND,
-    }
+    ) % {"recorded": recorded, "configured": configured, **_COMMANDS}
     raise BillingServiceMismatchError(message, recorded=recorded, configured=configured)
 
 
 def _record_first(configured: ServiceIdentity, alias: str) -> ServiceIdentity:
-    model = _binding_model()
+    rows = _binding_model().objects.using(alias)
     for _attempt in range(3):
         try:
             with transaction.atomic(using=alias):
-                model.objects.using(alias).create(
-                    **configured.as_dict(), recorded_at=timezone.now()
-                )
+                rows.create(**configured.as_dict(), recorded_at=timezone.now())
         except IntegrityError:  # another process recorded one first: that one counts
             recorded = recorded_service(alias)
             if recorded is not None:
@@ -135,8 +124,7 @@ class MirrorBusyError(BillingError):
 
 
 def _bind(configured: ServiceIdentity, alias: str, action: str) -> ServiceIdentity | None:
-    """Record ``configured`` as the mirror's service (the previous one goes to ``history``);
-    returns the previous one. Call inside a transaction on ``alias``."""
+    """Record ``configured`` (the previous one to ``history``); returns the previous one."""
     model = _binding_model()
     now = timezone.now()
     row = model.objects.using(alias).select_for_update().first()
@@ -154,9 +142,7 @@ def _bind(configured: ServiceIdentity, alias: str, action: str) -> ServiceIdenti
 
 
 def relink(*, using: str | None = None) -> ServiceIdentity | None:
-    """Record the configured service as the mirror's, keeping every remote id (the same
-    service at a new address, or new credentials of the same account). Returns the
-    previously recorded service; ``outbox.tasks.enqueue_open`` sends what was held back."""
+    """Record the configured service as the mirror's, keeping remote ids; returns the previous."""
     configured = configured_service()
     alias = mirror_database(using)
     with transaction.atomic(using=alias):
@@ -205,67 +191,45 @@ def in_flight(using: str | None = None) -> int:
 
 
 def reset_mirror(*, using: str | None = None) -> ResetCounts:
-    """Start afresh with the configured service, in one transaction: products and customers
-    lose their remote ids and get a create entry each; open outbox entries are closed
-    unsent; subscriptions are kept but ``detached`` (no access, never pushed); the rest is
-    kept. Raises ``MirrorBusyError`` while a worker holds outbox entries."""
+    """Start afresh with the configured service (see ``ResetCounts``); may raise MirrorBusyError."""
     from django.contrib.contenttypes.models import ContentType
 
+    from .models import Customer, OutboxEntry, Product, Subscription
     from .models.base import SyncState
-    from .models.customers import Customer
-    from .models.outbox import OutboxEntry, OutboxOperation, OutboxState
-    from .models.products import Product
-    from .models.subscriptions import Subscription
+    from .models.outbox import OutboxOperation, OutboxState
 
     configured = configured_service()
     alias = mirror_database(using)
     now = timezone.now()
     counts = ResetCounts()
-    note = _("Not sent: the mirror was reset for the service at %(service)s on %(when)s.") % {
-        "service": configured,
-        "when": now.isoformat(timespec="seconds"),
-    }
-    fields: tuple[str, ...] = (
-        "remote_id",
-        "remote_created",
-        "remote_updated",
-        "remote_user_created",
-    )
-    fields += ("remote_user_updated", "remote_data", "last_attempt_at", "last_synced_at")
-    cleared = {**dict.fromkeys(fields), "sync_error": "", "updated_at": now}
-    cleared["sync_state"] = SyncState.PENDING
+    note = _("Not sent: the mirror was reset for the service at %(service)s on %(when)s.")
+    note %= {"service": configured, "when": now.isoformat(timespec="seconds")}
+    cleared: dict[str, Any] = dict.fromkeys(("remote_id", "remote_created", "remote_updated"))
+    cleared |= dict.fromkeys(("remote_user_created", "remote_user_updated", "remote_data"))
+    cleared |= dict.fromkeys(("last_attempt_at", "last_synced_at"))
+    cleared |= {"sync_error": "", "updated_at": now, "sync_state": SyncState.PENDING}
     with transaction.atomic(using=alias):
-        busy = in_flight(alias)
-        if busy:
+        if busy := in_flight(alias):
             text = _(
                 "%(count)d outbox entries are being pushed by a worker right now; stop the "
                 "workers (or wait 5 minutes) and run the reset again."
             )
             raise MirrorBusyError(text % {"count": busy})
         unsent = OutboxEntry.objects.using(alias).exclude(state=OutboxState.DONE)
-        done = {
-            "state": OutboxState.DONE,
-            "completed_at": now,
-            "last_error": note,
-            "updated_at": now,
-        }
-        done |= {"started_at": None, "next_attempt_at": None, "in_doubt": False}
-        counts.entries_closed = unsent.update(**done)
+        done: dict[str, Any] = {"state": OutboxState.DONE, "completed_at": now, "updated_at": now}
+        done |= {"last_error": note, "started_at": None, "next_attempt_at": None}
+        counts.entries_closed = unsent.update(**done, in_doubt=False)
         subscriptions = Subscription.objects.using(alias).exclude(status=DETACHED)
         subscriptions.filter(remote_id__isnull=True).update(sync_state=SyncState.FAILED)
-        counts.subscriptions = subscriptions.update(
-            status=DETACHED, remote_updated=now, sync_error=note, updated_at=now
-        )
-        entries = []
+        detach = {"status": DETACHED, "remote_updated": now, "sync_error": note, "updated_at": now}
+        counts.subscriptions = subscriptions.update(**detach)
+        entries, create = [], OutboxOperation.CREATE
         for model in (Product, Customer):
             rows = model._default_manager.using(alias)
             pks = list(rows.order_by("pk").values_list("pk", flat=True))
             rows.update(**cleared)
             ct = ContentType.objects.db_manager(alias).get_for_model(model)
-            entries += [
-                OutboxEntry(content_type=ct, object_id=pk, operation=OutboxOperation.CREATE)
-                for pk in pks
-            ]
+            entries += [OutboxEntry(content_type=ct, object_id=pk, operation=create) for pk in pks]
             setattr(counts, f"{model._meta.model_name}s", len(pks))  # products, customers
         OutboxEntry.objects.using(alias).bulk_create(entries, batch_size=1000)
         counts.entries_created = len(entries)
@@ -275,8 +239,7 @@ def reset_mirror(*, using: str | None = None) -> ResetCounts:
 
 
 def check_messages(databases: Any) -> list[Any]:
-    """For the databases Django checks (``migrate``): an ``Error`` when the mirror belongs to
-    another service."""
+    """An ``Error`` per database Django checks whose mirror belongs to another service."""
     from django.core.checks import Error
 
     try:
@@ -284,9 +247,8 @@ def check_messages(databases: Any) -> list[Any]:
     except BillingConfigurationError:
         return []  # reported by check_billing_settings
     hint = _(
-        "Run `%(relink)s` if it is the same service (a new address, new "
-        "credentials of the same account), or `%(reset)s` to start afresh "
-        "with the configured service."
+        "Run `%(relink)s` if it is the same service (a new address, new credentials of the same "
+        "account), or `%(reset)s` to start afresh with the configured service."
     ) % {"relink": RELINK_COMMAND, "reset": RESET_COMMAND}
     model = _binding_model()
     messages = []

@@ -1,6 +1,4 @@
-"""``python manage.py billing_doctor [--json] [--skip FACT ...] [--max-... N]``: the health of
-the integration (``billing_integration.health``); exits 1 when a fact fails, so it can serve
-as a deployment or liveness probe."""
+"""``manage.py billing_doctor``: the integration's health report; exits 1 when a fact fails."""
 
 from __future__ import annotations
 
@@ -35,23 +33,16 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--json", action="store_true", help="print the report as JSON")
+        skip = f"facts not to check: {', '.join(FACTS)}"
         parser.add_argument(
-            "--skip",
-            nargs="+",
-            choices=FACTS,
-            default=[],
-            metavar="FACT",
-            help=f"facts not to check: {', '.join(FACTS)}",
+            "--skip", nargs="+", choices=FACTS, default=[], metavar="FACT", help=skip
         )
         defaults = Thresholds()
         for f in fields(Thresholds):
             default = getattr(defaults, f.name)
-            parser.add_argument(
-                "--" + f.name.replace("_", "-"),
-                type=type(default),
-                default=default,
-                help=f"{LIMITS[f.name]} (default {default:g}; 0 = no limit for ages)",
-            )
+            option = "--" + f.name.replace("_", "-")
+            what = f"{LIMITS[f.name]} (default {default:g}; 0 = no limit for ages)"
+            parser.add_argument(option, type=type(default), default=default, help=what)
 
     def handle(self, *args: Any, **options: Any) -> None:
         thresholds = Thresholds(**{f.name: options[f.name] for f in fields(Thresholds)})
@@ -63,9 +54,7 @@ class Command(BaseCommand):
             for fact in report.facts:
                 self.stdout.write(styles[fact.status](LABELS[fact.status]) + " " + fact.summary)
         if not report.healthy:
-            raise CommandError(
-                _("unhealthy: %(facts)s") % {"facts": ", ".join(f.key for f in report.failures)},
-                returncode=1,
-            )
+            failed = ", ".join(f.key for f in report.failures)
+            raise CommandError(_("unhealthy: %(facts)s") % {"facts": failed}, returncode=1)
         if not options["json"]:
             self.stdout.write(self.style.SUCCESS(_("healthy")))

@@ -1,6 +1,4 @@
-"""``python manage.py billing_service [show | relink | reset] [--yes] [--force]``: show which
-billing service the mirror belongs to, relink it to the configured one (remote ids kept), or
-reset it for the configured one (``service.reset_mirror``); relink and reset ask first."""
+"""``manage.py billing_service [show | relink | reset]``: show or change the mirror's service."""
 
 from __future__ import annotations
 
@@ -155,6 +153,5 @@ class Command(BaseCommand):
         self.stdout.write(question)
         if not options["interactive"]:
             return
-        answer = input(_("Type 'yes' to continue: "))
-        if answer.strip().lower() != "yes":
+        if input(_("Type 'yes' to continue: ")).strip().lower() != "yes":
             raise CommandError(_("Cancelled; nothing changed."))
