@@ -111,9 +111,9 @@ def _record_first(configured: ServiceIdentity, alias: str) -> ServiceIdentity:
             with transaction.atomic(using=alias):
                 rows.create(**configured.as_dict(), recorded_at=timezone.now())
         except IntegrityError:  # another process recorded one first: that one counts
-            recorded = recorded_service(alias)
-            if recorded is not None:
+            if (recorded := recorded_service(alias)) is not None:
                 return recorded
+            continue  # gone again meanwhile: try once more
         logger.info("billing mirror bound to the service at %s", configured)
         return configured
     raise BillingError("Could not record which billing service the mirror belongs to.")
