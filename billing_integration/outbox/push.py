@@ -71,9 +71,9 @@ def backoff(attempt: int) -> float:
     return min(RETRY_MAX, wait * (0.75 + random.random() * 0.5))
 
 
-def push_entry(entry_id: int | None, *, client: Client = None) -> PushResult:
-    """Push entry ``entry_id`` (None: the oldest due entry not locked by another worker); safe
-    from any number of processes. ``client``: e.g. one with a deadline for a person waiting."""
+def push_entry(entry_id: int, *, client: Client = None) -> PushResult:
+    """Push entry ``entry_id``; safe from any number of processes. ``client``: e.g. one with a
+    deadline for a person waiting."""
     try:
         ensure_service()
     except BillingServiceMismatchError as exc:
@@ -81,11 +81,11 @@ def push_entry(entry_id: int | None, *, client: Client = None) -> PushResult:
         pending = OutboxEntry.objects.filter(state=OutboxState.PENDING)
         pending.exclude(last_error=message).update(last_error=message)
         logger.error("outbox push refused: %s", message)
-        return PushResult(PushOutcome.REFUSED, entry_id or 0, error=exc)
+        return PushResult(PushOutcome.REFUSED, entry_id, error=exc)
     return _push(entry_id, client, depth=0)
 
 
-def _push(entry_id: int | None, client: Client, depth: int) -> PushResult:
+def _push(entry_id: int, client: Client, depth: int) -> PushResult:
     claimed = _claim(entry_id)
     if isinstance(claimed, PushResult):
         return claimed
@@ -112,18 +112,12 @@ def _after_dependencies(pk: int, deps: list[Any], client: Client, depth: int) ->
     return _push(pk, client, depth + 1)
 
 
-def _claim(entry_id: int | None) -> PushResult | tuple[OutboxEntry, Any, list[Any]]:
+def _claim(entry_id: int) -> PushResult | tuple[OutboxEntry, Any, list[Any]]:
     """Lock the entry (``SKIP LOCKED``) and mark it in progress (with what to push first)."""
     now = timezone.now()
     with transaction.atomic():
         locked = OutboxEntry.objects.select_for_update(skip_locked=True)
-        if entry_id is None:
-            entry = locked.due().heads().order_by("pk").first()
-            if entry is None:
-                return PushResult(PushOutcome.SKIPPED, 0)
-            entry_id = entry.pk
-        else:
-            entry = locked.filter(pk=entry_id).first()
+        entry = locked.filter(pk=entry_id).first()
         if entry is None:  # another worker holds it, or it is gone
             held = OutboxEntry.objects.filter(pk=entry_id).exists()
             return PushResult(PushOutcome.BUSY if held else PushOutcome.SKIPPED, entry_id)
@@ -137,20 +131,19 @@ def _claim(entry_id: int | None) -> PushResult | tuple[OutboxEntry, Any, list[An
             return PushResult(PushOutcome.BUSY, entry_id)  # the older one enqueues it when over
         obj = entry.target
         if obj is None:
-            _finish(entry, "The object no longer exists locally.")
+            _done(entry, "The object no longer exists locally.")
             return PushResult(PushOutcome.SKIPPED, entry_id)
         if entry.payload is None:
             if deps := _dependencies_missing(obj):
                 return entry, obj, deps
             entry.operation, body, note = _build(entry, obj)
             if body is None:
-                _finish(entry, note)
-                state = settled_state(note, not _others_open(entry))
+                state = settled_state(note, not _done(entry, note))
                 _rows(obj).update(sync_state=state, sync_error=note)
                 return PushResult(PushOutcome.DONE, entry_id)
             entry.payload = body
         elif entry.operation == OutboxOperation.CREATE and obj.remote_id is not None:
-            _finish(entry, "")  # created meanwhile through this same entry
+            _done(entry)  # created meanwhile through this same entry
             return PushResult(PushOutcome.DONE, entry_id)
         # Conditional: of two processes that read the row (SQLite has no row locks), one wins.
         n = entry.attempts
@@ -161,7 +154,6 @@ def _claim(entry_id: int | None) -> PushResult | tuple[OutboxEntry, Any, list[An
             return PushResult(PushOutcome.BUSY, entry_id)
         for field, value in claim.items():
             setattr(entry, field, value)
-        _rows(obj).update(last_attempt_at=now)
     return entry, obj, []
 
 
@@ -170,37 +162,38 @@ def _blocking(entry: OutboxEntry) -> QuerySet[OutboxEntry]:
     return OutboxEntry.objects.filter(BLOCKING, **of_object)
 
 
-def _finish(entry: OutboxEntry, note: str) -> None:
-    entry.state, entry.completed_at, entry.last_error = OutboxState.DONE, timezone.now(), note
-    entry.save()
-    _enqueue_next(entry)
+def _done(entry: OutboxEntry, note: str = "", **fields: Any) -> bool:
+    """Mark ``entry`` done; see ``_enqueue_next``."""
+    now = timezone.now()
+    rows = OutboxEntry.objects.filter(pk=entry.pk)
+    rows.update(state=OutboxState.DONE, completed_at=now, updated_at=now, last_error=note, **fields)
+    return _enqueue_next(entry)
 
 
-def _enqueue_next(entry: OutboxEntry) -> None:
-    """Once ``entry`` is settled, enqueue the next open entry of its object (order per object)."""
+def _enqueue_next(entry: OutboxEntry) -> bool:
+    """Once ``entry`` is settled, enqueue (on commit) the next entry of its object: order per
+    object. True while other entries of the object are open."""
     from .tasks import enqueue_on_commit
 
-    pk = _blocking(entry).filter(pk__gt=entry.pk).order_by("pk").values_list("pk", flat=True)
-    if (first := pk.first()) is not None:
-        enqueue_on_commit(first)
+    others = _blocking(entry).exclude(pk=entry.pk).order_by("pk").values_list("pk", "state")
+    later = [pk for pk, _state in others if pk > entry.pk]
+    if later:
+        enqueue_on_commit(later[0])
+    return any(state in OPEN_STATES for _pk, state in others)
 
 
 def _record(entry: OutboxEntry, obj: Any, data: dict[str, Any]) -> PushResult:
-    now = timezone.now()
-    with transaction.atomic():
-        OutboxEntry.objects.filter(pk=entry.pk).update(
-            state=OutboxState.DONE, completed_at=now, last_error="", in_doubt=False, updated_at=now
-        )
-        try:
-            with transaction.atomic():
-                _apply_response(obj, data, not _others_open(entry), entry.changed_fields)
-                if isinstance(obj, Product):
-                    _confirm_declared_cycles(obj, entry.payload or {})
-        except IntegrityError as exc:  # no id, or a remote id already taken
-            error = f"Pushed, but the answer could not be stored: {exc}"
-            logger.error("outbox entry %s: %s", entry.pk, error)
-            OutboxEntry.objects.filter(pk=entry.pk).update(last_error=error)
-        _enqueue_next(entry)
+    try:
+        with transaction.atomic():
+            others_open = _done(entry, in_doubt=False)
+            _apply_response(obj, data, not others_open, entry.changed_fields, entry.started_at)
+            if isinstance(obj, Product):
+                _confirm_declared_cycles(obj, entry.payload or {})
+    except IntegrityError as exc:  # no id, or a remote id already taken
+        error = f"Pushed, but the answer could not be stored: {exc}"
+        logger.error("outbox entry %s: %s", entry.pk, error)
+        with transaction.atomic():
+            _done(entry, error, in_doubt=False)
     name = f"{entry.operation} {type(obj).__name__}#{obj.pk}"
     logger.info("outbox entry %s: %s done (attempt %s)", entry.pk, name, entry.attempts)
     return PushResult(PushOutcome.DONE, entry.pk)
@@ -224,11 +217,12 @@ def _record_failure(entry: OutboxEntry, obj: Any, exc: BillingError) -> PushResu
         else:
             current.state, current.completed_at = OutboxState.FAILED, now
         current.save()
+        attempted = {"sync_error": error, "last_attempt_at": entry.started_at}
         if wait is not None:
-            _rows(obj).update(sync_error=error)
+            _rows(obj).update(**attempted)
             logger.warning("outbox entry %s failed (%s); retry in %.1fs", entry.pk, exc, wait)
             return PushResult(PushOutcome.RETRY, entry.pk, retry_in=wait, error=exc)
-        _rows(obj).update(sync_state=SyncState.FAILED, sync_error=error)
+        _rows(obj).update(sync_state=SyncState.FAILED, **attempted)
         _enqueue_next(current)
     logger.error("outbox entry %s failed after %s attempt(s): %s", entry.pk, entry.attempts, exc)
     return PushResult(PushOutcome.FAILED, entry.pk, error=exc)
@@ -287,10 +281,6 @@ def _rows(obj: Any) -> QuerySet[Any]:
     return rows
 
 
-def _others_open(entry: OutboxEntry) -> bool:
-    return _blocking(entry).exclude(pk=entry.pk).filter(state__in=OPEN_STATES).exists()
-
-
 def settled_state(note: str, synced: bool) -> str:
     """``pending`` while other entries are open, else ``not_sent`` (with a note) or ``synced``."""
     if not synced:
@@ -298,7 +288,9 @@ def settled_state(note: str, synced: bool) -> str:
     return SyncState.NOT_SENT if note else SyncState.SYNCED
 
 
-def _apply_response(obj: Any, data: dict[str, Any], synced: bool, changed: Any = ()) -> None:
+def _apply_response(
+    obj: Any, data: dict[str, Any], synced: bool, changed: Any, attempted: Any
+) -> None:
     """Store the answer without signals (nothing is pushed back). An answer the mapping refuses
     keeps only its remote id (never created twice) and the error; with no id on either side,
     ``IntegrityError``."""
@@ -316,6 +308,7 @@ def _apply_response(obj: Any, data: dict[str, Any], synced: bool, changed: Any =
         if obj.remote_id is None:
             raise IntegrityError("The service's answer carries no id.")
     fields.update(last_synced_at=timezone.now(), sync_error="\n".join(filter(None, (note, error))))
+    fields["last_attempt_at"] = attempted
     if synced:
         fields["sync_state"] = settled_state(note, synced)
     with from_remote():

@@ -4,7 +4,6 @@ back after its backoff) and ``sweep_outbox`` (beat: re-enqueues what a lost mess
 from __future__ import annotations
 
 import logging
-import time
 
 from celery import shared_task
 from django.db import transaction
@@ -13,14 +12,12 @@ from django.utils import timezone
 from ..conf import billing_settings
 from ..health import record_run
 from ..models.outbox import OutboxEntry
-from .push import PushOutcome, PushResult, push_entry
+from .push import PushOutcome, push_entry
 
 logger = logging.getLogger("billing_integration.outbox")
 
 STALE_AFTER = 60.0  # seconds: the sweep re-enqueues pending entries untouched for this long
 SWEEP_BATCH = 1000  # entries one sweep re-enqueues at most
-DRAIN_ENTRIES = 100  # due entries a task pushes after its own, at most...
-DRAIN_SECONDS = 5.0  # ...and for at most this long
 #: Publishing must not hang a web request when the broker is down (the sweep covers it).
 PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2}
 
@@ -54,22 +51,6 @@ def enqueue_open(using: str | None = None) -> int:
     return len(ids)
 
 
-def _settle(result: PushResult) -> bool:
-    """Enqueue a retry after its backoff; True when the entry was pushed here (any outcome)."""
-    if result.status == PushOutcome.RETRY:
-        enqueue(result.entry_id, countdown=result.retry_in)
-    return result.status in (PushOutcome.DONE, PushOutcome.RETRY, PushOutcome.FAILED)
-
-
-def push_due(limit: int = DRAIN_ENTRIES, seconds: float = DRAIN_SECONDS) -> int:
-    """Push the oldest due entries (claimed ``SKIP LOCKED``) until none is left, ``limit`` are
-    pushed or ``seconds`` passed; returns how many were pushed."""
-    pushed, stop = 0, time.monotonic() + seconds
-    while pushed < limit and time.monotonic() < stop and _settle(push_entry(None)):
-        pushed += 1
-    return pushed
-
-
 @shared_task(  # type: ignore[untyped-decorator]  # Celery ships no type hints
     name="billing_integration.push_entry",
     acks_late=True,
@@ -77,11 +58,11 @@ def push_due(limit: int = DRAIN_ENTRIES, seconds: float = DRAIN_SECONDS) -> int:
     ignore_result=True,
 )
 def push_outbox_entry(entry_id: int) -> str:
-    """Push one entry, then other due ones (``push_due``) so a backlog drains without a
-    message per entry; a task whose entry is already done, or held, exits at once."""
+    """Push one entry (a retry comes back after its backoff); a task whose entry is already
+    done, or held by another worker, exits at once."""
     result = push_entry(entry_id)
-    if _settle(result) and not push_outbox_entry.request.is_eager:
-        push_due()
+    if result.status == PushOutcome.RETRY:
+        enqueue(result.entry_id, countdown=result.retry_in)
     return str(result.status)
 
 

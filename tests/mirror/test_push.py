@@ -279,30 +279,35 @@ def test_a_change_after_an_in_doubt_reset_gets_an_entry_of_its_own(billing_sandb
     assert remote["name"] == "Plan rev 2"
 
 
-def test_a_push_task_goes_on_with_due_entries_and_their_own_tasks_exit_at_once(
-    billing_sandbox, recorded_enqueues
+def test_a_push_task_pushes_its_own_entry_and_enqueues_the_next_of_its_object(
+    billing_sandbox, recorded_enqueues, django_capture_on_commit_callbacks
 ):
-    """One task drains the backlog (oldest first, each object's entries in order, each once);
-    the tasks enqueued for the others find their entry done and send nothing."""
+    """One task, one entry: the next entry of the same object is enqueued when it is over; the
+    other objects' entries wait for their own tasks; a task whose entry is done sends nothing."""
     from billing_integration.outbox.tasks import push_outbox_entry
 
     a, b = customers(2)
-    for customer in (a, b):
-        customer.first_name = "Renamed"
-        customer.save()  # pending entries of a and b wait behind their creates
-    first, *others = open_ids()
-    assert push_outbox_entry(first) == "done"
-    assert not OutboxEntry.objects.open().exists()
+    OutboxEntry.objects.filter(object_id=a.pk).update(payload={"built": True})
+    a.first_name = "Renamed"
+    a.save()  # a's create has its body built: the rename gets an entry of its own
+    create_a, create_b, rename_a = open_ids()
+    OutboxEntry.objects.filter(pk=create_a).update(payload=None)
+    recorded_enqueues.clear()
+    with django_capture_on_commit_callbacks() as callbacks:
+        assert push_outbox_entry(create_a) == "done"
+    for callback in callbacks:
+        callback()
+    assert recorded_enqueues == [rename_a]
     calls = billing_sandbox.requests(operation="create_customer")
-    assert [c["body"]["identifier"] for c in calls] == ["b-0", "b-1"]
-    assert [push_outbox_entry(pk) for pk in others] == ["skipped"] * len(others)
+    assert [c["body"]["identifier"] for c in calls] == ["b-0"]
+    assert OutboxEntry.objects.get(pk=create_b).state == "pending"
+    assert [push_outbox_entry(pk) for pk in (create_b, rename_a)] == ["done", "done"]
+    assert [push_outbox_entry(pk) for pk in (create_a, create_b)] == ["skipped", "skipped"]
     assert len(billing_sandbox.requests(operation="create_customer")) == 2
 
 
-def test_push_due_stops_at_its_bound_and_skips_entries_behind_an_open_one(billing_sandbox):
-    from billing_integration.outbox.tasks import push_due
-
-    a, *_ = customers(3)
+def test_a_task_skips_an_entry_behind_an_open_one_and_pushes_the_others(billing_sandbox):
+    a, b, c = customers(3)
     OutboxEntry.objects.filter(object_id=a.pk).update(
         state="in_progress", started_at=timezone.now()
     )
@@ -311,9 +316,11 @@ def test_push_due_stops_at_its_bound_and_skips_entries_behind_an_open_one(billin
         object_id=a.pk,
         operation="update",
     )
-    assert push_due(limit=1) == 1
-    assert OutboxEntry.objects.filter(state="done").count() == 1
-    assert push_due() == 1  # c; a's later entry waits behind its create in progress
+    from billing_integration.outbox.tasks import push_outbox_entry
+
+    assert push_outbox_entry(later.pk) == "busy"  # waits behind a's create in progress
+    for customer in (b, c):
+        assert push_outbox_entry(OutboxEntry.objects.get(object_id=customer.pk).pk) == "done"
     assert OutboxEntry.objects.get(pk=later.pk).state == "pending"
     calls = billing_sandbox.requests(operation="create_customer")
     assert [call["body"]["identifier"] for call in calls] == ["b-1", "b-2"]
