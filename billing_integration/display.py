@@ -8,7 +8,7 @@ from functools import lru_cache
 from typing import Any
 
 from babel import Locale, UnknownLocaleError
-from babel.numbers import format_currency, format_decimal, get_currency_precision
+from babel.numbers import format_currency, format_decimal
 from django.utils.translation import get_language, gettext, ngettext, pgettext, to_locale
 
 _CYCLE = re.compile(r"^(?P<unit>[a-z]+)-(?P<frequency>[0-9]+)$")
@@ -29,11 +29,6 @@ def babel_locale(locale: str | Locale | None = None) -> Locale:
         return locale
     name = locale or get_language() or FALLBACK_LOCALE
     return _parse_locale(to_locale(str(name)))
-
-
-def currency_precision(currency_code: str) -> int:
-    """The currency's minor units (XOF 0, USD 2, ...), per Babel's currency data."""
-    return int(get_currency_precision(str(currency_code).upper()))
 
 
 @lru_cache(maxsize=64)
