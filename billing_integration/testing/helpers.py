@@ -56,14 +56,15 @@ def deliver_event(
         secret = configured[0] if isinstance(configured, list | tuple) else configured
     if not secret:
         raise ValueError("No secret: pass secret= or set BILLING['WEBHOOK_SECRET'].")
+    msg_id = event_id or str(uuid.uuid4())
     envelope = {
-        "id": event_id or str(uuid.uuid4()),
+        "id": msg_id,
         "type": event_type,
         "created_at": created_at or format_timestamp(datetime.now(UTC)),
         "data": data,
     }
     body = encode(envelope)
-    headers = sign_webhook(body, secret, msg_id=envelope["id"])
+    headers = sign_webhook(body, secret, msg_id=msg_id)
     headers.pop("content-type", None)
     url = path or reverse("billing_integration:webhook")
     return client.post(url, data=body, content_type="application/json", headers=headers)
