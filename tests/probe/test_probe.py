@@ -69,6 +69,15 @@ def test_default_sandbox_every_guess_confirmed(sandbox, tmp_path):
     assert document["answers"][0]["body"]["access_token"] == "[redacted]"
 
 
+def test_each_finding_names_a_setting_or_none(sandbox, tmp_path):
+    from billing_integration.conf import DEFAULTS
+
+    _, report, _ = probe(tmp_path, "--write")
+    settings = {f["setting"] for f in report["findings"]}
+    assert {s for s in settings if not s.startswith("no setting")} <= set(DEFAULTS)
+    assert "no setting" in settings
+
+
 def test_read_only_by_default(sandbox, tmp_path):
     code, report, _ = probe(tmp_path)
     assert code == 0 and report["write"] is False
