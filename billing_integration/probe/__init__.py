@@ -14,6 +14,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from django.db import DatabaseError
+
 from ..client import BillingClient, RawAnswer, RetryPolicy
 from ..exceptions import BillingError, redact
 
@@ -173,7 +175,8 @@ def run_probe(
     client: BillingClient | None = None, *, write: bool = False, probe: Probe | None = None
 ) -> ProbeReport:
     """Run every check (the ``write`` ones only with ``write``) against ``client`` (default:
-    one for ``settings.BILLING``, no retries). A check that raises gives an ``unknown``."""
+    one for ``settings.BILLING``, no retries). A check that raises a ``BillingError`` (or a
+    ``DatabaseError``) gives an ``unknown``."""
     from . import checks  # noqa: F401  (registers the built-in checks)
 
     client = client or BillingClient(retry=RetryPolicy(max_retries=0))
@@ -183,7 +186,7 @@ def run_probe(
             continue
         try:
             probe.findings.extend(entry.run(probe))
-        except BillingError as exc:
+        except (BillingError, DatabaseError) as exc:  # the service, or this project's tables
             problem = f"could not be checked: {exc}"
             probe.findings.append(Finding(entry.name, UNKNOWN, "-", problem, relied_on=False))
     answers = probe.scrubbed(probe.answers)

@@ -115,8 +115,11 @@ def test_each_dialect_is_reported(billing_sandbox, tmp_path, dialect, guesses, e
 
 @pytest.mark.parametrize(
     ("dialect", "verdict", "exit_code"),
-    [("events_upper", "confirmed", 0), ("events_past", "confirmed", 0)]
-    + [("events_prefixed", "contradicted", 1)],
+    [
+        ("events_upper", "confirmed", 0),
+        ("events_past", "confirmed", 0),
+        ("events_prefixed", "contradicted", 1),
+    ],
 )
 def test_event_type_dialects(billing_sandbox, client, eager, tmp_path, dialect, verdict, exit_code):
     billing_sandbox.dialects(dialect)
