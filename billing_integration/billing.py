@@ -50,7 +50,7 @@ from .exceptions import (
     WebhookError,
     WebhookVerificationError,
 )
-from .testing.helpers import SandboxHandle, sign_webhook, start_sandbox
+from .testing.helpers import SandboxHandle, deliver_event, sign_webhook, start_sandbox
 from .testing.inline import after_commit_inline
 from .webhooks.handlers import (
     EventContext,
@@ -91,7 +91,7 @@ __all__ = [
     "ProductUnavailable", "RefundHandler", "RemoteDataError", "SandboxHandle",
     "ServiceUnavailable", "SubscriptionHandler", "SubscriptionRequiredMixin", "WebhookError",
     "WebhookVerificationError", "active_subscriptions", "after_commit_inline",
-    "billing_event_received", "checkout_redirect", "checkout_url", "feature_limit",
+    "billing_event_received", "checkout_redirect", "checkout_url", "deliver_event", "feature_limit",
     "feature_required", "features_for", "get_client", "get_subscriber", "handler", "has_feature",
     "invoice_deleted", "invoice_marked_uncollectable", "invoice_paid", "invoice_voided",
     "payment_canceled", "payment_completed", "payment_failed", "products_with_feature",

@@ -25,7 +25,9 @@ PULLED_RESOURCES = ("products", "customers", "subscriptions")
 
 #: The facts, in report order (``--skip`` takes these names).
 FACTS: tuple[str, ...] = ("token", "broker", "workers", "beat", "outbox", "outbox_failed")
-FACTS += ("events", "events_failed", "refused", "pull")
+FACTS += ("events", "events_failed", "events_unrecognised", "refused", "pull")
+#: Seconds back the ``events_unrecognised`` fact counts unrecognised events (a day).
+UNRECOGNISED_WINDOW = 86400
 
 REFUSAL_REASONS = ("bad_signature", "stale_timestamp", "missing_headers")
 #: Seconds of refusals the doctor counts (the last hour), in one counter per minute.
@@ -143,6 +145,7 @@ def diagnose(
         (("beat",), lambda: [_beat(limits, now)]),
         (("outbox", "outbox_failed"), lambda: _outbox(limits, now)),
         (("events", "events_failed"), lambda: _events(limits, now)),
+        (("events_unrecognised",), lambda: [_unrecognised(now)]),
         (("refused",), lambda: [_refused(now)]),
         (("pull",), lambda: [_pull(limits, now)]),
     ]
@@ -325,6 +328,35 @@ def _events(limits: Thresholds, now: datetime) -> list[Fact]:
     text = _("failed events: %(count)d (admin: Event deliveries, 'Replay')")
     status = FAIL if failed > limits.max_failed_events else OK
     return [flow, Fact("events_failed", status, text % {"count": failed}, {"failed": failed})]
+
+
+def _unrecognised(now: datetime) -> Fact:
+    """A warning when events of types the app does not understand came in the last day."""
+    from datetime import timedelta
+
+    from django.db.models import Count
+
+    from .models.events import EventState, WebhookEvent
+
+    since = now - timedelta(seconds=UNRECOGNISED_WINDOW)
+    rows = (
+        WebhookEvent.objects.filter(state=EventState.UNRECOGNISED, received_at__gte=since)
+        .values("raw_type")
+        .annotate(n=Count("pk"))
+        .order_by("-n", "raw_type")
+    )
+    counts = {row["raw_type"] or "?": row["n"] for row in rows}
+    total = sum(counts.values())
+    data = {"count": total, "types": counts}
+    if not total:
+        return Fact("events_unrecognised", OK, _("unrecognised events: none in the last day"), data)
+    text = _(
+        "unrecognised events: %(count)d in the last day (%(types)s): map each type with "
+        "BILLING['EVENT_TYPE_ALIASES'] or a handler, then replay them (admin: Event deliveries, "
+        "'Unrecognised events')"
+    )
+    types = ", ".join(f"{name} {n}" for name, n in list(counts.items())[:10])
+    return Fact("events_unrecognised", WARNING, text % {"count": total, "types": types}, data)
 
 
 def _refused(now: datetime) -> Fact:

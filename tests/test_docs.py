@@ -231,3 +231,20 @@ def test_documented_payloads_have_the_fields_the_sandbox_sends(billing_sandbox):
         assert sorted(documented) == sorted(emitted), event_type
         assert sorted(documented["data"]) == sorted(emitted["data"]), event_type
         assert documented["data"]["status"] == emitted["data"]["status"], event_type
+
+
+def test_the_guesses_page_names_only_settings_that_exist():
+    """docs/guesses.md: every ``BILLING['KEY']`` it names is a key of ``conf.DEFAULTS``, and
+    every setting a probe finding points at is on the page."""
+    from billing_integration.conf import DEFAULTS
+    from billing_integration.probe import NO_SETTING
+
+    text = (DOCS_DIR / "guesses.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"""BILLING\[["'](\w+)["']\]""", text))
+    assert {"CURRENCIES", "EVENT_TYPE_ALIASES", "SUBSCRIPTION_CURRENCY_FORM"} <= named
+    assert named <= set(DEFAULTS), named - set(DEFAULTS)
+    source = (ROOT / "billing_integration" / "probe" / "checks.py").read_text()
+    pointed = set(re.findall(r'"([A-Z][A-Z_]{3,})"', source)) - {"GET", "POST", "PATCH"}
+    assert pointed >= {"CURRENCIES", "WEBHOOK_SECRET"}
+    assert pointed <= set(DEFAULTS) and pointed <= named, pointed - named
+    assert NO_SETTING in text

@@ -1,4 +1,5 @@
-"""Admin of the event log: read-only deliveries, pretty-printed, and "Replay" actions."""
+"""Admin of the event log: read-only deliveries, pretty-printed, "Replay" actions, and the
+"Unrecognised events" page (by type, with a replay once they are mapped)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import flatten_fieldsets
+from django.core.exceptions import PermissionDenied
 from django.db import models
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
@@ -57,6 +61,7 @@ class WebhookEventAdmin(ModelAdmin):
     date_hierarchy = "received_at"
     search_fields = ("=event_id", "=object_id", "raw_type")
     actions = ("replay", "replay_force")
+    change_list_template = "admin/billing_integration/webhookevent/change_list.html"
     fieldsets = (
         (
             None,
@@ -95,6 +100,47 @@ class WebhookEventAdmin(ModelAdmin):
         hidden = ("show_save", "show_save_and_continue", "show_save_and_add_another")
         extra = {**dict.fromkeys(hidden, False), **(extra_context or {})}
         return super().change_view(request, object_id, form_url, extra)
+
+    def get_urls(self) -> list[Any]:
+        name = f"{self.opts.app_label}_{self.opts.model_name}_unrecognised"
+        view = self.admin_site.admin_view(self.unrecognised_view)
+        return [path("unrecognised/", view, name=name), *super().get_urls()]
+
+    def unrecognised_view(self, request: HttpRequest) -> HttpResponse:
+        """GET: the unrecognised events by type; POST: replay them all, oldest first."""
+        from ..webhooks.unrecognised import replay_unrecognised, unrecognised_types
+
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        if request.method == "POST":
+            if not self.has_change_permission(request):
+                raise PermissionDenied
+            counts = replay_unrecognised()
+            summary = ", ".join(f"{state}: {n}" for state, n in sorted(counts.items()))
+            if not counts:
+                self.message_user(request, _("No unrecognised event to replay."), messages.INFO)
+            else:
+                level = messages.SUCCESS if set(counts) == {"processed"} else messages.WARNING
+                self.message_user(request, _("Replayed: %s") % summary, level)
+            return HttpResponseRedirect(request.path)
+        found = unrecognised_types()
+        rows = [{"type": row, "sample": pretty_json(row.sample)} for row in found]
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": _("Unrecognised events"),
+            "subtitle": None,
+            "rows": rows,
+            "total": sum(row.count for row in found),
+            "can_replay": self.has_change_permission(request),
+            "changelist_url": reverse(
+                f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_changelist"
+            )
+            + "?state__exact=unrecognised",
+        }
+        request.current_app = self.admin_site.name
+        template = "admin/billing_integration/webhookevent/unrecognised.html"
+        return TemplateResponse(request, template, context)
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         """Never write a delivery from the admin."""

@@ -41,6 +41,7 @@ BADGE_COLOURS = {
     "processed": "#2e7d32",
     "received": "#9a6700",
     "ignored": "#616161",
+    "unrecognised": "#9a6700",
     "rejected": "#6a1b9a",
     "failed": "#c62828",
     "unknown-status": "#c62828",

@@ -11,13 +11,14 @@ from django.core.signals import setting_changed
 
 from ..conf import billing_settings
 from .backoff import SharedBackoff, clear_shared_backoff
-from .client import API_PREFIX, BillingClient
+from .client import API_PREFIX, BillingClient, RawAnswer
 from .retry import PAGE_MARGIN, Deadline, RetryPolicy
 
 __all__ = [
     "API_PREFIX",
     "BillingClient",
     "Deadline",
+    "RawAnswer",
     "RetryPolicy",
     "SharedBackoff",
     "clear_shared_backoff",

@@ -10,6 +10,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, TypedDict, TypeVar, Unpack, cast
 from urllib.parse import quote, urlencode
 
@@ -42,6 +43,17 @@ MAX_PAGES = 100_000  # hard stop for a list that never ends
 DeadlineArg = Deadline | float | None
 Item = dict[str, Any]  # one resource, as the service writes it
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RawAnswer:
+    """One answer as the service sent it (``raw`` and ``raw_token``): the status, the headers
+    (names in lower case) and the body (parsed JSON, else the text). The token's answer holds
+    the token: whoever keeps one removes it first."""
+
+    status: int
+    headers: dict[str, str]
+    body: Any
 
 
 class WriteOptions(TypedDict, total=False):
@@ -203,6 +215,59 @@ class BillingClient:
         """Fetch a new token (discarded, never cached) and return its ``expires_in``."""
         return float(self._request_token().get("expires_in") or 0)
 
+    def scrub(self, text: str, mark: str = "[redacted]") -> str:
+        """``text`` with the client secret (as is, and as written in JSON) replaced by ``mark``."""
+        for form in {self.__secret, json.dumps(self.__secret)[1:-1]}:
+            if form:
+                text = text.replace(form, mark)
+        return text
+
+    # --- raw answers (billing_probe) -----------------------------------------------------
+    def raw_token(self) -> RawAnswer:
+        """The token call once, its answer as sent (not cached, not retried, never raised)."""
+        fields = {"grant_type": "client_credentials", "client_id": self.client_id}
+        form = urlencode({**fields, "client_secret": self.__secret})
+        response = self._raw_send("token", "POST", self.token_url, form, _FORM_HEADERS, None)
+        return _raw(response)
+
+    def raw(
+        self,
+        method: str,
+        path: str,
+        *,
+        token: str | None,
+        payload: Item | None = None,
+        params: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> RawAnswer:
+        """One call to ``{BASE_URL}/v1/api/billing{path}`` with ``token`` as ``x-kc-token``
+        (none: no header), once: no retry, no token fetch, an error status answered, not
+        raised. A write sends ``idempotency_key`` (default a new one)."""
+        headers = dict(_JSON_HEADERS)
+        if token is not None:
+            headers["x-kc-token"] = token
+        if method in ("POST", "PATCH"):
+            headers["x-idempotency-id"] = str(idempotency_key or uuid.uuid4())
+        body = None if payload is None else json.dumps(payload, separators=(",", ":"))
+        url = f"{self.base_url}{API_PREFIX}{path}"
+        return _raw(self._raw_send(f"{method} {path}", method, url, body, headers, params))
+
+    def _raw_send(
+        self,
+        operation: str,
+        method: str,
+        url: str,
+        body: str | None,
+        headers: dict[str, str],
+        params: dict[str, Any] | None,
+    ) -> requests.Response:
+        try:
+            return self._send(
+                operation, None, method, url, data=body, headers=headers, params=params
+            )
+        except _Sent as sent:
+            raise sent.error from None
+
     # --- sending ---------------------------------------------------------------------------
     def _one(self, operation: str, method: str, path: str, *args: Any, **kw: Any) -> Item:
         """A call answered with one resource."""
@@ -359,6 +424,11 @@ def _body(response: requests.Response) -> Any:
         return response.json()
     except ValueError:
         return response.text
+
+
+def _raw(response: requests.Response) -> RawAnswer:
+    headers = {name.lower(): value for name, value in response.headers.items()}
+    return RawAnswer(response.status_code, headers, _body(response))
 
 
 def _answer(response: requests.Response, operation: str) -> Any:

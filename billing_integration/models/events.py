@@ -18,7 +18,9 @@ class EventState(models.TextChoices):
     RECEIVED = "received", _("Received")
     PROCESSED = "processed", _("Processed")
     FAILED = "failed", _("Failed")
-    IGNORED = "ignored", _("Ignored (no handler)")
+    #: No handler for its type, or data a handler cannot use: kept until mapped, never retried
+    #: by itself ("Unrecognised events" in the admin; replayed after an alias or a handler).
+    UNRECOGNISED = "unrecognised", _("Unrecognised (kept until mapped)")
     REJECTED = "rejected", _("Rejected (malformed body)")
 
 

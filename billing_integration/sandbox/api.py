@@ -119,7 +119,7 @@ class BillingAPI:
 
     def _list(self, kind: str, args: Any, ignore_paging: bool) -> tuple[int, dict[str, Any]]:
         limit, offset = page_params(args)
-        if ignore_paging:
+        if ignore_paging or self.config.speaks("no_paging"):
             docs = self.store.page(kind, None, 0)
         else:
             docs = self.store.page(kind, limit, offset)
@@ -331,7 +331,7 @@ class BillingAPI:
                         f"Unknown status {status!r}; expected one of {PRODUCT_STATUSES}.",
                         "invalid_choice",
                     )
-                elif status != doc["status"] and (doc["status"], status) not in TRANSITIONS:
+                elif status != doc["status"] and (doc["status"], status) not in self._moves():
                     chk.fail(
                         "status",
                         f"A {doc['status']} product cannot become {status}.",
@@ -369,6 +369,12 @@ class BillingAPI:
             doc["user_updated"] = account
             self.store.save("product", doc)
         return 200, {"data": public(doc)}
+
+    def _moves(self) -> set[tuple[str, str]]:
+        """The status moves a PATCH may make (the ``refuse_draft_archive`` dialect: one fewer)."""
+        if self.config.speaks("refuse_draft_archive"):
+            return TRANSITIONS - {("draft", "archived")}
+        return TRANSITIONS
 
     # -- customers -------------------------------------------------------------------------
     def list_customers(self, account: str, args: Any, ignore_paging: bool = False) -> Reply:

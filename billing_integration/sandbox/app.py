@@ -187,7 +187,25 @@ class SandboxApp:
                 entry["outcome"] = "answer_lost"
                 response = Response(LOST_ANSWER, status=200, mimetype="text/html")
         entry["status"] = response.status_code
+        if response.status_code >= 400 and self.config.speaks("error_shape"):
+            response = self._other_error_shape(response)
         return response
+
+    def _other_error_shape(self, response: Response) -> Response:
+        """The ``error_shape`` dialect: ``{"statusCode", "error", "message"}`` (the first
+        error's code and message) instead of ``{"errors": [...]}``."""
+        try:
+            body = json.loads(response.get_data())
+            first = body["errors"][0]
+        except (ValueError, KeyError, IndexError, TypeError):
+            return response
+        other = {
+            "statusCode": response.status_code,
+            "error": first.get("code"),
+            "message": first.get("message"),
+        }
+        headers = {k: v for k, v in response.headers.items() if k.lower() == "retry-after"}
+        return json_response(other, status=response.status_code, headers=headers)
 
     def _fault_response(self, decision: Decision) -> Response:
         headers = {}

@@ -77,6 +77,7 @@ class TokenService:
     def create_token(self, client_id: str) -> dict[str, Any]:
         token = secrets.token_urlsafe(32)
         lifetime = int(self.config.token_lifetime)
+        unit = 1000 if self.config.speaks("expires_in_ms") else 1  # what expires_in says
         with self.store.transaction() as conn:
             conn.execute(
                 "INSERT INTO tokens (token, client_id, account, expires_at) VALUES (?, ?, ?, ?)",
@@ -84,8 +85,8 @@ class TokenService:
             )
         return {
             "access_token": token,
-            "expires_in": lifetime,
-            "refresh_expires_in": int(self.config.refresh_lifetime),
+            "expires_in": lifetime * unit,
+            "refresh_expires_in": int(self.config.refresh_lifetime) * unit,
             "refresh_token": secrets.token_urlsafe(32),
             "token_type": "Bearer",
             "not-before-policy": 0,

@@ -14,6 +14,27 @@ from .store import Store
 DEFAULT_CLIENT_ID = "sandbox-client"
 DEFAULT_CLIENT_SECRET = "sandbox-secret"
 DEFAULT_CURRENCIES: dict[int, str] = {1: "XOF", 2: "USD", 3: "EUR", 4: "GHS", 5: "KES", 6: "NGN"}
+#: The currency table of the ``currency_ids`` dialect: ISO 4217 numeric codes as the ids.
+ISO_NUMERIC_CURRENCIES: dict[int, str] = {
+    952: "XOF",
+    840: "USD",
+    978: "EUR",
+    936: "GHS",
+    404: "KES",
+    566: "NGN",
+}
+#: Dialects: behaviours the interface allows that the app's guesses do not cover (docs/sandbox.md
+#: "Dialects"; ``billing_probe`` reports each). Name -> what changes.
+DIALECTS: dict[str, str] = {
+    "no_paging": "list endpoints ignore limit and offset: everything in one answer",
+    "currency_ids": "currency ids are ISO 4217 numbers (952 = XOF, 840 = USD, ...), not 1..6",
+    "error_shape": 'error bodies are {"statusCode", "error", "message"}, not {"errors": [...]}',
+    "events_upper": "event types are written SUBSCRIPTION_RENEWAL",
+    "events_past": "event types are written subscription.renewed",
+    "events_prefixed": "event types are written billing.subscription.renewal",
+    "expires_in_ms": "the token's expires_in and refresh_expires_in are in milliseconds",
+    "refuse_draft_archive": "a draft product cannot be archived (invalid_transition)",
+}
 #: Namespace for the fixed account UUID of each client id.
 ACCOUNT_NAMESPACE = uuid.UUID("5b0c3a52-6a55-4f43-9a43-2f6b8a1d7e01")
 
@@ -53,6 +74,11 @@ class SandboxConfig:
     return_url: str | None = None
     checkout_expiry: int = 300  # seconds; default expires_at of a checkout session
     currencies: dict[int, str] = field(default_factory=lambda: dict(DEFAULT_CURRENCIES))
+    dialects: list[str] = field(default_factory=list)  # names of DIALECTS
+
+    def speaks(self, dialect: str) -> bool:
+        """Whether the dialect ``dialect`` is switched on."""
+        return dialect in self.dialects
 
     @property
     def account(self) -> str:
@@ -90,6 +116,8 @@ class SandboxConfig:
             raise ValueError(
                 "webhook_secret must be 'whsec_' followed by the base64 of at least 16 bytes."
             )
+        if values.get("dialects") is not None:
+            values = {**values, "dialects": self._dialects(values["dialects"])}
         for key, value in values.items():
             if key not in known:
                 continue
@@ -101,6 +129,22 @@ class SandboxConfig:
                 value = [float(x) for x in value]
             setattr(self, key, value)
         return unknown
+
+    def _dialects(self, value: Any) -> list[str]:
+        """The dialect names of ``value`` (a list or a comma-separated string), checked; the
+        currency table follows ``currency_ids`` unless ``currencies`` is set with it."""
+        names = value.split(",") if isinstance(value, str) else list(value)
+        names = [str(n).strip() for n in names if str(n).strip()]
+        unknown = [n for n in names if n not in DIALECTS]
+        if unknown:
+            raise ValueError(
+                f"unknown dialect(s) {', '.join(unknown)}; one of {', '.join(DIALECTS)}"
+            )
+        if "currency_ids" in names and "currency_ids" not in self.dialects:
+            self.currencies = dict(ISO_NUMERIC_CURRENCIES)
+        elif "currency_ids" not in names and self.currencies == ISO_NUMERIC_CURRENCIES:
+            self.currencies = dict(DEFAULT_CURRENCIES)
+        return names
 
     # -- persistence -----------------------------------------------------------------------
     @classmethod

@@ -41,6 +41,9 @@ EVENT_TYPES = (
     "invoice.deleted",
 )
 
+#: The past tense of the actions that are not already written in it (``events_past``).
+PAST = {"renewal": "renewed"}
+
 
 def encode(envelope: dict[str, Any]) -> str:
     """The exact body bytes (as text) that are signed and sent."""
@@ -75,7 +78,20 @@ class EventBus:
         self.config = config
         self.listeners: list[Callable[[], None]] = []
 
+    def spelled(self, event_type: str) -> str:
+        """``event_type`` as the configured dialect writes it (``events_upper``: SUBSCRIPTION_
+        RENEWAL; ``events_past``: subscription.renewed; ``events_prefixed``: billing.<type>)."""
+        if self.config.speaks("events_upper"):
+            return event_type.replace(".", "_").upper()
+        if self.config.speaks("events_past"):
+            group, action = event_type.split(".", 1)
+            return f"{group}.{PAST.get(action, action)}"
+        if self.config.speaks("events_prefixed"):
+            return f"billing.{event_type}"
+        return event_type
+
     def emit(self, event_type: str, data: dict[str, Any]) -> dict[str, Any]:
+        event_type = self.spelled(event_type)
         envelope = {
             "id": str(uuid.uuid4()),
             "type": event_type,

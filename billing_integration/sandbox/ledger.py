@@ -432,20 +432,21 @@ class Ledger:
                 if product_id and product is None:
                     raise NotFound(f"Product {product_id} not found.")
                 if product is None:
+                    first = next(iter(self.config.currencies))  # 1 (XOF) unless a dialect
                     _, body = self.api.create_product(
                         account,
                         {
                             "name": "Seeded plan",
                             "description": "Created by /_sandbox/seed",
                             "status": "published",
-                            "selected_currencies": ["1"],
+                            "selected_currencies": [str(first)],
                             "subscription_blueprint": {
                                 "billing_type": "flat-rate",
                                 "billing_cycles": [
                                     {
                                         "cycle": "months",
                                         "frequency": 1,
-                                        "prices": [{"currency": 1, "amount": 5000}],
+                                        "prices": [{"currency": first, "amount": 5000}],
                                     }
                                 ],
                             },

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
 import requests
@@ -30,6 +31,43 @@ def sign_webhook(
 ) -> dict[str, str]:
     """Standard Webhooks headers for ``body`` signed with ``secret`` as the sandbox does."""
     return sign_headers(body, secret, msg_id=msg_id or str(uuid.uuid4()), timestamp=timestamp)
+
+
+def deliver_event(
+    client: Any,
+    event_type: str,
+    data: dict[str, Any],
+    *,
+    secret: str | None = None,
+    event_id: str | None = None,
+    created_at: str | None = None,
+    path: str | None = None,
+) -> Any:
+    """Sign a sample event as the sandbox does (Standard Webhooks, with ``secret``, default the
+    first of ``BILLING['WEBHOOK_SECRET']``) and POST it to the app's callback through a Django
+    test ``client``; returns the response. What a test of a handler of one's own sends."""
+    from django.urls import reverse
+
+    from billing_integration.conf import billing_settings
+    from billing_integration.timestamps import format_timestamp
+
+    if secret is None:
+        configured = billing_settings.WEBHOOK_SECRET
+        secret = configured[0] if isinstance(configured, list | tuple) else configured
+    if not secret:
+        raise ValueError("No secret: pass secret= or set BILLING['WEBHOOK_SECRET'].")
+    msg_id = event_id or str(uuid.uuid4())
+    envelope = {
+        "id": msg_id,
+        "type": event_type,
+        "created_at": created_at or format_timestamp(datetime.now(UTC)),
+        "data": data,
+    }
+    body = encode(envelope)
+    headers = sign_webhook(body, secret, msg_id=msg_id)
+    headers.pop("content-type", None)
+    url = path or reverse("billing_integration:webhook")
+    return client.post(url, data=body, content_type="application/json", headers=headers)
 
 
 def start_sandbox(**settings: Any) -> SandboxServer:
@@ -121,6 +159,11 @@ class SandboxHandle:
         self._config = None
         if self.defaults:
             self.config(**self.defaults)
+
+    def dialects(self, *names: str) -> dict[str, Any]:
+        """Switch on these dialects (``DIALECTS`` in ``sandbox/config.py``), and off the others;
+        none: the interface's guesses again."""
+        return self.config(dialects=list(names))
 
     def token(self) -> str:
         """A fresh access token for the configured client."""

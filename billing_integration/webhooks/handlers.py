@@ -30,6 +30,11 @@ class EventDataError(WebhookError):
     """The event's data cannot be applied (e.g. no usable id): the event fails."""
 
 
+class MissingEventData(EventDataError):
+    """The data lacks what the handler needs (e.g. ``data.id``): the event is kept
+    ``unrecognised``, not failed, until a replay after a fix."""
+
+
 class PullRequired(Exception):
     """Roll back, pull this object, run the handler again (with it in ``ctx.pulled``)."""
 
@@ -235,6 +240,8 @@ class EventHandler:
         """Further changes in the same transaction (override)."""
 
     def handle(self, ctx: EventContext) -> HandlerResult:
+        if ctx.data.get("id") in (None, ""):
+            raise MissingEventData(f"{self.event_type}: the data has no id (data.id)")
         remote_id = as_uuid(ctx.data.get("id"))
         if remote_id is None:
             raise EventDataError(f"data.id is not a UUID: {str(ctx.data.get('id'))[:80]!r}")

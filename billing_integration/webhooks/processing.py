@@ -28,7 +28,14 @@ from ..models import Customer, EventState, Subscription, WebhookEvent
 from ..service import ensure_service
 from ..strictjson import parse_body
 from . import tasks
-from .handlers import EventContext, EventDataError, HandlerResult, PullRequired, get_handler
+from .handlers import (
+    EventContext,
+    EventDataError,
+    HandlerResult,
+    MissingEventData,
+    PullRequired,
+    get_handler,
+)
 from .ingest import parse_time, read_envelope
 from .signals import SIGNALS, billing_event_received
 from .types import normalize_type
@@ -125,7 +132,7 @@ def _apply(
         event.processed_at = timezone.now()
         event.error = event.traceback = event.outcome = ""
         if handler is None:
-            event.state = EventState.IGNORED
+            event.state = EventState.UNRECOGNISED
             event.error = f"No handler for event type {event.raw_type[:100]!r}."
         else:
             ctx = _load_context(event, event.type, pulled)
@@ -155,6 +162,21 @@ def _record_failure(pk: int, exc: BaseException, *, final: bool) -> ProcessResul
     return ProcessResult(pk, EventState.FAILED, retryable=retryable, error=message)
 
 
+def _record_unrecognised(pk: int, exc: MissingEventData) -> ProcessResult:
+    """The data lacks what the handler needs: kept ``unrecognised`` (what it did rolled back),
+    not retried, until a replay after a fix (an alias, a handler of one's own)."""
+    message = str(exc)[:2000]
+    WebhookEvent.objects.filter(pk=pk).exclude(state=EventState.PROCESSED).update(
+        state=EventState.UNRECOGNISED,
+        attempts=F("attempts") + 1,
+        error=message,
+        traceback="",
+        processed_at=timezone.now(),
+    )
+    logger.warning("Event %s unrecognised: %s", pk, message)
+    return ProcessResult(pk, EventState.UNRECOGNISED, error=message)
+
+
 def process_event(
     pk: int, *, force: bool = False, final: bool = True, in_order: bool = False
 ) -> ProcessResult:
@@ -176,6 +198,8 @@ def process_event(
             except Exception as exc:
                 # The event is still applied without the object (the raw ids are kept).
                 logger.warning("Pulling %s %s failed: %s", need.kind, need.remote_id, exc)
+        except MissingEventData as exc:
+            return _record_unrecognised(pk, exc)
         except IntegrityError as exc:
             # Two events inserted the same new record concurrently; the retry finds the row.
             last_exc = exc

@@ -58,6 +58,7 @@ def test_the_page_shows_each_fact_and_names_the_fault(healthy, issued_tokens):
         "outbox_failed",
         "events",
         "events_failed",
+        "events_unrecognised",
         "refused",
         "pull",
     ):

@@ -296,6 +296,7 @@ def test_json_output(healthy, issued_tokens):
         "outbox_failed",
         "events",
         "events_failed",
+        "events_unrecognised",
         "refused",
         "pull",
     ]

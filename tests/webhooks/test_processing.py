@@ -213,14 +213,14 @@ def test_spellings_are_normalised(mirror, spelling):
     assert Invoice.objects.get(remote_id=inv).status == "uncollectable"
 
 
-def test_unknown_type_ignored_then_replayed_with_an_alias(mirror, settings):
+def test_unknown_type_unrecognised_then_replayed_with_an_alias(mirror, settings):
     inv = uuid.uuid4()
     event = run(envelope("bill.settled", invoice_data(inv, status="paid", **refs(mirror))))
-    assert event.state == EventState.IGNORED and "bill.settled" in event.error
+    assert event.state == EventState.UNRECOGNISED and "bill.settled" in event.error
     assert not Invoice.objects.exists()
     settings.BILLING = {**settings.BILLING, "EVENT_TYPE_ALIASES": {"Bill Settled": "invoice.paid"}}
     out = StringIO()
-    call_command("billing_replay_events", "--ignored", stdout=out)
+    call_command("billing_replay_events", "--unrecognised", stdout=out)
     assert "Replayed 1 event(s) (processed: 1)" in out.getvalue()
     event.refresh_from_db()
     assert event.state == EventState.PROCESSED and event.type == "invoice.paid"
@@ -346,8 +346,9 @@ def test_signal_payload_and_failing_receiver(mirror, django_capture_on_commit_ca
 def test_bad_data_fails_cleanly(mirror):
     event = run(envelope("invoice.paid", {"id": "not-a-uuid"}))
     assert event.state == EventState.FAILED and "not a UUID" in event.error
+    # Data without the id the handler needs: kept unrecognised (not failed, not retried).
     event = run(envelope("subscription.renewal", {"status": "x"}))
-    assert event.state == EventState.FAILED
+    assert event.state == EventState.UNRECOGNISED and "data.id" in event.error
 
 
 def test_unknown_subscription_on_payment_pulls_once(mirror):

@@ -182,7 +182,7 @@ def test_bad_durations_are_refused(value):
 def test_the_command_prunes_and_its_dry_run_only_counts():
     for _ in range(3):
         make_event(EventState.FAILED, timedelta(days=10))
-    make_event(EventState.IGNORED, timedelta(hours=1))
+    make_event(EventState.UNRECOGNISED, timedelta(hours=1))
     out = StringIO()
     call_command("billing_prune_events", "--older-than", "7d", "--dry-run", stdout=out)
     assert "3 event" in out.getvalue()

@@ -11,7 +11,10 @@ from billing_integration.webhooks import prune
 
 
 class Command(BaseCommand):
-    help = "Delete processed, ignored, failed and rejected event deliveries older than a duration."
+    help = (
+        "Delete processed, unrecognised, failed and rejected event deliveries older than a "
+        "duration."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--older-than", help="90d, 12h, 30m, seconds; default EVENT_RETENTION")

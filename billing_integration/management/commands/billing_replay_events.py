@@ -1,5 +1,5 @@
 """``python manage.py billing_replay_events``: process stored events again (``--failed``,
-``--ignored``, ``--type``, ``--since``; ``--force`` re-applies processed ones; ``--async``)."""
+``--unrecognised``, ``--type``, ``--since``; ``--force`` re-applies processed ones; ``--async``)."""
 
 from __future__ import annotations
 
@@ -17,11 +17,17 @@ from billing_integration.webhooks.types import normalize_type
 
 
 class Command(BaseCommand):
-    help = "Process stored billing events again (failed, ignored or all not yet processed)."
+    help = "Process stored billing events again (failed, unrecognised or all not yet processed)."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--failed", action="store_true", help="Only failed events.")
-        parser.add_argument("--ignored", action="store_true", help="Only ignored events.")
+        parser.add_argument(
+            "--unrecognised",
+            "--ignored",  # its name before 'unrecognised'
+            dest="unrecognised",
+            action="store_true",
+            help="Only unrecognised events (no handler, or data a handler cannot use).",
+        )
         parser.add_argument("--type", dest="event_type", help="Only events of this type.")
         parser.add_argument("--since", help="Only events received at or after this date/time.")
         parser.add_argument("--force", action="store_true", help="Also re-apply processed events.")
@@ -29,7 +35,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         events = WebhookEvent.objects.exclude(state=EventState.REJECTED)
-        states = [s for s in (EventState.FAILED, EventState.IGNORED) if options[s.value]]
+        states = [s for s in (EventState.FAILED, EventState.UNRECOGNISED) if options[s.value]]
         if states:
             events = events.filter(state__in=states)
         if options["event_type"]:

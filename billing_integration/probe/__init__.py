@@ -1,0 +1,206 @@
+"""``billing_probe``: checks each guess the app makes where the interface says "not shown"
+against the configured service (docs/guesses.md). A guess is one small check function
+registered with ``@check(name)`` (``write=True``: it creates objects, only with ``--write``);
+it returns ``Finding``s, each ``confirmed``, ``contradicted`` (with what was seen) or
+``unknown``. ``run_probe()`` runs them in order and keeps every raw answer, saved with the
+secrets and tokens removed (``save_answers``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from django.db import DatabaseError
+
+from ..client import BillingClient, RawAnswer, RetryPolicy
+from ..exceptions import BillingError, redact
+
+CONFIRMED, CONTRADICTED, UNKNOWN = "confirmed", "contradicted", "unknown"
+#: A finding's ``setting`` when no setting changes the guess.
+NO_SETTING = "no setting"
+#: Answer headers kept in the saved file (any other is left out).
+KEPT_HEADERS = frozenset(
+    {"content-type", "retry-after", "x-request-id", "x-idempotent-replay"}
+    | {"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"}
+)
+REDACTED = "[redacted]"
+
+
+@dataclass
+class Finding:
+    """What the probe learned about one guess."""
+
+    guess: str
+    verdict: str  # CONFIRMED, CONTRADICTED or UNKNOWN
+    assumed: str  # what the app assumes
+    seen: str  # what the service answered
+    setting: str = NO_SETTING  # the BILLING key that changes the guess, if one does
+    #: The app depends on the guess: contradicted, the probe exits 1.
+    relied_on: bool = True
+
+    @property
+    def breaks_the_app(self) -> bool:
+        return self.verdict == CONTRADICTED and self.relied_on
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    run: Callable[[Probe], Iterable[Finding]]
+    write: bool = False
+
+
+#: Every check, in the order they run (registration order).
+CHECKS: list[Check] = []
+
+
+def check(name: str, *, write: bool = False) -> Callable[[Any], Any]:
+    """Register a check function ``fn(probe) -> iterable of Finding`` under ``name``."""
+
+    def register(fn: Callable[[Probe], Iterable[Finding]]) -> Callable[[Probe], Iterable[Finding]]:
+        CHECKS[:] = [c for c in CHECKS if c.name != name]
+        CHECKS.append(Check(name, fn, write))
+        return fn
+
+    return register
+
+
+class Probe:
+    """The state of one run: the client, the token, the raw answers, notes the checks share."""
+
+    def __init__(self, client: BillingClient, *, write: bool = False) -> None:
+        self.client = client
+        self.write = write
+        self.token: str | None = None
+        self.answers: list[dict[str, Any]] = []
+        self.findings: list[Finding] = []
+        #: What one check leaves for a later one (the lists read, the objects created...).
+        self.notes: dict[str, Any] = {}
+        self._secrets: set[str] = set()
+
+    def call(
+        self,
+        label: str,
+        method: str,
+        path: str,
+        *,
+        payload: dict[str, Any] | None = None,
+        params: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        token: str | bool | None = True,
+    ) -> RawAnswer:
+        """One billing call (with the probe's token unless ``token`` is given), recorded."""
+        sent = self.token if token is True else (token or None)
+        answer = self.client.raw(
+            method,
+            path,
+            token=sent if isinstance(sent, str) else None,
+            payload=payload,
+            params=params,
+            idempotency_key=idempotency_key,
+        )
+        self._record(label, method, path, params, payload, answer)
+        return answer
+
+    def token_call(self) -> RawAnswer:
+        """The token call, recorded; its tokens are kept out of the saved file."""
+        answer = self.client.raw_token()
+        if isinstance(answer.body, dict):
+            for key in ("access_token", "refresh_token", "id_token"):
+                if isinstance(answer.body.get(key), str):
+                    self._secrets.add(answer.body[key])
+        form = {"grant_type": "client_credentials", "client_id": self.client.client_id}
+        self._record("token", "POST", self.client.token_url, None, form, answer)
+        return answer
+
+    def _record(
+        self,
+        label: str,
+        method: str,
+        path: str,
+        params: dict[str, Any] | None,
+        payload: Any,
+        answer: RawAnswer,
+    ) -> None:
+        headers = {k: v for k, v in answer.headers.items() if k in KEPT_HEADERS}
+        entry: dict[str, Any] = {"label": label, "method": method, "path": path}
+        entry.update(params=params, request=payload, status=answer.status)
+        entry.update(headers=headers, body=answer.body)
+        self.answers.append(entry)
+
+    def rate_limited(self) -> list[dict[str, Any]]:
+        """The answers that were 429s."""
+        return [a for a in self.answers if a["status"] == 429]
+
+    def scrubbed(self, value: Any) -> Any:
+        """``value`` with secret-looking fields redacted and every secret string replaced."""
+        text = json.dumps(redact(value), default=str)
+        for secret in sorted(self._secrets, key=len, reverse=True):
+            text = text.replace(json.dumps(secret)[1:-1], REDACTED)
+        return json.loads(self.client.scrub(text, REDACTED))
+
+
+@dataclass
+class ProbeReport:
+    findings: list[Finding]
+    write: bool
+    base_url: str
+    answers: list[dict[str, Any]] = field(default_factory=list)
+    checked_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    @property
+    def contradicted(self) -> list[Finding]:
+        return [f for f in self.findings if f.verdict == CONTRADICTED]
+
+    @property
+    def exit_code(self) -> int:
+        """1 when a guess the app relies on is contradicted, else 0."""
+        return 1 if any(f.breaks_the_app for f in self.findings) else 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "checked_at": self.checked_at.isoformat(),
+            "base_url": self.base_url,
+            "write": self.write,
+            "exit_code": self.exit_code,
+            "findings": [asdict(f) for f in self.findings],
+        }
+
+
+def run_probe(
+    client: BillingClient | None = None, *, write: bool = False, probe: Probe | None = None
+) -> ProbeReport:
+    """Run every check (the ``write`` ones only with ``write``) against ``client`` (default:
+    one for ``settings.BILLING``, no retries). A check that raises a ``BillingError`` (or a
+    ``DatabaseError``) gives an ``unknown``."""
+    from . import checks  # noqa: F401  (registers the built-in checks)
+
+    client = client or BillingClient(retry=RetryPolicy(max_retries=0))
+    probe = probe or Probe(client, write=write)
+    for entry in list(CHECKS):
+        if entry.write and not write:
+            continue
+        try:
+            probe.findings.extend(entry.run(probe))
+        except (BillingError, DatabaseError) as exc:  # the service, or this project's tables
+            problem = f"could not be checked: {exc}"
+            probe.findings.append(Finding(entry.name, UNKNOWN, "-", problem, relied_on=False))
+    answers = probe.scrubbed(probe.answers)
+    return ProbeReport(probe.findings, write, client.base_url, answers)
+
+
+def save_answers(report: ProbeReport, path: Path) -> Path:
+    """Write the report and its raw answers (secrets and tokens removed) to ``path``."""
+    document = {**report.as_dict(), "answers": report.answers}
+    path.write_text(json.dumps(document, indent=2, default=str) + "\n", encoding="utf-8")
+    return path
+
+
+def default_output(now: datetime | None = None) -> Path:
+    """``billing-probe-<UTC time>.json`` in the current directory."""
+    moment = now or datetime.now(UTC)
+    return Path.cwd() / f"billing-probe-{moment.strftime('%Y%m%dT%H%M%SZ')}.json"

@@ -1,0 +1,600 @@
+"""The built-in checks of ``billing_probe``, in the order they run: read-only ones first, then
+the ``--write`` ones. Each is a function ``(probe) -> findings`` registered with ``@check``;
+adding a guess is one more such function (docs/guesses.md, "Adding a check")."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from ..client.client import PAGE_SIZE
+from ..conf import billing_settings
+from ..timestamps import format_timestamp, parse_timestamp
+from . import CONFIRMED, CONTRADICTED, UNKNOWN, Finding, Probe, check
+
+RESOURCES = ("products", "customers", "subscriptions")
+#: ``expires_in`` values read as seconds that are plausible for an access token.
+PLAUSIBLE_SECONDS = (10, 86400)
+#: The interface's timestamp form: ISO 8601 UTC with milliseconds.
+STRICT_TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
+PROBE_NAME = "billing-probe"
+
+# The interface's tables (section 2): field -> type. "ts": a timestamp; "?": may be null.
+TOKEN_FIELDS = {
+    "access_token": "str",
+    "expires_in": "int",
+    "refresh_expires_in": "int",
+    "refresh_token": "str",
+    "token_type": "str",
+    "not-before-policy": "int",
+    "session_state": "str",
+    "scope": "str",
+}
+_META = {
+    "id": "uuid",
+    "date_created": "ts",
+    "date_updated": "ts?",
+    "user_created": "uuid",
+    "user_updated": "uuid?",
+}
+FIELDS: dict[str, dict[str, str]] = {
+    "products": {
+        **_META,
+        "name": "str",
+        "description": "str",
+        "status": "str",
+        "selected_currencies": "list",
+        "subscription_blueprint": "uuid?",
+        "prices": "list?",
+        "image": "any",
+        "features": "list",
+    },
+    "customers": {
+        **_META,
+        "status": "str",
+        "identifier": "str",
+        "first_name": "str",
+        "last_name": "str",
+        "email": "str",
+        "address_line_1": "str?",
+        "address_line_2": "str?",
+        "phone": "str?",
+    },
+    "subscriptions": {
+        **_META,
+        "status": "str",
+        "product": "uuid",
+        "customer": "uuid",
+        "cycle_start_date": "ts?",
+        "cycle_end_date": "ts?",
+        "next_billing_date": "ts?",
+        "auto_renew": "bool",
+        "discount_coupon": "any",
+        "trial_end_date": "ts?",
+        "selected_billing_cycle": "str",
+        "selected_currency": "str",
+    },
+    "checkout_sessions": {
+        **_META,
+        "status": "str",
+        "customer": "uuid",
+        "product": "uuid",
+        "expires_at": "ts",
+        "action": "str",
+        "completed_at": "ts?",
+        "selected_billing_cycle": "str",
+        "selected_currency": "int",
+    },
+}
+
+
+def _is(value: Any, kind: str) -> bool:
+    if kind.endswith("?"):
+        return value is None or _is(value, kind[:-1])
+    if kind == "any":
+        return True
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "list":
+        return isinstance(value, list)
+    if kind == "uuid":
+        try:
+            return isinstance(value, str) and bool(uuid.UUID(value))
+        except ValueError:
+            return False
+    return isinstance(value, str)  # str, ts
+
+
+def shape_problems(item: Any, table: dict[str, str]) -> list[str]:
+    """How ``item`` differs from an interface table (missing fields, other types)."""
+    if not isinstance(item, dict):
+        return [f"an item is a {type(item).__name__}, not an object"]
+    problems = [f"{name} missing" for name in table if name not in item]
+    problems += [
+        f"{name} is {type(item[name]).__name__} ({_excerpt(item[name])}), not {kind}"
+        for name, kind in table.items()
+        if name in item and not _is(item[name], kind)
+    ]
+    return problems
+
+
+def _excerpt(value: Any, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _join(parts: list[str], limit: int = 6) -> str:
+    more = f" (+{len(parts) - limit} more)" if len(parts) > limit else ""
+    return "; ".join(parts[:limit]) + more
+
+
+def _code(body: Any) -> str:
+    """The error code of an error body in the interface's guessed shape, else an excerpt."""
+    try:
+        return str(body["errors"][0]["code"])
+    except (KeyError, IndexError, TypeError):
+        return _excerpt(body, 120)
+
+
+# --- the token ------------------------------------------------------------------------------
+@check("token")
+def token(probe: Probe) -> Iterator[Finding]:
+    answer = probe.token_call()
+    body = answer.body if isinstance(answer.body, dict) else {}
+    if answer.status != 200 or not isinstance(body.get("access_token"), str):
+        seen = f"HTTP {answer.status}, {_excerpt(probe.scrubbed(answer.body), 120)}"
+        yield Finding(
+            "token_fields",
+            CONTRADICTED,
+            "the token call answers the fields of section 2.5",
+            seen + " (check CLIENT_ID, CLIENT_SECRET, AUTH_URL and REALM)",
+            "CLIENT_SECRET",
+        )
+        return
+    probe.token = body["access_token"]
+    problems = shape_problems(body, TOKEN_FIELDS)
+    yield Finding(
+        "token_fields",
+        CONTRADICTED if problems else CONFIRMED,
+        "the token answer has the 8 fields of section 2.5 (the app reads access_token and "
+        "expires_in)",
+        _join(problems) if problems else "all 8 fields, of the documented types",
+        relied_on=any(p.startswith(("access_token", "expires_in")) for p in problems),
+    )
+    lifetime = body.get("expires_in")
+    low, high = PLAUSIBLE_SECONDS
+    plausible = isinstance(lifetime, int | float) and low <= lifetime <= high
+    seen = f"expires_in = {lifetime!r}"
+    if isinstance(lifetime, int | float) and lifetime > high:
+        seen += f": {lifetime / 1000:g} s if milliseconds; the app would keep the token that long"
+    yield Finding(
+        "expires_in_unit",
+        CONFIRMED if plausible else CONTRADICTED,
+        f"expires_in is in seconds ({low} s to {high} s is plausible)",
+        seen,
+    )
+    answer = probe.call("token accepted", "GET", "/products", params={"limit": 1, "offset": 0})
+    accepted = answer.status < 400
+    yield Finding(
+        "token_header",
+        CONFIRMED if accepted else CONTRADICTED,
+        "the token is sent as the x-kc-token header (not Authorization)",
+        f"GET /products with x-kc-token: HTTP {answer.status}",
+    )
+
+
+# --- the lists ------------------------------------------------------------------------------
+@check("lists")
+def lists(probe: Probe) -> Iterator[Finding]:
+    if probe.token is None:
+        return
+    found: dict[str, list[Any]] = {}
+    wrapping: list[str] = []
+    for resource in RESOURCES:
+        params = {"limit": PAGE_SIZE, "offset": 0}
+        answer = probe.call(f"list {resource}", "GET", f"/{resource}", params=params)
+        body = answer.body
+        if answer.status >= 400 or not isinstance(body, dict) or "data" not in body:
+            wrapping.append(f"GET /{resource}: HTTP {answer.status}, {_excerpt(body, 80)}")
+        elif not isinstance(body["data"], list):
+            wrapping.append(f"GET /{resource}: data is a {type(body['data']).__name__}")
+        else:
+            found[resource] = body["data"]
+    probe.notes["lists"] = found
+    yield Finding(
+        "data_wrapping",
+        CONTRADICTED if wrapping else CONFIRMED,
+        'every list answer is {"data": [...]}',
+        _join(wrapping) if wrapping else "all three lists are wrapped in data",
+    )
+    problems, counts = [], []
+    for resource, items in found.items():
+        counts.append(f"{len(items)} {resource}")
+        for item in items:
+            problems += [f"{resource}: {p}" for p in shape_problems(item, FIELDS[resource])]
+    problems = list(dict.fromkeys(problems))
+    seen_any = any(found.values())
+    yield Finding(
+        "field_names",
+        CONTRADICTED if problems else CONFIRMED if seen_any else UNKNOWN,
+        "field names and types are those of the interface's tables (section 2)",
+        _join(problems) if problems else f"read {', '.join(counts)}" if seen_any else "no items",
+    )
+    yield _timestamps([(r, i) for r, items in found.items() for i in items])
+
+
+def _timestamps(items: list[tuple[str, Any]]) -> Finding:
+    """Every timestamp field: the interface's form, and one the app reads."""
+    unreadable, other_form, total = [], [], 0
+    for resource, item in items:
+        if not isinstance(item, dict):
+            continue
+        for name, kind in FIELDS[resource].items():
+            value = item.get(name)
+            if not kind.startswith("ts") or value is None:
+                continue
+            total += 1
+            try:
+                ok = isinstance(value, str) and parse_timestamp(value) is not None
+            except ValueError:
+                ok = False
+            if not ok:
+                unreadable.append(f"{resource}.{name} = {_excerpt(value)}")
+            elif not STRICT_TIMESTAMP.match(value):
+                other_form.append(f"{resource}.{name} = {value}")
+    assumed = "timestamps are ISO 8601 UTC with milliseconds (2026-01-31T12:00:00.000Z)"
+    if unreadable:
+        return Finding("timestamps", CONTRADICTED, assumed, "unreadable: " + _join(unreadable))
+    if not total:
+        return Finding("timestamps", UNKNOWN, assumed, "no timestamp read (no items)")
+    seen = f"{total} read"
+    if other_form:
+        seen += "; another form the app reads too: " + _join(other_form, 3)
+    return Finding("timestamps", CONFIRMED, assumed, seen)
+
+
+# --- currencies -----------------------------------------------------------------------------
+@check("currencies")
+def currency_checks(probe: Probe) -> Iterator[Finding]:
+    found = probe.notes.get("lists", {})
+    table = dict(billing_settings.CURRENCIES)
+    ids: set[Any] = set()
+    forms: set[str] = set()
+    for product in found.get("products", []):
+        if not isinstance(product, dict):
+            continue
+        for value in product.get("selected_currencies") or []:
+            forms.add(type(value).__name__)
+            ids.add(int(str(value)) if str(value).isdigit() else value)
+        for price in product.get("prices") or []:
+            if isinstance(price, dict):
+                ids.add(price.get("currency"))
+    assumed = f"currency ids are those of BILLING['CURRENCIES'] ({_ids(table)})"
+    unknown_ids = sorted((i for i in ids if i not in table), key=str)
+    if unknown_ids:
+        seen = f"ids not in the setting: {', '.join(map(str, unknown_ids))}"
+        yield Finding("currency_ids", CONTRADICTED, assumed, seen, "CURRENCIES")
+    elif ids:
+        seen = f"ids {', '.join(map(str, sorted(ids, key=str)))} (written as {', '.join(forms)})"
+        yield Finding("currency_ids", CONFIRMED, assumed, seen, "CURRENCIES")
+    else:
+        seen = "no product with a currency to read" + ("" if probe.write else " (try --write)")
+        yield Finding("currency_ids", UNKNOWN, assumed, seen, "CURRENCIES")
+    form = billing_settings.SUBSCRIPTION_CURRENCY_FORM
+    values = {
+        s.get("selected_currency")
+        for s in found.get("subscriptions", [])
+        if isinstance(s, dict) and s.get("selected_currency") is not None
+    }
+    assumed = f'a subscription\'s selected_currency is a currency {form} ("{form}")'
+    if not values:
+        seen = "no subscription to read"
+        yield Finding("subscription_currency_form", UNKNOWN, assumed, seen, _FORM)
+        return
+    as_ids = {v for v in values if str(v).isdigit()}
+    codes = values - as_ids
+    wrong = codes if form == "id" else as_ids
+    unknown_codes = {c for c in codes if str(c).upper() not in {v.upper() for v in table.values()}}
+    seen = f"selected_currency values: {', '.join(sorted(map(str, values))[:6])}"
+    if wrong:
+        yield Finding("subscription_currency_form", CONTRADICTED, assumed, seen, _FORM)
+    elif unknown_codes or {v for v in as_ids if int(str(v)) not in table}:
+        yield Finding("subscription_currency_form", CONTRADICTED, assumed, seen, "CURRENCIES")
+    else:
+        yield Finding("subscription_currency_form", CONFIRMED, assumed, seen, _FORM)
+
+
+_FORM = "SUBSCRIPTION_CURRENCY_FORM"
+
+
+def _ids(table: dict[int, str]) -> str:
+    return ", ".join(f"{k} = {v}" for k, v in list(table.items())[:4]) + (
+        ", ..." if len(table) > 4 else ""
+    )
+
+
+# --- pagination -----------------------------------------------------------------------------
+@check("pagination")
+def pagination(probe: Probe) -> Iterator[Finding]:
+    if probe.token is None:
+        return
+    found = probe.notes.get("lists", {})
+    assumed = "lists page with limit and offset (a page of 1 holds 1; offset moves on)"
+    setting = "no setting (PAGE_SIZE and MAX_PAGES are constants of billing_integration.client)"
+    resource = next((r for r in RESOURCES if len(found.get(r, [])) >= 2), None)
+    if resource is None:
+        seen = "no list with 2 items to page through" + ("" if probe.write else " (try --write)")
+        yield Finding("pagination", UNKNOWN, assumed, seen, setting, relied_on=False)
+        return
+    pages = []
+    for offset in (0, 1):
+        params = {"limit": 1, "offset": offset}
+        answer = probe.call(f"page {resource}", "GET", f"/{resource}", params=params)
+        data = answer.body.get("data") if isinstance(answer.body, dict) else None
+        pages.append(data if isinstance(data, list) else [])
+    first, second = pages
+    ids = [[i.get("id") for i in page if isinstance(i, dict)] for page in pages]
+    copes = "; the app copes: it stops at a page with nothing new, so it reads one big answer"
+    if len(first) != 1:
+        seen = f"GET /{resource}?limit=1 answered {len(first)} items: limit is ignored" + copes
+        yield Finding("pagination", CONTRADICTED, assumed, seen, setting, relied_on=False)
+    elif len(second) != 1 or ids[0] == ids[1]:
+        seen = f"offset=1 answered {len(second)} item(s), the same as offset=0: offset is ignored"
+        yield Finding("pagination", CONTRADICTED, assumed, seen + copes, setting, relied_on=False)
+    else:
+        seen = f"GET /{resource}?limit=1 answered 1 item; offset=1 the next one"
+        yield Finding("pagination", CONFIRMED, assumed, seen, setting, relied_on=False)
+
+
+# --- errors ---------------------------------------------------------------------------------
+@check("errors")
+def errors(probe: Probe) -> Iterator[Finding]:
+    if probe.token is None:
+        return
+    missing = str(uuid.uuid4())
+    answer = probe.call("unknown product", "GET", f"/products/{missing}")
+    yield Finding(
+        "unknown_id_status",
+        CONFIRMED if answer.status == 404 else CONTRADICTED,
+        "an unknown id is answered 404",
+        f"GET /products/<a random uuid>: HTTP {answer.status}",
+    )
+    body = answer.body
+    entries = body.get("errors") if isinstance(body, dict) else None
+    shaped = isinstance(entries, list) and all(
+        isinstance(e, dict) and "code" in e and "message" in e for e in entries
+    )
+    yield Finding(
+        "error_shape",
+        CONFIRMED if shaped and entries else CONTRADICTED,
+        'an error body is {"errors": [{"message", "code", "field"}]} (codes such as '
+        "invalid_transition); the app only quotes its message",
+        f"HTTP {answer.status}: {_excerpt(body, 160)}",
+        relied_on=False,
+    )
+
+
+# --- the event callback (what this project received) ----------------------------------------
+@check("events")
+def events(probe: Probe) -> Iterator[Finding]:
+    from django.db.models import Count
+
+    from ..models import EventState, WebhookEvent
+
+    rows = WebhookEvent.objects.values("raw_type", "state").annotate(n=Count("pk"))
+    by_type: dict[str, int] = {}
+    unrecognised: dict[str, int] = {}
+    for row in rows:
+        if row["state"] == EventState.REJECTED:
+            continue
+        by_type[row["raw_type"]] = by_type.get(row["raw_type"], 0) + row["n"]
+        if row["state"] == EventState.UNRECOGNISED:
+            unrecognised[row["raw_type"]] = unrecognised.get(row["raw_type"], 0) + row["n"]
+    assumed = (
+        "event types are named like subscription.renewal, SubscriptionRenewal or "
+        "SUBSCRIPTION_RENEWAL, with the object in data"
+    )
+    if not by_type:
+        seen = "no delivery received yet (this reads the deliveries stored here)"
+        yield Finding("event_types", UNKNOWN, assumed, seen, "EVENT_TYPE_ALIASES")
+    elif unrecognised:
+        listed = ", ".join(f"{t or '(none)'} x{n}" for t, n in sorted(unrecognised.items()))
+        seen = f"unrecognised: {listed} (admin: Event deliveries, 'Unrecognised events')"
+        yield Finding("event_types", CONTRADICTED, assumed, seen, "EVENT_TYPE_ALIASES")
+    else:
+        listed = ", ".join(sorted(by_type)[:8])
+        yield Finding("event_types", CONFIRMED, assumed, f"all understood: {listed}")
+
+
+@check("signing")
+def signing(probe: Probe) -> Iterator[Finding]:
+    from django.db.models import Count
+
+    from ..health import refused_deliveries
+    from ..models import WebhookEvent
+
+    methods = dict(
+        WebhookEvent.objects.values_list("verified_by").annotate(n=Count("pk")).order_by()
+    )
+    refused = {r: v["count"] for r, v in refused_deliveries().items() if v["count"]}
+    assumed = "deliveries are signed as Standard Webhooks (webhook-id, -timestamp, -signature)"
+    signed = methods.get("signature", 0)
+    bad = {r: n for r, n in refused.items() if r in ("bad_signature", "missing_headers")}
+    seen = f"verified by: {methods or 'none yet'}; refused in the last hour: {refused or 'none'}"
+    if bad and not signed:
+        yield Finding("signing", CONTRADICTED, assumed, seen, "WEBHOOK_SECRET")
+    elif signed:
+        yield Finding("signing", CONFIRMED, assumed, seen, "WEBHOOK_SECRET")
+    else:
+        yield Finding("signing", UNKNOWN, assumed, seen, "WEBHOOK_SECRET")
+
+
+# --- write: idempotency, products, a checkout session ---------------------------------------
+@check("idempotency", write=True)
+def idempotency(probe: Probe) -> Iterator[Finding]:
+    if probe.token is None:
+        return
+    stamp = uuid.uuid4().hex[:12]
+    customer = {
+        "identifier": f"{PROBE_NAME}-{stamp}",
+        "first_name": "Billing",
+        "last_name": "Probe",
+        "email": f"{PROBE_NAME}-{stamp}@example.invalid",
+    }
+    key = str(uuid.uuid4())
+    answers = [
+        probe.call("probe customer", "POST", "/customers", payload=customer, idempotency_key=key)
+        for _ in range(2)
+    ]
+    ids = [_data(a).get("id") for a in answers]
+    probe.notes["customer"] = ids[0]
+    assumed = "a key sent again with the same body answers the first object (no second one)"
+    seen = f"HTTP {answers[0].status} then {answers[1].status}; ids {ids[0]} then {ids[1]}"
+    same = answers[1].status < 400 and ids[0] is not None and ids[0] == ids[1]
+    yield Finding("idempotency_replay", CONFIRMED if same else CONTRADICTED, assumed, seen)
+    other = {**customer, "first_name": "Other"}
+    answer = probe.call("key reused", "POST", "/customers", payload=other, idempotency_key=key)
+    text = str(answer.body).lower()
+    refused = answer.status == 422 and "idempotency" in text
+    yield Finding(
+        "idempotency_conflict",
+        CONFIRMED if refused else CONTRADICTED,
+        "a key sent again with another body is refused (422, naming idempotency)",
+        f"HTTP {answer.status}: {_excerpt(answer.body, 120)}",
+        relied_on=False,
+    )
+
+
+@check("products", write=True)
+def products(probe: Probe) -> Iterator[Finding]:
+    if probe.token is None:
+        return
+    currency = next(iter(billing_settings.CURRENCIES))
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+
+    def create(suffix: str) -> tuple[Any, str | None]:
+        payload = {
+            "name": f"{PROBE_NAME} {stamp} {suffix} (do not sell)",
+            "description": "Created by manage.py billing_probe --write; archived by it.",
+            "status": "draft",
+            "selected_currencies": [str(currency)],
+            "subscription_blueprint": {
+                "billing_type": "flat-rate",
+                "billing_cycles": [
+                    {
+                        "cycle": "months",
+                        "frequency": 1,
+                        "prices": [{"currency": currency, "amount": 1}],
+                    }
+                ],
+            },
+        }
+        answer = probe.call("probe product", "POST", "/products", payload=payload)
+        return answer, _data(answer).get("id")
+
+    first, first_id = create("A")
+    assumed = f"a draft product in currency {currency} is created as the app sends it"
+    if first_id is None:
+        seen = f"HTTP {first.status}: {_code(first.body)}"
+        setting = "CURRENCIES" if "currenc" in str(first.body).lower() else "no setting"
+        yield Finding("product_create", CONTRADICTED, assumed, seen, setting)
+        return
+    problems = shape_problems(_data(first), FIELDS["products"])
+    verdict = CONTRADICTED if problems else CONFIRMED
+    yield Finding("product_create", verdict, assumed, _join(problems) or f"created {first_id}")
+    moves = [("A", first_id, "draft", "archived")]
+    _, second_id = create("B")
+    if second_id is not None:
+        moves.append(("B", second_id, "draft", "published"))
+    refused, accepted = [], []
+    for name, remote_id, old, new in moves:
+        answer = probe.call(
+            f"{old} -> {new}", "PATCH", f"/products/{remote_id}", payload={"status": new}
+        )
+        if answer.status < 400 and _data(answer).get("status") == new:
+            accepted.append(f"{old} -> {new}")
+        else:
+            refused.append(f"{old} -> {new}: HTTP {answer.status} {_code(answer.body)}")
+            probe.notes.setdefault("left", []).append(f"product {name} {remote_id} left {old}")
+    if second_id is not None and "draft -> published" in accepted:
+        yield from _checkout(probe, second_id, currency)
+        answer = probe.call(
+            "published -> archived",
+            "PATCH",
+            f"/products/{second_id}",
+            payload={"status": "archived"},
+        )
+        if answer.status < 400 and _data(answer).get("status") == "archived":
+            accepted.append("published -> archived")
+        else:
+            refused.append(f"published -> archived: HTTP {answer.status} {_code(answer.body)}")
+    seen = "accepted: " + (", ".join(accepted) or "none")
+    if refused:
+        seen += "; refused: " + _join(refused)
+    if probe.notes.get("left"):
+        seen += "; " + ", ".join(probe.notes["left"])
+    yield Finding(
+        "status_moves",
+        CONTRADICTED if refused else CONFIRMED,
+        "a product moves draft -> published, draft -> archived and published -> archived "
+        "(the admin's Publish and Archive)",
+        seen,
+    )
+
+
+def _checkout(probe: Probe, product_id: str, currency: int) -> Iterator[Finding]:
+    customer = probe.notes.get("customer")
+    assumed = (
+        "a checkout session takes selected_currency as an integer id and action "
+        "new_subscription, and answers status open"
+    )
+    if not customer:
+        yield Finding("checkout_session", UNKNOWN, assumed, "no probe customer was created")
+        return
+    expires = datetime.now(UTC) + timedelta(minutes=5)
+    payload = {
+        "customer": customer,
+        "product": product_id,
+        "expires_at": format_timestamp(expires),
+        "action": "new_subscription",
+        "selected_currency": currency,
+        "selected_billing_cycle": "months-1",
+    }
+    answer = probe.call("probe checkout", "POST", "/checkout_sessions", payload=payload)
+    data = _data(answer)
+    problems = shape_problems(data, FIELDS["checkout_sessions"]) if data else []
+    if answer.status >= 400 or not data:
+        seen = f"HTTP {answer.status}: {_code(answer.body)}"
+    elif data.get("status") != "open":
+        problems.append(f"status {data.get('status')!r}, not 'open'")
+        seen = _join(problems)
+    else:
+        seen = _join(problems) or f"session {data.get('id')} open (not completed)"
+    ok = answer.status < 400 and bool(data) and not problems
+    yield Finding("checkout_session", CONFIRMED if ok else CONTRADICTED, assumed, seen)
+
+
+def _data(answer: Any) -> dict[str, Any]:
+    body = answer.body
+    data = body.get("data") if isinstance(body, dict) else None
+    return data if isinstance(data, dict) else {}
+
+
+# --- last: what the probe met on the way ----------------------------------------------------
+@check("rate_limits")
+def rate_limits(probe: Probe) -> Iterator[Finding]:
+    assumed = "a rate limit answers 429 with Retry-After (the app waits that long, every worker)"
+    limited = probe.rate_limited()
+    if not limited:
+        seen = f"no 429 in {len(probe.answers)} calls (the probe does not provoke one)"
+        yield Finding("rate_limits", UNKNOWN, assumed, seen, relied_on=False)
+        return
+    waits = [a["headers"].get("retry-after") for a in limited]
+    seen = f"{len(limited)} answer(s) 429, Retry-After: {', '.join(map(str, waits))}"
+    verdict = CONFIRMED if all(waits) else CONTRADICTED
+    yield Finding("rate_limits", verdict, assumed, seen, relied_on=False)

@@ -1,0 +1,169 @@
+"""``billing_probe`` against the sandbox: every guess confirmed (or unknown) in its default
+mode; in each dialect the guess it breaks is reported contradicted, with the exit status of a
+guess the app relies on (1) or copes without (0). The raw answers file holds no secret."""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from billing_integration.models import EventState, WebhookEvent
+from billing_integration.probe import CHECKS, CONFIRMED, Finding, check, run_probe
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+#: Confirmed against the sandbox's default mode with --write (the rest: unknown, no
+#: delivery or 429 seen here).
+CONFIRMED_BY_DEFAULT = {
+    "token_fields", "expires_in_unit", "token_header", "data_wrapping", "field_names",
+    "timestamps", "currency_ids", "subscription_currency_form", "pagination",
+    "unknown_id_status", "error_shape", "idempotency_replay", "idempotency_conflict",
+    "product_create", "status_moves", "checkout_session",
+}  # fmt: skip
+
+
+def probe(tmp_path, *args: str) -> tuple[int, dict, str]:
+    """Run the command with --json; (exit status, its JSON, the saved file's text)."""
+    out, path = StringIO(), tmp_path / "answers.json"
+    code = 0
+    try:
+        call_command("billing_probe", "--json", "--output", str(path), *args, stdout=out)
+    except CommandError as exc:
+        code = exc.returncode
+    return code, json.loads(out.getvalue()), path.read_text()
+
+
+def verdicts(report: dict) -> dict[str, str]:
+    return {f["guess"]: f["verdict"] for f in report["findings"]}
+
+
+@pytest.fixture
+def sandbox(billing_sandbox):
+    billing_sandbox.seed(customers=3, subscriptions=2)
+    return billing_sandbox
+
+
+def test_default_sandbox_every_guess_confirmed(sandbox, tmp_path):
+    code, report, saved = probe(tmp_path, "--write")
+    found = verdicts(report)
+    assert code == 0 and report["exit_code"] == 0
+    assert {g for g, v in found.items() if v == CONFIRMED} == CONFIRMED_BY_DEFAULT, found
+    assert {v for g, v in found.items() if g not in CONFIRMED_BY_DEFAULT} == {"unknown"}
+    # What it did on the sandbox: two probe products, both archived; one open session.
+    probes = [p for p in sandbox.objects("product") if p["name"].startswith("billing-probe")]
+    assert len(probes) == 2 and {p["status"] for p in probes} == {"archived"}
+    sessions = sandbox.objects("checkout_session")
+    assert [s["status"] for s in sessions] == ["open"]
+    assert len([c for c in sandbox.objects("customer") if "probe" in c["identifier"]]) == 1
+    # The raw answers are saved, without the client secret or the token.
+    tokens = {
+        r["headers"]["x-kc-token"] for r in sandbox.requests() if "x-kc-token" in r["headers"]
+    }
+    assert tokens and sandbox.client_secret not in saved
+    assert not [t for t in tokens if t in saved]
+    document = json.loads(saved)
+    assert [a["label"] for a in document["answers"]][:2] == ["token", "token accepted"]
+    assert document["answers"][0]["body"]["access_token"] == "[redacted]"
+
+
+def test_each_finding_names_a_setting_or_none(sandbox, tmp_path):
+    from billing_integration.conf import DEFAULTS
+
+    _, report, _ = probe(tmp_path, "--write")
+    settings = {f["setting"] for f in report["findings"]}
+    assert {s for s in settings if not s.startswith("no setting")} <= set(DEFAULTS)
+    assert "no setting" in settings
+
+
+def test_read_only_by_default(sandbox, tmp_path):
+    code, report, _ = probe(tmp_path)
+    assert code == 0 and report["write"] is False
+    methods = {r["method"] for r in sandbox.requests() if r["operation"] != "token"}
+    assert methods == {"GET"}
+    assert "status_moves" not in verdicts(report)
+
+
+def test_write_is_refused_outside_the_sandbox_realm(sandbox, settings, tmp_path):
+    settings.BILLING = {**settings.BILLING, "REALM": "production"}
+    with pytest.raises(CommandError, match="--i-know") as refused:
+        call_command("billing_probe", "--write", "--output", str(tmp_path / "x.json"))
+    assert refused.value.returncode == 2
+    assert sandbox.requests() == []  # nothing was sent
+
+
+@pytest.mark.parametrize(
+    ("dialect", "guesses", "exit_code"),
+    [
+        ("no_paging", {"pagination"}, 0),
+        ("error_shape", {"error_shape"}, 0),
+        ("currency_ids", {"currency_ids", "product_create"}, 1),
+        ("expires_in_ms", {"expires_in_unit"}, 1),
+        ("refuse_draft_archive", {"status_moves"}, 1),
+    ],
+)
+def test_each_dialect_is_reported(billing_sandbox, tmp_path, dialect, guesses, exit_code):
+    billing_sandbox.dialects(dialect)
+    billing_sandbox.seed(customers=3, subscriptions=2)
+    code, report, _ = probe(tmp_path, "--write")
+    found = verdicts(report)
+    assert {g for g, v in found.items() if v == "contradicted"} == guesses, report["findings"]
+    assert code == exit_code == report["exit_code"]
+
+
+@pytest.mark.parametrize(
+    ("dialect", "verdict", "exit_code"),
+    [
+        ("events_upper", "confirmed", 0),
+        ("events_past", "confirmed", 0),
+        ("events_prefixed", "contradicted", 1),
+    ],
+)
+def test_event_type_dialects(billing_sandbox, client, eager, tmp_path, dialect, verdict, exit_code):
+    billing_sandbox.dialects(dialect)
+    billing_sandbox.seed(customers=1, subscriptions=1)
+    subscription = billing_sandbox.objects("subscription")[0]["id"]
+    event = billing_sandbox.trigger("subscription.renewal", subscription)
+    assert billing_sandbox.deliver(client, event).status_code == 200
+    stored = WebhookEvent.objects.get()
+    assert stored.raw_type == event["type"] != "subscription.renewal"
+    code, report, _ = probe(tmp_path)
+    assert verdicts(report)["event_types"] == verdict and code == exit_code
+    expected = EventState.UNRECOGNISED if verdict == "contradicted" else EventState.PROCESSED
+    assert stored.state == expected
+
+
+def test_a_check_is_a_registered_function(sandbox):
+    """What issue-style extensions do: one function, registered, run in order."""
+
+    @check("extra_guess")
+    def extra(probe):
+        answer = probe.call("extra", "GET", "/customers", params={"limit": 1})
+        yield Finding("extra_guess", CONFIRMED, "customers list", f"HTTP {answer.status}")
+
+    try:
+        report = run_probe()
+    finally:
+        CHECKS[:] = [c for c in CHECKS if c.name != "extra_guess"]
+    assert [f.seen for f in report.findings if f.guess == "extra_guess"] == ["HTTP 200"]
+    assert any(a["label"] == "extra" for a in report.answers)
+
+
+def test_text_output_one_line_per_guess(billing_sandbox, tmp_path):
+    billing_sandbox.dialects("currency_ids")
+    billing_sandbox.seed(customers=3, subscriptions=2)
+    out = StringIO()
+    with pytest.raises(CommandError) as failed:
+        call_command("billing_probe", "--output", str(tmp_path / "a.json"), stdout=out)
+    assert failed.value.returncode == 1 and "currency_ids" in str(failed.value)
+    lines = out.getvalue().splitlines()
+    assert lines[-1].endswith(str(tmp_path / "a.json"))
+    guesses = [line.split()[1].rstrip(":") for line in lines[:-1]]
+    assert len(guesses) == len(set(guesses)) and "pagination" in guesses
+    wrong = next(line for line in lines if " currency_ids:" in line)
+    assert wrong.startswith("CONTRADICTED") and "952" in wrong
+    assert "setting: BILLING['CURRENCIES']" in wrong
+    signing = next(line for line in lines if " signing:" in line)
+    assert signing.startswith("unknown") and "BILLING['WEBHOOK_SECRET']" in signing
