@@ -14,6 +14,8 @@ from .store import Store
 DEFAULT_CLIENT_ID = "sandbox-client"
 DEFAULT_CLIENT_SECRET = "sandbox-secret"
 DEFAULT_CURRENCIES: dict[int, str] = {1: "XOF", 2: "USD", 3: "EUR", 4: "GHS", 5: "KES", 6: "NGN"}
+#: The values of ``trial_end``: what the sandbox does when a trial ends.
+TRIAL_END_BEHAVIOURS = ("renew", "lapse")
 #: Namespace for the fixed account UUID of each client id.
 ACCOUNT_NAMESPACE = uuid.UUID("5b0c3a52-6a55-4f43-9a43-2f6b8a1d7e01")
 
@@ -53,6 +55,10 @@ class SandboxConfig:
     return_url: str | None = None
     checkout_expiry: int = 300  # seconds; default expires_at of a checkout session
     currencies: dict[int, str] = field(default_factory=lambda: dict(DEFAULT_CURRENCIES))
+    #: What a trial's end does (a guess: the interface does not say): ``"renew"`` bills the
+    #: first period (``subscription.renewal``), or cancels when ``auto_renew`` is false
+    #: (``subscription.canceled``); ``"lapse"`` ends it quietly (status ``expired``, no event).
+    trial_end: str = "renew"
 
     @property
     def account(self) -> str:
@@ -95,6 +101,8 @@ class SandboxConfig:
                 continue
             if key == "currencies" and value is not None:
                 value = {int(k): str(v) for k, v in value.items()}
+            if key == "trial_end" and value not in TRIAL_END_BEHAVIOURS:
+                raise ValueError(f"trial_end must be one of {', '.join(TRIAL_END_BEHAVIOURS)}.")
             if key == "retry_schedule" and value is not None:
                 if isinstance(value, str):
                     value = [float(x) for x in value.split(",") if x.strip()]
