@@ -5,6 +5,9 @@ from .access import (
     SubscriptionRequiredMixin,
     active_subscriptions,
     get_subscriber,
+    in_grace_period,
+    on_grace_period,
+    on_trial,
     subscribed,
     subscription_required,
 )
@@ -31,6 +34,7 @@ from .checkout.services import (
     checkout_url,
     start_checkout,
 )
+from .checkout.trials import TrialAlreadyUsed, TrialNotOffered, start_trial
 from .client import get_client
 from .exceptions import (
     BillingAnswerLostError,
@@ -89,13 +93,15 @@ __all__ = [
     "FeatureRequiredMixin", "HandlerResult", "HasActiveSubscription", "HasFeature",
     "InvalidChoice", "InvoiceHandler", "NoSubscriber", "PaymentHandler", "PlanAlreadyHeld",
     "ProductUnavailable", "RefundHandler", "RemoteDataError", "SandboxHandle",
-    "ServiceUnavailable", "SubscriptionHandler", "SubscriptionRequiredMixin", "WebhookError",
-    "WebhookVerificationError", "active_subscriptions", "after_commit_inline",
-    "billing_event_received", "checkout_redirect", "checkout_url", "deliver_event", "feature_limit",
-    "feature_required", "features_for", "get_client", "get_subscriber", "handler", "has_feature",
-    "invoice_deleted", "invoice_marked_uncollectable", "invoice_paid", "invoice_voided",
-    "payment_canceled", "payment_completed", "payment_failed", "products_with_feature",
+    "ServiceUnavailable", "SubscriptionHandler", "SubscriptionRequiredMixin", "TrialAlreadyUsed",
+    "TrialNotOffered", "WebhookError", "WebhookVerificationError", "active_subscriptions",
+    "after_commit_inline", "billing_event_received", "checkout_redirect", "checkout_url",
+    "deliver_event",
+    "feature_limit", "feature_required", "features_for", "get_client", "get_subscriber",
+    "handler", "has_feature", "in_grace_period", "invoice_deleted",
+    "invoice_marked_uncollectable", "invoice_paid", "invoice_voided", "on_grace_period",
+    "on_trial", "payment_canceled", "payment_completed", "payment_failed", "products_with_feature",
     "refund_approved", "refund_initiated", "refund_rejected", "refused_feature", "sign_webhook",
-    "start_checkout", "start_sandbox", "subscribed", "subscription_canceled",
+    "start_checkout", "start_sandbox", "start_trial", "subscribed", "subscription_canceled",
     "subscription_paused", "subscription_renewal", "subscription_required",
 ]  # fmt: skip

@@ -149,6 +149,13 @@ def _value_errors(conf: dict[str, Any]) -> list[CheckMessage]:
     if not number(deadline) or deadline <= 0:
         text = "a positive number of seconds"
         errors.append(bad("billing_integration.E014", "INTERACTIVE_DEADLINE", text))
+    if conf.get("ACCESS_AFTER_CANCEL") not in ("period_end", "immediately"):
+        hint = "'period_end' keeps a canceled subscription's access until its cycle_end_date."
+        text = "'period_end' or 'immediately'"
+        errors.append(bad("billing_integration.E050", "ACCESS_AFTER_CANCEL", text, hint))
+    if not _trials_ok(conf.get("TRIALS")):
+        text = "a dict with 'repeat' (True/False) and 'notice_days' (a positive integer)"
+        errors.append(bad("billing_integration.E051", "TRIALS", text))
     retention = conf.get("EVENT_RETENTION")
     try:
         if retention is not None:
@@ -158,6 +165,16 @@ def _value_errors(conf: dict[str, Any]) -> list[CheckMessage]:
         hint = "None keeps every delivery."
         errors.append(bad("billing_integration.E024", "EVENT_RETENTION", text, hint))
     return errors
+
+
+def _trials_ok(value: Any) -> bool:
+    """``BILLING['TRIALS']``: known keys only, ``repeat`` a bool, ``notice_days`` >= 1."""
+    if not isinstance(value, dict) or set(value) - {"repeat", "notice_days"}:
+        return False
+    days = value.get("notice_days", 1)
+    return isinstance(value.get("repeat", False), bool) and (
+        isinstance(days, int) and not isinstance(days, bool) and days >= 1
+    )
 
 
 def _notice_errors(conf: dict[str, Any]) -> list[CheckMessage]:

@@ -36,14 +36,20 @@ DEFAULTS: dict[str, Any] = {
     "SUBSCRIBER_RESOLVER": None,
     "ACTIVE_STATUSES": ("published",),
     "PRICING_URL": "/",
+    "ACCESS_AFTER_CANCEL": "period_end",
     # --- checkout and pages ---
     "CUSTOMER_FIELDS": "billing_integration.customers.default_fields",
     "CHECKOUT_EXPIRY": 300,
     "INTERACTIVE_DEADLINE": 8.0,
     "BASE_TEMPLATE": "billing_integration/base.html",
+    "TRIALS": {"repeat": False, "notice_days": 3},
     # --- notices ---
     "NOTICES": dict.fromkeys(
-        ("payment_failed", "subscription_canceled", "subscription_paused", "refund_approved"), False
+        (
+            *("payment_failed", "subscription_canceled", "subscription_paused"),
+            *("refund_approved", "trial_ending"),
+        ),
+        False,
     ),
     "SITE_URL": "",
     # --- workers ---
@@ -130,6 +136,9 @@ DOCS: dict[str, str] = {
     '`"trialing"` if your service sends more.',
     "PRICING_URL": "Where a person without the needed plan is sent to choose one (a URL name "
     "or a path; `?next=` and `&feature=` are added).",
+    "ACCESS_AFTER_CANCEL": '`"period_end"`: a canceled subscription grants access until its '
+    '`cycle_end_date` (when known and in the future); `"immediately"`: a cancel ends access at '
+    "once. A paused subscription or an unknown status grants nothing either way.",
     "CUSTOMER_FIELDS": "Dotted path of a callable(subscriber) -> the customer's `identifier`, "
     "`first_name`, `last_name` and `email`.",
     "CHECKOUT_EXPIRY": "Seconds a checkout session stays open (sent as `expires_at`).",
@@ -137,8 +146,11 @@ DOCS: dict[str, str] = {
     "may spend on the service in all, retries and waits included.",
     "BASE_TEMPLATE": "The template the app's pages extend; it must define the blocks `title` "
     'and `content` (the example project sets `"base.html"`).',
+    "TRIALS": '`"repeat"`: whether a subscriber may start a second trial of a product they '
+    'already had one of (`False`); `"notice_days"`: days before a trial ends that the '
+    "`trial_ending` notice is sent (`3`). A key left out keeps its default.",
     "NOTICES": "Each notice email on (`True`) or off: `payment_failed`, `subscription_canceled`, "
-    "`subscription_paused`, `refund_approved`; opt-in (all off).",
+    "`subscription_paused`, `refund_approved`, `trial_ending`; opt-in (all off).",
     "SITE_URL": "The site's absolute base (`https://app.example.com`) for links in the notices; "
     "required (a system check) when a notice is on.",
     "CACHE": "The Django cache alias of everything the processes share (the token, the "

@@ -66,28 +66,36 @@ def ensure_customer_pushed(
     its outbox entry and key. Raises the service's error, or ``BillingTransportError`` when a
     worker holds the entry past ``timeout`` or the ``deadline``; a push not finished is
     completed in the background with the same key."""
+    return ensure_pushed(customer, "create_customer", timeout=timeout, deadline=deadline)
+
+
+def ensure_pushed(
+    obj: Any, operation: str, *, timeout: float = 30.0, deadline: Deadline | None = None
+) -> Any:
+    """``ensure_customer_pushed`` for any mirrored object (a customer, a new subscription)."""
     from .client import get_client
     from .outbox.push import PushOutcome, open_entry_for, push_entry
     from .outbox.tasks import enqueue
 
-    if customer.remote_id is not None:
-        return customer
+    if obj.remote_id is not None:
+        return obj
     end = time.monotonic() + min(timeout, deadline.remaining() if deadline else timeout)
     client = get_client().with_deadline(deadline) if deadline is not None else None
     while True:
-        customer.refresh_from_db()
-        if customer.remote_id is not None:
-            return customer
-        result = push_entry(open_entry_for(customer).pk, client=client)
-        customer.refresh_from_db()
-        if customer.remote_id is not None:
-            return customer
+        obj.refresh_from_db()
+        if obj.remote_id is not None:
+            return obj
+        result = push_entry(open_entry_for(obj).pk, client=client)
+        obj.refresh_from_db()
+        if obj.remote_id is not None:
+            return obj
         if result.status == PushOutcome.RETRY:  # the outbox retries it (same entry and key)
             enqueue(result.entry_id, countdown=result.retry_in)
         if result.status != PushOutcome.BUSY and result.error is not None:
             raise result.error
         if time.monotonic() >= end:
             raise BillingTransportError(
-                "the customer's push is still in progress elsewhere", operation="create_customer"
+                f"the push of {type(obj).__name__} {obj.pk} is still in progress elsewhere",
+                operation=operation,
             )
         time.sleep(min(0.2, max(0.0, end - time.monotonic())))

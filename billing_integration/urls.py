@@ -12,6 +12,7 @@ app_name = "billing_integration"
 urlpatterns: list[URLPattern | URLResolver] = [
     path("webhooks/", webhook_views.webhook, name="webhook"),
     path("checkout/", checkout_views.checkout, name="checkout"),
+    path("trial/", checkout_views.trial, name="trial"),
     path("checkout/return/", checkout_views.checkout_return, name="checkout_return"),
     path(
         "api/checkout-sessions/",

@@ -46,6 +46,8 @@ def test_the_public_module_names_what_a_host_uses():
         "start_checkout", "billing_event_received", "payment_failed", "BillingError",
         "CheckoutError", "WebhookVerificationError", "handler", "EventHandler", "get_client",
         "sign_webhook", "start_sandbox", "after_commit_inline", "deliver_event",
+        "start_trial", "on_trial",
+        "on_grace_period", "in_grace_period", "TrialAlreadyUsed", "TrialNotOffered",
     }  # fmt: skip
     assert wanted <= set(billing.__all__)
     assert not [n for n in billing.__all__ if n.startswith("_")]

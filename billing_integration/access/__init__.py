@@ -19,6 +19,7 @@ from django.views import View
 
 from ..conf import billing_settings
 from ..models import Product, ProductType, Subscription
+from ..models.subscriptions import CANCELED_STATUSES, in_grace_period
 
 __all__ = [
     "FeatureRequiredMixin",
@@ -31,14 +32,20 @@ __all__ = [
     "features_for",
     "features_of",
     "get_subscriber",
+    "grace_period_subscriptions",
     "has_feature",
     "held_plan",
+    "in_grace_period",
+    "live_subscriptions",
+    "on_grace_period",
+    "on_trial",
     "products_with_feature",
     "refused_feature",
     "resolve_product",
     "subscribed",
     "subscription_required",
     "subscription_required_url",
+    "trial_subscriptions",
 ]
 
 ProductRef = Product | int | str | uuid.UUID | None
@@ -99,14 +106,48 @@ def subscribed(subscriber: Any, product: ProductRef = None) -> bool:
     return active_subscriptions(subscriber, product).exists()
 
 
+def live_subscriptions(subscriber: Any, product: ProductRef = None) -> QuerySet[Subscription]:
+    """The active subscriptions that are not canceled (a grace period is not a live plan: it
+    does not renew, so buying beside it is no second plan)."""
+    return active_subscriptions(subscriber, product).exclude(status__in=CANCELED_STATUSES)
+
+
+def grace_period_subscriptions(subscriber: Any, product: ProductRef = None) -> list[Subscription]:
+    """The subscriber's canceled subscriptions that still grant access (``in_grace_period``)."""
+    rows = active_subscriptions(subscriber, product).filter(status__in=CANCELED_STATUSES)
+    return [s for s in rows if in_grace_period(s.status, s.cycle_end_date)]
+
+
+def on_grace_period(subscriber: Any, product: ProductRef = None) -> bool:
+    """Whether ``subscriber``'s access (to ``product`` if given) rests on a canceled
+    subscription whose paid period has not ended (``BILLING['ACCESS_AFTER_CANCEL']``), and on
+    no live one."""
+    if live_subscriptions(subscriber, product).exists():
+        return False
+    return bool(grace_period_subscriptions(subscriber, product))
+
+
+def trial_subscriptions(subscriber: Any, product: ProductRef = None) -> list[Subscription]:
+    """The subscriber's active subscriptions in trial (``trial_ends_at`` set), each to a product
+    the subscriber holds no paid (out of trial) subscription to: converting ends the trial."""
+    active = list(live_subscriptions(subscriber, product))
+    paid = {s.product_id for s in active if s.trial_ends_at is None}
+    return [s for s in active if s.trial_ends_at is not None and s.product_id not in paid]
+
+
+def on_trial(subscriber: Any, product: ProductRef = None) -> bool:
+    """Whether ``subscriber`` is in a free trial (of ``product`` if given), not yet converted."""
+    return bool(trial_subscriptions(subscriber, product))
+
+
 def held_plan(subscriber: Any, product: ProductRef) -> Subscription | None:
-    """The subscriber's active subscription to another plan of ``product``'s group, if any: buying
+    """The subscriber's live subscription to another plan of ``product``'s group, if any: buying
     ``product`` beside it would be a second plan."""
     resolved = resolve_product(product)
     if resolved is None or not resolved.is_plan:
         return None
     return (
-        active_subscriptions(subscriber)
+        live_subscriptions(subscriber)
         .filter(
             product__product_type=ProductType.SUBSCRIPTION,
             product__add_on=False,

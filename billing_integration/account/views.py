@@ -26,6 +26,7 @@ from ..models import (
     ProductStatus,
     Refund,
     Subscription,
+    SyncState,
 )
 from ..pages import render_page
 from ..sync.tasks import refresh_in_background
@@ -146,12 +147,24 @@ def account(request: HttpRequest) -> HttpResponse:
         if sub.product_id and sub.selected_billing_cycle:
             cycles[sub.product_id] = sub.selected_billing_cycle
     offers = _pay_again(payments, held, cycles, subscriber)
+    # products held out of trial: a trial of one of them is converted
+    paid = {s.product_id for s in subscriptions if s.is_active and s.trial_ends_at is None}
     rows = [
         {
             "subscription": s,
             "active": s.is_active,
             "price": _price_of(s),
             "lapsed": not s.is_active and s.product_id not in held,
+            "trial_ends_at": s.trial_ends_at,
+            # "Subscribe now" to the product of a trial not converted yet
+            "convert": s.trial_ends_at is not None
+            and s.product_id not in paid
+            and s.product is not None
+            and s.product.confirmed_status == ProductStatus.PUBLISHED,
+            "grace_until": s.cycle_end_date if s.on_grace_period else None,
+            "trial_pending": s.remote_id is None
+            and s.trial_end_date is not None
+            and s.sync_state == SyncState.PENDING,
         }
         for s in subscriptions
     ]

@@ -299,6 +299,7 @@ class ProductForm(ModelForm):
             "add_on",
             "plan_group",
             "multiple_purchases",
+            "trial_days",
         )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -459,7 +460,7 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
         (
             _("One plan at a time"),
             {
-                "fields": ("add_on", "plan_group", "multiple_purchases"),
+                "fields": ("add_on", "plan_group", "multiple_purchases", "trial_days"),
                 "description": _(
                     "A subscriber holds one recurring plan of a group at a time: checkout "
                     "refuses a second plan beside a first that may still renew. Mark an "

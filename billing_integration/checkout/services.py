@@ -15,7 +15,7 @@ from django.utils import timezone
 from django.utils.translation import gettext, gettext_lazy
 
 from .. import currencies
-from ..access import held_plan, resolve_product, subscribed
+from ..access import held_plan, live_subscriptions, resolve_product
 from ..client import get_client, interactive_deadline
 from ..client.retry import Deadline
 from ..conf import billing_settings, shared_cache
@@ -233,6 +233,12 @@ def validate_selection(product: Any, cycle: Any = None, currency: Any = None) ->
     return CheckoutSelection(product=resolved, cycle=chosen_cycle, currency_id=currency_id)
 
 
+def holds_paid(subscriber: Any, product: Product) -> bool:
+    """A live subscription to ``product`` out of trial: a trial alone may be converted (bought),
+    and so may a canceled subscription in its grace period."""
+    return any(s.trial_ends_at is None for s in live_subscriptions(subscriber, product))
+
+
 def _error_codes(node: Any, depth: int = 0) -> set[str]:
     """The ``code`` strings anywhere in an error body of unknown shape."""
     if depth > 4 or not isinstance(node, dict | list):
@@ -327,7 +333,7 @@ def start_checkout(
     if subscriber is None or getattr(subscriber, "pk", None) is None:
         raise NoSubscriber()
     selection = validate_selection(product, cycle, currency)
-    if not selection.product.multiple_purchases and subscribed(subscriber, selection.product):
+    if not selection.product.multiple_purchases and holds_paid(subscriber, selection.product):
         raise AlreadySubscribed()
     if (held := held_plan(subscriber, selection.product)) is not None:
         raise PlanAlreadyHeld(held, selection.product)

@@ -24,6 +24,7 @@ from ..pages import render_page
 from ..sync.coalesce import note_window, once_per_window, window_note
 from ..sync.tasks import refresh_in_background
 from .services import CheckoutError, NoSubscriber, ServiceUnavailable, checkout_url
+from .trials import start_trial
 
 logger = logging.getLogger("billing_integration.checkout")
 
@@ -94,6 +95,30 @@ def checkout(request: HttpRequest) -> HttpResponse:
         else:
             request.session.pop(NEXT_SESSION_KEY, None)
     return HttpResponseRedirect(url)
+
+
+@never_cache
+@login_required
+@require_POST
+def trial(request: HttpRequest) -> HttpResponse:
+    """Start a free trial of the posted product (its ``trial_days``) for the request's
+    subscriber; 302 to ``next`` or the billing page."""
+    deadline = interactive_deadline()  # first: the whole request ends by it
+    data = request.POST
+    try:
+        start_trial(
+            get_subscriber(request),
+            data.get("product"),
+            data.get("cycle") or None,
+            data.get("currency") or None,
+            deadline=deadline,
+        )
+    except CheckoutError as exc:
+        return _error_page(request, exc)
+    except BillingError as exc:  # e.g. configuration
+        logger.error("trial failed: %s", exc)
+        return _error_page(request, ServiceUnavailable())
+    return HttpResponseRedirect(_safe_next(request, data.get("next")) or account_url())
 
 
 ACTIVE, PENDING, FAILED, NONE = "active", "pending", "failed", "none"

@@ -6,6 +6,7 @@ from django.db import models
 from django.utils.translation import gettext_lazy as _
 
 from .events import WebhookEvent
+from .subscriptions import Subscription
 
 __all__ = ["Notice", "NoticeKind", "NoticeState"]
 
@@ -15,6 +16,7 @@ class NoticeKind(models.TextChoices):
     SUBSCRIPTION_CANCELED = "subscription_canceled", _("Subscription canceled")
     SUBSCRIPTION_PAUSED = "subscription_paused", _("Subscription paused")
     REFUND_APPROVED = "refund_approved", _("Refund approved")
+    TRIAL_ENDING = "trial_ending", _("Trial ending")
 
 
 class NoticeState(models.TextChoices):
@@ -30,7 +32,7 @@ class NoticeState(models.TextChoices):
 
 
 class Notice(models.Model):
-    """One notice email about one event."""
+    """One notice email about one event (or one subscription: the trial ending)."""
 
     #: Kept (as NULL) when the event log is pruned: the record of what was sent stays.
     event = models.ForeignKey(
@@ -40,6 +42,15 @@ class Notice(models.Model):
         blank=True,
         related_name="notices",
         verbose_name=_("event"),
+    )
+    #: The subscription of a notice no event sends (``trial_ending``): one per trial.
+    subscription = models.ForeignKey(
+        Subscription,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="notices",
+        verbose_name=_("subscription"),
     )
     kind = models.CharField(_("kind"), max_length=32, choices=NoticeKind.choices)
     recipient = models.CharField(_("recipient"), max_length=254, blank=True, default="")
@@ -57,6 +68,11 @@ class Notice(models.Model):
         ordering = ["-created_at", "-pk"]
         constraints = [
             models.UniqueConstraint(fields=["event", "kind"], name="billing_notice_once"),
+            models.UniqueConstraint(
+                fields=["subscription", "kind"],
+                condition=models.Q(subscription__isnull=False),
+                name="billing_notice_once_per_subscription",
+            ),
         ]
         indexes = [
             models.Index(

@@ -18,7 +18,7 @@ __all__ = ["LOCAL_FIELDS", "BillingCycle", "CycleUnit", "DeclaredCyclesNotSendab
 __all__ += ["Product", "ProductDeletionRefused", "ProductFeature", "ProductStatus", "ProductType"]
 
 #: Fields kept here only (the service has none such): a save of only these is not pushed.
-LOCAL_FIELDS = frozenset({"add_on", "plan_group", "multiple_purchases"})
+LOCAL_FIELDS = frozenset({"add_on", "plan_group", "multiple_purchases", "trial_days"})
 
 DELETE_MESSAGE = (
     "Billing products are never deleted: the billing service keeps their history and has "
@@ -131,6 +131,15 @@ class Product(RemoteObject):
         _("multiple purchases"),
         default=False,
         help_text=_("May be bought again while held. Kept here only."),
+    )
+    trial_days = models.PositiveSmallIntegerField(
+        _("free trial days"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "Days of the free trial the trial button offers; empty: no trial button. Kept "
+            "here only."
+        ),
     )
 
     objects = ProductQuerySet.as_manager()

@@ -1,6 +1,8 @@
 """Subscriptions, owned by the service, and checkout sessions. The active rule (``active_q``
 in SQL, ``grants_access`` in Python): the status is in ``BILLING['ACTIVE_STATUSES']`` and
-the cycle has not ended, or the trial has not."""
+the cycle has not ended, or the trial has not; or the grace period (``in_grace_period``): with
+``BILLING['ACCESS_AFTER_CANCEL'] = "period_end"`` a canceled subscription until its
+``cycle_end_date``."""
 
 from __future__ import annotations
 
@@ -21,10 +23,14 @@ from .customers import Customer
 from .products import Product
 
 __all__ = ["CheckoutSession", "Report", "Subscription", "active_q", "active_statuses"]
-__all__ += ["grants_access", "is_known_status", "unknown_status_q"]
+__all__ += ["grace_q", "grants_access", "in_grace_period", "is_known_status", "unknown_status_q"]
 
 #: Statuses known to grant no access (not reported as unknown); not a deny-list.
 KNOWN_INACTIVE_STATUSES = ("canceled", "cancelled", "paused", "ended", "expired", "detached")
+#: Statuses of a canceled subscription (the grace period's); ``paused`` is not one.
+CANCELED_STATUSES = ("canceled", "cancelled")
+#: The values of ``BILLING['ACCESS_AFTER_CANCEL']``.
+ACCESS_AFTER_CANCEL_CHOICES = ("period_end", "immediately")
 
 
 @lru_cache(maxsize=8)
@@ -53,14 +59,52 @@ def is_known_status(status: str) -> bool:
     return status in active_statuses() or status in KNOWN_INACTIVE_STATUSES
 
 
+def access_after_cancel() -> str:
+    """``BILLING['ACCESS_AFTER_CANCEL']``: ``"period_end"`` or ``"immediately"``; raises on
+    another value."""
+    value = billing_settings.ACCESS_AFTER_CANCEL
+    if value not in ACCESS_AFTER_CANCEL_CHOICES:
+        raise BillingConfigurationError(
+            "BILLING['ACCESS_AFTER_CANCEL'] must be one of "
+            f"{', '.join(map(repr, ACCESS_AFTER_CANCEL_CHOICES))}, not {value!r}.",
+            setting="BILLING['ACCESS_AFTER_CANCEL']",
+        )
+    return str(value)
+
+
+def in_grace_period(
+    status: str, cycle_end_date: datetime | None, at: datetime | None = None
+) -> bool:
+    """The grace-period rule, from a subscription's ``status`` and ``cycle_end_date``: with
+    ``BILLING['ACCESS_AFTER_CANCEL'] = "period_end"`` (the default), a canceled subscription
+    grants access until its ``cycle_end_date``, if that is known and after ``at`` (now)."""
+    return (
+        status in CANCELED_STATUSES
+        and cycle_end_date is not None
+        and cycle_end_date > (at or timezone.now())
+        and access_after_cancel() == "period_end"
+    )
+
+
+def grace_q(at: datetime | None = None, prefix: str = "") -> Q | None:
+    """``in_grace_period`` as a ``Q``; ``None`` when the setting is ``"immediately"``."""
+    if access_after_cancel() != "period_end":
+        return None
+    return Q(**{f"{prefix}status__in": CANCELED_STATUSES}) & Q(
+        **{f"{prefix}cycle_end_date__gt": at or timezone.now()}
+    )
+
+
 def active_q(at: datetime | None = None, prefix: str = "") -> Q:
     """The active rule as a ``Q`` (``prefix``: e.g. ``"subscriptions__"``)."""
     now = at or timezone.now()
-    return Q(**{f"{prefix}status__in": active_statuses()}) & (
+    live = Q(**{f"{prefix}status__in": active_statuses()}) & (
         Q(**{f"{prefix}cycle_end_date__isnull": True})
         | Q(**{f"{prefix}cycle_end_date__gt": now})
         | Q(**{f"{prefix}trial_end_date__gt": now})
     )
+    grace = grace_q(now, prefix)
+    return live if grace is None else live | grace
 
 
 def grants_access(
@@ -71,11 +115,12 @@ def grants_access(
 ) -> bool:
     """The active rule in Python (the twin of ``active_q``)."""
     now = at or timezone.now()
-    return status in active_statuses() and (
+    live = status in active_statuses() and (
         cycle_end_date is None
         or cycle_end_date > now
         or (trial_end_date is not None and trial_end_date > now)
     )
+    return live or in_grace_period(status, cycle_end_date, now)
 
 
 def unknown_status_q() -> Q:
@@ -130,6 +175,8 @@ class Subscription(RemoteObject):
     remote_updated_ours = models.BooleanField(default=False, editable=False)
 
     objects = SubscriptionQuerySet.as_manager()
+    #: Set by ``start_trial``: True when a trial in progress is returned (a repeated request).
+    reused = False
 
     class Meta:
         ordering = ["-created_at", "pk"]
@@ -165,6 +212,19 @@ class Subscription(RemoteObject):
     def is_active(self) -> bool:
         """Whether the subscription grants access now."""
         return grants_access(self.status, self.cycle_end_date, self.trial_end_date)
+
+    @property
+    def on_grace_period(self) -> bool:
+        """Canceled, with access until ``cycle_end_date`` (``in_grace_period``)."""
+        return in_grace_period(self.status, self.cycle_end_date)
+
+    @property
+    def trial_ends_at(self) -> datetime | None:
+        """The end of the trial while it runs (``None`` when not in trial, or canceled)."""
+        end = self.trial_end_date
+        if end is None or end <= timezone.now() or self.status not in active_statuses():
+            return None
+        return end
 
     @property
     def has_unknown_status(self) -> bool:

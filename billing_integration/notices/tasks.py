@@ -1,6 +1,8 @@
 """Notices: ``send_notice`` sends one once per (event, kind), rendering the overridable
 templates ``billing_integration/notices/<kind>.txt``, ``.html`` and ``_subject.txt``;
-``sweep_notices`` (periodic) queues again those still ``queued`` after ``SWEEP_AFTER``."""
+``sweep_notices`` (periodic) queues again those still ``queued`` after ``SWEEP_AFTER``.
+``notify_trials_ending`` (periodic) sends ``trial_ending`` once per trial, no event behind it,
+``BILLING['TRIALS']['notice_days']`` before the trial ends."""
 
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ from django.urls import NoReverseMatch, reverse
 from django.utils import formats, timezone
 from django.utils.translation import gettext
 
+from ..checkout.services import holds_paid
+from ..checkout.trials import trial_settings
 from ..conf import billing_settings
 from ..models import Notice, NoticeState, Payment, Refund, Subscription, WebhookEvent
 
@@ -33,6 +37,11 @@ SWEEP_BATCH = 500
 MAX_ATTEMPTS = 5
 #: The URL name of the account page the notices link to.
 ACCOUNT_URL_NAME = "billing_integration:account"
+
+#: The notice of a trial about to end (one per subscription, sent by ``notify_trials_ending``).
+TRIAL_ENDING = "trial_ending"
+#: The most trial notices one run of ``notify_trials_ending`` queues (the next run takes more).
+TRIAL_BATCH = 500
 
 #: Notice kind -> the model of the object its event is about (``event.object_id``).
 KINDS: dict[str, type[models.Model]] = {
@@ -74,7 +83,7 @@ def _amount(value: Decimal | None, currency: str) -> str:
     return f"{text} {currency}".strip()
 
 
-def notice_context(kind: str, event: WebhookEvent, obj: Any) -> dict[str, Any]:
+def notice_context(kind: str, event: WebhookEvent | None, obj: Any) -> dict[str, Any]:
     """The templates' context (``amount`` formatted with its currency)."""
     payment = obj if isinstance(obj, Payment) else None
     refund = obj if isinstance(obj, Refund) else None
@@ -94,6 +103,7 @@ def notice_context(kind: str, event: WebhookEvent, obj: Any) -> dict[str, Any]:
         "failure_reason": (payment.failure_reason or "").replace("_", " ") if payment else "",
         "account_url": account_url(),
         "site_url": str(billing_settings.SITE_URL or "").rstrip("/"),
+        "trial_ends_at": getattr(subscription, "trial_end_date", None),
     }
 
 
@@ -184,3 +194,92 @@ def sweep_notices() -> int:
     if pairs:
         logger.warning("Queued %d notice(s) again whose task was lost or never queued", len(pairs))
     return len(pairs)
+
+
+def _deliver(notice: Notice, kind: str, event: WebhookEvent | None, obj: Any) -> str:
+    """Render and send ``notice`` (claimed); its state after the attempt. Raises on a failure
+    (recorded ``failed``) so the caller may retry."""
+    context = notice_context(kind, event, obj)
+    recipient = recipient_for(context["customer"], context["subscriber"])
+    if recipient is None:
+        return _finish(notice, NoticeState.SKIPPED, error="No address to send it to.")
+    try:
+        build_message(kind, context, recipient).send(fail_silently=False)
+    except Exception as exc:
+        _finish(notice, NoticeState.FAILED, error=f"{type(exc).__name__}: {exc}")
+        raise
+    return _finish(notice, NoticeState.SENT, recipient=recipient)
+
+
+def trials_to_notify(at: Any = None) -> list[Subscription]:
+    """Trials ending within ``notice_days`` of ``at`` (now) that have no ``trial_ending`` notice
+    yet, and were not converted (the subscriber holds no paid subscription to the product)."""
+    now = at or timezone.now()
+    until = now + timedelta(days=int(trial_settings()["notice_days"]))
+    candidates = (
+        Subscription.objects.active(now)
+        .filter(trial_end_date__gt=now, trial_end_date__lte=until, customer__isnull=False)
+        .exclude(notices__kind=TRIAL_ENDING)
+        .select_related("customer", "product")
+        .order_by("trial_end_date", "pk")
+    )
+    out = []
+    for sub in candidates[:TRIAL_BATCH]:
+        subscriber = sub.customer.subscriber if sub.customer is not None else None
+        if (
+            sub.product is not None
+            and subscriber is not None
+            and holds_paid(subscriber, sub.product)
+        ):
+            continue
+        out.append(sub)
+    return out
+
+
+@shared_task(name="billing_integration.notify_trials_ending")  # type: ignore[untyped-decorator]
+def notify_trials_ending() -> int:
+    """Record a ``trial_ending`` notice ``queued`` for each trial ``trials_to_notify`` finds and
+    queue its ``send_trial_notice``; queue again those still ``queued`` after ``SWEEP_AFTER``."""
+    if not enabled(TRIAL_ENDING):
+        return 0
+    pks = []
+    for sub in trials_to_notify():
+        _, created = Notice.objects.get_or_create(
+            subscription=sub, kind=TRIAL_ENDING, defaults={"state": NoticeState.QUEUED}
+        )
+        if created:
+            pks.append(sub.pk)
+    cutoff = timezone.now() - SWEEP_AFTER
+    stale = Notice.objects.filter(
+        kind=TRIAL_ENDING, state=NoticeState.QUEUED, created_at__lt=cutoff
+    ).values_list("subscription_id", flat=True)
+    pks += [pk for pk in stale[:SWEEP_BATCH] if pk is not None]
+    for pk in pks:
+        send_trial_notice.apply_async((pk,), queue=billing_settings.QUEUE)
+    return len(pks)
+
+
+@shared_task(bind=True, name="billing_integration.send_trial_notice", acks_late=True)  # type: ignore[untyped-decorator]
+def send_trial_notice(self: Any, subscription_pk: int) -> str:
+    """Send the ``trial_ending`` notice of subscription ``subscription_pk`` once (claimed as
+    ``send_notice`` claims an event's); retried with backoff, ``MAX_ATTEMPTS`` in all."""
+    if not enabled(TRIAL_ENDING):
+        return "off"
+    taken = Notice.objects.filter(
+        subscription_id=subscription_pk,
+        kind=TRIAL_ENDING,
+        state__in=(NoticeState.QUEUED, NoticeState.FAILED),
+    ).update(state=NoticeState.SENDING, attempts=F("attempts") + 1)
+    if not taken:
+        return "done"
+    notice = Notice.objects.select_related("subscription").get(
+        subscription_id=subscription_pk, kind=TRIAL_ENDING
+    )
+    try:
+        return _deliver(notice, TRIAL_ENDING, None, notice.subscription)
+    except Exception as exc:
+        if notice.attempts < MAX_ATTEMPTS:
+            logger.warning("Trial notice of subscription %s failed: %s", subscription_pk, exc)
+            raise self.retry(countdown=min(30 * 2**self.request.retries, 3600)) from exc
+        logger.error("Trial notice of subscription %s failed for good: %s", subscription_pk, exc)
+        return NoticeState.FAILED

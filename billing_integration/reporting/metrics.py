@@ -51,6 +51,7 @@ from ..models import (
     Subscription,
     active_statuses,
 )
+from ..models.subscriptions import CANCELED_STATUSES, access_after_cancel
 
 MONEY = DecimalField(max_digits=24, decimal_places=6)
 CENT = Decimal("0.01")
@@ -106,8 +107,19 @@ def started_at() -> Coalesce:
 
 
 def ended_at(now: datetime) -> Case:
-    """When a subscription stopped being active, else NULL."""
+    """When a subscription stopped being active, else NULL. A canceled one in its grace period
+    (``BILLING['ACCESS_AFTER_CANCEL'] = "period_end"``) stops at its ``cycle_end_date``."""
+    canceled = Q(status__in=CANCELED_STATUSES, cycle_end_date__isnull=False)
+    grace = (
+        [
+            When(canceled & Q(cycle_end_date__gt=now), then=Value(None)),
+            When(canceled, then=F("cycle_end_date")),
+        ]
+        if access_after_cancel() == "period_end"
+        else []
+    )
     return Case(
+        *grace,
         When(
             ~Q(status__in=active_statuses()),
             then=Coalesce("remote_updated", "updated_at", output_field=DateTimeField()),
@@ -368,11 +380,21 @@ def subscription_history(period: Period, prices: Prices | None = None) -> Rows:
 
 
 def trial_history(period: Period) -> Rows:
-    """Per product, currency and month: trials ended, and converted (a completed payment)."""
-    paid = Payment.objects.filter(subscription=OuterRef("pk"), status=PaymentStatus.COMPLETED)
+    """Per product, currency and month: trials ended, and converted: a completed payment of the
+    trial's subscription, or of the same customer for the same product since the trial started
+    (a checkout that converted a trial made by ``start_trial``)."""
+    paid = Payment.objects.filter(status=PaymentStatus.COMPLETED).filter(
+        Q(subscription=OuterRef("pk"))
+        | Q(
+            customer=OuterRef("customer"),
+            product=OuterRef("product"),
+            remote_created__gte=OuterRef("started"),
+        )
+    )
     rows = (
         _subscriptions(period)
         .filter(trial_end_date__gte=period.start, trial_end_date__lte=period.now)
+        .annotate(started=started_at())
         .annotate(month=TruncMonth("trial_end_date"), converted=Exists(paid))
         .values("product_id", "selected_currency", "month")
         .annotate(

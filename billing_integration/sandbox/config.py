@@ -35,6 +35,8 @@ DIALECTS: dict[str, str] = {
     "expires_in_ms": "the token's expires_in and refresh_expires_in are in milliseconds",
     "refuse_draft_archive": "a draft product cannot be archived (invalid_transition)",
 }
+#: The values of ``trial_end``: what the sandbox does when a trial ends.
+TRIAL_END_BEHAVIOURS = ("renew", "lapse")
 #: Namespace for the fixed account UUID of each client id.
 ACCOUNT_NAMESPACE = uuid.UUID("5b0c3a52-6a55-4f43-9a43-2f6b8a1d7e01")
 
@@ -80,6 +82,11 @@ class SandboxConfig:
         """Whether the dialect ``dialect`` is switched on."""
         return dialect in self.dialects
 
+    #: What a trial's end does (a guess: the interface does not say): ``"renew"`` bills the
+    #: first period (``subscription.renewal``), or cancels when ``auto_renew`` is false
+    #: (``subscription.canceled``); ``"lapse"`` ends it quietly (status ``expired``, no event).
+    trial_end: str = "renew"
+
     @property
     def account(self) -> str:
         return account_for(self.client_id)
@@ -123,6 +130,8 @@ class SandboxConfig:
                 continue
             if key == "currencies" and value is not None:
                 value = {int(k): str(v) for k, v in value.items()}
+            if key == "trial_end" and value not in TRIAL_END_BEHAVIOURS:
+                raise ValueError(f"trial_end must be one of {', '.join(TRIAL_END_BEHAVIOURS)}.")
             if key == "retry_schedule" and value is not None:
                 if isinstance(value, str):
                     value = [float(x) for x in value.split(",") if x.strip()]

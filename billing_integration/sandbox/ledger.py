@@ -18,6 +18,11 @@ A failed renewal sends ``payment.failed`` and is retried one (sandbox) day later
 ``MAX_RENEWAL_FAILURES`` failed attempts the subscription is canceled
 (``subscription.canceled``). A subscription with ``auto_renew`` false is canceled at its next
 billing date instead of renewed.
+
+A trial (``trial_end_date``) ends at its first billing date, the trial's end. What the service
+does then is not in the interface; the sandbox's guess is its config ``trial_end``: ``"renew"``
+(the default) treats it as any billing date above; ``"lapse"`` ends the subscription quietly
+(status ``expired``, nothing billed, no event).
 """
 
 from __future__ import annotations
@@ -244,6 +249,13 @@ class Ledger:
             if sub["status"] != "published":
                 self.store.save("subscription", sub, due=None)
                 return events
+            trial_ends = sub.get("trial_end_date") and sub["trial_end_date"] == sub.get(
+                "next_billing_date"
+            )
+            if trial_ends and self.config.trial_end == "lapse":
+                sub["status"] = "expired"
+                self._touch("subscription", sub, due=None)
+                return events
             if not sub.get("auto_renew", True):
                 sub["status"] = "canceled"
                 self._touch("subscription", sub, due=None)
@@ -277,13 +289,16 @@ class Ledger:
     def run_due(self) -> dict[str, int]:
         """Renew due subscriptions and expire open sessions at the current sandbox time."""
         summary = {"renewals": 0, "payment_failures": 0, "canceled": 0, "expired_sessions": 0}
+        summary["lapsed_trials"] = 0
         for _ in range(100_000):
             now = self.clock.now_str()
             due = self.store.due("subscription", now, limit=500)
             if not due:
                 break
             for sub in due:
-                for event in self.renew(sub):
+                events = self.renew(sub)
+                summary["lapsed_trials"] += not events and sub["status"] == "expired"
+                for event in events:
                     key = {
                         "subscription.renewal": "renewals",
                         "payment.failed": "payment_failures",

@@ -9,7 +9,16 @@ from django.urls import reverse
 from django.utils.translation import gettext
 
 from .. import currencies, display
-from ..access import active_subscriptions, get_subscriber, held_plan, resolve_product, subscribed
+from ..access import (
+    get_subscriber,
+    held_plan,
+    live_subscriptions,
+    on_grace_period,
+    on_trial,
+    resolve_product,
+    subscribed,
+)
+from ..checkout.trials import had_trial, trial_settings
 from ..checkout.views import account_url
 from ..exceptions import BillingConfigurationError
 from ..models import BillingCycle, Product, ProductStatus
@@ -48,7 +57,8 @@ def billing_checkout_button(
     subscriber = _request_subscriber(context)
     held = change = False
     if resolved is not None and not resolved.multiple_purchases:
-        own = list(active_subscriptions(subscriber, resolved))
+        # a trial or a grace period is no purchase: the button buys (converts) the product
+        own = [s for s in live_subscriptions(subscriber, resolved) if s.trial_ends_at is None]
         held = any(_same_option(sub, cycle, currency) for sub in own)
         change = not held and (bool(own) or held_plan(subscriber, resolved) is not None)
     label = label or gettext("Subscribe")
@@ -70,6 +80,52 @@ def billing_checkout_button(
         "next": next or "",
         "css_class": css_class,
         "unavailable_label": unavailable_label or gettext("Not available"),
+        "csrf_token": context.get("csrf_token"),
+    }
+
+
+@register.inclusion_tag("billing_integration/trial_button.html", takes_context=True)
+def billing_trial_button(
+    context: template.Context,
+    product: Any,
+    cycle: Any = None,
+    currency: Any = None,
+    label: str | None = None,
+    next: str | None = None,  # the form field's name
+    css_class: str = "",
+) -> dict[str, Any]:
+    """A POST form to the trial view, for a product with ``trial_days`` on sale; nothing for a
+    subscriber who holds the product or another plan of its group, or had its trial already
+    (unless ``BILLING['TRIALS']['repeat']``). ``label`` may hold ``{days}``."""
+    resolved = product if isinstance(product, Product) else resolve_product(product)
+    if isinstance(cycle, BillingCycle):
+        cycle = cycle.code
+    if currencies.is_id(currency):
+        currency = currencies.label(currency)
+    subscriber = _request_subscriber(context)
+    offered = (
+        resolved is not None
+        and bool(resolved.trial_days)
+        and not resolved.is_one_time
+        and resolved.confirmed_status == ProductStatus.PUBLISHED
+    )
+    if offered and resolved is not None and subscriber is not None:
+        offered = not (
+            live_subscriptions(subscriber, resolved).exists()
+            or held_plan(subscriber, resolved) is not None
+            or (not trial_settings()["repeat"] and had_trial(subscriber, resolved))
+        )
+    days = resolved.trial_days if resolved is not None else None
+    text = label or gettext("Start a {days}-day trial")
+    return {
+        "offered": offered,
+        "action": reverse("billing_integration:trial"),
+        "product": resolved,
+        "cycle": cycle or "",
+        "currency": currency or "",
+        "label": text.replace("{days}", str(days or "")),
+        "next": next or "",
+        "css_class": css_class,
         "csrf_token": context.get("csrf_token"),
     }
 
@@ -115,6 +171,11 @@ def _label_with_price(label: str, product: Product | None, cycle: Any, currency:
 # ``{{ user|subscribed_to:product }}`` (any product if omitted), ``{{ user|is_subscriber }}``.
 register.filter("subscribed_to", subscribed)
 register.filter("is_subscriber", subscribed)
+
+
+# ``{{ user|on_trial }}`` / ``{{ user|on_trial:product }}``, ``{{ user|on_grace_period }}``.
+register.filter("on_trial", on_trial)
+register.filter("on_grace_period", on_grace_period)
 
 
 @register.simple_tag(takes_context=True)

@@ -12,7 +12,13 @@ import pytest
 from .helpers import TEST_SETTINGS, SandboxHandle, start_sandbox
 
 STARTED: dict[str, Any] = {**TEST_SETTINGS, "token_lifetime": 300}
-SESSION_DEFAULTS = {"callback_url": None, "return_url": None, "dialects": [], **STARTED}
+SESSION_DEFAULTS = {
+    "callback_url": None,
+    "return_url": None,
+    "dialects": [],
+    "trial_end": "renew",
+    **STARTED,
+}
 
 
 @pytest.fixture(scope="session")

@@ -40,7 +40,7 @@ def customer(db) -> Customer:
     return Customer.objects.create(identifier="c-1", remote_id=uuid.uuid4(), sync_state="synced")
 
 
-def test_an_unknown_status_is_stored_normalised_and_logged_once(customer, caplog):
+def test_an_unknown_status_is_stored_normalised_and_logged_once(customer, caplog, settings):
     from billing_integration.mapping import subscriptions as mapping
 
     mapping._log_once.cache_clear()  # a fresh process: nothing logged yet
@@ -64,6 +64,10 @@ def test_an_unknown_status_is_stored_normalised_and_logged_once(customer, caplog
     ]
     unknown = [r for r in caplog.records if "Unknown subscription status" in r.getMessage()]
     assert len(unknown) == 1 and "'past_due'" in unknown[0].getMessage()
+    # canceled with its cycle not over: the grace period (ACCESS_AFTER_CANCEL "period_end")
+    active = Subscription.objects.active().values_list("status", flat=True)
+    assert sorted(active) == ["canceled", "published"]
+    settings.BILLING = {**settings.BILLING, "ACCESS_AFTER_CANCEL": "immediately"}
     assert list(Subscription.objects.active().values_list("status", flat=True)) == ["published"]
     assert set(Subscription.objects.unknown_status().values_list("status", flat=True)) == {
         "past_due"

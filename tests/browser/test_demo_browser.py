@@ -11,7 +11,9 @@ sandbox (``billing_sandbox``) delivering its events to it, and a real Celery wor
    hosted page, pays with 0700000001, confirms the PIN, returns, and reaches the members page;
 3. a second user paying with 0700000002 (declined) is sent back to pricing from the members page;
    his billing page shows the declined payment with "Pay again", in English and in French;
-4. he pays again from the billing page with 0700000001 and reaches the members page.
+4. he pays again from the billing page with 0700000001 and reaches the members page;
+5. (a second test) a user starts the 14-day trial of a plan from the pricing page and sees
+   "Trial ends on …" on the billing page, in English and in French.
 
 Skipped, with the reason, when ``/usr/bin/chromium`` or the ``playwright`` package is missing
 (``.ci/run`` installs Chromium; locally: ``apt-get install chromium``).
@@ -334,3 +336,59 @@ def test_admin_publishes_user_subscribes_declined_user_does_not(
 
     names = [p.name for p in shots.taken]
     assert len(names) == 27 and all(p.stat().st_size > 1000 for p in shots.taken), names
+
+
+def test_a_user_starts_a_trial_and_sees_its_end_on_the_billing_page_in_english_and_french(
+    browser: Any, demo_stack: Any, live_server: Any, billing_sandbox: Any, shots: Any
+) -> None:
+    """A plan offering a 14-day trial (``trial_days``): the pricing page's "Start a 14-day
+    trial" starts it (pushed with ``trial_end_date``), the billing page says "Trial ends on …"
+    with "Subscribe now", in English and in French, and the members page lets the user in."""
+    from decimal import Decimal
+
+    from django.db import transaction
+
+    from billing_integration.access import on_trial
+    from billing_integration.models import BillingCycle, Price
+
+    base = live_server.url
+    name = f"Trial plan {uuid.uuid4().hex[:6]}"
+    with transaction.atomic():
+        product = Product.objects.create(
+            name=name, status="published", selected_currencies=[1], trial_days=14
+        )
+        cycle = BillingCycle.objects.create(product=product, unit="months", frequency=1)
+        Price.objects.create(cycle=cycle, currency_id=1, amount=Decimal("7500"))
+    wait_for(lambda: not OutboxEntry.objects.exclude(state="done").exists(), timeout=60)
+    product.refresh_from_db()
+    assert product.remote_id is not None, demo_stack.output()[-3000:]
+
+    carol_name = "carol-" + uuid.uuid4().hex[:6]
+    page = sign_up(browser, base, carol_name, shots)
+    plan = page.locator("section.plan", has=page.locator("h2", has_text=name))
+    button = plan.locator("form.billing-trial-form button")
+    assert button.inner_text() == "Start a 14-day trial"
+    shots(page, "carol-pricing-trial")
+    button.click()
+    page.wait_for_url(f"{base}/billing/account/")
+    page.wait_for_selector("#billing-subscriptions .billing-trial")
+    assert "Trial ends on" in page.inner_text("#billing-subscriptions")
+    assert page.is_visible("#billing-subscriptions form.billing-convert-trial button")
+    shots(page, "carol-account-trial")
+    page.context.add_cookies([{"name": "django_language", "value": "fr", "url": base}])
+    page.goto(f"{base}/account/")
+    page.wait_for_selector("html[lang='fr']")
+    assert "essai se termine le" in page.inner_text("#billing-subscriptions")  # L'essai
+    assert page.is_visible("form.billing-convert-trial button:has-text('abonner maintenant')")
+    shots(page, "carol-account-trial-fr")
+    page.context.clear_cookies(name="django_language")
+    page.goto(f"{base}/members/")
+    page.wait_for_url(f"{base}/members/")
+    assert page.is_visible("#members-only")
+    page.context.close()
+
+    carol = get_user_model().objects.get(username=carol_name)
+    assert on_trial(carol, product)
+    sub = Subscription.objects.for_subscriber(carol).get()
+    remote = billing_sandbox.object("subscription", str(sub.remote_id))
+    assert remote["trial_end_date"] is not None and remote["auto_renew"] is False

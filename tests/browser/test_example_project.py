@@ -274,3 +274,24 @@ def test_home_and_login_pages_render(client) -> None:
         assert link.encode() in home.content
     login = client.get("/accounts/login/")
     assert login.status_code == 200 and b'name="username"' in login.content
+
+
+def test_one_plan_offers_a_14_day_trial_on_the_pricing_page(seeded: str, client) -> None:
+    assert {p.name: p.trial_days for p in Product.objects.all()} == {
+        "Starter": None,
+        "Pro": 14,
+        "Team": None,
+    }
+    user = get_user_model().objects.get(username="demo")
+    client.force_login(user)
+    html = client.get("/pricing/").content.decode()
+    trials = re.findall(
+        r'<form method="post" action="/billing/trial/"[^>]*>(.*?)</form>', html, re.S
+    )
+    assert len(trials) == 1 and "Start a 14-day trial" in trials[0]
+    pro = Product.objects.get(name="Pro")
+    assert f'name="product" value="{pro.pk}"' in trials[0]
+    assert 'name="cycle" value="months-1"' in trials[0]
+    # a subscriber holding a plan of the group is offered no trial
+    active_subscription(user, Product.objects.get(name="Starter"))
+    assert "/billing/trial/" not in client.get("/pricing/").content.decode()

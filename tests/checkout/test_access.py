@@ -55,7 +55,7 @@ def basic(db):
 
 
 # --- subscribed() and the active rule ----------------------------------------------------
-def test_subscribed_follows_the_active_rule(user, pro, basic):
+def test_subscribed_follows_the_active_rule(user, pro, basic, settings):
     assert not subscribed(user)
     sub = subscribe(user, basic)
     assert subscribed(user) and subscribed(user, basic) and subscribed(user, basic.pk)
@@ -64,8 +64,12 @@ def test_subscribed_follows_the_active_rule(user, pro, basic):
     assert not subscribed(user, "No such plan")
     assert list(active_subscriptions(user)) == [sub]
 
+    # canceled: access until the cycle end (ACCESS_AFTER_CANCEL "period_end"), or none
     Subscription.objects.filter(pk=sub.pk).update(status="canceled")
+    assert subscribed(user)  # its cycle ends in 29 days
+    settings.BILLING = {**settings.BILLING, "ACCESS_AFTER_CANCEL": "immediately"}
     assert not subscribed(user)
+    settings.BILLING = {**settings.BILLING, "ACCESS_AFTER_CANCEL": "period_end"}
     Subscription.objects.filter(pk=sub.pk).update(status="paused")
     assert not subscribed(user)
     # cycle ended, no trial

@@ -1,6 +1,9 @@
 """One active rule on every path: an allow-list of statuses (``BILLING['ACTIVE_STATUSES']``,
 compared after the mapping normalised the status) and the date rule (no cycle end, a cycle
-end in the future, or a trial end in the future).
+end in the future, or a trial end in the future); and the grace period: with
+``BILLING['ACCESS_AFTER_CANCEL'] = "period_end"`` (the default) a canceled subscription until
+a known ``cycle_end_date`` in the future, with ``"immediately"`` never. Each test runs under
+both settings.
 
 Subscriptions are stored the way the service's data arrives (the pull's upsert, through the
 mapping), then every access path is asked: ``subscribed()``, the decorator, the mixin, the
@@ -23,7 +26,7 @@ from django.utils import timezone
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from billing_integration.access import subscribed
+from billing_integration.access import on_grace_period, subscribed
 from billing_integration.models import Customer, Product, Subscription
 from billing_integration.outbox import from_remote
 from billing_integration.reporting import metrics
@@ -67,6 +70,8 @@ DATES = {
     "no cycle end, trial passed": (None, -DAY),
     "cycle ahead, trial passed": (30 * DAY, -DAY),
 }
+#: A canceled subscription's grace period: a known cycle end in the future.
+GRACE_GRANT = {"cycle ahead", "cycle ahead, trial passed"}
 DATES_GRANT = {
     "open-ended",
     "cycle ahead",
@@ -189,6 +194,7 @@ def expected(
     status: Any,
     dates: tuple[timedelta | None, timedelta | None],
     allowed: tuple[str, ...] = ("published",),
+    after_cancel: str = "period_end",
 ) -> bool:
     """The rule, stated independently of the code under test."""
     normalised = (status or "").strip().lower()
@@ -198,7 +204,23 @@ def expected(
         or cycle_end > timedelta(0)
         or (trial_end is not None and trial_end > timedelta(0))
     )
-    return normalised in allowed and date_ok
+    grace = (
+        after_cancel == "period_end"
+        and normalised in ("canceled", "cancelled")
+        and cycle_end is not None
+        and cycle_end > timedelta(0)
+    )
+    return (normalised in allowed and date_ok) or grace
+
+
+AFTER_CANCEL = ["period_end", "immediately"]
+
+
+@pytest.fixture(params=AFTER_CANCEL)
+def after_cancel(request, settings) -> str:
+    """Each test under both values of ``BILLING['ACCESS_AFTER_CANCEL']``."""
+    settings.BILLING = {**settings.BILLING, "ACCESS_AFTER_CANCEL": request.param}
+    return request.param
 
 
 @pytest.mark.parametrize(
@@ -207,14 +229,39 @@ def expected(
     ids=lambda v: repr(v) if not isinstance(v, str) or v not in DATES else v,
 )
 def test_every_path_follows_the_allow_list_and_the_date_rule(
-    logged_in_member, member, member_customer, pro, status, dates
+    logged_in_member, member, member_customer, pro, status, dates, after_cancel
 ):
     sub = store(member_customer, pro, status, *DATES[dates])
     assert sub is not None and sub.status == (status or "").strip().lower()
-    want = status is not None and status.strip().lower() == "published" and dates in DATES_GRANT
-    assert want == expected(status, DATES[dates])
+    normalised = (status or "").strip().lower()
+    want = (normalised == "published" and dates in DATES_GRANT) or (
+        after_cancel == "period_end" and normalised == "canceled" and dates in GRACE_GRANT
+    )
+    assert want == expected(status, DATES[dates], after_cancel=after_cancel)
     answers = access_everywhere(logged_in_member, member, pro)
     assert answers == dict.fromkeys(answers, want), (status, dates)
+
+
+@pytest.mark.parametrize("status", ["canceled", " Cancelled", "CANCELED"])
+def test_a_canceled_subscription_grants_access_until_its_cycle_end_only_at_period_end(
+    logged_in_member, member, member_customer, pro, after_cancel, status
+):
+    """The grace period on every path; ``paused`` with the same dates grants nothing."""
+    sub = store(member_customer, pro, status, 10 * DAY, None)
+    assert sub is not None
+    want = after_cancel == "period_end"
+    answers = access_everywhere(logged_in_member, member, pro)
+    assert answers == dict.fromkeys(answers, want)
+    assert on_grace_period(member, pro) is want and on_grace_period(member) is want
+    assert sub.on_grace_period is want
+    # past its cycle end, the grace period is over under both settings
+    Subscription.objects.update(cycle_end_date=timezone.now() - DAY)
+    answers = access_everywhere(logged_in_member, member, pro)
+    assert answers == dict.fromkeys(answers, False)
+    assert not on_grace_period(member, pro)
+    Subscription.objects.update(cycle_end_date=timezone.now() + DAY, status="paused")
+    answers = access_everywhere(logged_in_member, member, pro)
+    assert answers == dict.fromkeys(answers, False)
 
 
 def test_the_allow_list_is_a_setting_normalised_like_the_statuses(
@@ -263,11 +310,28 @@ offsets = st.none() | st.integers(min_value=-2000, max_value=2000).filter(bool).
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(status=wire_statuses, cycle_end=offsets, trial_end=offsets)
-@example(status="\x00", cycle_end=None, trial_end=None)  # refused by the mapping
+@given(
+    status=wire_statuses,
+    cycle_end=offsets,
+    trial_end=offsets,
+    after_cancel=st.sampled_from(AFTER_CANCEL),
+)
+@example(status="\x00", cycle_end=None, trial_end=None, after_cancel="period_end")
+@example(
+    status=" Canceled", cycle_end=timedelta(hours=5), trial_end=None, after_cancel="period_end"
+)
 def test_property_access_iff_normalised_status_allowed_and_dates_hold(
-    logged_in_member, member, member_customer, pro, status, cycle_end, trial_end
+    settings,
+    logged_in_member,
+    member,
+    member_customer,
+    pro,
+    status,
+    cycle_end,
+    trial_end,
+    after_cancel,
 ):
+    settings.BILLING = {**settings.BILLING, "ACCESS_AFTER_CANCEL": after_cancel}
     Subscription.objects.all().delete()
     sub = store(member_customer, pro, status, cycle_end, trial_end)
     normalised = (status or "").strip().lower()
@@ -277,6 +341,6 @@ def test_property_access_iff_normalised_status_allowed_and_dates_hold(
         want = False
     else:
         assert sub is not None and sub.status == normalised
-        want = expected(status, (cycle_end, trial_end))
+        want = expected(status, (cycle_end, trial_end), after_cancel=after_cancel)
     answers = access_everywhere(logged_in_member, member, pro)
-    assert answers == dict.fromkeys(answers, want), (status, cycle_end, trial_end, answers)
+    assert answers == dict.fromkeys(answers, want), (status, cycle_end, trial_end, after_cancel)

@@ -71,15 +71,28 @@ TABLE = {
         [("local", {**ends(PAST), "trial_end_date": timezone.now() + AHEAD})],
         {"api": None, "seats": 5},
     ),
-    "canceled": ([("service", {"status": "canceled"})], {}),
+    # the grace period (ACCESS_AFTER_CANCEL "period_end", the default): until the cycle end
+    "canceled, in its paid period": (
+        [("service", {"status": "canceled"})],
+        {"sso": None, "seats": 3},
+    ),
+    "canceled, paid period over": ([("service", {"status": "canceled", **ends(PAST)})], {}),
     "unknown status": ([("service", {"status": "past_due"})], {}),
     "no status": ([("local", {"status": ""})], {}),
     "paused": ([("local", {"status": "paused"})], {}),
     "active and canceled": (
-        [("service", {}), ("local", {"status": "canceled"})],
+        [("service", {}), ("local", {"status": "canceled", **ends(PAST)})],
         {"sso": None, "seats": 3},
     ),
 }
+
+
+def test_a_canceled_subscription_grants_no_feature_when_a_cancel_ends_access_at_once(
+    user, settings
+):
+    settings.BILLING = {**settings.BILLING, "ACCESS_AFTER_CANCEL": "immediately"}
+    subscribe(user, products()["service"], status="canceled")
+    assert features_of(user) == {} and not has_feature(user, "sso")
 
 
 @pytest.fixture

@@ -149,10 +149,11 @@ def test_billing_sync_command_prints_counts(small_pages):
     assert "customers: 0 created, 0 updated, 3 unchanged" in out.getvalue()
 
 
-def test_active_rule(db):
+def test_active_rule(db, settings):
     now = timezone.now()
     active = Subscription.objects.create(status="published", cycle_end_date=now + timedelta(days=3))
-    Subscription.objects.create(status="canceled", cycle_end_date=now + timedelta(days=3))
+    grace = Subscription.objects.create(status="canceled", cycle_end_date=now + timedelta(days=3))
+    Subscription.objects.create(status="canceled", cycle_end_date=now - timedelta(days=1))
     Subscription.objects.create(status="published", cycle_end_date=now - timedelta(days=1))
     trial = Subscription.objects.create(
         status="published",
@@ -160,8 +161,10 @@ def test_active_rule(db):
         trial_end_date=now + timedelta(days=1),
     )
     open_ended = Subscription.objects.create(status="published")
-    assert set(Subscription.objects.active()) == {active, trial, open_ended}
+    assert set(Subscription.objects.active()) == {active, grace, trial, open_ended}
     assert all(s.is_active for s in Subscription.objects.active())
+    settings.BILLING = {**settings.BILLING, "ACCESS_AFTER_CANCEL": "immediately"}
+    assert set(Subscription.objects.active()) == {active, trial, open_ended}
 
 
 def test_lost_subscription_create_answer_is_adopted_not_duplicated(small_pages):

@@ -286,7 +286,7 @@ def test_a_push_task_pushes_its_own_entry_and_enqueues_the_next_of_its_object(
     other objects' entries wait for their own tasks; a task whose entry is done sends nothing."""
     from billing_integration.outbox.tasks import push_outbox_entry
 
-    a, b = customers(2)
+    a, _b = customers(2)
     OutboxEntry.objects.filter(object_id=a.pk).update(payload={"built": True})
     a.first_name = "Renamed"
     a.save()  # a's create has its body built: the rename gets an entry of its own

@@ -144,11 +144,20 @@ def subscription_history(period: Period, prices: dict | None = None) -> list[dic
 
 
 def trial_history(period: Period) -> list[dict[str, Any]]:
-    """As before the rewrite."""
-    paid = Payment.objects.filter(subscription=OuterRef("pk"), status=PaymentStatus.COMPLETED)
+    """As before the rewrite; converted also by a completed payment of the customer for the
+    product since the trial started (a checkout that converted it, issue 27)."""
+    paid = Payment.objects.filter(status=PaymentStatus.COMPLETED).filter(
+        Q(subscription=OuterRef("pk"))
+        | Q(
+            customer=OuterRef("customer"),
+            product=OuterRef("product"),
+            remote_created__gte=OuterRef("started"),
+        )
+    )
     rows = (
         _subscriptions(period)
         .filter(trial_end_date__gte=period.start, trial_end_date__lte=period.now)
+        .annotate(started=Coalesce("remote_created", "created_at"))
         .annotate(month=TruncMonth("trial_end_date"), converted=Exists(paid))
         .values("product_id", "currency", "month")
         .annotate(ended=Count("pk"), converted_n=Count("pk", filter=Q(converted=True)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from decimal import Decimal as D
 
 import pytest
@@ -98,6 +99,31 @@ def test_active_now_is_the_documented_rule(world):
     history = metrics.subscription_history(Period(now=NOW))
     assert current == active.count() == 5
     assert sum(r["active_end"] for r in history if r["month"] == "2025-06") == 5
+
+
+#: Under ``ACCESS_AFTER_CANCEL = "period_end"`` (the default): S3 (canceled 03-15) keeps access
+#: until its cycle end 04-20, S5 (canceled 05-12) until 05-10; the other rows are as above.
+USD_ACTIVE_START_PERIOD_END = [1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 1]
+USD_CANCEL_PERIOD_END = [0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0]
+
+
+@pytest.fixture(autouse=True)
+def cancel_ends_access(settings):
+    """The hand-worked figures above count a cancel when it happens (``"immediately"``)."""
+    settings.BILLING = {**settings.BILLING, "ACCESS_AFTER_CANCEL": "immediately"}
+
+
+def test_a_cancel_counts_at_the_cycle_end_under_period_end(world, settings):
+    settings.BILLING = {**settings.BILLING, "ACCESS_AFTER_CANCEL": "period_end"}
+    report = build_report(Period(now=NOW))
+    assert [v for _, v in report.series("USD", "active_start")] == USD_ACTIVE_START_PERIOD_END
+    assert [v for _, v in report.series("USD", "cancellations")] == USD_CANCEL_PERIOD_END
+    assert [v for _, v in report.series("XOF", "active_start")] == XOF_ACTIVE_START
+    # S3 is canceled with its cycle ended: no grace at NOW, the active count is unchanged
+    assert sum(r["active"] for r in metrics.current_subscriptions(Period(now=NOW))) == 5
+    in_grace = datetime(2025, 4, 1, tzinfo=UTC)
+    assert world.subs["S3"] in Subscription.objects.active(in_grace)
+    assert world.subs["S3"] not in Subscription.objects.active(datetime(2025, 4, 21, tzinfo=UTC))
 
 
 def test_monthly_figures_per_currency(report):

@@ -52,6 +52,10 @@ DEMO_FEATURES: dict[str, dict[str, int | None]] = {
 }
 
 
+#: name -> days of the free trial its trial button offers (Product.trial_days)
+DEMO_TRIALS: dict[str, int] = {"Pro": 14}
+
+
 def seed_features(product: Product) -> None:
     """Declare the demo features ``product`` lacks (kept here: features are never pushed)."""
     for key, limit in DEMO_FEATURES.get(product.name, {}).items():
@@ -83,6 +87,9 @@ def seed_products() -> list[tuple[Product, bool]]:
         product = Product.objects.filter(name=name).first()
         if product is not None:
             seed_features(product)
+            if product.trial_days is None and name in DEMO_TRIALS:
+                product.trial_days = DEMO_TRIALS[name]
+                product.save(update_fields=["trial_days"])  # kept here: nothing is pushed
             out.append((product, False))
             continue
         currencies = sorted({currency_id(code) for prices in cycles.values() for code in prices})
@@ -93,6 +100,7 @@ def seed_products() -> list[tuple[Product, bool]]:
                 status="published",
                 product_type="subscription",
                 selected_currencies=currencies,
+                trial_days=DEMO_TRIALS.get(name),
             )
             for code, prices in cycles.items():
                 unit, frequency = code.rsplit("-", 1)

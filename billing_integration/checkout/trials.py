@@ -1,0 +1,195 @@
+"""Free trials: a subscription pushed with ``trial_end_date`` (``POST /subscriptions``), under
+the checkout's rules (published product, one plan at a time, one purchase, double clicks)."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from django.db import router, transaction
+from django.utils import timezone
+from django.utils.translation import gettext, gettext_lazy
+
+from .. import currencies
+from ..access import held_plan, resolve_product
+from ..client import get_client, interactive_deadline
+from ..client.retry import Deadline
+from ..conf import billing_settings
+from ..customers import ensure_customer_pushed, ensure_pushed, get_or_create_customer
+from ..exceptions import BillingError, BillingServiceMismatchError
+from ..models import Product, Subscription
+from ..models.base import SyncState
+from ..service import ensure_service
+from .services import (
+    AlreadySubscribed,
+    CheckoutError,
+    NoSubscriber,
+    PlanAlreadyHeld,
+    ProductUnavailable,
+    ServiceUnavailable,
+    _lock_customer,
+    _translate,
+    holds_paid,
+    validate_selection,
+)
+
+logger = logging.getLogger("billing_integration.checkout")
+
+#: ``BILLING['TRIALS']``'s keys and defaults (a key left out keeps its default).
+TRIAL_DEFAULTS: dict[str, Any] = {"repeat": False, "notice_days": 3}
+#: The longest trial ``start_trial`` starts, in days.
+MAX_TRIAL_DAYS = 366
+
+
+class TrialNotOffered(CheckoutError):
+    status = 409
+    code = "trial_not_offered"
+    default_message = gettext_lazy("This product offers no free trial.")
+
+
+class TrialAlreadyUsed(CheckoutError):
+    status = 409
+    code = "trial_used"
+    default_message = gettext_lazy(
+        "You have already had a free trial of this product. You can subscribe to it."
+    )
+
+
+def trial_settings() -> dict[str, Any]:
+    """``BILLING['TRIALS']`` over ``TRIAL_DEFAULTS``."""
+    configured = billing_settings.TRIALS
+    return {**TRIAL_DEFAULTS, **(configured if isinstance(configured, dict) else {})}
+
+
+def had_trial(subscriber: Any, product: Product) -> bool:
+    """Whether the subscriber had (or has) a trial of ``product``; a trial the service refused
+    (its push failed) does not count."""
+    return (
+        Subscription.objects.for_subscriber(subscriber)
+        .for_product(product)
+        .filter(trial_end_date__isnull=False)
+        .exclude(sync_state=SyncState.FAILED)
+        .exists()
+    )
+
+
+def _trial_in_progress(customer: Any, product: Product) -> Subscription | None:
+    """The customer's trial of ``product`` still running or not pushed yet (a double click)."""
+    now = timezone.now()
+    return (
+        Subscription.objects.for_customer(customer)
+        .for_product(product)
+        .filter(trial_end_date__gt=now)
+        .exclude(sync_state=SyncState.FAILED)
+        .order_by("-created_at", "-pk")
+        .first()
+    )
+
+
+def _trial_days(product: Product, days: Any) -> int:
+    value = product.trial_days if days is None else days
+    if value is None or isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise TrialNotOffered()
+    if value > MAX_TRIAL_DAYS:
+        raise TrialNotOffered(
+            gettext("A free trial lasts at most %(days)s days.") % {"days": MAX_TRIAL_DAYS},
+            code="trial_too_long",
+        )
+    return value
+
+
+def start_trial(
+    subscriber: Any,
+    product: Any,
+    cycle: Any = None,
+    currency: Any = None,
+    days: int | None = None,
+    *,
+    auto_renew: bool = False,
+    wait: bool = True,
+    client: Any = None,
+    deadline: Deadline | None = None,
+) -> Subscription:
+    """Start a free trial of ``product`` for ``subscriber`` and return its ``Subscription``.
+
+    ``days``: the trial's length (default: the product's ``trial_days``). ``auto_renew`` is
+    sent as is: the customer has given no payment method yet, so by default the trial does
+    not renew; a checkout of the product converts it. ``wait`` (a person waits): the customer
+    and the subscription are pushed within ``BILLING['INTERACTIVE_DEADLINE']``; a push that
+    does not finish in time is completed by the outbox, and the returned subscription has no
+    ``remote_id`` yet. ``wait=False``: the outbox pushes both. Raises a ``CheckoutError``
+    (``TrialNotOffered``, ``TrialAlreadyUsed``, ``AlreadySubscribed``, ``PlanAlreadyHeld``,
+    ``ProductUnavailable``, ``InvalidChoice``, ...) as ``start_checkout`` does."""
+    if subscriber is None or getattr(subscriber, "pk", None) is None:
+        raise NoSubscriber()
+    resolved = product if isinstance(product, Product) else resolve_product(product)
+    if resolved is not None and resolved.is_one_time:
+        raise TrialNotOffered(gettext("A one-time product has no free trial."))
+    if resolved is not None and (not resolved.blueprint_known or not resolved.cycles.exists()):
+        raise ProductUnavailable(
+            gettext("The billing cycles of this product are not known here yet."),
+            code="cycles_unknown",
+        )
+    selection = validate_selection(resolved or product, cycle, currency)
+    wanted = selection.product
+    length = _trial_days(wanted, days)
+    if holds_paid(subscriber, wanted):
+        raise AlreadySubscribed()
+    if (held := held_plan(subscriber, wanted)) is not None:
+        raise PlanAlreadyHeld(held, wanted)
+    if wait:
+        deadline = deadline or interactive_deadline()
+        if (client or get_client()).known_down():
+            logger.warning("trial refused at once: the billing service is known to be down")
+            raise ServiceUnavailable()
+    try:
+        ensure_service(client=client)
+    except BillingServiceMismatchError as exc:
+        logger.error("trial refused: %s", exc)
+        raise ServiceUnavailable() from exc
+
+    customer, _ = get_or_create_customer(subscriber)
+    if wait:
+        try:
+            customer = ensure_customer_pushed(customer, deadline=deadline)
+        except BillingError as exc:
+            raise _translate(exc, "create_customer") from exc
+
+    # One trial per customer and product at a time: a double click finds the first one's.
+    with transaction.atomic(using=router.db_for_write(Subscription)):
+        _lock_customer(customer)
+        existing = _trial_in_progress(customer, wanted)
+        if existing is not None:
+            existing.reused = True
+            return existing
+        if not trial_settings()["repeat"] and had_trial(subscriber, wanted):
+            raise TrialAlreadyUsed()
+        end = timezone.now() + timedelta(days=length)
+        subscription = Subscription(
+            customer=customer,
+            product=wanted,
+            product_remote_id=wanted.remote_id,
+            customer_remote_id=customer.remote_id,
+            trial_end_date=end.replace(microsecond=end.microsecond // 1000 * 1000),
+            auto_renew=bool(auto_renew),
+            selected_billing_cycle=selection.cycle_code,
+            selected_currency=currencies.currency_code(selection.currency_id),
+        )
+        subscription.save()  # the outbox entry, pushed on commit
+    logger.info(
+        "trial of product %s (%s days) recorded for customer %s",
+        wanted.remote_id,
+        length,
+        customer.remote_id or customer.pk,
+    )
+    if wait:
+        try:
+            subscription = ensure_pushed(subscription, "create_subscription", deadline=deadline)
+        except BillingError as exc:
+            failure = _translate(exc, "create_subscription")
+            if isinstance(failure, ServiceUnavailable):
+                logger.warning("trial %s not pushed in time: the outbox goes on", subscription.pk)
+                return subscription
+            raise failure from exc
+    return subscription

@@ -1,0 +1,277 @@
+"""Free trials over real HTTP with the sandbox: started from the trial view (the customer and
+the subscription pushed with ``trial_end_date``), used (every access path), converted through
+checkout, refused (a second trial, another plan, an unpublished product, unknown cycles, no
+trial offered), and ended by the sandbox's clock under both of its guesses (a renewal event, or
+a quiet lapse)."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from billing_integration.access import on_grace_period, on_trial, subscribed
+from billing_integration.checkout.services import AlreadySubscribed, PlanAlreadyHeld
+from billing_integration.checkout.trials import (
+    TrialAlreadyUsed,
+    TrialNotOffered,
+    start_trial,
+)
+from billing_integration.models import (
+    CheckoutSession,
+    OutboxEntry,
+    Product,
+    Subscription,
+    SyncState,
+)
+from billing_integration.reporting import metrics
+from billing_integration.sync.pull import pull_subscriptions
+
+from .conftest import make_product
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TRIAL = "/billing/trial/"
+CHECKOUT = "/billing/checkout/"
+RETURN = "/billing/checkout/return/"
+ACCOUNT = "/billing/account/"
+
+
+def offer_trial(product: Product, days: int = 14) -> Product:
+    Product.objects.filter(pk=product.pk).update(trial_days=days)  # local only: nothing pushed
+    product.refresh_from_db()
+    return product
+
+
+@pytest.fixture
+def trial_product(product) -> Product:
+    return offer_trial(product)
+
+
+def post_trial(client, product, **extra):
+    data = {"product": product.pk, "cycle": "months-1", "currency": "XOF", **extra}
+    return client.post(TRIAL, data)
+
+
+def error_code(response) -> str:
+    match = re.search(r'data-error-code="(\w+)"', response.content.decode())
+    assert match, response.content.decode()[:400]
+    return match.group(1)
+
+
+@pytest.fixture
+def hooked(billing_sandbox, live_server, eager):
+    """The sandbox delivering its events to this test's live server, processed inline."""
+    billing_sandbox.set_callback(live_server.url + "/billing/webhooks/")
+    return billing_sandbox
+
+
+def test_a_trial_started_used_and_converted_through_checkout(
+    hooked, trial_product, logged_in, user
+):
+    billing_sandbox = hooked
+    # the trial button is offered, then the view starts the trial
+    page = logged_in.get(ACCOUNT)
+    assert page.status_code == 200
+    response = post_trial(logged_in, trial_product)
+    assert response.status_code == 302 and response["Location"] == ACCOUNT
+
+    sent = billing_sandbox.requests(operation="create_subscription")
+    assert len(sent) == 1
+    body = sent[0]["body"]
+    assert body["product"] == str(trial_product.remote_id)
+    assert body["selected_billing_cycle"] == "months-1" and body["selected_currency"] == "XOF"
+    assert body["auto_renew"] is False and body["trial_end_date"].endswith("Z")
+    trial = Subscription.objects.get()
+    assert trial.remote_id is not None and trial.sync_state == SyncState.SYNCED
+    assert trial.status == "published"
+    assert trial.customer.subscriber == user and trial.customer.remote_id is not None
+    remaining = trial.trial_end_date - timezone.now()
+    assert timedelta(days=13, hours=23) < remaining <= timedelta(days=14)
+    assert trial.trial_ends_at == trial.trial_end_date
+    [remote] = billing_sandbox.objects("subscription")
+    assert remote["id"] == str(trial.remote_id) and remote["trial_end_date"] is not None
+
+    # used: every access path says yes, and reporting counts it as a trial
+    assert subscribed(user, trial_product) and on_trial(user) and on_trial(user, trial_product)
+    assert not on_grace_period(user)
+    assert logged_in.get("/members/").status_code == 200
+    [api_row] = logged_in.get("/billing/api/subscriptions/?active=1").json()
+    assert api_row["is_active"] is True
+    [row] = metrics.current_subscriptions(metrics.Period())
+    assert (row["active"], row["trialing"], row["mrr"]) == (1, 1, 0)
+    html = logged_in.get(ACCOUNT).content.decode()
+    assert "Trial ends on" in html and "billing-convert-trial" in html
+
+    # converted: checking out the product held in trial is allowed
+    response = logged_in.post(
+        CHECKOUT, {"product": trial_product.pk, "cycle": "months-1", "currency": "XOF"}
+    )
+    assert response.status_code == 302, response.content.decode()[:400]
+    session = CheckoutSession.objects.get()
+    assert billing_sandbox.complete_checkout(str(session.remote_id)).status_code == 200
+    assert (
+        'data-outcome="active"'
+        in logged_in.get(RETURN, {"session_id": str(session.remote_id)}).content.decode()
+    )
+    assert Subscription.objects.count() == 2
+    assert subscribed(user, trial_product) and not on_trial(user, trial_product)
+    html = logged_in.get(ACCOUNT).content.decode()
+    assert "billing-convert-trial" not in html
+    # a third purchase of the held product is refused as before
+    again = logged_in.post(
+        CHECKOUT, {"product": trial_product.pk, "cycle": "months-1", "currency": "XOF"}
+    )
+    assert again.status_code == 409 and error_code(again) == "already_subscribed"
+    # and no trial of a product held
+    refused = post_trial(logged_in, trial_product)
+    assert refused.status_code == 409 and error_code(refused) == "already_subscribed"
+    assert len(billing_sandbox.requests(operation="create_subscription")) == 1
+
+    # reporting: the trial, once ended, counts as converted (a payment for its product)
+    assert hooked.wait_for_deliveries(timeout=20)
+    later = metrics.Period(now=trial.trial_end_date + timedelta(days=1))
+    [history] = metrics.trial_history(later)
+    assert (history["trials_ended"], history["trials_converted"]) == (1, 1)
+
+
+def test_a_double_click_starts_one_trial_and_a_second_trial_is_refused(
+    billing_sandbox, trial_product, logged_in, user, settings
+):
+    assert post_trial(logged_in, trial_product).status_code == 302
+    assert post_trial(logged_in, trial_product).status_code == 302  # the same trial
+    assert Subscription.objects.count() == 1
+    assert len(billing_sandbox.requests(operation="create_subscription")) == 1
+
+    # the trial ended (lapsed): a second trial of the product is refused
+    Subscription.objects.update(
+        trial_end_date=timezone.now() - timedelta(hours=1),
+        cycle_end_date=timezone.now() - timedelta(hours=1),
+    )
+    assert not subscribed(user, trial_product)
+    refused = post_trial(logged_in, trial_product)
+    assert refused.status_code == 409 and error_code(refused) == "trial_used"
+    assert "already had a free trial" in refused.content.decode()
+    with pytest.raises(TrialAlreadyUsed):
+        start_trial(user, trial_product, "months-1", "XOF")
+    assert Subscription.objects.count() == 1
+    assert len(billing_sandbox.requests(operation="create_subscription")) == 1
+
+    # unless repeat trials are allowed
+    settings.BILLING = {**settings.BILLING, "TRIALS": {"repeat": True}}
+    assert post_trial(logged_in, trial_product).status_code == 302
+    assert Subscription.objects.count() == 2
+    assert len(billing_sandbox.requests(operation="create_subscription")) == 2
+    assert on_trial(user, trial_product)
+
+
+def test_a_trial_of_another_plan_is_refused_like_a_second_checkout(
+    billing_sandbox, trial_product, logged_in, user
+):
+    team = offer_trial(make_product("Team plan"))
+    assert post_trial(logged_in, trial_product).status_code == 302
+    refused = post_trial(logged_in, team)
+    assert refused.status_code == 409 and error_code(refused) == "plan_held"
+    with pytest.raises(PlanAlreadyHeld):
+        start_trial(user, team, "months-1", "XOF")
+    checkout = logged_in.post(CHECKOUT, {"product": team.pk, "cycle": "months-1"})
+    assert checkout.status_code == 409 and error_code(checkout) == "plan_held"
+    assert len(billing_sandbox.requests(operation="create_subscription")) == 1
+    assert not billing_sandbox.requests(operation="create_checkout_session")
+
+
+def test_trials_refused_for_a_product_not_on_sale_without_cycles_or_without_a_trial(
+    billing_sandbox, trial_product, logged_in, user
+):
+    draft = offer_trial(make_product("Draft plan", status="draft"))
+    assert error_code(post_trial(logged_in, draft)) == "product_not_published"
+    no_trial = make_product("Plain plan")
+    assert error_code(post_trial(logged_in, no_trial)) == "trial_not_offered"
+    with pytest.raises(TrialNotOffered):
+        start_trial(user, no_trial, "months-1", "XOF")
+    unknown = offer_trial(make_product("Pulled plan"))
+    Product.objects.filter(pk=unknown.pk).update(blueprint_known=False)
+    assert error_code(post_trial(logged_in, unknown)) == "cycles_unknown"
+    one_time = offer_trial(make_product("Ebook", one_time=True))
+    assert error_code(post_trial(logged_in, one_time)) == "trial_not_offered"
+    assert not billing_sandbox.requests(operation="create_subscription")
+    assert not Subscription.objects.exists()
+    # a paid subscription: no trial of it
+    assert post_trial(logged_in, trial_product).status_code == 302
+    Subscription.objects.update(trial_end_date=None)
+    with pytest.raises(AlreadySubscribed):
+        start_trial(user, trial_product, "months-1", "XOF")
+
+
+def test_an_anonymous_trial_goes_to_the_login_page(client, trial_product):
+    assert client.post(TRIAL, {"product": trial_product.pk}).status_code == 302
+    assert not Subscription.objects.exists()
+
+
+def test_without_a_person_waiting_the_outbox_pushes_the_trial(
+    billing_sandbox, trial_product, user, recorded_enqueues
+):
+    trial = start_trial(user, trial_product, "months-1", "XOF", days=7, wait=False)
+    assert trial.remote_id is None and trial.sync_state == SyncState.PENDING
+    assert not billing_sandbox.requests(operation="create_subscription")
+    assert not subscribed(user, trial_product)  # not confirmed by the service yet
+    entries = list(OutboxEntry.objects.open())
+    assert recorded_enqueues  # queued on commit
+    from billing_integration.outbox.push import push_entry
+
+    for entry in entries:
+        push_entry(entry.pk)
+    for entry in OutboxEntry.objects.open():
+        push_entry(entry.pk)
+    trial.refresh_from_db()
+    assert trial.remote_id is not None and on_trial(user, trial_product)
+    body = billing_sandbox.requests(operation="create_subscription")[0]["body"]
+    assert body["auto_renew"] is False
+
+
+@pytest.mark.parametrize("auto_renew", [True, False])
+def test_a_trial_ended_by_the_sandbox_clock_renews_or_cancels(
+    hooked, trial_product, user, auto_renew
+):
+    """The sandbox's default guess: at the trial's end the first period is billed
+    (``subscription.renewal``), or, with ``auto_renew`` false, the subscription is canceled."""
+    trial = start_trial(user, trial_product, "months-1", "XOF", days=14, auto_renew=auto_renew)
+    trial_end = trial.trial_end_date
+    summary = hooked.advance(days=15)
+    assert hooked.wait_for_deliveries(timeout=20)
+    trial.refresh_from_db()
+    after = trial_end + timedelta(days=1)
+    if auto_renew:
+        assert summary["renewals"] == 1
+        assert hooked.events("subscription.renewal")
+        assert trial.status == "published" and trial.cycle_end_date > after
+        assert Subscription.objects.active(after).filter(pk=trial.pk).exists()
+        assert trial.payments.filter(status="completed").exists()
+    else:
+        assert summary["canceled"] == 1 and hooked.events("subscription.canceled")
+        assert trial.status == "canceled"
+        assert not Subscription.objects.active(after).exists()
+    assert not hooked.events("payment.failed")
+
+
+def test_a_trial_that_lapses_in_the_sandbox_ends_access_without_an_event(
+    billing_sandbox, trial_product, user
+):
+    """The other guess (sandbox config ``trial_end="lapse"``): no event; access ends with the
+    trial's dates, and a pull brings the ``expired`` status."""
+    billing_sandbox.config(trial_end="lapse")
+    trial = start_trial(user, trial_product, "months-1", "XOF", days=14, auto_renew=True)
+    after = trial.trial_end_date + timedelta(days=1)
+    summary = billing_sandbox.advance(days=15)
+    assert summary["lapsed_trials"] == 1 and summary["renewals"] == 0
+    assert not billing_sandbox.events()
+    trial.refresh_from_db()
+    assert trial.status == "published"  # nothing told the app: the dates end the access
+    assert not Subscription.objects.active(after).exists()
+    pull_subscriptions(trial.customer)
+    trial.refresh_from_db()
+    assert trial.status == "expired" and not trial.is_active and trial.trial_ends_at is None
+    assert not subscribed(user) and not on_trial(user)
+    assert not billing_sandbox.objects("payment")
