@@ -128,7 +128,7 @@ DOCS: dict[str, str] = {
     "CURRENCIES": "The service's integer currency ids and their ISO codes (the interface does "
     "not publish the table: set yours).",
     "GUESSES": "What the app guesses about the service beyond its interface (see "
-    "[](changes.md)): `subscription_currency_form` (`\"code\"` sends `selected_currency` as "
+    '[](changes.md)): `subscription_currency_form` (`"code"` sends `selected_currency` as '
     '`"XOF"`, `"id"` as `"1"`), `change_plan_action` (`None`: off, or the checkout `action` of '
     'a plan change, e.g. `"upgrade"`), `change_plan_target` (`"subscription"` or `"product"`: '
     "what `upgrade_to`/`downgrade_to` hold), `patch_auto_renew` (`True`: stop and resume "

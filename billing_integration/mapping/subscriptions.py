@@ -1,6 +1,6 @@
 """Subscription <-> wire. ``selected_currency`` is sent as a code, or as an id with
-``BILLING['GUESSES']['subscription_currency_form'] = "id"``; one the settings do not know is stored as
-received (logged once). Statuses are stripped and lower-cased here, once."""
+``BILLING['GUESSES']['subscription_currency_form'] = "id"``; one the settings do not know is
+stored as received (logged once). Statuses are stripped and lower-cased here, once."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 DATES = ("cycle_start_date", "cycle_end_date", "next_billing_date", "trial_end_date")
 #: Fields owned by the service: a pull or event always overwrites them.
 REMOTE_OWNED: tuple[str, ...] = ("status", *DATES, "auto_renew", "selected_billing_cycle")
-REMOTE_OWNED += ("selected_currency", "product_remote_id", "customer_remote_id")
+REMOTE_OWNED += ("selected_currency", "product_remote_id", "customer_remote_id", "discount_coupon")
 
 logger = logging.getLogger("billing_integration.mapping")
 
@@ -120,4 +120,5 @@ def from_remote(data: dict[str, Any]) -> dict[str, Any]:
     fields["selected_billing_cycle"] = _fits("selected_billing_cycle", cycle)
     currency = _remote_currency(data.get("selected_currency"))
     fields["selected_currency"] = _fits("selected_currency", currency)
+    fields["discount_coupon"] = data.get("discount_coupon")
     return fields

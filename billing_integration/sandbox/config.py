@@ -53,6 +53,11 @@ class SandboxConfig:
     return_url: str | None = None
     checkout_expiry: int = 300  # seconds; default expires_at of a checkout session
     currencies: dict[int, str] = field(default_factory=lambda: dict(DEFAULT_CURRENCIES))
+    #: Checkout ``action`` values accepted beside ``new_subscription`` (a plan change; none by
+    #: default, as the interface documents none).
+    change_actions: list[str] = field(default_factory=list)
+    #: Whether ``PATCH /subscriptions/{id}`` exists (``auto_renew`` only); off by default.
+    patch_subscriptions: bool = False
 
     @property
     def account(self) -> str:
@@ -95,6 +100,10 @@ class SandboxConfig:
                 continue
             if key == "currencies" and value is not None:
                 value = {int(k): str(v) for k, v in value.items()}
+            if key == "change_actions" and value is not None:
+                if isinstance(value, str):
+                    value = [a.strip() for a in value.split(",") if a.strip()]
+                value = [str(a) for a in value]
             if key == "retry_schedule" and value is not None:
                 if isinstance(value, str):
                     value = [float(x) for x in value.split(",") if x.strip()]
