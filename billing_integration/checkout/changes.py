@@ -434,11 +434,19 @@ def mark_done_by_staff(requests: Any) -> int:
 
 # --- what the probe of issue 26 calls (write mode) -------------------------------------------
 def probe_change_action(
-    action: str, customer: Customer, product: Product, *, client: Any = None
+    action: str,
+    customer: Customer,
+    product: Product,
+    cycle: Any = None,
+    currency: Any = None,
+    *,
+    client: Any = None,
 ) -> bool | None:
     """Is ``action`` accepted by ``POST /checkout_sessions``? Creates one session (it expires
-    unpaid). True: accepted; False: refused with 400/404/405; None: no answer to go by."""
-    selection = validate_selection(product)
+    unpaid; by default for the product's first cycle). True: accepted; False: refused with
+    400/404/405; None: no answer to go by."""
+    first = product.cycles.order_by("pk").first()
+    selection = validate_selection(product, cycle or (first.code if first else None), currency)
     client = client or get_client()
     try:
         _create_session(customer, selection, client, interactive_deadline(), action=action)
