@@ -1,5 +1,6 @@
-"""``BILLING['GUESSES']['subscription_currency_form']``: POST /subscriptions sends the currency code by
-default, or the currency id written as a string; against the sandbox over real HTTP."""
+"""``BILLING['GUESSES']['subscription_currency_form']``: POST /subscriptions sends the
+currency code by default, or the currency id written as a string; against the sandbox over
+real HTTP."""
 
 from __future__ import annotations
 
