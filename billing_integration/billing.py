@@ -18,6 +18,14 @@ from .access.features import (
     refused_feature,
 )
 from .access.permissions import HasActiveSubscription, HasFeature
+from .checkout.changes import (
+    NoPlanToChange,
+    RenewalUnchanged,
+    SamePlan,
+    cancel_at_period_end,
+    change_plan,
+    resume,
+)
 from .checkout.services import (
     AlreadySubscribed,
     CheckoutError,
@@ -85,7 +93,8 @@ __all__ = [
     "BillingAuthenticationError", "BillingConfigurationError", "BillingConflictError",
     "BillingError", "BillingIdempotencyConflict", "BillingNotFoundError", "BillingRateLimitError",
     "BillingServerError", "BillingServiceMismatchError", "BillingTransportError",
-    "BillingValidationError", "CheckoutError", "CheckoutRefused", "EventContext", "EventHandler",
+    "BillingValidationError", "CheckoutError", "NoPlanToChange", "RenewalUnchanged", "SamePlan",
+    "cancel_at_period_end", "change_plan", "resume", "CheckoutRefused", "EventContext", "EventHandler",
     "FeatureRequiredMixin", "HandlerResult", "HasActiveSubscription", "HasFeature",
     "InvalidChoice", "InvoiceHandler", "NoSubscriber", "PaymentHandler", "PlanAlreadyHeld",
     "ProductUnavailable", "RefundHandler", "RemoteDataError", "SandboxHandle",

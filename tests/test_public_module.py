@@ -45,7 +45,8 @@ def test_the_public_module_names_what_a_host_uses():
         "HasActiveSubscription", "HasFeature", "checkout_url", "checkout_redirect",
         "start_checkout", "billing_event_received", "payment_failed", "BillingError",
         "CheckoutError", "WebhookVerificationError", "handler", "EventHandler", "get_client",
-        "sign_webhook", "start_sandbox", "after_commit_inline",
+        "sign_webhook", "start_sandbox", "after_commit_inline", "change_plan",
+        "cancel_at_period_end", "resume", "NoPlanToChange", "SamePlan", "RenewalUnchanged",
     }  # fmt: skip
     assert wanted <= set(billing.__all__)
     assert not [n for n in billing.__all__ if n.startswith("_")]

@@ -365,6 +365,7 @@ class SubscriptionAdmin(SessionAdmin):
                     "next_billing_date",
                     "trial_end_date",
                     "last_payment_status",
+                    "discount_coupon",
                 )
             },
         ),
