@@ -60,6 +60,8 @@ RULES = [
 
 
 def _body(request: Request) -> dict[str, Any]:
+    if request.mimetype in ("application/x-www-form-urlencoded", "multipart/form-data"):
+        return {}  # a form of the dashboard: its handler reads request.form
     raw = request.get_data(cache=True)
     if not raw:
         return {}
