@@ -112,9 +112,9 @@ BILLING = {
 # (used by the worker processes the tests and benchmarks start).
 BILLING.update(env.json("BILLING_EXTRA", default={}))
 
-# Requests to change plan or stop renewal are emailed to ADMINS (docs/changes.md); in the demo
-# they are printed by the web process.
-ADMINS = [("Billing staff", env("BILLING_STAFF_EMAIL", default="staff@example.com"))]
+# Requests to change plan or stop renewal are emailed to MANAGERS (docs/changes.md); in the
+# demo they are printed by the web process.
+MANAGERS = [("Billing staff", env("BILLING_STAFF_EMAIL", default="staff@example.com"))]
 EMAIL_BACKEND = env("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
 
 # --- Celery ---------------------------------------------------------------------------------

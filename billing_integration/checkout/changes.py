@@ -8,7 +8,7 @@ import logging
 from decimal import Decimal
 from typing import Any
 
-from django.core.mail import mail_admins
+from django.core.mail import mail_managers
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.translation import gettext_lazy
@@ -314,7 +314,7 @@ def describe(request: ChangeRequest) -> str:
 
 
 def _tell_staff(request: ChangeRequest) -> None:
-    """Email the site's ADMINS; the admin's change request list has the same."""
+    """Email Django's MANAGERS; the admin's change request list shows the same."""
     subject = f"Billing: {request.get_kind_display()} requested"
     body = (
         f"{describe(request)}.\n\nDo it on the billing service, then mark the request "
@@ -322,7 +322,7 @@ def _tell_staff(request: ChangeRequest) -> None:
         "customer once the service shows it (an event or the next pull)."
     )
     try:
-        mail_admins(subject, body)
+        mail_managers(subject, body)
     except Exception as exc:  # the request is recorded and listed in the admin anyway
         logger.error("change request %s: staff email not sent (%s)", request.pk, exc)
 
@@ -406,7 +406,7 @@ def _alert(subs: list[Subscription]) -> None:
     )
     who = customer.email or customer.identifier if customer is not None else "?"
     try:
-        mail_admins(
+        mail_managers(
             "URGENT billing: a customer has two plans renewing",
             f"{who} has {len(subs)} plans of one group renewing:\n{lines}\n\n"
             "Stop the older one's renewal on the billing service now, or the customer pays twice.",

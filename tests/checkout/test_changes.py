@@ -62,7 +62,7 @@ def plans(billing_sandbox, transactional_db) -> tuple[Product, Product]:
 
 @pytest.fixture
 def staff(settings):
-    settings.ADMINS = [("Staff", "staff@example.com")]
+    settings.MANAGERS = [("Staff", "staff@example.com")]
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
 
 
