@@ -13,7 +13,7 @@ from django.core.cache.backends.locmem import LocMemCache
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.utils.module_loading import import_string
 
-from .conf import DEFAULTS, REQUIRED, billing_settings
+from .conf import DEFAULTS, REQUIRED, billing_settings, guesses
 from .exceptions import BillingConfigurationError
 from .webhooks.verification import whsec_key
 
@@ -140,11 +140,11 @@ def _value_errors(conf: dict[str, Any]) -> list[CheckMessage]:
     if not statuses or not all(isinstance(s, str) and s.strip() for s in statuses):
         text = "a non-empty list or tuple of strings"
         errors.append(bad("billing_integration.E008", "ACTIVE_STATUSES", text))
-    if conf.get("SUBSCRIPTION_CURRENCY_FORM") not in ("code", "id"):
-        hint = "'code' sends selected_currency as 'XOF', 'id' as '1'."
-        errors.append(
-            bad("billing_integration.E013", "SUBSCRIPTION_CURRENCY_FORM", "'code' or 'id'", hint)
-        )
+    try:
+        guesses()
+    except BillingConfigurationError as exc:
+        hint = "See docs/changes.md for each guess and its values."
+        errors.append(_error("billing_integration.E013", str(exc), hint))
     deadline = conf.get("INTERACTIVE_DEADLINE")
     if not number(deadline) or deadline <= 0:
         text = "a positive number of seconds"

@@ -24,7 +24,7 @@ DEFAULTS: dict[str, Any] = {
     "CLIENT_ID": None,
     "CLIENT_SECRET": None,
     "CURRENCIES": {1: "XOF", 2: "USD", 3: "EUR", 4: "GHS", 5: "KES", 6: "NGN"},
-    "SUBSCRIPTION_CURRENCY_FORM": "code",
+    "GUESSES": {},
     # --- webhooks ---
     "WEBHOOK_SECRET": None,
     "WEBHOOK_BASIC_AUTH": None,
@@ -105,6 +105,21 @@ REMOVED: dict[str, str] = {
     "KICK_TTL": "wake-ups are gone: every change enqueues its Celery task",
     "NOTICE_FROM_EMAIL": "notices are sent from settings.DEFAULT_FROM_EMAIL",
     "NOTICE_RECIPIENT": "notices go to the customer's email, else the subscriber's email",
+    "SUBSCRIPTION_CURRENCY_FORM": "use BILLING['GUESSES']['subscription_currency_form']",
+}
+
+#: The guesses about the service beyond its interface (``BILLING['GUESSES']``), their
+#: defaults and the values each accepts (``None`` in a tuple: switched off).
+GUESS_DEFAULTS: dict[str, Any] = {
+    "subscription_currency_form": "code",
+    "change_plan_action": None,
+    "change_plan_target": "subscription",
+    "patch_auto_renew": False,
+}
+GUESS_CHOICES: dict[str, tuple[Any, ...]] = {
+    "subscription_currency_form": ("code", "id"),
+    "change_plan_target": ("subscription", "product"),
+    "patch_auto_renew": (True, False),
 }
 
 #: One line per key of ``DEFAULTS``: what it means (the settings reference shows it).
@@ -118,8 +133,12 @@ DOCS: dict[str, str] = {
     "CLIENT_SECRET": "The client secret of the client-credentials pair (never logged).",
     "CURRENCIES": "The service's integer currency ids and their ISO codes (the interface does "
     "not publish the table: set yours).",
-    "SUBSCRIPTION_CURRENCY_FORM": "How `POST /subscriptions` sends `selected_currency`: "
-    '`"code"` (`"XOF"`) or `"id"` (the id as a string, `"1"`).',
+    "GUESSES": "What the app guesses about the service beyond its interface (see "
+    '[](changes.md)): `subscription_currency_form` (`"code"` sends `selected_currency` as '
+    '`"XOF"`, `"id"` as `"1"`), `change_plan_action` (`None`: off, or the checkout `action` of '
+    'a plan change, e.g. `"upgrade"`), `change_plan_target` (`"subscription"` or `"product"`: '
+    "what `upgrade_to`/`downgrade_to` hold), `patch_auto_renew` (`True`: stop and resume "
+    "renewal with `PATCH /subscriptions/{id}`).",
     "WEBHOOK_SECRET": '`"whsec_<base64>"`, or a list of them while rotating (any one verifies).',
     "WEBHOOK_BASIC_AUTH": '`"user:password"`: HTTP basic auth on the callback URL (no signature).',
     "WEBHOOK_ALLOW_UNVERIFIED": "With neither `WEBHOOK_SECRET` nor `WEBHOOK_BASIC_AUTH` set, "
@@ -210,6 +229,34 @@ class BillingSettings:
 
 
 billing_settings = BillingSettings()
+
+
+def guesses() -> dict[str, Any]:
+    """``BILLING['GUESSES']`` over ``GUESS_DEFAULTS``; a bad key or value raises, naming it."""
+    given = billing_settings.GUESSES
+    if not isinstance(given, dict):
+        raise BillingConfigurationError(
+            f"BILLING['GUESSES'] must be a dict, not {type(given).__name__}.",
+            setting="BILLING['GUESSES']",
+        )
+    for key, value in given.items():
+        name = f"BILLING['GUESSES'][{key!r}]"
+        if key not in GUESS_DEFAULTS:
+            known = ", ".join(GUESS_DEFAULTS)
+            raise BillingConfigurationError(f"Unknown key {name}. Known: {known}.", setting=name)
+        choices = GUESS_CHOICES.get(key)
+        if choices is not None and (value not in choices or type(value) is int):
+            allowed = " or ".join(repr(c) for c in choices)
+            raise BillingConfigurationError(
+                f"{name} must be {allowed}, not {value!r}.", setting=name
+            )
+        if key == "change_plan_action" and not (
+            value is None or (isinstance(value, str) and value.strip())
+        ):
+            raise BillingConfigurationError(
+                f"{name} must be None or a non-empty string, not {value!r}.", setting=name
+            )
+    return {**GUESS_DEFAULTS, **given}
 
 
 def shared_cache() -> BaseCache:

@@ -25,7 +25,7 @@ PULLED_RESOURCES = ("products", "customers", "subscriptions")
 
 #: The facts, in report order (``--skip`` takes these names).
 FACTS: tuple[str, ...] = ("token", "broker", "workers", "beat", "outbox", "outbox_failed")
-FACTS += ("events", "events_failed", "events_unrecognised", "refused", "pull")
+FACTS += ("events", "events_failed", "events_unrecognised", "refused", "pull", "guesses", "plans")
 #: Seconds back the ``events_unrecognised`` fact counts unrecognised events (a day).
 UNRECOGNISED_WINDOW = 86400
 
@@ -148,6 +148,8 @@ def diagnose(
         (("events_unrecognised",), lambda: [_unrecognised(now)]),
         (("refused",), lambda: [_refused(now)]),
         (("pull",), lambda: [_pull(limits, now)]),
+        (("guesses",), lambda: [_guesses()]),
+        (("plans",), lambda: [_plans()]),
     ]
     facts: list[Fact] = []
     for keys, probe in probes:
@@ -428,6 +430,49 @@ def _pull(limits: Thresholds, now: datetime) -> Fact:
         text = _("pull: no successful pull recorded yet for some resources (%(each)s)")
         return Fact("pull", WARNING, text % {"each": each}, data)
     return Fact("pull", OK, _("pull: last successful pulls: %(each)s") % {"each": each}, data)
+
+
+def _guesses() -> Fact:
+    """The guesses of ``BILLING['GUESSES']`` the service refused (switched off, in a row)."""
+    from .models.changes import ChangeRequest, ChangeState, SwitchedOffGuess
+
+    off = list(SwitchedOffGuess.objects.order_by("name"))
+    pending = ChangeRequest.objects.filter(state=ChangeState.PENDING).count()
+    data = {"switched_off": {g.name: g.status for g in off}, "pending_requests": pending}
+    if not off:
+        text = _("guesses: none switched off; %(count)d change requests pending")
+        return Fact("guesses", OK, text % {"count": pending}, data)
+    each = ", ".join(f"{g.name} (HTTP {g.status} on {g.operation})" for g in off)
+    text = _(
+        "guesses: switched off: %(each)s; requests go to staff (%(count)d pending). Delete the "
+        "row in the admin (Switched-off guesses) once the service accepts it"
+    )
+    return Fact("guesses", WARNING, text % {"each": each, "count": pending}, data)
+
+
+def _plans() -> Fact:
+    """A failure when a customer has two plans of one group renewing (charged twice)."""
+    from django.db.models import Count
+
+    from .models.subscriptions import Subscription
+
+    doubled = (
+        Subscription.objects.active()
+        .filter(auto_renew=True, customer__isnull=False, product__add_on=False)
+        .filter(product__product_type="subscription")
+        .values("customer", "product__plan_group")
+        .annotate(n=Count("pk"))
+        .filter(n__gt=1)
+    )
+    customers = sorted({row["customer"] for row in doubled})
+    data = {"customers": customers}
+    if not customers:
+        return Fact("plans", OK, _("plans: no customer has two plans renewing"), data)
+    text = _(
+        "plans: %(count)d customer(s) with two plans of one group renewing: stop the older "
+        "one's renewal on the service (staff were emailed)"
+    )
+    return Fact("plans", FAIL, text % {"count": len(customers)}, data)
 
 
 def _age(now: datetime, then: datetime) -> float:

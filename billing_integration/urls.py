@@ -2,6 +2,7 @@
 
 from django.urls import URLPattern, URLResolver, path
 
+from .account import actions as account_actions
 from .account import views as account_views
 from .api import views as api_views
 from .checkout import views as checkout_views
@@ -21,4 +22,15 @@ urlpatterns: list[URLPattern | URLResolver] = [
     ),
     path("api/subscriptions/", api_views.SubscriptionList.as_view(), name="api_subscriptions"),
     path("account/", account_views.account, name="account"),
+    path("account/change-plan/", account_actions.change_plan, name="change_plan"),
+    path(
+        "account/subscriptions/<int:pk>/stop-renewal/",
+        account_actions.stop_renewal,
+        name="stop_renewal",
+    ),
+    path(
+        "account/subscriptions/<int:pk>/resume/",
+        account_actions.resume_renewal,
+        name="resume_renewal",
+    ),
 ]

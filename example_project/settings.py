@@ -112,6 +112,11 @@ BILLING = {
 # (used by the worker processes the tests and benchmarks start).
 BILLING.update(env.json("BILLING_EXTRA", default={}))
 
+# Requests to change plan or stop renewal are emailed to MANAGERS (docs/changes.md); in the
+# demo they are printed by the web process.
+MANAGERS = [("Billing staff", env("BILLING_STAFF_EMAIL", default="staff@example.com"))]
+EMAIL_BACKEND = env("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
+
 # --- Celery ---------------------------------------------------------------------------------
 # Default: a broker on the local filesystem, so the demo needs no server. Production: set
 # CELERY_BROKER_URL to redis://... or amqp://... (see docs/production.md).

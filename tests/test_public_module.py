@@ -48,6 +48,8 @@ def test_the_public_module_names_what_a_host_uses():
         "sign_webhook", "start_sandbox", "after_commit_inline", "deliver_event",
         "start_trial", "on_trial",
         "on_grace_period", "in_grace_period", "TrialAlreadyUsed", "TrialNotOffered",
+        "change_plan",
+        "cancel_at_period_end", "resume", "NoPlanToChange", "SamePlan", "RenewalUnchanged",
     }  # fmt: skip
     assert wanted <= set(billing.__all__)
     assert not [n for n in billing.__all__ if n.startswith("_")]

@@ -39,6 +39,7 @@ __all__ = [
     "live_subscriptions",
     "on_grace_period",
     "on_trial",
+    "plan_may_renew",
     "products_with_feature",
     "refused_feature",
     "resolve_product",
@@ -154,6 +155,31 @@ def held_plan(subscriber: Any, product: ProductRef) -> Subscription | None:
             product__plan_group=resolved.plan_group,
         )
         .exclude(product=resolved)
+        .order_by("-cycle_start_date", "-pk")
+        .first()
+    )
+
+
+def plan_may_renew(subscriber: Any, product: ProductRef) -> Subscription | None:
+    """Another plan of ``product``'s group of the subscriber that may still renew (status
+    active, ``auto_renew`` on), even past its period end: a new subscription beside it could
+    be billed twice."""
+    from ..models.subscriptions import active_statuses
+
+    resolved = resolve_product(product)
+    if resolved is None or not resolved.is_plan or not _is_subscriber(subscriber):
+        return None
+    return (
+        Subscription.objects.for_subscriber(subscriber)
+        .filter(
+            status__in=active_statuses(),
+            auto_renew=True,
+            product__product_type=ProductType.SUBSCRIPTION,
+            product__add_on=False,
+            product__plan_group=resolved.plan_group,
+        )
+        .exclude(product=resolved)
+        .select_related("product")
         .order_by("-cycle_start_date", "-pk")
         .first()
     )

@@ -13,6 +13,7 @@ from django.views.decorators.http import require_GET
 
 from .. import currencies
 from ..access import get_subscriber, held_plan
+from ..checkout import changes
 from ..client import get_client
 from ..conf import billing_settings
 from ..exceptions import BillingConfigurationError
@@ -109,6 +110,8 @@ def account(request: HttpRequest) -> HttpResponse:
     customer = (
         Customer.objects.filter(subscriber=subscriber).first() if subscriber is not None else None
     )
+    if customer is not None:
+        changes.settle(customer)  # requests the mirror shows done; plans renewing twice
     subscriptions: list[Subscription] = []
     payments: list[Payment] = []
     invoices: list[Invoice] = []
@@ -131,6 +134,8 @@ def account(request: HttpRequest) -> HttpResponse:
     stale = customer is not None and get_client().known_down()
     if stale:
         refresh_in_background()
+    pending = changes.requests_for(customer)
+    doubled = changes.doubled_plans(customer) if customer is not None else []
     held = {s.product_id for s in subscriptions if s.product_id and s.is_active}
     # the cycle of a payment without a subscription: the latest subscription or checkout
     # session of its product (none needed for a product with one cycle)
@@ -165,6 +170,10 @@ def account(request: HttpRequest) -> HttpResponse:
             "trial_pending": s.remote_id is None
             and s.trial_end_date is not None
             and s.sync_state == SyncState.PENDING,
+            "requests": [r for r in pending if r.subscription_id == s.pk],
+            "renewal_asked": any(
+                r.subscription_id == s.pk and r.kind != "change_plan" for r in pending
+            ),
         }
         for s in subscriptions
     ]
@@ -184,5 +193,7 @@ def account(request: HttpRequest) -> HttpResponse:
             "checkout_action": reverse("billing_integration:checkout"),
             "account_path": request.path,
             "stale": stale,
+            # the older plan of each pair renewing twice: staff stop it
+            "doubled": [subs[0] for subs in doubled],
         },
     )

@@ -1,3 +1,3 @@
 """The Django admin of the app, one module per concern."""
 
-from . import events, health, mirror, notices, products, records, reports  # noqa: F401
+from . import changes, events, health, mirror, notices, products, records, reports  # noqa: F401

@@ -366,6 +366,7 @@ class SubscriptionAdmin(SessionAdmin):
                     "next_billing_date",
                     "trial_end_date",
                     "last_payment_status",
+                    "discount_coupon",
                 )
             },
         ),

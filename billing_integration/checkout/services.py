@@ -15,7 +15,7 @@ from django.utils import timezone
 from django.utils.translation import gettext, gettext_lazy
 
 from .. import currencies
-from ..access import held_plan, live_subscriptions, resolve_product
+from ..access import held_plan, live_subscriptions, plan_may_renew, resolve_product
 from ..client import get_client, interactive_deadline
 from ..client.retry import Deadline
 from ..conf import billing_settings, shared_cache
@@ -335,7 +335,8 @@ def start_checkout(
     selection = validate_selection(product, cycle, currency)
     if not selection.product.multiple_purchases and holds_paid(subscriber, selection.product):
         raise AlreadySubscribed()
-    if (held := held_plan(subscriber, selection.product)) is not None:
+    held = held_plan(subscriber, selection.product) or plan_may_renew(subscriber, selection.product)
+    if held is not None:
         raise PlanAlreadyHeld(held, selection.product)
     if (client or get_client()).known_down():
         logger.warning("checkout refused at once: the billing service is known to be down")
@@ -400,12 +401,20 @@ def checkout_redirect(
 
 
 def _create_session(
-    customer: Customer, selection: CheckoutSelection, client: Any, deadline: Deadline
+    customer: Customer,
+    selection: CheckoutSelection,
+    client: Any,
+    deadline: Deadline,
+    *,
+    action: str = ACTION_NEW,
+    upgrade_to: str | None = None,
+    downgrade_to: str | None = None,
 ) -> CheckoutSession:
-    """Create the remote session, then record it locally (never a half-made session)."""
+    """Create the remote session, then record it locally (never a half-made session). A plan
+    change (``checkout.changes``) gives its guessed ``action`` and its target."""
     remembered = (
         f"billing:checkout:in-doubt:{customer.pk}:{selection.product.pk}:"
-        f"{selection.cycle_code}:{selection.currency_id}"
+        f"{selection.cycle_code}:{selection.currency_id}:{action}:{upgrade_to}:{downgrade_to}"
     )
     earlier = _cache_call("get", remembered)
     now = timezone.now()
@@ -419,9 +428,11 @@ def _create_session(
         customer=customer,
         product=selection.product,
         expires_at=expires,
-        action=ACTION_NEW,
+        action=action,
         selected_billing_cycle=selection.cycle_code,
         selected_currency=selection.currency_id,
+        upgrade_to=upgrade_to,
+        downgrade_to=downgrade_to,
     )
     payload = checkout_map.to_remote(session)
     try:

@@ -172,6 +172,13 @@ class BillingClient:
             )
         return cast(Item, data[0] if isinstance(data, list) else data)
 
+    def update_subscription(
+        self, remote_id: str, payload: Item, **kw: Unpack[WriteOptions]
+    ) -> Item:
+        """``PATCH /subscriptions/{id}``: not in the interface (a guess, see docs/changes.md)."""
+        path = f"/subscriptions/{_quoted(remote_id)}"
+        return self._one("update_subscription", "PATCH", path, payload, **kw)
+
     def find_customer(self, identifier: str, *, deadline: DeadlineArg = None) -> Item | None:
         """The remote customer whose ``identifier`` is ``identifier``, or ``None`` (the
         interface has no filter: this reads the list)."""

@@ -25,7 +25,7 @@ def to_remote(session: CheckoutSession) -> dict[str, Any]:
         seconds=billing_settings.CHECKOUT_EXPIRY
     )
     customer, product = session.customer, session.product
-    return {
+    body = {
         "customer": str(customer.remote_id) if customer is not None else "",
         "product": str(product.remote_id) if product is not None else "",
         "expires_at": wire_ts(expires),
@@ -34,6 +34,11 @@ def to_remote(session: CheckoutSession) -> dict[str, Any]:
         # null for one-time products (the service refuses a cycle for them)
         "selected_billing_cycle": session.selected_billing_cycle or None,
     }
+    # a plan change (a guess: the interface shows them null): only when set
+    for name in ("upgrade_to", "downgrade_to"):
+        if getattr(session, name):
+            body[name] = getattr(session, name)
+    return body
 
 
 def from_remote(data: dict[str, Any]) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Subscription <-> wire. ``selected_currency`` is sent as a code, or as an id with
-``BILLING['SUBSCRIPTION_CURRENCY_FORM'] = "id"``; one the settings do not know is stored as
-received (logged once). Statuses are stripped and lower-cased here, once."""
+``BILLING['GUESSES']['subscription_currency_form'] = "id"``; one the settings do not know is
+stored as received (logged once). Statuses are stripped and lower-cased here, once."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any
 
 from .. import currencies
-from ..conf import billing_settings
+from ..conf import guesses
 from ..exceptions import BillingConfigurationError, RemoteDataError
 from .common import as_uuid, remote_meta, ts, wire_ts
 
@@ -19,9 +19,7 @@ if TYPE_CHECKING:
 DATES = ("cycle_start_date", "cycle_end_date", "next_billing_date", "trial_end_date")
 #: Fields owned by the service: a pull or event always overwrites them.
 REMOTE_OWNED: tuple[str, ...] = ("status", *DATES, "auto_renew", "selected_billing_cycle")
-REMOTE_OWNED += ("selected_currency", "product_remote_id", "customer_remote_id")
-#: The values of ``BILLING['SUBSCRIPTION_CURRENCY_FORM']``.
-CURRENCY_FORMS = ("code", "id")
+REMOTE_OWNED += ("selected_currency", "product_remote_id", "customer_remote_id", "discount_coupon")
 
 logger = logging.getLogger("billing_integration.mapping")
 
@@ -65,16 +63,9 @@ def currency_code(value: Any) -> str:
 def wire_currency(value: Any) -> str:
     """``selected_currency`` as POST /subscriptions sends it, in the configured form."""
     code = currency_code(value)
-    form = billing_settings.SUBSCRIPTION_CURRENCY_FORM
-    if form == "code" or not code:
-        return code
-    if form == "id":
+    if guesses()["subscription_currency_form"] == "id" and code:
         return str(currencies.currency_id(code))
-    raise BillingConfigurationError(
-        f"BILLING['SUBSCRIPTION_CURRENCY_FORM'] must be one of {', '.join(CURRENCY_FORMS)}, "
-        f"not {form!r}.",
-        setting="BILLING['SUBSCRIPTION_CURRENCY_FORM']",
-    )
+    return code
 
 
 def _remote_currency(value: Any) -> str:
@@ -129,4 +120,5 @@ def from_remote(data: dict[str, Any]) -> dict[str, Any]:
     fields["selected_billing_cycle"] = _fits("selected_billing_cycle", cycle)
     currency = _remote_currency(data.get("selected_currency"))
     fields["selected_currency"] = _fits("selected_currency", currency)
+    fields["discount_coupon"] = data.get("discount_coupon")
     return fields

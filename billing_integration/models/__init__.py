@@ -1,6 +1,7 @@
 """Models of the app, one module per concern."""
 
 from .base import *  # noqa: F403
+from .changes import *  # noqa: F403
 from .customers import *  # noqa: F403
 from .events import *  # noqa: F403
 from .health import *  # noqa: F403

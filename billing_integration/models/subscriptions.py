@@ -171,6 +171,8 @@ class Subscription(RemoteObject):
         max_length=8, blank=True, default="", help_text=_("Currency code, e.g. XOF.")
     )
     last_payment_status = models.CharField(max_length=16, null=True, blank=True)  # noqa: DJ001
+    #: ``discount_coupon`` as received (its shape is not documented): shown, never interpreted.
+    discount_coupon = models.JSONField(_("discount coupon"), null=True, blank=True)
     #: True when ``remote_updated`` is a time of ours (an undated event's), not the service's.
     remote_updated_ours = models.BooleanField(default=False, editable=False)
 

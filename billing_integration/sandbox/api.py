@@ -21,6 +21,8 @@ from .web import NotFound, ValidationFailed, error_entry
 PRODUCT_STATUSES = ("draft", "published", "archived")
 BILLING_TYPES = ("flat-rate",)
 ACTIONS = ("new_subscription",)
+#: What a plan change names, when the sandbox accepts change actions (``change_actions``).
+CHANGE_FIELDS = ("upgrade_to", "downgrade_to")
 Reply = tuple[int, dict[str, Any]]  # status, JSON body
 MAX_LIMIT = 1000
 DEFAULT_LIMIT = 100
@@ -625,12 +627,14 @@ class BillingAPI:
             currency_id = None
         self._currency_in(chk, currency_id, product, prices)
         action = chk.string("action", required=False, default="new_subscription")
-        if action is not None and action not in ACTIONS:
+        accepted = (*ACTIONS, *self.config.change_actions)
+        if action is not None and action not in accepted:
             chk.fail(
                 "action",
-                f"Unsupported action {action!r}; the sandbox supports new_subscription.",
+                f"Unsupported action {action!r}; the sandbox accepts {', '.join(accepted)}.",
                 "invalid_choice",
             )
+        changes = {name: self._change_target(chk, name, action) for name in CHANGE_FIELDS}
         now = self.clock.now()
         expires = now + timedelta(seconds=self.config.checkout_expiry)
         if chk.body.get("expires_at") is not None:
@@ -657,12 +661,49 @@ class BillingAPI:
                 "product": product["id"],
                 "expires_at": timeutil.fmt(expires),
                 "action": action,
-                "upgrade_to": None,
-                "downgrade_to": None,
+                **changes,
                 "completed_at": None,
                 "selected_billing_cycle": code,
                 "selected_currency": currency_id,
             }
         )
         self.store.insert("checkout_session", doc, due=doc["expires_at"])
+        return 200, {"data": public(doc)}
+
+    def _change_target(self, chk: Checker, name: str, action: str | None) -> str | None:
+        """``upgrade_to`` / ``downgrade_to``: null, or (with an accepted change action) the id of
+        a subscription or a product."""
+        value = chk.body.get(name)
+        if value is None:
+            return None
+        if action in ACTIONS:
+            chk.fail(name, f"{name} needs a change action, not {action}.", "not_allowed")
+        elif not is_uuid(value):
+            chk.fail(name, f"{name} must be a subscription or product id.", "invalid")
+        elif self.store.kind_of(value) not in ("subscription", "product"):
+            chk.fail(name, f"Unknown subscription or product {value}.", "not_found")
+        return value if isinstance(value, str) else None
+
+    # -- the guessed PATCH /subscriptions/{id} ----------------------------------------------
+    def update_subscription(self, account: str, subscription_id: str, body: Any) -> Reply:
+        """``auto_renew`` only, when ``patch_subscriptions`` is on; otherwise no such route."""
+        if not self.config.patch_subscriptions:
+            raise NotFound(f"No route /v1/api/billing/subscriptions/{subscription_id}.")
+        doc = self.store.get("subscription", subscription_id)
+        if doc is None:
+            raise NotFound(f"Subscription {subscription_id} not found.")
+        chk = Checker(body)
+        for name in chk.body:
+            if name != "auto_renew":
+                chk.fail(name, f"{name} cannot be changed; only auto_renew.", "not_allowed")
+        value = chk.body.get("auto_renew")
+        if not isinstance(value, bool):
+            chk.fail("auto_renew", "auto_renew must be a boolean.", "invalid_type")
+        elif doc["status"] != "published":
+            chk.fail("auto_renew", f"The subscription is {doc['status']}.", "invalid_state")
+        chk.check()
+        doc["auto_renew"] = value
+        doc["date_updated"] = self.clock.now_str()
+        doc["user_updated"] = account
+        self.store.save("subscription", doc, due=doc["next_billing_date"])
         return 200, {"data": public(doc)}

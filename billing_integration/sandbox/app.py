@@ -61,6 +61,11 @@ URLS = Map(
         Rule(f"{BILLING}/customers", endpoint="create_customer", methods=["POST"]),
         Rule(f"{BILLING}/subscriptions", endpoint="list_subscriptions", methods=["GET"]),
         Rule(f"{BILLING}/subscriptions", endpoint="create_subscription", methods=["POST"]),
+        Rule(
+            f"{BILLING}/subscriptions/<subscription_id>",
+            endpoint="update_subscription",
+            methods=["PATCH"],
+        ),
         Rule(f"{BILLING}/checkout_sessions", endpoint="create_checkout_session", methods=["POST"]),
         Rule("/checkout/<session_id>", endpoint="checkout_page", methods=["GET", "POST"]),
         *[Rule(r.rule, endpoint=f"control:{r.endpoint}", methods=r.methods) for r in CONTROL_RULES],

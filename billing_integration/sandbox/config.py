@@ -86,6 +86,11 @@ class SandboxConfig:
     #: first period (``subscription.renewal``), or cancels when ``auto_renew`` is false
     #: (``subscription.canceled``); ``"lapse"`` ends it quietly (status ``expired``, no event).
     trial_end: str = "renew"
+    #: Checkout ``action`` values accepted beside ``new_subscription`` (a plan change; none by
+    #: default, as the interface documents none).
+    change_actions: list[str] = field(default_factory=list)
+    #: Whether ``PATCH /subscriptions/{id}`` exists (``auto_renew`` only); off by default.
+    patch_subscriptions: bool = False
 
     @property
     def account(self) -> str:
@@ -132,6 +137,10 @@ class SandboxConfig:
                 value = {int(k): str(v) for k, v in value.items()}
             if key == "trial_end" and value not in TRIAL_END_BEHAVIOURS:
                 raise ValueError(f"trial_end must be one of {', '.join(TRIAL_END_BEHAVIOURS)}.")
+            if key == "change_actions" and value is not None:
+                if isinstance(value, str):
+                    value = [a.strip() for a in value.split(",") if a.strip()]
+                value = [str(a) for a in value]
             if key == "retry_schedule" and value is not None:
                 if isinstance(value, str):
                     value = [float(x) for x in value.split(",") if x.strip()]

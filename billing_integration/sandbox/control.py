@@ -55,10 +55,13 @@ RULES = [
     Rule("/_sandbox/seed", endpoint="seed", methods=["POST"]),
     Rule("/_sandbox/objects/<kind>", endpoint="objects", methods=["GET"]),
     Rule("/_sandbox/objects/<kind>/<obj_id>", endpoint="object", methods=["GET"]),
+    Rule("/_sandbox/subscriptions/<obj_id>/apply", endpoint="apply", methods=["POST"]),
 ]
 
 
 def _body(request: Request) -> dict[str, Any]:
+    if request.mimetype in ("application/x-www-form-urlencoded", "multipart/form-data"):
+        return {}  # a form of the dashboard: its handler reads request.form
     raw = request.get_data(cache=True)
     if not raw:
         return {}
@@ -197,6 +200,18 @@ class Control:
             return error_response(404, "not_found", f"No {kind} {obj_id}.")
         return json_response({"data": public(doc)})
 
+    def do_apply(self, request: Request, body: dict[str, Any], obj_id: str) -> Response:
+        """Apply a change or a stop of renewal by hand, as staff would on the service (JSON,
+        or the dashboard's form, which is sent back to the dashboard)."""
+        form = request.mimetype != "application/json"
+        values = {k: v for k, v in request.form.items() if v} if form else body
+        status, payload = self.app.guard(
+            lambda: (200, {"data": public(self.app.ledger.apply_change(obj_id, values))})
+        )
+        if form and status == 200:
+            return Response(status=303, headers={"Location": "/_sandbox/"})
+        return json_response(payload, status=status)
+
     # -- pages for people ----------------------------------------------------------------------
     def do_index(self, request: Request, body: dict[str, Any]) -> Response:
         """``/``: what this server is, with links (not a 404)."""
@@ -228,17 +243,52 @@ class Control:
             f"<td>{escape(_last_attempt(d['log']))}</td></tr>"
             for d in reversed(app.delivery.list(limit=100_000)[-200:])
         )
+        subs = "".join(_subscription_row(d, app) for d in app.store.page("subscription", 200))
         html = _html_page(
             "Billing sandbox",
             f"<p>Sandbox time: {escape(_readable_time(app.clock.now()))} "
             f"(offset {app.clock.offset:g} s)</p>"
             f"<p>Callback: {escape(str(app.config.callback_url))}</p>"
             f"<h2>Objects</h2><table>{counts}</table>"
+            "<h2>Subscriptions</h2><p class='muted'>Apply a requested change or stop of "
+            "renewal by hand, as staff would on the service.</p>"
+            "<table id='subscriptions'><tr><th>id</th><th>customer</th><th>product</th>"
+            "<th>cycle</th><th>currency</th><th>status</th><th>renews</th><th>change</th></tr>"
+            f"{subs}</table>"
             "<h2>Deliveries (latest first)</h2><table><tr><th>type</th><th>status</th>"
             "<th>attempts</th><th>url</th><th>created</th><th>last attempt</th></tr>"
             f"{rows}</table>",
         )
         return Response(html, mimetype="text/html")
+
+
+def _subscription_row(sub: dict[str, Any], app: SandboxApp) -> str:
+    """One subscription with the forms staff use: stop or resume renewal, change the plan."""
+    action = f"/_sandbox/subscriptions/{escape(sub['id'])}/apply"
+    flip = "false" if sub.get("auto_renew", True) else "true"
+    label = "Stop renewal" if flip == "false" else "Resume renewal"
+    products = "".join(
+        f"<option value='{escape(p['id'])}'{' selected' if p['id'] == sub['product'] else ''}>"
+        f"{escape(p['name'])}</option>"
+        for p in app.store.page("product", 200)
+        if p.get("subscription_blueprint")
+    )
+    product = app.store.get("product", sub["product"]) or {"name": sub["product"]}
+    return (
+        f"<tr data-subscription='{escape(sub['id'])}'><td>{escape(sub['id'][:8])}</td>"
+        f"<td>{escape(sub['customer'][:8])}</td><td>{escape(product['name'])}</td>"
+        f"<td>{escape(sub['selected_billing_cycle'])}</td>"
+        f"<td>{escape(sub['selected_currency'])}</td><td>{escape(sub['status'])}</td>"
+        f"<td>{'yes' if sub.get('auto_renew', True) else 'no'}</td><td>"
+        f"<form method='post' action='{action}' class='renewal'>"
+        f"<input type='hidden' name='auto_renew' value='{flip}'>"
+        f"<button type='submit'>{label}</button></form>"
+        f"<form method='post' action='{action}' class='change'><select name='product'>"
+        f"{products}</select><input name='selected_billing_cycle' size='9' "
+        f"value='{escape(sub['selected_billing_cycle'])}'><input name='selected_currency' "
+        f"size='4' value='{escape(sub['selected_currency'])}'>"
+        "<button type='submit'>Apply change</button></form></td></tr>"
+    )
 
 
 def _html_page(title: str, body: str) -> str:

@@ -51,6 +51,7 @@ OPERATIONS = (
     "create_customer",
     "list_subscriptions",
     "create_subscription",
+    "update_subscription",
     "create_checkout_session",
     "checkout_page",
 )

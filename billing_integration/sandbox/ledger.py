@@ -211,6 +211,8 @@ class Ledger:
                 ctx["subscription"] = subscription["id"]
                 period_start = subscription["cycle_start_date"]
                 period_end = subscription["cycle_end_date"]
+                if session.get("action") != "new_subscription":
+                    self._stop_replaced(session, subscription)
             customer["phone"] = phone
             customer["user_updated"] = session["user_created"]
             self._touch("customer", customer)
@@ -231,6 +233,52 @@ class Ledger:
             "invoice": invoice,
             "events": events,
         }
+
+    def _stop_replaced(self, session: dict[str, Any], new: dict[str, Any]) -> None:
+        """A plan change confirmed: the subscription it names in ``upgrade_to`` /
+        ``downgrade_to`` (or, when they name a product, the customer's other renewing
+        subscriptions) stops renewing; its paid period runs to its end."""
+        named = [session.get(f) for f in ("upgrade_to", "downgrade_to") if session.get(f)]
+        old = [self.store.get("subscription", str(i)) for i in named]
+        replaced = [doc for doc in old if doc is not None]
+        if not replaced:
+            replaced = [
+                doc
+                for doc in self.store.page("subscription", None)
+                if doc["customer"] == session["customer"] and doc["id"] != new["id"]
+            ]
+        for doc in replaced:
+            if doc["status"] == "published" and doc.get("auto_renew", True):
+                doc["auto_renew"] = False
+                doc["user_updated"] = session["user_created"]
+                self._touch("subscription", doc, due=doc["next_billing_date"])
+
+    def apply_change(self, sub_id: str, values: dict[str, Any]) -> dict[str, Any]:
+        """What staff do on the service by hand (the dashboard): ``auto_renew``, or a new
+        ``product`` / ``selected_billing_cycle`` / ``selected_currency`` in place, billed from
+        the next renewal on (the period paid runs to its end)."""
+        sub = self.store.must("subscription", sub_id)
+        errors = []
+        if "auto_renew" in values:
+            flag = values["auto_renew"]
+            if isinstance(flag, str):
+                flag = flag.strip().lower() in ("1", "true", "on", "yes")
+            sub["auto_renew"] = bool(flag)
+        product_id = values.get("product") or sub["product"]
+        product = self.store.get("product", product_id)
+        cycle = values.get("selected_billing_cycle") or sub["selected_billing_cycle"]
+        currency = values.get("selected_currency") or sub["selected_currency"]
+        if product is None:
+            errors.append(error_entry(f"Unknown product {product_id}.", "not_found", "product"))
+        else:
+            currency_id = self.config.currency_id(str(currency))
+            if currency_id is None or not self.price(product, cycle, currency_id):
+                message = f"The product has no price for {cycle} in {currency}."
+                errors.append(error_entry(message, "no_price", "selected_billing_cycle"))
+        if errors:
+            raise ValidationFailed(errors)
+        sub.update(product=product_id, selected_billing_cycle=cycle, selected_currency=currency)
+        return self._touch("subscription", sub, due=sub["next_billing_date"])
 
     # -- renewals and the clock -------------------------------------------------------------------
     def _move_cycle(self, sub: dict[str, Any]) -> tuple[str, str]:

@@ -48,7 +48,8 @@ def billing_checkout_button(
     change_label: str | None = None,
 ) -> dict[str, Any]:
     """A POST form to the checkout view; "Current plan" for the option the subscriber holds, a
-    link to the billing page ("Change of plan") for one that would change the plan held."""
+    "Change plan" form (to the change view, ``checkout.changes.change_plan``) for one that would
+    change the plan held."""
     resolved = product if isinstance(product, Product) else resolve_product(product)
     if isinstance(cycle, BillingCycle):
         cycle = cycle.code
@@ -68,7 +69,8 @@ def billing_checkout_button(
         "held": held,
         "change": change,
         "current_label": current_label or gettext("Current plan"),
-        "change_label": change_label or gettext("Change of plan"),
+        "change_label": change_label or gettext("Change plan"),
+        "change_action": reverse("billing_integration:change_plan"),
         "account_url": account_url(),
         # What the service is known to sell (a refused status change is not on sale).
         "available": resolved is not None and resolved.confirmed_status == ProductStatus.PUBLISHED,

@@ -12,13 +12,9 @@ import pytest
 from .helpers import TEST_SETTINGS, SandboxHandle, start_sandbox
 
 STARTED: dict[str, Any] = {**TEST_SETTINGS, "token_lifetime": 300}
-SESSION_DEFAULTS = {
-    "callback_url": None,
-    "return_url": None,
-    "dialects": [],
-    "trial_end": "renew",
-    **STARTED,
-}
+#: What each test starts from: the guessed behaviours off (as the sandbox starts).
+SESSION_DEFAULTS = {"callback_url": None, "return_url": None, "dialects": [], **STARTED}
+SESSION_DEFAULTS |= {"trial_end": "renew", "change_actions": [], "patch_subscriptions": False}
 
 
 @pytest.fixture(scope="session")

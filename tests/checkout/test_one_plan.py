@@ -1,7 +1,7 @@
 """One plan at a time: a subscriber holding a recurring plan is refused another plan of its
 group on every path (view, ``start_checkout``, DRF), unless the product is an add-on or in
-another group; the button says "Current plan" only on the exact option held, "Change of plan"
-on the others. Over real HTTP with the sandbox, its clock and its ledger."""
+another group; the button says "Current plan" only on the exact option held, and is a "Change plan"
+form on the others. Over real HTTP with the sandbox, its clock and its ledger."""
 
 from __future__ import annotations
 
@@ -100,11 +100,14 @@ def test_add_ons_other_groups_one_time_products_and_ended_plans_are_sold(
     assert post(logged_in, pro).status_code == 409
     assert len(billing_sandbox.requests(operation="create_checkout_session")) == 3
 
-    # a plan no longer held (its paid period over) does not stand in the way
+    # a plan no longer held (its paid period over) stands in the way while it may renew...
     Subscription.objects.filter(product=starter).update(
         cycle_end_date=timezone.now() - timedelta(days=1)
     )
     assert held_plan(user, pro) is None
+    assert post(logged_in, pro).status_code == 409
+    # ...and no longer once it does not renew
+    Subscription.objects.filter(product=starter).update(auto_renew=False)
     assert post(logged_in, pro).status_code == 302
 
 
@@ -139,9 +142,10 @@ def test_button_current_plan_only_on_the_option_held(billing_sandbox, plans, use
         (pro, "years-1", "XOF"),
     ):
         html = button(product, user, cycle=cycle, currency=currency)
-        assert "<form" not in html and "Current plan" not in html, (product, cycle, currency)
-        change = '<p class="billing-checkout-change"><a href="/billing/account/">Change of plan</a>'
-        assert change in html
+        assert 'action="/billing/checkout/"' not in html and "Current plan" not in html
+        change = '<form method="post" action="/billing/account/change-plan/" class="billing-chan'
+        assert change in html and '<button type="submit">Change plan</button>' in html
+        assert f'name="product" value="{product.pk}"' in html and f'value="{cycle}"' in html
     # the currency held as the service's id matches its code
     Subscription.objects.filter(product=starter).update(selected_currency="1")
     assert "Current plan" in button(starter, user, cycle="months-1", currency="XOF")

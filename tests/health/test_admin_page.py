@@ -61,6 +61,8 @@ def test_the_page_shows_each_fact_and_names_the_fault(healthy, issued_tokens):
         "events_unrecognised",
         "refused",
         "pull",
+        "guesses",
+        "plans",
     ):
         assert f'class="fact-{key} status-' in html
     assert 'class="fact-token status-ok"' in html
@@ -82,3 +84,14 @@ def test_the_page_reports_refused_deliveries_and_what_to_check(healthy, webhook_
     assert "none accepted since" in html and "BILLING[&#x27;WEBHOOK_SECRET&#x27;]" in html
     assert "Unhealthy" in html and "refused" in html
     assert SECRET not in html and OTHER_SECRET not in html
+
+
+def test_the_page_shows_a_switched_off_guess(healthy):
+    from billing_integration.models import SwitchedOffGuess
+
+    SwitchedOffGuess.objects.create(
+        name="patch_auto_renew", status=405, operation="update_subscription"
+    )
+    html = staff_client("view_health").get(reverse(URL)).content.decode()
+    assert 'class="fact-guesses status-warning"' in html
+    assert "patch_auto_renew (HTTP 405 on update_subscription)" in html

@@ -299,6 +299,8 @@ def test_json_output(healthy, issued_tokens):
         "events_unrecognised",
         "refused",
         "pull",
+        "guesses",
+        "plans",
     ]
     assert [k for k, f in facts.items() if f["status"] == "fail"] == ["events_failed"]
     assert facts["events_failed"]["data"] == {"failed": 1}

@@ -1,5 +1,6 @@
-"""``BILLING['SUBSCRIPTION_CURRENCY_FORM']``: POST /subscriptions sends the currency code by
-default, or the currency id written as a string; against the sandbox over real HTTP."""
+"""``BILLING['GUESSES']['subscription_currency_form']``: POST /subscriptions sends the
+currency code by default, or the currency id written as a string; against the sandbox over
+real HTTP."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def test_the_default_form_sends_the_code(billing_sandbox):
 
 @pytest.mark.parametrize(("code", "wire"), [("XOF", "1"), ("usd", "2")])
 def test_the_id_form_sends_the_id_as_a_string(billing_sandbox, settings, code, wire):
-    settings.BILLING = {**settings.BILLING, "SUBSCRIPTION_CURRENCY_FORM": "id"}
+    settings.BILLING = {**settings.BILLING, "GUESSES": {"subscription_currency_form": "id"}}
     sub = push_new_subscription(code)
     [call] = billing_sandbox.requests(operation="create_subscription")
     assert call["status"] == 200
@@ -61,8 +62,8 @@ def test_the_id_form_sends_the_id_as_a_string(billing_sandbox, settings, code, w
 
 
 def test_an_unknown_form_is_refused(settings):
-    settings.BILLING = {**settings.BILLING, "SUBSCRIPTION_CURRENCY_FORM": "number"}
+    settings.BILLING = {**settings.BILLING, "GUESSES": {"subscription_currency_form": "number"}}
     [error] = [e for e in check_billing_settings() if e.id == "billing_integration.E013"]
-    assert "SUBSCRIPTION_CURRENCY_FORM" in error.msg
-    with pytest.raises(BillingConfigurationError, match="SUBSCRIPTION_CURRENCY_FORM"):
+    assert "BILLING['GUESSES']['subscription_currency_form']" in error.msg
+    with pytest.raises(BillingConfigurationError, match=r"\['subscription_currency_form'\]"):
         subscription_map.wire_currency("XOF")

@@ -1,0 +1,469 @@
+"""Change plan, stop renewal and resume: guesses about the service (``BILLING['GUESSES']``),
+with a request to staff as the default and the fallback. A request is shown done only when the
+mirror (an event or a pull) shows it; see docs/changes.md."""
+
+from __future__ import annotations
+
+import logging
+from decimal import Decimal
+from typing import Any
+
+from django.core.mail import mail_managers
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from django.utils.translation import gettext_lazy
+
+from .. import currencies
+from ..access import active_subscriptions, held_plan
+from ..client import get_client, interactive_deadline
+from ..client.retry import Deadline
+from ..conf import guesses, shared_cache
+from ..customers import ensure_customer_pushed
+from ..exceptions import BillingAPIError, BillingConfigurationError, BillingError
+from ..models import (
+    ChangeKind,
+    ChangeRequest,
+    ChangeState,
+    ChangeVia,
+    CheckoutSession,
+    Customer,
+    Price,
+    Product,
+    ProductType,
+    Subscription,
+    SwitchedOffGuess,
+)
+from ..models.subscriptions import active_statuses
+from .services import (
+    CheckoutError,
+    CheckoutSelection,
+    NoSubscriber,
+    ServiceUnavailable,
+    _create_session,
+    validate_selection,
+)
+
+logger = logging.getLogger("billing_integration.changes")
+
+#: The statuses of an answer that switch a guess off: the service does not know it.
+REFUSED = (400, 404, 405)
+#: The guesses a refusal switches off, by name.
+CHANGE_ACTION, PATCH_AUTO_RENEW = "change_plan_action", "patch_auto_renew"
+UPGRADE, DOWNGRADE = "upgrade", "downgrade"
+#: Seconds between two urgent notices about the same pair of renewing plans.
+ALERT_EVERY = 86400
+
+
+class NoPlanToChange(CheckoutError):
+    status = 409
+    code = "no_plan"
+    default_message = gettext_lazy("You have no plan to change: choose a plan to subscribe.")
+
+
+class SamePlan(CheckoutError):
+    code = "same_plan"
+    default_message = gettext_lazy("This is already your plan.")
+
+
+class RenewalUnchanged(CheckoutError):
+    status = 409
+    code = "renewal_unchanged"
+    default_message = gettext_lazy("There is nothing to change in this subscription's renewal.")
+
+
+# --- guesses --------------------------------------------------------------------------------
+def guess_on(name: str) -> bool:
+    """Whether the guess ``name`` is set in ``BILLING['GUESSES']`` and not switched off."""
+    value = guesses()[name]
+    return bool(value) and not SwitchedOffGuess.objects.filter(name=name).exists()
+
+
+def switch_off(name: str, error: BillingAPIError) -> None:
+    """Record that the service refused the guess ``name`` (a row: every process sees it)."""
+    logger.error("billing guess %s switched off: the service answered %s", name, error.status)
+    try:
+        with transaction.atomic():
+            SwitchedOffGuess.objects.create(
+                name=name, status=error.status or 0, operation=error.operation or ""
+            )
+    except IntegrityError:  # another process recorded it first
+        pass
+
+
+def _refused(exc: BillingError) -> bool:
+    return isinstance(exc, BillingAPIError) and exc.status in REFUSED
+
+
+# --- the plan held and the direction of a change ---------------------------------------------
+def current_plan(subscriber: Any, product: Product) -> Subscription | None:
+    """The subscriber's active subscription that a change to ``product`` replaces: the same
+    product (another cycle or currency), else another plan of its group."""
+    same = active_subscriptions(subscriber, product).order_by("-cycle_start_date", "-pk").first()
+    return same or held_plan(subscriber, product)
+
+
+def monthly_price(product: Product | None, cycle: str, currency: Any) -> Decimal | None:
+    """The price of ``product`` for ``cycle`` in ``currency``, per month (a year is 12)."""
+    if product is None or not cycle:
+        return None
+    try:
+        currency_id = currencies.currency_id(currency)
+    except BillingConfigurationError:
+        return None
+    unit, _, freq = cycle.partition("-")
+    if not freq.isdigit() or unit not in ("months", "years"):
+        return None
+    price = Price.objects.filter(
+        cycle__product=product,
+        cycle__unit=unit,
+        cycle__frequency=int(freq),
+        currency_id=currency_id,
+    ).first()
+    if price is None:
+        return None
+    return price.amount / (int(freq) * (12 if unit == "years" else 1))
+
+
+def direction(held: Subscription, selection: CheckoutSelection) -> str:
+    """``upgrade`` when the new option costs more a month than the held one, in the new
+    option's currency (else the held one's, when the held plan has no price in it)."""
+    new_cycle, new_currency = selection.cycle_code, selection.currency_id
+    old = monthly_price(held.product, held.selected_billing_cycle, new_currency)
+    new = monthly_price(selection.product, new_cycle, new_currency)
+    if old is None:
+        old = monthly_price(held.product, held.selected_billing_cycle, held.selected_currency)
+        new = monthly_price(selection.product, new_cycle, held.selected_currency)
+    return UPGRADE if old is not None and new is not None and new > old else DOWNGRADE
+
+
+# --- change plan ----------------------------------------------------------------------------
+def change_plan(
+    subscriber: Any,
+    product: Any,
+    cycle: Any = None,
+    currency: Any = None,
+    *,
+    client: Any = None,
+    deadline: Deadline | None = None,
+) -> ChangeRequest:
+    """Ask to move ``subscriber``'s plan to ``product`` / ``cycle`` / ``currency``. Returns the
+    ``ChangeRequest``; its ``checkout_url`` is set when the customer must confirm on the hosted
+    page (the guessed checkout action), else staff were asked (email, admin list)."""
+    if subscriber is None or getattr(subscriber, "pk", None) is None:
+        raise NoSubscriber()
+    selection = validate_selection(product, cycle, currency)
+    if not selection.product.is_plan:
+        raise NoPlanToChange()
+    held = current_plan(subscriber, selection.product)
+    if held is None or held.customer is None:
+        raise NoPlanToChange()
+    code = currencies.currency_code(selection.currency_id)
+    if (
+        held.product_id == selection.product.pk
+        and held.selected_billing_cycle == selection.cycle_code
+        and currencies.currency_code(held.selected_currency) == code
+    ):
+        raise SamePlan()
+    pending = _pending(held, ChangeKind.CHANGE_PLAN)
+    if pending is not None and (
+        pending.target_product_id,
+        pending.target_cycle,
+        pending.target_currency,
+    ) == (selection.product.pk, selection.cycle_code, code):
+        pending.checkout_url = _session_url(pending, client)
+        return pending  # asked already: nothing sent twice
+    request = ChangeRequest(
+        customer=held.customer,
+        subscription=held,
+        kind=ChangeKind.CHANGE_PLAN,
+        via=ChangeVia.REQUEST,
+        target_product=selection.product,
+        target_cycle=selection.cycle_code,
+        target_currency=code,
+        direction=direction(held, selection),
+    )
+    if guess_on(CHANGE_ACTION):
+        request.checkout_session = _change_session(request, selection, client, deadline)
+        if request.checkout_session is not None:
+            request.via = ChangeVia.CHECKOUT
+    with transaction.atomic():
+        _withdraw(held, ChangeKind.CHANGE_PLAN)
+        request.save()
+    if request.via == ChangeVia.REQUEST:
+        _tell_staff(request)
+    request.checkout_url = _session_url(request, client)
+    return request
+
+
+def _change_session(
+    request: ChangeRequest, selection: CheckoutSelection, client: Any, deadline: Deadline | None
+) -> CheckoutSession | None:
+    """The checkout session of the guessed change action; ``None`` when the service refuses
+    the guess (switched off: the request goes to staff)."""
+    client = client or get_client()
+    deadline = deadline or interactive_deadline()
+    held = request.subscription
+    config = guesses()
+    target = held.remote_id if config["change_plan_target"] == "subscription" else None
+    target = target or selection.product.remote_id
+    fields = {f"{request.direction}_to": str(target)}
+    try:
+        customer = ensure_customer_pushed(request.customer, deadline=deadline)
+        return _create_session(
+            customer, selection, client, deadline, action=config[CHANGE_ACTION], **fields
+        )
+    except CheckoutError as exc:
+        cause = exc.__cause__
+        if isinstance(cause, BillingError) and _refused(cause):
+            assert isinstance(cause, BillingAPIError)
+            switch_off(CHANGE_ACTION, cause)
+            return None
+        raise
+    except BillingError as exc:
+        raise ServiceUnavailable() from exc
+
+
+def _session_url(request: ChangeRequest, client: Any) -> str | None:
+    session = request.checkout_session
+    if request.via != ChangeVia.CHECKOUT or session is None or session.remote_id is None:
+        return None
+    return str((client or get_client()).checkout_url(str(session.remote_id)))
+
+
+# --- stop renewal and resume ----------------------------------------------------------------
+def cancel_at_period_end(subscription: Subscription, *, client: Any = None) -> ChangeRequest:
+    """Ask that ``subscription`` stop renewing: access runs to the end of the paid period."""
+    return _renewal(subscription, ChangeKind.STOP_RENEWAL, client)
+
+
+def resume(subscription: Subscription, *, client: Any = None) -> ChangeRequest:
+    """Ask that ``subscription`` renew again (before its paid period ends)."""
+    return _renewal(subscription, ChangeKind.RESUME, client)
+
+
+def _renewal(subscription: Subscription, kind: str, client: Any) -> ChangeRequest:
+    subscription.refresh_from_db()
+    wanted = kind == ChangeKind.RESUME
+    if (
+        subscription.customer is None
+        or subscription.remote_id is None
+        or not subscription.is_active
+        or subscription.auto_renew == wanted
+    ):
+        raise RenewalUnchanged()
+    opposite = ChangeKind.STOP_RENEWAL if wanted else ChangeKind.RESUME
+    _withdraw(subscription, opposite)
+    pending = _pending(subscription, kind)
+    if pending is not None:
+        return pending
+    request = ChangeRequest(
+        customer=subscription.customer, subscription=subscription, kind=kind, via=ChangeVia.REQUEST
+    )
+    if guess_on(PATCH_AUTO_RENEW) and _patch(subscription, wanted, client):
+        request.via = ChangeVia.PATCH
+    request.save()
+    if request.via == ChangeVia.REQUEST:
+        _tell_staff(request)
+    return request
+
+
+def _patch(subscription: Subscription, auto_renew: bool, client: Any) -> bool:
+    """The guessed PATCH; False when the service refuses the guess (switched off)."""
+    client = client or get_client()
+    try:
+        client.update_subscription(
+            str(subscription.remote_id),
+            {"auto_renew": auto_renew},
+            deadline=interactive_deadline(),
+        )
+    except BillingError as exc:
+        if _refused(exc):
+            assert isinstance(exc, BillingAPIError)
+            switch_off(PATCH_AUTO_RENEW, exc)
+            return False
+        raise ServiceUnavailable() from exc
+    return True
+
+
+# --- requests: pending, withdrawn, told to staff, settled by the mirror ----------------------
+def _pending(subscription: Subscription, kind: str) -> ChangeRequest | None:
+    rows = ChangeRequest.objects.filter(subscription=subscription, kind=kind)
+    return rows.filter(state=ChangeState.PENDING).select_related("checkout_session").first()
+
+
+def _withdraw(subscription: Subscription, kind: str) -> None:
+    ChangeRequest.objects.filter(
+        subscription=subscription, kind=kind, state=ChangeState.PENDING
+    ).update(state=ChangeState.WITHDRAWN)
+
+
+def describe(request: ChangeRequest) -> str:
+    """One line for staff: who, what, from what to what (no secret in it)."""
+    sub = request.subscription
+    customer = request.customer
+    who = f"{customer.email or customer.identifier} (customer {customer.remote_id})"
+    held = f"{sub.product} {sub.selected_billing_cycle} {sub.selected_currency}"
+    if request.kind == ChangeKind.CHANGE_PLAN:
+        what = (
+            f"change {held} to {request.target_product} {request.target_cycle} "
+            f"{request.target_currency} ({request.direction})"
+        )
+    else:
+        what = f"{request.get_kind_display().lower()} of {held}"
+    return f"{who}: {what}; subscription {sub.remote_id}"
+
+
+def _tell_staff(request: ChangeRequest) -> None:
+    """Email Django's MANAGERS; the admin's change request list shows the same."""
+    subject = f"Billing: {request.get_kind_display()} requested"
+    body = (
+        f"{describe(request)}.\n\nDo it on the billing service, then mark the request "
+        "'done on the service' in the admin (Change requests). It is shown done to the "
+        "customer once the service shows it (an event or the next pull)."
+    )
+    try:
+        mail_managers(subject, body)
+    except Exception as exc:  # the request is recorded and listed in the admin anyway
+        logger.error("change request %s: staff email not sent (%s)", request.pk, exc)
+
+
+def _renewing(subscription: Subscription) -> bool:
+    return subscription.auto_renew and subscription.status in active_statuses()
+
+
+def _carrier(request: ChangeRequest) -> Subscription | None:
+    """The subscription that shows a plan change done: the target option, active."""
+    target = Subscription.objects.active().filter(
+        customer=request.customer,
+        product=request.target_product,
+        selected_billing_cycle=request.target_cycle,
+    )
+    for sub in target.order_by("-cycle_start_date", "-pk"):
+        if currencies.currency_code(sub.selected_currency) == request.target_currency:
+            return sub
+    return None
+
+
+def settle(customer: Customer | None) -> None:
+    """Confirm the customer's pending requests the mirror shows done; alert staff about plans
+    renewing twice. Reads the mirror only (never the service)."""
+    if customer is None:
+        return
+    now = timezone.now()
+    pending = ChangeRequest.objects.filter(customer=customer, state=ChangeState.PENDING)
+    for request in pending.select_related("subscription"):
+        sub = request.subscription
+        done: bool
+        if request.kind == ChangeKind.STOP_RENEWAL:
+            done = not sub.auto_renew
+        elif request.kind == ChangeKind.RESUME:
+            done = sub.auto_renew and sub.is_active
+        else:
+            carrier = _carrier(request)
+            in_place = carrier is not None and carrier.pk == sub.pk
+            done = carrier is not None and (in_place or not _renewing(sub))
+            request.new_subscription = carrier
+        if done:
+            request.state, request.confirmed_at = ChangeState.CONFIRMED, now
+            request.save(update_fields=["state", "confirmed_at", "new_subscription"])
+    for pair in doubled_plans(customer):
+        _alert(pair)
+
+
+def doubled_plans(customer: Customer | None = None) -> list[list[Subscription]]:
+    """Groups of two or more renewing plans of one plan group held by one customer."""
+    rows = Subscription.objects.active().filter(
+        auto_renew=True,
+        customer__isnull=False,
+        product__product_type=ProductType.SUBSCRIPTION,
+        product__add_on=False,
+    )
+    if customer is not None:
+        rows = rows.filter(customer=customer)
+    groups: dict[tuple[int, str], list[Subscription]] = {}
+    for sub in rows.select_related("product", "customer").order_by("cycle_start_date", "pk"):
+        assert sub.product is not None and sub.customer_id is not None
+        groups.setdefault((sub.customer_id, sub.product.plan_group), []).append(sub)
+    return [subs for subs in groups.values() if len(subs) > 1]
+
+
+def _alert(subs: list[Subscription]) -> None:
+    """An urgent email to staff, at most once a day per set of subscriptions."""
+    key = "billing:doubled-plans:" + ":".join(str(s.pk) for s in subs)
+    try:
+        first = shared_cache().add(key, 1, timeout=ALERT_EVERY)
+    except Exception as exc:
+        logger.warning("doubled plans: shared cache unavailable (%s)", type(exc).__name__)
+        first = True
+    logger.error("URGENT: plans renewing twice for one customer: %s", [s.remote_id for s in subs])
+    if not first:
+        return
+    customer = subs[0].customer
+    lines = "\n".join(
+        f"- {s.product} {s.selected_billing_cycle} {s.selected_currency}, subscription "
+        f"{s.remote_id}, started {s.cycle_start_date}"
+        for s in subs
+    )
+    who = customer.email or customer.identifier if customer is not None else "?"
+    try:
+        mail_managers(
+            "URGENT billing: a customer has two plans renewing",
+            f"{who} has {len(subs)} plans of one group renewing:\n{lines}\n\n"
+            "Stop the older one's renewal on the billing service now, or the customer pays twice.",
+        )
+    except Exception as exc:
+        logger.error("doubled plans: staff email not sent (%s)", exc)
+
+
+def requests_for(customer: Customer | None) -> list[ChangeRequest]:
+    """The customer's pending requests, newest first (the billing page)."""
+    if customer is None:
+        return []
+    rows = ChangeRequest.objects.filter(customer=customer, state=ChangeState.PENDING)
+    return list(rows.select_related("target_product", "subscription"))
+
+
+def mark_done_by_staff(requests: Any) -> int:
+    """Staff did the requests on the service; still shown pending until the service shows it."""
+    return int(
+        requests.filter(state=ChangeState.PENDING, staff_done_at__isnull=True).update(
+            staff_done_at=timezone.now()
+        )
+    )
+
+
+# --- what the probe of issue 26 calls (write mode) -------------------------------------------
+def probe_change_action(
+    action: str,
+    customer: Customer,
+    product: Product,
+    cycle: Any = None,
+    currency: Any = None,
+    *,
+    client: Any = None,
+) -> bool | None:
+    """Is ``action`` accepted by ``POST /checkout_sessions``? Creates one session (it expires
+    unpaid; by default for the product's first cycle). True: accepted; False: refused with
+    400/404/405; None: no answer to go by."""
+    first = product.cycles.order_by("pk").first()
+    selection = validate_selection(product, cycle or (first.code if first else None), currency)
+    client = client or get_client()
+    try:
+        _create_session(customer, selection, client, interactive_deadline(), action=action)
+    except CheckoutError as exc:
+        cause = exc.__cause__
+        return False if isinstance(cause, BillingError) and _refused(cause) else None
+    return True
+
+
+def probe_patch_subscription(subscription: Subscription, *, client: Any = None) -> bool | None:
+    """Does ``PATCH /subscriptions/{id}`` exist? Sends the subscription's own ``auto_renew``
+    (a change of nothing). True: answered 2xx; False: 400/404/405; None: no answer to go by."""
+    client = client or get_client()
+    try:
+        client.update_subscription(
+            str(subscription.remote_id), {"auto_renew": bool(subscription.auto_renew)}
+        )
+    except BillingError as exc:
+        return False if _refused(exc) else None
+    return True

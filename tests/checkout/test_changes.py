@@ -1,0 +1,383 @@
+"""Change plan, stop renewal and resume, over real HTTP with the sandbox, in both modes: the
+guesses on (the sandbox switched to accept them) and the request to staff (the default, and
+the fallback when the service refuses a guess). Done is shown only once a pull shows it."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.core import mail
+from django.core.management import call_command
+from django.utils import timezone
+
+from billing_integration.access import subscribed
+from billing_integration.checkout.changes import (
+    NoPlanToChange,
+    SamePlan,
+    cancel_at_period_end,
+    change_plan,
+    doubled_plans,
+    probe_change_action,
+    probe_patch_subscription,
+    resume,
+    settle,
+)
+from billing_integration.checkout.services import PlanAlreadyHeld, start_checkout
+from billing_integration.health import diagnose
+from billing_integration.models import (
+    ChangeRequest,
+    ChangeState,
+    ChangeVia,
+    CheckoutSession,
+    Customer,
+    Price,
+    Product,
+    Subscription,
+    SwitchedOffGuess,
+)
+from billing_integration.sync.pull import pull_subscriptions
+
+from .conftest import make_product, push_open_entries
+from .test_one_purchase import RETURN, hold, post
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ON = {"change_plan_action": "upgrade", "patch_auto_renew": True}
+
+
+@pytest.fixture
+def plans(billing_sandbox, transactional_db) -> tuple[Product, Product]:
+    basic = make_product("Basic")
+    pro = make_product("Pro", push=False)
+    # Pro costs more a month than Basic in XOF (10000 a month), before it is sent
+    Price.objects.filter(cycle__product=pro, currency_id=1, cycle__unit="months").update(
+        amount=20000
+    )
+    push_open_entries()
+    pro.refresh_from_db()
+    return basic, pro
+
+
+@pytest.fixture
+def staff(settings):
+    settings.MANAGERS = [("Staff", "staff@example.com")]
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+
+
+def guesses(settings, **values):
+    settings.BILLING = {**settings.BILLING, "GUESSES": values}
+
+
+def subscribe(sandbox, client, user, product, cycle="months-1") -> Subscription:
+    """Check out ``product`` through the view, pay on the hosted page, come back."""
+    assert post(client, product, cycle=cycle).status_code == 302
+    session = CheckoutSession.objects.order_by("-pk").first()
+    assert sandbox.complete_checkout(str(session.remote_id)).status_code == 200
+    client.get(RETURN, {"session_id": str(session.remote_id)})
+    return Subscription.objects.get(product=product, customer__subscriber=user)
+
+
+def pull(user) -> None:
+    customer = Customer.objects.get(subscriber=user)
+    pull_subscriptions(customer)
+    settle(customer)
+
+
+def renewing(sandbox) -> list[dict]:
+    return [
+        s for s in sandbox.objects("subscription") if s["status"] == "published" and s["auto_renew"]
+    ]
+
+
+def renewals(sandbox) -> list[dict]:
+    """Completed payments that were renewals (an invoice after the first of its subscription)."""
+    return [p for p in sandbox.objects("payment") if p["status"] == "completed"]
+
+
+# --- change of plan ------------------------------------------------------------------------
+def test_change_through_the_guessed_checkout_leaves_one_plan_renewing(
+    billing_sandbox, plans, logged_in, user, settings, staff
+):
+    basic, pro = plans
+    billing_sandbox.config(change_actions=["upgrade"])
+    guesses(settings, **ON)
+    old = subscribe(billing_sandbox, logged_in, user, basic)
+
+    request = change_plan(user, pro, "months-1", "XOF")
+
+    assert request.via == ChangeVia.CHECKOUT and request.direction == "upgrade"
+    assert request.checkout_url and request.checkout_url.endswith(
+        str(request.checkout_session.remote_id)
+    )
+    [call] = billing_sandbox.requests(operation="create_checkout_session")[-1:]
+    assert call["body"]["action"] == "upgrade"
+    assert call["body"]["upgrade_to"] == str(old.remote_id)  # the held subscription's id
+    assert "downgrade_to" not in call["body"]
+    assert mail.outbox == []  # no staff needed
+    # not done until the service shows it
+    pull(user)
+    request.refresh_from_db()
+    assert request.state == ChangeState.PENDING
+
+    billing_sandbox.complete_checkout(str(request.checkout_session.remote_id))
+    pull(user)
+    request.refresh_from_db()
+    assert request.state == ChangeState.CONFIRMED
+    assert request.new_subscription.product == pro
+    old.refresh_from_db()
+    assert old.auto_renew is False and old.is_active  # paid period runs to its end
+
+    summary = billing_sandbox.advance(days=32)
+    assert summary["renewals"] == 1 and summary["canceled"] == 1
+    assert [s["product"] for s in renewing(billing_sandbox)] == [str(pro.remote_id)]
+    paid = renewals(billing_sandbox)
+    # Basic's first month, Pro's first month, one renewal (Pro) for the next period
+    assert sorted(p["product"] for p in paid) == sorted(
+        [str(basic.remote_id), str(pro.remote_id), str(pro.remote_id)]
+    )
+    pull(user)
+    assert not doubled_plans()
+
+
+def test_change_as_a_request_to_staff_done_by_hand_on_the_service(
+    billing_sandbox, plans, logged_in, user, staff
+):
+    basic, pro = plans
+    old = subscribe(billing_sandbox, logged_in, user, basic)
+    billing_sandbox.clear_requests()
+
+    request = change_plan(user, pro, "months-1", "XOF")
+
+    assert request.via == ChangeVia.REQUEST and request.checkout_url is None
+    assert billing_sandbox.requests() == []  # nothing asked of the service
+    [email] = mail.outbox
+    assert email.to == ["staff@example.com"] and "Change plan requested" in email.subject
+    assert str(old.remote_id) in email.body and "Pro" in email.body
+    # asked again: the same request, no second email
+    assert change_plan(user, pro, "months-1", "XOF").pk == request.pk
+    assert len(mail.outbox) == 1
+    # the billing page says it is asked for, not done
+    page = logged_in.get("/billing/account/").content.decode()
+    assert "Change to Pro requested" in page
+
+    # staff apply it on the service (the sandbox dashboard's form does the same)
+    billing_sandbox._post(
+        f"/_sandbox/subscriptions/{old.remote_id}/apply",
+        {"product": str(pro.remote_id), "selected_billing_cycle": "months-1"},
+    )
+    pull(user)
+    request.refresh_from_db()
+    assert request.state == ChangeState.CONFIRMED and request.new_subscription_id == old.pk
+
+    summary = billing_sandbox.advance(days=32)
+    assert summary["renewals"] == 1
+    assert len(renewing(billing_sandbox)) == 1
+    paid = renewals(billing_sandbox)
+    assert [p["product"] for p in paid] == [str(basic.remote_id), str(pro.remote_id)]
+    assert paid[1]["amount"] == 20000  # the renewal is billed at Pro's price
+
+
+def test_change_of_cycle_on_the_same_product(billing_sandbox, plans, logged_in, user, settings):
+    basic, _pro = plans
+    billing_sandbox.config(change_actions=["upgrade", "downgrade"])
+    guesses(settings, change_plan_action="downgrade", change_plan_target="product")
+    old = subscribe(billing_sandbox, logged_in, user, basic)
+
+    with pytest.raises(SamePlan):
+        change_plan(user, basic, "months-1", "XOF")
+    request = change_plan(user, basic, "years-1", "XOF")
+
+    # 100000 a year is less a month than 10000 a month
+    assert request.direction == "downgrade" and request.via == ChangeVia.CHECKOUT
+    call = billing_sandbox.requests(operation="create_checkout_session")[-1]
+    assert call["body"]["downgrade_to"] == str(basic.remote_id)  # the product's id
+    assert call["body"]["selected_billing_cycle"] == "years-1"
+    billing_sandbox.complete_checkout(str(request.checkout_session.remote_id))
+    pull(user)
+    request.refresh_from_db()
+    assert request.state == ChangeState.CONFIRMED
+    assert request.new_subscription.selected_billing_cycle == "years-1"
+    old.refresh_from_db()
+    assert old.auto_renew is False
+
+    summary = billing_sandbox.advance(days=32)
+    assert summary["renewals"] == 0 and summary["canceled"] == 1  # the month ends, the year runs
+    assert [s["selected_billing_cycle"] for s in renewing(billing_sandbox)] == ["years-1"]
+
+
+def test_no_plan_to_change(billing_sandbox, plans, user):
+    with pytest.raises(NoPlanToChange):
+        change_plan(user, plans[1], "months-1", "XOF")
+
+
+# --- refused guesses -----------------------------------------------------------------------
+def test_a_refused_checkout_action_falls_back_to_staff_and_shows_in_the_doctor(
+    billing_sandbox, plans, logged_in, user, settings, staff
+):
+    basic, pro = plans
+    guesses(settings, change_plan_action="upgrade")  # the sandbox refuses it, as by default
+    subscribe(billing_sandbox, logged_in, user, basic)
+    sent = len(billing_sandbox.requests(operation="create_checkout_session"))
+
+    request = change_plan(user, pro, "months-1", "XOF")
+
+    calls = billing_sandbox.requests(operation="create_checkout_session")
+    assert len(calls) == sent + 1 and calls[-1]["status"] == 400
+    assert request.via == ChangeVia.REQUEST and len(mail.outbox) == 1
+    off = SwitchedOffGuess.objects.get()
+    assert (off.name, off.status) == ("change_plan_action", 400)
+    # never retried: the next change goes straight to staff
+    request.state = ChangeState.WITHDRAWN
+    request.save()
+    change_plan(user, pro, "years-1", "XOF")
+    assert len(billing_sandbox.requests(operation="create_checkout_session")) == sent + 1
+
+    out = StringIO()
+    call_command("billing_doctor", "--skip", "broker", "workers", "beat", "pull", stdout=out)
+    text = out.getvalue()
+    assert "WARN guesses: switched off: change_plan_action (HTTP 400" in text
+
+
+def test_a_refused_patch_falls_back_to_staff(
+    billing_sandbox, plans, logged_in, user, settings, staff
+):
+    basic, _pro = plans
+    guesses(settings, patch_auto_renew=True)  # the sandbox has no PATCH, as by default
+    sub = subscribe(billing_sandbox, logged_in, user, basic)
+
+    request = cancel_at_period_end(sub)
+
+    [call] = billing_sandbox.requests(operation="update_subscription")
+    assert call["status"] == 404 and call["body"] == {"auto_renew": False}
+    assert request.via == ChangeVia.REQUEST and len(mail.outbox) == 1
+    assert SwitchedOffGuess.objects.filter(name="patch_auto_renew", status=404).exists()
+    fact = next(
+        f
+        for f in diagnose(skip=("token", "broker", "workers", "beat", "pull")).facts
+        if f.key == "guesses"
+    )
+    assert fact.status == "warning" and "patch_auto_renew" in fact.summary
+    # a resume asked next goes to staff at once
+    request.state = ChangeState.WITHDRAWN
+    request.save()
+    assert cancel_at_period_end(sub).via == ChangeVia.REQUEST
+    assert len(billing_sandbox.requests(operation="update_subscription")) == 1
+
+
+# --- stop renewal and resume ---------------------------------------------------------------
+def test_cancel_at_period_end_with_patch_then_access_stops(
+    billing_sandbox, plans, logged_in, user, settings
+):
+    basic, _pro = plans
+    billing_sandbox.config(patch_subscriptions=True)
+    guesses(settings, patch_auto_renew=True)
+    sub = subscribe(billing_sandbox, logged_in, user, basic)
+
+    request = cancel_at_period_end(sub)
+
+    assert request.via == ChangeVia.PATCH and request.state == ChangeState.PENDING
+    [call] = billing_sandbox.requests(operation="update_subscription")
+    assert call["status"] == 200
+    page = logged_in.get("/billing/account/").content.decode()
+    assert "Stop of renewal requested" in page
+    pull(user)
+    request.refresh_from_db()
+    sub.refresh_from_db()
+    assert request.state == ChangeState.CONFIRMED and sub.auto_renew is False
+    page = logged_in.get("/billing/account/").content.decode()
+    assert "Ends on" in page and 'class="billing-resume"' in page
+    assert subscribed(user, basic)  # access lasts until the period end
+
+    billing_sandbox.advance(days=32)
+    pull(user)
+    assert not subscribed(user, basic)
+    assert billing_sandbox.objects("subscription")[0]["status"] == "canceled"
+
+
+def test_resume_before_the_end_renews(billing_sandbox, plans, logged_in, user, settings):
+    basic, _pro = plans
+    billing_sandbox.config(patch_subscriptions=True)
+    guesses(settings, patch_auto_renew=True)
+    sub = subscribe(billing_sandbox, logged_in, user, basic)
+    cancel_at_period_end(sub)
+    pull(user)
+
+    request = resume(sub)
+
+    assert request.via == ChangeVia.PATCH
+    assert billing_sandbox.requests(operation="update_subscription")[-1]["body"] == {
+        "auto_renew": True
+    }
+    pull(user)
+    request.refresh_from_db()
+    assert request.state == ChangeState.CONFIRMED
+    assert "Renews on" in logged_in.get("/billing/account/").content.decode()
+    assert billing_sandbox.advance(days=32)["renewals"] == 1
+    pull(user)
+    assert subscribed(user, basic)
+
+
+def test_cancel_and_resume_as_requests_done_by_hand(billing_sandbox, plans, logged_in, user, staff):
+    basic, _pro = plans
+    sub = subscribe(billing_sandbox, logged_in, user, basic)
+    request = cancel_at_period_end(sub)
+    assert request.via == ChangeVia.REQUEST and len(mail.outbox) == 1
+    billing_sandbox._post(f"/_sandbox/subscriptions/{sub.remote_id}/apply", {"auto_renew": False})
+    pull(user)
+    request.refresh_from_db()
+    assert request.state == ChangeState.CONFIRMED
+    again = resume(sub)
+    assert again.via == ChangeVia.REQUEST and len(mail.outbox) == 2
+    billing_sandbox._post(f"/_sandbox/subscriptions/{sub.remote_id}/apply", {"auto_renew": True})
+    pull(user)
+    again.refresh_from_db()
+    assert again.state == ChangeState.CONFIRMED
+    assert billing_sandbox.advance(days=32)["renewals"] == 1
+
+
+# --- safety --------------------------------------------------------------------------------
+def test_no_new_subscription_while_another_plan_may_still_renew(
+    billing_sandbox, plans, logged_in, user
+):
+    basic, pro = plans
+    sub = subscribe(billing_sandbox, logged_in, user, basic)
+    # its paid period is over here, but it may still renew on the service
+    Subscription.objects.filter(pk=sub.pk).update(cycle_end_date=timezone.now() - timedelta(days=1))
+    billing_sandbox.clear_requests()
+    with pytest.raises(PlanAlreadyHeld):
+        start_checkout(user, pro, "months-1", "XOF")
+    assert post(logged_in, pro).status_code == 409
+    assert billing_sandbox.requests() == []
+
+
+def test_two_plans_renewing_raise_the_alert(billing_sandbox, plans, logged_in, user, staff):
+    basic, pro = plans
+    old = hold(user, basic)
+    hold(user, pro)
+
+    report = diagnose(skip=("token", "broker", "workers", "beat", "pull"))
+    fact = next(f for f in report.facts if f.key == "plans")
+    assert fact.status == "fail" and "1 customer" in fact.summary
+    page = logged_in.get("/billing/account/").content.decode()
+    assert 'id="billing-doubled"' in page and "Basic" in page
+    urgent = [m for m in mail.outbox if "URGENT" in m.subject]
+    assert len(urgent) == 1 and str(old.remote_id) in urgent[0].body
+    logged_in.get("/billing/account/")
+    assert len([m for m in mail.outbox if "URGENT" in m.subject]) == 1  # once a day
+
+
+# --- what the probe (issue 26) calls -------------------------------------------------------
+def test_probe_functions(billing_sandbox, plans, logged_in, user):
+    basic, _pro = plans
+    sub = subscribe(billing_sandbox, logged_in, user, basic)
+    customer = Customer.objects.get(subscriber=user)
+    assert probe_change_action("upgrade", customer, basic) is False
+    assert probe_patch_subscription(sub) is False
+    billing_sandbox.config(change_actions=["upgrade"], patch_subscriptions=True)
+    assert probe_change_action("upgrade", customer, basic) is True
+    assert probe_patch_subscription(sub) is True
+    assert billing_sandbox.object("subscription", str(sub.remote_id))["auto_renew"] is True
+    assert not SwitchedOffGuess.objects.exists()  # a probe switches nothing off
+    assert ChangeRequest.objects.count() == 0
