@@ -241,7 +241,7 @@ def test_the_guesses_page_names_only_settings_that_exist():
 
     text = (DOCS_DIR / "guesses.md").read_text(encoding="utf-8")
     named = set(re.findall(r"""BILLING\[["'](\w+)["']\]""", text))
-    assert {"CURRENCIES", "EVENT_TYPE_ALIASES", "SUBSCRIPTION_CURRENCY_FORM"} <= named
+    assert {"CURRENCIES", "EVENT_TYPE_ALIASES", "GUESSES"} <= named
     assert named <= set(DEFAULTS), named - set(DEFAULTS)
     source = (ROOT / "billing_integration" / "probe" / "checks.py").read_text()
     pointed = set(re.findall(r'"([A-Z][A-Z_]{3,})"', source)) - {"GET", "POST", "PATCH"}

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..client.client import PAGE_SIZE
-from ..conf import billing_settings
+from ..conf import billing_settings, guesses
 from ..timestamps import format_timestamp, parse_timestamp
 from . import CONFIRMED, CONTRADICTED, UNKNOWN, Finding, Probe, check
 
@@ -285,7 +285,7 @@ def currency_checks(probe: Probe) -> Iterator[Finding]:
     else:
         seen = "no product with a currency to read" + ("" if probe.write else " (try --write)")
         yield Finding("currency_ids", UNKNOWN, assumed, seen, "CURRENCIES")
-    form = billing_settings.SUBSCRIPTION_CURRENCY_FORM
+    form = guesses()["subscription_currency_form"]
     values = {
         s.get("selected_currency")
         for s in found.get("subscriptions", [])
@@ -309,7 +309,7 @@ def currency_checks(probe: Probe) -> Iterator[Finding]:
         yield Finding("subscription_currency_form", CONFIRMED, assumed, seen, _FORM)
 
 
-_FORM = "SUBSCRIPTION_CURRENCY_FORM"
+_FORM = "GUESSES['subscription_currency_form']"
 
 
 def _ids(table: dict[int, str]) -> str:
@@ -523,6 +523,7 @@ def products(probe: Probe) -> Iterator[Finding]:
             probe.notes.setdefault("left", []).append(f"product {name} {remote_id} left {old}")
     if second_id is not None and "draft -> published" in accepted:
         yield from _checkout(probe, second_id, currency)
+        yield from _change_action(probe, second_id, currency)
         answer = probe.call(
             "published -> archived",
             "PATCH",
@@ -577,6 +578,77 @@ def _checkout(probe: Probe, product_id: str, currency: int) -> Iterator[Finding]
         seen = _join(problems) or f"session {data.get('id')} open (not completed)"
     ok = answer.status < 400 and bool(data) and not problems
     yield Finding("checkout_session", CONFIRMED if ok else CONTRADICTED, assumed, seen)
+
+
+def _change_action(probe: Probe, product_id: str, currency: int) -> Iterator[Finding]:
+    """A checkout session whose ``action`` is a plan change (the configured one, else
+    ``upgrade``): does the service take it? (docs/changes.md)"""
+    configured = guesses()["change_plan_action"]
+    action = configured or "upgrade"
+    assumed = f"a checkout session with action {action!r} changes a plan"
+    customer = probe.notes.get("customer")
+    if not customer:
+        yield Finding("change_plan_action", UNKNOWN, assumed, "no probe customer", _ACTION)
+        return
+    payload = {
+        "customer": customer,
+        "product": product_id,
+        "expires_at": format_timestamp(datetime.now(UTC) + timedelta(minutes=5)),
+        "action": action,
+        "selected_currency": currency,
+        "selected_billing_cycle": "months-1",
+        "upgrade_to": product_id,
+    }
+    answer = probe.call("change checkout", "POST", "/checkout_sessions", payload=payload)
+    seen = f"HTTP {answer.status}: {_code(answer.body) or _excerpt(_data(answer).get('id'))}"
+    verdict = _accepted(answer.status)
+    yield Finding("change_plan_action", verdict, assumed, seen, _ACTION, bool(configured))
+
+
+@check("patch_subscription", write=True)
+def patch_subscription(probe: Probe) -> Iterator[Finding]:
+    """``PATCH /subscriptions/{id}`` with the subscription's own ``auto_renew`` (a change of
+    nothing): does the operation exist? (docs/changes.md)"""
+    if probe.token is None:
+        return
+    assumed = "PATCH /subscriptions/{id} takes auto_renew (stop and resume renewal)"
+    listed = _data_list(
+        probe.call("a subscription", "GET", "/subscriptions", params={"limit": 1, "offset": 0})
+    )
+    if not listed or not listed[0].get("id"):
+        seen = "no subscription on the service to try it on"
+        yield Finding("patch_subscription", UNKNOWN, assumed, seen, _PATCH, _patch_on())
+        return
+    first = listed[0]
+    body = {"auto_renew": bool(first.get("auto_renew", True))}
+    answer = probe.call(
+        "PATCH subscription", "PATCH", f"/subscriptions/{first['id']}", payload=body
+    )
+    seen = f"HTTP {answer.status}: {_code(answer.body)}"
+    yield Finding(
+        "patch_subscription", _accepted(answer.status), assumed, seen, _PATCH, _patch_on()
+    )
+
+
+_ACTION = "GUESSES['change_plan_action']"
+_PATCH = "GUESSES['patch_auto_renew']"
+
+
+def _patch_on() -> bool:
+    return bool(guesses()["patch_auto_renew"])
+
+
+def _accepted(status: int) -> str:
+    """2xx: confirmed; refused as the app takes a refusal (400, 404, 405, 422): contradicted."""
+    if status < 300:
+        return CONFIRMED
+    return CONTRADICTED if status in (400, 404, 405, 422) else UNKNOWN
+
+
+def _data_list(answer: Any) -> list[dict[str, Any]]:
+    body = answer.body
+    data = body.get("data") if isinstance(body, dict) else None
+    return [d for d in data if isinstance(d, dict)] if isinstance(data, list) else []
 
 
 def _data(answer: Any) -> dict[str, Any]:

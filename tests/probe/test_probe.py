@@ -23,6 +23,8 @@ CONFIRMED_BY_DEFAULT = {
     "unknown_id_status", "error_shape", "idempotency_replay", "idempotency_conflict",
     "product_create", "status_moves", "checkout_session",
 }  # fmt: skip
+#: Refused by the sandbox out of the box (the plan-change guesses are off in the app too).
+REFUSED_BY_DEFAULT = {"change_plan_action", "patch_subscription"}
 
 
 def probe(tmp_path, *args: str) -> tuple[int, dict, str]:
@@ -51,7 +53,9 @@ def test_default_sandbox_every_guess_confirmed(sandbox, tmp_path):
     found = verdicts(report)
     assert code == 0 and report["exit_code"] == 0
     assert {g for g, v in found.items() if v == CONFIRMED} == CONFIRMED_BY_DEFAULT, found
-    assert {v for g, v in found.items() if g not in CONFIRMED_BY_DEFAULT} == {"unknown"}
+    assert {g for g, v in found.items() if v == "contradicted"} == REFUSED_BY_DEFAULT, found
+    others = CONFIRMED_BY_DEFAULT | REFUSED_BY_DEFAULT
+    assert {v for g, v in found.items() if g not in others} == {"unknown"}
     # What it did on the sandbox: two probe products, both archived; one open session.
     probes = [p for p in sandbox.objects("product") if p["name"].startswith("billing-probe")]
     assert len(probes) == 2 and {p["status"] for p in probes} == {"archived"}
@@ -73,7 +77,7 @@ def test_each_finding_names_a_setting_or_none(sandbox, tmp_path):
     from billing_integration.conf import DEFAULTS
 
     _, report, _ = probe(tmp_path, "--write")
-    settings = {f["setting"] for f in report["findings"]}
+    settings = {f["setting"].split("[")[0] for f in report["findings"]}
     assert {s for s in settings if not s.startswith("no setting")} <= set(DEFAULTS)
     assert "no setting" in settings
 
@@ -109,7 +113,8 @@ def test_each_dialect_is_reported(billing_sandbox, tmp_path, dialect, guesses, e
     billing_sandbox.seed(customers=3, subscriptions=2)
     code, report, _ = probe(tmp_path, "--write")
     found = verdicts(report)
-    assert {g for g, v in found.items() if v == "contradicted"} == guesses, report["findings"]
+    contradicted = {g for g, v in found.items() if v == "contradicted"}
+    assert contradicted - REFUSED_BY_DEFAULT == guesses, report["findings"]
     assert code == exit_code == report["exit_code"]
 
 
@@ -167,3 +172,26 @@ def test_text_output_one_line_per_guess(billing_sandbox, tmp_path):
     assert "setting: BILLING['CURRENCIES']" in wrong
     signing = next(line for line in lines if " signing:" in line)
     assert signing.startswith("unknown") and "BILLING['WEBHOOK_SECRET']" in signing
+
+
+def test_the_plan_change_guesses_are_reported_as_the_sandbox_answers(sandbox, settings, tmp_path):
+    """Issue 28's guesses (``--write``): refused by the sandbox out of the box (contradicted,
+    exit 0 while the app's guesses are off, 1 once the app relies on them); accepted once the
+    sandbox takes them (confirmed)."""
+    _, report, _ = probe(tmp_path, "--write")
+    assert verdicts(report)["patch_subscription"] == "contradicted"
+    guesses = {"change_plan_action": "upgrade", "patch_auto_renew": True}
+    settings.BILLING = {**settings.BILLING, "GUESSES": guesses}
+    code, report, _ = probe(tmp_path, "--write")
+    found = verdicts(report)
+    assert code == 1
+    assert found["change_plan_action"] == found["patch_subscription"] == "contradicted"
+    sandbox.config(change_actions=["upgrade"], patch_subscriptions=True)
+    code, report, _ = probe(tmp_path, "--write")
+    found = verdicts(report)
+    assert code == 0, report
+    assert found["change_plan_action"] == found["patch_subscription"] == CONFIRMED
+    patches = [
+        r for r in sandbox.requests() if r["method"] == "PATCH" and "/subscriptions/" in r["path"]
+    ]
+    assert patches and all(set(r["body"]) == {"auto_renew"} for r in patches)
