@@ -280,7 +280,9 @@ class Stack:
             "BILLING_CHECKOUT_URL": self.sandbox.checkout_url,
             "BILLING_CLIENT_ID": self.sandbox.client_id,
             "BILLING_CLIENT_SECRET": self.sandbox.client_secret,
-            "BILLING_EXTRA": json.dumps({"QUEUE": self.queue, **self.extra}),
+            "BILLING_EXTRA": json.dumps(self.extra),
+            # Every task, the app's included, to the stack's private queue (this process's too).
+            "CELERY_TASK_DEFAULT_QUEUE": self.queue,
             "PYTHONPATH": str(ROOT),
         }
         os.environ.update(self.env)
@@ -300,7 +302,7 @@ class Stack:
         self, concurrency: int = 1, queue: str | None = None, pool: str | None = None
     ) -> subprocess.Popen:
         """A ``celery worker`` process with ``concurrency`` children (or threads: ``pool``)
-        consuming ``queue`` (by default the stack's private one, the outbox's)."""
+        consuming ``queue`` (by default the stack's private one, every task's)."""
         log = (self.tmp / f"worker-{len(self.workers)}.log").open("w")
         proc = subprocess.Popen(
             [

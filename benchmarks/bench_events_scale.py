@@ -379,7 +379,7 @@ def main() -> int:
 
         def measure(workers: int) -> float:
             reset_world(initial)
-            stack.start_worker(concurrency=workers, queue="celery")
+            stack.start_worker(concurrency=workers)
             try:
                 warm_up(args.timeout)
                 before, machine_before = server_cpu(), machine_busy()

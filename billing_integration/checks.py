@@ -15,6 +15,7 @@ from django.utils.module_loading import import_string
 
 from .conf import DEFAULTS, REQUIRED, billing_settings, guesses
 from .exceptions import BillingConfigurationError
+from .schedule import PRUNE_OLDER_THAN
 from .webhooks.verification import whsec_key
 
 URL_KEYS = ("BASE_URL", "AUTH_URL", "CHECKOUT_URL")
@@ -25,6 +26,8 @@ PROCESS_LOCAL_BACKENDS = (LocMemCache, DummyCache)
 DEMO_WEBHOOK_SECRET_SHA256 = "d571fb0081e214ea7f811973fbf285e38d0cef2822dafc2dfbc6be6b674fdaf8"
 #: The sandbox's default client secret (``billing_integration.sandbox.config``).
 SANDBOX_CLIENT_SECRET = "sandbox-secret"
+#: The daily beat task that deletes old, finished event deliveries.
+PRUNE_TASK = "billing_integration.prune_events"
 
 
 def _error(code: str, msg: str, hint: str, warning: bool = False) -> CheckMessage:
@@ -122,8 +125,6 @@ def _webhook_errors(conf: dict[str, Any]) -> list[CheckMessage]:
 
 
 def _value_errors(conf: dict[str, Any]) -> list[CheckMessage]:
-    from .webhooks.prune import parse_duration
-
     def bad(code: str, key: str, text: str, hint: str = "") -> CheckMessage:
         message = f"BILLING['{key}'] must be {text}, not {conf.get(key)!r}."
         return _error(code, message, f"{hint} The default is {DEFAULTS[key]!r}.".strip())
@@ -156,14 +157,6 @@ def _value_errors(conf: dict[str, Any]) -> list[CheckMessage]:
     if not _trials_ok(conf.get("TRIALS")):
         text = "a dict with 'repeat' (True/False) and 'notice_days' (a positive integer)"
         errors.append(bad("billing_integration.E051", "TRIALS", text))
-    retention = conf.get("EVENT_RETENTION")
-    try:
-        if retention is not None:
-            parse_duration(retention)
-    except ValueError:
-        text = "None or a positive duration such as '90d', '12h', '30m' or seconds"
-        hint = "None keeps every delivery."
-        errors.append(bad("billing_integration.E024", "EVENT_RETENTION", text, hint))
     return errors
 
 
@@ -293,10 +286,13 @@ def _check_celery() -> list[CheckMessage]:
         hint = "Set CELERY_BROKER_URL (e.g. redis://host:6379/0), even to "
         hint += "amqp://guest@localhost// if that is really your broker."
         errors.append(_error("billing_integration.E021", text, hint))
+    errors += _prune_age_errors(conf.beat_schedule or {})
     if str(conf.beat_scheduler or "").startswith("celery.beat"):  # others keep theirs elsewhere
         schedule = (conf.beat_schedule or {}).values()
         scheduled = {e.get("task") for e in schedule if isinstance(e, dict)}
-        missing = [e["task"] for e in BEAT_SCHEDULE.values() if e["task"] not in scheduled]
+        # Without the prune entry every delivery is kept: a choice, not a gap.
+        wanted = [e["task"] for e in BEAT_SCHEDULE.values() if e["task"] != PRUNE_TASK]
+        missing = [task for task in wanted if task not in scheduled]
         if missing:
             text = (
                 "Celery beat's schedule lacks billing_integration's periodic tasks "
@@ -306,6 +302,28 @@ def _check_celery() -> list[CheckMessage]:
             hint = "from billing_integration.schedule import BEAT_SCHEDULE; "
             hint += "CELERY_BEAT_SCHEDULE = {**BEAT_SCHEDULE, ...}"
             errors.append(_error("billing_integration.W021", text, hint, warning=True))
+    return errors
+
+
+def _prune_age_errors(schedule: dict[str, Any]) -> list[CheckMessage]:
+    """E024: the ``older_than`` of each beat entry running the prune is a positive duration."""
+    from .webhooks.prune import parse_duration
+
+    errors: list[CheckMessage] = []
+    for name, entry in schedule.items():
+        if not isinstance(entry, dict) or entry.get("task") != PRUNE_TASK:
+            continue
+        args, kwargs = entry.get("args") or (), entry.get("kwargs") or {}
+        age = args[0] if args else kwargs.get("older_than", PRUNE_OLDER_THAN)
+        try:
+            parse_duration(age)
+        except ValueError:
+            text = (
+                f"The older_than of Celery beat's {name!r} entry ({PRUNE_TASK}) must be a "
+                f"positive duration such as '90d', '12h', '30m' or seconds, not {age!r}."
+            )
+            hint = f"Its default is {PRUNE_OLDER_THAN!r}; remove the entry to keep every delivery."
+            errors.append(_error("billing_integration.E024", text, hint))
     return errors
 
 

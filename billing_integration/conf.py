@@ -30,7 +30,6 @@ DEFAULTS: dict[str, Any] = {
     "WEBHOOK_BASIC_AUTH": None,
     "WEBHOOK_ALLOW_UNVERIFIED": False,
     "EVENT_TYPE_ALIASES": {},
-    "EVENT_RETENTION": "90d",
     # --- access ---
     "SUBSCRIBER_MODEL": None,
     "SUBSCRIBER_RESOLVER": None,
@@ -54,7 +53,6 @@ DEFAULTS: dict[str, Any] = {
     "SITE_URL": "",
     # --- workers ---
     "CACHE": "default",
-    "QUEUE": None,
 }
 
 
@@ -64,6 +62,10 @@ def _constant(module: str, *keys: str) -> dict[str, str]:
 
 _PUSH_TASKS = "remove it: pushes are one Celery task per change, swept by beat"
 _CONCURRENCY = "run more Celery worker processes or threads"
+_ROUTE = (
+    "route the app's tasks with Celery: "
+    "CELERY_TASK_ROUTES = {'billing_integration.*': {'queue': 'billing'}}"
+)
 #: Keys that were removed, and what to do instead. The README's "Upgrading" section lists them.
 REMOVED: dict[str, str] = {
     **_constant(
@@ -100,7 +102,11 @@ REMOVED: dict[str, str] = {
     "route it where you want it",
     "MULTIPLE_PURCHASE_PRODUCTS": "tick the product's 'may be bought again while held' "
     "(Product.multiple_purchases) in the admin",
-    "OUTBOX_QUEUE": "use BILLING['QUEUE'] (the queue of all the app's tasks)",
+    "OUTBOX_QUEUE": _ROUTE,
+    "QUEUE": _ROUTE,
+    "EVENT_RETENTION": "set the age in the kwargs of the 'billing-prune-events' entry of "
+    "CELERY_BEAT_SCHEDULE ({'older_than': '90d'}; remove the entry to keep every delivery); "
+    "the billing_prune_events command takes --older-than",
     "OUTBOX_PUSH_CONCURRENCY": f"{_CONCURRENCY} (celery worker --concurrency N)",
     "KICK_TTL": "wake-ups are gone: every change enqueues its Celery task",
     "NOTICE_FROM_EMAIL": "notices are sent from settings.DEFAULT_FROM_EMAIL",
@@ -144,8 +150,6 @@ DOCS: dict[str, str] = {
     "WEBHOOK_ALLOW_UNVERIFIED": "With neither `WEBHOOK_SECRET` nor `WEBHOOK_BASIC_AUTH` set, "
     "accept deliveries unverified (check `W001` warns, each one is logged). Never in production.",
     "EVENT_TYPE_ALIASES": "Extra spellings of event types, mapped to a canonical type.",
-    "EVENT_RETENTION": "Finished event deliveries older than this (`90d`, `12h`, `30m` or "
-    "seconds) are deleted daily; `None` keeps them all.",
     "SUBSCRIBER_MODEL": "What a customer belongs to; `None` means `AUTH_USER_MODEL`. Set it "
     "before the first `migrate`.",
     "SUBSCRIBER_RESOLVER": "Dotted path of a callable(request) -> subscriber or `None`; `None` "
@@ -174,7 +178,6 @@ DOCS: dict[str, str] = {
     "required (a system check) when a notice is on.",
     "CACHE": "The Django cache alias of everything the processes share (the token, the "
     "back-off window, dedup keys): in production one every process reaches, not `LocMemCache`.",
-    "QUEUE": "The Celery queue of the app's tasks (`None`: Celery's default queue).",
 }
 
 

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+#: How old a finished event delivery gets before the daily prune deletes it (the default of the
+#: ``older_than`` keyword of ``billing_integration.prune_events`` and ``billing_prune_events``).
+PRUNE_OLDER_THAN = "90d"
+
 
 def beat_schedule(
     drain_every: float = 60.0,
@@ -17,11 +21,12 @@ def beat_schedule(
     prune_every: float = 86400.0,
     notices_every: float = 300.0,
     trials_every: float = 3600.0,
+    prune_older_than: str | int = PRUNE_OLDER_THAN,
 ) -> dict[str, Any]:
     """The sweep of outbox entries whose message was lost, the periodic pull, the sweep of
-        received events whose message was lost, the event log's pruning
-        (``BILLING['EVENT_RETENTION']``), the sweep of notices never queued and the trial-ending
-    notices."""
+    received events whose message was lost, the event log's pruning (of the finished deliveries
+    older than ``prune_older_than``: ``"90d"``, ``"12h"``, ``"30m"`` or seconds, its entry's
+    ``kwargs``), the sweep of notices never queued and the trial-ending notices."""
     entries = {
         "billing-drain-outbox": ("drain_outbox", drain_every),
         "billing-sync-all": ("sync_all", sync_every),
@@ -30,7 +35,7 @@ def beat_schedule(
         "billing-sweep-notices": ("sweep_notices", notices_every),
         "billing-trial-notices": ("notify_trials_ending", trials_every),
     }
-    return {
+    schedule: dict[str, Any] = {
         key: {
             "task": f"billing_integration.{task}",
             "schedule": every,
@@ -38,8 +43,11 @@ def beat_schedule(
         }
         for key, (task, every) in entries.items()
     }
+    schedule["billing-prune-events"]["kwargs"] = {"older_than": prune_older_than}
+    return schedule
 
 
 #: Every minute the sweeps of lost outbox and event messages, every hour the pull, every day
-#: the pruning, every 5 minutes the sweep of unsent notices, every hour the trial notices.
+#: the pruning (of deliveries older than 90 days), every 5 minutes the sweep of unsent notices,
+#: every hour the trial notices.
 BEAT_SCHEDULE: dict[str, Any] = beat_schedule()

@@ -108,7 +108,7 @@ BILLING = {
     "BASE_TEMPLATE": "base.html",  # the billing pages look like the rest of the site
     "PRICING_URL": "pricing",  # where a lapsed subscriber chooses a plan again
 }
-# (mirror) Any other BILLING key as JSON, e.g. BILLING_EXTRA='{"QUEUE": "billing"}'
+# (mirror) Any other BILLING key as JSON, e.g. BILLING_EXTRA='{"NOTICES": {"payment_failed": true}}'
 # (used by the worker processes the tests and benchmarks start).
 BILLING.update(env.json("BILLING_EXTRA", default={}))
 
@@ -156,6 +156,11 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_BACKEND = None
+# The queue of every task without a route (Celery's default, "celery"); the tests and benchmarks
+# give each worker a queue of its own with CELERY_TASK_DEFAULT_QUEUE. A host sends only the app's
+# tasks to a queue of their own with CELERY_TASK_ROUTES = {"billing_integration.*": {"queue":
+# "billing"}} and a worker started with -Q billing (docs/production.md).
+CELERY_TASK_DEFAULT_QUEUE = env("CELERY_TASK_DEFAULT_QUEUE", default="celery")
 # (mirror) Periodic tasks: drain outbox entries whose message was lost, and reconcile.
 from billing_integration.schedule import BEAT_SCHEDULE as _BILLING_BEAT  # noqa: E402
 

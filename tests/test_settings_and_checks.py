@@ -51,8 +51,8 @@ def test_unknown_key_is_refused(settings):
     assert info.value.setting == "BILLING['CLIENT_SECERT']"
 
 
-def test_the_public_keys_are_the_documented_27():
-    assert len(DEFAULTS) == 27
+def test_the_public_keys_are_the_documented_25():
+    assert len(DEFAULTS) == 25
     assert set(DEFAULTS).isdisjoint(REMOVED)
 
 

@@ -7,7 +7,6 @@ from typing import Any
 
 from django.db import transaction
 
-from ..conf import billing_settings
 from ..models import Notice, NoticeState
 from ..webhooks import signals
 from .tasks import KINDS, enabled, send_notice
@@ -20,7 +19,7 @@ def queue_notice(kind: str, event_pk: int) -> None:
             event_id=event_pk, kind=kind, defaults={"state": NoticeState.QUEUED}
         )
         transaction.on_commit(
-            lambda: send_notice.apply_async((event_pk, kind), queue=billing_settings.QUEUE),
+            lambda: send_notice.apply_async((event_pk, kind)),
             robust=True,
         )
 

@@ -190,7 +190,7 @@ def sweep_notices() -> int:
     stale = stale.filter(event__isnull=False).order_by("created_at")
     pairs = list(stale.values_list("event_id", "kind")[:SWEEP_BATCH])
     for event_pk, kind in pairs:
-        send_notice.apply_async((event_pk, kind), queue=billing_settings.QUEUE)
+        send_notice.apply_async((event_pk, kind))
     if pairs:
         logger.warning("Queued %d notice(s) again whose task was lost or never queued", len(pairs))
     return len(pairs)
@@ -255,7 +255,7 @@ def notify_trials_ending() -> int:
     ).values_list("subscription_id", flat=True)
     pks += [pk for pk in stale[:SWEEP_BATCH] if pk is not None]
     for pk in pks:
-        send_trial_notice.apply_async((pk,), queue=billing_settings.QUEUE)
+        send_trial_notice.apply_async((pk,))
     return len(pks)
 
 

@@ -9,7 +9,6 @@ from celery import shared_task
 from django.db import transaction
 from django.utils import timezone
 
-from ..conf import billing_settings
 from ..health import record_run
 from ..models.outbox import OutboxEntry
 from .push import PushOutcome, push_entry
@@ -27,11 +26,10 @@ def enqueue(entry_id: int, countdown: float | None = None) -> bool:
     with a countdown (it would ignore it): the sweep finds the entry."""
     if countdown and push_outbox_entry.app.conf.task_always_eager:
         return False
-    options = {"countdown": countdown, "retry_policy": PUBLISH_RETRY_POLICY}
-    if billing_settings.QUEUE:
-        options["queue"] = billing_settings.QUEUE
     try:
-        push_outbox_entry.apply_async((entry_id,), **options)
+        push_outbox_entry.apply_async(
+            (entry_id,), countdown=countdown, retry_policy=PUBLISH_RETRY_POLICY
+        )
     except Exception as exc:
         logger.warning("outbox entry %s: could not enqueue its push (%s)", entry_id, exc)
         return False

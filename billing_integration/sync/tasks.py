@@ -6,7 +6,6 @@ import logging
 
 from celery import shared_task
 
-from ..conf import billing_settings
 from ..exceptions import BillingError
 from ..health import record_run
 from .coalesce import once_per_window
@@ -45,7 +44,7 @@ def refresh_in_background() -> bool:
     if not once_per_window(BACKGROUND_PULL_KEY, BACKGROUND_PULL_INTERVAL):
         return False
     try:
-        sync_all.apply_async(queue=billing_settings.QUEUE)
+        sync_all.apply_async()
     except Exception as exc:  # the broker is down: the periodic pull refreshes
         logger.warning("background pull not sent (%s); the periodic pull will refresh", exc)
         return False

@@ -17,8 +17,8 @@ from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from ..conf import billing_settings
 from ..models import EventState, WebhookEvent
+from ..schedule import PRUNE_OLDER_THAN
 
 logger = logging.getLogger("billing_integration.webhooks")
 
@@ -45,12 +45,6 @@ def parse_duration(value: Any) -> timedelta:
     if seconds <= 0:
         raise ValueError(_("%(value)r is not a positive duration.") % {"value": value})
     return timedelta(seconds=seconds)
-
-
-def retention() -> timedelta | None:
-    """``BILLING['EVENT_RETENTION']`` as a ``timedelta``; None keeps every delivery."""
-    value = billing_settings.EVENT_RETENTION
-    return None if value is None else parse_duration(value)
 
 
 @dataclass
@@ -116,8 +110,13 @@ def prune_events(
 
 # Celery ships no type hints: its decorators are untyped.
 @shared_task(name="billing_integration.prune_events", ignore_result=True)  # type: ignore[untyped-decorator]
-def prune_events_task(batch_size: int = 1000, pause: float = 0.0, max_busy: float = 0.25) -> int:
-    """For Celery beat (daily): prune the deliveries older than ``BILLING['EVENT_RETENTION']``."""
-    if (keep := retention()) is None:
-        return 0
+def prune_events_task(
+    older_than: str | int = PRUNE_OLDER_THAN,
+    batch_size: int = 1000,
+    pause: float = 0.0,
+    max_busy: float = 0.25,
+) -> int:
+    """For Celery beat (daily): prune the deliveries older than ``older_than`` (``"90d"``,
+    ``"12h"``, ``"30m"`` or seconds; 90 days by default)."""
+    keep = parse_duration(older_than)
     return prune_events(keep, batch_size=batch_size, pause=pause, max_busy=max_busy).deleted

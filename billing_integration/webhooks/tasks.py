@@ -9,7 +9,6 @@ from typing import Any
 from celery import shared_task
 from django.utils import timezone
 
-from ..conf import billing_settings
 from ..health import record_run
 from ..models import EventState, WebhookEvent
 
@@ -35,10 +34,8 @@ def process_webhook_event(self: Any, event_pk: int, force: bool = False) -> str:
 
 
 def send(event_pk: int, *, force: bool = False, countdown: float | None = None) -> None:
-    """Send ``process_webhook_event`` for one event, on ``BILLING['QUEUE']``."""
-    process_webhook_event.apply_async(
-        (event_pk,), {"force": force}, queue=billing_settings.QUEUE, countdown=countdown
-    )
+    """Send ``process_webhook_event`` for one event (Celery's routing picks the queue)."""
+    process_webhook_event.apply_async((event_pk,), {"force": force}, countdown=countdown)
 
 
 @shared_task(name="billing_integration.process_pending_webhook_events")  # type: ignore[untyped-decorator]

@@ -121,14 +121,11 @@ def demo_stack(live_server: Any, billing_sandbox: Any, settings: Any) -> Iterato
         return_url=live_server.url + "/billing/checkout/return/?session={session_id}"
     )
     worker = Worker(billing_sandbox)
-    settings.BILLING = {
-        **settings.BILLING,
-        "QUEUE": worker.queue,  # this process publishes pushes and events to the worker's queue
-    }
     settings.DEBUG = True  # the admin's static files from the live server
     worker.start()
     try:
-        yield worker
+        with worker.routed_to():  # this process sends pushes and events to the worker's queue
+            yield worker
     finally:
         worker.stop()
         worker.log.unlink(missing_ok=True)

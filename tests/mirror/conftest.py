@@ -11,6 +11,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,9 @@ def database_url() -> str:
 
 
 class Worker:
-    """A real ``celery -A example_project worker`` subprocess on a private queue."""
+    """A real ``celery -A example_project worker`` subprocess on a private queue: Celery's
+    ``task_default_queue`` of the worker (``CELERY_TASK_DEFAULT_QUEUE``), so every task it
+    sends (retries, beat) goes there too; ``routed_to`` sends this process's tasks there."""
 
     def __init__(
         self,
@@ -83,8 +86,7 @@ class Worker:
         self.extra = extra or {}
         self.broker_url = broker_url
         self.beat = beat
-        #: Queues consumed besides the private one (e.g. ``celery``, the default queue the
-        #: event drain's messages go to).
+        #: Queues consumed besides the private one.
         self.queues = queues
         self.proc: subprocess.Popen | None = None
         self.log = Path(tempfile.mkstemp(prefix="celery-worker-", suffix=".log")[1])
@@ -100,7 +102,8 @@ class Worker:
             BILLING_CHECKOUT_URL=billing["CHECKOUT_URL"],
             BILLING_CLIENT_ID=billing["CLIENT_ID"],
             BILLING_CLIENT_SECRET=billing["CLIENT_SECRET"],
-            BILLING_EXTRA=json.dumps({"QUEUE": self.queue, **self.extra}),
+            BILLING_EXTRA=json.dumps(self.extra),
+            CELERY_TASK_DEFAULT_QUEUE=self.queue,
             CELERY_TASK_ALWAYS_EAGER="0",
             PYTHONPATH=str(ROOT),
         )
@@ -145,6 +148,19 @@ class Worker:
             raise RuntimeError(f"worker exited:\n{self.output()[-3000:]}")
         return self
 
+    @contextmanager
+    def routed_to(self) -> Iterator[Worker]:
+        """In this process, send every task without a route (the app's) to the worker's queue,
+        through Celery's ``task_default_queue`` (its router reads it on each send)."""
+        from celery import current_app
+
+        previous = current_app.conf.task_default_queue
+        current_app.conf.task_default_queue = self.queue
+        try:
+            yield self
+        finally:
+            current_app.conf.task_default_queue = previous
+
     def output(self) -> str:
         return self.log.read_text(errors="replace")
 
@@ -163,17 +179,19 @@ def celery_worker_process(
     billing_sandbox: Any, transactional_db: None, settings: Any
 ) -> Iterator[Callable[..., Worker]]:
     """Start real worker processes against the sandbox and the test database; this process
-    publishes its pushes to the worker's private queue."""
+    publishes its tasks to the private queue of the worker started last."""
     started: list[Worker] = []
 
     def start(**kwargs: Any) -> Worker:
         worker = Worker(billing_sandbox, **kwargs)
-        settings.BILLING = {**settings.BILLING, "QUEUE": worker.queue, **worker.extra}
+        settings.BILLING = {**settings.BILLING, **worker.extra}
         worker.start()
         started.append(worker)
+        routes.enter_context(worker.routed_to())
         return worker
 
-    yield start
+    with ExitStack() as routes:
+        yield start
     for worker in started:
         worker.stop()
         if os.environ.get("MIRROR_KEEP_WORKER_LOGS"):

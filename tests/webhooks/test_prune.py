@@ -1,5 +1,5 @@
 """Keeping the event log bounded (issue 15): ``prune_events``, ``billing_prune_events``, the
-daily beat task and the ``EVENT_RETENTION`` setting."""
+daily beat task and its ``older_than`` keyword (system check E024)."""
 
 from __future__ import annotations
 
@@ -212,49 +212,90 @@ def test_the_command_refuses_bad_input_and_deletes_nothing(args):
     assert WebhookEvent.objects.count() == 1
 
 
-def test_the_command_defaults_to_the_setting_and_refuses_when_it_keeps_everything(settings):
-    make_event(EventState.PROCESSED, timedelta(days=3))
-    settings.BILLING = {**settings.BILLING, "EVENT_RETENTION": None}
-    with pytest.raises(CommandError, match="EVENT_RETENTION"):
-        call_command("billing_prune_events", stdout=StringIO())
+def test_the_command_defaults_to_90_days():
+    make_event(EventState.PROCESSED, timedelta(days=100))
+    make_event(EventState.PROCESSED, timedelta(days=80))
+    out = StringIO()
+    call_command("billing_prune_events", stdout=out)
+    assert "Deleted 1" in out.getvalue()
     assert WebhookEvent.objects.count() == 1
-    settings.BILLING = {**settings.BILLING, "EVENT_RETENTION": "2d"}
-    call_command("billing_prune_events", stdout=StringIO())
+    call_command("billing_prune_events", "--older-than", "2d", stdout=StringIO())
     assert WebhookEvent.objects.count() == 0
 
 
-def test_the_periodic_task_uses_the_retention_setting(settings):
+def test_the_periodic_task_takes_its_age_as_a_keyword():
     make_event(EventState.PROCESSED, timedelta(days=100))
     make_event(EventState.PROCESSED, timedelta(days=10))
     make_event(EventState.RECEIVED, timedelta(days=100))
-    assert prune_events_task() == 1  # the default retention: 90 days
+    assert prune_events_task() == 1  # the default: 90 days
     assert WebhookEvent.objects.count() == 2
-    settings.BILLING = {**settings.BILLING, "EVENT_RETENTION": None}
-    assert prune_events_task() == 0
-    assert WebhookEvent.objects.count() == 2
-    settings.BILLING = {**settings.BILLING, "EVENT_RETENTION": "5d"}
-    assert prune_events_task() == 1
+    assert prune_events_task(older_than="30d") == 0
+    assert prune_events_task(older_than=5 * 86400) == 1  # seconds
     assert list(WebhookEvent.objects.values_list("state", flat=True)) == [EventState.RECEIVED]
+    with pytest.raises(ValueError):
+        prune_events_task(older_than="90 days")
+    assert WebhookEvent.objects.count() == 1
+
+
+def test_the_periodic_task_runs_as_the_beat_entry_sends_it():
+    """The entry's kwargs through Celery's own call (JSON-serialisable, the task's keyword)."""
+    make_event(EventState.PROCESSED, timedelta(days=3))
+    make_event(EventState.PROCESSED, timedelta(hours=1))
+    entry = schedule.beat_schedule(prune_older_than="2d")["billing-prune-events"]
+    assert json.loads(json.dumps(entry["kwargs"])) == {"older_than": "2d"}
+    assert prune_events_task.apply(kwargs=entry["kwargs"]).get() == 1
+    assert WebhookEvent.objects.count() == 1
 
 
 def test_the_beat_schedule_runs_the_prune_daily():
     entry = schedule.BEAT_SCHEDULE["billing-prune-events"]
     assert entry["task"] == "billing_integration.prune_events"
     assert entry["schedule"] == 86400.0
+    assert entry["kwargs"] == {"older_than": "90d"}
     assert schedule.beat_schedule(prune_every=3600)["billing-prune-events"]["schedule"] == 3600
 
 
-@pytest.mark.parametrize("value", ["90x", 0, "-1d", True, [], "90 days"])
-def test_a_bad_retention_setting_fails_the_system_check(settings, value):
-    settings.BILLING = {**settings.BILLING, "EVENT_RETENTION": value}
+@pytest.fixture
+def beat_schedule():
+    """Set the beat schedule of the Celery app the checks read, for this test only."""
+    from celery import current_app
+
+    previous = current_app.conf.beat_schedule
+    try:
+        yield lambda value: setattr(current_app.conf, "beat_schedule", value)
+    finally:
+        current_app.conf.beat_schedule = previous
+
+
+def prune_entry(**fields) -> dict:
+    return {"billing-prune-events": {**schedule.BEAT_SCHEDULE["billing-prune-events"], **fields}}
+
+
+@pytest.mark.parametrize("value", ["90x", 0, "-1d", True, [], "90 days", None])
+def test_a_bad_age_in_the_beat_entry_fails_the_system_check(beat_schedule, value):
+    beat_schedule({**schedule.BEAT_SCHEDULE, **prune_entry(kwargs={"older_than": value})})
+    errors = [m for m in run_checks() if m.id == "billing_integration.E024"]
+    assert len(errors) == 1
+    assert "'billing-prune-events'" in errors[0].msg and repr(value) in errors[0].msg
+
+
+@pytest.mark.parametrize(
+    "fields", [{}, {"kwargs": {}}, {"args": ["12h"]}, {"kwargs": {"older_than": 3600}}]
+)
+def test_a_good_beat_entry_passes_the_system_check(beat_schedule, fields):
+    beat_schedule({**schedule.BEAT_SCHEDULE, **prune_entry(**fields)})
     ids = {message.id for message in run_checks()}
-    assert "billing_integration.E024" in ids
+    assert "billing_integration.E024" not in ids
 
 
-@pytest.mark.parametrize("value", [None, "90d", "12h", 3600])
-def test_a_good_retention_setting_passes_the_system_check(settings, value):
-    settings.BILLING = {**settings.BILLING, "EVENT_RETENTION": value}
-    assert "billing_integration.E024" not in {message.id for message in run_checks()}
+def test_no_prune_entry_keeps_every_delivery_without_a_warning(beat_schedule):
+    """Removing the entry is how a host keeps the whole log: neither E024 nor W021."""
+    rest = {k: v for k, v in schedule.BEAT_SCHEDULE.items() if k != "billing-prune-events"}
+    beat_schedule(rest)
+    ids = {message.id for message in run_checks()}
+    assert ids.isdisjoint({"billing_integration.E024", "billing_integration.W021"})
+    beat_schedule({k: v for k, v in rest.items() if k != "billing-sync-all"})
+    assert "billing_integration.W021" in {message.id for message in run_checks()}
 
 
 # --- PostgreSQL: a prune never blocks ingest, never waits on a locked row -------------------

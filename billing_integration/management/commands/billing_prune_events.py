@@ -7,6 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.translation import gettext as _
 
+from billing_integration.schedule import PRUNE_OLDER_THAN
 from billing_integration.webhooks import prune
 
 
@@ -17,7 +18,11 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--older-than", help="90d, 12h, 30m, seconds; default EVENT_RETENTION")
+        parser.add_argument(
+            "--older-than",
+            default=PRUNE_OLDER_THAN,
+            help=f"90d, 12h, 30m, seconds; default {PRUNE_OLDER_THAN}",
+        )
         parser.add_argument("--dry-run", action="store_true", help="Only count what would go.")
         parser.add_argument("--batch-size", type=int, default=1000, help="Rows per DELETE.")
         parser.add_argument("--pause", type=float, default=0.0, help="Seconds between batches.")
@@ -30,19 +35,10 @@ class Command(BaseCommand):
             raise CommandError(_("--pause must not be negative."))
         if not 0 < options["max_busy"] <= 1:
             raise CommandError(_("--max-busy must be above 0 and at most 1."))
-        given = options["older_than"]
         try:
-            older_than = prune.retention() if given is None else prune.parse_duration(given)
+            older_than = prune.parse_duration(options["older_than"])
         except ValueError as exc:
-            source = "BILLING['EVENT_RETENTION']" if given is None else "--older-than"
-            raise CommandError(f"{source}: {exc}") from exc
-        if older_than is None:
-            raise CommandError(
-                _(
-                    "BILLING['EVENT_RETENTION'] is None (keep every delivery): "
-                    "pass --older-than to prune anyway."
-                )
-            )
+            raise CommandError(f"--older-than: {exc}") from exc
         if options["dry_run"]:
             count = prune.count_prunable(older_than)
             self.stdout.write(
