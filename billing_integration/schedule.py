@@ -16,16 +16,19 @@ def beat_schedule(
     events_every: float = 60.0,
     prune_every: float = 86400.0,
     notices_every: float = 300.0,
+    reports_every: float = 60.0,
 ) -> dict[str, Any]:
     """The sweep of outbox entries whose message was lost, the periodic pull, the sweep of
     received events whose message was lost, the event log's pruning
-    (``BILLING['EVENT_RETENTION']``) and the sweep of notices never queued."""
+    (``BILLING['EVENT_RETENTION']``), the sweep of notices never queued and the refresh of the
+    reporting rollups."""
     entries = {
         "billing-drain-outbox": ("drain_outbox", drain_every),
         "billing-sync-all": ("sync_all", sync_every),
         "billing-process-pending-events": ("process_pending_webhook_events", events_every),
         "billing-prune-events": ("prune_events", prune_every),
         "billing-sweep-notices": ("sweep_notices", notices_every),
+        "billing-refresh-report-rollups": ("refresh_report_rollups", reports_every),
     }
     return {
         key: {
@@ -37,6 +40,7 @@ def beat_schedule(
     }
 
 
-#: Every minute the sweeps of lost outbox and event messages, every hour the pull, every day
-#: the pruning, every 5 minutes the sweep of unsent notices.
+#: Every minute the sweeps of lost outbox and event messages and the refresh of the reporting
+#: rollups, every hour the pull, every day the pruning, every 5 minutes the sweep of unsent
+#: notices.
 BEAT_SCHEDULE: dict[str, Any] = beat_schedule()

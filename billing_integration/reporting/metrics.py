@@ -282,6 +282,33 @@ class PointsBefore(Func):
 def subscription_history(period: Period, prices: Prices | None = None) -> Rows:
     """Per product, currency and month: active at its start, new, cancellations and MRR at its
     end. One query buckets each subscription against the month boundaries."""
+    return with_mrr(subscription_counts(period), price_table() if prices is None else prices)
+
+
+def with_mrr(counts: Rows, prices: Prices) -> Rows:
+    """Rows of ``subscription_counts`` added up per product, currency and month, with MRR:
+    the subscriptions paying at the month's end times their cycle's monthly price."""
+    out: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in counts:
+        key = (r["product_id"], r["currency"], r["month"])
+        names = ("active_start", "active_end", "new", "cancellations")
+        row = out.setdefault(key, _row(key, *names, mrr=0))
+        for name in names:
+            row[name] += r[name]
+        monthly = prices.get((r["product_id"], r["cycle"], r["currency"]), Decimal(0))
+        row["mrr"] += r["paying_end"] * monthly
+    for row in out.values():
+        row["mrr"] = _money(row["mrr"])
+    return sorted(out.values(), key=lambda r: (r["month"], str(r["product_id"]), r["currency"]))
+
+
+def subscription_counts(
+    period: Period, qs: QuerySet[Any] | None = None, at: datetime | None = None
+) -> Rows:
+    """Per product, billing cycle, currency and month: active at its start and at its end,
+    new, cancellations, and paying (active and out of trial) at its end. One query buckets
+    each subscription against the month boundaries. ``qs``: these subscriptions only; ``at``:
+    the instant the active rule is judged at (default: the period's end)."""
     bounds = period.bounds()
     points = [start for start, _end in bounds] + [period.now]
     first = points[0]
@@ -290,9 +317,9 @@ def subscription_history(period: Period, prices: Prices | None = None) -> Rows:
     up = partial(PointsBefore, points=points, inclusive=False, null=len(points))
     month = partial(PointsBefore, points=points, inclusive=True, null=len(points))
 
-    qs = _subscriptions(period).annotate(
+    qs = _subscriptions(period, qs).annotate(
         started=started_at(),
-        ended=ended_at(period.now),
+        ended=ended_at(at or period.now),
         out_of_trial=Greatest(
             started_at(), Coalesce("trial_end_date", started_at()), output_field=DateTimeField()
         ),
@@ -345,26 +372,27 @@ def subscription_history(period: Period, prices: Prices | None = None) -> Rows:
         for kind in (0, 1) if r["kind"] == 2 else (r["kind"],):
             for name in ("up", "paying", "month"):
                 g[f"{name}{kind}"][r[name]] += r["n"]
-    prices = price_table() if prices is None else prices
     months = [month_key(start) for start, _end in bounds]
-    out: dict[tuple[Any, ...], dict[str, Any]] = {}
+    out: Rows = []
     for (product_id, cycle, currency), g in groups.items():
         active = list(accumulate(map(sub, g["up0"], g["up1"])))  # active at b_k
         paying = list(accumulate(map(sub, g["paying0"], g["paying1"])))  # and out of trial
-        monthly = prices.get((product_id, cycle, currency), Decimal(0))
         for i, month_i in enumerate(months):
-            key = (product_id, currency, month_i)
-            counts = ("active_start", "active_end", "new", "cancellations")
-            row = out.setdefault(key, _row(key, *counts, mrr=0))
-            row["active_start"] += active[i]
-            row["active_end"] += active[i + 1]
-            # month value i + 1: at or after b_i and before b_(i+1)
-            row["new"] += g["month0"][i + 1]
-            row["cancellations"] += g["month1"][i + 1]
-            row["mrr"] += paying[i + 1] * monthly
-    for row in out.values():
-        row["mrr"] = _money(row["mrr"])
-    return sorted(out.values(), key=lambda r: (r["month"], str(r["product_id"]), r["currency"]))
+            out.append(
+                {
+                    "product_id": product_id,
+                    "cycle": cycle,
+                    "currency": currency,
+                    "month": month_i,
+                    "active_start": active[i],
+                    "active_end": active[i + 1],
+                    # month value i + 1: at or after b_i and before b_(i+1)
+                    "new": g["month0"][i + 1],
+                    "cancellations": g["month1"][i + 1],
+                    "paying_end": paying[i + 1],
+                }
+            )
+    return out
 
 
 def trial_history(period: Period) -> Rows:
