@@ -11,7 +11,14 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-__all__ = ["ReportMonth", "ReportState", "mark_reports_dirty", "month_of", "touch_reports"]
+__all__ = [
+    "ReportCustomer",
+    "ReportMonth",
+    "ReportState",
+    "mark_reports_dirty",
+    "month_of",
+    "touch_reports",
+]
 
 EPSILON = timedelta(microseconds=1)
 COUNT_FIELDS = (
@@ -72,6 +79,40 @@ class ReportMonth(models.Model):
 
     def __str__(self) -> str:
         return f"{self.month:%Y-%m} {self.product_id} {self.cycle} {self.currency}"
+
+
+class ReportCustomer(models.Model):
+    """A customer's payments in one currency, for one product (or, ``all_products``, every
+    product), up to the last refresh: what the report's customer ranking reads."""
+
+    customer_id = models.IntegerField()
+    product_id = models.IntegerField(null=True, blank=True)
+    all_products = models.BooleanField(default=False)
+    currency = models.CharField(max_length=8, blank=True, default="")
+    paid = models.DecimalField(max_digits=24, decimal_places=6, null=True, blank=True)
+    #: ``paid`` is NULL (nothing completed): ranked after every paid amount.
+    unpaid = models.BooleanField(default=False)
+    failed = _count()
+    failed_amount = models.DecimalField(max_digits=24, decimal_places=6, null=True, blank=True)
+    last_payment_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("report customer")
+        verbose_name_plural = _("report customers")
+        indexes = [
+            models.Index(
+                "all_products",
+                "product_id",
+                "unpaid",
+                models.F("paid").desc(),
+                "customer_id",
+                "currency",
+                name="report_customer_ranking",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.customer_id} {self.product_id} {self.currency}"
 
 
 class ReportState(models.Model):

@@ -513,19 +513,28 @@ def _ranked_customers(payments: QuerySet[Any], limit: int) -> RawSQL:
     return RawSQL(sql, (*ranked_params, *unpaid_params, limit))  # noqa: S611
 
 
+def customer_figures(payments: QuerySet[Any], *keys: str) -> QuerySet[Any]:
+    """Per ``keys`` (``customer_id``, ``code``, ...) of ``payments`` (``_records``): paid,
+    failed (count and amount) and the last payment's date."""
+    return payments.values(*keys).annotate(
+        paid=Sum("amount", filter=Q(status=PaymentStatus.COMPLETED)),
+        failed=Count("status", filter=Q(status=PaymentStatus.FAILED)),
+        failed_amount=Sum("amount", filter=Q(status=PaymentStatus.FAILED)),
+        last_payment_at=Max("at"),
+    )
+
+
+def lifetime_payments(period: Period) -> QuerySet[Any]:
+    """The payments of customers up to ``period.now``, in the period's filter."""
+    return _records(Payment, period, lifetime=True).filter(customer__isnull=False)
+
+
 def customer_summary(period: Period, limit: int | None = 25) -> Rows:
     """Per customer and currency (lifetime): paid, failed, active subscriptions, last payment;
     top ``limit`` by paid amount (``None``: all)."""
-    payments = _records(Payment, period, lifetime=True).filter(customer__isnull=False)
-    figures = (
-        payments.values("customer_id", "code")
-        .annotate(
-            paid=Sum("amount", filter=Q(status=PaymentStatus.COMPLETED)),
-            failed=Count("status", filter=Q(status=PaymentStatus.FAILED)),
-            failed_amount=Sum("amount", filter=Q(status=PaymentStatus.FAILED)),
-            last_payment_at=Max("at"),
-        )
-        .order_by(F("paid").desc(nulls_last=True), "customer_id", "code")
+    payments = lifetime_payments(period)
+    figures = customer_figures(payments, "customer_id", "code").order_by(
+        F("paid").desc(nulls_last=True), "customer_id", "code"
     )
     if limit is None:
         rows = list(figures)
@@ -534,6 +543,13 @@ def customer_summary(period: Period, limit: int | None = 25) -> Rows:
     else:
         # the pairs of the ranked customers, ordered again: the first ``limit`` are the ranking's
         rows = list(figures.filter(customer_id__in=_ranked_customers(payments, limit))[:limit])
+    return with_customer_details(rows, period, limit is not None)
+
+
+def with_customer_details(rows: Rows, period: Period, listed_only: bool = True) -> Rows:
+    """Rows of ``customer_figures`` (``customer_id``, ``code``, ...) as the customers table:
+    with the identifier, the last payment's status and the active subscriptions. One query
+    (for the listed customers only, when ``listed_only``)."""
     payments = Payment.objects.filter(customer=OuterRef("pk")).order_by()
     active = Subscription.objects.active(period.now)
     if period.product:
@@ -543,7 +559,7 @@ def customer_summary(period: Period, limit: int | None = 25) -> Rows:
         last_status=Subquery(payments.order_by("-remote_created", "-pk").values("status")[:1]),
         active_n=_count(active),
     ).values_list("pk", "identifier", "last_status", "active_n")
-    if limit is not None:
+    if listed_only:
         details_qs = details_qs.filter(pk__in=[r["customer_id"] for r in rows])
     details = {pk: (ident, last, n) for pk, ident, last, n in details_qs}
     return [

@@ -183,17 +183,20 @@ def monthly_figures(
     period: Period, prices: metrics.Prices, *, rollups: bool = True
 ) -> tuple[Rows, dict[str, Any]]:
     """The month-by-month rows of ``period``: the closed months from the rollups and the
-    current month live (four queries bounded to it), or every month live when the rollups
-    are not for this month (or ``rollups=False``). And ``rollups.status()`` with ``used``."""
+    current month from the rollups' last month and queries bounded to the month, or every
+    month from the raw rows when the rollups are not for this month (or ``rollups=False``).
+    And ``rollups.status()`` with ``used``."""
     state = rollups_module.status()
     closed = rollups_module.closed_months(period, prices, state) if rollups else None
     if closed is None:
         live = period
     else:
         live = Period(months=1, product=period.product, currency=period.currency, now=period.now)
+    # the current month's subscriptions: in ``closed`` (carried over from the rollups)
+    history = metrics.subscription_history(live, prices) if closed is None else []
     rows = [
         *(closed or []),
-        *metrics.subscription_history(live, prices),
+        *history,
         *metrics.trial_history(live),
         *metrics.payment_history(live),
         *metrics.refund_history(live),
@@ -214,7 +217,10 @@ def build_report(
     prices = metrics.price_table()
     current = metrics.current_subscriptions(period, prices)
     figures, rollups_state = monthly_figures(period, prices, rollups=rollups)
-    customers = metrics.customer_summary(period, limit=customer_limit)
+    if rollups_state["used"]:  # the customers as of the rollups' last refresh
+        customers = rollups_module.customer_summary(period, limit=customer_limit)
+    else:
+        customers = metrics.customer_summary(period, limit=customer_limit)
     at_risk = metrics.customers_at_risk(period, limit=at_risk_limit)
     at_risk_total = metrics.customers_at_risk_count(period)
     months = [metrics.month_key(m) for m in period.starts]

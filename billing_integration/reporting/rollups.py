@@ -18,7 +18,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import transaction
-from django.db.models import DateTimeField, Min
+from django.db.models import DateTimeField, F, Max, Min, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce
 from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
@@ -26,6 +26,7 @@ from django.utils import timezone
 from ..models import (
     Payment,
     Refund,
+    ReportCustomer,
     ReportMonth,
     ReportState,
     Subscription,
@@ -103,6 +104,50 @@ def compute(first: date, end: date, at: datetime) -> list[ReportMonth]:
             if name in r:
                 setattr(target, name, getattr(target, name) + r[name])
     return [r for r in rows.values() if first <= r.month < end]
+
+
+def compute_customers(now: datetime, batch: int = 5000) -> int:
+    """Replace the customer rollups: each customer's payments up to ``now`` per product and
+    currency (one grouped query, read in chunks), then per currency for every product (one
+    more, over those rows). Returns the number of rows."""
+    ReportCustomer.objects.all().delete()
+    payments = metrics.lifetime_payments(Period(months=1, now=now))
+    per_product = metrics.customer_figures(payments, "customer_id", "product_id", "code")
+    total = 0
+
+    def write(rows: Iterator[Any], **extra: Any) -> int:
+        written, chunk = 0, []
+        for r in rows:
+            chunk.append(
+                ReportCustomer(
+                    customer_id=r["customer_id"],
+                    currency=r["code"],
+                    paid=r["paid"],
+                    unpaid=r["paid"] is None,
+                    failed=r["failed"],
+                    failed_amount=r["failed_amount"],
+                    last_payment_at=r["last_payment_at"],
+                    **{"product_id": r.get("product_id"), **extra},
+                )
+            )
+            if len(chunk) >= batch:
+                written += len(ReportCustomer.objects.bulk_create(chunk))
+                chunk = []
+        return written + len(ReportCustomer.objects.bulk_create(chunk))
+
+    total += write(per_product.order_by().iterator(chunk_size=batch))
+    every_product = (
+        ReportCustomer.objects.values("customer_id", code=F("currency"))
+        .annotate(
+            paid=Sum("paid"),
+            failed=Sum("failed"),
+            failed_amount=Sum("failed_amount"),
+            last_payment_at=Max("last_payment_at"),
+        )
+        .order_by()
+    )
+    total += write(every_product.iterator(chunk_size=batch), all_products=True, product_id=None)
+    return total
 
 
 def earliest_month(end: date) -> date:
@@ -186,6 +231,7 @@ def refresh(
                 for start, stop in _batches(first, end, batch_months):
                     ReportMonth.objects.bulk_create(compute(start, stop, basis), batch_size=1000)
                     done += _months_between(start, stop)
+                compute_customers(now)
             state.month, state.verified_at = end, timezone.now()
             state.save(update_fields=["month", "verified_at"])
     except BaseException:
@@ -234,25 +280,32 @@ def status() -> dict[str, Any]:
 def closed_months(
     period: Period, prices: Prices, state: dict[str, Any] | None = None
 ) -> Rows | None:
-    """The figures of the period's closed months from the rollups, as rows per product,
-    currency and month (the keys of ``metrics.subscription_history``, ``trial_history``,
-    ``payment_history`` and ``refund_history`` together). ``None`` when the rollups are not
-    for the month of ``period.now`` (never built, or a report of another month). ``state``:
-    ``status()`` when already read."""
+    """The figures of the period's closed months from the rollups, and the subscription
+    figures of its current month (``current_month``), as rows per product, currency and month
+    (the keys of ``metrics.subscription_history``, ``trial_history``, ``payment_history`` and
+    ``refund_history`` together). ``None`` when the rollups are not for the month of
+    ``period.now`` (never built, or a report of another month). ``state``: ``status()`` when
+    already read."""
     basis = basis_of(period.now)
     end = basis.date()
     if (state or status())["basis"] != end:
         return None
-    first = month_of(period.start)
-    qs = ReportMonth.objects.filter(month__gte=first, month__lt=end)
+    last = _add_months(end, -1)
+    shown = month_of(period.start)
+    qs = ReportMonth.objects.filter(month__gte=min(shown, last), month__lt=end)
     if period.product:
         qs = qs.filter(product_id=period.product)
     if period.currency:
         qs = qs.filter(currency=period.currency)
     names = (*COUNT_FIELDS, *AMOUNT_FIELDS)
     counts: Rows = []
+    closing: dict[tuple[Any, ...], dict[str, Any]] = {}  # the last closed month, per cycle
     out: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in qs.order_by().values("month", "product_id", "cycle", "currency", *names):
+        if r["month"] == last:
+            closing[(r["product_id"], r["cycle"], r["currency"])] = r
+        if r["month"] < shown:
+            continue
         month = r["month"].strftime("%Y-%m")
         key = (r["product_id"], r["currency"], month)
         row = out.setdefault(
@@ -276,7 +329,79 @@ def closed_months(
         if fixed is not None:
             for name in ("active_start", "active_end", "cancellations", "mrr"):
                 fixed[name] += correction[name]
-    return [r for r in out.values() if r["month"] < end.strftime("%Y-%m")]
+    return [*out.values(), *current_month(period, prices, closing)]
+
+
+def touching(start: datetime, now: datetime) -> QuerySet[Subscription]:
+    """The subscriptions whose figures may differ between ``start`` (the rules judged then)
+    and any instant up to ``now``: started since, ended since (a status or a lapsed cycle),
+    or out of trial since. Index ranges, bounded by the month's activity."""
+    active = active_statuses()
+    return Subscription.objects.alias(
+        started=started_at(),
+        changed=Coalesce("remote_updated", "updated_at", output_field=DateTimeField()),
+    ).filter(
+        Q(started__gte=start)
+        | (~Q(status__in=active) & Q(changed__gte=start))
+        | Q(status__in=active, cycle_end_date__gte=start, cycle_end_date__lte=now)
+        | Q(trial_end_date__gt=start, trial_end_date__lte=now)
+    )
+
+
+def current_month(
+    period: Period, prices: Prices, closing: dict[tuple[Any, ...], dict[str, Any]]
+) -> Rows:
+    """The subscription figures of the current month (``metrics.subscription_history`` rows)
+    without reading every subscription: the last closed month's end (``closing``, per cycle)
+    carried over, corrected by the subscriptions that ``touching`` finds (two queries)."""
+    basis = basis_of(period.now)
+    moved = touching(basis, period.now)
+
+    def counts(at: datetime) -> dict[tuple[Any, ...], dict[str, Any]]:
+        month = Period(months=1, product=period.product, currency=period.currency, now=at)
+        rows = metrics.subscription_counts(month, qs=moved, at=at)
+        return {(r["product_id"], r["cycle"], r["currency"]): r for r in rows}
+
+    then, now = counts(basis), counts(period.now)  # the moved ones at the basis, and now
+    month = metrics.month_key(basis)
+    rows = []
+    for key in {*closing, *then, *now}:
+        old, new, before = then.get(key, {}), now.get(key, {}), closing.get(key, {})
+        steady = before.get("active_end", 0) - old.get("active_end", 0)
+        paying = before.get("paying_end", 0) - old.get("paying_end", 0)
+        rows.append(
+            {
+                "product_id": key[0],
+                "cycle": key[1],
+                "currency": key[2],
+                "month": month,
+                "active_start": steady + new.get("active_start", 0),
+                "active_end": steady + new.get("active_end", 0),
+                "new": new.get("new", 0),
+                "cancellations": new.get("cancellations", 0),
+                "paying_end": paying + new.get("paying_end", 0),
+            }
+        )
+    return metrics.with_mrr(rows, prices)
+
+
+def customer_summary(period: Period, limit: int | None = 25) -> Rows:
+    """``metrics.customer_summary`` from the customer rollups: the figures up to the last
+    refresh, ranked through an index; the details of the listed customers live."""
+    qs = ReportCustomer.objects.filter(all_products=not period.product)
+    qs = qs.filter(product_id=period.product or None)
+    if period.currency:
+        qs = qs.filter(currency=period.currency)
+    qs = qs.order_by("unpaid", F("paid").desc(), "customer_id", "currency")
+    if limit is not None:
+        qs = qs[: max(limit, 0)]
+    rows = [
+        {**r, "code": r["currency"]}
+        for r in qs.values(
+            "customer_id", "currency", "paid", "failed", "failed_amount", "last_payment_at"
+        )
+    ]
+    return metrics.with_customer_details(rows, period, limit is not None)
 
 
 def _mrr(counts: Rows, prices: Prices) -> Rows:
@@ -335,4 +460,12 @@ for _model in (Subscription, Payment, Refund):
     post_delete.connect(record_saved, sender=_model, dispatch_uid=f"billing_reports_{_model}_del")
 
 
-__all__ = ["Refreshed", "closed_months", "rebuild", "refresh", "status", "touch_reports"]
+__all__ = [
+    "Refreshed",
+    "closed_months",
+    "customer_summary",
+    "rebuild",
+    "refresh",
+    "status",
+    "touch_reports",
+]

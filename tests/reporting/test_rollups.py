@@ -71,9 +71,16 @@ def from_rollups(period: Period) -> dict[tuple[Any, ...], dict[str, Any]]:
     return _merged(report.monthly_by_product)
 
 
-def assert_equal_to_the_definition(period: Period) -> None:
+def assert_equal_to_the_definition(period: Period, customers: bool = True) -> None:
+    """The monthly figures; and the customers table (as of the last refresh: ``customers``
+    when that was at ``period.now``), whole and its top 3."""
     assert rollups.closed_months(period, {}) is not None, "the report must read the rollups"
     assert from_rollups(period) == oracle(period), period
+    if customers:
+        for limit in (None, 3):
+            report = build_report(period, customer_limit=limit, at_risk_limit=0)
+            assert report.rollups["used"]
+            assert report.customers == reference.customer_summary(period, limit), (period, limit)
 
 
 # --- the hand-made edge cases ----------------------------------------------------------------
@@ -132,7 +139,8 @@ def test_the_next_month_is_computed_when_it_closes_and_a_lapsed_trial_is_correct
     )
     refresh(NOW - timedelta(days=10))  # June 5: in trial, so not ended (the basis: June 1)
     assert rollups._lapsed_in_trial(Period(now=NOW), rollups.basis_of(NOW))
-    assert_equal_to_the_definition(Period(now=NOW))  # June 15: the trial has ended since
+    # June 15: the trial has ended since (the customers are those of June 5)
+    assert_equal_to_the_definition(Period(now=NOW), customers=False)
     refresh(dt(2025, 7, 2))  # July: June closes
     assert ReportMonth.objects.filter(month=date(2025, 6, 1)).exists()
     assert_equal_to_the_definition(Period(now=dt(2025, 7, 2)))
