@@ -367,6 +367,12 @@ def rebuild_rollups() -> None:
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert done is not None
+    from django.db import connection
+
+    with connection.cursor() as cursor:  # as autovacuum would after such a change
+        cursor.execute(
+            "ANALYZE billing_integration_reportmonth, billing_integration_reportcustomer"
+        )
     print(
         f"rollups rebuilt: {done.months} months in {elapsed:.1f} s, "
         f"Python memory peak {peak / 2**20:.1f} MiB"
