@@ -1,17 +1,21 @@
 """Benchmark of the reporting dashboard on PostgreSQL (prints time and query count).
 
     .venv/bin/python benchmarks/bench_reporting.py [--subscriptions 100000] [--payments 1000000]
-                                                   [--runs 5] [--keep] [--reuse]
+                                                   [--sizes S:P,S:P] [--runs 5] [--keep] [--reuse]
 
-Creates a dedicated database ``billing_bench_reporting`` on the server of ``DATABASE_URL``
-(default postgres://postgres@127.0.0.1:5432/test), migrates it, bulk-loads products,
-customers, subscriptions, payments, refunds and invoices with COPY, runs ANALYZE, then times
-``build_report()`` (the dashboard's queries) and the whole admin page, and prints the query
-count against the target (constant; page under 1 s). The database is dropped at the end
-unless ``--keep``. ``--reuse`` skips the load when a kept database is there (migrating it
-first, so new indexes get built on the existing rows). ``BENCH_EXPLAIN=1`` prints
-``EXPLAIN (ANALYZE, BUFFERS)`` of every query of the page, ``BENCH_SQL=1`` their times.
-Not a test: nothing is asserted.
+Creates a dedicated database ``billing_bench_reporting`` (``BENCH_REPORTING_DB`` names
+another) on the server of ``DATABASE_URL`` (default postgres://postgres@127.0.0.1:5432/test),
+migrates it, and generates products, customers, subscriptions, payments, refunds and invoices
+in the database (``INSERT ... SELECT`` over ``generate_series``, the payments in two parallel
+parts, the secondary indexes dropped before and built after, two at a time), runs ANALYZE,
+rebuilds the reporting rollups from the loaded rows (prints the time and Python's memory
+peak), then times ``build_report()`` and the whole admin page, and prints the query count
+against the target (constant; page under 1 s). ``--sizes 100000:1000000,1000000:10000000``
+does all of it for each size in turn and prints the page time of the last against the first
+(target: at most 1.5x). The database is dropped at the end unless ``--keep``. ``--reuse``
+skips the load when a kept database is there (migrating it first, so new indexes get built on
+the existing rows). ``BENCH_EXPLAIN=1`` prints ``EXPLAIN (ANALYZE, BUFFERS)`` of every query
+of the page, ``BENCH_SQL=1`` their times. Not a test: nothing is asserted.
 """
 
 from __future__ import annotations
