@@ -146,21 +146,18 @@ def month_of(at: datetime | date) -> date:
 def mark_reports_dirty(*instants: datetime | date | None, using: str = "default") -> None:
     """Note that the figures of the month of the earliest of ``instants`` (and of every month
     after it; of the month before too for an instant on a month's first) must be recomputed.
-    One UPDATE (and a SELECT when the row is already at an earlier month); idempotent, and
-    safe under concurrent callers: the row only ever moves to an earlier month."""
+    One UPDATE, idempotent, and safe under concurrent callers: the row only ever moves to an
+    earlier month."""
     # an instant on a month's first one also counts at the end of the month before
     months = [month_of(t - EPSILON if isinstance(t, datetime) else t) for t in instants if t]
     if not months:
         return
     first = min(months)
+    # One UPDATE that matches nothing (and locks nothing) when the month is already as early:
+    # concurrent workers do not queue on the row. The row is made by the migration (and again
+    # by a refresh, should it be missing).
     rows = ReportState.objects.using(using).filter(name=ReportState.DIRTY)
-    if rows.filter(Q(month__isnull=True) | Q(month__gt=first)).update(month=first):
-        return
-    row, created = ReportState.objects.using(using).get_or_create(
-        name=ReportState.DIRTY, defaults={"month": first}
-    )
-    if not created and (row.month is None or row.month > first):
-        rows.filter(Q(month__isnull=True) | Q(month__gt=first)).update(month=first)
+    rows.filter(Q(month__isnull=True) | Q(month__gt=first)).update(month=first)
 
 
 def touch_reports(objs: Iterable[models.Model], using: str = "default") -> None:

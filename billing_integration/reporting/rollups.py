@@ -178,6 +178,7 @@ def _flipped_since(old: datetime, new: datetime) -> date | None:
 def _take_dirty() -> date | None:
     """Read and clear the dirty month (its own short transaction: a change marked after this
     is recomputed by the next refresh)."""
+    ReportState.objects.get_or_create(name=ReportState.DIRTY)
     rows = ReportState.objects.filter(name=ReportState.DIRTY)
     while True:
         month = rows.values_list("month", flat=True).first()
