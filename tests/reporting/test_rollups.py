@@ -350,3 +350,25 @@ def test_randomised_histories_give_the_definition(catalogue, zone, starts, ops, 
         refresh(now)
         for period in periods:
             assert_equal_to_the_definition(period)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pull_marks_the_months_of_the_pulled_subscriptions(billing_sandbox):
+    from billing_integration.sync.pull import pull_customers, pull_products, pull_subscriptions
+
+    billing_sandbox.seed(customers=2, subscriptions=3)
+    ReportState.objects.update_or_create(name=ReportState.DIRTY, defaults={"month": None})
+    pull_products()
+    pull_customers()
+    assert ReportState.objects.get(name=ReportState.DIRTY).month is None  # no subscription yet
+    assert pull_subscriptions().created == 3  # bulk writes: no signal, the pull's own call
+    starts = [s.remote_created or s.created_at for s in Subscription.objects.all()]
+    first = min(starts) - timedelta(microseconds=1)
+    assert ReportState.objects.get(name=ReportState.DIRTY).month == (
+        timezone.localtime(first).date().replace(day=1)
+    )
+    now = timezone.now()
+    refresh(now)
+    assert ReportState.objects.get(name=ReportState.DIRTY).month is None
+    assert_equal_to_the_definition(Period(now=now))
+    assert oracle(Period(now=now, months=1))  # the pulled subscriptions are in the figures
