@@ -22,11 +22,13 @@ def beat_schedule(
     notices_every: float = 300.0,
     trials_every: float = 3600.0,
     prune_older_than: str | int = PRUNE_OLDER_THAN,
+    reports_every: float = 60.0,
 ) -> dict[str, Any]:
     """The sweep of outbox entries whose message was lost, the periodic pull, the sweep of
     received events whose message was lost, the event log's pruning (of the finished deliveries
     older than ``prune_older_than``: ``"90d"``, ``"12h"``, ``"30m"`` or seconds, its entry's
-    ``kwargs``), the sweep of notices never queued and the trial-ending notices."""
+    ``kwargs``), the sweep of notices never queued, the trial-ending notices and the refresh of
+    the reporting rollups."""
     entries = {
         "billing-drain-outbox": ("drain_outbox", drain_every),
         "billing-sync-all": ("sync_all", sync_every),
@@ -34,6 +36,7 @@ def beat_schedule(
         "billing-prune-events": ("prune_events", prune_every),
         "billing-sweep-notices": ("sweep_notices", notices_every),
         "billing-trial-notices": ("notify_trials_ending", trials_every),
+        "billing-refresh-report-rollups": ("refresh_report_rollups", reports_every),
     }
     schedule: dict[str, Any] = {
         key: {
@@ -47,7 +50,7 @@ def beat_schedule(
     return schedule
 
 
-#: Every minute the sweeps of lost outbox and event messages, every hour the pull, every day
-#: the pruning (of deliveries older than 90 days), every 5 minutes the sweep of unsent notices,
-#: every hour the trial notices.
+#: Every minute the sweeps of lost outbox and event messages and the refresh of the reporting
+#: rollups, every hour the pull, every day the pruning (of deliveries older than 90 days), every
+#: 5 minutes the sweep of unsent notices, every hour the trial notices.
 BEAT_SCHEDULE: dict[str, Any] = beat_schedule()

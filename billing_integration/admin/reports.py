@@ -121,7 +121,8 @@ class ReportAdmin(ReadOnlyAdminMixin, ModelAdmin):
                 )
             # Every row of the exported table; the other tables keep the page's limits.
             limits = {"customers": "customer_limit", "at_risk": "at_risk_limit"}
-            report = build_report(period, **({limits[export]: None} if export in limits else {}))
+            unlimited: dict[str, Any] = {limits[export]: None} if export in limits else {}
+            report = build_report(period, **unlimited)
             response = HttpResponse(table_csv(report, export), content_type="text/csv")
             stamp = timezone.localtime(period.now).strftime("%Y%m%d")
             suffix = "-".join(
@@ -145,6 +146,7 @@ class ReportAdmin(ReadOnlyAdminMixin, ModelAdmin):
             "charts": charts(report),
             "tables": [table_context(t) for t in tables.values()],
             "at_risk_total": report.at_risk_total,
+            "rollups": report.rollups,
             "products": list(Product.objects.order_by("name").values_list("pk", "name")),
             "currencies": sorted(set(currencies.known().values()) | set(report.currencies)),
             "month_choices": (1, 3, 6, 12, 24, 36),

@@ -9,5 +9,6 @@ from .notices import *  # noqa: F403
 from .outbox import *  # noqa: F403
 from .products import *  # noqa: F403
 from .records import *  # noqa: F403
+from .reports import *  # noqa: F403
 from .service import *  # noqa: F403
 from .subscriptions import *  # noqa: F403

@@ -187,6 +187,9 @@ class Subscription(RemoteObject):
         # For reporting.metrics: the start, trials ending, customers at risk.
         indexes = [
             models.Index(Coalesce("remote_created", "created_at"), name="subscription_started"),
+            # reporting.rollups.touching: ended or lapsed in the current month
+            models.Index(Coalesce("remote_updated", "updated_at"), name="subscription_changed"),
+            models.Index(fields=["cycle_end_date"], name="subscription_cycle_end"),
             models.Index(
                 fields=["trial_end_date"],
                 condition=Q(trial_end_date__isnull=False),

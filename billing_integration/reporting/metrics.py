@@ -294,6 +294,33 @@ class PointsBefore(Func):
 def subscription_history(period: Period, prices: Prices | None = None) -> Rows:
     """Per product, currency and month: active at its start, new, cancellations and MRR at its
     end. One query buckets each subscription against the month boundaries."""
+    return with_mrr(subscription_counts(period), price_table() if prices is None else prices)
+
+
+def with_mrr(counts: Rows, prices: Prices) -> Rows:
+    """Rows of ``subscription_counts`` added up per product, currency and month, with MRR:
+    the subscriptions paying at the month's end times their cycle's monthly price."""
+    out: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in counts:
+        key = (r["product_id"], r["currency"], r["month"])
+        names = ("active_start", "active_end", "new", "cancellations")
+        row = out.setdefault(key, _row(key, *names, mrr=0))
+        for name in names:
+            row[name] += r[name]
+        monthly = prices.get((r["product_id"], r["cycle"], r["currency"]), Decimal(0))
+        row["mrr"] += r["paying_end"] * monthly
+    for row in out.values():
+        row["mrr"] = _money(row["mrr"])
+    return sorted(out.values(), key=lambda r: (r["month"], str(r["product_id"]), r["currency"]))
+
+
+def subscription_counts(
+    period: Period, qs: QuerySet[Any] | None = None, at: datetime | None = None
+) -> Rows:
+    """Per product, billing cycle, currency and month: active at its start and at its end,
+    new, cancellations, and paying (active and out of trial) at its end. One query buckets
+    each subscription against the month boundaries. ``qs``: these subscriptions only; ``at``:
+    the instant the active rule is judged at (default: the period's end)."""
     bounds = period.bounds()
     points = [start for start, _end in bounds] + [period.now]
     first = points[0]
@@ -302,9 +329,9 @@ def subscription_history(period: Period, prices: Prices | None = None) -> Rows:
     up = partial(PointsBefore, points=points, inclusive=False, null=len(points))
     month = partial(PointsBefore, points=points, inclusive=True, null=len(points))
 
-    qs = _subscriptions(period).annotate(
+    qs = _subscriptions(period, qs).annotate(
         started=started_at(),
-        ended=ended_at(period.now),
+        ended=ended_at(at or period.now),
         out_of_trial=Greatest(
             started_at(), Coalesce("trial_end_date", started_at()), output_field=DateTimeField()
         ),
@@ -357,26 +384,27 @@ def subscription_history(period: Period, prices: Prices | None = None) -> Rows:
         for kind in (0, 1) if r["kind"] == 2 else (r["kind"],):
             for name in ("up", "paying", "month"):
                 g[f"{name}{kind}"][r[name]] += r["n"]
-    prices = price_table() if prices is None else prices
     months = [month_key(start) for start, _end in bounds]
-    out: dict[tuple[Any, ...], dict[str, Any]] = {}
+    out: Rows = []
     for (product_id, cycle, currency), g in groups.items():
         active = list(accumulate(map(sub, g["up0"], g["up1"])))  # active at b_k
         paying = list(accumulate(map(sub, g["paying0"], g["paying1"])))  # and out of trial
-        monthly = prices.get((product_id, cycle, currency), Decimal(0))
         for i, month_i in enumerate(months):
-            key = (product_id, currency, month_i)
-            counts = ("active_start", "active_end", "new", "cancellations")
-            row = out.setdefault(key, _row(key, *counts, mrr=0))
-            row["active_start"] += active[i]
-            row["active_end"] += active[i + 1]
-            # month value i + 1: at or after b_i and before b_(i+1)
-            row["new"] += g["month0"][i + 1]
-            row["cancellations"] += g["month1"][i + 1]
-            row["mrr"] += paying[i + 1] * monthly
-    for row in out.values():
-        row["mrr"] = _money(row["mrr"])
-    return sorted(out.values(), key=lambda r: (r["month"], str(r["product_id"]), r["currency"]))
+            out.append(
+                {
+                    "product_id": product_id,
+                    "cycle": cycle,
+                    "currency": currency,
+                    "month": month_i,
+                    "active_start": active[i],
+                    "active_end": active[i + 1],
+                    # month value i + 1: at or after b_i and before b_(i+1)
+                    "new": g["month0"][i + 1],
+                    "cancellations": g["month1"][i + 1],
+                    "paying_end": paying[i + 1],
+                }
+            )
+    return out
 
 
 def trial_history(period: Period) -> Rows:
@@ -507,19 +535,28 @@ def _ranked_customers(payments: QuerySet[Any], limit: int) -> RawSQL:
     return RawSQL(sql, (*ranked_params, *unpaid_params, limit))  # noqa: S611
 
 
+def customer_figures(payments: QuerySet[Any], *keys: str) -> QuerySet[Any]:
+    """Per ``keys`` (``customer_id``, ``code``, ...) of ``payments`` (``_records``): paid,
+    failed (count and amount) and the last payment's date."""
+    return payments.values(*keys).annotate(
+        paid=Sum("amount", filter=Q(status=PaymentStatus.COMPLETED)),
+        failed=Count("status", filter=Q(status=PaymentStatus.FAILED)),
+        failed_amount=Sum("amount", filter=Q(status=PaymentStatus.FAILED)),
+        last_payment_at=Max("at"),
+    )
+
+
+def lifetime_payments(period: Period) -> QuerySet[Any]:
+    """The payments of customers up to ``period.now``, in the period's filter."""
+    return _records(Payment, period, lifetime=True).filter(customer__isnull=False)
+
+
 def customer_summary(period: Period, limit: int | None = 25) -> Rows:
     """Per customer and currency (lifetime): paid, failed, active subscriptions, last payment;
     top ``limit`` by paid amount (``None``: all)."""
-    payments = _records(Payment, period, lifetime=True).filter(customer__isnull=False)
-    figures = (
-        payments.values("customer_id", "code")
-        .annotate(
-            paid=Sum("amount", filter=Q(status=PaymentStatus.COMPLETED)),
-            failed=Count("status", filter=Q(status=PaymentStatus.FAILED)),
-            failed_amount=Sum("amount", filter=Q(status=PaymentStatus.FAILED)),
-            last_payment_at=Max("at"),
-        )
-        .order_by(F("paid").desc(nulls_last=True), "customer_id", "code")
+    payments = lifetime_payments(period)
+    figures = customer_figures(payments, "customer_id", "code").order_by(
+        F("paid").desc(nulls_last=True), "customer_id", "code"
     )
     if limit is None:
         rows = list(figures)
@@ -528,6 +565,13 @@ def customer_summary(period: Period, limit: int | None = 25) -> Rows:
     else:
         # the pairs of the ranked customers, ordered again: the first ``limit`` are the ranking's
         rows = list(figures.filter(customer_id__in=_ranked_customers(payments, limit))[:limit])
+    return with_customer_details(rows, period, limit is not None)
+
+
+def with_customer_details(rows: Rows, period: Period, listed_only: bool = True) -> Rows:
+    """Rows of ``customer_figures`` (``customer_id``, ``code``, ...) as the customers table:
+    with the identifier, the last payment's status and the active subscriptions. One query
+    (for the listed customers only, when ``listed_only``)."""
     payments = Payment.objects.filter(customer=OuterRef("pk")).order_by()
     active = Subscription.objects.active(period.now)
     if period.product:
@@ -537,7 +581,7 @@ def customer_summary(period: Period, limit: int | None = 25) -> Rows:
         last_status=Subquery(payments.order_by("-remote_created", "-pk").values("status")[:1]),
         active_n=_count(active),
     ).values_list("pk", "identifier", "last_status", "active_n")
-    if limit is not None:
+    if listed_only:
         details_qs = details_qs.filter(pk__in=[r["customer_id"] for r in rows])
     details = {pk: (ident, last, n) for pk, ident, last, n in details_qs}
     return [

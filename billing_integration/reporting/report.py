@@ -1,5 +1,6 @@
-"""The report: every figure of the dashboard for one filter, in a constant number of queries
-(eleven), merged in Python into tables; money stays per currency.
+"""The report: every figure of the dashboard for one filter, in a constant number of queries,
+merged in Python into tables; money stays per currency. The closed months come from the
+rollups (``rollups.py``), the current month and the customers from the mirror.
 
     report = build_report(Period(months=12, product=None, currency="XOF"))
     report.tables()["monthly"].rows
@@ -18,7 +19,8 @@ from django.utils import timezone
 from ..display import format_money
 from ..models import Product
 from . import metrics
-from .metrics import Period
+from . import rollups as rollups_module
+from .metrics import Period, Rows
 
 ALL_PRODUCTS = "All products"
 
@@ -127,6 +129,9 @@ class Report:
     at_risk: list[dict[str, Any]]
     at_risk_total: int
     currencies: list[str] = field(default_factory=list)
+    #: ``rollups.status()``, and ``used``: whether the closed months came from the rollups
+    #: (else every month from the raw rows).
+    rollups: dict[str, Any] = field(default_factory=dict)
 
     def product_name(self, product_id: int | None) -> str:
         return _name(self.products, product_id)
@@ -174,25 +179,55 @@ def _merge(target: dict[str, Any], source: dict[str, Any], keys: Iterable[str]) 
             target[key] = target.get(key, 0) + source[key]
 
 
+def monthly_figures(
+    period: Period, prices: metrics.Prices, *, rollups: bool = True
+) -> tuple[Rows, dict[str, Any]]:
+    """The month-by-month rows of ``period``: the closed months from the rollups and the
+    current month from the rollups' last month and queries bounded to the month, or every
+    month from the raw rows when the rollups are not for this month (or ``rollups=False``).
+    And ``rollups.status()`` with ``used``."""
+    state = rollups_module.status()
+    closed = rollups_module.closed_months(period, prices, state) if rollups else None
+    if closed is None:
+        live = period
+    else:
+        live = Period(months=1, product=period.product, currency=period.currency, now=period.now)
+    # the current month's subscriptions: in ``closed`` (carried over from the rollups)
+    history = metrics.subscription_history(live, prices) if closed is None else []
+    rows = [
+        *(closed or []),
+        *history,
+        *metrics.trial_history(live),
+        *metrics.payment_history(live),
+        *metrics.refund_history(live),
+    ]
+    return rows, {**state, "used": closed is not None}
+
+
 def build_report(
-    period: Period, *, customer_limit: int | None = 25, at_risk_limit: int | None = 50
+    period: Period,
+    *,
+    customer_limit: int | None = 25,
+    at_risk_limit: int | None = 50,
+    rollups: bool = True,
 ) -> Report:
-    """Run the report queries for ``period`` and assemble the tables."""
+    """Run the report queries for ``period`` and assemble the tables (``rollups=False``: every
+    month from the raw rows)."""
     products = dict(Product.objects.order_by().values_list("pk", "name"))
     prices = metrics.price_table()
     current = metrics.current_subscriptions(period, prices)
-    history = metrics.subscription_history(period, prices)
-    trials = metrics.trial_history(period)
-    payments = metrics.payment_history(period)
-    refunds = metrics.refund_history(period)
-    customers = metrics.customer_summary(period, limit=customer_limit)
+    figures, rollups_state = monthly_figures(period, prices, rollups=rollups)
+    if rollups_state["used"]:  # the customers as of the rollups' last refresh
+        customers = rollups_module.customer_summary(period, limit=customer_limit)
+    else:
+        customers = metrics.customer_summary(period, limit=customer_limit)
     at_risk = metrics.customers_at_risk(period, limit=at_risk_limit)
     at_risk_total = metrics.customers_at_risk_count(period)
     months = [metrics.month_key(m) for m in period.starts]
 
     # monthly, per product and per currency
     by_product: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for r in (*history, *trials, *payments, *refunds):
+    for r in figures:
         if months[0] <= r["month"] <= months[-1]:
             key = (r["product_id"], r["currency"], r["month"])
             init = dict(zip(("product_id", "currency", "month"), key, strict=True))
@@ -248,6 +283,7 @@ def build_report(
         at_risk=at_risk,
         at_risk_total=at_risk_total,
         currencies=currencies,
+        rollups=rollups_state,
     )
 
 

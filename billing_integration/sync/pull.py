@@ -21,6 +21,7 @@ from ..mapping import subscriptions as subscription_map
 from ..models.base import RemoteObject, SyncState
 from ..models.customers import Customer
 from ..models.products import Price, Product, ProductStatus
+from ..models.reports import touch_reports
 from ..models.subscriptions import Subscription
 from ..service import ensure_service
 
@@ -190,6 +191,8 @@ def _upsert(
             )
         if to_update:
             model._default_manager.bulk_update(to_update, sorted(update_fields))
+        # bulk writes send no signals: the reporting rollups are told here (one statement)
+        touch_reports([*to_create, *to_update])
     counts.created += len(to_create)
     return to_create, to_update
 

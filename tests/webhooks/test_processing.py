@@ -467,7 +467,9 @@ def test_processing_query_count_is_bounded_and_constant(mirror):
     print("processing queries per event:", many)
     assert WebhookEvent.objects.count() > 200 and Invoice.objects.count() > 10
     assert many == few  # constant
-    assert max(many.values()) <= 6  # bounded
+    # bounded: 6, and 2 more for the reporting rollups' hook on a payment (the trial end of its
+    # subscription, the dirty month's UPDATE: docs/reporting.md)
+    assert max(many.values()) <= 8
 
 
 @pytest.mark.postgresql

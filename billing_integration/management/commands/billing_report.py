@@ -1,7 +1,10 @@
-"""``python manage.py billing_report``: the dashboard's tables in the terminal, or one as CSV."""
+"""``python manage.py billing_report``: the dashboard's tables in the terminal, or one as CSV;
+``--rebuild [--since YYYY-MM]`` recomputes the reporting rollups."""
 
 from __future__ import annotations
 
+import time
+from datetime import datetime
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -9,6 +12,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from ...models import Product
+from ...reporting import rollups
 from ...reporting.csv import TABLES, table_csv
 from ...reporting.report import Period, Table, build_report, display
 
@@ -50,8 +54,21 @@ class Command(BaseCommand):
         parser.add_argument(
             "--customers", type=int, default=25, help="customers listed (default 25, 0 = all)"
         )
+        parser.add_argument(
+            "--rebuild",
+            action="store_true",
+            help="recompute the reporting rollups from the mirror (every month, or --since)",
+        )
+        parser.add_argument(
+            "--since", help="with --rebuild: the first month recomputed, YYYY-MM (default: all)"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["rebuild"]:
+            self.rebuild(options["since"])
+            return
+        if options["since"]:
+            raise CommandError("--since goes with --rebuild.")
         product = None
         if options["product"]:
             value = options["product"]
@@ -88,3 +105,21 @@ class Command(BaseCommand):
             if name == "at_risk":
                 table.title = f"{table.title}: {report.at_risk_total}"
             self.stdout.write(format_table(table) + "\n")
+
+    def rebuild(self, since: str | None) -> None:
+        first = None
+        if since:
+            try:
+                first = datetime.strptime(since, "%Y-%m").date()
+            except ValueError as exc:
+                raise CommandError(f"--since {since!r} is not a month (YYYY-MM).") from exc
+        started = time.monotonic()
+        done = rollups.rebuild(first)
+        if done is None:
+            raise CommandError("Another refresh of the rollups is running; try again later.")
+        self.stdout.write(
+            f"Rebuilt {done.months} month(s) of rollups"
+            + (f" from {done.first:%Y-%m}" if done.first else "")
+            + f" in {time.monotonic() - started:.1f} s; they cover the months before "
+            f"{done.basis:%Y-%m}.\n"
+        )

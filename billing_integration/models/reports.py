@@ -1,0 +1,186 @@
+"""Reporting rollups: the monthly figures of closed months, computed ahead of time from the
+mirror (``reporting/rollups.py``), and the one row that says what they cover."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import date, datetime, timedelta
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+__all__ = [
+    "ReportCustomer",
+    "ReportMonth",
+    "ReportState",
+    "mark_reports_dirty",
+    "month_of",
+    "touch_reports",
+]
+
+EPSILON = timedelta(microseconds=1)
+COUNT_FIELDS = (
+    "active_start",
+    "active_end",
+    "new",
+    "cancellations",
+    "paying_end",
+    "trials_ended",
+    "trials_converted",
+    "payments_completed",
+    "payments_failed",
+    "payments_canceled",
+    "refunds",
+    "refunds_pending",
+)
+AMOUNT_FIELDS = ("paid_amount", "failed_amount", "refunded_amount")
+
+
+def _count() -> models.IntegerField[int, int]:
+    return models.IntegerField(default=0)
+
+
+def _amount() -> models.DecimalField[object, object]:
+    return models.DecimalField(max_digits=24, decimal_places=2, default=0)
+
+
+class ReportMonth(models.Model):
+    """The figures of one closed month (local time) for one product, billing cycle and
+    currency. Subscription counts are per cycle (MRR is ``paying_end`` times the cycle's
+    current monthly price, applied when read); trials, payments and refunds are on the row
+    of cycle ``""``."""
+
+    month = models.DateField()
+    product_id = models.IntegerField(null=True, blank=True)
+    cycle = models.CharField(max_length=32, blank=True, default="")
+    currency = models.CharField(max_length=8, blank=True, default="")
+    active_start = _count()
+    active_end = _count()
+    new = _count()
+    cancellations = _count()
+    paying_end = _count()
+    trials_ended = _count()
+    trials_converted = _count()
+    payments_completed = _count()
+    payments_failed = _count()
+    payments_canceled = _count()
+    refunds = _count()
+    refunds_pending = _count()
+    paid_amount = _amount()
+    failed_amount = _amount()
+    refunded_amount = _amount()
+
+    class Meta:
+        verbose_name = _("report month")
+        verbose_name_plural = _("report months")
+        indexes = [models.Index(fields=["month"], name="report_month_month")]
+
+    def __str__(self) -> str:
+        return f"{self.month:%Y-%m} {self.product_id} {self.cycle} {self.currency}"
+
+
+class ReportCustomer(models.Model):
+    """A customer's payments in one currency, for one product (or, ``all_products``, every
+    product), up to the last refresh: what the report's customer ranking reads."""
+
+    customer_id = models.IntegerField()
+    product_id = models.IntegerField(null=True, blank=True)
+    all_products = models.BooleanField(default=False)
+    currency = models.CharField(max_length=8, blank=True, default="")
+    paid = models.DecimalField(max_digits=24, decimal_places=6, null=True, blank=True)
+    #: ``paid`` is NULL (nothing completed): ranked after every paid amount.
+    unpaid = models.BooleanField(default=False)
+    failed = _count()
+    failed_amount = models.DecimalField(max_digits=24, decimal_places=6, null=True, blank=True)
+    last_payment_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("report customer")
+        verbose_name_plural = _("report customers")
+        indexes = [
+            models.Index(
+                "all_products",
+                "product_id",
+                "unpaid",
+                models.F("paid").desc(),
+                "customer_id",
+                "currency",
+                name="report_customer_ranking",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.customer_id} {self.product_id} {self.currency}"
+
+
+class ReportState(models.Model):
+    """One row per name. ``"rollups"``: the rollups hold every month before ``basis`` (the
+    first day of the month they were computed in), ``verified_at`` is when they were last
+    recomputed with nothing pending. ``"dirty"``: ``month`` is the first month a change
+    touched since (``None``: nothing pending). Two rows, so that marking a change never
+    waits for a recomputation holding the first."""
+
+    ROLLUPS, DIRTY = "rollups", "dirty"
+
+    name = models.CharField(max_length=16, unique=True)
+    month = models.DateField(null=True, blank=True)
+    verified_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("report state")
+        verbose_name_plural = _("report states")
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.month}"
+
+
+def month_of(at: datetime | date) -> date:
+    """The first day of the month (local time) ``at`` lies in."""
+    if isinstance(at, datetime):
+        at = timezone.localtime(at).date()
+    return at.replace(day=1)
+
+
+def mark_reports_dirty(*instants: datetime | date | None, using: str = "default") -> None:
+    """Note that the figures of the month of the earliest of ``instants`` (and of every month
+    after it; of the month before too for an instant on a month's first) must be recomputed.
+    One UPDATE, idempotent, and safe under concurrent callers: the row only ever moves to an
+    earlier month."""
+    # an instant on a month's first one also counts at the end of the month before
+    months = [month_of(t - EPSILON if isinstance(t, datetime) else t) for t in instants if t]
+    if not months:
+        return
+    first = min(months)
+    # One UPDATE that matches nothing (and locks nothing) when the month is already as early:
+    # concurrent workers do not queue on the row. The row is made by the migration (and again
+    # by a refresh, should it be missing).
+    rows = ReportState.objects.using(using).filter(name=ReportState.DIRTY)
+    rows.filter(Q(month__isnull=True) | Q(month__gt=first)).update(month=first)
+
+
+def touch_reports(objs: Iterable[models.Model], using: str = "default") -> None:
+    """Mark dirty the months that saved or deleted subscriptions, payments or refunds count
+    in: from a subscription's start, end or trial end; a payment's or refund's date, and the
+    trial end of a payment's subscription (a completed payment converts a trial). At most
+    one query to find those trial ends, then ``mark_reports_dirty``."""
+    from .records import Payment, Refund
+    from .subscriptions import Subscription
+
+    instants: list[datetime | None] = []
+    subscriptions: set[int] = set()
+    for obj in objs:
+        if isinstance(obj, Subscription):
+            instants += [obj.remote_created, obj.created_at, obj.remote_updated]
+            instants += [obj.cycle_end_date, obj.trial_end_date]
+        elif isinstance(obj, (Payment, Refund)):
+            instants.append(obj.remote_created or obj.created_at)
+            if isinstance(obj, Payment) and obj.subscription_id is not None:
+                subscriptions.add(obj.subscription_id)
+    if subscriptions:
+        trial_ends = Subscription.objects.using(using).filter(
+            pk__in=subscriptions, trial_end_date__isnull=False
+        )
+        instants += trial_ends.order_by().values_list("trial_end_date", flat=True)
+    mark_reports_dirty(*instants, using=using)

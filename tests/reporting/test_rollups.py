@@ -1,0 +1,374 @@
+"""The rollups give the figures of the definition (``reference.py``, the from-scratch queries)
+for every month: on the hand-made edge cases, and over randomised histories applied as a
+worker would (saves, so the change hooks run) with events out of order, replays, subscriptions
+that change product, cycle or currency, late payments for closed months, instants on month
+boundaries, and a time zone with daylight saving time. Runs on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from billing_integration.models import (
+    Customer,
+    Payment,
+    Refund,
+    ReportMonth,
+    ReportState,
+    Subscription,
+)
+from billing_integration.reporting import rollups
+from billing_integration.reporting.metrics import Period
+from billing_integration.reporting.report import MONTHLY, build_report
+from billing_integration.reporting.rollups import refresh
+
+from . import reference
+from .conftest import NOW, build_world, dt, make_product
+from .test_equivalence import MIDNIGHT, add_edge_cases
+
+pytestmark = pytest.mark.django_db
+
+FIGURES = tuple(k for k in MONTHLY if k not in ("payments_canceled", "refunds_pending"))
+
+
+def _merged(rows: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """Rows per (product, currency, month), the non-zero figures only (a missing row and a
+    row of zeros say the same)."""
+    out: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in rows:
+        key = (r.get("product_id"), r["currency"], r["month"])
+        slot = out.setdefault(key, {})
+        for name in MONTHLY:
+            if name in r:
+                slot[name] = slot.get(name, 0) + r[name]
+    return {k: {n: v for n, v in s.items() if v} for k, s in out.items() if any(s.values())}
+
+
+def oracle(period: Period) -> dict[tuple[Any, ...], dict[str, Any]]:
+    return _merged(
+        [
+            *reference.subscription_history(period),
+            *reference.trial_history(period),
+            *reference.payment_history(period),
+            *reference.refund_history(period),
+        ]
+    )
+
+
+def from_rollups(period: Period) -> dict[tuple[Any, ...], dict[str, Any]]:
+    report = build_report(period, customer_limit=0, at_risk_limit=0)
+    return _merged(report.monthly_by_product)
+
+
+def assert_equal_to_the_definition(period: Period, customers: bool = True) -> None:
+    """The monthly figures; and the customers table (as of the last refresh: ``customers``
+    when that was at ``period.now``), whole and its top 3."""
+    assert rollups.closed_months(period, {}) is not None, "the report must read the rollups"
+    assert from_rollups(period) == oracle(period), period
+    if customers:
+        for limit in (None, 3):
+            report = build_report(period, customer_limit=limit, at_risk_limit=0)
+            assert report.rollups["used"]
+            assert report.customers == reference.customer_summary(period, limit), (period, limit)
+
+
+# --- the hand-made edge cases ----------------------------------------------------------------
+@pytest.mark.parametrize("zone", ["UTC", "America/New_York"])
+@pytest.mark.parametrize("now", [NOW, MIDNIGHT, MIDNIGHT + timedelta(microseconds=1)])
+def test_the_rollups_give_the_definition_on_the_edge_cases(zone, now):
+    world = build_world()
+    add_edge_cases(world)
+    with timezone.override(zone):
+        refresh(now)
+        assert ReportMonth.objects.exists()
+        for period in [
+            Period(now=now),
+            Period(now=now, months=1),
+            Period(now=now, months=36),
+            Period(now=now, currency="usd"),
+            Period(now=now, product=world.p1.pk, months=6),
+        ]:
+            assert_equal_to_the_definition(period)
+
+
+def test_the_report_reads_the_rollups_and_a_change_marks_its_month_dirty():
+    world = build_world()
+    refresh(NOW)
+    period = Period(now=NOW)
+    march = world.payments["PM1"]  # 2025-03-03, the payment of S4 (trial ended 2025-03-03)
+    # a change the hooks do not see (a queryset update): the rollups keep the old figure
+    Payment.objects.filter(pk=march.pk).update(amount=Decimal(1))
+    assert from_rollups(period) != oracle(period)
+    assert build_report(period).monthly != build_report(period, rollups=False).monthly
+    # a save marks March dirty; the refresh recomputes March and after, not before
+    march.save()
+    assert ReportState.objects.get(name=ReportState.DIRTY).month == date(2025, 3, 1)
+    february = list(ReportMonth.objects.filter(month=date(2025, 2, 1)).values_list("pk"))
+    done = refresh(NOW)
+    assert done is not None and (done.first, done.months) == (date(2025, 3, 1), 3)
+    assert list(ReportMonth.objects.filter(month=date(2025, 2, 1)).values_list("pk")) == february
+    assert ReportState.objects.get(name=ReportState.DIRTY).month is None
+    assert from_rollups(period) == oracle(period)
+
+
+def test_the_next_month_is_computed_when_it_closes_and_a_lapsed_trial_is_corrected_live():
+    world = build_world()
+    refresh(NOW)
+    # a cycle that ended in May while in a trial that ends after the rollups' basis (June 1)
+    Subscription.objects.create(
+        product=world.p1,
+        customer=world.customers["c1"],
+        selected_billing_cycle="months-1",
+        selected_currency="XOF",
+        remote_id=uuid.uuid4(),
+        remote_created=dt(2025, 4, 1),
+        status="published",
+        cycle_end_date=dt(2025, 5, 1),
+        trial_end_date=dt(2025, 6, 10),
+    )
+    refresh(NOW - timedelta(days=10))  # June 5: in trial, so not ended (the basis: June 1)
+    assert rollups._lapsed_in_trial(Period(now=NOW), rollups.basis_of(NOW))
+    # June 15: the trial has ended since (the customers are those of June 5)
+    assert_equal_to_the_definition(Period(now=NOW), customers=False)
+    refresh(dt(2025, 7, 2))  # July: June closes
+    assert ReportMonth.objects.filter(month=date(2025, 6, 1)).exists()
+    assert_equal_to_the_definition(Period(now=dt(2025, 7, 2)))
+
+
+def test_a_report_of_another_month_than_the_rollups_is_computed_live():
+    build_world()
+    refresh(NOW)
+    assert rollups.closed_months(Period(now=dt(2025, 4, 20)), {}) is None
+    report = build_report(Period(now=dt(2025, 4, 20)))
+    assert report.monthly == build_report(Period(now=dt(2025, 4, 20)), rollups=False).monthly
+
+
+def test_a_refresh_while_another_holds_the_rollups_keeps_the_dirty_month(django_db_blocker):
+    build_world()
+    refresh(NOW)
+    Payment.objects.first().save()
+    dirty = ReportState.objects.get(name=ReportState.DIRTY).month
+    assert dirty is not None
+    # the rollups row is locked by "another refresh": simulated by removing it from view
+    ReportState.objects.filter(name=ReportState.ROLLUPS).update(name="held")
+    original = ReportState.objects.get_or_create
+
+    def held(**kwargs: Any) -> Any:
+        ReportState.objects.filter(name=ReportState.ROLLUPS).delete()
+        return (None, False)
+
+    ReportState.objects.get_or_create = held  # type: ignore[method-assign]
+    try:
+        assert refresh(NOW) is None
+    finally:
+        ReportState.objects.get_or_create = original  # type: ignore[method-assign]
+    assert ReportState.objects.get(name=ReportState.DIRTY).month == dirty
+
+
+def test_billing_report_rebuild_since_a_month(capsys):
+    build_world()
+    call_command("billing_report", "--rebuild")
+    first = capsys.readouterr().out
+    assert "month(s) of rollups" in first
+    assert ReportMonth.objects.filter(month=date(2023, 6, 1)).exists()  # S6 started then
+    kept = set(ReportMonth.objects.filter(month__lt=date(2025, 1, 1)).values_list("pk", flat=True))
+    call_command("billing_report", "--rebuild", "--since", "2025-01")
+    assert "from 2025-01" in capsys.readouterr().out
+    assert kept <= set(ReportMonth.objects.values_list("pk", flat=True))
+    with pytest.raises(Exception, match="not a month"):
+        call_command("billing_report", "--rebuild", "--since", "January")
+
+
+def test_the_hooks_add_a_constant_number_of_statements_per_saved_record():
+    world = build_world()
+    refresh(NOW)
+    sub = world.subs["S1"]
+    counts = []
+    for _ in range(3):
+        with CaptureQueriesContext(connection) as ctx:
+            Payment.objects.create(
+                remote_id=uuid.uuid4(),
+                remote_created=dt(2025, 5, 2),
+                status="completed",
+                amount=Decimal(5),
+                currency="XOF",
+                subscription=sub,
+                product=world.p1,
+            )
+        counts.append(sum("report" in q["sql"] or "trial_end" in q["sql"] for q in ctx))
+    # the subscription's trial end, the UPDATE of the dirty month (that matches nothing once
+    # the month is as early)
+    assert counts == [2, 2, 2]
+    assert ReportState.objects.get(name=ReportState.DIRTY).month == date(2025, 5, 1)
+
+
+# --- randomised histories --------------------------------------------------------------------
+ZONES = ("UTC", "America/Sao_Paulo", "Europe/Paris")
+BASE = datetime(2025, 6, 1, tzinfo=UTC)
+
+
+@st.composite
+def instants(draw: Any) -> datetime:
+    """An instant from 14 months before BASE to 2 months after: often exactly a month's
+    first instant in the site's time zone, else some hours into a month."""
+    month = draw(st.integers(min_value=-14, max_value=2))
+    i = BASE.year * 12 + BASE.month - 1 + month
+    start = timezone.make_aware(datetime(i // 12, i % 12 + 1, 1))
+    if draw(st.booleans()):
+        return start
+    return start + timedelta(hours=draw(st.integers(min_value=1, max_value=24 * 30)))
+
+
+subscription_states = st.fixed_dictionaries(
+    {
+        "product": st.sampled_from([0, 1, None]),
+        "cycle": st.sampled_from(["months-1", "years-1", "months-3"]),
+        "currency": st.sampled_from(["XOF", "USD", "usd"]),
+        "status": st.sampled_from(["published", "canceled", "expired", "paused"]),
+        "ended": st.none() | instants(),
+        "trial_days": st.none() | st.integers(min_value=-20, max_value=60),
+        "cycle_days": st.none() | st.integers(min_value=1, max_value=400),
+    }
+)
+operations = st.one_of(
+    st.tuples(st.just("subscription"), st.integers(0, 3), subscription_states),
+    st.tuples(
+        st.just("payment"),
+        st.integers(0, 3),
+        st.fixed_dictionaries(
+            {
+                "at": instants(),
+                "status": st.sampled_from(["completed", "failed", "canceled", "pending"]),
+                "amount": st.sampled_from([Decimal(5000), Decimal("10.50"), None]),
+            }
+        ),
+    ),
+    st.tuples(
+        st.just("refund"),
+        st.integers(0, 3),
+        st.fixed_dictionaries(
+            {"days": st.integers(0, 200), "status": st.sampled_from(["approved", "initiated"])}
+        ),
+    ),
+    st.tuples(st.just("replay"), st.integers(0, 50), st.just({})),
+    st.tuples(st.just("refresh"), st.just(0), st.just({})),
+)
+
+
+@pytest.fixture
+def catalogue() -> dict[str, Any]:
+    p1 = make_product("Pro", {("months", 1): {1: "5000", 2: "10.00"}, ("years", 1): {1: "54000"}})
+    p2 = make_product("Team", {("months", 3): {1: "15000", 2: "30.00"}})
+    customer = Customer.objects.create(identifier="h1", remote_id=uuid.uuid4())
+    return {"products": [p1, p2], "customer": customer}
+
+
+@settings(
+    max_examples=int(os.environ.get("ROLLUP_EXAMPLES", "40")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+)
+@given(
+    zone=st.sampled_from(ZONES),
+    starts=st.lists(instants(), min_size=4, max_size=4),
+    ops=st.lists(operations, min_size=1, max_size=25),
+    now_shift=st.sampled_from([0, 1, 14 * 24 * 3600 + 7]),
+)
+def test_randomised_histories_give_the_definition(catalogue, zone, starts, ops, now_shift):
+    for model in (Refund, Payment, Subscription, ReportMonth, ReportState):
+        model.objects.all().delete()
+    products, customer = catalogue["products"], catalogue["customer"]
+    with timezone.override(zone):
+        now = timezone.make_aware(datetime(2025, 6, 1)) + timedelta(seconds=now_shift)
+        subs: dict[int, Subscription] = {}
+        saved: list[Any] = []
+        periods = [Period(now=now, months=m) for m in (1, 2, 15)]
+        periods += [Period(now=now, currency="USD"), Period(now=now, product=products[0].pk)]
+        for kind, slot, state in ops:
+            if kind == "subscription":
+                start = starts[slot]
+                sub = subs.get(slot) or Subscription(
+                    customer=customer, remote_id=uuid.uuid4(), remote_created=start
+                )
+                sub.product = None if state["product"] is None else products[state["product"]]
+                sub.selected_billing_cycle = state["cycle"]
+                sub.selected_currency = state["currency"]
+                sub.status = state["status"]
+                # an end, when there is one, is not before the start
+                sub.remote_updated = max(state["ended"], start) if state["ended"] else None
+                days = state["trial_days"]
+                sub.trial_end_date = None if days is None else start + timedelta(days=days)
+                days = state["cycle_days"]
+                sub.cycle_end_date = None if days is None else start + timedelta(days=days)
+                sub.save()
+                subs[slot] = sub
+                saved.append(sub)
+            elif kind == "payment" and slot in subs:
+                sub = subs[slot]
+                payment = Payment.objects.create(
+                    remote_id=uuid.uuid4(),
+                    remote_created=state["at"],
+                    status=state["status"],
+                    amount=state["amount"],
+                    currency=sub.selected_currency,
+                    customer=customer,
+                    subscription=sub,
+                    product=sub.product,
+                )
+                saved.append(payment)
+            elif kind == "refund" and slot in subs:
+                sub = subs[slot]
+                payment = sub.payments.order_by("pk").first()
+                refund = Refund.objects.create(
+                    remote_id=uuid.uuid4(),
+                    remote_created=sub.remote_created + timedelta(days=state["days"]),
+                    status=state["status"],
+                    amount=Decimal(7),
+                    currency=sub.selected_currency,
+                    subscription=sub,
+                    payment=payment,
+                )
+                saved.append(refund)
+            elif kind == "replay" and saved:
+                saved[slot % len(saved)].save()  # the same event applied again
+            elif kind == "refresh":
+                refresh(now)
+                for period in periods:
+                    assert_equal_to_the_definition(period)
+        refresh(now)
+        for period in periods:
+            assert_equal_to_the_definition(period)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pull_marks_the_months_of_the_pulled_subscriptions(billing_sandbox):
+    from billing_integration.sync.pull import pull_customers, pull_products, pull_subscriptions
+
+    billing_sandbox.seed(customers=2, subscriptions=3)
+    ReportState.objects.update_or_create(name=ReportState.DIRTY, defaults={"month": None})
+    pull_products()
+    pull_customers()
+    assert ReportState.objects.get(name=ReportState.DIRTY).month is None  # no subscription yet
+    assert pull_subscriptions().created == 3  # bulk writes: no signal, the pull's own call
+    starts = [s.remote_created or s.created_at for s in Subscription.objects.all()]
+    first = min(starts) - timedelta(microseconds=1)
+    assert ReportState.objects.get(name=ReportState.DIRTY).month == (
+        timezone.localtime(first).date().replace(day=1)
+    )
+    now = timezone.now()
+    refresh(now)
+    assert ReportState.objects.get(name=ReportState.DIRTY).month is None
+    assert_equal_to_the_definition(Period(now=now))
+    assert oracle(Period(now=now, months=1))  # the pulled subscriptions are in the figures
