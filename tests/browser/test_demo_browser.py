@@ -314,6 +314,9 @@ def test_admin_publishes_user_subscribes_declined_user_does_not(
     page.click("#billing-payments form.billing-pay-again button")
     page.wait_for_url(re.compile(r".*/checkout/[0-9a-f-]{36}$"))
     assert pay(page, SUCCESS_PHONE, shots, "bob-again") == "success"
+    # The return page pulls at most once per 5 s per customer (bob's last one was just now):
+    # the worker's processing of the payment's events makes him subscribed.
+    wait_for(lambda: subscribed(bob), timeout=60)
     page.goto(page.get_attribute("#return", "href"))
     page.wait_for_selector("[data-outcome='active']")
     shots(page, "bob-again-returned")
