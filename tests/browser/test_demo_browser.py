@@ -318,6 +318,9 @@ def test_admin_publishes_user_subscribes_declined_user_does_not(
     # His second return may come within 5 s of his first, when the return page does not pull
     # again (RETURN_PULL_INTERVAL, in the shared cache) and shows "pending" until reloaded.
     cache.clear()
+    # The return page pulls at most once per 5 s per customer (bob's last one was just now):
+    # the worker's processing of the payment's events makes him subscribed.
+    wait_for(lambda: subscribed(bob), timeout=60)
     page.goto(page.get_attribute("#return", "href"))
     page.wait_for_selector("[data-outcome='active']")
     shots(page, "bob-again-returned")
