@@ -23,12 +23,13 @@ def beat_schedule(
     trials_every: float = 3600.0,
     prune_older_than: str | int = PRUNE_OLDER_THAN,
     reports_every: float = 60.0,
+    plans_every: float = 3600.0,
 ) -> dict[str, Any]:
     """The sweep of outbox entries whose message was lost, the periodic pull, the sweep of
     received events whose message was lost, the event log's pruning (of the finished deliveries
     older than ``prune_older_than``: ``"90d"``, ``"12h"``, ``"30m"`` or seconds, its entry's
-    ``kwargs``), the sweep of notices never queued, the trial-ending notices and the refresh of
-    the reporting rollups."""
+    ``kwargs``), the sweep of notices never queued, the trial-ending notices, the refresh of the
+    reporting rollups and the check for two plans of a group renewing."""
     entries = {
         "billing-drain-outbox": ("drain_outbox", drain_every),
         "billing-sync-all": ("sync_all", sync_every),
@@ -37,6 +38,7 @@ def beat_schedule(
         "billing-sweep-notices": ("sweep_notices", notices_every),
         "billing-trial-notices": ("notify_trials_ending", trials_every),
         "billing-refresh-report-rollups": ("refresh_report_rollups", reports_every),
+        "billing-doubled-plans": ("alert_doubled_plans", plans_every),
     }
     schedule: dict[str, Any] = {
         key: {
@@ -52,5 +54,6 @@ def beat_schedule(
 
 #: Every minute the sweeps of lost outbox and event messages and the refresh of the reporting
 #: rollups, every hour the pull, every day the pruning (of deliveries older than 90 days), every
-#: 5 minutes the sweep of unsent notices, every hour the trial notices.
+#: 5 minutes the sweep of unsent notices, every hour the trial notices and the check for two
+#: plans renewing.
 BEAT_SCHEDULE: dict[str, Any] = beat_schedule()

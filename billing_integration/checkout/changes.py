@@ -370,6 +370,15 @@ def settle(customer: Customer | None) -> None:
         _alert(pair)
 
 
+def alert_doubled_plans() -> int:
+    """Staff's urgent email for every customer found with two plans of a group renewing (at
+    most once a day each); the number of such customers."""
+    found = doubled_plans()
+    for subs in found:
+        _alert(subs)
+    return len(found)
+
+
 def doubled_plans(customer: Customer | None = None) -> list[list[Subscription]]:
     """Groups of two or more renewing plans of one plan group held by one customer."""
     rows = Subscription.objects.active().filter(

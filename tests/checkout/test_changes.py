@@ -375,6 +375,26 @@ def test_two_plans_renewing_raise_the_alert(billing_sandbox, plans, logged_in, u
     assert len([m for m in mail.outbox if "URGENT" in m.subject]) == 1  # once a day
 
 
+def test_the_hourly_check_finds_two_plans_renewing_with_no_page_shown(
+    billing_sandbox, plans, user, staff
+):
+    """Beat's ``billing_integration.alert_doubled_plans`` emails staff without the customer
+    opening a page; once a day per pair."""
+    from billing_integration.checkout.tasks import alert_doubled_plans
+    from billing_integration.schedule import BEAT_SCHEDULE
+
+    assert BEAT_SCHEDULE["billing-doubled-plans"]["task"] == alert_doubled_plans.name
+    basic, pro = plans
+    old = hold(user, basic)
+    assert alert_doubled_plans() == 0 and mail.outbox == []
+    hold(user, pro)
+    assert alert_doubled_plans() == 1
+    [urgent] = [m for m in mail.outbox if "URGENT" in m.subject]
+    assert str(old.remote_id) in urgent.body and urgent.to == ["staff@example.com"]
+    assert alert_doubled_plans() == 1
+    assert len([m for m in mail.outbox if "URGENT" in m.subject]) == 1
+
+
 # --- what the probe (issue 26) calls -------------------------------------------------------
 def test_probe_functions(billing_sandbox, plans, logged_in, user):
     basic, _pro = plans
