@@ -120,9 +120,10 @@ class ReportState(models.Model):
     first day of the month they were computed in), ``verified_at`` is when they were last
     recomputed with nothing pending. ``"dirty"``: ``month`` is the first month a change
     touched since (``None``: nothing pending). Two rows, so that marking a change never
-    waits for a recomputation holding the first."""
+    waits for a recomputation holding the first. ``"current"``: the rollups also hold the
+    current month (``month``) up to ``verified_at``, the instant of the last refresh."""
 
-    ROLLUPS, DIRTY = "rollups", "dirty"
+    ROLLUPS, DIRTY, CURRENT = "rollups", "dirty", "current"
 
     name = models.CharField(max_length=16, unique=True)
     month = models.DateField(null=True, blank=True)

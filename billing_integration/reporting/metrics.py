@@ -202,7 +202,7 @@ def _records(
     return qs.order_by()
 
 
-def _money(value: Any) -> Decimal:
+def money(value: Any) -> Decimal:
     return (Decimal(value) if value is not None else Decimal(0)).quantize(CENT)
 
 
@@ -230,11 +230,17 @@ def _merge_codes(rows: Any, keys: tuple[str, ...], counts: tuple[str, ...]) -> R
     return list(out.values())
 
 
-def current_subscriptions(period: Period, prices: Prices | None = None) -> Rows:
-    """Active and trialing subscriptions now and MRR, per product, cycle and currency."""
+def current_subscriptions(
+    period: Period, prices: Prices | None = None, *, future_only: bool = False
+) -> Rows:
+    """Active and trialing subscriptions now and MRR, per product, cycle and currency
+    (``future_only``: among the subscriptions that start after now, an index range)."""
     now = period.now
+    active = Subscription.objects.active(now)
+    if future_only:
+        active = active.alias(started=started_at()).filter(started__gt=now)
     rows = (
-        _subscriptions(period, Subscription.objects.active(now))
+        _subscriptions(period, active)
         .values("product_id", "selected_billing_cycle", "selected_currency")
         .annotate(
             code=Upper(Min("selected_currency")),
@@ -251,7 +257,7 @@ def current_subscriptions(period: Period, prices: Prices | None = None) -> Rows:
             "active": r["active"],
             "trialing": r["trialing"],
             "unpriced": 0 if monthly is not None else r["active"],
-            "mrr": _money((r["active"] - r["trialing"]) * (monthly or 0)),
+            "mrr": money((r["active"] - r["trialing"]) * (monthly or 0)),
         }
         for r in _merge_codes(
             rows, ("product_id", "selected_billing_cycle"), ("active", "trialing")
@@ -310,7 +316,7 @@ def with_mrr(counts: Rows, prices: Prices) -> Rows:
         monthly = prices.get((r["product_id"], r["cycle"], r["currency"]), Decimal(0))
         row["mrr"] += r["paying_end"] * monthly
     for row in out.values():
-        row["mrr"] = _money(row["mrr"])
+        row["mrr"] = money(row["mrr"])
     return sorted(out.values(), key=lambda r: (r["month"], str(r["product_id"]), r["currency"]))
 
 
@@ -407,10 +413,11 @@ def subscription_counts(
     return out
 
 
-def trial_history(period: Period) -> Rows:
+def trial_history(period: Period, after: datetime | None = None) -> Rows:
     """Per product, currency and month: trials ended, and converted: a completed payment of the
     trial's subscription, or of the same customer for the same product since the trial started
-    (a checkout that converted a trial made by ``start_trial``)."""
+    (a checkout that converted a trial made by ``start_trial``). ``after``: only the trials
+    that ended after that instant."""
     paid = Payment.objects.filter(status=PaymentStatus.COMPLETED).filter(
         Q(subscription=OuterRef("pk"))
         | Q(
@@ -422,6 +429,7 @@ def trial_history(period: Period) -> Rows:
     rows = (
         _subscriptions(period)
         .filter(trial_end_date__gte=period.start, trial_end_date__lte=period.now)
+        .filter(**({} if after is None else {"trial_end_date__gt": after}))
         .annotate(started=started_at())
         .annotate(month=TruncMonth("trial_end_date"), converted=Exists(paid))
         .values("product_id", "selected_currency", "month")
@@ -438,13 +446,16 @@ def trial_history(period: Period) -> Rows:
     ]
 
 
-def payment_history(period: Period) -> Rows:
+def payment_history(period: Period, after: datetime | None = None) -> Rows:
     """Per product, currency and month: payments completed / failed / canceled and amounts.
-    One query (a UNION ALL of one index range per month)."""
+    One query (a UNION ALL of one index range per month). ``after``: only the payments after
+    that instant."""
     parts = []
     bounds = period.bounds()
     for i, (start, end) in enumerate(bounds):
         qs = _records(Payment, period, lifetime=True).filter(at__gte=start)
+        if after is not None:
+            qs = qs.filter(at__gt=after)
         if i < len(bounds) - 1:  # the current month ends at now, included
             qs = qs.filter(at__lt=end)
         parts.append(
@@ -471,14 +482,15 @@ def payment_history(period: Period) -> Rows:
             row[amount_key] += Decimal(r["amount"])
     for row in out.values():
         row["paid_amount"], row["failed_amount"] = map(
-            _money, (row["paid_amount"], row["failed_amount"])
+            money, (row["paid_amount"], row["failed_amount"])
         )
     return list(out.values())
 
 
-def refund_history(period: Period) -> Rows:
+def refund_history(period: Period, after: datetime | None = None) -> Rows:
     """Per product (of the subscription, else of the payment), currency and month: approved
-    refunds (count, amount) and initiated ones. One query; the subquery runs only when needed."""
+    refunds (count, amount) and initiated ones. One query; the subquery runs only when needed.
+    ``after``: only the refunds after that instant."""
     product = Coalesce(
         "subscription__product_id",
         Subquery(Payment.objects.filter(pk=OuterRef("payment_id")).order_by().values("product_id")),
@@ -487,6 +499,7 @@ def refund_history(period: Period) -> Rows:
     rows = (
         _records(Refund, period, product=product)
         .filter(status__in=(RefundStatus.APPROVED, RefundStatus.INITIATED))
+        .filter(**({} if after is None else {"at__gt": after}))
         .annotate(month=TruncMonth("at"))
         .values("product_ref", "code", "month")
         .annotate(
@@ -501,7 +514,7 @@ def refund_history(period: Period) -> Rows:
             "currency": r["code"],
             "month": month_key(r["month"]),
             "refunds": r["approved"],
-            "refunded_amount": _money(r["approved_amount"]),
+            "refunded_amount": money(r["approved_amount"]),
             "refunds_pending": r["pending"],
         }
         for r in rows
@@ -589,9 +602,9 @@ def with_customer_details(rows: Rows, period: Period, listed_only: bool = True) 
             "customer_id": r["customer_id"],
             "identifier": ident,
             "currency": r["code"],
-            "lifetime_paid": _money(r["paid"]),
+            "lifetime_paid": money(r["paid"]),
             "failed_payments": r["failed"],
-            "failed_amount": _money(r["failed_amount"]),
+            "failed_amount": money(r["failed_amount"]),
             "active_subscriptions": n,
             "last_payment_status": last or "",
             "last_payment_at": r["last_payment_at"],

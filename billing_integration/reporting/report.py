@@ -180,28 +180,32 @@ def _merge(target: dict[str, Any], source: dict[str, Any], keys: Iterable[str]) 
 
 
 def monthly_figures(
-    period: Period, prices: metrics.Prices, *, rollups: bool = True
+    period: Period, prices: metrics.Prices, *, rollups: bool = True, current: Rows | None = None
 ) -> tuple[Rows, dict[str, Any]]:
     """The month-by-month rows of ``period``: the closed months from the rollups and the
-    current month from the rollups' last month and queries bounded to the month, or every
-    month from the raw rows when the rollups are not for this month (or ``rollups=False``).
-    And ``rollups.status()`` with ``used``."""
+    current month from the rollups (up to their last refresh, or from their last closed
+    month) and queries bounded to what happened since, or every month from the raw rows when
+    the rollups are not for this month (or ``rollups=False``). And ``rollups.status()`` with
+    ``used`` and ``current_used`` (the current month is from the rollups up to
+    ``current_at``). ``current``: see ``rollups.closed_months``."""
     state = rollups_module.status()
-    closed = rollups_module.closed_months(period, prices, state) if rollups else None
+    closed = rollups_module.closed_months(period, prices, state, current) if rollups else None
+    since = None
     if closed is None:
         live = period
     else:
         live = Period(months=1, product=period.product, currency=period.currency, now=period.now)
+        since = rollups_module.snapshot_at(period, state)
     # the current month's subscriptions: in ``closed`` (carried over from the rollups)
     history = metrics.subscription_history(live, prices) if closed is None else []
     rows = [
         *(closed or []),
         *history,
-        *metrics.trial_history(live),
-        *metrics.payment_history(live),
-        *metrics.refund_history(live),
+        *metrics.trial_history(live, since),
+        *metrics.payment_history(live, since),
+        *metrics.refund_history(live, since),
     ]
-    return rows, {**state, "used": closed is not None}
+    return rows, {**state, "used": closed is not None, "current_used": since is not None}
 
 
 def build_report(
@@ -215,11 +219,13 @@ def build_report(
     month from the raw rows)."""
     products = dict(Product.objects.order_by().values_list("pk", "name"))
     prices = metrics.price_table()
-    current = metrics.current_subscriptions(period, prices)
-    figures, rollups_state = monthly_figures(period, prices, rollups=rollups)
+    counts: Rows = []  # the current month's subscription figures per cycle, from the rollups
+    figures, rollups_state = monthly_figures(period, prices, rollups=rollups, current=counts)
     if rollups_state["used"]:  # the customers as of the rollups' last refresh
+        current = rollups_module.current_subscriptions(period, prices, counts)
         customers = rollups_module.customer_summary(period, limit=customer_limit)
     else:
+        current = metrics.current_subscriptions(period, prices)
         customers = metrics.customer_summary(period, limit=customer_limit)
     at_risk = metrics.customers_at_risk(period, limit=at_risk_limit)
     at_risk_total = metrics.customers_at_risk_count(period)

@@ -41,6 +41,8 @@ from .metrics import Period, Prices, Rows, started_at
 
 logger = logging.getLogger(__name__)
 
+#: The subscription figures of a ``ReportMonth`` row (per cycle).
+SUBSCRIPTION_FIELDS = ("active_start", "active_end", "new", "cancellations", "paying_end")
 #: Months recomputed per batch (one pass over the subscriptions, one range of payments each).
 BATCH_MONTHS = 12
 
@@ -78,6 +80,22 @@ def compute(first: date, end: date, at: datetime) -> list[ReportMonth]:
         return []
     # n + 1 months up to the start of ``end``: the last one is empty and dropped
     period = Period(months=n + 1, now=_local_start(end))
+    rows = _rollup_rows(metrics.subscription_counts(period, at=at), _flows(period))
+    return [r for r in rows if first <= r.month < end]
+
+
+def _flows(period: Period, after: datetime | None = None) -> Rows:
+    """The trials, payments and refunds of ``period`` (``after``: since that instant)."""
+    return [
+        *metrics.trial_history(period, after),
+        *metrics.payment_history(period, after),
+        *metrics.refund_history(period, after),
+    ]
+
+
+def _rollup_rows(subscriptions: Rows, flows: Rows) -> list[ReportMonth]:
+    """``ReportMonth`` rows of ``subscription_counts`` rows (per cycle) and of trial, payment
+    and refund rows (on the row of cycle ``""``)."""
     rows: dict[tuple[Any, ...], ReportMonth] = {}
 
     def row(r: dict[str, Any], cycle: str) -> ReportMonth:
@@ -89,21 +107,16 @@ def compute(first: date, end: date, at: datetime) -> list[ReportMonth]:
             )
         return rows[key]
 
-    for r in metrics.subscription_counts(period, at=at):
+    for r in subscriptions:
         target = row(r, r["cycle"])
-        for name in ("active_start", "active_end", "new", "cancellations", "paying_end"):
+        for name in SUBSCRIPTION_FIELDS:
             setattr(target, name, getattr(target, name) + r[name])
-    flows = (
-        *metrics.trial_history(period),
-        *metrics.payment_history(period),
-        *metrics.refund_history(period),
-    )
     for r in flows:
         target = row(r, "")
         for name in (*COUNT_FIELDS, *AMOUNT_FIELDS):
             if name in r:
                 setattr(target, name, getattr(target, name) + r[name])
-    return [r for r in rows.values() if first <= r.month < end]
+    return list(rows.values())
 
 
 def compute_customers(now: datetime) -> None:
@@ -228,6 +241,7 @@ def refresh(
                     ReportMonth.objects.bulk_create(compute(start, stop, basis), batch_size=1000)
                     done += _months_between(start, stop)
                 compute_customers(now)
+            _snapshot_current_month(now)
             state.month, state.verified_at = end, timezone.now()
             state.save(update_fields=["month", "verified_at"])
     except BaseException:
@@ -236,6 +250,37 @@ def refresh(
     if done:
         logger.info("Report rollups: %d month(s) recomputed from %s.", done, first)
     return Refreshed(months=done, first=first, basis=end)
+
+
+def _snapshot_current_month(now: datetime) -> None:
+    """Store the figures of the current month up to ``now`` (rows of that month, and the
+    ``current`` state row): the last closed month's end carried over and corrected by the
+    subscriptions that moved since the month began (``current_month``), and the month's
+    trials, payments and refunds. The report then adds only what happened since ``now``.
+    Redone by every refresh (the month goes on), whatever is dirty."""
+    end = basis_of(now).date()
+    period = Period(months=1, now=now)
+    closing = _month_rows(_add_months(end, -1), period)
+    rows = _rollup_rows(current_month(period, closing), _flows(period))
+    ReportMonth.objects.filter(month__gte=end).delete()
+    ReportMonth.objects.bulk_create(rows, batch_size=1000)
+    ReportState.objects.update_or_create(
+        name=ReportState.CURRENT, defaults={"month": end, "verified_at": now}
+    )
+
+
+def _month_rows(month: date, period: Period) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """The subscription figures of the rollup rows of ``month`` per (product, cycle,
+    currency), in ``period``'s filter."""
+    qs = ReportMonth.objects.filter(month=month).exclude(cycle="")
+    if period.product:
+        qs = qs.filter(product_id=period.product)
+    if period.currency:
+        qs = qs.filter(currency=period.currency)
+    return {
+        (r["product_id"], r["cycle"], r["currency"]): r
+        for r in qs.order_by().values("product_id", "cycle", "currency", *SUBSCRIPTION_FIELDS)
+    }
 
 
 def _batches(first: date, end: date, size: int) -> Iterator[tuple[date, date]]:
@@ -257,7 +302,8 @@ def rebuild(since: date | None = None, now: datetime | None = None) -> Refreshed
 # --- reading ---------------------------------------------------------------------------------
 def status() -> dict[str, Any]:
     """What the rollups cover: ``basis`` (the months before it), ``verified_at`` (when last
-    recomputed), and ``pending_from`` (the first month a change since touched, or ``None``).
+    recomputed), ``current_month`` and ``current_at`` (they hold that month up to that
+    instant), and ``pending_from`` (the first month a change since touched, or ``None``).
     One query."""
     rows = {
         name: (month, verified)
@@ -266,40 +312,79 @@ def status() -> dict[str, Any]:
         )
     }
     basis, verified_at = rows.get(ReportState.ROLLUPS, (None, None))
+    current_month, current_at = rows.get(ReportState.CURRENT, (None, None))
     return {
         "basis": basis,
         "verified_at": verified_at,
+        "current_month": current_month,
+        "current_at": current_at,
         "pending_from": rows.get(ReportState.DIRTY, (None, None))[0],
     }
 
 
+def snapshot_at(period: Period, state: dict[str, Any]) -> datetime | None:
+    """The instant the rollups hold the current month of ``period`` up to (the last
+    refresh), or ``None`` when they do not (another month, or a report of an earlier
+    instant)."""
+    at = state.get("current_at")
+    if at is None or state.get("current_month") != basis_of(period.now).date():
+        return None
+    return at if at <= period.now else None
+
+
 def closed_months(
-    period: Period, prices: Prices, state: dict[str, Any] | None = None
+    period: Period,
+    prices: Prices,
+    state: dict[str, Any] | None = None,
+    current: Rows | None = None,
 ) -> Rows | None:
     """The figures of the period's closed months from the rollups, and the subscription
-    figures of its current month (``current_month``), as rows per product, currency and month
-    (the keys of ``metrics.subscription_history``, ``trial_history``, ``payment_history`` and
-    ``refund_history`` together). ``None`` when the rollups are not for the month of
-    ``period.now`` (never built, or a report of another month). ``state``: ``status()`` when
-    already read."""
+    figures of its current month, as rows per product, currency and month (the keys of
+    ``metrics.subscription_history``, ``trial_history``, ``payment_history`` and
+    ``refund_history`` together). The current month: the rollups' figures up to the last
+    refresh (``snapshot_at``) corrected by the subscriptions that moved since, and its
+    trials, payments and refunds up to the last refresh (the report adds those since); else
+    the last closed month's end corrected by the subscriptions that moved since the month
+    began. ``None`` when the rollups are not for the month of ``period.now`` (never built,
+    or a report of another month). ``state``: ``status()`` when already read; ``current``:
+    receives the current month's subscription figures per cycle (``current_month``)."""
     basis = basis_of(period.now)
     end = basis.date()
-    if (state or status())["basis"] != end:
+    state = state or status()
+    if state["basis"] != end:
         return None
+    since = snapshot_at(period, state)
     last = _add_months(end, -1)
     shown = month_of(period.start)
-    qs = ReportMonth.objects.filter(month__gte=min(shown, last), month__lt=end)
+    qs = ReportMonth.objects.filter(month__gte=min(shown, last), month__lte=end)
     if period.product:
         qs = qs.filter(product_id=period.product)
     if period.currency:
         qs = qs.filter(currency=period.currency)
     names = (*COUNT_FIELDS, *AMOUNT_FIELDS)
+    flow_names = tuple(n for n in names if n not in SUBSCRIPTION_FIELDS)
     counts: Rows = []
-    closing: dict[tuple[Any, ...], dict[str, Any]] = {}  # the last closed month, per cycle
+    carried: dict[tuple[Any, ...], dict[str, Any]] = {}  # per cycle: see current_month
+    flows: Rows = []  # the current month's trials, payments and refunds up to ``since``
     out: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in qs.order_by().values("month", "product_id", "cycle", "currency", *names):
-        if r["month"] == last:
-            closing[(r["product_id"], r["cycle"], r["currency"])] = r
+        key3 = (r["product_id"], r["cycle"], r["currency"])
+        if r["month"] == end:
+            if since is not None and r["cycle"]:
+                carried[key3] = r
+            elif since is not None:
+                current_key = metrics.month_key(basis)
+                flows.append(
+                    {
+                        "product_id": r["product_id"],
+                        "currency": r["currency"],
+                        "month": current_key,
+                        **{n: r[n] for n in flow_names},
+                    }
+                )
+            continue
+        if r["month"] == last and since is None and r["cycle"]:
+            carried[key3] = r
         if r["month"] < shown:
             continue
         month = r["month"].strftime("%Y-%m")
@@ -325,13 +410,16 @@ def closed_months(
         if fixed is not None:
             for name in ("active_start", "active_end", "cancellations", "mrr"):
                 fixed[name] += correction[name]
-    return [*out.values(), *current_month(period, prices, closing)]
+    subscriptions = current_month(period, carried, since)
+    if current is not None:
+        current.extend(subscriptions)
+    return [*out.values(), *metrics.with_mrr(subscriptions, prices), *flows]
 
 
 def touching(start: datetime, now: datetime) -> QuerySet[Subscription]:
     """The subscriptions whose figures may differ between ``start`` (the rules judged then)
     and any instant up to ``now``: started since, ended since (a status or a lapsed cycle),
-    or out of trial since. Index ranges, bounded by the month's activity."""
+    or out of trial since. Index ranges, bounded by the activity since ``start``."""
     active = active_statuses()
     return Subscription.objects.alias(
         started=started_at(),
@@ -345,40 +433,68 @@ def touching(start: datetime, now: datetime) -> QuerySet[Subscription]:
 
 
 def current_month(
-    period: Period, prices: Prices, closing: dict[tuple[Any, ...], dict[str, Any]]
+    period: Period, carried: dict[tuple[Any, ...], dict[str, Any]], since: datetime | None = None
 ) -> Rows:
-    """The subscription figures of the current month (``metrics.subscription_history`` rows)
-    without reading every subscription: the last closed month's end (``closing``, per cycle)
-    carried over, corrected by the subscriptions that ``touching`` finds (two queries)."""
+    """The subscription figures of the current month at ``period.now``, per product, cycle
+    and currency (``metrics.subscription_counts`` rows), without reading every subscription:
+    ``carried`` (per cycle) corrected by the subscriptions that ``touching`` finds (two
+    queries). ``carried``: the current month's figures at ``since`` (the rollups of the last
+    refresh), or, ``since`` being ``None``, the last closed month's figures (its end is the
+    current month's start)."""
     basis = basis_of(period.now)
-    moved = touching(basis, period.now)
+    start = basis if since is None else since
+    moved = touching(start, period.now)
 
     def counts(at: datetime) -> dict[tuple[Any, ...], dict[str, Any]]:
         month = Period(months=1, product=period.product, currency=period.currency, now=at)
         rows = metrics.subscription_counts(month, qs=moved, at=at)
         return {(r["product_id"], r["cycle"], r["currency"]): r for r in rows}
 
-    then, now = counts(basis), counts(period.now)  # the moved ones at the basis, and now
+    then, now = counts(start), counts(period.now)  # the moved ones at the start, and now
     month = metrics.month_key(basis)
     rows = []
-    for key in {*closing, *then, *now}:
-        old, new, before = then.get(key, {}), now.get(key, {}), closing.get(key, {})
-        steady = before.get("active_end", 0) - old.get("active_end", 0)
-        paying = before.get("paying_end", 0) - old.get("paying_end", 0)
-        rows.append(
-            {
-                "product_id": key[0],
-                "cycle": key[1],
-                "currency": key[2],
-                "month": month,
+    for key in {*carried, *then, *now}:
+        old, new, before = then.get(key, {}), now.get(key, {}), carried.get(key, {})
+        if since is not None:  # the figures at ``since``, the moved ones replaced
+            figures = {
+                n: before.get(n, 0) - old.get(n, 0) + new.get(n, 0) for n in SUBSCRIPTION_FIELDS
+            }
+        else:
+            steady = before.get("active_end", 0) - old.get("active_end", 0)
+            paying = before.get("paying_end", 0) - old.get("paying_end", 0)
+            figures = {
                 "active_start": steady + new.get("active_start", 0),
                 "active_end": steady + new.get("active_end", 0),
                 "new": new.get("new", 0),
                 "cancellations": new.get("cancellations", 0),
                 "paying_end": paying + new.get("paying_end", 0),
             }
+        rows.append(
+            {"product_id": key[0], "cycle": key[1], "currency": key[2], "month": month, **figures}
         )
-    return metrics.with_mrr(rows, prices)
+    return rows
+
+
+def current_subscriptions(period: Period, prices: Prices, counts: Rows) -> Rows:
+    """``metrics.current_subscriptions`` from the current month's figures at ``period.now``
+    (``current_month`` rows): active now is active at the month's end, in trial is active
+    but not paying; plus the active subscriptions that start after now (one index range)."""
+    rows = metrics.current_subscriptions(period, prices, future_only=True)
+    for r in counts:
+        active, paying = r["active_end"], r["paying_end"]
+        monthly = prices.get((r["product_id"], r["cycle"], r["currency"]))
+        rows.append(
+            {
+                "product_id": r["product_id"],
+                "cycle": r["cycle"],
+                "currency": r["currency"],
+                "active": active,
+                "trialing": active - paying,
+                "unpriced": 0 if monthly is not None else active,
+                "mrr": metrics.money(paying * (monthly or 0)),
+            }
+        )
+    return rows
 
 
 def customer_summary(period: Period, limit: int | None = 25) -> Rows:

@@ -32,9 +32,9 @@ from billing_integration.models import (
 )
 from billing_integration.reporting.metrics import (
     Period,
-    _money,
     active_at,
     ended_at,
+    money,
     month_key,
     price_table,
     started_at,
@@ -88,7 +88,7 @@ def current_subscriptions(period: Period, prices: dict | None = None) -> list[di
             "active": r["active"],
             "trialing": r["trialing"],
             "unpriced": 0 if monthly is not None else r["active"],
-            "mrr": _money((r["active"] - r["trialing"]) * (monthly or 0)),
+            "mrr": money((r["active"] - r["trialing"]) * (monthly or 0)),
         }
         for r in rows
         for monthly in [prices.get((r["product_id"], r["selected_billing_cycle"], r["currency"]))]
@@ -139,7 +139,7 @@ def subscription_history(period: Period, prices: dict | None = None) -> list[dic
             row["cancellations"] += r[f"c{i}"]
             row["mrr"] += r[f"p{i}"] * monthly
     for row in out.values():
-        row["mrr"] = _money(row["mrr"])
+        row["mrr"] = money(row["mrr"])
     return sorted(out.values(), key=lambda r: (r["month"], str(r["product_id"]), r["currency"]))
 
 
@@ -195,9 +195,9 @@ def payment_history(period: Period) -> list[dict[str, Any]]:
             "currency": r["code"],
             "month": month_key(r["month"]),
             "payments_completed": r["completed"],
-            "paid_amount": _money(r["completed_amount"]),
+            "paid_amount": money(r["completed_amount"]),
             "payments_failed": r["failed"],
-            "failed_amount": _money(r["failed_amount"]),
+            "failed_amount": money(r["failed_amount"]),
             "payments_canceled": r["canceled"],
         }
         for r in rows
@@ -224,7 +224,7 @@ def refund_history(period: Period) -> list[dict[str, Any]]:
             "currency": r["code"],
             "month": month_key(r["month"]),
             "refunds": r["approved"],
-            "refunded_amount": _money(r["approved_amount"]),
+            "refunded_amount": money(r["approved_amount"]),
             "refunds_pending": r["pending"],
         }
         for r in rows
@@ -271,9 +271,9 @@ def customer_summary(period: Period, limit: int | None = 25) -> list[dict[str, A
                 "customer_id": r["customer_id"],
                 "identifier": ident,
                 "currency": r["code"],
-                "lifetime_paid": _money(r["paid"]),
+                "lifetime_paid": money(r["paid"]),
                 "failed_payments": r["failed"],
-                "failed_amount": _money(r["failed_amount"]),
+                "failed_amount": money(r["failed_amount"]),
                 "active_subscriptions": n,
                 "last_payment_status": last or "",
                 "last_payment_at": r["last_payment_at"],
