@@ -142,3 +142,5 @@ class Refund(EventRecord):
     class Meta(EventRecord.Meta):
         verbose_name = _("refund")
         verbose_name_plural = _("refunds")
+        # reporting: the refunds of a month, and of the current month since the last refresh
+        indexes = [models.Index(Coalesce("remote_created", "created_at"), name="refund_at")]

@@ -372,3 +372,88 @@ def test_a_pull_marks_the_months_of_the_pulled_subscriptions(billing_sandbox):
     assert ReportState.objects.get(name=ReportState.DIRTY).month is None
     assert_equal_to_the_definition(Period(now=now))
     assert oracle(Period(now=now, months=1))  # the pulled subscriptions are in the figures
+
+
+def test_the_current_month_is_the_last_refresh_plus_what_happened_since():
+    world = build_world()
+    refreshed = NOW - timedelta(days=5)  # June 10
+    refresh(refreshed)
+    assert ReportMonth.objects.filter(month=date(2025, 6, 1)).exists()
+    assert rollups.status()["current_at"] == refreshed
+    # since the refresh: a subscription starts (in trial until June 14), pays, is refunded;
+    # another one is paused
+    sub = Subscription.objects.create(
+        product=world.p1,
+        customer=world.customers["c1"],
+        selected_billing_cycle="months-1",
+        selected_currency="XOF",
+        remote_id=uuid.uuid4(),
+        remote_created=NOW - timedelta(days=3),
+        status="published",
+        cycle_end_date=dt(2025, 7, 12),
+        trial_end_date=NOW - timedelta(days=1),
+    )
+    payment = Payment.objects.create(
+        remote_id=uuid.uuid4(),
+        remote_created=NOW - timedelta(days=1),
+        status="completed",
+        amount=Decimal(5000),
+        currency="XOF",
+        customer=world.customers["c1"],
+        subscription=sub,
+        product=world.p1,
+    )
+    Refund.objects.create(
+        remote_id=uuid.uuid4(),
+        remote_created=NOW - timedelta(hours=3),
+        status="approved",
+        amount=Decimal(7),
+        currency="XOF",
+        subscription=sub,
+        payment=payment,
+    )
+    active = Subscription.objects.active(NOW).filter(selected_currency="XOF")
+    canceled = active.exclude(pk=sub.pk).order_by("pk").first()
+    assert canceled is not None
+    canceled.status = "paused"
+    canceled.save()  # the hooks; then the date of the event (``save`` keeps the stored one)
+    Subscription.objects.filter(pk=canceled.pk).update(remote_updated=NOW - timedelta(days=2))
+    for period in (Period(now=NOW), Period(now=NOW, months=1), Period(now=NOW, currency="XOF")):
+        report = build_report(period, customer_limit=0, at_risk_limit=0)
+        assert report.rollups["current_used"]
+        assert from_rollups(period) == oracle(period)
+        # active now, in trial, MRR: from the rollups' figures, as computed live
+        assert report.overview == build_report(period, rollups=False).overview
+    june = {r["currency"]: r for r in build_report(Period(now=NOW)).monthly}["XOF"]
+    before = {r["currency"]: r for r in build_report(Period(now=refreshed)).monthly}["XOF"]
+    assert june["new"] == before["new"] + 1
+    assert june["cancellations"] == before["cancellations"] + 1
+    assert june["payments_completed"] == before["payments_completed"] + 1
+    assert (june["trials_ended"], june["trials_converted"]) == (1, 1)
+    assert june["refunds"] == before["refunds"] + 1
+    # a report of an instant before the refresh reads the month from the last closed one
+    earlier = Period(now=refreshed - timedelta(days=1))
+    assert not build_report(earlier, customer_limit=0).rollups["current_used"]
+    assert from_rollups(earlier) == oracle(earlier)
+
+
+def test_a_late_record_for_the_current_month_waits_for_the_next_refresh():
+    world = build_world()
+    refresh(NOW)
+    late = Payment.objects.create(  # dated before the refresh, applied after it
+        remote_id=uuid.uuid4(),
+        remote_created=NOW - timedelta(days=2),
+        status="completed",
+        amount=Decimal(5000),
+        currency="XOF",
+        customer=world.customers["c1"],
+        product=world.p1,
+    )
+    period = Period(now=NOW + timedelta(minutes=1))
+    report = build_report(period)
+    assert report.rollups["pending_from"] == date(2025, 6, 1)  # said on the dashboard
+    assert from_rollups(period) != oracle(period)
+    refresh(period.now)
+    assert from_rollups(period) == oracle(period)
+    june = {r["currency"]: r for r in build_report(period).monthly}["XOF"]
+    assert june["paid_amount"] >= late.amount
