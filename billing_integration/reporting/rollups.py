@@ -504,7 +504,12 @@ def customer_summary(period: Period, limit: int | None = 25) -> Rows:
     qs = qs.filter(product_id=period.product or None)
     if period.currency:
         qs = qs.filter(currency=period.currency)
-    qs = qs.order_by("unpaid", F("paid").desc(), "customer_id", "currency")
+    # the index's order from its first column: PostgreSQL does not take ``product_id IS
+    # NULL`` as an equality, so without it it sorts every row of the filter (140 ms at
+    # 10,000,000 payments, 0.3 ms so; benchmarks/RESULTS.md)
+    qs = qs.order_by(
+        "all_products", "product_id", "unpaid", F("paid").desc(), "customer_id", "currency"
+    )
     if limit is not None:
         qs = qs[: max(limit, 0)]
     rows = [

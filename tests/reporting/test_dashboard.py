@@ -247,3 +247,5 @@ def test_dashboard_query_count(staff, pinned, extra, refreshed, django_assert_ma
     assert response.status_code == 200
     assert response.context["rollups"]["used"] is refreshed
     assert ("last verified" in response.content.decode()) is refreshed
+    # the current month as of the refresh, and what is dated after it
+    assert ("the current month as of" in response.content.decode()) is refreshed
