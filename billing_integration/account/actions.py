@@ -3,8 +3,6 @@ wrappers around ``checkout.changes``."""
 
 from __future__ import annotations
 
-import logging
-
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
@@ -13,51 +11,38 @@ from django.views.decorators.http import require_POST
 
 from ..access import get_subscriber
 from ..checkout import changes
-from ..checkout.services import CheckoutError, NoSubscriber, ServiceUnavailable
-from ..checkout.views import _error_page, account_url
-from ..exceptions import BillingError
+from ..checkout.services import NoSubscriber
+from ..checkout.views import account_url, refusals_as_pages
 from ..models import Subscription
-
-logger = logging.getLogger("billing_integration.changes")
 
 
 @never_cache
 @login_required
 @require_POST
+@refusals_as_pages("change of plan")
 def change_plan(request: HttpRequest) -> HttpResponse:
     """Ask for a change of plan: the hosted page when the service confirms there, else back to
     the billing page, which shows the request pending."""
     data = request.POST
-    try:
-        change = changes.change_plan(
-            get_subscriber(request),
-            data.get("product"),
-            data.get("cycle") or None,
-            data.get("currency") or None,
-        )
-    except CheckoutError as exc:
-        return _error_page(request, exc)
-    except BillingError as exc:
-        logger.error("change of plan failed: %s", exc)
-        return _error_page(request, ServiceUnavailable())
+    change = changes.change_plan(
+        get_subscriber(request),
+        data.get("product"),
+        data.get("cycle") or None,
+        data.get("currency") or None,
+    )
     return HttpResponseRedirect(change.checkout_url or account_url())
 
 
+@refusals_as_pages("renewal change")
 def _renewal(request: HttpRequest, pk: int, resume: bool) -> HttpResponse:
     subscriber = get_subscriber(request)
     if subscriber is None:
-        return _error_page(request, NoSubscriber())
+        raise NoSubscriber()
     subscription = get_object_or_404(Subscription.objects.for_subscriber(subscriber), pk=pk)
-    try:
-        if resume:
-            changes.resume(subscription)
-        else:
-            changes.cancel_at_period_end(subscription)
-    except CheckoutError as exc:
-        return _error_page(request, exc)
-    except BillingError as exc:
-        logger.error("renewal change failed: %s", exc)
-        return _error_page(request, ServiceUnavailable())
+    if resume:
+        changes.resume(subscription)
+    else:
+        changes.cancel_at_period_end(subscription)
     return HttpResponseRedirect(account_url())
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
@@ -53,7 +55,8 @@ def _safe_next(request: HttpRequest, value: str | None) -> str | None:
     return None
 
 
-def _error_page(request: HttpRequest, error: CheckoutError) -> HttpResponse:
+def error_page(request: HttpRequest, error: CheckoutError) -> HttpResponse:
+    """The page of a refused checkout, trial or change (``error.status``)."""
     return render_page(
         request,
         ERROR_TEMPLATE,
@@ -68,26 +71,44 @@ def _error_page(request: HttpRequest, error: CheckoutError) -> HttpResponse:
     )
 
 
+View = Callable[..., HttpResponse]
+
+
+def refusals_as_pages(action: str) -> Callable[[View], View]:
+    """A ``CheckoutError`` the view raises becomes its error page; any other ``BillingError``
+    (e.g. configuration) is logged and shown as the service being unavailable."""
+
+    def decorate(view: View) -> View:
+        @functools.wraps(view)
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            try:
+                return view(request, *args, **kwargs)
+            except CheckoutError as exc:
+                return error_page(request, exc)
+            except BillingError as exc:
+                logger.error("%s failed: %s", action, exc)
+                return error_page(request, ServiceUnavailable())
+
+        return wrapped
+
+    return decorate
+
+
 @never_cache
 @login_required
 @require_POST
+@refusals_as_pages("checkout")
 def checkout(request: HttpRequest) -> HttpResponse:
     """Start a hosted checkout for the request's subscriber; 302 to the hosted page."""
     deadline = interactive_deadline()  # first: the whole request ends by it
     data = request.POST
-    try:
-        url = checkout_url(
-            get_subscriber(request),
-            data.get("product"),
-            data.get("cycle") or None,
-            data.get("currency") or None,
-            deadline=deadline,
-        )
-    except CheckoutError as exc:
-        return _error_page(request, exc)
-    except BillingError as exc:  # e.g. configuration
-        logger.error("checkout failed: %s", exc)
-        return _error_page(request, ServiceUnavailable())
+    url = checkout_url(
+        get_subscriber(request),
+        data.get("product"),
+        data.get("cycle") or None,
+        data.get("currency") or None,
+        deadline=deadline,
+    )
     next_url = _safe_next(request, data.get("next"))
     if hasattr(request, "session"):
         if next_url:
@@ -100,24 +121,19 @@ def checkout(request: HttpRequest) -> HttpResponse:
 @never_cache
 @login_required
 @require_POST
+@refusals_as_pages("trial")
 def trial(request: HttpRequest) -> HttpResponse:
     """Start a free trial of the posted product (its ``trial_days``) for the request's
     subscriber; 302 to ``next`` or the billing page."""
     deadline = interactive_deadline()  # first: the whole request ends by it
     data = request.POST
-    try:
-        start_trial(
-            get_subscriber(request),
-            data.get("product"),
-            data.get("cycle") or None,
-            data.get("currency") or None,
-            deadline=deadline,
-        )
-    except CheckoutError as exc:
-        return _error_page(request, exc)
-    except BillingError as exc:  # e.g. configuration
-        logger.error("trial failed: %s", exc)
-        return _error_page(request, ServiceUnavailable())
+    start_trial(
+        get_subscriber(request),
+        data.get("product"),
+        data.get("cycle") or None,
+        data.get("currency") or None,
+        deadline=deadline,
+    )
     return HttpResponseRedirect(_safe_next(request, data.get("next")) or account_url())
 
 
@@ -206,7 +222,7 @@ def checkout_return(request: HttpRequest) -> HttpResponse:
     deadline = interactive_deadline()  # first: the whole request ends by it
     subscriber = get_subscriber(request)
     if subscriber is None:
-        return _error_page(request, NoSubscriber())
+        return error_page(request, NoSubscriber())
     customer = Customer.objects.filter(subscriber=subscriber).first()
     refreshed = _refresh(customer, deadline) if customer is not None else True
     ref = request.GET.get("session_id") or request.GET.get("session")

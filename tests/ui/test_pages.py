@@ -105,7 +105,7 @@ def test_error_pages_in_the_sites_layout(client, demo, seeded) -> None:
 
     request = RequestFactory().get("/")
     request.user = demo
-    unavailable = checkout_views._error_page(request, ServiceUnavailable())
+    unavailable = checkout_views.error_page(request, ServiceUnavailable())
     html = unavailable.content.decode()
     assert unavailable.status_code == 503 and SITE_NAV in html
     assert "You have not been charged." in html
