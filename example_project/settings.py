@@ -78,6 +78,15 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # has no covering indexes and builds them without those columns (a backend limitation,
     # nothing to fix): its warning models.W040 is silenced on SQLite only.
     SILENCED_SYSTEM_CHECKS = ["models.W040"]
+else:
+    # Persistent connections (Django's own): a web or worker process keeps its connection for
+    # up to this many seconds instead of opening one per request or task, and checks it
+    # before reusing it. Celery closes the connections after every task unless
+    # CELERY_DB_REUSE_MAX is set; example_project/celery.py then applies this age between
+    # tasks as Django does between requests (docs/production.md, "Database connections").
+    DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    CELERY_DB_REUSE_MAX = 1000
 
 CACHES = {
     "default": env.cache_url("CACHE_URL", default="dbcache://billing_cache"),

@@ -161,3 +161,46 @@ def test_redelivery_after_a_killed_worker_sends_the_same_key_once_created(
     assert len(remote) == 1
     product.refresh_from_db()
     assert str(product.remote_id) == remote[0]["id"]
+
+
+def worker_sessions() -> set[int]:
+    """The PostgreSQL sessions on the test database other than this process's own."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid()"
+        )
+        return {pid for (pid,) in cursor.fetchall()}
+
+
+def test_worker_keeps_its_connection_between_tasks_and_replaces_a_broken_one(
+    celery_worker_process,
+):
+    """The example project keeps a worker's connection between tasks (CONN_MAX_AGE,
+    CELERY_DB_REUSE_MAX) and closes a broken one before the next task (example_project/celery.py):
+    pushes reuse one session, and a session killed between tasks costs no push."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("sessions are counted on PostgreSQL")
+    celery_worker_process()
+    product = new_product()
+    all_done()
+    first = worker_sessions()
+    assert first, "the worker kept no connection after its task"
+    for n in range(3):
+        product.name = f"Team plan {n}"
+        product.save()
+        all_done()
+    assert worker_sessions() == first  # the same session: no connection opened per task
+
+    with connection.cursor() as cursor:
+        for pid in first:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    wait_for(lambda: not (worker_sessions() & first), timeout=10)
+    product.name = "After the restart"
+    product.save()
+    all_done()  # the next task opened a new connection instead of failing on the dead one
+    assert worker_sessions() and not (worker_sessions() & first)
