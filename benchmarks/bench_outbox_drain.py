@@ -7,7 +7,7 @@
 The sandbox runs as a process of its own; the floor (``n`` raw POSTs with the same bodies from
 one ``requests.Session`` in this process, set up as the client's) and the drain (``n``
 customers committed in one transaction, one push task enqueued each, pushed by one Celery
-worker process with concurrency 1: a task goes on with due entries, so most find theirs done)
+worker process with concurrency 1, one entry per task)
 are both its clients. Werkzeug's server closes every connection after its answer, so both
 reconnect per request. The drain's time runs from the commit to the last entry done: the
 ``completed_at`` the worker stamps on it (not when this process's poll, every 50 ms, notices).

@@ -34,6 +34,40 @@ def _request_subscriber(context: template.Context) -> Any:
     return user if user is not None and getattr(user, "is_authenticated", False) else None
 
 
+def _button_args(
+    context: template.Context, product: Any, cycle: Any, currency: Any
+) -> tuple[Product | None, str | None, str | None, Any]:
+    """A button's product (an instance, a pk or a slug), cycle code, currency code and the
+    subscriber of the request."""
+    resolved = product if isinstance(product, Product) else resolve_product(product)
+    if isinstance(cycle, BillingCycle):
+        cycle = cycle.code
+    if currencies.is_id(currency):
+        currency = currencies.label(currency)
+    return resolved, cycle, currency, _request_subscriber(context)
+
+
+def _form(
+    context: template.Context,
+    view: str,
+    product: Product | None,
+    cycle: Any,
+    currency: Any,
+    next: str | None,
+    css_class: str,
+) -> dict[str, Any]:
+    """What a button's POST form carries to ``view``."""
+    return {
+        "action": reverse(f"billing_integration:{view}"),
+        "product": product,
+        "cycle": cycle or "",
+        "currency": currency or "",
+        "next": next or "",
+        "css_class": css_class,
+        "csrf_token": context.get("csrf_token"),
+    }
+
+
 @register.inclusion_tag("billing_integration/checkout_button.html", takes_context=True)
 def billing_checkout_button(
     context: template.Context,
@@ -50,12 +84,7 @@ def billing_checkout_button(
     """A POST form to the checkout view; "Current plan" for the option the subscriber holds, a
     "Change plan" form (to the change view, ``checkout.changes.change_plan``) for one that would
     change the plan held."""
-    resolved = product if isinstance(product, Product) else resolve_product(product)
-    if isinstance(cycle, BillingCycle):
-        cycle = cycle.code
-    if currencies.is_id(currency):
-        currency = currencies.label(currency)
-    subscriber = _request_subscriber(context)
+    resolved, cycle, currency, subscriber = _button_args(context, product, cycle, currency)
     held = change = False
     if resolved is not None and not resolved.multiple_purchases:
         # a trial or a grace period is no purchase: the button buys (converts) the product
@@ -66,6 +95,7 @@ def billing_checkout_button(
     if "{price}" in label or "{cycle}" in label:
         label = _label_with_price(label, resolved, cycle, currency)
     return {
+        **_form(context, "checkout", resolved, cycle, currency, next, css_class),
         "held": held,
         "change": change,
         "current_label": current_label or gettext("Current plan"),
@@ -74,15 +104,8 @@ def billing_checkout_button(
         "account_url": account_url(),
         # What the service is known to sell (a refused status change is not on sale).
         "available": resolved is not None and resolved.confirmed_status == ProductStatus.PUBLISHED,
-        "action": reverse("billing_integration:checkout"),
-        "product": resolved,
-        "cycle": cycle or "",
-        "currency": currency or "",
         "label": label,
-        "next": next or "",
-        "css_class": css_class,
         "unavailable_label": unavailable_label or gettext("Not available"),
-        "csrf_token": context.get("csrf_token"),
     }
 
 
@@ -99,12 +122,7 @@ def billing_trial_button(
     """A POST form to the trial view, for a product with ``trial_days`` on sale; nothing for a
     subscriber who holds the product or another plan of its group, or had its trial already
     (unless ``BILLING['TRIALS']['repeat']``). ``label`` may hold ``{days}``."""
-    resolved = product if isinstance(product, Product) else resolve_product(product)
-    if isinstance(cycle, BillingCycle):
-        cycle = cycle.code
-    if currencies.is_id(currency):
-        currency = currencies.label(currency)
-    subscriber = _request_subscriber(context)
+    resolved, cycle, currency, subscriber = _button_args(context, product, cycle, currency)
     offered = (
         resolved is not None
         and bool(resolved.trial_days)
@@ -120,15 +138,9 @@ def billing_trial_button(
     days = resolved.trial_days if resolved is not None else None
     text = label or gettext("Start a {days}-day trial")
     return {
+        **_form(context, "trial", resolved, cycle, currency, next, css_class),
         "offered": offered,
-        "action": reverse("billing_integration:trial"),
-        "product": resolved,
-        "cycle": cycle or "",
-        "currency": currency or "",
         "label": text.replace("{days}", str(days or "")),
-        "next": next or "",
-        "css_class": css_class,
-        "csrf_token": context.get("csrf_token"),
     }
 
 
