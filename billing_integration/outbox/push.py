@@ -11,7 +11,7 @@ from enum import StrEnum
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
 from ..client import BillingClient, get_client
@@ -117,7 +117,9 @@ def _claim(entry_id: int) -> PushResult | tuple[OutboxEntry, Any, list[Any]]:
     now = timezone.now()
     with transaction.atomic():
         locked = OutboxEntry.objects.select_for_update(skip_locked=True)
-        entry = locked.filter(pk=entry_id).first()
+        older = _blocking(OuterRef("content_type_id"), OuterRef("object_id"))
+        waits = Exists(older.filter(pk__lt=entry_id))
+        entry: OutboxEntry | None = locked.filter(pk=entry_id).annotate(waits=waits).first()
         if entry is None:  # another worker holds it, or it is gone
             held = OutboxEntry.objects.filter(pk=entry_id).exists()
             return PushResult(PushOutcome.BUSY if held else PushOutcome.SKIPPED, entry_id)
@@ -127,7 +129,7 @@ def _claim(entry_id: int) -> PushResult | tuple[OutboxEntry, Any, list[Any]]:
             left = LEASE - (now - entry.started_at).total_seconds()
             if left > 0:
                 return PushResult(PushOutcome.BUSY, entry_id, retry_in=left)
-        if _blocking(entry).filter(pk__lt=entry.pk).exists():
+        if entry.waits:  # type: ignore[attr-defined]  # (annotated above)
             return PushResult(PushOutcome.BUSY, entry_id)  # the older one enqueues it when over
         obj = entry.target
         if obj is None:
@@ -157,9 +159,10 @@ def _claim(entry_id: int) -> PushResult | tuple[OutboxEntry, Any, list[Any]]:
     return entry, obj, []
 
 
-def _blocking(entry: OutboxEntry) -> QuerySet[OutboxEntry]:
-    of_object = {"content_type_id": entry.content_type_id, "object_id": entry.object_id}
-    return OutboxEntry.objects.filter(BLOCKING, **of_object)
+def _blocking(content_type_id: Any, object_id: Any) -> QuerySet[OutboxEntry]:
+    return OutboxEntry.objects.filter(
+        BLOCKING, content_type_id=content_type_id, object_id=object_id
+    )
 
 
 def _done(entry: OutboxEntry, note: str = "", **fields: Any) -> bool:
@@ -175,7 +178,12 @@ def _enqueue_next(entry: OutboxEntry) -> bool:
     object. True while other entries of the object are open."""
     from .tasks import enqueue_on_commit
 
-    others = _blocking(entry).exclude(pk=entry.pk).order_by("pk").values_list("pk", "state")
+    others = (
+        _blocking(entry.content_type_id, entry.object_id)
+        .exclude(pk=entry.pk)
+        .order_by("pk")
+        .values_list("pk", "state")
+    )
     later = [pk for pk, _state in others if pk > entry.pk]
     if later:
         enqueue_on_commit(later[0])

@@ -86,7 +86,7 @@ def test_two_pushers_racing_one_entry_make_one_call(billing_sandbox):
     skips the row (busy); the first pushes it."""
     customers(1)
     (pk,) = open_ids()
-    real = push._blocking
+    real = push._build
     results: list[str] = []
 
     def run():
@@ -95,14 +95,14 @@ def test_two_pushers_racing_one_entry_make_one_call(billing_sandbox):
         finally:
             connection.close()
 
-    def blocking(entry):
+    def build(entry, obj):
         if not results and threading.current_thread() is threading.main_thread():
             other = threading.Thread(target=run)  # while this pusher holds the row
             other.start()
             other.join(timeout=30)
-        return real(entry)
+        return real(entry, obj)
 
-    with mock.patch.object(push, "_blocking", side_effect=blocking):
+    with mock.patch.object(push, "_build", side_effect=build):
         results.append(push_entry(pk).status)
     assert results == [PushOutcome.BUSY, PushOutcome.DONE]  # the race happened, one won
     assert len(billing_sandbox.requests(operation="create_customer")) == 1
@@ -115,15 +115,15 @@ def test_a_claim_lost_to_another_pusher_between_its_read_and_its_update_calls_no
     claims it between this one's read and its update, and this one calls nothing."""
     customers(1)
     (pk,) = open_ids()
-    real = push._blocking
+    real = push._build
     raced = []
 
-    def blocking(entry):
+    def build(entry, obj):
         if not raced:  # the other pusher claims the row now
             raced.append(OutboxEntry.objects.filter(pk=pk, state="pending").update(attempts=1))
-        return real(entry)
+        return real(entry, obj)
 
-    with mock.patch.object(push, "_blocking", side_effect=blocking):
+    with mock.patch.object(push, "_build", side_effect=build):
         assert push_entry(pk).status == PushOutcome.BUSY
     assert raced == [1]  # the race happened
     assert billing_sandbox.requests(operation="create_customer") == []
