@@ -727,4 +727,6 @@ def at_risk_reasons(now: datetime) -> QuerySet[Any]:
             uncollectable=Count("pk", filter=Q(status=InvoiceStatus.UNCOLLECTABLE)),
         )
     )
-    return subs.order_by().union(invoices.order_by(), all=True).order_by("identifier", "customer_id")
+    return (
+        subs.order_by().union(invoices.order_by(), all=True).order_by("identifier", "customer_id")
+    )

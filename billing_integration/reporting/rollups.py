@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from itertools import groupby
-from operator import itemgetter
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
+from itertools import groupby
+from operator import itemgetter
 from typing import Any
 
 from django.db import connection, transaction
@@ -285,13 +285,14 @@ def _at_risk_filters(product_id: int | None, code: str) -> list[tuple[int | None
     return [(p, c) for p in products for c in codes]
 
 
-def compute_at_risk(now: datetime, listed: int = AT_RISK_LISTED) -> None:
+def compute_at_risk(now: datetime, listed: int | None = None) -> None:
     """Replace the customers at risk rollups with those at ``now``: for every filter the
     report offers (product, currency, both, none) the number of customers at risk and the
-    first ``listed`` by identifier with their reasons. One pass over ``metrics.at_risk_reasons``
-    (a customer's rows are consecutive: the memory is the ``listed`` rows per filter, not the
-    customers), one query for the listed customers' name and email, and the ``at_risk`` state
-    row."""
+    first ``listed`` (default ``AT_RISK_LISTED``) by identifier with their reasons. One pass
+    over ``metrics.at_risk_reasons`` (a customer's rows are consecutive: the memory is the
+    ``listed`` rows per filter, not the customers), one query for the listed customers' name
+    and email, and the ``at_risk`` state row."""
+    listed = AT_RISK_LISTED if listed is None else listed
     totals: dict[tuple[int | None, str], int] = {}
     rows: dict[tuple[int | None, str], list[ReportAtRisk]] = {}
     reasons = metrics.at_risk_reasons(now).iterator(chunk_size=2000)
@@ -586,9 +587,7 @@ def customers_at_risk(period: Period, limit: int) -> tuple[Rows, int]:
     ``metrics.customers_at_risk_count`` of ``period``'s filter from the rollups, as of the
     last refresh (``at_risk_as_of``). Two queries, index ranges of the filter."""
     key = {"product_id": period.product or None, "currency": period.currency or ""}
-    total = (
-        ReportAtRiskCount.objects.filter(**key).values_list("customers", flat=True).first() or 0
-    )
+    total = ReportAtRiskCount.objects.filter(**key).values_list("customers", flat=True).first() or 0
     listed = ReportAtRisk.objects.filter(**key, position__lte=max(limit, 0)).order_by("position")
     rows = [
         metrics.at_risk_row(
