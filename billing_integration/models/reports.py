@@ -1,5 +1,6 @@
-"""Reporting rollups: the monthly figures of closed months, computed ahead of time from the
-mirror (``reporting/rollups.py``), and the one row that says what they cover."""
+"""Reporting rollups: the monthly figures of closed months, the customer figures and the
+customers at risk, computed ahead of time from the mirror (``reporting/rollups.py``), and the
+rows that say what they cover."""
 
 from __future__ import annotations
 

@@ -6,7 +6,9 @@ Maintained by recomputing, never by counting: a saved or deleted subscription, p
 refund marks the months it counts in as dirty (``touch_reports``, one statement), and
 ``refresh`` (the periodic task, ``billing_report --rebuild``) recomputes those months from the
 raw rows. Replays, out-of-order events and concurrent workers give the same result: the last
-recomputation reads the rows as they are. See docs/reporting.md."""
+recomputation reads the rows as they are. Every refresh also stores the current month up to
+its instant and the customers at risk as of it (``compute_at_risk``). See
+docs/reporting.md."""
 
 from __future__ import annotations
 
