@@ -706,8 +706,8 @@ def at_risk_reasons(now: datetime) -> QuerySet[Any]:
     ``customer_id``, ``product_id``, ``code``, ``identifier``, ``failing`` (active
     subscriptions whose last payment failed), ``unsettled`` (invoices not paid, void or
     deleted) and ``uncollectable``, ordered by identifier then customer (a customer's rows
-    are consecutive). One query (the customers at risk of every filter of ``_at_risk``: the
-    rows of the filter's product and currency)."""
+    are consecutive). One query. The customers at risk of a filter (``_at_risk``) are those
+    with a row of its product and currency, their reasons the sums of those rows."""
     zero = Value(0, output_field=IntegerField())
     subs = (
         Subscription.objects.active(now)

@@ -576,12 +576,12 @@ def at_risk_as_of(period: Period, state: dict[str, Any], limit: int | None) -> d
     refresh), or ``None`` when they cannot give them: never computed, of another month than
     ``period.now`` or after it (a report of an earlier instant), or more rows asked than they
     keep (``limit`` ``None``: every customer, as the CSV export)."""
-    at = state.get("at_risk_at")
+    at: datetime | None = state.get("at_risk_at")
     if at is None or limit is None or limit > AT_RISK_LISTED:
         return None
     if at > period.now or basis_of(at) != basis_of(period.now):
         return None
-    return at  # type: ignore[no-any-return]
+    return at
 
 
 def customers_at_risk(period: Period, limit: int) -> tuple[Rows, int]:
