@@ -146,6 +146,7 @@ class ReportAdmin(ReadOnlyAdminMixin, ModelAdmin):
             "charts": charts(report),
             "tables": [table_context(t) for t in tables.values()],
             "at_risk_total": report.at_risk_total,
+            "at_risk_at": report.at_risk_at,
             "rollups": report.rollups,
             "products": list(Product.objects.order_by("name").values_list("pk", "name")),
             "currencies": sorted(set(currencies.known().values()) | set(report.currencies)),

@@ -1,5 +1,6 @@
-"""Reporting rollups: the monthly figures of closed months, computed ahead of time from the
-mirror (``reporting/rollups.py``), and the one row that says what they cover."""
+"""Reporting rollups: the monthly figures of closed months, the customer figures and the
+customers at risk, computed ahead of time from the mirror (``reporting/rollups.py``), and the
+rows that say what they cover."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 __all__ = [
+    "ReportAtRisk",
+    "ReportAtRiskCount",
     "ReportCustomer",
     "ReportMonth",
     "ReportState",
@@ -121,9 +124,10 @@ class ReportState(models.Model):
     recomputed with nothing pending. ``"dirty"``: ``month`` is the first month a change
     touched since (``None``: nothing pending). Two rows, so that marking a change never
     waits for a recomputation holding the first. ``"current"``: the rollups also hold the
-    current month (``month``) up to ``verified_at``, the instant of the last refresh."""
+    current month (``month``) up to ``verified_at``, the instant of the last refresh.
+    ``"at_risk"``: ``ReportAtRisk`` and ``ReportAtRiskCount`` are as of ``verified_at``."""
 
-    ROLLUPS, DIRTY, CURRENT = "rollups", "dirty", "current"
+    ROLLUPS, DIRTY, CURRENT, AT_RISK = "rollups", "dirty", "current", "at_risk"
 
     name = models.CharField(max_length=16, unique=True)
     month = models.DateField(null=True, blank=True)
@@ -135,6 +139,52 @@ class ReportState(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}: {self.month}"
+
+
+class ReportAtRiskCount(models.Model):
+    """How many customers are at risk in one filter of the report, as of the last refresh:
+    ``product_id`` NULL for every product, ``currency`` ``""`` for every currency. A filter
+    with no row has none."""
+
+    product_id = models.IntegerField(null=True, blank=True)
+    currency = models.CharField(max_length=8, blank=True, default="")
+    customers = _count()
+
+    class Meta:
+        verbose_name = _("report customers at risk count")
+        verbose_name_plural = _("report customers at risk counts")
+        indexes = [models.Index(fields=["product_id", "currency"], name="report_at_risk_count")]
+
+    def __str__(self) -> str:
+        return f"{self.product_id} {self.currency}: {self.customers}"
+
+
+class ReportAtRisk(models.Model):
+    """One of the first customers at risk (by identifier, ``position`` from 1) in one filter
+    of the report (as ``ReportAtRiskCount``), as of the last refresh, with the reasons counted
+    in that filter."""
+
+    product_id = models.IntegerField(null=True, blank=True)
+    currency = models.CharField(max_length=8, blank=True, default="")
+    position = models.IntegerField()
+    customer_id = models.IntegerField()
+    identifier = models.CharField(max_length=255, blank=True, default="")
+    name = models.CharField(max_length=301, blank=True, default="")
+    email = models.CharField(max_length=254, blank=True, default="")
+    failing_subscriptions = _count()
+    #: every invoice not paid, void or deleted, the uncollectable ones included
+    unsettled_invoices = _count()
+    uncollectable_invoices = _count()
+
+    class Meta:
+        verbose_name = _("report customer at risk")
+        verbose_name_plural = _("report customers at risk")
+        indexes = [
+            models.Index(fields=["product_id", "currency", "position"], name="report_at_risk")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.product_id} {self.currency} #{self.position}: {self.identifier}"
 
 
 def month_of(at: datetime | date) -> date:

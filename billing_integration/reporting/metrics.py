@@ -657,21 +657,76 @@ def customers_at_risk(period: Period, limit: int | None = 50) -> Rows:
     )
     if limit is not None:
         qs = qs[:limit]
-    out = []
-    for r in qs:
-        failing, uncollectable = r["failing_subscriptions"], r["uncollectable_invoices"]
-        unpaid = r["unpaid_invoices"] - uncollectable
-        reasons = [("failed payment", failing), ("uncollectable invoice", uncollectable)]
-        out.append(
-            {
-                "customer_id": r["pk"],
-                "identifier": r["identifier"],
-                "name": f"{r['first_name']} {r['last_name']}".strip(),
-                "email": r["email"],
-                "failing_subscriptions": failing,
-                "unpaid_invoices": unpaid,
-                "uncollectable_invoices": uncollectable,
-                "reasons": ", ".join(k for k, n in [*reasons, ("unpaid invoice", unpaid)] if n),
-            }
+    return [
+        at_risk_row(
+            customer_id=r["pk"],
+            identifier=r["identifier"],
+            name=f"{r['first_name']} {r['last_name']}".strip(),
+            email=r["email"],
+            failing=r["failing_subscriptions"],
+            unsettled=r["unpaid_invoices"],
+            uncollectable=r["uncollectable_invoices"],
         )
-    return out
+        for r in qs
+    ]
+
+
+def at_risk_row(
+    *,
+    customer_id: int,
+    identifier: str,
+    name: str,
+    email: str,
+    failing: int,
+    unsettled: int,
+    uncollectable: int,
+) -> dict[str, Any]:
+    """A row of the customers at risk table: ``unsettled`` counts every invoice not paid,
+    void or deleted (``uncollectable`` ones too)."""
+    unpaid = unsettled - uncollectable
+    reasons = [
+        ("failed payment", failing),
+        ("uncollectable invoice", uncollectable),
+        ("unpaid invoice", unpaid),
+    ]
+    return {
+        "customer_id": customer_id,
+        "identifier": identifier,
+        "name": name,
+        "email": email,
+        "failing_subscriptions": failing,
+        "unpaid_invoices": unpaid,
+        "uncollectable_invoices": uncollectable,
+        "reasons": ", ".join(k for k, n in reasons if n),
+    }
+
+
+def at_risk_reasons(now: datetime) -> QuerySet[Any]:
+    """Why each customer is at risk at ``now``, per product and currency code: rows of
+    ``customer_id``, ``product_id``, ``code``, ``identifier``, ``failing`` (active
+    subscriptions whose last payment failed), ``unsettled`` (invoices not paid, void or
+    deleted) and ``uncollectable``, ordered by identifier then customer (a customer's rows
+    are consecutive). One query. The customers at risk of a filter (``_at_risk``) are those
+    with a row of its product and currency, their reasons the sums of those rows."""
+    zero = Value(0, output_field=IntegerField())
+    subs = (
+        Subscription.objects.active(now)
+        .filter(last_payment_status=PaymentStatus.FAILED, customer__isnull=False)
+        .annotate(code=Upper("selected_currency"), identifier=F("customer__identifier"))
+        .values("customer_id", "product_id", "code", "identifier")
+        .annotate(failing=Count("pk"), unsettled=zero, uncollectable=zero)
+    )
+    invoices = (
+        Invoice.objects.exclude(status__in=SETTLED_INVOICE_STATUSES)
+        .filter(customer__isnull=False)
+        .annotate(code=Upper("currency"), identifier=F("customer__identifier"))
+        .values("customer_id", "product_id", "code", "identifier")
+        .annotate(
+            failing=zero,
+            unsettled=Count("pk"),
+            uncollectable=Count("pk", filter=Q(status=InvoiceStatus.UNCOLLECTABLE)),
+        )
+    )
+    return (
+        subs.order_by().union(invoices.order_by(), all=True).order_by("identifier", "customer_id")
+    )

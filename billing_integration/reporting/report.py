@@ -1,6 +1,7 @@
 """The report: every figure of the dashboard for one filter, in a constant number of queries,
 merged in Python into tables; money stays per currency. The closed months come from the
-rollups (``rollups.py``), the current month and the customers from the mirror.
+rollups (``rollups.py``), the current month from the rollups and what happened since, the
+customers and the customers at risk from the rollups (as of their last refresh) when built.
 
     report = build_report(Period(months=12, product=None, currency="XOF"))
     report.tables()["monthly"].rows
@@ -128,6 +129,9 @@ class Report:
     customers: list[dict[str, Any]]
     at_risk: list[dict[str, Any]]
     at_risk_total: int
+    #: the instant the customers at risk are as of: the rollups' last refresh, or ``None``
+    #: when computed from the mirror at ``period.now``
+    at_risk_at: datetime | None = None
     currencies: list[str] = field(default_factory=list)
     #: ``rollups.status()``, and ``used``: whether the closed months came from the rollups
     #: (else every month from the raw rows).
@@ -227,8 +231,14 @@ def build_report(
     else:
         current = metrics.current_subscriptions(period, prices)
         customers = metrics.customer_summary(period, limit=customer_limit)
-    at_risk = metrics.customers_at_risk(period, limit=at_risk_limit)
-    at_risk_total = metrics.customers_at_risk_count(period)
+    at_risk_at = (
+        rollups_module.at_risk_as_of(period, rollups_state, at_risk_limit) if rollups else None
+    )
+    if at_risk_at is not None and at_risk_limit is not None:
+        at_risk, at_risk_total = rollups_module.customers_at_risk(period, at_risk_limit)
+    else:  # from the mirror: every customer (the export), or no rollups for this instant
+        at_risk = metrics.customers_at_risk(period, limit=at_risk_limit)
+        at_risk_total = metrics.customers_at_risk_count(period)
     months = [metrics.month_key(m) for m in period.starts]
 
     # monthly, per product and per currency
@@ -288,6 +298,7 @@ def build_report(
         customers=customers,
         at_risk=at_risk,
         at_risk_total=at_risk_total,
+        at_risk_at=at_risk_at,
         currencies=currencies,
         rollups=rollups_state,
     )

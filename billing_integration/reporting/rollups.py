@@ -6,7 +6,9 @@ Maintained by recomputing, never by counting: a saved or deleted subscription, p
 refund marks the months it counts in as dirty (``touch_reports``, one statement), and
 ``refresh`` (the periodic task, ``billing_report --rebuild``) recomputes those months from the
 raw rows. Replays, out-of-order events and concurrent workers give the same result: the last
-recomputation reads the rows as they are. See docs/reporting.md."""
+recomputation reads the rows as they are. Every refresh also stores the current month up to
+its instant and the customers at risk as of it (``compute_at_risk``). See
+docs/reporting.md."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
+from itertools import groupby
+from operator import itemgetter
 from typing import Any
 
 from django.db import connection, transaction
@@ -24,8 +28,11 @@ from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 
 from ..models import (
+    Customer,
     Payment,
     Refund,
+    ReportAtRisk,
+    ReportAtRiskCount,
     ReportCustomer,
     ReportMonth,
     ReportState,
@@ -45,6 +52,8 @@ logger = logging.getLogger(__name__)
 SUBSCRIPTION_FIELDS = ("active_start", "active_end", "new", "cancellations", "paying_end")
 #: Months recomputed per batch (one pass over the subscriptions, one range of payments each).
 BATCH_MONTHS = 12
+#: Customers at risk kept per filter (the first by identifier): the dashboard lists 50.
+AT_RISK_LISTED = 50
 
 
 def basis_of(now: datetime) -> datetime:
@@ -242,6 +251,7 @@ def refresh(
                     done += _months_between(start, stop)
                 compute_customers(now)
             _snapshot_current_month(now)
+            compute_at_risk(now)
             state.month, state.verified_at = end, timezone.now()
             state.save(update_fields=["month", "verified_at"])
     except BaseException:
@@ -267,6 +277,69 @@ def _snapshot_current_month(now: datetime) -> None:
     ReportState.objects.update_or_create(
         name=ReportState.CURRENT, defaults={"month": end, "verified_at": now}
     )
+
+
+def _at_risk_filters(product_id: int | None, code: str) -> list[tuple[int | None, str]]:
+    """The filters of the report a (product, currency) counts in: ``None`` / ``""`` for every
+    product / currency (there is no filter on a missing product or an empty code)."""
+    products = [None] if product_id is None else [None, product_id]
+    codes = [""] if not code else ["", code]
+    return [(p, c) for p in products for c in codes]
+
+
+def compute_at_risk(now: datetime, listed: int | None = None) -> None:
+    """Replace the customers at risk rollups with those at ``now``: for every filter the
+    report offers (product, currency, both, none) the number of customers at risk and the
+    first ``listed`` (default ``AT_RISK_LISTED``) by identifier with their reasons. One pass
+    over ``metrics.at_risk_reasons`` (a customer's rows are consecutive: the memory is the
+    ``listed`` rows per filter, not the customers), one query for the listed customers' name
+    and email, and the ``at_risk`` state row."""
+    listed = AT_RISK_LISTED if listed is None else listed
+    totals: dict[tuple[int | None, str], int] = {}
+    rows: dict[tuple[int | None, str], list[ReportAtRisk]] = {}
+    reasons = metrics.at_risk_reasons(now).iterator(chunk_size=2000)
+    for customer_id, group in groupby(reasons, key=itemgetter("customer_id")):
+        counts: dict[tuple[int | None, str], list[int]] = {}
+        identifier = ""
+        for r in group:
+            identifier = r["identifier"]
+            for key in _at_risk_filters(r["product_id"], r["code"]):
+                found = counts.setdefault(key, [0, 0, 0])
+                for i, name in enumerate(("failing", "unsettled", "uncollectable")):
+                    found[i] += r[name]
+        for key, (failing, unsettled, uncollectable) in counts.items():
+            totals[key] = totals.get(key, 0) + 1
+            listed_rows = rows.setdefault(key, [])
+            if len(listed_rows) < listed:
+                listed_rows.append(
+                    ReportAtRisk(
+                        product_id=key[0],
+                        currency=key[1],
+                        position=len(listed_rows) + 1,
+                        customer_id=customer_id,
+                        identifier=identifier,
+                        failing_subscriptions=failing,
+                        unsettled_invoices=unsettled,
+                        uncollectable_invoices=uncollectable,
+                    )
+                )
+    everyone = [r for listed_rows in rows.values() for r in listed_rows]
+    details = {
+        pk: (f"{first} {last}".strip(), email)
+        for pk, first, last, email in Customer.objects.filter(
+            pk__in={r.customer_id for r in everyone}
+        ).values_list("pk", "first_name", "last_name", "email")
+    }
+    for r in everyone:
+        r.name, r.email = details.get(r.customer_id, ("", ""))
+    ReportAtRisk.objects.all().delete()
+    ReportAtRiskCount.objects.all().delete()
+    ReportAtRisk.objects.bulk_create(everyone, batch_size=1000)
+    ReportAtRiskCount.objects.bulk_create(
+        [ReportAtRiskCount(product_id=p, currency=c, customers=n) for (p, c), n in totals.items()],
+        batch_size=1000,
+    )
+    ReportState.objects.update_or_create(name=ReportState.AT_RISK, defaults={"verified_at": now})
 
 
 def _month_rows(month: date, period: Period) -> dict[tuple[Any, ...], dict[str, Any]]:
@@ -303,8 +376,8 @@ def rebuild(since: date | None = None, now: datetime | None = None) -> Refreshed
 def status() -> dict[str, Any]:
     """What the rollups cover: ``basis`` (the months before it), ``verified_at`` (when last
     recomputed), ``current_month`` and ``current_at`` (they hold that month up to that
-    instant), and ``pending_from`` (the first month a change since touched, or ``None``).
-    One query."""
+    instant), ``at_risk_at`` (the customers at risk rollups are as of that instant), and
+    ``pending_from`` (the first month a change since touched, or ``None``). One query."""
     rows = {
         name: (month, verified)
         for name, month, verified in ReportState.objects.order_by().values_list(
@@ -314,6 +387,7 @@ def status() -> dict[str, Any]:
     basis, verified_at = rows.get(ReportState.ROLLUPS, (None, None))
     current_month, current_at = rows.get(ReportState.CURRENT, (None, None))
     return {
+        "at_risk_at": rows.get(ReportState.AT_RISK, (None, None))[1],
         "basis": basis,
         "verified_at": verified_at,
         "current_month": current_month,
@@ -497,6 +571,41 @@ def current_subscriptions(period: Period, prices: Prices, counts: Rows) -> Rows:
     return rows
 
 
+def at_risk_as_of(period: Period, state: dict[str, Any], limit: int | None) -> datetime | None:
+    """The instant the customers at risk rollups hold ``period``'s figures as of (the last
+    refresh), or ``None`` when they cannot give them: never computed, of another month than
+    ``period.now`` or after it (a report of an earlier instant), or more rows asked than they
+    keep (``limit`` ``None``: every customer, as the CSV export)."""
+    at: datetime | None = state.get("at_risk_at")
+    if at is None or limit is None or limit > AT_RISK_LISTED:
+        return None
+    if at > period.now or basis_of(at) != basis_of(period.now):
+        return None
+    return at
+
+
+def customers_at_risk(period: Period, limit: int) -> tuple[Rows, int]:
+    """``metrics.customers_at_risk`` (the first ``limit``, at most ``AT_RISK_LISTED``) and
+    ``metrics.customers_at_risk_count`` of ``period``'s filter from the rollups, as of the
+    last refresh (``at_risk_as_of``). Two queries, index ranges of the filter."""
+    key = {"product_id": period.product or None, "currency": period.currency or ""}
+    total = ReportAtRiskCount.objects.filter(**key).values_list("customers", flat=True).first() or 0
+    listed = ReportAtRisk.objects.filter(**key, position__lte=max(limit, 0)).order_by("position")
+    rows = [
+        metrics.at_risk_row(
+            customer_id=r.customer_id,
+            identifier=r.identifier,
+            name=r.name,
+            email=r.email,
+            failing=r.failing_subscriptions,
+            unsettled=r.unsettled_invoices,
+            uncollectable=r.uncollectable_invoices,
+        )
+        for r in listed
+    ]
+    return rows, total
+
+
 def customer_summary(period: Period, limit: int | None = 25) -> Rows:
     """``metrics.customer_summary`` from the customer rollups: the figures up to the last
     refresh, ranked through an index; the details of the listed customers live."""
@@ -579,8 +688,11 @@ for _model in (Subscription, Payment, Refund):
 
 __all__ = [
     "Refreshed",
+    "at_risk_as_of",
     "closed_months",
+    "compute_at_risk",
     "customer_summary",
+    "customers_at_risk",
     "rebuild",
     "refresh",
     "status",

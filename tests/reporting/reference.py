@@ -1,6 +1,8 @@
 """The reporting queries as they were before the histogram / ranking rewrite (metrics.py of
 commit ece7782: conditional counts per month, TruncMonth, the full customer aggregate), kept
-as the reference the current ones must agree with exactly (``test_equivalence``). Slow on
+as the reference the current ones must agree with exactly (``test_equivalence``); and the
+customers at risk read live from the mirror (metrics.py of commit a86ccca), the definition the
+rollups of ``test_rollups`` must give. Slow on
 large data, plain on purpose; not used by the app."""
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from django.db.models.functions import Coalesce, TruncMonth, Upper
 
 from billing_integration.models import (
     Customer,
+    Invoice,
+    InvoiceStatus,
     Payment,
     PaymentStatus,
     Refund,
@@ -277,6 +281,71 @@ def customer_summary(period: Period, limit: int | None = 25) -> list[dict[str, A
                 "active_subscriptions": n,
                 "last_payment_status": last or "",
                 "last_payment_at": r["last_payment_at"],
+            }
+        )
+    return out
+
+
+# --- customers at risk -----------------------------------------------------------------------
+SETTLED = (InvoiceStatus.PAID, InvoiceStatus.VOID, InvoiceStatus.DELETED)
+
+
+def _at_risk(period: Period) -> tuple[QuerySet, dict[str, Any]]:
+    """Customers with an active subscription whose last payment failed, or with an invoice
+    that is not paid, void or deleted; read from the mirror at ``period.now``."""
+    subs = Subscription.objects.active(period.now).filter(last_payment_status=PaymentStatus.FAILED)
+    invoices = Invoice.objects.exclude(status__in=SETTLED)
+    if period.product:
+        subs = subs.filter(product_id=period.product)
+        invoices = invoices.filter(product_id=period.product)
+    if period.currency:
+        subs = subs.annotate(c=Upper("selected_currency")).filter(c=period.currency)
+        invoices = invoices.annotate(c=Upper("currency")).filter(c=period.currency)
+    subs, invoices = subs.order_by(), invoices.order_by()
+
+    def count(qs: QuerySet) -> Coalesce:
+        qs = qs.filter(customer=OuterRef("pk")).order_by().values("customer")
+        return Coalesce(Subquery(qs.annotate(n=Count("pk")).values("n")), 0)
+
+    customers = Customer.objects.filter(
+        Q(pk__in=subs.values("customer_id")) | Q(pk__in=invoices.values("customer_id"))
+    )
+    return customers, {
+        "failing_subscriptions": count(subs),
+        "unpaid_invoices": count(invoices),
+        "uncollectable_invoices": count(invoices.filter(status=InvoiceStatus.UNCOLLECTABLE)),
+    }
+
+
+def customers_at_risk_count(period: Period) -> int:
+    return _at_risk(period)[0].order_by().count()
+
+
+def customers_at_risk(period: Period, limit: int | None = 50) -> list[dict[str, Any]]:
+    """By identifier, with the reasons."""
+    customers, counts = _at_risk(period)
+    qs = (
+        customers.order_by("identifier", "pk")
+        .annotate(**counts)
+        .values("pk", "identifier", "first_name", "last_name", "email", *counts)
+    )
+    if limit is not None:
+        qs = qs[:limit]
+    out = []
+    for r in qs:
+        failing, uncollectable = r["failing_subscriptions"], r["uncollectable_invoices"]
+        unpaid = r["unpaid_invoices"] - uncollectable
+        reasons = [("failed payment", failing), ("uncollectable invoice", uncollectable)]
+        out.append(
+            {
+                "customer_id": r["pk"],
+                "identifier": r["identifier"],
+                "name": f"{r['first_name']} {r['last_name']}".strip(),
+                "email": r["email"],
+                "failing_subscriptions": failing,
+                "unpaid_invoices": unpaid,
+                "uncollectable_invoices": uncollectable,
+                "reasons": ", ".join(k for k, n in [*reasons, ("unpaid invoice", unpaid)] if n),
             }
         )
     return out

@@ -249,3 +249,43 @@ def test_dashboard_query_count(staff, pinned, extra, refreshed, django_assert_ma
     assert ("last verified" in response.content.decode()) is refreshed
     # the current month as of the refresh, and what is dated after it
     assert ("the current month as of" in response.content.decode()) is refreshed
+
+
+def test_the_customers_at_risk_are_those_of_the_last_refresh(staff, pinned):
+    """The page, its other exports and ``billing_report`` read the customers at risk from the
+    rollups and say as of when; a change waits for the next refresh. The ``at_risk`` export
+    (every customer) and a report of an instant before the refresh read the mirror."""
+    from billing_integration.models import Invoice
+
+    world = build_world()
+    refresh(NOW - timedelta(hours=1))
+    Invoice.objects.create(  # c1 is at risk from now on
+        remote_id=uuid.uuid4(),
+        status="open",
+        amount=Decimal(5000),
+        currency="XOF",
+        customer=world.customers["c1"],
+        product=world.p1,
+    )
+    response = staff.get(reverse(URL))
+    html = response.content.decode()
+    assert response.context["at_risk_at"] == NOW - timedelta(hours=1)
+    assert "Customers at risk (3)" in html
+    assert "As of 2025-06-15 11:00, the last refresh of the rollups." in html
+    assert [r["identifier"] for r in response.context["report"].at_risk] == ["c3", "c4", "c5"]
+    rows = list(csv.DictReader(io.StringIO(staff.get(reverse(URL), {"export": "at_risk"}).text)))
+    assert [r["identifier"] for r in rows] == ["c1", "c3", "c4", "c5"]  # from the mirror
+    out = io.StringIO()
+    call_command("billing_report", "--at", NOW.isoformat(), stdout=out)
+    assert "Customers at risk: 3 (as of 2025-06-15 11:00, the last refresh)" in out.getvalue()
+    out = io.StringIO()
+    call_command("billing_report", "--at", (NOW - timedelta(hours=2)).isoformat(), stdout=out)
+    assert "Customers at risk: 4\n" in out.getvalue()  # before the refresh: from the mirror
+    earlier = build_report(Period(now=NOW - timedelta(hours=2)))
+    assert earlier.at_risk_at is None and earlier.at_risk_total == 4
+
+    refresh(NOW)
+    response = staff.get(reverse(URL), {"product": str(world.p1.pk), "currency": "xof"})
+    html = response.content.decode()
+    assert "Customers at risk (1)" in html and "As of 2025-06-15 12:00" in html
+    assert [r["reasons"] for r in response.context["report"].at_risk] == ["unpaid invoice"]

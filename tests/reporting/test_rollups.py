@@ -2,7 +2,9 @@
 for every month: on the hand-made edge cases, and over randomised histories applied as a
 worker would (saves, so the change hooks run) with events out of order, replays, subscriptions
 that change product, cycle or currency, late payments for closed months, instants on month
-boundaries, and a time zone with daylight saving time. Runs on SQLite and PostgreSQL."""
+boundaries, and a time zone with daylight saving time; and the customers at risk, as of each
+refresh, equal to the live query (``reference.customers_at_risk``) for every filter, with
+invoices, several customers and the rollups' bound reached. Runs on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import uuid
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 from django.core.management import call_command
@@ -22,6 +25,7 @@ from hypothesis import strategies as st
 
 from billing_integration.models import (
     Customer,
+    Invoice,
     Payment,
     Refund,
     ReportMonth,
@@ -71,9 +75,28 @@ def from_rollups(period: Period) -> dict[tuple[Any, ...], dict[str, Any]]:
     return _merged(report.monthly_by_product)
 
 
+def assert_at_risk_as_of(period: Period, at: datetime, *, page: bool = True) -> None:
+    """The customers at risk of ``period``'s filter, read from the rollups, are those of the
+    definition at ``at`` (the last refresh): the count, and the list as the page shows it
+    (``limit`` ``AT_RISK_LISTED``, through ``build_report`` when ``page``) and shorter."""
+    definition = Period(
+        months=period.months, product=period.product, currency=period.currency, now=at
+    )
+    total = reference.customers_at_risk_count(definition)
+    if page:
+        report = build_report(period, customer_limit=0, at_risk_limit=rollups.AT_RISK_LISTED)
+        assert report.at_risk_at == at, period
+        listed = reference.customers_at_risk(definition, rollups.AT_RISK_LISTED)
+        assert (report.at_risk, report.at_risk_total) == (listed, total), period
+    for limit in (rollups.AT_RISK_LISTED, 1, 0):
+        assert rollups.at_risk_as_of(period, rollups.status(), limit) == at
+        listed = reference.customers_at_risk(definition, limit)
+        assert rollups.customers_at_risk(period, limit) == (listed, total), (period, limit)
+
+
 def assert_equal_to_the_definition(period: Period, customers: bool = True) -> None:
-    """The monthly figures; and the customers table (as of the last refresh: ``customers``
-    when that was at ``period.now``), whole and its top 3."""
+    """The monthly figures; and the customers table and the customers at risk (as of the last
+    refresh: ``customers`` when that was at ``period.now``), the table whole and its top 3."""
     assert rollups.closed_months(period, {}) is not None, "the report must read the rollups"
     assert from_rollups(period) == oracle(period), period
     if customers:
@@ -81,6 +104,7 @@ def assert_equal_to_the_definition(period: Period, customers: bool = True) -> No
             report = build_report(period, customer_limit=limit, at_risk_limit=0)
             assert report.rollups["used"]
             assert report.customers == reference.customer_summary(period, limit), (period, limit)
+        assert_at_risk_as_of(period, period.now)
 
 
 # --- the hand-made edge cases ----------------------------------------------------------------
@@ -239,6 +263,8 @@ subscription_states = st.fixed_dictionaries(
         "ended": st.none() | instants(),
         "trial_days": st.none() | st.integers(min_value=-20, max_value=60),
         "cycle_days": st.none() | st.integers(min_value=1, max_value=400),
+        "customer": st.sampled_from([0, 1, 2, 3, None]),
+        "last_payment": st.sampled_from(["failed", "completed", None]),
     }
 )
 operations = st.one_of(
@@ -261,6 +287,20 @@ operations = st.one_of(
             {"days": st.integers(0, 200), "status": st.sampled_from(["approved", "initiated"])}
         ),
     ),
+    st.tuples(
+        st.just("invoice"),
+        st.integers(0, 3),
+        st.fixed_dictionaries(
+            {
+                "status": st.sampled_from(
+                    ["paid", "void", "deleted", "uncollectable", "open", "unpaid"]
+                ),
+                "currency": st.sampled_from(["XOF", "usd", "USD", ""]),
+                "product": st.sampled_from([0, 1, None]),
+                "customer": st.sampled_from([0, 1, 2, 3, None]),
+            }
+        ),
+    ),
     st.tuples(st.just("replay"), st.integers(0, 50), st.just({})),
     st.tuples(st.just("refresh"), st.just(0), st.just({})),
 )
@@ -270,8 +310,32 @@ operations = st.one_of(
 def catalogue() -> dict[str, Any]:
     p1 = make_product("Pro", {("months", 1): {1: "5000", 2: "10.00"}, ("years", 1): {1: "54000"}})
     p2 = make_product("Team", {("months", 3): {1: "15000", 2: "30.00"}})
-    customer = Customer.objects.create(identifier="h1", remote_id=uuid.uuid4())
-    return {"products": [p1, p2], "customer": customer}
+    customers = [
+        Customer.objects.create(identifier=identifier, remote_id=uuid.uuid4(), **names)
+        for identifier, names in [
+            ("h1", {}),
+            ("h2", {"first_name": "Awa", "email": "awa@example.com"}),
+            ("h2", {"last_name": "Diop"}),  # the same identifier: ordered by pk
+            ("a0", {"first_name": "Ibou", "last_name": "Sarr", "email": "i@example.com"}),
+        ]
+    ]
+    return {"products": [p1, p2], "customer": customers[0], "customers": customers}
+
+
+def assert_at_risk_equal_to_the_definition(refreshed: datetime, products: list[Any]) -> None:
+    """Every filter of products and currencies (one with nobody at risk), read just after the
+    refresh at ``refreshed`` and a minute later (still as of ``refreshed``); the rollups keep
+    two customers per filter here, so the bound is reached."""
+    for product in (None, *products):
+        for currency in (None, "USD", "xof", "EUR"):
+            for later in (0, 60):
+                period = Period(
+                    now=refreshed + timedelta(seconds=later),
+                    product=product and product.pk,
+                    currency=currency,
+                )
+                page = product is None and currency is None
+                assert_at_risk_as_of(period, refreshed, page=page)
 
 
 @settings(
@@ -287,9 +351,11 @@ def catalogue() -> dict[str, Any]:
     now_shift=st.sampled_from([0, 1, 14 * 24 * 3600 + 7]),
 )
 def test_randomised_histories_give_the_definition(catalogue, zone, starts, ops, now_shift):
-    for model in (Refund, Payment, Subscription, ReportMonth, ReportState):
+    for model in (Refund, Payment, Invoice, Subscription, ReportMonth, ReportState):
         model.objects.all().delete()
     products, customer = catalogue["products"], catalogue["customer"]
+    people = catalogue["customers"]
+    invoices: dict[int, Invoice] = {}
     with timezone.override(zone):
         now = timezone.make_aware(datetime(2025, 6, 1)) + timedelta(seconds=now_shift)
         subs: dict[int, Subscription] = {}
@@ -302,6 +368,8 @@ def test_randomised_histories_give_the_definition(catalogue, zone, starts, ops, 
                 sub = subs.get(slot) or Subscription(
                     customer=customer, remote_id=uuid.uuid4(), remote_created=start
                 )
+                sub.customer = None if state["customer"] is None else people[state["customer"]]
+                sub.last_payment_status = state["last_payment"]
                 sub.product = None if state["product"] is None else products[state["product"]]
                 sub.selected_billing_cycle = state["cycle"]
                 sub.selected_currency = state["currency"]
@@ -341,12 +409,24 @@ def test_randomised_histories_give_the_definition(catalogue, zone, starts, ops, 
                     payment=payment,
                 )
                 saved.append(refund)
+            elif kind == "invoice":
+                invoice = invoices.get(slot) or Invoice(remote_id=uuid.uuid4(), amount=Decimal(9))
+                invoice.status, invoice.currency = state["status"], state["currency"]
+                invoice.product = None if state["product"] is None else products[state["product"]]
+                invoice.customer = None if state["customer"] is None else people[state["customer"]]
+                invoice.save()
+                invoices[slot] = invoice
             elif kind == "replay" and saved:
                 saved[slot % len(saved)].save()  # the same event applied again
             elif kind == "refresh":
-                refresh(now)
+                with patch.object(rollups, "AT_RISK_LISTED", 2):
+                    refresh(now)
+                    assert_at_risk_equal_to_the_definition(now, products)
                 for period in periods:
                     assert_equal_to_the_definition(period)
+        with patch.object(rollups, "AT_RISK_LISTED", 2):
+            refresh(now)
+            assert_at_risk_equal_to_the_definition(now, products)
         refresh(now)
         for period in periods:
             assert_equal_to_the_definition(period)

@@ -104,6 +104,9 @@ class Command(BaseCommand):
         for name, table in report.tables().items():
             if name == "at_risk":
                 table.title = f"{table.title}: {report.at_risk_total}"
+                if report.at_risk_at is not None:  # from the rollups
+                    as_of = display(report.at_risk_at, "datetime")
+                    table.title += f" (as of {as_of}, the last refresh)"
             self.stdout.write(format_table(table) + "\n")
 
     def rebuild(self, since: str | None) -> None:
