@@ -150,7 +150,8 @@ def _upsert(
     create_only: tuple[str, ...] = (),
     versioned: bool = False,
 ) -> tuple[list[Any], list[Any]]:
-    """Upsert one page of mapped rows; returns the created and the updated rows."""
+    """Upsert mapped rows (a page, or the pages of one write); returns the created and the
+    updated rows."""
     counts.pages += 1
     if not mapped:
         return [], []
@@ -205,7 +206,8 @@ CUSTOMER_LOCAL = ("identifier", "first_name", "last_name", "email")
 
 
 def upsert_products(rows: Iterable[Row]) -> PullCounts:
-    """Upsert one page of product resources (new ones with their root prices)."""
+    """Upsert product resources (a page, or the pages of one write), new ones with their root
+    prices."""
     rows = [r for r in rows if isinstance(r, dict)]
     counts = PullCounts()
     mapped = _mapped(rows, product_map.from_remote, counts)
@@ -252,7 +254,8 @@ def upsert_customers(rows: Iterable[Row]) -> PullCounts:
 
 
 def upsert_subscriptions(rows: Iterable[Row], *, customer: Customer | None = None) -> PullCounts:
-    """Upsert one page of subscription resources; with ``customer``, only its rows."""
+    """Upsert subscription resources (a page, or the pages of one write); with ``customer``,
+    only its rows."""
     counts = PullCounts()
     mapped = _mapped(rows, subscription_map.from_remote, counts)
     if customer is not None:
