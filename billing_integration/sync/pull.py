@@ -353,7 +353,8 @@ def _pull(
 
 def _batch_rows() -> int:
     """Rows per write: ``PULL_BATCH_ROWS``, fewer on a database that caps a statement's
-    parameters (SQLite before 3.32: 999), as a write's lookups send one or two per row."""
+    parameters (Django's SQLite backend assumes 999), as a write's lookups send one or two
+    per row."""
     cap = connection.features.max_query_params
     return PULL_BATCH_ROWS if cap is None else max(1, min(PULL_BATCH_ROWS, cap // 3))
 
