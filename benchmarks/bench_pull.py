@@ -2,7 +2,12 @@
 
 Target: ``pull_customers()`` + ``pull_subscriptions()`` on an empty mirror take <= 1.5x the
 floor, the raw paged fetch of the same lists (one ``requests.Session``, the same
-page size as the client) plus one ``bulk_create`` of minimal rows into the same tables.
+page size as the client) plus one ``bulk_create`` per table of the same rows with the same
+column values as the pull stores (the JSON values as they are, ``remote_data`` included;
+subscriptions linked to their customer and product), without the pull's mapping, checks,
+lookups of known rows or per-write transactions. (Until 2026-11-25 the floor stored the ids
+only, every other column left to its default: a pull storing the full rows could not come
+near it whatever its code.)
 Also prints the SQL queries of the pull (and per page) and its peak memory.
 
     .venv/bin/python benchmarks/bench_pull.py [--customers 10000] [--subscriptions 10000]
@@ -95,7 +100,8 @@ def empty_mirror() -> None:
 
 # --- the two paths -----------------------------------------------------------------------------
 class Floor:
-    """Raw paged GETs with one session, then one ``bulk_create`` per table."""
+    """Raw paged GETs with one session, then one ``bulk_create`` per table of the rows the
+    pull stores."""
 
     def __init__(self, base_url: str, token: str, page_size: int) -> None:
         # As the client's session (billing_integration.client.client._new_session).
@@ -128,15 +134,61 @@ class Floor:
             offset += len(page)
 
     def __call__(self) -> tuple[int, int]:
-        from billing_integration.models import Customer, Subscription
+        from django.utils import timezone
+
+        from billing_integration.models import Customer, Product, Subscription
 
         customers = self.fetch("customers")
         subscriptions = self.fetch("subscriptions")
-        Customer.objects.bulk_create(
-            [Customer(remote_id=c["id"], identifier=c["identifier"]) for c in customers]
+        # The rows the pull stores, column for column, the JSON values passed as they are
+        # (Django converts the ids and timestamps); subscriptions linked to the customers
+        # just inserted (their ids come back from the insert) and to the products by one query.
+        now = timezone.now()
+        synced = {"sync_state": "synced", "last_synced_at": now}
+        created = Customer.objects.bulk_create(
+            [Customer(**_meta(c), **_columns(c, CUSTOMER_COLUMNS), **synced) for c in customers]
         )
-        Subscription.objects.bulk_create([Subscription(remote_id=s["id"]) for s in subscriptions])
+        customer_pks = {str(c.remote_id): c.pk for c in created}
+        product_pks = {str(r): pk for r, pk in Product.objects.values_list("remote_id", "pk")}
+        Subscription.objects.bulk_create(
+            [
+                Subscription(
+                    **_meta(s),
+                    **_columns(s, SUBSCRIPTION_COLUMNS),
+                    product_remote_id=s["product"],
+                    customer_remote_id=s["customer"],
+                    product_id=product_pks.get(s["product"]),
+                    customer_id=customer_pks.get(s["customer"]),
+                    **synced,
+                )
+                for s in subscriptions
+            ]
+        )
         return len(customers), len(subscriptions)
+
+
+#: The columns the pull fills from the JSON field of the same name.
+CUSTOMER_COLUMNS = ("identifier", "first_name", "last_name", "email", "status")
+CUSTOMER_COLUMNS += ("address_line_1", "address_line_2", "phone")
+SUBSCRIPTION_COLUMNS = ("status", "cycle_start_date", "cycle_end_date", "next_billing_date")
+SUBSCRIPTION_COLUMNS += ("trial_end_date", "auto_renew", "selected_billing_cycle")
+SUBSCRIPTION_COLUMNS += ("selected_currency", "discount_coupon")
+
+
+def _meta(data: dict[str, Any]) -> dict[str, Any]:
+    """The ``RemoteObject`` columns the pull fills, straight from the JSON."""
+    return {
+        "remote_id": data["id"],
+        "remote_created": data["date_created"],
+        "remote_updated": data["date_updated"],
+        "remote_user_created": data["user_created"],
+        "remote_user_updated": data["user_updated"],
+        "remote_data": data,
+    }
+
+
+def _columns(data: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    return {name: data[name] for name in names}
 
 
 def pull() -> tuple[Any, Any]:

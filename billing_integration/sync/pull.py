@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q, prefetch_related_objects
 from django.utils import timezone
 
@@ -32,6 +32,9 @@ Progress = Callable[[str, "PullCounts"], None]
 LOCAL_CHANGES = (SyncState.PENDING, SyncState.FAILED)
 #: How many error messages a ``PullCounts`` keeps (the count goes on).
 MAX_ERROR_MESSAGES = 20
+#: Rows a pull writes at once: consecutive pages are joined up to this many rows, then
+#: upserted together (one transaction, the same few statements as one page).
+PULL_BATCH_ROWS = 1000
 _COUNTED = ("created", "updated", "unchanged", "skipped", "pages", "stale", "errors")
 
 
@@ -147,7 +150,8 @@ def _upsert(
     create_only: tuple[str, ...] = (),
     versioned: bool = False,
 ) -> tuple[list[Any], list[Any]]:
-    """Upsert one page of mapped rows; returns the created and the updated rows."""
+    """Upsert mapped rows (a page, or the pages of one write); returns the created and the
+    updated rows."""
     counts.pages += 1
     if not mapped:
         return [], []
@@ -202,7 +206,8 @@ CUSTOMER_LOCAL = ("identifier", "first_name", "last_name", "email")
 
 
 def upsert_products(rows: Iterable[Row]) -> PullCounts:
-    """Upsert one page of product resources (new ones with their root prices)."""
+    """Upsert product resources (a page, or the pages of one write), new ones with their root
+    prices."""
     rows = [r for r in rows if isinstance(r, dict)]
     counts = PullCounts()
     mapped = _mapped(rows, product_map.from_remote, counts)
@@ -249,7 +254,8 @@ def upsert_customers(rows: Iterable[Row]) -> PullCounts:
 
 
 def upsert_subscriptions(rows: Iterable[Row], *, customer: Customer | None = None) -> PullCounts:
-    """Upsert one page of subscription resources; with ``customer``, only its rows."""
+    """Upsert subscription resources (a page, or the pages of one write); with ``customer``,
+    only its rows."""
     counts = PullCounts()
     mapped = _mapped(rows, subscription_map.from_remote, counts)
     if customer is not None:
@@ -335,9 +341,39 @@ def _pull(
 
         client = get_client()
     total = PullCounts()
-    for page in client.iter_pages(resource):
-        total.add(upsert(page))
+    for rows, pages in _batches(client.iter_pages(resource), _batch_rows()):
+        counts = upsert(rows)
+        counts.pages = pages
+        total.add(counts)
         if progress:
             progress(resource, total)
     record_run(f"pull:{resource}")  # billing_doctor: the last successful pull
     return total
+
+
+def _batch_rows() -> int:
+    """Rows per write: ``PULL_BATCH_ROWS``, fewer on a database that caps a statement's
+    parameters (Django's SQLite backend assumes 999), as a write's lookups send one or two
+    per row."""
+    cap = connection.features.max_query_params
+    return PULL_BATCH_ROWS if cap is None else max(1, min(PULL_BATCH_ROWS, cap // 3))
+
+
+def _batches(pages: Iterator[list[Row]], size: int) -> Iterator[tuple[list[Row], int]]:
+    """Consecutive pages joined until they hold ``size`` rows: ``(rows, pages)``. When
+    reading a page fails, the pages read before it are yielded first, then the error raised."""
+    rows: list[Row] = []
+    read = 0
+    try:
+        for page in pages:
+            rows += page
+            read += 1
+            if len(rows) >= size:
+                yield rows, read
+                rows, read = [], 0
+    except Exception:
+        if read:
+            yield rows, read
+        raise
+    if read:
+        yield rows, read

@@ -65,6 +65,30 @@ def test_queries_per_page_are_constant(small_pages):
     assert len(more_pages.captured_queries) < 40
 
 
+def test_consecutive_pages_are_written_together(small_pages, monkeypatch):
+    def writes(queries: CaptureQueriesContext) -> list[str]:
+        """The statements on the mirror's customers (not the token cache's)."""
+        return [q["sql"][:40] for q in queries.captured_queries if "_customer" in q["sql"]]
+
+    small_pages.seed(customers=10)
+    with CaptureQueriesContext(connection) as one_page:
+        pull_customers()
+    Customer.objects.all().delete()
+    small_pages.seed(customers=20)  # 30 remote customers: 3 pages, written at once
+    seen = []
+    with CaptureQueriesContext(connection) as three_pages:
+        counts = pull_customers(progress=lambda _, total: seen.append((total.pages, total.total)))
+    assert (counts.created, counts.pages) == (30, 3) and Customer.objects.count() == 30
+    assert len(writes(one_page)) == 2  # the SELECT of the known rows, the INSERT
+    assert writes(three_pages) == writes(one_page)
+    assert seen == [(3, 30)]
+    # A batch of 20 rows: the first two pages, then the third (the short one).
+    monkeypatch.setattr("billing_integration.sync.pull.PULL_BATCH_ROWS", 20)
+    seen.clear()
+    again = pull_customers(progress=lambda _, total: seen.append((total.pages, total.total)))
+    assert (again.unchanged, again.pages) == (30, 3) and seen == [(2, 20), (3, 30)]
+
+
 def test_local_pending_changes_are_not_overwritten(small_pages):
     small_pages.seed(customers=2)
     pull_customers()
