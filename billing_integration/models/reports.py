@@ -24,6 +24,14 @@ __all__ = [
 ]
 
 EPSILON = timedelta(microseconds=1)
+#: The fields of a subscription that give the months it counts in (``touch_reports``).
+SUBSCRIPTION_INSTANTS = (
+    "remote_created",
+    "created_at",
+    "remote_updated",
+    "cycle_end_date",
+    "trial_end_date",
+)
 COUNT_FIELDS = (
     "active_start",
     "active_end",
@@ -213,7 +221,9 @@ def mark_reports_dirty(*instants: datetime | date | None, using: str = "default"
 
 def touch_reports(objs: Iterable[models.Model], using: str = "default") -> None:
     """Mark dirty the months that saved or deleted subscriptions, payments or refunds count
-    in: from a subscription's start, end or trial end; a payment's or refund's date, and the
+    in, and counted in before the change: from a subscription's start, end or trial end, as
+    they are and as they were when it was read or last marked (``report_instants``: an end or
+    a trial end may lie before the start); a payment's or refund's date, and the
     trial ends a payment may convert (``reporting.metrics.trial_history``): its
     subscription's, and those of its customer's subscriptions for its product that started
     by its date. At most one query to find the earliest of those trial ends, then
@@ -227,8 +237,10 @@ def touch_reports(objs: Iterable[models.Model], using: str = "default") -> None:
     bought: dict[tuple[int, int], datetime] = {}
     for obj in objs:
         if isinstance(obj, Subscription):
-            instants += [obj.remote_created, obj.created_at, obj.remote_updated]
-            instants += [obj.cycle_end_date, obj.trial_end_date]
+            current = tuple(getattr(obj, name) for name in SUBSCRIPTION_INSTANTS)
+            # and the months it counted in before this change (as read or last saved)
+            instants += [*current, *obj.report_instants]
+            obj.report_instants = current
         elif isinstance(obj, (Payment, Refund)):
             instants.append(obj.remote_created or obj.created_at)
             if isinstance(obj, Payment):

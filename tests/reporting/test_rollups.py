@@ -286,6 +286,43 @@ def test_a_payment_marks_the_month_of_the_trial_it_converts_through_the_customer
         assert_equal_to_the_definition(period, customers=False)
 
 
+def test_a_change_marks_the_months_a_subscription_counted_in_before_it():
+    """A trial end before the start counts in an earlier month than the start: moving it
+    marks that month dirty too, whether the subscription was read from the database or is
+    the instance last saved."""
+    world = build_world()
+    start = dt(2024, 11, 10)
+    sub = Subscription.objects.create(
+        product=world.p1,
+        customer=world.customers["c1"],
+        selected_billing_cycle="months-1",
+        selected_currency="XOF",
+        remote_id=uuid.uuid4(),
+        remote_created=start,
+        status="published",
+        trial_end_date=start - timedelta(days=15),  # October 26
+    )
+    period = Period(now=NOW, months=15)
+    october = (world.p1.pk, "XOF", "2024-10")
+    refresh(NOW)
+    assert from_rollups(period)[october]["trials_ended"] == oracle(period)[october]["trials_ended"]
+    read = Subscription.objects.get(pk=sub.pk)  # read: the October trial end is known
+    read.trial_end_date = None
+    read.save()
+    assert ReportState.objects.get(name=ReportState.DIRTY).month == date(2024, 10, 1)
+    refresh(NOW)
+    assert_equal_to_the_definition(period, customers=False)
+    sub.trial_end_date = start - timedelta(days=40)  # the instance saved first: October again
+    sub.save()
+    refresh(NOW)
+    assert_equal_to_the_definition(period, customers=False)
+    sub.trial_end_date = start  # and back (the instance knows the month it last marked)
+    sub.save()
+    assert ReportState.objects.get(name=ReportState.DIRTY).month == date(2024, 10, 1)
+    refresh(NOW)
+    assert_equal_to_the_definition(period, customers=False)
+
+
 # --- randomised histories --------------------------------------------------------------------
 ZONES = ("UTC", "America/Sao_Paulo", "Europe/Paris")
 BASE = datetime(2025, 6, 1, tzinfo=UTC)
