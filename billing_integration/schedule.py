@@ -12,6 +12,8 @@ from typing import Any
 #: How old a finished event delivery gets before the daily prune deletes it (the default of the
 #: ``older_than`` keyword of ``billing_integration.prune_events`` and ``billing_prune_events``).
 PRUNE_OLDER_THAN = "90d"
+#: The closed months the hourly reconciliation of the reporting rollups recomputes.
+RECONCILED_MONTHS = 2
 
 
 def beat_schedule(
@@ -24,12 +26,15 @@ def beat_schedule(
     prune_older_than: str | int = PRUNE_OLDER_THAN,
     reports_every: float = 60.0,
     plans_every: float = 3600.0,
+    reconcile_every: float = 3600.0,
 ) -> dict[str, Any]:
     """The sweep of outbox entries whose message was lost, the periodic pull, the sweep of
     received events whose message was lost, the event log's pruning (of the finished deliveries
     older than ``prune_older_than``: ``"90d"``, ``"12h"``, ``"30m"`` or seconds, its entry's
     ``kwargs``), the sweep of notices never queued, the trial-ending notices, the refresh of the
-    reporting rollups and the check for two plans of a group renewing."""
+    reporting rollups, their reconciliation (the last ``RECONCILED_MONTHS`` closed months
+    recomputed whether a change marked them or not) and the check for two plans of a group
+    renewing."""
     entries = {
         "billing-drain-outbox": ("drain_outbox", drain_every),
         "billing-sync-all": ("sync_all", sync_every),
@@ -38,6 +43,7 @@ def beat_schedule(
         "billing-sweep-notices": ("sweep_notices", notices_every),
         "billing-trial-notices": ("notify_trials_ending", trials_every),
         "billing-refresh-report-rollups": ("refresh_report_rollups", reports_every),
+        "billing-reconcile-report-rollups": ("refresh_report_rollups", reconcile_every),
         "billing-doubled-plans": ("alert_doubled_plans", plans_every),
     }
     schedule: dict[str, Any] = {
@@ -49,11 +55,12 @@ def beat_schedule(
         for key, (task, every) in entries.items()
     }
     schedule["billing-prune-events"]["kwargs"] = {"older_than": prune_older_than}
+    schedule["billing-reconcile-report-rollups"]["kwargs"] = {"recent_months": RECONCILED_MONTHS}
     return schedule
 
 
 #: Every minute the sweeps of lost outbox and event messages and the refresh of the reporting
 #: rollups, every hour the pull, every day the pruning (of deliveries older than 90 days), every
-#: 5 minutes the sweep of unsent notices, every hour the trial notices and the check for two
-#: plans renewing.
+#: 5 minutes the sweep of unsent notices, every hour the trial notices, the check for two
+#: plans renewing and the reconciliation of the reporting rollups' last two closed months.
 BEAT_SCHEDULE: dict[str, Any] = beat_schedule()

@@ -216,12 +216,17 @@ class Refreshed:
 
 
 def refresh(
-    now: datetime | None = None, *, full: bool = False, batch_months: int = BATCH_MONTHS
+    now: datetime | None = None,
+    *,
+    full: bool = False,
+    recent_months: int = 0,
+    batch_months: int = BATCH_MONTHS,
 ) -> Refreshed | None:
     """Bring the rollups up to date for ``now`` (default: now): recompute the dirty months,
-    the months closed since the last refresh, or every month (``full``), in batches of
-    ``batch_months``. ``None`` when another refresh holds the rollups. Event processing is
-    never blocked: it only marks months dirty, on another row."""
+    the months closed since the last refresh, the last ``recent_months`` closed months
+    whether marked or not (the periodic reconciliation), or every month (``full``), in
+    batches of ``batch_months``. ``None`` when another refresh holds the rollups. Event
+    processing is never blocked: it only marks months dirty, on another row."""
     now = now or timezone.now()
     basis = basis_of(now)
     end = basis.date()
@@ -238,6 +243,8 @@ def refresh(
                 mark_reports_dirty(dirty)
                 return None
             candidates = [dirty]
+            if recent_months > 0:
+                candidates.append(_add_months(end, -recent_months))
             if full or state.month is None or state.month > end:
                 candidates.append(earliest_month(end))
             elif state.month < end:

@@ -146,6 +146,36 @@ def test_the_report_reads_the_rollups_and_a_change_marks_its_month_dirty():
     assert from_rollups(period) == oracle(period)
 
 
+def test_the_reconciliation_recomputes_the_last_closed_months_whatever_was_marked():
+    """A change no hook saw (a queryset update) stays in the rollups until the hourly
+    reconciliation recomputes the last closed months, marked or not."""
+    world = build_world()
+    refresh(NOW)
+    period = Period(now=NOW)
+    march = world.payments["PM1"]  # 2025-03-03
+    Payment.objects.filter(pk=march.pk).update(amount=Decimal(1))
+    assert refresh(NOW).months == 0  # nothing marked: nothing recomputed
+    assert from_rollups(period) != oracle(period)
+    done = refresh(NOW, recent_months=2)  # April and May: March stays as it was
+    assert (done.first, done.months) == (date(2025, 4, 1), 2)
+    assert from_rollups(period) != oracle(period)
+    done = refresh(NOW, recent_months=4)
+    assert (done.first, done.months) == (date(2025, 2, 1), 4)
+    assert from_rollups(period) == oracle(period)
+
+
+def test_the_beat_schedule_reconciles_the_last_closed_months_every_hour():
+    from billing_integration.reporting.tasks import refresh_report_rollups
+    from billing_integration.schedule import BEAT_SCHEDULE, RECONCILED_MONTHS
+
+    entry = BEAT_SCHEDULE["billing-reconcile-report-rollups"]
+    assert entry["task"] == refresh_report_rollups.name
+    assert (entry["schedule"], entry["kwargs"]) == (3600.0, {"recent_months": RECONCILED_MONTHS})
+    with patch.object(rollups, "refresh", return_value=None) as called:
+        refresh_report_rollups(**entry["kwargs"])
+    called.assert_called_once_with(recent_months=RECONCILED_MONTHS)
+
+
 def test_the_next_month_is_computed_when_it_closes_and_a_lapsed_trial_is_corrected_live():
     world = build_world()
     refresh(NOW)
