@@ -641,7 +641,14 @@ def customer_summary(period: Period, limit: int | None = 25) -> Rows:
 def _mrr(counts: Rows, prices: Prices) -> Rows:
     return metrics.with_mrr(
         [
-            {**r, "new": 0, "reactivated": 0, "cancellations": 0, "active_start": 0, "active_end": 0}
+            {
+                **r,
+                "new": 0,
+                "reactivated": 0,
+                "cancellations": 0,
+                "active_start": 0,
+                "active_end": 0,
+            }
             for r in counts
         ],
         prices,

@@ -165,9 +165,7 @@ def reactivated(period: Period) -> dict[tuple, int]:
         if month is None or s["customer_id"] is None:
             continue
         t = s["started"]
-        earlier = [
-            o for o in theirs[s["customer_id"]] if o["pk"] != s["pk"] and o["started"] <= t
-        ]
+        earlier = [o for o in theirs[s["customer_id"]] if o["pk"] != s["pk"] and o["started"] <= t]
         churned = any(o["ended"] is not None and o["ended"] <= t for o in earlier)
         holding = any(o["ended"] is None or o["ended"] > t for o in earlier)
         if churned and not holding:
