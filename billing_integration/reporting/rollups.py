@@ -663,7 +663,8 @@ def _lapsed_in_trial(period: Period, basis: datetime) -> Rows:
     """The change, for the closed months, between the active rule judged at the rollups' basis
     and at ``period.now``: a cycle that ended before the month whose trial ended since, and
     the reactivations of its customer's later subscriptions (it ended, so it no longer holds
-    them back). Rare: one query, four more only when there is one."""
+    them back). Rare: one query, five more only when there is one (the prices, then both sets
+    judged at both instants)."""
     if period.now <= basis or period.start >= basis:
         return []
     qs = Subscription.objects.filter(
