@@ -1,7 +1,8 @@
 """The rollups give the figures of the definition (``reference.py``, the from-scratch queries)
 for every month: on the hand-made edge cases, and over randomised histories applied as a
 worker would (saves, so the change hooks run) with events out of order, replays, subscriptions
-that change product, cycle or currency, late payments for closed months, instants on month
+that change product, cycle or currency, customers coming back after churning (reactivated),
+late payments for closed months, instants on month
 boundaries, and a time zone with daylight saving time; and the customers at risk, as of each
 refresh, equal to the live query (``reference.customers_at_risk``) for every filter, with
 invoices, several customers and the rollups' bound reached. Runs on SQLite and PostgreSQL."""
