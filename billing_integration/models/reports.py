@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from datetime import date, datetime, timedelta
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import Min, Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -24,6 +24,14 @@ __all__ = [
 ]
 
 EPSILON = timedelta(microseconds=1)
+#: The fields of a subscription that give the months it counts in (``touch_reports``).
+SUBSCRIPTION_INSTANTS = (
+    "remote_created",
+    "created_at",
+    "remote_updated",
+    "cycle_end_date",
+    "trial_end_date",
+)
 COUNT_FIELDS = (
     "active_start",
     "active_end",
@@ -216,25 +224,44 @@ def mark_reports_dirty(*instants: datetime | date | None, using: str = "default"
 
 def touch_reports(objs: Iterable[models.Model], using: str = "default") -> None:
     """Mark dirty the months that saved or deleted subscriptions, payments or refunds count
-    in: from a subscription's start, end or trial end; a payment's or refund's date, and the
-    trial end of a payment's subscription (a completed payment converts a trial). At most
-    one query to find those trial ends, then ``mark_reports_dirty``."""
+    in, and counted in before the change: from a subscription's start, end or trial end, as
+    they are and as they were when it was read or last marked (``report_instants``: an end or
+    a trial end may lie before the start); a payment's or refund's date, and the
+    trial ends a payment may convert (``reporting.metrics.trial_history``): its
+    subscription's, and those of its customer's subscriptions for its product that started
+    by its date. At most one query to find the earliest of those trial ends, then
+    ``mark_reports_dirty``."""
     from .records import Payment, Refund
     from .subscriptions import Subscription
 
     instants: list[datetime | None] = []
     subscriptions: set[int] = set()
+    # (customer, product) -> the latest date of a payment of theirs
+    bought: dict[tuple[int, int], datetime] = {}
     for obj in objs:
         if isinstance(obj, Subscription):
-            instants += [obj.remote_created, obj.created_at, obj.remote_updated]
-            instants += [obj.cycle_end_date, obj.trial_end_date]
+            current = tuple(getattr(obj, name) for name in SUBSCRIPTION_INSTANTS)
+            # and the months it counted in before this change (as read or last saved)
+            instants += [*current, *obj.report_instants]
+            obj.report_instants = current
         elif isinstance(obj, (Payment, Refund)):
             instants.append(obj.remote_created or obj.created_at)
-            if isinstance(obj, Payment) and obj.subscription_id is not None:
-                subscriptions.add(obj.subscription_id)
-    if subscriptions:
-        trial_ends = Subscription.objects.using(using).filter(
-            pk__in=subscriptions, trial_end_date__isnull=False
+            if isinstance(obj, Payment):
+                if obj.subscription_id is not None:
+                    subscriptions.add(obj.subscription_id)
+                at = obj.remote_created
+                if obj.customer_id is not None and obj.product_id is not None and at:
+                    key = (obj.customer_id, obj.product_id)
+                    bought[key] = max(at, bought.get(key, at))
+    converted = Q(pk__in=subscriptions) if subscriptions else Q()
+    for (customer, product), at in bought.items():
+        converted |= Q(customer_id=customer, product_id=product, remote_created__lte=at)
+        converted |= Q(
+            customer_id=customer, product_id=product, remote_created=None, created_at__lte=at
         )
-        instants += trial_ends.order_by().values_list("trial_end_date", flat=True)
+    if converted:
+        trial_ends = Subscription.objects.using(using).filter(
+            converted, trial_end_date__isnull=False
+        )
+        instants.append(trial_ends.order_by().aggregate(first=Min("trial_end_date"))["first"])
     mark_reports_dirty(*instants, using=using)

@@ -6,6 +6,7 @@ the cycle has not ended, or the trial has not; or the grace period (``in_grace_p
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -21,6 +22,7 @@ from ..exceptions import BillingConfigurationError
 from .base import RemoteObject
 from .customers import Customer
 from .products import Product
+from .reports import SUBSCRIPTION_INSTANTS
 
 __all__ = ["CheckoutSession", "Report", "Subscription", "active_q", "active_statuses"]
 __all__ += ["grace_q", "grants_access", "in_grace_period", "is_known_status", "unknown_status_q"]
@@ -179,6 +181,9 @@ class Subscription(RemoteObject):
     objects = SubscriptionQuerySet.as_manager()
     #: Set by ``start_trial``: True when a trial in progress is returned (a repeated request).
     reused = False
+    #: ``SUBSCRIPTION_INSTANTS`` as read from the database or last marked by ``touch_reports``:
+    #: the months the row counted in before a change, which that change marks dirty too.
+    report_instants: tuple[datetime | None, ...] = ()
 
     class Meta:
         ordering = ["-created_at", "pk"]
@@ -208,6 +213,15 @@ class Subscription(RemoteObject):
                 name="subscription_failed_payment",
             ),
         ]
+
+    @classmethod
+    def from_db(
+        cls, db: str | None, field_names: Collection[str], values: Collection[Any], **kw: Any
+    ) -> Subscription:
+        instance = super().from_db(db, field_names, values, **kw)
+        loaded = instance.__dict__  # the fields read (a deferred one is not loaded for this)
+        instance.report_instants = tuple(loaded.get(name) for name in SUBSCRIPTION_INSTANTS)
+        return instance
 
     def __str__(self) -> str:
         product = self.product or self.product_remote_id

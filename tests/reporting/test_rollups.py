@@ -21,7 +21,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
-from hypothesis import HealthCheck, Phase, event, given, settings, target
+from hypothesis import HealthCheck, Phase, event, example, given, settings, target
 from hypothesis import strategies as st
 
 from billing_integration.models import (
@@ -232,15 +232,114 @@ def test_the_hooks_add_a_constant_number_of_statements_per_saved_record():
                 product=world.p1,
             )
         counts.append(sum("report" in q["sql"] or "trial_end" in q["sql"] for q in ctx))
-    # the subscription's trial end, the UPDATE of the dirty month (that matches nothing once
-    # the month is as early)
+    # the earliest trial end the payment may convert, the UPDATE of the dirty month (that
+    # matches nothing once the month is as early)
     assert counts == [2, 2, 2]
     assert ReportState.objects.get(name=ReportState.DIRTY).month == date(2025, 5, 1)
+
+
+def test_a_payment_marks_the_month_of_the_trial_it_converts_through_the_customer_and_product():
+    """Issue 25: a completed payment converts the trials of its customer for its product that
+    started before it (``metrics.trial_history``), not only its own subscription's: its save
+    marks the month such a trial ended in, or that month keeps the trial unconverted."""
+    world = build_world()
+    customer = Customer.objects.create(identifier="t25", remote_id=uuid.uuid4())
+    Subscription.objects.create(  # a trial that ended in June 2024, never paid for itself
+        product=world.p2,
+        customer=customer,
+        selected_billing_cycle="months-1",
+        selected_currency="usd",
+        remote_id=uuid.uuid4(),
+        remote_created=dt(2024, 5, 21, 11),
+        status="expired",
+        remote_updated=dt(2024, 12, 24, 21),
+        trial_end_date=dt(2024, 6, 17, 11),
+        cycle_end_date=dt(2024, 11, 10, 11),
+    )
+    later = Subscription.objects.create(  # another subscription of the customer, later
+        product=world.p2,
+        customer=customer,
+        selected_billing_cycle="months-3",
+        selected_currency="XOF",
+        remote_id=uuid.uuid4(),
+        remote_created=dt(2024, 7, 20),
+        status="published",
+        trial_end_date=dt(2024, 7, 26),
+    )
+    with timezone.override("Europe/Paris"):
+        refresh(NOW)
+        period = Period(now=NOW, months=15)
+        june = (world.p2.pk, "USD", "2024-06")
+        assert "trials_converted" not in from_rollups(period)[june]
+        Payment.objects.create(  # paid in August for the later subscription: converts both
+            remote_id=uuid.uuid4(),
+            remote_created=dt(2024, 8, 1, 0),
+            status="completed",
+            amount=Decimal(5000),
+            currency="XOF",
+            customer=customer,
+            subscription=later,
+            product=world.p2,
+        )
+        assert ReportState.objects.get(name=ReportState.DIRTY).month == date(2024, 6, 1)
+        refresh(NOW)
+        assert from_rollups(period)[june]["trials_converted"] == 1
+        assert_equal_to_the_definition(period, customers=False)
+
+
+def test_a_change_marks_the_months_a_subscription_counted_in_before_it():
+    """A trial end before the start counts in an earlier month than the start: moving it
+    marks that month dirty too, whether the subscription was read from the database or is
+    the instance last saved."""
+    world = build_world()
+    start = dt(2024, 11, 10)
+    sub = Subscription.objects.create(
+        product=world.p1,
+        customer=world.customers["c1"],
+        selected_billing_cycle="months-1",
+        selected_currency="XOF",
+        remote_id=uuid.uuid4(),
+        remote_created=start,
+        status="published",
+        trial_end_date=start - timedelta(days=15),  # October 26
+    )
+    period = Period(now=NOW, months=15)
+    october = (world.p1.pk, "XOF", "2024-10")
+    refresh(NOW)
+    assert from_rollups(period)[october]["trials_ended"] == oracle(period)[october]["trials_ended"]
+    read = Subscription.objects.get(pk=sub.pk)  # read: the October trial end is known
+    read.trial_end_date = None
+    read.save()
+    assert ReportState.objects.get(name=ReportState.DIRTY).month == date(2024, 10, 1)
+    refresh(NOW)
+    assert_equal_to_the_definition(period, customers=False)
+    sub.trial_end_date = start - timedelta(days=40)  # the instance saved first: October again
+    sub.save()
+    refresh(NOW)
+    assert_equal_to_the_definition(period, customers=False)
+    sub.trial_end_date = start  # and back (the instance knows the month it last marked)
+    sub.save()
+    assert ReportState.objects.get(name=ReportState.DIRTY).month == date(2024, 10, 1)
+    refresh(NOW)
+    assert_equal_to_the_definition(period, customers=False)
 
 
 # --- randomised histories --------------------------------------------------------------------
 ZONES = ("UTC", "America/Sao_Paulo", "Europe/Paris")
 BASE = datetime(2025, 6, 1, tzinfo=UTC)
+
+#: The fields the subscriptions of the issue 25 example share.
+ISSUE_25 = {
+    "product": 1,
+    "cycle": "months-1",
+    "currency": "XOF",
+    "status": "expired",
+    "ended": None,
+    "trial_days": None,
+    "cycle_days": None,
+    "customer": 0,
+    "last_payment": None,
+}
 
 
 @st.composite
@@ -363,6 +462,54 @@ def assert_at_risk_equal_to_the_definition(refreshed: datetime, products: list[A
     starts=st.lists(instants(), min_size=4, max_size=4),
     ops=st.lists(operations, min_size=1, max_size=25),
     now_shift=st.sampled_from([0, 1, 14 * 24 * 3600 + 7]),
+)
+@example(  # issue 25: the August payment converts the June trial (same customer, product)
+    zone="Europe/Paris",
+    starts=[
+        datetime(2024, 5, 21, 11, tzinfo=UTC),
+        datetime(2024, 8, 19, tzinfo=UTC),
+        datetime(2025, 6, 1, tzinfo=UTC),
+        datetime(2024, 11, 1, tzinfo=UTC),
+    ],
+    ops=[
+        ("subscription", 0, {**ISSUE_25, "trial_days": 27, "cycle_days": 173, "currency": "usd"}),
+        (
+            "subscription",
+            2,
+            {
+                **ISSUE_25,
+                "status": "published",
+                "cycle": "months-3",
+                "ended": datetime(2024, 9, 1, tzinfo=UTC),
+                "trial_days": 6,
+            },
+        ),
+        ("refund", 0, {"status": "approved", "days": 35}),
+        ("refund", 1, {"status": "approved", "days": 109}),
+        (
+            "subscription",
+            1,
+            {
+                **ISSUE_25,
+                "cycle": "months-3",
+                "currency": "usd",
+                "ended": datetime(2024, 12, 24, 21, tzinfo=UTC),
+            },
+        ),
+        ("refresh", 0, {}),
+        ("refund", 3, {"status": "approved", "days": 131}),
+        ("refund", 1, {"status": "initiated", "days": 1}),
+        (
+            "payment",
+            2,
+            {
+                "at": datetime(2024, 8, 1, tzinfo=UTC),
+                "amount": Decimal(5000),
+                "status": "completed",
+            },
+        ),
+    ],
+    now_shift=1,
 )
 def test_randomised_histories_give_the_definition(catalogue, zone, starts, ops, now_shift):
     for model in (Refund, Payment, Invoice, Subscription, ReportMonth, ReportState):
