@@ -56,7 +56,8 @@ def table_context(table: Table) -> dict[str, Any]:
 
 
 def charts(report: ReportData) -> list[dict[str, Any]]:
-    """Per currency: MRR, new vs cancellations, churn rate, payments completed vs failed."""
+    """Per currency: MRR, new (and reactivated) vs cancellations, churn rate, payments
+    completed vs failed."""
     out = []
     months = report.months
     for currency in report.currencies:
@@ -75,7 +76,11 @@ def charts(report: ReportData) -> list[dict[str, Any]]:
             bar_chart(
                 title(gettext("New subscriptions and cancellations (%(currency)s)")),
                 months,
-                {gettext("new"): series("new"), gettext("cancellations"): series("cancellations")},
+                {
+                    gettext("new"): series("new"),
+                    gettext("reactivated"): series("reactivated"),
+                    gettext("cancellations"): series("cancellations"),
+                },
             ),
             line_chart(
                 title(gettext("Churn rate (%(currency)s)")),

@@ -36,6 +36,7 @@ COUNT_FIELDS = (
     "active_start",
     "active_end",
     "new",
+    "reactivated",
     "cancellations",
     "paying_end",
     "trials_ended",
@@ -70,6 +71,8 @@ class ReportMonth(models.Model):
     active_start = _count()
     active_end = _count()
     new = _count()
+    #: among ``new``: customers coming back after churning (``metrics.came_back``)
+    reactivated = _count()
     cancellations = _count()
     paying_end = _count()
     trials_ended = _count()

@@ -130,6 +130,23 @@ def ended_at(now: datetime) -> Case:
     )
 
 
+def came_back(at: datetime) -> Q:
+    """A *reactivated* subscription (``started`` annotated): its customer had another
+    subscription (any product) that started and ended at or before its start, and none
+    active at its start (started at or before it and not ended at it): a customer coming
+    back after churning. ``at``: the instant the end rule is judged at (``ended_at``). Two
+    ``EXISTS`` on the customer's other subscriptions (the ``customer`` index)."""
+    others = (
+        Subscription.objects.annotate(started=started_at(), ended=ended_at(at))
+        .filter(customer_id=OuterRef("customer_id"), started__lte=OuterRef("started"))
+        .exclude(pk=OuterRef("pk"))
+        .order_by()
+    )
+    churned = others.filter(ended__lte=OuterRef("started"))
+    holding = others.filter(Q(ended__isnull=True) | Q(ended__gt=OuterRef("started")))
+    return Q(Exists(churned)) & ~Q(Exists(holding))
+
+
 def active_at(t: datetime) -> Q:
     return Q(started__lte=t) & (Q(ended__isnull=True) | Q(ended__gt=t))
 
@@ -298,8 +315,9 @@ class PointsBefore(Func):
 
 
 def subscription_history(period: Period, prices: Prices | None = None) -> Rows:
-    """Per product, currency and month: active at its start, new, cancellations and MRR at its
-    end. One query buckets each subscription against the month boundaries."""
+    """Per product, currency and month: active at its start, new (and reactivated among
+    them), cancellations and MRR at its end. One query buckets each subscription against the
+    month boundaries."""
     return with_mrr(subscription_counts(period), price_table() if prices is None else prices)
 
 
@@ -309,7 +327,7 @@ def with_mrr(counts: Rows, prices: Prices) -> Rows:
     out: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in counts:
         key = (r["product_id"], r["currency"], r["month"])
-        names = ("active_start", "active_end", "new", "cancellations")
+        names = ("active_start", "active_end", "new", "reactivated", "cancellations")
         row = out.setdefault(key, _row(key, *names, mrr=0))
         for name in names:
             row[name] += r[name]
@@ -324,9 +342,12 @@ def subscription_counts(
     period: Period, qs: QuerySet[Any] | None = None, at: datetime | None = None
 ) -> Rows:
     """Per product, billing cycle, currency and month: active at its start and at its end,
-    new, cancellations, and paying (active and out of trial) at its end. One query buckets
-    each subscription against the month boundaries. ``qs``: these subscriptions only; ``at``:
-    the instant the active rule is judged at (default: the period's end)."""
+    new, reactivated (``came_back``, among the new), cancellations, and paying (active and
+    out of trial) at its end. One query buckets each subscription against the month
+    boundaries; only the subscriptions started in the period (an index range) are checked
+    for reactivation. ``qs``: these subscriptions only (their customers' other
+    subscriptions all count for reactivation); ``at``: the instant the active rule is judged
+    at (default: the period's end)."""
     bounds = period.bounds()
     points = [start for start, _end in bounds] + [period.now]
     first = points[0]
@@ -335,9 +356,10 @@ def subscription_counts(
     up = partial(PointsBefore, points=points, inclusive=False, null=len(points))
     month = partial(PointsBefore, points=points, inclusive=True, null=len(points))
 
+    at = at or period.now
     qs = _subscriptions(period, qs).annotate(
         started=started_at(),
-        ended=ended_at(at or period.now),
+        ended=ended_at(at),
         out_of_trial=Greatest(
             started_at(), Coalesce("trial_end_date", started_at()), output_field=DateTimeField()
         ),
@@ -361,10 +383,14 @@ def subscription_counts(
             up=zero,
             month=zero,
             paying=zero,
+            back=zero,
         ),
-        # started in the period, or before it with a trial ending in it: an index range each
-        qs.filter(started__gte=first).annotate(**starts),
-        qs.filter(started__lt=first, trial_end_date__gt=first).annotate(**starts),
+        # started in the period, or before it with a trial ending in it: an index range each;
+        # back 1: a reactivated one (new in the period: checked for these only)
+        qs.filter(started__gte=first).annotate(
+            **starts, back=Case(When(came_back(at), then=Value(1)), default=zero)
+        ),
+        qs.filter(started__lt=first, trial_end_date__gt=first).annotate(**starts, back=zero),
         qs.filter(ended__isnull=False)
         .exclude(quiet & Q(ended__lt=first))
         .annotate(
@@ -372,10 +398,11 @@ def subscription_counts(
             up=up(Greatest("started", "ended", output_field=DateTimeField())),
             month=month(F("ended")),
             paying=up(Greatest("out_of_trial", "ended", output_field=DateTimeField())),
+            back=zero,
         ),
     ]
     grouped = [
-        b.values(*columns, "up", "month", "paying").annotate(
+        b.values(*columns, "up", "month", "paying", "back").annotate(
             code=Upper(Min("selected_currency")), n=Count("pk")
         )
         for b in branches
@@ -385,11 +412,13 @@ def subscription_counts(
     groups: dict[tuple[Any, ...], dict[str, list[int]]] = {}
     for r in rows:
         key = (r["product_id"], r["selected_billing_cycle"], r["code"])
-        names = ("up0", "up1", "paying0", "paying1", "month0", "month1")
+        names = ("up0", "up1", "paying0", "paying1", "month0", "month1", "back")
         g = groups.setdefault(key, {name: [0] * size for name in names})
         for kind in (0, 1) if r["kind"] == 2 else (r["kind"],):
             for name in ("up", "paying", "month"):
                 g[f"{name}{kind}"][r[name]] += r["n"]
+        if r["back"]:  # by the month it is new in
+            g["back"][r["month"]] += r["n"]
     months = [month_key(start) for start, _end in bounds]
     out: Rows = []
     for (product_id, cycle, currency), g in groups.items():
@@ -406,6 +435,7 @@ def subscription_counts(
                     "active_end": active[i + 1],
                     # month value i + 1: at or after b_i and before b_(i+1)
                     "new": g["month0"][i + 1],
+                    "reactivated": g["back"][i + 1],
                     "cancellations": g["month1"][i + 1],
                     "paying_end": paying[i + 1],
                 }

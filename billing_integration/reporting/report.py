@@ -46,6 +46,7 @@ class Table:
 
 COUNTS = (
     "new",
+    "reactivated",
     "cancellations",
     "trials_ended",
     "trials_converted",
@@ -59,7 +60,11 @@ AMOUNTS = ("mrr", "paid_amount", "failed_amount", "refunded_amount")
 MONTHLY = (*COUNTS, *AMOUNTS, "active_start", "active_end")
 
 PRODUCT, CURRENCY = Column("product", "Product", "text"), Column("currency", "Currency", "text")
-NEW = [Column("new", "New"), Column("cancellations", "Cancellations")]
+NEW = [
+    Column("new", "New"),
+    Column("reactivated", "Reactivated"),
+    Column("cancellations", "Cancellations"),
+]
 #: Trials, payments and refunds of a period: the same columns in the overview and by month.
 FLOW_COLUMNS = [
     Column("trials_ended", "Trials ended"),

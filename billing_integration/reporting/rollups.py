@@ -49,7 +49,14 @@ from .metrics import Period, Prices, Rows, started_at
 logger = logging.getLogger(__name__)
 
 #: The subscription figures of a ``ReportMonth`` row (per cycle).
-SUBSCRIPTION_FIELDS = ("active_start", "active_end", "new", "cancellations", "paying_end")
+SUBSCRIPTION_FIELDS = (
+    "active_start",
+    "active_end",
+    "new",
+    "reactivated",
+    "cancellations",
+    "paying_end",
+)
 #: Months recomputed per batch (one pass over the subscriptions, one range of payments each).
 BATCH_MONTHS = 12
 #: Customers at risk kept per filter (the first by identifier): the dashboard lists 50.
@@ -489,7 +496,7 @@ def closed_months(
     for correction in _lapsed_in_trial(period, basis):
         fixed = out.get((correction["product_id"], correction["currency"], correction["month"]))
         if fixed is not None:
-            for name in ("active_start", "active_end", "cancellations", "mrr"):
+            for name in LAPSE_CORRECTED:
                 fixed[name] += correction[name]
     subscriptions = current_month(period, carried, since)
     if current is not None:
@@ -547,6 +554,7 @@ def current_month(
                 "active_start": steady + new.get("active_start", 0),
                 "active_end": steady + new.get("active_end", 0),
                 "new": new.get("new", 0),
+                "reactivated": new.get("reactivated", 0),
                 "cancellations": new.get("cancellations", 0),
                 "paying_end": paying + new.get("paying_end", 0),
             }
@@ -639,15 +647,31 @@ def customer_summary(period: Period, limit: int | None = 25) -> Rows:
 
 def _mrr(counts: Rows, prices: Prices) -> Rows:
     return metrics.with_mrr(
-        [{**r, "new": 0, "cancellations": 0, "active_start": 0, "active_end": 0} for r in counts],
+        [
+            {
+                **r,
+                "new": 0,
+                "reactivated": 0,
+                "cancellations": 0,
+                "active_start": 0,
+                "active_end": 0,
+            }
+            for r in counts
+        ],
         prices,
     )
 
 
+#: The figures ``_lapsed_in_trial`` corrects.
+LAPSE_CORRECTED = ("active_start", "active_end", "reactivated", "cancellations", "mrr")
+
+
 def _lapsed_in_trial(period: Period, basis: datetime) -> Rows:
     """The change, for the closed months, between the active rule judged at the rollups' basis
-    and at ``period.now``: a cycle that ended before the month whose trial ended since. Rare:
-    one query, two more only when there is one."""
+    and at ``period.now``: a cycle that ended before the month whose trial ended since, and
+    the reactivations of its customer's later subscriptions (it ended, so it no longer holds
+    them back). Rare: one query, five more only when there is one (the prices, then both sets
+    judged at both instants)."""
     if period.now <= basis or period.start >= basis:
         return []
     qs = Subscription.objects.filter(
@@ -662,22 +686,23 @@ def _lapsed_in_trial(period: Period, basis: datetime) -> Rows:
         months=period.months, product=period.product, currency=period.currency, now=basis
     )
     prices = metrics.price_table()
-    before = metrics.with_mrr(metrics.subscription_counts(closed, qs=qs, at=basis), prices)
-    after = metrics.with_mrr(metrics.subscription_counts(closed, qs=qs, at=period.now), prices)
-    old = {(r["product_id"], r["currency"], r["month"]): r for r in before}
-    out = []
-    for r in after:
-        o = old.get((r["product_id"], r["currency"], r["month"]), {})
-        out.append(
-            {
-                **r,
-                **{
-                    k: r[k] - o.get(k, 0)
-                    for k in ("active_start", "active_end", "cancellations", "mrr")
-                },
-            }
+    # the customers' subscriptions: only their reactivation changes (came_back)
+    theirs = Subscription.objects.filter(customer__in=qs.values("customer_id"))
+    out: dict[tuple[Any, ...], dict[str, Any]] = {}
+    own = tuple(n for n in LAPSE_CORRECTED if n != "reactivated")
+    for changed, names in ((qs, own), (theirs, ("reactivated",))):
+        before, after = (
+            metrics.with_mrr(metrics.subscription_counts(closed, qs=changed, at=at), prices)
+            for at in (basis, period.now)
         )
-    return out
+        old = {(r["product_id"], r["currency"], r["month"]): r for r in before}
+        for r in after:
+            key = (r["product_id"], r["currency"], r["month"])
+            o = old.get(key, {})
+            row = out.setdefault(key, {**r, **dict.fromkeys(LAPSE_CORRECTED, 0)})
+            for name in names:
+                row[name] += r[name] - o.get(name, 0)
+    return list(out.values())
 
 
 # --- keeping them up to date -----------------------------------------------------------------

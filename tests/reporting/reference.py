@@ -118,6 +118,7 @@ def subscription_history(period: Period, prices: dict | None = None) -> list[dic
         .annotate(**aggregates)
     )
     prices = price_table() if prices is None else prices
+    back = reactivated(period)
     out: dict[tuple, dict[str, Any]] = {}
     for r in rows:
         key = (r["product_id"], r["selected_billing_cycle"], r["currency"])
@@ -133,6 +134,7 @@ def subscription_history(period: Period, prices: dict | None = None) -> list[dic
                     "active_start": 0,
                     "active_end": 0,
                     "new": 0,
+                    "reactivated": back.get(key, 0),
                     "cancellations": 0,
                     "mrr": Decimal(0),
                 },
@@ -145,6 +147,31 @@ def subscription_history(period: Period, prices: dict | None = None) -> list[dic
     for row in out.values():
         row["mrr"] = money(row["mrr"])
     return sorted(out.values(), key=lambda r: (r["month"], str(r["product_id"]), r["currency"]))
+
+
+def reactivated(period: Period) -> dict[tuple, int]:
+    """Per (product, currency, month): the subscriptions new in the month whose customer had
+    another subscription that started and ended at or before its start, and none active at
+    its start (started at or before it and not ended at it). In Python, from every
+    subscription's start and end (``ended_at(period.now)``), customer by customer."""
+    every = Subscription.objects.annotate(started=started_at(), ended=ended_at(period.now))
+    theirs: dict[Any, list[dict[str, Any]]] = {}
+    for s in every.values("pk", "customer_id", "started", "ended"):
+        theirs.setdefault(s["customer_id"], []).append(s)
+    shown = _subscriptions(period).annotate(started=started_at())
+    out: dict[tuple, int] = {}
+    for s in shown.values("pk", "customer_id", "product_id", "currency", "started"):
+        month = next((a for a, b in period.bounds() if a <= s["started"] < b), None)
+        if month is None or s["customer_id"] is None:
+            continue
+        t = s["started"]
+        earlier = [o for o in theirs[s["customer_id"]] if o["pk"] != s["pk"] and o["started"] <= t]
+        churned = any(o["ended"] is not None and o["ended"] <= t for o in earlier)
+        holding = any(o["ended"] is None or o["ended"] > t for o in earlier)
+        if churned and not holding:
+            key = (s["product_id"], s["currency"], month_key(month))
+            out[key] = out.get(key, 0) + 1
+    return out
 
 
 def trial_history(period: Period) -> list[dict[str, Any]]:

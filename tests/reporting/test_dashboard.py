@@ -51,6 +51,9 @@ def test_dashboard_renders_charts_and_numbers(staff, world, pinned):
     assert "MRR (XOF)" in html and "Payments (USD)" in html
     assert '<td class="num">XOF\xa014,500</td>' in html  # XOF MRR in the tables, no minor units
     assert '<strong class="kpi-mrr">XOF\xa014,500</strong>' in html  # ... and beside the charts
+    # C3 back in June (S8) after S3 ended in March: one reactivated, in XOF
+    assert '<strong class="kpi-reactivated">1</strong>' in html
+    assert '<th scope="col">Reactivated</th>' in html
     assert "14500.00" not in html
     assert "25.0%" in html  # XOF churn of 2025-04
     assert 'id="table-at_risk"' in html and "Customers at risk (3)" in html
@@ -289,3 +292,13 @@ def test_the_customers_at_risk_are_those_of_the_last_refresh(staff, pinned):
     html = response.content.decode()
     assert "Customers at risk (1)" in html and "As of 2025-06-15 12:00" in html
     assert [r["reasons"] for r in response.context["report"].at_risk] == ["unpaid invoice"]
+
+
+def test_the_reactivated_label_is_translated():
+    from django.utils import translation
+
+    with translation.override("fr"):
+        assert (translation.gettext("Reactivated"), translation.gettext("reactivated")) == (
+            "Réactivés",
+            "réactivés",
+        )

@@ -1,7 +1,8 @@
 """The rollups give the figures of the definition (``reference.py``, the from-scratch queries)
 for every month: on the hand-made edge cases, and over randomised histories applied as a
 worker would (saves, so the change hooks run) with events out of order, replays, subscriptions
-that change product, cycle or currency, late payments for closed months, instants on month
+that change product, cycle or currency, customers coming back after churning (reactivated),
+late payments for closed months, instants on month
 boundaries, and a time zone with daylight saving time; and the customers at risk, as of each
 refresh, equal to the live query (``reference.customers_at_risk``) for every filter, with
 invoices, several customers and the rollups' bound reached. Runs on SQLite and PostgreSQL."""
@@ -20,7 +21,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
-from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import HealthCheck, Phase, event, example, given, settings, target
 from hypothesis import strategies as st
 
 from billing_integration.models import (
@@ -430,6 +431,19 @@ operations = st.one_of(
             }
         ),
     ),
+    # the subscription of a slot (made when missing) ends and its customer subscribes again
+    # (another slot, from 4): a reactivation, unless the customer holds another one then
+    st.tuples(
+        st.just("return"),
+        st.integers(0, 3),
+        st.fixed_dictionaries(
+            {
+                "lasted": st.integers(0, 200),
+                "gap": st.sampled_from([timedelta(0), timedelta(hours=1), timedelta(days=40)]),
+                "product": st.sampled_from([0, 1, None]),
+            }
+        ),
+    ),
     st.tuples(st.just("replay"), st.integers(0, 50), st.just({})),
     st.tuples(st.just("refresh"), st.just(0), st.just({})),
 )
@@ -471,7 +485,7 @@ def assert_at_risk_equal_to_the_definition(refreshed: datetime, products: list[A
     max_examples=int(os.environ.get("ROLLUP_EXAMPLES", "40")),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target],
 )
 @given(
     zone=st.sampled_from(ZONES),
@@ -560,6 +574,31 @@ def test_randomised_histories_give_the_definition(catalogue, zone, starts, ops, 
                 sub.save()
                 subs[slot] = sub
                 saved.append(sub)
+            elif kind == "return":
+                sub = subs.get(slot) or Subscription(
+                    customer=people[slot],
+                    remote_id=uuid.uuid4(),
+                    remote_created=starts[slot],
+                    product=products[0],
+                    selected_billing_cycle="months-1",
+                    selected_currency="XOF",
+                )
+                subs[slot] = sub
+                sub.status = "expired"
+                sub.remote_updated = sub.remote_created + timedelta(days=state["lasted"])
+                sub.save()
+                again = Subscription.objects.create(
+                    customer=sub.customer,
+                    remote_id=uuid.uuid4(),
+                    remote_created=sub.remote_updated + state["gap"],
+                    product=None if state["product"] is None else products[state["product"]],
+                    selected_billing_cycle="months-1",
+                    selected_currency=sub.selected_currency,
+                    status="published",
+                    cycle_end_date=sub.remote_updated + timedelta(days=60),
+                )
+                subs[4 + slot] = again
+                saved += [sub, again]
             elif kind == "payment" and slot in subs:
                 sub = subs[slot]
                 payment = Payment.objects.create(
@@ -607,6 +646,10 @@ def test_randomised_histories_give_the_definition(catalogue, zone, starts, ops, 
         refresh(now)
         for period in periods:
             assert_equal_to_the_definition(period)
+        # customers coming back after churning: the search aims for histories that have some
+        back = sum(r["reactivated"] for r in reference.subscription_history(periods[2]))
+        event(f"reactivated: {min(back, 2)}")
+        target(float(back), label="reactivated")
 
 
 @pytest.mark.django_db(transaction=True)
@@ -714,3 +757,92 @@ def test_a_late_record_for_the_current_month_waits_for_the_next_refresh():
     assert from_rollups(period) == oracle(period)
     june = {r["currency"]: r for r in build_report(period).monthly}["XOF"]
     assert june["paid_amount"] >= late.amount
+
+
+# --- reactivated -----------------------------------------------------------------------------
+def _sub(product: Any, customer: Any, start: datetime, **state: Any) -> Subscription:
+    values = {"status": "published", "cycle_end_date": dt(2026, 1, 1), **state}
+    return Subscription.objects.create(
+        product=product,
+        customer=customer,
+        selected_billing_cycle="months-3",
+        selected_currency="XOF",
+        remote_id=uuid.uuid4(),
+        remote_created=start,
+        **values,
+    )
+
+
+def _march(period: Period, *, rollups: bool = True) -> dict[str, Any]:
+    """The Team / XOF row of March 2025, per product."""
+    report = build_report(period, customer_limit=0, at_risk_limit=0, rollups=rollups)
+    rows = [r for r in report.monthly_by_product if r["month"] == "2025-03"]
+    return next(r for r in rows if r["product"] == "Team" and r["currency"] == "XOF")
+
+
+def test_a_customer_coming_back_after_churning_is_reactivated_an_upgrade_is_not(capsys):
+    pro = make_product("Pro", {("months", 1): {1: "5000"}})
+    team = make_product("Team", {("months", 3): {1: "15000"}})
+    back, upgrading, holding = (
+        Customer.objects.create(identifier=i, remote_id=uuid.uuid4()) for i in ("b", "u", "h")
+    )
+    canceled = {"status": "expired", "remote_updated": dt(2025, 2, 5)}
+    # churned in February, back in March on another product: reactivated
+    churned = _sub(pro, back, dt(2025, 1, 10), **canceled)
+    _sub(team, back, dt(2025, 3, 3))
+    # an upgrade: the old subscription ends after the new one starts
+    _sub(pro, upgrading, dt(2025, 1, 10), status="expired", remote_updated=dt(2025, 3, 4))
+    _sub(team, upgrading, dt(2025, 3, 3))
+    # one ended before, another still active at the new one's start
+    _sub(pro, holding, dt(2025, 1, 10), **canceled)
+    _sub(pro, holding, dt(2024, 12, 1))
+    _sub(team, holding, dt(2025, 3, 3))
+    period = Period(now=NOW)
+    live = _march(period, rollups=False)
+    assert (live["new"], live["reactivated"]) == (3, 1)
+    refresh(NOW)
+    assert _march(period) == live
+    assert_equal_to_the_definition(period, customers=False)
+    assert {r["currency"]: r for r in build_report(period).overview if r["product"] == "Team"}[
+        "XOF"
+    ]["reactivated"] == 1
+    # shown: the CSV export and billing_report
+    call_command("billing_report", "--csv", "monthly_by_product", "--at", NOW.isoformat())
+    lines = capsys.readouterr().out.splitlines()
+    header = lines[0].split(",")
+    march = next(line.split(",") for line in lines if line.startswith("2025-03,Team,XOF"))
+    assert march[header.index("reactivated")] == "1"
+    call_command("billing_report", "--at", NOW.isoformat(), "--customers", "0")
+    assert "Reactivated" in capsys.readouterr().out
+    # the earlier subscription of the customer is live again (an event): its months are dirty
+    # (from its start, before the new one's), and the next refresh drops the reactivation
+    churned.status, churned.remote_updated = "published", None
+    churned.save()
+    assert ReportState.objects.get(name=ReportState.DIRTY).month == date(2025, 1, 1)
+    refresh(NOW)
+    assert _march(period)["reactivated"] == 0
+    assert_equal_to_the_definition(period, customers=False)
+    # and deleted: the customer came back after nothing, so not reactivated either
+    churned.delete()
+    refresh(NOW)
+    assert (_march(period)["new"], _march(period)["reactivated"]) == (3, 0)
+
+
+def test_a_reactivation_a_trial_ending_since_the_basis_reveals_is_corrected_live():
+    team = make_product("Team", {("months", 3): {1: "15000"}})
+    customer = Customer.objects.create(identifier="t", remote_id=uuid.uuid4())
+    # a cycle that ended in February while in a trial that ends after the basis (June 1)
+    _sub(
+        team,
+        customer,
+        dt(2025, 1, 10),
+        cycle_end_date=dt(2025, 2, 10),
+        trial_end_date=dt(2025, 6, 10),
+    )
+    _sub(team, customer, dt(2025, 3, 3))
+    refresh(NOW - timedelta(days=10))  # June 5: in trial, so still holding the customer
+    assert ReportMonth.objects.get(month=date(2025, 3, 1)).reactivated == 0
+    assert _march(Period(now=NOW - timedelta(days=10)))["reactivated"] == 0
+    # June 15: the trial has ended, the cycle lapsed in February: back in March
+    assert _march(Period(now=NOW))["reactivated"] == 1
+    assert_equal_to_the_definition(Period(now=NOW), customers=False)
