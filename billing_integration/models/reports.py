@@ -32,13 +32,17 @@ SUBSCRIPTION_INSTANTS = (
     "cycle_end_date",
     "trial_end_date",
 )
-COUNT_FIELDS = (
+#: The subscription figures of a ``ReportMonth`` row (per cycle); the others are on cycle "".
+SUBSCRIPTION_FIELDS = (
     "active_start",
     "active_end",
     "new",
     "reactivated",
     "cancellations",
     "paying_end",
+)
+COUNT_FIELDS = (
+    *SUBSCRIPTION_FIELDS,
     "trials_ended",
     "trials_converted",
     "payments_completed",

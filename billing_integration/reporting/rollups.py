@@ -42,21 +42,12 @@ from ..models import (
     month_of,
     touch_reports,
 )
-from ..models.reports import AMOUNT_FIELDS, COUNT_FIELDS, EPSILON
+from ..models.reports import AMOUNT_FIELDS, COUNT_FIELDS, EPSILON, SUBSCRIPTION_FIELDS
 from . import metrics
 from .metrics import Period, Prices, Rows, started_at
 
 logger = logging.getLogger(__name__)
 
-#: The subscription figures of a ``ReportMonth`` row (per cycle).
-SUBSCRIPTION_FIELDS = (
-    "active_start",
-    "active_end",
-    "new",
-    "reactivated",
-    "cancellations",
-    "paying_end",
-)
 #: Months recomputed per batch (one pass over the subscriptions, one range of payments each).
 BATCH_MONTHS = 12
 #: Customers at risk kept per filter (the first by identifier): the dashboard lists 50.
