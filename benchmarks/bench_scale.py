@@ -1,8 +1,12 @@
 """Pushes in parallel through Celery's own concurrency: a burst of outbox entries pushed by one
-worker with 1, 2, 4 and 8 threads (``--pool threads``), against the sandbox's latency.
+worker with a concurrency of 1, 2, 4 and 8 (``-c``), against the sandbox's latency.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench \\
-        .venv/bin/python benchmarks/bench_scale.py [--objects 500] [--per-object 4] [--rounds 3]
+        .venv/bin/python benchmarks/bench_scale.py [--objects 500] [--per-object 4] [--rounds 3] \\
+        [--pool prefork|threads]
+
+``--pool``: the worker's pool, Celery's default ``prefork`` (that many worker processes) unless
+``threads`` (that many threads in one process, which share its interpreter lock).
 
 The sandbox runs as a process of its own and adds ``--latency`` seconds (default 0.05) to every
 call. A burst is ``objects`` products with ``per-object`` entries each (a create, then PATCHes
@@ -140,6 +144,7 @@ def main() -> int:
     parser.add_argument(
         "--calls", type=int, nargs="+", default=list(CONFIGS), help="configurations (1 always)"
     )
+    parser.add_argument("--pool", default="prefork", choices=("prefork", "threads"))
     args = parser.parse_args()
     os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/bench")
     stack = Stack("bench_scale", separate_sandbox=True).start()
@@ -159,7 +164,7 @@ def main() -> int:
             stack.workers.clear()
             reset_burst()
             sandbox.reset()
-            stack.start_worker(concurrency=calls, pool="threads")
+            stack.start_worker(concurrency=calls, pool=args.pool)
             sandbox.faults(operation="*", latency=args.latency)
             products = make_burst(args.objects, args.per_object, tag=f"r{round_no}c{calls}")
             started = time.perf_counter()
@@ -181,7 +186,7 @@ def main() -> int:
             problems = order_problems(products, sandbox.requests(), args.per_object)
             require(not problems, f"{calls} calls: order broken: {problems[:5]}")
             print(
-                f"  round {round_no}: {calls} thread(s): {entries} entries in {elapsed:.2f} s, "
+                f"  round {round_no}: {calls} ({args.pool}): {entries} entries in {elapsed:.2f} s, "
                 f"{entries / elapsed:.1f}/s; order per object kept, 0 duplicates",
                 flush=True,
             )
@@ -200,7 +205,8 @@ def main() -> int:
 
     print(
         f"{args.rounds} rounds; {entries} entries over {args.objects} products; "
-        f"sandbox latency {args.latency * 1000:.0f} ms per call; server: the sandbox's threaded "
+        f"sandbox latency {args.latency * 1000:.0f} ms per call; pool {args.pool}; server: the "
+        "sandbox's threaded "
         "Werkzeug server in a process of its own"
     )
     ok = True
