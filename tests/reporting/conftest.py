@@ -24,6 +24,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
@@ -53,6 +54,20 @@ class World:
     customers: dict[str, Customer]
     subs: dict[str, Subscription]
     payments: dict[str, Payment]
+
+
+def make_subscription(product: Any, customer: Any, start: datetime, **fields: Any) -> Subscription:
+    """A remote subscription started at ``start``: months-1, XOF, published unless ``fields``
+    say otherwise."""
+    values = {
+        "selected_billing_cycle": "months-1",
+        "selected_currency": "XOF",
+        "status": "published",
+        **fields,
+    }
+    return Subscription.objects.create(
+        product=product, customer=customer, remote_id=uuid.uuid4(), remote_created=start, **values
+    )
 
 
 def make_product(name: str, cycles: dict[tuple[str, int], dict[int, str]]) -> Product:

@@ -3,15 +3,13 @@ not in ``BILLING['ACTIVE_STATUSES']`` (unknown ones included) is not active and 
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from billing_integration.models import Subscription
 from billing_integration.reporting import metrics
 from billing_integration.reporting.report import Period
 
-from .conftest import NOW, dt
+from .conftest import NOW, dt, make_subscription
 
 pytestmark = pytest.mark.django_db
 
@@ -20,13 +18,10 @@ def test_statuses_outside_the_allow_list_are_neither_active_nor_counted(world):
     before = sum(r["active"] for r in metrics.current_subscriptions(Period(now=NOW)))
     assert before == 5
     for status in ("pending", "past_due", "", "unpaid"):
-        Subscription.objects.create(
-            product=world.p1,
-            customer=world.customers["c1"],
-            selected_billing_cycle="months-1",
-            selected_currency="XOF",
-            remote_id=uuid.uuid4(),
-            remote_created=dt(2025, 1, 10),
+        make_subscription(
+            world.p1,
+            world.customers["c1"],
+            dt(2025, 1, 10),
             remote_updated=dt(2025, 5, 20),
             status=status,
             cycle_end_date=dt(2025, 7, 10),
@@ -46,13 +41,10 @@ def test_statuses_outside_the_allow_list_are_neither_active_nor_counted(world):
 
 def test_a_configured_allow_list_is_what_reporting_counts(world, settings):
     settings.BILLING = {**settings.BILLING, "ACTIVE_STATUSES": ["published", "trialing"]}
-    Subscription.objects.create(
-        product=world.p1,
-        customer=world.customers["c1"],
-        selected_billing_cycle="months-1",
-        selected_currency="XOF",
-        remote_id=uuid.uuid4(),
-        remote_created=dt(2025, 1, 10),
+    make_subscription(
+        world.p1,
+        world.customers["c1"],
+        dt(2025, 1, 10),
         status="trialing",
         cycle_end_date=dt(2025, 7, 10),
     )

@@ -39,7 +39,7 @@ from billing_integration.reporting.report import MONTHLY, build_report
 from billing_integration.reporting.rollups import refresh
 
 from . import reference
-from .conftest import NOW, build_world, dt, make_product
+from .conftest import NOW, build_world, dt, make_product, make_subscription
 from .test_equivalence import MIDNIGHT, add_edge_cases
 
 pytestmark = pytest.mark.django_db
@@ -181,14 +181,10 @@ def test_the_next_month_is_computed_when_it_closes_and_a_lapsed_trial_is_correct
     world = build_world()
     refresh(NOW)
     # a cycle that ended in May while in a trial that ends after the rollups' basis (June 1)
-    Subscription.objects.create(
-        product=world.p1,
-        customer=world.customers["c1"],
-        selected_billing_cycle="months-1",
-        selected_currency="XOF",
-        remote_id=uuid.uuid4(),
-        remote_created=dt(2025, 4, 1),
-        status="published",
+    make_subscription(
+        world.p1,
+        world.customers["c1"],
+        dt(2025, 4, 1),
         cycle_end_date=dt(2025, 5, 1),
         trial_end_date=dt(2025, 6, 10),
     )
@@ -274,26 +270,21 @@ def test_a_payment_marks_the_month_of_the_trial_it_converts_through_the_customer
     marks the month such a trial ended in, or that month keeps the trial unconverted."""
     world = build_world()
     customer = Customer.objects.create(identifier="t25", remote_id=uuid.uuid4())
-    Subscription.objects.create(  # a trial that ended in June 2024, never paid for itself
-        product=world.p2,
-        customer=customer,
-        selected_billing_cycle="months-1",
+    make_subscription(  # a trial that ended in June 2024, never paid for itself
+        world.p2,
+        customer,
+        dt(2024, 5, 21, 11),
         selected_currency="usd",
-        remote_id=uuid.uuid4(),
-        remote_created=dt(2024, 5, 21, 11),
         status="expired",
         remote_updated=dt(2024, 12, 24, 21),
         trial_end_date=dt(2024, 6, 17, 11),
         cycle_end_date=dt(2024, 11, 10, 11),
     )
-    later = Subscription.objects.create(  # another subscription of the customer, later
-        product=world.p2,
-        customer=customer,
+    later = make_subscription(  # another subscription of the customer, later
+        world.p2,
+        customer,
+        dt(2024, 7, 20),
         selected_billing_cycle="months-3",
-        selected_currency="XOF",
-        remote_id=uuid.uuid4(),
-        remote_created=dt(2024, 7, 20),
-        status="published",
         trial_end_date=dt(2024, 7, 26),
     )
     with timezone.override("Europe/Paris"):
@@ -323,14 +314,10 @@ def test_a_change_marks_the_months_a_subscription_counted_in_before_it():
     the instance last saved."""
     world = build_world()
     start = dt(2024, 11, 10)
-    sub = Subscription.objects.create(
-        product=world.p1,
-        customer=world.customers["c1"],
-        selected_billing_cycle="months-1",
-        selected_currency="XOF",
-        remote_id=uuid.uuid4(),
-        remote_created=start,
-        status="published",
+    sub = make_subscription(
+        world.p1,
+        world.customers["c1"],
+        start,
         trial_end_date=start - timedelta(days=15),  # October 26
     )
     period = Period(now=NOW, months=15)
@@ -682,14 +669,10 @@ def test_the_current_month_is_the_last_refresh_plus_what_happened_since():
     assert rollups.status()["current_at"] == refreshed
     # since the refresh: a subscription starts (in trial until June 14), pays, is refunded;
     # another one is paused
-    sub = Subscription.objects.create(
-        product=world.p1,
-        customer=world.customers["c1"],
-        selected_billing_cycle="months-1",
-        selected_currency="XOF",
-        remote_id=uuid.uuid4(),
-        remote_created=NOW - timedelta(days=3),
-        status="published",
+    sub = make_subscription(
+        world.p1,
+        world.customers["c1"],
+        NOW - timedelta(days=3),
         cycle_end_date=dt(2025, 7, 12),
         trial_end_date=NOW - timedelta(days=1),
     )
@@ -761,16 +744,8 @@ def test_a_late_record_for_the_current_month_waits_for_the_next_refresh():
 
 # --- reactivated -----------------------------------------------------------------------------
 def _sub(product: Any, customer: Any, start: datetime, **state: Any) -> Subscription:
-    values = {"status": "published", "cycle_end_date": dt(2026, 1, 1), **state}
-    return Subscription.objects.create(
-        product=product,
-        customer=customer,
-        selected_billing_cycle="months-3",
-        selected_currency="XOF",
-        remote_id=uuid.uuid4(),
-        remote_created=start,
-        **values,
-    )
+    values = {"selected_billing_cycle": "months-3", "cycle_end_date": dt(2026, 1, 1), **state}
+    return make_subscription(product, customer, start, **values)
 
 
 def _march(period: Period, *, rollups: bool = True) -> dict[str, Any]:
