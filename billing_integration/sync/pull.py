@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import connections, transaction
 from django.db.models import Q, prefetch_related_objects
 from django.utils import timezone
 
@@ -23,7 +23,7 @@ from ..models.customers import Customer
 from ..models.products import Price, Product, ProductStatus
 from ..models.reports import touch_reports
 from ..models.subscriptions import Subscription
-from ..service import ensure_service
+from ..service import ensure_service, mirror_database
 
 logger = logging.getLogger("billing_integration.sync")
 
@@ -355,7 +355,7 @@ def _batch_rows() -> int:
     """Rows per write: ``PULL_BATCH_ROWS``, fewer on a database that caps a statement's
     parameters (Django's SQLite backend assumes 999), as a write's lookups send one or two
     per row."""
-    cap = connection.features.max_query_params
+    cap = connections[mirror_database()].features.max_query_params
     return PULL_BATCH_ROWS if cap is None else max(1, min(PULL_BATCH_ROWS, cap // 3))
 
 
