@@ -112,6 +112,11 @@ REMOVED: dict[str, str] = {
     "NOTICE_FROM_EMAIL": "notices are sent from settings.DEFAULT_FROM_EMAIL",
     "NOTICE_RECIPIENT": "notices go to the customer's email, else the subscriber's email",
     "SUBSCRIPTION_CURRENCY_FORM": "use BILLING['GUESSES']['subscription_currency_form']",
+    "INACTIVE_STATUSES": "only the statuses in BILLING['ACTIVE_STATUSES'] grant access "
+    "(default ('published',))",
+    **dict.fromkeys(
+        ("CHECKOUT_MAX_RETRIES", "CHECKOUT_RETRY_AFTER_MAX"), "use BILLING['INTERACTIVE_DEADLINE']"
+    ),
 }
 
 #: The guesses about the service beyond its interface (``BILLING['GUESSES']``), their
