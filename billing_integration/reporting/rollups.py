@@ -129,8 +129,8 @@ def _rollup_rows(subscriptions: Rows, flows: Rows) -> list[ReportMonth]:
 def compute_customers(now: datetime) -> None:
     """Replace the customer rollups: each customer's payments up to ``now`` per product and
     currency, then per currency for every product (from those rows). Two ``INSERT ...
-    SELECT`` of the ORM's compiled queries: the rows never go through Python (measured at
-    10,000,000 payments: 5 minutes through ``bulk_create``, see benchmarks/RESULTS.md)."""
+    SELECT`` of the ORM's compiled queries: the rows never go through Python (``bulk_create``
+    was far slower: benchmarks/RESULTS.md)."""
     ReportCustomer.objects.all().delete()
     payments = metrics.lifetime_payments(Period(months=1, now=now))
     per_product = metrics.customer_figures(payments, "customer_id", "product_id", "code")
