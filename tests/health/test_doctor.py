@@ -399,3 +399,16 @@ def test_refusals_are_counted_per_minute_for_the_last_hour_only(healthy, monkeyp
     assert counts["stale_timestamp"] == {"count": 1, "last": now - REFUSALS_WINDOW + 90}
     assert counts["missing_headers"] == {"count": 0, "last": None}
     assert 0 < len(written) <= 5  # 3 minutes counted, 2 "last" times
+
+
+def test_help_says_zero_means_no_limit_only_for_the_ages():
+    """0 turns an age limit off; for a count it means "none allowed", and a timeout of 0 is
+    no wait at all: only the ages say "0 = no limit"."""
+    from billing_integration.management.commands.billing_doctor import Command
+
+    parser = Command().create_parser("manage.py", "billing_doctor")
+    helps = {a.dest: a.help or "" for a in parser._actions}
+    for age in ("max_beat_age", "max_outbox_age", "max_event_lag", "max_pull_age"):
+        assert "0 = no limit" in helps[age]
+    for other in ("max_failed_entries", "max_failed_events", "timeout", "ping_timeout"):
+        assert "no limit" not in helps[other]

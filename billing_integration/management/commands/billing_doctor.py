@@ -41,7 +41,8 @@ class Command(BaseCommand):
         for f in fields(Thresholds):
             default = getattr(defaults, f.name)
             option = "--" + f.name.replace("_", "-")
-            what = f"{LIMITS[f.name]} (default {default:g}; 0 = no limit for ages)"
+            no_limit = "; 0 = no limit" if f.name.endswith(("_age", "_lag")) else ""
+            what = f"{LIMITS[f.name]} (default {default:g}{no_limit})"
             parser.add_argument(option, type=type(default), default=default, help=what)
 
     def handle(self, *args: Any, **options: Any) -> None:
