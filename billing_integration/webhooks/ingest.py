@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -25,11 +26,15 @@ _ID_KEYS = ("id", "event_id", "eventId", "uuid")
 _TYPE_KEYS = ("type", "event_type", "eventType", "event", "name")
 _TIME_KEYS = ("created_at", "createdAt", "timestamp", "occurred_at", "date_created", "created")
 _DATA_KEYS = ("data", "payload", "object", "resource")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def clean_text(value: str, limit: int | None = None) -> str:
-    """A string PostgreSQL accepts (no NUL characters), optionally cut to ``limit``."""
+    """A string the database accepts (no NUL character, no lone surrogate as a JSON escape
+    such as ``"\\ud800"`` gives: U+FFFD for each), optionally cut to ``limit``."""
     value = value.replace("\x00", "\ufffd")
+    if not value.isascii():
+        value = _SURROGATE.sub("\ufffd", value)
     return value if limit is None else value[:limit]
 
 

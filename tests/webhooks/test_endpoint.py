@@ -231,6 +231,26 @@ def test_non_object_bodies_are_rejected(client, stored_only, body):
     assert WebhookEvent.objects.get().state == EventState.REJECTED
 
 
+@pytest.mark.parametrize(
+    "payload",
+    [
+        '{"id": "\\ud800", "type": "invoice.paid", "data": {"id": "inv_1"}}',
+        '{"id": "evt_s1", "type": "invoice.\\udc00paid", "data": {"id": "inv_1"}}',
+        '{"id": "evt_s2", "type": "invoice.paid", "data": {"id": "inv_\\ud83d"}}',
+    ],
+    ids=["id", "type", "data-id"],
+)
+def test_a_lone_surrogate_escape_is_stored_not_a_5xx(client, stored_only, payload):
+    """JSON may escape a lone surrogate (valid JSON, not encodable text): the id, type and
+    object id stored from it hold U+FFFD instead, and the body is kept as sent."""
+    body = payload.encode()
+    response = post_signed(client, body=body)
+    assert response.status_code == 200, response.content
+    event = WebhookEvent.objects.get()
+    assert event.body == payload and event.state == EventState.RECEIVED
+    assert "\ufffd" in event.event_id + event.raw_type + event.object_id
+
+
 def test_duplicate_delivery_is_2xx_and_stored_once(
     client, stored_only, django_capture_on_commit_callbacks
 ):
