@@ -248,7 +248,8 @@ class EventHandler:
         related = self.lock_related(ctx)
         record = _locked(self.model._default_manager.filter(remote_id=remote_id)).first()
         values = self.fields(ctx)  # before the age check: bad data fails even a stale event
-        if record is not None and self.is_stale(ctx, record, values.get("status", record.status)):
+        # The status the event sets ("" for none: such an event never leaves a final state).
+        if record is not None and self.is_stale(ctx, record, values.get("status", "")):
             return HandlerResult("stale", {self.object_name: record, **related})
         if record is None:
             record = self.new(remote_id)

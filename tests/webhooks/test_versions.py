@@ -89,6 +89,29 @@ def test_an_undated_renewal_never_revives_a_canceled_subscription(mirror, delive
     assert sub.status == "published" and not sub.remote_updated_ours
 
 
+def test_an_undated_renewal_without_a_status_never_extends_a_canceled_subscription(mirror, deliver):
+    """A renewal whose data carries only the new cycle (no status, no date) must not move a
+    canceled subscription's cycle_end_date: with ACCESS_AFTER_CANCEL "period_end" that would
+    give access again until the new end."""
+    sub = mirror.subscription
+    data = subscription_data(
+        sub.remote_id, customer=mirror.customer.remote_id, product=mirror.product.remote_id
+    )
+    assert (
+        deliver(bare("subscription.canceled", dict(data, status="canceled"))).outcome == "applied"
+    )
+    sub.refresh_from_db()
+    ended = sub.cycle_end_date
+    assert sub.status == "canceled" and not sub.is_active
+    end = (T0 + timedelta(days=3650)).isoformat()
+    cycle = {"cycle_start_date": T0.isoformat(), "cycle_end_date": end, "next_billing_date": end}
+    event = deliver(bare("subscription.renewal", {"id": str(sub.remote_id), **cycle}))
+    assert event.state == EventState.PROCESSED and event.outcome == "stale"
+    sub.refresh_from_db()
+    assert sub.cycle_end_date == ended and not sub.is_active
+    assert not Subscription.objects.active().filter(pk=sub.pk).exists()
+
+
 def test_an_undated_event_that_stays_in_the_final_state_still_applies(mirror, deliver):
     """Only leaving the final state is refused: an undated cancel of a canceled subscription
     applies, and records its version as ours."""
