@@ -30,7 +30,9 @@ def pretty_json(value: Any) -> SafeString:
     nested too deep for the parser, is shown raw and cut after ``RAW_TEXT_LIMIT`` characters."""
     try:
         data = json.loads(value) if isinstance(value, str) else value
-        return format_html(PRE, json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))
+        text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False)
+        # A lone surrogate (the JSON escape "\ud800") cannot be sent as UTF-8: shown escaped.
+        return format_html(PRE, text.encode("utf-8", "backslashreplace").decode("utf-8"))
     except (ValueError, TypeError, RecursionError):
         pass
     try:

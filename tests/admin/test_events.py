@@ -137,3 +137,20 @@ def test_change_view_of_a_body_nested_too_deep_shows_it_raw_and_truncated(admin_
     html = response.content.decode()
     assert "[" * 1000 in html and "]" * 1000 not in html  # the start, cut before the end
     assert f"{2 * depth - RAW_TEXT_LIMIT} more characters not shown" in html
+
+
+def test_a_body_with_a_lone_surrogate_escape_is_shown_not_a_500(admin_client):
+    """Valid JSON may escape a lone surrogate ("\\ud800"), which cannot be sent as UTF-8: the
+    change page and the unrecognised events page show it escaped."""
+    event = WebhookEvent.objects.create(
+        event_id=f"surrogate-{uuid.uuid4()}",
+        raw_type="customer.renamed",
+        body='{"id": "x", "type": "customer.renamed", "data": {"name": "Ada \\ud800"}}',
+        state=EventState.UNRECOGNISED,
+    )
+    change = reverse("admin:billing_integration_webhookevent_change", args=[event.pk])
+    unrecognised = reverse("admin:billing_integration_webhookevent_unrecognised")
+    for url in (change, unrecognised):
+        response = admin_client.get(url)
+        assert response.status_code == 200
+        assert "Ada \\ud800" in response.content.decode()
