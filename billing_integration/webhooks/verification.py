@@ -33,6 +33,10 @@ class StaleTimestampError(WebhookVerificationError):
     status, reason = 401, "stale_timestamp"  # webhook-timestamp outside the tolerance
 
 
+class BasicAuthError(WebhookVerificationError):
+    status = 401  # wrong HTTP basic credentials: the answer carries a Basic challenge
+
+
 @dataclass(frozen=True)
 class Verification:
     """How a delivery was authenticated (``method``) and its ``webhook-id`` if signed."""
@@ -133,7 +137,7 @@ def verify_basic_auth(headers: Mapping[str, str], credentials: str) -> Verificat
     except (binascii.Error, ValueError):
         raise MissingHeadersError("Malformed HTTP basic credentials.") from None
     if not hmac.compare_digest(given, credentials.encode("utf-8")):
-        raise WebhookVerificationError("Invalid HTTP basic credentials.")
+        raise BasicAuthError("Invalid HTTP basic credentials.")
     return Verification("basic")
 
 

@@ -17,7 +17,7 @@ from ..exceptions import WebhookVerificationError
 from ..health import record_refused
 from ..models import EventState
 from .ingest import enqueue, store_delivery
-from .verification import verify_request
+from .verification import BasicAuthError, verify_request
 
 logger = logging.getLogger("billing_integration.webhooks")
 
@@ -39,7 +39,7 @@ def webhook(request: HttpRequest) -> HttpResponse:
         logger.warning("Refused an event delivery (%s): %s", status, exc)
         record_refused(getattr(exc, "reason", "bad_signature"))  # billing_doctor, Health page
         response = JsonResponse({"error": str(exc)}, status=status)
-        if status == 401 and "basic" in str(exc).lower():
+        if isinstance(exc, BasicAuthError):
             response["WWW-Authenticate"] = 'Basic realm="billing webhooks"'
         return response
     try:
