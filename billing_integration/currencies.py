@@ -28,8 +28,12 @@ def currency_id(value: Any) -> int:
     text = value.strip() if isinstance(value, str) else value
     table = known()
     if is_id(text):
-        if int(text) in table:
-            return int(text)
+        try:
+            number = int(text)
+        except ValueError:  # more digits than Python reads (4,300): no currency's id
+            number = None
+        if number is not None and number in table:
+            return number
     elif isinstance(text, str):
         for cid, code in table.items():
             if code.upper() == text.upper():

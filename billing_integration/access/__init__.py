@@ -75,7 +75,11 @@ def resolve_product(product: ProductRef) -> Product | None:
     if isinstance(product, int) or (
         isinstance(product, str) and product.isascii() and product.isdigit()
     ):
-        return Product.objects.filter(pk=int(product)).first()
+        try:
+            pk = int(product)
+        except ValueError:  # more digits than Python reads (4,300): no primary key
+            return None
+        return Product.objects.filter(pk=pk).first()
     text = str(product).strip()
     try:
         return Product.objects.filter(remote_id=uuid.UUID(text)).first()

@@ -92,6 +92,9 @@ def test_unicode_digits_resolve_to_no_product(user, pro):
     assert resolve_product("²") is None and resolve_product("①") is None
     assert not subscribed(user, "²")
     assert resolve_product(str(pro.pk)) == pro
+    too_long = "9" * 5000  # more digits than int() reads from text
+    assert resolve_product(too_long) is None
+    assert not subscribed(user, too_long)
 
 
 def test_checkout_button_with_a_unicode_digit_currency(user, pro):

@@ -364,6 +364,30 @@ def test_unicode_digits_are_a_clear_400_not_a_crash(
     assert billing_sandbox.requests(operation="create_checkout_session") == []
 
 
+TOO_MANY_DIGITS = "9" * 5000  # more than Python's int() reads from text (4,300 digits)
+
+
+@pytest.mark.parametrize(
+    "url,fields,status,code",
+    [
+        (URL, {"currency": TOO_MANY_DIGITS}, 400, "invalid_choice"),
+        ("/billing/trial/", {"currency": TOO_MANY_DIGITS}, 400, "invalid_choice"),
+        ("/billing/account/change-plan/", {"currency": TOO_MANY_DIGITS}, 400, "invalid_choice"),
+        ("/billing/trial/", {"product": TOO_MANY_DIGITS}, 404, "product_not_found"),
+    ],
+)
+def test_a_number_too_long_to_read_is_a_clear_4xx_not_a_crash(
+    billing_sandbox, product, logged_in, url, fields, status, code
+):
+    data = {"product": product.pk, "cycle": "months-1", "currency": "XOF", **fields}
+    response = logged_in.post(url, data)
+    assert response.status_code == status
+    assert f'data-error-code="{code}"' in response.content.decode()
+    assert not CheckoutSession.objects.exists()
+    assert billing_sandbox.requests(operation="create_checkout_session") == []
+    assert billing_sandbox.requests(operation="create_subscription") == []
+
+
 def test_unicode_digits_in_stored_currencies_are_ignored(billing_sandbox, product, logged_in):
     Product.objects.filter(pk=product.pk).update(selected_currencies=["²", 1, "2"])
     assert post(logged_in, product, currency=None).status_code == 302
