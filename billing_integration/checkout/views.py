@@ -22,6 +22,7 @@ from ..client import get_client, interactive_deadline
 from ..client.retry import Deadline
 from ..exceptions import BillingError
 from ..models import CheckoutSession, Customer, Payment, Subscription
+from ..models.subscriptions import CANCELED_STATUSES
 from ..pages import render_page
 from ..sync.coalesce import note_window, once_per_window, window_note
 from ..sync.tasks import refresh_in_background
@@ -142,14 +143,21 @@ ACTIVE, PENDING, FAILED, NONE = "active", "pending", "failed", "none"
 
 def checkout_outcome(customer: Customer | None, session: CheckoutSession | None) -> dict[str, Any]:
     """The outcome of ``session`` (or of the customer's checkouts if ``None``) from local data:
-    active (an active subscription), failed (a failed payment, or expired), else pending."""
+    active (an active subscription; for a session, to its product, out of trial and not
+    canceled), failed (a failed payment, or expired), else pending."""
     result: dict[str, Any] = {"outcome": NONE, "subscription": None, "payment": None}
     result["session"] = session
     if customer is None:
         return result
     subs = Subscription.objects.active().for_customer(customer).select_related("product")
     if session is not None and session.product_id:
-        subs = subs.filter(product_id=session.product_id)
+        # What the checkout bought: a trial it converts, or a canceled plan in its grace
+        # period bought again, grants access but was there before; it is no outcome.
+        subs = (
+            subs.filter(product_id=session.product_id)
+            .exclude(status__in=CANCELED_STATUSES)
+            .exclude(trial_end_date__gt=timezone.now())
+        )
     sub = subs.first()
     if sub is not None:
         return {**result, "outcome": ACTIVE, "subscription": sub}

@@ -137,3 +137,48 @@ def test_expired_session_shows_failed(billing_sandbox, product, logged_in):
     response = logged_in.get(RETURN, {"session_id": str(session.remote_id)})
     assert outcome(response) == "failed"
     assert "expired" in response.content.decode()
+
+
+def test_converting_a_trial_shows_the_payment_not_the_trial(hooked, product, logged_in):
+    from billing_integration.models import Product
+
+    Product.objects.filter(pk=product.pk).update(trial_days=14)
+    trial = logged_in.post(
+        "/billing/trial/", {"product": product.pk, "cycle": "months-1", "currency": "XOF"}
+    )
+    assert trial.status_code == 302 and Subscription.objects.get().trial_ends_at is not None
+    session = start(logged_in, product)  # converts the trial
+    # not paid yet: the trial grants access, but it is not what this checkout bought
+    response = logged_in.get(RETURN, {"session_id": str(session.remote_id)})
+    assert outcome(response) == "pending"
+    hooked.complete_checkout(str(session.remote_id), "0700000002")  # declined
+    assert hooked.wait_for_deliveries(timeout=20)
+    response = logged_in.get(RETURN, {"session_id": str(session.remote_id)})
+    assert outcome(response) == "failed"
+    assert "declined" in response.content.decode()
+
+
+def test_buying_again_in_the_grace_period_shows_the_new_payment(product, user):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from billing_integration.checkout.views import checkout_outcome
+    from billing_integration.models import Customer
+    from billing_integration.outbox import from_remote
+
+    now = timezone.now()
+    with from_remote():
+        customer = Customer.objects.create(subscriber=user, identifier="alice")
+        Subscription.objects.create(
+            customer=customer,
+            product=product,
+            status="canceled",
+            cycle_start_date=now - timedelta(days=20),
+            cycle_end_date=now + timedelta(days=10),
+        )
+        session = CheckoutSession.objects.create(
+            customer=customer, product=product, status="open", expires_at=now + timedelta(minutes=5)
+        )
+    assert Subscription.objects.active().exists()  # the grace period
+    assert checkout_outcome(customer, session)["outcome"] == "pending"
