@@ -15,6 +15,7 @@ from ..access import (
     live_subscriptions,
     on_grace_period,
     on_trial,
+    plan_may_renew,
     resolve_product,
     subscribed,
 )
@@ -133,6 +134,7 @@ def billing_trial_button(
         offered = not (
             live_subscriptions(subscriber, resolved).exists()
             or held_plan(subscriber, resolved) is not None
+            or plan_may_renew(subscriber, resolved) is not None
             or (not trial_settings()["repeat"] and had_trial(subscriber, resolved))
         )
     days = resolved.trial_days if resolved is not None else None

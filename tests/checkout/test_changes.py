@@ -359,6 +359,30 @@ def test_no_new_subscription_while_another_plan_may_still_renew(
     assert billing_sandbox.requests() == []
 
 
+def test_no_trial_of_another_plan_while_one_may_still_renew(
+    billing_sandbox, plans, logged_in, user
+):
+    from django.template import engines
+
+    from billing_integration.checkout.trials import start_trial
+
+    basic, pro = plans
+    Product.objects.filter(pk=pro.pk).update(trial_days=14)
+    sub = subscribe(billing_sandbox, logged_in, user, basic)
+    # its paid period is over here, but it may still renew on the service
+    Subscription.objects.filter(pk=sub.pk).update(cycle_end_date=timezone.now() - timedelta(days=1))
+    billing_sandbox.clear_requests()
+    with pytest.raises(PlanAlreadyHeld):
+        start_trial(user, pro, "months-1", "XOF", auto_renew=True)
+    data = {"product": pro.pk, "cycle": "months-1", "currency": "XOF"}
+    refused = logged_in.post("/billing/trial/", data)
+    assert refused.status_code == 409 and 'data-error-code="plan_held"' in refused.content.decode()
+    assert billing_sandbox.requests() == []
+    assert Subscription.objects.filter(product=pro).count() == 0
+    button = engines["django"].from_string("{% load billing %}{% billing_trial_button pro %}")
+    assert "billing-trial-form" not in button.render({"user": user, "pro": pro})
+
+
 def test_two_plans_renewing_raise_the_alert(billing_sandbox, plans, logged_in, user, staff):
     basic, pro = plans
     old = hold(user, basic)
