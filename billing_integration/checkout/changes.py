@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy
 
 from .. import currencies
-from ..access import active_subscriptions, held_plan
+from ..access import held_plan, live_subscriptions
 from ..client import get_client, interactive_deadline
 from ..client.retry import Deadline
 from ..conf import guesses, shared_cache
@@ -96,9 +96,10 @@ def _refused(exc: BillingError) -> bool:
 
 # --- the plan held and the direction of a change ---------------------------------------------
 def current_plan(subscriber: Any, product: Product) -> Subscription | None:
-    """The subscriber's active subscription that a change to ``product`` replaces: the same
-    product (another cycle or currency), else another plan of its group."""
-    same = active_subscriptions(subscriber, product).order_by("-cycle_start_date", "-pk").first()
+    """The subscriber's live subscription that a change to ``product`` replaces: the same
+    product (another cycle or currency), else another plan of its group. A canceled one in its
+    grace period renews no more: it is no plan to change (``live_subscriptions``)."""
+    same = live_subscriptions(subscriber, product).order_by("-cycle_start_date", "-pk").first()
     return same or held_plan(subscriber, product)
 
 

@@ -40,7 +40,7 @@ from billing_integration.models import (
 from billing_integration.sync.pull import pull_subscriptions
 
 from .conftest import make_product, push_open_entries
-from .test_one_purchase import RETURN, hold, post
+from .test_one_purchase import RETURN, button, hold, post
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -205,6 +205,29 @@ def test_change_of_cycle_on_the_same_product(billing_sandbox, plans, logged_in, 
     summary = billing_sandbox.advance(days=32)
     assert summary["renewals"] == 0 and summary["canceled"] == 1  # the month ends, the year runs
     assert [s["selected_billing_cycle"] for s in renewing(billing_sandbox)] == ["years-1"]
+
+
+def test_a_change_moves_the_live_plan_not_a_canceled_one_in_its_grace_period(
+    billing_sandbox, plans, logged_in, user, staff
+):
+    basic, pro = plans
+    # Pro canceled (access until its period ends), then Basic bought beside it (allowed)
+    hold(user, pro, status="canceled", auto_renew=False)
+    live = hold(user, basic)
+    assert "billing-change-form" in button(pro, user, cycle="months-1", currency="XOF")
+
+    response = logged_in.post(
+        "/billing/account/change-plan/", {"product": pro.pk, "cycle": "months-1", "currency": "XOF"}
+    )
+
+    assert response.status_code == 302, response.content.decode()[:400]
+    [request] = ChangeRequest.objects.all()
+    assert request.subscription == live  # the plan that renews, so it stops renewing
+    assert request.target_product == pro and request.direction == "upgrade"
+    # with no live plan at all, the canceled one is no plan to change: buy Pro instead
+    Subscription.objects.filter(pk=live.pk).delete()
+    with pytest.raises(NoPlanToChange):
+        change_plan(user, pro, "years-1", "XOF")
 
 
 def test_no_plan_to_change(billing_sandbox, plans, user):
