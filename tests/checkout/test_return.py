@@ -182,3 +182,20 @@ def test_buying_again_in_the_grace_period_shows_the_new_payment(product, user):
         )
     assert Subscription.objects.active().exists()  # the grace period
     assert checkout_outcome(customer, session)["outcome"] == "pending"
+
+
+def test_converting_a_trial_and_paying_shows_active(hooked, product, logged_in):
+    from billing_integration.models import Product
+
+    Product.objects.filter(pk=product.pk).update(trial_days=14)
+    trial = logged_in.post(
+        "/billing/trial/", {"product": product.pk, "cycle": "months-1", "currency": "XOF"}
+    )
+    assert trial.status_code == 302
+    session = start(logged_in, product)  # converts the trial
+    page = hooked.complete_checkout(str(session.remote_id), "0700000001")
+    assert page.status_code == 200
+    assert hooked.wait_for_deliveries(timeout=20)
+    response = logged_in.get(RETURN, {"session_id": str(session.remote_id)})
+    assert outcome(response) == "active"
+    assert Subscription.objects.filter(product=product, trial_end_date__isnull=True).exists()
