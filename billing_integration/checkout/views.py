@@ -163,10 +163,11 @@ def checkout_outcome(customer: Customer | None, session: CheckoutSession | None)
         return {**result, "outcome": ACTIVE, "subscription": sub}
     if session is None:
         return result
+    mine = Q(customer=customer)
+    if customer.remote_id is not None:  # (``=None`` would match every unlinked payment)
+        mine |= Q(customer_remote_id=customer.remote_id)
     payments = Payment.objects.filter(
-        Q(customer=customer) | Q(customer_remote_id=customer.remote_id),
-        status__in=("failed", "canceled"),
-        created_at__gte=session.created_at,
+        mine, status__in=("failed", "canceled"), created_at__gte=session.created_at
     )
     if session.product is not None and session.product.remote_id is not None:
         payments = payments.filter(

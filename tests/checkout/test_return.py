@@ -199,3 +199,26 @@ def test_converting_a_trial_and_paying_shows_active(hooked, product, logged_in):
     response = logged_in.get(RETURN, {"session_id": str(session.remote_id)})
     assert outcome(response) == "active"
     assert Subscription.objects.filter(product=product, trial_end_date__isnull=True).exists()
+
+
+def test_an_unlinked_customer_never_sees_another_customers_failed_payment(product, user):
+    """A customer without a remote id (e.g. after ``billing_service reset``) matches no payment
+    by remote id: ``customer_remote_id=None`` would be every payment without one."""
+    import uuid
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from billing_integration.checkout.views import checkout_outcome
+    from billing_integration.models import Customer
+    from billing_integration.outbox import from_remote
+
+    now = timezone.now()
+    with from_remote():
+        customer = Customer.objects.create(subscriber=user, identifier="alice")
+        session = CheckoutSession.objects.create(
+            customer=customer, product=product, status="open", expires_at=now + timedelta(hours=1)
+        )
+        Payment.objects.create(remote_id=uuid.uuid4(), status="failed")  # someone else's
+    assert customer.remote_id is None
+    assert checkout_outcome(customer, session)["outcome"] == "pending"
