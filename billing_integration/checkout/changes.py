@@ -33,7 +33,7 @@ from ..models import (
     Subscription,
     SwitchedOffGuess,
 )
-from ..models.subscriptions import active_statuses
+from ..models.subscriptions import CANCELED_STATUSES, active_statuses
 from .services import (
     CheckoutError,
     CheckoutSelection,
@@ -249,6 +249,7 @@ def _renewal(subscription: Subscription, kind: str, client: Any) -> ChangeReques
         subscription.customer is None
         or subscription.remote_id is None
         or not subscription.is_active
+        or subscription.status in CANCELED_STATUSES  # in its grace period: renews no more
         or subscription.auto_renew == wanted
     ):
         raise RenewalUnchanged()

@@ -15,6 +15,7 @@ from django.utils import timezone
 from billing_integration.access import subscribed
 from billing_integration.checkout.changes import (
     NoPlanToChange,
+    RenewalUnchanged,
     SamePlan,
     cancel_at_period_end,
     change_plan,
@@ -455,3 +456,25 @@ def test_probe_functions(billing_sandbox, plans, logged_in, user):
     assert billing_sandbox.object("subscription", str(sub.remote_id))["auto_renew"] is True
     assert not SwitchedOffGuess.objects.exists()  # a probe switches nothing off
     assert ChangeRequest.objects.count() == 0
+
+
+def test_a_canceled_plan_in_its_grace_period_cannot_be_resumed(
+    billing_sandbox, plans, logged_in, user, settings
+):
+    """Canceled, then another plan bought in the grace period: resuming the canceled one would
+    renew both. Refused (409), nothing sent, no request left for staff."""
+    basic, _pro = plans
+    billing_sandbox.config(patch_subscriptions=True)
+    guesses(settings, patch_auto_renew=True)
+    sub = subscribe(billing_sandbox, logged_in, user, basic)
+    Subscription.objects.filter(pk=sub.pk).update(status="canceled", auto_renew=False)
+    sub.refresh_from_db()
+    assert sub.is_active  # the grace period (ACCESS_AFTER_CANCEL "period_end")
+    billing_sandbox.clear_requests()
+
+    with pytest.raises(RenewalUnchanged):
+        resume(sub)
+    response = logged_in.post(f"/billing/account/subscriptions/{sub.pk}/resume/")
+    assert response.status_code == 409
+    assert billing_sandbox.requests(operation="update_subscription") == []
+    assert not ChangeRequest.objects.filter(kind="resume").exists()
