@@ -231,6 +231,23 @@ def test_a_change_moves_the_live_plan_not_a_canceled_one_in_its_grace_period(
         change_plan(user, pro, "years-1", "XOF")
 
 
+def test_a_plan_held_in_a_currency_not_configured_can_be_changed(
+    billing_sandbox, plans, logged_in, user, staff
+):
+    basic, _pro = plans
+    # The service's currency is stored as received when BILLING["CURRENCIES"] lacks it.
+    held = hold(user, basic, selected_currency="USD")
+    asked = change_plan(user, basic, "months-1", "XOF")  # the currency of the plan held
+    Subscription.objects.filter(pk=held.pk).update(selected_currency="ZZZ")
+
+    assert logged_in.get("/billing/account/").status_code == 200  # settles, nothing done
+    asked.refresh_from_db()
+    assert asked.state == ChangeState.PENDING
+    request = change_plan(user, basic, "months-1", "XOF")  # not a CheckoutError: a request
+    assert request.state == ChangeState.PENDING and request.via == ChangeVia.REQUEST
+    assert request.subscription == held and request.target_currency == "XOF"
+
+
 def test_no_plan_to_change(billing_sandbox, plans, user):
     with pytest.raises(NoPlanToChange):
         change_plan(user, plans[1], "months-1", "XOF")
