@@ -55,13 +55,14 @@ def _product_features(remote_data: Any, declared: dict[str, int | None]) -> dict
 
 
 def products_with_feature(feature: Any) -> list[Product]:
-    """The published subscription products that include ``feature`` (the service's ``features``
-    array or a declaration here), by name: the plans to offer a subscriber who lacks it."""
+    """The subscription products on sale (published, and not refused by the service:
+    ``Product.objects.on_sale()``) that include ``feature`` (the service's ``features`` array or
+    a declaration here), by name: the plans to offer a subscriber who lacks it."""
     key = feature_key(feature)
     if not key:
         return []
     products = (
-        Product.objects.published()
+        Product.objects.on_sale()
         .subscriptions()
         .prefetch_related("declared_features")
         .order_by("name", "pk")

@@ -264,6 +264,18 @@ def test_the_plans_that_include_a_feature(db):
     assert names("nothing") == [] and names("") == [] and names(None) == []
 
 
+def test_the_plans_that_include_a_feature_are_on_sale(db):
+    # Published here, but the service refused the publication (it still says archived): not
+    # on sale (checkout answers 409 product_archived), so no plan to offer.
+    refused = make_product("Refused", declared={"reports": None})
+    Product.objects.filter(pk=refused.pk).update(
+        sync_state="failed", remote_data={"status": "archived", "features": []}
+    )
+    make_product("Team", declared={"reports": None})
+
+    assert [p.name for p in products_with_feature("reports")] == ["Team"]
+
+
 def test_refused_feature_reads_the_redirect_back(db, rf):
     products()
     assert refused_feature(rf.get("/pricing/", {"next": "/x/"})) is None
