@@ -184,7 +184,13 @@ def validate_selection(product: Any, cycle: Any = None, currency: Any = None) ->
         prices = Price.objects.filter(product=resolved)
     else:
         if isinstance(cycle, BillingCycle):
-            code = cycle.code if cycle.product_id == resolved.pk else None
+            if cycle.product_id != resolved.pk:  # another product's: never this one's only cycle
+                raise InvalidChoice(
+                    gettext("The billing cycle %(cycle)s is not offered for this product.")
+                    % {"cycle": repr(cycle.code[:32])},
+                    code="unknown_cycle",
+                )
+            code = cycle.code
         else:
             code = str(cycle or "").strip()
         if not code:
