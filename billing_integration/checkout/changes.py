@@ -103,15 +103,6 @@ def current_plan(subscriber: Any, product: Product) -> Subscription | None:
     return same or held_plan(subscriber, product)
 
 
-def _code_or_none(currency: Any) -> str | None:
-    """The ISO code of a subscription's currency; ``None`` for one stored as received because it
-    is not in ``BILLING['CURRENCIES']`` (then it is no configured currency)."""
-    try:
-        return currencies.currency_code(currency)
-    except BillingConfigurationError:
-        return None
-
-
 def monthly_price(product: Product | None, cycle: str, currency: Any) -> Decimal | None:
     """The price of ``product`` for ``cycle`` in ``currency``, per month (a year is 12)."""
     if product is None or not cycle:
@@ -171,7 +162,7 @@ def change_plan(
     if (
         held.product_id == selection.product.pk
         and held.selected_billing_cycle == selection.cycle_code
-        and _code_or_none(held.selected_currency) == code
+        and currencies.label(held.selected_currency) == code
     ):
         raise SamePlan()
     pending = _pending(held, ChangeKind.CHANGE_PLAN)
@@ -350,7 +341,7 @@ def _carrier(request: ChangeRequest) -> Subscription | None:
         selected_billing_cycle=request.target_cycle,
     )
     for sub in target.order_by("-cycle_start_date", "-pk"):
-        if _code_or_none(sub.selected_currency) == request.target_currency:
+        if currencies.label(sub.selected_currency) == request.target_currency:
             return sub
     return None
 
