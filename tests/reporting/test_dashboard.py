@@ -179,6 +179,20 @@ def test_command_filters_and_csv(world):
         call_command("billing_report", "--months", "0")
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--customers", "-5"],  # a negative slice of a queryset
+        ["--at", "2025-13-01T00:00:00"],  # well formed, not a date
+        ["--at", "2025-02-30T10:00:00"],
+        ["--product", "9" * 5000],  # past Python's 4,300 digits
+    ],
+)
+def test_command_refuses_bad_values_with_a_clear_error(db, args):
+    with pytest.raises(CommandError):
+        call_command("billing_report", *args, stdout=io.StringIO())
+
+
 def add_bulk(n_subs: int, n_payments: int) -> None:
     """More of the same data: subscriptions on both products, payments of every state."""
     world_customer = Customer.objects.create(identifier=f"bulk-{uuid.uuid4()}")

@@ -72,12 +72,18 @@ class Command(BaseCommand):
         product = None
         if options["product"]:
             value = options["product"]
+            # A pk past 19 digits names no row (and int() refuses past 4,300 digits).
             by_pk = value.isascii() and value.isdigit()
+            if by_pk and len(value) > 19:
+                raise CommandError(f"No product {value[:40]!r}.")
             match = Product.objects.filter(**({"pk": int(value)} if by_pk else {"name": value}))
             product = match.values_list("pk", flat=True).first()
             if product is None:
                 raise CommandError(f"No product {value!r}.")
-        at = parse_datetime(options["at"]) if options["at"] else timezone.now()
+        try:
+            at = parse_datetime(options["at"]) if options["at"] else timezone.now()
+        except ValueError:  # well formed, but not a date (month 13, February 30)
+            at = None
         if at is None:
             raise CommandError(f"--at {options['at']!r} is not an ISO 8601 date-time.")
         if timezone.is_naive(at):
@@ -88,6 +94,8 @@ class Command(BaseCommand):
             )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
+        if options["customers"] < 0:
+            raise CommandError("--customers must not be negative (0 = all).")
         limit = options["customers"] or None
         if options["csv"]:
             report = build_report(period, customer_limit=None, at_risk_limit=None)
