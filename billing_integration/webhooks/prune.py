@@ -44,7 +44,12 @@ def parse_duration(value: Any) -> timedelta:
         )
     if seconds <= 0:
         raise ValueError(_("%(value)r is not a positive duration.") % {"value": value})
-    return timedelta(seconds=seconds)
+    try:  # the cutoff (now less the duration) must be a date
+        delta = timedelta(seconds=seconds)
+        timezone.now() - delta
+    except OverflowError:
+        raise ValueError(_("%(value)r is too long a duration.") % {"value": value}) from None
+    return delta
 
 
 @dataclass

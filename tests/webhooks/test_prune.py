@@ -172,7 +172,11 @@ def test_durations(value, seconds):
 
 
 @pytest.mark.parametrize(
-    "value", ["", "d", "90x", "1.5d", "-3d", "0", "0d", 0, -5, True, None, 1.5, "90 days", "12y"]
+    "value",
+    [
+        *("", "d", "90x", "1.5d", "-3d", "0", "0d", 0, -5, True, None, 1.5, "90 days", "12y"),
+        *("99999999999999999999d", "1000000d", 10**20),  # before year 1, or past timedelta
+    ],
 )
 def test_bad_durations_are_refused(value):
     with pytest.raises(ValueError):
@@ -201,6 +205,8 @@ def test_the_command_prunes_and_its_dry_run_only_counts():
         ["--older-than", "0"],
         ["--older-than", "-1d"],
         ["--older-than", "12y"],
+        ["--older-than", "99999999999999999999d"],
+        ["--older-than", "1000000d"],
         ["--older-than", "7d", "--batch-size", "0"],
         ["--older-than", "7d", "--pause", "-1"],
     ],
