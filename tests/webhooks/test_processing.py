@@ -10,7 +10,7 @@ from io import StringIO
 from unittest import mock
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
@@ -508,3 +508,10 @@ def test_a_handler_does_not_wait_on_a_foreign_key_check_of_another_transaction(m
         other.join(timeout=30)
         with connection.cursor() as cursor:
             cursor.execute("RESET lock_timeout")
+
+
+@pytest.mark.parametrize("since", ["2025-02-30", "2025-13-01", "2025-01-10T25:00"])
+def test_replay_refuses_a_since_that_is_well_formed_but_no_date(db, since):
+    """``parse_date`` and ``parse_datetime`` raise on a well-formed impossible date."""
+    with pytest.raises(CommandError, match="--since"):
+        call_command("billing_replay_events", "--since", since, stdout=StringIO())

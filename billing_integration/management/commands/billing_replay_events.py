@@ -51,9 +51,12 @@ class Command(BaseCommand):
 
     @staticmethod
     def _since(value: str) -> datetime:
-        moment = parse_datetime(value)
-        if moment is None and (day := parse_date(value)) is not None:
-            moment = datetime(day.year, day.month, day.day)
+        try:  # well formed but not a date (month 13, February 30) raises ValueError
+            moment = parse_datetime(value)
+            if moment is None and (day := parse_date(value)) is not None:
+                moment = datetime(day.year, day.month, day.day)
+        except ValueError:
+            moment = None
         if moment is None:
             raise CommandError(f"--since: not a date or datetime: {value!r}")
         return moment if timezone.is_aware(moment) else timezone.make_aware(moment)
