@@ -414,3 +414,9 @@ def test_show_tells_recorded_and_configured(billing_sandbox, settings):
     assert billing_sandbox.base_url in text and moved_url(billing_sandbox) in text
     assert "MISMATCH" in text and "1 products" in text
     assert billing_sandbox.client_secret not in text
+
+
+@pytest.mark.parametrize("action", ["show", "relink", "reset"])
+def test_billing_service_names_an_unknown_database_clearly(action):
+    with pytest.raises(CommandError, match="nope"):
+        call_command("billing_service", action, "--yes", "--database", "nope", stdout=StringIO())

@@ -6,6 +6,7 @@ from dataclasses import asdict
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connections
 from django.utils.translation import gettext as _
 
 from ... import service
@@ -31,6 +32,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         using = options["database"]
+        if using is not None and using not in connections:
+            raise CommandError(f"No database {using!r} in DATABASES.")
         try:
             configured = service.configured_service()
         except BillingError as exc:
