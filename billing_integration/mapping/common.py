@@ -7,6 +7,8 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from django.db import models
+
 from ..exceptions import RemoteDataError
 from ..timestamps import format_timestamp, parse_timestamp
 
@@ -63,3 +65,20 @@ def remote_meta(data: dict[str, Any]) -> dict[str, Any]:
         "remote_user_updated": as_uuid(data.get("user_updated")),
         "remote_data": data,
     }
+
+
+def text(model: type[models.Model], name: str, value: Any, field: str | None = None) -> str:
+    """A string the column ``name`` of ``model`` stores as it is (``""`` for null), else
+    ``RemoteDataError`` naming the resource ``field`` (default ``name``): not a string, longer
+    than the column, or with a NUL character."""
+    field = field or name
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise RemoteDataError(field, value, "not a string")
+    limit = getattr(model._meta.get_field(name), "max_length", None)
+    if limit and len(value) > limit:
+        raise RemoteDataError(field, value, f"longer than {limit} characters ({len(value)})")
+    if "\x00" in value:
+        raise RemoteDataError(field, value, "contains a NUL character")
+    return value

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .common import remote_meta
+from .common import remote_meta, text
 
 if TYPE_CHECKING:
     from ..models import Customer
@@ -18,11 +18,15 @@ def to_remote(customer: Customer) -> dict[str, Any]:
 
 
 def from_remote(data: dict[str, Any]) -> dict[str, Any]:
+    """Model field values from a customer resource (``RemoteDataError`` if unstorable)."""
+    from ..models import Customer
+
     fields = remote_meta(data)
     for name in (*CREATE_FIELDS, "status"):
-        fields[name] = data.get(name) or ""
+        fields[name] = text(Customer, name, data.get(name) or None)
     for name in ("address_line_1", "address_line_2", "phone"):
-        fields[name] = data.get(name)
+        value = data.get(name)
+        fields[name] = None if value is None else text(Customer, name, value)
     return fields
 
 

@@ -10,12 +10,17 @@ from typing import TYPE_CHECKING, Any
 from django.utils.translation import gettext
 
 from .. import currencies
-from .common import as_decimal, remote_meta, wire_amount
+from ..exceptions import BillingConfigurationError, RemoteDataError
+from .common import as_decimal, remote_meta, text, wire_amount
 
 if TYPE_CHECKING:
     from ..models import BillingCycle, Product
 
 SCALAR_FIELDS = ("status", "name", "description", "selected_currencies")
+#: What a ``Price`` row stores: a currency id of a positive integer column, an amount of 14
+#: digits with 2 decimals.
+MAX_CURRENCY_ID = 2**31 - 1
+MAX_AMOUNT = Decimal(10) ** 12
 
 
 def _prices(prices: Iterable[Any]) -> list[dict[str, Any]]:
@@ -156,20 +161,53 @@ def not_carried(
 
 
 def from_remote(data: dict[str, Any]) -> dict[str, Any]:
-    """Product field values from a product resource (either shape)."""
+    """Product field values from a product resource (either shape); ``RemoteDataError`` if
+    unstorable (its root prices included)."""
+    from ..models import Product
+
     bp = data.get("subscription_blueprint")
     one_time = bp in (None, "")
     fields = remote_meta(data) | {
-        "name": data.get("name") or "",
-        "description": data.get("description") or "",
-        "status": data.get("status") or "draft",
-        "selected_currencies": currencies_from_wire(data.get("selected_currencies")),
+        "name": text(Product, "name", data.get("name") or None),
+        "description": text(Product, "description", data.get("description") or None),
+        "status": text(Product, "status", data.get("status") or None) or "draft",
+        "selected_currencies": _remote_currencies(data.get("selected_currencies")),
         "product_type": "one_time" if one_time else "subscription",
         "blueprint_known": one_time,
     }
     if isinstance(bp, dict) and bp.get("billing_type"):
-        fields["billing_type"] = bp["billing_type"]
+        fields["billing_type"] = text(Product, "billing_type", bp["billing_type"])
+    if one_time:
+        _check_root_prices(data)
     return fields
+
+
+def _remote_currencies(value: Any) -> list[int]:
+    try:
+        if value is not None and not isinstance(value, list):
+            raise TypeError("not a list")
+        ids = currencies_from_wire(value)
+    except (BillingConfigurationError, TypeError, ValueError) as exc:
+        raise RemoteDataError("selected_currencies", value, str(exc)) from None
+    if any(not 0 <= i <= MAX_CURRENCY_ID for i in ids):
+        raise RemoteDataError("selected_currencies", value, "a currency id out of range")
+    return ids
+
+
+def _check_root_prices(data: dict[str, Any]) -> None:
+    """``RemoteDataError`` unless every root price can be stored as a ``Price``."""
+    prices = data.get("prices")
+    try:
+        if prices is not None and not isinstance(prices, list):
+            raise TypeError("not a list")
+        pairs = root_prices_from_remote(data)
+    except (TypeError, ValueError, ArithmeticError) as exc:
+        raise RemoteDataError("prices", prices, f"not a price ({type(exc).__name__})") from None
+    for currency_id, amount in pairs:
+        if not 0 <= currency_id <= MAX_CURRENCY_ID:
+            raise RemoteDataError("prices", prices, "a currency id out of range")
+        if not amount.is_finite() or abs(amount) >= MAX_AMOUNT:
+            raise RemoteDataError("prices", prices, "an amount out of range")
 
 
 def root_prices_from_remote(data: dict[str, Any]) -> list[tuple[int, Decimal]]:

@@ -10,8 +10,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from billing_integration.models import Customer, OutboxEntry, Subscription
-from billing_integration.sync.pull import upsert_customers, upsert_subscriptions
+from billing_integration.models import Customer, OutboxEntry, Product, Subscription
+from billing_integration.sync.pull import upsert_customers, upsert_products, upsert_subscriptions
 
 pytestmark = pytest.mark.django_db
 
@@ -47,6 +47,49 @@ def test_a_bad_row_is_counted_and_the_rest_applied():
     counts = upsert_customers([_customer(0), _customer(1, date_created="not a date")])
     assert (counts.created, counts.errors) == (1, 1)
     assert str(uuid.UUID(int=2)) in counts.error_messages[0]
+    assert list(Customer.objects.values_list("identifier", flat=True)) == ["c-0"]
+
+
+def _product(i: int, **more):
+    return {
+        "id": str(uuid.UUID(int=i + 1)),
+        "name": f"P{i}",
+        "status": "published",
+        "selected_currencies": ["1"],
+        "subscription_blueprint": None,
+        "prices": [{"currency": 1, "amount": 2500}],
+        **more,
+    }
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"prices": [{"currency": "abc", "amount": 5}]},
+        {"prices": [{"currency": 1, "amount": "ten"}]},
+        {"prices": [{"currency": 1, "amount": 10**40}]},
+        {"prices": [{"currency": 10**30, "amount": 5}]},
+        {"prices": {"currency": 1}},
+        {"selected_currencies": "XOF"},
+        {"selected_currencies": ["ZZZ"]},
+        {"name": {"en": "Plan"}},
+        {"name": "n" * 300},
+    ],
+)
+def test_a_product_row_that_cannot_be_stored_is_counted_and_the_rest_applied(bad):
+    counts = upsert_products([_product(0), _product(1, **bad)])
+    assert (counts.created, counts.errors) == (1, 1)
+    assert str(uuid.UUID(int=2)) in counts.error_messages[0]
+    assert list(Product.objects.values_list("name", flat=True)) == ["P0"]
+    assert Product.objects.get().root_prices.count() == 1
+
+
+@pytest.mark.parametrize(
+    "bad", [{"identifier": {"a": 1}}, {"identifier": ["a"]}, {"identifier": "i" * 300}]
+)
+def test_a_customer_row_that_cannot_be_stored_is_counted_and_the_rest_applied(bad):
+    counts = upsert_customers([_customer(0), _customer(1, **bad)])
+    assert (counts.created, counts.errors) == (1, 1)
     assert list(Customer.objects.values_list("identifier", flat=True)) == ["c-0"]
 
 
