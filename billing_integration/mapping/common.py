@@ -68,12 +68,14 @@ def remote_meta(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def text(model: type[models.Model], name: str, value: Any, field: str | None = None) -> str:
-    """A string the column ``name`` of ``model`` stores as it is (``""`` for null), else
-    ``RemoteDataError`` naming the resource ``field`` (default ``name``): not a string, longer
-    than the column, or with a NUL character."""
+    """A string the column ``name`` of ``model`` stores as it is (``""`` for null, a number as
+    its text: a phone may come as one), else ``RemoteDataError`` naming the resource ``field``
+    (default ``name``): not a string or a number, longer than the column, or with a NUL."""
     field = field or name
     if value is None:
         return ""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)
     if not isinstance(value, str):
         raise RemoteDataError(field, value, "not a string")
     limit = getattr(model._meta.get_field(name), "max_length", None)

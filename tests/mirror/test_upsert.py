@@ -93,6 +93,15 @@ def test_a_customer_row_that_cannot_be_stored_is_counted_and_the_rest_applied(ba
     assert list(Customer.objects.values_list("identifier", flat=True)) == ["c-0"]
 
 
+def test_a_number_where_text_is_expected_is_stored_as_its_text():
+    """Tolerant where the interface is silent: a phone (or a name) sent as a JSON number."""
+    counts = upsert_customers([_customer(0, phone=221770000001)])
+    assert (counts.created, counts.errors) == (1, 0)
+    assert Customer.objects.get().phone == "221770000001"
+    assert upsert_products([_product(0, name=2025)]).errors == 0
+    assert Product.objects.get().name == "2025"
+
+
 def test_local_changes_pending_are_kept():
     upsert_customers([_customer(0)])
     Customer.objects.update(first_name="Local", sync_state="pending")
