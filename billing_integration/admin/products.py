@@ -136,17 +136,27 @@ def format_prices(prices: list[Price]) -> str:
     return ", ".join(f"{names.get(cid, cid)} {amount}" for cid, amount in rows)
 
 
-class BillingCycleForm(ModelForm):
+class CycleForm(ModelForm):
+    """A billing cycle's unit and frequency (the service refuses a frequency below 1)."""
+
+    class Meta:
+        model = BillingCycle
+        fields = ("unit", "frequency")
+
+    def clean_frequency(self) -> int:
+        frequency: int = self.cleaned_data["frequency"]
+        if frequency < 1:
+            raise ValidationError(_("The frequency is at least 1 (every 1 month, 2 months, …)."))
+        return frequency
+
+
+class BillingCycleForm(CycleForm):
     prices = forms.CharField(
         label=_("prices"),
         required=False,
         widget=forms.TextInput(attrs={"size": 30, "placeholder": "XOF 10000, USD 19.99"}),
         help_text=_("Currency and amount, comma-separated, e.g. “XOF 10000, USD 19.99”."),
     )
-
-    class Meta:
-        model = BillingCycle
-        fields = ("unit", "frequency")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -750,6 +760,7 @@ def refused_message(product: Product) -> str:
 
 @admin.register(BillingCycle)
 class BillingCycleAdmin(DeclaredBadgeMixin, PricingConfirmationAdmin):
+    form = CycleForm
     fields = ("product_link", "unit", "frequency", "declared_badge")
     readonly_fields = ("product_link", "declared_badge")
     inlines = (CyclePriceInline,)

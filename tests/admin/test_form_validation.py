@@ -1,0 +1,70 @@
+"""Bad input on the product and cycle pages is a form error (nothing saved), never a push the
+service refuses or a 500."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.urls import reverse
+
+from billing_integration.models import BillingCycle, OutboxEntry, Product
+
+from .conftest import make_product, product_form_data
+
+pytestmark = pytest.mark.django_db
+
+ADD = reverse("admin:billing_integration_product_add")
+
+
+def cycle_page_data(cycle: BillingCycle, **overrides: Any) -> dict[str, Any]:
+    """The POST of a cycle's own page, with its current prices."""
+    prices = list(cycle.prices.all())
+    data: dict[str, Any] = {
+        "unit": cycle.unit,
+        "frequency": str(cycle.frequency),
+        "prices-TOTAL_FORMS": str(len(prices)),
+        "prices-INITIAL_FORMS": str(len(prices)),
+        "prices-MIN_NUM_FORMS": "0",
+        "prices-MAX_NUM_FORMS": "1000",
+        "_save": "Save",
+    }
+    for i, price in enumerate(prices):
+        data.update(
+            {
+                f"prices-{i}-id": str(price.pk),
+                f"prices-{i}-cycle": str(cycle.pk),
+                f"prices-{i}-currency_id": str(price.currency_id),
+                f"prices-{i}-amount": str(price.amount),
+            }
+        )
+    data.update(overrides)
+    return data
+
+
+def cycle_url(cycle: BillingCycle) -> str:
+    return reverse("admin:billing_integration_billingcycle_change", args=[cycle.pk])
+
+
+def test_a_cycle_frequency_below_one_is_a_form_error(admin_client):
+    """The service refuses a frequency below 1 ("frequency must be >= 1")."""
+    data = product_form_data(
+        name="Every zero months",
+        **{
+            "cycles-TOTAL_FORMS": "1",
+            "cycles-0-unit": "months",
+            "cycles-0-frequency": "0",
+            "cycles-0-prices": "XOF 1000",
+        },
+    )
+    response = admin_client.post(ADD, data)
+    assert response.status_code == 200
+    assert "at least 1" in response.content.decode()
+    assert not Product.objects.exists() and not OutboxEntry.objects.exists()
+
+    cycle = make_product(remote=True).cycles.get()
+    response = admin_client.post(cycle_url(cycle), cycle_page_data(cycle, frequency="0"))
+    assert response.status_code == 200
+    assert "at least 1" in response.content.decode()
+    cycle.refresh_from_db()
+    assert cycle.frequency == 1
