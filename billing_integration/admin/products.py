@@ -257,6 +257,15 @@ class PriceInlineForm(ModelForm):
         field = cast(forms.ChoiceField, self.fields["currency_id"])
         field.choices = [("", "---------"), *sorted(currencies.known().items())]
 
+    def clean_amount(self) -> Decimal | None:
+        """The service refuses an amount below 0 (as ``parse_prices``)."""
+        amount: Decimal | None = self.cleaned_data.get("amount")
+        if amount is not None and amount < 0:
+            raise ValidationError(
+                _("%(a)s: amounts are positive, with at most two decimals."), params={"a": amount}
+            )
+        return amount
+
 
 class RootPriceInline(TabularInline):
     model = Price

@@ -68,3 +68,27 @@ def test_a_cycle_frequency_below_one_is_a_form_error(admin_client):
     assert "at least 1" in response.content.decode()
     cycle.refresh_from_db()
     assert cycle.frequency == 1
+
+
+def test_a_negative_price_in_the_price_rows_is_a_form_error(admin_client):
+    """As in the compact prices field: the service refuses an amount below 0."""
+    data = product_form_data(
+        name="Setup fee",
+        product_type="one_time",
+        **{
+            "root_prices-TOTAL_FORMS": "1",
+            "root_prices-0-currency_id": "1",
+            "root_prices-0-amount": "-5000",
+        },
+    )
+    response = admin_client.post(ADD, data)
+    assert response.status_code == 200
+    assert "amounts are positive" in response.content.decode()
+    assert not Product.objects.exists()
+
+    cycle = make_product(remote=True).cycles.get()
+    data = cycle_page_data(cycle, **{"prices-0-amount": "-1"})
+    response = admin_client.post(cycle_url(cycle), data)
+    assert response.status_code == 200
+    assert "amounts are positive" in response.content.decode()
+    assert [str(p.amount) for p in cycle.prices.all()] == ["10000.00"]
