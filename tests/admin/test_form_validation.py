@@ -92,3 +92,27 @@ def test_a_negative_price_in_the_price_rows_is_a_form_error(admin_client):
     assert response.status_code == 200
     assert "amounts are positive" in response.content.decode()
     assert [str(p.amount) for p in cycle.prices.all()] == ["10000.00"]
+
+
+def test_an_amount_too_large_for_the_column_is_a_form_error(admin_client):
+    """Prices are stored with 14 digits, 2 of them decimals: a larger amount in the compact
+    field was saved (SQLite) and every page reading it was a 500 (PostgreSQL: the save)."""
+    data = product_form_data(
+        name="Too dear",
+        **{
+            "cycles-TOTAL_FORMS": "1",
+            "cycles-0-unit": "months",
+            "cycles-0-frequency": "1",
+            "cycles-0-prices": "XOF 10000000000000000",
+        },
+    )
+    response = admin_client.post(ADD, data)
+    assert response.status_code == 200
+    assert "at most 12 digits before the decimal point" in response.content.decode()
+    assert not Product.objects.exists()
+    # The largest amount the column holds is accepted, and its pages read it back.
+    data["cycles-0-prices"] = "XOF 999999999999.99"
+    assert admin_client.post(ADD, data).status_code == 302
+    product = Product.objects.get()
+    change = reverse("admin:billing_integration_product_change", args=[product.pk])
+    assert "XOF 999999999999.99" in admin_client.get(change).content.decode()
