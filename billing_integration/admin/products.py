@@ -112,9 +112,9 @@ def parse_prices(text: str) -> dict[int, Decimal]:
         try:
             cid = currencies.currency_id(currency)
         except BillingConfigurationError:
-            if currencies.is_id(currency):
+            if currencies.is_id(currency):  # its digits, not int(): it may be too long to read
                 raise ValidationError(
-                    _("Unknown currency id %(c)s."), params={"c": int(currency)}
+                    _("Unknown currency id %(c)s."), params={"c": currency.lstrip("0") or "0"}
                 ) from None
             raise ValidationError(_("Unknown currency %(c)s."), params={"c": currency}) from None
         try:

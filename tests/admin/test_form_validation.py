@@ -116,3 +116,20 @@ def test_an_amount_too_large_for_the_column_is_a_form_error(admin_client):
     product = Product.objects.get()
     change = reverse("admin:billing_integration_product_change", args=[product.pk])
     assert "XOF 999999999999.99" in admin_client.get(change).content.decode()
+
+
+def test_a_currency_id_too_long_to_read_is_a_form_error(admin_client):
+    """More digits than Python reads as an int (4,300) named no currency, and was a 500."""
+    data = product_form_data(
+        name="Odd currency",
+        **{
+            "cycles-TOTAL_FORMS": "1",
+            "cycles-0-unit": "months",
+            "cycles-0-frequency": "1",
+            "cycles-0-prices": "9" * 5000 + " 100",
+        },
+    )
+    response = admin_client.post(ADD, data)
+    assert response.status_code == 200
+    assert "Unknown currency id" in response.content.decode()
+    assert not Product.objects.exists()
