@@ -296,10 +296,21 @@ class CyclePriceInline(TabularInline):
     extra = 1
 
 
+class ProductFeatureForm(ModelForm):
+    class Meta:
+        model = ProductFeature
+        fields = ("key", "limit")
+
+    def clean_key(self) -> str:
+        """Lower-cased as stored, so that the formset finds a key given twice in two cases."""
+        return str(self.cleaned_data["key"]).lower()
+
+
 class ProductFeatureInline(TabularInline):
     """Features declared here (read by ``access.has_feature``); never pushed."""
 
     model = ProductFeature
+    form = ProductFeatureForm
     fields = ("key", "limit")
     extra = 0
     verbose_name = _("feature")

@@ -133,3 +133,28 @@ def test_a_currency_id_too_long_to_read_is_a_form_error(admin_client):
     assert response.status_code == 200
     assert "Unknown currency id" in response.content.decode()
     assert not Product.objects.exists()
+
+
+def test_a_feature_twice_in_other_cases_is_a_form_error(admin_client):
+    """Keys are stored lower-cased, once per product: "SSO" and "sso" in two new rows were an
+    IntegrityError (a 500)."""
+    data = product_form_data(
+        name="Teams",
+        **{
+            "cycles-TOTAL_FORMS": "1",
+            "cycles-0-unit": "months",
+            "cycles-0-frequency": "1",
+            "cycles-0-prices": "XOF 1000",
+            "declared_features-TOTAL_FORMS": "2",
+            "declared_features-0-key": "SSO",
+            "declared_features-1-key": "sso",
+        },
+    )
+    response = admin_client.post(ADD, data)
+    assert response.status_code == 200
+    assert "duplicate" in response.content.decode()
+    assert not Product.objects.exists()
+    data["declared_features-1-key"] = "Seats"
+    assert admin_client.post(ADD, data).status_code == 302
+    product = Product.objects.get()
+    assert sorted(product.declared_features.values_list("key", flat=True)) == ["seats", "sso"]
