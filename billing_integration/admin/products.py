@@ -65,6 +65,10 @@ REPUBLISH_FORM_ERROR = _(
     "try anyway, use the “Publish selected products” action on the product list: it says "
     "what happens first."
 )
+BACK_TO_DRAFT_FORM_ERROR = _(
+    "This product is published or archived on the service: it cannot go back to draft there "
+    "(the service refuses it). Archive it to take it off sale."
+)
 DECLARED_LABEL = _("declared here, not confirmed by the service")
 NO_CYCLES_LABEL = _("no known cycles")
 DECLARED_WARNING = _(
@@ -362,6 +366,10 @@ class ProductForm(ModelForm):
             ).exists()
         ):
             raise ValidationError(REPUBLISH_FORM_ERROR)
+        if status == ProductStatus.DRAFT and self.instance.pk is not None:
+            stored = Product.objects.filter(pk=self.instance.pk, remote_id__isnull=False).first()
+            if stored is not None and stored.confirmed_status != ProductStatus.DRAFT:
+                raise ValidationError(BACK_TO_DRAFT_FORM_ERROR)
         return status
 
 

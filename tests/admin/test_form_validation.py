@@ -158,3 +158,25 @@ def test_a_feature_twice_in_other_cases_is_a_form_error(admin_client):
     assert admin_client.post(ADD, data).status_code == 302
     product = Product.objects.get()
     assert sorted(product.declared_features.values_list("key", flat=True)) == ["seats", "sso"]
+
+
+@pytest.mark.parametrize("status", ["published", "archived"])
+def test_the_change_form_does_not_put_a_product_the_service_knows_back_to_draft(
+    admin_client, status
+):
+    """The service moves a product draft → published → archived only (published → draft is
+    refused, "invalid_transition"): the form said nothing, and the push failed."""
+    product = make_product("Live plan", remote=True, status=status)
+    change = reverse("admin:billing_integration_product_change", args=[product.pk])
+    response = admin_client.post(change, product_form_data(product, status="draft"))
+    assert response.status_code == 200
+    assert "cannot go back to draft" in response.content.decode()
+    product.refresh_from_db()
+    assert product.status == status
+    assert not OutboxEntry.objects.exists()
+    # A product the service never received goes back to draft as before.
+    local = make_product("Local plan", remote=False, status=status)
+    change = reverse("admin:billing_integration_product_change", args=[local.pk])
+    assert admin_client.post(change, product_form_data(local, status="draft")).status_code == 302
+    local.refresh_from_db()
+    assert local.status == "draft"
