@@ -204,6 +204,25 @@ class BillingCycleForm(CycleForm):
                 Price.objects.create(cycle=cycle, currency_id=cid, amount=amount)
 
 
+class PriceFormSet(BaseInlineFormSet):
+    """Price rows: one per currency (as ``parse_prices``), else the price is ambiguous."""
+
+    def clean(self) -> None:
+        super().clean()
+        seen: set[int] = set()
+        for form in self.forms:
+            if not hasattr(form, "cleaned_data") or is_deleted(self, form):
+                continue
+            cid = form.cleaned_data.get("currency_id")
+            if cid is None:
+                continue
+            if cid in seen:
+                raise ValidationError(
+                    _("Currency %(c)s appears twice."), params={"c": currencies.label(cid)}
+                )
+            seen.add(cid)
+
+
 class NeverSentRowsFormSet(BaseInlineFormSet):
     """Refuses inline rows that a product of the other type would never send."""
 
@@ -229,7 +248,7 @@ class CycleFormSet(NeverSentRowsFormSet):
     )
 
 
-class RootPriceFormSet(NeverSentRowsFormSet):
+class RootPriceFormSet(NeverSentRowsFormSet, PriceFormSet):
     refuse_for_one_time = False
     message = _(
         "A subscription product's prices go on its billing cycles (root prices "
@@ -296,6 +315,7 @@ class CyclePriceInline(TabularInline):
     model = Price
     fk_name = "cycle"
     form = PriceInlineForm
+    formset = PriceFormSet
     fields = ("currency_id", "amount")
     extra = 1
 

@@ -180,3 +180,42 @@ def test_the_change_form_does_not_put_a_product_the_service_knows_back_to_draft(
     assert admin_client.post(change, product_form_data(local, status="draft")).status_code == 302
     local.refresh_from_db()
     assert local.status == "draft"
+
+
+def test_a_currency_twice_in_the_price_rows_is_a_form_error(admin_client):
+    """As in the compact prices field ("appears twice"): two prices in one currency were both
+    saved and sent, leaving the price in that currency ambiguous."""
+    data = product_form_data(
+        name="Setup fee",
+        product_type="one_time",
+        **{
+            "root_prices-TOTAL_FORMS": "2",
+            "root_prices-0-currency_id": "1",
+            "root_prices-0-amount": "5000",
+            "root_prices-1-currency_id": "1",
+            "root_prices-1-amount": "6000",
+        },
+    )
+    response = admin_client.post(ADD, data)
+    assert response.status_code == 200
+    assert "Currency XOF appears twice" in response.content.decode()
+    assert not Product.objects.exists()
+
+    cycle = make_product(remote=True).cycles.get()
+    data = cycle_page_data(
+        cycle,
+        **{
+            "prices-TOTAL_FORMS": "2",
+            "prices-1-cycle": str(cycle.pk),
+            "prices-1-currency_id": "1",
+            "prices-1-amount": "20000",
+        },
+    )
+    response = admin_client.post(cycle_url(cycle), data)
+    assert response.status_code == 200
+    assert "Currency XOF appears twice" in response.content.decode()
+    assert [str(p.amount) for p in cycle.prices.all()] == ["10000.00"]
+    # One row removed and the other moved to its currency is no duplicate.
+    data["prices-0-DELETE"] = "on"
+    assert admin_client.post(cycle_url(cycle), data).status_code == 302
+    assert [str(p.amount) for p in cycle.prices.all()] == ["20000.00"]
