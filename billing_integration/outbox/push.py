@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import random
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -129,6 +129,8 @@ def _claim(entry_id: int) -> PushResult | tuple[OutboxEntry, Any, list[Any]]:
             left = LEASE - (now - entry.started_at).total_seconds()
             if left > 0:
                 return PushResult(PushOutcome.BUSY, entry_id, retry_in=left)
+            if entry.attempts >= MAX_ATTEMPTS:  # its pushes never finished: a worker died, or
+                return _never_finished(entry, now)  # raised other than a BillingError each time
         if entry.waits:  # type: ignore[attr-defined]  # (annotated above)
             return PushResult(PushOutcome.BUSY, entry_id)  # the older one enqueues it when over
         obj = entry.target
@@ -157,6 +159,24 @@ def _claim(entry_id: int) -> PushResult | tuple[OutboxEntry, Any, list[Any]]:
         for field, value in claim.items():
             setattr(entry, field, value)
     return entry, obj, []
+
+
+def _never_finished(entry: OutboxEntry, now: datetime) -> PushResult:
+    """Failed in doubt (it may have reached the service; later entries of its object wait),
+    shown in the admin and by ``billing_doctor``, retried only by staff, with the same key."""
+    error = f"The push never finished in {entry.attempts} attempts (see the worker's log)."
+    OutboxEntry.objects.filter(pk=entry.pk).update(
+        state=OutboxState.FAILED,
+        in_doubt=True,
+        last_error=error,
+        started_at=None,
+        completed_at=now,
+        updated_at=now,
+    )
+    if (obj := entry.target) is not None:
+        _rows(obj).update(sync_state=SyncState.FAILED, sync_error=error)
+    logger.error("outbox entry %s: %s", entry.pk, error)
+    return PushResult(PushOutcome.FAILED, entry.pk)
 
 
 def _blocking(content_type_id: Any, object_id: Any) -> QuerySet[OutboxEntry]:

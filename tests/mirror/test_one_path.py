@@ -80,3 +80,43 @@ def test_the_task_names_of_deployments_beat_schedules():
     assert push_outbox_entry.name == "billing_integration.push_entry"
     assert sweep_outbox.name == "billing_integration.drain_outbox"
     assert {"billing_integration.push_entry", "billing_integration.drain_outbox"} <= set(registered)
+
+
+def test_an_entry_whose_pushes_never_finish_fails_in_doubt_not_forever(
+    billing_sandbox, monkeypatch
+):
+    """A push that raises other than a billing error (or whose worker dies) leaves its entry in
+    progress for the sweep; after MAX_ATTEMPTS expired leases it fails, in doubt, shown on its
+    object, and a retry by staff sends it with the same key."""
+    from billing_integration.outbox import push
+    from billing_integration.outbox.retry import retry_failed
+
+    bob = customer(1)
+    entry = OutboxEntry.objects.get()
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("a bug, not the service")
+
+    monkeypatch.setattr(push, "_call", crash)
+    expired = timezone.now() - timedelta(seconds=LEASE + 1)
+    for _ in range(push.MAX_ATTEMPTS):
+        with pytest.raises(RuntimeError):
+            push_entry(entry.pk)
+        entry.refresh_from_db()
+        assert entry.state == OutboxState.IN_PROGRESS
+        OutboxEntry.objects.filter(pk=entry.pk).update(started_at=expired)  # the lease expires
+
+    assert push_entry(entry.pk).status == PushOutcome.FAILED
+    entry.refresh_from_db()
+    bob.refresh_from_db()
+    assert entry.state == OutboxState.FAILED and entry.in_doubt
+    assert "never finished in 8 attempts" in entry.last_error
+    assert bob.sync_state == "failed" and "never finished" in bob.sync_error
+    assert billing_sandbox.requests(operation="create_customer") == []
+
+    monkeypatch.undo()
+    key = entry.idempotency_key
+    assert retry_failed() == 1
+    assert push_entry(entry.pk).status == PushOutcome.DONE
+    [sent] = billing_sandbox.requests(operation="create_customer")
+    assert sent["headers"]["x-idempotency-id"] == str(key)
