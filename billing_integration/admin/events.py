@@ -17,7 +17,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
-from ..models import WebhookEvent
+from ..models import EventState, WebhookEvent
 from .mirror import ModelAdmin, state_badge
 
 #: Characters of a body shown as raw text (not JSON, or nested too deep to be parsed).
@@ -90,6 +90,12 @@ class WebhookEventAdmin(ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Not a delivery still to be applied (as the prune): deleting it would lose its event."""
+        if obj is not None and obj.state == EventState.RECEIVED:
+            return False
+        return super().has_delete_permission(request, obj)
 
     def change_view(
         self,

@@ -154,3 +154,15 @@ def test_a_body_with_a_lone_surrogate_escape_is_shown_not_a_500(admin_client):
         response = admin_client.get(url)
         assert response.status_code == 200
         assert "Ada \\ud800" in response.content.decode()
+
+
+def test_a_delivery_still_to_be_applied_cannot_be_deleted(admin_client):
+    """As the prune: deleting a ``received`` delivery would lose its event; a finished one goes."""
+    waiting, done = invoice_event(EventState.RECEIVED), invoice_event(EventState.PROCESSED)
+    delete = reverse("admin:billing_integration_webhookevent_delete", args=[waiting.pk])
+    assert admin_client.post(delete, {"post": "yes"}).status_code == 403
+    bulk = {"action": "delete_selected", "post": "yes", "index": "0"}
+    admin_client.post(CHANGELIST, {**bulk, "_selected_action": [str(waiting.pk), str(done.pk)]})
+    assert WebhookEvent.objects.filter(pk=waiting.pk).exists()
+    admin_client.post(CHANGELIST, {**bulk, "_selected_action": [str(done.pk)]})
+    assert list(WebhookEvent.objects.values_list("pk", flat=True)) == [waiting.pk]
