@@ -53,7 +53,9 @@ def deliver_event(
 
     if secret is None:
         configured = billing_settings.WEBHOOK_SECRET
-        secret = configured[0] if isinstance(configured, list | tuple) else configured
+        if isinstance(configured, list | tuple):
+            configured = configured[0] if configured else None
+        secret = configured
     if not secret:
         raise ValueError("No secret: pass secret= or set BILLING['WEBHOOK_SECRET'].")
     msg_id = event_id or str(uuid.uuid4())

@@ -107,3 +107,10 @@ def test_data_without_what_the_handler_needs_is_kept_unrecognised(client, eager,
     from billing_integration.webhooks.tasks import process_pending_webhook_events
 
     assert process_pending_webhook_events(older_than=0) == 0
+
+
+@pytest.mark.parametrize("configured", [None, "", []])
+def test_deliver_event_without_a_secret_says_so(client, settings, configured):
+    settings.BILLING = {**settings.BILLING, "WEBHOOK_SECRET": configured}
+    with pytest.raises(ValueError, match="No secret"):
+        deliver_event(client, "invoice.paid", {"id": "x"})
