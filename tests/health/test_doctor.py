@@ -412,3 +412,13 @@ def test_help_says_zero_means_no_limit_only_for_the_ages():
         assert "0 = no limit" in helps[age]
     for other in ("max_failed_entries", "max_failed_events", "timeout", "ping_timeout"):
         assert "no limit" not in helps[other]
+
+
+@pytest.mark.parametrize(
+    "option, value",
+    [("--max-beat-age", "-5"), ("--timeout", "nan"), ("--ping-timeout", "inf"),
+     ("--max-failed-entries", "-1")],
+)  # fmt: skip
+def test_a_negative_or_not_finite_limit_is_a_usage_error(option, value):
+    with pytest.raises(CommandError, match="non-negative number"):
+        call_command("billing_doctor", option, value)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
@@ -25,6 +27,19 @@ LIMITS = {
 }
 
 
+def _limit(kind: type[int] | type[float]) -> Callable[[str], int | float]:
+    """A command-line limit of ``kind``: a finite number, 0 or more (argparse says otherwise)."""
+
+    def read(text: str) -> int | float:
+        value = kind(text)
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(text)
+        return value
+
+    read.__name__ = "non-negative number"  # argparse names it in its error
+    return read
+
+
 class Command(BaseCommand):
     help = (
         "Check the billing integration's health: token, broker and workers, beat, outbox, "
@@ -43,7 +58,7 @@ class Command(BaseCommand):
             option = "--" + f.name.replace("_", "-")
             no_limit = "; 0 = no limit" if f.name.endswith(("_age", "_lag")) else ""
             what = f"{LIMITS[f.name]} (default {default:g}{no_limit})"
-            parser.add_argument(option, type=type(default), default=default, help=what)
+            parser.add_argument(option, type=_limit(type(default)), default=default, help=what)
 
     def handle(self, *args: Any, **options: Any) -> None:
         thresholds = Thresholds(**{f.name: options[f.name] for f in fields(Thresholds)})
