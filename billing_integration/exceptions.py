@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Collection
 from typing import Any
+from urllib.parse import quote_plus
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -57,7 +59,9 @@ class BillingAPIError(BillingError):
         body: Any = None,
         request_id: str | None = None,
         message: str | None = None,
+        sent: Collection[str] = (),
     ) -> None:
+        body = _without(body, sent)  # the answer may quote what was sent (the token...)
         self.status = status
         self.operation = operation
         self.body = redact(body)
@@ -174,6 +178,20 @@ def redact(value: Any) -> Any:
             return redact(parsed)
         return value[:_MAX_BODY]
     return value
+
+
+def _without(value: Any, secrets: Collection[str]) -> Any:
+    """``value`` (parsed JSON or text) with each of ``secrets``, as sent, as written in JSON
+    and as form-encoded, replaced by ``[redacted]``."""
+    forms = {form for s in secrets if s for form in (s, json.dumps(s)[1:-1], quote_plus(s))}
+    if not forms:
+        return value
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    for form in sorted(forms, key=len, reverse=True):
+        text = text.replace(form, "[redacted]")
+    return text if isinstance(value, str) else json.loads(text)
 
 
 def _summary(body: Any) -> str:

@@ -317,7 +317,7 @@ class BillingClient:
                 refetched = True
                 self.tokens.invalidate(token)
                 return attempt(self.tokens.get(bound))
-            return _answer(response, operation)
+            return _answer(response, operation, sent=(token,))
 
         return self._retrying(operation, bound, lambda: attempt(self.tokens.get(bound)))
 
@@ -438,9 +438,10 @@ def _raw(response: requests.Response) -> RawAnswer:
     return RawAnswer(response.status_code, headers, _body(response))
 
 
-def _answer(response: requests.Response, operation: str) -> Any:
-    """The ``data`` of a 2xx answer, else ``_Sent`` with the error. An unreadable 2xx is in
-    doubt (probably applied): a retryable ``BillingAnswerLostError``, resent with the key."""
+def _answer(response: requests.Response, operation: str, sent: tuple[str, ...] = ()) -> Any:
+    """The ``data`` of a 2xx answer, else ``_Sent`` with the error (``sent``, the secrets the
+    request carried, removed from it). An unreadable 2xx is in doubt (probably applied): a
+    retryable ``BillingAnswerLostError``, resent with the key."""
     body, status = _body(response), response.status_code
     if status < 400 and isinstance(body, dict) and "data" in body:
         return body["data"]
@@ -452,7 +453,12 @@ def _answer(response: requests.Response, operation: str) -> Any:
         cls = BillingIdempotencyConflict
     request_id = response.headers.get("x-request-id")
     error = cls(
-        status=status, operation=operation, body=body, request_id=request_id, message=message
+        status=status,
+        operation=operation,
+        body=body,
+        request_id=request_id,
+        message=message,
+        sent=sent,
     )
     if status == 429 or status >= 500:
         error.retry_after = parse_retry_after(response.headers.get("Retry-After"))

@@ -1,0 +1,64 @@
+"""An answer that quotes what the client sent (the token, the client secret) in any form: the
+error's text, its ``body`` and the logs never hold it (they are stored as ``last_error`` and
+``sync_error`` and shown in the admin, the Health page and ``billing_doctor``)."""
+
+import logging
+
+import pytest
+import responses
+from django.core.cache import caches
+
+from billing_integration.client import BillingClient, RetryPolicy
+from billing_integration.exceptions import BillingError
+
+pytestmark = pytest.mark.django_db
+
+SECRET = "cl1ent-S3cret/with+chars"
+TOKEN = "opaque-ACCESS-token-0123456789abcdef"
+AUTH_URL = "http://auth.test/realms/sandbox/protocol/openid-connect/token"
+PRODUCT_URL = "http://billing.test/v1/api/billing/products/p1"
+
+
+@pytest.fixture(autouse=True)
+def no_shared_token():
+    caches["default"].clear()
+
+
+def make_client() -> BillingClient:
+    return BillingClient(
+        base_url="http://billing.test",
+        auth_url="http://auth.test",
+        checkout_url="http://pay.test",
+        client_id="app",
+        client_secret=SECRET,
+        retry=RetryPolicy(max_retries=0),
+        sleep=lambda seconds: None,
+    )
+
+
+def shown(error: BillingError, caplog) -> list[str]:
+    return [str(error), repr(error), repr(getattr(error, "body", None)), caplog.text]
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (401, {"errors": [{"message": "Invalid access token.", "value": TOKEN}]}),
+        (403, {"message": f"Token {TOKEN} may not do this"}),
+        (400, {"errors": [{"message": f"bad x-kc-token header {TOKEN}", "code": "bad"}]}),
+        (500, {"request": {"headers": {"authorization": f"Bearer {TOKEN}"}}}),
+        (502, f"upstream refused Bearer {TOKEN}"),
+    ],
+)
+@responses.activate
+def test_an_answer_quoting_the_token_sent_does_not_leak_it(status, body, caplog):
+    caplog.set_level(logging.DEBUG)
+    responses.post(AUTH_URL, json={"access_token": TOKEN, "expires_in": 300})
+    kwargs = {"body": body} if isinstance(body, str) else {"json": body}
+    responses.get(PRODUCT_URL, status=status, **kwargs)
+    with pytest.raises(BillingError) as info:
+        make_client().get_product("p1")
+    assert f"HTTP {status}" in str(info.value)
+    for text in shown(info.value, caplog):
+        assert TOKEN not in text
+    assert "[redacted]" in str(info.value)
