@@ -372,6 +372,7 @@ class BillingClient:
         """The form-encoded client-credentials call, retried like any call."""
         fields = {"grant_type": "client_credentials", "client_id": self.client_id}
         form = urlencode({**fields, "client_secret": self.__secret})
+        sent = (self.__secret,)  # an answer quoting it is not kept as it is
 
         def attempt() -> dict[str, Any]:
             response = self._send(
@@ -379,13 +380,13 @@ class BillingClient:
             )
             data, status = _body(response), response.status_code
             if status >= 400 and status not in (400, 401, 403):
-                _answer(response, "token")  # raises the error (retried when retryable)
+                _answer(response, "token", sent)  # raises the error (retried when retryable)
             if status >= 400 or not isinstance(data, dict) or not data.get("access_token"):
                 problem = "token response without access_token"
                 if status >= 400:
                     problem = "credentials refused (check CLIENT_ID and CLIENT_SECRET)"
                 raise BillingAuthenticationError(
-                    status=status, operation="token", body=data, message=problem
+                    status=status, operation="token", body=data, message=problem, sent=sent
                 )
             return data
 

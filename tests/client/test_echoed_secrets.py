@@ -62,3 +62,26 @@ def test_an_answer_quoting_the_token_sent_does_not_leak_it(status, body, caplog)
     for text in shown(info.value, caplog):
         assert TOKEN not in text
     assert "[redacted]" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (401, {"error": "invalid_client", "error_description": f"Unknown secret {SECRET}"}),
+        (400, {"error": "invalid_request", "received": f"secret {SECRET!r}"}),
+        (400, {"error": "invalid_request", "form": "client_secret=cl1ent-S3cret%2Fwith%2Bchars"}),
+        (503, {"message": f"upstream said: '{SECRET}' is not accepted"}),
+        (502, f"<html><body><p>POSTed secret: <b>{SECRET}</b></p></body></html>"),
+    ],
+)
+@responses.activate
+def test_a_token_answer_quoting_the_client_secret_does_not_leak_it(status, body, caplog):
+    caplog.set_level(logging.DEBUG)
+    kwargs = {"body": body} if isinstance(body, str) else {"json": body}
+    responses.post(AUTH_URL, status=status, **kwargs)
+    with pytest.raises(BillingError) as info:
+        make_client().get_product("p1")
+    assert info.value.operation == "token"
+    for text in shown(info.value, caplog):
+        assert SECRET not in text
+        assert "S3cret" not in text
