@@ -61,7 +61,7 @@ class BillingAPIError(BillingError):
         message: str | None = None,
         sent: Collection[str] = (),
     ) -> None:
-        body = _without(body, sent)  # the answer may quote what was sent (the token...)
+        body = without_secrets(body, sent)  # the answer may quote what was sent (the token...)
         self.status = status
         self.operation = operation
         self.body = redact(body)
@@ -180,7 +180,7 @@ def redact(value: Any) -> Any:
     return value
 
 
-def _without(value: Any, secrets: Collection[str]) -> Any:
+def without_secrets(value: Any, secrets: Collection[str]) -> Any:
     """``value`` (parsed JSON or text) with each of ``secrets``, as sent, as written in JSON
     and as form-encoded, replaced by ``[redacted]``."""
     forms = {form for s in secrets if s for form in (s, json.dumps(s)[1:-1], quote_plus(s))}

@@ -15,6 +15,7 @@ from typing import Any, TypedDict, TypeVar, Unpack, cast
 from urllib.parse import quote, urlencode
 
 import requests
+from django.views.decorators.debug import sensitive_variables
 from requests.adapters import HTTPAdapter
 
 from ..conf import billing_settings
@@ -26,12 +27,16 @@ from ..exceptions import (
     BillingIdempotencyConflict,
     BillingTransportError,
     error_for_status,
+    without_secrets,
 )
 from .backoff import KNOWN_DOWN_SECONDS, SharedBackoff
 from .retry import MIN_ATTEMPT, Deadline, RetryPolicy, default_policy, parse_retry_after
 from .tokens import TokenProvider
 
 logger = logging.getLogger("billing_integration.client")
+#: Django's error reports (and tools that follow its marks) hide every local variable of these
+#: calls and of what they call: the client secret, the token and the headers that carry it.
+_secret_frames = sensitive_variables()
 
 API_PREFIX = "/v1/api/billing"
 RESOURCES = ("products", "customers", "subscriptions")
@@ -222,14 +227,12 @@ class BillingClient:
         """Fetch a new token (discarded, never cached) and return its ``expires_in``."""
         return float(self._request_token().get("expires_in") or 0)
 
-    def scrub(self, text: str, mark: str = "[redacted]") -> str:
-        """``text`` with the client secret (as is, and as written in JSON) replaced by ``mark``."""
-        for form in {self.__secret, json.dumps(self.__secret)[1:-1]}:
-            if form:
-                text = text.replace(form, mark)
-        return text
+    def scrub(self, value: Any) -> Any:
+        """``value`` (parsed JSON or text) with the client secret replaced (``without_secrets``)."""
+        return without_secrets(value, (self.__secret,))
 
     # --- raw answers (billing_probe) -----------------------------------------------------
+    @_secret_frames
     def raw_token(self) -> RawAnswer:
         """The token call once, its answer as sent (not cached, not retried, never raised)."""
         fields = {"grant_type": "client_credentials", "client_id": self.client_id}
@@ -237,6 +240,7 @@ class BillingClient:
         response = self._raw_send("token", "POST", self.token_url, form, _FORM_HEADERS, None)
         return _raw(response)
 
+    @_secret_frames
     def raw(
         self,
         method: str,
@@ -280,6 +284,7 @@ class BillingClient:
         """A call answered with one resource."""
         return cast(Item, self._call(operation, method, path, *args, **kw))
 
+    @_secret_frames
     def _call(
         self,
         operation: str,
@@ -368,6 +373,7 @@ class BillingClient:
         logger.debug("billing %s %s -> %s", operation, method, response.status_code)
         return response
 
+    @_secret_frames
     def _request_token(self, deadline: Deadline | None = None) -> dict[str, Any]:
         """The form-encoded client-credentials call, retried like any call."""
         fields = {"grant_type": "client_credentials", "client_id": self.client_id}

@@ -17,7 +17,7 @@ from typing import Any
 from django.db import DatabaseError
 
 from ..client import BillingClient, RawAnswer, RetryPolicy
-from ..exceptions import BillingError, redact
+from ..exceptions import BillingError, redact, without_secrets
 
 CONFIRMED, CONTRADICTED, UNKNOWN = "confirmed", "contradicted", "unknown"
 #: A finding's ``setting`` when no setting changes the guess.
@@ -144,10 +144,7 @@ class Probe:
 
     def _without_secrets(self, value: Any) -> Any:
         """``value`` with every secret string (the tokens, the client secret) replaced."""
-        text = json.dumps(value, default=str)
-        for secret in sorted(self._secrets, key=len, reverse=True):
-            text = text.replace(json.dumps(secret)[1:-1], REDACTED)
-        return json.loads(self.client.scrub(text, REDACTED))
+        return self.client.scrub(without_secrets(value, self._secrets))
 
 
 @dataclass

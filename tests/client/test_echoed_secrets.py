@@ -5,6 +5,7 @@ error's text, its ``body`` and the logs never hold it (they are stored as ``last
 import logging
 
 import pytest
+import requests
 import responses
 from django.core.cache import caches
 
@@ -85,3 +86,26 @@ def test_a_token_answer_quoting_the_client_secret_does_not_leak_it(status, body,
     for text in shown(info.value, caplog):
         assert SECRET not in text
         assert "S3cret" not in text
+
+
+@pytest.mark.parametrize("fails", ["token", "call"])
+@responses.activate
+def test_an_error_report_shows_no_local_variable_holding_a_secret(fails, settings):
+    """Django's error report (the admins' HTML email, the debug page's frames) hides the locals
+    of the client's calls and of what they call: the form with the secret, the token header."""
+    import sys
+
+    from django.views.debug import ExceptionReporter
+
+    settings.DEBUG = False
+    if fails == "token":
+        responses.post(AUTH_URL, body=requests.ConnectionError("refused"))
+    else:
+        responses.post(AUTH_URL, json={"access_token": TOKEN, "expires_in": 300})
+        responses.get(PRODUCT_URL, body=requests.ConnectionError("refused"))
+    try:
+        make_client().get_product("p1")
+    except BillingError:
+        report = ExceptionReporter(None, *sys.exc_info()).get_traceback_html()
+    assert "billing_integration/client/client.py" in report  # the client's frames are shown
+    assert SECRET not in report and TOKEN not in report
