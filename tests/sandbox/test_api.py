@@ -346,6 +346,22 @@ def test_non_object_and_non_json_bodies(api):
     assert response.json()["errors"][0]["code"] == "invalid_json"
 
 
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e400"])
+def test_a_number_json_has_not_is_invalid_json(sandbox, api, number):
+    """NaN and infinity are not JSON (Python's reader takes them): refused, nothing stored,
+    never answered back as a body that is not JSON."""
+    body = '{"name": "N", "status": "published", "selected_currencies": ["1"], '
+    body += '"prices": [{"currency": 1, "amount": ' + number + "}]}"
+    response = api.http.post(
+        api.base + "/products",
+        data=body,
+        headers={**api.headers(str(uuid.uuid4())), "Content-Type": "application/json"},
+    )
+    assert response.status_code == 400, response.text
+    assert response.json()["errors"][0]["code"] == "invalid_json"
+    assert sandbox.objects("product") == []
+
+
 # -- customers --------------------------------------------------------------------------------
 
 
