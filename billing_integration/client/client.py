@@ -259,7 +259,7 @@ class BillingClient:
             headers["x-kc-token"] = token
         if method in ("POST", "PATCH"):
             headers["x-idempotency-id"] = str(idempotency_key or uuid.uuid4())
-        body = None if payload is None else json.dumps(payload, separators=(",", ":"))
+        body = None if payload is None else _json(payload)
         url = f"{self.base_url}{API_PREFIX}{path}"
         return _raw(self._raw_send(f"{method} {path}", method, url, body, headers, params))
 
@@ -300,7 +300,7 @@ class BillingClient:
         headers = dict(_JSON_HEADERS)
         if method in ("POST", "PATCH"):
             headers["x-idempotency-id"] = str(idempotency_key or uuid.uuid4())
-        body = None if payload is None else json.dumps(payload, separators=(",", ":"))
+        body = None if payload is None else _json(payload)
         bound = _as_deadline(deadline) or self.deadline
         _check_time_left(bound, operation)
         wait = self.backoff.wait()
@@ -431,6 +431,11 @@ def _new_session() -> requests.Session:
 
 def _quoted(value: str) -> str:
     return quote(str(value), safe="")
+
+
+def _json(payload: Any) -> str:
+    """A request body: JSON proper (NaN or infinity, which are not JSON, raise ValueError)."""
+    return json.dumps(payload, separators=(",", ":"), allow_nan=False)
 
 
 def _body(response: requests.Response) -> Any:

@@ -100,6 +100,19 @@ def test_headers_on_the_wire(billing_sandbox):
             assert "x-idempotency-id" not in h
 
 
+@pytest.mark.parametrize("amount", [float("nan"), float("inf"), float("-inf")])
+def test_a_body_that_is_not_json_is_never_sent(billing_sandbox, amount):
+    """NaN and infinity are not JSON: the client refuses to write them, nothing is sent."""
+    one_time = {**PRODUCT, "prices": [{"currency": 1, "amount": amount}]}
+    del one_time["subscription_blueprint"]
+    client = get_client()
+    with pytest.raises(ValueError):
+        client.create_product(one_time)
+    with pytest.raises(ValueError):
+        client.raw("POST", "/products", token=client.tokens.get(), payload=one_time)
+    assert billing_sandbox.requests(operation="create_product") == []
+
+
 def test_one_token_for_many_calls(billing_sandbox):
     client = get_client()
     for _ in range(20):
