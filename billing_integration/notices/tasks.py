@@ -88,7 +88,12 @@ def notice_context(kind: str, event: WebhookEvent | None, obj: Any) -> dict[str,
     payment = obj if isinstance(obj, Payment) else None
     refund = obj if isinstance(obj, Refund) else None
     subscription = obj if isinstance(obj, Subscription) else getattr(obj, "subscription", None)
-    customer = getattr(obj, "customer", None) or getattr(subscription, "customer", None)
+    customer = getattr(obj, "customer", None)
+    # The subscription's customer only when the record names no other one (a customer not
+    # known here is someone else: no mail rather than one to the wrong person).
+    named = getattr(obj, "customer_remote_id", None)
+    if customer is None and named in (None, getattr(subscription, "customer_remote_id", None)):
+        customer = getattr(subscription, "customer", None)
     record = payment or refund
     return {
         "kind": kind,

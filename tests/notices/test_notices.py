@@ -4,6 +4,7 @@ framework, from event processing (signals after commit -> a Celery task)."""
 from __future__ import annotations
 
 import uuid
+from unittest import mock
 
 import pytest
 from celery.exceptions import Retry
@@ -164,6 +165,44 @@ def test_the_sender_is_default_from_email(
     deliver(client, failed_payment(customer_email))
     assert [m.from_email for m in mailoutbox] == ["accounts@example.com"]
     assert Notice.objects.get().recipient == "ada@example.com"
+
+
+@pytest.mark.parametrize("kind", ["payment_failed", "refund_approved"])
+def test_a_record_of_a_customer_not_known_here_is_not_mailed_to_its_subscriptions_customer(
+    client, customer_email, notice_settings, billing_inline, mailoutbox, kind
+):
+    """The payment (refund) names a customer this site does not know (the pull finds none):
+    the subscription's customer, another person, gets no mail about it."""
+    mirror, stranger = customer_email, uuid.uuid4()
+    if kind == "payment_failed":
+        payload = failed_payment(mirror)
+        payload["data"]["customer"] = str(stranger)
+    else:
+        payload = envelope(
+            "refund.approved",
+            refund_data(
+                uuid.uuid4(),
+                status="approved",
+                payment=uuid.uuid4(),
+                subscription=mirror.subscription.remote_id,
+                customer=stranger,
+            ),
+        )
+    with mock.patch("billing_integration.webhooks.processing.pull_missing"):
+        event = deliver(client, payload)
+    assert (event.state, event.outcome) == ("processed", "applied")
+    assert mailoutbox == []
+    notice = Notice.objects.get()
+    assert (notice.kind, notice.state, notice.recipient) == (kind, "skipped", "")
+
+
+def test_a_record_without_a_customer_is_mailed_to_its_subscriptions_customer(
+    client, customer_email, notice_settings, billing_inline, mailoutbox
+):
+    payload = failed_payment(customer_email)
+    payload["data"]["customer"] = None
+    deliver(client, payload)
+    assert [m.to for m in mailoutbox] == [["ada@example.com"]]
 
 
 @pytest.mark.parametrize(
