@@ -179,7 +179,9 @@ def send_notice(self: Any, event_pk: int, kind: str) -> str:
         _finish(notice, NoticeState.FAILED, error=message)
         if notice.attempts < MAX_ATTEMPTS:
             logger.warning("Notice %s of event %s failed: %s", kind, event_pk, message)
-            raise self.retry(countdown=min(30 * 2**self.request.retries, 3600)) from exc
+            countdown = min(30 * 2**self.request.retries, 3600)
+            # ``notice.attempts`` decides; Celery's own limit (3 retries) would cut it short.
+            raise self.retry(countdown=countdown, max_retries=MAX_ATTEMPTS) from exc
         logger.error("Notice %s of event %s failed for good: %s", kind, event_pk, message)
         return NoticeState.FAILED
     return _finish(notice, NoticeState.SENT, recipient=recipient)
@@ -285,6 +287,8 @@ def send_trial_notice(self: Any, subscription_pk: int) -> str:
     except Exception as exc:
         if notice.attempts < MAX_ATTEMPTS:
             logger.warning("Trial notice of subscription %s failed: %s", subscription_pk, exc)
-            raise self.retry(countdown=min(30 * 2**self.request.retries, 3600)) from exc
+            countdown = min(30 * 2**self.request.retries, 3600)
+            # ``notice.attempts`` decides; Celery's own limit (3 retries) would cut it short.
+            raise self.retry(countdown=countdown, max_retries=MAX_ATTEMPTS) from exc
         logger.error("Trial notice of subscription %s failed for good: %s", subscription_pk, exc)
         return NoticeState.FAILED

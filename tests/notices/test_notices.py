@@ -15,7 +15,13 @@ from kombu.exceptions import OperationalError
 
 from billing_integration.models import Notice, NoticeState, WebhookEvent
 from billing_integration.notices import tasks as notice_tasks
-from billing_integration.notices.tasks import SWEEP_AFTER, claim, send_notice, sweep_notices
+from billing_integration.notices.tasks import (
+    SWEEP_AFTER,
+    claim,
+    send_notice,
+    send_trial_notice,
+    sweep_notices,
+)
 from billing_integration.schedule import BEAT_SCHEDULE
 from billing_integration.webhooks import signals
 from billing_integration.webhooks.processing import process_event, replay_events
@@ -350,6 +356,47 @@ def test_a_send_failing_every_attempt_stays_failed(
     process_event(event.pk, force=True)
     assert len(mailoutbox) == 1
     assert Notice.objects.get().state == "sent"
+
+
+def test_a_failing_send_is_tried_max_attempts_times_in_all(
+    client, customer_email, notice_settings, billing_inline, mailoutbox
+):
+    """``MAX_ATTEMPTS`` (5) attempts, each retry as the worker runs it (``retries`` counted by
+    Celery): no retry limit of Celery's own (3 by default) cuts them short."""
+    notice_settings.EMAIL_BACKEND = f"{__name__}.FlakyBackend"
+    FlakyBackend.failures = 10
+    try:
+        event = deliver(client, failed_payment(customer_email))  # attempt 1
+        for retries in range(1, notice_tasks.MAX_ATTEMPTS - 1):  # attempts 2 to 4: retried
+            with pytest.raises(Retry):
+                send_notice.apply(args=(event.pk, "payment_failed"), retries=retries).get()
+        last = send_notice.apply(args=(event.pk, "payment_failed"), retries=4).get()
+    finally:
+        FlakyBackend.failures = 0
+    assert last == "failed"
+    notice = Notice.objects.get()
+    assert (notice.state, notice.attempts) == ("failed", notice_tasks.MAX_ATTEMPTS)
+
+
+def test_a_failing_trial_notice_is_tried_max_attempts_times_in_all(
+    customer_email, notice_settings, mailoutbox
+):
+    notice_settings.BILLING = {**notice_settings.BILLING, "NOTICES": {"trial_ending": True}}
+    notice_settings.EMAIL_BACKEND = f"{__name__}.FlakyBackend"
+    subscription = customer_email.subscription
+    Notice.objects.create(subscription=subscription, kind="trial_ending", state="queued")
+    FlakyBackend.failures = 10
+    try:
+        # each retry as the worker runs it (``throw``: the Retry is raised, not run eagerly)
+        for retries in range(notice_tasks.MAX_ATTEMPTS - 1):  # attempts 1 to 4: retried
+            with pytest.raises(Retry):
+                send_trial_notice.apply(args=(subscription.pk,), retries=retries, throw=True)
+        last = send_trial_notice.apply(args=(subscription.pk,), retries=4, throw=True).get()
+    finally:
+        FlakyBackend.failures = 0
+    assert last == "failed"
+    notice = Notice.objects.get()
+    assert (notice.state, notice.attempts) == ("failed", notice_tasks.MAX_ATTEMPTS)
 
 
 # --- issue 23: a notice whose task could not be queued is swept, still sent once ------------
