@@ -22,6 +22,7 @@ from ..exceptions import BillingConfigurationError, RemoteDataError, WebhookErro
 from ..mapping import subscriptions as subscription_mapping
 from ..mapping.common import as_uuid, ts
 from ..models import Customer, Invoice, Payment, Product, Refund, Subscription, WebhookEvent
+from ..models.subscriptions import CANCELED_STATUSES
 from ..outbox import from_remote
 from . import types
 
@@ -280,8 +281,8 @@ class SubscriptionHandler(EventHandler):
 
     model = Subscription
     object_name = "subscription"
-    RANK: ClassVar[dict[str, int]] = {"paused": 1, "canceled": 2}
-    FINAL = frozenset({"canceled"})
+    RANK: ClassVar[dict[str, int]] = {"paused": 1, **dict.fromkeys(CANCELED_STATUSES, 2)}
+    FINAL = frozenset(CANCELED_STATUSES)  # "cancelled" too: both grant the grace period
 
     def fields(self, ctx: EventContext) -> dict[str, Any]:
         mapped = subscription_mapping.from_remote(ctx.data)

@@ -112,6 +112,25 @@ def test_an_undated_renewal_without_a_status_never_extends_a_canceled_subscripti
     assert not Subscription.objects.active().filter(pk=sub.pk).exists()
 
 
+def test_a_subscription_cancelled_in_the_other_spelling_is_final_too(mirror, deliver):
+    """``cancelled`` is a canceled status (the grace period's): an undated renewal does not
+    revive it, and a renewal of the same version does not win over it."""
+    sub = mirror.subscription
+    data = subscription_data(
+        sub.remote_id, customer=mirror.customer.remote_id, product=mirror.product.remote_id
+    )
+    assert deliver(bare("subscription.renewal", dict(data, status="cancelled"))).outcome == (
+        "applied"
+    )
+    same = deliver(bare("subscription.renewal", dict(data, status="published")))
+    assert same.outcome == "stale"
+    end = (T0 + timedelta(days=3650)).isoformat()
+    renewal = undated(dict(data, status="published", cycle_end_date=end))
+    assert deliver(bare("subscription.renewal", renewal)).outcome == "stale"
+    sub.refresh_from_db()
+    assert sub.status == "cancelled" and not sub.is_active
+
+
 def test_an_undated_event_that_stays_in_the_final_state_still_applies(mirror, deliver):
     """Only leaving the final state is refused: an undated cancel of a canceled subscription
     applies, and records its version as ours."""
