@@ -34,6 +34,7 @@ from ..models import (
     Subscription,
     active_q,
 )
+from ..models.products import MAX_PRICE_AMOUNT, PRICE_WHOLE_DIGITS
 from .mirror import (
     REMOTE_STATE_READONLY,
     BaseInlineFormSet,
@@ -94,11 +95,6 @@ def _change_url(model_admin: ModelAdmin, obj: Any) -> str:
     return reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk])
 
 
-_AMOUNT = cast("models.DecimalField[Any, Any]", Price._meta.get_field("amount"))
-#: Digits of an amount before the decimal point that ``Price.amount`` stores.
-AMOUNT_WHOLE_DIGITS = _AMOUNT.max_digits - _AMOUNT.decimal_places
-
-
 def parse_prices(text: str) -> dict[int, Decimal]:
     """``"XOF 10000, USD 19.99"`` (also ``;``, ``XOF=10000``, ``1:10000``) as ``{id: amount}``."""
     prices: dict[int, Decimal] = {}
@@ -132,10 +128,10 @@ def parse_prices(text: str) -> dict[int, Decimal]:
             raise ValidationError(
                 _("%(a)s: amounts are positive, with at most two decimals."), params={"a": amount}
             )
-        if amount >= Decimal(10) ** AMOUNT_WHOLE_DIGITS:  # more than the column holds
+        if amount >= MAX_PRICE_AMOUNT:  # more than the column holds
             raise ValidationError(
                 _("%(a)s: amounts have at most %(n)d digits before the decimal point."),
-                params={"a": amount, "n": AMOUNT_WHOLE_DIGITS},
+                params={"a": amount, "n": PRICE_WHOLE_DIGITS},
             )
         if cid in prices:
             raise ValidationError(_("Currency %(c)s appears twice."), params={"c": currency})

@@ -17,10 +17,8 @@ if TYPE_CHECKING:
     from ..models import BillingCycle, Product
 
 SCALAR_FIELDS = ("status", "name", "description", "selected_currencies")
-#: What a ``Price`` row stores: a currency id of a positive integer column, an amount of 14
-#: digits with 2 decimals.
+#: The largest currency id a ``Price`` row stores (a positive integer column).
 MAX_CURRENCY_ID = 2**31 - 1
-MAX_AMOUNT = Decimal(10) ** 12
 
 
 def _prices(prices: Iterable[Any]) -> list[dict[str, Any]]:
@@ -196,6 +194,8 @@ def _remote_currencies(value: Any) -> list[int]:
 
 def _check_root_prices(data: dict[str, Any]) -> None:
     """``RemoteDataError`` unless every root price can be stored as a ``Price``."""
+    from ..models.products import MAX_PRICE_AMOUNT
+
     prices = data.get("prices")
     try:
         if prices is not None and not isinstance(prices, list):
@@ -206,7 +206,7 @@ def _check_root_prices(data: dict[str, Any]) -> None:
     for currency_id, amount in pairs:
         if not 0 <= currency_id <= MAX_CURRENCY_ID:
             raise RemoteDataError("prices", prices, "a currency id out of range")
-        if not amount.is_finite() or abs(amount) >= MAX_AMOUNT:
+        if not amount.is_finite() or abs(amount) >= MAX_PRICE_AMOUNT:
             raise RemoteDataError("prices", prices, "an amount out of range")
 
 

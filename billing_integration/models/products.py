@@ -258,6 +258,12 @@ class BillingCycle(AtomicSaveMixin, models.Model):
         return f"{self.unit}-{self.frequency}"
 
 
+#: The digits of a ``Price`` amount before its decimal point (14 digits, 2 of them decimals):
+#: an amount it stores is below ``MAX_PRICE_AMOUNT``.
+PRICE_WHOLE_DIGITS = 12
+MAX_PRICE_AMOUNT = Decimal(10) ** PRICE_WHOLE_DIGITS
+
+
 class Price(AtomicSaveMixin, models.Model):
     """A price in one currency, either of a billing cycle or (one-time) of the product."""
 
@@ -268,7 +274,9 @@ class Price(AtomicSaveMixin, models.Model):
         Product, on_delete=models.CASCADE, related_name="root_prices", null=True, blank=True
     )
     currency_id = models.PositiveIntegerField(help_text=_("The service's integer currency id."))
-    amount = models.DecimalField(max_digits=14, decimal_places=2, default=Decimal("0"))
+    amount = models.DecimalField(
+        max_digits=PRICE_WHOLE_DIGITS + 2, decimal_places=2, default=Decimal("0")
+    )
 
     class Meta:
         ordering = ["currency_id", "pk"]
