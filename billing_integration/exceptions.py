@@ -191,7 +191,12 @@ def without_secrets(value: Any, secrets: Collection[str]) -> Any:
     text = value if isinstance(value, str) else json.dumps(value, default=str)
     for form in sorted(forms, key=len, reverse=True):
         text = text.replace(form, "[redacted]")
-    return text if isinstance(value, str) else json.loads(text)
+    if isinstance(value, str):
+        return text
+    try:
+        return json.loads(text)
+    except ValueError:  # a secret as short as a number or a key: the text, still redacted
+        return text
 
 
 def _summary(body: Any) -> str:

@@ -2,6 +2,7 @@
 error's text, its ``body`` and the logs never hold it (they are stored as ``last_error`` and
 ``sync_error`` and shown in the admin, the Health page and ``billing_doctor``)."""
 
+import json
 import logging
 
 import pytest
@@ -109,3 +110,12 @@ def test_an_error_report_shows_no_local_variable_holding_a_secret(fails, setting
         report = ExceptionReporter(None, *sys.exc_info()).get_traceback_html()
     assert "billing_integration/client/client.py" in report  # the client's frames are shown
     assert SECRET not in report and TOKEN not in report
+
+
+def test_a_secret_short_enough_to_break_the_json_still_gives_a_redacted_error():
+    """A secret that also stands in the answer's JSON syntax (here ``1``): the error is still
+    built, with the body as redacted text."""
+    from billing_integration.exceptions import BillingAPIError
+
+    error = BillingAPIError(status=500, operation="x", body={"code": 123, "k": "1"}, sent=("1",))
+    assert "1" not in json.dumps(error.body) and "1" not in str(error).split(":", 1)[1]
