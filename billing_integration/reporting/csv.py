@@ -22,7 +22,7 @@ def _cell(value: Any) -> str:
         return str(value)
     text = str(value)
     # No formula injection when the file is opened in a spreadsheet.
-    if text[:1] in ("=", "+", "-", "@") and not _is_number(text):
+    if text[:1] in ("=", "+", "-", "@", "\t", "\r") and not _is_number(text):
         return "'" + text
     return text
 

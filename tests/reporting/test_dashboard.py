@@ -133,6 +133,16 @@ def test_csv_neutralises_formulas(world):
     assert "'=HYPERLINK(1)" in text
 
 
+@pytest.mark.parametrize("lead", ["\t", "\r"])
+def test_csv_neutralises_formulas_after_a_tab_or_carriage_return(world, lead):
+    from billing_integration.reporting.csv import table_csv
+
+    Customer.objects.filter(identifier="c5").update(identifier=lead + "=HYPERLINK(1)")
+    text = table_csv(build_report(Period(now=NOW)), "at_risk")
+    cells = [cell for row in csv.reader(io.StringIO(text)) for cell in row]
+    assert "'" + lead + "=HYPERLINK(1)" in cells
+
+
 def test_charts_escape_text():
     svg = bar_chart("<b>&", ["2025-01"], {"x<y": [3]})
     assert "<b>" not in svg and "&lt;b&gt;&amp;" in svg and "x&lt;y" in svg
