@@ -90,6 +90,22 @@ def test_payment_failed_sends_one_mail_with_the_pay_again_link(
     assert notice.sent_at is not None
 
 
+def test_a_subject_is_text_not_html(
+    client, customer_email, notice_settings, billing_inline, mailoutbox
+):
+    """The subject is plain text: a product named "Tom & <Jerry>" reads so, not HTML-escaped;
+    the HTML body escapes it."""
+    from billing_integration.models import Product
+    from billing_integration.outbox import from_remote
+
+    with from_remote():
+        Product.objects.filter(pk=customer_email.product.pk).update(name="Tom & <Jerry>")
+    deliver(client, failed_payment(customer_email))
+    [message] = mailoutbox
+    assert message.subject == "Your payment for Tom & <Jerry> failed"
+    assert "Tom &amp; &lt;Jerry&gt;" in html_of(message)
+
+
 def test_redelivery_and_forced_replay_send_no_second_mail(
     client, customer_email, notice_settings, billing_inline, mailoutbox
 ):
