@@ -1,4 +1,4 @@
-"""Strict JSON for event bodies: no NaN or infinity."""
+"""Strict JSON for event bodies (and the sandbox's request bodies): no NaN or infinity."""
 
 from __future__ import annotations
 
@@ -18,11 +18,17 @@ def _finite_float(text: str) -> float:
     return value
 
 
+def loads(text: str | bytes) -> Any:
+    """JSON proper: ``ValueError`` for NaN, Infinity and a number beyond a float's range,
+    which Python's reader takes."""
+    return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+
+
 def parse_body(body: str | bytes) -> dict[str, Any]:
     """The envelope as a dict; ``ValueError`` (NaN, infinity, not an object) otherwise."""
     if isinstance(body, bytes):
         body = body.decode("utf-8")  # UnicodeDecodeError is a ValueError
-    value = json.loads(body, parse_constant=_no_constant, parse_float=_finite_float)
+    value = loads(body)
     if not isinstance(value, dict):
         raise ValueError("The event body is not a JSON object.")
     return value

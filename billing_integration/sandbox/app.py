@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -27,6 +26,7 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
+from .. import strictjson
 from .api import BillingAPI
 from .auth import TokenService
 from .checkout import CheckoutPages
@@ -79,23 +79,6 @@ UNSAFE = {"POST", "PATCH"}
 #: The body of an answer lost by the ``lose_first_answer`` fault: a 200 that is not JSON, as
 #: a proxy that mangled the answer would send.
 LOST_ANSWER = "<html><body><h1>OK</h1><p>The answer was lost on its way back.</p></body></html>"
-
-
-def _not_json(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON value")
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if math.isinf(value):
-        raise ValueError(f"the number {text[:40]} is out of range")
-    return value
-
-
-def strict_json(raw: bytes) -> Any:
-    """The body as JSON proper: NaN, Infinity and numbers out of a float's range (which
-    Python's reader takes, and would answer back as bodies that are not JSON) are refused."""
-    return json.loads(raw, parse_constant=_not_json, parse_float=_finite)
 
 
 def fingerprint(request: Request) -> str:
@@ -283,7 +266,7 @@ class SandboxApp:
                 "Send the body as JSON (Content-Type: application/json).",
             )
         try:
-            body = strict_json(request.get_data(cache=True) or b"null")
+            body = strictjson.loads(request.get_data(cache=True) or b"null")
         except ValueError as exc:
             return error_response(400, "invalid_json", f"The body is not valid JSON: {exc}")
         scope = f"{account} {request.method} {request.path}"
