@@ -95,6 +95,22 @@ def _change_url(model_admin: ModelAdmin, obj: Any) -> str:
     return reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk])
 
 
+def check_amount(amount: Decimal) -> Decimal:
+    """``amount`` if the service and a ``Price`` take it, else ``ValidationError``: 0 or more,
+    at most two decimals, below ``MAX_PRICE_AMOUNT``."""
+    exponent = amount.as_tuple().exponent  # a str only for NaN and infinities
+    if amount < 0 or not isinstance(exponent, int) or exponent < -2:
+        raise ValidationError(
+            _("%(a)s: amounts are positive, with at most two decimals."), params={"a": amount}
+        )
+    if amount >= MAX_PRICE_AMOUNT:  # more than the column holds
+        raise ValidationError(
+            _("%(a)s: amounts have at most %(n)d digits before the decimal point."),
+            params={"a": amount, "n": PRICE_WHOLE_DIGITS},
+        )
+    return amount
+
+
 def parse_prices(text: str) -> dict[int, Decimal]:
     """``"XOF 10000, USD 19.99"`` (also ``;``, ``XOF=10000``, ``1:10000``) as ``{id: amount}``."""
     prices: dict[int, Decimal] = {}
@@ -123,16 +139,7 @@ def parse_prices(text: str) -> dict[int, Decimal]:
             raise ValidationError(
                 _("“%(a)s” is not an amount."), params={"a": amount_text}
             ) from None
-        exponent = amount.as_tuple().exponent  # a str only for NaN and infinities
-        if amount < 0 or not isinstance(exponent, int) or exponent < -2:
-            raise ValidationError(
-                _("%(a)s: amounts are positive, with at most two decimals."), params={"a": amount}
-            )
-        if amount >= MAX_PRICE_AMOUNT:  # more than the column holds
-            raise ValidationError(
-                _("%(a)s: amounts have at most %(n)d digits before the decimal point."),
-                params={"a": amount, "n": PRICE_WHOLE_DIGITS},
-            )
+        check_amount(amount)
         if cid in prices:
             raise ValidationError(_("Currency %(c)s appears twice."), params={"c": currency})
         prices[cid] = amount
@@ -287,13 +294,9 @@ class PriceInlineForm(ModelForm):
         field.choices = [("", "---------"), *sorted(currencies.known().items())]
 
     def clean_amount(self) -> Decimal | None:
-        """The service refuses an amount below 0 (as ``parse_prices``)."""
+        """As in ``parse_prices`` (the service refuses an amount below 0)."""
         amount: Decimal | None = self.cleaned_data.get("amount")
-        if amount is not None and amount < 0:
-            raise ValidationError(
-                _("%(a)s: amounts are positive, with at most two decimals."), params={"a": amount}
-            )
-        return amount
+        return None if amount is None else check_amount(amount)
 
 
 class RootPriceInline(TabularInline):
@@ -372,20 +375,17 @@ class ProductForm(ModelForm):
             ]
 
     def clean_status(self) -> str:
-        """An archived product the service knows is published again only by the action."""
+        """A product the service knows: archived, it is published again only by the action;
+        published or archived there, it never goes back to draft. (``self.instance`` is still
+        the stored row here: the form's values reach it after the fields are cleaned.)"""
         status: str = self.cleaned_data["status"]
-        if (
-            status == ProductStatus.PUBLISHED
-            and self.instance.pk is not None
-            and Product.objects.filter(
-                pk=self.instance.pk, remote_id__isnull=False, status=ProductStatus.ARCHIVED
-            ).exists()
-        ):
+        stored = self.instance
+        if stored.pk is None or stored.remote_id is None:
+            return status
+        if status == ProductStatus.PUBLISHED and stored.status == ProductStatus.ARCHIVED:
             raise ValidationError(REPUBLISH_FORM_ERROR)
-        if status == ProductStatus.DRAFT and self.instance.pk is not None:
-            stored = Product.objects.filter(pk=self.instance.pk, remote_id__isnull=False).first()
-            if stored is not None and stored.confirmed_status != ProductStatus.DRAFT:
-                raise ValidationError(BACK_TO_DRAFT_FORM_ERROR)
+        if status == ProductStatus.DRAFT and stored.confirmed_status != ProductStatus.DRAFT:
+            raise ValidationError(BACK_TO_DRAFT_FORM_ERROR)
         return status
 
 
