@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from argparse import ArgumentTypeError
 from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
@@ -28,15 +29,18 @@ LIMITS = {
 
 
 def _limit(kind: type[int] | type[float]) -> Callable[[str], int | float]:
-    """A command-line limit of ``kind``: a finite number, 0 or more (argparse says otherwise)."""
+    """A command-line limit of ``kind``: a finite number, 0 or more (a usage error otherwise)."""
 
     def read(text: str) -> int | float:
-        value = kind(text)
+        problem = ArgumentTypeError(f"{text!r} is not a non-negative number")
+        try:
+            value = kind(text)
+        except ValueError:
+            raise problem from None
         if not math.isfinite(value) or value < 0:
-            raise ValueError(text)
+            raise problem
         return value
 
-    read.__name__ = "non-negative number"  # argparse names it in its error
     return read
 
 
