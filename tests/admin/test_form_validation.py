@@ -42,6 +42,16 @@ def cycle_page_data(cycle: BillingCycle, **overrides: Any) -> dict[str, Any]:
     return data
 
 
+def new_cycle(prices: str, frequency: str = "1") -> dict[str, str]:
+    """The add form's fields for one new monthly cycle."""
+    return {
+        "cycles-TOTAL_FORMS": "1",
+        "cycles-0-unit": "months",
+        "cycles-0-frequency": frequency,
+        "cycles-0-prices": prices,
+    }
+
+
 def cycle_url(cycle: BillingCycle) -> str:
     return reverse("admin:billing_integration_billingcycle_change", args=[cycle.pk])
 
@@ -50,12 +60,7 @@ def test_a_cycle_frequency_below_one_is_a_form_error(admin_client):
     """The service refuses a frequency below 1 ("frequency must be >= 1")."""
     data = product_form_data(
         name="Every zero months",
-        **{
-            "cycles-TOTAL_FORMS": "1",
-            "cycles-0-unit": "months",
-            "cycles-0-frequency": "0",
-            "cycles-0-prices": "XOF 1000",
-        },
+        **new_cycle("XOF 1000", frequency="0"),
     )
     response = admin_client.post(ADD, data)
     assert response.status_code == 200
@@ -99,12 +104,7 @@ def test_an_amount_too_large_for_the_column_is_a_form_error(admin_client):
     field was saved (SQLite) and every page reading it was a 500 (PostgreSQL: the save)."""
     data = product_form_data(
         name="Too dear",
-        **{
-            "cycles-TOTAL_FORMS": "1",
-            "cycles-0-unit": "months",
-            "cycles-0-frequency": "1",
-            "cycles-0-prices": "XOF 10000000000000000",
-        },
+        **new_cycle("XOF 10000000000000000"),
     )
     response = admin_client.post(ADD, data)
     assert response.status_code == 200
@@ -122,12 +122,7 @@ def test_a_currency_id_too_long_to_read_is_a_form_error(admin_client):
     """More digits than Python reads as an int (4,300) named no currency, and was a 500."""
     data = product_form_data(
         name="Odd currency",
-        **{
-            "cycles-TOTAL_FORMS": "1",
-            "cycles-0-unit": "months",
-            "cycles-0-frequency": "1",
-            "cycles-0-prices": "9" * 5000 + " 100",
-        },
+        **new_cycle("9" * 5000 + " 100"),
     )
     response = admin_client.post(ADD, data)
     assert response.status_code == 200
@@ -140,11 +135,8 @@ def test_a_feature_twice_in_other_cases_is_a_form_error(admin_client):
     IntegrityError (a 500)."""
     data = product_form_data(
         name="Teams",
+        **new_cycle("XOF 1000"),
         **{
-            "cycles-TOTAL_FORMS": "1",
-            "cycles-0-unit": "months",
-            "cycles-0-frequency": "1",
-            "cycles-0-prices": "XOF 1000",
             "declared_features-TOTAL_FORMS": "2",
             "declared_features-0-key": "SSO",
             "declared_features-1-key": "sso",

@@ -56,6 +56,20 @@ def failed_payment(mirror, **extra):
     )
 
 
+def approved_refund(mirror, **extra):
+    data = {"customer": mirror.customer.remote_id, **extra}
+    return envelope(
+        "refund.approved",
+        refund_data(
+            uuid.uuid4(),
+            status="approved",
+            payment=uuid.uuid4(),
+            subscription=mirror.subscription.remote_id,
+            **data,
+        ),
+    )
+
+
 def deliver(client, payload):
     response = post_signed(client, payload)
     assert response.status_code == 200, response.content
@@ -200,16 +214,7 @@ def test_a_record_of_a_customer_not_known_here_is_not_mailed_to_its_subscription
         payload = failed_payment(mirror)
         payload["data"]["customer"] = str(stranger)
     else:
-        payload = envelope(
-            "refund.approved",
-            refund_data(
-                uuid.uuid4(),
-                status="approved",
-                payment=uuid.uuid4(),
-                subscription=mirror.subscription.remote_id,
-                customer=stranger,
-            ),
-        )
+        payload = approved_refund(mirror, customer=stranger)
     with mock.patch("billing_integration.webhooks.processing.pull_missing"):
         event = deliver(client, payload)
     assert (event.state, event.outcome) == ("processed", "applied")
@@ -275,17 +280,7 @@ def test_subscription_canceled_or_paused(
 
 def test_refund_approved(client, customer_email, notice_settings, billing_inline, mailoutbox):
     mirror = customer_email
-    payload = envelope(
-        "refund.approved",
-        refund_data(
-            uuid.uuid4(),
-            status="approved",
-            payment=uuid.uuid4(),
-            subscription=mirror.subscription.remote_id,
-            customer=mirror.customer.remote_id,
-            amount=2500,
-        ),
-    )
+    payload = approved_refund(mirror, amount=2500)
     deliver(client, payload)
     deliver(client, payload)
     assert len(mailoutbox) == 1
