@@ -14,6 +14,7 @@ from ..access import get_subscriber
 from ..checkout.services import (
     AlreadySubscribed,
     CheckoutError,
+    CheckoutInProgress,
     PlanAlreadyHeld,
     ServiceUnavailable,
     start_checkout,
@@ -57,6 +58,10 @@ class CheckoutSessionCreate(APIView):
                 error["account_url"] = account_url()
             if isinstance(exc, PlanAlreadyHeld):
                 error["held_plan"] = exc.held_name
+            if isinstance(exc, CheckoutInProgress):
+                error["open_url"] = exc.open_url
+                until = exc.session.expires_at
+                error["open_until"] = until.isoformat() if until is not None else None
             return Response(error, status=exc.status)
         except BillingError:
             down = ServiceUnavailable()

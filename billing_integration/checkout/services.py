@@ -11,7 +11,7 @@ from typing import Any
 from django.db import connections, router, transaction
 from django.db.models import F, Q
 from django.http import HttpResponseRedirect
-from django.utils import timezone
+from django.utils import formats, timezone
 from django.utils.translation import gettext, gettext_lazy
 
 from .. import currencies
@@ -36,6 +36,7 @@ from ..models import (
     Price,
     Product,
     ProductStatus,
+    ProductType,
     Subscription,
 )
 from ..models.base import SyncState
@@ -123,6 +124,33 @@ class PlanAlreadyHeld(CheckoutError):
             )
             % {"held": self.held_name, "wanted": self.wanted_name}
         )
+
+
+class CheckoutInProgress(CheckoutError):
+    """Another checkout of the subscriber that paying beside this one would double is still
+    open (409), ``session``: another plan of the group, or the same product in another cycle
+    or currency."""
+
+    status = 409
+    code = "checkout_open"
+
+    def __init__(self, session: CheckoutSession) -> None:
+        self.session = session
+        self.open_name = session.product.name if session.product is not None else ""
+        until = formats.time_format(timezone.localtime(session.expires_at))
+        super().__init__(
+            gettext(
+                "You have started buying %(plan)s, and its payment page stays open until "
+                "%(time)s. Finish that payment, or choose again after %(time)s: paying both "
+                "would buy both."
+            )
+            % {"plan": self.open_name, "time": until}
+        )
+
+    @property
+    def open_url(self) -> str:
+        """The open session's hosted payment page."""
+        return str(get_client().checkout_url(str(self.session.remote_id)))
 
 
 class CheckoutRefused(CheckoutError):
@@ -316,6 +344,39 @@ def _reusable_session(customer: Customer, selection: CheckoutSelection) -> Check
     return None if paid_since or subscribed_since else session
 
 
+def checkout_in_the_way(
+    customer: Customer, product: Product, selection: CheckoutSelection | None = None
+) -> CheckoutSession | None:
+    """The customer's open session that buying ``product`` beside it could double: one of
+    another plan of ``product``'s group, or of ``product`` itself unless it may be bought more
+    than once. Open means not completed and not expired: it can still be paid. The session of
+    ``selection`` itself (a double click, reused or replaced) is not in the way."""
+    rivals = Q(pk__in=[])  # matches nothing
+    if not product.multiple_purchases:
+        rivals |= Q(product=product)
+    if product.is_plan:
+        rivals |= Q(
+            product__product_type=ProductType.SUBSCRIPTION,
+            product__add_on=False,
+            product__plan_group=product.plan_group,
+        )
+    sessions = CheckoutSession.objects.filter(
+        rivals,
+        customer=customer,
+        status="open",
+        completed_at__isnull=True,
+        remote_id__isnull=False,
+        expires_at__gt=timezone.now(),
+    )
+    if selection is not None:
+        sessions = sessions.exclude(
+            product=selection.product,
+            selected_billing_cycle=selection.cycle_code,
+            selected_currency=selection.currency_id,
+        )
+    return sessions.select_related("product").order_by("-expires_at", "-pk").first()
+
+
 def _cache_call(method: str, *args: Any) -> Any:
     """``method`` of the shared cache; a cache that fails only loses the replay (logged)."""
     try:
@@ -374,6 +435,8 @@ def start_checkout(
                 customer.remote_id,
             )
             return existing
+        if (rival := checkout_in_the_way(customer, selection.product, selection)) is not None:
+            raise CheckoutInProgress(rival)
         failure: CheckoutError | None = None
         try:
             session = _create_session(customer, selection, client or get_client(), deadline)

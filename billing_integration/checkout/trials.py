@@ -24,12 +24,14 @@ from ..service import ensure_service
 from .services import (
     AlreadySubscribed,
     CheckoutError,
+    CheckoutInProgress,
     NoSubscriber,
     PlanAlreadyHeld,
     ProductUnavailable,
     ServiceUnavailable,
     _lock_customer,
     _translate,
+    checkout_in_the_way,
     holds_paid,
     validate_selection,
 )
@@ -120,7 +122,8 @@ def start_trial(
     does not finish in time is completed by the outbox, and the returned subscription has no
     ``remote_id`` yet. ``wait=False``: the outbox pushes both. Raises a ``CheckoutError``
     (``TrialNotOffered``, ``TrialAlreadyUsed``, ``AlreadySubscribed``, ``PlanAlreadyHeld``,
-    ``ProductUnavailable``, ``InvalidChoice``, ...) as ``start_checkout`` does."""
+    ``CheckoutInProgress``, ``ProductUnavailable``, ``InvalidChoice``, ...) as
+    ``start_checkout`` does."""
     if subscriber is None or getattr(subscriber, "pk", None) is None:
         raise NoSubscriber()
     resolved = product if isinstance(product, Product) else resolve_product(product)
@@ -163,6 +166,8 @@ def start_trial(
         if existing is not None:
             existing.reused = True
             return existing
+        if (rival := checkout_in_the_way(customer, wanted)) is not None:
+            raise CheckoutInProgress(rival)
         if not trial_settings()["repeat"] and had_trial(subscriber, wanted):
             raise TrialAlreadyUsed()
         end = timezone.now() + timedelta(days=length)
