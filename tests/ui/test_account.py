@@ -166,6 +166,25 @@ def test_no_pay_again_for_a_second_plan_or_a_product_not_on_sale(client, demo, s
     assert forms(section(client.get(URL).content.decode(), "billing-payments")) == []
 
 
+def test_no_pay_again_for_a_plan_beside_one_that_may_still_renew(client, demo, seeded) -> None:
+    """Starter's period ended here but it still renews on the service (status granting
+    access, auto_renew on): Pro, whose payment failed, would be a second plan (checkout
+    refuses it, 409), so the page does not offer it until Starter no longer renews."""
+    from billing_integration.models import Subscription
+
+    starter = subscription(demo, seeded["Starter"], lapsed=True)
+    pro = subscription(demo, seeded["Pro"], lapsed=True)
+    Subscription.objects.filter(pk=pro.pk).update(auto_renew=False)
+    payment(pro, "failed", "9000", "XOF", reason="declined")
+    client.force_login(demo)
+    assert Subscription.objects.get(pk=starter.pk).auto_renew
+    assert forms(section(client.get(URL).content.decode(), "billing-payments")) == []
+
+    Subscription.objects.filter(pk=starter.pk).update(auto_renew=False)
+    offers = forms(section(client.get(URL).content.decode(), "billing-payments"))
+    assert [o["product"] for o in offers] == [str(seeded["Pro"].pk)]
+
+
 def test_no_subscription_links_to_pricing(client, demo) -> None:
     client.force_login(demo)
     html = client.get(URL).content.decode()
