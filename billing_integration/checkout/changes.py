@@ -36,10 +36,12 @@ from ..models import (
 from ..models.subscriptions import CANCELED_STATUSES, active_statuses
 from .services import (
     CheckoutError,
+    CheckoutInProgress,
     CheckoutSelection,
     NoSubscriber,
     ServiceUnavailable,
     _create_session,
+    checkout_in_the_way,
     validate_selection,
 )
 
@@ -184,6 +186,8 @@ def change_plan(
         direction=direction(held, selection),
     )
     if guess_on(CHANGE_ACTION):
+        if (rival := checkout_in_the_way(held.customer, selection.product, selection)) is not None:
+            raise CheckoutInProgress(rival)  # an earlier change's page: both could be paid
         request.checkout_session = _change_session(request, selection, client, deadline)
         if request.checkout_session is not None:
             request.via = ChangeVia.CHECKOUT

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections, router, transaction
-from django.db.models import F, Q
+from django.db.models import Exists, F, OuterRef, Q
 from django.http import HttpResponseRedirect
 from django.utils import formats, timezone
 from django.utils.translation import gettext, gettext_lazy
@@ -349,7 +349,8 @@ def checkout_in_the_way(
 ) -> CheckoutSession | None:
     """The customer's open session that buying ``product`` beside it could double: one of
     another plan of ``product``'s group, or of ``product`` itself unless it may be bought more
-    than once. Open means not completed and not expired: it can still be paid. The session of
+    than once. Open means not completed, not expired, and no subscription to its product
+    recorded since it started (it was paid): it can still be paid. The session of
     ``selection`` itself (a double click, reused or replaced) is not in the way."""
     rivals = Q(pk__in=[])  # matches nothing
     if not product.multiple_purchases:
@@ -367,6 +368,14 @@ def checkout_in_the_way(
         completed_at__isnull=True,
         remote_id__isnull=False,
         expires_at__gt=timezone.now(),
+    ).exclude(
+        Exists(
+            Subscription.objects.filter(
+                customer=customer,
+                product=OuterRef("product"),
+                created_at__gte=OuterRef("created_at"),
+            )
+        )
     )
     if selection is not None:
         sessions = sessions.exclude(

@@ -25,7 +25,11 @@ from billing_integration.checkout.changes import (
     resume,
     settle,
 )
-from billing_integration.checkout.services import PlanAlreadyHeld, start_checkout
+from billing_integration.checkout.services import (
+    CheckoutInProgress,
+    PlanAlreadyHeld,
+    start_checkout,
+)
 from billing_integration.health import diagnose
 from billing_integration.models import (
     ChangeRequest,
@@ -140,6 +144,28 @@ def test_change_through_the_guessed_checkout_leaves_one_plan_renewing(
     )
     pull(user)
     assert not doubled_plans()
+
+
+def test_a_second_change_waits_for_the_first_changes_open_page(
+    billing_sandbox, plans, logged_in, user, settings
+):
+    """The first change's hosted page is open: a change to another option is refused
+    (both pages could be paid), the same change again finds the first one."""
+    basic, pro = plans
+    billing_sandbox.config(change_actions=["upgrade", "downgrade"])
+    guesses(settings, **ON)
+    subscribe(billing_sandbox, logged_in, user, basic)  # its session paid: not in the way
+    first = change_plan(user, pro, "months-1", "XOF")
+
+    with pytest.raises(CheckoutInProgress) as info:
+        change_plan(user, pro, "years-1", "XOF")
+    assert info.value.session == first.checkout_session
+    assert change_plan(user, pro, "months-1", "XOF").pk == first.pk
+    assert len(billing_sandbox.requests(operation="create_checkout_session")) == 2
+    assert ChangeRequest.objects.get().state == ChangeState.PENDING
+
+    CheckoutSession.objects.filter(pk=first.checkout_session.pk).update(expires_at=timezone.now())
+    assert change_plan(user, pro, "years-1", "XOF").via == ChangeVia.CHECKOUT
 
 
 def test_change_as_a_request_to_staff_done_by_hand_on_the_service(
