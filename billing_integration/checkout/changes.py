@@ -9,7 +9,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.core.mail import mail_managers
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, router, transaction
 from django.utils import timezone
 from django.utils.translation import gettext_lazy
 
@@ -41,6 +41,7 @@ from .services import (
     NoSubscriber,
     ServiceUnavailable,
     _create_session,
+    _lock_customer,
     checkout_in_the_way,
     validate_selection,
 )
@@ -167,31 +168,34 @@ def change_plan(
         and currencies.label(held.selected_currency) == code
     ):
         raise SamePlan()
-    pending = _pending(held, ChangeKind.CHANGE_PLAN)
-    if pending is not None and (
-        pending.target_product_id,
-        pending.target_cycle,
-        pending.target_currency,
-    ) == (selection.product.pk, selection.cycle_code, code):
-        pending.checkout_url = _session_url(pending, client)
-        return pending  # asked already: nothing sent twice
-    request = ChangeRequest(
-        customer=held.customer,
-        subscription=held,
-        kind=ChangeKind.CHANGE_PLAN,
-        via=ChangeVia.REQUEST,
-        target_product=selection.product,
-        target_cycle=selection.cycle_code,
-        target_currency=code,
-        direction=direction(held, selection),
-    )
-    if guess_on(CHANGE_ACTION):
-        if (rival := checkout_in_the_way(held.customer, selection.product, selection)) is not None:
-            raise CheckoutInProgress(rival)  # an earlier change's page: both could be paid
-        request.checkout_session = _change_session(request, selection, client, deadline)
-        if request.checkout_session is not None:
-            request.via = ChangeVia.CHECKOUT
-    with transaction.atomic():
+    # One change per customer at a time: a double click finds the first one's request.
+    with transaction.atomic(using=router.db_for_write(ChangeRequest)):
+        _lock_customer(held.customer)
+        pending = _pending(held, ChangeKind.CHANGE_PLAN)
+        if pending is not None and (
+            pending.target_product_id,
+            pending.target_cycle,
+            pending.target_currency,
+        ) == (selection.product.pk, selection.cycle_code, code):
+            pending.checkout_url = _session_url(pending, client)
+            return pending  # asked already: nothing sent twice
+        request = ChangeRequest(
+            customer=held.customer,
+            subscription=held,
+            kind=ChangeKind.CHANGE_PLAN,
+            via=ChangeVia.REQUEST,
+            target_product=selection.product,
+            target_cycle=selection.cycle_code,
+            target_currency=code,
+            direction=direction(held, selection),
+        )
+        if guess_on(CHANGE_ACTION):
+            rival = checkout_in_the_way(held.customer, selection.product, selection)
+            if rival is not None:  # an earlier change's page: both could be paid
+                raise CheckoutInProgress(rival)
+            request.checkout_session = _change_session(request, selection, client, deadline)
+            if request.checkout_session is not None:
+                request.via = ChangeVia.CHECKOUT
         _withdraw(held, ChangeKind.CHANGE_PLAN)
         request.save()
     if request.via == ChangeVia.REQUEST:

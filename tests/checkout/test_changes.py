@@ -4,6 +4,7 @@ the fallback when the service refuses a guess). Done is shown only once a pull s
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from io import StringIO
 
@@ -166,6 +167,50 @@ def test_a_second_change_waits_for_the_first_changes_open_page(
 
     CheckoutSession.objects.filter(pk=first.checkout_session.pk).update(expires_at=timezone.now())
     assert change_plan(user, pro, "years-1", "XOF").via == ChangeVia.CHECKOUT
+
+
+@pytest.mark.parametrize("second_cycle", ["months-1", "years-1"])
+def test_two_simultaneous_changes_make_one_hosted_page(
+    billing_sandbox, plans, logged_in, user, settings, second_cycle
+):
+    """Two change requests at the same moment (a double click, or two options in two tabs):
+    one hosted page. The same option finds the first request; another is refused while the
+    first page is open. The sandbox's latency keeps both requests in flight together."""
+    import threading
+
+    from django.db import connection
+
+    basic, pro = plans
+    billing_sandbox.config(change_actions=["upgrade", "downgrade"])
+    guesses(settings, **ON)
+    subscribe(billing_sandbox, logged_in, user, basic)
+    billing_sandbox.faults(operation="create_checkout_session", latency=0.5)
+    barrier = threading.Barrier(2)
+    started: list[float] = []
+    results: list[object] = []
+
+    def ask(cycle: str) -> None:
+        try:
+            barrier.wait()
+            started.append(time.monotonic())
+            results.append(change_plan(user, pro, cycle, "XOF"))
+        except CheckoutInProgress as exc:
+            results.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=ask, args=(c,)) for c in ("months-1", second_cycle)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(results) == 2 and max(started) - min(started) < 0.4  # both asked together
+    assert len(billing_sandbox.requests(operation="create_checkout_session")) == 2  # 1 + Basic
+    assert ChangeRequest.objects.filter(state=ChangeState.PENDING).count() == 1
+    if second_cycle == "months-1":
+        assert results[0].pk == results[1].pk
+    else:
+        assert sum(isinstance(r, CheckoutInProgress) for r in results) == 1
 
 
 def test_change_as_a_request_to_staff_done_by_hand_on_the_service(
