@@ -329,13 +329,20 @@ class BillingClient:
     def _retrying(self, operation: str, deadline: Deadline | None, attempt: Callable[[], T]) -> T:
         """``attempt()`` until it returns, retrying its retryable errors with backoff (the
         server's ``Retry-After`` honoured) within the policy and the deadline. An error raised
-        before anything is sent (the token) is not retried here."""
+        before anything is sent (the token) is not retried here. The error raised after an
+        attempt with no answer to go by (a retryable error) is marked ``in_doubt``."""
+        in_doubt = False
         for n in range(self.retry.max_retries + 1):
-            _check_time_left(deadline, operation)
             try:
+                _check_time_left(deadline, operation)
                 return attempt()
             except _Sent as sent:
                 error = sent.error
+            except BillingError as exc:
+                exc.in_doubt = exc.in_doubt or in_doubt
+                raise
+            error.in_doubt = in_doubt
+            in_doubt = in_doubt or error.retryable
             retry_after = getattr(error, "retry_after", None)
             if retry_after is not None:  # the service asked every worker to wait
                 self.backoff.publish(min(retry_after, self.retry.retry_after_max))

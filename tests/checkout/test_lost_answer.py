@@ -62,6 +62,24 @@ def test_a_session_whose_answer_was_lost_is_not_created_again(
     assert CheckoutSession.objects.count() == 1
 
 
+def test_a_session_lost_then_refused_within_one_click_is_not_created_again(
+    billing_sandbox, product, user
+):
+    """The client's retry of a session applied but unanswered (connection reset) is refused
+    (401, and again with a fresh token): the next click resends the same key."""
+    billing_sandbox.faults(operation="create_checkout_session", reset_after_commit_rate=1, count=1)
+    billing_sandbox.faults(operation="create_checkout_session", status=401, count=3)
+    with pytest.raises(ServiceUnavailable):
+        start_checkout(user, product, "months-1", "XOF")
+    assert len(billing_sandbox.requests(operation="create_checkout_session")) == 3
+    assert len(billing_sandbox.objects("checkout_session")) == 1
+
+    session = start_checkout(user, product, "months-1", "XOF")
+    (remote,) = billing_sandbox.objects("checkout_session")
+    assert str(session.remote_id) == remote["id"]
+    assert len(keys_of(billing_sandbox.requests(operation="create_checkout_session"))) == 1
+
+
 def test_another_choice_after_a_lost_session_is_a_new_session(
     billing_sandbox, product, user, settings, monkeypatch
 ):

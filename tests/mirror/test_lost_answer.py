@@ -124,6 +124,33 @@ def test_an_entry_once_in_doubt_keeps_its_key_after_a_refusal(
     assert len(billing_sandbox.objects("product")) == 1
 
 
+def test_a_refusal_after_a_lost_answer_within_one_push_keeps_the_entry_in_doubt(
+    billing_sandbox, settings, monkeypatch
+):
+    """The client's own retry: its first attempt is applied and the connection reset before
+    the answer; its retry, same key, is refused (401, and again with a fresh token). The push
+    fails in doubt: a retry keeps the key, and the service holds one product."""
+    monkeypatch.setattr("billing_integration.client.retry.MAX_RETRIES", 1)
+    monkeypatch.setattr("billing_integration.client.retry.BACKOFF_BASE", 0.01)
+    make_product()
+    entry = OutboxEntry.objects.get()
+    billing_sandbox.faults(operation="create_product", reset_after_commit_rate=1, count=1)
+    billing_sandbox.faults(operation="create_product", status=401, count=3)  # 2nd and 3rd calls
+    assert push_entry(entry.pk).status == PushOutcome.FAILED
+    outcomes = [c["outcome"] for c in billing_sandbox.requests(operation="create_product")]
+    assert len(outcomes) == 3 and len(billing_sandbox.objects("product")) == 1
+    entry.refresh_from_db()
+    assert entry.state == "failed" and entry.in_doubt
+    key = entry.idempotency_key
+
+    assert retry_failed() == 1
+    entry.refresh_from_db()
+    assert entry.idempotency_key == key
+    assert push_entry(entry.pk).status == PushOutcome.DONE
+    assert keys_of(billing_sandbox.requests(operation="create_product")) == {str(key)}
+    assert len(billing_sandbox.objects("product")) == 1
+
+
 def test_a_customer_that_may_exist_is_looked_up_before_it_is_created_again(
     billing_sandbox, settings, monkeypatch
 ):
