@@ -7,7 +7,9 @@ import logging
 from datetime import timedelta
 from typing import Any
 
+from django.contrib.contenttypes.models import ContentType
 from django.db import router, transaction
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 from django.utils.translation import gettext, gettext_lazy
 
@@ -18,7 +20,7 @@ from ..client.retry import Deadline
 from ..conf import billing_settings
 from ..customers import ensure_customer_pushed, ensure_pushed, get_or_create_customer
 from ..exceptions import BillingError, BillingServiceMismatchError
-from ..models import Product, Subscription
+from ..models import OutboxEntry, Product, Subscription
 from ..models.base import SyncState
 from ..service import ensure_service
 from .services import (
@@ -64,14 +66,25 @@ def trial_settings() -> dict[str, Any]:
     return {**TRIAL_DEFAULTS, **(configured if isinstance(configured, dict) else {})}
 
 
+def _refused() -> Q:
+    """Subscriptions the service refused: their push failed, not in doubt (a push in doubt
+    may have created the subscription; its retry keeps its key)."""
+    in_doubt = OutboxEntry.objects.filter(
+        content_type=ContentType.objects.get_for_model(Subscription),
+        object_id=OuterRef("pk"),
+        in_doubt=True,
+    )
+    return Q(sync_state=SyncState.FAILED) & ~Q(Exists(in_doubt))
+
+
 def had_trial(subscriber: Any, product: Product) -> bool:
     """Whether the subscriber had (or has) a trial of ``product``; a trial the service refused
-    (its push failed) does not count."""
+    (its push failed, not in doubt) does not count."""
     return (
         Subscription.objects.for_subscriber(subscriber)
         .for_product(product)
         .filter(trial_end_date__isnull=False)
-        .exclude(sync_state=SyncState.FAILED)
+        .exclude(_refused())
         .exists()
     )
 
@@ -83,7 +96,7 @@ def _trial_in_progress(customer: Any, product: Product) -> Subscription | None:
         Subscription.objects.for_customer(customer)
         .for_product(product)
         .filter(trial_end_date__gt=now)
-        .exclude(sync_state=SyncState.FAILED)
+        .exclude(_refused())
         .order_by("-created_at", "-pk")
         .first()
     )

@@ -231,6 +231,58 @@ def test_without_a_person_waiting_the_outbox_pushes_the_trial(
     assert body["auto_renew"] is False
 
 
+def test_a_trial_whose_push_failed_in_doubt_is_not_started_again_with_another_key(
+    billing_sandbox, trial_product, user, monkeypatch
+):
+    """The trial's create is applied but its answer lost, and its outbox entry fails in doubt
+    (its attempts used up): starting the trial again finds that trial, nothing is sent with
+    another key, and staff's retry (same key) gets the service's one trial."""
+    from billing_integration.outbox import push
+    from billing_integration.outbox.retry import retry_failed
+
+    monkeypatch.setattr("billing_integration.client.retry.MAX_RETRIES", 0)
+    monkeypatch.setattr(push, "MAX_ATTEMPTS", 1)
+    billing_sandbox.faults(operation="create_subscription", lose_first_answer=True)
+    first = start_trial(user, trial_product, "months-1", "XOF")
+    first.refresh_from_db()
+    assert first.remote_id is None and first.sync_state == SyncState.FAILED
+    assert len(billing_sandbox.objects("subscription")) == 1  # applied, answer lost
+
+    again = start_trial(user, trial_product, "months-1", "XOF")
+    assert again.pk == first.pk and Subscription.objects.count() == 1
+    with pytest.raises(TrialAlreadyUsed):
+        Subscription.objects.update(trial_end_date=timezone.now() - timedelta(hours=1))
+        start_trial(user, trial_product, "months-1", "XOF")
+    calls = billing_sandbox.requests(operation="create_subscription")
+    keys = {c["headers"]["x-idempotency-id"] for c in calls}
+    assert keys == {str(OutboxEntry.objects.for_object(first).get().idempotency_key)}
+
+    assert retry_failed() == 1
+    assert push.push_entry(OutboxEntry.objects.for_object(first).get().pk).status == "done"
+    (remote,) = billing_sandbox.objects("subscription")
+    first.refresh_from_db()
+    assert str(first.remote_id) == remote["id"]
+
+
+def test_a_trial_the_service_refused_does_not_hold_back_the_next_start(
+    billing_sandbox, trial_product, user
+):
+    """A refusal (4xx, nothing created) is no trial had: the next start is a new trial, pushed
+    with a new key."""
+    from billing_integration.checkout.services import CheckoutRefused
+
+    billing_sandbox.faults(operation="create_subscription", status=400, count=1)
+    with pytest.raises(CheckoutRefused):
+        start_trial(user, trial_product, "months-1", "XOF")
+    assert not billing_sandbox.objects("subscription")
+
+    trial = start_trial(user, trial_product, "months-1", "XOF")
+    (remote,) = billing_sandbox.objects("subscription")
+    assert str(trial.remote_id) == remote["id"] and Subscription.objects.count() == 2
+    calls = billing_sandbox.requests(operation="create_subscription")
+    assert len({c["headers"]["x-idempotency-id"] for c in calls}) == 2
+
+
 @pytest.mark.parametrize("auto_renew", [True, False])
 def test_a_trial_ended_by_the_sandbox_clock_renews_or_cancels(
     hooked, trial_product, user, auto_renew
