@@ -29,6 +29,7 @@ from billing_integration.checkout.changes import (
 from billing_integration.checkout.services import (
     CheckoutInProgress,
     PlanAlreadyHeld,
+    ServiceUnavailable,
     start_checkout,
 )
 from billing_integration.health import diagnose
@@ -211,6 +212,29 @@ def test_two_simultaneous_changes_make_one_hosted_page(
         assert results[0].pk == results[1].pk
     else:
         assert sum(isinstance(r, CheckoutInProgress) for r in results) == 1
+
+
+def test_a_change_whose_session_answer_was_lost_is_asked_again_with_the_same_key(
+    billing_sandbox, plans, logged_in, user, settings, monkeypatch
+):
+    basic, pro = plans
+    billing_sandbox.config(change_actions=["upgrade"])
+    guesses(settings, **ON)
+    subscribe(billing_sandbox, logged_in, user, basic)
+    before = len(billing_sandbox.objects("checkout_session"))
+    billing_sandbox.clear_requests()
+    monkeypatch.setattr("billing_integration.client.retry.MAX_RETRIES", 0)
+    billing_sandbox.faults(operation="create_checkout_session", lose_first_answer=True)
+    with pytest.raises(ServiceUnavailable):
+        change_plan(user, pro, "months-1", "XOF")
+    assert not ChangeRequest.objects.exists()
+
+    request = change_plan(user, pro, "months-1", "XOF")
+    assert request.via == ChangeVia.CHECKOUT
+    assert len(billing_sandbox.objects("checkout_session")) == before + 1
+    first, second = billing_sandbox.requests(operation="create_checkout_session")
+    assert first["outcome"] == "answer_lost" and first["body"] == second["body"]
+    assert first["headers"]["x-idempotency-id"] == second["headers"]["x-idempotency-id"]
 
 
 def test_change_as_a_request_to_staff_done_by_hand_on_the_service(

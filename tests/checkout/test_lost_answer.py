@@ -92,3 +92,27 @@ def test_another_choice_after_a_lost_session_is_a_new_session(
     calls = billing_sandbox.requests(operation="create_checkout_session")
     assert len(keys_of(calls)) == 2
     assert len(billing_sandbox.objects("checkout_session")) == 2
+
+
+def test_a_refused_session_or_customer_is_sent_afresh_on_the_next_click(
+    billing_sandbox, product, user
+):
+    """A refusal (4xx: nothing created) keeps no key: the next click sends a new one."""
+    from billing_integration.checkout.services import CheckoutRefused
+    from billing_integration.models import OutboxEntry
+
+    billing_sandbox.faults(operation="create_customer", status=400, count=1)
+    with pytest.raises(CheckoutRefused):
+        start_checkout(user, product, "months-1", "XOF")
+    billing_sandbox.faults(operation="create_checkout_session", status=400, count=1)
+    with pytest.raises(CheckoutRefused):
+        start_checkout(user, product, "months-1", "XOF")
+    session = start_checkout(user, product, "months-1", "XOF")
+
+    customers = billing_sandbox.requests(operation="create_customer")
+    assert len(customers) == 2 and len(keys_of(customers)) == 2
+    assert OutboxEntry.objects.filter(state="failed").count() == 1  # the refused one stays
+    sessions = billing_sandbox.requests(operation="create_checkout_session")
+    assert len(sessions) == 2 and len(keys_of(sessions)) == 2
+    (remote,) = billing_sandbox.objects("checkout_session")
+    assert str(session.remote_id) == remote["id"]

@@ -151,6 +151,36 @@ def test_a_refusal_after_a_lost_answer_within_one_push_keeps_the_entry_in_doubt(
     assert len(billing_sandbox.objects("product")) == 1
 
 
+def test_a_status_change_whose_answer_was_lost_is_retried_with_its_key_before_the_next(
+    billing_sandbox, settings, monkeypatch
+):
+    """The admin's publish (then archive) of a product: the PATCH is applied, its answer lost
+    and its entry fails in doubt; the archive waits behind it, and staff's retry resends the
+    publish with its key before the archive goes with its own."""
+    monkeypatch.setattr("billing_integration.client.retry.MAX_RETRIES", 0)
+    monkeypatch.setattr(push, "MAX_ATTEMPTS", 1)
+    product = make_product()
+    assert push_entry(OutboxEntry.objects.get().pk).status == PushOutcome.DONE
+    product.refresh_from_db()
+    billing_sandbox.faults(operation="update_product", lose_first_answer=True, count=1)
+    assert product.status == "draft"
+    product.publish()
+    publish = OutboxEntry.objects.open().get()
+    assert push_entry(publish.pk).status == PushOutcome.FAILED
+    product.archive()
+    archive = OutboxEntry.objects.open().get()
+    assert push_entry(archive.pk).status == PushOutcome.BUSY  # behind the one in doubt
+
+    assert retry_failed() == 1
+    assert push_entry(publish.pk).status == PushOutcome.DONE
+    assert push_entry(archive.pk).status == PushOutcome.DONE
+    calls = billing_sandbox.requests(operation="update_product")
+    keys = [{k.lower(): v for k, v in c["headers"].items()}["x-idempotency-id"] for c in calls]
+    assert [c["body"]["status"] for c in calls] == ["published", "published", "archived"]
+    assert keys[0] == keys[1] == str(publish.idempotency_key) != keys[2]
+    assert billing_sandbox.object("product", str(product.remote_id))["status"] == "archived"
+
+
 def test_a_customer_that_may_exist_is_looked_up_before_it_is_created_again(
     billing_sandbox, settings, monkeypatch
 ):
