@@ -72,13 +72,29 @@ class OutboxQuerySet(models.QuerySet["OutboxEntry"]):
 
     def reset_failed(self) -> list[int]:
         """Put failed entries back in the queue and return their ids. One in doubt keeps its
-        key and body; one the service refused (nothing created) gets new ones."""
-        ids = list(self.filter(state=OutboxState.FAILED).values_list("pk", flat=True))
-        for entry in OutboxEntry.objects.filter(pk__in=ids):
+        key and body; one the service refused (nothing created) gets new ones. A refused
+        create whose object has a later entry open or in doubt is closed instead: that entry
+        creates the object (its create may have reached the service already), and a create
+        built again here, with a new key, would go first and could make a second one."""
+        failed = list(self.filter(state=OutboxState.FAILED).values_list("pk", flat=True))
+        ids = []
+        for entry in OutboxEntry.objects.filter(pk__in=failed):
+            later = OutboxEntry.objects.filter(
+                BLOCKING,
+                content_type_id=entry.content_type_id,
+                object_id=entry.object_id,
+                pk__gt=entry.pk,
+            ).first()
+            if not entry.in_doubt and entry.operation == OutboxOperation.CREATE and later:
+                entry.state, entry.completed_at = OutboxState.DONE, timezone.now()
+                entry.last_error += f"\nNot retried: entry {later.pk} creates the object."
+                entry.save()
+                continue
             entry.state, entry.attempts, entry.next_attempt_at = OutboxState.PENDING, 0, None
             if not entry.in_doubt:
                 entry.payload, entry.idempotency_key = None, uuid.uuid4()
             entry.save()
+            ids.append(entry.pk)
         return ids
 
 

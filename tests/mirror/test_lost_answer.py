@@ -231,3 +231,35 @@ def test_sync_error_keeps_an_excerpt_of_an_html_error_page(billing_sandbox, sett
         assert text.startswith("create_product failed with HTTP 500: Oops Oops")
         assert text.endswith("(request id req-500)")
         assert len(text) <= 400 and "<" not in text
+
+
+def test_retrying_a_refused_create_does_not_jump_ahead_of_a_later_create_in_doubt(
+    billing_sandbox, settings, monkeypatch
+):
+    """A create refused, the product corrected (a second entry), whose create is applied but
+    its answer lost; then every failed entry is retried (``billing_sync --retry-failed``).
+    The refused entry, older, must not create the product again with a new key before the
+    one in doubt is resent with its own."""
+    monkeypatch.setattr("billing_integration.client.retry.MAX_RETRIES", 0)
+    product = make_product(name="")
+    refused = OutboxEntry.objects.get()
+    assert push_entry(refused.pk).status == PushOutcome.FAILED  # the sandbox wants a name
+    assert not billing_sandbox.objects("product")
+    product.name = "Pro plan (corrected)"
+    product.save()
+    corrected = OutboxEntry.objects.open().get()
+    billing_sandbox.faults(operation="create_product", lose_first_answer=True, count=1)
+    assert push_entry(corrected.pk).status == PushOutcome.RETRY
+    assert len(billing_sandbox.objects("product")) == 1  # applied, answer lost
+
+    retry_failed()
+    for pk in OutboxEntry.objects.open().order_by("pk").values_list("pk", flat=True):
+        push_entry(pk)  # what billing_sync --push (or the worker) does, oldest first
+    OutboxEntry.objects.filter(pk=corrected.pk).update(next_attempt_at=None)
+    for pk in OutboxEntry.objects.open().order_by("pk").values_list("pk", flat=True):
+        push_entry(pk)
+
+    (remote,) = billing_sandbox.objects("product")
+    product.refresh_from_db()
+    assert str(product.remote_id) == remote["id"] and remote["name"] == "Pro plan (corrected)"
+    assert not OutboxEntry.objects.filter(state__in=["pending", "in_progress", "failed"]).exists()
