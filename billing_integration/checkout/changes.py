@@ -189,15 +189,22 @@ def change_plan(
             target_currency=code,
             direction=direction(held, selection),
         )
+        failure: CheckoutError | None = None
         if guess_on(CHANGE_ACTION):
             rival = checkout_in_the_way(held.customer, selection.product, selection)
             if rival is not None:  # an earlier change's page: both could be paid
                 raise CheckoutInProgress(rival)
-            request.checkout_session = _change_session(request, selection, client, deadline)
+            try:
+                request.checkout_session = _change_session(request, selection, client, deadline)
+            except CheckoutError as exc:
+                failure = exc  # raised after the commit: what it remembered must not roll back
             if request.checkout_session is not None:
                 request.via = ChangeVia.CHECKOUT
-        _withdraw(held, ChangeKind.CHANGE_PLAN)
-        request.save()
+        if failure is None:
+            _withdraw(held, ChangeKind.CHANGE_PLAN)
+            request.save()
+    if failure is not None:
+        raise failure
     if request.via == ChangeVia.REQUEST:
         _tell_staff(request)
     request.checkout_url = _session_url(request, client)
