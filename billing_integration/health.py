@@ -53,7 +53,9 @@ def _refusal_key(reason: str, suffix: object) -> str:
 
 
 def record_refused(reason: str, now: float | None = None) -> None:
-    """Count one refused delivery of ``reason`` in the shared cache; never raises."""
+    """Count one refused delivery of ``reason`` in the shared cache; never raises. The time of
+    the last one is kept beyond the hour (no expiry): a service that retries less often than
+    hourly, or gave up, leaves refusals that no accepted delivery followed."""
     at = time.time() if now is None else now
     timeout = REFUSALS_WINDOW + _REFUSAL_BUCKET
     counter = _refusal_key(reason, int(at // _REFUSAL_BUCKET))
@@ -61,13 +63,14 @@ def record_refused(reason: str, now: float | None = None) -> None:
         cache = shared_cache()
         if not cache.add(counter, 1, timeout=timeout):
             cache.incr(counter)
-        cache.set(_refusal_key(reason, "last"), at, timeout=timeout)
+        cache.set(_refusal_key(reason, "last"), at, timeout=None)
     except Exception as exc:  # the cache down, or the counter expired between add and incr
         logger.warning("health: could not count a refused delivery (%s)", _error(exc))
 
 
 def refused_deliveries(now: float | None = None) -> dict[str, dict[str, Any]]:
-    """``reason -> {"count": refusals in the last hour, "last": unix time or None}``."""
+    """``reason -> {"count": refusals in the last hour, "last": unix time or None}`` (the last
+    may be older than the hour)."""
     at = time.time() if now is None else now
     current = int(at // _REFUSAL_BUCKET)
     minutes = range(current - REFUSALS_WINDOW // _REFUSAL_BUCKET + 1, current + 1)
@@ -362,10 +365,17 @@ def _unrecognised(now: datetime) -> Fact:
 
 
 def _refused(now: datetime) -> Fact:
-    """A failure when signature or timestamp refusals came after the last accepted delivery."""
+    """A failure when signature or timestamp refusals came after the last accepted delivery
+    (in the last hour or before it: a service that gave up sends nothing more)."""
     refused = refused_deliveries(now.timestamp())
     total = sum(r["count"] for r in refused.values())
-    if not total:
+    reasons = [r for r in REFUSAL_REASONS if refused[r]["count"]]
+    serious = [r for r in REFUSAL_REASONS if r != "missing_headers" and refused[r]["last"]]
+    accepted = _last_received() if serious or total else None
+    unanswered = [
+        r for r in serious if accepted is None or accepted.timestamp() < refused[r]["last"]
+    ]
+    if not total and not unanswered:
         return Fact("refused", OK, _("refused deliveries: none in the last hour"), {"count": 0})
     labels = {
         "bad_signature": _("bad signature"),
@@ -385,25 +395,28 @@ def _refused(now: datetime) -> Fact:
             "them may also be a scanner)"
         ),
     }
-    reasons = [r for r in REFUSAL_REASONS if refused[r]["count"]]
-    last_at = max(refused[r]["last"] or 0.0 for r in reasons)
-    accepted = _last_received()
+    shown = [r for r in REFUSAL_REASONS if r in reasons or r in unanswered]
+    last_at = max(refused[r]["last"] or 0.0 for r in shown)
     data: dict[str, Any] = {
         "count": total,
         "reasons": {r: refused[r]["count"] for r in reasons},
         "last_refused": datetime.fromtimestamp(last_at, tz=UTC) if last_at else None,
         "last_accepted": accepted,
     }
-    serious = [r for r in reasons if r != "missing_headers"]
-    last_serious = max((refused[r]["last"] or 0.0 for r in serious), default=0.0)
-    ongoing = bool(serious) and (accepted is None or accepted.timestamp() < last_serious)
     values = {
         "count": total,
         "reasons": ", ".join(f"{labels[r]} {refused[r]['count']}" for r in reasons),
         "age": duration(max(0.0, now.timestamp() - last_at)) if last_at else "?",
-        "hints": "; ".join(hints[r] for r in reasons),
+        "hints": "; ".join(hints[r] for r in shown),
     }
-    if ongoing:
+    if unanswered and not total:
+        text = _(
+            "refused deliveries: none in the last hour, but the last (%(reasons)s) was "
+            "%(age)s ago, none accepted since: %(hints)s"
+        )
+        values["reasons"] = ", ".join(str(labels[r]) for r in unanswered)
+        return Fact("refused", FAIL, text % values, data)
+    if unanswered:
         text = _(
             "refused deliveries: %(count)d in the last hour (%(reasons)s), the last "
             "%(age)s ago, none accepted since: %(hints)s"

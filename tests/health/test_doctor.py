@@ -365,6 +365,31 @@ def test_deliveries_refused_for_a_stale_timestamp_name_the_clock(healthy, client
     assert "stale timestamp 1" in fact["summary"] and "clock" in fact["summary"]
 
 
+def test_refusals_older_than_the_hour_still_fail_while_none_is_accepted_since(
+    healthy, client, webhook_settings, monkeypatch
+):
+    """The service retries less often than hourly, or gave up: the refusals leave the hour's
+    count, but no delivery got through since, so the fact still fails (it was green)."""
+    from django.utils import timezone as tz
+
+    for _ in range(3):
+        refused(client, secret=OTHER_SECRET)
+    real_now = tz.now
+    monkeypatch.setattr(tz, "now", lambda: real_now() + timedelta(minutes=70))  # cache too
+    status, out = doctor(*NO_PING, "--max-beat-age", "0")
+    assert status == 1, out
+    assert failing(out) == [line(out, "refused deliveries")]
+    row = line(out, "refused deliveries")
+    assert "none in the last hour" in row and "70 min ago" in row
+    assert "none accepted since" in row and "BILLING['WEBHOOK_SECRET']" in row
+    assert SECRET not in out and OTHER_SECRET not in out
+
+    accepted(client)  # the secret fixed: a delivery gets through
+    status, out = doctor(*NO_PING, "--max-beat-age", "0")
+    assert status == 0, out
+    assert line(out, "refused deliveries") == "OK   refused deliveries: none in the last hour"
+
+
 def test_requests_without_signature_headers_only_warn(healthy, client, webhook_settings):
     response = client.post(reverse("billing_integration:webhook"), data=b"{}", content_type="x")
     assert response.status_code == 400
