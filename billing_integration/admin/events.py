@@ -109,6 +109,23 @@ class WebhookEventAdmin(ModelAdmin):
         extra = {**dict.fromkeys(hidden, False), **(extra_context or {})}
         return super().change_view(request, object_id, form_url, extra)
 
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """The list, with the health report's line on refused deliveries when there are some:
+        they are not stored, so the list alone would look healthy."""
+        from ..health import FACTS, OK, diagnose
+
+        (refused,) = diagnose(skip=[fact for fact in FACTS if fact != "refused"]).facts
+        context = {
+            "refused": refused if refused.status != OK else None,
+            "health_url": reverse(f"{self.admin_site.name}:billing_integration_health_changelist")
+            if request.user.has_perm("billing_integration.view_health")
+            else None,
+            **(extra_context or {}),
+        }
+        return super().changelist_view(request, context)
+
     def get_urls(self) -> list[Any]:
         name = f"{self.opts.app_label}_{self.opts.model_name}_unrecognised"
         view = self.admin_site.admin_view(self.unrecognised_view)

@@ -166,3 +166,26 @@ def test_a_delivery_still_to_be_applied_cannot_be_deleted(admin_client):
     assert WebhookEvent.objects.filter(pk=waiting.pk).exists()
     admin_client.post(CHANGELIST, {**bulk, "_selected_action": [str(done.pk)]})
     assert list(WebhookEvent.objects.values_list("pk", flat=True)) == [waiting.pk]
+
+
+def test_the_list_says_when_deliveries_are_refused(admin_client, settings):
+    """Refused deliveries are not stored: the list of the accepted ones (all processed here)
+    says that they are refused, why, and which setting to check, never the secret."""
+    from billing_integration.conf import shared_cache
+
+    from ..webhooks.conftest import OTHER_SECRET, SECRET, envelope, post_signed
+
+    shared_cache().clear()
+    settings.BILLING = {**settings.BILLING, "WEBHOOK_SECRET": SECRET}
+    invoice_event(state=EventState.PROCESSED)
+    html = admin_client.get(CHANGELIST).content.decode()
+    assert "refused deliveries" not in html
+
+    for _ in range(2):  # the service signs with another secret than ours
+        payload = envelope("ping.test", {"id": str(uuid.uuid4())})
+        assert post_signed(Client(), payload, secret=OTHER_SECRET).status_code == 401
+    html = admin_client.get(CHANGELIST).content.decode()
+    assert "refused deliveries: 2 in the last hour (bad signature 2)" in html
+    assert "none accepted since" in html and "BILLING[&#x27;WEBHOOK_SECRET&#x27;]" in html
+    assert reverse("admin:billing_integration_health_changelist") in html
+    assert SECRET not in html and OTHER_SECRET not in html
