@@ -24,7 +24,8 @@ PERIODIC_JOBS = ("drain_outbox", "process_pending_webhook_events", "sync_all")
 PULLED_RESOURCES = ("products", "customers", "subscriptions")
 
 #: The facts, in report order (``--skip`` takes these names).
-FACTS: tuple[str, ...] = ("token", "broker", "workers", "beat", "outbox", "outbox_failed")
+FACTS: tuple[str, ...] = ("token", "service", "broker", "workers", "beat", "outbox")
+FACTS += ("outbox_failed",)
 FACTS += ("events", "events_failed", "events_unrecognised", "refused", "pull", "guesses", "plans")
 #: Seconds back the ``events_unrecognised`` fact counts unrecognised events (a day).
 UNRECOGNISED_WINDOW = 86400
@@ -143,7 +144,7 @@ def diagnose(
     limits = thresholds or Thresholds()
     now = now or timezone.now()
     probes: list[tuple[tuple[str, ...], Any]] = [  # (the facts it gives, the probe)
-        (("token",), lambda: [_token(limits)]),
+        (("token", "service"), lambda: _token_and_service(limits, skip)),
         (("broker", "workers"), lambda: _broker_and_workers(limits, skip)),
         (("beat",), lambda: [_beat(limits, now)]),
         (("outbox", "outbox_failed"), lambda: _outbox(limits, now)),
@@ -169,16 +170,32 @@ def diagnose(
     return HealthReport(facts=facts, checked_at=now)
 
 
-def _token(limits: Thresholds) -> Fact:
-    """Fetch a new token through the client, no retries, ``timeout`` per request."""
+def _token_and_service(limits: Thresholds, skip: Any) -> list[Fact]:
+    """The token fact, then the service fact (which reads the API only if a token came)."""
     from .client import BillingClient, RetryPolicy
     from .exceptions import BillingError
 
     try:
-        client = BillingClient(retry=RetryPolicy(max_retries=0), timeout=(limits.timeout,) * 2)
+        client = BillingClient(
+            retry=RetryPolicy(max_retries=0), timeout=(limits.timeout,) * 2, page_size=1
+        )
     except BillingError as exc:
         text = _("token: not configured: %(error)s") % {"error": exc}
-        return Fact("token", FAIL, text, {"error": str(exc)})
+        return [Fact("token", FAIL, text, {"error": str(exc)}), _checked_service(None)]
+    try:
+        token = None if "token" in skip else _token(client)
+        if "service" in skip:
+            return [token] if token else []
+        service = _checked_service(client if token is None or token.status == OK else None)
+        return [token, service] if token else [service]
+    finally:
+        client.session.close()
+
+
+def _token(client: Any) -> Fact:
+    """Fetch a new token through the client, no retries, ``timeout`` per request."""
+    from .exceptions import BillingError
+
     url = client.token_url
     started = time.perf_counter()
     try:
@@ -186,13 +203,82 @@ def _token(limits: Thresholds) -> Fact:
     except BillingError as exc:
         text = _("token: could not be fetched from %(url)s: %(error)s") % {"url": url, "error": exc}
         return Fact("token", FAIL, text, {"url": url, "error": str(exc)})
-    finally:
-        client.session.close()
     elapsed = time.perf_counter() - started
     text = _("token: a new token was fetched from %(url)s in %(ms)d ms (expires in %(life)s)")
     values = {"url": url, "ms": round(elapsed * 1000), "life": duration(lifetime)}
     data = {"url": url, "seconds": round(elapsed, 3), "expires_in": lifetime}
     return Fact("token", OK, text % values, data)
+
+
+def _checked_service(client: Any | None) -> Fact:
+    """``_service``, its failure to be checked (the database down) a fact of its own: the
+    token fact beside it is still reported."""
+    try:
+        return _service(client)
+    except Exception as exc:
+        error = _error(exc)
+        text = _("%(fact)s: could not be checked: %(error)s") % {"fact": "service", "error": error}
+        return Fact("service", FAIL, text, {"error": error})
+
+
+#: The settings that name the service (``ServiceIdentity``'s fields).
+SERVICE_KEYS = {"base_url": "BASE_URL", "realm": "REALM", "client_id": "CLIENT_ID"}
+
+
+def _service(client: Any | None) -> Fact:
+    """The service the mirror belongs to against the settings' (nothing is recorded here), then
+    one read of the product list (one item, ``timeout`` per request) with the shared token, as
+    pushes and pulls send it: ``BASE_URL``, which the token fact does not use."""
+    from .client import API_PREFIX
+    from .exceptions import BillingError
+    from .service import RELINK_COMMAND, RESET_COMMAND, configured_service, recorded_service
+
+    recorded = recorded_service()
+    try:
+        configured = configured_service(client)
+    except BillingError:  # a setting is missing: the token fact names it
+        return Fact("service", WARNING, _("service: not checked, the settings are incomplete"))
+    if recorded is not None and recorded != configured:
+        keys = ", ".join(
+            f"BILLING['{key}']"
+            for field, key in SERVICE_KEYS.items()
+            if getattr(recorded, field) != getattr(configured, field)
+        )
+        text = _(
+            "service: the settings (%(keys)s) name %(configured)s, but the mirror belongs to "
+            "the service at %(recorded)s: every push, pull and checkout is refused (nothing is "
+            "sent). Run "
+            "`%(relink)s` if it is the same service, or `%(reset)s` to start afresh with the "
+            "configured one"
+        )
+        values = {"keys": keys, "configured": configured, "recorded": recorded}
+        values |= {"relink": RELINK_COMMAND, "reset": RESET_COMMAND}
+        sides = {"recorded": recorded.as_dict(), "configured": configured.as_dict()}
+        return Fact("service", FAIL, text % values, sides)
+    if client is None:
+        return Fact("service", WARNING, _("service: not read, no token (see token)"))
+    url = f"{client.base_url}{API_PREFIX}/products"
+    if client.known_down():  # a call now would wait for the shared back-off to end
+        text = _("service: not read, every process is waiting a few seconds for it (found down)")
+        return Fact("service", WARNING, text, {"url": url})
+    started = time.perf_counter()
+    try:  # no retry, no deadline: a failure here pauses no other process
+        next(client.iter_pages("products"), None)
+    except BillingError as exc:
+        text = _(
+            "service: %(url)s could not be read: %(error)s: check BILLING['BASE_URL'] (billing "
+            "paths are {BASE_URL}/v1/api/billing/...) and that the client's account may read "
+            "products"
+        )
+        return Fact("service", FAIL, text % {"url": url, "error": exc}, {"url": url})
+    elapsed = time.perf_counter() - started
+    values = {"url": url, "ms": round(elapsed * 1000)}
+    data = {"url": url, "seconds": round(elapsed, 3), "recorded": recorded is not None}
+    if recorded is None:
+        text = _("service: %(url)s was read in %(ms)d ms; no push or pull has recorded it yet")
+        return Fact("service", OK, text % values, data)
+    text = _("service: %(url)s was read in %(ms)d ms; the mirror belongs to this service")
+    return Fact("service", OK, text % values, data)
 
 
 def celery_app() -> Any | None:

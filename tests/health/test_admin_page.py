@@ -51,6 +51,7 @@ def test_the_page_shows_each_fact_and_names_the_fault(healthy, issued_tokens):
     html = response.content.decode()
     for key in (
         "token",
+        "service",
         "broker",
         "workers",
         "beat",
@@ -66,6 +67,7 @@ def test_the_page_shows_each_fact_and_names_the_fault(healthy, issued_tokens):
     ):
         assert f'class="fact-{key} status-' in html
     assert 'class="fact-token status-ok"' in html
+    assert 'class="fact-service status-ok"' in html
     assert 'class="fact-beat status-ok"' in html
     assert 'class="fact-events_failed status-fail"' in html
     assert "failed events: 1" in html

@@ -146,6 +146,38 @@ def test_token_endpoint_unreachable(healthy, settings):
     assert f"127.0.0.1:{port}" in line(out, "token") and "connection failed" in line(out, "token")
 
 
+def test_a_wrong_base_url_fails_naming_the_setting(healthy, settings):
+    """The token comes from AUTH_URL: a BASE_URL with a typo (a new install, nothing recorded
+    yet) left every fact healthy while no push or pull could reach the service."""
+    from billing_integration.models import ServiceBinding
+
+    ServiceBinding.objects.all().delete()
+    wrong = settings.BILLING["BASE_URL"] + "/billing"
+    settings.BILLING = {**settings.BILLING, "BASE_URL": wrong}
+    status, out = doctor(*NO_PING)
+    assert status == 1, out
+    assert failing(out) == [line(out, "service")]
+    row = line(out, "service")
+    assert f"{wrong}/v1/api/billing/products" in row and "HTTP 404" in row
+    assert "BILLING['BASE_URL']" in row
+    assert line(out, "token").startswith("OK")
+    assert healthy.client_secret not in out
+    assert not ServiceBinding.objects.exists()  # the doctor records nothing
+
+
+def test_a_mirror_bound_to_another_service_address_fails_naming_the_way_out(healthy, settings):
+    """BASE_URL now names another address than the mirror's service: every push, pull and
+    checkout is refused (E010, checked only by migrate), and the doctor said healthy."""
+    moved = settings.BILLING["BASE_URL"].replace("127.0.0.1", "localhost")
+    settings.BILLING = {**settings.BILLING, "BASE_URL": moved}
+    status, out = doctor(*NO_PING)
+    assert status == 1, out
+    assert failing(out) == [line(out, "service")]
+    row = line(out, "service")
+    assert "BILLING['BASE_URL']" in row and moved in row
+    assert "billing_service relink" in row and "billing_service reset" in row
+
+
 def test_broker_unreachable_in_its_own_process(healthy, tmp_path):
     from ..mirror.conftest import database_url
 
@@ -290,6 +322,7 @@ def test_json_output(healthy, issued_tokens):
     facts = {f["key"]: f for f in report["facts"]}
     assert list(facts) == [
         "token",
+        "service",
         "broker",
         "beat",
         "outbox",
@@ -319,6 +352,20 @@ def test_a_database_it_cannot_read_is_a_failure_not_a_crash(healthy, monkeypatch
     assert failing(out) == [line(out, "outbox")]
     assert "could not be checked: database went away" in line(out, "outbox")
     assert line(out, "events").startswith("OK")  # the other facts are still reported
+
+
+def test_a_binding_it_cannot_read_fails_the_service_fact_alone(healthy, monkeypatch):
+    from billing_integration import service
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("database went away")
+
+    monkeypatch.setattr(service, "recorded_service", broken)
+    status, out = doctor(*NO_PING)
+    assert status == 1
+    assert failing(out) == [line(out, "service")]
+    assert "service: could not be checked: database went away" in out
+    assert line(out, "token").startswith("OK")
 
 
 # --- issue 23: refused deliveries are reported, and fail while they keep coming ---------------
