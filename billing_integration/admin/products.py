@@ -70,6 +70,7 @@ BACK_TO_DRAFT_FORM_ERROR = _(
     "This product is published or archived on the service: it cannot go back to draft there "
     "(the service refuses it). Archive it to take it off sale."
 )
+UNKNOWN_CURRENCY_LABEL = _("id %(id)s (not in BILLING['CURRENCIES'])")
 DECLARED_LABEL = _("declared here, not confirmed by the service")
 NO_CYCLES_LABEL = _("no known cycles")
 DECLARED_WARNING = _(
@@ -368,10 +369,15 @@ class ProductForm(ModelForm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         field = cast(forms.ChoiceField, self.fields["selected_currencies"])
-        field.choices = sorted(currencies.known().items())
+        known = currencies.known()
+        field.choices = sorted(known.items())
         if self.instance.pk is not None:
-            self.initial["selected_currencies"] = [
-                int(c) for c in self.instance.selected_currencies or []
+            stored = [int(c) for c in self.instance.selected_currencies or []]
+            self.initial["selected_currencies"] = stored
+            # An id the table lacks (pulled as received) is offered too, else a save drops it.
+            field.choices += [
+                (cid, UNKNOWN_CURRENCY_LABEL % {"id": cid})
+                for cid in sorted(set(stored) - set(known))
             ]
 
     def clean_status(self) -> str:

@@ -211,3 +211,33 @@ def test_a_currency_twice_in_the_price_rows_is_a_form_error(admin_client):
     data["prices-0-DELETE"] = "on"
     assert admin_client.post(cycle_url(cycle), data).status_code == 302
     assert [str(p.amount) for p in cycle.prices.all()] == ["20000.00"]
+
+
+def test_a_currency_missing_from_the_table_is_kept_when_the_product_is_edited(admin_client):
+    """A product pulled with a currency id that BILLING['CURRENCIES'] lacks (stored as
+    received): its box was not offered, so saving any change, a new description say, dropped
+    the currency and pushed the product to the service without it. Kept, the push names the
+    setting instead (docs/mirror.md, "Currency mapping")."""
+    import re
+
+    from billing_integration.exceptions import BillingConfigurationError
+    from billing_integration.mapping import products as product_map
+
+    product = make_product("Pro", remote=True, status="published")
+    Product.objects.filter(pk=product.pk).update(selected_currencies=[1, 9])
+    product.refresh_from_db()
+    url = reverse("admin:billing_integration_product_change", args=[product.pk])
+    page = admin_client.get(url).content.decode()
+    # What a browser posts: the boxes the page shows ticked.
+    ticked = re.findall(r'name="selected_currencies" value="(\d+)"[^>]*checked', page)
+    assert ticked == ["1", "9"]
+    assert "BILLING[&#x27;CURRENCIES&#x27;]" in page  # the unknown id says why it has no code
+    data = product_form_data(product, description="Now with more", selected_currencies=ticked)
+    assert admin_client.post(url, data).status_code == 302
+    product.refresh_from_db()
+    assert product.description == "Now with more"
+    assert product.selected_currencies == [1, 9]
+    with pytest.raises(
+        BillingConfigurationError, match=r"Currency 9 is not in BILLING\['CURRENCIES'\]"
+    ):
+        product_map.to_remote(product)
