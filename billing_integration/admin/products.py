@@ -685,12 +685,22 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
             for product in rows:
                 product.archive() if status == ProductStatus.ARCHIVED else product.publish()
                 self.log_change(request, product, [{"changed": {"fields": ["status"]}}])
-        done = (
-            _("%d product(s) archived; the change is being pushed.")
-            if status == ProductStatus.ARCHIVED
-            else _("%d product(s) published; the change is being pushed.")
-        )
-        self.message_user(request, done % len(rows), messages.SUCCESS)
+        archiving = status == ProductStatus.ARCHIVED
+        if rows:
+            done = (
+                _("%d product(s) archived; the change is being pushed.")
+                if archiving
+                else _("%d product(s) published; the change is being pushed.")
+            )
+            self.message_user(request, done % len(rows), messages.SUCCESS)
+        changed = {product.pk for product in rows}
+        if already := [p.name for p in queryset.order_by("name") if p.pk not in changed]:
+            left = (
+                _("Already archived, nothing sent: %s.")
+                if archiving
+                else _("Already published, nothing sent: %s.")
+            )
+            self.message_user(request, left % ", ".join(already), messages.INFO)
 
     @admin.action(description=_("Publish selected products"), permissions=["change"])
     def publish(

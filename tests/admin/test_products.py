@@ -171,6 +171,32 @@ def test_publish_and_archive_actions_change_status_and_write_outbox(
     assert len(recorded_enqueues) == 2
 
 
+def test_archiving_or_publishing_again_says_nothing_was_sent(admin_client, recorded_enqueues):
+    """A product already in the chosen status is left alone, and the message says so; it said
+    "0 product(s) archived; the change is being pushed." (success) when nothing was."""
+
+    def said(name: str, *products: Product) -> list[str]:
+        """The messages of the page the action leads to."""
+        selected = [str(p.pk) for p in products]
+        data = {"action": name, "_selected_action": selected, "index": "0"}
+        response = admin_client.post(CHANGELIST, data, follow=True)
+        return [f"{m.level_tag}: {m}" for m in response.context["messages"]]
+
+    old = make_product("Old", remote=True, status="archived")
+    new = make_product("New", remote=True, status="draft")
+    assert said("archive", old) == ["info: Already archived, nothing sent: Old."]
+    assert not OutboxEntry.objects.exists() and recorded_enqueues == []
+
+    assert said("archive", old, new) == [
+        "success: 1 product(s) archived; the change is being pushed.",
+        "info: Already archived, nothing sent: Old.",
+    ]
+    assert list(OutboxEntry.objects.values_list("object_id", flat=True)) == [new.pk]
+
+    live = make_product("Live", remote=True, status="published")
+    assert said("publish", live) == ["info: Already published, nothing sent: Live."]
+
+
 @pytest.mark.django_db(transaction=True)
 def test_publish_action_reaches_the_sandbox(billing_sandbox, admin_client):
     from billing_integration.outbox.push import PushOutcome, push_entry
