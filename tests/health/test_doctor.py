@@ -137,6 +137,16 @@ def test_token_endpoint_down(healthy):
     assert len(healthy.requests(operation="token")) == before + 1  # a probe does not retry
 
 
+def test_a_wrong_client_secret_fails_the_token_naming_the_settings(healthy, settings):
+    settings.BILLING = {**settings.BILLING, "CLIENT_SECRET": "wrong-" + "s3cr3t"}
+    status, out = doctor(*NO_PING)
+    assert status == 1
+    assert failing(out) == [line(out, "token")]
+    assert "HTTP 401" in line(out, "token") and "CLIENT_SECRET" in line(out, "token")
+    assert line(out, "service").startswith("WARN") and "no token" in line(out, "service")
+    assert "s3cr3t" not in out
+
+
 def test_token_endpoint_unreachable(healthy, settings):
     port = closed_port()
     settings.BILLING = {**settings.BILLING, "AUTH_URL": f"http://127.0.0.1:{port}/auth"}
