@@ -259,26 +259,35 @@ def resume(subscription: Subscription, *, client: Any = None) -> ChangeRequest:
 
 def _renewal(subscription: Subscription, kind: str, client: Any) -> ChangeRequest:
     subscription.refresh_from_db()
-    wanted = kind == ChangeKind.RESUME
-    if (
-        subscription.customer is None
-        or subscription.remote_id is None
-        or not subscription.is_active
-        or subscription.status in CANCELED_STATUSES  # in its grace period: renews no more
-        or subscription.auto_renew == wanted
-    ):
+    if subscription.customer is None:
         raise RenewalUnchanged()
-    opposite = ChangeKind.STOP_RENEWAL if wanted else ChangeKind.RESUME
-    _withdraw(subscription, opposite)
-    pending = _pending(subscription, kind)
-    if pending is not None:
-        return pending
-    request = ChangeRequest(
-        customer=subscription.customer, subscription=subscription, kind=kind, via=ChangeVia.REQUEST
-    )
-    if guess_on(PATCH_AUTO_RENEW) and _patch(subscription, wanted, client):
-        request.via = ChangeVia.PATCH
-    request.save()
+    wanted = kind == ChangeKind.RESUME
+    # One change per customer at a time, as change_plan: a double click (or a burst of
+    # requests) finds the first one's request, and nothing is sent or emailed twice.
+    with transaction.atomic(using=router.db_for_write(ChangeRequest)):
+        _lock_customer(subscription.customer)
+        subscription.refresh_from_db()
+        if (
+            subscription.remote_id is None
+            or not subscription.is_active
+            or subscription.status in CANCELED_STATUSES  # in its grace period: renews no more
+            or subscription.auto_renew == wanted
+        ):
+            raise RenewalUnchanged()
+        opposite = ChangeKind.STOP_RENEWAL if wanted else ChangeKind.RESUME
+        _withdraw(subscription, opposite)
+        pending = _pending(subscription, kind)
+        if pending is not None:
+            return pending
+        request = ChangeRequest(
+            customer=subscription.customer,
+            subscription=subscription,
+            kind=kind,
+            via=ChangeVia.REQUEST,
+        )
+        if guess_on(PATCH_AUTO_RENEW) and _patch(subscription, wanted, client):
+            request.via = ChangeVia.PATCH
+        request.save()
     if request.via == ChangeVia.REQUEST:
         _tell_staff(request)
     return request

@@ -237,6 +237,44 @@ def test_a_change_whose_session_answer_was_lost_is_asked_again_with_the_same_key
     assert first["headers"]["x-idempotency-id"] == second["headers"]["x-idempotency-id"]
 
 
+def test_simultaneous_stops_of_renewal_make_one_request_and_one_patch(
+    billing_sandbox, plans, logged_in, user, settings
+):
+    """Stops of renewal at the same moment (a double click, a burst of POSTs): one PATCH, one
+    request. The sandbox's latency keeps the first PATCH in flight while the others arrive."""
+    import threading
+
+    from django.db import connection
+
+    basic, _pro = plans
+    billing_sandbox.config(patch_subscriptions=True)
+    guesses(settings, patch_auto_renew=True)
+    sub = subscribe(billing_sandbox, logged_in, user, basic)
+    billing_sandbox.clear_requests()
+    billing_sandbox.faults(operation="update_subscription", latency=0.5)
+    barrier = threading.Barrier(4)
+    results: list[object] = []
+
+    def ask() -> None:
+        try:
+            barrier.wait()
+            results.append(cancel_at_period_end(Subscription.objects.get(pk=sub.pk)))
+        except Exception as exc:
+            results.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(results) == 4 and all(isinstance(r, ChangeRequest) for r in results), results
+    assert len({r.pk for r in results}) == 1  # type: ignore[attr-defined]
+    assert len(billing_sandbox.requests(operation="update_subscription")) == 1
+    assert ChangeRequest.objects.count() == 1
+
+
 def test_change_as_a_request_to_staff_done_by_hand_on_the_service(
     billing_sandbox, plans, logged_in, user, staff
 ):
