@@ -5,6 +5,7 @@ mirror (an event or a pull) shows it; see docs/changes.md."""
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -55,6 +56,8 @@ CHANGE_ACTION, PATCH_AUTO_RENEW = "change_plan_action", "patch_auto_renew"
 UPGRADE, DOWNGRADE = "upgrade", "downgrade"
 #: Seconds between two urgent notices about the same pair of renewing plans.
 ALERT_EVERY = 86400
+#: Requests (changes of plan, stops, resumes) a customer may make in 24 hours; more are refused.
+MAX_REQUESTS_PER_DAY = 10
 
 
 class NoPlanToChange(CheckoutError):
@@ -72,6 +75,25 @@ class RenewalUnchanged(CheckoutError):
     status = 409
     code = "renewal_unchanged"
     default_message = gettext_lazy("There is nothing to change in this subscription's renewal.")
+
+
+class TooManyChanges(CheckoutError):
+    status = 429
+    code = "too_many_changes"
+    default_message = gettext_lazy(
+        "You have asked for too many changes to your subscriptions in the last 24 hours. "
+        "Please try again tomorrow, or contact us."
+    )
+
+
+def _within_quota(customer: Customer) -> None:
+    """Refuse a new request once ``customer`` made ``MAX_REQUESTS_PER_DAY`` in 24 hours (each
+    one may email staff or call the service). Called under the customer's lock."""
+    since = timezone.now() - timedelta(days=1)
+    made = ChangeRequest.objects.filter(customer=customer, created_at__gte=since).count()
+    if made >= MAX_REQUESTS_PER_DAY:
+        logger.warning("customer %s: change request refused, %s in 24 hours", customer.pk, made)
+        raise TooManyChanges()
 
 
 # --- guesses --------------------------------------------------------------------------------
@@ -179,6 +201,7 @@ def change_plan(
         ) == (selection.product.pk, selection.cycle_code, code):
             pending.checkout_url = _session_url(pending, client)
             return pending  # asked already: nothing sent twice
+        _within_quota(held.customer)
         request = ChangeRequest(
             customer=held.customer,
             subscription=held,
@@ -279,6 +302,7 @@ def _renewal(subscription: Subscription, kind: str, client: Any) -> ChangeReques
         pending = _pending(subscription, kind)
         if pending is not None:
             return pending
+        _within_quota(subscription.customer)
         request = ChangeRequest(
             customer=subscription.customer,
             subscription=subscription,

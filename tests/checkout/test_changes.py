@@ -500,6 +500,67 @@ def test_resume_before_the_end_renews(billing_sandbox, plans, logged_in, user, s
     assert subscribed(user, basic)
 
 
+def test_changing_back_and_forth_is_capped_per_customer(
+    billing_sandbox, plans, logged_in, user, staff
+):
+    """A customer who goes round other options makes a new request (and a staff email) each
+    time: after MAX_REQUESTS_PER_DAY in 24 hours the change view answers 429, with nothing
+    recorded, emailed or sent."""
+    from billing_integration.checkout.changes import MAX_REQUESTS_PER_DAY
+
+    basic, pro = plans
+    subscribe(billing_sandbox, logged_in, user, basic)
+    billing_sandbox.clear_requests()
+    options = [(pro, "months-1"), (pro, "years-1"), (basic, "years-1")]
+
+    def ask(option):
+        product, cycle = option
+        data = {"product": product.pk, "cycle": cycle, "currency": "XOF"}
+        return logged_in.post("/billing/account/change-plan/", data)
+
+    statuses = [ask(options[i % 3]).status_code for i in range(MAX_REQUESTS_PER_DAY)]
+    assert statuses == [302] * MAX_REQUESTS_PER_DAY
+    last = options[(MAX_REQUESTS_PER_DAY - 1) % 3]
+    for option in [o for o in options if o != last] * 3:
+        response = ask(option)
+        assert response.status_code == 429
+        assert 'data-error-code="too_many_changes"' in response.content.decode()
+    assert ChangeRequest.objects.count() == MAX_REQUESTS_PER_DAY
+    assert len(mail.outbox) == MAX_REQUESTS_PER_DAY
+    assert billing_sandbox.requests() == []
+    # the same change again still finds the pending request; a day later, new ones are taken
+    pending = ChangeRequest.objects.get(state=ChangeState.PENDING)
+    assert ask(last).status_code == 302 and ChangeRequest.objects.count() == MAX_REQUESTS_PER_DAY
+    ChangeRequest.objects.update(created_at=timezone.now() - timedelta(days=1, seconds=1))
+    product, cycle = next(o for o in options if o != last)
+    assert change_plan(user, product, cycle, "XOF").pk != pending.pk
+
+
+def test_stopping_and_resuming_back_and_forth_is_capped_per_customer(
+    billing_sandbox, plans, logged_in, user, settings
+):
+    """With the PATCH guess on, each stop or resume the mirror has caught up with sends a
+    PATCH: after MAX_REQUESTS_PER_DAY in 24 hours the view answers 429 and sends nothing."""
+    from billing_integration.checkout.changes import MAX_REQUESTS_PER_DAY
+
+    basic, _pro = plans
+    billing_sandbox.config(patch_subscriptions=True)
+    guesses(settings, patch_auto_renew=True)
+    sub = subscribe(billing_sandbox, logged_in, user, basic)
+    billing_sandbox.clear_requests()
+    statuses = []
+    for _ in range(MAX_REQUESTS_PER_DAY + 3):
+        renews = Subscription.objects.get(pk=sub.pk).auto_renew
+        action = "stop-renewal" if renews else "resume"
+        response = logged_in.post(f"/billing/account/subscriptions/{sub.pk}/{action}/")
+        statuses.append(response.status_code)
+        if response.status_code == 302:  # the mirror catches up (as a pull or an event would)
+            Subscription.objects.filter(pk=sub.pk).update(auto_renew=not renews)
+    assert statuses == [302] * MAX_REQUESTS_PER_DAY + [429] * 3
+    assert len(billing_sandbox.requests(operation="update_subscription")) == MAX_REQUESTS_PER_DAY
+    assert ChangeRequest.objects.count() == MAX_REQUESTS_PER_DAY
+
+
 def test_cancel_and_resume_as_requests_done_by_hand(billing_sandbox, plans, logged_in, user, staff):
     basic, _pro = plans
     sub = subscribe(billing_sandbox, logged_in, user, basic)
