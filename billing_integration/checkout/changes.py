@@ -302,7 +302,8 @@ def _renewal(subscription: Subscription, kind: str, client: Any) -> ChangeReques
         pending = _pending(subscription, kind)
         if pending is not None:
             return pending
-        _within_quota(subscription.customer)
+        if kind != ChangeKind.STOP_RENEWAL:  # stopping being billed is never refused
+            _within_quota(subscription.customer)
         request = ChangeRequest(
             customer=subscription.customer,
             subscription=subscription,
