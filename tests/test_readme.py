@@ -43,6 +43,18 @@ def test_the_readme_links_every_docs_page():
     assert sorted(pages - linked) == []
 
 
+def test_every_markdown_file_named_in_the_readme_and_the_docs_is_in_the_repository():
+    """A `name.md` in code style is a path from the repository's root that exists: the pages
+    never send a reader to a file outside the repository."""
+    named = {}
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for name in re.findall(r"`([^`\s]+\.md)`", path.read_text()):
+            named.setdefault(name, path.name)
+    assert len(named) > 5
+    missing = {name: page for name, page in named.items() if not (ROOT / name).is_file()}
+    assert missing == {}
+
+
 def test_the_link_check_sees_a_broken_link():
     assert _relative_links("[a](docs/nope.md) `[b](x.md)` [c](https://e.org)") == ["docs/nope.md"]
 
