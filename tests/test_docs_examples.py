@@ -1,6 +1,6 @@
-"""The example tests of docs/testing.md, run as they are written.
+"""The example tests of docs/testing.md and docs/events.md, run as they are written.
 
-Every Python block of that page that defines a ``test_`` function is executed into this
+Every Python block of those pages that defines a ``test_`` function is executed into this
 module, so pytest collects and runs it here with the real fixtures (``billing_sandbox``,
 ``live_server``, ...). What the page leaves to the reader is provided below: Celery running
 eagerly (the page's stated test setting), a ``product`` fixture, and an ``envelope`` from
@@ -24,9 +24,9 @@ PAGE = Path(__file__).resolve().parent.parent / "docs" / "testing.md"
 EVENTS = Path(__file__).resolve().parent.parent / "docs" / "events.md"
 
 
-def example_blocks() -> list[str]:
+def example_blocks(page: Path = PAGE) -> list[str]:
     """The page's Python blocks that define a test."""
-    text = PAGE.read_text(encoding="utf-8")
+    text = page.read_text(encoding="utf-8")
     blocks = re.findall(r"^```python\n(.*?)^```", text, re.S | re.M)
     return [block for block in blocks if re.search(r"^def test_", block, re.M)]
 
@@ -65,7 +65,9 @@ def product(billing_sandbox, transactional_db) -> Product:
 
 def test_the_page_has_its_examples():
     assert len(example_blocks()) >= 3
+    assert len(example_blocks(EVENTS)) == 1  # a handler of a type of one's own, and its test
 
 
-for _block in example_blocks():
-    exec(compile(_block, str(PAGE), "exec"), globals())  # the page's own code
+for _page in (PAGE, EVENTS):
+    for _block in example_blocks(_page):
+        exec(compile(_block, str(_page), "exec"), globals())  # the page's own code

@@ -111,10 +111,12 @@ HANDLERS: dict[str, type[EventHandler]] = {}
 
 
 def handler(*event_types: str) -> Callable[[type[EventHandler]], type[EventHandler]]:
-    """Register the decorated class for these canonical types (the last registration wins)."""
+    """Register the decorated class for these types (the last registration wins); a type that
+    is not canonical becomes one of the project's own (``types.OWN_TYPES``)."""
 
     def register(cls: type[EventHandler]) -> type[EventHandler]:
         HANDLERS.update(dict.fromkeys(event_types, cls))
+        types.OWN_TYPES.update(t for t in event_types if t not in types.CANONICAL_TYPES)
         return cls
 
     return register

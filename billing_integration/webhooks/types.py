@@ -56,6 +56,10 @@ _ACTIONS = {
     (t.split(".")[0], a): t for t, spellings in _SPELLINGS.items() for a in spellings.split()
 }
 
+#: Types of a project's own, registered with ``@handler("plan.extended")``: recognised as they
+#: are spelled (a different spelling needs an alias).
+OWN_TYPES: set[str] = set()
+
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _SEPARATORS = re.compile(r"[^a-z0-9]+")
 
@@ -70,13 +74,13 @@ def normalize_type(raw: object) -> str:
     if not isinstance(raw, str) or not raw.strip() or len(raw) > 255:
         return ""
     configured = billing_settings.get("EVENT_TYPE_ALIASES") or {}
-    if raw in CANONICAL_TYPES and not configured:
+    if (raw in CANONICAL_TYPES or raw in OWN_TYPES) and not configured:
         return raw  # the common case, without the spelling analysis below
     words = _words(raw)
     if not words:
         return ""
     aliases = {"_".join(_words(str(k))): str(v) for k, v in configured.items()}
     alias = aliases.get("_".join(words))
-    if alias or raw in CANONICAL_TYPES:
+    if alias or raw in CANONICAL_TYPES or raw in OWN_TYPES:
         return alias or raw
     return _ACTIONS.get((_GROUPS.get(words[0], ""), "_".join(words[1:])), "")

@@ -11,9 +11,10 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from billing_integration.billing import deliver_event
+from billing_integration.billing import EventHandler, HandlerResult, deliver_event, handler
 from billing_integration.health import FACTS
 from billing_integration.models import EventState, Subscription, WebhookEvent
+from billing_integration.webhooks import handlers, types
 
 from .conftest import staff_with
 
@@ -89,6 +90,32 @@ def test_unknown_types_are_kept_shown_and_replayed_after_an_alias(
     assert Subscription.objects.get(remote_id=delivered).status == "canceled"
     assert doctor_fact()["status"] == "ok"
     assert "No unrecognised event is stored." in admin_client.get(PAGE).content.decode()
+
+
+def test_a_type_of_its_own_is_applied_by_its_handler_as_the_page_advises(
+    client, eager, billing_sandbox, admin_client, monkeypatch
+):
+    """docs/events.md: a handler registered with ``@handler("<type>")`` applies that type,
+    and the events stored before it are picked up by a replay."""
+    monkeypatch.setattr(handlers, "HANDLERS", dict(handlers.HANDLERS))
+    monkeypatch.setattr(types, "OWN_TYPES", set())
+    assert deliver_event(client, "plan.extended", {"id": "p1"}).status_code == 200
+    assert WebhookEvent.objects.get().state == EventState.UNRECOGNISED
+    assert "@handler(&quot;plan.extended&quot;)" in admin_client.get(PAGE).content.decode()
+    seen = []
+
+    @handler("plan.extended")
+    class Extended(EventHandler):
+        def handle(self, ctx):
+            seen.append(ctx.data["id"])
+            return HandlerResult("applied")
+
+    assert "Replayed: processed: 1" in admin_client.post(PAGE, follow=True).content.decode()
+    assert deliver_event(client, "plan.extended", {"id": "p2"}).status_code == 200
+    assert seen == ["p1", "p2"]
+    assert {(e.type, e.state, e.outcome) for e in WebhookEvent.objects.all()} == {
+        ("plan.extended", EventState.PROCESSED, "applied")
+    }
 
 
 def test_replay_needs_the_change_permission(delivered, client):
