@@ -283,7 +283,8 @@ def walk_through(new: NewProject, wheel: Path) -> None:
     ]
 
     # 4. The README's commands.
-    new.readme("python manage.py migrate", "--noinput")
+    migrated = new.readme("python manage.py migrate", "--noinput")
+    assert "WARNINGS" not in migrated, migrated  # its system checks: nothing to look into
     new.readme("python manage.py createcachetable")
     new.readme(
         "python manage.py createsuperuser",
