@@ -77,3 +77,18 @@ def test_upgrading_lists_every_removed_setting_with_what_replaced_it():
     upgrading = README.split("\n## Upgrading\n", 1)[1].split("\n## ", 1)[0]
     missing = [k for k, v in REMOVED.items() if f"| `{k}` | {v} |" not in upgrading]
     assert missing == []
+
+
+def test_the_line_count_of_the_package_is_the_one_the_readme_gives():
+    """The figure of "What is not done yet": the package's lines of Python outside the sandbox
+    and the migrations (``wc -l``), so a change of the code changes it."""
+    package = ROOT / "billing_integration"
+    files = [
+        path
+        for path in package.rglob("*.py")
+        if not {"sandbox", "migrations"} & set(path.relative_to(package).parts)
+    ]
+    lines = sum(path.read_bytes().count(b"\n") for path in files)
+    assert f"**The package is {lines:,} lines of Python** outside the sandbox and migrations" in (
+        README
+    )
