@@ -127,6 +127,10 @@ class SyncStateAdminMixin(ModelAdmin):
     @admin.action(description=_("Retry failed push"), permissions=["change"])
     def retry_failed_push(self, request: HttpRequest, queryset: models.QuerySet[Any]) -> None:
         count = retry_failed_pushes(queryset)
+        if not count:
+            text = _("Nothing re-queued: none of the selected rows has a failed push.")
+            self.message_user(request, text, messages.WARNING)
+            return
         self.message_user(request, _("%d failed push(es) re-queued.") % count, messages.SUCCESS)
 
 

@@ -46,6 +46,10 @@ def test_done_on_the_service_records_when_but_confirms_nothing(admin_client, req
         url, {"action": "mark_done", "_selected_action": [request_row.pk]}, follow=True
     )
     assert "1 request marked done on the service" in response.content.decode()
+    again = admin_client.post(
+        url, {"action": "mark_done", "_selected_action": [request_row.pk]}, follow=True
+    )
+    assert "Nothing marked: none of the selected requests is pending" in again.content.decode()
     request_row.refresh_from_db()
     assert request_row.staff_done_at is not None
     assert request_row.state == ChangeState.PENDING  # until the service shows it

@@ -249,10 +249,15 @@ def test_retry_failed_push_action_requeues_the_entry(admin_client, recorded_enqu
     other.publish()
     OutboxEntry.objects.filter(object_id=other.pk).update(state="failed")
     recorded_enqueues.clear()
-    action(admin_client, "retry_failed_push", product)
+    answer = admin_client.get(action(admin_client, "retry_failed_push", product)["Location"])
+    assert "1 failed push(es) re-queued." in answer.content.decode()
     entry.refresh_from_db()
     assert entry.state == "pending" and entry.attempts == 0
     assert OutboxEntry.objects.get(object_id=other.pk).state == "failed"  # not selected
+    again = admin_client.get(action(admin_client, "retry_failed_push", product)["Location"])
+    assert "Nothing re-queued: none of the selected rows has a failed push." in (
+        again.content.decode()
+    )
 
 
 def test_sync_now_action_pulls_products(admin_client, billing_sandbox):
