@@ -30,7 +30,7 @@ class WebhookEvent(models.Model):
     #: The envelope ``id`` (else the ``webhook-id`` header, else a hash of the body); unique.
     event_id = models.CharField(_("event id"), max_length=255)
     raw_type = models.CharField(_("type as received"), max_length=255, blank=True, default="")
-    #: The canonical type (``invoice.paid``), or "" when the spelling is not known.
+    #: The canonical type (``invoice.paid``) or a project's own (``@handler``); "" if not known.
     type = models.CharField(_("type"), max_length=64, blank=True, default="")
     body = models.TextField(_("raw body"), blank=True, default="")
     #: Request headers, with authorization and signature headers redacted.

@@ -396,6 +396,6 @@ class RefundHandler(EventHandler):
 
 
 def get_handler(event_type: str) -> EventHandler | None:
-    """The handler of a canonical type, or None if there is none."""
+    """The handler of a canonical type or a project's own, or None if there is none."""
     cls = HANDLERS.get(event_type) if event_type else None
     return cls(event_type) if cls is not None else None

@@ -1,5 +1,6 @@
-"""Canonical event types (``<group>.<event>``) and ``normalize_type``, which maps spellings
-(``InvoiceMarkedUncollectable``, ``subscription.cancelled``, ``EVENT_TYPE_ALIASES``) onto them."""
+"""Canonical event types (``<group>.<event>``), a project's own (``OWN_TYPES``), and
+``normalize_type``, which maps spellings (``InvoiceMarkedUncollectable``,
+``subscription.cancelled``, ``EVENT_TYPE_ALIASES``) onto them."""
 
 from __future__ import annotations
 
@@ -70,7 +71,8 @@ def _words(raw: str) -> list[str]:
 
 
 def normalize_type(raw: object) -> str:
-    """The canonical type of a spelling ("" if not known); the aliases first."""
+    """The canonical type of a spelling, or a project's own type as spelled ("" if not known);
+    the aliases first."""
     if not isinstance(raw, str) or not raw.strip() or len(raw) > 255:
         return ""
     configured = billing_settings.get("EVENT_TYPE_ALIASES") or {}
