@@ -99,7 +99,7 @@ class Thresholds:
     max_event_lag: float = 300.0  # seconds the oldest unprocessed event has waited
     max_failed_events: int = 0
     max_pull_age: float = 3 * 3600.0  # seconds since each resource's last full pull
-    timeout: float = 5.0  # seconds: the token request, the broker connection
+    timeout: float = 5.0  # seconds: the token request, the service read, the broker connection
     ping_timeout: float = 1.0  # seconds workers have to answer the ping
 
 

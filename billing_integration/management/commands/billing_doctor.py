@@ -23,7 +23,7 @@ LIMITS = {
     "max_event_lag": "seconds the oldest unprocessed event may wait",
     "max_failed_events": "failed events allowed",
     "max_pull_age": "seconds since each resource's last successful pull",
-    "timeout": "seconds for the token request and the broker",
+    "timeout": "seconds for the token request, the service read and the broker",
     "ping_timeout": "seconds workers have to answer",
 }
 
@@ -46,7 +46,7 @@ def _limit(kind: type[int] | type[float]) -> Callable[[str], int | float]:
 
 class Command(BaseCommand):
     help = (
-        "Check the billing integration's health: token, broker and workers, beat, outbox, "
+        "Check the billing integration's health: token, service, broker and workers, beat, outbox, "
         "events, refused deliveries, pulls. Exits 1 when something is unhealthy."
     )
 
