@@ -13,7 +13,8 @@ from . import tasks
 
 def retry_failed(entries: OutboxQuerySet | None = None) -> int:
     """Re-queue the failed entries among ``entries`` (default: all) and enqueue their pushes on
-    commit (``OutboxQuerySet.reset_failed``); returns how many."""
+    commit (``OutboxQuerySet.reset_failed``: a refused create that a later entry creates is
+    closed instead); returns how many were re-queued."""
     ids = (entries if entries is not None else OutboxEntry.objects.all()).reset_failed()
     for pk in ids:
         tasks.enqueue_on_commit(pk)
