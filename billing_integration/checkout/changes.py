@@ -56,7 +56,8 @@ CHANGE_ACTION, PATCH_AUTO_RENEW = "change_plan_action", "patch_auto_renew"
 UPGRADE, DOWNGRADE = "upgrade", "downgrade"
 #: Seconds between two urgent notices about the same pair of renewing plans.
 ALERT_EVERY = 86400
-#: Requests (changes of plan, stops, resumes) a customer may make in 24 hours; more are refused.
+#: Requests (changes of plan, stops, resumes) a customer may make in 24 hours; past it a change
+#: or a resume is refused (a stop of renewal never is, though it counts).
 MAX_REQUESTS_PER_DAY = 10
 
 

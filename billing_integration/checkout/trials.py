@@ -1,5 +1,6 @@
 """Free trials: a subscription pushed with ``trial_end_date`` (``POST /subscriptions``), under
-the checkout's rules (published product, one plan at a time, one purchase, double clicks)."""
+the checkout's rules (published product, one plan at a time, one purchase, no open checkout
+in the way, double clicks)."""
 
 from __future__ import annotations
 
