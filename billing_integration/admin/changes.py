@@ -69,8 +69,10 @@ class ChangeRequestAdmin(NoDeleteMixin, ModelAdmin):
     def mark_done(self, request: HttpRequest, queryset: QuerySet[ChangeRequest]) -> None:
         count = changes.mark_done_by_staff(queryset)
         if not count:
-            text = _("Nothing marked: none of the selected requests is pending and not yet done.")
-            self.message_user(request, text, messages.WARNING)
+            nothing = _(
+                "Nothing marked: none of the selected requests is pending and not yet done."
+            )
+            self.message_user(request, nothing, messages.WARNING)
             return
         text = ngettext(
             "%(count)d request marked done on the service; it is shown done once the "
