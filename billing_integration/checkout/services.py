@@ -355,12 +355,12 @@ def checkout_in_the_way(
     rivals = Q(pk__in=[])  # matches nothing
     if not product.multiple_purchases:
         rivals |= Q(product=product)
-    if product.is_plan:
+    if product.is_plan:  # the other plans of its group (``access.held_plan``'s rule)
         rivals |= Q(
             product__product_type=ProductType.SUBSCRIPTION,
             product__add_on=False,
             product__plan_group=product.plan_group,
-        )
+        ) & ~Q(product=product)
     sessions = CheckoutSession.objects.filter(
         rivals,
         customer=customer,

@@ -133,3 +133,14 @@ def test_every_path_refuses_it(billing_sandbox, plans, logged_in, user):
     assert billing_sandbox.requests() == []
     assert not Subscription.objects.exists()
     assert CheckoutSession.objects.count() == 1
+
+
+def test_a_plan_sold_more_than_once_is_not_in_its_own_way(billing_sandbox, plans, logged_in):
+    """``multiple_purchases`` on a plan: another cycle of it is sold beside its open session;
+    another plan of the group still waits."""
+    starter, pro = plans
+    Product.objects.filter(pk=starter.pk).update(multiple_purchases=True)
+    assert post(logged_in, starter).status_code == 302
+    assert post(logged_in, starter, cycle="years-1").status_code == 302
+    assert post(logged_in, pro).status_code == 409
+    assert sessions_sent(billing_sandbox) == 2
