@@ -112,7 +112,12 @@ HANDLERS: dict[str, type[EventHandler]] = {}
 
 def handler(*event_types: str) -> Callable[[type[EventHandler]], type[EventHandler]]:
     """Register the decorated class for these types (the last registration wins); a type that
-    is not canonical becomes one of the project's own (``types.OWN_TYPES``)."""
+    is not canonical becomes one of the project's own (``types.OWN_TYPES``). A type must fit
+    ``WebhookEvent.type`` (64 characters), else ``ValueError``."""
+    longest = WebhookEvent._meta.get_field("type").max_length or 0
+    for name in event_types:
+        if not isinstance(name, str) or not name.strip() or len(name) > longest:
+            raise ValueError(f"@handler: an event type is 1 to {longest} characters: {name!r}")
 
     def register(cls: type[EventHandler]) -> type[EventHandler]:
         HANDLERS.update(dict.fromkeys(event_types, cls))

@@ -118,6 +118,17 @@ def test_a_type_of_its_own_is_applied_by_its_handler_as_the_page_advises(
     }
 
 
+@pytest.mark.parametrize("name", ["x" * 65, "", " "])
+def test_a_type_that_cannot_be_stored_is_refused_at_registration(monkeypatch, name):
+    """A delivery's type is stored in 64 characters: a longer one could never match."""
+    monkeypatch.setattr(handlers, "HANDLERS", dict(handlers.HANDLERS))
+    monkeypatch.setattr(types, "OWN_TYPES", set())
+    with pytest.raises(ValueError, match="an event type is 1 to 64 characters"):
+        handler("plan.extended", name)
+    assert handler("y" * 64)(EventHandler) is EventHandler
+    assert "plan.extended" not in handlers.HANDLERS and "y" * 64 in types.OWN_TYPES
+
+
 def test_replay_needs_the_change_permission(delivered, client):
     client.force_login(staff_with("view_webhookevent"))
     assert client.get(PAGE).status_code == 200
