@@ -19,7 +19,7 @@ from ..models import Subscription
 @never_cache
 @login_required
 @require_POST
-@refusals_as_pages("change of plan")
+@refusals_as_pages("change of plan", change=True)
 def change_plan(request: HttpRequest) -> HttpResponse:
     """Ask for a change of plan: the hosted page when the service confirms there, else back to
     the billing page, which shows the request pending."""
@@ -33,7 +33,7 @@ def change_plan(request: HttpRequest) -> HttpResponse:
     return HttpResponseRedirect(change.checkout_url or account_url())
 
 
-@refusals_as_pages("renewal change")
+@refusals_as_pages("renewal change", change=True)
 def _renewal(request: HttpRequest, pk: int, resume: bool) -> HttpResponse:
     subscriber = get_subscriber(request)
     if subscriber is None:

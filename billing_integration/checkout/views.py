@@ -56,8 +56,9 @@ def _safe_next(request: HttpRequest, value: str | None) -> str | None:
     return None
 
 
-def error_page(request: HttpRequest, error: CheckoutError) -> HttpResponse:
-    """The page of a refused checkout, trial or change (``error.status``)."""
+def error_page(request: HttpRequest, error: CheckoutError, *, change: bool = False) -> HttpResponse:
+    """The page of a refused checkout, trial or (``change``) change of a subscription
+    (``error.status``)."""
     return render_page(
         request,
         ERROR_TEMPLATE,
@@ -67,6 +68,7 @@ def error_page(request: HttpRequest, error: CheckoutError) -> HttpResponse:
             "code": error.code,
             "status": error.status,
             "account_url": account_url(),
+            "change": change,
         },
         status=error.status,
     )
@@ -75,9 +77,10 @@ def error_page(request: HttpRequest, error: CheckoutError) -> HttpResponse:
 View = Callable[..., HttpResponse]
 
 
-def refusals_as_pages(action: str) -> Callable[[View], View]:
-    """A ``CheckoutError`` the view raises becomes its error page; any other ``BillingError``
-    (e.g. configuration) is logged and shown as the service being unavailable."""
+def refusals_as_pages(action: str, *, change: bool = False) -> Callable[[View], View]:
+    """A ``CheckoutError`` the view raises becomes its error page (headed as a change of a
+    subscription with ``change``); any other ``BillingError`` (e.g. configuration) is logged
+    and shown as the service being unavailable."""
 
     def decorate(view: View) -> View:
         @functools.wraps(view)
@@ -85,10 +88,10 @@ def refusals_as_pages(action: str) -> Callable[[View], View]:
             try:
                 return view(request, *args, **kwargs)
             except CheckoutError as exc:
-                return error_page(request, exc)
+                return error_page(request, exc, change=change)
             except BillingError as exc:
                 logger.error("%s failed: %s", action, exc)
-                return error_page(request, ServiceUnavailable())
+                return error_page(request, ServiceUnavailable(), change=change)
 
         return wrapped
 
