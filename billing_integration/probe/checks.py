@@ -620,7 +620,12 @@ def patch_subscription(probe: Probe) -> Iterator[Finding]:
         yield Finding("patch_subscription", UNKNOWN, assumed, seen, _PATCH, _patch_on())
         return
     first = listed[0]
-    body = {"auto_renew": bool(first.get("auto_renew", True))}
+    if not isinstance(first.get("auto_renew"), bool):
+        # Anything else sent would be a change: true resumes renewal (and charges).
+        seen = f"auto_renew is {_excerpt(first.get('auto_renew'))}, not a boolean: not patched"
+        yield Finding("patch_subscription", UNKNOWN, assumed, seen, _PATCH, _patch_on())
+        return
+    body = {"auto_renew": first["auto_renew"]}
     answer = probe.call(
         "PATCH subscription", "PATCH", f"/subscriptions/{first['id']}", payload=body
     )

@@ -1,0 +1,58 @@
+"""``billing_probe`` facing answers that could make it unsafe or dishonest: what it sends to the
+service, what it reports, and that it ends with a clear message rather than a traceback."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import responses
+
+from billing_integration.client import BillingClient, RetryPolicy
+from billing_integration.probe import run_probe
+
+pytestmark = pytest.mark.django_db
+
+API = r"http://billing\.test/v1/api/billing"
+TOKEN = {"access_token": "probe-token-0123456789", "expires_in": 300}
+
+
+def a_client() -> BillingClient:
+    return BillingClient(
+        base_url="http://billing.test",
+        auth_url="http://auth.test",
+        checkout_url="http://pay.test",
+        client_id="app",
+        client_secret="the-secret",
+        retry=RetryPolicy(max_retries=0),
+    )
+
+
+def answer_lists(products=(), customers=(), subscriptions=()) -> None:
+    responses.post(re.compile(r"http://auth\.test/.*"), json=TOKEN)
+    responses.get(re.compile(API + r"/products/.+"), status=404, json={})
+    for name, items in (
+        ("products", products),
+        ("customers", customers),
+        ("subscriptions", subscriptions),
+    ):
+        responses.get(re.compile(API + rf"/{name}(\?.*)?$"), json={"data": list(items)})
+
+
+@pytest.mark.parametrize("auto_renew", ["false", None, "missing"])
+@responses.activate
+def test_patch_subscription_never_sends_a_renewal_it_did_not_read(auto_renew):
+    """The subscription's auto_renew is not a boolean: sending one would change it (true
+    resumes renewal, and charges the customer), so nothing is sent."""
+    subscription = {"id": "9d0c4bd6-6a4b-4c4e-9d0e-3b1f1c0e6a01", "auto_renew": auto_renew}
+    if auto_renew == "missing":
+        del subscription["auto_renew"]
+    answer_lists(subscriptions=[subscription])
+    responses.post(re.compile(API + r"/.*"), status=400, json={})
+    responses.patch(re.compile(API + r"/.*"), json={"data": subscription})
+    report = run_probe(a_client(), write=True)
+    patches = [c for c in responses.calls if c.request.method == "PATCH"]
+    assert patches == []
+    found = {f.guess: f for f in report.findings}
+    assert found["patch_subscription"].verdict == "unknown"
+    assert "auto_renew" in found["patch_subscription"].seen
