@@ -12,6 +12,7 @@ from typing import Any
 
 from ..client.client import PAGE_SIZE
 from ..conf import billing_settings, guesses
+from ..exceptions import BillingError
 from ..timestamps import format_timestamp, parse_timestamp
 from . import CONFIRMED, CONTRADICTED, UNKNOWN, Finding, Probe, check
 
@@ -507,41 +508,55 @@ def products(probe: Probe) -> Iterator[Finding]:
     problems = shape_problems(_data(first), FIELDS["products"])
     verdict = CONTRADICTED if problems else CONFIRMED
     yield Finding("product_create", verdict, assumed, _join(problems) or f"created {first_id}")
-    moves = [("A", first_id, "draft", "archived")]
-    _, second_id = create("B")
-    if second_id is not None:
-        moves.append(("B", second_id, "draft", "published"))
-    refused, accepted = [], []
-    for name, remote_id, old, new in moves:
-        answer = probe.call(
-            f"{old} -> {new}", "PATCH", f"/products/{remote_id}", payload={"status": new}
-        )
+    accepted: list[str] = []
+    refused: list[str] = []
+    failed: list[str] = []
+    left: list[str] = probe.notes.setdefault("left", [])
+
+    def move(name: str, remote_id: str, old: str, new: str) -> bool:
+        """One status move; a call that fails (no answer) is neither accepted nor refused."""
+        path, payload = f"/products/{remote_id}", {"status": new}
+        try:
+            answer = probe.call(f"{old} -> {new}", "PATCH", path, payload=payload)
+        except BillingError as exc:
+            failed.append(f"{old} -> {new}: {exc}")
+            left.append(f"product {name} {remote_id} may be left {old}")
+            return False
         if answer.status < 400 and _data(answer).get("status") == new:
             accepted.append(f"{old} -> {new}")
-        else:
-            refused.append(f"{old} -> {new}: HTTP {answer.status} {_code(answer.body)}")
-            probe.notes.setdefault("left", []).append(f"product {name} {remote_id} left {old}")
-    if second_id is not None and "draft -> published" in accepted:
-        yield from _checkout(probe, second_id, currency)
-        yield from _change_action(probe, second_id, currency)
-        answer = probe.call(
-            "published -> archived",
-            "PATCH",
-            f"/products/{second_id}",
-            payload={"status": "archived"},
-        )
-        if answer.status < 400 and _data(answer).get("status") == "archived":
-            accepted.append("published -> archived")
-        else:
-            refused.append(f"published -> archived: HTTP {answer.status} {_code(answer.body)}")
+            return True
+        refused.append(f"{old} -> {new}: HTTP {answer.status} {_code(answer.body)}")
+        left.append(f"product {name} {remote_id} left {old}")
+        return False
+
+    try:
+        _, second_id = create("B")
+    except BillingError as exc:
+        second_id = None
+        failed.append(f"creating product B: {exc}")
+    move("A", first_id, "draft", "archived")
+    if second_id is not None and move("B", second_id, "draft", "published"):
+        # B can be sold while published: whatever fails here, it is archived after.
+        for guess, part in (
+            ("checkout_session", _checkout),
+            ("change_plan_action", _change_action),
+        ):
+            try:
+                yield from part(probe, second_id, currency)
+            except BillingError as exc:
+                problem = f"could not be checked: {exc}"
+                yield Finding(guess, UNKNOWN, "-", problem, relied_on=False)
+        move("B", second_id, "published", "archived")
     seen = "accepted: " + (", ".join(accepted) or "none")
     if refused:
         seen += "; refused: " + _join(refused)
-    if probe.notes.get("left"):
-        seen += "; " + ", ".join(probe.notes["left"])
+    if failed:
+        seen += "; failed: " + _join(failed)
+    if left:
+        seen += "; " + ", ".join(left)
     yield Finding(
         "status_moves",
-        CONTRADICTED if refused else CONFIRMED,
+        CONTRADICTED if refused else UNKNOWN if failed else CONFIRMED,
         "a product moves draft -> published, draft -> archived and published -> archived "
         "(the admin's Publish and Archive)",
         seen,

@@ -56,3 +56,28 @@ def test_patch_subscription_never_sends_a_renewal_it_did_not_read(auto_renew):
     found = {f.guess: f for f in report.findings}
     assert found["patch_subscription"].verdict == "unknown"
     assert "auto_renew" in found["patch_subscription"].seen
+
+
+def probe_products(sandbox) -> dict[str, str]:
+    return {
+        p["name"]: p["status"]
+        for p in sandbox.objects("product")
+        if p["name"].startswith("billing-probe")
+    }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_published_probe_product_is_archived_when_a_call_after_publishing_fails(
+    billing_sandbox,
+):
+    """The connection drops on the checkout session: product B, published for it, is still
+    archived (a published product can be sold), and the session is unknown, not a crash of
+    the whole products check."""
+    billing_sandbox.seed(customers=3, subscriptions=2)
+    billing_sandbox.faults(operation="create_checkout_session", reset_rate=1.0, count=1)
+    report = run_probe(write=True)
+    found = {f.guess: f for f in report.findings}
+    assert set(probe_products(billing_sandbox).values()) == {"archived"}
+    assert found["checkout_session"].verdict == "unknown"
+    assert found["status_moves"].verdict == "confirmed", found["status_moves"]
+    assert report.exit_code == 0
