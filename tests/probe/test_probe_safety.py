@@ -7,6 +7,7 @@ import re
 
 import pytest
 import responses
+from django.core.management import CommandError, call_command
 
 from billing_integration.client import BillingClient, RetryPolicy
 from billing_integration.probe import run_probe
@@ -81,3 +82,18 @@ def test_a_published_probe_product_is_archived_when_a_call_after_publishing_fail
     assert found["checkout_session"].verdict == "unknown"
     assert found["status_moves"].verdict == "confirmed", found["status_moves"]
     assert report.exit_code == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_output_file_that_cannot_be_written_is_refused_before_anything_is_sent(
+    billing_sandbox, tmp_path
+):
+    """Refused up front with a clear message, not a traceback once the writes are done."""
+    missing = tmp_path / "no such folder" / "answers.json"
+    with pytest.raises(CommandError, match="no such folder") as refused:
+        call_command("billing_probe", "--write", "--output", str(missing))
+    assert refused.value.returncode == 2
+    assert billing_sandbox.requests() == []
+    with pytest.raises(CommandError, match="cannot write") as refused:
+        call_command("billing_probe", "--output", str(tmp_path))  # a folder
+    assert refused.value.returncode == 2

@@ -51,10 +51,13 @@ class Command(BaseCommand):
                 "not 'sandbox': add --i-know to do it anyway.",
                 returncode=2,
             )
+        path = Path(options["output"]) if options["output"] else default_output()
+        _writable(path)  # before anything is sent
         report = run_probe(write=options["write"])
-        path = save_answers(
-            report, Path(options["output"]) if options["output"] else default_output()
-        )
+        try:
+            save_answers(report, path)
+        except OSError as exc:
+            raise CommandError(_cannot_write(path, exc), returncode=2) from None
         if options["json"]:
             self.stdout.write(json.dumps({**report.as_dict(), "answers_file": str(path)}, indent=2))
         else:
@@ -73,3 +76,16 @@ class Command(BaseCommand):
 
 def _setting(setting: str) -> str:
     return setting if " " in setting else f"BILLING['{setting}']"
+
+
+def _writable(path: Path) -> None:
+    """Refuse (exit 2) an output file that cannot be written."""
+    try:
+        with path.open("a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise CommandError(_cannot_write(path, exc), returncode=2) from None
+
+
+def _cannot_write(path: Path, exc: OSError) -> str:
+    return f"cannot write the raw answers to {path}: {exc.strerror or exc}"
