@@ -28,6 +28,8 @@ KEPT_HEADERS = frozenset(
     | {"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"}
 )
 REDACTED = "[redacted]"
+#: An answer nested deeper than this is not kept (reading it would exhaust the stack).
+MAX_DEPTH = 100
 
 
 @dataclass
@@ -104,13 +106,14 @@ class Probe:
             idempotency_key=idempotency_key,
         )
         # The checks quote answers in their findings: an echoed token never reaches one.
-        answer = replace(answer, body=self._without_secrets(answer.body))
+        answer = replace(answer, body=self._without_secrets(_shallow(answer.body)))
         self._record(label, method, path, params, payload, answer)
         return answer
 
     def token_call(self) -> RawAnswer:
         """The token call, recorded; its tokens are kept out of the saved file."""
         answer = self.client.raw_token()
+        answer = replace(answer, body=_shallow(answer.body))
         if isinstance(answer.body, dict):
             for key in ("access_token", "refresh_token", "id_token"):
                 if isinstance(answer.body.get(key), str):
@@ -147,6 +150,20 @@ class Probe:
         return self.client.scrub(without_secrets(value, self._secrets))
 
 
+def _shallow(body: Any) -> Any:
+    """``body``, or a note in its place when it is nested deeper than ``MAX_DEPTH``."""
+    pending = [(body, 1)]
+    while pending:
+        value, depth = pending.pop()
+        if isinstance(value, dict | list) and depth > MAX_DEPTH:
+            return f"(an answer nested deeper than {MAX_DEPTH} levels: not kept)"
+        if isinstance(value, dict):
+            pending.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            pending.extend((v, depth + 1) for v in value)
+    return body
+
+
 @dataclass
 class ProbeReport:
     findings: list[Finding]
@@ -178,8 +195,8 @@ def run_probe(
     client: BillingClient | None = None, *, write: bool = False, probe: Probe | None = None
 ) -> ProbeReport:
     """Run every check (the ``write`` ones only with ``write``) against ``client`` (default:
-    one for ``settings.BILLING``, no retries). A check that raises a ``BillingError`` (or a
-    ``DatabaseError``) gives an ``unknown``."""
+    one for ``settings.BILLING``, no retries). A check that raises (a ``BillingError``, a
+    ``DatabaseError``, or an error on an answer it did not expect) gives an ``unknown``."""
     from . import checks  # noqa: F401  (registers the built-in checks)
 
     client = client or BillingClient(retry=RetryPolicy(max_retries=0))
@@ -191,6 +208,10 @@ def run_probe(
             probe.findings.extend(entry.run(probe))
         except (BillingError, DatabaseError) as exc:  # the service, or this project's tables
             problem = f"could not be checked: {exc}"
+            probe.findings.append(Finding(entry.name, UNKNOWN, "-", problem, relied_on=False))
+        except Exception as exc:  # an answer of a shape (or depth) the check did not expect
+            text = probe.scrubbed(f"{type(exc).__name__}: {exc}")[:200]
+            problem = f"could not be checked: an answer it did not expect ({text})"
             probe.findings.append(Finding(entry.name, UNKNOWN, "-", problem, relied_on=False))
     answers = probe.scrubbed(probe.answers)
     return ProbeReport(probe.findings, write, client.base_url, answers)

@@ -10,7 +10,7 @@ import responses
 from django.core.management import CommandError, call_command
 
 from billing_integration.client import BillingClient, RetryPolicy
-from billing_integration.probe import run_probe
+from billing_integration.probe import run_probe, save_answers
 
 pytestmark = pytest.mark.django_db
 
@@ -97,3 +97,36 @@ def test_an_output_file_that_cannot_be_written_is_refused_before_anything_is_sen
     with pytest.raises(CommandError, match="cannot write") as refused:
         call_command("billing_probe", "--output", str(tmp_path))  # a folder
     assert refused.value.returncode == 2
+
+
+@pytest.mark.parametrize(
+    ("products", "check"),
+    [
+        ([{"selected_currencies": [{"id": 1}]}], "currencies"),  # unhashable
+        ([{"selected_currencies": 1}], "currencies"),  # not a list
+        ([{"selected_currencies": ["²"]}], "currencies"),  # a digit int() refuses
+        ("[" * 100_000, "token"),  # JSON too deep to parse
+    ],
+)
+@responses.activate
+def test_an_answer_of_an_unexpected_shape_is_unknown_not_a_traceback(products, check, tmp_path):
+    """The check that met it is unknown (with what it met), and the others still run."""
+    if isinstance(products, str):
+        responses.get(re.compile(API + r"/products(\?.*)?$"), body=products)
+    answer_lists(products=[] if isinstance(products, str) else products)
+    report = run_probe(a_client())
+    found = {f.guess: f for f in report.findings}
+    assert found[check].verdict == "unknown" and "did not expect" in found[check].seen
+    assert {f.guess for f in report.findings} >= {"unknown_id_status", "signing"}
+    save_answers(report, tmp_path / "answers.json")
+
+
+@responses.activate
+def test_an_answer_nested_too_deep_to_keep_is_named_not_a_traceback(tmp_path):
+    """Parsed, but too deep to scrub and save: a note in its place."""
+    answer_lists()  # the first GET /products (the token's check), then the list:
+    responses.get(re.compile(API + r"/products(\?.*)?$"), body="[" * 700 + "]" * 700)
+    report = run_probe(a_client())
+    found = {f.guess: f for f in report.findings}
+    assert "nested deeper than" in found["data_wrapping"].seen
+    save_answers(report, tmp_path / "answers.json")
