@@ -15,6 +15,7 @@ from typing import Any, TypedDict, TypeVar, Unpack, cast
 from urllib.parse import quote, urlencode
 
 import requests
+import urllib3
 from django.views.decorators.debug import sensitive_variables
 from requests.adapters import HTTPAdapter
 
@@ -44,6 +45,10 @@ CONNECT_TIMEOUT = 5.0  # seconds to connect, on every request
 READ_TIMEOUT = 30.0  # seconds to wait for an answer, on every request
 PAGE_SIZE = 100  # limit= of list calls
 MAX_PAGES = 100_000  # hard stop for a list that never ends
+#: ``raw`` and ``raw_token`` (billing_probe): the most of one answer they read, and the time
+#: they take to read it; an answer over either is dropped (``BillingTransportError``).
+RAW_MAX_BYTES = 8 * 1024 * 1024
+RAW_MAX_SECONDS = READ_TIMEOUT
 #: A deadline argument: seconds from now, a shared ``Deadline``, or ``None`` (no deadline).
 DeadlineArg = Deadline | float | None
 Item = dict[str, Any]  # one resource, as the service writes it
@@ -238,7 +243,7 @@ class BillingClient:
         fields = {"grant_type": "client_credentials", "client_id": self.client_id}
         form = urlencode({**fields, "client_secret": self.__secret})
         response = self._raw_send("token", "POST", self.token_url, form, _FORM_HEADERS, None)
-        return _raw(response)
+        return _raw(response, "token")
 
     @_secret_frames
     def raw(
@@ -253,7 +258,9 @@ class BillingClient:
     ) -> RawAnswer:
         """One call to ``{BASE_URL}/v1/api/billing{path}`` with ``token`` as ``x-kc-token``
         (none: no header), once: no retry, no token fetch, an error status answered, not
-        raised. A write sends ``idempotency_key`` (default a new one)."""
+        raised. A write sends ``idempotency_key`` (default a new one). An answer over
+        ``RAW_MAX_BYTES``, or not read within ``RAW_MAX_SECONDS``, raises
+        ``BillingTransportError``."""
         headers = dict(_JSON_HEADERS)
         if token is not None:
             headers["x-kc-token"] = token
@@ -261,7 +268,8 @@ class BillingClient:
             headers["x-idempotency-id"] = str(idempotency_key or uuid.uuid4())
         body = None if payload is None else _json(payload)
         url = f"{self.base_url}{API_PREFIX}{path}"
-        return _raw(self._raw_send(f"{method} {path}", method, url, body, headers, params))
+        operation = f"{method} {path}"
+        return _raw(self._raw_send(operation, method, url, body, headers, params), operation)
 
     def _raw_send(
         self,
@@ -274,7 +282,7 @@ class BillingClient:
     ) -> requests.Response:
         try:
             return self._send(
-                operation, None, method, url, data=body, headers=headers, params=params
+                operation, None, method, url, data=body, headers=headers, params=params, stream=True
             )
         except _Sent as sent:
             raise sent.error from None
@@ -452,9 +460,40 @@ def _body(response: requests.Response) -> Any:
         return response.text
 
 
-def _raw(response: requests.Response) -> RawAnswer:
+def _raw(response: requests.Response, operation: str) -> RawAnswer:
+    """A streamed answer, read up to ``RAW_MAX_BYTES`` within ``RAW_MAX_SECONDS``."""
     headers = {name.lower(): value for name, value in response.headers.items()}
-    return RawAnswer(response.status_code, headers, _body(response))
+    try:
+        content = _read_capped(response, operation)
+    finally:
+        response.close()
+    try:
+        text = content.decode(response.encoding or "utf-8", errors="replace")
+    except LookupError:  # a charset Python does not know
+        text = content.decode("utf-8", errors="replace")
+    try:
+        body = json.loads(text)
+    except ValueError:
+        body = text
+    return RawAnswer(response.status_code, headers, body)
+
+
+def _read_capped(response: requests.Response, operation: str) -> bytes:
+    started, chunks, size = time.monotonic(), [], 0
+    try:
+        while chunk := response.raw.read1(65536, decode_content=True):
+            size += len(chunk)
+            if size > RAW_MAX_BYTES:
+                problem = f"the answer is over {RAW_MAX_BYTES:,} bytes: not read"
+                raise BillingTransportError(problem, operation=operation)
+            if time.monotonic() - started > RAW_MAX_SECONDS:
+                problem = f"the answer took over {RAW_MAX_SECONDS:g}s to read: not read"
+                raise BillingTransportError(problem, operation=operation)
+            chunks.append(chunk)
+    except (OSError, urllib3.exceptions.HTTPError) as exc:
+        problem = f"the answer was cut off ({type(exc).__name__})"
+        raise BillingTransportError(problem, operation=operation) from None
+    return b"".join(chunks)
 
 
 def _answer(response: requests.Response, operation: str, sent: tuple[str, ...] = ()) -> Any:

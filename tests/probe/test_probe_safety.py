@@ -3,7 +3,11 @@ service, what it reports, and that it ends with a clear message rather than a tr
 
 from __future__ import annotations
 
+import json
 import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import responses
@@ -130,3 +134,76 @@ def test_an_answer_nested_too_deep_to_keep_is_named_not_a_traceback(tmp_path):
     found = {f.guess: f for f in report.findings}
     assert "nested deeper than" in found["data_wrapping"].seen
     save_answers(report, tmp_path / "answers.json")
+
+
+class _Endless(BaseHTTPRequestHandler):
+    """The token, then GET /products answered with a huge (64 MB) or a slow (a byte every
+    0.1 s for 8 s) body; any other list is empty."""
+
+    protocol_version = "HTTP/1.1"
+    mode = "huge"
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def _json(self, value) -> None:
+        body = json.dumps(value).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        self._json({"access_token": "endless-token-0123456789", "expires_in": 300})
+
+    def do_GET(self) -> None:
+        if not self.path.startswith("/v1/api/billing/products"):
+            return self._json({"data": []})
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        chunks = [b"x" * 65536] * 1024 if self.mode == "huge" else [b" "] * 80
+        try:
+            for chunk in [b'{"data": [], "pad": "', *chunks, b'"}']:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                if self.mode == "slow":
+                    self.wfile.flush()
+                    time.sleep(0.1)
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:  # the probe hung up
+            pass
+
+
+@pytest.mark.parametrize("mode", ["huge", "slow"])
+def test_a_huge_or_slow_answer_is_not_read_to_its_end(mode, monkeypatch):
+    """Bounded memory and time: an answer over the size limit, or still coming after the time
+    limit, is dropped (the check is unknown), never read whole."""
+    import billing_integration.client.client as client_module
+
+    monkeypatch.setattr(client_module, "RAW_MAX_SECONDS", 1.0, raising=False)
+    handler = type("Handler", (_Endless,), {"mode": mode})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        client = BillingClient(
+            base_url=url,
+            auth_url=url,
+            checkout_url=url,
+            client_id="app",
+            client_secret="the-secret",
+            retry=RetryPolicy(max_retries=0),
+        )
+        started = time.monotonic()
+        report = run_probe(client)
+        elapsed = time.monotonic() - started
+    finally:
+        server.shutdown()
+        server.server_close()
+    found = {f.guess: f for f in report.findings}
+    assert found["token"].verdict == "unknown", found
+    assert ("bytes" if mode == "huge" else "took over") in found["token"].seen
+    assert elapsed < 5
