@@ -134,6 +134,11 @@ def _join(parts: list[str], limit: int = 6) -> str:
     return "; ".join(parts[:limit]) + more
 
 
+def _unavailable(answer: Any) -> bool:
+    """The service failed or limited the call (5xx, 429): the answer shows nothing of a guess."""
+    return bool(answer.status == 429 or answer.status >= 500)
+
+
 def _code(body: Any) -> str:
     """The error code of an error body in the interface's guessed shape, else an excerpt."""
     try:
@@ -149,6 +154,10 @@ def token(probe: Probe) -> Iterator[Finding]:
     body = answer.body if isinstance(answer.body, dict) else {}
     if answer.status != 200 or not isinstance(body.get("access_token"), str):
         seen = f"HTTP {answer.status}, {_excerpt(probe.scrubbed(answer.body), 120)}"
+        if _unavailable(answer):
+            assumed = "the token call answers the fields of section 2.5"
+            yield Finding("token_fields", UNKNOWN, assumed, seen, relied_on=False)
+            return
         yield Finding(
             "token_fields",
             CONTRADICTED,
@@ -183,7 +192,7 @@ def token(probe: Probe) -> Iterator[Finding]:
     accepted = answer.status < 400
     yield Finding(
         "token_header",
-        CONFIRMED if accepted else CONTRADICTED,
+        UNKNOWN if _unavailable(answer) else CONFIRMED if accepted else CONTRADICTED,
         "the token is sent as the x-kc-token header (not Authorization)",
         f"GET /products with x-kc-token: HTTP {answer.status}",
     )
@@ -196,23 +205,25 @@ def lists(probe: Probe) -> Iterator[Finding]:
         return
     found: dict[str, list[Any]] = {}
     wrapping: list[str] = []
+    unavailable: list[str] = []
     for resource in RESOURCES:
         params = {"limit": PAGE_SIZE, "offset": 0}
         answer = probe.call(f"list {resource}", "GET", f"/{resource}", params=params)
         body = answer.body
-        if answer.status >= 400 or not isinstance(body, dict) or "data" not in body:
+        if _unavailable(answer):
+            unavailable.append(f"GET /{resource}: HTTP {answer.status}, {_excerpt(body, 80)}")
+        elif answer.status >= 400 or not isinstance(body, dict) or "data" not in body:
             wrapping.append(f"GET /{resource}: HTTP {answer.status}, {_excerpt(body, 80)}")
         elif not isinstance(body["data"], list):
             wrapping.append(f"GET /{resource}: data is a {type(body['data']).__name__}")
         else:
             found[resource] = body["data"]
     probe.notes["lists"] = found
-    yield Finding(
-        "data_wrapping",
-        CONTRADICTED if wrapping else CONFIRMED,
-        'every list answer is {"data": [...]}',
-        _join(wrapping) if wrapping else "all three lists are wrapped in data",
-    )
+    if wrapping or unavailable:
+        verdict, seen = CONTRADICTED if wrapping else UNKNOWN, _join(wrapping + unavailable)
+    else:
+        verdict, seen = CONFIRMED, "all three lists are wrapped in data"
+    yield Finding("data_wrapping", verdict, 'every list answer is {"data": [...]}', seen)
     problems, counts = [], []
     for resource, items in found.items():
         counts.append(f"{len(items)} {resource}")
@@ -336,6 +347,10 @@ def pagination(probe: Probe) -> Iterator[Finding]:
     for offset in (0, 1):
         params = {"limit": 1, "offset": offset}
         answer = probe.call(f"page {resource}", "GET", f"/{resource}", params=params)
+        if _unavailable(answer):
+            seen = f"GET /{resource}?limit=1&offset={offset}: HTTP {answer.status}"
+            yield Finding("pagination", UNKNOWN, assumed, seen, setting, relied_on=False)
+            return
         data = answer.body.get("data") if isinstance(answer.body, dict) else None
         pages.append(data if isinstance(data, list) else [])
     first, second = pages
@@ -359,9 +374,10 @@ def errors(probe: Probe) -> Iterator[Finding]:
         return
     missing = str(uuid.uuid4())
     answer = probe.call("unknown product", "GET", f"/products/{missing}")
+    unavailable = _unavailable(answer)
     yield Finding(
         "unknown_id_status",
-        CONFIRMED if answer.status == 404 else CONTRADICTED,
+        UNKNOWN if unavailable else CONFIRMED if answer.status == 404 else CONTRADICTED,
         "an unknown id is answered 404",
         f"GET /products/<a random uuid>: HTTP {answer.status}",
     )
@@ -372,7 +388,7 @@ def errors(probe: Probe) -> Iterator[Finding]:
     )
     yield Finding(
         "error_shape",
-        CONFIRMED if shaped and entries else CONTRADICTED,
+        UNKNOWN if unavailable else CONFIRMED if shaped and entries else CONTRADICTED,
         'an error body is {"errors": [{"message", "code", "field"}]} (codes such as '
         "invalid_transition); the app only quotes its message",
         f"HTTP {answer.status}: {_excerpt(body, 160)}",
@@ -457,14 +473,15 @@ def idempotency(probe: Probe) -> Iterator[Finding]:
     assumed = "a key sent again with the same body answers the first object (no second one)"
     seen = f"HTTP {answers[0].status} then {answers[1].status}; ids {ids[0]} then {ids[1]}"
     same = answers[1].status < 400 and ids[0] is not None and ids[0] == ids[1]
-    yield Finding("idempotency_replay", CONFIRMED if same else CONTRADICTED, assumed, seen)
+    verdict = UNKNOWN if any(map(_unavailable, answers)) else CONFIRMED if same else CONTRADICTED
+    yield Finding("idempotency_replay", verdict, assumed, seen)
     other = {**customer, "first_name": "Other"}
     answer = probe.call("key reused", "POST", "/customers", payload=other, idempotency_key=key)
     text = str(answer.body).lower()
     refused = answer.status == 422 and "idempotency" in text
     yield Finding(
         "idempotency_conflict",
-        CONFIRMED if refused else CONTRADICTED,
+        UNKNOWN if _unavailable(answer) else CONFIRMED if refused else CONTRADICTED,
         "a key sent again with another body is refused (422, naming idempotency)",
         f"HTTP {answer.status}: {_excerpt(answer.body, 120)}",
         relied_on=False,
@@ -502,6 +519,10 @@ def products(probe: Probe) -> Iterator[Finding]:
     assumed = f"a draft product in currency {currency} is created as the app sends it"
     if first_id is None:
         seen = f"HTTP {first.status}: {_code(first.body)}"
+        if _unavailable(first):
+            seen += f"; product A ({PROBE_NAME} {stamp} A) may exist"
+            yield Finding("product_create", UNKNOWN, assumed, seen)
+            return
         setting = "CURRENCIES" if "currenc" in str(first.body).lower() else "no setting"
         yield Finding("product_create", CONTRADICTED, assumed, seen, setting)
         return
@@ -525,6 +546,10 @@ def products(probe: Probe) -> Iterator[Finding]:
         if answer.status < 400 and _data(answer).get("status") == new:
             accepted.append(f"{old} -> {new}")
             return True
+        if _unavailable(answer):
+            failed.append(f"{old} -> {new}: HTTP {answer.status}")
+            left.append(f"product {name} {remote_id} may be left {old}")
+            return False
         refused.append(f"{old} -> {new}: HTTP {answer.status} {_code(answer.body)}")
         left.append(f"product {name} {remote_id} left {old}")
         return False
@@ -592,7 +617,8 @@ def _checkout(probe: Probe, product_id: str, currency: int) -> Iterator[Finding]
     else:
         seen = _join(problems) or f"session {data.get('id')} open (not completed)"
     ok = answer.status < 400 and bool(data) and not problems
-    yield Finding("checkout_session", CONFIRMED if ok else CONTRADICTED, assumed, seen)
+    verdict = UNKNOWN if _unavailable(answer) else CONFIRMED if ok else CONTRADICTED
+    yield Finding("checkout_session", verdict, assumed, seen)
 
 
 def _change_action(probe: Probe, product_id: str, currency: int) -> Iterator[Finding]:

@@ -207,3 +207,28 @@ def test_a_huge_or_slow_answer_is_not_read_to_its_end(mode, monkeypatch):
     assert found["token"].verdict == "unknown", found
     assert ("bytes" if mode == "huge" else "took over") in found["token"].seen
     assert elapsed < 5
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("status", [503, 429])
+@pytest.mark.parametrize(
+    ("operation", "guess", "write"),
+    [
+        ("token", "token_fields", False),
+        ("list_products", "token_header", False),  # the first GET /products
+        ("list_customers", "data_wrapping", False),
+        ("get_product", "unknown_id_status", False),
+        ("create_customer", "idempotency_replay", True),
+        ("create_product", "product_create", True),
+    ],
+)
+def test_an_unavailable_service_is_no_evidence(billing_sandbox, operation, guess, write, status):
+    """One 503 (or 429) answered where a guess is checked: that guess is unknown, not
+    contradicted, and the exit status stays 0."""
+    billing_sandbox.seed(customers=3, subscriptions=2)
+    billing_sandbox.faults(operation=operation, status=status, count=1)
+    report = run_probe(write=write)
+    found = {f.guess: f for f in report.findings}
+    assert found[guess].verdict == "unknown", found[guess]
+    assert f"HTTP {status}" in found[guess].seen
+    assert report.exit_code == 0, [f for f in report.findings if f.breaks_the_app]
