@@ -139,6 +139,13 @@ def _unavailable(answer: Any) -> bool:
     return bool(answer.status == 429 or answer.status >= 500)
 
 
+def _no_answer(answer: Any) -> bool:
+    """A write unavailable (``_unavailable``) or applied with its answer lost (2xx, not JSON):
+    the answer shows nothing of a guess."""
+    lost = answer.status < 300 and not isinstance(answer.body, dict | list)
+    return bool(lost or _unavailable(answer))
+
+
 def _code(body: Any) -> str:
     """The error code of an error body in the interface's guessed shape, else an excerpt."""
     try:
@@ -469,11 +476,11 @@ def idempotency(probe: Probe) -> Iterator[Finding]:
         for _ in range(2)
     ]
     ids = [_data(a).get("id") for a in answers]
-    probe.notes["customer"] = ids[0]
+    probe.notes["customer"] = ids[0] or ids[1]
     assumed = "a key sent again with the same body answers the first object (no second one)"
     seen = f"HTTP {answers[0].status} then {answers[1].status}; ids {ids[0]} then {ids[1]}"
     same = answers[1].status < 400 and ids[0] is not None and ids[0] == ids[1]
-    verdict = UNKNOWN if any(map(_unavailable, answers)) else CONFIRMED if same else CONTRADICTED
+    verdict = UNKNOWN if any(map(_no_answer, answers)) else CONFIRMED if same else CONTRADICTED
     yield Finding("idempotency_replay", verdict, assumed, seen)
     other = {**customer, "first_name": "Other"}
     answer = probe.call("key reused", "POST", "/customers", payload=other, idempotency_key=key)
@@ -519,7 +526,7 @@ def products(probe: Probe) -> Iterator[Finding]:
     assumed = f"a draft product in currency {currency} is created as the app sends it"
     if first_id is None:
         seen = f"HTTP {first.status}: {_code(first.body)}"
-        if _unavailable(first):
+        if _no_answer(first):
             seen += f"; product A ({PROBE_NAME} {stamp} A) may exist"
             yield Finding("product_create", UNKNOWN, assumed, seen)
             return
@@ -534,25 +541,26 @@ def products(probe: Probe) -> Iterator[Finding]:
     failed: list[str] = []
     left: list[str] = probe.notes.setdefault("left", [])
 
-    def move(name: str, remote_id: str, old: str, new: str) -> bool:
-        """One status move; a call that fails (no answer) is neither accepted nor refused."""
+    def move(name: str, remote_id: str, old: str, new: str) -> str:
+        """One status move: accepted, refused, or no answer (it may have been applied)."""
         path, payload = f"/products/{remote_id}", {"status": new}
         try:
             answer = probe.call(f"{old} -> {new}", "PATCH", path, payload=payload)
         except BillingError as exc:
             failed.append(f"{old} -> {new}: {exc}")
             left.append(f"product {name} {remote_id} may be left {old}")
-            return False
+            return "no answer"
         if answer.status < 400 and _data(answer).get("status") == new:
             accepted.append(f"{old} -> {new}")
-            return True
-        if _unavailable(answer):
-            failed.append(f"{old} -> {new}: HTTP {answer.status}")
+            left[:] = [note for note in left if remote_id not in note]
+            return "accepted"
+        if _no_answer(answer):
+            failed.append(f"{old} -> {new}: HTTP {answer.status}, {_code(answer.body)}")
             left.append(f"product {name} {remote_id} may be left {old}")
-            return False
+            return "no answer"
         refused.append(f"{old} -> {new}: HTTP {answer.status} {_code(answer.body)}")
         left.append(f"product {name} {remote_id} left {old}")
-        return False
+        return "refused"
 
     try:
         _, second_id = create("B")
@@ -560,7 +568,8 @@ def products(probe: Probe) -> Iterator[Finding]:
         second_id = None
         failed.append(f"creating product B: {exc}")
     move("A", first_id, "draft", "archived")
-    if second_id is not None and move("B", second_id, "draft", "published"):
+    published = move("B", second_id, "draft", "published") if second_id else "refused"
+    if second_id is not None and published == "accepted":
         # B can be sold while published: whatever fails here, it is archived after.
         for guess, part in (
             ("checkout_session", _checkout),
@@ -571,6 +580,7 @@ def products(probe: Probe) -> Iterator[Finding]:
             except BillingError as exc:
                 problem = f"could not be checked: {exc}"
                 yield Finding(guess, UNKNOWN, "-", problem, relied_on=False)
+    if second_id is not None and published != "refused":  # published, or may be
         move("B", second_id, "published", "archived")
     seen = "accepted: " + (", ".join(accepted) or "none")
     if refused:
@@ -617,7 +627,7 @@ def _checkout(probe: Probe, product_id: str, currency: int) -> Iterator[Finding]
     else:
         seen = _join(problems) or f"session {data.get('id')} open (not completed)"
     ok = answer.status < 400 and bool(data) and not problems
-    verdict = UNKNOWN if _unavailable(answer) else CONFIRMED if ok else CONTRADICTED
+    verdict = UNKNOWN if _no_answer(answer) else CONFIRMED if ok else CONTRADICTED
     yield Finding("checkout_session", verdict, assumed, seen)
 
 

@@ -232,3 +232,27 @@ def test_an_unavailable_service_is_no_evidence(billing_sandbox, operation, guess
     assert found[guess].verdict == "unknown", found[guess]
     assert f"HTTP {status}" in found[guess].seen
     assert report.exit_code == 0, [f for f in report.findings if f.breaks_the_app]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("operation", "guess"),
+    [
+        ("create_customer", "idempotency_replay"),
+        ("create_product", "product_create"),
+        ("update_product", "status_moves"),
+        ("create_checkout_session", "checkout_session"),
+    ],
+)
+def test_a_lost_write_answer_is_no_evidence(billing_sandbox, operation, guess):
+    """A write applied whose answer is lost (200, not JSON): the guess is unknown, not
+    contradicted; and a product published that way is archived all the same."""
+    billing_sandbox.seed(customers=3, subscriptions=2)
+    billing_sandbox.faults(operation=operation, lose_first_answer=True)
+    report = run_probe(write=True)
+    found = {f.guess: f for f in report.findings}
+    assert found[guess].verdict == "unknown", found[guess]
+    assert report.exit_code == 0, [f for f in report.findings if f.breaks_the_app]
+    assert "published" not in probe_products(billing_sandbox).values()
+    if operation == "create_customer":  # the replay named it: the checkout is still probed
+        assert found["checkout_session"].verdict == "confirmed", found["checkout_session"]
