@@ -8,6 +8,7 @@ import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from io import StringIO
 
 import pytest
 import responses
@@ -256,3 +257,13 @@ def test_a_lost_write_answer_is_no_evidence(billing_sandbox, operation, guess):
     assert "published" not in probe_products(billing_sandbox).values()
     if operation == "create_customer":  # the replay named it: the checkout is still probed
         assert found["checkout_session"].verdict == "confirmed", found["checkout_session"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_guesses_setting_is_named_as_it_is_written(billing_sandbox, tmp_path):
+    """The text output names BILLING['GUESSES']['patch_auto_renew'], a setting one can write."""
+    billing_sandbox.seed(customers=3, subscriptions=2)
+    out = StringIO()
+    call_command("billing_probe", "--write", "--output", str(tmp_path / "a.json"), stdout=out)
+    line = next(x for x in out.getvalue().splitlines() if " patch_subscription:" in x)
+    assert "setting: BILLING['GUESSES']['patch_auto_renew']]" in line, line

@@ -75,7 +75,11 @@ class Command(BaseCommand):
 
 
 def _setting(setting: str) -> str:
-    return setting if " " in setting else f"BILLING['{setting}']"
+    """``CURRENCIES``: ``BILLING['CURRENCIES']``; ``GUESSES['x']``: ``BILLING['GUESSES']['x']``."""
+    if " " in setting:
+        return setting
+    key, bracket, rest = setting.partition("[")
+    return f"BILLING['{key}']{bracket}{rest}"
 
 
 def _writable(path: Path) -> None:
