@@ -653,6 +653,16 @@ def _change_action(probe: Probe, product_id: str, currency: int) -> Iterator[Fin
     answer = probe.call("change checkout", "POST", "/checkout_sessions", payload=payload)
     seen = f"HTTP {answer.status}: {_code(answer.body) or _excerpt(_data(answer).get('id'))}"
     verdict = _accepted(answer.status)
+    data = _data(answer)
+    carried = (data.get("action"), data.get("upgrade_to")) == (action, product_id)
+    if verdict == CONFIRMED and not data:  # the answer lost, or unreadable
+        verdict = UNKNOWN
+    elif verdict == CONFIRMED and not carried:  # taken as a new subscription: a second plan
+        verdict = CONTRADICTED
+        seen = (
+            f"HTTP {answer.status}, but the session has action {_excerpt(data.get('action'))}"
+            f" and upgrade_to {_excerpt(data.get('upgrade_to'))}: not a plan change"
+        )
     yield Finding("change_plan_action", verdict, assumed, seen, _ACTION, bool(configured))
 
 

@@ -267,3 +267,31 @@ def test_a_guesses_setting_is_named_as_it_is_written(billing_sandbox, tmp_path):
     call_command("billing_probe", "--write", "--output", str(tmp_path / "a.json"), stdout=out)
     line = next(x for x in out.getvalue().splitlines() if " patch_subscription:" in x)
     assert "setting: BILLING['GUESSES']['patch_auto_renew']]" in line, line
+
+
+@pytest.mark.parametrize(
+    ("answered", "verdict"), [("upgrade", "confirmed"), ("new", "contradicted")]
+)
+@responses.activate
+def test_a_plan_change_action_holds_only_when_the_session_carries_it(answered, verdict, settings):
+    """A service that takes the session but makes it a plain new subscription (the action and
+    upgrade_to dropped) would sell a second plan: that is not a confirmation."""
+    settings.BILLING = {**settings.BILLING, "GUESSES": {"change_plan_action": "upgrade"}}
+    answer_lists()
+    ids = iter(f"00000000-0000-4000-8000-{n:012d}" for n in range(1, 100))
+
+    def created(request):
+        return 200, {}, json.dumps({"data": {**json.loads(request.body), "id": next(ids)}})
+
+    def session(request):
+        body = json.loads(request.body)
+        if answered == "new":
+            body.update(action="new_subscription", upgrade_to=None)
+        return 200, {}, json.dumps({"data": {**body, "id": next(ids), "status": "open"}})
+
+    responses.add_callback("POST", re.compile(API + r"/(customers|products)$"), created)
+    responses.add_callback("PATCH", re.compile(API + r"/products/.+"), created)
+    responses.add_callback("POST", re.compile(API + r"/checkout_sessions$"), session)
+    report = run_probe(a_client(), write=True)
+    found = {f.guess: f for f in report.findings}
+    assert found["change_plan_action"].verdict == verdict, found["change_plan_action"]
