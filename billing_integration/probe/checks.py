@@ -197,11 +197,15 @@ def token(probe: Probe) -> Iterator[Finding]:
     )
     answer = probe.call("token accepted", "GET", "/products", params={"limit": 1, "offset": 0})
     accepted = answer.status < 400
+    seen = f"GET /products with x-kc-token: HTTP {answer.status}"
+    verdict = UNKNOWN if _unavailable(answer) else CONFIRMED if accepted else CONTRADICTED
+    if accepted and not isinstance(answer.body, dict):  # a page, say: no sign it was read
+        verdict, seen = UNKNOWN, f"{seen}, not a JSON object: {_excerpt(answer.body, 80)}"
     yield Finding(
         "token_header",
-        UNKNOWN if _unavailable(answer) else CONFIRMED if accepted else CONTRADICTED,
+        verdict,
         "the token is sent as the x-kc-token header (not Authorization)",
-        f"GET /products with x-kc-token: HTTP {answer.status}",
+        seen,
     )
 
 

@@ -295,3 +295,15 @@ def test_a_plan_change_action_holds_only_when_the_session_carries_it(answered, v
     report = run_probe(a_client(), write=True)
     found = {f.guess: f for f in report.findings}
     assert found["change_plan_action"].verdict == verdict, found["change_plan_action"]
+
+
+@responses.activate
+def test_a_page_is_no_sign_the_token_header_was_read():
+    """BASE_URL answering a web page (200, HTML) to GET /products: the token may never have
+    been looked at, so token_header is unknown, not confirmed."""
+    page = "<html><body>Welcome to our site</body></html>"
+    responses.get(re.compile(API + r"/products(\?.*)?$"), body=page, content_type="text/html")
+    answer_lists()
+    report = run_probe(a_client())
+    found = {f.guess: f for f in report.findings}
+    assert found["token_header"].verdict == "unknown", found["token_header"]
