@@ -288,23 +288,45 @@ def currency_checks(probe: Probe) -> Iterator[Finding]:
     table = dict(billing_settings.CURRENCIES)
     ids: set[Any] = set()
     forms: set[str] = set()
+    by_product: dict[str, set[Any]] = {}  # product id -> its currency ids
     for product in found.get("products", []):
         if not isinstance(product, dict):
             continue
+        named = by_product.setdefault(str(product.get("id")), set())
         for value in product.get("selected_currencies") or []:
             forms.add(type(value).__name__)
-            ids.add(int(str(value)) if str(value).isdigit() else value)
+            named.add(int(str(value)) if str(value).isdigit() else value)
         for price in product.get("prices") or []:
             if isinstance(price, dict):
-                ids.add(price.get("currency"))
+                named.add(price.get("currency"))
+        ids |= named
+    # What an id stands for shows in a subscription of its product, in a currency code.
+    agree, disagree = 0, []
+    for sub in found.get("subscriptions", []):
+        code = sub.get("selected_currency") if isinstance(sub, dict) else None
+        theirs = by_product.get(str(sub.get("product"))) if isinstance(sub, dict) else None
+        if not isinstance(code, str) or code.isdigit() or not theirs:
+            continue
+        if code.upper() in {str(table.get(i, "")).upper() for i in theirs}:
+            agree += 1
+        else:
+            listed = ", ".join(f"{i} = {table.get(i, '?')}" for i in sorted(theirs, key=str))
+            disagree.append(f"a subscription in {code} of a product in {listed}")
     assumed = f"currency ids are those of BILLING['CURRENCIES'] ({_ids(table)})"
     unknown_ids = sorted((i for i in ids if i not in table), key=str)
+    listed = f"ids {', '.join(map(str, sorted(ids, key=str)))} (written as {', '.join(forms)})"
     if unknown_ids:
         seen = f"ids not in the setting: {', '.join(map(str, unknown_ids))}"
         yield Finding("currency_ids", CONTRADICTED, assumed, seen, "CURRENCIES")
-    elif ids:
-        seen = f"ids {', '.join(map(str, sorted(ids, key=str)))} (written as {', '.join(forms)})"
+    elif disagree:
+        seen = "another currency than the setting names: " + _join(list(dict.fromkeys(disagree)))
+        yield Finding("currency_ids", CONTRADICTED, assumed, seen, "CURRENCIES")
+    elif ids and agree:
+        seen = f"{listed}; {agree} subscription(s) in the currency their product's id names"
         yield Finding("currency_ids", CONFIRMED, assumed, seen, "CURRENCIES")
+    elif ids:
+        seen = f"{listed}, in the setting; no subscription of them names a currency code"
+        yield Finding("currency_ids", UNKNOWN, assumed, seen, "CURRENCIES")
     else:
         seen = "no product with a currency to read" + ("" if probe.write else " (try --write)")
         yield Finding("currency_ids", UNKNOWN, assumed, seen, "CURRENCIES")

@@ -307,3 +307,25 @@ def test_a_page_is_no_sign_the_token_header_was_read():
     report = run_probe(a_client())
     found = {f.guess: f for f in report.findings}
     assert found["token_header"].verdict == "unknown", found["token_header"]
+
+
+PRODUCT = "00000000-0000-4000-8000-0000000000aa"
+
+
+@pytest.mark.parametrize(
+    ("subscriptions", "verdict"),
+    [
+        ([{"product": PRODUCT, "selected_currency": "XOF"}], "confirmed"),
+        ([{"product": PRODUCT, "selected_currency": "USD"}], "contradicted"),  # 1 is not XOF
+        ([], "unknown"),  # nothing says what 1 stands for
+    ],
+)
+@responses.activate
+def test_currency_ids_hold_only_when_a_subscription_names_the_currency(subscriptions, verdict):
+    """The ids being in BILLING['CURRENCIES'] does not show they mean the same currencies: a
+    subscription of the product, in a currency code, does."""
+    products = [{"id": PRODUCT, "selected_currencies": ["1"], "prices": None}]
+    answer_lists(products=products, subscriptions=subscriptions)
+    report = run_probe(a_client())
+    found = {f.guess: f for f in report.findings}
+    assert found["currency_ids"].verdict == verdict, found["currency_ids"]
