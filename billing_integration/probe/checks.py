@@ -196,11 +196,14 @@ def token(probe: Probe) -> Iterator[Finding]:
         seen,
     )
     answer = probe.call("token accepted", "GET", "/products", params={"limit": 1, "offset": 0})
-    accepted = answer.status < 400
+    probe.notes["products_status"] = answer.status
+    accepted, refused = answer.status < 400, answer.status in (401, 403)
     seen = f"GET /products with x-kc-token: HTTP {answer.status}"
-    verdict = UNKNOWN if _unavailable(answer) else CONFIRMED if accepted else CONTRADICTED
+    verdict = CONFIRMED if accepted else CONTRADICTED if refused else UNKNOWN
     if accepted and not isinstance(answer.body, dict):  # a page, say: no sign it was read
         verdict, seen = UNKNOWN, f"{seen}, not a JSON object: {_excerpt(answer.body, 80)}"
+    elif answer.status == 404:
+        seen += ": the list itself is not there (check BASE_URL)"
     yield Finding(
         "token_header",
         verdict,
@@ -408,12 +411,13 @@ def errors(probe: Probe) -> Iterator[Finding]:
     missing = str(uuid.uuid4())
     answer = probe.call("unknown product", "GET", f"/products/{missing}")
     unavailable = _unavailable(answer)
-    yield Finding(
-        "unknown_id_status",
-        UNKNOWN if unavailable else CONFIRMED if answer.status == 404 else CONTRADICTED,
-        "an unknown id is answered 404",
-        f"GET /products/<a random uuid>: HTTP {answer.status}",
-    )
+    seen = f"GET /products/<a random uuid>: HTTP {answer.status}"
+    verdict = CONFIRMED if answer.status == 404 else CONTRADICTED
+    if unavailable or answer.status in (401, 403):  # the id was never looked at
+        verdict = UNKNOWN
+    elif answer.status == 404 and probe.notes.get("products_status") == 404:
+        verdict, seen = UNKNOWN, f"{seen}, as GET /products: the path's 404, not the id's"
+    yield Finding("unknown_id_status", verdict, "an unknown id is answered 404", seen)
     body = answer.body
     entries = body.get("errors") if isinstance(body, dict) else None
     shaped = isinstance(entries, list) and all(

@@ -329,3 +329,18 @@ def test_currency_ids_hold_only_when_a_subscription_names_the_currency(subscript
     report = run_probe(a_client())
     found = {f.guess: f for f in report.findings}
     assert found["currency_ids"].verdict == verdict, found["currency_ids"]
+
+
+@pytest.mark.parametrize(("status", "verdict"), [(404, "unknown"), (401, "contradicted")])
+@responses.activate
+def test_a_missing_path_says_nothing_of_the_token_header_or_of_unknown_ids(status, verdict):
+    """BASE_URL off by a segment: every path answers 404. That refutes neither the token
+    header (a 401 or 403 would) nor confirms an unknown id's 404; and an id asked for with a
+    refused token says nothing of its status either."""
+    responses.post(re.compile(r"http://auth\.test/.*"), json=TOKEN)
+    no_route = {"errors": [{"message": "No route.", "code": "not_found"}]}
+    responses.get(re.compile(API + r"/.*"), status=status, json=no_route)
+    report = run_probe(a_client())
+    found = {f.guess: f for f in report.findings}
+    assert found["token_header"].verdict == verdict, found["token_header"]
+    assert found["unknown_id_status"].verdict == "unknown", found["unknown_id_status"]
