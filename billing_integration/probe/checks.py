@@ -511,6 +511,13 @@ def idempotency(probe: Probe) -> Iterator[Finding]:
     seen = f"HTTP {answers[0].status} then {answers[1].status}; ids {ids[0]} then {ids[1]}"
     same = answers[1].status < 400 and ids[0] is not None and ids[0] == ids[1]
     verdict = UNKNOWN if any(map(_no_answer, answers)) else CONFIRMED if same else CONTRADICTED
+    if answers[0].status >= 400 and not _unavailable(answers[0]):  # no customer to replay
+        seen = f"the probe customer was refused: HTTP {answers[0].status}, "
+        seen += _excerpt(answers[0].body, 120)
+        yield Finding("idempotency_replay", UNKNOWN, assumed, seen)
+        assumed = "a key sent again with another body is refused (422, naming idempotency)"
+        yield Finding("idempotency_conflict", UNKNOWN, assumed, "not tried", relied_on=False)
+        return
     yield Finding("idempotency_replay", verdict, assumed, seen)
     other = {**customer, "first_name": "Other"}
     answer = probe.call("key reused", "POST", "/customers", payload=other, idempotency_key=key)

@@ -344,3 +344,16 @@ def test_a_missing_path_says_nothing_of_the_token_header_or_of_unknown_ids(statu
     found = {f.guess: f for f in report.findings}
     assert found["token_header"].verdict == verdict, found["token_header"]
     assert found["unknown_id_status"].verdict == "unknown", found["unknown_id_status"]
+
+
+@responses.activate
+def test_a_refused_probe_customer_says_nothing_of_replays():
+    """POST /customers refused (400, the email say): no object, so no replay to judge."""
+    answer_lists()
+    refused = {"errors": [{"message": "Invalid email.", "code": "invalid", "field": "email"}]}
+    responses.post(re.compile(API + r"/.*"), status=400, json=refused)
+    report = run_probe(a_client(), write=True)
+    found = {f.guess: f for f in report.findings}
+    assert found["idempotency_replay"].verdict == "unknown", found["idempotency_replay"]
+    assert found["idempotency_conflict"].verdict == "unknown", found["idempotency_conflict"]
+    assert "Invalid email" in found["idempotency_replay"].seen
