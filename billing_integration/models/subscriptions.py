@@ -1,6 +1,7 @@
 """Subscriptions, owned by the service, and checkout sessions. The active rule (``active_q``
 in SQL, ``grants_access`` in Python): the status is in ``BILLING['ACTIVE_STATUSES']`` and
-the cycle has not ended, or the trial has not; or the grace period (``in_grace_period``): with
+the cycle has not ended, or the trial has not (no cycle end is open-ended unless a trial
+ended); or the grace period (``in_grace_period``): with
 ``BILLING['ACCESS_AFTER_CANCEL'] = "period_end"`` a canceled subscription until its
 ``cycle_end_date``."""
 
@@ -101,7 +102,7 @@ def active_q(at: datetime | None = None, prefix: str = "") -> Q:
     """The active rule as a ``Q`` (``prefix``: e.g. ``"subscriptions__"``)."""
     now = at or timezone.now()
     live = Q(**{f"{prefix}status__in": active_statuses()}) & (
-        Q(**{f"{prefix}cycle_end_date__isnull": True})
+        Q(**{f"{prefix}cycle_end_date__isnull": True, f"{prefix}trial_end_date__isnull": True})
         | Q(**{f"{prefix}cycle_end_date__gt": now})
         | Q(**{f"{prefix}trial_end_date__gt": now})
     )
@@ -118,8 +119,8 @@ def grants_access(
     """The active rule in Python (the twin of ``active_q``)."""
     now = at or timezone.now()
     live = status in active_statuses() and (
-        cycle_end_date is None
-        or cycle_end_date > now
+        (cycle_end_date is None and trial_end_date is None)
+        or (cycle_end_date is not None and cycle_end_date > now)
         or (trial_end_date is not None and trial_end_date > now)
     )
     return live or in_grace_period(status, cycle_end_date, now)

@@ -125,6 +125,8 @@ def ended_at(now: datetime) -> Case:
             then=Coalesce("remote_updated", "updated_at", output_field=DateTimeField()),
         ),
         When(Q(cycle_end_date__lte=now) & ~Q(trial_end_date__gt=now), then=F("cycle_end_date")),
+        # no cycle end, a trial over: it ended with the trial
+        When(Q(cycle_end_date__isnull=True, trial_end_date__lte=now), then=F("trial_end_date")),
         default=Value(None, output_field=DateTimeField()),
         output_field=DateTimeField(),
     )

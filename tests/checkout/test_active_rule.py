@@ -72,11 +72,11 @@ DATES = {
 }
 #: A canceled subscription's grace period: a known cycle end in the future.
 GRACE_GRANT = {"cycle ahead", "cycle ahead, trial passed"}
+#: A trial whose end passed, with no cycle end, is over: no paid period is known.
 DATES_GRANT = {
     "open-ended",
     "cycle ahead",
     "cycle passed, in trial",
-    "no cycle end, trial passed",
     "cycle ahead, trial passed",
 }
 
@@ -200,8 +200,8 @@ def expected(
     normalised = (status or "").strip().lower()
     cycle_end, trial_end = dates
     date_ok = (
-        cycle_end is None
-        or cycle_end > timedelta(0)
+        (cycle_end is None and trial_end is None)
+        or (cycle_end is not None and cycle_end > timedelta(0))
         or (trial_end is not None and trial_end > timedelta(0))
     )
     grace = (
@@ -262,6 +262,27 @@ def test_a_canceled_subscription_grants_access_until_its_cycle_end_only_at_perio
     Subscription.objects.update(cycle_end_date=timezone.now() + DAY, status="paused")
     answers = access_everywhere(logged_in_member, member, pro)
     assert answers == dict.fromkeys(answers, False)
+
+
+def test_a_trial_over_without_a_cycle_end_grants_nothing(
+    logged_in_member, member, member_customer, pro, after_cancel
+):
+    """A trial whose end passed, the service having sent no cycle end (no paid period known),
+    and its status still the active one: no path grants access, and reporting has it ended
+    at the trial's end. Without a trial end, no cycle end stays open-ended."""
+    sub = store(member_customer, pro, "published", None, 3 * DAY)
+    assert sub is not None
+    answers = access_everywhere(logged_in_member, member, pro)
+    assert answers == dict.fromkeys(answers, True)
+    Subscription.objects.update(trial_end_date=timezone.now() - DAY)
+    answers = access_everywhere(logged_in_member, member, pro)
+    assert answers == dict.fromkeys(answers, False)
+    now = timezone.now()
+    ended = Subscription.objects.annotate(ended=metrics.ended_at(now)).get().ended
+    assert ended == Subscription.objects.get().trial_end_date
+    Subscription.objects.update(trial_end_date=None)
+    answers = access_everywhere(logged_in_member, member, pro)
+    assert answers == dict.fromkeys(answers, True)
 
 
 def test_the_allow_list_is_a_setting_normalised_like_the_statuses(
