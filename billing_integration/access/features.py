@@ -21,7 +21,10 @@ CACHE_ATTR = "_billing_features"
 
 
 class Features(dict[str, int | None]):
-    """``{key: limit or None}`` of one subscriber (a ``dict``; the type marks a cache entry)."""
+    """``{key: limit or None}`` of one subscriber (a ``dict``; the type marks a cache entry).
+    ``user``: on a request, the ``request.user`` they were computed for."""
+
+    user: Any = None
 
 
 def _compute(subscriber: Any) -> Features:
@@ -111,16 +114,20 @@ def _bind(obj: Any, features: Features) -> None:
 
 def features_for(request: Any) -> Features:
     """The features of the request's subscriber (``get_subscriber``), memoised on the request
-    and on the subscriber instance: one query per request however many checks."""
+    (for its ``user``: a login or logout since computes them again) and on the subscriber
+    instance: one query per request however many checks."""
+    user = getattr(request, "user", None)
     cached = _bound(request)
-    if cached is not None:
+    if cached is not None and cached.user is user:
         return cached
     subscriber = get_subscriber(request)
     features = features_of(subscriber)
-    _bind(request, features)
     if subscriber is not None:
         _bind(subscriber, features)
-    return features
+    entry = Features(features)
+    entry.user = user
+    _bind(request, entry)
+    return entry
 
 
 def is_request(obj: Any) -> bool:

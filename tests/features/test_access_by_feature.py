@@ -195,6 +195,24 @@ def team_of(request):
     return get_user_model().objects.get(username="team-account")
 
 
+def test_the_request_cache_follows_a_login_and_a_logout(user):
+    """The request's memoised features are its user's: a login or a logout in the request
+    (``request.user`` replaced) is not answered with the previous user's features."""
+    from django.contrib.auth import login, logout
+    from django.contrib.sessions.backends.db import SessionStore
+
+    subscribe(user, make_product("Local", declared={"sso": None, "seats": 5}))
+    request = RequestFactory().get("/")
+    request.session = SessionStore()
+    request.user = user
+    assert has_feature(request, "sso") and feature_limit(request, "seats") == 5
+    logout(request)
+    assert not has_feature(request, "sso") and feature_limit(request, "seats") is None
+    assert features_for(request) == {}
+    login(request, get_user_model().objects.get(pk=user.pk))
+    assert has_feature(request, "sso") and feature_limit(request, "seats") == 5
+
+
 # --- queries ------------------------------------------------------------------------------------
 def test_one_query_per_request_however_many_checks(user, django_assert_num_queries):
     catalogue = products()
