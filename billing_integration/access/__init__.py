@@ -10,7 +10,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib.auth.views import redirect_to_login
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.http.response import HttpResponseBase
 from django.urls import NoReverseMatch, reverse
@@ -66,25 +66,31 @@ def get_subscriber(request: HttpRequest) -> Any | None:
     return user
 
 
-def resolve_product(product: ProductRef) -> Product | None:
-    """A ``Product`` from an instance, a primary key, a remote id (UUID) or a name."""
-    if product is None or isinstance(product, Product):
-        return product
+def _product_lookup(product: int | str | uuid.UUID) -> Q | None:
+    """The products a primary key, a remote id (UUID) or a name refers to (a name: every
+    product of that name); ``None``: none."""
     if isinstance(product, uuid.UUID):
-        return Product.objects.filter(remote_id=product).first()
+        return Q(remote_id=product)
     if isinstance(product, int) or (
         isinstance(product, str) and product.isascii() and product.isdigit()
     ):
         try:
-            pk = int(product)
+            return Q(pk=int(product))
         except ValueError:  # more digits than Python reads (4,300): no primary key
             return None
-        return Product.objects.filter(pk=pk).first()
     text = str(product).strip()
     try:
-        return Product.objects.filter(remote_id=uuid.UUID(text)).first()
+        return Q(remote_id=uuid.UUID(text))
     except ValueError:
-        return Product.objects.filter(name=text).first()
+        return Q(name=text)
+
+
+def resolve_product(product: ProductRef) -> Product | None:
+    """A ``Product`` from an instance, a primary key, a remote id (UUID) or a name."""
+    if product is None or isinstance(product, Product):
+        return product
+    lookup = _product_lookup(product)
+    return None if lookup is None else Product.objects.filter(lookup).first()
 
 
 def _is_subscriber(subscriber: Any) -> bool:
@@ -94,15 +100,18 @@ def _is_subscriber(subscriber: Any) -> bool:
 
 
 def active_subscriptions(subscriber: Any, product: ProductRef = None) -> QuerySet[Subscription]:
-    """The subscriber's active subscriptions (optionally to one product)."""
+    """The subscriber's active subscriptions (optionally to one product; a name: to any
+    product of that name, such as an archived one and the one that took its name)."""
     if not _is_subscriber(subscriber):
         return Subscription.objects.none()
     qs = Subscription.objects.active().for_subscriber(subscriber)
-    if product is not None:
-        resolved = resolve_product(product)
-        if resolved is None:
+    if isinstance(product, Product):
+        qs = qs.for_product(product)
+    elif product is not None:
+        lookup = _product_lookup(product)
+        if lookup is None:
             return Subscription.objects.none()
-        qs = qs.for_product(resolved)
+        qs = qs.filter(product__in=Product.objects.filter(lookup))
     return qs.select_related("product")
 
 

@@ -111,6 +111,29 @@ def test_subscribed_by_remote_id(user, pro):
     assert subscribed(user, rid) and subscribed(user, str(rid))
 
 
+def test_a_name_means_every_product_of_that_name(client, user, pro):
+    """An archived product keeps its subscriptions (the interface), and a new product may take
+    its name: access by name holds for the subscribers of either, on every path."""
+    Product.objects.filter(pk=pro.pk).update(status="archived")
+    successor = local_product("Pro plan")
+    subscribe(user, successor)
+    old_subscriber = get_user_model().objects.create_user("early")
+    subscribe(old_subscriber, pro)
+    for subscriber in (user, old_subscriber):
+        assert subscribed(subscriber, "Pro plan") and subscribed(subscriber, " Pro plan ")
+    assert not subscribed(user, pro) and subscribed(user, successor)
+    assert list(active_subscriptions(user, "Pro plan")) == list(active_subscriptions(user))
+    client.force_login(user)
+    assert client.get("/pro/").status_code == 200
+    assert client.get("/pro-cbv/").status_code == 200
+    assert client.get("/api/pro/").status_code == 200
+    html = engines["django"].from_string(
+        "{% load billing %}{% if user|subscribed_to:'Pro plan' %}yes{% endif %}"
+    )
+    assert html.render({"user": user}) == "yes"
+    assert not subscribed(get_user_model().objects.create_user("nobody"), "Pro plan")
+
+
 def test_no_subscriber(user, pro):
     subscribe(user, pro)
     assert not subscribed(None)
