@@ -247,7 +247,7 @@ def _feature(element: Any) -> tuple[str, int | None] | None:
         name, sep, number = element.partition(":")
         granted, limit = _feature_number(number) if sep else (True, None)
         return (feature_key(name), limit) if granted and feature_key(name) else None
-    if not isinstance(element, dict) or element.get("enabled") is False:
+    if not isinstance(element, dict) or not _feature_number(element.get("enabled"))[0]:
         return None
     key = next((k for k in (feature_key(element.get(f)) for f in FEATURE_NAME_FIELDS) if k), "")
     limit = None

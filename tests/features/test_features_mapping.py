@@ -22,15 +22,21 @@ from billing_integration.mapping.products import features_from_remote, from_remo
         ([{"name": "seats", "value": 2.0}, {"name": "x", "value": 2.5}], {"seats": 2, "x": None}),
         ([{"name": "seats", "value": -1}], {"seats": None}),
         ([{"name": "seats", "value": 3}, {"name": "SEATS", "value": 8}, "seats"], {"seats": 8}),
-        # withdrawn: false, "false", enabled false
+        # withdrawn: false, "false", enabled false or "false"
         (
             [
                 {"name": "sso", "value": False},
                 {"name": "api", "enabled": False},
                 {"name": "x", "limit": "false"},
                 "y:false",
+                {"name": "reports", "enabled": "false"},
+                {"name": "seats", "enabled": " False", "limit": 5},
             ],
             {},
+        ),
+        (
+            [{"name": "sso", "enabled": True}, {"name": "api", "enabled": "true"}],
+            {"sso": None, "api": None},
         ),
         # nothing usable
         ([None, 3, [], {}, {"id": "3f0c"}, {"name": ""}, " ", {"name": 5}], {}),
