@@ -243,8 +243,21 @@ def check_billing_deploy(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
 
 @register("billing")
 def check_wiring(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """Celery, the shared cache, DRF and beat as the app needs them (settings only)."""
-    return [*_check_celery(), *_check_cache(), *_check_drf()]
+    """Celery, the shared cache, DRF and beat as the app needs them, and aware datetimes
+    (settings only)."""
+    return [*_check_celery(), *_check_cache(), *_check_drf(), *_check_use_tz()]
+
+
+def _check_use_tz() -> list[CheckMessage]:
+    """E025: ``USE_TZ`` is on. The service's dates are aware (UTC) and the mirror stores and
+    compares them so; with it off, saving a subscription fails (a ``ValueError``)."""
+    if settings.USE_TZ:
+        return []
+    text = (
+        "USE_TZ is False: billing_integration stores the billing service's dates as aware "
+        "datetimes (UTC), so every subscription it saves would fail and no access is granted."
+    )
+    return [_error("billing_integration.E025", text, "Set USE_TZ = True (Django's default).")]
 
 
 def _project_package() -> str:

@@ -1,6 +1,7 @@
 """System checks of the wiring a host project must provide (``check_wiring``): a Celery app
 and broker (E020, E021), the shared cache (W020, E023), DRF installed where its API is routed
-(E022), the beat schedule (W021). None of them touches the database, the broker or a cache."""
+(E022), the beat schedule (W021), USE_TZ on (E025). None of them touches the database, the
+broker or a cache."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from billing_integration.schedule import BEAT_SCHEDULE
 ROOT = Path(__file__).resolve().parents[1]
 LOCMEM = "django.core.cache.backends.locmem.LocMemCache"
 DUMMY = "django.core.cache.backends.dummy.DummyCache"
-WIRING = ("E020", "E021", "E022", "E023", "W020", "W021")
+WIRING = ("E020", "E021", "E022", "E023", "E025", "W020", "W021")
 
 
 def ids(errors) -> list[str]:
@@ -200,6 +201,26 @@ def test_an_unknown_cache_alias_E023(settings):
     errors = check_wiring()
     assert wiring(errors) == ["E023"]
     assert "'tokens'" in errors[0].msg and "BILLING['CACHE']" in errors[0].msg
+
+
+def test_use_tz_off_E025(settings):
+    """Without USE_TZ the app cannot store a subscription (its dates are aware): refused at
+    the check, not at the first event."""
+    settings.USE_TZ = False
+    errors = check_wiring()
+    assert wiring(errors) == ["E025"]
+    assert "USE_TZ" in errors[0].msg and "USE_TZ = True" in errors[0].hint
+
+
+@pytest.mark.django_db
+def test_a_subscription_cannot_be_saved_with_use_tz_off(settings):
+    """What E025 prevents: the reporting hooks (and SQLite) refuse a save."""
+    from billing_integration.models import Subscription
+    from billing_integration.outbox import from_remote
+
+    settings.USE_TZ = False
+    with pytest.raises(ValueError), from_remote():
+        Subscription.objects.create(status="published")
 
 
 @pytest.mark.django_db
