@@ -231,7 +231,7 @@ def _service(client: Any | None) -> Fact:
     pushes and pulls send it: ``BASE_URL``, which the token fact does not use."""
     from .client import API_PREFIX
     from .exceptions import BillingError
-    from .service import RELINK_COMMAND, RESET_COMMAND, configured_service, recorded_service
+    from .service import configured_service, mismatch_message, recorded_service
 
     recorded = recorded_service()
     try:
@@ -244,17 +244,10 @@ def _service(client: Any | None) -> Fact:
             for field, key in SERVICE_KEYS.items()
             if getattr(recorded, field) != getattr(configured, field)
         )
-        text = _(
-            "service: the settings (%(keys)s) name %(configured)s, but the mirror belongs to "
-            "the service at %(recorded)s: every push, pull and checkout is refused (nothing is "
-            "sent). Run "
-            "`%(relink)s` if it is the same service, or `%(reset)s` to start afresh with the "
-            "configured one"
-        )
-        values = {"keys": keys, "configured": configured, "recorded": recorded}
-        values |= {"relink": RELINK_COMMAND, "reset": RESET_COMMAND}
+        text = _("service: the settings (%(keys)s) name another service than the mirror's. ")
+        text = str(text % {"keys": keys}) + mismatch_message(recorded, configured)
         sides = {"recorded": recorded.as_dict(), "configured": configured.as_dict()}
-        return Fact("service", FAIL, text % values, sides)
+        return Fact("service", FAIL, text, sides)
     if client is None:
         return Fact("service", WARNING, _("service: not read, no token (see token)"))
     url = f"{client.base_url}{API_PREFIX}/products"

@@ -94,14 +94,19 @@ def ensure_service(*, client: Any = None, using: str | None = None) -> ServiceId
     recorded = recorded_service(alias) or _record_first(configured, alias)
     if recorded == configured:
         return configured
-    message = _(
+    message = mismatch_message(recorded, configured)
+    raise BillingServiceMismatchError(message, recorded=recorded, configured=configured)
+
+
+def mismatch_message(recorded: ServiceIdentity, configured: ServiceIdentity) -> str:
+    """What is wrong, and the ways out, when the mirror belongs to another service."""
+    return _(
         "The billing mirror in this database belongs to the service at %(recorded)s, but "
         "settings.BILLING points at %(configured)s; nothing was sent. If it is the same "
         "service (a new address, new credentials of the same account), run `%(relink)s`; to "
         "start afresh with the configured service (remote ids cleared, everything pushed to "
         "it again), run `%(reset)s`. `%(show)s` shows both."
     ) % {"recorded": recorded, "configured": configured, **_COMMANDS}
-    raise BillingServiceMismatchError(message, recorded=recorded, configured=configured)
 
 
 def _record_first(configured: ServiceIdentity, alias: str) -> ServiceIdentity:
