@@ -34,6 +34,14 @@ def make_product(name: str = "Pro plan") -> Product:
     return product
 
 
+def retried_with_its_key(entry: OutboxEntry, key: object) -> None:
+    """Staff's retry of the failed ``entry`` keeps ``key``, and its push then succeeds."""
+    assert retry_failed() == 1
+    entry.refresh_from_db()
+    assert entry.idempotency_key == key
+    assert push_entry(entry.pk).status == PushOutcome.DONE
+
+
 def keys_of(calls: list[dict]) -> set[str]:
     return {{k.lower(): v for k, v in c["headers"].items()}["x-idempotency-id"] for c in calls}
 
@@ -90,10 +98,7 @@ def test_a_failed_entry_whose_answer_was_lost_is_retried_with_its_key(
     assert entry.state == "failed" and entry.in_doubt
     key = entry.idempotency_key
 
-    assert retry_failed() == 1
-    entry.refresh_from_db()
-    assert entry.idempotency_key == key
-    assert push_entry(entry.pk).status == PushOutcome.DONE
+    retried_with_its_key(entry, key)
 
     remote = billing_sandbox.objects("product")
     assert len(remote) == 1
@@ -117,10 +122,7 @@ def test_an_entry_once_in_doubt_keeps_its_key_after_a_refusal(
     entry.refresh_from_db()
     assert entry.state == "failed" and entry.in_doubt  # the first attempt may have created it
     key = entry.idempotency_key
-    assert retry_failed() == 1
-    entry.refresh_from_db()
-    assert entry.idempotency_key == key
-    assert push_entry(entry.pk).status == PushOutcome.DONE
+    retried_with_its_key(entry, key)
     assert len(billing_sandbox.objects("product")) == 1
 
 
@@ -143,10 +145,7 @@ def test_a_refusal_after_a_lost_answer_within_one_push_keeps_the_entry_in_doubt(
     assert entry.state == "failed" and entry.in_doubt
     key = entry.idempotency_key
 
-    assert retry_failed() == 1
-    entry.refresh_from_db()
-    assert entry.idempotency_key == key
-    assert push_entry(entry.pk).status == PushOutcome.DONE
+    retried_with_its_key(entry, key)
     assert keys_of(billing_sandbox.requests(operation="create_product")) == {str(key)}
     assert len(billing_sandbox.objects("product")) == 1
 

@@ -7,8 +7,9 @@ import re
 import pytest
 import responses
 
-from billing_integration.client import BillingClient, RetryPolicy
 from billing_integration.probe import run_probe, save_answers
+
+from .test_probe_safety import a_client
 
 pytestmark = pytest.mark.django_db
 
@@ -24,15 +25,7 @@ def test_no_finding_quotes_the_token(tmp_path):
     responses.get(re.compile(API + r"/products\?.*"), json={"data": []})
     responses.get(re.compile(API + r"/customers.*"), status=500, json={"message": TOKEN})
     responses.get(re.compile(API + r"/subscriptions.*"), json={"data": []})
-    client = BillingClient(
-        base_url="http://billing.test",
-        auth_url="http://auth.test",
-        checkout_url="http://pay.test",
-        client_id="app",
-        client_secret="the-secret",
-        retry=RetryPolicy(max_retries=0),
-    )
-    report = run_probe(client)
+    report = run_probe(a_client())
     seen = {f.guess: f.seen for f in report.findings}
     assert "HTTP 500" in seen["data_wrapping"] and "[redacted]" in seen["data_wrapping"]
     assert "[redacted]" in seen["error_shape"]
