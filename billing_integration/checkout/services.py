@@ -350,7 +350,9 @@ def checkout_in_the_way(
     """The customer's open session that buying ``product`` beside it could double: one of
     another plan of ``product``'s group, or of ``product`` itself unless it may be bought more
     than once. Open means not completed, not expired, and no subscription to its product
-    recorded since it started (it was paid): it can still be paid. The session of
+    recorded since it started (it was paid): it can still be paid. Its ``status`` is not read:
+    sessions are not read back, and a spelling other than ``open`` must not let a second
+    checkout through. The session of
     ``selection`` itself (a double click, reused or replaced) is not in the way."""
     rivals = Q(pk__in=[])  # matches nothing
     if not product.multiple_purchases:
@@ -364,7 +366,6 @@ def checkout_in_the_way(
     sessions = CheckoutSession.objects.filter(
         rivals,
         customer=customer,
-        status="open",
         completed_at__isnull=True,
         remote_id__isnull=False,
         expires_at__gt=timezone.now(),

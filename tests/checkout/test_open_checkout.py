@@ -68,6 +68,19 @@ def test_the_same_product_in_another_cycle_or_currency_is_in_the_way(
     assert sessions_sent(billing_sandbox) == 1
 
 
+@pytest.mark.parametrize("status", ["OPEN", "", "pending"])
+def test_a_session_answered_with_another_status_is_still_in_the_way(
+    billing_sandbox, plans, logged_in, status
+):
+    """The interface shows ``open`` on creation only; any other spelling keeps it in the way
+    (sessions are not read back: fail closed)."""
+    starter, pro = plans
+    assert post(logged_in, starter).status_code == 302
+    CheckoutSession.objects.update(status=status)
+    assert post(logged_in, pro).status_code == 409
+    assert sessions_sent(billing_sandbox) == 1
+
+
 def test_an_expired_or_completed_checkout_is_no_longer_in_the_way(
     billing_sandbox, plans, logged_in, user
 ):
@@ -78,7 +91,7 @@ def test_an_expired_or_completed_checkout_is_no_longer_in_the_way(
 
     CheckoutSession.objects.filter(product=pro).update(completed_at=timezone.now())
     CheckoutSession.objects.filter(product=starter).update(
-        expires_at=timezone.now() + timedelta(minutes=5), status="complete"
+        expires_at=timezone.now() + timedelta(minutes=5), completed_at=timezone.now()
     )
     assert post(logged_in, starter, cycle="years-1").status_code == 302
     assert sessions_sent(billing_sandbox) == 3
