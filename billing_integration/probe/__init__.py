@@ -27,7 +27,6 @@ KEPT_HEADERS = frozenset(
     {"content-type", "retry-after", "x-request-id", "x-idempotent-replay"}
     | {"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"}
 )
-REDACTED = "[redacted]"
 #: An answer nested deeper than this is not kept (reading it would exhaust the stack).
 MAX_DEPTH = 100
 
@@ -47,6 +46,11 @@ class Finding:
     @property
     def breaks_the_app(self) -> bool:
         return self.verdict == CONTRADICTED and self.relied_on
+
+
+def not_checked(guess: str, problem: Any) -> Finding:
+    """The ``unknown`` finding of a check that could not run to its end."""
+    return Finding(guess, UNKNOWN, "-", f"could not be checked: {problem}", relied_on=False)
 
 
 @dataclass(frozen=True)
@@ -173,10 +177,6 @@ class ProbeReport:
     checked_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
     @property
-    def contradicted(self) -> list[Finding]:
-        return [f for f in self.findings if f.verdict == CONTRADICTED]
-
-    @property
     def exit_code(self) -> int:
         """1 when a guess the app relies on is contradicted, else 0."""
         return 1 if any(f.breaks_the_app for f in self.findings) else 0
@@ -207,12 +207,10 @@ def run_probe(
         try:
             probe.findings.extend(entry.run(probe))
         except (BillingError, DatabaseError) as exc:  # the service, or this project's tables
-            problem = f"could not be checked: {exc}"
-            probe.findings.append(Finding(entry.name, UNKNOWN, "-", problem, relied_on=False))
+            probe.findings.append(not_checked(entry.name, exc))
         except Exception as exc:  # an answer of a shape (or depth) the check did not expect
             text = probe.scrubbed(f"{type(exc).__name__}: {exc}")[:200]
-            problem = f"could not be checked: an answer it did not expect ({text})"
-            probe.findings.append(Finding(entry.name, UNKNOWN, "-", problem, relied_on=False))
+            probe.findings.append(not_checked(entry.name, f"an answer it did not expect ({text})"))
     answers = probe.scrubbed(probe.answers)
     return ProbeReport(probe.findings, write, client.base_url, answers)
 

@@ -14,7 +14,7 @@ from ..client.client import PAGE_SIZE
 from ..conf import billing_settings, guesses
 from ..exceptions import BillingError
 from ..timestamps import format_timestamp, parse_timestamp
-from . import CONFIRMED, CONTRADICTED, UNKNOWN, Finding, Probe, check
+from . import CONFIRMED, CONTRADICTED, UNKNOWN, Finding, Probe, check, not_checked
 
 RESOURCES = ("products", "customers", "subscriptions")
 #: ``expires_in`` values read as seconds that are plausible for an access token.
@@ -615,8 +615,7 @@ def products(probe: Probe) -> Iterator[Finding]:
             try:
                 yield from part(probe, second_id, currency)
             except BillingError as exc:
-                problem = f"could not be checked: {exc}"
-                yield Finding(guess, UNKNOWN, "-", problem, relied_on=False)
+                yield not_checked(guess, exc)
     if second_id is not None and published != "refused":  # published, or may be
         move("B", second_id, "published", "archived")
     seen = "accepted: " + (", ".join(accepted) or "none")
