@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+from django.db.models import Count
 
 from ..client.client import PAGE_SIZE
 from ..conf import billing_settings, guesses
@@ -160,18 +163,13 @@ def token(probe: Probe) -> Iterator[Finding]:
     answer = probe.token_call()
     body = answer.body if isinstance(answer.body, dict) else {}
     if answer.status != 200 or not isinstance(body.get("access_token"), str):
+        assumed = "the token call answers the fields of section 2.5"
         seen = f"HTTP {answer.status}, {_excerpt(probe.scrubbed(answer.body), 120)}"
         if _unavailable(answer):
-            assumed = "the token call answers the fields of section 2.5"
             yield Finding("token_fields", UNKNOWN, assumed, seen, relied_on=False)
-            return
-        yield Finding(
-            "token_fields",
-            CONTRADICTED,
-            "the token call answers the fields of section 2.5",
-            seen + " (check CLIENT_ID, CLIENT_SECRET, AUTH_URL and REALM)",
-            "CLIENT_SECRET",
-        )
+        else:
+            seen += " (check CLIENT_ID, CLIENT_SECRET, AUTH_URL and REALM)"
+            yield Finding("token_fields", CONTRADICTED, assumed, seen, "CLIENT_SECRET")
         return
     probe.token = body["access_token"]
     problems = shape_problems(body, TOKEN_FIELDS)
@@ -319,20 +317,21 @@ def currency_checks(probe: Probe) -> Iterator[Finding]:
     unknown_ids = sorted((i for i in ids if i not in table), key=str)
     listed = f"ids {', '.join(map(str, sorted(ids, key=str)))} (written as {', '.join(forms)})"
     if unknown_ids:
+        verdict = CONTRADICTED
         seen = f"ids not in the setting: {', '.join(map(str, unknown_ids))}"
-        yield Finding("currency_ids", CONTRADICTED, assumed, seen, "CURRENCIES")
     elif disagree:
+        verdict = CONTRADICTED
         seen = "another currency than the setting names: " + _join(list(dict.fromkeys(disagree)))
-        yield Finding("currency_ids", CONTRADICTED, assumed, seen, "CURRENCIES")
     elif ids and agree:
+        verdict = CONFIRMED
         seen = f"{listed}; {agree} subscription(s) in the currency their product's id names"
-        yield Finding("currency_ids", CONFIRMED, assumed, seen, "CURRENCIES")
     elif ids:
+        verdict = UNKNOWN
         seen = f"{listed}, in the setting; no subscription of them names a currency code"
-        yield Finding("currency_ids", UNKNOWN, assumed, seen, "CURRENCIES")
     else:
+        verdict = UNKNOWN
         seen = "no product with a currency to read" + ("" if probe.write else " (try --write)")
-        yield Finding("currency_ids", UNKNOWN, assumed, seen, "CURRENCIES")
+    yield Finding("currency_ids", verdict, assumed, seen, "CURRENCIES")
     form = guesses()["subscription_currency_form"]
     values = {
         s.get("selected_currency")
@@ -436,19 +435,15 @@ def errors(probe: Probe) -> Iterator[Finding]:
 # --- the event callback (what this project received) ----------------------------------------
 @check("events")
 def events(probe: Probe) -> Iterator[Finding]:
-    from django.db.models import Count
-
     from ..models import EventState, WebhookEvent
 
-    rows = WebhookEvent.objects.values("raw_type", "state").annotate(n=Count("pk"))
-    by_type: dict[str, int] = {}
-    unrecognised: dict[str, int] = {}
-    for row in rows:
-        if row["state"] == EventState.REJECTED:
-            continue
-        by_type[row["raw_type"]] = by_type.get(row["raw_type"], 0) + row["n"]
+    rows = WebhookEvent.objects.exclude(state=EventState.REJECTED)
+    by_type: Counter[str] = Counter()
+    unrecognised: Counter[str] = Counter()
+    for row in rows.values("raw_type", "state").annotate(n=Count("pk")):
+        by_type[row["raw_type"]] += row["n"]
         if row["state"] == EventState.UNRECOGNISED:
-            unrecognised[row["raw_type"]] = unrecognised.get(row["raw_type"], 0) + row["n"]
+            unrecognised[row["raw_type"]] += row["n"]
     assumed = (
         "event types are named like subscription.renewal, SubscriptionRenewal or "
         "SUBSCRIPTION_RENEWAL, with the object in data"
@@ -467,8 +462,6 @@ def events(probe: Probe) -> Iterator[Finding]:
 
 @check("signing")
 def signing(probe: Probe) -> Iterator[Finding]:
-    from django.db.models import Count
-
     from ..health import refused_deliveries
     from ..models import WebhookEvent
 
@@ -480,12 +473,8 @@ def signing(probe: Probe) -> Iterator[Finding]:
     signed = methods.get("signature", 0)
     bad = {r: n for r, n in refused.items() if r in ("bad_signature", "missing_headers")}
     seen = f"verified by: {methods or 'none yet'}; refused in the last hour: {refused or 'none'}"
-    if bad and not signed:
-        yield Finding("signing", CONTRADICTED, assumed, seen, "WEBHOOK_SECRET")
-    elif signed:
-        yield Finding("signing", CONFIRMED, assumed, seen, "WEBHOOK_SECRET")
-    else:
-        yield Finding("signing", UNKNOWN, assumed, seen, "WEBHOOK_SECRET")
+    verdict = CONFIRMED if signed else CONTRADICTED if bad else UNKNOWN
+    yield Finding("signing", verdict, assumed, seen, "WEBHOOK_SECRET")
 
 
 # --- write: idempotency, products, a checkout session ---------------------------------------
