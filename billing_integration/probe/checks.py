@@ -497,6 +497,7 @@ def idempotency(probe: Probe) -> Iterator[Finding]:
     ids = [_data(a).get("id") for a in answers]
     probe.notes["customer"] = ids[0] or ids[1]
     assumed = "a key sent again with the same body answers the first object (no second one)"
+    conflict = "a key sent again with another body is refused (422, naming idempotency)"
     seen = f"HTTP {answers[0].status} then {answers[1].status}; ids {ids[0]} then {ids[1]}"
     same = answers[1].status < 400 and ids[0] is not None and ids[0] == ids[1]
     verdict = UNKNOWN if any(map(_no_answer, answers)) else CONFIRMED if same else CONTRADICTED
@@ -504,21 +505,15 @@ def idempotency(probe: Probe) -> Iterator[Finding]:
         seen = f"the probe customer was refused: HTTP {answers[0].status}, "
         seen += _excerpt(answers[0].body, 120)
         yield Finding("idempotency_replay", UNKNOWN, assumed, seen)
-        assumed = "a key sent again with another body is refused (422, naming idempotency)"
-        yield Finding("idempotency_conflict", UNKNOWN, assumed, "not tried", relied_on=False)
+        yield Finding("idempotency_conflict", UNKNOWN, conflict, "not tried", relied_on=False)
         return
     yield Finding("idempotency_replay", verdict, assumed, seen)
     other = {**customer, "first_name": "Other"}
     answer = probe.call("key reused", "POST", "/customers", payload=other, idempotency_key=key)
-    text = str(answer.body).lower()
-    refused = answer.status == 422 and "idempotency" in text
-    yield Finding(
-        "idempotency_conflict",
-        UNKNOWN if _unavailable(answer) else CONFIRMED if refused else CONTRADICTED,
-        "a key sent again with another body is refused (422, naming idempotency)",
-        f"HTTP {answer.status}: {_excerpt(answer.body, 120)}",
-        relied_on=False,
-    )
+    refused = answer.status == 422 and "idempotency" in str(answer.body).lower()
+    verdict = UNKNOWN if _unavailable(answer) else CONFIRMED if refused else CONTRADICTED
+    seen = f"HTTP {answer.status}: {_excerpt(answer.body, 120)}"
+    yield Finding("idempotency_conflict", verdict, conflict, seen, relied_on=False)
 
 
 @check("products", write=True)
@@ -623,6 +618,18 @@ def products(probe: Probe) -> Iterator[Finding]:
     )
 
 
+def _session(customer: Any, product_id: str, currency: int, action: str) -> dict[str, Any]:
+    """A checkout session's payload, open for 5 minutes."""
+    return {
+        "customer": customer,
+        "product": product_id,
+        "expires_at": format_timestamp(datetime.now(UTC) + timedelta(minutes=5)),
+        "action": action,
+        "selected_currency": currency,
+        "selected_billing_cycle": "months-1",
+    }
+
+
 def _checkout(probe: Probe, product_id: str, currency: int) -> Iterator[Finding]:
     customer = probe.notes.get("customer")
     assumed = (
@@ -632,15 +639,7 @@ def _checkout(probe: Probe, product_id: str, currency: int) -> Iterator[Finding]
     if not customer:
         yield Finding("checkout_session", UNKNOWN, assumed, "no probe customer was created")
         return
-    expires = datetime.now(UTC) + timedelta(minutes=5)
-    payload = {
-        "customer": customer,
-        "product": product_id,
-        "expires_at": format_timestamp(expires),
-        "action": "new_subscription",
-        "selected_currency": currency,
-        "selected_billing_cycle": "months-1",
-    }
+    payload = _session(customer, product_id, currency, "new_subscription")
     answer = probe.call("probe checkout", "POST", "/checkout_sessions", payload=payload)
     data = _data(answer)
     problems = shape_problems(data, FIELDS["checkout_sessions"]) if data else []
@@ -666,15 +665,7 @@ def _change_action(probe: Probe, product_id: str, currency: int) -> Iterator[Fin
     if not customer:
         yield Finding("change_plan_action", UNKNOWN, assumed, "no probe customer", _ACTION)
         return
-    payload = {
-        "customer": customer,
-        "product": product_id,
-        "expires_at": format_timestamp(datetime.now(UTC) + timedelta(minutes=5)),
-        "action": action,
-        "selected_currency": currency,
-        "selected_billing_cycle": "months-1",
-        "upgrade_to": product_id,
-    }
+    payload = {**_session(customer, product_id, currency, action), "upgrade_to": product_id}
     answer = probe.call("change checkout", "POST", "/checkout_sessions", payload=payload)
     seen = f"HTTP {answer.status}: {_code(answer.body) or _excerpt(_data(answer).get('id'))}"
     verdict = _accepted(answer.status)
