@@ -97,14 +97,12 @@ class Probe:
         payload: dict[str, Any] | None = None,
         params: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
-        token: str | bool | None = True,
     ) -> RawAnswer:
-        """One billing call (with the probe's token unless ``token`` is given), recorded."""
-        sent = self.token if token is True else (token or None)
+        """One billing call with the probe's token, recorded."""
         answer = self.client.raw(
             method,
             path,
-            token=sent if isinstance(sent, str) else None,
+            token=self.token,
             payload=payload,
             params=params,
             idempotency_key=idempotency_key,

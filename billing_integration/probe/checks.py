@@ -689,35 +689,27 @@ def patch_subscription(probe: Probe) -> Iterator[Finding]:
     if probe.token is None:
         return
     assumed = "PATCH /subscriptions/{id} takes auto_renew (stop and resume renewal)"
+    relied_on = bool(guesses()["patch_auto_renew"])
     listed = _data_list(
         probe.call("a subscription", "GET", "/subscriptions", params={"limit": 1, "offset": 0})
     )
-    if not listed or not listed[0].get("id"):
+    first = listed[0] if listed else {}
+    verdict = UNKNOWN
+    if not first.get("id"):
         seen = "no subscription on the service to try it on"
-        yield Finding("patch_subscription", UNKNOWN, assumed, seen, _PATCH, _patch_on())
-        return
-    first = listed[0]
-    if not isinstance(first.get("auto_renew"), bool):
+    elif not isinstance(first.get("auto_renew"), bool):
         # Anything else sent would be a change: true resumes renewal (and charges).
         seen = f"auto_renew is {_excerpt(first.get('auto_renew'))}, not a boolean: not patched"
-        yield Finding("patch_subscription", UNKNOWN, assumed, seen, _PATCH, _patch_on())
-        return
-    body = {"auto_renew": first["auto_renew"]}
-    answer = probe.call(
-        "PATCH subscription", "PATCH", f"/subscriptions/{first['id']}", payload=body
-    )
-    seen = f"HTTP {answer.status}: {_code(answer.body)}"
-    yield Finding(
-        "patch_subscription", _accepted(answer.status), assumed, seen, _PATCH, _patch_on()
-    )
+    else:
+        body = {"auto_renew": first["auto_renew"]}
+        path = f"/subscriptions/{first['id']}"
+        answer = probe.call("PATCH subscription", "PATCH", path, payload=body)
+        verdict, seen = _accepted(answer.status), f"HTTP {answer.status}: {_code(answer.body)}"
+    yield Finding("patch_subscription", verdict, assumed, seen, _PATCH, relied_on)
 
 
 _ACTION = "GUESSES['change_plan_action']"
 _PATCH = "GUESSES['patch_auto_renew']"
-
-
-def _patch_on() -> bool:
-    return bool(guesses()["patch_auto_renew"])
 
 
 def _accepted(status: int) -> str:
