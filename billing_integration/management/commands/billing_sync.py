@@ -1,14 +1,11 @@
-"""``python manage.py billing_sync [products] [customers] [subscriptions] [--push]
-[--retry-failed]``: pull the lists from the service (all three when none is named) and upsert
-them, printing the counts and the products checkout refuses (no known cycles). A resource whose
-pull fails, or rows that cannot be stored, are reported on stderr, the next resources still
-pulled, and the command fails at the end. ``--push`` first pushes every open outbox entry in
-this process (alone, it pulls nothing); ``--retry-failed`` re-queues failed entries first.
-"""
+"""``python manage.py billing_sync [resource ...] [--push] [--retry-failed]``: pull and upsert
+the lists (all three by default). A failed pull or row is reported on stderr, the next
+resources still pulled, and the command fails at the end."""
 
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -65,14 +62,13 @@ class Command(BaseCommand):
                 return
 
         def progress(resource: str, counts: pull.PullCounts) -> None:
-            if tty:
-                line = f"\r{resource}: page {counts.pages}, {counts.total} rows ..."
-                self.stdout.write(line, ending="")
-                self.stdout.flush()
+            line = f"\r{resource}: page {counts.pages}, {counts.total} rows ..."
+            self.stdout.write(line, ending="")
+            self.stdout.flush()
 
         errors = 0
         failed: list[str] = []
-        for resource, counts in pull.pull_each(resources, progress=progress):
+        for resource, counts in pull.pull_each(resources, progress=progress if tty else None):
             if tty:
                 self.stdout.write("\r\033[K", ending="")
             if isinstance(counts, BillingError):  # the next resources are still pulled
@@ -105,9 +101,8 @@ class Command(BaseCommand):
             PushOutcome.SKIPPED: "nothing to do",
             PushOutcome.REFUSED: "refused (another service)",
         }
-        counts: dict[PushOutcome, int] = {}
+        counts = Counter(result.status for _, result in results)
         for entry, result in results:
-            counts[result.status] = counts.get(result.status, 0) + 1
             what = f"{entry.content_type.model} {entry.object_id}"
             if entry.target is not None:
                 what += f" “{str(entry.target)[:60]}”"
