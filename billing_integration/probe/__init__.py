@@ -139,10 +139,6 @@ class Probe:
         entry.update(headers=headers, body=answer.body)
         self.answers.append(entry)
 
-    def rate_limited(self) -> list[dict[str, Any]]:
-        """The answers that were 429s."""
-        return [a for a in self.answers if a["status"] == 429]
-
     def scrubbed(self, value: Any) -> Any:
         """``value`` with secret-looking fields redacted and every secret string replaced."""
         return self._without_secrets(redact(value))
@@ -220,7 +216,6 @@ def save_answers(report: ProbeReport, path: Path) -> Path:
     return path
 
 
-def default_output(now: datetime | None = None) -> Path:
+def default_output() -> Path:
     """``billing-probe-<UTC time>.json`` in the current directory."""
-    moment = now or datetime.now(UTC)
-    return Path.cwd() / f"billing-probe-{moment.strftime('%Y%m%dT%H%M%SZ')}.json"
+    return Path.cwd() / f"billing-probe-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
