@@ -187,12 +187,8 @@ def token(probe: Probe) -> Iterator[Finding]:
     seen = f"expires_in = {lifetime!r}"
     if isinstance(lifetime, int | float) and lifetime > high:
         seen += f": {lifetime / 1000:g} s if milliseconds; the app would keep the token that long"
-    yield Finding(
-        "expires_in_unit",
-        CONFIRMED if plausible else CONTRADICTED,
-        f"expires_in is in seconds ({low} s to {high} s is plausible)",
-        seen,
-    )
+    assumed = f"expires_in is in seconds ({low} s to {high} s is plausible)"
+    yield Finding("expires_in_unit", CONFIRMED if plausible else CONTRADICTED, assumed, seen)
     answer = probe.call("token accepted", "GET", "/products", params={"limit": 1, "offset": 0})
     probe.notes["products_status"] = answer.status
     accepted, refused = answer.status < 400, answer.status in (401, 403)
@@ -202,12 +198,8 @@ def token(probe: Probe) -> Iterator[Finding]:
         verdict, seen = UNKNOWN, f"{seen}, not a JSON object: {_excerpt(answer.body, 80)}"
     elif answer.status == 404:
         seen += ": the list itself is not there (check BASE_URL)"
-    yield Finding(
-        "token_header",
-        verdict,
-        "the token is sent as the x-kc-token header (not Authorization)",
-        seen,
-    )
+    assumed = "the token is sent as the x-kc-token header (not Authorization)"
+    yield Finding("token_header", verdict, assumed, seen)
 
 
 # --- the lists ------------------------------------------------------------------------------
