@@ -1,5 +1,4 @@
-"""``python manage.py billing_replay_events``: process stored events again (``--failed``,
-``--unrecognised``, ``--type``, ``--since``; ``--force`` re-applies processed ones; ``--async``)."""
+"""``python manage.py billing_replay_events``: process stored events again (options: --help)."""
 
 from __future__ import annotations
 
