@@ -185,16 +185,14 @@ class ProbeReport:
         }
 
 
-def run_probe(
-    client: BillingClient | None = None, *, write: bool = False, probe: Probe | None = None
-) -> ProbeReport:
+def run_probe(client: BillingClient | None = None, *, write: bool = False) -> ProbeReport:
     """Run every check (the ``write`` ones only with ``write``) against ``client`` (default:
     one for ``settings.BILLING``, no retries). A check that raises (a ``BillingError``, a
     ``DatabaseError``, or an error on an answer it did not expect) gives an ``unknown``."""
     from . import checks  # noqa: F401  (registers the built-in checks)
 
     client = client or BillingClient(retry=RetryPolicy(max_retries=0))
-    probe = probe or Probe(client, write=write)
+    probe = Probe(client, write=write)
     for entry in list(CHECKS):
         if entry.write and not write:
             continue
