@@ -429,10 +429,10 @@ def errors(probe: Probe) -> Iterator[Finding]:
 def events(probe: Probe) -> Iterator[Finding]:
     from ..models import EventState, WebhookEvent
 
-    rows = WebhookEvent.objects.exclude(state=EventState.REJECTED)
+    received = WebhookEvent.objects.exclude(state=EventState.REJECTED)
     by_type: Counter[str] = Counter()
     unrecognised: Counter[str] = Counter()
-    for row in rows.values("raw_type", "state").annotate(n=Count("pk")):
+    for row in received.values("raw_type", "state").annotate(n=Count("pk")):
         by_type[row["raw_type"]] += row["n"]
         if row["state"] == EventState.UNRECOGNISED:
             unrecognised[row["raw_type"]] += row["n"]
