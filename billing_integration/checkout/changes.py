@@ -138,7 +138,7 @@ def monthly_price(product: Product | None, cycle: str, currency: Any) -> Decimal
     except BillingConfigurationError:
         return None
     unit, _, freq = cycle.partition("-")
-    if not freq.isdigit() or unit not in ("months", "years"):
+    if not (freq.isascii() and freq.isdigit()) or unit not in ("months", "years"):
         return None
     price = Price.objects.filter(
         cycle__product=product,

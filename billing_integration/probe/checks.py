@@ -13,6 +13,7 @@ from typing import Any
 
 from django.db.models import Count
 
+from .. import currencies
 from ..client.client import PAGE_SIZE
 from ..conf import billing_settings, guesses
 from ..exceptions import BillingError
@@ -288,7 +289,7 @@ def currency_checks(probe: Probe) -> Iterator[Finding]:
         named = by_product.setdefault(str(product.get("id")), set())
         for value in product.get("selected_currencies") or []:
             forms.add(type(value).__name__)
-            named.add(int(str(value)) if str(value).isdigit() else value)
+            named.add(int(str(value)) if currencies.is_id(value) else value)
         for price in product.get("prices") or []:
             if isinstance(price, dict):
                 named.add(price.get("currency"))
@@ -298,7 +299,7 @@ def currency_checks(probe: Probe) -> Iterator[Finding]:
     for sub in found.get("subscriptions", []):
         code = sub.get("selected_currency") if isinstance(sub, dict) else None
         theirs = by_product.get(str(sub.get("product"))) if isinstance(sub, dict) else None
-        if not isinstance(code, str) or code.isdigit() or not theirs:
+        if not isinstance(code, str) or currencies.is_id(code) or not theirs:
             continue
         if code.upper() in {str(table.get(i, "")).upper() for i in theirs}:
             agree += 1
@@ -335,7 +336,7 @@ def currency_checks(probe: Probe) -> Iterator[Finding]:
         seen = "no subscription to read"
         yield Finding("subscription_currency_form", UNKNOWN, assumed, seen, _FORM)
         return
-    as_ids = {v for v in values if str(v).isdigit()}
+    as_ids = {v for v in values if currencies.is_id(v)}
     codes = values - as_ids
     wrong = codes if form == "id" else as_ids
     unknown_codes = {c for c in codes if str(c).upper() not in {v.upper() for v in table.values()}}

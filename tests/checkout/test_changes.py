@@ -381,6 +381,17 @@ def test_a_plan_held_in_a_currency_not_configured_can_be_changed(
     assert request.subscription == held and request.target_currency == "XOF"
 
 
+def test_a_plan_held_in_a_cycle_with_a_non_ascii_digit_can_be_changed(
+    billing_sandbox, plans, logged_in, user, staff
+):
+    """"months-²" as the service's cycle: "²" passes ``str.isdigit()`` but not ``int()``; the
+    held plan's price is unknown, so the change is asked of staff instead of failing."""
+    basic, pro = plans
+    hold(user, basic, selected_billing_cycle="months-\u00b2")
+    request = change_plan(user, pro, "months-1", "XOF")
+    assert request.state == ChangeState.PENDING and request.target_product == pro
+
+
 def test_no_plan_to_change(billing_sandbox, plans, user):
     with pytest.raises(NoPlanToChange):
         change_plan(user, plans[1], "months-1", "XOF")

@@ -357,3 +357,18 @@ def test_a_refused_probe_customer_says_nothing_of_replays():
     assert found["idempotency_replay"].verdict == "unknown", found["idempotency_replay"]
     assert found["idempotency_conflict"].verdict == "unknown", found["idempotency_conflict"]
     assert "Invalid email" in found["idempotency_replay"].seen
+
+
+@responses.activate
+def test_a_superscript_digit_is_a_currency_code_not_an_id():
+    """"²" passes ``str.isdigit()`` but not ``int()``: the probe reads ids with the one rule
+    of ``currencies`` (ASCII digits), so such a value is an unknown currency and the checks
+    give their verdicts instead of "could not be checked"."""
+    products = [{"id": PRODUCT, "selected_currencies": ["²"], "prices": None}]
+    subscriptions = [{"product": PRODUCT, "selected_currency": "²"}]
+    answer_lists(products=products, subscriptions=subscriptions)
+    report = run_probe(a_client())
+    found = {f.guess: f for f in report.findings}
+    assert found["currency_ids"].verdict == "contradicted", found["currency_ids"]
+    assert "²" in found["currency_ids"].seen
+    assert found["subscription_currency_form"].verdict == "contradicted"

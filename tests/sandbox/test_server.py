@@ -170,6 +170,34 @@ def test_trigger_command(sandbox, api):
     assert sandbox.events()[0]["data"]["status"] == "canceled"
 
 
+def test_trigger_command_at_a_web_page_is_a_command_error():
+    """``--sandbox-url`` naming a web site that answers 200 with HTML: a CommandError that
+    says so, not a traceback."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from django.core.management.base import CommandError
+
+    class Page(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(b"<html>Welcome</html>")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        with pytest.raises(CommandError, match="without JSON: is it the sandbox"):
+            call_command("billing_trigger", "subscription.canceled", "x", "--sandbox-url", url)
+    finally:
+        server.shutdown()
+
+
 def test_fixture_points_django_settings_at_the_sandbox(sandbox, settings):
     from billing_integration.conf import billing_settings
 

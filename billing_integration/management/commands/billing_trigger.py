@@ -32,5 +32,13 @@ class Command(BaseCommand):
         except requests.RequestException as exc:
             raise CommandError(f"Cannot reach the sandbox at {url}: {exc}") from exc
         if response.status_code != 200:
-            raise CommandError(f"The sandbox answered {response.status_code}: {response.text}")
-        self.stdout.write(json.dumps(response.json(), indent=2))
+            raise CommandError(
+                f"The sandbox answered {response.status_code}: {response.text[:500]}"
+            )
+        try:
+            answer = response.json()
+        except ValueError:
+            raise CommandError(
+                f"{url} answered 200 without JSON: is it the sandbox? {response.text[:200]!r}"
+            ) from None
+        self.stdout.write(json.dumps(answer, indent=2))
