@@ -384,7 +384,7 @@ def test_a_plan_held_in_a_currency_not_configured_can_be_changed(
 def test_a_plan_held_in_a_cycle_with_a_non_ascii_digit_can_be_changed(
     billing_sandbox, plans, logged_in, user, staff
 ):
-    """"months-²" as the service's cycle: "²" passes ``str.isdigit()`` but not ``int()``; the
+    """A service cycle "months-²": "²" passes ``str.isdigit()`` but not ``int()``; the
     held plan's price is unknown, so the change is asked of staff instead of failing."""
     basic, pro = plans
     hold(user, basic, selected_billing_cycle="months-\u00b2")

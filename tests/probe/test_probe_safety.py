@@ -361,9 +361,9 @@ def test_a_refused_probe_customer_says_nothing_of_replays():
 
 @responses.activate
 def test_a_superscript_digit_is_a_currency_code_not_an_id():
-    """"²" passes ``str.isdigit()`` but not ``int()``: the probe reads ids with the one rule
-    of ``currencies`` (ASCII digits), so such a value is an unknown currency and the checks
-    give their verdicts instead of "could not be checked"."""
+    """A currency "²" passes ``str.isdigit()`` but not ``int()``: the probe reads ids with the
+    one rule of ``currencies`` (ASCII digits), so such a value is an unknown currency and the
+    checks give their verdicts instead of "could not be checked"."""
     products = [{"id": PRODUCT, "selected_currencies": ["²"], "prices": None}]
     subscriptions = [{"product": PRODUCT, "selected_currency": "²"}]
     answer_lists(products=products, subscriptions=subscriptions)
