@@ -144,17 +144,22 @@ def _apply(
         return ProcessResult(pk, event.state, event.outcome)
 
 
+def _mark(pk: int, state: str, error: str, traceback: str = "") -> None:
+    """Record an attempt that applied nothing (never over an event processed meanwhile)."""
+    WebhookEvent.objects.filter(pk=pk).exclude(state=EventState.PROCESSED).update(
+        state=state,
+        attempts=F("attempts") + 1,
+        error=error,
+        traceback=traceback,
+        processed_at=timezone.now(),
+    )
+
+
 def _record_failure(pk: int, exc: BaseException, *, final: bool) -> ProcessResult:
     retryable = isinstance(exc, _RETRYABLE)
     message = f"{type(exc).__name__}: {exc}"[:2000]
     try:
-        WebhookEvent.objects.filter(pk=pk).exclude(state=EventState.PROCESSED).update(
-            state=EventState.FAILED,
-            attempts=F("attempts") + 1,
-            error=message,
-            traceback="".join(tb.format_exception(exc))[-20000:],
-            processed_at=timezone.now(),
-        )
+        _mark(pk, EventState.FAILED, message, "".join(tb.format_exception(exc))[-20000:])
     except DatabaseError:
         logger.exception("Could not record the failure of event %s", pk)
     level = logging.WARNING if retryable and not final else logging.ERROR
@@ -166,13 +171,7 @@ def _record_unrecognised(pk: int, exc: MissingEventData) -> ProcessResult:
     """The data lacks what the handler needs: kept ``unrecognised`` (what it did rolled back),
     not retried, until a replay after a fix (an alias, a handler of one's own)."""
     message = str(exc)[:2000]
-    WebhookEvent.objects.filter(pk=pk).exclude(state=EventState.PROCESSED).update(
-        state=EventState.UNRECOGNISED,
-        attempts=F("attempts") + 1,
-        error=message,
-        traceback="",
-        processed_at=timezone.now(),
-    )
+    _mark(pk, EventState.UNRECOGNISED, message)
     logger.warning("Event %s unrecognised: %s", pk, message)
     return ProcessResult(pk, EventState.UNRECOGNISED, error=message)
 
