@@ -3,6 +3,7 @@ keeping local changes not yet pushed and never taking a subscription back to an 
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -260,20 +261,13 @@ def upsert_subscriptions(rows: Iterable[Row], *, customer: Customer | None = Non
     mapped = _mapped(rows, subscription_map.from_remote, counts)
     if customer is not None:
         mapped = [m for m in mapped if m["customer_remote_id"] == customer.remote_id]
-    local: dict[str, dict[Any, int]] = {}
     for name, model in (("product", Product), ("customer", Customer)):
         remote_ids = {m[f"{name}_remote_id"] for m in mapped if m[f"{name}_remote_id"]}
         rows_ = model._default_manager.filter(remote_id__in=remote_ids)
-        local[name] = dict(rows_.values_list("remote_id", "pk"))
-    linked = [
-        {
-            **fields,
-            "product_id": local["product"].get(fields["product_remote_id"]),
-            "customer_id": local["customer"].get(fields["customer_remote_id"]),
-        }
-        for fields in mapped
-    ]
-    _upsert(Subscription, linked, counts, versioned=True)
+        local = dict(rows_.values_list("remote_id", "pk"))
+        for fields in mapped:
+            fields[f"{name}_id"] = local.get(fields[f"{name}_remote_id"])
+    _upsert(Subscription, mapped, counts, versioned=True)
     return counts
 
 
@@ -308,12 +302,8 @@ def pull_subscriptions(
     """Pull subscriptions; with ``customer``, only its (the list has no filter: all pages)."""
     if customer is not None and customer.remote_id is None:
         return PullCounts()
-    return _pull(
-        "subscriptions",
-        lambda rows: upsert_subscriptions(rows, customer=customer),
-        client,
-        progress,
-    )
+    upsert = functools.partial(upsert_subscriptions, customer=customer)
+    return _pull("subscriptions", upsert, client, progress)
 
 
 #: The resources a full pull reads, in this order (subscriptions link to the other two).
