@@ -39,6 +39,7 @@ from .handlers import (
 from .ingest import parse_time, read_envelope
 from .signals import SIGNALS, billing_event_received
 from .types import normalize_type
+from .verification import webhook_header
 
 logger = logging.getLogger("billing_integration.webhooks")
 
@@ -97,7 +98,7 @@ def _load_context(
     dated = dated or ts(data.get("date_created"), "date_created") or occurred_at
     # The webhook-timestamp the verified signature covered.
     headers = event.headers if isinstance(event.headers, dict) else {}
-    stamp = headers.get("webhook-timestamp") or headers.get("svix-timestamp")
+    stamp = webhook_header(headers, "timestamp")
     signed_at = parse_time(stamp) if event.verified_by == "signature" else None
     version = dated or signed_at or event.received_at or timezone.now()
     return EventContext(event, event_type, data, occurred_at, version, dated is None, pulled)

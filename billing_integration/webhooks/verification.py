@@ -73,7 +73,7 @@ def sign(body: bytes, secret: str, msg_id: str, timestamp: int) -> str:
     return "v1," + base64.b64encode(digest).decode("ascii")
 
 
-def _header(headers: Mapping[str, str], name: str) -> str | None:
+def webhook_header(headers: Mapping[str, str], name: str) -> str | None:
     """A ``webhook-*`` header, or its ``svix-*`` synonym."""
     return headers.get(f"webhook-{name}") or headers.get(f"svix-{name}")
 
@@ -88,8 +88,8 @@ def verify_signature(
 ) -> Verification:
     """Check a Standard Webhooks signature (``svix-*`` headers accepted too); raise
     ``WebhookVerificationError`` if it fails. ``headers``: ``request.headers`` or lower case."""
-    msg_id, timestamp = _header(headers, "id"), _header(headers, "timestamp")
-    signature = _header(headers, "signature")
+    msg_id, timestamp = webhook_header(headers, "id"), webhook_header(headers, "timestamp")
+    signature = webhook_header(headers, "signature")
     if not msg_id or not timestamp or not signature:
         raise MissingHeadersError(
             "Missing webhook-id, webhook-timestamp or webhook-signature header."
@@ -147,7 +147,7 @@ def verify_request(body: bytes, headers: Mapping[str, str]) -> Verification:
     conf = billing_settings.as_dict()
     secrets, basic = conf.get("WEBHOOK_SECRET"), conf.get("WEBHOOK_BASIC_AUTH")
     may_be_basic = basic and headers.get("authorization")
-    signed = _header(headers, "signature") is not None
+    signed = webhook_header(headers, "signature") is not None
     if secrets and (signed or not may_be_basic):
         try:
             return verify_signature(body, headers, secrets)
@@ -160,7 +160,7 @@ def verify_request(body: bytes, headers: Mapping[str, str]) -> Verification:
         logger.warning(
             "Accepting an unverified event delivery (BILLING['WEBHOOK_ALLOW_UNVERIFIED'] is True)."
         )
-        return Verification("none", message_id=_header(headers, "id"))
+        return Verification("none", message_id=webhook_header(headers, "id"))
     raise WebhookVerificationError(
         "Event deliveries cannot be verified: set BILLING['WEBHOOK_SECRET'] or "
         "BILLING['WEBHOOK_BASIC_AUTH']."
