@@ -5,14 +5,16 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Count, Max
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from .conf import shared_cache
+from .exceptions import BillingError
 
 logger = logging.getLogger("billing_integration.health")
 
@@ -162,10 +164,7 @@ def diagnose(
         try:
             found = probe()
         except Exception as exc:  # one unreadable fact must not hide the others
-            error = _error(exc)
-            text = _("%(fact)s: could not be checked: %(error)s")
-            text %= {"fact": keys[0], "error": error}
-            found = [Fact(keys[0], FAIL, text, {"error": error})]
+            found = [_unchecked(keys[0], exc)]
         facts.extend(f for f in found if f.key not in skip)
     return HealthReport(facts=facts, checked_at=now)
 
@@ -173,7 +172,6 @@ def diagnose(
 def _token_and_service(limits: Thresholds, skip: Any) -> list[Fact]:
     """The token fact, then the service fact (which reads the API only if a token came)."""
     from .client import BillingClient, RetryPolicy
-    from .exceptions import BillingError
 
     try:
         client = BillingClient(
@@ -194,8 +192,6 @@ def _token_and_service(limits: Thresholds, skip: Any) -> list[Fact]:
 
 def _token(client: Any) -> Fact:
     """Fetch a new token through the client, no retries, ``timeout`` per request."""
-    from .exceptions import BillingError
-
     url = client.token_url
     started = time.perf_counter()
     try:
@@ -216,9 +212,13 @@ def _checked_service(client: Any | None) -> Fact:
     try:
         return _service(client)
     except Exception as exc:
-        error = _error(exc)
-        text = _("%(fact)s: could not be checked: %(error)s") % {"fact": "service", "error": error}
-        return Fact("service", FAIL, text, {"error": error})
+        return _unchecked("service", exc)
+
+
+def _unchecked(key: str, exc: Exception) -> Fact:
+    error = _error(exc)
+    text = _("%(fact)s: could not be checked: %(error)s") % {"fact": key, "error": error}
+    return Fact(key, FAIL, text, {"error": error})
 
 
 #: The settings that name the service (``ServiceIdentity``'s fields).
@@ -230,7 +230,6 @@ def _service(client: Any | None) -> Fact:
     one read of the product list (one item, ``timeout`` per request) with the shared token, as
     pushes and pulls send it: ``BASE_URL``, which the token fact does not use."""
     from .client import API_PREFIX
-    from .exceptions import BillingError
     from .service import configured_service, mismatch_message, recorded_service
 
     recorded = recorded_service()
@@ -269,8 +268,8 @@ def _service(client: Any | None) -> Fact:
     data = {"url": url, "seconds": round(elapsed, 3), "recorded": recorded is not None}
     if recorded is None:
         text = _("service: %(url)s was read in %(ms)d ms; no push or pull has recorded it yet")
-        return Fact("service", OK, text % values, data)
-    text = _("service: %(url)s was read in %(ms)d ms; the mirror belongs to this service")
+    else:
+        text = _("service: %(url)s was read in %(ms)d ms; the mirror belongs to this service")
     return Fact("service", OK, text % values, data)
 
 
@@ -377,8 +376,6 @@ def _outbox(limits: Thresholds, now: datetime) -> list[Fact]:
 
 def _last_received() -> datetime | None:
     """When the newest stored delivery was received (an indexed lookup per state, no scan)."""
-    from django.db.models import Max
-
     from .models.events import EventState, WebhookEvent
 
     latest = [
@@ -416,10 +413,6 @@ def _events(limits: Thresholds, now: datetime) -> list[Fact]:
 
 def _unrecognised(now: datetime) -> Fact:
     """A warning when events of types the app does not understand came in the last day."""
-    from datetime import timedelta
-
-    from django.db.models import Count
-
     from .models.events import EventState, WebhookEvent
 
     since = now - timedelta(seconds=UNRECOGNISED_WINDOW)
@@ -544,8 +537,6 @@ def _guesses() -> Fact:
 
 def _plans() -> Fact:
     """A failure when a customer has two plans of one group renewing (charged twice)."""
-    from django.db.models import Count
-
     from .models.subscriptions import Subscription
 
     doubled = (
