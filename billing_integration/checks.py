@@ -11,7 +11,9 @@ from django.conf import settings
 from django.core.cache.backends.dummy import DummyCache
 from django.core.cache.backends.locmem import LocMemCache
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.db import DatabaseError, connections, router
 from django.utils.module_loading import import_string
+from django.utils.translation import gettext as _
 
 from .conf import DEFAULTS, REQUIRED, billing_settings, guesses
 from .exceptions import BillingConfigurationError
@@ -192,12 +194,38 @@ def _notice_errors(conf: dict[str, Any]) -> list[CheckMessage]:
 def check_service_binding(
     app_configs: Any = None, databases: Any = None, **kwargs: Any
 ) -> list[CheckMessage]:
-    """The mirror belongs to another service than the configured one (E010)."""
+    """E010: a database Django checks holds a mirror of another service than the configured one."""
+    from .models.service import ServiceBinding
+    from .service import RELINK_COMMAND, RESET_COMMAND, configured_service, recorded_service
+
     if not databases:
         return []
-    from .service import check_messages
-
-    return list(check_messages(databases))
+    try:
+        configured = configured_service()
+    except BillingConfigurationError:
+        return []  # reported by check_billing_settings
+    hint = _(
+        "Run `%(relink)s` if it is the same service (a new address, new credentials of the same "
+        "account), or `%(reset)s` to start afresh with the configured service."
+    ) % {"relink": RELINK_COMMAND, "reset": RESET_COMMAND}
+    errors: list[CheckMessage] = []
+    for alias in databases:
+        if not router.allow_migrate_model(alias, ServiceBinding):
+            continue
+        try:
+            if ServiceBinding._meta.db_table not in connections[alias].introspection.table_names():
+                continue  # not migrated yet: nothing recorded
+            recorded = recorded_service(alias)
+        except DatabaseError:
+            continue
+        if recorded is not None and recorded != configured:
+            text = _(
+                "The billing mirror in database %(alias)r belongs to the service at "
+                "%(recorded)s, but settings.BILLING points at %(configured)s: "
+                "pushes, pulls and checkouts are refused."
+            ) % {"alias": alias, "recorded": recorded, "configured": configured}
+            errors.append(_error("billing_integration.E010", text, hint))
+    return errors
 
 
 @register(Tags.security, "billing", deploy=True)

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from django.db import DatabaseError, IntegrityError, connections, router, transaction
+from django.db import IntegrityError, router, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from .conf import billing_settings
-from .exceptions import BillingConfigurationError, BillingError, BillingServiceMismatchError
+from .exceptions import BillingError, BillingServiceMismatchError
 
 logger = logging.getLogger("billing_integration.service")
 
@@ -38,7 +38,7 @@ class ServiceIdentity:
         return text % {"url": self.base_url, **self.as_dict()}
 
     def as_dict(self) -> dict[str, str]:
-        return {"base_url": self.base_url, "realm": self.realm, "client_id": self.client_id}
+        return asdict(self)
 
 
 def normalise_url(url: Any) -> str:
@@ -241,36 +241,3 @@ def reset_mirror(*, using: str | None = None) -> ResetCounts:
         previous = _bind(configured, alias, "reset")
     logger.warning("billing mirror reset: was %s, now %s (%s)", previous, configured, counts)
     return counts
-
-
-def check_messages(databases: Any) -> list[Any]:
-    """An ``Error`` per database Django checks whose mirror belongs to another service."""
-    from django.core.checks import Error
-
-    try:
-        configured = configured_service()
-    except BillingConfigurationError:
-        return []  # reported by check_billing_settings
-    hint = _(
-        "Run `%(relink)s` if it is the same service (a new address, new credentials of the same "
-        "account), or `%(reset)s` to start afresh with the configured service."
-    ) % {"relink": RELINK_COMMAND, "reset": RESET_COMMAND}
-    model = _binding_model()
-    messages = []
-    for alias in databases or ():
-        if not router.allow_migrate_model(alias, model):
-            continue
-        try:
-            if model._meta.db_table not in connections[alias].introspection.table_names():
-                continue  # not migrated yet: nothing recorded
-            recorded = recorded_service(alias)
-        except DatabaseError:
-            continue
-        if recorded is not None and recorded != configured:
-            text = _(
-                "The billing mirror in database %(alias)r belongs to the service at "
-                "%(recorded)s, but settings.BILLING points at %(configured)s: "
-                "pushes, pulls and checkouts are refused."
-            ) % {"alias": alias, "recorded": recorded, "configured": configured}
-            messages.append(Error(text, hint=hint, id="billing_integration.E010"))
-    return messages
