@@ -379,13 +379,8 @@ def _check_cache() -> list[CheckMessage]:
     alias = conf["CACHE"]
     if alias not in settings.CACHES:
         text = f"BILLING['CACHE'] names the cache {alias!r}, which is not in settings.CACHES."
-        return [
-            _error(
-                "billing_integration.E023",
-                text,
-                f"Add {alias!r} to CACHES or name an existing alias.",
-            )
-        ]
+        hint = f"Add {alias!r} to CACHES or name an existing alias."
+        return [_error("billing_integration.E023", text, hint)]
     app = celery_app()
     if app is not None and app.conf.task_always_eager:
         return []  # no worker processes: one process shares with itself
