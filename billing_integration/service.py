@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -184,24 +185,13 @@ class ResetCounts:
     entries_created: int = 0  # new create entries for the new service
 
 
-def in_flight(using: str | None = None) -> int:
-    """Outbox entries a worker holds now (in progress, lease not expired)."""
-    from datetime import timedelta
-
-    from .models.outbox import LEASE, OutboxEntry, OutboxState
-
-    since = timezone.now() - timedelta(seconds=LEASE)
-    entries = OutboxEntry.objects.using(mirror_database(using))
-    return entries.filter(state=OutboxState.IN_PROGRESS, started_at__gt=since).count()
-
-
 def reset_mirror(*, using: str | None = None) -> ResetCounts:
     """Start afresh with the configured service (see ``ResetCounts``); may raise MirrorBusyError."""
     from django.contrib.contenttypes.models import ContentType
 
     from .models import Customer, OutboxEntry, Product, Subscription
     from .models.base import SyncState
-    from .models.outbox import OutboxOperation, OutboxState
+    from .models.outbox import LEASE, OutboxOperation, OutboxState
 
     configured = configured_service()
     alias = mirror_database(using)
@@ -214,7 +204,9 @@ def reset_mirror(*, using: str | None = None) -> ResetCounts:
     cleared |= dict.fromkeys(("last_attempt_at", "last_synced_at"))
     cleared |= {"sync_error": "", "updated_at": now, "sync_state": SyncState.PENDING}
     with transaction.atomic(using=alias):
-        if busy := in_flight(alias):
+        pushing = OutboxEntry.objects.using(alias).filter(state=OutboxState.IN_PROGRESS)
+        # Held by a worker: in progress and the lease not expired.
+        if busy := pushing.filter(started_at__gt=timezone.now() - timedelta(seconds=LEASE)).count():
             text = _(
                 "%(count)d outbox entries are being pushed by a worker right now; stop the "
                 "workers (or wait 5 minutes) and run the reset again."
