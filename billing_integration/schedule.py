@@ -28,13 +28,10 @@ def beat_schedule(
     plans_every: float = 3600.0,
     reconcile_every: float = 3600.0,
 ) -> dict[str, Any]:
-    """The sweep of outbox entries whose message was lost, the periodic pull, the sweep of
-    received events whose message was lost, the event log's pruning (of the finished deliveries
-    older than ``prune_older_than``: ``"90d"``, ``"12h"``, ``"30m"`` or seconds, its entry's
-    ``kwargs``), the sweep of notices never queued, the trial-ending notices, the refresh of the
-    reporting rollups, their reconciliation (the last ``RECONCILED_MONTHS`` closed months
-    recomputed whether a change marked them or not) and the check for two plans of a group
-    renewing."""
+    """The beat entries, each task run (and its message expiring) every ``*_every`` seconds.
+    The prune deletes finished deliveries older than ``prune_older_than`` (``"90d"``, ``"12h"``,
+    ``"30m"`` or seconds); the reconciliation recomputes the last ``RECONCILED_MONTHS`` closed
+    months whether a change marked them or not."""
     entries = {
         "billing-drain-outbox": ("drain_outbox", drain_every),
         "billing-sync-all": ("sync_all", sync_every),
@@ -59,8 +56,5 @@ def beat_schedule(
     return schedule
 
 
-#: Every minute the sweeps of lost outbox and event messages and the refresh of the reporting
-#: rollups, every hour the pull, every day the pruning (of deliveries older than 90 days), every
-#: 5 minutes the sweep of unsent notices, every hour the trial notices, the check for two
-#: plans renewing and the reconciliation of the reporting rollups' last two closed months.
+#: The schedule at the default intervals.
 BEAT_SCHEDULE: dict[str, Any] = beat_schedule()
