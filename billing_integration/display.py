@@ -119,8 +119,8 @@ def customer_label(customer: Any) -> str:
     name = f"{customer.first_name} {customer.last_name}".strip()
     if name:
         return name
-    subscriber = customer.subscriber if customer.subscriber_id is not None else None
-    if subscriber is not None:
+    if customer.subscriber_id is not None:
+        subscriber = customer.subscriber
         full_name = getattr(subscriber, "get_full_name", None)
         text = (full_name() if callable(full_name) else "") or ""
         if not text.strip():
