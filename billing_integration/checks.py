@@ -36,16 +36,10 @@ def _error(code: str, msg: str, hint: str, warning: bool = False) -> CheckMessag
     return (Warning if warning else Error)(msg, hint=hint, id=code)
 
 
-_COPY_SECRET = (
-    "Copy the secret exactly as the service (or the sandbox) prints it "
-    "(environment variable BILLING_WEBHOOK_SECRET)."
-)
-
-
 def _hint(key: str) -> str:
-    env = REQUIRED.get(key)
-    where = f" (the example project reads the environment variable {env})" if env else ""
-    return f"Set BILLING['{key}'] in your settings{where}."
+    """How to set ``key``, one of ``REQUIRED``."""
+    where = f"the example project reads the environment variable {REQUIRED[key]}"
+    return f"Set BILLING['{key}'] in your settings ({where})."
 
 
 def _secrets(conf: dict[str, Any]) -> list[Any]:
@@ -103,7 +97,11 @@ def _webhook_errors(conf: dict[str, Any]) -> list[CheckMessage]:
         if key is None or len(key) < 16:
             label = "BILLING['WEBHOOK_SECRET']" + (f"[{index}]" if listed else "")
             text = f"{label} is not of the form 'whsec_<base64>'."
-            errors.append(_error("billing_integration.E004", text, _COPY_SECRET))
+            hint = (
+                "Copy the secret exactly as the service (or the sandbox) prints it "
+                "(environment variable BILLING_WEBHOOK_SECRET)."
+            )
+            errors.append(_error("billing_integration.E004", text, hint))
     basic = conf.get("WEBHOOK_BASIC_AUTH")
     if basic and (not isinstance(basic, str) or ":" not in basic):
         text = "BILLING['WEBHOOK_BASIC_AUTH'] must be 'user:password'."
