@@ -60,11 +60,10 @@ def record_refused(reason: str, now: float | None = None) -> None:
     the last one is kept beyond the hour (no expiry): a service that retries less often than
     hourly, or gave up, leaves refusals that no accepted delivery followed."""
     at = time.time() if now is None else now
-    timeout = REFUSALS_WINDOW + _REFUSAL_BUCKET
     counter = _refusal_key(reason, int(at // _REFUSAL_BUCKET))
     try:
         cache = shared_cache()
-        if not cache.add(counter, 1, timeout=timeout):
+        if not cache.add(counter, 1, timeout=REFUSALS_WINDOW + _REFUSAL_BUCKET):
             cache.incr(counter)
         cache.set(_refusal_key(reason, "last"), at, timeout=None)
     except Exception as exc:  # the cache down, or the counter expired between add and incr
