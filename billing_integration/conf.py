@@ -200,16 +200,13 @@ class BillingSettings:
                     "settings.BILLING must be a dict.", setting="BILLING"
                 )
             for key in sorted(user):
+                setting = f"BILLING['{key}']"
                 if key in REMOVED:
-                    raise BillingConfigurationError(
-                        f"BILLING[{key!r}] was removed: {REMOVED[key]}.",
-                        setting=f"BILLING['{key}']",
-                    )
+                    text = f"BILLING[{key!r}] was removed: {REMOVED[key]}."
+                    raise BillingConfigurationError(text, setting=setting)
                 if key not in DEFAULTS:
-                    raise BillingConfigurationError(
-                        f"Unknown key BILLING[{key!r}]. Known keys: {', '.join(DEFAULTS)}.",
-                        setting=f"BILLING['{key}']",
-                    )
+                    text = f"Unknown key BILLING[{key!r}]. Known keys: {', '.join(DEFAULTS)}."
+                    raise BillingConfigurationError(text, setting=setting)
             merged = {**DEFAULTS, **user}
             if merged["SUBSCRIBER_MODEL"] is None:
                 merged["SUBSCRIBER_MODEL"] = settings.AUTH_USER_MODEL
@@ -255,9 +252,8 @@ def guesses() -> dict[str, Any]:
         choices = GUESS_CHOICES.get(key)
         if choices is not None and (value not in choices or type(value) is int):
             allowed = " or ".join(repr(c) for c in choices)
-            raise BillingConfigurationError(
-                f"{name} must be {allowed}, not {value!r}.", setting=name
-            )
+            text = f"{name} must be {allowed}, not {value!r}."
+            raise BillingConfigurationError(text, setting=name)
         if key == "change_plan_action" and not (
             value is None or (isinstance(value, str) and value.strip())
         ):
