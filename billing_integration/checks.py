@@ -30,6 +30,7 @@ DEMO_WEBHOOK_SECRET_SHA256 = "d571fb0081e214ea7f811973fbf285e38d0cef2822dafc2dfb
 SANDBOX_CLIENT_SECRET = "sandbox-secret"
 #: The daily beat task that deletes old, finished event deliveries.
 PRUNE_TASK = "billing_integration.prune_events"
+REFRESH_TASK = "billing_integration.refresh_report_rollups"
 
 
 def _error(code: str, msg: str, hint: str, warning: bool = False) -> CheckMessage:
@@ -328,10 +329,10 @@ def _check_celery() -> list[CheckMessage]:
     errors += _prune_age_errors(conf.beat_schedule or {})
     if str(conf.beat_scheduler or "").startswith("celery.beat"):  # others keep theirs elsewhere
         schedule = (conf.beat_schedule or {}).values()
-        scheduled = {e.get("task") for e in schedule if isinstance(e, dict)}
+        scheduled = {_job(e) for e in schedule if isinstance(e, dict)}
         # Without the prune entry every delivery is kept: a choice, not a gap.
-        wanted = [e["task"] for e in BEAT_SCHEDULE.values() if e["task"] != PRUNE_TASK]
-        missing = [task for task in wanted if task not in scheduled]
+        wanted = [_job(e) for e in BEAT_SCHEDULE.values() if e["task"] != PRUNE_TASK]
+        missing = list(dict.fromkeys(job for job in wanted if job not in scheduled))
         if missing:
             text = (
                 "Celery beat's schedule lacks billing_integration's periodic tasks "
@@ -342,6 +343,17 @@ def _check_celery() -> list[CheckMessage]:
             hint += "CELERY_BEAT_SCHEDULE = {**BEAT_SCHEDULE, ...}"
             errors.append(_error("billing_integration.W021", text, hint, warning=True))
     return errors
+
+
+def _job(entry: dict[str, Any]) -> str:
+    """A beat entry's task; the rollups' refresh names its reconciliation apart (the same task
+    with ``recent_months``)."""
+    task = str(entry.get("task"))
+    if task == REFRESH_TASK and (
+        entry.get("args") or (entry.get("kwargs") or {}).get("recent_months")
+    ):
+        return f"{task} (with recent_months: the reconciliation)"
+    return task
 
 
 def _prune_age_errors(schedule: dict[str, Any]) -> list[CheckMessage]:

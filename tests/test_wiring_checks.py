@@ -162,6 +162,21 @@ def test_beat_schedule_without_the_apps_tasks_W021(host_app):
     assert "BEAT_SCHEDULE" in errors[0].hint
 
 
+def test_beat_schedule_without_the_rollups_reconciliation_W021(host_app):
+    """The refresh and the reconciliation run the same task: a schedule with the refresh only
+    lacks the reconciliation (named once); without either, both are named, each once."""
+    without = {k: v for k, v in BEAT_SCHEDULE.items() if k != "billing-reconcile-report-rollups"}
+    host_app(broker_url="redis://x", beat_schedule=without)
+    errors = check_wiring()
+    assert wiring(errors) == ["W021"]
+    assert "refresh_report_rollups (with recent_months: the reconciliation)" in errors[0].msg
+    neither = {k: v for k, v in without.items() if k != "billing-refresh-report-rollups"}
+    host_app(broker_url="redis://x", beat_schedule=neither)
+    (error,) = check_wiring()
+    assert error.msg.count("billing_integration.refresh_report_rollups") == 2  # each kind once
+    assert error.msg.count("the reconciliation") == 1
+
+
 def test_no_beat_schedule_at_all_W021_but_not_with_another_scheduler(host_app):
     host_app(broker_url="redis://x")
     assert wiring(check_wiring()) == ["W021"]
