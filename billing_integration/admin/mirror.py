@@ -71,10 +71,13 @@ def state_badge(value: str, label: str | None = None) -> SafeString:
     )
 
 
-def admin_link(obj: models.Model | None, label: Any = None) -> SafeString | str:
-    """A link to the admin change page of ``obj`` (plain text if it has no admin)."""
+def admin_link(
+    obj: models.Model | None, label: Any = None, missing: Any = None
+) -> SafeString | str:
+    """A link to the admin change page of ``obj`` (plain text if it has no admin); without
+    ``obj``, ``missing`` (e.g. the remote id it is known by) or "-"."""
     if obj is None:
-        return "-"
+        return str(missing or "-")
     label = label if label is not None else display.object_label(obj)
     try:
         url = reverse(f"admin:{obj._meta.app_label}_{obj._meta.model_name}_change", args=[obj.pk])
@@ -204,8 +207,6 @@ class CustomerAdmin(NoDeleteMixin, SyncStateAdminMixin, ModelAdmin):
 
     @admin.display(description=_("subscriber"))
     def subscriber_link(self, obj: Customer) -> SafeString | str:
-        if obj.subscriber is None:
-            return "-"
         return admin_link(obj.subscriber, display.customer_label(obj))
 
     @admin.display(description=_("subscriptions"))
@@ -290,13 +291,11 @@ def status_badge(obj: Subscription) -> SafeString:
 
 @admin.display(description=_("product"), ordering="product__name")
 def product_link(self: Any, obj: Any) -> SafeString | str:
-    return admin_link(obj.product) if obj.product_id else str(obj.product_remote_id or "-")
+    return admin_link(obj.product, missing=obj.product_remote_id)
 
 
 def customer_link(customer: Customer | None, remote_id: Any = None) -> SafeString | str:
-    if customer is None:
-        return str(remote_id or "-")
-    return admin_link(customer, display.customer_label(customer))
+    return admin_link(customer, display.customer_label(customer), remote_id)
 
 
 def subscription_label(subscription: Subscription) -> str:

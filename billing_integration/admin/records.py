@@ -168,8 +168,7 @@ class PaymentAdmin(RecordAdmin):
 
     @admin.display(description=_("invoice"))
     def invoice_link(self, obj: Payment) -> SafeString | str:
-        invoice = obj.invoice
-        return admin_link(invoice) if invoice else str(obj.invoice_remote_id or "-")
+        return admin_link(obj.invoice, missing=obj.invoice_remote_id)
 
     @admin.display(description=_("refunds"))
     def refunds_links(self, obj: Payment) -> SafeString | str:
@@ -186,4 +185,4 @@ class RefundAdmin(RecordAdmin):
 
     @admin.display(description=_("payment"))
     def payment_link(self, obj: Refund) -> SafeString | str:
-        return admin_link(obj.payment) if obj.payment_id else str(obj.payment_remote_id or "-")
+        return admin_link(obj.payment, missing=obj.payment_remote_id)
