@@ -107,15 +107,8 @@ class RecordAdmin(ReadOnlyAdminMixin, ModelAdmin):
             for r in changelist.result_list
             if r.subscription_id is None and r.subscription_remote_id
         ]
-        found = (
-            {
-                s.remote_id: s
-                for s in Subscription.objects.filter(
-                    remote_id__in={r.subscription_remote_id for r in waiting}
-                ).select_related("product", "customer__subscriber")
-            }
-            if waiting
-            else {}
+        found = Subscription.objects.select_related("product", "customer__subscriber").in_bulk(
+            {r.subscription_remote_id for r in waiting}, field_name="remote_id"
         )
         for record in waiting:
             record.subscription = found.get(record.subscription_remote_id)
