@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -261,9 +262,9 @@ class StatusFilter(admin.SimpleListFilter):
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
         values = Subscription.objects.order_by("status").values_list("status", flat=True).distinct()
         labels = {value: display.status_label(value) for value in values}
-        shared = {label for label in labels.values() if list(labels.values()).count(label) > 1}
+        uses = Counter(labels.values())
         choices = [
-            (value or self.EMPTY, f"{label} ({value or '-'})" if label in shared else label)
+            (value or self.EMPTY, f"{label} ({value or '-'})" if uses[label] > 1 else label)
             for value, label in labels.items()
         ]
         return sorted(choices, key=lambda choice: str(choice[1]))
@@ -274,19 +275,6 @@ class StatusFilter(admin.SimpleListFilter):
         if (value := self.value()) is None:
             return queryset
         return queryset.filter(status="" if value == self.EMPTY else value)
-
-
-def status_badge(obj: Subscription) -> SafeString:
-    """The status, with a red "no access" marker when it is unknown."""
-    if not obj.has_unknown_status:
-        return format_html(
-            '<span style="color:{}" title="{}">{}</span>',
-            "#2e7d32" if obj.is_active else "#616161",
-            obj.status,
-            display.status_label(obj),
-        )
-    label = _("unknown status — no access") if obj.status else _("no status — no access")
-    return format_html("{} {}", obj.status, state_badge("unknown-status", str(label)))
 
 
 @admin.display(description=_("product"), ordering="product__name")
@@ -382,7 +370,16 @@ class SubscriptionAdmin(SessionAdmin):
 
     @admin.display(description=_("status"), ordering="status")
     def status_display(self, obj: Subscription) -> SafeString:
-        return status_badge(obj)
+        """The status, with a red "no access" marker when it is unknown."""
+        if not obj.has_unknown_status:
+            return format_html(
+                '<span style="color:{}" title="{}">{}</span>',
+                "#2e7d32" if obj.is_active else "#616161",
+                obj.status,
+                display.status_label(obj),
+            )
+        label = _("unknown status — no access") if obj.status else _("no status — no access")
+        return format_html("{} {}", obj.status, state_badge("unknown-status", str(label)))
 
     @admin.display(description=_("subscription"))
     def subscription_label(self, obj: Subscription) -> str:
