@@ -91,6 +91,11 @@ def is_deleted(formset: Any, form: Any) -> bool:
     return bool(formset.can_delete and form.cleaned_data.get(DELETION_FIELD_NAME))
 
 
+def kept_forms(formset: Any) -> list[Any]:
+    """The cleaned forms of ``formset`` that are not marked for deletion."""
+    return [f for f in formset.forms if hasattr(f, "cleaned_data") and not is_deleted(formset, f)]
+
+
 def _change_url(model_admin: ModelAdmin, obj: Any) -> str:
     opts = model_admin.opts
     return reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk])
@@ -214,17 +219,14 @@ class PriceFormSet(BaseInlineFormSet):
     def clean(self) -> None:
         super().clean()
         seen: set[int] = set()
-        for form in self.forms:
-            if not hasattr(form, "cleaned_data") or is_deleted(self, form):
-                continue
+        for form in kept_forms(self):
             cid = form.cleaned_data.get("currency_id")
-            if cid is None:
-                continue
             if cid in seen:
                 raise ValidationError(
                     _("Currency %(c)s appears twice."), params={"c": currencies.label(cid)}
                 )
-            seen.add(cid)
+            if cid is not None:
+                seen.add(cid)
 
 
 class NeverSentRowsFormSet(BaseInlineFormSet):
@@ -235,13 +237,10 @@ class NeverSentRowsFormSet(BaseInlineFormSet):
 
     def clean(self) -> None:
         super().clean()
-        if self.instance.is_one_time != self.refuse_for_one_time:
-            return
-        for form in self.forms:
-            if not hasattr(form, "cleaned_data") or is_deleted(self, form):
-                continue
-            if form.instance.pk is not None or form.has_changed():
-                raise ValidationError(self.message)
+        if self.instance.is_one_time == self.refuse_for_one_time and any(
+            form.instance.pk is not None or form.has_changed() for form in kept_forms(self)
+        ):
+            raise ValidationError(self.message)
 
 
 class CycleFormSet(NeverSentRowsFormSet):
