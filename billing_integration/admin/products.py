@@ -96,11 +96,6 @@ def kept_forms(formset: Any) -> list[Any]:
     return [f for f in formset.forms if hasattr(f, "cleaned_data") and not is_deleted(formset, f)]
 
 
-def _change_url(model_admin: ModelAdmin, obj: Any) -> str:
-    opts = model_admin.opts
-    return reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk])
-
-
 def check_amount(amount: Decimal) -> Decimal:
     """``amount`` if the service and a ``Price`` take it, else ``ValidationError``: 0 or more,
     at most two decimals, below ``MAX_PRICE_AMOUNT``."""
@@ -616,6 +611,11 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
         label = _("%d subscription(s)") % obj.subscriptions.count()
         return changelist_link(Subscription, label, product__id__exact=obj.pk)
 
+    def object_url(self, name: str, obj: Product) -> str:
+        """The URL of one of this admin's pages of ``obj`` ("change", "archive", ...)."""
+        opts = self.opts
+        return reverse(f"admin:{opts.app_label}_{opts.model_name}_{name}", args=[obj.pk])
+
     def get_urls(self) -> list[Any]:
         pre = f"{self.opts.app_label}_{self.opts.model_name}_"
         archive = self.admin_site.admin_view(self.archive_view)
@@ -626,19 +626,24 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
             *super().get_urls(),
         ]
 
-    def send_declared_cycles_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        """GET: what would be sent (it replaces the service's blueprint); POST: send it."""
+    def push_declared_cycles(self, request: HttpRequest, product: Product, level: int) -> bool:
+        """Send ``product``'s declared cycles and log it, or say (at ``level``) why not."""
         from ..outbox.signals import send_declared_cycles
 
+        try:
+            send_declared_cycles(product)
+        except DeclaredCyclesNotSendable as exc:
+            self.message_user(request, str(exc), level)
+            return False
+        self.log_change(request, product, [{"changed": {"fields": ["billing cycles"]}}])
+        return True
+
+    def send_declared_cycles_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """GET: what would be sent (it replaces the service's blueprint); POST: send it."""
         obj = self.get_object_or_404(request, object_id)
-        change_url = _change_url(self, obj)
+        change_url = self.object_url("change", obj)
         if request.method == "POST":
-            try:
-                send_declared_cycles(obj)
-            except DeclaredCyclesNotSendable as exc:
-                self.message_user(request, str(exc), messages.ERROR)
-            else:
-                self.log_change(request, obj, [{"changed": {"fields": ["billing cycles"]}}])
+            if self.push_declared_cycles(request, obj, messages.ERROR):
                 self.message_user(
                     request,
                     _("The declared cycles of “%s” are being sent to the service.") % obj,
@@ -659,7 +664,7 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
     def archive_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """GET: a confirmation page; POST: archive the product (pushed like any change)."""
         obj = self.get_object_or_404(request, object_id)
-        change_url = _change_url(self, obj)
+        change_url = self.object_url("change", obj)
         if request.method == "POST":
             if obj.status != ProductStatus.ARCHIVED:
                 obj.archive()
@@ -752,17 +757,10 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
         self, request: HttpRequest, queryset: models.QuerySet[Product]
     ) -> None:
         """Push the declared cycles of the selected products as their blueprints."""
-        from ..outbox.signals import send_declared_cycles
-
         sent = []
         for product in queryset.filter(pk__in=Product.objects.with_declared_cycles().values("pk")):
-            try:
-                send_declared_cycles(product)
-            except DeclaredCyclesNotSendable as exc:
-                self.message_user(request, str(exc), messages.WARNING)
-                continue
-            self.log_change(request, product, [{"changed": {"fields": ["billing cycles"]}}])
-            sent.append(product.name)
+            if self.push_declared_cycles(request, product, messages.WARNING):
+                sent.append(product.name)
         message, level = (
             (_("Declared cycles being sent for: %s.") % ", ".join(sent), messages.SUCCESS)
             if sent
@@ -802,11 +800,10 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
         obj: Any = None,
     ) -> Any:
         if obj is not None:
-            info = f"admin:{self.opts.app_label}_{self.opts.model_name}"
             may_change = self.has_change_permission(request, obj)
-            context["archive_url"] = reverse(f"{info}_archive", args=[obj.pk])
+            context["archive_url"] = self.object_url("archive", obj)
             context["can_archive"] = obj.status != ProductStatus.ARCHIVED and may_change
-            context["send_declared_url"] = reverse(f"{info}_send_declared_cycles", args=[obj.pk])
+            context["send_declared_url"] = self.object_url("send_declared_cycles", obj)
             context["can_send_declared"] = (
                 obj.remote_id is not None
                 and may_change
