@@ -130,17 +130,14 @@ class ReportAdmin(ReadOnlyAdminMixin, ModelAdmin):
             report = build_report(period, **unlimited)
             response = HttpResponse(table_csv(report, export), content_type="text/csv")
             stamp = timezone.localtime(period.now).strftime("%Y%m%d")
-            suffix = "-".join(
-                filter(None, [slugify(period.currency or ""), str(period.product or "")])
-            )
-            filename = f"billing-{export}-{period.months}m{'-' + suffix if suffix else ''}"
-            response["Content-Disposition"] = f'attachment; filename="{filename}-{stamp}.csv"'
+            parts = [export, f"{period.months}m", slugify(period.currency or ""), period.product]
+            filename = "-".join(str(part) for part in ["billing", *parts, stamp] if part)
+            response["Content-Disposition"] = f'attachment; filename="{filename}.csv"'
             return response
 
         report = build_report(period)
         query = request.GET.copy()
         query.pop("export", None)
-        tables = report.tables()
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
@@ -149,7 +146,7 @@ class ReportAdmin(ReadOnlyAdminMixin, ModelAdmin):
             "period": period,
             "report": report,
             "charts": charts(report),
-            "tables": [table_context(t) for t in tables.values()],
+            "tables": [table_context(t) for t in report.tables().values()],
             "at_risk_total": report.at_risk_total,
             "at_risk_at": report.at_risk_at,
             "rollups": report.rollups,
