@@ -44,7 +44,6 @@ BADGE_COLOURS = {
     "ignored": "#616161",
     "unrecognised": "#9a6700",
     "rejected": "#6a1b9a",
-    "failed": "#c62828",
     "unknown-status": "#c62828",
 }
 
