@@ -294,17 +294,6 @@ class PriceInlineForm(ModelForm):
         return None if amount is None else check_amount(amount)
 
 
-class RootPriceInline(TabularInline):
-    model = Price
-    form = PriceInlineForm
-    formset = RootPriceFormSet
-    fk_name = "product"
-    fields = ("currency_id", "amount")
-    extra = 0
-    verbose_name = _("price")
-    verbose_name_plural = _("prices (one-time products)")
-
-
 class CyclePriceInline(TabularInline):
     model = Price
     fk_name = "cycle"
@@ -312,6 +301,14 @@ class CyclePriceInline(TabularInline):
     formset = PriceFormSet
     fields = ("currency_id", "amount")
     extra = 1
+
+
+class RootPriceInline(CyclePriceInline):
+    fk_name = "product"
+    formset = RootPriceFormSet
+    extra = 0
+    verbose_name = _("price")
+    verbose_name_plural = _("prices (one-time products)")
 
 
 class ProductFeatureForm(ModelForm):
