@@ -138,15 +138,11 @@ class SyncStateAdminMixin(ModelAdmin):
 
 
 class NoDeleteMixin(ModelAdmin):
-    """The service has no delete operation: nothing mirrored is deleted from the admin."""
+    """The service has no delete operation: nothing mirrored is deleted from the admin (nor
+    offered: Django drops "Delete selected" without the delete permission)."""
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
-
-    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
-        actions: dict[str, Any] = super().get_actions(request)
-        actions.pop("delete_selected", None)
-        return actions
 
 
 class ReadOnlyAdminMixin(NoDeleteMixin):
