@@ -61,20 +61,18 @@ def charts(report: ReportData) -> list[dict[str, Any]]:
     out = []
     months = report.months
     for currency in report.currencies:
+        names = {"currency": currency}
 
         def series(key: str, currency: str = currency) -> list[Any]:
             return [v for _, v in report.series(currency, key)]
 
-        def title(text: str, currency: str = currency) -> str:
-            return text % {"currency": currency}
-
         churn = [(v or 0) * 100 for v in series("churn_rate")]
         svgs = [
             line_chart(
-                title(gettext("MRR (%(currency)s)")), months, {gettext("MRR"): series("mrr")}
+                gettext("MRR (%(currency)s)") % names, months, {gettext("MRR"): series("mrr")}
             ),
             bar_chart(
-                title(gettext("New subscriptions and cancellations (%(currency)s)")),
+                gettext("New subscriptions and cancellations (%(currency)s)") % names,
                 months,
                 {
                     gettext("new"): series("new"),
@@ -83,13 +81,13 @@ def charts(report: ReportData) -> list[dict[str, Any]]:
                 },
             ),
             line_chart(
-                title(gettext("Churn rate (%(currency)s)")),
+                gettext("Churn rate (%(currency)s)") % names,
                 months,
                 {gettext("churn %"): churn},
                 unit="%",
             ),
             bar_chart(
-                title(gettext("Payments (%(currency)s)")),
+                gettext("Payments (%(currency)s)") % names,
                 months,
                 {
                     gettext("completed"): series("payments_completed"),
@@ -97,7 +95,7 @@ def charts(report: ReportData) -> list[dict[str, Any]]:
                 },
             ),
             bar_chart(
-                title(gettext("Failed and refunded amounts (%(currency)s)")),
+                gettext("Failed and refunded amounts (%(currency)s)") % names,
                 months,
                 {
                     gettext("failed"): series("failed_amount"),
