@@ -754,16 +754,18 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
         self, request: HttpRequest, queryset: models.QuerySet[Product]
     ) -> None:
         """Push the declared cycles of the selected products as their blueprints."""
-        sent = []
-        for product in queryset.filter(pk__in=Product.objects.with_declared_cycles().values("pk")):
-            if self.push_declared_cycles(request, product, messages.WARNING):
-                sent.append(product.name)
-        message, level = (
-            (_("Declared cycles being sent for: %s.") % ", ".join(sent), messages.SUCCESS)
-            if sent
-            else (_("None of the selected products has declared cycles."), messages.WARNING)
-        )
-        self.message_user(request, message, level)
+        declared = queryset.filter(pk__in=Product.objects.with_declared_cycles().values("pk"))
+        sent = [
+            product.name
+            for product in declared
+            if self.push_declared_cycles(request, product, messages.WARNING)
+        ]
+        if sent:
+            message = _("Declared cycles being sent for: %s.") % ", ".join(sent)
+            self.message_user(request, message, messages.SUCCESS)
+        elif not declared.exists():  # else each refusal was said above
+            message = _("None of the selected products has declared cycles.")
+            self.message_user(request, message, messages.WARNING)
 
     def save_model(self, request: HttpRequest, obj: Product, form: Any, change: bool) -> None:
         """An unchanged product is not saved; a change of ``LOCAL_FIELDS`` only is not pushed."""

@@ -214,6 +214,25 @@ def test_send_declared_cycles_action_through_a_batch_drain(billing_sandbox, pull
     assert pulled.cycles.get().declared is False
 
 
+def test_send_declared_cycles_action_refused_says_why_not_that_none_were_declared(
+    billing_sandbox, pulled, admin_client
+):
+    """Every selected product refused (here: it lost its link to the service): the refusal is
+    the message, not a "none of the selected products has declared cycles" that is untrue."""
+    declare_monthly(admin_client, pulled)
+    push_all()
+    Product.objects.filter(pk=pulled.pk).update(remote_id=None)
+    response = admin_client.post(
+        CHANGELIST,
+        {"action": "send_declared_cycles", "index": "0", "_selected_action": [str(pulled.pk)]},
+        follow=True,
+    )
+    text = response.content.decode()
+    assert "Only the cycles of a subscription product already on the service" in text
+    assert "has declared cycles" not in text
+    assert not OutboxEntry.objects.open().exists()
+
+
 def test_view_only_staff_cannot_send_declared_cycles(billing_sandbox, pulled, admin_client):
     from .conftest import staff_with
 
