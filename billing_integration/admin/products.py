@@ -764,8 +764,8 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
             message = _("Declared cycles being sent for: %s.") % ", ".join(sent)
             self.message_user(request, message, messages.SUCCESS)
         elif not declared.exists():  # else each refusal was said above
-            message = _("None of the selected products has declared cycles.")
-            self.message_user(request, message, messages.WARNING)
+            none = _("None of the selected products has declared cycles.")
+            self.message_user(request, none, messages.WARNING)
 
     def save_model(self, request: HttpRequest, obj: Product, form: Any, change: bool) -> None:
         """An unchanged product is not saved; a change of ``LOCAL_FIELDS`` only is not pushed."""
