@@ -5,13 +5,13 @@ stored as received (logged once). Statuses are stripped and lower-cased here, on
 from __future__ import annotations
 
 import logging
-from functools import cache, lru_cache
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from .. import currencies
 from ..conf import guesses
 from ..exceptions import BillingConfigurationError, RemoteDataError
-from .common import as_uuid, remote_meta, ts, wire_ts
+from .common import as_uuid, remote_meta, text, ts, wire_ts
 
 if TYPE_CHECKING:
     from ..models import Subscription
@@ -38,23 +38,6 @@ def normalize_status(value: Any) -> str:
     return value.strip().lower()
 
 
-@cache
-def _max_length(name: str) -> int:
-    from ..models import Subscription
-
-    return int(getattr(Subscription._meta.get_field(name), "max_length", 0))
-
-
-def _fits(name: str, value: str) -> str:
-    """``value`` if it fits the column ``name`` (length, no NUL), else ``RemoteDataError``."""
-    limit = _max_length(name)
-    if len(value) > limit:
-        raise RemoteDataError(name, value, f"longer than {limit} characters ({len(value)})")
-    if "\x00" in value:
-        raise RemoteDataError(name, value, "contains a NUL character")
-    return value
-
-
 def currency_code(value: Any) -> str:
     """The code of a currency id or code; ``""`` for none."""
     return "" if value in (None, "") else currencies.currency_code(value)
@@ -79,9 +62,9 @@ def _remote_currency(value: Any) -> str:
 
 
 def _remote_status(value: Any, present: bool) -> str:
-    from ..models.subscriptions import is_known_status
+    from ..models.subscriptions import Subscription, is_known_status
 
-    status = _fits("status", normalize_status(value))
+    status = text(Subscription, "status", normalize_status(value))
     if present and not is_known_status(status):
         _log_once(
             "Unknown subscription status %r: stored, grants no access (add it to "
@@ -109,6 +92,8 @@ def to_remote(subscription: Subscription) -> dict[str, Any]:
 
 def from_remote(data: dict[str, Any]) -> dict[str, Any]:
     """Model field values from a subscription resource (``RemoteDataError`` if unstorable)."""
+    from ..models import Subscription
+
     fields = remote_meta(data)
     fields["status"] = _remote_status(data.get("status"), "status" in data)
     fields["product_remote_id"] = as_uuid(data.get("product"))
@@ -117,8 +102,8 @@ def from_remote(data: dict[str, Any]) -> dict[str, Any]:
         fields[name] = ts(data.get(name), name)
     fields["auto_renew"] = bool(data.get("auto_renew", True))
     cycle = str(data.get("selected_billing_cycle") or "")
-    fields["selected_billing_cycle"] = _fits("selected_billing_cycle", cycle)
+    fields["selected_billing_cycle"] = text(Subscription, "selected_billing_cycle", cycle)
     currency = _remote_currency(data.get("selected_currency"))
-    fields["selected_currency"] = _fits("selected_currency", currency)
+    fields["selected_currency"] = text(Subscription, "selected_currency", currency)
     fields["discount_coupon"] = data.get("discount_coupon")
     return fields
