@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any, TypedDict, TypeVar, Unpack, cast
 from urllib.parse import quote, urlencode
 
@@ -147,13 +148,13 @@ class BillingClient:
 
     # --- operations ------------------------------------------------------------------------
     def list_products(self, *, deadline: DeadlineArg = None) -> Iterator[Item]:
-        return self._iter_items("products", deadline)
+        return chain.from_iterable(self.iter_pages("products", deadline=deadline))
 
     def list_customers(self, *, deadline: DeadlineArg = None) -> Iterator[Item]:
-        return self._iter_items("customers", deadline)
+        return chain.from_iterable(self.iter_pages("customers", deadline=deadline))
 
     def list_subscriptions(self, *, deadline: DeadlineArg = None) -> Iterator[Item]:
-        return self._iter_items("subscriptions", deadline)
+        return chain.from_iterable(self.iter_pages("subscriptions", deadline=deadline))
 
     def get_product(self, remote_id: str, *, deadline: DeadlineArg = None) -> Item:
         return self._one("get_product", "GET", f"/products/{_quoted(remote_id)}", deadline=deadline)
@@ -224,10 +225,6 @@ class BillingClient:
                 return
             offset += len(items)
 
-    def _iter_items(self, resource: str, deadline: DeadlineArg) -> Iterator[Item]:
-        for page in self.iter_pages(resource, deadline=deadline):
-            yield from page
-
     def probe_token(self) -> float:
         """Fetch a new token (discarded, never cached) and return its ``expires_in``."""
         return float(self._request_token().get("expires_in") or 0)
@@ -240,9 +237,8 @@ class BillingClient:
     @_secret_frames
     def raw_token(self) -> RawAnswer:
         """The token call once, its answer as sent (not cached, not retried, never raised)."""
-        fields = {"grant_type": "client_credentials", "client_id": self.client_id}
-        form = urlencode({**fields, "client_secret": self.__secret})
-        response = self._raw_send("token", "POST", self.token_url, form, _FORM_HEADERS, None)
+        form = self._token_form()
+        response = self._raw_send("token", "POST", self.token_url, data=form, headers=_FORM_HEADERS)
         return _raw(response, "token")
 
     @_secret_frames
@@ -261,29 +257,18 @@ class BillingClient:
         raised. A write sends ``idempotency_key`` (default a new one). An answer over
         ``RAW_MAX_BYTES``, or not read within ``RAW_MAX_SECONDS``, raises
         ``BillingTransportError``."""
-        headers = dict(_JSON_HEADERS)
-        if token is not None:
-            headers["x-kc-token"] = token
-        if method in ("POST", "PATCH"):
-            headers["x-idempotency-id"] = str(idempotency_key or uuid.uuid4())
-        body = None if payload is None else _json(payload)
+        headers = _json_headers(method, idempotency_key, token)
         url = f"{self.base_url}{API_PREFIX}{path}"
         operation = f"{method} {path}"
-        return _raw(self._raw_send(operation, method, url, body, headers, params), operation)
+        response = self._raw_send(
+            operation, method, url, data=_json(payload), headers=headers, params=params
+        )
+        return _raw(response, operation)
 
-    def _raw_send(
-        self,
-        operation: str,
-        method: str,
-        url: str,
-        body: str | None,
-        headers: dict[str, str],
-        params: dict[str, Any] | None,
-    ) -> requests.Response:
+    def _raw_send(self, operation: str, method: str, url: str, **kw: Any) -> requests.Response:
+        """One streamed request, its error raised as it is (never retried)."""
         try:
-            return self._send(
-                operation, None, method, url, data=body, headers=headers, params=params, stream=True
-            )
+            return self._send(operation, None, method, url, stream=True, **kw)
         except _Sent as sent:
             raise sent.error from None
 
@@ -305,10 +290,8 @@ class BillingClient:
         params: dict[str, Any] | None = None,
     ) -> Any:
         url = f"{self.base_url}{API_PREFIX}{path}"
-        headers = dict(_JSON_HEADERS)
-        if method in ("POST", "PATCH"):
-            headers["x-idempotency-id"] = str(idempotency_key or uuid.uuid4())
-        body = None if payload is None else _json(payload)
+        headers = _json_headers(method, idempotency_key)
+        body = _json(payload)
         bound = _as_deadline(deadline) or self.deadline
         _check_time_left(bound, operation)
         wait = self.backoff.wait()
@@ -391,8 +374,7 @@ class BillingClient:
     @_secret_frames
     def _request_token(self, deadline: Deadline | None = None) -> dict[str, Any]:
         """The form-encoded client-credentials call, retried like any call."""
-        fields = {"grant_type": "client_credentials", "client_id": self.client_id}
-        form = urlencode({**fields, "client_secret": self.__secret})
+        form = self._token_form()
         sent = (self.__secret,)  # an answer quoting it is not kept as it is
 
         def attempt() -> dict[str, Any]:
@@ -412,6 +394,11 @@ class BillingClient:
             return data
 
         return self._retrying("token", deadline, attempt)
+
+    def _token_form(self) -> str:
+        """The client-credentials form, secret included (call it from ``_secret_frames`` only)."""
+        fields = {"grant_type": "client_credentials", "client_id": self.client_id}
+        return urlencode({**fields, "client_secret": self.__secret})
 
 
 class _Sent(Exception):
@@ -448,9 +435,19 @@ def _quoted(value: str) -> str:
     return quote(str(value), safe="")
 
 
-def _json(payload: Any) -> str:
-    """A request body: JSON proper (NaN or infinity, which are not JSON, raise ValueError)."""
-    return json.dumps(payload, separators=(",", ":"), allow_nan=False)
+def _json(payload: Any) -> str | None:
+    """A request body or None: JSON proper (NaN or infinity, not JSON, raise ValueError)."""
+    return None if payload is None else json.dumps(payload, separators=(",", ":"), allow_nan=False)
+
+
+def _json_headers(method: str, key: str | None, token: str | None = None) -> dict[str, str]:
+    """The headers of a JSON call; a write carries its idempotency key (default a new one)."""
+    headers = dict(_JSON_HEADERS)
+    if token is not None:
+        headers["x-kc-token"] = token
+    if method in ("POST", "PATCH"):
+        headers["x-idempotency-id"] = str(key or uuid.uuid4())
+    return headers
 
 
 def _body(response: requests.Response) -> Any:
