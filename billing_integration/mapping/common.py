@@ -23,8 +23,8 @@ META_FIELDS += ("remote_user_updated", "remote_data")
 
 
 def as_uuid(value: Any) -> uuid.UUID | None:
-    if isinstance(value, uuid.UUID) or value in (None, ""):
-        return value if isinstance(value, uuid.UUID) else None
+    if isinstance(value, uuid.UUID):
+        return value
     try:
         return uuid.UUID(str(value))
     except ValueError:

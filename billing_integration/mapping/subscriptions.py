@@ -29,15 +29,6 @@ def _log_once(message: str, value: str) -> None:
     logger.warning(message, value)
 
 
-def normalize_status(value: Any) -> str:
-    """A status stripped and lower-cased (``""`` for null); ``RemoteDataError`` if not text."""
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise RemoteDataError("status", value, "not a string")
-    return value.strip().lower()
-
-
 def currency_code(value: Any) -> str:
     """The code of a currency id or code; ``""`` for none."""
     return "" if value in (None, "") else currencies.currency_code(value)
@@ -55,16 +46,19 @@ def _remote_currency(value: Any) -> str:
     try:
         return currency_code(value)
     except BillingConfigurationError:
-        text = str(value)
+        received = str(value)
         message = "Subscription currency %r is not in BILLING['CURRENCIES']; stored as received."
-        _log_once(message, text[:80])
-        return text
+        _log_once(message, received[:80])
+        return received
 
 
 def _remote_status(value: Any, present: bool) -> str:
+    """The status stripped and lower-cased (``""`` for null); an unknown one is logged once."""
     from ..models.subscriptions import Subscription, is_known_status
 
-    status = text(Subscription, "status", normalize_status(value))
+    if value is not None and not isinstance(value, str):
+        raise RemoteDataError("status", value, "not a string")
+    status = text(Subscription, "status", (value or "").strip().lower())
     if present and not is_known_status(status):
         _log_once(
             "Unknown subscription status %r: stored, grants no access (add it to "
