@@ -177,9 +177,8 @@ class BillingClient:
         """Create one subscription (the service answers an array of one)."""
         data = self._call("create_subscription", "POST", "/subscriptions", payload, **kw)
         if isinstance(data, list) and not data:
-            problem = "empty data array"
             raise BillingAnswerLostError(
-                status=200, operation="create_subscription", message=problem
+                status=200, operation="create_subscription", message="empty data array"
             )
         return cast(Item, data[0] if isinstance(data, list) else data)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -79,10 +80,8 @@ def parse_retry_after(value: str | None) -> float | None:
     """``Retry-After`` in seconds (delta-seconds or an HTTP date); ``None`` if absent or bad."""
     if not value:
         return None
-    try:
+    with suppress(ValueError):
         return max(0.0, float(value.strip()))
-    except ValueError:
-        pass
     try:
         when = parsedate_to_datetime(value.strip())
     except (TypeError, ValueError):

@@ -4,6 +4,7 @@ for a one-time product); responses carry its id. Features are read, never sent."
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextlib import suppress
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -140,11 +141,9 @@ def not_carried(
     if product.is_one_time:
         local = {int(p.currency_id): as_decimal(p.amount) for p in product.root_prices.all()}
         service = None
-        try:
+        with suppress(TypeError, ValueError, ArithmeticError):
             if isinstance(remote.get("prices"), list):
                 service = dict(root_prices_from_remote(remote))
-        except (TypeError, ValueError, ArithmeticError):
-            pass
         if service is None and "prices" in set(changed):
             return gettext(
                 "Not sent: the service has no way to change a one-time product's prices; "
