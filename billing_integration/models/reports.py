@@ -211,30 +211,24 @@ def month_of(at: datetime | date) -> date:
 
 def mark_reports_dirty(*instants: datetime | date | None, using: str = "default") -> None:
     """Note that the figures of the month of the earliest of ``instants`` (and of every month
-    after it; of the month before too for an instant on a month's first) must be recomputed.
-    One UPDATE, idempotent, and safe under concurrent callers: the row only ever moves to an
-    earlier month."""
-    # an instant on a month's first one also counts at the end of the month before
+    after it; of the month before too for an instant on a month's first) must be recomputed."""
     months = [month_of(t - EPSILON if isinstance(t, datetime) else t) for t in instants if t]
     if not months:
         return
     first = min(months)
     # One UPDATE that matches nothing (and locks nothing) when the month is already as early:
-    # concurrent workers do not queue on the row. The row is made by the migration (and again
-    # by a refresh, should it be missing).
+    # concurrent workers do not queue on the row, which only ever moves to an earlier month.
+    # The row is made by the migration (and again by a refresh, should it be missing).
     rows = ReportState.objects.using(using).filter(name=ReportState.DIRTY)
     rows.filter(Q(month__isnull=True) | Q(month__gt=first)).update(month=first)
 
 
 def touch_reports(objs: Iterable[models.Model], using: str = "default") -> None:
     """Mark dirty the months that saved or deleted subscriptions, payments or refunds count
-    in, and counted in before the change: from a subscription's start, end or trial end, as
-    they are and as they were when it was read or last marked (``report_instants``: an end or
-    a trial end may lie before the start); a payment's or refund's date, and the
-    trial ends a payment may convert (``reporting.metrics.trial_history``): its
-    subscription's, and those of its customer's subscriptions for its product that started
-    by its date. At most one query to find the earliest of those trial ends, then
-    ``mark_reports_dirty``."""
+    in, and counted in before the change (``report_instants``): a subscription's start, end or
+    trial end (an end may lie before the start); a payment's or refund's date, and the trial
+    ends a payment may convert (``reporting.metrics.trial_history``): its subscription's, and
+    those of its customer's subscriptions for its product that started by its date."""
     from .records import Payment, Refund
     from .subscriptions import Subscription
 
