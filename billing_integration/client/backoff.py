@@ -1,11 +1,8 @@
-"""The service "known down until T", shared by every process through ``shared_cache()``.
-
-A ``Retry-After`` (capped) or a call that failed to the end (retryable errors until its
-retries or its deadline ran out) sets ``billing:backoff:until``; the window only grows. Before
-a call, a background call waits it out and a call a person waits on fails at once, sending
-nothing. Each process keeps a copy and reads the cache at most every ``REFRESH`` seconds; a
-failing cache counts as no window.
-"""
+"""The service "known down until T" (``billing:backoff:until`` in ``shared_cache()``), set by a
+capped ``Retry-After`` or by a call that failed on retryable errors until its retries or its
+deadline ran out; the window only grows. A background call waits it out; a call a person waits
+on fails at once, sending nothing. Each process rereads it at most every ``REFRESH`` seconds;
+a failing cache counts as no window."""
 
 from __future__ import annotations
 

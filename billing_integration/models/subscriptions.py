@@ -63,8 +63,7 @@ def is_known_status(status: str) -> bool:
 
 
 def access_after_cancel() -> str:
-    """``BILLING['ACCESS_AFTER_CANCEL']``: ``"period_end"`` or ``"immediately"``; raises on
-    another value."""
+    """``BILLING['ACCESS_AFTER_CANCEL']``, ``"period_end"`` or ``"immediately"`` (else raises)."""
     value = billing_settings.ACCESS_AFTER_CANCEL
     if value not in ACCESS_AFTER_CANCEL_CHOICES:
         raise BillingConfigurationError(
@@ -78,9 +77,8 @@ def access_after_cancel() -> str:
 def in_grace_period(
     status: str, cycle_end_date: datetime | None, at: datetime | None = None
 ) -> bool:
-    """The grace-period rule, from a subscription's ``status`` and ``cycle_end_date``: with
-    ``BILLING['ACCESS_AFTER_CANCEL'] = "period_end"`` (the default), a canceled subscription
-    grants access until its ``cycle_end_date``, if that is known and after ``at`` (now)."""
+    """The grace-period rule: with ``BILLING['ACCESS_AFTER_CANCEL'] = "period_end"`` (the
+    default), a canceled subscription grants access until a ``cycle_end_date`` after ``at``."""
     return (
         status in CANCELED_STATUSES
         and cycle_end_date is not None
