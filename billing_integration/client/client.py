@@ -163,9 +163,8 @@ class BillingClient:
         return self._one("create_product", "POST", "/products", payload, **kw)
 
     def update_product(self, remote_id: str, payload: Item, **kw: Unpack[WriteOptions]) -> Item:
-        return self._one(
-            "update_product", "PATCH", f"/products/{_quoted(remote_id)}", payload, **kw
-        )
+        path = f"/products/{_quoted(remote_id)}"
+        return self._one("update_product", "PATCH", path, payload, **kw)
 
     def create_customer(self, payload: Item, **kw: Unpack[WriteOptions]) -> Item:
         return self._one("create_customer", "POST", "/customers", payload, **kw)
