@@ -134,7 +134,7 @@ class ReportCustomer(models.Model):
 
 
 class ReportState(models.Model):
-    """One row per name. ``"rollups"``: the rollups hold every month before ``basis`` (the
+    """One row per name. ``"rollups"``: the rollups hold every month before ``month`` (the
     first day of the month they were computed in), ``verified_at`` is when they were last
     recomputed with nothing pending. ``"dirty"``: ``month`` is the first month a change
     touched since (``None``: nothing pending). Two rows, so that marking a change never
