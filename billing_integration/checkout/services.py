@@ -174,6 +174,14 @@ class CheckoutSelection:
         return self.cycle.code if self.cycle is not None else ""
 
 
+def _unknown_cycle(code: str) -> InvalidChoice:
+    return InvalidChoice(
+        gettext("The billing cycle %(cycle)s is not offered for this product.")
+        % {"cycle": repr(code[:32])},
+        code="unknown_cycle",
+    )
+
+
 def validate_selection(product: Any, cycle: Any = None, currency: Any = None) -> CheckoutSelection:
     """Check a product / cycle / currency choice against the local catalogue."""
     resolved = product if isinstance(product, Product) else None
@@ -213,11 +221,7 @@ def validate_selection(product: Any, cycle: Any = None, currency: Any = None) ->
     else:
         if isinstance(cycle, BillingCycle):
             if cycle.product_id != resolved.pk:  # another product's: never this one's only cycle
-                raise InvalidChoice(
-                    gettext("The billing cycle %(cycle)s is not offered for this product.")
-                    % {"cycle": repr(cycle.code[:32])},
-                    code="unknown_cycle",
-                )
+                raise _unknown_cycle(cycle.code)
             code = cycle.code
         else:
             code = str(cycle or "").strip()
@@ -234,11 +238,7 @@ def validate_selection(product: Any, cycle: Any = None, currency: Any = None) ->
                 else None
             )
             if chosen_cycle is None:
-                raise InvalidChoice(
-                    gettext("The billing cycle %(cycle)s is not offered for this product.")
-                    % {"cycle": repr(code[:32])},
-                    code="unknown_cycle",
-                )
+                raise _unknown_cycle(code)
         prices = Price.objects.filter(cycle=chosen_cycle)
 
     offered = [int(c) for c in (resolved.selected_currencies or []) if currencies.is_id(c)]
@@ -304,6 +304,19 @@ def _translate(exc: BillingError, operation: str) -> CheckoutError:
     return ServiceUnavailable()
 
 
+def _refuse_if_service_down(what: str, client: Any, *, known_down: bool = True) -> None:
+    """Refuse ``what`` (a checkout, a trial) while the service is known down (``known_down``),
+    or when it is not the service this database mirrors."""
+    if known_down and (client or get_client()).known_down():
+        logger.warning("%s refused at once: the billing service is known to be down", what)
+        raise ServiceUnavailable()
+    try:
+        ensure_service(client=client)
+    except BillingServiceMismatchError as exc:
+        logger.error("%s refused: %s", what, exc)
+        raise ServiceUnavailable() from exc
+
+
 def _lock_customer(customer: Customer) -> None:
     """Serialise the customer's checkouts until the transaction ends (row lock or no-op update)."""
     using = router.db_for_write(Customer)
@@ -349,10 +362,9 @@ def checkout_in_the_way(
 ) -> CheckoutSession | None:
     """The customer's open session that buying ``product`` beside it could double: one of
     another plan of ``product``'s group, or of ``product`` itself unless it may be bought more
-    than once. Open means not completed, not expired, and no subscription to its product
-    recorded since it started (it was paid): it can still be paid. Its ``status`` is not read:
-    sessions are not read back, and a spelling other than ``open`` must not let a second
-    checkout through. The session of
+    than once. Open means not completed, not expired and not paid (no subscription to its
+    product since it started). Its ``status`` is not read: sessions are not read back, and a
+    spelling other than ``open`` must not let a second checkout through. The session of
     ``selection`` itself (a double click, reused or replaced) is not in the way."""
     rivals = Q(pk__in=[])  # matches nothing
     if not product.multiple_purchases:
@@ -415,14 +427,7 @@ def start_checkout(
     held = held_plan(subscriber, selection.product) or plan_may_renew(subscriber, selection.product)
     if held is not None:
         raise PlanAlreadyHeld(held, selection.product)
-    if (client or get_client()).known_down():
-        logger.warning("checkout refused at once: the billing service is known to be down")
-        raise ServiceUnavailable()
-    try:
-        ensure_service(client=client)
-    except BillingServiceMismatchError as exc:
-        logger.error("checkout refused: %s", exc)
-        raise ServiceUnavailable() from exc
+    _refuse_if_service_down("checkout", client)
 
     # Created if needed, then pushed within the deadline (else the outbox finishes it).
     try:
@@ -526,11 +531,12 @@ def _create_session(
             _cache_call("delete", remembered)
         raise _translate(exc, "create_checkout_session") from exc
     _cache_call("delete", remembered)
-    if not isinstance(data, dict) or checkout_map.from_remote(data).get("remote_id") is None:
+    remote = checkout_map.from_remote(data) if isinstance(data, dict) else {}
+    if remote.get("remote_id") is None:
         logger.error("checkout: the service answered without a session id")
         raise CheckoutRefused()
 
-    for name, value in checkout_map.from_remote(data).items():
+    for name, value in remote.items():
         if value is not None or name != "expires_at":
             setattr(session, name, value)
     session.sync_state = SyncState.SYNCED

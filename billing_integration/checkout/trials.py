@@ -16,14 +16,13 @@ from django.utils.translation import gettext, gettext_lazy
 
 from .. import currencies
 from ..access import held_plan, plan_may_renew, resolve_product
-from ..client import get_client, interactive_deadline
+from ..client import interactive_deadline
 from ..client.retry import Deadline
 from ..conf import billing_settings
 from ..customers import ensure_customer_pushed, ensure_pushed, get_or_create_customer
-from ..exceptions import BillingError, BillingServiceMismatchError
+from ..exceptions import BillingError
 from ..models import OutboxEntry, Product, Subscription
 from ..models.base import SyncState
-from ..service import ensure_service
 from .services import (
     AlreadySubscribed,
     CheckoutError,
@@ -33,6 +32,7 @@ from .services import (
     ProductUnavailable,
     ServiceUnavailable,
     _lock_customer,
+    _refuse_if_service_down,
     _translate,
     checkout_in_the_way,
     holds_paid,
@@ -92,11 +92,10 @@ def had_trial(subscriber: Any, product: Product) -> bool:
 
 def _trial_in_progress(customer: Any, product: Product) -> Subscription | None:
     """The customer's trial of ``product`` still running or not pushed yet (a double click)."""
-    now = timezone.now()
     return (
         Subscription.objects.for_customer(customer)
         .for_product(product)
-        .filter(trial_end_date__gt=now)
+        .filter(trial_end_date__gt=timezone.now())
         .exclude(_refused())
         .order_by("-created_at", "-pk")
         .first()
@@ -105,7 +104,7 @@ def _trial_in_progress(customer: Any, product: Product) -> Subscription | None:
 
 def _trial_days(product: Product, days: Any) -> int:
     value = product.trial_days if days is None else days
-    if value is None or isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:  # None too
         raise TrialNotOffered()
     if value > MAX_TRIAL_DAYS:
         raise TrialNotOffered(
@@ -157,14 +156,7 @@ def start_trial(
         raise PlanAlreadyHeld(held, wanted)
     if wait:
         deadline = deadline or interactive_deadline()
-        if (client or get_client()).known_down():
-            logger.warning("trial refused at once: the billing service is known to be down")
-            raise ServiceUnavailable()
-    try:
-        ensure_service(client=client)
-    except BillingServiceMismatchError as exc:
-        logger.error("trial refused: %s", exc)
-        raise ServiceUnavailable() from exc
+    _refuse_if_service_down("trial", client, known_down=wait)
 
     customer, _ = get_or_create_customer(subscriber)
     if wait:
