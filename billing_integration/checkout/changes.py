@@ -5,9 +5,10 @@ mirror (an event or a pull) shows it; see docs/changes.md."""
 from __future__ import annotations
 
 import logging
+from contextlib import suppress
 from datetime import timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeGuard
 
 from django.core.mail import mail_managers
 from django.db import IntegrityError, router, transaction
@@ -107,16 +108,14 @@ def guess_on(name: str) -> bool:
 def switch_off(name: str, error: BillingAPIError) -> None:
     """Record that the service refused the guess ``name`` (a row: every process sees it)."""
     logger.error("billing guess %s switched off: the service answered %s", name, error.status)
-    try:
-        with transaction.atomic():
-            SwitchedOffGuess.objects.create(
-                name=name, status=error.status or 0, operation=error.operation or ""
-            )
-    except IntegrityError:  # another process recorded it first
-        pass
+    # IntegrityError: another process recorded it first.
+    with suppress(IntegrityError), transaction.atomic():
+        SwitchedOffGuess.objects.create(
+            name=name, status=error.status or 0, operation=error.operation or ""
+        )
 
 
-def _refused(exc: BillingError) -> bool:
+def _refused(exc: BaseException | None) -> TypeGuard[BillingAPIError]:
     return isinstance(exc, BillingAPIError) and exc.status in REFUSED
 
 
@@ -253,10 +252,8 @@ def _change_session(
             customer, selection, client, deadline, action=config[CHANGE_ACTION], **fields
         )
     except CheckoutError as exc:
-        cause = exc.__cause__
-        if isinstance(cause, BillingError) and _refused(cause):
-            assert isinstance(cause, BillingAPIError)
-            switch_off(CHANGE_ACTION, cause)
+        if _refused(exc.__cause__):
+            switch_off(CHANGE_ACTION, exc.__cause__)
             return None
         raise
     except BillingError as exc:
@@ -330,7 +327,6 @@ def _patch(subscription: Subscription, auto_renew: bool, client: Any) -> bool:
         )
     except BillingError as exc:
         if _refused(exc):
-            assert isinstance(exc, BillingAPIError)
             switch_off(PATCH_AUTO_RENEW, exc)
             return False
         raise ServiceUnavailable() from exc
@@ -512,8 +508,7 @@ def probe_change_action(
     try:
         _create_session(customer, selection, client, interactive_deadline(), action=action)
     except CheckoutError as exc:
-        cause = exc.__cause__
-        return False if isinstance(cause, BillingError) and _refused(cause) else None
+        return False if _refused(exc.__cause__) else None
     return True
 
 
