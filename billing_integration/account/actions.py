@@ -12,7 +12,7 @@ from django.views.decorators.http import require_POST
 from ..access import get_subscriber
 from ..checkout import changes
 from ..checkout.services import NoSubscriber
-from ..checkout.views import account_url, refusals_as_pages
+from ..checkout.views import account_url, posted_choice, refusals_as_pages
 from ..models import Subscription
 
 
@@ -23,13 +23,7 @@ from ..models import Subscription
 def change_plan(request: HttpRequest) -> HttpResponse:
     """Ask for a change of plan: the hosted page when the service confirms there, else back to
     the billing page, which shows the request pending."""
-    data = request.POST
-    change = changes.change_plan(
-        get_subscriber(request),
-        data.get("product"),
-        data.get("cycle") or None,
-        data.get("currency") or None,
-    )
+    change = changes.change_plan(get_subscriber(request), *posted_choice(request))
     return HttpResponseRedirect(change.checkout_url or account_url())
 
 

@@ -56,6 +56,12 @@ def _safe_next(request: HttpRequest, value: str | None) -> str | None:
     return None
 
 
+def posted_choice(request: HttpRequest) -> tuple[Any, Any, Any]:
+    """The posted product, cycle and currency (an empty cycle or currency is ``None``)."""
+    data = request.POST
+    return data.get("product"), data.get("cycle") or None, data.get("currency") or None
+
+
 def error_page(request: HttpRequest, error: CheckoutError, *, change: bool = False) -> HttpResponse:
     """The page of a refused checkout, trial or (``change``) change of a subscription
     (``error.status``)."""
@@ -105,15 +111,8 @@ def refusals_as_pages(action: str, *, change: bool = False) -> Callable[[View], 
 def checkout(request: HttpRequest) -> HttpResponse:
     """Start a hosted checkout for the request's subscriber; 302 to the hosted page."""
     deadline = interactive_deadline()  # first: the whole request ends by it
-    data = request.POST
-    url = checkout_url(
-        get_subscriber(request),
-        data.get("product"),
-        data.get("cycle") or None,
-        data.get("currency") or None,
-        deadline=deadline,
-    )
-    next_url = _safe_next(request, data.get("next"))
+    url = checkout_url(get_subscriber(request), *posted_choice(request), deadline=deadline)
+    next_url = _safe_next(request, request.POST.get("next"))
     if hasattr(request, "session"):
         if next_url:
             request.session[NEXT_SESSION_KEY] = next_url
@@ -130,15 +129,8 @@ def trial(request: HttpRequest) -> HttpResponse:
     """Start a free trial of the posted product (its ``trial_days``) for the request's
     subscriber; 302 to ``next`` or the billing page."""
     deadline = interactive_deadline()  # first: the whole request ends by it
-    data = request.POST
-    start_trial(
-        get_subscriber(request),
-        data.get("product"),
-        data.get("cycle") or None,
-        data.get("currency") or None,
-        deadline=deadline,
-    )
-    return HttpResponseRedirect(_safe_next(request, data.get("next")) or account_url())
+    start_trial(get_subscriber(request), *posted_choice(request), deadline=deadline)
+    return HttpResponseRedirect(_safe_next(request, request.POST.get("next")) or account_url())
 
 
 ACTIVE, PENDING, FAILED, NONE = "active", "pending", "failed", "none"
@@ -148,8 +140,7 @@ def checkout_outcome(customer: Customer | None, session: CheckoutSession | None)
     """The outcome of ``session`` (or of the customer's checkouts if ``None``) from local data:
     active (an active subscription; for a session, to its product, out of trial and not
     canceled), failed (a failed payment, or expired), else pending."""
-    result: dict[str, Any] = {"outcome": NONE, "subscription": None, "payment": None}
-    result["session"] = session
+    result = {"outcome": NONE, "subscription": None, "payment": None, "session": session}
     if customer is None:
         return result
     subs = Subscription.objects.active().for_customer(customer).select_related("product")
