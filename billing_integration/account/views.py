@@ -38,18 +38,15 @@ ACCOUNT_TEMPLATE = "billing_integration/account.html"
 PAY_AGAIN_STATUSES = ("failed", "canceled")
 
 
-def _url(target: str) -> str:
-    if "/" not in target:
-        try:
-            return reverse(target)
-        except NoReverseMatch:
-            return "/"
-    return target
-
-
 def pricing_url() -> str:
     """``BILLING['PRICING_URL']`` (a URL name or a path): where a customer chooses a plan."""
-    return _url(str(billing_settings.PRICING_URL or "/"))
+    target = str(billing_settings.PRICING_URL or "/")
+    if "/" in target:
+        return target
+    try:
+        return reverse(target)
+    except NoReverseMatch:
+        return "/"
 
 
 def _price_of(sub: Subscription) -> Price | None:
@@ -164,13 +161,12 @@ def account(request: HttpRequest) -> HttpResponse:
     # session of its product (none needed for a product with one cycle)
     cycles: dict[int, str] = {}
     if customer is not None:
-        for product_id, cycle in (
+        cycles = dict(
             CheckoutSession.objects.filter(customer=customer, product__isnull=False)
             .exclude(selected_billing_cycle="")
             .order_by("created_at", "pk")
             .values_list("product_id", "selected_billing_cycle")
-        ):
-            cycles[product_id] = cycle
+        )
     for sub in reversed(subscriptions):  # oldest first: the latest wins
         if sub.product_id and sub.selected_billing_cycle:
             cycles[sub.product_id] = sub.selected_billing_cycle
