@@ -126,17 +126,10 @@ def start_trial(
     client: Any = None,
     deadline: Deadline | None = None,
 ) -> Subscription:
-    """Start a free trial of ``product`` for ``subscriber`` and return its ``Subscription``.
-
-    ``days``: the trial's length (default: the product's ``trial_days``). ``auto_renew`` is
-    sent as is: the customer has given no payment method yet, so by default the trial does
-    not renew; a checkout of the product converts it. ``wait`` (a person waits): the customer
-    and the subscription are pushed within ``BILLING['INTERACTIVE_DEADLINE']``; a push that
-    does not finish in time is completed by the outbox, and the returned subscription has no
-    ``remote_id`` yet. ``wait=False``: the outbox pushes both. Raises a ``CheckoutError``
-    (``TrialNotOffered``, ``TrialAlreadyUsed``, ``AlreadySubscribed``, ``PlanAlreadyHeld``,
-    ``CheckoutInProgress``, ``ProductUnavailable``, ``InvalidChoice``, ...) as
-    ``start_checkout`` does."""
+    """Start a free trial of ``product`` for ``subscriber`` and return its ``Subscription``
+    (docs/trials.md). With ``wait`` (a person waits) the pushes happen within
+    ``BILLING['INTERACTIVE_DEADLINE']``; one not done in time is finished by the outbox, and
+    the subscription returned has no ``remote_id`` yet. Raises a ``CheckoutError``."""
     if subscriber is None or getattr(subscriber, "pk", None) is None:
         raise NoSubscriber()
     resolved = product if isinstance(product, Product) else resolve_product(product)
