@@ -401,7 +401,6 @@ def settle(customer: Customer | None) -> None:
     pending = ChangeRequest.objects.filter(customer=customer, state=ChangeState.PENDING)
     for request in pending.select_related("subscription"):
         sub = request.subscription
-        done: bool
         if request.kind == ChangeKind.STOP_RENEWAL:
             done = not sub.auto_renew
         elif request.kind == ChangeKind.RESUME:

@@ -183,14 +183,11 @@ def _session_for(customer: Customer | None, ref: str | None) -> CheckoutSession 
     if customer is None:
         return None
     sessions = CheckoutSession.objects.filter(customer=customer).select_related("product")
-    if ref:
-        try:
-            found = sessions.filter(remote_id=uuid.UUID(str(ref))).first()
-        except ValueError:
-            found = None
-        if found is not None:
-            return found
-    return sessions.order_by("-created_at", "-pk").first()
+    try:
+        found = sessions.filter(remote_id=uuid.UUID(str(ref))).first() if ref else None
+    except ValueError:
+        found = None
+    return found or sessions.order_by("-created_at", "-pk").first()
 
 
 def _refresh(customer: Customer, deadline: Deadline) -> bool:
