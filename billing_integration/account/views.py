@@ -130,13 +130,12 @@ def account(request: HttpRequest) -> HttpResponse:
     customer = (
         Customer.objects.filter(subscriber=subscriber).first() if subscriber is not None else None
     )
-    if customer is not None:
-        changes.settle(customer)  # requests the mirror shows done; plans renewing twice
     subscriptions: list[Subscription] = []
     payments: list[Payment] = []
     invoices: list[Invoice] = []
     refunds: list[Refund] = []
     if customer is not None:
+        changes.settle(customer)  # requests the mirror shows done; plans renewing twice
         priced = Prefetch(
             "product__cycles", queryset=BillingCycle.objects.prefetch_related("prices")
         )
