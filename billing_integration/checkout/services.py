@@ -537,7 +537,7 @@ def _create_session(
         raise CheckoutRefused()
 
     for name, value in remote.items():
-        if value is not None or name != "expires_at":
+        if value is not None or name not in ("expires_at", "selected_currency"):
             setattr(session, name, value)
     session.sync_state = SyncState.SYNCED
     session.last_synced_at = timezone.now()

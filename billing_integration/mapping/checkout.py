@@ -10,7 +10,8 @@ from django.utils import timezone
 
 from .. import currencies
 from ..conf import billing_settings
-from .common import remote_meta, ts, wire_ts
+from ..exceptions import BillingConfigurationError
+from .common import lenient_ts, remote_meta, wire_ts
 
 if TYPE_CHECKING:
     from ..models import CheckoutSession
@@ -18,6 +19,19 @@ if TYPE_CHECKING:
 
 def currency_id(value: Any) -> int | None:
     return None if value in (None, "") else currencies.currency_id(value)
+
+
+def _known_currency(value: Any) -> int | None:
+    try:
+        return currency_id(value)
+    except BillingConfigurationError:
+        return None
+
+
+def _kept(data: dict[str, Any], name: str, limit: int) -> str | None:
+    """A text value as the column takes it (cut to ``limit``), None for another type."""
+    value = data.get(name)
+    return value.replace("\x00", "")[:limit] if isinstance(value, str) else None
 
 
 def to_remote(session: CheckoutSession) -> dict[str, Any]:
@@ -42,13 +56,16 @@ def to_remote(session: CheckoutSession) -> dict[str, Any]:
 
 
 def from_remote(data: dict[str, Any]) -> dict[str, Any]:
-    return remote_meta(data) | {
-        "status": data.get("status") or "",
-        "expires_at": ts(data.get("expires_at"), "expires_at"),
-        "action": data.get("action") or "new_subscription",
-        "completed_at": ts(data.get("completed_at"), "completed_at"),
-        "selected_billing_cycle": data.get("selected_billing_cycle") or "",
-        "selected_currency": currency_id(data.get("selected_currency")),
-        "upgrade_to": data.get("upgrade_to"),
-        "downgrade_to": data.get("downgrade_to"),
+    """The session as answered at its creation. Its id is what matters (the hosted page): a
+    value the column cannot take (not text, too long, a time or a currency that does not
+    parse) is kept only in ``remote_data``, never an error that would stop the checkout."""
+    return remote_meta(data, strict=False) | {
+        "status": _kept(data, "status", 32) or "",
+        "expires_at": lenient_ts(data.get("expires_at"), "expires_at"),
+        "action": _kept(data, "action", 32) or "new_subscription",
+        "completed_at": lenient_ts(data.get("completed_at"), "completed_at"),
+        "selected_billing_cycle": _kept(data, "selected_billing_cycle", 32) or "",
+        "selected_currency": _known_currency(data.get("selected_currency")),
+        "upgrade_to": _kept(data, "upgrade_to", 64),
+        "downgrade_to": _kept(data, "downgrade_to", 64),
     }

@@ -55,12 +55,22 @@ def as_decimal(value: Any) -> Decimal:
     return Decimal(str(value)).quantize(Decimal("0.01"))
 
 
-def remote_meta(data: dict[str, Any]) -> dict[str, Any]:
-    """The ``RemoteObject`` field values of any resource."""
+def lenient_ts(value: Any, field: str = "timestamp") -> datetime | None:
+    """``ts``, with None for a value that does not parse."""
+    try:
+        return ts(value, field)
+    except RemoteDataError:
+        return None
+
+
+def remote_meta(data: dict[str, Any], *, strict: bool = True) -> dict[str, Any]:
+    """The ``RemoteObject`` field values of any resource (``strict=False``: a date that does
+    not parse is None, not an error)."""
+    stamp = ts if strict else lenient_ts
     return {
         "remote_id": as_uuid(data.get("id")),
-        "remote_created": ts(data.get("date_created"), "date_created"),
-        "remote_updated": ts(data.get("date_updated"), "date_updated"),
+        "remote_created": stamp(data.get("date_created"), "date_created"),
+        "remote_updated": stamp(data.get("date_updated"), "date_updated"),
         "remote_user_created": as_uuid(data.get("user_created")),
         "remote_user_updated": as_uuid(data.get("user_updated")),
         "remote_data": data,

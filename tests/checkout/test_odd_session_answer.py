@@ -1,0 +1,55 @@
+"""A checkout session's answer with values the columns cannot take (a status or action too
+long or not text, times and a currency that do not parse): the customer still goes to the
+hosted page, the session is stored with what fits, the raw answer kept beside it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from billing_integration.client import get_client
+from billing_integration.models import CheckoutSession
+
+from .conftest import make_product
+from .test_one_purchase import post
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ODD = {
+    "status": "open-" + "x" * 100,
+    "action": 5,
+    "expires_at": "31/12/2026",
+    "completed_at": "soon",
+    "date_created": "yesterday",
+    "selected_currency": 999,
+    "selected_billing_cycle": ["months-1"],
+    "upgrade_to": "u" * 200,
+}
+
+
+def test_odd_values_in_the_session_answer_still_send_the_customer_to_pay(
+    billing_sandbox, logged_in, monkeypatch
+):
+    product = make_product("Pro")
+    client = get_client()
+    real = client._call
+
+    def call(operation: str, *args: Any, **kwargs: Any) -> Any:
+        answer = real(operation, *args, **kwargs)
+        return {**answer, **ODD} if operation == "create_checkout_session" else answer
+
+    monkeypatch.setattr(client, "_call", call)
+    response = post(logged_in, product)
+    assert response.status_code == 302, response.content[:500]
+    session = CheckoutSession.objects.get()
+    assert response["Location"].endswith(f"/checkout/{session.remote_id}")
+    [sent] = billing_sandbox.requests(operation="create_checkout_session")
+    assert sent["status"] == 200
+    assert str(session.remote_id) in {s["id"] for s in billing_sandbox.objects("checkout_session")}
+    assert session.status == ODD["status"][:32] and session.action == "new_subscription"
+    assert session.expires_at is not None  # the one sent, kept
+    assert session.completed_at is None and session.remote_created is None
+    assert session.selected_currency == 1  # the one sent (XOF), not the unknown 999
+    assert session.selected_billing_cycle == "" and session.upgrade_to == "u" * 64
+    assert session.remote_data["selected_currency"] == 999  # the answer as received
