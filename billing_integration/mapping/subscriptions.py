@@ -84,6 +84,17 @@ def to_remote(subscription: Subscription) -> dict[str, Any]:
     return body
 
 
+def _auto_renew(value: Any) -> bool:
+    """A boolean, 0 or 1, or its text ("true", "false", any case); null is false (the
+    interface's default, true, applies only when the field is absent)."""
+    if value is None or isinstance(value, bool) or value in (0, 1):
+        return bool(value)
+    word = value.strip().lower() if isinstance(value, str) else None
+    if word in ("true", "false"):
+        return word == "true"
+    raise RemoteDataError("auto_renew", value, "not a boolean")
+
+
 def from_remote(data: dict[str, Any]) -> dict[str, Any]:
     """Model field values from a subscription resource (``RemoteDataError`` if unstorable)."""
     from ..models import Subscription
@@ -94,7 +105,7 @@ def from_remote(data: dict[str, Any]) -> dict[str, Any]:
     fields["customer_remote_id"] = as_uuid(data.get("customer"))
     for name in DATES:
         fields[name] = ts(data.get(name), name)
-    fields["auto_renew"] = bool(data.get("auto_renew", True))
+    fields["auto_renew"] = _auto_renew(data.get("auto_renew", True))
     cycle = str(data.get("selected_billing_cycle") or "")
     fields["selected_billing_cycle"] = text(Subscription, "selected_billing_cycle", cycle)
     currency = _remote_currency(data.get("selected_currency"))

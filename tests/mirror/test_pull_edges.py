@@ -116,6 +116,19 @@ def test_a_pull_never_moves_a_subscription_back_nor_nulls_its_version(small_page
     assert subs[1].status == "paused" and subs[1].remote_updated == version
 
 
+def test_auto_renew_as_text_is_read_as_the_boolean_it_says(small_pages, tamper):
+    """ "false" as text means no renewal (``bool("false")`` is True); a value that is no
+    boolean is reported, the row not applied."""
+    subs = pulled(small_pages)
+    Subscription.objects.update(auto_renew=True)
+    changed = {"0": {"auto_renew": "false"}, "1": {"auto_renew": " TRUE "}}
+    tamper("list_subscriptions", rows_changed(**changed, **{"2": {"auto_renew": "maybe"}}))
+    counts = pull_subscriptions()
+    renews = dict(Subscription.objects.values_list("pk", "auto_renew"))
+    assert [renews[s.pk] for s in subs] == [False, True, True]  # the third unchanged
+    assert counts.errors == 1
+
+
 def test_a_pulled_unknown_currency_id_is_kept_as_received(small_pages, tamper):
     subs = pulled(small_pages)
     tamper("list_subscriptions", rows_changed(**{"0": {"selected_currency": "99"}}))
