@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import connections, router, transaction
 from django.db.models import Q, prefetch_related_objects
 from django.utils import timezone
 
@@ -101,7 +101,9 @@ ADOPT_BY = {
 
 
 def _existing(model: type[RemoteObject], mapped: list[Row]) -> dict[Any, Any]:
-    """The local rows by remote id, the adopted unlinked ones included, in one query."""
+    """The local rows by remote id, the adopted unlinked ones included, in one query, locked
+    until the caller's transaction ends (``FOR NO KEY UPDATE`` where the database has it, as
+    the event handlers lock; in primary-key order, so two pulls do not deadlock)."""
     keys = ADOPT_BY.get(model.__name__, ())
     query = Q(remote_id__in=[m["remote_id"] for m in mapped])
     wanted = {k for k in (tuple(m.get(n) for n in keys) for m in mapped) if k and None not in k}
@@ -110,7 +112,9 @@ def _existing(model: type[RemoteObject], mapped: list[Row]) -> dict[Any, Any]:
         query |= Q(remote_id__isnull=True, **values)
     existing: dict[Any, RemoteObject] = {}
     unlinked: dict[Any, RemoteObject] = {}
-    for obj in model._default_manager.filter(query).order_by("pk"):
+    no_key = connections[router.db_for_write(model)].features.has_select_for_no_key_update
+    rows = model._default_manager.filter(query).order_by("pk")
+    for obj in rows.select_for_update(no_key=no_key):
         if obj.remote_id is not None:
             existing[obj.remote_id] = obj
         else:
@@ -156,6 +160,22 @@ def _upsert(
     counts.pages += 1
     if not mapped:
         return [], []
+    # The rows are read, locked, in the write's transaction: each is decided on (the version
+    # guard, the local changes) as it is when written, never as it was before an event
+    # changed it; that event waits for the commit, then its own guard decides.
+    with transaction.atomic(using=router.db_for_write(model)), from_remote():
+        return _write(model, mapped, counts, local_owned, create_only, versioned)
+
+
+def _write(
+    model: type[RemoteObject],
+    mapped: list[Row],
+    counts: PullCounts,
+    local_owned: tuple[str, ...],
+    create_only: tuple[str, ...],
+    versioned: bool,
+) -> tuple[list[Any], list[Any]]:
+    """``_upsert`` in its transaction: read the rows (locked), decide, write."""
     now = timezone.now()
     existing = _existing(model, mapped)
     to_create: list[Any] = []
@@ -185,19 +205,18 @@ def _upsert(
                 update_fields.add("sync_state")
             counts.updated += 1
         to_update.append(obj)
-    with transaction.atomic(), from_remote():
-        if to_create:
-            # A row a concurrent pull or event inserted meanwhile is updated, not duplicated.
-            model._default_manager.bulk_create(
-                to_create,
-                update_conflicts=True,
-                unique_fields=["remote_id"],
-                update_fields=sorted(set(mapped[0]) - {"remote_id", *create_only}),
-            )
-        if to_update:
-            model._default_manager.bulk_update(to_update, sorted(update_fields))
-        # bulk writes send no signals: the reporting rollups are told here (one statement)
-        touch_reports([*to_create, *to_update])
+    if to_create:
+        # A row a concurrent pull or event inserted meanwhile is updated, not duplicated.
+        model._default_manager.bulk_create(
+            to_create,
+            update_conflicts=True,
+            unique_fields=["remote_id"],
+            update_fields=sorted(set(mapped[0]) - {"remote_id", *create_only}),
+        )
+    if to_update:
+        model._default_manager.bulk_update(to_update, sorted(update_fields))
+    # bulk writes send no signals: the reporting rollups are told here (one statement)
+    touch_reports([*to_create, *to_update])
     counts.created += len(to_create)
     return to_create, to_update
 

@@ -6,18 +6,26 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 import time
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
 from django.urls import reverse
 
 from billing_integration.models import Customer, EventState, Subscription, WebhookEvent
+from billing_integration.sync import pull
 from billing_integration.sync.pull import pull_customers, pull_products, pull_subscriptions
 from billing_integration.sync.tasks import sync_all
+from billing_integration.timestamps import parse_timestamp
+from billing_integration.webhooks.ingest import store_delivery
+from billing_integration.webhooks.processing import process_event
+from billing_integration.webhooks.verification import Verification
 
 from ..webhooks.conftest import as_meta, sign
+from .conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -63,6 +71,75 @@ def test_a_version_of_our_clock_never_makes_a_pulled_row_stale(sandbox, client):
     assert sub.remote_updated.isoformat().startswith(remote["date_updated"][:19])
     # Now the stored version is the service's own: an older pulled row is stale again.
     assert pull_subscriptions().unchanged == 1
+
+
+def blocked(backend: int | None) -> bool:
+    """The PostgreSQL backend ``backend`` waits on a lock another transaction holds."""
+    if backend is None:
+        return False
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT cardinality(pg_blocking_pids(%s)) > 0", [backend])
+        return bool(cursor.fetchone()[0])
+
+
+@pytest.mark.postgresql
+def test_an_event_processed_while_a_pull_writes_is_never_taken_back(sandbox, monkeypatch):
+    """A pull reads a subscription; before it writes, another thread receives and processes
+    an event of a newer state of it. The pull decides on the row locked in its write's
+    transaction: the event waits for the pull's commit, then applies over the pulled state."""
+    sandbox.seed(customers=1, subscriptions=1)
+    pull_products(), pull_customers(), pull_subscriptions()
+    sub = Subscription.objects.get()
+    sandbox.trigger("subscription.paused", str(sub.remote_id))  # what the pull will write
+    order: list[str] = []
+    event: dict = {}
+
+    def deliver(envelope: dict) -> None:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid()")
+                event["backend"] = cursor.fetchone()[0]
+            order.append("event started")
+            body = json.dumps(envelope).encode()
+            stored = store_delivery(body, {}, Verification("signature", envelope["id"]))
+            event["result"] = process_event(stored.event.pk)
+            order.append("event done")
+        finally:
+            connection.close()
+
+    read, touch = pull._existing, pull.touch_reports
+
+    def read_then_event(model, mapped):
+        rows = read(model, mapped)
+        order.append("pull read")
+        sandbox.advance(seconds=60)  # the service cancels it, a minute after the pull's list
+        event["envelope"] = sandbox.trigger("subscription.canceled", str(sub.remote_id))
+        thread = threading.Thread(target=deliver, args=(event["envelope"],))
+        event["thread"] = thread
+        thread.start()
+        # Until the event is applied, or waits on a lock the pull holds.
+        wait_for(lambda: not thread.is_alive() or blocked(event.get("backend")))
+        event["waited"] = thread.is_alive()
+        return rows
+
+    def wrote(objs):
+        order.append("pull wrote")
+        touch(objs)
+
+    monkeypatch.setattr(pull, "_existing", read_then_event)
+    monkeypatch.setattr(pull, "touch_reports", wrote)
+    counts = pull_subscriptions()
+    event["thread"].join(timeout=30)
+    assert not event["thread"].is_alive()
+    # The race happened: the event's processing began after the pull's read, before its write.
+    assert order.index("pull read") < order.index("event started") < order.index("pull wrote")
+    assert (counts.updated, counts.stale) == (1, 0)  # the pulled (paused) state was written
+    assert (event["result"].state, event["result"].outcome) == (EventState.PROCESSED, "applied")
+    sub.refresh_from_db()
+    data = event["envelope"]["data"]
+    assert sub.status == "canceled", order  # not taken back to the pulled (older) state
+    assert sub.remote_updated == parse_timestamp(data["date_updated"])
+    assert event["waited"]  # on the row the pull locked, until its commit
 
 
 def fail_products(sandbox) -> None:
