@@ -3,13 +3,14 @@ keeping local changes not yet pushed and never taking a subscription back to an 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import connections, router, transaction
+from django.db import IntegrityError, connections, router, transaction
 from django.db.models import Q, prefetch_related_objects
 from django.utils import timezone
 
@@ -160,11 +161,23 @@ def _upsert(
     counts.pages += 1
     if not mapped:
         return [], []
-    # The rows are read, locked, in the write's transaction: each is decided on (the version
-    # guard, the local changes) as it is when written, never as it was before an event
-    # changed it; that event waits for the commit, then its own guard decides.
-    with transaction.atomic(using=router.db_for_write(model)), from_remote():
-        return _write(model, mapped, counts, local_owned, create_only, versioned)
+
+    def write() -> tuple[list[Any], list[Any]]:
+        # The rows are read, locked, in the write's transaction: each is decided on (the
+        # version guard, the local changes) as it is when written, never as it was before an
+        # event changed it; that event waits for the commit, then its own guard decides.
+        done = PullCounts()
+        with transaction.atomic(using=router.db_for_write(model)), from_remote():
+            written = _write(model, mapped, done, local_owned, create_only, versioned)
+        counts.add(done)
+        return written
+
+    # A versioned row an event inserted after the read (none to lock then) fails the insert:
+    # the write is rolled back and made again, that row now read, locked, and decided on.
+    for _retry in range(2 if versioned else 0):
+        with contextlib.suppress(IntegrityError):
+            return write()
+    return write()
 
 
 def _write(
@@ -206,10 +219,11 @@ def _write(
             counts.updated += 1
         to_update.append(obj)
     if to_create:
-        # A row a concurrent pull or event inserted meanwhile is updated, not duplicated.
+        # A row a concurrent pull or event inserted meanwhile is updated, not duplicated; a
+        # versioned one fails the insert instead (IntegrityError: ``_upsert`` writes again).
         model._default_manager.bulk_create(
             to_create,
-            update_conflicts=True,
+            update_conflicts=not versioned,
             unique_fields=["remote_id"],
             update_fields=sorted(set(mapped[0]) - {"remote_id", *create_only}),
         )

@@ -82,15 +82,12 @@ def blocked(backend: int | None) -> bool:
         return bool(cursor.fetchone()[0])
 
 
-@pytest.mark.postgresql
-def test_an_event_processed_while_a_pull_writes_is_never_taken_back(sandbox, monkeypatch):
-    """A pull reads a subscription; before it writes, another thread receives and processes
-    an event of a newer state of it. The pull decides on the row locked in its write's
-    transaction: the event waits for the pull's commit, then applies over the pulled state."""
-    sandbox.seed(customers=1, subscriptions=1)
-    pull_products(), pull_customers(), pull_subscriptions()
-    sub = Subscription.objects.get()
-    sandbox.trigger("subscription.paused", str(sub.remote_id))  # what the pull will write
+def cancel_after_the_pulls_read(sandbox, monkeypatch, remote_id: str) -> tuple[list, dict]:
+    """Once a pull has read the local rows (its first read), the service cancels subscription
+    ``remote_id`` a minute later and another thread stores and processes that event; the pull
+    goes on once the event is applied or waits on a lock the pull holds. Returns the order of
+    the steps (``pull read``, ``event started``, ``event done``, ``pull wrote``) and the
+    event thread's ``thread``, ``envelope``, ``result`` and whether it ``waited``."""
     order: list[str] = []
     event: dict = {}
 
@@ -111,13 +108,14 @@ def test_an_event_processed_while_a_pull_writes_is_never_taken_back(sandbox, mon
 
     def read_then_event(model, mapped):
         rows = read(model, mapped)
+        if "thread" in event:
+            return rows
         order.append("pull read")
-        sandbox.advance(seconds=60)  # the service cancels it, a minute after the pull's list
-        event["envelope"] = sandbox.trigger("subscription.canceled", str(sub.remote_id))
+        sandbox.advance(seconds=60)
+        event["envelope"] = sandbox.trigger("subscription.canceled", remote_id)
         thread = threading.Thread(target=deliver, args=(event["envelope"],))
         event["thread"] = thread
         thread.start()
-        # Until the event is applied, or waits on a lock the pull holds.
         wait_for(lambda: not thread.is_alive() or blocked(event.get("backend")))
         event["waited"] = thread.is_alive()
         return rows
@@ -128,18 +126,55 @@ def test_an_event_processed_while_a_pull_writes_is_never_taken_back(sandbox, mon
 
     monkeypatch.setattr(pull, "_existing", read_then_event)
     monkeypatch.setattr(pull, "touch_reports", wrote)
-    counts = pull_subscriptions()
+    return order, event
+
+
+def canceled_by(event: dict, remote_id: str) -> Subscription:
+    """The subscription, once the event's thread is done and has applied the event."""
     event["thread"].join(timeout=30)
     assert not event["thread"].is_alive()
+    assert (event["result"].state, event["result"].outcome) == (EventState.PROCESSED, "applied")
+    return Subscription.objects.get(remote_id=remote_id)
+
+
+@pytest.mark.postgresql
+def test_an_event_processed_while_a_pull_writes_is_never_taken_back(sandbox, monkeypatch):
+    """A pull reads a subscription; before it writes, another thread receives and processes
+    an event of a newer state of it. The pull decides on the row locked in its write's
+    transaction: the event waits for the pull's commit, then applies over the pulled state."""
+    sandbox.seed(customers=1, subscriptions=1)
+    pull_products(), pull_customers(), pull_subscriptions()
+    remote_id = str(Subscription.objects.get().remote_id)
+    sandbox.trigger("subscription.paused", remote_id)  # what the pull will write
+    order, event = cancel_after_the_pulls_read(sandbox, monkeypatch, remote_id)
+    counts = pull_subscriptions()
+    sub = canceled_by(event, remote_id)
     # The race happened: the event's processing began after the pull's read, before its write.
     assert order.index("pull read") < order.index("event started") < order.index("pull wrote")
     assert (counts.updated, counts.stale) == (1, 0)  # the pulled (paused) state was written
-    assert (event["result"].state, event["result"].outcome) == (EventState.PROCESSED, "applied")
-    sub.refresh_from_db()
-    data = event["envelope"]["data"]
     assert sub.status == "canceled", order  # not taken back to the pulled (older) state
-    assert sub.remote_updated == parse_timestamp(data["date_updated"])
+    assert sub.remote_updated == parse_timestamp(event["envelope"]["data"]["date_updated"])
     assert event["waited"]  # on the row the pull locked, until its commit
+
+
+@pytest.mark.postgresql
+def test_a_subscription_an_event_inserts_while_a_pull_writes_is_never_taken_back(
+    sandbox, monkeypatch
+):
+    """A pull reads no row of a subscription (there is none to lock); before it writes,
+    another thread processes an event of a newer state of it, which inserts the row. The
+    pull's insert of that row fails and the pull decides on it again, locked: ``stale``."""
+    sandbox.seed(customers=1, subscriptions=1)
+    pull_products(), pull_customers()  # the subscription is not known locally
+    remote_id = str(sandbox.objects("subscription")[0]["id"])
+    order, event = cancel_after_the_pulls_read(sandbox, monkeypatch, remote_id)
+    counts = pull_subscriptions()
+    sub = canceled_by(event, remote_id)
+    # The race happened: the event inserted the row after the pull's read, before its write.
+    assert order.index("pull read") < order.index("event done") < order.index("pull wrote")
+    assert sub.status == "canceled", order  # not the pulled (older) state
+    assert (counts.created, counts.updated, counts.stale) == (0, 0, 1)
+    assert sub.remote_updated == parse_timestamp(event["envelope"]["data"]["date_updated"])
 
 
 def fail_products(sandbox) -> None:
