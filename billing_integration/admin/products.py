@@ -682,7 +682,9 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
     ) -> None:
         pks = list(queryset.values_list("pk", flat=True))
         with transaction.atomic():
-            rows = Product.objects.filter(pk__in=pks).exclude(status=status).select_for_update()
+            # Locked in primary-key order, the order a pull locks them in.
+            rows = Product.objects.filter(pk__in=pks).exclude(status=status).order_by("pk")
+            rows = rows.select_for_update()
             for product in rows:
                 product.archive() if status == ProductStatus.ARCHIVED else product.publish()
                 self.log_change(request, product, [{"changed": {"fields": ["status"]}}])
