@@ -10,7 +10,7 @@ customers and the customers at risk from the rollups (as of their last refresh) 
 from __future__ import annotations
 
 from collections.abc import Iterable, MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -203,7 +203,7 @@ def monthly_figures(
     if closed is None:
         live = period
     else:
-        live = Period(months=1, product=period.product, currency=period.currency, now=period.now)
+        live = replace(period, months=1)
         since = rollups_module.snapshot_at(period, state)
     # the current month's subscriptions: in ``closed`` (carried over from the rollups)
     history = metrics.subscription_history(live, prices) if closed is None else []

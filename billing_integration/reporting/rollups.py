@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date, datetime
 from decimal import Decimal
 from itertools import groupby
@@ -525,7 +525,7 @@ def current_month(
     moved = touching(start, period.now)
 
     def counts(at: datetime) -> dict[tuple[Any, ...], dict[str, Any]]:
-        month = Period(months=1, product=period.product, currency=period.currency, now=at)
+        month = replace(period, months=1, now=at)
         rows = metrics.subscription_counts(month, qs=moved, at=at)
         return {(r["product_id"], r["cycle"], r["currency"]): r for r in rows}
 
@@ -673,9 +673,7 @@ def _lapsed_in_trial(period: Period, basis: datetime) -> Rows:
     )
     if not qs.exists():
         return []
-    closed = Period(
-        months=period.months, product=period.product, currency=period.currency, now=basis
-    )
+    closed = replace(period, now=basis)
     prices = metrics.price_table()
     # the customers' subscriptions: only their reactivation changes (came_back)
     theirs = Subscription.objects.filter(customer__in=qs.values("customer_id"))
