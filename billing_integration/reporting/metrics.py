@@ -553,6 +553,15 @@ def refund_history(period: Period, after: datetime | None = None) -> Rows:
     ]
 
 
+def flow_history(period: Period, after: datetime | None = None) -> Rows:
+    """The trials, payments and refunds of ``period`` (``after``: since that instant)."""
+    return [
+        *trial_history(period, after),
+        *payment_history(period, after),
+        *refund_history(period, after),
+    ]
+
+
 def _ranked_customers(payments: QuerySet[Any], limit: int) -> RawSQL:
     """The customers of the first ``limit`` (customer, currency) pairs by lifetime paid. Raw SQL
     for what the ORM cannot express: a common table expression, so the ranking runs once."""

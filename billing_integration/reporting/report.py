@@ -199,21 +199,12 @@ def monthly_figures(
     ``current_at``). ``current``: see ``rollups.closed_months``."""
     state = rollups_module.status()
     closed = rollups_module.closed_months(period, prices, state, current) if rollups else None
-    since = None
     if closed is None:
-        live = period
-    else:
-        live = replace(period, months=1)
+        since = None
+        rows = [*metrics.subscription_history(period, prices), *metrics.flow_history(period)]
+    else:  # the current month's subscriptions are in ``closed`` (carried over from the rollups)
         since = rollups_module.snapshot_at(period, state)
-    # the current month's subscriptions: in ``closed`` (carried over from the rollups)
-    history = metrics.subscription_history(live, prices) if closed is None else []
-    rows = [
-        *(closed or []),
-        *history,
-        *metrics.trial_history(live, since),
-        *metrics.payment_history(live, since),
-        *metrics.refund_history(live, since),
-    ]
+        rows = [*closed, *metrics.flow_history(replace(period, months=1), since)]
     return rows, {**state, "used": closed is not None, "current_used": since is not None}
 
 

@@ -87,17 +87,8 @@ def compute(first: date, end: date, at: datetime) -> list[ReportMonth]:
         return []
     # n + 1 months up to the start of ``end``: the last one is empty and dropped
     period = Period(months=n + 1, now=_local_start(end))
-    rows = _rollup_rows(metrics.subscription_counts(period, at=at), _flows(period))
+    rows = _rollup_rows(metrics.subscription_counts(period, at=at), metrics.flow_history(period))
     return [r for r in rows if first <= r.month < end]
-
-
-def _flows(period: Period, after: datetime | None = None) -> Rows:
-    """The trials, payments and refunds of ``period`` (``after``: since that instant)."""
-    return [
-        *metrics.trial_history(period, after),
-        *metrics.payment_history(period, after),
-        *metrics.refund_history(period, after),
-    ]
 
 
 def _rollup_rows(subscriptions: Rows, flows: Rows) -> list[ReportMonth]:
@@ -276,7 +267,7 @@ def _snapshot_current_month(now: datetime) -> None:
     end = basis_of(now).date()
     period = Period(months=1, now=now)
     closing = _month_rows(_add_months(end, -1), period)
-    rows = _rollup_rows(current_month(period, closing), _flows(period))
+    rows = _rollup_rows(current_month(period, closing), metrics.flow_history(period))
     ReportMonth.objects.filter(month__gte=end).delete()
     ReportMonth.objects.bulk_create(rows, batch_size=1000)
     ReportState.objects.update_or_create(
