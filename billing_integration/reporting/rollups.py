@@ -170,16 +170,22 @@ def earliest_month(end: date) -> date:
     return min([*months, end])
 
 
+def _lapsed_in_trial_between(old: datetime, new: datetime) -> QuerySet[Subscription]:
+    """The subscriptions whose figures change when the active rule is judged at ``new`` instead
+    of ``old``: a lapsed cycle (ended by ``old``) whose trial ended in between."""
+    return Subscription.objects.filter(
+        status__in=active_statuses(),
+        cycle_end_date__lte=old,
+        trial_end_date__gt=old,
+        trial_end_date__lte=new,
+    )
+
+
 def _flipped_since(old: datetime, new: datetime) -> date | None:
     """The first month whose figures change when the active rule is judged at ``new`` instead
-    of ``old``: a lapsed cycle (ended by ``old``) whose trial ended in between."""
+    of ``old``."""
     found = (
-        Subscription.objects.filter(
-            status__in=active_statuses(),
-            cycle_end_date__lte=old,
-            trial_end_date__gt=old,
-            trial_end_date__lte=new,
-        )
+        _lapsed_in_trial_between(old, new)
         .order_by()
         .aggregate(first=Min("cycle_end_date"))["first"]
     )
@@ -656,12 +662,7 @@ def _lapsed_in_trial(period: Period, basis: datetime) -> Rows:
     judged at both instants)."""
     if period.now <= basis or period.start >= basis:
         return []
-    qs = Subscription.objects.filter(
-        status__in=active_statuses(),
-        cycle_end_date__lte=basis,
-        trial_end_date__gt=basis,
-        trial_end_date__lte=period.now,
-    )
+    qs = _lapsed_in_trial_between(basis, period.now)
     if not qs.exists():
         return []
     closed = replace(period, now=basis)
