@@ -439,7 +439,6 @@ def closed_months(
         qs = qs.filter(currency=period.currency)
     names = (*COUNT_FIELDS, *AMOUNT_FIELDS)
     flow_names = tuple(n for n in names if n not in SUBSCRIPTION_FIELDS)
-    counts: Rows = []
     carried: dict[tuple[Any, ...], dict[str, Any]] = {}  # per cycle: see current_month
     flows: Rows = []  # the current month's trials, payments and refunds up to ``since``
     out: dict[tuple[Any, ...], dict[str, Any]] = {}
@@ -473,14 +472,15 @@ def closed_months(
                 "month": month,
                 **dict.fromkeys(COUNT_FIELDS, 0),
                 **{n: Decimal("0.00") for n in AMOUNT_FIELDS},
+                "mrr": Decimal(0),
             },
         )
         for name in names:
             row[name] += r[name]
-        counts.append({**r, "month": month})
-    mrr = {(r["product_id"], r["currency"], r["month"]): r["mrr"] for r in _mrr(counts, prices)}
-    for key, row in out.items():
-        row["mrr"] = mrr.get(key, Decimal("0.00"))
+        monthly = prices.get((r["product_id"], r["cycle"], r["currency"]), Decimal(0))
+        row["mrr"] += r["paying_end"] * monthly
+    for row in out.values():
+        row["mrr"] = metrics.money(row["mrr"])
     for correction in _lapsed_in_trial(period, basis):
         fixed = out.get((correction["product_id"], correction["currency"], correction["month"]))
         if fixed is not None:
@@ -631,23 +631,6 @@ def customer_summary(period: Period, limit: int | None = 25) -> Rows:
         )
     ]
     return metrics.with_customer_details(rows, period, limit is not None)
-
-
-def _mrr(counts: Rows, prices: Prices) -> Rows:
-    return metrics.with_mrr(
-        [
-            {
-                **r,
-                "new": 0,
-                "reactivated": 0,
-                "cancellations": 0,
-                "active_start": 0,
-                "active_end": 0,
-            }
-            for r in counts
-        ],
-        prices,
-    )
 
 
 #: The figures ``_lapsed_in_trial`` corrects.
