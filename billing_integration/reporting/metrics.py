@@ -225,7 +225,7 @@ def money(value: Any) -> Decimal:
     return (Decimal(value) if value is not None else Decimal(0)).quantize(CENT)
 
 
-def _row(key: tuple[Any, Any, str], *counts: str, **amounts: Any) -> dict[str, Any]:
+def blank_row(key: tuple[Any, Any, str], *counts: str, **amounts: Any) -> dict[str, Any]:
     """A blank row of ``(product_id, currency, month)`` with zero counts and amounts."""
     row = dict(zip(("product_id", "currency", "month"), key, strict=True))
     return {**row, **dict.fromkeys(counts, 0), **{k: Decimal(v) for k, v in amounts.items()}}
@@ -330,7 +330,7 @@ def with_mrr(counts: Rows, prices: Prices) -> Rows:
     for r in counts:
         key = (r["product_id"], r["currency"], r["month"])
         names = ("active_start", "active_end", "new", "reactivated", "cancellations")
-        row = out.setdefault(key, _row(key, *names, mrr=0))
+        row = out.setdefault(key, blank_row(key, *names, mrr=0))
         for name in names:
             row[name] += r[name]
         monthly = prices.get((r["product_id"], r["cycle"], r["currency"]), Decimal(0))
@@ -506,7 +506,7 @@ def payment_history(period: Period, after: datetime | None = None) -> Rows:
         month = months[r["month"]]
         key = (r["product_id"], r["code"], month)
         counts = ("payments_completed", "payments_failed", "payments_canceled")
-        row = out.setdefault(key, _row(key, *counts, paid_amount=0, failed_amount=0))
+        row = out.setdefault(key, blank_row(key, *counts, paid_amount=0, failed_amount=0))
         count_key, amount_key = columns.get(r["status"], (None, None))
         if count_key:
             row[count_key] += r["n"]

@@ -439,6 +439,7 @@ def closed_months(
         qs = qs.filter(currency=period.currency)
     names = (*COUNT_FIELDS, *AMOUNT_FIELDS)
     flow_names = tuple(n for n in names if n not in SUBSCRIPTION_FIELDS)
+    zeros = dict.fromkeys(AMOUNT_FIELDS, "0.00")
     carried: dict[tuple[Any, ...], dict[str, Any]] = {}  # per cycle: see current_month
     flows: Rows = []  # the current month's trials, payments and refunds up to ``since``
     out: dict[tuple[Any, ...], dict[str, Any]] = {}
@@ -448,15 +449,8 @@ def closed_months(
             if since is not None and r["cycle"]:
                 carried[key3] = r
             elif since is not None:
-                current_key = metrics.month_key(basis)
-                flows.append(
-                    {
-                        "product_id": r["product_id"],
-                        "currency": r["currency"],
-                        "month": current_key,
-                        **{n: r[n] for n in flow_names},
-                    }
-                )
+                flow = {n: r[n] for n in ("product_id", "currency", *flow_names)}
+                flows.append({**flow, "month": metrics.month_key(basis)})
             continue
         if r["month"] == last and since is None and r["cycle"]:
             carried[key3] = r
@@ -464,17 +458,7 @@ def closed_months(
             continue
         month = r["month"].strftime("%Y-%m")
         key = (r["product_id"], r["currency"], month)
-        row = out.setdefault(
-            key,
-            {
-                "product_id": key[0],
-                "currency": key[1],
-                "month": month,
-                **dict.fromkeys(COUNT_FIELDS, 0),
-                **{n: Decimal("0.00") for n in AMOUNT_FIELDS},
-                "mrr": Decimal(0),
-            },
-        )
+        row = out.setdefault(key, metrics.blank_row(key, *COUNT_FIELDS, **zeros, mrr=0))
         for name in names:
             row[name] += r[name]
         monthly = prices.get((r["product_id"], r["cycle"], r["currency"]), Decimal(0))
