@@ -96,24 +96,16 @@ def _rollup_rows(subscriptions: Rows, flows: Rows) -> list[ReportMonth]:
     and refund rows (on the row of cycle ``""``)."""
     rows: dict[tuple[Any, ...], ReportMonth] = {}
 
-    def row(r: dict[str, Any], cycle: str) -> ReportMonth:
-        month = _key_month(r["month"])
+    for r in [*subscriptions, *flows]:
+        month, cycle = _key_month(r["month"]), r.get("cycle", "")  # flows have no cycle
         key = (month, r["product_id"], cycle, r["currency"])
         if key not in rows:
             rows[key] = ReportMonth(
                 month=month, product_id=r["product_id"], cycle=cycle, currency=r["currency"]
             )
-        return rows[key]
-
-    for r in subscriptions:
-        target = row(r, r["cycle"])
-        for name in SUBSCRIPTION_FIELDS:
-            setattr(target, name, getattr(target, name) + r[name])
-    for r in flows:
-        target = row(r, "")
         for name in (*COUNT_FIELDS, *AMOUNT_FIELDS):
             if name in r:
-                setattr(target, name, getattr(target, name) + r[name])
+                setattr(rows[key], name, getattr(rows[key], name) + r[name])
     return list(rows.values())
 
 
