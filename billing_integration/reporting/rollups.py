@@ -207,12 +207,11 @@ def refresh(
     *,
     full: bool = False,
     recent_months: int = 0,
-    batch_months: int = BATCH_MONTHS,
 ) -> Refreshed | None:
     """Bring the rollups up to date for ``now`` (default: now): recompute the dirty months,
     the months closed since the last refresh, the last ``recent_months`` closed months
     whether marked or not (the periodic reconciliation), or every month (``full``), in
-    batches of ``batch_months``. ``None`` when another refresh holds the rollups. Event
+    batches of ``BATCH_MONTHS``. ``None`` when another refresh holds the rollups. Event
     processing is never blocked: it only marks months dirty, on another row."""
     now = now or timezone.now()
     basis = basis_of(now)
@@ -240,7 +239,7 @@ def refresh(
             done = 0
             if first is not None:
                 ReportMonth.objects.filter(month__gte=first).delete()
-                for start, stop in _batches(first, end, batch_months):
+                for start, stop in _batches(first, end):
                     ReportMonth.objects.bulk_create(compute(start, stop, basis), batch_size=1000)
                     done += _months_between(start, stop)
                 compute_customers(now)
@@ -264,7 +263,7 @@ def _snapshot_current_month(now: datetime) -> None:
     Redone by every refresh (the month goes on), whatever is dirty."""
     end = basis_of(now).date()
     period = Period(months=1, now=now)
-    closing = _month_rows(_add_months(end, -1), period)
+    closing = _month_rows(_add_months(end, -1))
     rows = _rollup_rows(current_month(period, closing), metrics.flow_history(period))
     ReportMonth.objects.filter(month__gte=end).delete()
     ReportMonth.objects.bulk_create(rows, batch_size=1000)
@@ -281,14 +280,13 @@ def _at_risk_filters(product_id: int | None, code: str) -> list[tuple[int | None
     return [(p, c) for p in products for c in codes]
 
 
-def compute_at_risk(now: datetime, listed: int | None = None) -> None:
+def compute_at_risk(now: datetime) -> None:
     """Replace the customers at risk rollups with those at ``now``: for every filter the
     report offers (product, currency, both, none) the number of customers at risk and the
-    first ``listed`` (default ``AT_RISK_LISTED``) by identifier with their reasons. One pass
+    first ``AT_RISK_LISTED`` by identifier with their reasons. One pass
     over ``metrics.at_risk_reasons`` (a customer's rows are consecutive: the memory is the
-    ``listed`` rows per filter, not the customers), one query for the listed customers' name
+    listed rows per filter, not the customers), one query for the listed customers' name
     and email, and the ``at_risk`` state row."""
-    listed = AT_RISK_LISTED if listed is None else listed
     totals: dict[tuple[int | None, str], int] = {}
     rows: dict[tuple[int | None, str], list[ReportAtRisk]] = {}
     reasons = metrics.at_risk_reasons(now).iterator(chunk_size=2000)
@@ -304,7 +302,7 @@ def compute_at_risk(now: datetime, listed: int | None = None) -> None:
         for key, (failing, unsettled, uncollectable) in counts.items():
             totals[key] = totals.get(key, 0) + 1
             listed_rows = rows.setdefault(key, [])
-            if len(listed_rows) < listed:
+            if len(listed_rows) < AT_RISK_LISTED:
                 listed_rows.append(
                     ReportAtRisk(
                         product_id=key[0],
@@ -336,24 +334,20 @@ def compute_at_risk(now: datetime, listed: int | None = None) -> None:
     ReportState.objects.update_or_create(name=ReportState.AT_RISK, defaults={"verified_at": now})
 
 
-def _month_rows(month: date, period: Period) -> dict[tuple[Any, ...], dict[str, Any]]:
+def _month_rows(month: date) -> dict[tuple[Any, ...], dict[str, Any]]:
     """The subscription figures of the rollup rows of ``month`` per (product, cycle,
-    currency), in ``period``'s filter."""
+    currency)."""
     qs = ReportMonth.objects.filter(month=month).exclude(cycle="")
-    if period.product:
-        qs = qs.filter(product_id=period.product)
-    if period.currency:
-        qs = qs.filter(currency=period.currency)
     return {
         (r["product_id"], r["cycle"], r["currency"]): r
         for r in qs.order_by().values("product_id", "cycle", "currency", *SUBSCRIPTION_FIELDS)
     }
 
 
-def _batches(first: date, end: date, size: int) -> Iterator[tuple[date, date]]:
+def _batches(first: date, end: date) -> Iterator[tuple[date, date]]:
     start = first
     while start < end:
-        stop = min(_add_months(start, max(size, 1)), end)
+        stop = min(_add_months(start, BATCH_MONTHS), end)
         yield start, stop
         start = stop
 
