@@ -13,6 +13,7 @@ docs/reporting.md."""
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import date, datetime
@@ -366,21 +367,15 @@ def status() -> dict[str, Any]:
     recomputed), ``current_month`` and ``current_at`` (they hold that month up to that
     instant), ``at_risk_at`` (the customers at risk rollups are as of that instant), and
     ``pending_from`` (the first month a change since touched, or ``None``). One query."""
-    rows = {
-        name: (month, verified)
-        for name, month, verified in ReportState.objects.order_by().values_list(
-            "name", "month", "verified_at"
-        )
-    }
-    basis, verified_at = rows.get(ReportState.ROLLUPS, (None, None))
-    current_month, current_at = rows.get(ReportState.CURRENT, (None, None))
+    rows = ReportState.objects.order_by().values_list("name", "month", "verified_at")
+    state = defaultdict(lambda: (None, None), {name: (month, at) for name, month, at in rows})
     return {
-        "at_risk_at": rows.get(ReportState.AT_RISK, (None, None))[1],
-        "basis": basis,
-        "verified_at": verified_at,
-        "current_month": current_month,
-        "current_at": current_at,
-        "pending_from": rows.get(ReportState.DIRTY, (None, None))[0],
+        "at_risk_at": state[ReportState.AT_RISK][1],
+        "basis": state[ReportState.ROLLUPS][0],
+        "verified_at": state[ReportState.ROLLUPS][1],
+        "current_month": state[ReportState.CURRENT][0],
+        "current_at": state[ReportState.CURRENT][1],
+        "pending_from": state[ReportState.DIRTY][0],
     }
 
 
