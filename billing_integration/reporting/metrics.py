@@ -237,15 +237,10 @@ def _merge_codes(rows: Any, keys: tuple[str, ...], counts: tuple[str, ...]) -> R
     out: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in rows:
         key = (*(r[k] for k in keys), r["code"])
-        if key in out:
-            for c in counts:
-                out[key][c] += r[c]
-        else:
-            out[key] = {
-                **{k: r[k] for k in keys},
-                "currency": r["code"],
-                **{c: r[c] for c in counts},
-            }
+        blank = {**{k: r[k] for k in keys}, "currency": r["code"], **dict.fromkeys(counts, 0)}
+        row = out.setdefault(key, blank)
+        for c in counts:
+            row[c] += r[c]
     return list(out.values())
 
 
