@@ -134,10 +134,9 @@ def ended_at(now: datetime) -> Case:
 
 def came_back(at: datetime) -> Q:
     """A *reactivated* subscription (``started`` annotated): its customer had another
-    subscription (any product) that started and ended at or before its start, and none
-    active at its start (started at or before it and not ended at it): a customer coming
-    back after churning. ``at``: the instant the end rule is judged at (``ended_at``). Two
-    ``EXISTS`` on the customer's other subscriptions (the ``customer`` index)."""
+    subscription (any product) that started and ended at or before its start, and none active
+    at its start: a customer coming back after churning. ``at``: the instant the end rule is
+    judged at (``ended_at``)."""
     others = (
         Subscription.objects.annotate(started=started_at(), ended=ended_at(at))
         .filter(customer_id=OuterRef("customer_id"), started__lte=OuterRef("started"))
@@ -339,12 +338,10 @@ def subscription_counts(
     period: Period, qs: QuerySet[Any] | None = None, at: datetime | None = None
 ) -> Rows:
     """Per product, billing cycle, currency and month: active at its start and at its end,
-    new, reactivated (``came_back``, among the new), cancellations, and paying (active and
-    out of trial) at its end. One query buckets each subscription against the month
-    boundaries; only the subscriptions started in the period (an index range) are checked
-    for reactivation. ``qs``: these subscriptions only (their customers' other
-    subscriptions all count for reactivation); ``at``: the instant the active rule is judged
-    at (default: the period's end)."""
+    new, reactivated (among the new), cancellations, and paying (active and out of trial) at
+    its end. One query buckets each subscription against the month boundaries. ``qs``: these
+    subscriptions only (their customers' other subscriptions all count for reactivation);
+    ``at``: the instant the active rule is judged at (default: the period's end)."""
     bounds = period.bounds()
     points = [start for start, _end in bounds] + [period.now]
     first = points[0]
@@ -738,12 +735,10 @@ def at_risk_row(
 
 
 def at_risk_reasons(now: datetime) -> QuerySet[Any]:
-    """Why each customer is at risk at ``now``, per product and currency code: rows of
-    ``customer_id``, ``product_id``, ``code``, ``identifier``, ``failing`` (active
-    subscriptions whose last payment failed), ``unsettled`` (invoices not paid, void or
-    deleted) and ``uncollectable``, ordered by identifier then customer (a customer's rows
-    are consecutive). One query. The customers at risk of a filter (``_at_risk``) are those
-    with a row of its product and currency, their reasons the sums of those rows."""
+    """Why each customer is at risk at ``now``, per product and currency code (``failing``,
+    ``unsettled``, ``uncollectable``, as ``_at_risk``), ordered by identifier then customer so
+    that a customer's rows are consecutive. The customers at risk of a filter are those with a
+    row of its product and currency, their reasons the sums of those rows."""
     zero = Value(0, output_field=IntegerField())
     subs = (
         Subscription.objects.active(now)

@@ -1,14 +1,10 @@
-"""Reporting rollups: the figures of every closed month, per product, billing cycle and
-currency, computed ahead of time from the mirror by the very queries of ``metrics`` (so they
-are the definition), and read by the report instead of every row.
+"""Reporting rollups: the figures of every closed month (and of the current month up to the
+last refresh) per product, billing cycle and currency, and the customer tables, computed ahead
+of time by the very queries of ``metrics`` and read by the report instead of every row.
 
-Maintained by recomputing, never by counting: a saved or deleted subscription, payment or
-refund marks the months it counts in as dirty (``touch_reports``, one statement), and
-``refresh`` (the periodic task, ``billing_report --rebuild``) recomputes those months from the
-raw rows. Replays, out-of-order events and concurrent workers give the same result: the last
-recomputation reads the rows as they are. Every refresh also stores the current month up to
-its instant and the customers at risk as of it (``compute_at_risk``). See
-docs/reporting.md."""
+Maintained by recomputing, never by counting: a change marks its months dirty
+(``touch_reports``) and ``refresh`` recomputes them from the rows as they are, so replays,
+out-of-order events and concurrent workers give the same result. See docs/reporting.md."""
 
 from __future__ import annotations
 
@@ -209,11 +205,10 @@ def refresh(
     full: bool = False,
     recent_months: int = 0,
 ) -> Refreshed | None:
-    """Bring the rollups up to date for ``now`` (default: now): recompute the dirty months,
-    the months closed since the last refresh, the last ``recent_months`` closed months
-    whether marked or not (the periodic reconciliation), or every month (``full``), in
-    batches of ``BATCH_MONTHS``. ``None`` when another refresh holds the rollups. Event
-    processing is never blocked: it only marks months dirty, on another row."""
+    """Bring the rollups up to date for ``now``: recompute the dirty months, the months closed
+    since the last refresh, the last ``recent_months`` closed months (the reconciliation), or
+    every month (``full``). ``None`` when another refresh holds the rollups: event processing
+    never waits, it only marks months dirty, on another row."""
     now = now or timezone.now()
     basis = basis_of(now)
     end = basis.date()
@@ -257,11 +252,9 @@ def refresh(
 
 
 def _snapshot_current_month(now: datetime) -> None:
-    """Store the figures of the current month up to ``now`` (rows of that month, and the
-    ``current`` state row): the last closed month's end carried over and corrected by the
-    subscriptions that moved since the month began (``current_month``), and the month's
-    trials, payments and refunds. The report then adds only what happened since ``now``.
-    Redone by every refresh (the month goes on), whatever is dirty."""
+    """Store the current month's figures up to ``now`` (its ``ReportMonth`` rows and the
+    ``current`` state row): the report then adds only what happened since. Redone by every
+    refresh, since the month goes on."""
     end = basis_of(now).date()
     period = Period(months=1, now=now)
     closing = _month_rows(_add_months(end, -1))
@@ -282,12 +275,10 @@ def _at_risk_filters(product_id: int | None, code: str) -> list[tuple[int | None
 
 
 def compute_at_risk(now: datetime) -> None:
-    """Replace the customers at risk rollups with those at ``now``: for every filter the
-    report offers (product, currency, both, none) the number of customers at risk and the
-    first ``AT_RISK_LISTED`` by identifier with their reasons. One pass
-    over ``metrics.at_risk_reasons`` (a customer's rows are consecutive: the memory is the
-    listed rows per filter, not the customers), one query for the listed customers' name
-    and email, and the ``at_risk`` state row."""
+    """Replace the customers at risk rollups with those at ``now``: per filter of the report
+    (product, currency, both, none) their number and the first ``AT_RISK_LISTED`` by
+    identifier. One pass over ``metrics.at_risk_reasons``, whose rows come grouped by customer,
+    so the memory is the listed rows, not the customers."""
     totals: dict[tuple[int | None, str], int] = {}
     rows: dict[tuple[int | None, str], list[ReportAtRisk]] = {}
     reasons = metrics.at_risk_reasons(now).iterator(chunk_size=2000)
@@ -395,16 +386,12 @@ def closed_months(
     state: dict[str, Any] | None = None,
     current: Rows | None = None,
 ) -> Rows | None:
-    """The figures of the period's closed months from the rollups, and the subscription
-    figures of its current month, as rows per product, currency and month (the keys of
-    ``metrics.subscription_history``, ``trial_history``, ``payment_history`` and
-    ``refund_history`` together). The current month: the rollups' figures up to the last
-    refresh (``snapshot_at``) corrected by the subscriptions that moved since, and its
-    trials, payments and refunds up to the last refresh (the report adds those since); else
-    the last closed month's end corrected by the subscriptions that moved since the month
-    began. ``None`` when the rollups are not for the month of ``period.now`` (never built,
-    or a report of another month). ``state``: ``status()`` when already read; ``current``:
-    receives the current month's subscription figures per cycle (``current_month``)."""
+    """The rows (as the ``metrics`` histories) of the period's closed months from the rollups,
+    and of its current month: its subscription figures at the last refresh (else the last
+    closed month's end) corrected by the subscriptions that moved since, and its trials,
+    payments and refunds up to the last refresh (the report adds those since). ``None`` when
+    the rollups are not for the month of ``period.now``. ``state``: ``status()`` when already
+    read; ``current`` receives the current month's subscription figures per cycle."""
     basis = basis_of(period.now)
     end = basis.date()
     state = state or status()
@@ -476,12 +463,10 @@ def touching(start: datetime, now: datetime) -> QuerySet[Subscription]:
 def current_month(
     period: Period, carried: dict[tuple[Any, ...], dict[str, Any]], since: datetime | None = None
 ) -> Rows:
-    """The subscription figures of the current month at ``period.now``, per product, cycle
-    and currency (``metrics.subscription_counts`` rows), without reading every subscription:
-    ``carried`` (per cycle) corrected by the subscriptions that ``touching`` finds (two
-    queries). ``carried``: the current month's figures at ``since`` (the rollups of the last
-    refresh), or, ``since`` being ``None``, the last closed month's figures (its end is the
-    current month's start)."""
+    """The current month's ``metrics.subscription_counts`` rows at ``period.now`` without
+    reading every subscription: ``carried``, the figures at ``since`` (the last refresh) or,
+    with ``since`` ``None``, the last closed month's (its end is this month's start),
+    corrected by the subscriptions that ``touching`` finds."""
     basis = basis_of(period.now)
     start = basis if since is None else since
     moved = touching(start, period.now)
@@ -603,11 +588,10 @@ LAPSE_CORRECTED = ("active_start", "active_end", "reactivated", "cancellations",
 
 
 def _lapsed_in_trial(period: Period, basis: datetime) -> Rows:
-    """The change, for the closed months, between the active rule judged at the rollups' basis
-    and at ``period.now``: a cycle that ended before the month whose trial ended since, and
-    the reactivations of its customer's later subscriptions (it ended, so it no longer holds
-    them back). Rare: one query, five more only when there is one (the prices, then both sets
-    judged at both instants)."""
+    """The change to the closed months between the active rule judged at ``basis`` and at
+    ``period.now``: a lapsed cycle whose trial ended since, and the reactivations of its
+    customer's later subscriptions, which it no longer holds back. Rare: one query, five more
+    only when there is one."""
     if period.now <= basis or period.start >= basis:
         return []
     qs = _lapsed_in_trial_between(basis, period.now)
