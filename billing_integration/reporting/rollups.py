@@ -71,8 +71,7 @@ def _months_between(first: date, end: date) -> int:
 
 
 def _key_month(key: str) -> date:
-    year, month = key.split("-")
-    return date(int(year), int(month), 1)
+    return datetime.strptime(key, "%Y-%m").date()
 
 
 # --- computing -------------------------------------------------------------------------------
@@ -485,17 +484,11 @@ def current_month(
             figures = {
                 n: before.get(n, 0) - old.get(n, 0) + new.get(n, 0) for n in SUBSCRIPTION_FIELDS
             }
-        else:
+        else:  # the last closed month's end, the moved ones replaced by their figures now
             steady = before.get("active_end", 0) - old.get("active_end", 0)
             paying = before.get("paying_end", 0) - old.get("paying_end", 0)
-            figures = {
-                "active_start": steady + new.get("active_start", 0),
-                "active_end": steady + new.get("active_end", 0),
-                "new": new.get("new", 0),
-                "reactivated": new.get("reactivated", 0),
-                "cancellations": new.get("cancellations", 0),
-                "paying_end": paying + new.get("paying_end", 0),
-            }
+            base = {"active_start": steady, "active_end": steady, "paying_end": paying}
+            figures = {n: base.get(n, 0) + new.get(n, 0) for n in SUBSCRIPTION_FIELDS}
         rows.append(
             {"product_id": key[0], "cycle": key[1], "currency": key[2], "month": month, **figures}
         )
