@@ -191,12 +191,11 @@ def _merge(target: dict[str, Any], source: dict[str, Any], keys: Iterable[str]) 
 def monthly_figures(
     period: Period, prices: metrics.Prices, *, rollups: bool = True, current: Rows | None = None
 ) -> tuple[Rows, dict[str, Any]]:
-    """The month-by-month rows of ``period``: the closed months from the rollups and the
-    current month from the rollups (up to their last refresh, or from their last closed
-    month) and queries bounded to what happened since, or every month from the raw rows when
-    the rollups are not for this month (or ``rollups=False``). And ``rollups.status()`` with
-    ``used`` and ``current_used`` (the current month is from the rollups up to
-    ``current_at``). ``current``: see ``rollups.closed_months``."""
+    """The month-by-month rows of ``period``: from the rollups and what happened since their
+    last refresh, or every month from the raw rows when the rollups are not for this month (or
+    ``rollups=False``). And ``rollups.status()`` with ``used`` and ``current_used`` (the
+    current month is from the rollups up to ``current_at``). ``current``: see
+    ``rollups.closed_months``."""
     state = rollups_module.status()
     closed = rollups_module.closed_months(period, prices, state, current) if rollups else None
     if closed is None:
