@@ -106,6 +106,10 @@ def started_at() -> Coalesce:
     return Coalesce("remote_created", "created_at", output_field=DateTimeField())
 
 
+def changed_at() -> Coalesce:
+    return Coalesce("remote_updated", "updated_at", output_field=DateTimeField())
+
+
 def ended_at(now: datetime) -> Case:
     """When a subscription stopped being active, else NULL. A canceled one in its grace period
     (``BILLING['ACCESS_AFTER_CANCEL'] = "period_end"``) stops at its ``cycle_end_date``."""
@@ -120,10 +124,7 @@ def ended_at(now: datetime) -> Case:
     )
     return Case(
         *grace,
-        When(
-            ~Q(status__in=active_statuses()),
-            then=Coalesce("remote_updated", "updated_at", output_field=DateTimeField()),
-        ),
+        When(~Q(status__in=active_statuses()), then=changed_at()),
         When(Q(cycle_end_date__lte=now) & ~Q(trial_end_date__gt=now), then=F("cycle_end_date")),
         # no cycle end, a trial over: it ended with the trial
         When(Q(cycle_end_date__isnull=True, trial_end_date__lte=now), then=F("trial_end_date")),

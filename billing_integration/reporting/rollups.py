@@ -19,8 +19,7 @@ from operator import itemgetter
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import DateTimeField, F, Max, Min, Q, QuerySet, Sum
-from django.db.models.functions import Coalesce
+from django.db.models import F, Max, Min, Q, QuerySet, Sum
 from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 
@@ -41,7 +40,7 @@ from ..models import (
 )
 from ..models.reports import AMOUNT_FIELDS, COUNT_FIELDS, EPSILON, SUBSCRIPTION_FIELDS
 from . import metrics
-from .metrics import Period, Prices, Rows, started_at
+from .metrics import Period, Prices, Rows, changed_at, started_at
 
 logger = logging.getLogger(__name__)
 
@@ -147,9 +146,8 @@ def _insert_customers(figures: QuerySet[Any], every: bool) -> None:
 def earliest_month(end: date) -> date:
     """The first month any subscription, payment or refund counts in (``end`` when there is
     none). Three aggregate queries."""
-    ended = Coalesce("remote_updated", "updated_at", output_field=DateTimeField())
     subs = Subscription.objects.order_by().aggregate(
-        a=Min(started_at()), b=Min(ended), c=Min("cycle_end_date"), d=Min("trial_end_date")
+        a=Min(started_at()), b=Min(changed_at()), c=Min("cycle_end_date"), d=Min("trial_end_date")
     )
     found = [*subs.values()]
     for model in (Payment, Refund):
@@ -448,10 +446,7 @@ def touching(start: datetime, now: datetime) -> QuerySet[Subscription]:
     and any instant up to ``now``: started since, ended since (a status or a lapsed cycle),
     or out of trial since. Index ranges, bounded by the activity since ``start``."""
     active = active_statuses()
-    return Subscription.objects.alias(
-        started=started_at(),
-        changed=Coalesce("remote_updated", "updated_at", output_field=DateTimeField()),
-    ).filter(
+    return Subscription.objects.alias(started=started_at(), changed=changed_at()).filter(
         Q(started__gte=start)
         | (~Q(status__in=active) & Q(changed__gte=start))
         | Q(status__in=active, cycle_end_date__gte=start, cycle_end_date__lte=now)
