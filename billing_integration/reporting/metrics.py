@@ -343,8 +343,7 @@ def subscription_counts(
     its end. One query buckets each subscription against the month boundaries. ``qs``: these
     subscriptions only (their customers' other subscriptions all count for reactivation);
     ``at``: the instant the active rule is judged at (default: the period's end)."""
-    bounds = period.bounds()
-    points = [start for start, _end in bounds] + [period.now]
+    points = [*period.starts, period.now]
     first = points[0]
     size = len(points) + 1  # bucket values 0 .. N + 1
 
@@ -414,7 +413,7 @@ def subscription_counts(
                 g[f"{name}{kind}"][r[name]] += r["n"]
         if r["back"]:  # by the month it is new in
             g["back"][r["month"]] += r["n"]
-    months = [month_key(start) for start, _end in bounds]
+    months = [month_key(start) for start in period.starts]
     out: Rows = []
     for (product_id, cycle, currency), g in groups.items():
         active = list(accumulate(map(sub, g["up0"], g["up1"])))  # active at b_k
