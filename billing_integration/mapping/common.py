@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import re
 import uuid
 from datetime import datetime
 from decimal import Decimal
@@ -12,6 +14,8 @@ from django.db import models
 from ..exceptions import RemoteDataError
 from ..timestamps import format_timestamp, parse_timestamp
 
+logger = logging.getLogger("billing_integration.mapping")
+
 #: The ``RemoteObject`` fields every resource fills the same way.
 META_FIELDS: tuple[str, ...] = (
     "remote_id",
@@ -20,6 +24,9 @@ META_FIELDS: tuple[str, ...] = (
     "remote_user_created",
 )
 META_FIELDS += ("remote_user_updated", "remote_data")
+#: Characters PostgreSQL's ``jsonb`` refuses (a NUL, a lone surrogate such as the JSON escape
+#: ``"\ud800"`` gives): a JSON column keeps U+FFFD instead, on every database.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 def as_uuid(value: Any) -> uuid.UUID | None:
@@ -63,9 +70,41 @@ def lenient_ts(value: Any, field: str = "timestamp") -> datetime | None:
         return None
 
 
+def _storable(value: Any) -> tuple[Any, bool]:
+    """``(value as a JSON column stores it, whether a character was replaced)``."""
+    if isinstance(value, str):
+        cleaned, count = _UNSTORABLE.subn("\ufffd", value)
+        return cleaned, count > 0
+    if isinstance(value, dict):
+        items = [(_storable(k), _storable(v)) for k, v in value.items()]
+        if not any(k[1] or v[1] for k, v in items):
+            return value, False
+        return {k[0]: v[0] for k, v in items}, True
+    if isinstance(value, list):
+        elements = [_storable(v) for v in value]
+        if not any(changed for _, changed in elements):
+            return value, False
+        return [v for v, _ in elements], True
+    return value, False
+
+
+def storable(value: Any, what: str = "answer") -> Any:
+    """A JSON value (an answer as received) as every database stores it in a JSON column: a
+    NUL character or a lone surrogate, in a string or a key, becomes U+FFFD (logged with
+    ``what``); the rest as it is."""
+    stored, replaced = _storable(value)
+    if replaced:
+        logger.warning(
+            "%s: a NUL character or a lone surrogate is stored as U+FFFD (PostgreSQL's "
+            "jsonb refuses it)",
+            what,
+        )
+    return stored
+
+
 def remote_meta(data: dict[str, Any], *, strict: bool = True) -> dict[str, Any]:
     """The ``RemoteObject`` field values of any resource (``strict=False``: a date that does
-    not parse is None, not an error)."""
+    not parse is None, not an error); ``remote_data`` as ``storable`` keeps it."""
     stamp = ts if strict else lenient_ts
     return {
         "remote_id": as_uuid(data.get("id")),
@@ -73,7 +112,7 @@ def remote_meta(data: dict[str, Any], *, strict: bool = True) -> dict[str, Any]:
         "remote_updated": stamp(data.get("date_updated"), "date_updated"),
         "remote_user_created": as_uuid(data.get("user_created")),
         "remote_user_updated": as_uuid(data.get("user_updated")),
-        "remote_data": data,
+        "remote_data": storable(data, f"remote_data of {str(data.get('id'))[:64]}"),
     }
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from .. import currencies
 from ..conf import guesses
 from ..exceptions import BillingConfigurationError, RemoteDataError
-from .common import as_uuid, remote_meta, text, ts, wire_ts
+from .common import as_uuid, remote_meta, storable, text, ts, wire_ts
 
 if TYPE_CHECKING:
     from ..models import Subscription
@@ -110,5 +110,5 @@ def from_remote(data: dict[str, Any]) -> dict[str, Any]:
     fields["selected_billing_cycle"] = text(Subscription, "selected_billing_cycle", cycle)
     currency = _remote_currency(data.get("selected_currency"))
     fields["selected_currency"] = text(Subscription, "selected_currency", currency)
-    fields["discount_coupon"] = data.get("discount_coupon")
+    fields["discount_coupon"] = storable(data.get("discount_coupon"), "discount_coupon")
     return fields

@@ -172,3 +172,26 @@ def test_a_push_answer_with_a_date_that_does_not_parse_keeps_the_id_and_grants_n
     assert not Subscription.objects.active().exists()
     assert "cycle_end_date" in sub.sync_error and "31/12/2026" in sub.sync_error
     assert Customer.objects.get().remote_id is not None
+
+
+def test_a_nul_anywhere_in_a_pulled_row_never_loses_the_page(small_pages, tamper, caplog):
+    """PostgreSQL's ``jsonb`` refuses ``\\u0000`` and a lone surrogate: in a field the app
+    ignores, ``remote_data`` keeps U+FFFD and the row is applied; in a mapped field the row is
+    reported. The rest of the page is applied either way (it was lost, the pull raising)."""
+    subs = pulled(small_pages)
+    changed = {
+        "0": {"note": "a\x00b", "status": "paused", "extra": {"k\x00": ["\ud800"]}},
+        "1": {"selected_billing_cycle": "months\x00-1"},
+        "2": {"status": "canceled"},
+    }
+    tamper("list_subscriptions", rows_changed(**changed))
+    counts = pull_subscriptions()
+    assert counts.errors == 1 and counts.updated == 2
+    (message,) = counts.error_messages
+    assert str(subs[1].remote_id) in message and "selected_billing_cycle" in message
+    statuses = dict(Subscription.objects.values_list("pk", "status"))
+    assert [statuses[s.pk] for s in subs] == ["paused", subs[1].status, "canceled"]
+    subs[0].refresh_from_db()
+    assert subs[0].remote_data["note"] == "a\ufffdb"
+    assert subs[0].remote_data["extra"] == {"k\ufffd": ["\ufffd"]}
+    assert "NUL" in caplog.text
