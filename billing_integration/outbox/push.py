@@ -25,7 +25,7 @@ from ..exceptions import (
 from ..mapping import customers as customer_map
 from ..mapping import products as product_map
 from ..mapping import subscriptions as subscription_map
-from ..mapping.common import META_FIELDS, as_uuid
+from ..mapping.common import META_FIELDS, remote_meta
 from ..models.base import SyncState
 from ..models.customers import Customer
 from ..models.outbox import (
@@ -329,7 +329,8 @@ def _apply_response(
     except RemoteDataError as exc:
         error = f"The answer could not be stored: {exc}"
         logger.error("%s#%s: %s", type(obj).__name__, obj.pk, error)
-        fields = {"remote_id": as_uuid(data.get("id")), "remote_data": data}
+        meta = remote_meta(data, strict=False)
+        fields = {name: meta[name] for name in ("remote_id", "remote_data")}
     if isinstance(obj, Product):
         note = product_map.not_carried(obj, data, changed)
     if fields.get("remote_id") is None:

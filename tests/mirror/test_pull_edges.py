@@ -195,3 +195,26 @@ def test_a_nul_anywhere_in_a_pulled_row_never_loses_the_page(small_pages, tamper
     assert subs[0].remote_data["note"] == "a\ufffdb"
     assert subs[0].remote_data["extra"] == {"k\ufffd": ["\ufffd"]}
     assert "NUL" in caplog.text
+
+
+def test_a_push_answer_with_a_nul_in_a_mapped_field_keeps_the_id_and_reports(small_pages, tamper):
+    """The answer the mapping refuses keeps its id and the raw answer (U+FFFD for the NUL);
+    on PostgreSQL the entry stayed in progress, the push raising ``DataError``."""
+    from django.contrib.auth import get_user_model
+
+    from billing_integration.customers import get_or_create_customer
+    from billing_integration.outbox.push import push_entry
+
+    user = get_user_model().objects.create(username="nul", email="nul@example.com")
+    customer, _ = get_or_create_customer(user)
+    tamper("create_customer", lambda answer: dict(answer, first_name="A\x00", x="\x00"))
+    entry = OutboxEntry.objects.open().get()
+    assert push_entry(entry.pk).status == "done"
+    entry.refresh_from_db()
+    assert entry.state == "done"
+    customer.refresh_from_db()
+    (remote,) = small_pages.objects("customer")
+    assert str(customer.remote_id) == remote["id"]  # linked: never created twice
+    assert "first_name" in customer.sync_error and "NUL" in customer.sync_error
+    assert customer.remote_data["first_name"] == "A\ufffd"
+    assert customer.remote_data["x"] == "\ufffd"
