@@ -11,7 +11,7 @@ from django.utils import timezone
 from .. import currencies
 from ..conf import billing_settings
 from ..exceptions import BillingConfigurationError
-from .common import lenient_ts, remote_meta, wire_ts
+from .common import lenient_ts, remote_meta, storable, wire_ts
 
 if TYPE_CHECKING:
     from ..models import CheckoutSession
@@ -29,9 +29,10 @@ def _known_currency(value: Any) -> int | None:
 
 
 def _kept(data: dict[str, Any], name: str, limit: int) -> str | None:
-    """A text value as the column takes it (cut to ``limit``), None for another type."""
+    """A text value as the column takes it (``storable``, cut to ``limit``), None for another
+    type."""
     value = data.get(name)
-    return value.replace("\x00", "")[:limit] if isinstance(value, str) else None
+    return storable(value, name)[:limit] if isinstance(value, str) else None
 
 
 def to_remote(session: CheckoutSession) -> dict[str, Any]:

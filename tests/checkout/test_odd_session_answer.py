@@ -53,3 +53,27 @@ def test_odd_values_in_the_session_answer_still_send_the_customer_to_pay(
     assert session.selected_currency == 1  # the one sent (XOF), not the unknown 999
     assert session.selected_billing_cycle == "" and session.upgrade_to == "u" * 64
     assert session.remote_data["selected_currency"] == 999  # the answer as received
+
+
+def test_a_nul_or_a_lone_surrogate_in_the_session_answer_still_sends_the_customer_to_pay(
+    billing_sandbox, logged_in, monkeypatch
+):
+    """PostgreSQL refuses both in ``jsonb`` (and any database a lone surrogate in a column):
+    the answer was a 500 after the session was created."""
+    product = make_product("Pro")
+    client = get_client()
+    real = client._call
+    odd = {"status": "op\x00en\ud800", "note": "a\x00b", "links": [{"k\x00": "\ud800"}]}
+
+    def call(operation: str, *args: Any, **kwargs: Any) -> Any:
+        answer = real(operation, *args, **kwargs)
+        return {**answer, **odd} if operation == "create_checkout_session" else answer
+
+    monkeypatch.setattr(client, "_call", call)
+    response = post(logged_in, product)
+    assert response.status_code == 302, response.content[:500]
+    session = CheckoutSession.objects.get()
+    assert response["Location"].endswith(f"/checkout/{session.remote_id}")
+    assert session.status == "op\ufffden\ufffd"
+    assert session.remote_data["note"] == "a\ufffdb"
+    assert session.remote_data["links"] == [{"k\ufffd": "\ufffd"}]
