@@ -119,7 +119,8 @@ def remote_meta(data: dict[str, Any], *, strict: bool = True) -> dict[str, Any]:
 def text(model: type[models.Model], name: str, value: Any, field: str | None = None) -> str:
     """A string the column ``name`` of ``model`` stores as it is (``""`` for null, a number as
     its text: a phone may come as one), else ``RemoteDataError`` naming the resource ``field``
-    (default ``name``): not a string or a number, longer than the column, or with a NUL."""
+    (default ``name``): not a string or a number, longer than the column, or with a NUL or a
+    lone surrogate (a JSON escape such as ``"\\ud800"``: no database takes it)."""
     field = field or name
     if value is None:
         return ""
@@ -132,4 +133,6 @@ def text(model: type[models.Model], name: str, value: Any, field: str | None = N
         raise RemoteDataError(field, value, f"longer than {limit} characters ({len(value)})")
     if "\x00" in value:
         raise RemoteDataError(field, value, "contains a NUL character")
+    if _UNSTORABLE.search(value):
+        raise RemoteDataError(field, value, "contains a lone surrogate")
     return value

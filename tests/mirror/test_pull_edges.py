@@ -218,3 +218,21 @@ def test_a_push_answer_with_a_nul_in_a_mapped_field_keeps_the_id_and_reports(sma
     assert "first_name" in customer.sync_error and "NUL" in customer.sync_error
     assert customer.remote_data["first_name"] == "A\ufffd"
     assert customer.remote_data["x"] == "\ufffd"
+
+
+def test_a_lone_surrogate_in_a_mapped_field_is_reported_not_the_page_lost(small_pages, tamper):
+    """A JSON escape such as ``"\\ud800"`` gives a string no database driver encodes: the row
+    is reported like one with a NUL (the pull raised ``UnicodeEncodeError``, on SQLite too)."""
+    small_pages.seed(customers=3)
+    assert pull_customers().created == 3
+    order = [c["id"] for c in small_pages.objects("customer")]
+    tamper(
+        "list_customers",
+        rows_changed(**{"0": {"first_name": "Jo\ud800"}, "1": {"last_name": "New"}}),
+    )
+    counts = pull_customers()
+    assert counts.errors == 1 and counts.updated == 1
+    (message,) = counts.error_messages
+    assert order[0] in message and "first_name" in message and "surrogate" in message
+    assert Customer.objects.get(remote_id=order[1]).last_name == "New"
+    assert "\ud800" not in Customer.objects.get(remote_id=order[0]).first_name
