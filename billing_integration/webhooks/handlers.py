@@ -20,7 +20,7 @@ from django.utils import timezone
 from .. import currencies
 from ..exceptions import BillingConfigurationError, RemoteDataError, WebhookError
 from ..mapping import subscriptions as subscription_mapping
-from ..mapping.common import as_uuid, ts
+from ..mapping.common import as_uuid, storable, ts
 from ..models import Customer, Invoice, Payment, Product, Refund, Subscription, WebhookEvent
 from ..models.subscriptions import CANCELED_STATUSES
 from ..outbox import from_remote
@@ -103,7 +103,8 @@ def changed(remote_id: Any, stored_remote_id: Any, fk: Any) -> bool:
 
 
 def _text(value: Any, limit: int) -> str:
-    return "" if value is None else str(value).replace("\x00", "")[:limit]
+    """The text as the column takes it (``storable``: U+FFFD for a NUL), cut to ``limit``."""
+    return "" if value is None else storable(str(value), "event data")[:limit]
 
 
 #: Canonical type -> handler class (``@handler``).
@@ -202,7 +203,7 @@ class EventHandler:
             else currencies.label(currency)[:8],
             "remote_created": ts(data.get("date_created"), "date_created"),
             "remote_updated": ctx.version,
-            "remote_data": data,
+            "remote_data": storable(data, f"event data of {str(data.get('id'))[:64]}"),
         }
         for name in ("customer", "subscription", *self.REFERENCES):
             values[f"{name}_remote_id"] = as_uuid(data.get(name))

@@ -282,3 +282,34 @@ def test_nan_and_infinity_are_stored_and_the_event_failed(mirror, deliver, const
     result = process_event(event.pk, force=True)
     assert result.state == EventState.FAILED
     assert not Payment.objects.filter(remote_id=rid).exists()
+
+
+def test_a_nul_or_a_lone_surrogate_in_a_field_no_column_holds_never_fails_the_event(
+    mirror, deliver
+):
+    """PostgreSQL's ``jsonb`` refuses both: the event failed there (a cancel not applied, a
+    payment not recorded); ``remote_data`` keeps U+FFFD, the texts cut to their column too."""
+    sub = mirror.subscription
+    data = subscription_data(sub.remote_id, **refs(mirror), updated=T0 + timedelta(days=30))
+    data.update(note="a\x00b", meta={"k\x00": ["\ud800"]})
+    canceled = deliver(bare("subscription.canceled", data))
+    assert (canceled.state, canceled.outcome) == (EventState.PROCESSED, "applied"), canceled.error
+    sub.refresh_from_db()
+    assert sub.status == "canceled"
+    assert sub.remote_data["note"] == "a\ufffdb" and sub.remote_data["meta"] == {
+        "k\ufffd": ["\ufffd"]
+    }
+    rid = uuid.uuid4()
+    data = payment_data(
+        rid,
+        status="failed",
+        subscription=sub.remote_id,
+        failure_reason="no\x00 funds\ud800",
+        **refs(mirror),
+    )
+    data["note"] = "\x00"
+    failed = deliver(bare("payment.failed", data))
+    assert failed.outcome == "applied", failed.error
+    payment = Payment.objects.get(remote_id=rid)
+    assert payment.status == "failed" and payment.remote_data["note"] == "\ufffd"
+    assert payment.failure_reason == "no\ufffd funds\ufffd"
