@@ -27,6 +27,8 @@ META_FIELDS += ("remote_user_updated", "remote_data")
 #: Characters PostgreSQL's ``jsonb`` refuses (a NUL, a lone surrogate such as the JSON escape
 #: ``"\ud800"`` gives): a JSON column keeps U+FFFD instead, on every database.
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+#: Levels of objects and lists a JSON column keeps (the answer itself is the first).
+MAX_JSON_DEPTH = 100
 
 
 def as_uuid(value: Any) -> uuid.UUID | None:
@@ -70,35 +72,35 @@ def lenient_ts(value: Any, field: str = "timestamp") -> datetime | None:
         return None
 
 
-def _storable(value: Any) -> tuple[Any, bool]:
-    """``(value as a JSON column stores it, whether a character was replaced)``."""
+def _storable(value: Any, depth: int, problems: set[str]) -> Any:
     if isinstance(value, str):
         cleaned, count = _UNSTORABLE.subn("\ufffd", value)
-        return cleaned, count > 0
+        if count:
+            problems.add("a NUL character or a lone surrogate is stored as U+FFFD")
+        return cleaned
+    if isinstance(value, (dict, list)) and depth > MAX_JSON_DEPTH:
+        problems.add(f"a value nested deeper than {MAX_JSON_DEPTH} levels is stored as null")
+        return None
     if isinstance(value, dict):
-        items = [(_storable(k), _storable(v)) for k, v in value.items()]
-        if not any(k[1] or v[1] for k, v in items):
-            return value, False
-        return {k[0]: v[0] for k, v in items}, True
+        return {
+            _storable(k, depth, problems): _storable(v, depth + 1, problems)
+            for k, v in value.items()
+        }
     if isinstance(value, list):
-        elements = [_storable(v) for v in value]
-        if not any(changed for _, changed in elements):
-            return value, False
-        return [v for v, _ in elements], True
-    return value, False
+        return [_storable(v, depth + 1, problems) for v in value]
+    return value
 
 
 def storable(value: Any, what: str = "answer") -> Any:
     """A JSON value (an answer as received) as every database stores it in a JSON column: a
-    NUL character or a lone surrogate, in a string or a key, becomes U+FFFD (logged with
-    ``what``); the rest as it is."""
-    stored, replaced = _storable(value)
-    if replaced:
-        logger.warning(
-            "%s: a NUL character or a lone surrogate is stored as U+FFFD (PostgreSQL's "
-            "jsonb refuses it)",
-            what,
-        )
+    NUL character or a lone surrogate, in a string or a key, becomes U+FFFD (PostgreSQL's
+    ``jsonb`` refuses both); an object or a list nested deeper than ``MAX_JSON_DEPTH`` levels
+    becomes null (writing it would exceed Python's recursion limit); each logged with
+    ``what``. The rest as it is."""
+    problems: set[str] = set()
+    stored = _storable(value, 1, problems)
+    if problems:
+        logger.warning("%s: %s", what, "; ".join(sorted(problems)))
     return stored
 
 

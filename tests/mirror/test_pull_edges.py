@@ -236,3 +236,31 @@ def test_a_lone_surrogate_in_a_mapped_field_is_reported_not_the_page_lost(small_
     assert order[0] in message and "first_name" in message and "surrogate" in message
     assert Customer.objects.get(remote_id=order[1]).last_name == "New"
     assert "\ud800" not in Customer.objects.get(remote_id=order[0]).first_name
+
+
+def test_a_value_nested_too_deeply_is_cut_in_remote_data_and_the_row_applied(
+    small_pages, tamper, caplog
+):
+    """A value nested 950 levels deep (Python's JSON reader takes it) made the pull raise
+    ``RecursionError`` when the row was written, the page and the pull lost."""
+    from billing_integration.mapping.common import MAX_JSON_DEPTH
+
+    small_pages.seed(customers=2)
+    assert pull_customers().created == 2
+    order = [c["id"] for c in small_pages.objects("customer")]
+    deep: Any = []
+    for _ in range(950):
+        deep = [deep]
+    changed = {"0": {"first_name": "Deep", "extra": {"a": deep}}, "1": {"last_name": "New"}}
+    tamper("list_customers", rows_changed(**changed))
+    counts = pull_customers()
+    assert counts.errors == 0 and counts.updated == 2
+    first = Customer.objects.get(remote_id=order[0])
+    assert first.first_name == "Deep"
+    assert Customer.objects.get(remote_id=order[1]).last_name == "New"
+    kept, level = first.remote_data["extra"]["a"], 3  # the answer, "extra", "a"
+    while kept is not None:
+        (kept,) = kept
+        level += 1
+    assert level == MAX_JSON_DEPTH + 1  # the levels past the limit are stored as null
+    assert "nested deeper than" in caplog.text
