@@ -161,20 +161,29 @@ def error_for_status(status: int) -> type[BillingAPIError]:
     return _BY_STATUS.get(status, fallback)
 
 
-def redact(value: Any) -> Any:
-    """``value`` (parsed JSON, or JSON or form text) with every secret-looking field redacted."""
+#: Levels of a parsed answer an error keeps; deeper ones are replaced by ``NESTED``.
+MAX_DEPTH = 64
+NESTED = "[nested too deeply]"
+
+
+def redact(value: Any, _depth: int = 0) -> Any:
+    """``value`` (parsed JSON, or JSON or form text) with every secret-looking field redacted,
+    and an object or list nested deeper than ``MAX_DEPTH`` levels replaced by ``NESTED``."""
+    if isinstance(value, (dict, list)) and _depth >= MAX_DEPTH:
+        return NESTED
     if isinstance(value, dict):
         return {
-            k: "[redacted]" if _SECRET_FIELD.search(str(k)) else redact(v) for k, v in value.items()
+            k: "[redacted]" if _SECRET_FIELD.search(str(k)) else redact(v, _depth + 1)
+            for k, v in value.items()
         }
     if isinstance(value, list):
-        return [redact(v) for v in value]
+        return [redact(v, _depth + 1) for v in value]
     if isinstance(value, bytes):
         value = value.decode("utf-8", "replace")
     if isinstance(value, str):
         try:
             parsed = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested deeper than Python reads
             return _SECRET_TEXT.sub(r"\1[redacted]", value)[:_MAX_BODY]
         if isinstance(parsed, (dict, list)):
             return redact(parsed)
@@ -190,14 +199,18 @@ def without_secrets(value: Any, secrets: Collection[str]) -> Any:
         return value
     if isinstance(value, bytes):
         value = value.decode("utf-8", "replace")
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    try:
+        text = value if isinstance(value, str) else json.dumps(value, default=str)
+    except RecursionError:  # nested deeper than Python writes: nothing of it is kept
+        return NESTED
     for form in sorted(forms, key=len, reverse=True):
         text = text.replace(form, "[redacted]")
     if isinstance(value, str):
         return text
     try:
         return json.loads(text)
-    except ValueError:  # a secret as short as a number or a key: the text, still redacted
+    except (ValueError, RecursionError):  # a secret as short as a number or a key, or too
+        # deeply nested to read back: the text, still redacted
         return text
 
 

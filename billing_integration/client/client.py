@@ -449,9 +449,10 @@ def _json_headers(method: str, key: str | None, token: str | None = None) -> dic
 
 
 def _body(response: requests.Response) -> Any:
+    """The JSON of the answer, else its text (not JSON, or nested deeper than Python reads)."""
     try:
         return response.json()
-    except ValueError:
+    except (ValueError, RecursionError):
         return response.text
 
 
@@ -468,7 +469,7 @@ def _raw(response: requests.Response, operation: str) -> RawAnswer:
         text = content.decode("utf-8", errors="replace")
     try:
         body = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         body = text
     return RawAnswer(response.status_code, headers, body)
 

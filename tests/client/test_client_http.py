@@ -374,3 +374,43 @@ def test_the_retry_constants_are_read_at_each_call(billing_sandbox, monkeypatch)
     with pytest.raises(BillingServerError):
         client.create_customer({"identifier": "x", "first_name": "", "last_name": "", "email": ""})
     assert len(billing_sandbox.requests(operation="create_customer")) == 1
+
+
+def test_an_answer_nested_beyond_what_python_reads_is_a_lost_answer(billing_sandbox, monkeypatch):
+    """A 200 whose JSON is nested deeper than Python's reader goes (``RecursionError``, which
+    escaped the client) is an answer not read: ``BillingAnswerLostError``, retried as such."""
+    from billing_integration.exceptions import BillingAnswerLostError
+
+    client = fast_client()
+    real = client.session.request
+    deep = b'{"data": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+
+    def request(method, url, **kwargs):
+        response = real(method, url, **kwargs)
+        if "/customers" in url:
+            response._content = deep
+        return response
+
+    monkeypatch.setattr(client.session, "request", request)
+    with pytest.raises(BillingAnswerLostError, match="not JSON"):
+        list(client.list_customers())
+    assert len(billing_sandbox.requests(operation="list_customers")) == 4  # retried 3 times
+
+
+def test_an_error_answer_nested_deeply_is_reported_cut(billing_sandbox, monkeypatch):
+    """A 422 whose JSON Python reads but nests 600 levels: building the error (redacting the
+    answer) raised ``RecursionError`` out of the client; the error keeps the first levels."""
+    client = fast_client()
+    real = client.session.request
+
+    def request(method, url, **kwargs):
+        response = real(method, url, **kwargs)
+        if "/customers" in url:
+            response.status_code = 422
+            response._content = b'{"errors": ' + b"[" * 600 + b"]" * 600 + b"}"
+        return response
+
+    monkeypatch.setattr(client.session, "request", request)
+    with pytest.raises(BillingValidationError, match="nested too deeply") as caught:
+        client.create_customer({"identifier": "x", "first_name": "A", "last_name": "B"})
+    assert caught.value.status == 422
