@@ -77,20 +77,23 @@ class PullCounts:
 
 
 def _mapped(rows: Iterable[Any], mapper: Callable[[Row], Row], counts: PullCounts) -> list[Row]:
-    """The mapped rows (the last of duplicates wins); a refused row is counted in errors."""
+    """The mapped rows (the last of duplicates wins); a refused row (the mapping's
+    ``RemoteDataError``, not an object, no UUID for its id) is counted in errors."""
     out: dict[Any, Row] = {}
     for row in rows:
-        if not isinstance(row, dict):
-            continue
         try:
+            if not isinstance(row, dict):
+                raise RemoteDataError("row", row, f"not an object ({type(row).__name__})")
             fields = mapper(row)
+            if fields.get("remote_id") is None:
+                raise RemoteDataError("id", row.get("id"), "not a UUID")
         except RemoteDataError as exc:
-            message = f"{str(row.get('id'))[:64]}: {exc}"
+            where = str(row.get("id"))[:64] if isinstance(row, dict) else "?"
+            message = f"{where}: {exc}"
             logger.error("Pulled row not applied (kept what is stored): %s", message)
             counts.error(message)
             continue
-        if fields.get("remote_id") is not None:
-            out[fields["remote_id"]] = fields
+        out[fields["remote_id"]] = fields
     return list(out.values())
 
 
@@ -242,7 +245,7 @@ CUSTOMER_LOCAL = ("identifier", "first_name", "last_name", "email")
 def upsert_products(rows: Iterable[Row]) -> PullCounts:
     """Upsert product resources (a page, or the pages of one write), new ones with their root
     prices."""
-    rows = [r for r in rows if isinstance(r, dict)]
+    rows = list(rows)
     counts = PullCounts()
     mapped = _mapped(rows, product_map.from_remote, counts)
     create_only = ("product_type", "blueprint_known")
@@ -250,7 +253,7 @@ def upsert_products(rows: Iterable[Row]) -> PullCounts:
         Product, mapped, counts, local_owned=PRODUCT_LOCAL, create_only=create_only
     )
     _settle_not_carried(updated)
-    by_id = {str(r.get("id")): r for r in rows}
+    by_id = {str(r.get("id")): r for r in rows if isinstance(r, dict)}
     prices = [
         Price(product=product, currency_id=currency, amount=amount)
         for product in created

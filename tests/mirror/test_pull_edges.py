@@ -264,3 +264,24 @@ def test_a_value_nested_too_deeply_is_cut_in_remote_data_and_the_row_applied(
         level += 1
     assert level == MAX_JSON_DEPTH + 1  # the levels past the limit are stored as null
     assert "nested deeper than" in caplog.text
+
+
+def test_a_row_that_is_no_object_or_has_no_usable_id_is_reported(small_pages, tamper):
+    """A list where the row's object should be, or an id that is no UUID (an integer beyond
+    2**63): the row cannot be applied, so it is counted and reported (it was dropped without a
+    word), and the rest of the page applied."""
+    small_pages.seed(customers=3)
+    assert pull_customers().created == 3
+    order = [c["id"] for c in small_pages.objects("customer")]
+
+    def change(items: list[Any]) -> list[Any]:
+        return [[items[0]], dict(items[1], id=2**70), dict(items[2], last_name="New")]
+
+    tamper("list_customers", change)
+    counts = pull_customers()
+    assert counts.errors == 2 and counts.updated == 1
+    first, second = counts.error_messages
+    assert "not an object" in first and "list" in first
+    assert str(2**70) in second and "id" in second
+    assert Customer.objects.get(remote_id=order[2]).last_name == "New"
+    assert Customer.objects.count() == 3
