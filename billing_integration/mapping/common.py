@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import re
 import uuid
 from datetime import datetime
@@ -78,6 +79,9 @@ def _storable(value: Any, depth: int, problems: set[str]) -> Any:
         if count:
             problems.add("a NUL character or a lone surrogate is stored as U+FFFD")
         return cleaned
+    if isinstance(value, float) and not math.isfinite(value):
+        problems.add("NaN or a number beyond a float's range (1e400) is stored as null")
+        return None
     if isinstance(value, (dict, list)) and depth > MAX_JSON_DEPTH:
         problems.add(f"a value nested deeper than {MAX_JSON_DEPTH} levels is stored as null")
         return None
@@ -94,8 +98,9 @@ def _storable(value: Any, depth: int, problems: set[str]) -> Any:
 def storable(value: Any, what: str = "answer") -> Any:
     """A JSON value (an answer as received) as every database stores it in a JSON column: a
     NUL character or a lone surrogate, in a string or a key, becomes U+FFFD (PostgreSQL's
-    ``jsonb`` refuses both); an object or a list nested deeper than ``MAX_JSON_DEPTH`` levels
-    becomes null (writing it would exceed Python's recursion limit); each logged with
+    ``jsonb`` refuses both); NaN and infinity (the client reads ``1e400`` so), which no JSON
+    column takes, and an object or a list nested deeper than ``MAX_JSON_DEPTH`` levels
+    (writing it would exceed Python's recursion limit) become null; each logged with
     ``what``. The rest as it is."""
     problems: set[str] = set()
     stored = _storable(value, 1, problems)

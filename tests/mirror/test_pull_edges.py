@@ -285,3 +285,25 @@ def test_a_row_that_is_no_object_or_has_no_usable_id_is_reported(small_pages, ta
     assert str(2**70) in second and "id" in second
     assert Customer.objects.get(remote_id=order[2]).last_name == "New"
     assert Customer.objects.count() == 3
+
+
+def test_a_number_beyond_a_float_is_stored_as_null_and_the_row_applied(small_pages, tamper):
+    """The client reads ``1e400`` as infinity (and ``NaN``), which no JSON column takes: the
+    write raised (PostgreSQL's ``jsonb``, SQLite's ``JSON_VALID`` check) and the page was
+    lost. Big numbers that are numbers (``1e30``, an integer beyond 2**63) are kept."""
+    subs = pulled(small_pages)
+    changed = {
+        "0": {"amount_due": float("inf"), "status": "paused"},
+        "1": {"discount_coupon": {"amount": float("nan"), "big": 2**70, "huge": 1e30}},
+        "2": {"status": "canceled"},
+    }
+    tamper("list_subscriptions", rows_changed(**changed))
+    counts = pull_subscriptions()
+    assert counts.errors == 0 and counts.updated == 3
+    for sub in subs:
+        sub.refresh_from_db()
+    assert subs[0].status == "paused" and subs[0].remote_data["amount_due"] is None
+    coupon = subs[1].discount_coupon
+    assert (coupon["amount"], coupon["big"], float(coupon["huge"])) == (None, 2**70, 1e30)
+    assert subs[1].remote_data["discount_coupon"] == coupon
+    assert subs[2].status == "canceled"
