@@ -77,8 +77,9 @@ class PullCounts:
 
 
 def _mapped(rows: Iterable[Any], mapper: Callable[[Row], Row], counts: PullCounts) -> list[Row]:
-    """The mapped rows (the last of duplicates wins); a refused row (the mapping's
-    ``RemoteDataError``, not an object, no UUID for its id) is counted in errors."""
+    """The mapped rows; of the copies of one row, the newest (``date_updated``, else
+    ``date_created``) wins, else the last. A refused row (the mapping's ``RemoteDataError``,
+    not an object, no UUID for its id) is counted in errors."""
     out: dict[Any, Row] = {}
     for row in rows:
         try:
@@ -93,8 +94,18 @@ def _mapped(rows: Iterable[Any], mapper: Callable[[Row], Row], counts: PullCount
             logger.error("Pulled row not applied (kept what is stored): %s", message)
             counts.error(message)
             continue
+        earlier = out.get(fields["remote_id"])
+        if earlier is not None and _older(fields, earlier):
+            continue
         out[fields["remote_id"]] = fields
     return list(out.values())
+
+
+def _older(fields: Row, than: Row) -> bool:
+    """``fields`` is a version of the row older than ``than`` (both dated)."""
+    mine = fields.get("remote_updated") or fields.get("remote_created")
+    theirs = than.get("remote_updated") or than.get("remote_created")
+    return mine is not None and theirs is not None and mine < theirs
 
 
 #: The fields by which an unlinked local row (its create answer was lost) is adopted.

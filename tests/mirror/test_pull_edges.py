@@ -307,3 +307,26 @@ def test_a_number_beyond_a_float_is_stored_as_null_and_the_row_applied(small_pag
     assert (coupon["amount"], coupon["big"], float(coupon["huge"])) == (None, 2**70, 1e30)
     assert subs[1].remote_data["discount_coupon"] == coupon
     assert subs[2].status == "canceled"
+
+
+@pytest.mark.parametrize("newer_first", [True, False])
+def test_the_same_subscription_twice_in_a_page_applies_its_newer_version(
+    small_pages, tamper, newer_first
+):
+    """The last of the two won, whatever its version: a cancel read first was undone by an
+    older copy of the row later in the page."""
+    subs = pulled(small_pages)
+    base = subs[0].remote_created
+    newer = {"status": "canceled", "date_updated": (base + timedelta(hours=2)).isoformat()}
+    older = {"status": "paused", "date_updated": (base + timedelta(hours=1)).isoformat()}
+
+    def change(items: list[Any]) -> list[Any]:
+        copies = [dict(items[0], **newer), dict(items[0], **older)]
+        return [*(copies if newer_first else copies[::-1]), *items[1:]]
+
+    tamper("list_subscriptions", change)
+    counts = pull_subscriptions()
+    assert counts.errors == 0 and counts.updated == 1 and counts.unchanged == 2
+    subs[0].refresh_from_db()
+    assert subs[0].status == "canceled"
+    assert subs[0].remote_updated == base + timedelta(hours=2)
