@@ -200,7 +200,7 @@ class EventHandler:
             "amount": _amount(data.get("amount")),
             "currency": _known_currency(currency)
             if self.KNOWN_CURRENCY
-            else currencies.label(currency)[:8],
+            else _text(currencies.label(currency), 8),
             "remote_created": ts(data.get("date_created"), "date_created"),
             "remote_updated": ctx.version,
             "remote_data": storable(data, f"event data of {str(data.get('id'))[:64]}"),

@@ -313,3 +313,16 @@ def test_a_nul_or_a_lone_surrogate_in_a_field_no_column_holds_never_fails_the_ev
     payment = Payment.objects.get(remote_id=rid)
     assert payment.status == "failed" and payment.remote_data["note"] == "\ufffd"
     assert payment.failure_reason == "no\ufffd funds\ufffd"
+
+
+def test_a_record_currency_with_a_nul_or_a_lone_surrogate_is_stored_cleaned(mirror, deliver):
+    """An invoice's currency is kept as received when unknown: with a NUL (PostgreSQL) or a
+    lone surrogate (every database) the event failed, the invoice never recorded."""
+    rid = uuid.uuid4()
+    data = invoice_data(
+        rid, status="paid", subscription=mirror.subscription.remote_id, **refs(mirror)
+    )
+    data["currency"] = "X\x00\ud800"
+    event = deliver(bare("invoice.paid", data))
+    assert event.outcome == "applied", event.error
+    assert Invoice.objects.get(remote_id=rid).currency == "X\ufffd\ufffd"
