@@ -256,7 +256,6 @@ CUSTOMER_LOCAL = ("identifier", "first_name", "last_name", "email")
 def upsert_products(rows: Iterable[Row]) -> PullCounts:
     """Upsert product resources (a page, or the pages of one write), new ones with their root
     prices."""
-    rows = list(rows)
     counts = PullCounts()
     mapped = _mapped(rows, product_map.from_remote, counts)
     create_only = ("product_type", "blueprint_known")
@@ -264,13 +263,10 @@ def upsert_products(rows: Iterable[Row]) -> PullCounts:
         Product, mapped, counts, local_owned=PRODUCT_LOCAL, create_only=create_only
     )
     _settle_not_carried(updated)
-    by_id = {str(r.get("id")): r for r in rows if isinstance(r, dict)}
     prices = [
         Price(product=product, currency_id=currency, amount=amount)
-        for product in created
-        for currency, amount in product_map.root_prices_from_remote(
-            by_id.get(str(product.remote_id), {})
-        )
+        for product in created  # its remote_data: the row it was created from
+        for currency, amount in product_map.root_prices_from_remote(product.remote_data)
     ]
     if prices:
         with transaction.atomic(), from_remote():

@@ -330,3 +330,18 @@ def test_the_same_subscription_twice_in_a_page_applies_its_newer_version(
     subs[0].refresh_from_db()
     assert subs[0].status == "canceled"
     assert subs[0].remote_updated == base + timedelta(hours=2)
+
+
+def test_a_new_one_time_product_with_its_id_in_capitals_gets_its_prices(billing_sandbox, tamper):
+    """A UUID is the same in capitals: the product was created without its root prices (they
+    were looked up by the id's text), and shown "not sent" from then on."""
+    from billing_integration.models import Product
+
+    body = {"status": "published", "name": "Setup fee", "description": "", "prices": []}
+    body.update(selected_currencies=["1"], prices=[{"currency": 1, "amount": 2500}])
+    created = get_client().create_product(body)
+    tamper("list_products", lambda items: [dict(i, id=str(i["id"]).upper()) for i in items])
+    assert pull_products().created == 1
+    product = Product.objects.get()
+    assert str(product.remote_id) == created["id"]
+    assert [(p.currency_id, int(p.amount)) for p in product.root_prices.all()] == [(1, 2500)]
