@@ -272,8 +272,12 @@ class BillingClient:
 
     # --- sending ---------------------------------------------------------------------------
     def _one(self, operation: str, method: str, path: str, *args: Any, **kw: Any) -> Item:
-        """A call answered with one resource."""
-        return cast(Item, self._call(operation, method, path, *args, **kw))
+        """A call answered with one resource (also read from an array of one, the way the
+        service answers a new subscription)."""
+        data = self._call(operation, method, path, *args, **kw)
+        if isinstance(data, list) and len(data) == 1 and isinstance(data[0], dict):
+            data = data[0]
+        return cast(Item, data)
 
     @_secret_frames
     def _call(

@@ -345,3 +345,21 @@ def test_a_new_one_time_product_with_its_id_in_capitals_gets_its_prices(billing_
     product = Product.objects.get()
     assert str(product.remote_id) == created["id"]
     assert [(p.currency_id, int(p.amount)) for p in product.root_prices.all()] == [(1, 2500)]
+
+
+def test_a_push_answered_with_an_array_of_one_links_the_object(small_pages, tamper):
+    """The service answers a new subscription as an array of one; a product or customer
+    answered so was left unlinked ("the answer carries no id"), and the next change of the
+    product created it a second time on the service."""
+    from billing_integration.outbox.push import push_entry
+
+    from .test_outbox import make_product
+
+    product = make_product()
+    tamper("create_product", lambda answer: [answer])
+    entry = OutboxEntry.objects.open().get()
+    assert push_entry(entry.pk).status == "done"
+    product.refresh_from_db()
+    (remote,) = small_pages.objects("product")
+    assert str(product.remote_id) == remote["id"]
+    assert product.sync_state == "synced" and product.sync_error == ""
