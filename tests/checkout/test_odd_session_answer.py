@@ -77,3 +77,23 @@ def test_a_nul_or_a_lone_surrogate_in_the_session_answer_still_sends_the_custome
     assert session.status == "op\ufffden\ufffd"
     assert session.remote_data["note"] == "a\ufffdb"
     assert session.remote_data["links"] == [{"k\ufffd": "\ufffd"}]
+
+
+def test_a_session_answered_as_an_array_of_one_still_sends_the_customer_to_pay(
+    billing_sandbox, logged_in, monkeypatch
+):
+    """The way the service answers a new subscription: the session was created, then the
+    checkout refused ("answered without a session id")."""
+    product = make_product("Pro")
+    client = get_client()
+    real = client._call
+
+    def call(operation: str, *args: Any, **kwargs: Any) -> Any:
+        answer = real(operation, *args, **kwargs)
+        return [answer] if operation == "create_checkout_session" else answer
+
+    monkeypatch.setattr(client, "_call", call)
+    response = post(logged_in, product)
+    assert response.status_code == 302, response.content[:500]
+    session = CheckoutSession.objects.get()
+    assert response["Location"].endswith(f"/checkout/{session.remote_id}")
