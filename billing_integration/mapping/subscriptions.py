@@ -106,7 +106,7 @@ def from_remote(data: dict[str, Any]) -> dict[str, Any]:
     for name in DATES:
         fields[name] = ts(data.get(name), name)
     fields["auto_renew"] = _auto_renew(data.get("auto_renew", True))
-    cycle = str(data.get("selected_billing_cycle") or "")
+    cycle = data.get("selected_billing_cycle") or None
     fields["selected_billing_cycle"] = text(Subscription, "selected_billing_cycle", cycle)
     currency = _remote_currency(data.get("selected_currency"))
     fields["selected_currency"] = text(Subscription, "selected_currency", currency)

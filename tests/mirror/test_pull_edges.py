@@ -363,3 +363,19 @@ def test_a_push_answered_with_an_array_of_one_links_the_object(small_pages, tamp
     (remote,) = small_pages.objects("product")
     assert str(product.remote_id) == remote["id"]
     assert product.sync_state == "synced" and product.sync_error == ""
+
+
+def test_a_billing_cycle_given_as_an_object_is_reported_not_stored_as_python_text(
+    small_pages, tamper
+):
+    """``{"cycle": "months", "frequency": 1}`` where the code ``months-1`` is expected was
+    stored as Python's text of it (``{'cycle': 'months', ...}``, when it fit the column)."""
+    subs = pulled(small_pages)
+    cycles = {"0": {"selected_billing_cycle": {"cycle": "months"}}, "1": {"status": "paused"}}
+    tamper("list_subscriptions", rows_changed(**cycles))
+    counts = pull_subscriptions()
+    assert counts.errors == 1 and counts.updated == 1
+    (message,) = counts.error_messages
+    assert "selected_billing_cycle: not a string" in message
+    subs[0].refresh_from_db()
+    assert subs[0].selected_billing_cycle == "months-1"
