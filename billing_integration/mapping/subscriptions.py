@@ -43,6 +43,10 @@ def wire_currency(value: Any) -> str:
 
 
 def _remote_currency(value: Any) -> str:
+    """The currency's code; an id or code the settings do not know as received (logged once);
+    ``RemoteDataError`` for a value that is no id or code (a list, an object, a boolean)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float, type(None))):
+        raise RemoteDataError("selected_currency", value, "not a currency")
     try:
         return currency_code(value)
     except BillingConfigurationError:

@@ -379,3 +379,18 @@ def test_a_billing_cycle_given_as_an_object_is_reported_not_stored_as_python_tex
     assert "selected_billing_cycle: not a string" in message
     subs[0].refresh_from_db()
     assert subs[0].selected_billing_cycle == "months-1"
+
+
+def test_a_subscription_currency_given_as_a_list_is_reported_not_stored_as_python_text(
+    small_pages, tamper
+):
+    """``["XOF"]`` was stored as ``['XOF']`` (Python's text of it fits the 8 characters), a
+    currency no setting or report knows."""
+    pulled(small_pages)
+    changed = {"0": {"selected_currency": ["XOF"]}, "1": {"selected_currency": True}}
+    tamper("list_subscriptions", rows_changed(**changed, **{"2": {"status": "paused"}}))
+    counts = pull_subscriptions()
+    assert counts.errors == 2 and counts.updated == 1
+    assert all("selected_currency: not a currency" in m for m in counts.error_messages)
+    currencies = set(Subscription.objects.values_list("selected_currency", flat=True))
+    assert currencies == {"XOF"}
