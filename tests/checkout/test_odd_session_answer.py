@@ -4,6 +4,7 @@ hosted page, the session is stored with what fits, the raw answer kept beside it
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,6 +16,24 @@ from .conftest import make_product
 from .test_one_purchase import post
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def session_answer(monkeypatch) -> Callable[[Callable[[Any], Any]], None]:
+    """``session_answer(change)``: the client's answer to ``create_checkout_session`` passes
+    through ``change`` after the real HTTP call to the sandbox."""
+    client = get_client()
+    real = client._call
+
+    def tamper(change: Callable[[Any], Any]) -> None:
+        def call(operation: str, *args: Any, **kwargs: Any) -> Any:
+            answer = real(operation, *args, **kwargs)
+            return change(answer) if operation == "create_checkout_session" else answer
+
+        monkeypatch.setattr(client, "_call", call)
+
+    return tamper
+
 
 ODD = {
     "status": "open-" + "x" * 100,
@@ -29,17 +48,10 @@ ODD = {
 
 
 def test_odd_values_in_the_session_answer_still_send_the_customer_to_pay(
-    billing_sandbox, logged_in, monkeypatch
+    billing_sandbox, logged_in, session_answer
 ):
     product = make_product("Pro")
-    client = get_client()
-    real = client._call
-
-    def call(operation: str, *args: Any, **kwargs: Any) -> Any:
-        answer = real(operation, *args, **kwargs)
-        return {**answer, **ODD} if operation == "create_checkout_session" else answer
-
-    monkeypatch.setattr(client, "_call", call)
+    session_answer(lambda answer: {**answer, **ODD})
     response = post(logged_in, product)
     assert response.status_code == 302, response.content[:500]
     session = CheckoutSession.objects.get()
@@ -56,20 +68,13 @@ def test_odd_values_in_the_session_answer_still_send_the_customer_to_pay(
 
 
 def test_a_nul_or_a_lone_surrogate_in_the_session_answer_still_sends_the_customer_to_pay(
-    billing_sandbox, logged_in, monkeypatch
+    billing_sandbox, logged_in, session_answer
 ):
     """PostgreSQL refuses both in ``jsonb`` (and any database a lone surrogate in a column):
     the answer was a 500 after the session was created."""
     product = make_product("Pro")
-    client = get_client()
-    real = client._call
     odd = {"status": "op\x00en\ud800", "note": "a\x00b", "links": [{"k\x00": "\ud800"}]}
-
-    def call(operation: str, *args: Any, **kwargs: Any) -> Any:
-        answer = real(operation, *args, **kwargs)
-        return {**answer, **odd} if operation == "create_checkout_session" else answer
-
-    monkeypatch.setattr(client, "_call", call)
+    session_answer(lambda answer: {**answer, **odd})
     response = post(logged_in, product)
     assert response.status_code == 302, response.content[:500]
     session = CheckoutSession.objects.get()
@@ -80,19 +85,12 @@ def test_a_nul_or_a_lone_surrogate_in_the_session_answer_still_sends_the_custome
 
 
 def test_a_session_answered_as_an_array_of_one_still_sends_the_customer_to_pay(
-    billing_sandbox, logged_in, monkeypatch
+    billing_sandbox, logged_in, session_answer
 ):
     """The way the service answers a new subscription: the session was created, then the
     checkout refused ("answered without a session id")."""
     product = make_product("Pro")
-    client = get_client()
-    real = client._call
-
-    def call(operation: str, *args: Any, **kwargs: Any) -> Any:
-        answer = real(operation, *args, **kwargs)
-        return [answer] if operation == "create_checkout_session" else answer
-
-    monkeypatch.setattr(client, "_call", call)
+    session_answer(lambda answer: [answer])
     response = post(logged_in, product)
     assert response.status_code == 302, response.content[:500]
     session = CheckoutSession.objects.get()
