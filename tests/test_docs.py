@@ -248,3 +248,35 @@ def test_the_guesses_page_names_only_settings_that_exist():
     assert pointed >= {"CURRENCIES", "WEBHOOK_SECRET"}
     assert pointed <= set(DEFAULTS) and pointed <= named, pointed - named
     assert NO_SETTING in text
+
+
+# --- the test helpers -------------------------------------------------------------------------
+
+
+def test_the_testing_page_names_every_fixture_and_handle_method_as_it_is():
+    """docs/testing.md: each fixture of the plugin, and each public method of ``SandboxHandle``
+    written as ``name(params)`` with the parameters the method takes."""
+    import inspect
+
+    from billing_integration.testing import SandboxHandle, plugin
+
+    page = (DOCS_DIR / "testing.md").read_text(encoding="utf-8").replace("\\|", "|")
+    fixture = type(plugin.billing_sandbox)
+    fixtures = [name for name, value in vars(plugin).items() if isinstance(value, fixture)]
+    assert {"billing_sandbox", "billing_inline"} <= set(fixtures)
+    assert [f for f in fixtures if f"`{f}`" not in page] == []
+    for name, method in inspect.getmembers(SandboxHandle, inspect.isfunction):
+        if name.startswith("_"):
+            continue
+        written = re.search(rf"`{name}\(([^`]*?)\)", page)
+        assert written, f"docs/testing.md does not show SandboxHandle.{name}()"
+        params = [p for p in inspect.signature(method).parameters if p != "self"]
+        assert re.findall(r"(?:^|,\s*)\**(\w+)(?=\s*[:=,]|\s*$)", written[1]) == params, name
+
+
+@pytest.mark.django_db
+def test_the_testing_page_lists_what_advance_returns(billing_sandbox):
+    page = (DOCS_DIR / "testing.md").read_text(encoding="utf-8")
+    [row] = [line for line in page.splitlines() if line.startswith("| `advance(")]
+    documented = re.search(r"`\{(.*?)\}`", row)[1]
+    assert sorted(re.findall(r'"(\w+)"', documented)) == sorted(billing_sandbox.advance(1))
