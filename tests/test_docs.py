@@ -113,6 +113,19 @@ def test_no_page_names_a_check_id_the_code_does_not_have():
     assert unknown == {}
 
 
+def test_the_pages_name_the_admin_section_as_the_admin_shows_it():
+    """``*Billing > Products*``, ``admin index → *Billing*``: the app's ``verbose_name``."""
+    from django.apps import apps
+
+    section = apps.get_app_config("billing_integration").verbose_name
+    named = []
+    for path in [ROOT / "README.md", *sorted(DOCS_DIR.glob("*.md"))]:
+        text = path.read_text(encoding="utf-8")
+        named += re.findall("\\*(\\w[\\w ]*?) [>\u203a] ", text)
+        named += re.findall(r"admin index → \*([^*]+)\*", text)
+    assert len(named) >= 3 and set(named) == {section}, named
+
+
 # --- events -----------------------------------------------------------------------------------
 
 
