@@ -50,15 +50,16 @@ def window_note(key: str) -> Any:
     return None if note is _DOWN else note
 
 
-def _counter(key: str, step: int = 0) -> int:
-    """The counter ``key`` after adding ``step`` (in this process when the cache is down)."""
-    if step and _cache("add", key, 0, timeout=None) is not _DOWN:
-        value = _cache("incr", key, step)
-    else:
-        value = _cache("get", key)
-    if value is _DOWN:
-        value = _local[key] = _local.get(key, 0) + step
-    return int(value or 0)
+def _count(key: str) -> int:
+    """The count ``key`` (this process's while the cache is down)."""
+    value = _cache("get", key)
+    return int((_local.get(key, 0) if value is _DOWN else value) or 0)
+
+
+def _set_count(key: str, value: int) -> None:
+    """With no timeout (``incr`` would give it the cache's default on the database cache)."""
+    if _cache("set", key, value, timeout=None) is _DOWN:
+        _local[key] = value
 
 
 def coalesced_pull(
@@ -66,24 +67,27 @@ def coalesced_pull(
 ) -> bool:
     """Run ``pull`` unless ``present()`` or a pull started after this call has finished;
     True if this call pulled."""
-    prefix = f"billing:pull:{resource}"
-    asked = _counter(f"{prefix}:started")
+    started, finished, lock = (
+        f"billing:pull:{resource}:{k}" for k in ("started", "finished", "lock")
+    )
+    # Never below the finished count: a cache may drop the started one (eviction, culling).
+    asked = max(_count(started), _count(finished))
     give_up = time.monotonic() + PULL_LOCK_TTL
     with _locks.setdefault(resource, threading.Lock()):  # this process's callers in turn
         while True:
-            if present() or _counter(f"{prefix}:finished") > asked:
+            if present() or _count(finished) > asked:
                 return False
-            if _cache("add", f"{prefix}:lock", 1, timeout=PULL_LOCK_TTL):  # or the cache is down
+            if _cache("add", lock, 1, timeout=PULL_LOCK_TTL):  # or the cache is down
                 break
             if time.monotonic() > give_up:
                 logger.warning("pull of %s: another process held it too long", resource)
                 return False
             time.sleep(POLL_INTERVAL)
         try:
-            generation = _counter(f"{prefix}:started", 1)
+            generation = max(_count(started), _count(finished)) + 1
+            _set_count(started, generation)
             pull()
-            if _cache("set", f"{prefix}:finished", generation, timeout=None) is _DOWN:
-                _local[f"{prefix}:finished"] = generation
+            _set_count(finished, generation)
         finally:
-            _cache("delete", f"{prefix}:lock")  # else it expires after PULL_LOCK_TTL
+            _cache("delete", lock)  # else it expires after PULL_LOCK_TTL
         return True

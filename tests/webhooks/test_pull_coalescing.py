@@ -11,6 +11,7 @@ import uuid
 import pytest
 from django.db import connection
 
+from billing_integration.conf import shared_cache
 from billing_integration.models import Customer, EventState, Payment, Subscription, WebhookEvent
 from billing_integration.sync import coalesce
 from billing_integration.webhooks.ingest import store_delivery
@@ -183,6 +184,33 @@ def test_a_pull_that_started_before_the_request_does_not_count(billing_sandbox):
     coalesce.coalesced_pull(resource, lambda: calls.append(1))
     coalesce.coalesced_pull(resource, lambda: calls.append(1))
     assert calls == [1, 1]
+
+
+def test_a_later_request_pulls_once_the_caches_default_timeout_has_passed(settings, tmp_path):
+    """The database and file caches' ``incr`` writes the key with the cache's default timeout
+    (300 s): the count of started pulls expired then, and every later request was taken for
+    one a newer pull had served, so events named unknown objects and nothing was pulled.
+    ``TIMEOUT: 0`` stands for that time having passed."""
+    backend = "django.core.cache.backends.filebased.FileBasedCache"
+    settings.CACHES = {**settings.CACHES, "files": {"BACKEND": backend, "LOCATION": str(tmp_path)}}
+    settings.CACHES["files"]["TIMEOUT"] = 0
+    settings.BILLING = {**settings.BILLING, "CACHE": "files"}
+    calls: list[int] = []
+    coalesce.coalesced_pull("subscriptions", lambda: calls.append(1))
+    coalesce.coalesced_pull("subscriptions", lambda: calls.append(1))
+    assert calls == [1, 1]
+
+
+def test_a_request_pulls_when_the_cache_dropped_the_count_of_started_pulls(billing_sandbox):
+    """An evicted (or culled, or expired) started count with the finished one kept: requests
+    were taken for ones a newer pull had served, for good."""
+    resource = f"test-{uuid.uuid4()}"
+    calls: list[int] = []
+    coalesce.coalesced_pull(resource, lambda: calls.append(1))
+    shared_cache().delete(f"billing:pull:{resource}:started")
+    coalesce.coalesced_pull(resource, lambda: calls.append(1))
+    coalesce.coalesced_pull(resource, lambda: calls.append(1))
+    assert calls == [1, 1, 1]
 
 
 def test_cache_outage_still_coalesces_within_the_process(billing_sandbox, monkeypatch):
