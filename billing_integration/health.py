@@ -63,8 +63,10 @@ def record_refused(reason: str, now: float | None = None) -> None:
     counter = _refusal_key(reason, int(at // _REFUSAL_BUCKET))
     try:
         cache = shared_cache()
-        if not cache.add(counter, 1, timeout=REFUSALS_WINDOW + _REFUSAL_BUCKET):
+        window = REFUSALS_WINDOW + _REFUSAL_BUCKET
+        if not cache.add(counter, 1, timeout=window):
             cache.incr(counter)
+            cache.touch(counter, window)  # the database cache's incr() sets its default timeout
         cache.set(_refusal_key(reason, "last"), at, timeout=None)
     except Exception as exc:  # the cache down, or the counter expired between add and incr
         logger.warning("health: could not count a refused delivery (%s)", _error(exc))

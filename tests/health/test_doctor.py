@@ -483,6 +483,24 @@ def test_refusals_are_counted_per_minute_for_the_last_hour_only(healthy, monkeyp
     assert 0 < len(written) <= 5  # 3 minutes counted, 2 "last" times
 
 
+def test_a_minute_of_refusals_is_counted_for_the_hour_on_the_database_cache(settings):
+    """The database cache's ``incr`` (the README's cache) writes the key with the cache's
+    default timeout (300 s): a minute's counter lost its hour once a second refusal came in
+    that minute. ``TIMEOUT: 0`` stands for those 300 s having passed."""
+    from django.core.cache import caches
+
+    backend = "django.core.cache.backends.db.DatabaseCache"
+    settings.CACHES = {**settings.CACHES, "db": {"BACKEND": backend, "LOCATION": "ttl_cache"}}
+    settings.CACHES["db"]["TIMEOUT"] = 0
+    settings.BILLING = {**settings.BILLING, "CACHE": "db"}
+    call_command("createcachetable", "ttl_cache")
+    caches["db"].clear()
+    now = 1_800_000_000.0
+    for _ in range(3):
+        record_refused("bad_signature", now=now - 30)
+    assert refused_deliveries(now=now)["bad_signature"] == {"count": 3, "last": now - 30}
+
+
 def test_help_says_zero_means_no_limit_only_for_the_ages():
     """0 turns an age limit off; for a count it means "none allowed", and a timeout of 0 is
     no wait at all: only the ages say "0 = no limit"."""
