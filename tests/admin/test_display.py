@@ -169,6 +169,34 @@ def test_checkout_sessions_show_currency_codes_and_say_when_expired(admin_client
     assert "arrives by events and pulls" in page
 
 
+def test_the_checkout_status_filter_lists_what_the_column_says(admin_client):
+    """An open session past its expiry is shown "expired": the filter "open" leaves it out and
+    the filter "expired" lists it."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from billing_integration.models import CheckoutSession
+
+    product, customer, now = make_product(remote=True), named_customer(), timezone.now()
+    sessions = {
+        name: CheckoutSession.objects.create(
+            remote_id=uuid.uuid4(), customer=customer, product=product, status="open", expires_at=at
+        )
+        for name, at in (("past", now - timedelta(hours=1)), ("live", now + timedelta(hours=1)))
+    }
+    url = reverse("admin:billing_integration_checkoutsession_changelist")
+    offered = filter_block(admin_client.get(url).content.decode(), "status")
+    links = {
+        text(label): href for href, label in re.findall(r'href="([^"]*)"[^>]*>(.*?)</a>', offered)
+    }
+    for label, shown in (("open", "live"), ("expired", "past")):
+        html = admin_client.get(url + links[label].replace("&amp;", "&")).content.decode()
+        rows = html.split('class="results"')[1].split("</table>")[0]
+        listed = {name for name, s in sessions.items() if str(s.remote_id) in rows}
+        assert listed == {shown}, label
+
+
 def test_records_name_their_subscription_by_product_and_subscriber(admin_client):
     """A payment reads "Pro for Ada Lovelace", never "Pro for auth.user:3"; an invoice whose
     subscription was mirrored after it links that subscription, not a bare UUID."""
