@@ -70,6 +70,13 @@ BACK_TO_DRAFT_FORM_ERROR = _(
     "This product is published or archived on the service: it cannot go back to draft there "
     "(the service refuses it). Archive it to take it off sale."
 )
+NO_CYCLE_ERROR = _(
+    "A subscription product has at least one billing cycle: the service refuses one without."
+)
+NO_PRICE_ERROR = _("Give at least one price: the service refuses a price list without one.")
+NO_CURRENCY_ERROR = _(
+    "Tick at least one currency in “Currencies”: the service refuses a product sold in none."
+)
 UNKNOWN_CURRENCY_LABEL = _("id %(id)s (not in BILLING['CURRENCIES'])")
 DECLARED_LABEL = _("declared here, not confirmed by the service")
 NO_CYCLES_LABEL = _("no known cycles")
@@ -94,6 +101,11 @@ def is_deleted(formset: Any, form: Any) -> bool:
 def kept_forms(formset: Any) -> list[Any]:
     """The cleaned forms of ``formset`` that are not marked for deletion."""
     return [f for f in formset.forms if hasattr(f, "cleaned_data") and not is_deleted(formset, f)]
+
+
+def filled_forms(formset: Any) -> list[Any]:
+    """The kept forms of a row saved or to be saved (not an untouched blank row)."""
+    return [f for f in kept_forms(formset) if f.instance.pk is not None or f.has_changed()]
 
 
 def check_amount(amount: Decimal) -> Decimal:
@@ -183,7 +195,9 @@ class BillingCycleForm(CycleForm):
             self.fields["prices"].initial = format_prices(list(self.instance.prices.all()))
 
     def clean_prices(self) -> dict[int, Decimal]:
-        return parse_prices(self.cleaned_data.get("prices") or "")
+        if prices := parse_prices(self.cleaned_data.get("prices") or ""):
+            return prices
+        raise ValidationError(NO_PRICE_ERROR)
 
     def save(self, commit: bool = True) -> BillingCycle:
         cycle: BillingCycle = super().save(commit=commit)
@@ -224,18 +238,41 @@ class PriceFormSet(BaseInlineFormSet):
                 seen.add(cid)
 
 
-class NeverSentRowsFormSet(BaseInlineFormSet):
-    """Refuses inline rows that a product of the other type would never send."""
-
-    refuse_for_one_time: bool
-    message: Any
+class CyclePriceFormSet(PriceFormSet):
+    """A cycle's price rows: at least one."""
 
     def clean(self) -> None:
         super().clean()
-        if self.instance.is_one_time == self.refuse_for_one_time and any(
-            form.instance.pk is not None or form.has_changed() for form in kept_forms(self)
-        ):
-            raise ValidationError(self.message)
+        if not filled_forms(self):
+            raise ValidationError(NO_PRICE_ERROR)
+
+
+class NeverSentRowsFormSet(BaseInlineFormSet):
+    """The rows of a product's prices: refused where a product of the other type would never
+    send them; else none at all where the service would receive none (``empty_message``), and
+    no currency, ticked or priced, is none."""
+
+    refuse_for_one_time: bool
+    message: Any
+    empty_message: Any
+
+    def clean(self) -> None:
+        super().clean()
+        product, rows = self.instance, filled_forms(self)
+        if product.is_one_time == self.refuse_for_one_time:
+            if rows:
+                raise ValidationError(self.message)
+            return
+        if not rows and self.sends_rows(product):
+            raise ValidationError(self.empty_message)
+        if not product.selected_currencies and not any(map(self.currencies, rows)):
+            raise ValidationError(NO_CURRENCY_ERROR)
+
+    def sends_rows(self, product: Product) -> bool:
+        return product.remote_id is None
+
+    def currencies(self, form: Any) -> Any:
+        return form.cleaned_data.get("currency_id")
 
 
 class CycleFormSet(NeverSentRowsFormSet):
@@ -244,6 +281,13 @@ class CycleFormSet(NeverSentRowsFormSet):
         "A one-time product has no billing cycles (none would be sent): put its "
         "price in “Prices”, or remove the cycles."
     )
+    empty_message = NO_CYCLE_ERROR
+
+    def sends_rows(self, product: Product) -> bool:
+        return product.remote_id is None or product.blueprint_known
+
+    def currencies(self, form: Any) -> Any:
+        return form.cleaned_data.get("prices")
 
 
 class RootPriceFormSet(NeverSentRowsFormSet, PriceFormSet):
@@ -252,6 +296,7 @@ class RootPriceFormSet(NeverSentRowsFormSet, PriceFormSet):
         "A subscription product's prices go on its billing cycles (root prices "
         "would not be sent): remove them here."
     )
+    empty_message = NO_PRICE_ERROR
 
 
 class BillingCycleInline(DeclaredBadgeMixin, TabularInline):
@@ -298,7 +343,7 @@ class CyclePriceInline(TabularInline):
     model = Price
     fk_name = "cycle"
     form = PriceInlineForm
-    formset = PriceFormSet
+    formset: type[PriceFormSet] = CyclePriceFormSet
     fields = ("currency_id", "amount")
     extra = 1
 

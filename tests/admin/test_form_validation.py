@@ -241,3 +241,56 @@ def test_a_currency_missing_from_the_table_is_kept_when_the_product_is_edited(ad
         BillingConfigurationError, match=r"Currency 9 is not in BILLING\['CURRENCIES'\]"
     ):
         product_map.to_remote(product)
+
+
+@pytest.mark.parametrize(
+    ("fields", "error"),
+    [
+        ({}, "at least one billing cycle"),
+        (new_cycle("", frequency="2"), "at least one price"),
+        ({"product_type": "one_time"}, "at least one price"),
+    ],
+    ids=["no cycle", "a cycle without a price", "a one-time product without a price"],
+)
+def test_a_new_product_with_nothing_to_sell_is_a_form_error(admin_client, fields, error):
+    """The service refuses a product with no billing cycle ("billing_cycles must be a
+    non-empty array"), a cycle with no price and a one-time product with no price ("prices
+    must be a non-empty array"): the form saved it, and the create failed in the outbox."""
+    response = admin_client.post(ADD, product_form_data(name="Empty", **fields))
+    assert response.status_code == 200
+    assert error in response.content.decode()
+    assert not Product.objects.exists() and not OutboxEntry.objects.exists()
+
+
+def test_the_last_cycle_or_price_of_a_pushed_product_is_not_removed(admin_client):
+    """Removing them was a PATCH with no cycle, or a cycle with no price: refused too."""
+    product = make_product(remote=True)
+    cycle = product.cycles.get()
+    change = reverse("admin:billing_integration_product_change", args=[product.pk])
+    response = admin_client.post(change, product_form_data(product, **{"cycles-0-DELETE": "on"}))
+    assert "at least one billing cycle" in response.content.decode()
+    response = admin_client.post(change, product_form_data(product, **{"cycles-0-prices": ""}))
+    assert "at least one price" in response.content.decode()
+    data = cycle_page_data(cycle, **{"prices-0-DELETE": "on"})
+    assert "at least one price" in admin_client.post(cycle_url(cycle), data).content.decode()
+    assert product.cycles.get().prices.count() == 1 and not OutboxEntry.objects.exists()
+
+
+def test_a_product_in_no_currency_is_a_form_error(admin_client):
+    """A pulled product with no cycle known here (nothing of it sent but its fields) and every
+    currency unticked was a PATCH with ``selected_currencies: []``, which the service refuses
+    ("must name at least one currency id")."""
+    from billing_integration.outbox import from_remote
+
+    product = make_product(remote=True)
+    with from_remote():
+        product.cycles.all().delete()
+    Product.objects.filter(pk=product.pk).update(blueprint_known=False)
+    change = reverse("admin:billing_integration_product_change", args=[product.pk])
+    response = admin_client.post(change, product_form_data(product, selected_currencies=[]))
+    assert "at least one currency" in response.content.decode()
+    product.refresh_from_db()
+    assert product.selected_currencies == [1] and not OutboxEntry.objects.exists()
+    # Its cycles are not sent: none is no error.
+    data = product_form_data(product, description="Sold by the service")
+    assert admin_client.post(change, data).status_code == 302

@@ -12,6 +12,7 @@ from django.urls import reverse
 
 from billing_integration.admin.products import CONFIRM_FIELD, parse_prices
 from billing_integration.models import BillingCycle, OutboxEntry, Price, Product
+from billing_integration.outbox import from_remote
 
 from .conftest import make_product, make_subscription, product_form_data, staff_with
 
@@ -320,10 +321,13 @@ def test_cycle_added_or_removed_with_subscribers_needs_confirmation(admin_client
     response = admin_client.post(change_url(product), add_cycle)
     assert response.status_code == 200 and "add unit=years" in response.content.decode()
     assert product.cycles.count() == 1
+    with from_remote():  # a product keeps a cycle: one removed of two
+        cycle = BillingCycle.objects.create(product=product, unit="years", frequency=1)
+        Price.objects.create(cycle=cycle, currency_id=1, amount=Decimal("100000"))
     remove = product_form_data(product, **{"cycles-0-DELETE": "on"})
     response = admin_client.post(change_url(product), remove)
     assert response.status_code == 200 and "remove months-1" in response.content.decode()
-    assert product.cycles.count() == 1
+    assert product.cycles.count() == 2
 
 
 def test_no_confirmation_without_subscribers_or_without_price_changes(admin_client):
