@@ -577,6 +577,12 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
         (_("Synchronisation"), {"fields": readonly_fields}),
     )
 
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        """The type, once the service has the product: no request changes it there."""
+        if obj is not None and obj.remote_id is not None:
+            return (*self.readonly_fields, "product_type")
+        return self.readonly_fields
+
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         """No synchronisation state on the add form (nothing is saved yet)."""
         return self.fieldsets if obj is not None else self.fieldsets[:1]

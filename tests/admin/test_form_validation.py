@@ -294,3 +294,15 @@ def test_a_product_in_no_currency_is_a_form_error(admin_client):
     # Its cycles are not sent: none is no error.
     data = product_form_data(product, description="Sold by the service")
     assert admin_client.post(change, data).status_code == 302
+
+
+def test_the_type_of_a_pushed_product_is_not_offered_for_change(admin_client):
+    """The service has no way to change a product's type: the form offered it, and the
+    change was kept here only ("Not sent")."""
+    product = make_product(remote=True)
+    change = reverse("admin:billing_integration_product_change", args=[product.pk])
+    assert 'name="product_type"' not in admin_client.get(change).content.decode()
+    admin_client.post(change, product_form_data(product, product_type="one_time"))
+    product.refresh_from_db()
+    assert product.product_type == "subscription"
+    assert 'name="product_type"' in admin_client.get(ADD).content.decode()
