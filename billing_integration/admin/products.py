@@ -77,6 +77,14 @@ NO_PRICE_ERROR = _("Give at least one price: the service refuses a price list wi
 NO_CURRENCY_ERROR = _(
     "Tick at least one currency in “Currencies”: the service refuses a product sold in none."
 )
+NO_PRICE_PUBLISH_ERROR = _(
+    "Not published, no price (the service refuses a new product without one; give it a "
+    "price on its page first): %s."
+)
+NO_PRICE_ARCHIVE_ERROR = _(
+    "Not archived, no price (the service refuses a new product without one; give it a "
+    "price on its page first): %s."
+)
 UNKNOWN_CURRENCY_LABEL = _("id %(id)s (not in BILLING['CURRENCIES'])")
 DECLARED_LABEL = _("declared here, not confirmed by the service")
 NO_CYCLES_LABEL = _("no known cycles")
@@ -714,10 +722,7 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
         obj = self.get_object_or_404(request, object_id)
         change_url = self.object_url("change", obj)
         if request.method == "POST":
-            if obj.status != ProductStatus.ARCHIVED:
-                obj.archive()
-                self.log_change(request, obj, [{"changed": {"fields": ["status"]}}])
-            self.message_user(request, _("“%s” is archived.") % obj, messages.SUCCESS)
+            self.set_status(request, Product.objects.filter(pk=obj.pk), ProductStatus.ARCHIVED)
             return HttpResponseRedirect(change_url)
         return self.page(
             request,
@@ -731,15 +736,22 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
     def set_status(
         self, request: HttpRequest, queryset: models.QuerySet[Product], status: str
     ) -> None:
+        archiving = status == ProductStatus.ARCHIVED
+        # The service refuses to create a product with no price (in any status).
+        new = queryset.filter(remote_id__isnull=True).exclude(status=status)
+        unpriced = new.exclude(cycles__prices__isnull=False).exclude(root_prices__isnull=False)
+        if names := sorted(unpriced.values_list("name", flat=True)):
+            refused = NO_PRICE_ARCHIVE_ERROR if archiving else NO_PRICE_PUBLISH_ERROR
+            self.message_user(request, refused % ", ".join(names), messages.ERROR)
+            queryset = queryset.exclude(pk__in=unpriced.values("pk"))
         pks = list(queryset.values_list("pk", flat=True))
         with transaction.atomic():
             # Locked in primary-key order, the order a pull locks them in.
             rows = Product.objects.filter(pk__in=pks).exclude(status=status).order_by("pk")
             rows = rows.select_for_update()
             for product in rows:
-                product.archive() if status == ProductStatus.ARCHIVED else product.publish()
+                product.archive() if archiving else product.publish()
                 self.log_change(request, product, [{"changed": {"fields": ["status"]}}])
-        archiving = status == ProductStatus.ARCHIVED
         if rows:
             done = (
                 _("%d product(s) archived; the change is being pushed.")

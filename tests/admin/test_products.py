@@ -198,6 +198,30 @@ def test_archiving_or_publishing_again_says_nothing_was_sent(admin_client, recor
     assert said("publish", live) == ["info: Already published, nothing sent: Live."]
 
 
+def test_a_product_with_no_price_the_service_has_not_got_is_not_published(admin_client):
+    """Its create (with the new status) is refused by the service ("billing_cycles must be a
+    non-empty array"): the action said "published; the change is being pushed" all the same.
+    The other selected products are published, and the message names the one left."""
+    with from_remote():
+        empty = Product.objects.create(name="Empty", selected_currencies=[1])
+        BillingCycle.objects.create(product=empty, unit="months", frequency=1)  # no price
+    full = make_product("Full")
+    response = admin_client.post(
+        CHANGELIST,
+        {"action": "publish", "_selected_action": [empty.pk, full.pk], "index": "0"},
+        follow=True,
+    )
+    said = [f"{m.level_tag}: {m}" for m in response.context["messages"]]
+    assert said[0].startswith("error: Not published, no price") and said[0].endswith(": Empty.")
+    assert len(said) == 2
+    assert said[1] == "success: 1 product(s) published; the change is being pushed."
+    assert dict(Product.objects.values_list("name", "status")) == {
+        "Empty": "draft",
+        "Full": "published",
+    }
+    assert list(OutboxEntry.objects.values_list("object_id", flat=True)) == [full.pk]
+
+
 @pytest.mark.django_db(transaction=True)
 def test_publish_action_reaches_the_sandbox(billing_sandbox, admin_client):
     from billing_integration.outbox.push import PushOutcome, push_entry
@@ -395,10 +419,27 @@ def test_archive_button_archives_after_confirmation(admin_client, recorded_enque
     assert page.status_code == 200 and "Yes, archive it" in page.content.decode()
     product.refresh_from_db()
     assert product.status == "published"
-    assert admin_client.post(url).status_code == 302
+    response = admin_client.post(url)
+    assert response.status_code == 302
+    admin_client.get(response.url)  # its message read
     product.refresh_from_db()
     assert product.status == "archived"
     assert OutboxEntry.objects.get().object_id == product.pk
+    # Again (a second tab, a double click): nothing sent, and the message says so; it said
+    # "“Pro” is archived." as if it had been archived then.
+    response = admin_client.post(url, follow=True)
+    assert [str(m) for m in response.context["messages"]] == [
+        "Already archived, nothing sent: Pro."
+    ]
+    assert OutboxEntry.objects.count() == 1
+    # A product the service has not got, with no price: its create would be refused.
+    with from_remote():
+        empty = Product.objects.create(name="Empty", selected_currencies=[1])
+    url = reverse("admin:billing_integration_product_archive", args=[empty.pk])
+    [said] = admin_client.post(url, follow=True).context["messages"]
+    assert str(said).startswith("Not archived, no price") and said.level_tag == "error"
+    empty.refresh_from_db()
+    assert empty.status == "draft" and OutboxEntry.objects.count() == 1
 
 
 # --- permissions --------------------------------------------------------------------------------
