@@ -187,6 +187,16 @@ class CycleForm(ModelForm):
             raise ValidationError(_("The frequency is at least 1 (every 1 month, 2 months, …)."))
         return frequency
 
+    def validate_unique(self) -> None:
+        """A cycle is once per product: checked also where the product is no field of the form
+        (the cycle's own page), else a duplicate was an IntegrityError."""
+        super().validate_unique()
+        if "product" not in self.fields and not self.errors:
+            try:
+                self.instance.validate_constraints()
+            except ValidationError as exc:
+                self.add_error(None, exc)
+
 
 class BillingCycleForm(CycleForm):
     prices = forms.CharField(

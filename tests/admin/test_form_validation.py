@@ -306,3 +306,25 @@ def test_the_type_of_a_pushed_product_is_not_offered_for_change(admin_client):
     product.refresh_from_db()
     assert product.product_type == "subscription"
     assert 'name="product_type"' in admin_client.get(ADD).content.decode()
+
+
+def test_a_cycle_made_the_same_as_another_on_its_page_is_a_form_error(admin_client):
+    """The cycle's page has no product field, so the form skipped the once-per-product check:
+    the save was an IntegrityError (a 500), where the service refuses a duplicate too."""
+    from decimal import Decimal
+
+    from billing_integration.models import Price
+    from billing_integration.outbox import from_remote
+
+    product = make_product(remote=True)
+    with from_remote():
+        yearly = BillingCycle.objects.create(product=product, unit="years", frequency=1)
+        Price.objects.create(cycle=yearly, currency_id=1, amount=Decimal("100000"))
+    cycle = product.cycles.get(unit="months")
+    response = admin_client.post(cycle_url(cycle), cycle_page_data(cycle, unit="years"))
+    assert response.status_code == 200
+    assert "Unit and Frequency already exists" in response.content.decode()
+    assert sorted(c.code for c in product.cycles.all()) == ["months-1", "years-1"]
+    assert not OutboxEntry.objects.exists()
+    data = cycle_page_data(cycle, unit="years", frequency="2")  # another cycle: saved
+    assert admin_client.post(cycle_url(cycle), data).status_code == 302
