@@ -289,8 +289,10 @@ class NeverSentRowsFormSet(BaseInlineFormSet):
     def sends_rows(self, product: Product) -> bool:
         return product.remote_id is None
 
-    def currencies(self, form: Any) -> Any:
-        return form.cleaned_data.get("currency_id")
+    def currencies(self, form: Any) -> set[int]:
+        """The currencies ``form`` prices in."""
+        currency = form.cleaned_data.get("currency_id")
+        return set() if currency is None else {currency}
 
 
 class CycleFormSet(NeverSentRowsFormSet):
@@ -304,8 +306,8 @@ class CycleFormSet(NeverSentRowsFormSet):
     def sends_rows(self, product: Product) -> bool:
         return product.remote_id is None or product.blueprint_known
 
-    def currencies(self, form: Any) -> Any:
-        return form.cleaned_data.get("prices")
+    def currencies(self, form: Any) -> set[int]:
+        return set(form.cleaned_data.get("prices") or ())
 
 
 class RootPriceFormSet(NeverSentRowsFormSet, PriceFormSet):

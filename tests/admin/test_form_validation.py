@@ -328,3 +328,19 @@ def test_a_cycle_made_the_same_as_another_on_its_page_is_a_form_error(admin_clie
     assert not OutboxEntry.objects.exists()
     data = cycle_page_data(cycle, unit="years", frequency="2")  # another cycle: saved
     assert admin_client.post(cycle_url(cycle), data).status_code == 302
+
+
+def test_a_price_in_currency_id_0_is_a_currency(admin_client, settings):
+    """A product's currencies are those ticked and those priced: id 0 is one of them."""
+    settings.BILLING = {**settings.BILLING, "CURRENCIES": {0: "XOF", 2: "USD"}}
+    data = product_form_data(
+        name="Setup fee",
+        product_type="one_time",
+        **{
+            "root_prices-TOTAL_FORMS": "1",
+            "root_prices-0-currency_id": "0",
+            "root_prices-0-amount": "5000",
+        },
+    )
+    assert admin_client.post(ADD, data).status_code == 302
+    assert Product.objects.get().selected_currencies == [0]
