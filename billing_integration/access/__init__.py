@@ -81,8 +81,8 @@ def _product_lookup(product: int | str | uuid.UUID) -> Q | None:
     text = str(product).strip()
     try:
         return Q(remote_id=uuid.UUID(text))
-    except ValueError:
-        return Q(name=text)
+    except ValueError:  # no name holds a NUL (PostgreSQL refuses one in a query)
+        return Q(name=text) if "\x00" not in text else None
 
 
 def resolve_product(product: ProductRef) -> Product | None:

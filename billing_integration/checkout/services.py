@@ -32,6 +32,7 @@ from ..models import (
     BillingCycle,
     CheckoutSession,
     Customer,
+    CycleUnit,
     Payment,
     Price,
     Product,
@@ -234,7 +235,7 @@ def validate_selection(product: Any, cycle: Any = None, currency: Any = None) ->
             unit, _, freq = code.partition("-")
             chosen_cycle = (
                 resolved.cycles.filter(unit=unit, frequency=int(freq)).first()
-                if freq.isascii() and freq.isdigit() and len(freq) < 6
+                if unit in CycleUnit.values and freq.isascii() and freq.isdigit() and len(freq) < 6
                 else None
             )
             if chosen_cycle is None:

@@ -395,3 +395,24 @@ def test_unicode_digits_in_stored_currencies_are_ignored(billing_sandbox, produc
     assert post(logged_in, product, currency=None).status_code == 302
     CheckoutSession.objects.update(expires_at=timezone.now())  # else it is in the way
     assert post(logged_in, product, cycle="years-1", currency="XOF").status_code == 302
+
+
+@pytest.mark.parametrize("url", [URL, "/billing/trial/", "/billing/account/change-plan/"])
+@pytest.mark.parametrize(
+    "fields,status,code",
+    [
+        ({"product": "Pro\x00plan"}, 404, "product_not_found"),
+        ({"cycle": "mon\x00ths-1"}, 400, "unknown_cycle"),
+    ],
+)
+def test_a_nul_character_is_a_clear_4xx_not_a_crash(
+    billing_sandbox, product, logged_in, url, fields, status, code
+):
+    """PostgreSQL refuses a query with a NUL in a text: it never reaches the database."""
+    data = {"product": product.pk, "cycle": "months-1", "currency": "XOF", **fields}
+    response = logged_in.post(url, data)
+    assert response.status_code == status
+    assert f'data-error-code="{code}"' in response.content.decode()
+    assert not CheckoutSession.objects.exists()
+    assert billing_sandbox.requests(operation="create_checkout_session") == []
+    assert billing_sandbox.requests(operation="create_subscription") == []
