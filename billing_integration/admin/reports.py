@@ -36,11 +36,15 @@ def parse_filters(params: Any) -> Period:
     except ValueError:
         months = 12
     try:
-        product = int(params.get("product") or 0) or None
+        pk = int(params.get("product") or 0)
     except ValueError:
-        product = None
-    currency = (params.get("currency") or "").strip().upper()[:8] or None
-    return Period(months=months, product=product, currency=currency, now=report_time())
+        pk = 0
+    # (a primary key past the database's integers is no product: the lookup matches none)
+    product = Product.objects.filter(pk=pk).values_list("pk", flat=True).first() if pk else None
+    currency = (params.get("currency") or "").strip().upper()[:8]
+    if not currency.isprintable():  # a NUL, which PostgreSQL refuses in a query
+        currency = ""
+    return Period(months=months, product=product, currency=currency or None, now=report_time())
 
 
 def table_context(table: Table) -> dict[str, Any]:

@@ -75,6 +75,18 @@ def test_dashboard_filters(staff, world, pinned):
     assert response.status_code == 200 and response.content.decode().count('billing-chart"') == 10
 
 
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"product": "9" * 30},  # past the largest primary key the database reads
+        {"currency": "US\x00D"},  # PostgreSQL refuses a NUL in a query
+    ],
+)
+def test_dashboard_filters_out_of_range_fall_back_to_the_defaults(staff, world, pinned, params):
+    response = staff.get(reverse(URL), params)
+    assert response.status_code == 200 and response.content.decode().count('billing-chart"') == 10
+
+
 def test_dashboard_needs_the_view_permission(client, django_user_model, world):
     user = django_user_model.objects.create_user("clerk", password="pw", is_staff=True)
     client.force_login(user)
