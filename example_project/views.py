@@ -95,7 +95,9 @@ def reports(request: HttpRequest) -> HttpResponse:
 def signup(request: HttpRequest) -> HttpResponse:
     """Create an account with Django's ``UserCreationForm``, log in, go on."""
     next_url = request.POST.get("next") or request.GET.get("next") or ""
-    if not url_has_allowed_host_and_scheme(next_url, {request.get_host()}):
+    if not url_has_allowed_host_and_scheme(
+        next_url, {request.get_host()}, require_https=request.is_secure()
+    ):
         next_url = ""
     if request.user.is_authenticated:
         return redirect(next_url or "pricing")

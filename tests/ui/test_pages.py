@@ -117,3 +117,19 @@ def test_the_apps_own_base_by_default(client, demo, seeded, settings) -> None:
     html = client.get("/billing/checkout/return/").content.decode()
     assert 'id="billing-main"' in html and SITE_NAV not in html
     assert "<title>Checkout</title>" in html
+
+
+@pytest.mark.parametrize(
+    "next_url,secure",
+    [
+        ("https://evil.example/", False),
+        ("//evil.example/", False),
+        ("http://testserver/members/", True),
+    ],
+)
+def test_the_example_sign_up_never_redirects_off_site_nor_down_to_http(client, next_url, secure):
+    """A ``next`` to another site, or to plain HTTP from an HTTPS page, goes to pricing."""
+    form = {"username": "carol", "password1": "pw-for-tests-1", "password2": "pw-for-tests-1"}
+    response = client.post(f"/accounts/signup/?next={next_url}", form, secure=secure)
+    assert response.status_code == 302
+    assert response["Location"] == "/pricing/"
