@@ -21,8 +21,9 @@ from ..client.retry import Deadline
 from ..conf import billing_settings
 from ..customers import ensure_customer_pushed, ensure_pushed, get_or_create_customer
 from ..exceptions import BillingError
-from ..models import OutboxEntry, Product, Subscription
+from ..models import OutboxEntry, Product, ProductType, Subscription
 from ..models.base import SyncState
+from ..models.subscriptions import CANCELED_STATUSES, SubscriptionQuerySet
 from .services import (
     AlreadySubscribed,
     CheckoutError,
@@ -90,15 +91,14 @@ def had_trial(subscriber: Any, product: Product) -> bool:
     )
 
 
-def _trial_in_progress(customer: Any, product: Product) -> Subscription | None:
-    """The customer's trial of ``product`` still running or not pushed yet (a double click)."""
+def _trials_in_progress(customer: Any) -> SubscriptionQuerySet:
+    """The customer's trials still running or not pushed yet (then with no status)."""
     return (
         Subscription.objects.for_customer(customer)
-        .for_product(product)
         .filter(trial_end_date__gt=timezone.now())
         .exclude(_refused())
+        .select_related("product")
         .order_by("-created_at", "-pk")
-        .first()
     )
 
 
@@ -161,10 +161,24 @@ def start_trial(
     # One trial per customer and product at a time: a double click finds the first one's.
     with transaction.atomic(using=router.db_for_write(Subscription)):
         _lock_customer(customer)
-        existing = _trial_in_progress(customer, wanted)
+        existing = _trials_in_progress(customer).for_product(wanted).first()
         if existing is not None:
             existing.reused = True
             return existing
+        # Another plan's trial not confirmed yet (``held_plan`` reads statuses) or started by
+        # a request at the same moment: a second plan all the same.
+        other = wanted.is_plan and (
+            _trials_in_progress(customer)
+            .exclude(Q(product=wanted) | Q(status__in=CANCELED_STATUSES))
+            .filter(
+                product__product_type=ProductType.SUBSCRIPTION,
+                product__add_on=False,
+                product__plan_group=wanted.plan_group,
+            )
+            .first()
+        )
+        if other:
+            raise PlanAlreadyHeld(other, wanted)
         if (rival := checkout_in_the_way(customer, wanted)) is not None:
             raise CheckoutInProgress(rival)
         if not trial_settings()["repeat"] and had_trial(subscriber, wanted):

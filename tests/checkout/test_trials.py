@@ -327,3 +327,16 @@ def test_a_trial_that_lapses_in_the_sandbox_ends_access_without_an_event(
     assert trial.status == "expired" and not trial.is_active and trial.trial_ends_at is None
     assert not subscribed(user) and not on_trial(user)
     assert not billing_sandbox.objects("payment")
+
+
+def test_a_trial_of_another_plan_is_refused_while_the_first_is_not_confirmed_yet(
+    billing_sandbox, trial_product, user, recorded_enqueues
+):
+    """The first trial not pushed yet (the outbox finishes it, or a request at the same
+    moment) has no status: it is a plan all the same, and a trial of another plan is refused."""
+    team = offer_trial(make_product("Team plan"))
+    first = start_trial(user, trial_product, "months-1", "XOF", wait=False)
+    assert first.remote_id is None and first.status == ""
+    with pytest.raises(PlanAlreadyHeld):
+        start_trial(user, team, "months-1", "XOF", wait=False)
+    assert list(Subscription.objects.values_list("product", flat=True)) == [trial_product.pk]
