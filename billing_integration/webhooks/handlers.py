@@ -89,12 +89,16 @@ def _amount(value: Any) -> Decimal | None:
     return dec.quantize(Decimal("0.0001"))
 
 
-def _known_currency(value: Any) -> str:
-    """A payment's currency code ("" when absent); ``RemoteDataError`` for an unknown one."""
+def _currency(value: Any, known: bool) -> str:
+    """A record's currency code ("" when absent); one ``BILLING['CURRENCIES']`` lacks is a
+    ``RemoteDataError`` when ``known``, else kept as received (``_text``)."""
+    received = _text(value, 64, "currency")
     try:
-        return "" if value in (None, "") else currencies.currency_code(value)
+        return currencies.currency_code(received) if received else ""
     except BillingConfigurationError:
-        raise RemoteDataError("currency", value, "not in BILLING['CURRENCIES']") from None
+        if known:
+            raise RemoteDataError("currency", value, "not in BILLING['CURRENCIES']") from None
+        return received[:8]
 
 
 def changed(remote_id: Any, stored_remote_id: Any, fk: Any) -> bool:
@@ -102,8 +106,11 @@ def changed(remote_id: Any, stored_remote_id: Any, fk: Any) -> bool:
     return remote_id != stored_remote_id or (remote_id is not None and fk is None)
 
 
-def _text(value: Any, limit: int) -> str:
-    """The text as the column takes it (``storable``: U+FFFD for a NUL), cut to ``limit``."""
+def _text(value: Any, limit: int, field: str) -> str:
+    """The text or number as the column takes it (``storable``: U+FFFD for a NUL), cut to
+    ``limit``; ``RemoteDataError`` naming ``field`` for an object, a list or a boolean."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (str, int, float))):
+        raise RemoteDataError(field, value, "not a string")
     return "" if value is None else storable(str(value), "event data")[:limit]
 
 
@@ -194,13 +201,11 @@ class EventHandler:
 
     def fields(self, ctx: EventContext) -> dict[str, Any]:
         data = ctx.data
-        currency = data.get("currency")
         values: dict[str, Any] = {
-            "status": self.STATUS_FOR_TYPE.get(self.event_type) or _text(data.get("status"), 32),
+            "status": self.STATUS_FOR_TYPE.get(self.event_type)
+            or _text(data.get("status"), 32, "status"),
             "amount": _amount(data.get("amount")),
-            "currency": _known_currency(currency)
-            if self.KNOWN_CURRENCY
-            else _text(currencies.label(currency), 8),
+            "currency": _currency(data.get("currency"), self.KNOWN_CURRENCY),
             "remote_created": ts(data.get("date_created"), "date_created"),
             "remote_updated": ctx.version,
             "remote_data": storable(data, f"event data of {str(data.get('id'))[:64]}"),
@@ -210,7 +215,7 @@ class EventHandler:
         for name in self.DATES:
             values[name] = ts(data.get(name), name)
         for name, length in self.TEXTS.items():
-            values[name] = _text(data.get(name), length)
+            values[name] = _text(data.get(name), length, name)
         return values
 
     def new(self, remote_id: uuid.UUID) -> Any:

@@ -326,3 +326,38 @@ def test_a_record_currency_with_a_nul_or_a_lone_surrogate_is_stored_cleaned(mirr
     event = deliver(bare("invoice.paid", data))
     assert event.outcome == "applied", event.error
     assert Invoice.objects.get(remote_id=rid).currency == "X\ufffd\ufffd"
+
+
+# --- values of the wrong type ------------------------------------------------------------------
+def _record(event_type: str, rid: uuid.UUID, mirror) -> dict[str, Any]:
+    sub, customer = mirror.subscription.remote_id, mirror.customer.remote_id
+    if event_type.startswith("payment."):
+        return payment_data(rid, status="failed", subscription=sub, **refs(mirror))
+    if event_type.startswith("refund."):
+        pay = uuid.uuid4()
+        return refund_data(
+            rid, status="initiated", payment=pay, subscription=sub, customer=customer
+        )
+    return invoice_data(rid, status="paid", subscription=sub, **refs(mirror))
+
+
+@pytest.mark.parametrize("value", [{"code": "x"}, ["x"], True], ids=repr)
+@pytest.mark.parametrize(
+    ("event_type", "field"),
+    [
+        ("payment.failed", "failure_reason"),
+        ("refund.initiated", "reason"),
+        ("invoice.paid", "currency"),
+    ],
+)
+def test_a_record_text_that_is_no_text_fails_the_event_naming_it(
+    mirror, deliver, event_type, field, value
+):
+    """It was stored as Python's text of it (``"{'code': 'x'}"``, ``"True"``)."""
+    rid = uuid.uuid4()
+    data = _record(event_type, rid, mirror)
+    data[field] = value
+    event = deliver(bare(event_type, data))
+    assert event.state == EventState.FAILED
+    assert event.error.startswith(f"RemoteDataError: {field}: not a string"), event.error
+    assert not any(m.objects.filter(remote_id=rid).exists() for m in (Payment, Refund, Invoice))
