@@ -41,6 +41,17 @@ def as_uuid(value: Any) -> uuid.UUID | None:
         return None
 
 
+def reference(value: Any, field: str) -> uuid.UUID | None:
+    """The UUID another resource is named by (any spelling ``uuid.UUID`` reads: capitals,
+    braces), None for null or ``""``, else ``RemoteDataError`` naming ``field``."""
+    if value is None or value == "":
+        return None
+    found = as_uuid(value) if isinstance(value, str) else None
+    if found is None:
+        raise RemoteDataError(field, value, "not a UUID")
+    return found
+
+
 def ts(value: Any, field: str = "timestamp") -> datetime | None:
     """A wire timestamp as an aware UTC datetime (None for null), else ``RemoteDataError``."""
     if isinstance(value, datetime):

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from .. import currencies
 from ..conf import guesses
 from ..exceptions import BillingConfigurationError, RemoteDataError
-from .common import as_uuid, remote_meta, storable, text, ts, wire_ts
+from .common import reference, remote_meta, storable, text, ts, wire_ts
 
 if TYPE_CHECKING:
     from ..models import Subscription
@@ -105,8 +105,8 @@ def from_remote(data: dict[str, Any]) -> dict[str, Any]:
 
     fields = remote_meta(data)
     fields["status"] = _remote_status(data.get("status"), "status" in data)
-    fields["product_remote_id"] = as_uuid(data.get("product"))
-    fields["customer_remote_id"] = as_uuid(data.get("customer"))
+    fields["product_remote_id"] = reference(data.get("product"), "product")
+    fields["customer_remote_id"] = reference(data.get("customer"), "customer")
     for name in DATES:
         fields[name] = ts(data.get(name), name)
     fields["auto_renew"] = _auto_renew(data.get("auto_renew", True))

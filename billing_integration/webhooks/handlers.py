@@ -20,7 +20,7 @@ from django.utils import timezone
 from .. import currencies
 from ..exceptions import BillingConfigurationError, RemoteDataError, WebhookError
 from ..mapping import subscriptions as subscription_mapping
-from ..mapping.common import as_uuid, storable, ts
+from ..mapping.common import as_uuid, reference, storable, ts
 from ..models import Customer, Invoice, Payment, Product, Refund, Subscription, WebhookEvent
 from ..models.subscriptions import CANCELED_STATUSES
 from ..outbox import from_remote
@@ -211,7 +211,7 @@ class EventHandler:
             "remote_data": storable(data, f"event data of {str(data.get('id'))[:64]}"),
         }
         for name in ("customer", "subscription", *self.REFERENCES):
-            values[f"{name}_remote_id"] = as_uuid(data.get(name))
+            values[f"{name}_remote_id"] = reference(data.get(name), name)
         for name in self.DATES:
             values[name] = ts(data.get(name), name)
         for name, length in self.TEXTS.items():

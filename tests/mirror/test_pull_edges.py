@@ -83,6 +83,20 @@ def test_a_row_with_a_date_that_does_not_parse_is_not_applied_and_reported(small
     assert "1 not applied (bad data)" in str(counts)
 
 
+def test_a_row_whose_customer_or_product_is_no_uuid_is_not_applied(small_pages, tamper):
+    """It was read as "no customer": the subscription lost its subscriber, silently."""
+    subs = pulled(small_pages)
+    links = [(s.customer_id, s.product_id) for s in subs]
+    tamper("list_subscriptions", rows_changed(**{"0": {"customer": 7}, "1": {"product": "pro"}}))
+    counts = pull_subscriptions()
+    assert counts.errors == 2
+    assert "customer: not a UUID: '7'" in counts.error_messages[0]
+    assert "product: not a UUID: 'pro'" in counts.error_messages[1]
+    for sub in subs:
+        sub.refresh_from_db()
+    assert [(s.customer_id, s.product_id) for s in subs] == links
+
+
 def test_billing_sync_lists_the_rows_not_applied_and_fails(small_pages, tamper):
     pulled(small_pages)
     tamper("list_subscriptions", rows_changed(**{"2": {"trial_end_date": 20261231}}))

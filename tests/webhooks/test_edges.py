@@ -361,3 +361,37 @@ def test_a_record_text_that_is_no_text_fails_the_event_naming_it(
     assert event.state == EventState.FAILED
     assert event.error.startswith(f"RemoteDataError: {field}: not a string"), event.error
     assert not any(m.objects.filter(remote_id=rid).exists() for m in (Payment, Refund, Invoice))
+
+
+@pytest.mark.parametrize("value", ["cust-1", 12, {"id": "x"}], ids=repr)
+@pytest.mark.parametrize("field", ["customer", "product"])
+def test_a_subscription_reference_that_is_no_uuid_fails_the_event_and_keeps_the_link(
+    mirror, deliver, field, value
+):
+    """It was read as "no customer" (or product): the subscription lost its link, and with it
+    its subscriber's access, silently."""
+    sub = mirror.subscription
+    before = state(sub)
+    data = subscription_data(sub.remote_id, **refs(mirror), updated=T0 + timedelta(days=30))
+    data[field] = value
+    event = deliver(bare("subscription.canceled", data))
+    assert event.state == EventState.FAILED
+    assert event.error.startswith(f"RemoteDataError: {field}: not a UUID"), event.error
+    assert state(sub) == before
+
+
+@pytest.mark.parametrize("field", ["customer", "subscription", "product", "invoice"])
+def test_a_record_reference_that_is_no_uuid_fails_the_event(mirror, deliver, field):
+    rid = uuid.uuid4()
+    data = _record("payment.completed", rid, mirror)
+    original = data[field] or str(uuid.uuid4())  # payment_data has no invoice
+    data[field] = "sub-1"
+    event = deliver(bare("payment.completed", data))
+    assert event.state == EventState.FAILED
+    assert event.error.startswith(f"RemoteDataError: {field}: not a UUID"), event.error
+    assert not Payment.objects.filter(remote_id=rid).exists()
+    # Spelled otherwise (capitals, braces), a UUID is one.
+    data[field] = "{" + original.upper() + "}"
+    event = deliver(bare("payment.completed", data))
+    assert event.outcome == "applied", event.error
+    assert Payment.objects.get(remote_id=rid).customer_id == mirror.customer.pk
