@@ -15,6 +15,7 @@ from typing import Any
 
 from django.db import IntegrityError, router, transaction
 
+from ..mapping.common import as_uuid
 from ..models import EventState, WebhookEvent
 from ..timestamps import parse_timestamp
 from .types import normalize_type
@@ -65,8 +66,12 @@ class Envelope:
 
     @property
     def object_id(self) -> str:
+        """The data's id; a UUID in one spelling (capitals, braces: one object's events)."""
         value = self.data.get("id")
-        return clean_text(str(value), 64) if isinstance(value, (str, int)) else ""
+        if not isinstance(value, (str, int)):
+            return ""
+        found = as_uuid(value)
+        return str(found) if found else clean_text(str(value), 64)
 
 
 def read_envelope(payload: dict[str, Any], *, message_id: str | None, body: bytes) -> Envelope:

@@ -167,6 +167,30 @@ def test_a_task_applies_its_objects_older_events_first(mirror, applied):
     assert set(WebhookEvent.objects.values_list("attempts", flat=True)) == {1}
 
 
+@pytest.mark.django_db
+def test_an_objects_events_are_in_order_whatever_the_spelling_of_its_id(mirror, applied):
+    """The payment's id in capitals, then in braces: three objects for the ordering, so the
+    task of the newest event applied it alone, and the older ones, of the same version (no
+    date_updated) after it: the payment ended failed."""
+    pay = uuid.uuid4()
+    pks = []
+    for kind, spelling in (
+        ("payment.failed", str(pay)),
+        ("payment.failed", str(pay).upper()),
+        ("payment.completed", f"{{{pay}}}"),
+    ):
+        data = payment_data(pay, status=kind.split(".")[1], **refs(mirror))
+        data.update(id=spelling, date_updated=None)
+        pks.append(store(envelope(kind, data)))
+    assert process_webhook_event.apply(args=[pks[-1]]).get() == EventState.PROCESSED
+    assert applied.pks() == pks
+    for pk in pks[:-1]:
+        process_webhook_event.apply(args=[pk]).get()
+    assert applied.pks() == pks  # each applied once
+    assert Payment.objects.get(remote_id=pay).status == "completed"
+    assert set(WebhookEvent.objects.values_list("object_id", flat=True)) == {str(pay)}
+
+
 @pytest.mark.postgresql
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_leaves_an_object_whose_older_event_another_worker_holds(mirror, applied):
