@@ -55,6 +55,11 @@ def _first(mapping: dict[str, Any], keys: tuple[str, ...]) -> Any:
     return next((mapping[key] for key in keys if key in mapping), None)
 
 
+def _one(value: Any) -> Any:
+    """The element of a list of one (as an API answer may be), else the value."""
+    return value[0] if isinstance(value, list) and len(value) == 1 else value
+
+
 @dataclass
 class Envelope:
     event_id: str
@@ -88,9 +93,10 @@ def read_envelope(payload: dict[str, Any], *, message_id: str | None, body: byte
         event_id = "sha256:" + hashlib.sha256(event_id.encode("utf-8", "replace")).hexdigest()
     raw_type = _first(payload, _TYPE_KEYS)
     raw_type = raw_type if isinstance(raw_type, str) else ""
-    data = _first(payload, _DATA_KEYS)
-    if isinstance(data, dict) and isinstance(data.get("object"), dict) and "id" not in data:
-        data = data["object"]
+    data = _one(_first(payload, _DATA_KEYS))
+    if isinstance(data, dict) and "id" not in data:  # wrapped once more: {"data": {"data": ...}}
+        inner = _one(_first(data, ("data", "object")))
+        data = inner if isinstance(inner, dict) else data
     raw_time = _first(payload, _TIME_KEYS)
     return Envelope(
         event_id=clean_text(event_id),

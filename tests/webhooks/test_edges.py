@@ -395,3 +395,25 @@ def test_a_record_reference_that_is_no_uuid_fails_the_event(mirror, deliver, fie
     event = deliver(bare("payment.completed", data))
     assert event.outcome == "applied", event.error
     assert Payment.objects.get(remote_id=rid).customer_id == mirror.customer.pk
+
+
+# --- the data's wrapping -----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "wrap",
+    [
+        lambda d: {"data": d},  # an API answer's wrapping, kept in the event
+        lambda d: [d],  # a list of one, as an API answer may be
+        lambda d: {"data": [d]},
+        lambda d: {"object": d},
+    ],
+    ids=["data.data", "list", "data.data-list", "data.object"],
+)
+def test_the_resource_wrapped_once_more_or_in_a_list_of_one_is_applied(mirror, deliver, wrap):
+    """It was ``unrecognised`` (the data has no id): a cancel never applied."""
+    sub = mirror.subscription
+    data = subscription_data(sub.remote_id, **refs(mirror), updated=T0 + timedelta(days=30))
+    event = deliver(bare("subscription.canceled", wrap(data)))
+    assert (event.state, event.outcome) == (EventState.PROCESSED, "applied"), event.error
+    assert event.object_id == str(sub.remote_id)
+    sub.refresh_from_db()
+    assert sub.status == "canceled"
