@@ -142,9 +142,10 @@ class StoreResult:
 
 
 def _read(body: bytes) -> tuple[str, object, str]:
-    """The body as text, its JSON value, and why it cannot be stored as an event ("" if it can)."""
+    """The body as text (without a leading byte order mark), its JSON value, and why it cannot
+    be stored as an event ("" if it can)."""
     try:
-        text = body.decode("utf-8")
+        text = body.decode("utf-8-sig")
     except UnicodeDecodeError:
         return body.decode("utf-8", "replace"), None, "The body is not UTF-8."
     try:

@@ -417,3 +417,15 @@ def test_the_resource_wrapped_once_more_or_in_a_list_of_one_is_applied(mirror, d
     assert event.object_id == str(sub.remote_id)
     sub.refresh_from_db()
     assert sub.status == "canceled"
+
+
+def test_a_body_starting_with_a_byte_order_mark_is_read(mirror, deliver):
+    """Some JSON writers start UTF-8 with one: the delivery was rejected (400, "Malformed
+    JSON"), and a rejected delivery is never processed nor replayed: the cancel was lost."""
+    sub = mirror.subscription
+    data = subscription_data(sub.remote_id, **refs(mirror), updated=T0 + timedelta(days=30))
+    body = "\ufeff".encode() + json.dumps(bare("subscription.canceled", data)).encode()
+    event = deliver(body=body)
+    assert (event.state, event.outcome) == (EventState.PROCESSED, "applied"), event.error
+    sub.refresh_from_db()
+    assert sub.status == "canceled"
