@@ -200,23 +200,27 @@ class EventHandler:
         return {}
 
     def fields(self, ctx: EventContext) -> dict[str, Any]:
+        """The values of the fields the data carries: one it leaves out keeps what is stored."""
         data = ctx.data
         values: dict[str, Any] = {
-            "status": self.STATUS_FOR_TYPE.get(self.event_type)
-            or _text(data.get("status"), 32, "status"),
+            "status": _text(data.get("status"), 32, "status"),
             "amount": _amount(data.get("amount")),
             "currency": _currency(data.get("currency"), self.KNOWN_CURRENCY),
             "remote_created": ts(data.get("date_created"), "date_created"),
-            "remote_updated": ctx.version,
-            "remote_data": storable(data, f"event data of {str(data.get('id'))[:64]}"),
         }
-        for name in ("customer", "subscription", *self.REFERENCES):
+        names = ("customer", "subscription", *self.REFERENCES)
+        for name in names:
             values[f"{name}_remote_id"] = reference(data.get(name), name)
         for name in self.DATES:
             values[name] = ts(data.get(name), name)
         for name, length in self.TEXTS.items():
             values[name] = _text(data.get(name), length, name)
-        return values
+        source = {"remote_created": "date_created", **{f"{n}_remote_id": n for n in names}}
+        values = {key: value for key, value in values.items() if source.get(key, key) in data}
+        if status := self.STATUS_FOR_TYPE.get(self.event_type):
+            values["status"] = status
+        values["remote_data"] = storable(data, f"event data of {str(data.get('id'))[:64]}")
+        return {**values, "remote_updated": ctx.version}
 
     def new(self, remote_id: uuid.UUID) -> Any:
         return self.model(remote_id=remote_id)
@@ -225,8 +229,9 @@ class EventHandler:
         self, ctx: EventContext, record: Any, values: dict[str, Any], related: dict[str, Any]
     ) -> None:
         """Set the foreign keys whose remote id changed."""
-        sub_rid, cust_rid = values["subscription_remote_id"], values["customer_remote_id"]
-        prod_rid = values.get("product_remote_id")
+        sub_rid = values.get("subscription_remote_id", record.subscription_remote_id)
+        cust_rid = values.get("customer_remote_id", record.customer_remote_id)
+        prod_rid = values.get("product_remote_id", getattr(record, "product_remote_id", None))
         relink_sub = changed(sub_rid, record.subscription_remote_id, record.subscription_id)
         relink_cust = changed(cust_rid, record.customer_remote_id, record.customer_id)
         relink_prod = hasattr(record, "product_remote_id") and changed(
@@ -355,6 +360,9 @@ class PaymentHandler(EventHandler):
 
     def lock_related(self, ctx: EventContext) -> dict[str, Any]:
         sub_rid = as_uuid(ctx.data.get("subscription"))
+        if "subscription" not in ctx.data:  # the stored payment's
+            stored = Payment.objects.filter(remote_id=str(as_uuid(ctx.data.get("id"))))
+            sub_rid = stored.values_list("subscription_remote_id", flat=True).first()
         if sub_rid is None:
             return {}
         subscription = _locked(Subscription.objects.filter(remote_id=sub_rid)).first()
@@ -389,7 +397,7 @@ class RefundHandler(EventHandler):
     def resolve_links(
         self, ctx: EventContext, record: Any, values: dict[str, Any], related: dict[str, Any]
     ) -> None:
-        pay_rid = values["payment_remote_id"]
+        pay_rid = values.get("payment_remote_id", record.payment_remote_id)
         if changed(pay_rid, record.payment_remote_id, record.payment_id):
             cols = "pk subscription_id subscription_remote_id customer_id customer_remote_id"
             rows = Payment.objects.filter(remote_id=pay_rid).values(*cols.split())
@@ -397,11 +405,13 @@ class RefundHandler(EventHandler):
             record.payment_id = row["pk"] if row else None
             if row:
                 # The payment already knows the subscription and customer: no more lookups.
-                if row["subscription_remote_id"] == values["subscription_remote_id"]:
-                    record.subscription_remote_id = values["subscription_remote_id"]
+                sub_rid = values.get("subscription_remote_id", record.subscription_remote_id)
+                cust_rid = values.get("customer_remote_id", record.customer_remote_id)
+                if row["subscription_remote_id"] == sub_rid:
+                    record.subscription_remote_id = sub_rid
                     record.subscription_id = row["subscription_id"]
-                if row["customer_remote_id"] == values["customer_remote_id"] and row["customer_id"]:
-                    record.customer_remote_id = values["customer_remote_id"]
+                if row["customer_remote_id"] == cust_rid and row["customer_id"]:
+                    record.customer_remote_id = cust_rid
                     record.customer_id = row["customer_id"]
         super().resolve_links(ctx, record, values, related)
 

@@ -429,3 +429,34 @@ def test_a_body_starting_with_a_byte_order_mark_is_read(mirror, deliver):
     assert (event.state, event.outcome) == (EventState.PROCESSED, "applied"), event.error
     sub.refresh_from_db()
     assert sub.status == "canceled"
+
+
+# --- data that carries only some fields --------------------------------------------------------
+@pytest.mark.parametrize(
+    ("first", "then"),
+    [
+        ("payment.failed", "payment.completed"),
+        ("refund.initiated", "refund.approved"),
+        ("invoice.paid", "invoice.voided"),
+    ],
+)
+def test_a_record_event_with_only_some_fields_keeps_the_others(mirror, deliver, first, then):
+    """A later event whose data is only ``id``, ``status`` and ``date_updated`` nulled the
+    amount, the currency, the links to subscription, customer, payment, the dates and texts."""
+    rid = uuid.uuid4()
+    data = _record(first, rid, mirror)
+    if first.startswith("payment."):
+        data["failure_reason"] = "insufficient_funds"
+    model = {"payment": Payment, "refund": Refund, "invoice": Invoice}[first.split(".")[0]]
+    assert deliver(bare(first, data)).outcome == "applied"
+    before = state(model.objects.get(remote_id=rid))
+    partial = {"id": str(rid), "status": then.split(".")[1], "date_updated": ts(T0 + timedelta(1))}
+    event = deliver(bare(then, partial))
+    assert event.outcome == "applied", event.error
+    after = state(model.objects.get(remote_id=rid))
+    changed = {k for k in before if before[k] != after[k]}
+    assert changed == {"status", "remote_updated", "remote_data"}
+    assert after["remote_data"] == partial  # the data as received
+    if model is Payment:  # its subscription follows it, named by the stored payment
+        mirror.subscription.refresh_from_db()
+        assert mirror.subscription.last_payment_status == "completed"
