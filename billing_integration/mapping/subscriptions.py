@@ -89,13 +89,13 @@ def to_remote(subscription: Subscription) -> dict[str, Any]:
 
 
 def _auto_renew(value: Any) -> bool:
-    """A boolean, 0 or 1, or its text ("true", "false", any case); null is false (the
-    interface's default, true, applies only when the field is absent)."""
+    """A boolean, 0 or 1, or its text ("true", "false" in any case, "1", "0"); null is false
+    (the interface's default, true, applies only when the field is absent)."""
     if value is None or isinstance(value, bool) or value in (0, 1):
         return bool(value)
     word = value.strip().lower() if isinstance(value, str) else None
-    if word in ("true", "false"):
-        return word == "true"
+    if word in ("true", "false", "1", "0"):
+        return word in ("true", "1")
     raise RemoteDataError("auto_renew", value, "not a boolean")
 
 

@@ -460,3 +460,17 @@ def test_a_record_event_with_only_some_fields_keeps_the_others(mirror, deliver, 
     if model is Payment:  # its subscription follows it, named by the stored payment
         mirror.subscription.refresh_from_db()
         assert mirror.subscription.last_payment_status == "completed"
+
+
+@pytest.mark.parametrize(("value", "renews"), [("0", False), (" 1 ", True), ("false", False)])
+def test_auto_renew_as_the_text_of_0_or_1_is_read_as_the_boolean_it_says(
+    mirror, deliver, value, renews
+):
+    """0 and 1 were read, their text was not: the cancel failed ("not a boolean")."""
+    sub = mirror.subscription
+    data = subscription_data(sub.remote_id, **refs(mirror), updated=T0 + timedelta(days=30))
+    data["auto_renew"] = value
+    event = deliver(bare("subscription.canceled", data))
+    assert event.outcome == "applied", event.error
+    sub.refresh_from_db()
+    assert (sub.status, sub.auto_renew) == ("canceled", renews)
