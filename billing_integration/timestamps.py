@@ -14,12 +14,13 @@ def format_timestamp(value: datetime) -> str:
 
 
 def parse_timestamp(value: str | None) -> datetime | None:
-    """A timestamp from the service (any ISO 8601 variant) in UTC; None for none."""
+    """A timestamp from the service (any ISO 8601 variant, ``t`` and ``z`` in any case) in UTC;
+    None for none."""
     if value in (None, ""):
         return None
     if not isinstance(value, str):
         raise ValueError(f"Not a timestamp: {value!r}")
-    parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    parsed = datetime.fromisoformat(value.upper().replace("Z", "+00:00"))
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return parsed.astimezone(UTC)

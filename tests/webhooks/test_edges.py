@@ -474,3 +474,15 @@ def test_auto_renew_as_the_text_of_0_or_1_is_read_as_the_boolean_it_says(
     assert event.outcome == "applied", event.error
     sub.refresh_from_db()
     assert (sub.status, sub.auto_renew) == ("canceled", renews)
+
+
+def test_a_timestamp_with_a_lower_case_z_is_read(mirror, deliver):
+    """RFC 3339 allows ``t`` and ``z`` in lower case: the event failed ("not a timestamp")."""
+    sub = mirror.subscription
+    data = subscription_data(sub.remote_id, **refs(mirror))
+    data.update(date_updated="2026-02-01t10:00:00.000z", cycle_end_date="2026-03-01t00:00:00z")
+    event = deliver(bare("subscription.renewal", data))
+    assert event.outcome == "applied", event.error
+    sub.refresh_from_db()
+    assert sub.remote_updated == datetime(2026, 2, 1, 10, tzinfo=UTC)
+    assert sub.cycle_end_date == datetime(2026, 3, 1, tzinfo=UTC)
