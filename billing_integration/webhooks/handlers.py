@@ -202,8 +202,9 @@ class EventHandler:
     def fields(self, ctx: EventContext) -> dict[str, Any]:
         """The values of the fields the data carries: one it leaves out keeps what is stored."""
         data = ctx.data
+        status = self.STATUS_FOR_TYPE.get(self.event_type)  # the type decides: data's unread
         values: dict[str, Any] = {
-            "status": _text(data.get("status"), 32, "status"),
+            "status": status or _text(data.get("status"), 32, "status"),
             "amount": _amount(data.get("amount")),
             "currency": _currency(data.get("currency"), self.KNOWN_CURRENCY),
             "remote_created": ts(data.get("date_created"), "date_created"),
@@ -217,7 +218,7 @@ class EventHandler:
             values[name] = _text(data.get(name), length, name)
         source = {"remote_created": "date_created", **{f"{n}_remote_id": n for n in names}}
         values = {key: value for key, value in values.items() if source.get(key, key) in data}
-        if status := self.STATUS_FOR_TYPE.get(self.event_type):
+        if status:
             values["status"] = status
         values["remote_data"] = storable(data, f"event data of {str(data.get('id'))[:64]}")
         return {**values, "remote_updated": ctx.version}

@@ -486,3 +486,13 @@ def test_a_timestamp_with_a_lower_case_z_is_read(mirror, deliver):
     sub.refresh_from_db()
     assert sub.remote_updated == datetime(2026, 2, 1, 10, tzinfo=UTC)
     assert sub.cycle_end_date == datetime(2026, 3, 1, tzinfo=UTC)
+
+
+def test_a_status_the_type_overrides_is_not_read(mirror, deliver):
+    """The type decides a payment's status: its data's status, even an object, is not read."""
+    rid = uuid.uuid4()
+    data = _record("payment.completed", rid, mirror)
+    data["status"] = {"code": "succeeded"}
+    event = deliver(bare("payment.completed", data))
+    assert event.outcome == "applied", event.error
+    assert Payment.objects.get(remote_id=rid).status == "completed"
