@@ -55,9 +55,10 @@ ViewFunc = Callable[..., HttpResponse]
 
 def get_subscriber(request: HttpRequest) -> Any | None:
     """The subscriber of ``request``: ``BILLING['SUBSCRIBER_RESOLVER'](request)`` if set,
-    else ``request.user``; ``None`` for anonymous users (or when the resolver finds none)."""
+    else ``request.user``; ``None`` for anonymous and inactive users (or when the resolver
+    finds none)."""
     user = getattr(request, "user", None)
-    if user is None or not user.is_authenticated:
+    if not _is_subscriber(user):
         return None
     resolver = billing_settings.SUBSCRIBER_RESOLVER
     if resolver:
@@ -94,9 +95,12 @@ def resolve_product(product: ProductRef) -> Product | None:
 
 
 def _is_subscriber(subscriber: Any) -> bool:
+    """A saved instance, neither anonymous nor inactive (``is_active`` false: as Django's
+    permissions and DRF's authentication, a deactivated account is refused)."""
     if subscriber is None or getattr(subscriber, "pk", None) is None:
         return False
-    return getattr(subscriber, "is_authenticated", True) is not False
+    flags = ("is_authenticated", "is_active")
+    return all(getattr(subscriber, flag, True) is not False for flag in flags)
 
 
 def active_subscriptions(subscriber: Any, product: ProductRef = None) -> QuerySet[Subscription]:

@@ -301,3 +301,24 @@ def test_checkout_button_for_unpublished_product(user):
     html = render("{% billing_checkout_button product %}", product=draft)
     assert "<form" not in html and "Not available" in html
     assert "<form" not in render("{% billing_checkout_button 999 %}")
+
+
+# --- an inactive user ------------------------------------------------------------------------
+def test_an_inactive_user_is_no_subscriber_on_any_path(client, user, pro, settings):
+    """A deactivated account's subscription opens nothing: Django's permissions and DRF's
+    authentication refuse an inactive user too, and a backend that lets one log in
+    (``AllowAllUsersModelBackend``) must not make the decorator and the mixin disagree with
+    the DRF permission."""
+    settings.AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.AllowAllUsersModelBackend"]
+    subscribe(user, pro)
+    client.force_login(user)
+    assert client.get("/members/").status_code == 200
+    user.is_active = False
+    user.save()
+    assert not subscribed(user) and not active_subscriptions(user).exists()
+    request = RequestFactory().get("/")
+    request.user = user
+    assert get_subscriber(request) is None
+    for path in ("/members/", "/members-cbv/", "/pro/", "/pro-cbv/"):
+        assert client.get(path).status_code == 302, path
+    assert client.get("/api/members/").status_code == 403
