@@ -240,13 +240,19 @@ def _feature_number(value: Any) -> tuple[bool, int | None]:
     return True, int(text) if text and text.isascii() and text.isdigit() else None
 
 
+def _enabled(value: Any) -> bool:
+    """An element's ``enabled``: true, 1, "true", "1" or "yes"; anything else withholds."""
+    text = value.strip().lower() if isinstance(value, str) else None
+    return text in ("true", "1", "yes") if text is not None else value == 1  # True == 1
+
+
 def _feature(element: Any) -> tuple[str, int | None] | None:
     """``(key, limit)`` of a ``"seats:5"`` or object element; None if not granted."""
     if isinstance(element, str):
         name, sep, number = element.partition(":")
         granted, limit = _feature_number(number) if sep else (True, None)
         return (feature_key(name), limit) if granted and feature_key(name) else None
-    if not isinstance(element, dict) or not _feature_number(element.get("enabled"))[0]:
+    if not isinstance(element, dict) or not _enabled(element.get("enabled", True)):
         return None
     key = next((k for k in (feature_key(element.get(f)) for f in FEATURE_NAME_FIELDS) if k), "")
     limit = None

@@ -38,6 +38,23 @@ from billing_integration.mapping.products import features_from_remote, from_remo
             [{"name": "sso", "enabled": True}, {"name": "api", "enabled": "true"}],
             {"sso": None, "api": None},
         ),
+        (
+            [{"name": "sso", "enabled": 1}, {"name": "api", "enabled": " YES", "limit": 3}],
+            {"sso": None, "api": 3},
+        ),
+        # an "enabled" that does not say yes withholds (fails closed): 0, null, "no", "off", text
+        (
+            [
+                {"name": "sso", "enabled": 0},
+                {"name": "api", "enabled": None},
+                {"name": "x", "enabled": "0"},
+                {"name": "y", "enabled": "no"},
+                {"name": "z", "enabled": "off"},
+                {"name": "seats", "enabled": "disabled", "limit": 5},
+                {"name": "w", "enabled": []},
+            ],
+            {},
+        ),
         # nothing usable
         ([None, 3, [], {}, {"id": "3f0c"}, {"name": ""}, " ", {"name": 5}], {}),
     ],
