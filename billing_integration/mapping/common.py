@@ -6,7 +6,7 @@ import logging
 import math
 import re
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -30,6 +30,10 @@ META_FIELDS += ("remote_user_updated", "remote_data")
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 #: Levels of objects and lists a JSON column keeps (the answer itself is the first).
 MAX_JSON_DEPTH = 100
+#: The dates a time zone can show (no UTC offset reaches a day): one nearer the calendar's ends
+#: (year 1, the year 9999 "forever") is stored as this bound, the same answer at any time.
+EARLIEST = datetime.min.replace(tzinfo=UTC) + timedelta(days=1)
+LATEST = datetime.max.replace(tzinfo=UTC) - timedelta(days=1)
 
 
 def as_uuid(value: Any) -> uuid.UUID | None:
@@ -53,13 +57,15 @@ def reference(value: Any, field: str) -> uuid.UUID | None:
 
 
 def ts(value: Any, field: str = "timestamp") -> datetime | None:
-    """A wire timestamp as an aware UTC datetime (None for null), else ``RemoteDataError``."""
+    """A wire timestamp as an aware UTC datetime (None for null; within ``EARLIEST`` and
+    ``LATEST``), else ``RemoteDataError``."""
     if isinstance(value, datetime):
         return value
     try:
-        return parse_timestamp(value)
+        parsed = parse_timestamp(value)
     except (ValueError, OverflowError):
         raise RemoteDataError(field, value, "not a timestamp") from None
+    return None if parsed is None else min(max(parsed, EARLIEST), LATEST)
 
 
 def wire_ts(value: datetime | None) -> str | None:

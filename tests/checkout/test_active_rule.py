@@ -365,3 +365,28 @@ def test_property_access_iff_normalised_status_allowed_and_dates_hold(
         want = expected(status, (cycle_end, trial_end), after_cancel=after_cancel)
     answers = access_everywhere(logged_in_member, member, pro)
     assert answers == dict.fromkeys(answers, want), (status, cycle_end, trial_end, after_cancel)
+
+
+@pytest.mark.parametrize(
+    ("zone", "cycle_end", "grants"),
+    [
+        ("Asia/Tokyo", "9999-12-31T23:59:59.999Z", True),  # "forever", east of UTC
+        ("UTC", "9999-12-31T23:59:59.999Z", True),
+        ("America/New_York", "0001-01-01T03:00:00Z", False),  # the far past, west of UTC
+        ("UTC", "0001-01-01T00:00:00Z", False),
+    ],
+)
+def test_a_date_at_the_calendars_ends_is_stored_and_answered(
+    settings, logged_in_member, member, member_customer, pro, zone, cycle_end, grants
+):
+    """A cycle end within a day of the calendar's ends (the year 9999 "forever", the year 1) is
+    stored a day inside it, so local time can show it: the row was lost (the write raised
+    ``OverflowError`` marking the reports' months) and the answer is the same at any time."""
+    settings.TIME_ZONE = zone
+    sub = store(member_customer, pro, "published", None, None)
+    data = {**sub.remote_data, "id": str(sub.remote_id), "cycle_end_date": cycle_end}
+    data["date_updated"] = format_timestamp(timezone.now())
+    sub = upsert_subscription(data)
+    assert sub is not None and sub.cycle_end_date.year in (1, 9999)
+    answers = access_everywhere(logged_in_member, member, pro)
+    assert answers == dict.fromkeys(answers, grants)
