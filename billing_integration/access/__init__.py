@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urlencode
 
@@ -19,7 +19,7 @@ from django.views import View
 
 from ..conf import billing_settings
 from ..models import Product, ProductType, Subscription
-from ..models.subscriptions import CANCELED_STATUSES, in_grace_period
+from ..models.subscriptions import CANCELED_STATUSES, active_statuses, in_grace_period
 
 __all__ = [
     "FeatureRequiredMixin",
@@ -39,6 +39,7 @@ __all__ = [
     "live_subscriptions",
     "on_grace_period",
     "on_trial",
+    "plan_in_the_way",
     "plan_may_renew",
     "products_with_feature",
     "refused_feature",
@@ -177,12 +178,25 @@ def held_plan(subscriber: Any, product: ProductRef) -> Subscription | None:
     )
 
 
+def plan_in_the_way(
+    subscriptions: Iterable[Subscription], product: Product, *, may_renew: bool = True
+) -> bool:
+    """``held_plan`` (and, with ``may_renew``, ``plan_may_renew``) over rows already read with
+    their products: whether they hold another plan of ``product``'s group."""
+    return product.is_plan and any(
+        s.product is not None
+        and s.product.is_plan
+        and s.product.plan_group == product.plan_group
+        and s.product_id != product.pk
+        and (s.is_live or (may_renew and s.auto_renew and s.status in active_statuses()))
+        for s in subscriptions
+    )
+
+
 def plan_may_renew(subscriber: Any, product: ProductRef) -> Subscription | None:
     """Another plan of ``product``'s group of the subscriber that may still renew (status
     active, ``auto_renew`` on), even past its period end: a new subscription beside it could
     be billed twice."""
-    from ..models.subscriptions import active_statuses
-
     resolved = resolve_product(product)
     if resolved is None or not resolved.is_plan or not _is_subscriber(subscriber):
         return None

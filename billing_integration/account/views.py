@@ -12,7 +12,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from .. import currencies
-from ..access import get_subscriber
+from ..access import get_subscriber, plan_in_the_way
 from ..checkout import changes
 from ..client import get_client
 from ..conf import billing_settings
@@ -29,7 +29,6 @@ from ..models import (
     Subscription,
     SyncState,
 )
-from ..models.subscriptions import CANCELED_STATUSES, active_statuses
 from ..pages import render_page
 from ..sync.tasks import refresh_in_background
 
@@ -65,31 +64,16 @@ def _price_of(sub: Subscription) -> Price | None:
     return None
 
 
-def _plans_in_the_way(subscriptions: list[Subscription]) -> set[tuple[str, int]]:
-    """(plan group, product pk) of the plans a new one of the group would double, read from
-    the page's rows: held and not canceled (``access.held_plan``), or that may still renew
-    (``access.plan_may_renew``: a status granting access, ``auto_renew`` on)."""
-    return {
-        (s.product.plan_group, s.product.pk)
-        for s in subscriptions
-        if s.product is not None
-        and s.product.is_plan
-        and (
-            (s.is_active and s.status not in CANCELED_STATUSES)
-            or (s.auto_renew and s.status in active_statuses())
-        )
-    }
-
-
 def _pay_again(
     payments: list[Payment],
     held: set[int],
     cycles: dict[int, str],
-    in_the_way: set[tuple[str, int]],
+    subscriptions: list[Subscription],
 ) -> dict[int, dict[str, str]]:
     """Payment pk -> the checkout form's fields, for the latest failed payment of each
     product that is on sale (the status the service last confirmed), not held now, and not a
-    second plan beside one ``in_the_way`` (``payments`` newest first)."""
+    second plan beside one of ``subscriptions`` (``access.plan_in_the_way``; ``payments``
+    newest first)."""
     offers: dict[int, dict[str, str]] = {}
     seen: set[int] = set()
     for payment in payments:
@@ -101,10 +85,7 @@ def _pay_again(
             payment.status not in PAY_AGAIN_STATUSES
             or product.confirmed_status != ProductStatus.PUBLISHED
             or (product.pk in held and not product.multiple_purchases)
-            or (
-                product.is_plan
-                and any(g == product.plan_group and pk != product.pk for g, pk in in_the_way)
-            )
+            or plan_in_the_way(subscriptions, product)
         ):
             continue
         cycle = payment.subscription.selected_billing_cycle if payment.subscription else ""
@@ -169,7 +150,7 @@ def account(request: HttpRequest) -> HttpResponse:
     for sub in reversed(subscriptions):  # oldest first: the latest wins
         if sub.product_id and sub.selected_billing_cycle:
             cycles[sub.product_id] = sub.selected_billing_cycle
-    offers = _pay_again(payments, held, cycles, _plans_in_the_way(subscriptions))
+    offers = _pay_again(payments, held, cycles, subscriptions)
     # products held out of trial: a trial of one of them is converted
     paid = {s.product_id for s in subscriptions if s.is_active and s.trial_ends_at is None}
     rows = [

@@ -79,16 +79,16 @@ def _refused() -> Q:
     return Q(sync_state=SyncState.FAILED) & ~Q(Exists(in_doubt))
 
 
+def trial_products(subscriber: Any) -> set[int]:
+    """The pks of the products the subscriber had (or has) a trial of; a trial the service
+    refused (its push failed, not in doubt) does not count."""
+    rows = Subscription.objects.for_subscriber(subscriber).filter(trial_end_date__isnull=False)
+    return set(rows.exclude(_refused()).values_list("product_id", flat=True))
+
+
 def had_trial(subscriber: Any, product: Product) -> bool:
-    """Whether the subscriber had (or has) a trial of ``product``; a trial the service refused
-    (its push failed, not in doubt) does not count."""
-    return (
-        Subscription.objects.for_subscriber(subscriber)
-        .for_product(product)
-        .filter(trial_end_date__isnull=False)
-        .exclude(_refused())
-        .exists()
-    )
+    """Whether the subscriber had (or has) a trial of ``product`` (``trial_products``)."""
+    return product.pk in trial_products(subscriber)
 
 
 def _trials_in_progress(customer: Any) -> SubscriptionQuerySet:

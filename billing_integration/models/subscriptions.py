@@ -232,6 +232,11 @@ class Subscription(RemoteObject):
         return grants_access(self.status, self.cycle_end_date, self.trial_end_date)
 
     @property
+    def is_live(self) -> bool:
+        """Active and not canceled (``access.live_subscriptions``): a plan held, that renews."""
+        return self.is_active and self.status not in CANCELED_STATUSES
+
+    @property
     def on_grace_period(self) -> bool:
         """Canceled, with access until ``cycle_end_date`` (``in_grace_period``)."""
         return in_grace_period(self.status, self.cycle_end_date)

@@ -10,19 +10,18 @@ from django.utils.translation import gettext
 
 from .. import currencies, display
 from ..access import (
+    _is_subscriber,
     get_subscriber,
-    held_plan,
-    live_subscriptions,
     on_grace_period,
     on_trial,
-    plan_may_renew,
+    plan_in_the_way,
     resolve_product,
     subscribed,
 )
-from ..checkout.trials import had_trial, trial_settings
+from ..checkout.trials import trial_products, trial_settings
 from ..checkout.views import account_url
 from ..exceptions import BillingConfigurationError
-from ..models import BillingCycle, Product, ProductStatus
+from ..models import BillingCycle, Product, ProductStatus, Subscription
 
 register = template.Library()
 
@@ -46,6 +45,19 @@ def _button_args(
     if currencies.is_id(currency):
         currency = currencies.label(currency)
     return resolved, cycle, currency, _request_subscriber(context)
+
+
+def _held(context: template.Context, subscriber: Any) -> tuple[list[Subscription], set[int]]:
+    """The subscriber's subscriptions (with their products) and the products it had a trial
+    of, read once per page (a pricing page has buttons per plan and option)."""
+    if not _is_subscriber(subscriber):
+        return [], set()
+    key = f"billing_held:{subscriber.pk}"
+    if key not in context.render_context:
+        rows = Subscription.objects.for_subscriber(subscriber).select_related("product")
+        context.render_context[key] = (list(rows), trial_products(subscriber))
+    held: tuple[list[Subscription], set[int]] = context.render_context[key]
+    return held
 
 
 def _form(
@@ -89,9 +101,10 @@ def billing_checkout_button(
     held = change = False
     if resolved is not None and not resolved.multiple_purchases:
         # a trial or a grace period is no purchase: the button buys (converts) the product
-        own = [s for s in live_subscriptions(subscriber, resolved) if s.trial_ends_at is None]
+        subs, _trials = _held(context, subscriber)
+        own = [s for s in subs if s.product_id == resolved.pk and s.is_live and not s.trial_ends_at]
         held = any(_same_option(sub, cycle, currency) for sub in own)
-        change = not held and (bool(own) or held_plan(subscriber, resolved) is not None)
+        change = not held and (bool(own) or plan_in_the_way(subs, resolved, may_renew=False))
     label = label or gettext("Subscribe")
     if "{price}" in label or "{cycle}" in label:
         label = _label_with_price(label, resolved, cycle, currency)
@@ -131,11 +144,11 @@ def billing_trial_button(
         and resolved.confirmed_status == ProductStatus.PUBLISHED
     )
     if offered and resolved is not None and subscriber is not None:
+        subs, trials = _held(context, subscriber)
         offered = not (
-            live_subscriptions(subscriber, resolved).exists()
-            or held_plan(subscriber, resolved) is not None
-            or plan_may_renew(subscriber, resolved) is not None
-            or (not trial_settings()["repeat"] and had_trial(subscriber, resolved))
+            any(s.product_id == resolved.pk and s.is_live for s in subs)
+            or plan_in_the_way(subs, resolved)
+            or (not trial_settings()["repeat"] and resolved.pk in trials)
         )
     days = resolved.trial_days if resolved is not None else None
     text = label or gettext("Start a {days}-day trial")

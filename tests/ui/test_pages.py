@@ -133,3 +133,42 @@ def test_the_example_sign_up_never_redirects_off_site_nor_down_to_http(client, n
     response = client.post(f"/accounts/signup/?next={next_url}", form, secure=secure)
     assert response.status_code == 302
     assert response["Location"] == "/pricing/"
+
+
+def _plan(name: str) -> Product:
+    """A plan on sale with a trial and two options (monthly and yearly, XOF)."""
+    from billing_integration.models import BillingCycle, Price
+    from billing_integration.outbox import from_remote
+
+    with from_remote():
+        product = Product.objects.create(
+            name=name,
+            status="published",
+            selected_currencies=[1],
+            remote_id=uuid.uuid4(),
+            sync_state="synced",
+            trial_days=7,
+        )
+        for unit in ("months", "years"):
+            cycle = BillingCycle.objects.create(product=product, unit=unit, frequency=1)
+            Price.objects.create(cycle=cycle, currency_id=1, amount=Decimal("5000"))
+    return product
+
+
+def test_the_pricing_pages_queries_do_not_grow_with_the_plans(
+    client, demo, seeded, django_assert_max_num_queries
+) -> None:
+    """Each plan's trial and checkout buttons ask what the subscriber holds (a live plan, one
+    that may renew, a trial had): read once per page, not once per button."""
+    subscription(demo, seeded["Starter"])
+    subscription(demo, seeded["Pro"], status="canceled")  # in its paid period: no plan held
+    client.force_login(demo)
+    client.get("/pricing/")  # warm caches (content types, sessions)
+    with django_assert_max_num_queries(1000) as captured:
+        assert client.get("/pricing/").status_code == 200
+    few = len(captured)
+    for i in range(5):
+        _plan(f"Plan {i}")
+    with django_assert_max_num_queries(few):
+        page = client.get("/pricing/").content.decode()
+    assert page.count('class="card plan"') == 8
