@@ -79,7 +79,8 @@ class BillingAPIError(BillingError):
 
 
 class BillingAnswerLostError(BillingAPIError):
-    """A 2xx whose body cannot be read: in doubt, retried with the same idempotency key."""
+    """A 2xx whose body cannot be read, or a create's naming no new id: in doubt, retried with
+    the same idempotency key."""
 
     retryable = True
 

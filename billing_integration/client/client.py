@@ -174,12 +174,7 @@ class BillingClient:
 
     def create_subscription(self, payload: Item, **kw: Unpack[WriteOptions]) -> Item:
         """Create one subscription (the service answers an array of one)."""
-        data = self._call("create_subscription", "POST", "/subscriptions", payload, **kw)
-        if isinstance(data, list) and not data:
-            raise BillingAnswerLostError(
-                status=200, operation="create_subscription", message="empty data array"
-            )
-        return cast(Item, data[0] if isinstance(data, list) else data)
+        return self._one("create_subscription", "POST", "/subscriptions", payload, **kw)
 
     def update_subscription(
         self, remote_id: str, payload: Item, **kw: Unpack[WriteOptions]
@@ -315,7 +310,7 @@ class BillingClient:
                 refetched = True
                 self.tokens.invalidate(token)
                 return attempt(self.tokens.get(bound))
-            return _answer(response, operation, sent=(token,))
+            return _answer(response, operation, sent=(token,), created=method == "POST")
 
         return self._retrying(operation, bound, lambda: attempt(self.tokens.get(bound)))
 
@@ -496,17 +491,30 @@ def _read_capped(response: requests.Response, operation: str) -> bytes:
     return b"".join(chunks)
 
 
-def _answer(response: requests.Response, operation: str, sent: tuple[str, ...] = ()) -> Any:
+def _answer(
+    response: requests.Response, operation: str, sent: tuple[str, ...] = (), created: bool = False
+) -> Any:
     """The ``data`` of a 2xx answer, else ``_Sent`` with the error (``sent``, the secrets the
-    request carried, removed from it). An unreadable 2xx is in doubt (probably applied): a
-    retryable ``BillingAnswerLostError``, resent with the key."""
+    request carried, removed from it). An unreadable 2xx, or one to a create (``created``)
+    without the new object's id, is in doubt (probably applied): a retryable
+    ``BillingAnswerLostError``, resent with the key."""
     body, status = _body(response), response.status_code
-    if status < 400 and isinstance(body, dict) and "data" in body:
-        return body["data"]
+    wrapped = isinstance(body, dict) and "data" in body
+    if status < 400 and wrapped:
+        data = body["data"]
+        one = data[0] if isinstance(data, list) and len(data) == 1 else data
+        if not created or (isinstance(one, dict) and one.get("id")):
+            return data
     cls, message = error_for_status(status), None
     if status < 400:
         cls = BillingAnswerLostError
-        message = "the answer is not " + ("JSON" if isinstance(body, str) else "wrapped in 'data'")
+        message = "the answer is " + (
+            "not JSON"
+            if isinstance(body, str)
+            else "without the new object's id"
+            if wrapped
+            else "not wrapped in 'data'"
+        )
     elif status == 422 and "idempotency" in json.dumps(body).lower():
         cls = BillingIdempotencyConflict
     request_id = response.headers.get("x-request-id")

@@ -3,9 +3,11 @@ idempotency key): a second click never makes a second customer or a second sessi
 
 from __future__ import annotations
 
+from contextlib import suppress
+
 import pytest
 
-from billing_integration.checkout.services import ServiceUnavailable, start_checkout
+from billing_integration.checkout.services import CheckoutError, ServiceUnavailable, start_checkout
 from billing_integration.models import CheckoutSession, Customer
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -116,3 +118,19 @@ def test_a_refused_session_or_customer_is_sent_afresh_on_the_next_click(
     assert len(sessions) == 2 and len(keys_of(sessions)) == 2
     (remote,) = billing_sandbox.objects("checkout_session")
     assert str(session.remote_id) == remote["id"]
+
+
+def test_a_session_answered_without_its_id_is_not_created_again(
+    billing_sandbox, product, user, monkeypatch
+):
+    """A 2xx with no session id was a refusal (502) and forgot the key: the next click sent
+    a new one, and the service held two sessions."""
+    from tests.mirror.test_lost_answer import first_answer_without_id
+
+    first_answer_without_id(monkeypatch, "/checkout_sessions")
+    with suppress(CheckoutError):
+        start_checkout(user, product, "months-1", "XOF")
+    session = start_checkout(user, product, "months-1", "XOF")
+    (remote,) = billing_sandbox.objects("checkout_session")
+    assert str(session.remote_id) == remote["id"]
+    assert len(keys_of(billing_sandbox.requests(operation="create_checkout_session"))) == 1

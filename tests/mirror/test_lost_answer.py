@@ -4,6 +4,7 @@ answers its first attempt (per idempotency key) with a 200 whose body is not JSO
 
 from __future__ import annotations
 
+import json
 import uuid
 from decimal import Decimal
 
@@ -262,3 +263,42 @@ def test_retrying_a_refused_create_does_not_jump_ahead_of_a_later_create_in_doub
     product.refresh_from_db()
     assert str(product.remote_id) == remote["id"] and remote["name"] == "Pro plan (corrected)"
     assert not OutboxEntry.objects.filter(state__in=["pending", "in_progress", "failed"]).exists()
+
+
+def first_answer_without_id(monkeypatch, path: str) -> None:
+    """The sandbox applies the first POST to ``path``; its answer reaches the client without
+    the object's id (``{"data": {...}}`` with no ``id``). Later answers are left as sent."""
+    session = get_client().session
+    real = session.request
+    seen: list[str] = []
+
+    def request(method, url, **kwargs):
+        response = real(method, url, **kwargs)
+        if method == "POST" and url.endswith(path) and not seen:
+            seen.append(url)
+            body = response.json()
+            body["data"].pop("id")
+            response._content = json.dumps(body).encode()
+        return response
+
+    monkeypatch.setattr(session, "request", request)
+
+
+def test_a_create_answered_without_its_id_is_resent_with_its_key_not_created_again(
+    billing_sandbox, monkeypatch
+):
+    """A 2xx with no id was recorded done, the product left unlinked: its next change made
+    a new create entry, with a new key, and a second product on the service."""
+    first_answer_without_id(monkeypatch, "/products")
+    product = make_product()
+    push_entry(OutboxEntry.objects.get().pk)
+    product.refresh_from_db()
+    product.name = "Pro plan, renamed"
+    product.save()
+    for entry in OutboxEntry.objects.open():
+        push_entry(entry.pk)
+
+    (remote,) = billing_sandbox.objects("product")
+    product.refresh_from_db()
+    assert str(product.remote_id) == remote["id"] and remote["name"] == "Pro plan, renamed"
+    assert len(keys_of(billing_sandbox.requests(operation="create_product"))) == 1
