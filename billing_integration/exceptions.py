@@ -98,7 +98,8 @@ class BillingValidationError(BillingAPIError):
 
 
 class BillingIdempotencyConflict(BillingValidationError):
-    """An idempotency key was reused with a different body."""
+    """An idempotency key was refused (409 or 422 naming it): reused with a different body, or
+    still in use. The request it repeats may have been applied: in doubt."""
 
 
 class BillingConflictError(BillingAPIError):

@@ -515,7 +515,7 @@ def _answer(
             if wrapped
             else "not wrapped in 'data'"
         )
-    elif status == 422 and "idempotency" in json.dumps(body).lower():
+    elif status in (409, 422) and "idempotency" in json.dumps(body).lower():
         cls = BillingIdempotencyConflict
     request_id = response.headers.get("x-request-id")
     error = cls(

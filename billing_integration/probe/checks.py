@@ -503,7 +503,7 @@ def idempotency(probe: Probe) -> Iterator[Finding]:
     yield Finding("idempotency_replay", verdict, assumed, seen)
     other = {**customer, "first_name": "Other"}
     answer = probe.call("key reused", "POST", "/customers", payload=other, idempotency_key=key)
-    refused = answer.status == 422 and "idempotency" in str(answer.body).lower()
+    refused = answer.status in (409, 422) and "idempotency" in str(answer.body).lower()
     verdict = UNKNOWN if _unavailable(answer) else CONFIRMED if refused else CONTRADICTED
     seen = f"HTTP {answer.status}: {_excerpt(answer.body, 120)}"
     yield Finding("idempotency_conflict", verdict, conflict, seen, relied_on=False)

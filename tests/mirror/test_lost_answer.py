@@ -302,3 +302,39 @@ def test_a_create_answered_without_its_id_is_resent_with_its_key_not_created_aga
     product.refresh_from_db()
     assert str(product.remote_id) == remote["id"] and remote["name"] == "Pro plan, renamed"
     assert len(keys_of(billing_sandbox.requests(operation="create_product"))) == 1
+
+
+def first_answer_replaced(monkeypatch, path: str, status: int, body: dict) -> None:
+    """The sandbox applies the first POST to ``path``; the client gets ``status`` and
+    ``body`` instead of its answer. Later answers are left as sent."""
+    session = get_client().session
+    real = session.request
+    seen: list[str] = []
+
+    def request(method, url, **kwargs):
+        response = real(method, url, **kwargs)
+        if method == "POST" and url.endswith(path) and not seen:
+            seen.append(url)
+            response.status_code, response._content = status, json.dumps(body).encode()
+        return response
+
+    monkeypatch.setattr(session, "request", request)
+
+
+def test_a_409_idempotency_conflict_leaves_the_entry_in_doubt(billing_sandbox, monkeypatch):
+    """A 409 naming the idempotency key was a plain refusal: the entry failed not in doubt,
+    and its retry was built again with a new key, a second product on the service."""
+    conflict = {"errors": [{"code": "idempotency_conflict", "message": "Key in use."}]}
+    first_answer_replaced(monkeypatch, "/products", 409, conflict)
+    product = make_product()
+    entry = OutboxEntry.objects.get()
+    assert push_entry(entry.pk).status == PushOutcome.FAILED
+    entry.refresh_from_db()
+    assert entry.in_doubt and "409" in entry.last_error
+    retried_with_its_key(entry, entry.idempotency_key)
+    (remote,) = billing_sandbox.objects("product")
+    product.refresh_from_db()
+    assert str(product.remote_id) == remote["id"]
+    assert keys_of(billing_sandbox.requests(operation="create_product")) == {
+        str(entry.idempotency_key)
+    }
