@@ -154,6 +154,8 @@ def _claim(entry_id: int) -> PushResult | tuple[OutboxEntry, Any, list[Any]]:
         same = OutboxEntry.objects.filter(pk=entry.pk, state=entry.state, attempts=n)
         claim = {"state": OutboxState.IN_PROGRESS, "started_at": now, "updated_at": now}
         claim.update(attempts=n + 1, payload=entry.payload, operation=entry.operation)
+        # Its last push never finished (the worker died): that call's outcome is unknown.
+        claim["in_doubt"] = entry.in_doubt or entry.state == OutboxState.IN_PROGRESS
         if not same.update(**claim):
             return PushResult(PushOutcome.BUSY, entry_id)
         for field, value in claim.items():
@@ -293,7 +295,7 @@ def _call(entry: OutboxEntry, obj: Any, client: BillingClient) -> dict[str, Any]
             return client.create_product(body, idempotency_key=key)
         return client.update_product(str(obj.remote_id), body, idempotency_key=key)
     if isinstance(obj, Customer):
-        if entry.in_doubt or entry.attempts > 1:
+        if entry.in_doubt:
             # An earlier attempt may have created it: look it up (the identifier is ours).
             found = client.find_customer(str(body.get("identifier") or obj.identifier))
             if found is not None:

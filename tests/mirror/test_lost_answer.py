@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 import requests
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.utils import timezone
 
 from billing_integration.client import get_client
 from billing_integration.customers import get_or_create_customer
@@ -338,3 +340,30 @@ def test_a_409_idempotency_conflict_leaves_the_entry_in_doubt(billing_sandbox, m
     assert keys_of(billing_sandbox.requests(operation="create_product")) == {
         str(entry.idempotency_key)
     }
+
+
+def test_an_entry_claimed_again_after_its_worker_died_is_in_doubt(billing_sandbox, monkeypatch):
+    """The worker died after its create reached the service; the sweep's push was refused
+    (a 400 to the resend): the entry failed not in doubt, and its retry, built again with a
+    new key, made a second product."""
+    product = make_product()
+    entry = OutboxEntry.objects.get()
+    real_call = push._call
+
+    def dies(entry, obj, client):
+        real_call(entry, obj, client)  # applied, then the worker is gone
+        raise SystemExit
+
+    monkeypatch.setattr(push, "_call", dies)
+    with pytest.raises(SystemExit):
+        push_entry(entry.pk)
+    monkeypatch.setattr(push, "_call", real_call)
+    OutboxEntry.objects.filter(pk=entry.pk).update(started_at=timezone.now() - timedelta(hours=1))
+    billing_sandbox.faults(operation="create_product", status=400, count=1)
+    assert push_entry(entry.pk).status == PushOutcome.FAILED
+    entry.refresh_from_db()
+    assert entry.in_doubt
+    retried_with_its_key(entry, entry.idempotency_key)
+    (remote,) = billing_sandbox.objects("product")
+    product.refresh_from_db()
+    assert str(product.remote_id) == remote["id"]
