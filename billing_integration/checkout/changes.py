@@ -317,7 +317,8 @@ def _renewal(subscription: Subscription, kind: str, client: Any) -> ChangeReques
 
 
 def _patch(subscription: Subscription, auto_renew: bool, client: Any) -> bool:
-    """The guessed PATCH; False when the service refuses the guess (switched off)."""
+    """The guessed PATCH; False when the service refuses the guess (switched off), or when it
+    may have been applied unanswered: staff check it, as a new PATCH would be a second write."""
     client = client or get_client()
     try:
         client.update_subscription(
@@ -328,6 +329,9 @@ def _patch(subscription: Subscription, auto_renew: bool, client: Any) -> bool:
     except BillingError as exc:
         if _refused(exc):
             switch_off(PATCH_AUTO_RENEW, exc)
+            return False
+        if exc.retryable or exc.in_doubt:
+            logger.error("subscription %s: PATCH in doubt (%s)", subscription.remote_id, exc)
             return False
         raise ServiceUnavailable() from exc
     return True

@@ -706,3 +706,25 @@ def test_a_canceled_plan_in_its_grace_period_cannot_be_resumed(
     assert response.status_code == 409
     assert billing_sandbox.requests(operation="update_subscription") == []
     assert not ChangeRequest.objects.filter(kind="resume").exists()
+
+
+def test_a_stop_of_renewal_whose_patch_answer_was_lost_is_not_sent_again(
+    billing_sandbox, plans, logged_in, user, settings, staff
+):
+    """The PATCH applied but never answered (every attempt reset after the commit): the stop
+    was a 503 with nothing recorded, and the next click sent a second PATCH with a new key.
+    Now the request goes to staff (the PATCH may have been applied), and the next click finds
+    it: nothing is sent twice."""
+    basic, _pro = plans
+    billing_sandbox.config(patch_subscriptions=True)
+    guesses(settings, patch_auto_renew=True)
+    sub = subscribe(billing_sandbox, logged_in, user, basic)
+    billing_sandbox.faults(operation="update_subscription", reset_after_commit_rate=1, count=50)
+    first = cancel_at_period_end(Subscription.objects.get(pk=sub.pk))
+    again = cancel_at_period_end(Subscription.objects.get(pk=sub.pk))
+    assert again.pk == first.pk and first.via == ChangeVia.REQUEST
+    assert first.state == ChangeState.PENDING and len(mail.outbox) == 1
+    calls = billing_sandbox.requests(operation="update_subscription")
+    assert len({c["headers"]["x-idempotency-id"] for c in calls}) == 1
+    assert billing_sandbox.objects("subscription")[0]["auto_renew"] is False
+    assert not SwitchedOffGuess.objects.exists()
