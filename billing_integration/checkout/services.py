@@ -24,6 +24,7 @@ from ..exceptions import (
     BillingAPIError,
     BillingConfigurationError,
     BillingError,
+    BillingIdempotencyConflict,
     BillingServiceMismatchError,
     BillingValidationError,
 )
@@ -524,7 +525,8 @@ def _create_session(
         data = client.create_checkout_session(payload, idempotency_key=key, deadline=deadline)
     except BillingError as exc:
         seconds = int((expires - timezone.now()).total_seconds())
-        if (exc.retryable or exc.in_doubt) and seconds > 0:
+        in_doubt = exc.retryable or exc.in_doubt or isinstance(exc, BillingIdempotencyConflict)
+        if in_doubt and seconds > 0:
             # It may exist on the service: the next attempt for this choice replays it.
             logger.warning("checkout: session %s in doubt, kept for a replay", key)
             _cache_call("set", remembered, {"key": key, "expires_at": expires.isoformat()}, seconds)

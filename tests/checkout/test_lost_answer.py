@@ -134,3 +134,36 @@ def test_a_session_answered_without_its_id_is_not_created_again(
     (remote,) = billing_sandbox.objects("checkout_session")
     assert str(session.remote_id) == remote["id"]
     assert len(keys_of(billing_sandbox.requests(operation="create_checkout_session"))) == 1
+
+
+def test_a_session_key_answered_with_an_idempotency_conflict_is_kept_for_the_next_click(
+    billing_sandbox, product, user, monkeypatch
+):
+    """The first click's session is applied, its answer lost; the second click's resend of
+    the key is answered 409 naming idempotency (the key still in use there). That refusal
+    forgot the key: the third click sent a new one and the service held two sessions."""
+    import json
+
+    from billing_integration.client import get_client
+
+    monkeypatch.setattr("billing_integration.client.retry.MAX_RETRIES", 0)
+    billing_sandbox.faults(operation="create_checkout_session", lose_first_answer=True)
+    session = get_client().session
+    real, posts = session.request, []
+
+    def request(method, url, **kwargs):
+        response = real(method, url, **kwargs)
+        if url.endswith("/checkout_sessions") and len(posts) == 1:
+            conflict = {"errors": [{"code": "idempotency_key_in_use", "message": "In use."}]}
+            response.status_code, response._content = 409, json.dumps(conflict).encode()
+        posts.append(url) if url.endswith("/checkout_sessions") else None
+        return response
+
+    monkeypatch.setattr(session, "request", request)
+    for _click in range(2):
+        with suppress(CheckoutError):
+            start_checkout(user, product, "months-1", "XOF")
+    started = start_checkout(user, product, "months-1", "XOF")
+    (remote,) = billing_sandbox.objects("checkout_session")
+    assert str(started.remote_id) == remote["id"]
+    assert len(keys_of(billing_sandbox.requests(operation="create_checkout_session"))) == 1
