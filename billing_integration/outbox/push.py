@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import random
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -130,7 +130,9 @@ def _claim(entry_id: int) -> PushResult | tuple[OutboxEntry, Any, list[Any]]:
             if left > 0:
                 return PushResult(PushOutcome.BUSY, entry_id, retry_in=left)
             if entry.attempts >= MAX_ATTEMPTS:  # its pushes never finished: a worker died, or
-                return _never_finished(entry, now)  # raised other than a BillingError each time
+                n = entry.attempts  # raised other than a BillingError each time
+                error = f"The push never finished in {n} attempts (see the worker's log)."
+                return _failed_in_doubt(entry, error)
         if entry.waits:  # type: ignore[attr-defined]  # (annotated above)
             return PushResult(PushOutcome.BUSY, entry_id)  # the older one enqueues it when over
         obj = entry.target
@@ -163,14 +165,14 @@ def _claim(entry_id: int) -> PushResult | tuple[OutboxEntry, Any, list[Any]]:
     return entry, obj, []
 
 
-def _never_finished(entry: OutboxEntry, now: datetime) -> PushResult:
+def _failed_in_doubt(entry: OutboxEntry, error: str) -> PushResult:
     """Failed in doubt (it may have reached the service; later entries of its object wait),
     shown in the admin and by ``billing_doctor``, retried only by staff, with the same key."""
-    error = f"The push never finished in {entry.attempts} attempts (see the worker's log)."
+    now = timezone.now()
     OutboxEntry.objects.filter(pk=entry.pk).update(
         state=OutboxState.FAILED,
         in_doubt=True,
-        last_error=error,
+        last_error=error[:2000],
         started_at=None,
         completed_at=now,
         updated_at=now,
@@ -220,10 +222,7 @@ def _record(entry: OutboxEntry, obj: Any, data: dict[str, Any]) -> PushResult:
             if isinstance(obj, Product):
                 _confirm_declared_cycles(obj, entry.payload or {})
     except IntegrityError as exc:  # no id, or a remote id already taken
-        error = f"Pushed, but the answer could not be stored: {exc}"
-        logger.error("outbox entry %s: %s", entry.pk, error)
-        with transaction.atomic():
-            _done(entry, error, in_doubt=False)
+        return _failed_in_doubt(entry, f"Pushed, but the answer could not be stored: {exc}")
     name = f"{entry.operation} {type(obj).__name__}#{obj.pk}"
     logger.info("outbox entry %s: %s done (attempt %s)", entry.pk, name, entry.attempts)
     return PushResult(PushOutcome.DONE, entry.pk)

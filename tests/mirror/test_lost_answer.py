@@ -367,3 +367,38 @@ def test_an_entry_claimed_again_after_its_worker_died_is_in_doubt(billing_sandbo
     (remote,) = billing_sandbox.objects("product")
     product.refresh_from_db()
     assert str(product.remote_id) == remote["id"]
+
+
+def test_a_create_whose_answer_cannot_be_linked_fails_in_doubt_and_is_not_created_again(
+    billing_sandbox, monkeypatch
+):
+    """The service created the product but answered an id that is no UUID: the entry was
+    marked done with the product unlinked and still 'pending', and its next change made a new
+    create entry, with a new key, and a second product on the service."""
+    session = get_client().session
+    real = session.request
+
+    def request(method, url, **kwargs):
+        response = real(method, url, **kwargs)
+        if method == "POST" and url.endswith("/products"):
+            body = response.json()
+            body["data"]["id"] = "not-a-uuid"
+            response._content = json.dumps(body).encode()
+        return response
+
+    monkeypatch.setattr(session, "request", request)
+    product = make_product()
+    entry = OutboxEntry.objects.get()
+    assert push_entry(entry.pk).status == PushOutcome.FAILED
+    product.refresh_from_db()
+    assert product.sync_state == "failed" and "could not be stored" in product.sync_error
+    product.name = "Pro plan, renamed"
+    product.save()
+    for open_entry in OutboxEntry.objects.open():
+        push_entry(open_entry.pk)
+    assert len(billing_sandbox.objects("product")) == 1
+    entry.refresh_from_db()
+    product.refresh_from_db()
+    assert entry.state == "failed" and entry.in_doubt
+    assert "could not be stored" in entry.last_error
+    assert OutboxEntry.objects.open().count() == 1  # the change waits behind it
