@@ -419,8 +419,8 @@ class CheckoutStatusFilter(admin.SimpleListFilter):
     parameter_name = "status"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
-        stored = CheckoutSession.objects.exclude(status__in=["", "expired"])
-        values = sorted(set(stored.values_list("status", flat=True)))
+        stored = CheckoutSession.objects.exclude(status__in=["", "expired"]).order_by("status")
+        values = stored.values_list("status", flat=True).distinct()
         return [*((value, value) for value in values), ("expired", _("expired"))]
 
     def queryset(
