@@ -47,7 +47,10 @@ def as_uuid(value: Any) -> uuid.UUID | None:
 
 def reference(value: Any, field: str) -> uuid.UUID | None:
     """The UUID another resource is named by (any spelling ``uuid.UUID`` reads: capitals,
-    braces), None for null or ``""``, else ``RemoteDataError`` naming ``field``."""
+    braces; or the ``id`` of the resource given whole), None for null or ``""``, else
+    ``RemoteDataError`` naming ``field``."""
+    if isinstance(value, dict) and "id" in value:  # an expanded reference
+        value = value["id"]
     if value is None or value == "":
         return None
     found = as_uuid(value) if isinstance(value, str) else None

@@ -380,6 +380,20 @@ def test_a_subscription_reference_that_is_no_uuid_fails_the_event_and_keeps_the_
     assert state(sub) == before
 
 
+@pytest.mark.parametrize("field", ["customer", "product"])
+def test_a_reference_given_as_the_whole_object_is_read_as_its_id(mirror, deliver, field):
+    """A service may expand a reference into the object it names: its ``id`` is the link."""
+    sub = mirror.subscription
+    linked = {"customer": mirror.customer, "product": sub.product}[field]
+    data = subscription_data(sub.remote_id, **refs(mirror), updated=T0 + timedelta(days=30))
+    data[field] = {"id": str(linked.remote_id).upper(), "status": "published"}
+    event = deliver(bare("subscription.canceled", data))
+    assert event.outcome == "applied", event.error
+    sub.refresh_from_db()
+    assert sub.status == "canceled"
+    assert getattr(sub, f"{field}_id") == linked.pk
+
+
 @pytest.mark.parametrize("field", ["customer", "subscription", "product", "invoice"])
 def test_a_record_reference_that_is_no_uuid_fails_the_event(mirror, deliver, field):
     rid = uuid.uuid4()
