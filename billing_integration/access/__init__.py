@@ -73,6 +73,8 @@ def _product_lookup(product: int | str | uuid.UUID) -> Q | None:
     product of that name); ``None``: none."""
     if isinstance(product, uuid.UUID):
         return Q(remote_id=product)
+    if isinstance(product, bool):  # an int to Python, but no primary key
+        return None
     if isinstance(product, int) or (
         isinstance(product, str) and product.isascii() and product.isdigit()
     ):

@@ -111,6 +111,15 @@ def test_subscribed_by_remote_id(user, pro):
     assert subscribed(user, rid) and subscribed(user, str(rid))
 
 
+def test_a_boolean_names_no_product(user):
+    """``True`` is no primary key: it named product 1 (``isinstance(True, int)``)."""
+    with from_remote():
+        first = Product.objects.create(pk=1, name="First", selected_currencies=[1])
+    subscribe(user, first)
+    assert subscribed(user, first) and subscribed(user, 1)
+    assert not subscribed(user, True) and not subscribed(user, False)
+
+
 def test_a_name_means_every_product_of_that_name(client, user, pro):
     """An archived product keeps its subscriptions (the interface), and a new product may take
     its name: access by name holds for the subscribers of either, on every path."""
