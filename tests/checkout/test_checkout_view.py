@@ -369,6 +369,17 @@ def test_unicode_digits_are_a_clear_400_not_a_crash(
 TOO_MANY_DIGITS = "9" * 5000  # more than Python's int() reads from text (4,300 digits)
 
 
+def refused_before_the_service(sandbox, product, logged_in, url, fields, status, code):
+    """The view answers ``status`` with ``code``; nothing is recorded or sent."""
+    data = {"product": product.pk, "cycle": "months-1", "currency": "XOF", **fields}
+    response = logged_in.post(url, data)
+    assert response.status_code == status
+    assert f'data-error-code="{code}"' in response.content.decode()
+    assert not CheckoutSession.objects.exists()
+    assert sandbox.requests(operation="create_checkout_session") == []
+    assert sandbox.requests(operation="create_subscription") == []
+
+
 @pytest.mark.parametrize(
     "url,fields,status,code",
     [
@@ -381,13 +392,7 @@ TOO_MANY_DIGITS = "9" * 5000  # more than Python's int() reads from text (4,300 
 def test_a_number_too_long_to_read_is_a_clear_4xx_not_a_crash(
     billing_sandbox, product, logged_in, url, fields, status, code
 ):
-    data = {"product": product.pk, "cycle": "months-1", "currency": "XOF", **fields}
-    response = logged_in.post(url, data)
-    assert response.status_code == status
-    assert f'data-error-code="{code}"' in response.content.decode()
-    assert not CheckoutSession.objects.exists()
-    assert billing_sandbox.requests(operation="create_checkout_session") == []
-    assert billing_sandbox.requests(operation="create_subscription") == []
+    refused_before_the_service(billing_sandbox, product, logged_in, url, fields, status, code)
 
 
 def test_unicode_digits_in_stored_currencies_are_ignored(billing_sandbox, product, logged_in):
@@ -409,10 +414,4 @@ def test_a_nul_character_is_a_clear_4xx_not_a_crash(
     billing_sandbox, product, logged_in, url, fields, status, code
 ):
     """PostgreSQL refuses a query with a NUL in a text: it never reaches the database."""
-    data = {"product": product.pk, "cycle": "months-1", "currency": "XOF", **fields}
-    response = logged_in.post(url, data)
-    assert response.status_code == status
-    assert f'data-error-code="{code}"' in response.content.decode()
-    assert not CheckoutSession.objects.exists()
-    assert billing_sandbox.requests(operation="create_checkout_session") == []
-    assert billing_sandbox.requests(operation="create_subscription") == []
+    refused_before_the_service(billing_sandbox, product, logged_in, url, fields, status, code)

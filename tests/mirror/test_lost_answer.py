@@ -267,9 +267,9 @@ def test_retrying_a_refused_create_does_not_jump_ahead_of_a_later_create_in_doub
     assert not OutboxEntry.objects.filter(state__in=["pending", "in_progress", "failed"]).exists()
 
 
-def first_answer_without_id(monkeypatch, path: str) -> None:
-    """The sandbox applies the first POST to ``path``; its answer reaches the client without
-    the object's id (``{"data": {...}}`` with no ``id``). Later answers are left as sent."""
+def first_answer_changed(monkeypatch, path: str, change) -> None:
+    """The sandbox applies the first POST to ``path``; ``change(response)`` alters the answer
+    the client gets. Later answers are left as sent."""
     session = get_client().session
     real = session.request
     seen: list[str] = []
@@ -278,12 +278,21 @@ def first_answer_without_id(monkeypatch, path: str) -> None:
         response = real(method, url, **kwargs)
         if method == "POST" and url.endswith(path) and not seen:
             seen.append(url)
-            body = response.json()
-            body["data"].pop("id")
-            response._content = json.dumps(body).encode()
+            change(response)
         return response
 
     monkeypatch.setattr(session, "request", request)
+
+
+def first_answer_without_id(monkeypatch, path: str) -> None:
+    """The first answer reaches the client without the object's id (``{"data": {...}}``)."""
+
+    def drop_id(response) -> None:
+        body = response.json()
+        body["data"].pop("id")
+        response._content = json.dumps(body).encode()
+
+    first_answer_changed(monkeypatch, path, drop_id)
 
 
 def test_a_create_answered_without_its_id_is_resent_with_its_key_not_created_again(
@@ -307,20 +316,12 @@ def test_a_create_answered_without_its_id_is_resent_with_its_key_not_created_aga
 
 
 def first_answer_replaced(monkeypatch, path: str, status: int, body: dict) -> None:
-    """The sandbox applies the first POST to ``path``; the client gets ``status`` and
-    ``body`` instead of its answer. Later answers are left as sent."""
-    session = get_client().session
-    real = session.request
-    seen: list[str] = []
+    """The client gets ``status`` and ``body`` instead of the first answer."""
 
-    def request(method, url, **kwargs):
-        response = real(method, url, **kwargs)
-        if method == "POST" and url.endswith(path) and not seen:
-            seen.append(url)
-            response.status_code, response._content = status, json.dumps(body).encode()
-        return response
+    def replace(response) -> None:
+        response.status_code, response._content = status, json.dumps(body).encode()
 
-    monkeypatch.setattr(session, "request", request)
+    first_answer_changed(monkeypatch, path, replace)
 
 
 def test_a_409_idempotency_conflict_leaves_the_entry_in_doubt(billing_sandbox, monkeypatch):
