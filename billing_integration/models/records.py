@@ -3,12 +3,16 @@ no API for them), with the remote ids they name and a foreign key where known he
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.db import models
-from django.db.models import F
+from django.db.models import Exists, F, OuterRef, Subquery
 from django.db.models.functions import Coalesce, Upper
 from django.utils.translation import gettext_lazy as _
+
+from .reports import touch_reports
+from .subscriptions import Subscription
 
 __all__ = ["Invoice", "InvoiceStatus", "Payment", "PaymentStatus", "Refund", "RefundStatus"]
 
@@ -144,3 +148,35 @@ class Refund(EventRecord):
         verbose_name_plural = _("refunds")
         # reporting: the refunds of a month, and of the current month since the last refresh
         indexes = [models.Index(Coalesce("remote_created", "created_at"), name="refund_at")]
+
+
+def show_newest_payment(subscriptions: models.QuerySet[Subscription]) -> int:
+    """Set the ``last_payment_status`` of those of ``subscriptions`` that have payments to
+    the status of their newest (``remote_updated``; of equals, the last stored) payment;
+    returns how many rows were updated."""
+    payments = Payment.objects.filter(subscription=OuterRef("pk"))
+    newest = payments.order_by("-remote_updated", "-updated_at", "-pk").values("status")[:1]
+    return subscriptions.filter(Exists(payments)).update(last_payment_status=Subquery(newest))
+
+
+def link_waiting(model: type[models.Model], remote_ids: Iterable[Any]) -> None:
+    """Link what named these subscriptions, customers or products (``model``) before they
+    were known here: the foreign key of the subscriptions and records whose
+    ``<name>_remote_id`` is one of ``remote_ids`` and whose key is null, one UPDATE per model
+    (in the handlers' lock order); the reporting rollups are told, and a subscription that got
+    payments shows the newest one's status, as if they had arrived after it."""
+    name, ids = model._meta.model_name, [rid for rid in remote_ids if rid is not None]
+    if not ids:
+        return
+    local = model._default_manager.filter(remote_id=OuterRef(f"{name}_remote_id"))
+    for referrer in (Subscription, Invoice, Payment, Refund):
+        if not hasattr(referrer, f"{name}_remote_id"):
+            continue
+        named = referrer._default_manager.filter(**{f"{name}_remote_id__in": ids})
+        waiting = named.filter(**{f"{name}__isnull": True})
+        if not waiting.update(**{f"{name}_id": Subquery(local.values("pk")[:1])}):
+            continue
+        if referrer is not Invoice:  # touch_reports reads subscriptions, payments, refunds
+            touch_reports(named)
+        if referrer is Payment and model is Subscription:
+            show_newest_payment(Subscription.objects.filter(remote_id__in=ids))

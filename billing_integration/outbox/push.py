@@ -37,6 +37,7 @@ from ..models.outbox import (
     OutboxState,
 )
 from ..models.products import BillingCycle, Product
+from ..models.records import link_waiting
 from ..models.subscriptions import Subscription
 from ..service import ensure_service
 
@@ -342,10 +343,13 @@ def _apply_response(
     fields["last_attempt_at"] = attempted
     if synced:
         fields["sync_state"] = settled_state(note, synced)
+    arrived = obj.remote_id is None
     with from_remote():
         _rows(obj).update(**fields)
     for key, value in fields.items():
         setattr(obj, key, value)
+    if arrived:
+        link_waiting(type(obj), [obj.remote_id])
 
 
 def _answer_fields(obj: Any, data: dict[str, Any]) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from ..mapping import subscriptions as subscription_map
 from ..models.base import RemoteObject, SyncState
 from ..models.customers import Customer
 from ..models.products import Price, Product, ProductStatus
+from ..models.records import link_waiting
 from ..models.reports import touch_reports
 from ..models.subscriptions import Subscription
 from ..service import ensure_service, mirror_database
@@ -205,6 +206,12 @@ def _write(
     """``_upsert`` in its transaction: read the rows (locked), decide, write."""
     now = timezone.now()
     existing = _existing(model, mapped)
+    # new here, or an unlinked local row adopted: what named it before is linked to it
+    arrived = [
+        f["remote_id"]
+        for f in mapped
+        if getattr(existing.get(f["remote_id"]), "remote_id", None) is None
+    ]
     to_create: list[Any] = []
     to_update: list[Any] = []
     update_fields = {"last_synced_at", "updated_at"}
@@ -245,6 +252,7 @@ def _write(
         model._default_manager.bulk_update(to_update, sorted(update_fields))
     # bulk writes send no signals: the reporting rollups are told here (one statement)
     touch_reports([*to_create, *to_update])
+    link_waiting(model, arrived)
     counts.created += len(to_create)
     return to_create, to_update
 

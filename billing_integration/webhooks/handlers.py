@@ -22,6 +22,7 @@ from ..exceptions import BillingConfigurationError, RemoteDataError, WebhookErro
 from ..mapping import subscriptions as subscription_mapping
 from ..mapping.common import as_uuid, reference, storable, ts
 from ..models import Customer, Invoice, Payment, Product, Refund, Subscription, WebhookEvent
+from ..models.records import link_waiting, show_newest_payment
 from ..models.subscriptions import CANCELED_STATUSES
 from ..outbox import from_remote
 from . import types
@@ -328,8 +329,11 @@ class SubscriptionHandler(EventHandler):
             record.product_id = _product_pk(product_rid)
 
     def save(self, record: Any) -> None:
+        new = record.pk is None
         with from_remote():
             record.save()
+        if new:
+            link_waiting(Subscription, [record.remote_id])
 
 
 @handler(
@@ -379,8 +383,9 @@ class PaymentHandler(EventHandler):
         newer = Payment.objects.filter(
             subscription_id=subscription.pk, remote_updated__gt=record.remote_updated
         )
-        rows = Subscription.objects.filter(pk=subscription.pk).exclude(Exists(newer))
-        if rows.update(last_payment_status=record.status):
+        if show_newest_payment(
+            Subscription.objects.filter(pk=subscription.pk).exclude(Exists(newer))
+        ):
             subscription.last_payment_status = record.status
 
 
