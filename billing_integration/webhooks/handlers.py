@@ -364,7 +364,7 @@ class PaymentHandler(EventHandler):
     KNOWN_CURRENCY = True
 
     def lock_related(self, ctx: EventContext) -> dict[str, Any]:
-        sub_rid = as_uuid(ctx.data.get("subscription"))
+        sub_rid = reference(ctx.data.get("subscription"), "subscription")
         if "subscription" not in ctx.data:  # the stored payment's
             stored = Payment.objects.filter(remote_id=str(as_uuid(ctx.data.get("id"))))
             sub_rid = stored.values_list("subscription_remote_id", flat=True).first()
@@ -372,7 +372,7 @@ class PaymentHandler(EventHandler):
             return {}
         subscription = _locked(Subscription.objects.filter(remote_id=sub_rid)).first()
         if subscription is None and ctx.may_pull("subscription", sub_rid):
-            customer = as_uuid(ctx.data.get("customer"))
+            customer = reference(ctx.data.get("customer"), "customer")
             raise PullRequired("subscription", sub_rid, customer=customer)
         return {"subscription": subscription} if subscription else {}
 

@@ -394,6 +394,18 @@ def test_a_reference_given_as_the_whole_object_is_read_as_its_id(mirror, deliver
     assert getattr(sub, f"{field}_id") == linked.pk
 
 
+def test_a_payment_naming_its_subscription_as_the_whole_object_shows_on_it(mirror, deliver):
+    """The subscription is read from ``{"id": ...}`` for the link and for its last payment."""
+    rid, sub = uuid.uuid4(), mirror.subscription
+    data = _record("payment.failed", rid, mirror)
+    data["subscription"] = {"id": str(sub.remote_id), "status": "active"}
+    event = deliver(bare("payment.failed", data))
+    assert event.outcome == "applied", event.error
+    assert Payment.objects.get(remote_id=rid).subscription_id == sub.pk
+    sub.refresh_from_db()
+    assert sub.last_payment_status == "failed"
+
+
 @pytest.mark.parametrize("field", ["customer", "subscription", "product", "invoice"])
 def test_a_record_reference_that_is_no_uuid_fails_the_event(mirror, deliver, field):
     rid = uuid.uuid4()
