@@ -355,11 +355,14 @@ class BillingClient:
     def _send(
         self, operation: str, deadline: Deadline | None, method: str, url: str, **kw: Any
     ) -> requests.Response:
-        """One request; a timeout or connection error raises ``_Sent`` (retryable)."""
+        """One request, a redirect not followed (it would carry the token or the secret on);
+        a timeout or connection error raises ``_Sent`` (retryable)."""
         pair = self.timeout or (CONNECT_TIMEOUT, READ_TIMEOUT)
         timeout: Any = pair if deadline is None else deadline.timeout(*pair)  # requests takes both
         try:
-            response = self.session.request(method, url, timeout=timeout, **kw)
+            response = self.session.request(
+                method, url, timeout=timeout, allow_redirects=False, **kw
+            )
         except requests.Timeout:
             raise _Sent(BillingTransportError("timed out", operation=operation)) from None
         except requests.RequestException as exc:
@@ -379,7 +382,7 @@ class BillingClient:
                 "token", deadline, "POST", self.token_url, data=form, headers=_FORM_HEADERS
             )
             data, status = _body(response), response.status_code
-            if status >= 400 and status not in (400, 401, 403):
+            if status >= 300 and status not in (400, 401, 403):
                 _answer(response, "token", sent)  # raises the error (retried when retryable)
             if status >= 400 or not isinstance(data, dict) or not data.get("access_token"):
                 problem = "token response without access_token"
@@ -497,16 +500,18 @@ def _answer(
     """The ``data`` of a 2xx answer, else ``_Sent`` with the error (``sent``, the secrets the
     request carried, removed from it). An unreadable 2xx, or one to a create (``created``)
     without the new object's id, is in doubt (probably applied): a retryable
-    ``BillingAnswerLostError``, resent with the key."""
+    ``BillingAnswerLostError``, resent with the key. A redirect (not followed) is an error."""
     body, status = _body(response), response.status_code
     wrapped = isinstance(body, dict) and "data" in body
-    if status < 400 and wrapped:
+    if status < 300 and wrapped:
         data = body["data"]
         one = data[0] if isinstance(data, list) and len(data) == 1 else data
         if not created or (isinstance(one, dict) and one.get("id")):
             return data
     cls, message = error_for_status(status), None
-    if status < 400:
+    if 300 <= status < 400:  # not followed: the call went nowhere (check the settings)
+        message = f"redirected to {response.headers.get('Location', '(no Location)')}"
+    elif status < 400:
         cls = BillingAnswerLostError
         message = "the answer is " + (
             "not JSON"

@@ -58,7 +58,7 @@ class FakeSession:
         self.calls: list[dict] = []
         self.deadline: Deadline | None = None
 
-    def request(self, method, url, data=None, headers=None, params=None, timeout=None):
+    def request(self, method, url, data=None, headers=None, params=None, timeout=None, **kw):
         is_token = "openid-connect/token" in url
         connect, read, total = parts(timeout)
         self.calls.append(

@@ -229,7 +229,7 @@ class CountingSession:
         self.clock = clock
         self.sent = 0
 
-    def request(self, method, url, data=None, headers=None, params=None, timeout=None):
+    def request(self, method, url, data=None, headers=None, params=None, timeout=None, **kw):
         self.sent += 1
         self.clock.now += 0.001  # each call "takes" 1 ms
         response = requests.Response()
