@@ -33,7 +33,7 @@ from ..exceptions import (
 )
 from .backoff import KNOWN_DOWN_SECONDS, SharedBackoff
 from .retry import MIN_ATTEMPT, Deadline, RetryPolicy, default_policy, parse_retry_after
-from .tokens import TokenProvider
+from .tokens import TokenProvider, expires_in
 
 logger = logging.getLogger("billing_integration.client")
 #: Django's error reports (and tools that follow its marks) hide every local variable of these
@@ -219,8 +219,9 @@ class BillingClient:
             offset += len(items)
 
     def probe_token(self) -> float:
-        """Fetch a new token (discarded, never cached) and return its ``expires_in``."""
-        return float(self._request_token().get("expires_in") or 0)
+        """Fetch a new token (discarded, never cached) and return its ``expires_in`` (0.0 when
+        missing or unreadable)."""
+        return expires_in(self._request_token()) or 0.0
 
     def scrub(self, value: Any) -> Any:
         """``value`` (parsed JSON or text) with the client secret replaced (``without_secrets``)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import time
 import uuid
 from collections.abc import Callable
@@ -21,6 +22,21 @@ logger = logging.getLogger("billing_integration.client")
 REFRESH_RATIO = 0.8  # a new token is fetched once this share of its lifetime has passed
 LOCK_TIMEOUT = 10.0  # seconds one process may hold the fetch lock
 POLL = 0.05  # seconds between looks while another process fetches
+DEFAULT_LIFETIME = 60.0  # seconds a token is kept when its expires_in is missing or unreadable
+MAX_LIFETIME = 86400.0  # seconds a token is kept at most (a 401 before then fetches another)
+
+
+def expires_in(answer: dict[str, Any]) -> float | None:
+    """The token answer's ``expires_in`` in seconds (a number, or a string holding one), at
+    most ``MAX_LIFETIME``; ``None`` when missing or not a finite positive number."""
+    value = answer.get("expires_in")
+    if isinstance(value, bool):
+        return None
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return min(seconds, MAX_LIFETIME) if math.isfinite(seconds) and seconds > 0 else None
 
 
 @dataclass(frozen=True)
@@ -93,7 +109,7 @@ class TokenProvider:
     def _fetch_and_store(self, deadline: Deadline | None) -> Token:
         started = time.time()
         data = self._fetch(deadline)
-        lifetime = float(data.get("expires_in") or 60)
+        lifetime = expires_in(data) or DEFAULT_LIFETIME
         token = Token(
             str(data["access_token"]), started + lifetime * REFRESH_RATIO, started + lifetime
         )

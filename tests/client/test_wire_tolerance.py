@@ -71,3 +71,29 @@ def test_a_redirected_token_call_does_not_send_the_secret_on(status):
     assert not to_elsewhere()
     assert info.value.operation == "token" and location in str(info.value)
     assert SECRET not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("expires_in", "probed"),
+    [
+        ("300", 300.0),
+        (300.5, 300.5),
+        (1e300, 86400.0),
+        *[(odd, 0.0) for odd in (None, "", "soon", "nan", "Infinity", -5, [300], True)],
+    ],
+)
+@responses.activate
+def test_a_token_answer_with_an_odd_expires_in_gives_a_token_kept_for_a_while(expires_in, probed):
+    """``expires_in`` as a string, missing, not a number, not finite, negative or absurd: the
+    token is used (for its lifetime, at most a day, else ``DEFAULT_LIFETIME``), one fetch for
+    several calls; ``probe_token`` reports 0 for an unreadable one."""
+    answer = {"access_token": TOKEN}
+    if expires_in is not None:
+        answer["expires_in"] = expires_in
+    responses.post(AUTH_URL, json=answer)
+    responses.get(API + "/products/p1", json={"data": {"id": "p1"}})
+    client = make_client()
+    assert client.get_product("p1") == {"id": "p1"}
+    assert make_client().get_product("p1") == {"id": "p1"}  # another process: the shared one
+    assert len([c for c in responses.calls if c.request.url == AUTH_URL]) == 1
+    assert client.probe_token() == probed
