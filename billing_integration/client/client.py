@@ -270,10 +270,7 @@ class BillingClient:
     def _one(self, operation: str, method: str, path: str, *args: Any, **kw: Any) -> Item:
         """A call answered with one resource (also read from an array of one, the way the
         service answers a new subscription)."""
-        data = self._call(operation, method, path, *args, **kw)
-        if isinstance(data, list) and len(data) == 1 and isinstance(data[0], dict):
-            data = data[0]
-        return cast(Item, data)
+        return cast(Item, self._call(operation, method, path, *args, one=True, **kw))
 
     @_secret_frames
     def _call(
@@ -286,7 +283,9 @@ class BillingClient:
         idempotency_key: str | None = None,
         deadline: DeadlineArg = None,
         params: dict[str, Any] | None = None,
+        one: bool = False,
     ) -> Any:
+        """The answer's ``data`` (``one``: the one object it is, see ``_answer``)."""
         url = f"{self.base_url}{API_PREFIX}{path}"
         headers = _json_headers(method, idempotency_key)
         body = _json(payload)
@@ -311,7 +310,7 @@ class BillingClient:
                 refetched = True
                 self.tokens.invalidate(token)
                 return attempt(self.tokens.get(bound))
-            return _answer(response, operation, sent=(token,), created=method == "POST")
+            return _answer(response, operation, (token,), one=one, created=method == "POST")
 
         return self._retrying(operation, bound, lambda: attempt(self.tokens.get(bound)))
 
@@ -496,19 +495,29 @@ def _read_capped(response: requests.Response, operation: str) -> bytes:
 
 
 def _answer(
-    response: requests.Response, operation: str, sent: tuple[str, ...] = (), created: bool = False
+    response: requests.Response,
+    operation: str,
+    sent: tuple[str, ...] = (),
+    *,
+    one: bool = False,
+    created: bool = False,
 ) -> Any:
-    """The ``data`` of a 2xx answer, else ``_Sent`` with the error (``sent``, the secrets the
-    request carried, removed from it). An unreadable 2xx, or one to a create (``created``)
-    without the new object's id, is in doubt (probably applied): a retryable
-    ``BillingAnswerLostError``, resent with the key. A redirect (not followed) is an error."""
+    """The ``data`` of a 2xx answer (``one``: the object it is, or the one object of an array
+    of one), else ``_Sent`` with the error (``sent``, the secrets the request carried, removed
+    from it). An unreadable 2xx, one whose ``data`` is not the one object asked for, or one to
+    a create (``created``) without the new object's id, is in doubt (probably applied): a
+    retryable ``BillingAnswerLostError``, resent with the key. A redirect (not followed) is an
+    error."""
     body, status = _body(response), response.status_code
     wrapped = isinstance(body, dict) and "data" in body
+    item = None
     if status < 300 and wrapped:
         data = body["data"]
-        one = data[0] if isinstance(data, list) and len(data) == 1 else data
-        if not created or (isinstance(one, dict) and one.get("id")):
+        if not one:
             return data
+        item = data[0] if isinstance(data, list) and len(data) == 1 else data
+        if isinstance(item, dict) and (item.get("id") or not created):
+            return item
     cls, message = error_for_status(status), None
     if 300 <= status < 400:  # not followed: the call went nowhere (check the settings)
         message = f"redirected to {response.headers.get('Location', '(no Location)')}"
@@ -517,9 +526,11 @@ def _answer(
         message = "the answer is " + (
             "not JSON"
             if isinstance(body, str)
-            else "without the new object's id"
-            if wrapped
             else "not wrapped in 'data'"
+            if not wrapped
+            else "without the new object's id"
+            if isinstance(item, dict)
+            else "not one object"
         )
     elif status in (409, 422) and "idempotency" in json.dumps(body).lower():
         cls = BillingIdempotencyConflict

@@ -97,3 +97,27 @@ def test_a_token_answer_with_an_odd_expires_in_gives_a_token_kept_for_a_while(ex
     assert make_client().get_product("p1") == {"id": "p1"}  # another process: the shared one
     assert len([c for c in responses.calls if c.request.url == AUTH_URL]) == 1
     assert client.probe_token() == probed
+
+
+@pytest.mark.parametrize(
+    ("operation", "method", "path", "args"),
+    [
+        ("get_product", "GET", "/products/p1", ("p1",)),
+        ("update_product", "PATCH", "/products/p1", ("p1", {"name": "y"})),
+    ],
+)
+@pytest.mark.parametrize("data", [None, "ok", 7, [], [{"id": "p1"}, {"id": "p2"}]])
+@responses.activate
+def test_a_call_answered_with_data_that_is_not_one_object_is_a_lost_answer(
+    operation, method, path, args, data
+):
+    """``{"data": null}``, a string, a number or a list of other than one object, where one
+    resource is the answer: read again (the same key for a write), not handed on as it is."""
+    responses.post(AUTH_URL, json={"access_token": TOKEN, "expires_in": 300})
+    responses.add(method, API + path, json={"data": data})
+    responses.add(method, API + path, json={"data": {"id": "p1", "name": "y"}})
+    assert getattr(make_client(), operation)(*args) == {"id": "p1", "name": "y"}
+    sent = [c.request for c in responses.calls if c.request.url == API + path]
+    assert len(sent) == 2
+    if method == "PATCH":
+        assert sent[0].headers["x-idempotency-id"] == sent[1].headers["x-idempotency-id"]
