@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -74,6 +75,8 @@ class WriteOptions(TypedDict, total=False):
     deadline: DeadlineArg
 
 
+#: A token ``x-kc-token`` can carry: visible ASCII (a JWT, an opaque string), nothing else.
+_SENDABLE = re.compile(r"[!-~]+")
 _JSON_HEADERS = {"Accept": "application/json", "Content-Type": "application/json"}
 _FORM_HEADERS = {**_JSON_HEADERS, "Content-Type": "application/x-www-form-urlencoded"}
 
@@ -384,14 +387,15 @@ class BillingClient:
             data, status = _body(response), response.status_code
             if status >= 300 and status not in (400, 401, 403):
                 _answer(response, "token", sent)  # raises the error (retried when retryable)
-            if status >= 400 or not isinstance(data, dict) or not data.get("access_token"):
-                problem = "token response without access_token"
+            token = data.get("access_token") if isinstance(data, dict) else None
+            if status >= 400 or not isinstance(token, str) or not _SENDABLE.fullmatch(token):
+                problem = "token response without an access_token a header can carry"
                 if status >= 400:
                     problem = "credentials refused (check CLIENT_ID and CLIENT_SECRET)"
                 raise BillingAuthenticationError(
                     status=status, operation="token", body=data, message=problem, sent=sent
                 )
-            return data
+            return cast(dict[str, Any], data)
 
         return self._retrying("token", deadline, attempt)
 

@@ -121,3 +121,23 @@ def test_a_call_answered_with_data_that_is_not_one_object_is_a_lost_answer(
     assert len(sent) == 2
     if method == "PATCH":
         assert sent[0].headers["x-idempotency-id"] == sent[1].headers["x-idempotency-id"]
+
+
+@pytest.mark.parametrize("token", ["tök€n-0123", "line\nbreak-0123", " lead-0123", "", 12345, {}])
+@responses.activate
+def test_a_token_that_cannot_be_sent_as_a_header_is_refused_at_once(token, caplog):
+    """A token that is not visible ASCII text (a header cannot carry it: UnicodeEncodeError
+    out of http.client, InvalidHeader from requests, retried as a connection failure and the
+    service taken as down): the token answer is refused, nothing is sent with it."""
+    caplog.set_level(logging.DEBUG)
+    responses.post(AUTH_URL, json={"access_token": token, "expires_in": 300})
+    responses.get(API + "/products/p1", json={"data": {"id": "p1"}})
+    client = make_client()
+    with pytest.raises(BillingError) as info:
+        client.get_product("p1")
+    assert type(info.value).__name__ == "BillingAuthenticationError"
+    assert info.value.operation == "token" and not info.value.retryable
+    assert [c.request.url for c in responses.calls] == [AUTH_URL]
+    assert client.backoff.wait() == 0
+    if isinstance(token, str) and token:
+        assert "0123" not in str(info.value) + repr(info.value.body) + caplog.text
