@@ -1,6 +1,7 @@
 """Access tokens (client-credentials grant), shared by every process and thread through
-``shared_cache()``, one fetch at a time (a cache ``add()`` lock). The token and the secret never
-appear in a log line, an error or a repr."""
+``shared_cache()``, one fetch at a time (a cache ``add()`` lock); while that cache fails, each
+process fetches and keeps its own. The token and the secret never appear in a log line, an
+error or a repr."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..conf import shared_cache
-from ..exceptions import BillingTransportError
+from ..exceptions import BillingError, BillingTransportError
 from .retry import Deadline
 
 logger = logging.getLogger("billing_integration.client")
@@ -62,16 +63,28 @@ class TokenProvider:
         """A valid token; ``deadline`` bounds the wait for it and its fetch."""
         local = self._local
         if local is None or time.time() >= local.refresh_at:
-            self._local = local = self._shared(deadline)
+            try:
+                local = self._shared(deadline)
+            except BillingError:
+                raise
+            except Exception as exc:  # the cache is down: a token of this process's own
+                logger.warning("billing token: shared cache unavailable (%s)", exc)
+                local = self._local  # fetched before the cache failed to store it
+                if local is None or time.time() >= local.refresh_at:
+                    local = self._fetched(deadline)
+            self._local = local
         return local.access_token
 
     def invalidate(self, access_token: str) -> None:
         """Forget ``access_token`` (the service refused it) if it is still the current one."""
         if self._local is not None and self._local.access_token == access_token:
             self._local = None
-        current = self._read()
-        if current is not None and current.access_token == access_token:
-            shared_cache().delete(self._key)
+        try:
+            current = self._read()
+            if current is not None and current.access_token == access_token:
+                shared_cache().delete(self._key)
+        except Exception as exc:  # the cache is down: nothing shared to forget
+            logger.warning("billing token: shared cache unavailable (%s)", exc)
 
     def _read(self) -> Token | None:
         try:
@@ -107,12 +120,17 @@ class TokenProvider:
             time.sleep(POLL)
 
     def _fetch_and_store(self, deadline: Deadline | None) -> Token:
+        self._local = token = self._fetched(deadline)  # kept should the cache fail to store it
+        timeout = max(1, int(token.expires_at - time.time()))
+        shared_cache().set(self._key, asdict(token), timeout=timeout)
+        return token
+
+    def _fetched(self, deadline: Deadline | None) -> Token:
+        """A new token from the service."""
         started = time.time()
         data = self._fetch(deadline)
         lifetime = expires_in(data) or DEFAULT_LIFETIME
-        token = Token(
+        logger.info("billing token obtained (expires_in=%ss)", int(lifetime))
+        return Token(
             str(data["access_token"]), started + lifetime * REFRESH_RATIO, started + lifetime
         )
-        shared_cache().set(self._key, asdict(token), timeout=max(1, int(lifetime)))
-        logger.info("billing token obtained (expires_in=%ss)", int(lifetime))
-        return token

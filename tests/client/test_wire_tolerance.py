@@ -141,3 +141,31 @@ def test_a_token_that_cannot_be_sent_as_a_header_is_refused_at_once(token, caplo
     assert client.backoff.wait() == 0
     if isinstance(token, str) and token:
         assert "0123" not in str(info.value) + repr(info.value.body) + caplog.text
+
+
+@responses.activate
+def test_a_shared_cache_outage_leaves_each_process_its_own_token(settings):
+    """``BILLING['CACHE']`` unreachable (a Redis on a closed port): the token is fetched and
+    kept by the process, a 401 still fetches one more, and the calls go through."""
+    settings.CACHES = {
+        **settings.CACHES,
+        "down": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": "redis://127.0.0.1:1/0",
+            "OPTIONS": {"socket_connect_timeout": 0.2, "socket_timeout": 0.2},
+        },
+    }
+    settings.BILLING = {**settings.BILLING, "CACHE": "down"}
+    responses.post(AUTH_URL, json={"access_token": TOKEN, "expires_in": 300})
+    responses.post(AUTH_URL, json={"access_token": TOKEN + "2", "expires_in": 300})
+    path = API + "/products/p1"
+    responses.get(path, json={"data": {"id": "p1"}})
+    responses.get(path, json={"data": {"id": "p1"}})
+    responses.get(path, status=401)
+    responses.get(path, json={"data": {"id": "p1"}})
+    client = make_client()
+    for _ in range(3):
+        assert client.get_product("p1") == {"id": "p1"}
+    tokens = [c.request.headers.get("x-kc-token") for c in responses.calls if c.request.url == path]
+    assert tokens == [TOKEN, TOKEN, TOKEN, TOKEN + "2"]
+    assert len([c for c in responses.calls if c.request.url == AUTH_URL]) == 2
