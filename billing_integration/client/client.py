@@ -455,11 +455,15 @@ def _json_headers(method: str, key: str | None, token: str | None = None) -> dic
 
 
 def _body(response: requests.Response) -> Any:
-    """The JSON of the answer, else its text (not JSON, or nested deeper than Python reads)."""
-    try:
-        return response.json()
-    except (ValueError, RecursionError):
-        return response.text
+    """The JSON of the answer, else its text (not JSON, or nested deeper than Python reads).
+    JSON is read as UTF-8 (RFC 8259) whatever the header says (requests reads a ``text/*``
+    answer without a charset as ISO-8859-1), else in the charset the header names."""
+    for read in (lambda: json.loads(response.content), response.json):
+        try:
+            return read()
+        except (ValueError, RecursionError):
+            continue
+    return response.text
 
 
 def _raw(response: requests.Response, operation: str) -> RawAnswer:
@@ -473,10 +477,13 @@ def _raw(response: requests.Response, operation: str) -> RawAnswer:
         text = content.decode(response.encoding or "utf-8", errors="replace")
     except LookupError:  # a charset Python does not know
         text = content.decode("utf-8", errors="replace")
-    try:
-        body = json.loads(text)
-    except (ValueError, RecursionError):
-        body = text
+    body: Any = text
+    for source in (content, text):  # JSON as UTF-8 first, as ``_body`` reads it
+        try:
+            body = json.loads(source)
+            break
+        except (ValueError, RecursionError):
+            continue
     return RawAnswer(response.status_code, headers, body)
 
 

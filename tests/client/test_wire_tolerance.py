@@ -169,3 +169,25 @@ def test_a_shared_cache_outage_leaves_each_process_its_own_token(settings):
     tokens = [c.request.headers.get("x-kc-token") for c in responses.calls if c.request.url == path]
     assert tokens == [TOKEN, TOKEN, TOKEN, TOKEN + "2"]
     assert len([c for c in responses.calls if c.request.url == AUTH_URL]) == 2
+
+
+@pytest.mark.parametrize(
+    ("content_type", "name", "encoding"),
+    [
+        ("text/plain", "Crème brûlée €", "utf-8"),
+        ("text/html", "Crème brûlée €", "utf-8"),
+        ("application/json", "Crème brûlée €", "utf-8"),
+        ("application/json; charset=iso-8859-1", "Crème brûlée", "latin-1"),
+    ],
+)
+@responses.activate
+def test_json_is_read_as_utf_8_whatever_the_content_type_says(content_type, name, encoding):
+    """JSON is UTF-8 (RFC 8259): an answer labelled ``text/plain`` or ``text/html`` with no
+    charset (which requests reads as ISO-8859-1) keeps its accents; one that is not UTF-8 is
+    read in the charset its header names."""
+    responses.post(AUTH_URL, json={"access_token": TOKEN, "expires_in": 300})
+    body = f'{{"data": {{"id": "p1", "name": "{name}"}}}}'.encode(encoding)
+    responses.get(API + "/products/p1", body=body, content_type=content_type)
+    client = make_client()
+    assert client.get_product("p1")["name"] == name
+    assert client.raw("GET", "/products/p1", token=TOKEN).body["data"]["name"] == name
