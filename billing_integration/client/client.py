@@ -458,12 +458,14 @@ def _body(response: requests.Response) -> Any:
     """The JSON of the answer, else its text (not JSON, or nested deeper than Python reads).
     JSON is read as UTF-8 (RFC 8259) whatever the header says (requests reads a ``text/*``
     answer without a charset as ISO-8859-1), else in the charset the header names."""
-    for read in (lambda: json.loads(response.content), response.json):
-        try:
-            return read()
-        except (ValueError, RecursionError):
-            continue
-    return response.text
+    try:
+        return json.loads(response.content)
+    except (ValueError, RecursionError):
+        pass
+    try:
+        return response.json()
+    except (ValueError, RecursionError):
+        return response.text
 
 
 def _raw(response: requests.Response, operation: str) -> RawAnswer:
