@@ -516,12 +516,14 @@ def _answer(
     created: bool = False,
 ) -> Any:
     """The ``data`` of a 2xx answer (``one``: the object it is, or the one object of an array
-    of one), else ``_Sent`` with the error (``sent``, the secrets the request carried, removed
-    from it). An unreadable 2xx, one whose ``data`` is not the one object asked for, or one to
-    a create (``created``) without the new object's id, is in doubt (probably applied): a
-    retryable ``BillingAnswerLostError``, resent with the key. A redirect (not followed) is an
-    error."""
+    of one; else a 204 is an empty list), else ``_Sent`` with the error (``sent``, the secrets
+    the request carried, removed from it). An unreadable 2xx, one whose ``data`` is not the
+    one object asked for, or one to a create (``created``) without the new object's id, is in
+    doubt (probably applied): a retryable ``BillingAnswerLostError``, resent with the key. A
+    redirect (not followed) is an error."""
     body, status = _body(response), response.status_code
+    if status == 204 and not one:  # No Content: a list with nothing in it
+        return []
     wrapped = isinstance(body, dict) and "data" in body
     item = None
     if status < 300 and wrapped:

@@ -191,3 +191,12 @@ def test_json_is_read_as_utf_8_whatever_the_content_type_says(content_type, name
     client = make_client()
     assert client.get_product("p1")["name"] == name
     assert client.raw("GET", "/products/p1", token=TOKEN).body["data"]["name"] == name
+
+
+@pytest.mark.parametrize("resource", ["products", "customers", "subscriptions"])
+@responses.activate
+def test_a_list_answered_204_no_content_is_empty(resource):
+    responses.post(AUTH_URL, json={"access_token": TOKEN, "expires_in": 300})
+    responses.get(API + f"/{resource}", status=204)
+    assert list(getattr(make_client(), f"list_{resource}")()) == []
+    assert len([c for c in responses.calls if c.request.url.startswith(API)]) == 1
