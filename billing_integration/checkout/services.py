@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.contrib.contenttypes.models import ContentType
 from django.db import connections, router, transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.http import HttpResponseRedirect
@@ -34,6 +35,7 @@ from ..models import (
     CheckoutSession,
     Customer,
     CycleUnit,
+    OutboxEntry,
     Payment,
     Price,
     Product,
@@ -42,6 +44,7 @@ from ..models import (
     Subscription,
 )
 from ..models.base import SyncState
+from ..models.subscriptions import CANCELED_STATUSES, SubscriptionQuerySet
 from ..outbox import from_remote
 from ..service import ensure_service
 
@@ -401,6 +404,46 @@ def checkout_in_the_way(
     return sessions.select_related("product").order_by("-expires_at", "-pk").first()
 
 
+def _refused() -> Q:
+    """Subscriptions the service refused: their push failed, not in doubt (a push in doubt
+    may have created the subscription; its retry keeps its key)."""
+    in_doubt = OutboxEntry.objects.filter(
+        content_type=ContentType.objects.get_for_model(Subscription),
+        object_id=OuterRef("pk"),
+        in_doubt=True,
+    )
+    return Q(sync_state=SyncState.FAILED) & ~Q(Exists(in_doubt))
+
+
+def _trials_in_progress(customer: Customer) -> SubscriptionQuerySet:
+    """The customer's trials still running or not pushed yet (then with no status)."""
+    return (
+        Subscription.objects.for_customer(customer)
+        .filter(trial_end_date__gt=timezone.now())
+        .exclude(_refused())
+        .select_related("product")
+        .order_by("-created_at", "-pk")
+    )
+
+
+def trial_in_the_way(customer: Customer, product: Product) -> Subscription | None:
+    """The customer's trial of another plan of ``product``'s group, running or not confirmed
+    yet (``held_plan`` reads statuses: a trial not pushed yet has none), or started by a
+    request at the same moment: buying or trying ``product`` beside it is a second plan."""
+    if not product.is_plan:
+        return None
+    return (
+        _trials_in_progress(customer)
+        .exclude(Q(product=product) | Q(status__in=CANCELED_STATUSES))
+        .filter(
+            product__product_type=ProductType.SUBSCRIPTION,
+            product__add_on=False,
+            product__plan_group=product.plan_group,
+        )
+        .first()
+    )
+
+
 def _cache_call(method: str, *args: Any) -> Any:
     """``method`` of the shared cache; a cache that fails only loses the replay (logged)."""
     try:
@@ -454,6 +497,8 @@ def start_checkout(
             return existing
         if (rival := checkout_in_the_way(customer, selection.product, selection)) is not None:
             raise CheckoutInProgress(rival)
+        if (trial := trial_in_the_way(customer, selection.product)) is not None:
+            raise PlanAlreadyHeld(trial, selection.product)
         failure: CheckoutError | None = None
         try:
             session = _create_session(customer, selection, client or get_client(), deadline)

@@ -8,9 +8,7 @@ import logging
 from datetime import timedelta
 from typing import Any
 
-from django.contrib.contenttypes.models import ContentType
 from django.db import router, transaction
-from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 from django.utils.translation import gettext, gettext_lazy
 
@@ -21,9 +19,7 @@ from ..client.retry import Deadline
 from ..conf import billing_settings
 from ..customers import ensure_customer_pushed, ensure_pushed, get_or_create_customer
 from ..exceptions import BillingError
-from ..models import OutboxEntry, Product, ProductType, Subscription
-from ..models.base import SyncState
-from ..models.subscriptions import CANCELED_STATUSES, SubscriptionQuerySet
+from ..models import Product, Subscription
 from .services import (
     AlreadySubscribed,
     CheckoutError,
@@ -34,9 +30,12 @@ from .services import (
     ServiceUnavailable,
     _lock_customer,
     _refuse_if_service_down,
+    _refused,
     _translate,
+    _trials_in_progress,
     checkout_in_the_way,
     holds_paid,
+    trial_in_the_way,
     validate_selection,
 )
 
@@ -68,17 +67,6 @@ def trial_settings() -> dict[str, Any]:
     return {**TRIAL_DEFAULTS, **(configured if isinstance(configured, dict) else {})}
 
 
-def _refused() -> Q:
-    """Subscriptions the service refused: their push failed, not in doubt (a push in doubt
-    may have created the subscription; its retry keeps its key)."""
-    in_doubt = OutboxEntry.objects.filter(
-        content_type=ContentType.objects.get_for_model(Subscription),
-        object_id=OuterRef("pk"),
-        in_doubt=True,
-    )
-    return Q(sync_state=SyncState.FAILED) & ~Q(Exists(in_doubt))
-
-
 def trial_products(subscriber: Any) -> set[int]:
     """The pks of the products the subscriber had (or has) a trial of; a trial the service
     refused (its push failed, not in doubt) does not count."""
@@ -89,17 +77,6 @@ def trial_products(subscriber: Any) -> set[int]:
 def had_trial(subscriber: Any, product: Product) -> bool:
     """Whether the subscriber had (or has) a trial of ``product`` (``trial_products``)."""
     return product.pk in trial_products(subscriber)
-
-
-def _trials_in_progress(customer: Any) -> SubscriptionQuerySet:
-    """The customer's trials still running or not pushed yet (then with no status)."""
-    return (
-        Subscription.objects.for_customer(customer)
-        .filter(trial_end_date__gt=timezone.now())
-        .exclude(_refused())
-        .select_related("product")
-        .order_by("-created_at", "-pk")
-    )
 
 
 def _trial_days(product: Product, days: Any) -> int:
@@ -165,19 +142,7 @@ def start_trial(
         if existing is not None:
             existing.reused = True
             return existing
-        # Another plan's trial not confirmed yet (``held_plan`` reads statuses) or started by
-        # a request at the same moment: a second plan all the same.
-        other = wanted.is_plan and (
-            _trials_in_progress(customer)
-            .exclude(Q(product=wanted) | Q(status__in=CANCELED_STATUSES))
-            .filter(
-                product__product_type=ProductType.SUBSCRIPTION,
-                product__add_on=False,
-                product__plan_group=wanted.plan_group,
-            )
-            .first()
-        )
-        if other:
+        if (other := trial_in_the_way(customer, wanted)) is not None:
             raise PlanAlreadyHeld(other, wanted)
         if (rival := checkout_in_the_way(customer, wanted)) is not None:
             raise CheckoutInProgress(rival)
