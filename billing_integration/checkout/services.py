@@ -531,6 +531,17 @@ def checkout_redirect(
     return HttpResponseRedirect(checkout_url(subscriber, product, cycle, currency, **kwargs))
 
 
+def _keep_key(remembered: str, key: str, expires: datetime) -> bool:
+    """Remember the key of a session in doubt until it would expire (the next attempt for the
+    same choice replays it); False when it has expired already."""
+    seconds = int((expires - timezone.now()).total_seconds())
+    if seconds <= 0:
+        return False
+    logger.warning("checkout: session %s in doubt, kept for a replay", key)
+    _cache_call("set", remembered, {"key": key, "expires_at": expires.isoformat()}, seconds)
+    return True
+
+
 def _create_session(
     customer: Customer,
     selection: CheckoutSelection,
@@ -569,20 +580,20 @@ def _create_session(
     try:
         data = client.create_checkout_session(payload, idempotency_key=key, deadline=deadline)
     except BillingError as exc:
-        seconds = int((expires - timezone.now()).total_seconds())
         in_doubt = exc.retryable or exc.in_doubt or isinstance(exc, BillingIdempotencyConflict)
-        if in_doubt and seconds > 0:
-            # It may exist on the service: the next attempt for this choice replays it.
-            logger.warning("checkout: session %s in doubt, kept for a replay", key)
-            _cache_call("set", remembered, {"key": key, "expires_at": expires.isoformat()}, seconds)
-        else:  # refused (nothing was created) or expired: the next attempt starts afresh
+        if not (in_doubt and _keep_key(remembered, key, expires)):
+            # refused (nothing was created) or expired: the next attempt starts afresh
             _cache_call("delete", remembered)
         raise _translate(exc, "create_checkout_session") from exc
-    _cache_call("delete", remembered)
     remote = checkout_map.from_remote(data) if isinstance(data, dict) else {}
     if remote.get("remote_id") is None:
-        logger.error("checkout: the service answered without a session id")
-        raise CheckoutRefused()
+        # A 2xx naming the session by no UUID (no hosted page to go to): probably created
+        # there, so a lost answer as one without an id (the client's), kept for a replay.
+        logger.error("checkout: the service answered without a session id that is a UUID")
+        if not _keep_key(remembered, key, expires):
+            _cache_call("delete", remembered)
+        raise ServiceUnavailable()
+    _cache_call("delete", remembered)
 
     for name, value in remote.items():
         if value is not None or name not in ("expires_at", "selected_currency"):

@@ -167,3 +167,32 @@ def test_a_session_key_answered_with_an_idempotency_conflict_is_kept_for_the_nex
     (remote,) = billing_sandbox.objects("checkout_session")
     assert str(started.remote_id) == remote["id"]
     assert len(keys_of(billing_sandbox.requests(operation="create_checkout_session"))) == 1
+
+
+def test_a_session_answered_with_an_id_that_is_not_a_uuid_is_not_created_again(
+    billing_sandbox, product, user, logged_in, monkeypatch
+):
+    """A 2xx naming the session by an id that is not a UUID (no hosted page to send the
+    customer to) was a refusal (502) and forgot the key: the next click sent a new one, and
+    the service held two sessions. It is a lost answer: 503, the key kept for the next click."""
+    import json
+
+    from tests.mirror.test_lost_answer import first_answer_changed
+
+    def odd_id(response) -> None:
+        body = response.json()
+        body["data"]["id"] = "sess_42"
+        response._content = json.dumps(body).encode()
+
+    first_answer_changed(monkeypatch, "/checkout_sessions", odd_id)
+    first = logged_in.post("/billing/checkout/", {"product": product.pk, "cycle": "months-1"})
+    assert first.status_code == 503 and 'data-error-code="service_unavailable"' in (
+        first.content.decode()
+    )
+    assert not CheckoutSession.objects.exists()
+
+    second = logged_in.post("/billing/checkout/", {"product": product.pk, "cycle": "months-1"})
+    (remote,) = billing_sandbox.objects("checkout_session")
+    assert second.status_code == 302 and second["Location"].endswith(f"/checkout/{remote['id']}")
+    assert str(CheckoutSession.objects.get().remote_id) == remote["id"]
+    assert len(keys_of(billing_sandbox.requests(operation="create_checkout_session"))) == 1
