@@ -16,7 +16,7 @@ from django.utils import formats, timezone
 from django.utils.translation import gettext, gettext_lazy
 
 from .. import currencies
-from ..access import held_plan, live_subscriptions, plan_may_renew, resolve_product
+from ..access import _is_subscriber, held_plan, live_subscriptions, plan_may_renew, resolve_product
 from ..client import get_client, interactive_deadline
 from ..client.retry import Deadline
 from ..conf import billing_settings, shared_cache
@@ -464,7 +464,7 @@ def start_checkout(
 ) -> CheckoutSession:
     """Start a hosted checkout for ``subscriber`` and return the recorded ``CheckoutSession``."""
     deadline = deadline or interactive_deadline()
-    if subscriber is None or getattr(subscriber, "pk", None) is None:
+    if not _is_subscriber(subscriber):  # none, anonymous or inactive (access refuses it)
         raise NoSubscriber()
     selection = validate_selection(product, cycle, currency)
     if not selection.product.multiple_purchases and holds_paid(subscriber, selection.product):

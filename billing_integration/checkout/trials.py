@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.utils.translation import gettext, gettext_lazy
 
 from .. import currencies
-from ..access import held_plan, plan_may_renew, resolve_product
+from ..access import _is_subscriber, held_plan, plan_may_renew, resolve_product
 from ..client import interactive_deadline
 from ..client.retry import Deadline
 from ..conf import billing_settings
@@ -107,7 +107,7 @@ def start_trial(
     (docs/trials.md). With ``wait`` (a person waits) the pushes happen within
     ``BILLING['INTERACTIVE_DEADLINE']``; one not done in time is finished by the outbox, and
     the subscription returned has no ``remote_id`` yet. Raises a ``CheckoutError``."""
-    if subscriber is None or getattr(subscriber, "pk", None) is None:
+    if not _is_subscriber(subscriber):  # none, anonymous or inactive (access refuses it)
         raise NoSubscriber()
     resolved = product if isinstance(product, Product) else resolve_product(product)
     if resolved is not None and resolved.is_one_time:

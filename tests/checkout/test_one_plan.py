@@ -154,3 +154,49 @@ def test_button_current_plan_only_on_the_option_held(billing_sandbox, plans, use
     pro.refresh_from_db()
     assert "<form" in button(pro, user, cycle="months-1", currency="XOF")
     assert "<form" in button(starter, other_user, cycle="months-1", currency="XOF")
+
+
+def team_of(request):
+    """The subscriber resolver of the test below: the team account, whoever is logged in."""
+    from django.contrib.auth import get_user_model
+
+    return get_user_model().objects.get(username="team-account")
+
+
+def test_an_inactive_subscriber_is_refused_not_sold_a_second_plan(
+    billing_sandbox, plans, logged_in, user, settings
+):
+    """An inactive subscriber holds no plan to the one-plan rule (``held_plan`` reads
+    ``access``, which refuses it), so a second plan was sold beside the one it still pays for:
+    a team deactivated (the resolver's subscriber) from the checkout view, a user from
+    ``checkout_url(request.user, ...)``. Both are refused (403 ``no_subscriber``)."""
+    from django.contrib.auth import get_user_model
+
+    from billing_integration.billing import checkout_url, start_trial
+    from billing_integration.checkout.services import NoSubscriber
+
+    starter, pro = plans
+    Product.objects.filter(pk=pro.pk).update(trial_days=7)
+    team = get_user_model().objects.create_user("team-account", is_active=False)
+    hold(team, starter)
+    hold(user, starter)
+    get_user_model().objects.filter(pk=user.pk).update(is_active=False)
+    user.refresh_from_db()
+    billing_sandbox.clear_requests()
+
+    for refused in (pro, starter):
+        with pytest.raises(NoSubscriber):
+            checkout_url(user, refused, "months-1", "XOF")
+    with pytest.raises(NoSubscriber):
+        start_trial(user, pro, "months-1", "XOF")
+
+    settings.BILLING = {**settings.BILLING, "SUBSCRIBER_RESOLVER": f"{__name__}.team_of"}
+    get_user_model().objects.filter(pk=user.pk).update(is_active=True)
+    for refused in (pro, starter):
+        page = post(logged_in, refused)
+        assert page.status_code == 403 and 'data-error-code="no_subscriber"' in (
+            page.content.decode()
+        )
+    assert billing_sandbox.requests() == []
+    assert not CheckoutSession.objects.exists()
+    assert Subscription.objects.count() == 2
