@@ -160,8 +160,8 @@ def show_newest_payment(subscriptions: models.QuerySet[Subscription]) -> int:
 
 
 def link_waiting(model: type[models.Model], remote_ids: Iterable[Any]) -> None:
-    """Link what named these subscriptions, customers or products (``model``) before they
-    were known here: the foreign key of the subscriptions and records whose
+    """Link what named these subscriptions, customers, products or payments (``model``)
+    before they were known here: the foreign key of the subscriptions and records whose
     ``<name>_remote_id`` is one of ``remote_ids`` and whose key is null, one UPDATE per model
     (in the handlers' lock order); the reporting rollups are told, and a subscription that got
     payments shows the newest one's status, as if they had arrived after it."""

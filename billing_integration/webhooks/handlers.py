@@ -376,6 +376,12 @@ class PaymentHandler(EventHandler):
             raise PullRequired("subscription", sub_rid, customer=customer)
         return {"subscription": subscription} if subscription else {}
 
+    def save(self, record: Any) -> None:
+        new = record.pk is None
+        record.save()
+        if new:  # the refunds stored before it
+            link_waiting(Payment, [record.remote_id])
+
     def after_save(self, ctx: EventContext, record: Any, related: dict[str, Any]) -> None:
         subscription = related.get("subscription")
         if subscription is None or record.subscription_id != subscription.pk:

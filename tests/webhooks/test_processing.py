@@ -468,8 +468,9 @@ def test_processing_query_count_is_bounded_and_constant(mirror):
     assert WebhookEvent.objects.count() > 200 and Invoice.objects.count() > 10
     assert many == few  # constant
     # bounded: 6, and 2 more for the reporting rollups' hook on a payment (the trial end of its
-    # subscription, the dirty month's UPDATE: docs/reporting.md)
-    assert max(many.values()) <= 8
+    # subscription, the dirty month's UPDATE: docs/reporting.md), and 1 more for a new payment
+    # (the UPDATE linking the refunds stored before it: records.link_waiting)
+    assert max(many.values()) <= 9
 
 
 @pytest.mark.postgresql

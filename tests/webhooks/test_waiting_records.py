@@ -12,14 +12,28 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from billing_integration.models import Customer, Invoice, OutboxEntry, Payment, Subscription
+from billing_integration.models import (
+    Customer,
+    Invoice,
+    OutboxEntry,
+    Payment,
+    Refund,
+    Subscription,
+)
 from billing_integration.outbox.push import PushOutcome, push_entry
 from billing_integration.sync.pull import pull_customers, pull_subscriptions, upsert_subscriptions
 from billing_integration.webhooks.ingest import store_delivery
 from billing_integration.webhooks.processing import process_event
 from billing_integration.webhooks.verification import Verification
 
-from .conftest import T0, envelope, invoice_data, payment_data, subscription_data
+from .conftest import (
+    T0,
+    envelope,
+    invoice_data,
+    payment_data,
+    refund_data,
+    subscription_data,
+)
 
 
 def deliver(event_type: str, data: dict) -> None:
@@ -147,3 +161,48 @@ def test_the_statements_do_not_grow_with_the_records_waiting(mirror):
     for arrive in (by_event, by_pull):
         _statements(arrive, 1)  # warm-up
         assert _statements(arrive, 1) == _statements(arrive, 20)
+
+
+def refund_first(mirror, refunds: int) -> tuple[uuid.UUID, list[uuid.UUID]]:
+    """``refunds`` refund events naming a payment not known here; returns its id and theirs."""
+    payment = uuid.uuid4()
+    ids = [uuid.uuid4() for _ in range(refunds)]
+    common = {"subscription": mirror.subscription.remote_id, "customer": mirror.customer.remote_id}
+    for rid in ids:
+        deliver("refund.initiated", refund_data(rid, status="initiated", payment=payment, **common))
+    assert not Refund.objects.filter(remote_id__in=ids, payment__isnull=False).exists()
+    return payment, ids
+
+
+def pay_for(mirror, payment: uuid.UUID) -> None:
+    refs = mirror.subscription.remote_id, mirror.customer.remote_id, mirror.product.remote_id
+    deliver(
+        "payment.completed",
+        payment_data(
+            payment,
+            status="completed",
+            **dict(zip(("subscription", "customer", "product"), refs, strict=True)),
+        ),
+    )
+
+
+@pytest.mark.django_db
+def test_a_refund_waits_for_the_payment_it_refunds(mirror):
+    """A refund.* event comes before the payment.* event of the payment it refunds: the refund
+    is linked to the payment when that arrives, in statements that do not grow with the
+    refunds waiting."""
+    payment, refunds = refund_first(mirror, 1)
+    pay_for(mirror, payment)
+    stored = Payment.objects.get(remote_id=payment)
+    assert Refund.objects.get(remote_id=refunds[0]).payment_id == stored.pk
+    assert list(stored.refunds.values_list("remote_id", flat=True)) == refunds
+
+    def statements(refunds: int) -> int:
+        payment, ids = refund_first(mirror, refunds)
+        with CaptureQueriesContext(connection) as queries:
+            pay_for(mirror, payment)
+        linked = Refund.objects.filter(remote_id__in=ids, payment__remote_id=payment)
+        assert linked.count() == refunds
+        return len([q for q in queries.captured_queries if "SAVEPOINT" not in q["sql"]])
+
+    assert statements(1) == statements(20)
