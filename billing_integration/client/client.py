@@ -196,12 +196,13 @@ class BillingClient:
 
     def iter_pages(self, resource: str, *, deadline: DeadlineArg = None) -> Iterator[list[Item]]:
         """The list of ``resource`` page by page (``limit``/``offset``), within one deadline.
-        Stops on a short page, or a page with no id not seen before (a server ignoring the
-        parameters)."""
+        A row seen on an earlier page comes again only if it changed since (the list moved
+        while it was read: the caller keeps the newer copy). Stops on a short page, or a page
+        with no id not seen before (a server ignoring the parameters)."""
         if resource not in RESOURCES:
             raise ValueError(f"Unknown resource {resource!r}; expected one of {RESOURCES}")
         bound = _as_deadline(deadline)  # seconds start now, once for all pages
-        seen: set[str] = set()
+        seen: dict[str, int] = {}  # id -> the hash of the row's JSON as last seen
         offset, size = 0, self.page_size
         for _ in range(MAX_PAGES):
             params = {"limit": size, "offset": offset}
@@ -212,11 +213,22 @@ class BillingClient:
                 raise BillingAPIError(
                     status=200, operation=f"list_{resource}", message="data is not a list"
                 )
-            fresh = [i for i in items if not isinstance(i, dict) or str(i.get("id")) not in seen]
-            seen.update(str(i.get("id")) for i in fresh if isinstance(i, dict))
-            if not fresh:
+            fresh: list[Any] = []
+            new = False
+            for item in items:
+                if not isinstance(item, dict):
+                    fresh.append(item)  # the caller reports it
+                    new = True
+                    continue
+                key, copy = str(item.get("id")), _fingerprint(item)
+                new = new or key not in seen
+                if seen.get(key) != copy:
+                    fresh.append(item)
+                    seen[key] = copy
+            if fresh:
+                yield fresh
+            if not new:
                 return
-            yield fresh
             if len(items) < size:
                 return
             offset += len(items)
@@ -442,6 +454,15 @@ def _quoted(value: str) -> str:
 def _json(payload: Any) -> str | None:
     """A request body or None: JSON proper (NaN or infinity, not JSON, raise ValueError)."""
     return None if payload is None else json.dumps(payload, separators=(",", ":"), allow_nan=False)
+
+
+def _fingerprint(item: Item) -> int:
+    """A listed row as ``iter_pages`` compares it with its copy on an earlier page (one too
+    deep to write out compares as changed)."""
+    try:
+        return hash(json.dumps(item, sort_keys=True, default=str))
+    except (RecursionError, ValueError):
+        return id(item)
 
 
 def _json_headers(method: str, key: str | None, token: str | None = None) -> dict[str, str]:

@@ -15,6 +15,7 @@ from django.core.management import CommandError, call_command
 from billing_integration.client import get_client
 from billing_integration.models import Customer, OutboxEntry, Subscription
 from billing_integration.sync.pull import pull_customers, pull_products, pull_subscriptions
+from billing_integration.timestamps import parse_timestamp
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -344,6 +345,37 @@ def test_the_same_subscription_twice_in_a_page_applies_its_newer_version(
     subs[0].refresh_from_db()
     assert subs[0].status == "canceled"
     assert subs[0].remote_updated == base + timedelta(hours=2)
+
+
+@pytest.mark.parametrize("resource", ["customers", "subscriptions"])
+def test_a_row_on_two_pages_applies_its_newer_copy(small_pages, tamper, resource):
+    """The list moved while it was read: a row of the first page comes again on the second,
+    changed since. The copy on the first page was kept, the newer one dropped (the client
+    skipped ids it had seen): the phone or the cancel was lost until the next pull."""
+    small_pages.seed(customers=12, subscriptions=12)
+    pull_products(), pull_customers(), pull_subscriptions()
+    pages: list[list[Any]] = []
+    change = {
+        "customers": {"phone": "+221770000001"},
+        "subscriptions": {"status": "canceled"},
+    }[resource]
+
+    def moved(items: list[Any]) -> list[Any]:
+        pages.append(items)
+        if len(pages) == 2:  # the second page: the first page's first row, changed since
+            first = pages[0][0]
+            stamp = parse_timestamp(first["date_updated"] or first["date_created"])
+            later = (stamp + timedelta(minutes=1)).isoformat()
+            return [*items, dict(first, **change, date_updated=later)]
+        return items
+
+    tamper(f"list_{resource}", moved)
+    counts = (pull_customers if resource == "customers" else pull_subscriptions)()
+    assert len(pages) == 2 and counts.errors == 0
+    model = Customer if resource == "customers" else Subscription
+    row = model.objects.get(remote_id=pages[0][0]["id"])
+    assert {name: getattr(row, name) for name in change} == change
+    assert counts.updated == 1 and counts.created == 0
 
 
 def test_a_new_one_time_product_with_its_id_in_capitals_gets_its_prices(billing_sandbox, tamper):
