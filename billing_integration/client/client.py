@@ -216,11 +216,9 @@ class BillingClient:
             fresh: list[Any] = []
             new = False
             for item in items:
-                if not isinstance(item, dict):
-                    fresh.append(item)  # the caller reports it
-                    new = True
-                    continue
-                key, copy = str(item.get("id")), _fingerprint(item)
+                copy = _fingerprint(item)
+                # a row that is no object (the caller reports it) is known by its JSON
+                key = str(item.get("id")) if isinstance(item, dict) else f"not an object {copy}"
                 new = new or key not in seen
                 if seen.get(key) != copy:
                     fresh.append(item)
@@ -456,7 +454,7 @@ def _json(payload: Any) -> str | None:
     return None if payload is None else json.dumps(payload, separators=(",", ":"), allow_nan=False)
 
 
-def _fingerprint(item: Item) -> int:
+def _fingerprint(item: Any) -> int:
     """A listed row as ``iter_pages`` compares it with its copy on an earlier page (one too
     deep to write out compares as changed)."""
     try:

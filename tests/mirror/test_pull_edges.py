@@ -378,6 +378,41 @@ def test_a_row_on_two_pages_applies_its_newer_copy(small_pages, tamper, resource
     assert counts.updated == 1 and counts.created == 0
 
 
+def test_a_page_repeated_with_a_row_that_is_no_object_ends_the_list(
+    small_pages, tamper, monkeypatch
+):
+    """A server that ignores ``offset`` sends its one page again and again, one of its rows
+    not an object: that row counted as new each time, so the list went on to ``MAX_PAGES``
+    requests (100,000)."""
+    monkeypatch.setattr("billing_integration.client.client.MAX_PAGES", 50)
+    small_pages.seed(customers=10)
+    pages: list[list[Any]] = []
+
+    def stuck(items: list[Any]) -> list[Any]:
+        pages.append(items)
+        return ["not a customer", *pages[0][1:]]  # always the first page
+
+    tamper("list_customers", stuck)
+    counts = pull_customers()
+    assert len(pages) == 2  # the repeat ended the list
+    assert counts.created == 9 and counts.errors == 1
+    assert "not an object" in counts.error_messages[0]
+
+
+def test_a_full_page_of_rows_that_are_no_objects_does_not_end_the_list(small_pages, tamper):
+    """Rows that are no objects are reported; the pages after theirs are still read."""
+    small_pages.seed(customers=15)
+    pages: list[list[Any]] = []
+
+    def junk_first(items: list[Any]) -> list[Any]:
+        pages.append(items)
+        return [[n] for n in range(len(items))] if len(pages) == 1 else items
+
+    tamper("list_customers", junk_first)
+    counts = pull_customers()
+    assert len(pages) == 2 and counts.errors == 10 and counts.created == 5
+
+
 def test_a_new_one_time_product_with_its_id_in_capitals_gets_its_prices(billing_sandbox, tamper):
     """A UUID is the same in capitals: the product was created without its root prices (they
     were looked up by the id's text), and shown "not sent" from then on."""
