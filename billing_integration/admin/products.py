@@ -21,6 +21,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
 from .. import currencies
+from ..checkout.trials import MAX_TRIAL_DAYS
 from ..exceptions import BillingConfigurationError
 from ..mapping import products as product_map
 from ..models import (
@@ -435,6 +436,15 @@ class ProductForm(ModelForm):
                 (cid, UNKNOWN_CURRENCY_LABEL % {"id": cid})
                 for cid in sorted(set(stored) - set(known))
             ]
+
+    def clean_trial_days(self) -> int | None:
+        """At most ``MAX_TRIAL_DAYS``, the longest trial ``start_trial`` starts."""
+        days: int | None = self.cleaned_data.get("trial_days")
+        if days is not None and days > MAX_TRIAL_DAYS:
+            raise ValidationError(
+                _("A free trial lasts at most %(days)s days."), params={"days": MAX_TRIAL_DAYS}
+            )
+        return days
 
     def clean_status(self) -> str:
         """A product the service knows: archived, it is published again only by the action;

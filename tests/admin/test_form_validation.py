@@ -344,3 +344,22 @@ def test_a_price_in_currency_id_0_is_a_currency(admin_client, settings):
     )
     assert admin_client.post(ADD, data).status_code == 302
     assert Product.objects.get().selected_currencies == [0]
+
+
+def test_a_free_trial_longer_than_a_trial_can_be_is_a_form_error(admin_client):
+    """start_trial refuses a trial longer than MAX_TRIAL_DAYS: the form saved one, and the
+    pricing page offered a "Start a 367-day trial" button that every click was refused."""
+    from billing_integration.checkout.trials import MAX_TRIAL_DAYS
+
+    product = make_product(remote=True, status="published")
+    change = reverse("admin:billing_integration_product_change", args=[product.pk])
+    data = product_form_data(product, trial_days=str(MAX_TRIAL_DAYS + 1))
+    response = admin_client.post(change, data)
+    assert response.status_code == 200
+    assert f"A free trial lasts at most {MAX_TRIAL_DAYS} days." in response.content.decode()
+    product.refresh_from_db()
+    assert product.trial_days is None
+    data["trial_days"] = str(MAX_TRIAL_DAYS)
+    assert admin_client.post(change, data).status_code == 302
+    product.refresh_from_db()
+    assert product.trial_days == MAX_TRIAL_DAYS
