@@ -17,6 +17,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
+from ..exceptions import redact
 from ..models import EventState, WebhookEvent
 from .mirror import ModelAdmin, state_badge
 
@@ -26,10 +27,11 @@ PRE = '<pre class="billing-json" style="white-space:pre-wrap">{}</pre>'
 
 
 def pretty_json(value: Any) -> SafeString:
-    """``value`` (JSON text or data) indented in a ``<pre>``. Text that is not JSON, or JSON
-    nested too deep for the parser, is shown raw and cut after ``RAW_TEXT_LIMIT`` characters."""
+    """``value`` (JSON text or data) indented in a ``<pre>``, its secret-looking fields
+    (token, secret, password) redacted. Text that is not JSON, or JSON nested too deep for the
+    parser, is shown raw and cut after ``RAW_TEXT_LIMIT`` characters."""
     try:
-        data = json.loads(value) if isinstance(value, str) else value
+        data = redact(json.loads(value) if isinstance(value, str) else value)
         text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False)
         # A lone surrogate (the JSON escape "\ud800") cannot be sent as UTF-8: shown escaped.
         return format_html(PRE, text.encode("utf-8", "backslashreplace").decode("utf-8"))

@@ -189,3 +189,25 @@ def test_the_list_says_when_deliveries_are_refused(admin_client, settings):
     assert "none accepted since" in html and "BILLING[&#x27;WEBHOOK_SECRET&#x27;]" in html
     assert reverse("admin:billing_integration_health_changelist") in html
     assert SECRET not in html and OTHER_SECRET not in html
+
+
+def test_the_raw_body_and_a_records_raw_data_show_no_token_or_secret(admin_client):
+    """As the unrecognised events' sample: secret-looking fields (token, secret, password) of a
+    stored payload are redacted on the change pages; they were shown as received."""
+    from billing_integration.models import Payment
+
+    event = invoice_event(access_token="tok-live-123", client_secret="cs-live-456")
+    payment = Payment.objects.create(
+        remote_id=uuid.uuid4(),
+        status="completed",
+        remote_data={"id": "p", "payment_token": "tok-live-789", "amount": 5000},
+    )
+    pages = [
+        reverse("admin:billing_integration_webhookevent_change", args=[event.pk]),
+        reverse("admin:billing_integration_payment_change", args=[payment.pk]),
+    ]
+    for url in pages:
+        html = admin_client.get(url).content.decode()
+        assert "[redacted]" in html
+        assert not [s for s in ("tok-live-123", "cs-live-456", "tok-live-789") if s in html]
+    assert "5000" in html  # the rest is shown
