@@ -12,6 +12,7 @@ from operator import sub
 from typing import Any
 
 from django.db.models import (
+    BigIntegerField,
     Case,
     CharField,
     Count,
@@ -164,9 +165,11 @@ def currency_code_of_id(field_name: str) -> Case:
 def price_table() -> Prices:
     """Monthly price by ``(product pk, cycle code, currency code)``, one query (a Subquery in
     the grouped queries would run once per subscription)."""
+    # In 64 bits: a frequency of years near the column's 32-bit limit, times 12, overflows it.
     months = ExpressionWrapper(
-        F("cycle__frequency") * Case(When(cycle__unit="years", then=12), default=1),
-        output_field=IntegerField(),
+        Cast("cycle__frequency", BigIntegerField())
+        * Case(When(cycle__unit="years", then=12), default=1),
+        output_field=BigIntegerField(),
     )
     rows = (
         Price.objects.filter(cycle__isnull=False)

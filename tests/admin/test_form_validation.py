@@ -363,3 +363,15 @@ def test_a_free_trial_longer_than_a_trial_can_be_is_a_form_error(admin_client):
     assert admin_client.post(change, data).status_code == 302
     product.refresh_from_db()
     assert product.trial_days == MAX_TRIAL_DAYS
+
+
+def test_a_cycle_of_very_many_years_leaves_the_reports_page_readable(admin_client):
+    """The form takes any frequency the column holds (the service any integer): a cycle of
+    2,147,483,647 years was saved, then its monthly price (frequency x 12 in the database)
+    overflowed PostgreSQL's integers and the reports page was a 500 for everyone."""
+    data = product_form_data(name="Forever", **new_cycle("XOF 1000", frequency="2147483647"))
+    data["cycles-0-unit"] = "years"
+    assert admin_client.post(ADD, data).status_code == 302
+    assert BillingCycle.objects.get().code == "years-2147483647"
+    response = admin_client.get(reverse("admin:billing_integration_report_changelist"))
+    assert response.status_code == 200
