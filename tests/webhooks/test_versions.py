@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -205,3 +205,38 @@ def test_a_payment_in_a_known_currency_id_or_code_is_stored(mirror, deliver):
         assert deliver(bare("payment.completed", data)).outcome == "applied"
         payment = Payment.objects.get(remote_id=rid)
         assert (payment.currency, payment.amount) == ("XOF", 5000)
+
+
+# --- a date from the future -------------------------------------------------------------------
+def test_a_date_far_in_the_future_does_not_make_every_later_event_stale(mirror, deliver):
+    """A ``date_updated`` in 2099 (a service clock gone wrong, a typo) is stored as the
+    version; every real event after it was ``stale`` for decades: a cancel never applied,
+    access kept. A stored version more than the tolerance after an event's receipt does not
+    make it stale."""
+    sub = mirror.subscription
+    refs = {"customer": mirror.customer.remote_id, "product": mirror.product.remote_id}
+    far = subscription_data(sub.remote_id, updated=T0.replace(year=2099), **refs)
+    assert deliver(bare("subscription.renewal", far)).outcome == "applied"
+    later = datetime.now(UTC) + timedelta(minutes=2)  # the next real event, dated by the service
+    cancel = subscription_data(sub.remote_id, updated=later, status="canceled", **refs)
+    event = deliver(bare("subscription.canceled", cancel))
+    assert (event.state, event.outcome) == (EventState.PROCESSED, "applied")
+    sub.refresh_from_db()
+    assert sub.status == "canceled" and not sub.is_active
+    assert sub.remote_updated == later.replace(microsecond=later.microsecond // 1000 * 1000)
+
+
+def test_a_date_a_little_ahead_of_this_clock_is_still_the_version(mirror, deliver):
+    """A service clock a minute ahead of ours: its date is kept as the version."""
+    sub = mirror.subscription
+    ahead = datetime.now(UTC) + timedelta(minutes=1)
+    data = subscription_data(
+        sub.remote_id,
+        customer=mirror.customer.remote_id,
+        product=mirror.product.remote_id,
+        updated=ahead,
+    )
+    assert deliver(bare("subscription.paused", data)).outcome == "applied"
+    sub.refresh_from_db()
+    assert sub.remote_updated == ahead.replace(microsecond=ahead.microsecond // 1000 * 1000)
+    assert not sub.remote_updated_ours
