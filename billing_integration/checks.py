@@ -8,8 +8,6 @@ from typing import Any, TypeGuard
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.core.cache.backends.dummy import DummyCache
-from django.core.cache.backends.locmem import LocMemCache
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import DatabaseError, connections, router
 from django.utils.module_loading import import_string
@@ -17,13 +15,12 @@ from django.utils.translation import gettext as _
 
 from .conf import DEFAULTS, REQUIRED, billing_settings, guesses
 from .exceptions import BillingConfigurationError
+from .health import PROCESS_LOCAL_BACKENDS
 from .schedule import PRUNE_OLDER_THAN
 from .webhooks.verification import whsec_key
 
 URL_KEYS = ("BASE_URL", "AUTH_URL", "CHECKOUT_URL")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-#: Cache backends whose content each process keeps to itself.
-PROCESS_LOCAL_BACKENDS = (LocMemCache, DummyCache)
 #: SHA-256 of the public demo webhook secret of ``example_project/demo.env``.
 DEMO_WEBHOOK_SECRET_SHA256 = "d571fb0081e214ea7f811973fbf285e38d0cef2822dafc2dfbc6be6b674fdaf8"
 #: The sandbox's default client secret (``billing_integration.sandbox.config``).

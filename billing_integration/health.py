@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.core.cache.backends.dummy import DummyCache
+from django.core.cache.backends.locmem import LocMemCache
 from django.db import transaction
 from django.db.models import Count, Max
 from django.utils import timezone
@@ -32,6 +34,8 @@ FACTS += ("events", "events_failed", "events_unrecognised", "refused", "pull", "
 #: Seconds back the ``events_unrecognised`` fact counts unrecognised events (a day).
 UNRECOGNISED_WINDOW = 86400
 
+#: Cache backends whose content each process keeps to itself.
+PROCESS_LOCAL_BACKENDS = (LocMemCache, DummyCache)
 REFUSAL_REASONS = ("bad_signature", "stale_timestamp", "missing_headers")
 #: Seconds of refusals the doctor counts (the last hour), in one counter per minute.
 REFUSALS_WINDOW = 3600
@@ -449,6 +453,16 @@ def _refused(now: datetime) -> Fact:
         r for r in serious if accepted is None or accepted.timestamp() < refused[r]["last"]
     ]
     if not total and not unanswered:
+        cache = shared_cache()
+        if isinstance(cache, PROCESS_LOCAL_BACKENDS):  # the web server's count is not here
+            text = _(
+                "refused deliveries: none counted by this process; BILLING['CACHE'] "
+                "(%(backend)s) is not shared between processes, so the web server's refusals "
+                "(a wrong BILLING['WEBHOOK_SECRET'] refuses every delivery) are not seen: use a "
+                "shared cache (Redis, Memcached, the database cache)"
+            )
+            values = {"backend": type(cache).__name__}
+            return Fact("refused", WARNING, text % values, {"count": 0, "shared_cache": False})
         return Fact("refused", OK, _("refused deliveries: none in the last hour"), {"count": 0})
     labels = {
         "bad_signature": _("bad signature"),

@@ -20,6 +20,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from billing_integration.health import (
+    FACTS,
     PERIODIC_JOBS,
     REFUSALS_WINDOW,
     record_refused,
@@ -454,6 +455,26 @@ def test_requests_without_signature_headers_only_warn(healthy, client, webhook_s
     assert status == 0, out
     row = line(out, "refused deliveries")
     assert row.startswith("WARN") and "missing signature headers 1" in row
+
+
+@pytest.mark.parametrize("backend", ["locmem.LocMemCache", "dummy.DummyCache"])
+def test_refusals_in_a_cache_each_process_keeps_to_itself_are_not_reported_as_none(
+    settings, backend
+):
+    """The web server counts refusals in BILLING['CACHE']; with a local-memory cache the
+    doctor (another process) saw none and said "OK ... none in the last hour" while every
+    delivery was refused for a wrong secret. It says it cannot see them."""
+    settings.CACHES = {
+        **settings.CACHES,
+        "local": {"BACKEND": f"django.core.cache.backends.{backend}"},
+    }
+    settings.BILLING = {**settings.BILLING, "CACHE": "local"}
+    others = [fact for fact in FACTS if fact != "refused"]
+    status, out = doctor("--skip", *others)
+    assert status == 0, out
+    row = line(out, "refused deliveries")
+    assert row.startswith("WARN"), row
+    assert backend.split(".")[1] in row and "BILLING['CACHE']" in row and "shared" in row
 
 
 def test_refusals_are_counted_per_minute_for_the_last_hour_only(healthy, monkeypatch):
