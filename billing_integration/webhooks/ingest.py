@@ -9,7 +9,7 @@ import json
 import logging
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -153,9 +153,39 @@ def _read(body: bytes) -> tuple[str, object, str]:
         payload = json.loads(text)
     except (ValueError, RecursionError) as exc:
         return text, None, f"Malformed JSON: {str(exc)[:200]}"
+    if isinstance(payload, list):
+        return text, payload, f"The body is a JSON list, not 1 to {MAX_BATCH} objects."
     if not isinstance(payload, dict):
         return text, payload, f"The body is a JSON {type(payload).__name__}, not an object."
     return text, payload, ""
+
+
+#: Events one delivery may carry as a JSON array (a longer array is rejected whole).
+MAX_BATCH = 1000
+
+
+def split_batch(body: bytes, verification: Verification) -> list[tuple[bytes, Verification]] | None:
+    """Each event of a body that is a JSON array of 1 to ``MAX_BATCH`` objects (several events
+    in one delivery), as its own body; one without an id takes ``<webhook-id>#<index>`` (the
+    same on the service's retry). None for any other body."""
+    if body.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] != b"[":
+        return None
+    payload = _read(body)[1]
+    if not isinstance(payload, list) or not 0 < len(payload) <= MAX_BATCH:
+        return None
+    if not all(isinstance(element, dict) for element in payload):
+        return None
+    message_id = verification.message_id
+    try:
+        return [
+            (
+                json.dumps(element).encode(),  # NaN stays NaN: processing fails it, as for one
+                replace(verification, message_id=message_id and f"{message_id}#{index}"),
+            )
+            for index, element in enumerate(payload)
+        ]
+    except RecursionError:  # nested too deep to write back: rejected whole
+        return None
 
 
 def store_delivery(

@@ -1,7 +1,7 @@
 """The event callback: verify the raw body, store it, answer (processing comes after commit).
-``POST``: 200 stored (or already), 400 bad signature headers or not a JSON object, 401 bad
-signature, stale timestamp or wrong credentials, 413 too large, 503 not stored. ``HEAD``,
-``GET``: 200 (reachability probes)."""
+``POST``: 200 stored (or already; a JSON array of objects: each of them), 400 bad signature
+headers or not a JSON object, 401 bad signature, stale timestamp or wrong credentials, 413 too
+large, 503 not stored. ``HEAD``, ``GET``: 200 (reachability probes)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from django.views.decorators.http import require_http_methods
 from ..exceptions import WebhookVerificationError
 from ..health import record_refused
 from ..models import EventState
-from .ingest import enqueue, store_delivery
+from .ingest import enqueue, split_batch, store_delivery
 from .verification import BasicAuthError, verify_request
 
 logger = logging.getLogger("billing_integration.webhooks")
@@ -42,15 +42,23 @@ def webhook(request: HttpRequest) -> HttpResponse:
         if isinstance(exc, BasicAuthError):
             response["WWW-Authenticate"] = 'Basic realm="billing webhooks"'
         return response
+    batch = split_batch(body, verification)  # several events in one delivery: each stored
     try:
-        stored = store_delivery(body, request.headers, verification)
-    except DatabaseError:
+        results = [
+            store_delivery(part, request.headers, verified)
+            for part, verified in batch or [(body, verification)]
+        ]
+    except DatabaseError:  # the service's retry stores the rest (the stored are duplicates)
         logger.exception("Could not store an event delivery")
         return JsonResponse({"error": "The event could not be stored; retry later."}, status=503)
+    for stored in results:
+        if stored.pk is not None and stored.state == EventState.RECEIVED:
+            # New, or a redelivery of one not processed yet (its message may have been lost).
+            enqueue(stored.pk)
+    status = "received" if any(stored.created for stored in results) else "duplicate"
+    if batch is not None:
+        return JsonResponse({"status": status, "ids": [stored.event_id for stored in results]})
+    (stored,) = results
     if stored.state == EventState.REJECTED:
         return JsonResponse({"error": stored.error or "Malformed body."}, status=400)
-    if stored.pk is not None and stored.state == EventState.RECEIVED:
-        # New, or a redelivery of one not processed yet (its message may have been lost).
-        enqueue(stored.pk)
-    status = "received" if stored.created else "duplicate"
     return JsonResponse({"status": status, "id": stored.event_id if stored.pk else None})

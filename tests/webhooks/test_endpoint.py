@@ -225,11 +225,40 @@ def test_malformed_json_is_400_and_kept_for_inspection(client, stored_only):
     assert WebhookEvent.objects.count() == 1
 
 
-@pytest.mark.parametrize("body", [b"[1, 2]", b'"text"', b"\xff\xfe not utf-8", b""])
+@pytest.mark.parametrize(
+    "body", [b"[1, 2]", b"[]", b'[{"type": "invoice.paid"}, 2]', b'"text"', b"\xff\xfe no", b""]
+)
 def test_non_object_bodies_are_rejected(client, stored_only, body):
     response = post_signed(client, body=body)
     assert response.status_code == 400
     assert WebhookEvent.objects.get().state == EventState.REJECTED
+
+
+def test_a_json_array_of_events_stores_each_as_its_own_event(
+    client, stored_only, django_capture_on_commit_callbacks
+):
+    """Several events in one delivery (a JSON array of envelopes): each is stored and handed
+    to processing; one without an id takes the delivery's webhook-id and its place. The
+    array was refused whole (400), and every event in it lost."""
+    first = envelope("invoice.paid", {"id": str(uuid.uuid4())})
+    second = {"type": "payment.completed", "data": {"id": str(uuid.uuid4())}}
+    body = json.dumps([first, second]).encode()
+    with django_capture_on_commit_callbacks(execute=True):
+        response = post_signed(client, body=body, msg_id="msg_batch")
+    assert response.status_code == 200, response.content
+    assert response.json() == {"status": "received", "ids": [first["id"], "msg_batch#1"]}
+    events = list(WebhookEvent.objects.order_by("pk"))
+    assert [(e.event_id, e.type, e.state) for e in events] == [
+        (first["id"], "invoice.paid", EventState.RECEIVED),
+        ("msg_batch#1", "payment.completed", EventState.RECEIVED),
+    ]
+    assert [json.loads(e.body) for e in events] == [first, second]
+    assert stored_only.call_count == 2
+    WebhookEvent.objects.update(state=EventState.PROCESSED)
+    with django_capture_on_commit_callbacks(execute=True):
+        again = post_signed(client, body=body, msg_id="msg_batch")  # the service's retry
+    assert again.json() == {"status": "duplicate", "ids": [first["id"], "msg_batch#1"]}
+    assert WebhookEvent.objects.count() == 2 and stored_only.call_count == 2
 
 
 @pytest.mark.parametrize(
