@@ -79,6 +79,13 @@ class Envelope:
         return str(found) if found else clean_text(str(value), 64)
 
 
+def _short_id(event_id: str) -> str:
+    """An event id as stored: one longer than the column, hashed."""
+    if len(event_id) > 255:
+        return "sha256:" + hashlib.sha256(event_id.encode("utf-8", "replace")).hexdigest()
+    return event_id
+
+
 def read_envelope(payload: dict[str, Any], *, message_id: str | None, body: bytes) -> Envelope:
     """Id, type, time and data of an envelope. The id is the envelope's ``id``, else the
     ``webhook-id`` header, else a hash of the body (an identical redelivery is recognised)."""
@@ -89,8 +96,7 @@ def read_envelope(payload: dict[str, Any], *, message_id: str | None, body: byte
         event_id = message_id
     else:
         event_id = "sha256:" + hashlib.sha256(body).hexdigest()
-    if len(event_id) > 255:
-        event_id = "sha256:" + hashlib.sha256(event_id.encode("utf-8", "replace")).hexdigest()
+    event_id = _short_id(event_id)
     raw_type = _first(payload, _TYPE_KEYS)
     raw_type = raw_type if isinstance(raw_type, str) else ""
     data = _one(_first(payload, _DATA_KEYS))
@@ -135,10 +141,17 @@ class StoreResult:
     created: bool
     state: str
     error: str = ""
+    #: The event id was stored before with another body: this one is kept ``failed``.
+    conflict: bool = False
 
     @property
     def pk(self) -> int | None:
         return self.event.pk if self.event is not None else None
+
+    @property
+    def status(self) -> str:
+        """What the answer says: ``received``, ``duplicate`` or ``conflict``."""
+        return "conflict" if self.conflict else "received" if self.created else "duplicate"
 
 
 def _read(body: bytes) -> tuple[str, object, str]:
@@ -211,6 +224,29 @@ def store_delivery(
         event.type = normalize_type(envelope.raw_type)
         event.occurred_at = envelope.occurred_at
         event.object_id = envelope.object_id
+    created, existing = _insert(event)
+    if existing is not None and not error and _says_otherwise(existing.body, event.body):
+        # The id of a stored event, another body: kept, applied only when replayed.
+        first_id = event.event_id
+        event.event_id = _short_id(f"{first_id}:sha256:{hashlib.sha256(body).hexdigest()}")
+        event.state = EventState.FAILED
+        event.error = (
+            f"The event id {first_id[:100]!r} was stored before with another body: this one "
+            "is not applied (replay it if it is another event)."
+        )
+        logger.warning("Event id %r delivered again with another body: kept failed", first_id)
+        created, existing = _insert(event)
+        if created:
+            return StoreResult(event, event.event_id, True, event.state, conflict=True)
+    if not created:
+        state = existing.state if existing is not None else ""
+        return StoreResult(existing, event.event_id, False, state, error)
+    return StoreResult(event, event.event_id, True, event.state, error)
+
+
+def _insert(event: WebhookEvent) -> tuple[bool, WebhookEvent | None]:
+    """Insert ``event``: (True, None); if its id is stored already, (False, the stored one,
+    None if it vanished meanwhile)."""
     using = router.db_for_write(WebhookEvent)
     # A savepoint only inside a caller's transaction (kept usable on a duplicate).
     in_transaction = transaction.get_connection(using).in_atomic_block
@@ -218,10 +254,18 @@ def store_delivery(
         with transaction.atomic(using=using) if in_transaction else contextlib.nullcontext():
             event.save(force_insert=True, using=using)
     except IntegrityError:
-        existing = WebhookEvent.objects.using(using).filter(event_id=event.event_id).first()
-        state = existing.state if existing is not None else ""
-        return StoreResult(existing, event.event_id, False, state, error)
-    return StoreResult(event, event.event_id, True, event.state, error)
+        return False, WebhookEvent.objects.using(using).filter(event_id=event.event_id).first()
+    return True, None
+
+
+def _says_otherwise(stored: str, body: str) -> bool:
+    """Two bodies of one event id hold different JSON (key order and spacing aside)."""
+    if stored == body:
+        return False
+    try:  # NaN read as text: NaN is never equal to itself
+        return bool(json.loads(stored, parse_constant=str) != json.loads(body, parse_constant=str))
+    except (ValueError, RecursionError):
+        return True
 
 
 def enqueue(event_pk: int) -> None:

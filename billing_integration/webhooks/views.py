@@ -55,10 +55,11 @@ def webhook(request: HttpRequest) -> HttpResponse:
         if stored.pk is not None and stored.state == EventState.RECEIVED:
             # New, or a redelivery of one not processed yet (its message may have been lost).
             enqueue(stored.pk)
-    status = "received" if any(stored.created for stored in results) else "duplicate"
     if batch is not None:
+        statuses = {stored.status for stored in results}
+        status = next(s for s in ("conflict", "received", "duplicate") if s in statuses)
         return JsonResponse({"status": status, "ids": [stored.event_id for stored in results]})
     (stored,) = results
     if stored.state == EventState.REJECTED:
         return JsonResponse({"error": stored.error or "Malformed body."}, status=400)
-    return JsonResponse({"status": status, "id": stored.event_id if stored.pk else None})
+    return JsonResponse({"status": stored.status, "id": stored.event_id if stored.pk else None})

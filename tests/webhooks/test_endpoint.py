@@ -296,6 +296,31 @@ def test_duplicate_delivery_is_2xx_and_stored_once(
     assert stored_only.call_count == 1  # the processed duplicate is not enqueued again
 
 
+def test_an_event_id_delivered_again_with_another_body_is_kept_not_dropped(
+    client, stored_only, django_capture_on_commit_callbacks
+):
+    """The same event id with a body that says something else (the service reusing ids) was
+    answered "duplicate" and the second event dropped. It is stored ``failed``, with an error
+    that says why, not applied unless replayed; the same body again, a duplicate of it."""
+    first = envelope("payment.failed", {"id": str(uuid.uuid4()), "status": "failed"})
+    other = {**first, "type": "payment.completed", "data": {**first["data"], "status": "ok"}}
+    with django_capture_on_commit_callbacks(execute=True):
+        assert post_signed(client, first).json()["status"] == "received"
+        response = post_signed(client, other)
+    assert response.status_code == 200
+    assert response.json()["status"] == "conflict"
+    kept = WebhookEvent.objects.exclude(event_id=first["id"]).get()
+    assert kept.state == EventState.FAILED and json.loads(kept.body) == other
+    assert first["id"] in kept.error and "another body" in kept.error
+    assert stored_only.call_count == 1  # only the first goes to processing
+    with django_capture_on_commit_callbacks(execute=True):
+        assert post_signed(client, other).json()["status"] == "duplicate"
+        # The first again, its keys in another order: the same event, a duplicate.
+        same = json.dumps(dict(reversed(list(first.items())))).encode()
+        assert post_signed(client, body=same, msg_id=first["id"]).json()["status"] == "duplicate"
+    assert WebhookEvent.objects.count() == 2
+
+
 def test_duplicate_of_unprocessed_event_is_enqueued_again(
     client, stored_only, django_capture_on_commit_callbacks
 ):
