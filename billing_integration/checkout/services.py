@@ -333,7 +333,8 @@ def _lock_customer(customer: Customer) -> None:
 
 
 def _reusable_session(customer: Customer, selection: CheckoutSelection) -> CheckoutSession | None:
-    """The open session for the same choice, unexpired and with no payment or subscription since."""
+    """The open session for the same choice, unexpired and with no payment for its product or
+    subscription to it since."""
     margin = min(REUSE_MARGIN, float(billing_settings.CHECKOUT_EXPIRY) / 2)
     session = (
         CheckoutSession.objects.filter(
@@ -352,8 +353,11 @@ def _reusable_session(customer: Customer, selection: CheckoutSelection) -> Check
     )
     if session is None:
         return None
+    # A payment for this product (or for one not known) since: the session was used. One for
+    # another product leaves it open, still payable where it was opened.
     paid_since = Payment.objects.filter(
         Q(customer=customer) | Q(customer_remote_id=customer.remote_id),
+        Q(product_remote_id=selection.product.remote_id) | Q(product_remote_id__isnull=True),
         created_at__gte=session.created_at,
     ).exists()
     subscribed_since = Subscription.objects.filter(

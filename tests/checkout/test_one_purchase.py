@@ -165,6 +165,29 @@ def test_second_click_is_sent_to_the_same_session(billing_sandbox, product, logg
     assert len(billing_sandbox.requests(operation="create_checkout_session")) == 1
 
 
+def test_a_payment_for_another_product_leaves_the_open_session_to_the_second_click(
+    billing_sandbox, product, logged_in
+):
+    """A payment of the customer for another product since the session started (an add-on's
+    renewal, a purchase in another tab) made the second click create a second session for
+    the same choice, the first one still payable in the first tab: both could be paid."""
+    first = post(logged_in, product)
+    session = CheckoutSession.objects.get()
+    other = make_product("Extra storage")
+    Payment.objects.create(
+        remote_id=uuid.uuid4(),
+        status="completed",
+        customer=session.customer,
+        customer_remote_id=session.customer.remote_id,
+        product=other,
+        product_remote_id=other.remote_id,
+    )
+    second = post(logged_in, product)
+    assert second.status_code == 302 and second["Location"] == first["Location"]
+    assert len(billing_sandbox.requests(operation="create_checkout_session")) == 1
+    assert CheckoutSession.objects.count() == 1
+
+
 def test_api_second_request_returns_the_same_session_with_200(billing_sandbox, product, logged_in):
     body = {"product": str(product.pk), "cycle": "months-1", "currency": "XOF"}
     first = logged_in.post(API, body, content_type="application/json")
