@@ -101,10 +101,11 @@ def verify_signature(
     except ValueError:
         raise MissingHeadersError("webhook-timestamp is not an integer.") from None
     current = time.time() if now is None else now
-    if abs(current - ts) > tolerance:
+    sent = ts / 1000 if ts > 1e11 else ts  # milliseconds (1e11 s is the year 5138)
+    if abs(current - sent) > tolerance:
         # Rounded away from now: a refused timestamp never reads as within the tolerance.
-        off = math.ceil(abs(current - ts))
-        when = f"{off} s in the future" if ts > current else f"{off} s old"
+        off = math.ceil(abs(current - sent))
+        when = f"{off} s in the future" if sent > current else f"{off} s old"
         raise StaleTimestampError(
             f"webhook-timestamp is {when}: more than the tolerance of {tolerance} s."
         )

@@ -139,6 +139,25 @@ def test_the_tolerance_is_five_minutes(client, stored_only):
     assert WebhookEvent.objects.count() == 1
 
 
+def test_a_timestamp_in_milliseconds_is_read_as_such(client, stored_only):
+    """A sender that signs ``webhook-timestamp`` in milliseconds (the events' version already
+    reads them so) was refused as decades in the future, the doctor naming the clock."""
+    from billing_integration.webhooks.verification import sign as own_sign
+
+    body = json.dumps(envelope("invoice.paid", {"id": str(uuid.uuid4())})).encode()
+    now_ms = int(time.time() * 1000)
+    headers = {"webhook-id": "msg_ms", "webhook-timestamp": str(now_ms)}
+    headers["webhook-signature"] = own_sign(body, SECRET, "msg_ms", now_ms)
+    response = client.post(URL, data=body, content_type="application/json", **as_meta(headers))
+    assert response.status_code == 200, response.content
+    old = now_ms - 320_000  # still five minutes of tolerance
+    headers = {"webhook-id": "msg_ms2", "webhook-timestamp": str(old)}
+    headers["webhook-signature"] = own_sign(body, SECRET, "msg_ms2", old)
+    response = client.post(URL, data=body, content_type="application/json", **as_meta(headers))
+    assert response.status_code == 401 and "old" in response.json()["error"]
+    assert WebhookEvent.objects.count() == 1
+
+
 def test_rotated_secrets_both_accepted(client, settings, stored_only):
     settings.BILLING = {**settings.BILLING, "WEBHOOK_SECRET": [OTHER_SECRET, SECRET]}
     old = envelope("invoice.paid", {"id": str(uuid.uuid4())})
