@@ -24,6 +24,8 @@ from .mirror import ModelAdmin, state_badge
 #: Characters of a body shown as raw text (not JSON, or nested too deep to be parsed).
 RAW_TEXT_LIMIT = 20_000
 PRE = '<pre class="billing-json" style="white-space:pre-wrap">{}</pre>'
+#: Events a replay's message names among those it did not apply (with why).
+MAX_NAMED = 10
 
 
 def pretty_json(value: Any) -> SafeString:
@@ -208,6 +210,13 @@ class WebhookEventAdmin(ModelAdmin):
         summary = ", ".join(f"{state}: {n}" for state, n in sorted(counts.items()))
         level = messages.WARNING if counts.get("failed") else messages.SUCCESS
         self.message_user(request, _("Replayed: %s") % summary, level)
+        not_applied = queryset.filter(state__in=[EventState.FAILED, EventState.UNRECOGNISED])
+        if counts.get(EventState.FAILED) or counts.get(EventState.UNRECOGNISED):
+            shown = not_applied.order_by("received_at", "pk")[:MAX_NAMED]
+            named = "; ".join(f"{e.event_id}: {' '.join(e.error.split())[:200]}" for e in shown)
+            if (more := not_applied.count() - len(shown)) > 0:
+                named += " " + _("(and %d more)") % more
+            self.message_user(request, _("Not applied: %s") % named, messages.ERROR)
 
     @admin.action(description=_("Replay (events not processed yet)"), permissions=["change"])
     def replay(self, request: HttpRequest, queryset: models.QuerySet[WebhookEvent]) -> None:

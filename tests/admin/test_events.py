@@ -211,3 +211,16 @@ def test_the_raw_body_and_a_records_raw_data_show_no_token_or_secret(admin_clien
         assert "[redacted]" in html
         assert not [s for s in ("tok-live-123", "cs-live-456", "tok-live-789") if s in html]
     assert "5000" in html  # the rest is shown
+
+
+def test_a_replay_of_many_events_names_those_that_failed_and_why(admin_client):
+    """The others are applied; the message said only "Replayed: failed: 1, processed: 1"."""
+    good, bad = invoice_event(), invoice_event(customer="not-a-uuid")
+    response = replay(admin_client, good, bad)
+    good.refresh_from_db()
+    bad.refresh_from_db()
+    assert good.state == EventState.PROCESSED and bad.state == EventState.FAILED
+    texts = [str(m) for m in response.wsgi_request._messages]
+    failed = [t for t in texts if bad.event_id in t]
+    assert failed and bad.error.splitlines()[0][:60] in failed[0]
+    assert not [t for t in texts if good.event_id in t]
