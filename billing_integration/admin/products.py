@@ -782,7 +782,11 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
             )
             self.message_user(request, done % len(rows), messages.SUCCESS)
         changed = {product.pk for product in rows}
-        if already := [p.name for p in queryset.order_by("name") if p.pk not in changed]:
+        unchanged = [p for p in queryset.order_by("name") if p.pk not in changed]
+        for product in unchanged:  # in this status here, but the service refused it: say so
+            if product.confirmed_status != status:
+                self.message_user(request, refused_message(product), messages.WARNING)
+        if already := [p.name for p in unchanged if p.confirmed_status == status]:
             left = (
                 _("Already archived, nothing sent: %s.")
                 if archiving

@@ -624,3 +624,20 @@ def test_the_change_form_does_not_publish_an_archived_product_unwarned(admin_cli
     draft.refresh_from_db()
     local.refresh_from_db()
     assert draft.status == local.status == "published"
+
+
+def test_archiving_again_a_product_whose_archive_the_service_refused_says_so(admin_client):
+    """Archived here, still published on the service (its push refused): the action said
+    "Already archived, nothing sent", as if the product were off sale there too."""
+    stuck = make_product("Stuck", remote=True, status="archived")
+    Product.objects.filter(pk=stuck.pk).update(
+        sync_state="failed", remote_data={"status": "published"}
+    )
+    data = {"action": "archive", "_selected_action": [str(stuck.pk)], "index": "0"}
+    response = admin_client.post(CHANGELIST, data, follow=True)
+    said = [f"{m.level_tag}: {m}" for m in response.context["messages"]]
+    assert said == [
+        "warning: The service refused to make “Stuck” archived: it is still published there, "
+        "and it is sold as such (checkout and the pricing page show it as published)."
+    ]
+    assert not OutboxEntry.objects.exists()
