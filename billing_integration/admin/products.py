@@ -352,7 +352,11 @@ class PriceInlineForm(ModelForm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         field = cast(forms.ChoiceField, self.fields["currency_id"])
-        field.choices = [("", "---------"), *sorted(currencies.known().items())]
+        known = currencies.known()
+        field.choices = [("", "---------"), *sorted(known.items())]
+        # A stored id the table lacks (pulled as received) is offered too, else no save passes.
+        if (stored := self.instance.currency_id) is not None and stored not in known:
+            field.choices += [(stored, UNKNOWN_CURRENCY_LABEL % {"id": stored})]
 
     def clean_amount(self) -> Decimal | None:
         """As in ``parse_prices`` (the service refuses an amount below 0)."""

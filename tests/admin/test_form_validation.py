@@ -375,3 +375,50 @@ def test_a_cycle_of_very_many_years_leaves_the_reports_page_readable(admin_clien
     assert BillingCycle.objects.get().code == "years-2147483647"
     response = admin_client.get(reverse("admin:billing_integration_report_changelist"))
     assert response.status_code == 200
+
+
+def test_a_price_in_a_currency_missing_from_the_table_is_kept_when_the_product_is_edited(
+    admin_client,
+):
+    """A one-time product pulled with a root price in a currency id BILLING['CURRENCIES']
+    lacks: its row offered no such currency ("---------"), so saving any change, a new
+    description say, was refused ("This field is required") unless the price was removed."""
+    import re
+    import uuid
+    from decimal import Decimal
+
+    from billing_integration.models import Price
+    from billing_integration.outbox import from_remote
+
+    with from_remote():
+        product = Product.objects.create(
+            name="Setup fee",
+            product_type="one_time",
+            status="published",
+            selected_currencies=[9],
+            remote_id=uuid.uuid4(),
+            sync_state="synced",
+        )
+        price = Price.objects.create(product=product, currency_id=9, amount=Decimal("500"))
+    url = reverse("admin:billing_integration_product_change", args=[product.pk])
+    page = admin_client.get(url).content.decode()
+    # What a browser posts: the option the page shows selected.
+    select = re.search(r'<select name="root_prices-0-currency_id".*?</select>', page, re.S)
+    assert select is not None
+    [chosen] = re.findall(r'<option value="(\d*)" selected>', select.group(0))
+    assert chosen == "9"
+    data = product_form_data(product, description="Now with more", selected_currencies=["9"])
+    data.update(
+        {
+            "root_prices-TOTAL_FORMS": "1",
+            "root_prices-INITIAL_FORMS": "1",
+            "root_prices-0-id": str(price.pk),
+            "root_prices-0-product": str(product.pk),
+            "root_prices-0-currency_id": chosen,
+            "root_prices-0-amount": "500.00",
+        }
+    )
+    assert admin_client.post(url, data).status_code == 302
+    product.refresh_from_db()
+    assert product.description == "Now with more"
+    assert list(product.root_prices.values_list("currency_id", "amount")) == [(9, Decimal("500"))]
