@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from decimal import Decimal, InvalidOperation
 from typing import Any, cast
 
@@ -133,8 +134,10 @@ def check_amount(amount: Decimal) -> Decimal:
     return amount
 
 
-def parse_prices(text: str) -> dict[int, Decimal]:
-    """``"XOF 10000, USD 19.99"`` (also ``;``, ``XOF=10000``, ``1:10000``) as ``{id: amount}``."""
+def parse_prices(text: str, stored: Iterable[int] = ()) -> dict[int, Decimal]:
+    """``"XOF 10000, USD 19.99"`` (also ``;``, ``XOF=10000``, ``1:10000``) as ``{id: amount}``;
+    an id of ``stored`` (the prices' currencies already) is read even if the table lacks it."""
+    kept = {str(cid) for cid in stored}
     prices: dict[int, Decimal] = {}
     for raw in re.split(r"[,;\n]+", text or ""):
         item = raw.strip()
@@ -148,7 +151,7 @@ def parse_prices(text: str) -> dict[int, Decimal]:
             )
         currency, amount_text = match.groups()
         try:
-            cid = currencies.currency_id(currency)
+            cid = int(currency) if currency in kept else currencies.currency_id(currency)
         except BillingConfigurationError:
             if currencies.is_id(currency):  # its digits, not int(): it may be too long to read
                 raise ValidationError(
@@ -214,7 +217,8 @@ class BillingCycleForm(CycleForm):
             self.fields["prices"].initial = format_prices(list(self.instance.prices.all()))
 
     def clean_prices(self) -> dict[int, Decimal]:
-        if prices := parse_prices(self.cleaned_data.get("prices") or ""):
+        stored = [] if self.was_new else [p.currency_id for p in self.instance.prices.all()]
+        if prices := parse_prices(self.cleaned_data.get("prices") or "", stored):
             return prices
         raise ValidationError(NO_PRICE_ERROR)
 

@@ -422,3 +422,30 @@ def test_a_price_in_a_currency_missing_from_the_table_is_kept_when_the_product_i
     product.refresh_from_db()
     assert product.description == "Now with more"
     assert list(product.root_prices.values_list("currency_id", "amount")) == [(9, Decimal("500"))]
+
+
+def test_a_cycle_price_in_a_currency_missing_from_the_table_is_kept_when_edited(admin_client):
+    """A cycle priced in a currency id BILLING['CURRENCIES'] lacks (taken out of the table
+    since, say): its prices field reads "9 10000", and every save of the product page, a new
+    description say, was refused ("Unknown currency id 9") unless the price was rewritten."""
+    from decimal import Decimal
+
+    from billing_integration.models import Price
+    from billing_integration.outbox import from_remote
+
+    product = make_product(remote=True)
+    cycle = product.cycles.get()
+    with from_remote():
+        Price.objects.create(cycle=cycle, currency_id=9, amount=Decimal("7"))
+    url = reverse("admin:billing_integration_product_change", args=[product.pk])
+    assert 'value="XOF 10000.00, 9 7.00"' in admin_client.get(url).content.decode()
+    data = product_form_data(product, description="Now with more")
+    assert data["cycles-0-prices"] == "XOF 10000.00, 9 7.00"
+    assert admin_client.post(url, data).status_code == 302
+    product.refresh_from_db()
+    assert product.description == "Now with more"
+    assert sorted(cycle.prices.values_list("currency_id", flat=True)) == [1, 9]
+    # An id the cycle has not got is still refused.
+    data["cycles-0-prices"] = "XOF 10000.00, 9 7.00, 8 1"
+    response = admin_client.post(url, data)
+    assert response.status_code == 200 and "Unknown currency id 8." in response.content.decode()
