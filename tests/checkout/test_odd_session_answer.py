@@ -8,8 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import requests
 
-from billing_integration.client import get_client
+from billing_integration.client import client as client_module
 from billing_integration.models import CheckoutSession
 
 from .conftest import make_product
@@ -20,17 +21,20 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def session_answer(monkeypatch) -> Callable[[Callable[[Any], Any]], None]:
-    """``session_answer(change)``: the client's answer to ``create_checkout_session`` passes
-    through ``change`` after the real HTTP call to the sandbox."""
-    client = get_client()
-    real = client._call
+    """``session_answer(change)``: the ``data`` of the sandbox's answer to a checkout session's
+    create passes through ``change`` as the client reads the real HTTP answer."""
+    real = client_module._body
 
     def tamper(change: Callable[[Any], Any]) -> None:
-        def call(operation: str, *args: Any, **kwargs: Any) -> Any:
-            answer = real(operation, *args, **kwargs)
-            return change(answer) if operation == "create_checkout_session" else answer
+        def body(response: requests.Response) -> Any:
+            answer = real(response)
+            if response.request.method == "POST" and str(response.request.url).endswith(
+                "/checkout_sessions"
+            ):
+                answer = {**answer, "data": change(answer["data"])}
+            return answer
 
-        monkeypatch.setattr(client, "_call", call)
+        monkeypatch.setattr(client_module, "_body", body)
 
     return tamper
 
