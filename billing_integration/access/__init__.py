@@ -41,6 +41,7 @@ __all__ = [
     "on_trial",
     "plan_in_the_way",
     "plan_may_renew",
+    "plan_to_replace",
     "products_with_feature",
     "refused_feature",
     "resolve_product",
@@ -180,17 +181,15 @@ def held_plan(subscriber: Any, product: ProductRef) -> Subscription | None:
     )
 
 
-def plan_in_the_way(
-    subscriptions: Iterable[Subscription], product: Product, *, may_renew: bool = True
-) -> bool:
-    """``held_plan`` (and, with ``may_renew``, ``plan_may_renew``) over rows already read with
-    their products: whether they hold another plan of ``product``'s group."""
+def plan_in_the_way(subscriptions: Iterable[Subscription], product: Product) -> bool:
+    """``plan_to_replace`` over rows already read with their products: whether they hold
+    another plan of ``product``'s group."""
     return product.is_plan and any(
         s.product is not None
         and s.product.is_plan
         and s.product.plan_group == product.plan_group
         and s.product_id != product.pk
-        and (s.is_live or (may_renew and s.auto_renew and s.status in active_statuses()))
+        and (s.is_live or (s.auto_renew and s.status in active_statuses()))
         for s in subscriptions
     )
 
@@ -216,6 +215,14 @@ def plan_may_renew(subscriber: Any, product: ProductRef) -> Subscription | None:
         .order_by("-cycle_start_date", "-pk")
         .first()
     )
+
+
+def plan_to_replace(subscriber: Any, product: ProductRef) -> Subscription | None:
+    """The subscriber's other plan of ``product``'s group that a new subscription to
+    ``product`` would double: the live one (``held_plan``), else one that may still renew
+    (``plan_may_renew``). Checkout and trials refuse ``product`` beside it; a change of plan
+    (``checkout.changes.change_plan``) moves it."""
+    return held_plan(subscriber, product) or plan_may_renew(subscriber, product)
 
 
 def subscription_required_url(

@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy
 
 from .. import currencies
-from ..access import held_plan, live_subscriptions
+from ..access import live_subscriptions, plan_to_replace
 from ..client import get_client, interactive_deadline
 from ..client.retry import Deadline
 from ..conf import guesses, shared_cache
@@ -121,11 +121,12 @@ def _refused(exc: BaseException | None) -> TypeGuard[BillingAPIError]:
 
 # --- the plan held and the direction of a change ---------------------------------------------
 def current_plan(subscriber: Any, product: Product) -> Subscription | None:
-    """The subscriber's live subscription that a change to ``product`` replaces: the same
-    product (another cycle or currency), else another plan of its group. A canceled one in its
-    grace period renews no more: it is no plan to change (``live_subscriptions``)."""
+    """The subscriber's subscription that a change to ``product`` replaces: the same product
+    live (another cycle or currency), else the plan of its group that refuses a checkout of
+    ``product`` (``plan_to_replace``: a live one, or one that may still renew). A canceled one
+    in its grace period renews no more: it is no plan to change."""
     same = live_subscriptions(subscriber, product).order_by("-cycle_start_date", "-pk").first()
-    return same or held_plan(subscriber, product)
+    return same or plan_to_replace(subscriber, product)
 
 
 def monthly_price(product: Product | None, cycle: str, currency: Any) -> Decimal | None:

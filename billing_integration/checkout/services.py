@@ -16,7 +16,7 @@ from django.utils import formats, timezone
 from django.utils.translation import gettext, gettext_lazy
 
 from .. import currencies
-from ..access import _is_subscriber, held_plan, live_subscriptions, plan_may_renew, resolve_product
+from ..access import _is_subscriber, live_subscriptions, plan_to_replace, resolve_product
 from ..client import get_client, interactive_deadline
 from ..client.retry import Deadline
 from ..conf import billing_settings, shared_cache
@@ -473,8 +473,7 @@ def start_checkout(
     selection = validate_selection(product, cycle, currency)
     if not selection.product.multiple_purchases and holds_paid(subscriber, selection.product):
         raise AlreadySubscribed()
-    held = held_plan(subscriber, selection.product) or plan_may_renew(subscriber, selection.product)
-    if held is not None:
+    if (held := plan_to_replace(subscriber, selection.product)) is not None:
         raise PlanAlreadyHeld(held, selection.product)
     _refuse_if_service_down("checkout", client)
 

@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.utils.translation import gettext, gettext_lazy
 
 from .. import currencies
-from ..access import _is_subscriber, held_plan, plan_may_renew, resolve_product
+from ..access import _is_subscriber, plan_to_replace, resolve_product
 from ..client import interactive_deadline
 from ..client.retry import Deadline
 from ..conf import billing_settings
@@ -122,7 +122,7 @@ def start_trial(
     length = _trial_days(wanted, days)
     if holds_paid(subscriber, wanted):
         raise AlreadySubscribed()
-    if (held := held_plan(subscriber, wanted) or plan_may_renew(subscriber, wanted)) is not None:
+    if (held := plan_to_replace(subscriber, wanted)) is not None:
         raise PlanAlreadyHeld(held, wanted)
     if wait:
         deadline = deadline or interactive_deadline()

@@ -104,7 +104,7 @@ def billing_checkout_button(
         subs, _trials = _held(context, subscriber)
         own = [s for s in subs if s.product_id == resolved.pk and s.is_live and not s.trial_ends_at]
         held = any(_same_option(sub, cycle, currency) for sub in own)
-        change = not held and (bool(own) or plan_in_the_way(subs, resolved, may_renew=False))
+        change = not held and (bool(own) or plan_in_the_way(subs, resolved))
     label = label or gettext("Subscribe")
     if "{price}" in label or "{cycle}" in label:
         label = _label_with_price(label, resolved, cycle, currency)

@@ -728,3 +728,32 @@ def test_a_stop_of_renewal_whose_patch_answer_was_lost_is_not_sent_again(
     assert len({c["headers"]["x-idempotency-id"] for c in calls}) == 1
     assert billing_sandbox.objects("subscription")[0]["auto_renew"] is False
     assert not SwitchedOffGuess.objects.exists()
+
+
+def test_a_plan_that_may_still_renew_is_the_plan_a_person_changes(
+    billing_sandbox, plans, logged_in, user, staff
+):
+    """Basic's paid period is over here, but it may still renew on the service: buying Pro is
+    refused ("ask us to change your plan"), so the pricing page offers "Change plan" for Pro,
+    and that change is taken (a request to staff about Basic), not refused as no plan."""
+    basic, pro = plans
+    sub = subscribe(billing_sandbox, logged_in, user, basic)
+    Subscription.objects.filter(pk=sub.pk).update(cycle_end_date=timezone.now() - timedelta(days=1))
+    refused = post(logged_in, pro)
+    assert refused.status_code == 409
+    assert 'data-error-code="plan_held"' in refused.content.decode()
+    page = logged_in.get("/billing/account/").content.decode()
+    assert "billing-choose-plan" in page  # to the pricing page
+
+    html = button(pro, user, cycle="months-1", currency="XOF")
+    assert "billing-change-form" in html and "billing-checkout-form" not in html
+    response = logged_in.post(
+        "/billing/account/change-plan/", {"product": pro.pk, "cycle": "months-1", "currency": "XOF"}
+    )
+
+    assert response.status_code == 302 and response["Location"] == "/billing/account/"
+    request = ChangeRequest.objects.get()
+    assert request.subscription == sub and request.target_product == pro
+    assert len(mail.outbox) == 1 and str(sub.remote_id) in mail.outbox[0].body
+    page = logged_in.get("/billing/account/").content.decode()
+    assert "Change to Pro requested" in page

@@ -65,7 +65,7 @@ def test_a_trial_and_a_checkout_of_two_plans_at_the_same_moment_start_one_plan(
     billing_sandbox, plans, user, monkeypatch
 ):
     """Both requests pass the checks made before the customer's lock (no plan held yet: the
-    barrier in ``held_plan`` lets neither go on until both have read it), then meet at the
+    barrier in ``plan_to_replace`` lets neither go on until both have read it), then meet at the
     lock: the second one finds the first one's trial or session and is refused."""
     starter, pro = plans
     start_checkout(user, starter, "years-1", "XOF")  # the customer pushed; then expired:
@@ -74,14 +74,14 @@ def test_a_trial_and_a_checkout_of_two_plans_at_the_same_moment_start_one_plan(
     barrier = threading.Barrier(2, timeout=20)
     passed: list[str] = []
 
-    def held_plan(subscriber, product):
-        found = access.held_plan(subscriber, product)
+    def plan_to_replace(subscriber, product):
+        found = access.plan_to_replace(subscriber, product)
         barrier.wait()  # both requests have read "no plan held"
         passed.append(product.name)
         return found
 
-    monkeypatch.setattr(services, "held_plan", held_plan)
-    monkeypatch.setattr(trials, "held_plan", held_plan)
+    monkeypatch.setattr(services, "plan_to_replace", plan_to_replace)
+    monkeypatch.setattr(trials, "plan_to_replace", plan_to_replace)
     results: dict[str, object] = {}
 
     def run(name, start, product) -> None:
