@@ -215,8 +215,9 @@ def change_plan(
         )
         failure: CheckoutError | None = None
         if guess_on(CHANGE_ACTION):
-            rival = checkout_in_the_way(held.customer, selection.product, selection)
-            if rival is not None:  # an earlier change's page: both could be paid
+            action = guesses()[CHANGE_ACTION]
+            rival = checkout_in_the_way(held.customer, selection.product, selection, action)
+            if rival is not None:  # an earlier change's or purchase's page: both could be paid
                 raise CheckoutInProgress(rival)
             try:
                 request.checkout_session = _change_session(request, selection, client, deadline)

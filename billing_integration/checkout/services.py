@@ -367,14 +367,18 @@ def _reusable_session(customer: Customer, selection: CheckoutSelection) -> Check
 
 
 def checkout_in_the_way(
-    customer: Customer, product: Product, selection: CheckoutSelection | None = None
+    customer: Customer,
+    product: Product,
+    selection: CheckoutSelection | None = None,
+    action: str = ACTION_NEW,
 ) -> CheckoutSession | None:
     """The customer's open session that buying ``product`` beside it could double: one of
     another plan of ``product``'s group, or of ``product`` itself unless it may be bought more
     than once. Open means not completed, not expired and not paid (no subscription to its
     product since it started). Its ``status`` is not read: sessions are not read back, and a
     spelling other than ``open`` must not let a second checkout through. The session of
-    ``selection`` itself (a double click, reused or replaced) is not in the way."""
+    ``selection`` itself with the same ``action`` (a double click, reused or replaced) is not in
+    the way; one of another action (a change of plan's page, a new purchase's) is."""
     rivals = Q(pk__in=[])  # matches nothing
     if not product.multiple_purchases:
         rivals |= Q(product=product)
@@ -404,6 +408,7 @@ def checkout_in_the_way(
             product=selection.product,
             selected_billing_cycle=selection.cycle_code,
             selected_currency=selection.currency_id,
+            action=action,
         )
     return sessions.select_related("product").order_by("-expires_at", "-pk").first()
 

@@ -757,3 +757,28 @@ def test_a_plan_that_may_still_renew_is_the_plan_a_person_changes(
     assert len(mail.outbox) == 1 and str(sub.remote_id) in mail.outbox[0].body
     page = logged_in.get("/billing/account/").content.decode()
     assert "Change to Pro requested" in page
+
+
+def test_a_change_page_open_for_the_same_option_refuses_a_checkout_of_it(
+    billing_sandbox, plans, logged_in, user, settings
+):
+    """A change to Pro monthly XOF is open on the hosted page; Basic is then canceled (no plan
+    held: checkout may sell Pro). A checkout of that same option must not open a second page
+    beside the change's: paying both would buy Pro twice."""
+    basic, pro = plans
+    billing_sandbox.config(change_actions=["upgrade"])
+    guesses(settings, **ON)
+    old = subscribe(billing_sandbox, logged_in, user, basic)
+    change = change_plan(user, pro, "months-1", "XOF")
+    assert change.checkout_session is not None
+    Subscription.objects.filter(pk=old.pk).update(status="canceled", auto_renew=False)
+    billing_sandbox.clear_requests()
+
+    with pytest.raises(CheckoutInProgress) as info:
+        start_checkout(user, pro, "months-1", "XOF")
+    assert info.value.session == change.checkout_session
+    response = post(logged_in, pro)
+    assert response.status_code == 409
+    assert 'data-error-code="checkout_open"' in response.content.decode()
+    assert billing_sandbox.requests(operation="create_checkout_session") == []
+    assert CheckoutSession.objects.filter(product=pro).count() == 1
