@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy
 
 from .. import currencies
-from ..access import live_subscriptions, plan_to_replace
+from ..access import _is_subscriber, live_subscriptions, plan_to_replace
 from ..client import get_client, interactive_deadline
 from ..client.retry import Deadline
 from ..conf import guesses, shared_cache
@@ -276,7 +276,9 @@ def cancel_at_period_end(subscription: Subscription, *, client: Any = None) -> C
 
 
 def resume(subscription: Subscription, *, client: Any = None) -> ChangeRequest:
-    """Ask that ``subscription`` renew again (before its paid period ends)."""
+    """Ask that ``subscription`` renew again (before its paid period ends). Refused
+    (``NoSubscriber``) for a customer whose subscriber is gone or inactive (``is_active``
+    false): it has no access, and would be billed for it."""
     return _renewal(subscription, ChangeKind.RESUME, client)
 
 
@@ -285,6 +287,8 @@ def _renewal(subscription: Subscription, kind: str, client: Any) -> ChangeReques
     if subscription.customer is None:
         raise RenewalUnchanged()
     wanted = kind == ChangeKind.RESUME
+    if wanted and not _is_subscriber(subscription.customer.subscriber):
+        raise NoSubscriber()  # as checkout: no access, so no billing restarted
     # One change per customer at a time, as change_plan: a double click (or a burst of
     # requests) finds the first one's request, and nothing is sent or emailed twice.
     with transaction.atomic(using=router.db_for_write(ChangeRequest)):

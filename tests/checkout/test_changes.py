@@ -782,3 +782,43 @@ def test_a_change_page_open_for_the_same_option_refuses_a_checkout_of_it(
     assert 'data-error-code="checkout_open"' in response.content.decode()
     assert billing_sandbox.requests(operation="create_checkout_session") == []
     assert CheckoutSession.objects.filter(product=pro).count() == 1
+
+
+def team_of(request):
+    """The subscriber resolver of the tests below: the team account, whoever is logged in."""
+    from django.contrib.auth import get_user_model
+
+    return get_user_model().objects.get(username="team-account")
+
+
+def test_an_inactive_subscriber_cannot_restart_renewal(
+    billing_sandbox, plans, logged_in, user, settings, staff
+):
+    """A deactivated user, or a deactivated team the resolver gives, has no access: restarting
+    its renewal would bill a subscriber who cannot use what it pays for. Refused (403
+    ``no_subscriber``, as checkout and trials): nothing sent, no request to staff."""
+    from django.contrib.auth import get_user_model
+
+    from billing_integration.checkout.services import NoSubscriber
+
+    basic, _pro = plans
+    billing_sandbox.config(patch_subscriptions=True)
+    guesses(settings, patch_auto_renew=True)
+    own = subscribe(billing_sandbox, logged_in, user, basic)
+    Subscription.objects.filter(pk=own.pk).update(auto_renew=False)
+    team = get_user_model().objects.create_user("team-account", is_active=False)
+    teams = hold(team, basic, auto_renew=False)
+    get_user_model().objects.filter(pk=user.pk).update(is_active=False)
+    user.refresh_from_db()
+    billing_sandbox.clear_requests()
+
+    with pytest.raises(NoSubscriber):
+        resume(own)
+    settings.BILLING = {**settings.BILLING, "SUBSCRIBER_RESOLVER": f"{__name__}.team_of"}
+    get_user_model().objects.filter(pk=user.pk).update(is_active=True)
+    response = logged_in.post(f"/billing/account/subscriptions/{teams.pk}/resume/")
+
+    assert response.status_code == 403
+    assert 'data-error-code="no_subscriber"' in response.content.decode()
+    assert billing_sandbox.requests(operation="update_subscription") == []
+    assert not ChangeRequest.objects.exists() and mail.outbox == []
