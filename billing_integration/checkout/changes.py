@@ -176,7 +176,7 @@ def change_plan(
     """Ask to move ``subscriber``'s plan to ``product`` / ``cycle`` / ``currency``. Returns the
     ``ChangeRequest``; its ``checkout_url`` is set when the customer must confirm on the hosted
     page (the guessed checkout action), else staff were asked (email, admin list)."""
-    if subscriber is None or getattr(subscriber, "pk", None) is None:
+    if not _is_subscriber(subscriber):  # none, anonymous or inactive, as checkout refuses
         raise NoSubscriber()
     selection = validate_selection(product, cycle, currency)
     if not selection.product.is_plan:

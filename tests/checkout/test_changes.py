@@ -822,3 +822,32 @@ def test_an_inactive_subscriber_cannot_restart_renewal(
     assert 'data-error-code="no_subscriber"' in response.content.decode()
     assert billing_sandbox.requests(operation="update_subscription") == []
     assert not ChangeRequest.objects.exists() and mail.outbox == []
+
+
+def test_an_inactive_subscriber_is_refused_a_change_of_plan_as_no_subscriber(
+    billing_sandbox, plans, logged_in, user, settings
+):
+    """An inactive subscriber was answered ``no_plan`` ("choose a plan to subscribe"), which
+    checkout then refuses as ``no_subscriber``: it is ``no_subscriber`` (403) at once."""
+    from django.contrib.auth import get_user_model
+
+    from billing_integration.checkout.services import NoSubscriber
+
+    basic, pro = plans
+    subscribe(billing_sandbox, logged_in, user, basic)
+    team = get_user_model().objects.create_user("team-account", is_active=False)
+    hold(team, basic)
+    get_user_model().objects.filter(pk=user.pk).update(is_active=False)
+    user.refresh_from_db()
+    billing_sandbox.clear_requests()
+
+    with pytest.raises(NoSubscriber):
+        change_plan(user, pro, "months-1", "XOF")
+    settings.BILLING = {**settings.BILLING, "SUBSCRIBER_RESOLVER": f"{__name__}.team_of"}
+    get_user_model().objects.filter(pk=user.pk).update(is_active=True)
+    data = {"product": pro.pk, "cycle": "months-1", "currency": "XOF"}
+    response = logged_in.post("/billing/account/change-plan/", data)
+
+    assert response.status_code == 403
+    assert 'data-error-code="no_subscriber"' in response.content.decode()
+    assert billing_sandbox.requests() == [] and not ChangeRequest.objects.exists()
