@@ -454,14 +454,20 @@ def doubled_plans(customer: Customer | None = None) -> list[list[Subscription]]:
 
 
 def _alert(subs: list[Subscription]) -> None:
-    """An urgent email to staff, at most once a day per set of subscriptions."""
+    """An urgent email to staff, at most once a day per set of subscriptions. With the shared
+    cache down, whether it was sent today cannot be told: it is not sent (logged), rather than
+    sent on every billing page view."""
     key = "billing:doubled-plans:" + ":".join(str(s.pk) for s in subs)
+    logger.error("URGENT: plans renewing twice for one customer: %s", [s.remote_id for s in subs])
     try:
         first = shared_cache().add(key, 1, timeout=ALERT_EVERY)
     except Exception as exc:
-        logger.warning("doubled plans: shared cache unavailable (%s)", type(exc).__name__)
-        first = True
-    logger.error("URGENT: plans renewing twice for one customer: %s", [s.remote_id for s in subs])
+        logger.error(
+            "doubled plans: staff email not sent, the shared cache is unavailable (%s) so "
+            "whether it was sent today is not known",
+            type(exc).__name__,
+        )
+        return
     if not first:
         return
     customer = subs[0].customer

@@ -671,6 +671,33 @@ def test_the_hourly_check_finds_two_plans_renewing_with_no_page_shown(
     assert len([m for m in mail.outbox if "URGENT" in m.subject]) == 1
 
 
+def test_with_the_shared_cache_down_page_views_email_no_alert(
+    billing_sandbox, plans, logged_in, user, staff, monkeypatch, caplog
+):
+    """The "sent once a day" mark cannot be read or set: each billing page view (and each
+    hourly check) emailed staff again. Unsure whether it was sent, it is not sent again, and
+    the log says so."""
+    from billing_integration.checkout.tasks import alert_doubled_plans
+
+    class Down:
+        def add(self, *args, **kwargs):
+            raise ConnectionError("cache down")
+
+    monkeypatch.setattr("billing_integration.checkout.changes.shared_cache", lambda: Down())
+    basic, pro = plans
+    hold(user, basic)
+    hold(user, pro)
+
+    for _ in range(3):
+        page = logged_in.get("/billing/account/")
+        assert page.status_code == 200 and 'id="billing-doubled"' in page.content.decode()
+    assert alert_doubled_plans() == 1
+    assert [m for m in mail.outbox if "URGENT" in m.subject] == []
+    unsent = [r for r in caplog.records if "email not sent" in r.getMessage()]
+    assert len(unsent) == 4 and all(r.levelname == "ERROR" for r in unsent)
+    assert "ConnectionError" in unsent[0].getMessage()
+
+
 # --- what the probe (issue 26) calls -------------------------------------------------------
 def test_probe_functions(billing_sandbox, plans, logged_in, user):
     basic, _pro = plans
