@@ -1,5 +1,5 @@
 """Pull (remote -> local): upsert each page of the service's lists inside ``from_remote()``,
-keeping local changes not yet pushed and never taking a subscription back to an older version."""
+keeping local changes not yet pushed and never taking a row back to an older version."""
 
 from __future__ import annotations
 
@@ -143,17 +143,19 @@ def _existing(model: type[RemoteObject], mapped: list[Row]) -> dict[Any, Any]:
 
 
 def _applicable(
-    obj: Any, fields: Row, local_owned: tuple[str, ...], versioned: bool, counts: PullCounts
+    obj: Any, fields: Row, local_owned: tuple[str, ...], counts: PullCounts
 ) -> tuple[Row, bool] | None:
-    """The fields to write on ``obj`` and whether its local changes are kept; None if stale."""
-    if versioned and obj.remote_updated is not None:
+    """The fields to write on ``obj`` and whether its local changes are kept; None if stale
+    (older than the stored version: a pushed change's answer, another pull, an event)."""
+    if obj.remote_updated is not None:
+        ours = getattr(obj, "remote_updated_ours", None)  # subscriptions only
         version = fields.get("remote_updated") or fields.get("remote_created")
-        if version is not None and version < obj.remote_updated and not obj.remote_updated_ours:
+        if version is not None and version < obj.remote_updated and not ours:
             counts.stale += 1
             return None
         if fields.get("remote_updated") is None:
             fields = {k: v for k, v in fields.items() if k != "remote_updated"}
-        else:
+        elif ours is not None:
             fields = {**fields, "remote_updated_ours": False}
     keep = bool(local_owned) and obj.sync_state in LOCAL_CHANGES and obj.remote_id is not None
     if keep:
@@ -169,7 +171,6 @@ def _upsert(
     *,
     local_owned: tuple[str, ...] = (),
     create_only: tuple[str, ...] = (),
-    versioned: bool = False,
 ) -> tuple[list[Any], list[Any]]:
     """Upsert mapped rows (a page, or the pages of one write); returns the created and the
     updated rows."""
@@ -183,13 +184,14 @@ def _upsert(
         # event changed it; that event waits for the commit, then its own guard decides.
         done = PullCounts()
         with transaction.atomic(using=router.db_for_write(model)), from_remote():
-            written = _write(model, mapped, done, local_owned, create_only, versioned)
+            written = _write(model, mapped, done, local_owned, create_only)
         counts.add(done)
         return written
 
-    # A versioned row an event inserted after the read (none to lock then) fails the insert:
-    # the write is rolled back and made again, that row now read, locked, and decided on.
-    for _retry in range(2 if versioned else 0):
+    # A row an event, a push or another pull inserted after the read (none to lock then)
+    # fails the insert: the write is rolled back and made again, that row now read, locked,
+    # and decided on.
+    for _retry in range(2):
         with contextlib.suppress(IntegrityError):
             return write()
     return write()
@@ -201,7 +203,6 @@ def _write(
     counts: PullCounts,
     local_owned: tuple[str, ...],
     create_only: tuple[str, ...],
-    versioned: bool,
 ) -> tuple[list[Any], list[Any]]:
     """``_upsert`` in its transaction: read the rows (locked), decide, write."""
     now = timezone.now()
@@ -221,7 +222,7 @@ def _write(
             to_create.append(model(**fields, sync_state=SyncState.SYNCED, last_synced_at=now))
             continue
         fields = {k: v for k, v in fields.items() if k not in create_only}
-        applicable = _applicable(obj, fields, local_owned, versioned, counts)
+        applicable = _applicable(obj, fields, local_owned, counts)
         if applicable is None:
             continue
         fields, kept = applicable
@@ -240,14 +241,8 @@ def _write(
             counts.updated += 1
         to_update.append(obj)
     if to_create:
-        # A row a concurrent pull or event inserted meanwhile is updated, not duplicated; a
-        # versioned one fails the insert instead (IntegrityError: ``_upsert`` writes again).
-        model._default_manager.bulk_create(
-            to_create,
-            update_conflicts=not versioned,
-            unique_fields=["remote_id"],
-            update_fields=sorted(set(mapped[0]) - {"remote_id", *create_only}),
-        )
+        # A row inserted meanwhile fails the insert (IntegrityError: ``_upsert`` writes again).
+        model._default_manager.bulk_create(to_create)
     if to_update:
         model._default_manager.bulk_update(to_update, sorted(update_fields))
     # bulk writes send no signals: the reporting rollups are told here (one statement)
@@ -318,7 +313,7 @@ def upsert_subscriptions(rows: Iterable[Row], *, customer: Customer | None = Non
         local = dict(rows_.values_list("remote_id", "pk"))
         for fields in mapped:
             fields[f"{name}_id"] = local.get(fields[f"{name}_remote_id"])
-    _upsert(Subscription, mapped, counts, versioned=True)
+    _upsert(Subscription, mapped, counts)
     return counts
 
 

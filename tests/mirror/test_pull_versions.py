@@ -15,7 +15,8 @@ from django.core.management.base import CommandError
 from django.db import connection
 from django.urls import reverse
 
-from billing_integration.models import Customer, EventState, Subscription, WebhookEvent
+from billing_integration.client import get_client
+from billing_integration.models import Customer, EventState, Product, Subscription, WebhookEvent
 from billing_integration.sync import pull
 from billing_integration.sync.pull import pull_customers, pull_products, pull_subscriptions
 from billing_integration.sync.tasks import sync_all
@@ -25,7 +26,7 @@ from billing_integration.webhooks.processing import process_event
 from billing_integration.webhooks.verification import Verification
 
 from ..webhooks.conftest import as_meta, sign
-from .conftest import wait_for
+from .conftest import push_open, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -175,6 +176,82 @@ def test_a_subscription_an_event_inserts_while_a_pull_writes_is_never_taken_back
     assert sub.status == "canceled", order  # not the pulled (older) state
     assert (counts.created, counts.updated, counts.stale) == (0, 0, 1)
     assert sub.remote_updated == parse_timestamp(event["envelope"]["data"]["date_updated"])
+
+
+def between_read_and_write(monkeypatch, step) -> list[str]:
+    """Run ``step()`` once a pull has read its first page (over HTTP) and before it writes it
+    (its ``_upsert``); returns the order of the steps."""
+    order: list[str] = []
+    upsert = pull._upsert
+
+    def late(model, mapped, counts, **kwargs):
+        if order and order[-1] == "pull read":  # a pull run by ``step``
+            return upsert(model, mapped, counts, **kwargs)
+        if not order:
+            order.append("pull read")
+            step()
+            order.append("newer applied")
+        result = upsert(model, mapped, counts, **kwargs)
+        order.append("pull wrote")
+        return result
+
+    monkeypatch.setattr(pull, "_upsert", late)
+    return order
+
+
+def test_a_product_pushed_while_a_pull_writes_is_never_taken_back(sandbox, monkeypatch):
+    """A pull reads the product list; before it writes, a change made here is pushed and the
+    service's answer (its newer date_updated) stored. The pull's older copy was written over
+    it: the product was back to its old name here, and synced."""
+    sandbox.seed(customers=1, subscriptions=1)
+    pull_products()
+    product = Product.objects.get()
+
+    def rename() -> None:
+        product.name = "Renamed"
+        product.save()
+        assert [r.status for r in push_open()] == ["done"]
+        product.refresh_from_db()
+        assert product.sync_state == "synced" and product.remote_updated is not None
+
+    order = between_read_and_write(monkeypatch, rename)
+    counts = pull_products()
+    assert order == ["pull read", "newer applied", "pull wrote"]  # the race happened
+    assert counts.stale == 1 and counts.updated == 0
+    stored = Product.objects.get()
+    assert stored.name == "Renamed" and stored.remote_updated == product.remote_updated
+    remote = sandbox.object("product", str(product.remote_id))
+    assert remote["name"] == "Renamed"
+    assert stored.remote_updated == parse_timestamp(remote["date_updated"])
+
+
+def test_a_customer_pulled_while_an_older_pull_writes_is_never_taken_back(sandbox, monkeypatch):
+    """A pull reads the customer list; before it writes, the service changes the customer and
+    another pull (an event's) writes that newer copy. The first pull's older copy was written
+    over it (the phone lost until the next pull)."""
+    sandbox.seed(customers=1)
+    pull_customers()
+    remote_id = Customer.objects.get().remote_id
+    client = get_client()
+    real = client._call
+
+    def changed(operation, *args, **kwargs):
+        items = real(operation, *args, **kwargs)
+        newer = {"phone": "+221770000001", "date_updated": "2099-01-01T00:00:00.000Z"}
+        return [dict(item, **newer) for item in items]
+
+    def newer_pull() -> None:
+        monkeypatch.setattr(client, "_call", changed)
+        assert pull_customers().updated == 1
+        monkeypatch.setattr(client, "_call", real)
+
+    order = between_read_and_write(monkeypatch, newer_pull)
+    counts = pull_customers()
+    assert order == ["pull read", "newer applied", "pull wrote"]  # the race happened
+    assert counts.stale == 1 and counts.updated == 0
+    customer = Customer.objects.get(remote_id=remote_id)
+    assert customer.phone == "+221770000001"
+    assert customer.remote_updated == parse_timestamp("2099-01-01T00:00:00.000Z")
 
 
 def fail_products(sandbox) -> None:
