@@ -119,3 +119,32 @@ def test_a_secret_short_enough_to_break_the_json_still_gives_a_redacted_error():
 
     error = BillingAPIError(status=500, operation="x", body={"code": 123, "k": "1"}, sent=("1",))
     assert "1" not in json.dumps(error.body) and "1" not in str(error).split(":", 1)[1]
+
+
+LIST_URL = "http://billing.test/v1/api/billing/customers"
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+@responses.activate
+def test_a_list_redirected_to_another_host_never_sends_it_the_token(status):
+    """A page answered with a redirect to another host (a moved service, a hostile proxy):
+    requests followed it with every header, ``x-kc-token`` included (it only drops
+    ``Authorization``). The client follows no redirect: the pull fails with a clear error."""
+    responses.post(AUTH_URL, json={"access_token": TOKEN, "expires_in": 300})
+    responses.get(LIST_URL, status=status, headers={"Location": "http://evil.test/customers"})
+    responses.get("http://evil.test/customers", json={"data": []})
+    with pytest.raises(BillingError, match=f"HTTP {status}.*redirect"):
+        list(make_client().list_customers())
+    assert [c.request.url.split("?")[0] for c in responses.calls] == [AUTH_URL, LIST_URL]
+
+
+@pytest.mark.parametrize("status", [307, 308])
+@responses.activate
+def test_a_token_call_redirected_to_another_host_never_sends_it_the_secret(status):
+    """A 307/308 makes requests send the same POST, form and client secret included, to the
+    new address."""
+    responses.post(AUTH_URL, status=status, headers={"Location": "http://evil.test/token"})
+    responses.post("http://evil.test/token", json={"access_token": TOKEN, "expires_in": 300})
+    with pytest.raises(BillingError):
+        list(make_client().list_customers())
+    assert [c.request.url for c in responses.calls] == [AUTH_URL]
