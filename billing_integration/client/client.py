@@ -197,8 +197,9 @@ class BillingClient:
     def iter_pages(self, resource: str, *, deadline: DeadlineArg = None) -> Iterator[list[Item]]:
         """The list of ``resource`` page by page (``limit``/``offset``), within one deadline.
         A row seen on an earlier page comes again only if it changed since (the list moved
-        while it was read: the caller keeps the newer copy). Stops on a short page, or a page
-        with no id not seen before (a server ignoring the parameters)."""
+        while it was read: the caller keeps the newer copy). Stops on an empty page, or a page
+        with no id not seen before (a server ignoring the parameters); a short page does not
+        end the list (a service may answer fewer rows than ``limit`` asks)."""
         if resource not in RESOURCES:
             raise ValueError(f"Unknown resource {resource!r}; expected one of {RESOURCES}")
         bound = _as_deadline(deadline)  # seconds start now, once for all pages
@@ -226,8 +227,6 @@ class BillingClient:
             if fresh:
                 yield fresh
             if not new:
-                return
-            if len(items) < size:
                 return
             offset += len(items)
 

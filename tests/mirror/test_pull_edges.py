@@ -32,7 +32,8 @@ def small_pages(settings, billing_sandbox, monkeypatch):
 @pytest.fixture
 def tamper(monkeypatch) -> Callable[[str, Callable[[Any], Any]], None]:
     """``tamper(operation, change)``: the client's answers to ``operation`` (e.g.
-    ``list_subscriptions``) pass through ``change`` after the real HTTP call."""
+    ``list_subscriptions``) pass through ``change`` after the real HTTP call (an empty list,
+    the page that ends a list, passes unchanged)."""
     client = get_client()
     real = client._call
     changes: dict[str, Callable[[Any], Any]] = {}
@@ -40,7 +41,7 @@ def tamper(monkeypatch) -> Callable[[str, Callable[[Any], Any]], None]:
     def call(operation: str, *args: Any, **kwargs: Any) -> Any:
         answer = real(operation, *args, **kwargs)
         change = changes.get(operation)
-        return change(answer) if change else answer
+        return change(answer) if change and answer != [] else answer
 
     monkeypatch.setattr(client, "_call", call)
     return lambda operation, change: changes.__setitem__(operation, change)
@@ -385,7 +386,7 @@ def test_a_page_repeated_with_a_row_that_is_no_object_ends_the_list(
     not an object: that row counted as new each time, so the list went on to ``MAX_PAGES``
     requests (100,000)."""
     monkeypatch.setattr("billing_integration.client.client.MAX_PAGES", 50)
-    small_pages.seed(customers=10)
+    small_pages.seed(customers=20)
     pages: list[list[Any]] = []
 
     def stuck(items: list[Any]) -> list[Any]:
@@ -397,6 +398,28 @@ def test_a_page_repeated_with_a_row_that_is_no_object_ends_the_list(
     assert len(pages) == 2  # the repeat ended the list
     assert counts.created == 9 and counts.errors == 1
     assert "not an object" in counts.error_messages[0]
+
+
+def test_a_service_answering_fewer_rows_a_page_than_asked_is_read_to_the_end(
+    billing_sandbox, monkeypatch
+):
+    """The service caps its pages below the ``limit`` asked (100): its first page, shorter
+    than asked, was taken for the last one; the rows after it were never pulled, and the
+    pull reported success."""
+    billing_sandbox.seed(customers=25)
+    client = get_client()
+    real = client._call
+
+    def capped(operation, *args, params=None, **kwargs):
+        if params is not None:
+            params = {**params, "limit": min(int(params["limit"]), 10)}
+        return real(operation, *args, params=params, **kwargs)
+
+    monkeypatch.setattr(client, "_call", capped)
+    counts = pull_customers()
+    assert counts.created == 25 and Customer.objects.count() == 25
+    offsets = [r["query"]["offset"] for r in billing_sandbox.requests("list_customers")]
+    assert offsets == ["0", "10", "20", "25"]  # the empty page ends the list
 
 
 def test_a_full_page_of_rows_that_are_no_objects_does_not_end_the_list(small_pages, tamper):
