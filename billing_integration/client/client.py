@@ -199,7 +199,8 @@ class BillingClient:
         A row seen on an earlier page comes again only if it changed since (the list moved
         while it was read: the caller keeps the newer copy). Stops on an empty page, or a page
         with no id not seen before (a server ignoring the parameters); a short page does not
-        end the list (a service may answer fewer rows than ``limit`` asks)."""
+        end the list (a service may answer fewer rows than ``limit`` asks). ``"data": null``
+        is an empty page."""
         if resource not in RESOURCES:
             raise ValueError(f"Unknown resource {resource!r}; expected one of {RESOURCES}")
         bound = _as_deadline(deadline)  # seconds start now, once for all pages
@@ -210,6 +211,8 @@ class BillingClient:
             items = self._call(
                 f"list_{resource}", "GET", f"/{resource}", params=params, deadline=bound
             )
+            if items is None:  # {"data": null}: an empty page
+                return
             if not isinstance(items, list):
                 raise BillingAPIError(
                     status=200, operation=f"list_{resource}", message="data is not a list"

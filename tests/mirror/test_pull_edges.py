@@ -422,6 +422,24 @@ def test_a_service_answering_fewer_rows_a_page_than_asked_is_read_to_the_end(
     assert offsets == ["0", "10", "20", "25"]  # the empty page ends the list
 
 
+def test_a_page_past_the_end_given_as_null_ends_the_list(billing_sandbox, monkeypatch):
+    """``{"data": null}`` for an empty page (an empty list, or an offset past the end): the
+    pull failed ("data is not a list") and billing_sync with it, every time."""
+    billing_sandbox.seed(customers=3)
+    client = get_client()
+    real = client._call
+
+    def null_when_empty(operation, *args, **kwargs):
+        answer = real(operation, *args, **kwargs)
+        return None if answer == [] else answer
+
+    monkeypatch.setattr(client, "_call", null_when_empty)
+    assert pull_customers().created == 3
+    out = io.StringIO()
+    call_command("billing_sync", "customers", "--no-progress", stdout=out)
+    assert "0 created, 0 updated, 3 unchanged" in out.getvalue()
+
+
 def test_a_full_page_of_rows_that_are_no_objects_does_not_end_the_list(small_pages, tamper):
     """Rows that are no objects are reported; the pages after theirs are still read."""
     small_pages.seed(customers=15)
