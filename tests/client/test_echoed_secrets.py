@@ -148,3 +148,19 @@ def test_a_token_call_redirected_to_another_host_never_sends_it_the_secret(statu
     with pytest.raises(BillingError):
         list(make_client().list_customers())
     assert [c.request.url for c in responses.calls] == [AUTH_URL]
+
+
+@responses.activate
+def test_a_next_link_to_another_host_in_a_page_is_never_followed():
+    """Pages page by ``offset`` on BASE_URL: a ``links.next`` (or any field beside ``data``)
+    is not read, so its host never gets a request, nor the token."""
+    row = {"id": "7d7b7c1e-1d7a-4b53-9e0e-3f1c2b1a0c01", "identifier": "a"}
+    evil = "http://evil.test/customers?page=2"
+    extra = {"links": {"next": evil}, "meta": {"total_count": 2}}
+    responses.post(AUTH_URL, json={"access_token": TOKEN, "expires_in": 300})
+    responses.get(LIST_URL, json={"data": [row], **extra})
+    responses.get(LIST_URL, json={"data": [], **extra})
+    responses.get(evil, json={"data": [dict(row, id="7d7b7c1e-1d7a-4b53-9e0e-3f1c2b1a0c02")]})
+    assert list(make_client().list_customers()) == [row]
+    hosts = {c.request.url.split("/")[2] for c in responses.calls}
+    assert hosts == {"auth.test", "billing.test"}
