@@ -200,7 +200,8 @@ class BillingClient:
         while it was read: the caller keeps the newer copy). Stops on an empty page, or a page
         with no id not seen before (a server ignoring the parameters); a short page does not
         end the list (a service may answer fewer rows than ``limit`` asks). ``"data": null``
-        is an empty page."""
+        is an empty page. A list still going at ``MAX_PAGES`` pages raises ``BillingAPIError``
+        (the pages before it given)."""
         if resource not in RESOURCES:
             raise ValueError(f"Unknown resource {resource!r}; expected one of {RESOURCES}")
         bound = _as_deadline(deadline)  # seconds start now, once for all pages
@@ -232,6 +233,8 @@ class BillingClient:
             if not new:
                 return
             offset += len(items)
+        problem = f"more than {MAX_PAGES} pages: the list was not read to its end"
+        raise BillingAPIError(status=200, operation=f"list_{resource}", message=problem)
 
     def probe_token(self) -> float:
         """Fetch a new token (discarded, never cached) and return its ``expires_in`` (0.0 when

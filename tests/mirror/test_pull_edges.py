@@ -440,6 +440,20 @@ def test_a_page_past_the_end_given_as_null_ends_the_list(billing_sandbox, monkey
     assert "0 created, 0 updated, 3 unchanged" in out.getvalue()
 
 
+def test_a_list_longer_than_max_pages_fails_the_pull_after_storing_what_was_read(
+    small_pages, monkeypatch
+):
+    """The list still went on at ``MAX_PAGES`` pages: the pull stopped there and reported
+    success, the rows after never pulled."""
+    monkeypatch.setattr("billing_integration.client.client.MAX_PAGES", 2)
+    small_pages.seed(customers=25)
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.raises(CommandError, match="pull failed for customers"):
+        call_command("billing_sync", "customers", "--no-progress", stdout=out, stderr=err)
+    assert "more than 2 pages" in err.getvalue()
+    assert Customer.objects.count() == 20  # the pages read are kept
+
+
 def test_a_full_page_of_rows_that_are_no_objects_does_not_end_the_list(small_pages, tamper):
     """Rows that are no objects are reported; the pages after theirs are still read."""
     small_pages.seed(customers=15)
