@@ -288,7 +288,8 @@ class BillingClient:
     def _one(self, operation: str, method: str, path: str, *args: Any, **kw: Any) -> Item:
         """A call answered with one resource (also read from an array of one, the way the
         service answers a new subscription)."""
-        return cast(Item, self._call(operation, method, path, *args, one=True, **kw))
+        data = self._call(operation, method, path, *args, one=True, **kw)
+        return cast(Item, data[0] if isinstance(data, list) else data)
 
     @_secret_frames
     def _call(
@@ -539,9 +540,9 @@ def _answer(
     one: bool = False,
     created: bool = False,
 ) -> Any:
-    """The ``data`` of a 2xx answer (``one``: the object it is, or the one object of an array
-    of one; else a 204 is an empty list), else ``_Sent`` with the error (``sent``, the secrets
-    the request carried, removed from it). An unreadable 2xx, one whose ``data`` is not the
+    """The ``data`` of a 2xx answer (``one``: an object, or an array of one object; else a
+    204 is an empty list), else ``_Sent`` with the error (``sent``, the secrets the request
+    carried, removed from it). An unreadable 2xx, one whose ``data`` is not the
     one object asked for, or one to a create (``created``) without the new object's id, is in
     doubt (probably applied): a retryable ``BillingAnswerLostError``, resent with the key. A
     redirect (not followed) is an error."""
@@ -556,7 +557,7 @@ def _answer(
             return data
         item = data[0] if isinstance(data, list) and len(data) == 1 else data
         if isinstance(item, dict) and (item.get("id") or not created):
-            return item
+            return data
     cls, message = error_for_status(status), None
     if 300 <= status < 400:  # not followed: the call went nowhere (check the settings)
         message = f"redirected to {response.headers.get('Location', '(no Location)')}"
