@@ -106,7 +106,13 @@ class TokenProvider:
                     current = self._read()  # another may have stored one since our read
                     if current is not None and time.time() < current.refresh_at:
                         return current
-                    return self._fetch_and_store(deadline)
+                    try:
+                        return self._fetch_and_store(deadline)
+                    except BillingError as exc:  # refreshing ahead: the current one still serves
+                        if current is None or time.time() >= current.expires_at - 1.0:
+                            raise
+                        logger.warning("billing token: refresh failed (%s); current one kept", exc)
+                        return current
                 finally:
                     if cache.get(lock_key) == owner:
                         cache.delete(lock_key)

@@ -3,6 +3,7 @@
 secret sent or shown anywhere else."""
 
 import logging
+import time
 
 import pytest
 import responses
@@ -200,3 +201,22 @@ def test_a_list_answered_204_no_content_is_empty(resource):
     responses.get(API + f"/{resource}", status=204)
     assert list(getattr(make_client(), f"list_{resource}")()) == []
     assert len([c for c in responses.calls if c.request.url.startswith(API)]) == 1
+
+
+@pytest.mark.parametrize("failure", [{"status": 503}, {"status": 401}])
+@responses.activate
+def test_a_refresh_ahead_of_expiry_that_fails_keeps_the_current_token(failure):
+    """The token is due for refresh (80% of its life) but still valid, and the token call
+    fails: the call goes through with the current token; once expired, the failure is raised."""
+    responses.post(AUTH_URL, **failure)
+    responses.get(API + "/products/p1", json={"data": {"id": "p1"}})
+    client = make_client(retry=RetryPolicy(max_retries=0))
+    now = time.time()
+    due = {"access_token": TOKEN, "refresh_at": now - 1, "expires_at": now + 60}
+    caches["default"].set(client.tokens._key, due, 60)
+    assert client.get_product("p1") == {"id": "p1"}
+    sent = [c.request for c in responses.calls if c.request.url.startswith(API)]
+    assert [r.headers["x-kc-token"] for r in sent] == [TOKEN]
+    caches["default"].set(client.tokens._key, {**due, "expires_at": now - 1}, 60)
+    with pytest.raises(BillingError):
+        make_client(retry=RetryPolicy(max_retries=0)).get_product("p1")
