@@ -375,7 +375,9 @@ class BillingClient:
         self, operation: str, deadline: Deadline | None, method: str, url: str, **kw: Any
     ) -> requests.Response:
         """One request, a redirect not followed (it would carry the token or the secret on);
-        a timeout or connection error raises ``_Sent`` (retryable)."""
+        a timeout or connection error raises ``_Sent`` (retryable). With the deadline passed
+        (a token fetched or waited for took the time), nothing is sent."""
+        _check_time_left(deadline, operation)
         pair = self.timeout or (CONNECT_TIMEOUT, READ_TIMEOUT)
         timeout: Any = pair if deadline is None else deadline.timeout(*pair)  # requests takes both
         try:

@@ -2,6 +2,7 @@
 204s, bodies in other shapes): a clear error of the package's tree, nothing sent twice, no
 secret sent or shown anywhere else."""
 
+import json
 import logging
 import time
 
@@ -9,8 +10,8 @@ import pytest
 import responses
 from django.core.cache import caches
 
-from billing_integration.client import BillingClient, RetryPolicy
-from billing_integration.exceptions import BillingAPIError, BillingError
+from billing_integration.client import BillingClient, Deadline, RetryPolicy
+from billing_integration.exceptions import BillingAPIError, BillingError, BillingTransportError
 
 pytestmark = pytest.mark.django_db
 
@@ -220,3 +221,21 @@ def test_a_refresh_ahead_of_expiry_that_fails_keeps_the_current_token(failure):
     caches["default"].set(client.tokens._key, {**due, "expires_at": now - 1}, 60)
     with pytest.raises(BillingError):
         make_client(retry=RetryPolicy(max_retries=0)).get_product("p1")
+
+
+@responses.activate
+def test_a_deadline_used_up_by_the_token_call_sends_nothing_more():
+    """The token arrives when the deadline has passed: the call raises the deadline's
+    ``BillingTransportError`` (it raised urllib3's ValueError for a zero timeout), unsent."""
+    now = [0.0]
+    deadline = Deadline(5, clock=lambda: now[0])
+
+    def token(request):
+        now[0] += 10  # the token call took the whole deadline
+        return 200, {}, json.dumps({"access_token": TOKEN, "expires_in": 300})
+
+    responses.add_callback(responses.POST, AUTH_URL, callback=token)
+    responses.get(API + "/products/p1", json={"data": {"id": "p1"}})
+    with pytest.raises(BillingTransportError, match="no time left"):
+        make_client().get_product("p1", deadline=deadline)
+    assert not [c for c in responses.calls if c.request.url.startswith(API)]
