@@ -67,12 +67,12 @@ class BillingAPIError(BillingError):
         self.status = status
         self.operation = operation
         self.body = redact(body)
-        self.request_id = request_id
+        self.request_id = without_secrets(request_id, sent) if request_id else request_id
         detail = [message, _summary(body)]
         text = ": ".join([f"{operation} failed with HTTP {status}", *filter(None, detail)])
-        if request_id:
-            text += f" (request id {request_id})"
-        super().__init__(text)
+        if self.request_id:
+            text += f" (request id {self.request_id})"
+        super().__init__(without_secrets(text, sent))  # a Location or request id may quote them
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(status={self.status}, operation={self.operation!r})"

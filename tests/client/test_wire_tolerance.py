@@ -239,3 +239,17 @@ def test_a_deadline_used_up_by_the_token_call_sends_nothing_more():
     with pytest.raises(BillingTransportError, match="no time left"):
         make_client().get_product("p1", deadline=deadline)
     assert not [c for c in responses.calls if c.request.url.startswith(API)]
+
+
+@responses.activate
+def test_a_redirect_quoting_the_token_does_not_show_it():
+    """The ``Location`` (and the request id) come from the service: where they quote the token
+    sent, the error reads ``[redacted]``."""
+    responses.post(AUTH_URL, json={"access_token": TOKEN, "expires_in": 300})
+    location = f"https://billing.test/login?next=/products/p1&x-kc-token={TOKEN}"
+    headers = {"Location": location, "x-request-id": f"req-{TOKEN}"}
+    responses.get(API + "/products/p1", status=302, headers=headers)
+    with pytest.raises(BillingAPIError) as info:
+        make_client().get_product("p1")
+    assert TOKEN not in str(info.value) + info.value.request_id and "[redacted]" in str(info.value)
+    assert "https://billing.test/login" in str(info.value)
