@@ -67,12 +67,15 @@ class BillingAPIError(BillingError):
         self.status = status
         self.operation = operation
         self.body = redact(body)
+        # What the service wrote (a redirect's Location in the message, a request id) may
+        # quote them too.
         self.request_id = without_secrets(request_id, sent) if request_id else request_id
+        message = without_secrets(message, sent) if message else message
         detail = [message, _summary(body)]
         text = ": ".join([f"{operation} failed with HTTP {status}", *filter(None, detail)])
         if self.request_id:
             text += f" (request id {self.request_id})"
-        super().__init__(without_secrets(text, sent))  # a Location or request id may quote them
+        super().__init__(text)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(status={self.status}, operation={self.operation!r})"
