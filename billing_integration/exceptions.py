@@ -67,10 +67,8 @@ class BillingAPIError(BillingError):
         self.status = status
         self.operation = operation
         self.body = redact(body)
-        # What the service wrote (a redirect's Location in the message, a request id) may
-        # quote them too.
+        # The request id is the service's too: it may quote them as well.
         self.request_id = without_secrets(request_id, sent) if request_id else request_id
-        message = without_secrets(message, sent) if message else message
         detail = [message, _summary(body)]
         text = ": ".join([f"{operation} failed with HTTP {status}", *filter(None, detail)])
         if self.request_id:

@@ -562,7 +562,8 @@ def _answer(
             return data
     cls, message = error_for_status(status), None
     if 300 <= status < 400:  # not followed: the call went nowhere (check the settings)
-        message = f"redirected to {response.headers.get('Location', '(no Location)')}"
+        location = without_secrets(response.headers.get("Location", "(no Location)"), sent)
+        message = f"redirected to {location}"
     elif status < 400:
         cls = BillingAnswerLostError
         message = "the answer is " + (

@@ -253,3 +253,14 @@ def test_a_redirect_quoting_the_token_does_not_show_it():
         make_client().get_product("p1")
     assert TOKEN not in str(info.value) + info.value.request_id and "[redacted]" in str(info.value)
     assert "https://billing.test/login" in str(info.value)
+
+
+@responses.activate
+def test_an_error_text_keeps_its_own_words_whatever_the_token():
+    """A token as short as a letter is cleaned from what the service wrote, not from the
+    operation's name and the status the text starts with."""
+    responses.post(AUTH_URL, json={"access_token": "t", "expires_in": 300})
+    responses.get(API + "/products/p1", status=302, headers={"Location": "/elsewhere"})
+    with pytest.raises(BillingAPIError) as info:
+        make_client().get_product("p1")
+    assert str(info.value) == "get_product failed with HTTP 302: redirected to /elsewhere"
