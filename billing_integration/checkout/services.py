@@ -37,7 +37,6 @@ from ..models import (
     CycleUnit,
     OutboxEntry,
     Payment,
-    Price,
     Product,
     ProductStatus,
     ProductType,
@@ -188,7 +187,14 @@ def _unknown_cycle(code: str) -> InvalidChoice:
 
 
 def validate_selection(product: Any, cycle: Any = None, currency: Any = None) -> CheckoutSelection:
-    """Check a product / cycle / currency choice against the local catalogue."""
+    """Check a product / cycle / currency choice against the local catalogue, the product
+    read afresh (``check_selection``)."""
+    return check_selection(fresh_product(product), cycle, currency)
+
+
+def fresh_product(product: Any) -> Product:
+    """``product`` (an instance, a pk, a remote id or a name) read afresh from the database;
+    ``ProductUnavailable`` (404) if there is none."""
     resolved = product if isinstance(product, Product) else None
     if resolved is None and product not in (None, ""):
         try:
@@ -201,6 +207,15 @@ def validate_selection(product: Any, cycle: Any = None, currency: Any = None) ->
         )
     if resolved.pk is not None:
         resolved.refresh_from_db()
+    return resolved
+
+
+def check_selection(
+    resolved: Product, cycle: Any = None, currency: Any = None
+) -> CheckoutSelection:
+    """``validate_selection``'s rule on ``resolved`` as it is: its cycles and prices are read
+    through its relations (``prefetch_related`` ones are not read again), so a page of buttons
+    asks it without a query per button."""
     # What the service is known to sell: a status change it refused is not on sale.
     status = resolved.confirmed_status
     if status == ProductStatus.ARCHIVED:
@@ -222,7 +237,7 @@ def validate_selection(product: Any, cycle: Any = None, currency: Any = None) ->
 
     chosen_cycle: BillingCycle | None = None
     if resolved.is_one_time:
-        prices = Price.objects.filter(product=resolved)
+        prices = list(resolved.root_prices.all())
     else:
         if isinstance(cycle, BillingCycle):
             if cycle.product_id != resolved.pk:  # another product's: never this one's only cycle
@@ -237,17 +252,17 @@ def validate_selection(product: Any, cycle: Any = None, currency: Any = None) ->
             chosen_cycle = cycles[0]
         else:
             unit, _, freq = code.partition("-")
-            chosen_cycle = (
-                resolved.cycles.filter(unit=unit, frequency=int(freq)).first()
-                if unit in CycleUnit.values and freq.isascii() and freq.isdigit() and len(freq) < 6
-                else None
-            )
+            if unit in CycleUnit.values and freq.isascii() and freq.isdigit() and len(freq) < 6:
+                found = (
+                    c for c in resolved.cycles.all() if (c.unit, c.frequency) == (unit, int(freq))
+                )
+                chosen_cycle = next(found, None)
             if chosen_cycle is None:
                 raise _unknown_cycle(code)
-        prices = Price.objects.filter(cycle=chosen_cycle)
+        prices = list(chosen_cycle.prices.all())
 
     offered = [int(c) for c in (resolved.selected_currencies or []) if currencies.is_id(c)]
-    priced = set(prices.values_list("currency_id", flat=True))
+    priced = {price.currency_id for price in prices}
     if currency in (None, ""):
         usable = [c for c in offered if c in priced]
         if not usable:

@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.utils.translation import gettext, gettext_lazy
 
 from .. import currencies
-from ..access import _is_subscriber, plan_to_replace, resolve_product
+from ..access import _is_subscriber, plan_to_replace
 from ..client import interactive_deadline
 from ..client.retry import Deadline
 from ..conf import billing_settings
@@ -24,6 +24,7 @@ from .services import (
     AlreadySubscribed,
     CheckoutError,
     CheckoutInProgress,
+    CheckoutSelection,
     NoSubscriber,
     PlanAlreadyHeld,
     ProductUnavailable,
@@ -33,10 +34,11 @@ from .services import (
     _refused,
     _translate,
     _trials_in_progress,
+    check_selection,
     checkout_in_the_way,
+    fresh_product,
     holds_paid,
     trial_in_the_way,
-    validate_selection,
 )
 
 logger = logging.getLogger("billing_integration.checkout")
@@ -91,6 +93,23 @@ def _trial_days(product: Product, days: Any) -> int:
     return value
 
 
+def check_trial(
+    product: Product, cycle: Any = None, currency: Any = None, days: int | None = None
+) -> tuple[CheckoutSelection, int]:
+    """What ``start_trial`` checks of the product and the choice (not of the subscriber), on
+    ``product`` as it is (``check_selection``): the selection and the trial's length in days;
+    raises a ``CheckoutError``. ``{% billing_trial_button %}`` offers a trial only past it."""
+    if product.is_one_time:
+        raise TrialNotOffered(gettext("A one-time product has no free trial."))
+    if not product.blueprint_known or not product.cycles.exists():
+        raise ProductUnavailable(
+            gettext("The billing cycles of this product are not known here yet."),
+            code="cycles_unknown",
+        )
+    selection = check_selection(product, cycle, currency)
+    return selection, _trial_days(product, days)
+
+
 def start_trial(
     subscriber: Any,
     product: Any,
@@ -109,17 +128,8 @@ def start_trial(
     the subscription returned has no ``remote_id`` yet. Raises a ``CheckoutError``."""
     if not _is_subscriber(subscriber):  # none, anonymous or inactive (access refuses it)
         raise NoSubscriber()
-    resolved = product if isinstance(product, Product) else resolve_product(product)
-    if resolved is not None and resolved.is_one_time:
-        raise TrialNotOffered(gettext("A one-time product has no free trial."))
-    if resolved is not None and (not resolved.blueprint_known or not resolved.cycles.exists()):
-        raise ProductUnavailable(
-            gettext("The billing cycles of this product are not known here yet."),
-            code="cycles_unknown",
-        )
-    selection = validate_selection(resolved or product, cycle, currency)
+    selection, length = check_trial(fresh_product(product), cycle, currency, days)
     wanted = selection.product
-    length = _trial_days(wanted, days)
     if holds_paid(subscriber, wanted):
         raise AlreadySubscribed()
     if (held := plan_to_replace(subscriber, wanted)) is not None:

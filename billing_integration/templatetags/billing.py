@@ -18,10 +18,11 @@ from ..access import (
     resolve_product,
     subscribed,
 )
-from ..checkout.trials import trial_products, trial_settings
+from ..checkout.services import CheckoutError, check_selection
+from ..checkout.trials import check_trial, trial_products, trial_settings
 from ..checkout.views import account_url
 from ..exceptions import BillingConfigurationError
-from ..models import BillingCycle, Product, ProductStatus, Subscription
+from ..models import BillingCycle, Product, Subscription
 
 register = template.Library()
 
@@ -45,6 +46,16 @@ def _button_args(
     if currencies.is_id(currency):
         currency = currencies.label(currency)
     return resolved, cycle, currency, _request_subscriber(context)
+
+
+def _passes(check: Any, product: Product, cycle: Any, currency: Any) -> bool:
+    """Whether ``check`` (``check_selection``, ``check_trial``) accepts the choice: a button
+    offers only what its view would accept."""
+    try:
+        check(product, cycle, currency)
+    except CheckoutError:
+        return False
+    return True
 
 
 def _held(context: template.Context, subscriber: Any) -> tuple[list[Subscription], set[int]]:
@@ -116,8 +127,8 @@ def billing_checkout_button(
         "change_label": change_label or gettext("Change plan"),
         "change_action": reverse("billing_integration:change_plan"),
         "account_url": account_url(),
-        # What the service is known to sell (a refused status change is not on sale).
-        "available": resolved is not None and resolved.confirmed_status == ProductStatus.PUBLISHED,
+        # What start_checkout would sell (a refused status change is not on sale).
+        "available": resolved is not None and _passes(check_selection, resolved, cycle, currency),
         "label": label,
         "unavailable_label": unavailable_label or gettext("Not available"),
     }
@@ -137,12 +148,7 @@ def billing_trial_button(
     subscriber who holds the product or another plan of its group, or had its trial already
     (unless ``BILLING['TRIALS']['repeat']``). ``label`` may hold ``{days}``."""
     resolved, cycle, currency, subscriber = _button_args(context, product, cycle, currency)
-    offered = (
-        resolved is not None
-        and bool(resolved.trial_days)
-        and not resolved.is_one_time
-        and resolved.confirmed_status == ProductStatus.PUBLISHED
-    )
+    offered = resolved is not None and _passes(check_trial, resolved, cycle, currency)
     if offered and resolved is not None and subscriber is not None:
         subs, trials = _held(context, subscriber)
         offered = not (

@@ -97,9 +97,28 @@ def test_unicode_digits_resolve_to_no_product(user, pro):
     assert not subscribed(user, too_long)
 
 
+def on_sale(product: Product) -> Product:
+    """``product`` pushed (a remote id), with a monthly cycle priced in XOF and USD."""
+    import uuid
+    from decimal import Decimal
+
+    from billing_integration.models import BillingCycle, Price
+
+    with from_remote():
+        Product.objects.filter(pk=product.pk).update(
+            remote_id=uuid.uuid4(), selected_currencies=[1, 2]
+        )
+        cycle = BillingCycle.objects.create(product=product, unit="months", frequency=1)
+        for currency_id in (1, 2):
+            Price.objects.create(cycle=cycle, currency_id=currency_id, amount=Decimal("10"))
+    product.refresh_from_db()
+    return product
+
+
 def test_checkout_button_with_a_unicode_digit_currency(user, pro):
-    html = render('{% billing_checkout_button product currency="²" %}', product=pro)
-    assert 'name="currency" value="²"' in html  # passed on as given; the view answers 400
+    html = render('{% billing_checkout_button product currency="²" %}', product=on_sale(pro))
+    # the view would answer 400 (no such currency): not offered
+    assert "<form" not in html and "Not available" in html
 
 
 def test_subscribed_by_remote_id(user, pro):
@@ -290,7 +309,7 @@ def test_checkout_button_renders_a_post_form_with_csrf(client, user, pro):
     html = engine.from_string(
         '{% load billing %}{% billing_checkout_button product cycle="months-1" currency="XOF" '
         'label="Go Pro" next="/members/" %}'
-    ).render({"product": pro}, request=request)
+    ).render({"product": on_sale(pro)}, request=request)
     assert '<form method="post" action="/billing/checkout/"' in html
     assert 'name="csrfmiddlewaretoken"' in html and token  # token rendered from the request
     assert f'name="product" value="{pro.pk}"' in html

@@ -96,6 +96,8 @@ def test_checkout_errors_in_french(client, demo, seeded) -> None:
 def test_the_example_sites_pages_in_french(client, demo, seeded) -> None:
     """The example project's language switch and its own strings (example_project/locale)."""
     client.force_login(demo)
+    for product in seeded.values():  # pushed: "S'abonner" buttons, not "Not available"
+        Product.objects.filter(pk=product.pk).update(remote_id=uuid.uuid4())
     html = client.get("/pricing/", headers={"accept-language": "fr"}).content.decode()
     assert '<html lang="fr">' in html and "<h1>Tarifs</h1>" in html
     assert 'action="/i18n/setlang/"' in html and '<option value="fr" selected>' in html

@@ -73,6 +73,9 @@ def test_pricing_page_shows_money_and_cycles_humanly(client, seeded) -> None:
 def test_checkout_button_label_with_price(rf, demo, seeded) -> None:
     request = RequestFactory().get("/")
     request.user = demo
+    # pushed: a product the service does not know yet is not offered ("Not available")
+    Product.objects.filter(pk=seeded["Starter"].pk).update(remote_id=uuid.uuid4())
+    seeded["Starter"].refresh_from_db()
     html = Template(
         "{% load billing %}{% billing_checkout_button p cycle='years-1' currency='XOF' "
         "label='Subscribe for {price}, {cycle}' %}"
