@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import flatten_fieldsets
+from django.contrib.admin.views import main
 from django.db import models
 from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
@@ -23,13 +25,43 @@ from ..models import CheckoutSession, Customer, Subscription, SyncState, active_
 from ..outbox.retry import retry_failed_pushes
 
 if TYPE_CHECKING:  # generic in the stubs, not subscriptable at run time
-    ModelAdmin = admin.ModelAdmin[Any]
+    DjangoModelAdmin = admin.ModelAdmin[Any]
     TabularInline = admin.TabularInline[Any, Any]
     ModelForm = forms.ModelForm[Any]
     BaseInlineFormSet = forms.BaseInlineFormSet[Any, Any, Any]
 else:
-    ModelAdmin, TabularInline = admin.ModelAdmin, admin.TabularInline
+    DjangoModelAdmin, TabularInline = admin.ModelAdmin, admin.TabularInline
     ModelForm, BaseInlineFormSet = forms.ModelForm, forms.BaseInlineFormSet
+
+
+class ChangeList(main.ChangeList):
+    """Django's list, answering the crafted parameters it would fail on with a 500 as it
+    answers any bad one (``IncorrectLookupParameters``: a redirect to ``?e=1``): a NUL
+    character in a value (filter or search; PostgreSQL refuses it in text) and a date part
+    past ``datetime``'s range (``?created_at__year=99999999999``, or the date hierarchy's
+    ``__month``), which fails where the filter becomes SQL."""
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> Any:
+        if any("\x00" in value for _, values in request.GET.lists() for value in values):
+            raise IncorrectLookupParameters("a NUL character in a list parameter")
+        try:
+            return super().get_queryset(request, exclude_parameters)
+        except OverflowError as exc:  # the date hierarchy's datetime()
+            raise IncorrectLookupParameters(exc) from exc
+
+    def get_results(self, request: HttpRequest) -> None:
+        try:
+            super().get_results(request)  # counts: the filters become SQL here
+        except (OverflowError, ValueError) as exc:
+            raise IncorrectLookupParameters(exc) from exc
+
+
+class ModelAdmin(DjangoModelAdmin):
+    """The base of the app's admins: their lists are ``ChangeList``s."""
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return ChangeList
+
 
 #: Colours of the badges (sync states, event states, record statuses).
 BADGE_COLOURS = {
