@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.contenttypes.models import ContentType
 from django.db import connections, router, transaction
-from django.db.models import Exists, F, OuterRef, Q
+from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.http import HttpResponseRedirect
 from django.utils import formats, timezone
 from django.utils.translation import gettext, gettext_lazy
@@ -39,7 +40,6 @@ from ..models import (
     Payment,
     Product,
     ProductStatus,
-    ProductType,
     Subscription,
 )
 from ..models.base import SyncState
@@ -387,45 +387,68 @@ def checkout_in_the_way(
     selection: CheckoutSelection | None = None,
     action: str = ACTION_NEW,
 ) -> CheckoutSession | None:
-    """The customer's open session that buying ``product`` beside it could double: one of
-    another plan of ``product``'s group, or of ``product`` itself unless it may be bought more
-    than once. Open means not completed, not expired and not paid (no subscription to its
-    product since it started). Its ``status`` is not read: sessions are not read back, and a
-    spelling other than ``open`` must not let a second checkout through. The session of
-    ``selection`` itself with the same ``action`` (a double click, reused or replaced) is not in
-    the way; one of another action (a change of plan's page, a new purchase's) is."""
-    rivals = Q(pk__in=[])  # matches nothing
-    if not product.multiple_purchases:
-        rivals |= Q(product=product)
-    if product.is_plan:  # the other plans of its group (``access.held_plan``'s rule)
-        rivals |= Q(
-            product__product_type=ProductType.SUBSCRIPTION,
-            product__add_on=False,
-            product__plan_group=product.plan_group,
-        ) & ~Q(product=product)
-    sessions = CheckoutSession.objects.filter(
-        rivals,
-        customer=customer,
-        completed_at__isnull=True,
-        remote_id__isnull=False,
-        expires_at__gt=timezone.now(),
-    ).exclude(
-        Exists(
-            Subscription.objects.filter(
-                customer=customer,
-                product=OuterRef("product"),
-                created_at__gte=OuterRef("created_at"),
+    """The customer's open session that buying ``product`` beside it could double
+    (``session_in_the_way`` over ``open_sessions``)."""
+    return session_in_the_way(open_sessions(customer), product, selection, action)
+
+
+def open_sessions(customer: Customer) -> QuerySet[CheckoutSession]:
+    """The customer's sessions that could still be paid, latest expiry first: not completed,
+    not expired and not paid (no subscription to its product since it started). Their
+    ``status`` is not read: sessions are not read back, and a spelling other than ``open``
+    must not let a second checkout through."""
+    return (
+        CheckoutSession.objects.filter(
+            customer=customer,
+            completed_at__isnull=True,
+            remote_id__isnull=False,
+            expires_at__gt=timezone.now(),
+        )
+        .exclude(
+            Exists(
+                Subscription.objects.filter(
+                    customer=customer,
+                    product=OuterRef("product"),
+                    created_at__gte=OuterRef("created_at"),
+                )
             )
         )
+        .select_related("product")
+        .order_by("-expires_at", "-pk")
     )
-    if selection is not None:
-        sessions = sessions.exclude(
-            product=selection.product,
-            selected_billing_cycle=selection.cycle_code,
-            selected_currency=selection.currency_id,
-            action=action,
-        )
-    return sessions.select_related("product").order_by("-expires_at", "-pk").first()
+
+
+def session_in_the_way(
+    sessions: Iterable[CheckoutSession],
+    product: Product,
+    selection: CheckoutSelection | None = None,
+    action: str = ACTION_NEW,
+) -> CheckoutSession | None:
+    """The first of ``sessions`` (``open_sessions``, read with their products) that buying
+    ``product`` beside it could double: one of another plan of ``product``'s group
+    (``access.held_plan``'s rule), or of ``product`` itself unless it may be bought more than
+    once. The session of ``selection`` itself with the same ``action`` (a double click, reused
+    or replaced) is not in the way; one of another action (a change of plan's page, a new
+    purchase's) is."""
+    for session in sessions:
+        if selection is not None and (
+            session.product_id,
+            session.selected_billing_cycle,
+            session.selected_currency,
+            session.action,
+        ) == (selection.product.pk, selection.cycle_code, selection.currency_id, action):
+            continue
+        if session.product_id == product.pk:
+            if not product.multiple_purchases:
+                return session
+        elif (
+            product.is_plan
+            and session.product is not None
+            and session.product.is_plan
+            and session.product.plan_group == product.plan_group
+        ):
+            return session
+    return None
 
 
 def _refused() -> Q:
@@ -454,17 +477,24 @@ def trial_in_the_way(customer: Customer, product: Product) -> Subscription | Non
     """The customer's trial of another plan of ``product``'s group, running or not confirmed
     yet (``held_plan`` reads statuses: a trial not pushed yet has none), or started by a
     request at the same moment: buying or trying ``product`` beside it is a second plan."""
+    return trial_of_another_plan(_trials_in_progress(customer), product)
+
+
+def trial_of_another_plan(trials: Iterable[Subscription], product: Product) -> Subscription | None:
+    """``trial_in_the_way`` over ``trials`` (``_trials_in_progress``, read with products)."""
     if not product.is_plan:
         return None
-    return (
-        _trials_in_progress(customer)
-        .exclude(Q(product=product) | Q(status__in=CANCELED_STATUSES))
-        .filter(
-            product__product_type=ProductType.SUBSCRIPTION,
-            product__add_on=False,
-            product__plan_group=product.plan_group,
-        )
-        .first()
+    return next(
+        (
+            trial
+            for trial in trials
+            if trial.product_id != product.pk
+            and trial.status not in CANCELED_STATUSES
+            and trial.product is not None
+            and trial.product.is_plan
+            and trial.product.plan_group == product.plan_group
+        ),
+        None,
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from django import template
 from django.urls import reverse
@@ -18,11 +18,18 @@ from ..access import (
     resolve_product,
     subscribed,
 )
-from ..checkout.services import CheckoutError, check_selection
+from ..checkout.services import (
+    CheckoutError,
+    _trials_in_progress,
+    check_selection,
+    open_sessions,
+    session_in_the_way,
+    trial_of_another_plan,
+)
 from ..checkout.trials import check_trial, trial_products, trial_settings
 from ..checkout.views import account_url
 from ..exceptions import BillingConfigurationError
-from ..models import BillingCycle, Product, Subscription
+from ..models import BillingCycle, CheckoutSession, Customer, Product, Subscription
 
 register = template.Library()
 
@@ -48,27 +55,54 @@ def _button_args(
     return resolved, cycle, currency, _request_subscriber(context)
 
 
-def _passes(check: Any, product: Product, cycle: Any, currency: Any) -> bool:
-    """Whether ``check`` (``check_selection``, ``check_trial``) accepts the choice: a button
-    offers only what its view would accept."""
+def _checked(check: Any, product: Product | None, cycle: Any, currency: Any) -> Any:
+    """What ``check`` (``check_selection``, ``check_trial``) returns for the choice, or None
+    where it refuses it: a button offers only what its view would accept."""
+    if product is None:
+        return None
     try:
-        check(product, cycle, currency)
+        return check(product, cycle, currency)
     except CheckoutError:
-        return False
-    return True
+        return None
 
 
-def _held(context: template.Context, subscriber: Any) -> tuple[list[Subscription], set[int]]:
-    """The subscriber's subscriptions (with their products) and the products it had a trial
-    of, read once per page (a pricing page has buttons per plan and option)."""
+class Held(NamedTuple):
+    """What the subscriber holds, read once per page (a pricing page has buttons per plan and
+    option): its subscriptions and its customer's trials in progress and open checkout
+    sessions (with their products), and the products it had a trial of."""
+
+    subscriptions: list[Subscription]
+    trials_had: set[int]
+    trials_running: list[Subscription]
+    sessions: list[CheckoutSession]
+
+
+def _held(context: template.Context, subscriber: Any) -> Held:
     if not _is_subscriber(subscriber):
-        return [], set()
+        return Held([], set(), [], [])
     key = f"billing_held:{subscriber.pk}"
     if key not in context.render_context:
         rows = Subscription.objects.for_subscriber(subscriber).select_related("product")
-        context.render_context[key] = (list(rows), trial_products(subscriber))
-    held: tuple[list[Subscription], set[int]] = context.render_context[key]
+        customer = Customer.objects.filter(subscriber=subscriber).first()
+        context.render_context[key] = Held(
+            list(rows),
+            trial_products(subscriber),
+            list(_trials_in_progress(customer)) if customer is not None else [],
+            list(open_sessions(customer)) if customer is not None else [],
+        )
+    held: Held = context.render_context[key]
     return held
+
+
+def _in_the_way(held: Held, product: Product, selection: Any = None) -> bool:
+    """Whether ``start_checkout`` and ``start_trial`` refuse ``product`` for a plan of its
+    group held (or that may renew), or a trial or an open checkout beside it
+    (``session_in_the_way``; ``selection``'s own session is no rival)."""
+    return (
+        plan_in_the_way(held.subscriptions, product)
+        or trial_of_another_plan(held.trials_running, product) is not None
+        or session_in_the_way(held.sessions, product, selection) is not None
+    )
 
 
 def _form(
@@ -110,12 +144,19 @@ def billing_checkout_button(
     change the plan held."""
     resolved, cycle, currency, subscriber = _button_args(context, product, cycle, currency)
     held = change = False
+    selection = _checked(check_selection, resolved, cycle, currency)
+    holds = _held(context, subscriber)
     if resolved is not None and not resolved.multiple_purchases:
         # a trial or a grace period is no purchase: the button buys (converts) the product
-        subs, _trials = _held(context, subscriber)
+        subs = holds.subscriptions
         own = [s for s in subs if s.product_id == resolved.pk and s.is_live and not s.trial_ends_at]
         held = any(_same_option(sub, cycle, currency) for sub in own)
         change = not held and (bool(own) or plan_in_the_way(subs, resolved))
+    # What start_checkout would sell (a refused status change is not on sale), and beside what
+    # the subscriber holds (the "Change plan" form goes to the change view instead).
+    available = selection is not None and (
+        held or change or not _in_the_way(holds, selection.product, selection)
+    )
     label = label or gettext("Subscribe")
     if "{price}" in label or "{cycle}" in label:
         label = _label_with_price(label, resolved, cycle, currency)
@@ -127,8 +168,7 @@ def billing_checkout_button(
         "change_label": change_label or gettext("Change plan"),
         "change_action": reverse("billing_integration:change_plan"),
         "account_url": account_url(),
-        # What start_checkout would sell (a refused status change is not on sale).
-        "available": resolved is not None and _passes(check_selection, resolved, cycle, currency),
+        "available": available,
         "label": label,
         "unavailable_label": unavailable_label or gettext("Not available"),
     }
@@ -148,13 +188,13 @@ def billing_trial_button(
     subscriber who holds the product or another plan of its group, or had its trial already
     (unless ``BILLING['TRIALS']['repeat']``). ``label`` may hold ``{days}``."""
     resolved, cycle, currency, subscriber = _button_args(context, product, cycle, currency)
-    offered = resolved is not None and _passes(check_trial, resolved, cycle, currency)
+    offered = resolved is not None and _checked(check_trial, resolved, cycle, currency) is not None
     if offered and resolved is not None and subscriber is not None:
-        subs, trials = _held(context, subscriber)
+        held = _held(context, subscriber)
         offered = not (
-            any(s.product_id == resolved.pk and s.is_live for s in subs)
-            or plan_in_the_way(subs, resolved)
-            or (not trial_settings()["repeat"] and resolved.pk in trials)
+            any(s.product_id == resolved.pk and s.is_live for s in held.subscriptions)
+            or _in_the_way(held, resolved)
+            or (not trial_settings()["repeat"] and resolved.pk in held.trials_had)
         )
     days = resolved.trial_days if resolved is not None else None
     text = label or gettext("Start a {days}-day trial")

@@ -109,3 +109,52 @@ def test_the_checkout_button_is_shown_iff_a_click_starts_the_checkout(
 ) -> None:
     _offered_iff_accepted(logged_in, user, "billing_checkout_button", "billing-checkout-form",
                           "/billing/checkout/", case)  # fmt: skip
+
+
+def _shown_iff_accepted(client, user, tag, form_class, url, product) -> None:
+    posted = _posted(_render(tag, product, user, "months-1", "XOF"), form_class)
+    data = posted or {"product": str(product.pk), "cycle": "months-1", "currency": "XOF"}
+    response = client.post(url, data)
+    assert (posted is not None) == (response.status_code == 302), (
+        posted,
+        response.status_code,
+        re.findall(r'data-error-code="(\w+)"', response.content.decode()),
+    )
+
+
+def _other_plan_in_the_way(way: str, user, client) -> Product:
+    """Starter (a 14-day trial), and Pro held in ``way``; returns Starter."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from billing_integration.checkout.trials import start_trial
+
+    starter, pro = _trial(), make_product("Pro")
+    if way == "checkout open":
+        data = {"product": pro.pk, "cycle": "months-1", "currency": "XOF"}
+        assert client.post("/billing/checkout/", data).status_code == 302
+    elif way == "trial not pushed yet":
+        start_trial(user, pro, "months-1", "XOF", days=14, wait=False)
+    elif way == "may still renew":
+        from .test_one_purchase import hold
+
+        hold(user, pro, auto_renew=True, cycle_end_date=timezone.now() - timedelta(days=1))
+    return starter
+
+
+WAYS = ("checkout open", "trial not pushed yet", "may still renew")
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_the_trial_button_beside_another_plan(billing_sandbox, logged_in, user, way) -> None:
+    starter = _other_plan_in_the_way(way, user, logged_in)
+    _shown_iff_accepted(logged_in, user, "billing_trial_button", "billing-trial-form",
+                        "/billing/trial/", starter)  # fmt: skip
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_the_checkout_button_beside_another_plan(billing_sandbox, logged_in, user, way) -> None:
+    starter = _other_plan_in_the_way(way, user, logged_in)
+    _shown_iff_accepted(logged_in, user, "billing_checkout_button", "billing-checkout-form",
+                        "/billing/checkout/", starter)  # fmt: skip
