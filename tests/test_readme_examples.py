@@ -31,6 +31,7 @@ def test_the_readme_product_is_pushed_whole(billing_sandbox, billing_inline):
 @pytest.mark.django_db
 def test_the_readme_checkout_button_renders_as_written():
     """The template block loads the tag library it uses, so it renders pasted as it is."""
+    import uuid
     from decimal import Decimal
 
     from django.contrib.auth.models import AnonymousUser
@@ -42,7 +43,10 @@ def test_the_readme_checkout_button_renders_as_written():
     [block] = [b for b in readme.blocks() if b.target == "template"]
     assert block.code.startswith("{% load billing %}")
     with from_remote():
-        product = Product.objects.create(name="Pro", status="published")
+        # on sale: pushed (a remote id) and sold in XOF (the button offers what checkout sells)
+        product = Product.objects.create(
+            name="Pro", status="published", remote_id=uuid.uuid4(), selected_currencies=[1]
+        )
         monthly = BillingCycle.objects.create(product=product, unit="months", frequency=1)
         Price.objects.create(cycle=monthly, currency_id=1, amount=Decimal("10000"))
     html = Template(block.code).render(Context({"product": product, "user": AnonymousUser()}))
