@@ -11,7 +11,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import flatten_fieldsets
 from django.contrib.admin.views import main
-from django.db import models
+from django.db import DataError, models, transaction
 from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
@@ -37,9 +37,10 @@ else:
 class ChangeList(main.ChangeList):
     """Django's list, answering the crafted parameters it would fail on with a 500 as it
     answers any bad one (``IncorrectLookupParameters``: a redirect to ``?e=1``): a NUL
-    character in a value (filter or search; PostgreSQL refuses it in text) and a date part
-    past ``datetime``'s range (``?created_at__year=99999999999``, or the date hierarchy's
-    ``__month``), which fails where the filter becomes SQL."""
+    character in a value (filter or search; PostgreSQL refuses it in text), a date part past
+    ``datetime``'s range (``?created_at__year=99999999999``, or the date hierarchy's
+    ``__month``), which fails where the filter becomes SQL, and a value the database refuses
+    (``?amount__exact=1E%2B99999999``, past PostgreSQL's numeric)."""
 
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> Any:
         if any("\x00" in value for _, values in request.GET.lists() for value in values):
@@ -51,8 +52,11 @@ class ChangeList(main.ChangeList):
 
     def get_results(self, request: HttpRequest) -> None:
         try:
-            super().get_results(request)  # counts: the filters become SQL here
-        except (OverflowError, ValueError) as exc:
+            # the counts, where the filters become SQL; a savepoint, so that a value the
+            # database refused leaves the request's transaction usable
+            with transaction.atomic(using=self.root_queryset.db):
+                super().get_results(request)
+        except (DataError, OverflowError, ValueError) as exc:
             raise IncorrectLookupParameters(exc) from exc
 
 

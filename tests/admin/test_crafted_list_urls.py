@@ -1,6 +1,7 @@
 """Crafted admin list URLs (a NUL in a filter or search value, which PostgreSQL refuses in
-text; a date part past ``datetime``'s range) are answered as Django answers any bad list
-parameter (``IncorrectLookupParameters``): a redirect to ``?e=1``, never a 500."""
+text; a number past its numeric type; a date part past ``datetime``'s range) are answered as
+Django answers any bad list parameter (``IncorrectLookupParameters``): a redirect to ``?e=1``,
+never a 500."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ CRAFTED = (
     "sync_state__exact=%00",
     "status=a%00",  # the subscription and checkout-session status filters
     "q=a%00",
+    "amount__exact=1E%2B99999999",  # past PostgreSQL's numeric (invoices, payments, refunds)
     "created_at__year=99999999999",
     "created_at__year=10000",
     "received_at__year=99999999999",

@@ -113,7 +113,7 @@ MODELS = [Customer, Subscription, CheckoutSession, Invoice, Payment, Refund]
 def test_changelist_and_change_view_render_with_bounded_queries(
     model, rows, admin_client, django_assert_max_num_queries
 ):
-    with django_assert_max_num_queries(10):
+    with django_assert_max_num_queries(12):  # 2: the savepoint around the list's counts
         response = admin_client.get(url(model, "changelist"))
     assert response.status_code == 200
     assert response.context["cl"].result_count == 20
