@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+#: Seconds a time of the service's may be off ours: a delivery's ``webhook-timestamp`` (either
+#: way, the Standard Webhooks default); a stored version ahead (``models.base.trusted_until``).
+TOLERANCE = 300
+
 
 def format_timestamp(value: datetime) -> str:
     """Render an aware (or UTC-naive) datetime in the service's form."""

@@ -2,14 +2,33 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 from django.db import models, router, transaction
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from ..context import is_from_remote
+from ..timestamps import TOLERANCE
 
-__all__ = ["AtomicSaveMixin", "RemoteObject", "SyncState"]
+__all__ = ["AtomicSaveMixin", "RemoteObject", "SyncState", "older_than_stored", "trusted_until"]
+
+
+def trusted_until(at: datetime | None = None) -> datetime:
+    """The latest stored version (``remote_updated``) that holds back older states at ``at``
+    (default now): one more than ``TOLERANCE`` later came from a clock ahead (a
+    ``date_updated`` of 2099) and would hold back every real state until then."""
+    return (at or timezone.now()) + timedelta(seconds=TOLERANCE)
+
+
+def older_than_stored(
+    version: datetime | None, stored: datetime | None, at: datetime | None = None
+) -> bool:
+    """``version`` (of an event received at ``at``, a pulled row, a push's answer: default
+    now) is older than the ``stored`` one, which is not beyond ``trusted_until(at)``: the
+    version guard of the events, the pull and the push answers."""
+    return version is not None and stored is not None and version < stored <= trusted_until(at)
 
 
 class AtomicSaveMixin:

@@ -20,7 +20,7 @@ from ..health import record_run
 from ..mapping import customers as customer_map
 from ..mapping import products as product_map
 from ..mapping import subscriptions as subscription_map
-from ..models.base import RemoteObject, SyncState
+from ..models.base import RemoteObject, SyncState, older_than_stored
 from ..models.customers import Customer
 from ..models.products import Price, Product, ProductStatus
 from ..models.records import link_waiting
@@ -150,7 +150,7 @@ def _applicable(
     if obj.remote_updated is not None:
         ours = getattr(obj, "remote_updated_ours", None)  # subscriptions only
         version = fields.get("remote_updated") or fields.get("remote_created")
-        if version is not None and version < obj.remote_updated and not ours:
+        if older_than_stored(version, obj.remote_updated) and not ours:
             counts.stale += 1
             return None
         if fields.get("remote_updated") is None:

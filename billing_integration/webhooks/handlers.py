@@ -8,7 +8,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from types import SimpleNamespace
 from typing import Any, ClassVar
@@ -22,11 +22,11 @@ from ..exceptions import BillingConfigurationError, RemoteDataError, WebhookErro
 from ..mapping import subscriptions as subscription_mapping
 from ..mapping.common import as_uuid, reference, storable, ts
 from ..models import Customer, Invoice, Payment, Product, Refund, Subscription, WebhookEvent
+from ..models.base import older_than_stored
 from ..models.records import link_waiting, show_newest_payment
 from ..models.subscriptions import CANCELED_STATUSES
 from ..outbox import from_remote
 from . import types
-from .verification import TOLERANCE
 
 
 class EventDataError(WebhookError):
@@ -191,10 +191,7 @@ class EventHandler:
 
     def is_stale(self, ctx: EventContext, record: Any, status: str) -> bool:
         stored = record.remote_updated
-        # A stored version more than the tolerance after this event's receipt came from a
-        # clock ahead (a date_updated in 2099): it would make every event stale until then.
-        trusted = (ctx.event.received_at or timezone.now()) + timedelta(seconds=TOLERANCE)
-        if stored is not None and ctx.version < stored <= trusted:
+        if older_than_stored(ctx.version, stored, ctx.event.received_at):
             return True
         if ctx.version == stored and self.RANK.get(status, 0) < self.RANK.get(record.status, 0):
             return True

@@ -16,11 +16,10 @@ from functools import lru_cache
 
 from ..conf import billing_settings
 from ..exceptions import WebhookVerificationError
+from ..timestamps import TOLERANCE
 
 logger = logging.getLogger("billing_integration.webhooks")
 
-#: Seconds of clock skew accepted on ``webhook-timestamp``, both ways (Standard Webhooks default).
-TOLERANCE = 300
 _SECRET_PREFIX = "whsec_"
 _MAX_HEADER = 4096
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.utils import timezone
 
 from billing_integration.client import get_client
 from billing_integration.models import Customer, OutboxEntry, Subscription
@@ -114,7 +115,8 @@ def test_a_pull_never_moves_a_subscription_back_nor_nulls_its_version(small_page
     # An event newer than the list the pull reads canceled the first one (the seeded rows were
     # never updated: their version is their date_created).
     assert subs[0].remote_updated is None
-    newer = subs[0].remote_created + timedelta(hours=1)
+    newer = timezone.now() + timedelta(minutes=1)  # a service clock ahead, within the tolerance
+    assert newer > subs[0].remote_created
     Subscription.objects.filter(pk=subs[0].pk).update(status="canceled", remote_updated=newer)
     counts = pull_subscriptions()
     subs[0].refresh_from_db()
@@ -530,3 +532,20 @@ def test_a_subscription_currency_given_as_a_list_is_reported_not_stored_as_pytho
     assert all("selected_currency: not a currency" in m for m in counts.error_messages)
     currencies = set(Subscription.objects.values_list("selected_currency", flat=True))
     assert currencies == {"XOF"}
+
+
+def test_a_version_from_the_future_does_not_make_every_later_pulled_row_stale(small_pages):
+    """A stored ``remote_updated`` of 2099 (a service clock gone wrong, an event that said so)
+    made every pulled row of that subscription ``stale`` until 2099: a cancel the service made
+    was never pulled. A stored version more than the tolerance ahead of the pull does not make
+    it stale; one a little ahead (within the tolerance) still does."""
+    subs = pulled(small_pages)
+    far = subs[0].remote_created.replace(year=2099)
+    ahead = timezone.now() + timedelta(minutes=2)
+    Subscription.objects.filter(pk=subs[0].pk).update(status="paused", remote_updated=far)
+    Subscription.objects.filter(pk=subs[1].pk).update(status="paused", remote_updated=ahead)
+    counts = pull_subscriptions()
+    subs[0].refresh_from_db(), subs[1].refresh_from_db()
+    assert subs[0].status == "published"
+    assert subs[1].status == "paused" and subs[1].remote_updated == ahead
+    assert counts.stale == 1

@@ -8,19 +8,21 @@ import io
 import json
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
 from django.urls import reverse
+from django.utils import timezone
 
 from billing_integration.client import get_client
 from billing_integration.models import Customer, EventState, Product, Subscription, WebhookEvent
 from billing_integration.sync import pull
 from billing_integration.sync.pull import pull_customers, pull_products, pull_subscriptions
 from billing_integration.sync.tasks import sync_all
-from billing_integration.timestamps import parse_timestamp
+from billing_integration.timestamps import format_timestamp, parse_timestamp
 from billing_integration.webhooks.ingest import store_delivery
 from billing_integration.webhooks.processing import process_event
 from billing_integration.webhooks.verification import Verification
@@ -235,9 +237,12 @@ def test_a_customer_pulled_while_an_older_pull_writes_is_never_taken_back(sandbo
     client = get_client()
     real = client._call
 
+    # A minute ahead: a version beyond the tolerance would hold back nothing (docs/mirror.md).
+    ahead = format_timestamp(timezone.now() + timedelta(minutes=1))
+
     def changed(operation, *args, **kwargs):
         items = real(operation, *args, **kwargs)
-        newer = {"phone": "+221770000001", "date_updated": "2099-01-01T00:00:00.000Z"}
+        newer = {"phone": "+221770000001", "date_updated": ahead}
         return [dict(item, **newer) for item in items]
 
     def newer_pull() -> None:
@@ -251,7 +256,7 @@ def test_a_customer_pulled_while_an_older_pull_writes_is_never_taken_back(sandbo
     assert counts.stale == 1 and counts.updated == 0
     customer = Customer.objects.get(remote_id=remote_id)
     assert customer.phone == "+221770000001"
-    assert customer.remote_updated == parse_timestamp("2099-01-01T00:00:00.000Z")
+    assert customer.remote_updated == parse_timestamp(ahead)
 
 
 def fail_products(sandbox) -> None:
