@@ -7,10 +7,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.db import models
-from django.db.models import Exists, F, OuterRef, Subquery
+from django.db.models import Case, Exists, F, OuterRef, Subquery, Value, When
 from django.db.models.functions import Coalesce, Upper
 from django.utils.translation import gettext_lazy as _
 
+from .base import trusted_until
 from .reports import touch_reports
 from .subscriptions import Subscription
 
@@ -150,13 +151,21 @@ class Refund(EventRecord):
         indexes = [models.Index(Coalesce("remote_created", "created_at"), name="refund_at")]
 
 
-def show_newest_payment(subscriptions: models.QuerySet[Subscription]) -> int:
+def show_newest_payment(
+    subscriptions: models.QuerySet[Subscription], payment: Payment | None = None
+) -> int:
     """Set the ``last_payment_status`` of those of ``subscriptions`` that have payments to
-    the status of their newest (``remote_updated``; of equals, the last stored) payment;
-    returns how many rows were updated."""
+    the status of their newest (``remote_updated``; one beyond ``trusted_until()``, a clock
+    ahead, after every other; of equals, the last stored) payment, only where that is
+    ``payment`` if given; returns how many rows were updated (one statement)."""
     payments = Payment.objects.filter(subscription=OuterRef("pk"))
-    newest = payments.order_by("-remote_updated", "-updated_at", "-pk").values("status")[:1]
-    return subscriptions.filter(Exists(payments)).update(last_payment_status=Subquery(newest))
+    ahead = Case(When(remote_updated__gt=trusted_until(), then=Value(1)), default=Value(0))
+    newest = payments.order_by(ahead, "-remote_updated", "-updated_at", "-pk")
+    if payment is not None:
+        subscriptions = subscriptions.alias(newest=Subquery(newest.values("pk")[:1]))
+        subscriptions = subscriptions.filter(newest=payment.pk)
+    status = Subquery(newest.values("status")[:1])
+    return subscriptions.filter(Exists(payments)).update(last_payment_status=status)
 
 
 def link_waiting(model: type[models.Model], remote_ids: Iterable[Any]) -> None:

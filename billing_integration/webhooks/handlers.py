@@ -14,7 +14,6 @@ from types import SimpleNamespace
 from typing import Any, ClassVar
 
 from django.db import connections, models
-from django.db.models import Exists
 from django.utils import timezone
 
 from .. import currencies
@@ -387,12 +386,7 @@ class PaymentHandler(EventHandler):
         subscription = related.get("subscription")
         if subscription is None or record.subscription_id != subscription.pk:
             return
-        newer = Payment.objects.filter(
-            subscription_id=subscription.pk, remote_updated__gt=record.remote_updated
-        )
-        if show_newest_payment(
-            Subscription.objects.filter(pk=subscription.pk).exclude(Exists(newer))
-        ):
+        if show_newest_payment(Subscription.objects.filter(pk=subscription.pk), record):
             subscription.last_payment_status = record.status
 
 

@@ -240,3 +240,25 @@ def test_a_date_a_little_ahead_of_this_clock_is_still_the_version(mirror, delive
     sub.refresh_from_db()
     assert sub.remote_updated == ahead.replace(microsecond=ahead.microsecond // 1000 * 1000)
     assert not sub.remote_updated_ours
+
+
+def test_a_payment_dated_far_in_the_future_is_not_the_newest_for_ever(mirror, deliver):
+    """A failed payment dated 2099 stayed the subscription's newest: a later completed payment
+    still showed ``last_payment_status`` "failed" until 2099. A date beyond the tolerance does
+    not win over a real one, whichever arrives first."""
+    sub = mirror.subscription
+    far = T0.replace(year=2099)
+    failed = payment_data(uuid.uuid4(), status="failed", updated=far, **links(mirror))
+    assert deliver(bare("payment.failed", failed)).outcome == "applied"
+    sub.refresh_from_db()
+    assert sub.last_payment_status == "failed"  # the only payment
+    later = datetime.now(UTC) + timedelta(minutes=1)  # the service's next real payment
+    completed = payment_data(uuid.uuid4(), status="completed", updated=later, **links(mirror))
+    assert deliver(bare("payment.completed", completed)).outcome == "applied"
+    sub.refresh_from_db()
+    assert sub.last_payment_status == "completed"
+    # Another one dated 2099 arriving after the real one does not hide it either.
+    other = payment_data(uuid.uuid4(), status="canceled", updated=far, **links(mirror))
+    assert deliver(bare("payment.canceled", other)).outcome == "applied"
+    sub.refresh_from_db()
+    assert sub.last_payment_status == "completed"
