@@ -10,7 +10,7 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connections, router, transaction
 from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
@@ -26,7 +26,7 @@ from ..mapping import customers as customer_map
 from ..mapping import products as product_map
 from ..mapping import subscriptions as subscription_map
 from ..mapping.common import META_FIELDS, remote_meta
-from ..models.base import SyncState
+from ..models.base import SyncState, older_than_stored
 from ..models.customers import Customer
 from ..models.outbox import (
     BLOCKING,
@@ -335,6 +335,7 @@ def _apply_response(
         fields = {name: meta[name] for name in ("remote_id", "remote_data")}
     if isinstance(obj, Product):
         note = product_map.not_carried(obj, data, changed)
+    fields = _versioned(obj, fields)
     if fields.get("remote_id") is None:
         fields.pop("remote_id", None)
         if obj.remote_id is None:
@@ -350,6 +351,26 @@ def _apply_response(
         setattr(obj, key, value)
     if arrived:
         link_waiting(type(obj), [obj.remote_id])
+
+
+def _versioned(obj: Any, fields: dict[str, Any]) -> dict[str, Any]:
+    """The answer's fields the row takes, by the version guard of the pull (the row read
+    locked): an answer is the service's state right after our write, so one older than the
+    stored version (an event or a pull applied meanwhile; a version of ours never counts) keeps
+    only its remote id, and one without ``date_updated`` keeps the stored version."""
+    if fields.get("remote_updated") is None:
+        fields = {k: v for k, v in fields.items() if k != "remote_updated"}
+    ours = isinstance(obj, Subscription)  # only subscriptions record whose version is stored
+    names = ["remote_updated", *(["remote_updated_ours"] if ours else [])]
+    no_key = connections[router.db_for_write(type(obj))].features.has_select_for_no_key_update
+    stored = _rows(obj).select_for_update(no_key=no_key).values(*names).first() or {}
+    version = fields.get("remote_updated") or fields.get("remote_created")
+    theirs = not stored.get("remote_updated_ours")
+    if theirs and older_than_stored(version, stored.get("remote_updated")):
+        return {k: v for k, v in fields.items() if k == "remote_id"}
+    if ours and "remote_updated" in fields:
+        fields = {**fields, "remote_updated_ours": False}
+    return fields
 
 
 def _answer_fields(obj: Any, data: dict[str, Any]) -> dict[str, Any]:

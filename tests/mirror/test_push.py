@@ -3,6 +3,7 @@ order per object, the same key on retry, two pushers racing one entry make one c
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 from unittest import mock
@@ -18,6 +19,11 @@ from billing_integration.mapping.products import to_remote
 from billing_integration.models import Customer, OutboxEntry, Subscription
 from billing_integration.outbox import push
 from billing_integration.outbox.push import PushOutcome, push_entry
+from billing_integration.sync.pull import pull_subscriptions
+from billing_integration.timestamps import parse_timestamp
+from billing_integration.webhooks.ingest import store_delivery
+from billing_integration.webhooks.processing import process_event
+from billing_integration.webhooks.verification import Verification
 
 from .test_outbox import make_product
 
@@ -326,3 +332,92 @@ def test_a_task_skips_an_entry_behind_an_open_one_and_pushes_the_others(billing_
     assert OutboxEntry.objects.get(pk=later.pk).state == "pending"
     calls = billing_sandbox.requests(operation="create_customer")
     assert [call["body"]["identifier"] for call in calls] == ["b-1", "b-2"]
+
+
+def test_an_answer_older_than_an_event_applied_meanwhile_does_not_take_it_back(billing_sandbox):
+    """While a subscription's create call is out, a pull links the row to the one created
+    (adopted by its customer, product and cycle), then the service cancels it and that event
+    is applied here. The create's answer, the service's state right
+    after our write (published, no date_updated), then wrote over it: the subscription was
+    published again (access kept) and its version nulled. An answer older than the stored
+    version settles the entry but keeps the stored state; one without a version keeps the
+    stored version."""
+    product = make_product()
+    product.publish()
+    user = get_user_model().objects.create(username="late", email="l@example.com")
+    customer, _ = get_or_create_customer(user)
+    Subscription.objects.create(
+        product=product,
+        customer=customer,
+        selected_currency="XOF",
+        selected_billing_cycle="months-1",
+        auto_renew=True,
+    )
+    real_call = push._call
+    events: list[dict] = []
+
+    def call(entry, obj, client=None):
+        data = real_call(entry, obj, client)
+        if isinstance(obj, Subscription):
+            assert data["status"] == "published" and data.get("date_updated") is None
+            assert pull_subscriptions().updated == 1  # adopted: the row has the remote id
+            billing_sandbox.advance(seconds=60)  # the cancel a minute later
+            envelope = billing_sandbox.trigger("subscription.canceled", data["id"])
+            body = json.dumps(envelope).encode()
+            stored = store_delivery(body, {}, Verification("signature", envelope["id"]))
+            events.append({"envelope": envelope, "result": process_event(stored.event.pk)})
+        return data
+
+    with mock.patch.object(push, "_call", side_effect=call):
+        results = push_entries(open_ids())
+    assert {r.status for r in results} <= {PushOutcome.DONE, PushOutcome.SKIPPED}
+    (event,) = events
+    assert event["result"].outcome == "applied"
+    sub = Subscription.objects.get()
+    assert sub.status == "canceled"
+    assert sub.remote_updated == parse_timestamp(event["envelope"]["data"]["date_updated"])
+    assert sub.sync_state == "synced" and str(sub.remote_id) == event["envelope"]["data"]["id"]
+
+
+def test_an_answer_without_a_version_keeps_the_stored_one(billing_sandbox):
+    """While a subscription's create call is out, a pull links the row and an undated event
+    is applied (its version, the time it was received, is stored). The create's answer has no
+    ``date_updated``: it wrote ``remote_updated`` = null, and the next event older than the
+    stored state applied. The stored version now stays; the answer's state applies (a version
+    of ours never makes the service's answer stale)."""
+    product = make_product()
+    product.publish()
+    user = get_user_model().objects.create(username="undated", email="u@example.com")
+    customer, _ = get_or_create_customer(user)
+    Subscription.objects.create(
+        product=product,
+        customer=customer,
+        selected_currency="XOF",
+        selected_billing_cycle="months-1",
+        auto_renew=True,
+    )
+    real_call = push._call
+    versions: list = []
+
+    def call(entry, obj, client=None):
+        data = real_call(entry, obj, client)
+        if isinstance(obj, Subscription):
+            assert pull_subscriptions().updated == 1  # adopted: the row has the remote id
+            envelope = {
+                "id": "evt-undated",
+                "type": "subscription.renewal",
+                "data": {"id": data["id"]},
+            }
+            stored = store_delivery(
+                json.dumps(envelope).encode(), {}, Verification("signature", "e")
+            )
+            assert process_event(stored.event.pk).outcome == "applied"
+            versions.append(Subscription.objects.values_list("remote_updated", flat=True).get())
+        return data
+
+    with mock.patch.object(push, "_call", side_effect=call):
+        results = push_entries(open_ids())
+    assert {r.status for r in results} <= {PushOutcome.DONE, PushOutcome.SKIPPED}
+    sub = Subscription.objects.get()
+    assert versions[0] is not None and sub.remote_updated == versions[0]
+    assert sub.remote_updated_ours and sub.status == "published" and sub.sync_state == "synced"
