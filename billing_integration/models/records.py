@@ -3,10 +3,11 @@ no API for them), with the remote ids they name and a foreign key where known he
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Any
 
-from django.db import models
+from django.db import models, router, transaction
 from django.db.models import Case, Exists, F, OuterRef, Subquery, Value, When
 from django.db.models.functions import Coalesce, Upper
 from django.utils.translation import gettext_lazy as _
@@ -170,19 +171,29 @@ def show_newest_payment(
 
 def link_waiting(model: type[models.Model], remote_ids: Iterable[Any]) -> None:
     """Link what named these subscriptions, customers, products or payments (``model``)
-    before they were known here: the foreign key of the subscriptions and records whose
-    ``<name>_remote_id`` is one of ``remote_ids`` and whose key is null, one UPDATE per model
-    (in the handlers' lock order); the reporting rollups are told, and a subscription that got
-    payments shows the newest one's status, as if they had arrived after it."""
-    name, ids = model._meta.model_name, [rid for rid in remote_ids if rid is not None]
-    if not ids:
-        return
+    before they were known here, once the current transaction commits (at once outside
+    one): the foreign key of the subscriptions and records whose ``<name>_remote_id`` is one
+    of ``remote_ids``, whose key is null and whose object is stored here, one UPDATE per
+    model (in the handlers' lock order); the reporting rollups are told, and a subscription
+    that got payments shows the newest one's status, as if they had arrived after it.
+
+    Asked for by what stores such an object and by what stores a record naming one it does
+    not find: neither sees the other's row before it is committed, and whichever commits last
+    links both."""
+    ids = [rid for rid in remote_ids if rid is not None]
+    if ids:
+        link = functools.partial(_link_waiting, model, ids)
+        transaction.on_commit(link, using=router.db_for_write(model))
+
+
+def _link_waiting(model: type[models.Model], ids: list[Any]) -> None:
+    name = model._meta.model_name
     local = model._default_manager.filter(remote_id=OuterRef(f"{name}_remote_id"))
     for referrer in (Subscription, Invoice, Payment, Refund):
         if not hasattr(referrer, f"{name}_remote_id"):
             continue
         named = referrer._default_manager.filter(**{f"{name}_remote_id__in": ids})
-        waiting = named.filter(**{f"{name}__isnull": True})
+        waiting = named.filter(Exists(local), **{f"{name}__isnull": True})
         if not waiting.update(**{f"{name}_id": Subquery(local.values("pk")[:1])}):
             continue
         if referrer is not Invoice:  # touch_reports reads subscriptions, payments, refunds

@@ -307,13 +307,18 @@ def upsert_subscriptions(rows: Iterable[Row], *, customer: Customer | None = Non
     mapped = _mapped(rows, subscription_map.from_remote, counts)
     if customer is not None:
         mapped = [m for m in mapped if m["customer_remote_id"] == customer.remote_id]
+    unknown: dict[type[Any], set[Any]] = {}
     for name, model in (("product", Product), ("customer", Customer)):
         remote_ids = {m[f"{name}_remote_id"] for m in mapped if m[f"{name}_remote_id"]}
         rows_ = model._default_manager.filter(remote_id__in=remote_ids)
         local = dict(rows_.values_list("remote_id", "pk"))
+        unknown[model] = remote_ids - local.keys()
         for fields in mapped:
             fields[f"{name}_id"] = local.get(fields[f"{name}_remote_id"])
     _upsert(Subscription, mapped, counts)
+    # Those not found may be stored meanwhile by a transaction that does not see these rows.
+    for model, remote_ids in unknown.items():
+        link_waiting(model, remote_ids)
     return counts
 
 

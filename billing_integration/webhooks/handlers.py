@@ -152,6 +152,17 @@ def _product_pk(remote_id: uuid.UUID | None) -> int | None:
     return Product.objects.filter(remote_id=remote_id).values_list("pk", flat=True).first()
 
 
+def _link_unknown(record: Any) -> None:
+    """The subscription, customer, product or payment ``record`` names and that was not found
+    here may be stored meanwhile by a transaction that does not see ``record`` either: linked
+    after the commit (``link_waiting``)."""
+    for model in (Subscription, Customer, Product, Payment):
+        name = model._meta.model_name
+        remote_id = getattr(record, f"{name}_remote_id", None)
+        if remote_id is not None and getattr(record, f"{name}_id") is None:
+            link_waiting(model, [remote_id])
+
+
 class EventHandler:
     """Base class of every handler: an upsert of the ``model`` row the event's ``data.id``
     names, behind the version guard. Override ``handle`` or its steps."""
@@ -278,6 +289,7 @@ class EventHandler:
         for key, value in values.items():
             setattr(record, key, value)
         self.save(record)
+        _link_unknown(record)
         self.after_save(ctx, record, related)
         return HandlerResult("applied", {self.object_name: record, **related})
 

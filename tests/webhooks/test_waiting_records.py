@@ -5,11 +5,12 @@ an outbox push."""
 from __future__ import annotations
 
 import json
+import threading
 import uuid
-from datetime import timedelta
+from datetime import date, timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from billing_integration.models import (
@@ -18,10 +19,16 @@ from billing_integration.models import (
     OutboxEntry,
     Payment,
     Refund,
+    ReportState,
     Subscription,
 )
 from billing_integration.outbox.push import PushOutcome, push_entry
-from billing_integration.sync.pull import pull_customers, pull_subscriptions, upsert_subscriptions
+from billing_integration.sync.pull import (
+    pull_customers,
+    pull_subscriptions,
+    upsert_customers,
+    upsert_subscriptions,
+)
 from billing_integration.webhooks.ingest import store_delivery
 from billing_integration.webhooks.processing import process_event
 from billing_integration.webhooks.verification import Verification
@@ -129,7 +136,7 @@ def test_a_customer_found_by_its_push_takes_the_records_waiting_for_it(billing_s
     assert Payment.objects.get().customer_id == customer.pk
 
 
-def _statements(arrive, waiting: int) -> int:
+def _statements(arrive, waiting: int, on_commit) -> int:
     rid = uuid.uuid4()
     Payment.objects.bulk_create(
         Payment(
@@ -140,7 +147,8 @@ def _statements(arrive, waiting: int) -> int:
         )
         for i in range(waiting)
     )
-    with CaptureQueriesContext(connection) as queries:
+    # the linking runs after the commit (records.link_waiting): counted
+    with CaptureQueriesContext(connection) as queries, on_commit(execute=True):
         arrive(rid)
     sub = Subscription.objects.get(remote_id=rid)
     assert Payment.objects.filter(subscription_remote_id=rid, subscription=sub).count() == waiting
@@ -149,7 +157,9 @@ def _statements(arrive, waiting: int) -> int:
 
 
 @pytest.mark.django_db
-def test_the_statements_do_not_grow_with_the_records_waiting(mirror):
+def test_the_statements_do_not_grow_with_the_records_waiting(
+    mirror, django_capture_on_commit_callbacks
+):
     refs = {"customer": mirror.customer.remote_id, "product": mirror.product.remote_id}
 
     def by_event(rid: uuid.UUID) -> None:
@@ -159,8 +169,9 @@ def test_the_statements_do_not_grow_with_the_records_waiting(mirror):
         assert upsert_subscriptions([subscription_data(rid, **refs)]).created == 1
 
     for arrive in (by_event, by_pull):
-        _statements(arrive, 1)  # warm-up
-        assert _statements(arrive, 1) == _statements(arrive, 20)
+        on_commit = django_capture_on_commit_callbacks
+        _statements(arrive, 1, on_commit)  # warm-up
+        assert _statements(arrive, 1, on_commit) == _statements(arrive, 20, on_commit)
 
 
 def refund_first(mirror, refunds: int) -> tuple[uuid.UUID, list[uuid.UUID]]:
@@ -187,22 +198,120 @@ def pay_for(mirror, payment: uuid.UUID) -> None:
 
 
 @pytest.mark.django_db
-def test_a_refund_waits_for_the_payment_it_refunds(mirror):
+def test_a_refund_waits_for_the_payment_it_refunds(mirror, django_capture_on_commit_callbacks):
     """A refund.* event comes before the payment.* event of the payment it refunds: the refund
     is linked to the payment when that arrives, in statements that do not grow with the
     refunds waiting."""
     payment, refunds = refund_first(mirror, 1)
-    pay_for(mirror, payment)
+    with django_capture_on_commit_callbacks(execute=True):  # the linking, after the commit
+        pay_for(mirror, payment)
     stored = Payment.objects.get(remote_id=payment)
     assert Refund.objects.get(remote_id=refunds[0]).payment_id == stored.pk
     assert list(stored.refunds.values_list("remote_id", flat=True)) == refunds
 
     def statements(refunds: int) -> int:
         payment, ids = refund_first(mirror, refunds)
-        with CaptureQueriesContext(connection) as queries:
+        with (
+            CaptureQueriesContext(connection) as queries,
+            django_capture_on_commit_callbacks(execute=True),
+        ):
             pay_for(mirror, payment)
         linked = Refund.objects.filter(remote_id__in=ids, payment__remote_id=payment)
         assert linked.count() == refunds
         return len([q for q in queries.captured_queries if "SAVEPOINT" not in q["sql"]])
 
     assert statements(1) == statements(20)
+
+
+def _stored(event_type: str, data: dict) -> int:
+    payload = envelope(event_type, data)
+    return store_delivery(json.dumps(payload).encode(), {}, Verification("signature")).pk
+
+
+@pytest.mark.postgresql
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("last", ["payment", "refund"])
+def test_a_refund_and_its_payment_stored_at_once_are_linked(mirror, last):
+    """Two workers: one stores a payment, the other a refund of it. Whichever commits last,
+    neither saw the other's row before its commit (READ COMMITTED): the refund is linked all
+    the same, by the linking each runs after its commit."""
+    ReportState.objects.filter(name=ReportState.DIRTY).update(month=date(2000, 1, 1))
+    payment = uuid.uuid4()
+    refs = {"subscription": mirror.subscription.remote_id, "customer": mirror.customer.remote_id}
+    data = payment_data(payment, status="completed", product=mirror.product.remote_id, **refs)
+    events = {
+        "payment": _stored("payment.completed", data),
+        "refund": _stored(
+            "refund.initiated",
+            refund_data(uuid.uuid4(), status="initiated", payment=payment, **refs),
+        ),
+    }
+    first = "refund" if last == "payment" else "payment"
+    seen: dict[str, object] = {}
+
+    def other_worker() -> None:  # commits while the one below is not committed yet
+        try:
+            seen["state"] = process_event(events[first]).state
+            seen["payment"] = Payment.objects.filter(remote_id=payment).exists()
+            seen["refunds"] = list(Refund.objects.values_list("payment_remote_id", "payment_id"))
+        finally:
+            connection.close()
+
+    with transaction.atomic():  # the last one's work: not committed while the other runs
+        assert process_event(events[last]).state == "processed"
+        if last == "refund":
+            assert Refund.objects.get().payment_id is None
+        worker = threading.Thread(target=other_worker)
+        worker.start()
+        worker.join(timeout=30)
+        assert not worker.is_alive(), "the other worker waited on this transaction"
+    assert seen["state"] == "processed"
+    if last == "payment":  # the refund's lookup ran while the payment was not committed
+        assert seen["payment"] is False and seen["refunds"] == [(payment, None)]
+    else:  # the payment was committed while the refund (stored unlinked) was not: none seen
+        assert seen["payment"] is True and seen["refunds"] == []
+    refund = Refund.objects.get()
+    assert refund.payment_id == Payment.objects.get(remote_id=payment).pk
+
+
+@pytest.mark.postgresql
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("last", ["customer", "subscription"])
+def test_a_subscription_and_its_customer_pulled_at_once_are_linked(mirror, last):
+    """Two pulls: one writes a customer, the other a subscription of it. Whichever commits
+    last, the subscription is linked to the customer."""
+    ReportState.objects.filter(name=ReportState.DIRTY).update(month=date(2000, 1, 1))
+    customer = uuid.uuid4()
+    rid = uuid.uuid4()
+    resource = {"id": str(customer), "identifier": "c-race", "first_name": "Ada"}
+    writes = {
+        "customer": lambda: upsert_customers([resource]),
+        "subscription": lambda: upsert_subscriptions(
+            [subscription_data(rid, customer=customer, product=mirror.product.remote_id)]
+        ),
+    }
+    first = "subscription" if last == "customer" else "customer"
+    seen: dict[str, object] = {}
+
+    def other_pull() -> None:  # commits while the one below is not committed yet
+        try:
+            seen["created"] = writes[first]().created
+            seen["customer"] = Customer.objects.filter(remote_id=customer).exists()
+            seen["subscriptions"] = list(
+                Subscription.objects.filter(remote_id=rid).values_list("customer_id", flat=True)
+            )
+        finally:
+            connection.close()
+
+    with transaction.atomic():  # the last one's write: not committed while the other runs
+        assert writes[last]().created == 1
+        worker = threading.Thread(target=other_pull)
+        worker.start()
+        worker.join(timeout=30)
+        assert not worker.is_alive(), "the other pull waited on this transaction"
+    assert seen["created"] == 1
+    if last == "customer":  # the subscription's lookup ran while the customer was uncommitted
+        assert seen["customer"] is False and seen["subscriptions"] == [None]
+    else:  # the customer was committed while the subscription was not: none seen
+        assert seen["customer"] is True and seen["subscriptions"] == []
+    assert Subscription.objects.get(remote_id=rid).customer.remote_id == customer
