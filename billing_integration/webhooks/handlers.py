@@ -13,7 +13,9 @@ from decimal import Decimal, InvalidOperation
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
+from django.contrib.contenttypes.models import ContentType
 from django.db import connections, models
+from django.db.models import Q
 from django.utils import timezone
 
 from .. import currencies
@@ -22,6 +24,7 @@ from ..mapping import subscriptions as subscription_mapping
 from ..mapping.common import as_uuid, reference, storable, ts
 from ..models import Customer, Invoice, Payment, Product, Refund, Subscription, WebhookEvent
 from ..models.base import older_than_stored
+from ..models.outbox import BLOCKING, OutboxEntry, OutboxState
 from ..models.records import link_waiting, show_newest_payment
 from ..models.subscriptions import CANCELED_STATUSES
 from ..outbox import from_remote
@@ -64,7 +67,9 @@ class EventContext:
 
 @dataclass
 class HandlerResult:
-    """``outcome``: ``applied`` or ``stale``; ``objects``: the local objects, for the signals."""
+    """``outcome``: ``applied``, ``stale`` or ``deferred`` (nothing stored:
+    ``SubscriptionHandler.create_may_be_out``); ``objects``: the local objects, for the
+    signals."""
 
     outcome: str = "applied"
     objects: dict[str, Any] = field(default_factory=dict)
@@ -326,6 +331,35 @@ class SubscriptionHandler(EventHandler):
         if status := self.STATUS_FOR_TYPE.get(self.event_type):
             values["status"] = status
         return {**values, "remote_updated": ctx.version, "remote_updated_ours": ctx.version_is_ours}
+
+    def handle(self, ctx: EventContext) -> HandlerResult:
+        remote_id = as_uuid(ctx.data.get("id"))
+        if remote_id is not None and self.create_may_be_out(ctx, remote_id):
+            return HandlerResult("deferred")
+        return super().handle(ctx)
+
+    def create_may_be_out(self, ctx: EventContext, remote_id: uuid.UUID) -> bool:
+        """``remote_id`` is not known here, and a local subscription of the data's customer and
+        product waits for its remote id while its create call is out or its outcome is unknown
+        (entry in progress, or in doubt): this event may be of that subscription. Nothing is
+        stored then (a row here would take the remote id the create's answer brings: two rows
+        for one subscription); the answer links the waiting row, the next pull applies the
+        data. Two different subscriptions are never merged."""
+        customer = reference(ctx.data.get("customer"), "customer")
+        product = reference(ctx.data.get("product"), "product")
+        if customer is None or product is None:
+            return False
+        if Subscription.objects.filter(remote_id=remote_id).exists():
+            return False
+        waiting = Subscription.objects.filter(
+            remote_id__isnull=True, customer__remote_id=customer, product__remote_id=product
+        )
+        return OutboxEntry.objects.filter(
+            BLOCKING,
+            Q(state=OutboxState.IN_PROGRESS) | Q(in_doubt=True),
+            content_type=ContentType.objects.get_for_model(Subscription),
+            object_id__in=waiting.values("pk"),
+        ).exists()
 
     def new(self, remote_id: uuid.UUID) -> Any:
         return Subscription(remote_id=remote_id, sync_state="synced", last_synced_at=timezone.now())

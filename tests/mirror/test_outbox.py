@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from decimal import Decimal
@@ -10,6 +11,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from billing_integration.client import get_client
 from billing_integration.customers import ensure_customer_pushed, get_or_create_customer
 from billing_integration.models import (
     BillingCycle,
@@ -24,6 +26,10 @@ from billing_integration.outbox import from_remote, push, tasks
 from billing_integration.outbox.push import PushOutcome, push_entry
 from billing_integration.outbox.retry import retry_failed
 from billing_integration.outbox.tasks import sweep_outbox
+from billing_integration.sync.pull import pull_subscriptions
+from billing_integration.webhooks.ingest import store_delivery
+from billing_integration.webhooks.processing import process_event
+from billing_integration.webhooks.verification import Verification
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -395,6 +401,56 @@ def test_subscription_created_through_the_api_pushes_its_dependencies_first(bill
     assert push_all() in ([], [done], [done, done])  # the dependencies' own entries: no-ops
     assert len(billing_sandbox.requests(operation="create_customer")) == 1
     assert len(billing_sandbox.requests(operation="create_product")) == 1
+
+
+def test_an_event_during_the_subscription_create_call_makes_no_second_row(
+    billing_sandbox, monkeypatch
+):
+    """The service created the subscription and, before its answer reached us, the event of
+    a change to it arrived and was processed: the event created a second local row, the
+    answer then failed the remote-id uniqueness check, and the entry failed in doubt with two
+    rows for one subscription. Now the event stores nothing, the answer links the waiting row
+    and settles the entry, and the next pull applies the event's state."""
+    product = make_product()
+    product.publish()
+    user = get_user_model().objects.create(username="sub", email="s@example.com")
+    customer, _ = get_or_create_customer(user)
+    sub = Subscription.objects.create(
+        product=product,
+        customer=customer,
+        selected_currency="XOF",
+        selected_billing_cycle="months-1",
+        auto_renew=True,
+    )
+    session = get_client().session
+    real = session.request
+    events: list = []
+
+    def request(method, url, **kwargs):
+        response = real(method, url, **kwargs)
+        if method == "POST" and url.endswith("/subscriptions") and not events:
+            remote_id = response.json()["data"][0]["id"]
+            billing_sandbox.advance(seconds=60)
+            payload = billing_sandbox.trigger("subscription.paused", remote_id)
+            body = json.dumps(payload).encode()
+            stored = store_delivery(body, {}, Verification("signature", payload["id"]))
+            events.append(process_event(stored.event.pk))
+        return response
+
+    monkeypatch.setattr(session, "request", request)
+    entry = OutboxEntry.objects.for_object(sub).get()
+    assert push_entry(entry.pk).status == PushOutcome.DONE
+    (event,) = events
+    assert (event.state, event.outcome) == ("processed", "deferred")
+    (remote,) = billing_sandbox.objects("subscription")
+    assert list(Subscription.objects.values_list("pk", "remote_id")) == [
+        (sub.pk, uuid.UUID(remote["id"]))
+    ]
+    entry.refresh_from_db()
+    assert (entry.state, entry.in_doubt) == ("done", False)
+    pull_subscriptions()
+    sub.refresh_from_db()
+    assert (sub.status, sub.sync_state) == ("paused", "synced")
 
 
 def test_drain_re_enqueues_entries_whose_message_was_lost(billing_sandbox, recorded_enqueues):
