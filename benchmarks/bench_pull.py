@@ -254,7 +254,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
 
-    with sandbox_process() as env, bench_database(os.environ.get("DATABASE_URL", "")) as db_url:
+    # the floor's token is taken once: it must outlive every round (the default is 300 s)
+    with sandbox_process("--token-lifetime", "7200") as env, bench_database(os.environ.get("DATABASE_URL", "")) as db_url:
         os.environ.update(env)
         os.environ.update(
             DATABASE_URL=db_url,
