@@ -8,11 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import flatten_fieldsets
-from django.contrib.admin.views import main
-from django.db import DataError, models, transaction
-from django.http import HttpRequest
+from django.contrib.admin.views.main import ERROR_FLAG
+from django.db import DataError, models, router, transaction
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
@@ -34,37 +33,32 @@ else:
     ModelForm, BaseInlineFormSet = forms.ModelForm, forms.BaseInlineFormSet
 
 
-class ChangeList(main.ChangeList):
-    """Django's list, answering the crafted parameters it would fail on with a 500 as it
-    answers any bad one (``IncorrectLookupParameters``: a redirect to ``?e=1``): a NUL
-    character in a value (filter or search; PostgreSQL refuses it in text), a date part past
-    ``datetime``'s range (``?created_at__year=99999999999``, or the date hierarchy's
-    ``__month``), which fails where the filter becomes SQL, and a value the database refuses
-    (``?amount__exact=1E%2B99999999``, past PostgreSQL's numeric)."""
-
-    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> Any:
-        if any("\x00" in value for _, values in request.GET.lists() for value in values):
-            raise IncorrectLookupParameters("a NUL character in a list parameter")
-        try:
-            return super().get_queryset(request, exclude_parameters)
-        except OverflowError as exc:  # the date hierarchy's datetime()
-            raise IncorrectLookupParameters(exc) from exc
-
-    def get_results(self, request: HttpRequest) -> None:
-        try:
-            # the counts, where the filters become SQL; a savepoint, so that a value the
-            # database refused leaves the request's transaction usable
-            with transaction.atomic(using=self.root_queryset.db):
-                super().get_results(request)
-        except (DataError, OverflowError, ValueError) as exc:
-            raise IncorrectLookupParameters(exc) from exc
-
-
 class ModelAdmin(DjangoModelAdmin):
-    """The base of the app's admins: their lists are ``ChangeList``s."""
+    """The base of the app's admins. Its list answers the crafted parameters Django's list would
+    fail on with a 500 as Django answers any bad one: a redirect to ``?e=1``."""
 
-    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
-        return ChangeList
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        """The list, answered with a redirect to ``?e=1`` when a parameter has a NUL character
+        (PostgreSQL refuses it in text), a date part past ``datetime``'s range
+        (``?created_at__year=99999999999``, the date hierarchy's ``__month`` and ``__day``) or
+        a value the database refuses (``?amount__exact=1E%2B99999999``, past PostgreSQL's
+        numeric). It runs in a savepoint, so that a value the database refused leaves the
+        request's transaction usable. A POST (an admin action) is not guarded: an action's
+        error is not hidden as ``?e=1``."""
+        if request.method == "POST":
+            return super().changelist_view(request, extra_context)
+        error = HttpResponseRedirect(f"{request.path}?{ERROR_FLAG}=1")
+        if any("\x00" in value for _, values in request.GET.lists() for value in values):
+            return error
+        try:
+            with transaction.atomic(using=router.db_for_read(self.model)):
+                return super().changelist_view(request, extra_context)
+        # DataError: a value the database refuses; OverflowError: a date part past what
+        # datetime() takes (?created_at__year=99999999999); ValueError: a year lookup past 9999
+        # (?created_at__year=10000), which Django turns into datetime(10000, 1, 1) where the
+        # filter becomes SQL, in the list's counts.
+        except (DataError, OverflowError, ValueError):
+            return error
 
 
 #: Colours of the badges (sync states, event states, record statuses).
