@@ -168,6 +168,18 @@ def _link_unknown(record: Any) -> None:
             link_waiting(model, [remote_id])
 
 
+def carried(data: dict[str, Any], source: dict[str, str], name: str) -> bool:
+    """Whether an event's data carries a value for the field ``name`` (read from the key
+    ``source`` names, else from ``name``): present, and for a status or the id of another
+    object, neither null nor empty. A field left out, or a status, customer or product sent
+    as null, keeps what is stored: the service never takes those away."""
+    key = source.get(name, name)
+    if key not in data:
+        return False
+    kept_when_null = name == "status" or name.endswith("_remote_id")
+    return not (kept_when_null and data[key] in (None, ""))
+
+
 class EventHandler:
     """Base class of every handler: an upsert of the ``model`` row the event's ``data.id``
     names, behind the version guard. Override ``handle`` or its steps."""
@@ -234,7 +246,7 @@ class EventHandler:
         for name, length in self.TEXTS.items():
             values[name] = _text(data.get(name), length, name)
         source = {"remote_created": "date_created", **{f"{n}_remote_id": n for n in names}}
-        values = {key: value for key, value in values.items() if source.get(key, key) in data}
+        values = {key: value for key, value in values.items() if carried(data, source, key)}
         if status:
             values["status"] = status
         values["remote_data"] = storable(data, f"event data of {str(data.get('id'))[:64]}")
@@ -326,7 +338,7 @@ class SubscriptionHandler(EventHandler):
         values: dict[str, Any] = {
             name: value
             for name, value in mapped.items()
-            if name == "remote_data" or _SUBSCRIPTION_SOURCE.get(name, name) in ctx.data
+            if name == "remote_data" or carried(ctx.data, _SUBSCRIPTION_SOURCE, name)
         }
         if status := self.STATUS_FOR_TYPE.get(self.event_type):
             values["status"] = status

@@ -522,3 +522,25 @@ def test_a_status_the_type_overrides_is_not_read(mirror, deliver):
     event = deliver(bare("payment.completed", data))
     assert event.outcome == "applied", event.error
     assert Payment.objects.get(remote_id=rid).status == "completed"
+
+
+# --- null references and statuses ----------------------------------------------------------------
+@pytest.mark.parametrize("nulled", ["status", "customer", "product"])
+def test_a_null_status_customer_or_product_in_a_subscription_event_keeps_the_stored_one(
+    mirror, deliver, nulled
+):
+    """The interface never says a subscription loses its customer, product or status; a null
+    one in an event is read as "not sent", as an absent one is. The other fields apply."""
+    sub = mirror.subscription
+    sub.refresh_from_db()
+    before = {"status": sub.status, "customer": sub.customer_id, "product": sub.product_id}
+    later = datetime.now(tz=UTC).replace(microsecond=0)
+    data = subscription_data(sub.remote_id, **refs(mirror), start=later, updated=later)
+    data[nulled] = None
+    event = deliver(bare("subscription.renewal", data))
+    assert event.state == EventState.PROCESSED and event.outcome == "applied", event.error
+    sub.refresh_from_db()
+    assert {"status": sub.status, "customer": sub.customer_id, "product": sub.product_id} == before
+    assert sub.customer_remote_id == mirror.customer.remote_id
+    assert sub.product_remote_id == mirror.product.remote_id
+    assert sub.cycle_start_date == later  # the rest of the event applied
