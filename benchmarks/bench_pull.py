@@ -255,7 +255,8 @@ def main() -> int:
     args = parser.parse_args()
 
     # the floor's token is taken once: it must outlive every round (the default is 300 s)
-    with sandbox_process("--token-lifetime", "7200") as env, bench_database(os.environ.get("DATABASE_URL", "")) as db_url:
+    sandbox = sandbox_process("--token-lifetime", "7200")
+    with sandbox as env, bench_database(os.environ.get("DATABASE_URL", "")) as db_url:
         os.environ.update(env)
         os.environ.update(
             DATABASE_URL=db_url,
