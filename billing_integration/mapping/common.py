@@ -163,3 +163,9 @@ def text(model: type[models.Model], name: str, value: Any, field: str | None = N
     if _UNSTORABLE.search(value):
         raise RemoteDataError(field, value, "contains a lone surrogate")
     return value
+
+
+def normal_status(model: type[models.Model], value: Any) -> str:
+    """A status as the interface spells them, stripped and lower-cased (``" Published "`` is
+    ``published``); ``""`` for null; ``RemoteDataError`` as ``text`` gives."""
+    return text(model, "status", value).strip().lower()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .common import remote_meta, text
+from .common import normal_status, remote_meta, text
 
 if TYPE_CHECKING:
     from ..models import Customer
@@ -22,8 +22,9 @@ def from_remote(data: dict[str, Any]) -> dict[str, Any]:
     from ..models import Customer
 
     fields = remote_meta(data)
-    for name in (*CREATE_FIELDS, "status"):
+    for name in CREATE_FIELDS:
         fields[name] = text(Customer, name, data.get(name) or None)
+    fields["status"] = normal_status(Customer, data.get("status") or None)
     for name in ("address_line_1", "address_line_2", "phone"):
         value = data.get(name)
         fields[name] = None if value is None else text(Customer, name, value)

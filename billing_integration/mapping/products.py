@@ -12,7 +12,7 @@ from django.utils.translation import gettext
 
 from .. import currencies
 from ..exceptions import BillingConfigurationError, RemoteDataError
-from .common import as_decimal, remote_meta, text, wire_amount
+from .common import as_decimal, normal_status, remote_meta, text, wire_amount
 
 if TYPE_CHECKING:
     from ..models import BillingCycle, Product
@@ -167,7 +167,7 @@ def from_remote(data: dict[str, Any]) -> dict[str, Any]:
     fields = remote_meta(data) | {
         "name": text(Product, "name", data.get("name") or None),
         "description": text(Product, "description", data.get("description") or None),
-        "status": text(Product, "status", data.get("status") or None) or "draft",
+        "status": normal_status(Product, data.get("status") or None) or "draft",
         "selected_currencies": _remote_currencies(data.get("selected_currencies")),
         "product_type": "one_time" if one_time else "subscription",
         "blueprint_known": one_time,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from .. import currencies
 from ..conf import guesses
 from ..exceptions import BillingConfigurationError, RemoteDataError
-from .common import reference, remote_meta, storable, text, ts, wire_ts
+from .common import normal_status, reference, remote_meta, storable, text, ts, wire_ts
 
 if TYPE_CHECKING:
     from ..models import Subscription
@@ -62,7 +62,7 @@ def _remote_status(value: Any, present: bool) -> str:
 
     if value is not None and not isinstance(value, str):
         raise RemoteDataError("status", value, "not a string")
-    status = text(Subscription, "status", (value or "").strip().lower())
+    status = normal_status(Subscription, value)
     if present and not is_known_status(status):
         _log_once(
             "Unknown subscription status %r: stored, grants no access (add it to "

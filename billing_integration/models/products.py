@@ -59,7 +59,8 @@ class ProductQuerySet(models.QuerySet["Product"]):
         """Published products the service is known to sell (``confirmed_status``)."""
         refused = models.Q(
             sync_state=SyncState.FAILED,
-            remote_data__status__in=[ProductStatus.DRAFT.value, ProductStatus.ARCHIVED.value],
+            # the service's status as the mapping reads it: any case, spaces around
+            remote_data__status__iregex=r"^\s*(draft|archived)\s*$",
         )
         return self.published().exclude(pk__in=self.filter(refused).values("pk"))
 
@@ -165,6 +166,7 @@ class Product(RemoteObject):
     def confirmed_status(self) -> str:
         """The status to sell by: the service's (``remote_data``) if the last push failed."""
         confirmed = self.remote_data.get("status") if isinstance(self.remote_data, dict) else None
+        confirmed = confirmed.strip().lower() if isinstance(confirmed, str) else None
         if self.sync_state == SyncState.FAILED and confirmed in ProductStatus.values:
             return str(confirmed)
         return self.status

@@ -73,3 +73,14 @@ def test_products_never_refused_are_sold_per_their_status(billing_sandbox):
     product.refresh_from_db()
     assert product.confirmed_status == "published"
     assert list(Product.objects.on_sale()) == [product]
+
+
+def test_the_services_status_in_capitals_is_read_as_the_mapping_reads_it(billing_sandbox):
+    """The last status the service confirmed, in ``remote_data``, may be spelled ``" ARCHIVED"``:
+    the product is still retired for checkout and the pricing page."""
+    product = republished_but_refused()
+    data = dict(product.remote_data, status=" ARCHIVED")
+    Product.objects.filter(pk=product.pk).update(remote_data=data)
+    product.refresh_from_db()
+    assert product.confirmed_status == "archived"
+    assert list(Product.objects.on_sale()) == []

@@ -549,3 +549,30 @@ def test_a_version_from_the_future_does_not_make_every_later_pulled_row_stale(sm
     assert subs[0].status == "published"
     assert subs[1].status == "paused" and subs[1].remote_updated == ahead
     assert counts.stale == 1
+
+
+def test_statuses_in_capitals_or_padded_are_read_as_the_interface_spells_them(
+    billing_sandbox, tamper
+):
+    """The interface spells statuses in lower case (``draft``, ``published``, ``archived``); a
+    product answered ``" Published "`` is on sale, one answered ``"ARCHIVED"`` is archived, and
+    a customer's status is stored the same way."""
+    from billing_integration.models import Product
+
+    client = get_client()
+    body = {"name": "Plan", "description": "", "prices": [{"currency": 1, "amount": 100}]}
+    on_sale = client.create_product({**body, "status": "published", "selected_currencies": ["1"]})
+    gone = client.create_product({**body, "status": "archived", "selected_currencies": ["1"]})
+    spelled = {on_sale["id"]: " Published ", gone["id"]: "ARCHIVED"}
+    tamper("list_products", lambda rows: [dict(r, status=spelled[r["id"]]) for r in rows])
+    pull_products()
+    statuses = dict(Product.objects.values_list("remote_id", "status"))
+    assert {str(k): v for k, v in statuses.items()} == {
+        on_sale["id"]: "published",
+        gone["id"]: "archived",
+    }
+    assert list(Product.objects.on_sale().values_list("name", flat=True)) == ["Plan"]
+    client.create_customer({"identifier": "c1", "first_name": "A", "last_name": "B", "email": ""})
+    tamper("list_customers", lambda rows: [dict(r, status="Published") for r in rows])
+    pull_customers()
+    assert list(Customer.objects.values_list("status", flat=True)) == ["published"]
