@@ -19,7 +19,12 @@ from django.views import View
 
 from ..conf import billing_settings
 from ..models import Product, ProductType, Subscription
-from ..models.subscriptions import CANCELED_STATUSES, active_statuses, in_grace_period
+from ..models.subscriptions import (
+    CANCELED_STATUSES,
+    active_q,
+    active_statuses,
+    in_grace_period,
+)
 
 __all__ = [
     "FeatureRequiredMixin",
@@ -36,7 +41,10 @@ __all__ = [
     "has_feature",
     "held_plan",
     "in_grace_period",
+    "lapsed_in_the_way",
+    "lapsed_may_renew",
     "live_subscriptions",
+    "may_renew",
     "on_grace_period",
     "on_trial",
     "plan_in_the_way",
@@ -189,9 +197,15 @@ def plan_in_the_way(subscriptions: Iterable[Subscription], product: Product) -> 
         and s.product.is_plan
         and s.product.plan_group == product.plan_group
         and s.product_id != product.pk
-        and (s.is_live or (s.auto_renew and s.status in active_statuses()))
+        and (s.is_live or may_renew(s))
         for s in subscriptions
     )
+
+
+def may_renew(subscription: Subscription) -> bool:
+    """Whether ``subscription`` may still renew on the service (status active, ``auto_renew``
+    on), whether or not its paid period ended here."""
+    return subscription.auto_renew and subscription.status in active_statuses()
 
 
 def plan_may_renew(subscriber: Any, product: ProductRef) -> Subscription | None:
@@ -223,6 +237,36 @@ def plan_to_replace(subscriber: Any, product: ProductRef) -> Subscription | None
     (``plan_may_renew``). Checkout and trials refuse ``product`` beside it; a change of plan
     (``checkout.changes.change_plan``) moves it."""
     return held_plan(subscriber, product) or plan_may_renew(subscriber, product)
+
+
+def _bought_once(product: Product) -> bool:
+    return not product.is_one_time and not product.multiple_purchases
+
+
+def lapsed_may_renew(subscriber: Any, product: ProductRef) -> Subscription | None:
+    """The subscriber's own subscription to ``product`` (recurring, bought once: not
+    ``multiple_purchases``) whose access ended here while it may still renew on the service
+    (``may_renew``: a failed payment the service may try again). A new subscription to
+    ``product`` beside it could be billed twice: checkout and trials refuse it until its
+    renewal stops. A live one is the product held (``live_subscriptions``)."""
+    resolved = resolve_product(product)
+    if resolved is None or not _bought_once(resolved) or not _is_subscriber(subscriber):
+        return None
+    return (
+        Subscription.objects.for_subscriber(subscriber)
+        .filter(product=resolved, status__in=active_statuses(), auto_renew=True)
+        .exclude(active_q())
+        .order_by("-cycle_start_date", "-pk")
+        .first()
+    )
+
+
+def lapsed_in_the_way(subscriptions: Iterable[Subscription], product: Product) -> bool:
+    """``lapsed_may_renew`` over rows already read: whether one of them is a subscription to
+    ``product`` that lapsed while it may still renew."""
+    return _bought_once(product) and any(
+        s.product_id == product.pk and not s.is_active and may_renew(s) for s in subscriptions
+    )
 
 
 def subscription_required_url(

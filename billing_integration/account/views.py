@@ -12,7 +12,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from .. import currencies
-from ..access import get_subscriber, plan_in_the_way
+from ..access import get_subscriber, lapsed_in_the_way, plan_in_the_way
 from ..checkout import changes
 from ..client import get_client
 from ..conf import billing_settings
@@ -71,9 +71,10 @@ def _pay_again(
     subscriptions: list[Subscription],
 ) -> dict[int, dict[str, str]]:
     """Payment pk -> the checkout form's fields, for the latest failed payment of each
-    product that is on sale (the status the service last confirmed), not held now, and not a
-    second plan beside one of ``subscriptions`` (``access.plan_in_the_way``; ``payments``
-    newest first)."""
+    product that is on sale (the status the service last confirmed), not held now, not beside
+    a subscription of it that may still renew (``access.lapsed_in_the_way``: checkout refuses
+    it), and not a second plan beside one of ``subscriptions`` (``access.plan_in_the_way``;
+    ``payments`` newest first)."""
     offers: dict[int, dict[str, str]] = {}
     seen: set[int] = set()
     for payment in payments:
@@ -85,6 +86,7 @@ def _pay_again(
             payment.status not in PAY_AGAIN_STATUSES
             or product.confirmed_status != ProductStatus.PUBLISHED
             or (product.pk in held and not product.multiple_purchases)
+            or lapsed_in_the_way(subscriptions, product)
             or plan_in_the_way(subscriptions, product)
         ):
             continue

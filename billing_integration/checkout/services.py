@@ -17,7 +17,13 @@ from django.utils import formats, timezone
 from django.utils.translation import gettext, gettext_lazy
 
 from .. import currencies
-from ..access import _is_subscriber, live_subscriptions, plan_to_replace, resolve_product
+from ..access import (
+    _is_subscriber,
+    lapsed_may_renew,
+    live_subscriptions,
+    plan_to_replace,
+    resolve_product,
+)
 from ..client import get_client, interactive_deadline
 from ..client.retry import Deadline
 from ..conf import billing_settings, shared_cache
@@ -106,6 +112,17 @@ class AlreadySubscribed(CheckoutError):
     default_message = gettext_lazy(
         "You already have an active subscription to this product, so there is nothing to "
         "buy. You can see and manage it from your account."
+    )
+
+
+class StillRenewing(AlreadySubscribed):
+    """The subscriber's subscription to the product lapsed here but may still renew on the
+    service (``access.lapsed_may_renew``): a second one could be billed beside it (409)."""
+
+    default_message = gettext_lazy(
+        "Your subscription to this product may still renew: the payment service may try its "
+        "payment again, so a new purchase could be charged beside it. Stop its renewal from "
+        "your billing page, then buy it again."
     )
 
 
@@ -523,6 +540,8 @@ def start_checkout(
     selection = validate_selection(product, cycle, currency)
     if not selection.product.multiple_purchases and holds_paid(subscriber, selection.product):
         raise AlreadySubscribed()
+    if lapsed_may_renew(subscriber, selection.product) is not None:
+        raise StillRenewing()
     if (held := plan_to_replace(subscriber, selection.product)) is not None:
         raise PlanAlreadyHeld(held, selection.product)
     _refuse_if_service_down("checkout", client)

@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.utils.translation import gettext, gettext_lazy
 
 from .. import currencies
-from ..access import _is_subscriber, plan_to_replace
+from ..access import _is_subscriber, lapsed_may_renew, plan_to_replace
 from ..client import interactive_deadline
 from ..client.retry import Deadline
 from ..conf import billing_settings
@@ -29,6 +29,7 @@ from .services import (
     PlanAlreadyHeld,
     ProductUnavailable,
     ServiceUnavailable,
+    StillRenewing,
     _lock_customer,
     _refuse_if_service_down,
     _refused,
@@ -132,6 +133,8 @@ def start_trial(
     wanted = selection.product
     if holds_paid(subscriber, wanted):
         raise AlreadySubscribed()
+    if lapsed_may_renew(subscriber, wanted) is not None:
+        raise StillRenewing()
     if (held := plan_to_replace(subscriber, wanted)) is not None:
         raise PlanAlreadyHeld(held, wanted)
     if wait:

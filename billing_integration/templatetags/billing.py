@@ -12,6 +12,7 @@ from .. import currencies, display
 from ..access import (
     _is_subscriber,
     get_subscriber,
+    lapsed_in_the_way,
     on_grace_period,
     on_trial,
     plan_in_the_way,
@@ -96,10 +97,12 @@ def _held(context: template.Context, subscriber: Any) -> Held:
 
 def _in_the_way(held: Held, product: Product, selection: Any = None) -> bool:
     """Whether ``start_checkout`` and ``start_trial`` refuse ``product`` for a plan of its
-    group held (or that may renew), or a trial or an open checkout beside it
-    (``session_in_the_way``; ``selection``'s own session is no rival)."""
+    group held (or that may renew), a subscription of it that lapsed but may renew, or a trial
+    or an open checkout beside it (``session_in_the_way``; ``selection``'s own session is no
+    rival)."""
     return (
         plan_in_the_way(held.subscriptions, product)
+        or lapsed_in_the_way(held.subscriptions, product)
         or trial_of_another_plan(held.trials_running, product) is not None
         or session_in_the_way(held.sessions, product, selection) is not None
     )

@@ -74,8 +74,14 @@ def test_every_record_type_shown_humanly_in_the_sites_layout(client, demo, seede
 
 
 def test_pay_again_for_a_lapsed_product_posts_to_checkout(client, demo, seeded) -> None:
+    """A lapsed Pro that no longer renews (the service stopped retrying its payment): a Pro
+    that may still renew is refused a second subscription, see tests/checkout/
+    test_lapsed_renewal.py."""
+    from billing_integration.models import Subscription
+
     pro = seeded["Pro"]
     lapsed = subscription(demo, pro, lapsed=True, cycle="years-1", currency="USD")
+    Subscription.objects.filter(pk=lapsed.pk).update(auto_renew=False)
     payment(lapsed, "failed", "250", "USD", reason="declined", minutes_ago=10)
     latest = payment(lapsed, "failed", "250", "USD", reason="insufficient_funds")
     client.force_login(demo)
@@ -147,11 +153,14 @@ def test_no_pay_again_while_the_product_is_still_held(client, demo, seeded) -> N
 def test_no_pay_again_for_a_second_plan_or_a_product_not_on_sale(client, demo, seeded) -> None:
     """One plan at a time: a lapsed Pro whose renewal failed is not offered again while
     Starter (same group) is held; nor is a product whose publication the service refused."""
-    from billing_integration.models import Product
+    from billing_integration.models import Product, Subscription
 
     pro, team = seeded["Pro"], seeded["Team"]
     subscription(demo, seeded["Starter"])
-    payment(subscription(demo, pro, lapsed=True), "failed", "9000", "XOF", reason="declined")
+    lapsed_pro = subscription(demo, pro, lapsed=True)
+    # no longer renewing: one that may still renew is never offered again (a second one)
+    Subscription.objects.filter(pk=lapsed_pro.pk).update(auto_renew=False)
+    payment(lapsed_pro, "failed", "9000", "XOF", reason="declined")
     client.force_login(demo)
     assert forms(section(client.get(URL).content.decode(), "billing-payments")) == []
 
@@ -159,6 +168,7 @@ def test_no_pay_again_for_a_second_plan_or_a_product_not_on_sale(client, demo, s
     assert len(forms(section(client.get(URL).content.decode(), "billing-payments"))) == 1
 
     lapsed_team = subscription(demo, team, lapsed=True, cycle="years-1")
+    Subscription.objects.filter(pk=lapsed_team.pk).update(auto_renew=False)
     payment(lapsed_team, "failed", "90000", "XOF", reason="declined")
     Product.objects.filter(pk__in=[pro.pk, team.pk]).update(
         add_on=True, sync_state="failed", remote_data={"status": "archived"}

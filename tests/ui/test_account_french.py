@@ -11,7 +11,7 @@ from django.utils import timezone, translation
 from django.utils.formats import date_format
 
 from billing_integration.checkout.services import ServiceUnavailable
-from billing_integration.models import Product
+from billing_integration.models import Product, Subscription
 
 from .conftest import invoice, payment, refund, subscription
 from .test_account import URL, section, text
@@ -25,6 +25,8 @@ def test_the_billing_page_in_french(client, demo, seeded) -> None:
     Product.objects.filter(pk=pro.pk).update(add_on=True)
     active = subscription(demo, starter, cycle="months-1", currency="XOF")
     lapsed = subscription(demo, pro, lapsed=True, cycle="years-1", currency="USD")
+    # no longer renewing: "Pay again" is offered
+    Subscription.objects.filter(pk=lapsed.pk).update(auto_renew=False)
     paid = payment(active, "completed", "5000.0000", "XOF", minutes_ago=5)
     payment(lapsed, "failed", "250", "USD", reason="insufficient_funds")
     invoice(active, "5000", "XOF")

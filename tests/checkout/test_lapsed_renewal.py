@@ -1,0 +1,74 @@
+"""A subscription whose paid period ended here while it may still renew on the service (status
+granting access, ``auto_renew`` on: a failed payment the service may retry). Buying its own
+product again beside it would make two subscriptions both billed once the retry succeeds. Over
+real HTTP with the sandbox."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from billing_integration.models import CheckoutSession, Payment, Subscription
+
+from .test_one_purchase import button, hold, post
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ACCOUNT = "/billing/account/"
+
+
+def lapsed(user, product, **fields) -> Subscription:
+    """``user``'s subscription to ``product`` whose period ended yesterday and whose renewal
+    payment failed; still ``published`` with ``auto_renew`` on (the service may retry)."""
+    ended = timezone.now() - timedelta(days=1)
+    sub = hold(
+        user,
+        product,
+        cycle_start_date=ended - timedelta(days=30),
+        cycle_end_date=ended,
+        next_billing_date=ended,
+        last_payment_status="failed",
+        **fields,
+    )
+    Payment.objects.create(
+        remote_id=uuid.uuid4(),
+        status="failed",
+        amount=Decimal("10000"),
+        currency="XOF",
+        customer=sub.customer,
+        product=product,
+        subscription=sub,
+        failure_reason="declined",
+        remote_created=timezone.now(),
+    )
+    return sub
+
+
+def test_checkout_of_the_product_that_may_still_renew_is_refused(
+    billing_sandbox, product, logged_in, user
+):
+    """No second subscription of the product beside the one that may renew: the checkout is
+    refused (409, nothing sent to the service) and neither the billing page ("Pay again") nor
+    the pricing page offers it; once it no longer renews, both offer it and the click is taken."""
+    sub = lapsed(user, product)
+    billing_sandbox.clear_requests()
+
+    refused = post(logged_in, product)
+    assert refused.status_code == 409
+    assert 'data-error-code="already_subscribed"' in refused.content.decode()
+    assert not CheckoutSession.objects.exists()
+    assert billing_sandbox.requests(operation="create_checkout_session") == []
+    assert Subscription.objects.filter(product=product).count() == 1
+    assert "billing-pay-again" not in logged_in.get(ACCOUNT).content.decode()
+    assert "billing-checkout-form" not in button(product, user, cycle="months-1", currency="XOF")
+
+    Subscription.objects.filter(pk=sub.pk).update(auto_renew=False)  # the service gave up
+    assert "billing-pay-again" in logged_in.get(ACCOUNT).content.decode()
+    assert "billing-checkout-form" in button(product, user, cycle="months-1", currency="XOF")
+    assert post(logged_in, product).status_code == 302
+    assert CheckoutSession.objects.count() == 1
+    assert len(billing_sandbox.requests(operation="create_checkout_session")) == 1
