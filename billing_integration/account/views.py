@@ -12,7 +12,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from .. import currencies
-from ..access import get_subscriber, lapsed_in_the_way, plan_in_the_way
+from ..access import get_subscriber, lapsed_in_the_way, may_renew, plan_in_the_way
 from ..checkout import changes
 from ..client import get_client
 from ..conf import billing_settings
@@ -29,6 +29,7 @@ from ..models import (
     Subscription,
     SyncState,
 )
+from ..models.subscriptions import CANCELED_STATUSES
 from ..pages import render_page
 from ..sync.tasks import refresh_in_background
 
@@ -161,6 +162,12 @@ def account(request: HttpRequest) -> HttpResponse:
             "active": s.is_active,
             "price": _price_of(s),
             "lapsed": not s.is_active and s.product_id not in held,
+            # no access here, but the service may still renew it (a failed payment it may
+            # retry): its renewal can be stopped (checkout.changes.cancel_at_period_end)
+            "may_renew": not s.is_active
+            and s.remote_id is not None
+            and s.status not in CANCELED_STATUSES
+            and may_renew(s),
             "trial_ends_at": s.trial_ends_at,
             # "Subscribe now" to the product of a trial not converted yet
             "convert": s.trial_ends_at is not None

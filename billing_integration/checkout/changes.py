@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy
 
 from .. import currencies
-from ..access import _is_subscriber, live_subscriptions, plan_to_replace
+from ..access import _is_subscriber, live_subscriptions, may_renew, plan_to_replace
 from ..client import get_client, interactive_deadline
 from ..client.retry import Deadline
 from ..conf import guesses, shared_cache
@@ -35,7 +35,7 @@ from ..models import (
     Subscription,
     SwitchedOffGuess,
 )
-from ..models.subscriptions import CANCELED_STATUSES, active_statuses
+from ..models.subscriptions import CANCELED_STATUSES
 from .services import (
     CheckoutError,
     CheckoutInProgress,
@@ -271,7 +271,9 @@ def _session_url(request: ChangeRequest, client: Any) -> str | None:
 
 # --- stop renewal and resume ----------------------------------------------------------------
 def cancel_at_period_end(subscription: Subscription, *, client: Any = None) -> ChangeRequest:
-    """Ask that ``subscription`` stop renewing: access runs to the end of the paid period."""
+    """Ask that ``subscription`` stop renewing: access runs to the end of the paid period.
+    Taken while it may still renew (``access.may_renew``), even after its paid period ended
+    here; refused (``RenewalUnchanged``) once canceled or not renewing."""
     return _renewal(subscription, ChangeKind.STOP_RENEWAL, client)
 
 
@@ -294,9 +296,12 @@ def _renewal(subscription: Subscription, kind: str, client: Any) -> ChangeReques
     with transaction.atomic(using=router.db_for_write(ChangeRequest)):
         _lock_customer(subscription.customer)
         subscription.refresh_from_db()
+        # a stop is taken while the subscription may still renew on the service, its paid
+        # period over here or not (a failed payment it may retry); a resume only while active
+        open_to = subscription.is_active if wanted else may_renew(subscription)
         if (
             subscription.remote_id is None
-            or not subscription.is_active
+            or not open_to
             or subscription.status in CANCELED_STATUSES  # in its grace period: renews no more
             or subscription.auto_renew == wanted
         ):
@@ -385,10 +390,6 @@ def _tell_staff(request: ChangeRequest) -> None:
         logger.error("change request %s: staff email not sent (%s)", request.pk, exc)
 
 
-def _renewing(subscription: Subscription) -> bool:
-    return subscription.auto_renew and subscription.status in active_statuses()
-
-
 def _carrier(request: ChangeRequest) -> Subscription | None:
     """The subscription that shows a plan change done: the target option, active."""
     target = Subscription.objects.active().filter(
@@ -418,7 +419,7 @@ def settle(customer: Customer | None) -> None:
         else:
             carrier = _carrier(request)
             in_place = carrier is not None and carrier.pk == sub.pk
-            done = carrier is not None and (in_place or not _renewing(sub))
+            done = carrier is not None and (in_place or not may_renew(sub))
             request.new_subscription = carrier
         if done:
             request.state, request.confirmed_at = ChangeState.CONFIRMED, now

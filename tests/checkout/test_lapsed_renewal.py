@@ -1,7 +1,7 @@
 """A subscription whose paid period ended here while it may still renew on the service (status
 granting access, ``auto_renew`` on: a failed payment the service may retry). Buying its own
-product again beside it would make two subscriptions both billed once the retry succeeds. Over
-real HTTP with the sandbox."""
+product again beside it would make two subscriptions both billed once the retry succeeds; its
+renewal can be stopped from the billing page. Over real HTTP with the sandbox."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.core import mail
 from django.utils import timezone
 
-from billing_integration.models import CheckoutSession, Payment, Subscription
+from billing_integration.models import ChangeRequest, CheckoutSession, Payment, Subscription
 
 from .test_one_purchase import button, hold, post
 
@@ -72,3 +73,33 @@ def test_checkout_of_the_product_that_may_still_renew_is_refused(
     assert post(logged_in, product).status_code == 302
     assert CheckoutSession.objects.count() == 1
     assert len(billing_sandbox.requests(operation="create_checkout_session")) == 1
+
+
+def test_the_renewal_of_a_lapsed_subscription_can_be_stopped(
+    billing_sandbox, product, logged_in, user, other_user
+):
+    """The billing page offers "Cancel" on a lapsed subscription that may still renew, and the
+    stop of renewal is taken (a request to staff); a canceled one and another subscriber's are
+    refused."""
+    sub = lapsed(user, product)
+    stop = f"/billing/account/subscriptions/{sub.pk}/stop-renewal/"
+    assert f'action="{stop}"' in logged_in.get(ACCOUNT).content.decode()
+
+    answer = logged_in.post(stop)
+    assert answer.status_code == 302 and answer["Location"] == ACCOUNT
+    request = ChangeRequest.objects.get()
+    assert request.subscription == sub and request.kind == "stop_renewal"
+    assert len(mail.outbox) == 1 and str(sub.remote_id) in mail.outbox[0].body
+    assert "Stop of renewal requested" in logged_in.get(ACCOUNT).content.decode()
+
+    canceled = lapsed(user, product, status="canceled")
+    assert (
+        logged_in.post(f"/billing/account/subscriptions/{canceled.pk}/stop-renewal/").status_code
+        == 409
+    )
+    theirs = lapsed(other_user, product)
+    assert (
+        logged_in.post(f"/billing/account/subscriptions/{theirs.pk}/stop-renewal/").status_code
+        == 404
+    )
+    assert ChangeRequest.objects.count() == 1
