@@ -53,6 +53,7 @@ from ..models import (
     active_statuses,
 )
 from ..models.subscriptions import CANCELED_STATUSES, access_after_cancel
+from ..timestamps import TOLERANCE
 
 MONEY = DecimalField(max_digits=24, decimal_places=6)
 CENT = Decimal("0.01")
@@ -107,8 +108,12 @@ def started_at() -> Coalesce:
     return Coalesce("remote_created", "created_at", output_field=DateTimeField())
 
 
-def changed_at() -> Coalesce:
-    return Coalesce("remote_updated", "updated_at", output_field=DateTimeField())
+def changed_at() -> Case:
+    """When the service last changed it (``remote_updated``), unless that is more than
+    ``TOLERANCE`` after it was stored here (a clock ahead, a 2099 ``date_updated``: the rule of
+    the version guard, ``models.base.trusted_until``); then, and without it, ``updated_at``."""
+    trusted = Q(remote_updated__lte=F("updated_at") + timedelta(seconds=TOLERANCE))
+    return Case(When(trusted, then=F("remote_updated")), default=F("updated_at"))
 
 
 def ended_at(now: datetime) -> Case:

@@ -259,3 +259,16 @@ def test_empty_database():
     report = build_report(Period(now=NOW))
     assert report.overview == [] and report.monthly == [] and report.customers == []
     assert report.at_risk_total == 0
+
+
+def test_a_version_from_the_future_does_not_keep_a_canceled_subscription_active(world):
+    """A canceled subscription stopped when it last changed (``remote_updated``); one from a
+    clock ahead (2099) is not trusted, the rule of the version guard, and the time it was
+    stored here (``updated_at``) is read instead: S3 still counts canceled in 2025-03."""
+    future = datetime(2099, 1, 1, tzinfo=UTC)
+    Subscription.objects.filter(pk=world.subs["S3"].pk).update(
+        remote_updated=future, updated_at=datetime(2025, 3, 15, tzinfo=UTC)
+    )
+    report = build_report(Period(now=NOW))
+    assert [v for _, v in report.series("USD", "cancellations")] == USD_CANCEL
+    assert [v for _, v in report.series("USD", "active_start")] == USD_ACTIVE_START
