@@ -24,7 +24,8 @@ _TAG = re.compile(r"<(script|style)\b.*?(?:</\1\s*>|\Z)|<[^>]*>", re.IGNORECASE 
 
 class BillingError(Exception):
     """Base class of every error the app raises. ``in_doubt``: an earlier attempt of the same
-    call got no answer to go by (a retryable error), so the request may have been applied."""
+    call got no answer to go by (a retryable error), or a write was answered with a redirect
+    (not followed), so the request may have been applied."""
 
     retryable = False
     in_doubt = False

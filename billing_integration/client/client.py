@@ -329,7 +329,10 @@ class BillingClient:
                 refetched = True
                 self.tokens.invalidate(token)
                 return attempt(self.tokens.get(bound))
-            return _answer(response, operation, (token,), one=one, created=method == "POST")
+            write = method in ("POST", "PATCH")
+            return _answer(
+                response, operation, (token,), one=one, created=method == "POST", write=write
+            )
 
         return self._retrying(operation, bound, lambda: attempt(self.tokens.get(bound)))
 
@@ -348,7 +351,7 @@ class BillingClient:
             except BillingError as exc:
                 exc.in_doubt = exc.in_doubt or in_doubt
                 raise
-            error.in_doubt = in_doubt
+            error.in_doubt = error.in_doubt or in_doubt
             in_doubt = in_doubt or error.retryable
             retry_after = getattr(error, "retry_after", None)
             if retry_after is not None:  # the service asked every worker to wait
@@ -541,13 +544,15 @@ def _answer(
     *,
     one: bool = False,
     created: bool = False,
+    write: bool = False,
 ) -> Any:
     """The ``data`` of a 2xx answer (``one``: an object, or an array of one object; else a
     204 is an empty list), else ``_Sent`` with the error (``sent``, the secrets the request
     carried, removed from it). An unreadable 2xx, one whose ``data`` is not the
     one object asked for, or one to a create (``created``) without the new object's id, is in
     doubt (probably applied): a retryable ``BillingAnswerLostError``, resent with the key. A
-    redirect (not followed) is an error."""
+    redirect (not followed) is an error, not retried; to a ``write`` (POST, PATCH) it is in
+    doubt (a 303 See Other says "done, look there"): the caller keeps the key."""
     body, status = _body(response), response.status_code
     if status == 204 and not one:  # No Content: a list with nothing in it
         return []
@@ -586,6 +591,8 @@ def _answer(
         message=message,
         sent=sent,
     )
+    if write and 300 <= status < 400:
+        error.in_doubt = True
     if status == 429 or status >= 500:
         error.retry_after = parse_retry_after(response.headers.get("Retry-After"))
     raise _Sent(error)

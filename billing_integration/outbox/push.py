@@ -231,8 +231,8 @@ def _record(entry: OutboxEntry, obj: Any, data: dict[str, Any]) -> PushResult:
 
 def _record_failure(entry: OutboxEntry, obj: Any, exc: BillingError) -> PushResult:
     """Back to pending after a backoff if retryable, else failed. An unknown outcome (timeout,
-    5xx, idempotency conflict, an error after such an attempt of the call) puts the entry in
-    doubt for good: retries keep key and body."""
+    5xx, idempotency conflict, a write redirected, an error after such an attempt of the call)
+    puts the entry in doubt for good: retries keep key and body."""
     retryable = bool(getattr(exc, "retryable", False))
     in_doubt = retryable or exc.in_doubt or isinstance(exc, BillingIdempotencyConflict)
     now = timezone.now()

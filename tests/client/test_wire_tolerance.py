@@ -59,6 +59,42 @@ def test_a_redirected_call_is_not_followed_with_the_token(status, caplog):
     assert location in str(info.value)
     assert len([c for c in responses.calls if c.request.url == API + "/products"]) == 1
     assert TOKEN not in str(info.value) + repr(info.value) + caplog.text
+    assert info.value.in_doubt  # a write answered 3xx may have been applied
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307])
+@pytest.mark.parametrize("method", ["POST", "PATCH"])
+@responses.activate
+def test_a_write_answered_3xx_is_in_doubt_and_sent_once(status, method):
+    """303 See Other is a service's "done, look there": the write may have been applied. The
+    error is in doubt (the caller keeps its idempotency key), not retried, not followed."""
+    responses.post(AUTH_URL, json={"access_token": TOKEN, "expires_in": 300})
+    location = "http://elsewhere.test/v1/api/billing/products/p1"
+    path = "/products" if method == "POST" else "/products/p1"
+    responses.add(method, API + path, status=status, headers={"Location": location})
+    client = make_client()
+    with pytest.raises(BillingAPIError) as info:
+        if method == "POST":
+            client.create_product({"name": "x"}, idempotency_key="key-1")
+        else:
+            client.update_product("p1", {"name": "x"}, idempotency_key="key-1")
+    assert info.value.in_doubt and not info.value.retryable and info.value.status == status
+    assert location in str(info.value)
+    assert not to_elsewhere()
+    sent = [c.request for c in responses.calls if c.request.url == API + path]
+    assert [r.headers["x-idempotency-id"] for r in sent] == ["key-1"]
+    assert TOKEN not in str(info.value) + repr(info.value)
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307])
+@responses.activate
+def test_a_read_answered_3xx_is_an_error_not_in_doubt(status):
+    responses.post(AUTH_URL, json={"access_token": TOKEN, "expires_in": 300})
+    responses.get(API + "/products/p1", status=status, headers={"Location": "/elsewhere"})
+    with pytest.raises(BillingAPIError) as info:
+        make_client().get_product("p1")
+    assert not info.value.in_doubt and not info.value.retryable
+    assert str(info.value) == f"get_product failed with HTTP {status}: redirected to /elsewhere"
 
 
 @pytest.mark.parametrize("status", [301, 302, 307, 308])

@@ -403,3 +403,30 @@ def test_a_create_whose_answer_cannot_be_linked_fails_in_doubt_and_is_not_create
     assert entry.state == "failed" and entry.in_doubt
     assert "could not be stored" in entry.last_error
     assert OutboxEntry.objects.open().count() == 1  # the change waits behind it
+
+
+def test_a_create_answered_303_is_in_doubt_and_retried_with_its_key(
+    billing_sandbox, settings, monkeypatch
+):
+    """A 303 See Other to a create ("done, look there"; not followed: the token stays here) may
+    mean the create was applied: the entry fails in doubt, and staff's retry resends its key."""
+    import responses
+
+    monkeypatch.setattr("billing_integration.client.retry.MAX_RETRIES", 0)
+    make_product()
+    entry = OutboxEntry.objects.get()
+    url = f"{billing_sandbox.api_url}/products"
+    with responses.RequestsMock(assert_all_requests_are_fired=False) as mock:
+        mock.add_passthru(billing_sandbox.token_url)
+        mock.add(responses.POST, url, status=303, headers={"Location": url + "/p-elsewhere"})
+        assert push_entry(entry.pk).status == PushOutcome.FAILED
+        (first,) = [c.request for c in mock.calls if c.request.url == url]
+    entry.refresh_from_db()
+    assert entry.state == "failed" and entry.in_doubt
+    assert "redirected to" in entry.last_error and "p-elsewhere" in entry.last_error
+    key = entry.idempotency_key
+    assert first.headers["x-idempotency-id"] == str(key)
+
+    retried_with_its_key(entry, key)
+    assert keys_of(billing_sandbox.requests(operation="create_product")) == {str(key)}
+    assert len(billing_sandbox.objects("product")) == 1
