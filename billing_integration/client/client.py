@@ -329,6 +329,8 @@ class BillingClient:
                 refetched = True
                 self.tokens.invalidate(token)
                 return attempt(self.tokens.get(bound))
+            if response.status_code == 403:  # revoked or re-scoped: the next call fetches
+                self.tokens.invalidate(token)  # a new one; this one is not resent
             write = method in ("POST", "PATCH")
             return _answer(
                 response, operation, (token,), one=one, created=method == "POST", write=write

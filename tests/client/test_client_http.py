@@ -199,6 +199,24 @@ def test_401_twice_is_an_authentication_error(billing_sandbox):
     assert len(billing_sandbox.requests(operation="token")) == 2
 
 
+def test_403_drops_the_token_without_retrying_the_call(billing_sandbox):
+    """A revoked or re-scoped token may answer 403: the call fails (not resent), and the next
+    call fetches a new token."""
+    client = get_client()
+    list(client.list_products())
+    billing_sandbox.faults(operation="list_products", status=403, count=1)
+    with pytest.raises(BillingAuthenticationError) as info:
+        list(client.list_products())
+    assert info.value.status == 403
+    assert len(billing_sandbox.requests(operation="token")) == 1  # no fetch, no loop
+    list(client.list_products())
+    assert len(billing_sandbox.requests(operation="token")) == 2
+    calls = billing_sandbox.requests(operation="list_products")
+    assert [c["status"] for c in calls] == [200, 403, 200]
+    tokens = [headers_of(c)["x-kc-token"] for c in calls]
+    assert tokens[0] == tokens[1] != tokens[2]
+
+
 def test_wrong_credentials(billing_sandbox, settings):
     settings.BILLING = {**settings.BILLING, "CLIENT_SECRET": "wrong-secret-value"}
     with pytest.raises(BillingAuthenticationError) as info:
