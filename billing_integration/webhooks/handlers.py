@@ -65,11 +65,15 @@ class EventContext:
         return remote_id is not None and (kind, remote_id) not in self.pulled
 
 
+#: The outcome of an event that must wait (see ``HandlerResult``).
+DEFERRED = "deferred"
+
+
 @dataclass
 class HandlerResult:
-    """``outcome``: ``applied``, ``stale`` or ``deferred`` (nothing stored:
-    ``SubscriptionHandler.create_may_be_out``); ``objects``: the local objects, for the
-    signals."""
+    """``outcome``: ``applied``, ``stale`` or ``deferred`` (nothing stored, the event stays
+    ``received`` and is tried again: ``SubscriptionHandler.create_may_be_out``); ``objects``:
+    the local objects, for the signals."""
 
     outcome: str = "applied"
     objects: dict[str, Any] = field(default_factory=dict)
@@ -347,7 +351,7 @@ class SubscriptionHandler(EventHandler):
     def handle(self, ctx: EventContext) -> HandlerResult:
         remote_id = as_uuid(ctx.data.get("id"))
         if remote_id is not None and self.create_may_be_out(ctx, remote_id):
-            return HandlerResult("deferred")
+            return HandlerResult(DEFERRED)
         return super().handle(ctx)
 
     def create_may_be_out(self, ctx: EventContext, remote_id: uuid.UUID) -> bool:

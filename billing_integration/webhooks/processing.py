@@ -29,6 +29,7 @@ from ..service import ensure_service
 from ..strictjson import parse_body
 from . import tasks
 from .handlers import (
+    DEFERRED,
     EventContext,
     EventDataError,
     HandlerResult,
@@ -139,10 +140,13 @@ def _apply(
             ctx = _load_context(event, event.type, pulled)
             result = handler.handle(ctx)
             event.state, event.outcome = EventState.PROCESSED, result.outcome
+            if result.outcome == DEFERRED:  # waits, received, for its object's create answer
+                event.state = EventState.RECEIVED
             if result.outcome == "applied":
                 transaction.on_commit(lambda: send_signals(event, ctx, result))
         event.save(update_fields=_OUTCOME_FIELDS)
-        return ProcessResult(pk, event.state, event.outcome)
+        deferred = event.outcome == DEFERRED
+        return ProcessResult(pk, event.state, event.outcome, retryable=deferred)
 
 
 def _mark(pk: int, state: str, error: str, traceback: str = "") -> None:
@@ -264,7 +268,7 @@ def process_in_order(pk: int, *, final: bool = True) -> ProcessResult:
             result = step
         elif step.retryable:
             tasks.send(next_pk, countdown=1)  # its retry, as its own task would
-    if result.state == EventState.RECEIVED:  # processed meanwhile by another worker
+    if result.state == EventState.RECEIVED and not result.retryable:  # processed meanwhile
         current = WebhookEvent.objects.filter(pk=pk).values_list("state", flat=True).first()
         result = ProcessResult(pk, current or "missing")
     return result

@@ -26,9 +26,8 @@ from billing_integration.outbox import from_remote, push, tasks
 from billing_integration.outbox.push import PushOutcome, push_entry
 from billing_integration.outbox.retry import retry_failed
 from billing_integration.outbox.tasks import sweep_outbox
-from billing_integration.sync.pull import pull_subscriptions
 from billing_integration.webhooks.ingest import store_delivery
-from billing_integration.webhooks.processing import process_event
+from billing_integration.webhooks.processing import process_event, process_in_order
 from billing_integration.webhooks.verification import Verification
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -409,8 +408,9 @@ def test_an_event_during_the_subscription_create_call_makes_no_second_row(
     """The service created the subscription and, before its answer reached us, the event of
     a change to it arrived and was processed: the event created a second local row, the
     answer then failed the remote-id uniqueness check, and the entry failed in doubt with two
-    rows for one subscription. Now the event stores nothing, the answer links the waiting row
-    and settles the entry, and the next pull applies the event's state."""
+    rows for one subscription. Now the event stores nothing and stays received, to be tried
+    again (its task retries it as a transient failure, the sweep sends it again); the answer
+    links the waiting row and settles the entry, and the event's next try applies it."""
     product = make_product()
     product.publish()
     user = get_user_model().objects.create(username="sub", email="s@example.com")
@@ -441,16 +441,18 @@ def test_an_event_during_the_subscription_create_call_makes_no_second_row(
     entry = OutboxEntry.objects.for_object(sub).get()
     assert push_entry(entry.pk).status == PushOutcome.DONE
     (event,) = events
-    assert (event.state, event.outcome) == ("processed", "deferred")
+    assert (event.state, event.outcome, event.retryable) == ("received", "deferred", True)
     (remote,) = billing_sandbox.objects("subscription")
     assert list(Subscription.objects.values_list("pk", "remote_id")) == [
         (sub.pk, uuid.UUID(remote["id"]))
     ]
     entry.refresh_from_db()
     assert (entry.state, entry.in_doubt) == ("done", False)
-    pull_subscriptions()
+    again = process_in_order(event.pk)
+    assert (again.state, again.outcome) == ("processed", "applied")
     sub.refresh_from_db()
     assert (sub.status, sub.sync_state) == ("paused", "synced")
+    assert Subscription.objects.count() == 1
 
 
 def test_drain_re_enqueues_entries_whose_message_was_lost(billing_sandbox, recorded_enqueues):
