@@ -359,20 +359,25 @@ class SubscriptionHandler(EventHandler):
         product waits for its remote id while its create call is out or its outcome is unknown
         (entry in progress, or in doubt): this event may be of that subscription. Nothing is
         stored then (a row here would take the remote id the create's answer brings: two rows
-        for one subscription); the answer links the waiting row, the next pull applies the
-        data. Two different subscriptions are never merged."""
+        for one subscription); the event is tried again, and applies once the answer has
+        linked the waiting row. Two different subscriptions are never merged. Data without a
+        customer or a product waits only while a create of what it does name is out (in
+        progress): an entry in doubt may stay so until staff act."""
         customer = reference(ctx.data.get("customer"), "customer")
         product = reference(ctx.data.get("product"), "product")
-        if customer is None or product is None:
-            return False
         if Subscription.objects.filter(remote_id=remote_id).exists():
             return False
-        waiting = Subscription.objects.filter(
-            remote_id__isnull=True, customer__remote_id=customer, product__remote_id=product
-        )
+        waiting = Subscription.objects.filter(remote_id__isnull=True)
+        if customer is not None:
+            waiting = waiting.filter(customer__remote_id=customer)
+        if product is not None:
+            waiting = waiting.filter(product__remote_id=product)
+        out = Q(state=OutboxState.IN_PROGRESS)
+        if customer is not None and product is not None:
+            out |= Q(in_doubt=True)
         return OutboxEntry.objects.filter(
             BLOCKING,
-            Q(state=OutboxState.IN_PROGRESS) | Q(in_doubt=True),
+            out,
             content_type=ContentType.objects.get_for_model(Subscription),
             object_id__in=waiting.values("pk"),
         ).exists()
