@@ -8,34 +8,19 @@ import logging
 import pytest
 import requests
 import responses
-from django.core.cache import caches
 
 from billing_integration.client import BillingClient, RetryPolicy
 from billing_integration.exceptions import BillingError
+from tests.client.conftest import AUTH_URL, TOKEN, sandbox_client
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_shared_token")]
 
 SECRET = "cl1ent-S3cret/with+chars"
-TOKEN = "opaque-ACCESS-token-0123456789abcdef"
-AUTH_URL = "http://auth.test/realms/sandbox/protocol/openid-connect/token"
 PRODUCT_URL = "http://billing.test/v1/api/billing/products/p1"
 
 
-@pytest.fixture(autouse=True)
-def no_shared_token():
-    caches["default"].clear()
-
-
 def make_client() -> BillingClient:
-    return BillingClient(
-        base_url="http://billing.test",
-        auth_url="http://auth.test",
-        checkout_url="http://pay.test",
-        client_id="app",
-        client_secret=SECRET,
-        retry=RetryPolicy(max_retries=0),
-        sleep=lambda seconds: None,
-    )
+    return sandbox_client(SECRET, retry=RetryPolicy(max_retries=0))
 
 
 def shown(error: BillingError, caplog) -> list[str]:

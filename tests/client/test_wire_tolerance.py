@@ -12,31 +12,17 @@ from django.core.cache import caches
 
 from billing_integration.client import BillingClient, Deadline, RetryPolicy
 from billing_integration.exceptions import BillingAPIError, BillingError, BillingTransportError
+from tests.client.conftest import AUTH_URL, TOKEN, sandbox_client
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_shared_token")]
 
 SECRET = "cl1ent-S3cret"
-TOKEN = "opaque-ACCESS-token-0123456789abcdef"
-AUTH_URL = "http://auth.test/realms/sandbox/protocol/openid-connect/token"
 API = "http://billing.test/v1/api/billing"
-
-
-@pytest.fixture(autouse=True)
-def no_shared_token():
-    caches["default"].clear()
 
 
 def make_client(**kwargs) -> BillingClient:
     kwargs.setdefault("retry", RetryPolicy(max_retries=2))
-    return BillingClient(
-        base_url="http://billing.test",
-        auth_url="http://auth.test",
-        checkout_url="http://pay.test",
-        client_id="app",
-        client_secret=SECRET,
-        sleep=lambda seconds: None,
-        **kwargs,
-    )
+    return sandbox_client(SECRET, **kwargs)
 
 
 def to_elsewhere() -> list:
