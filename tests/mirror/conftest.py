@@ -16,7 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.db import connection
+
+from billing_integration.customers import get_or_create_customer
+from billing_integration.models import Product, Subscription
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,6 +34,20 @@ def recorded_enqueues(request: pytest.FixtureRequest, monkeypatch: pytest.Monkey
 
         monkeypatch.setattr(tasks, "enqueue", lambda pk, countdown=None: calls.append(pk) or True)
     return calls
+
+
+def subscribe(product: Product, username: str, email: str) -> Subscription:
+    """A new user's renewing monthly XOF subscription to ``product``, created here only: its
+    outbox entry and its customer's are open (the product's too, unless it was pushed)."""
+    user = get_user_model().objects.create(username=username, email=email)
+    customer, _ = get_or_create_customer(user)
+    return Subscription.objects.create(
+        product=product,
+        customer=customer,
+        selected_currency="XOF",
+        selected_billing_cycle="months-1",
+        auto_renew=True,
+    )
 
 
 def push_open() -> list:
