@@ -30,6 +30,8 @@ from billing_integration.webhooks.ingest import store_delivery
 from billing_integration.webhooks.processing import process_event, process_in_order
 from billing_integration.webhooks.verification import Verification
 
+from .conftest import subscribe
+
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
@@ -414,15 +416,7 @@ def test_an_event_during_the_subscription_create_call_makes_no_second_row(
     links the waiting row and settles the entry, and the event's next try applies it."""
     product = make_product()
     product.publish()
-    user = get_user_model().objects.create(username="sub", email="s@example.com")
-    customer, _ = get_or_create_customer(user)
-    sub = Subscription.objects.create(
-        product=product,
-        customer=customer,
-        selected_currency="XOF",
-        selected_billing_cycle="months-1",
-        auto_renew=True,
-    )
+    sub = subscribe(product, "sub", "s@example.com")
     session = get_client().session
     real = session.request
     events: list = []

@@ -194,24 +194,14 @@ def test_active_rule(db, settings):
 
 
 def test_lost_subscription_create_answer_is_adopted_not_duplicated(small_pages):
-    from django.contrib.auth import get_user_model
-
-    from billing_integration.customers import get_or_create_customer
     from billing_integration.exceptions import BillingTransportError
 
+    from .conftest import subscribe
     from .test_outbox import make_product
 
     product = make_product()
     product.publish()
-    user = get_user_model().objects.create(username="adopt", email="a@example.com")
-    customer, _ = get_or_create_customer(user)
-    sub = Subscription.objects.create(
-        product=product,
-        customer=customer,
-        selected_currency="XOF",
-        selected_billing_cycle="months-1",
-        auto_renew=True,
-    )
+    sub = subscribe(product, "adopt", "a@example.com")
     others = OutboxEntry.objects.exclude(content_type__model="subscription")
     for entry in others.order_by("pk"):
         assert push_entry(entry.pk).status == "done"  # the product and the customer

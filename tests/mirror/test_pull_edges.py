@@ -159,24 +159,14 @@ def test_a_pulled_unknown_currency_id_is_kept_as_received(small_pages, tamper):
 def test_a_push_answer_with_a_date_that_does_not_parse_keeps_the_id_and_grants_nothing(
     small_pages, tamper
 ):
-    from django.contrib.auth import get_user_model
-
-    from billing_integration.customers import get_or_create_customer
     from billing_integration.outbox.push import push_entry
 
+    from .conftest import subscribe
     from .test_outbox import make_product
 
     product = make_product()
     product.publish()
-    user = get_user_model().objects.create(username="pusher", email="p@example.com")
-    customer, _ = get_or_create_customer(user)
-    sub = Subscription.objects.create(
-        product=product,
-        customer=customer,
-        selected_currency="XOF",
-        selected_billing_cycle="months-1",
-        auto_renew=True,
-    )
+    sub = subscribe(product, "pusher", "p@example.com")
     others = OutboxEntry.objects.exclude(content_type__model="subscription")
     for entry in others.order_by("pk"):
         assert push_entry(entry.pk).status == "done"  # the product and the customer

@@ -9,12 +9,10 @@ from collections import Counter
 from unittest import mock
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from billing_integration.customers import get_or_create_customer
 from billing_integration.mapping.products import to_remote
 from billing_integration.models import Customer, OutboxEntry, Subscription
 from billing_integration.outbox import push
@@ -25,6 +23,7 @@ from billing_integration.webhooks.ingest import store_delivery
 from billing_integration.webhooks.processing import process_event
 from billing_integration.webhooks.verification import Verification
 
+from .conftest import subscribe
 from .test_outbox import make_product
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -223,15 +222,7 @@ def test_an_answer_that_cannot_be_stored_does_not_lose_the_others(billing_sandbo
 def test_a_subscription_in_a_batch_creates_its_customer_once_then_itself(billing_sandbox):
     product = make_product()
     product.publish()
-    user = get_user_model().objects.create(username="sub", email="s@example.com")
-    customer, _ = get_or_create_customer(user)
-    Subscription.objects.create(
-        product=product,
-        customer=customer,
-        selected_currency="XOF",
-        selected_billing_cycle="months-1",
-        auto_renew=True,
-    )
+    subscribe(product, "sub", "s@example.com")
     results = push_entries(open_ids())
     assert {r.status for r in results} <= {PushOutcome.DONE, PushOutcome.SKIPPED}
     ops = Counter(r["operation"] for r in billing_sandbox.requests())
@@ -344,15 +335,7 @@ def test_an_answer_older_than_an_event_applied_meanwhile_does_not_take_it_back(b
     stored version."""
     product = make_product()
     product.publish()
-    user = get_user_model().objects.create(username="late", email="l@example.com")
-    customer, _ = get_or_create_customer(user)
-    Subscription.objects.create(
-        product=product,
-        customer=customer,
-        selected_currency="XOF",
-        selected_billing_cycle="months-1",
-        auto_renew=True,
-    )
+    subscribe(product, "late", "l@example.com")
     real_call = push._call
     events: list[dict] = []
 
@@ -387,15 +370,7 @@ def test_an_answer_without_a_version_keeps_the_stored_one(billing_sandbox):
     of ours never makes the service's answer stale)."""
     product = make_product()
     product.publish()
-    user = get_user_model().objects.create(username="undated", email="u@example.com")
-    customer, _ = get_or_create_customer(user)
-    Subscription.objects.create(
-        product=product,
-        customer=customer,
-        selected_currency="XOF",
-        selected_billing_cycle="months-1",
-        auto_renew=True,
-    )
+    subscribe(product, "undated", "u@example.com")
     real_call = push._call
     versions: list = []
 
