@@ -50,6 +50,16 @@ def subscribe(product: Product, username: str, email: str) -> Subscription:
     )
 
 
+@pytest.fixture
+def small_pages(settings, billing_sandbox, monkeypatch):
+    """The sandbox, listed by the client in pages of 10 rows (so that a pull reads several)."""
+    monkeypatch.setattr("billing_integration.client.client.PAGE_SIZE", 10)
+    from billing_integration.client import reset_client
+
+    reset_client()
+    return billing_sandbox
+
+
 def push_open() -> list:
     """Push every open entry once, in primary-key order, in this process; their results."""
     from billing_integration.models import OutboxEntry

@@ -23,15 +23,6 @@ from billing_integration.sync.pull import (
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def small_pages(settings, billing_sandbox, monkeypatch):
-    monkeypatch.setattr("billing_integration.client.client.PAGE_SIZE", 10)
-    from billing_integration.client import reset_client
-
-    reset_client()
-    return billing_sandbox
-
-
 def test_pull_creates_then_reports_unchanged(small_pages):
     small_pages.seed(customers=25)
     first = pull_customers()

@@ -22,15 +22,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def small_pages(settings, billing_sandbox, monkeypatch):
-    monkeypatch.setattr("billing_integration.client.client.PAGE_SIZE", 10)
-    from billing_integration.client import reset_client
-
-    reset_client()
-    return billing_sandbox
-
-
-@pytest.fixture
 def tamper(monkeypatch) -> Callable[[str, Callable[[Any], Any]], None]:
     """``tamper(operation, change)``: the client's answers to ``operation`` (e.g.
     ``list_subscriptions``) pass through ``change`` after the real HTTP call (an empty list,
