@@ -457,14 +457,7 @@ def test_an_event_naming_no_customer_does_not_wait_for_a_create_left_in_doubt(bi
     product waits for it; one that names neither is applied (it may be of any subscription)."""
     product = make_product()
     product.publish()
-    user = get_user_model().objects.create(username="sub", email="s@example.com")
-    customer, _ = get_or_create_customer(user)
-    sub = Subscription.objects.create(
-        product=product,
-        customer=customer,
-        selected_currency="XOF",
-        selected_billing_cycle="months-1",
-    )
+    sub = subscribe(product, "sub", "s@example.com")
     OutboxEntry.objects.for_object(sub).update(state="failed", in_doubt=True)
     rid = uuid.uuid4()
     payload = {
