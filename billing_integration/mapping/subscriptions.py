@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from .. import currencies
 from ..conf import guesses
 from ..exceptions import BillingConfigurationError, RemoteDataError
-from .common import normal_status, reference, remote_meta, storable, text, ts, wire_ts
+from .common import carried, normal_status, reference, remote_meta, storable, text, ts, wire_ts
 
 if TYPE_CHECKING:
     from ..models import Subscription
@@ -104,7 +104,7 @@ def from_remote(data: dict[str, Any]) -> dict[str, Any]:
     from ..models import Subscription
 
     fields = remote_meta(data)
-    fields["status"] = _remote_status(data.get("status"), "status" in data)
+    fields["status"] = _remote_status(data.get("status"), data.get("status") not in (None, ""))
     fields["product_remote_id"] = reference(data.get("product"), "product")
     fields["customer_remote_id"] = reference(data.get("customer"), "customer")
     for name in DATES:
@@ -116,3 +116,27 @@ def from_remote(data: dict[str, Any]) -> dict[str, Any]:
     fields["selected_currency"] = text(Subscription, "selected_currency", currency)
     fields["discount_coupon"] = storable(data.get("discount_coupon"), "discount_coupon")
     return fields
+
+
+#: Subscription field -> key in the resource, for the fields the mapping fills from another key.
+SOURCE = {
+    "remote_id": "id",
+    "remote_created": "date_created",
+    "remote_updated": "date_updated",
+    "remote_user_created": "user_created",
+    "remote_user_updated": "user_updated",
+    "product_remote_id": "product",
+    "customer_remote_id": "customer",
+}
+
+
+def carried_from_remote(data: dict[str, Any]) -> dict[str, Any]:
+    """``from_remote`` with only the fields ``data`` carries (``common.carried``), and
+    ``remote_data``: a field left out, or a null status, customer or product, keeps what is
+    stored. Events and pulls apply a subscription so."""
+    mapped = from_remote(data)
+    return {
+        name: value
+        for name, value in mapped.items()
+        if name == "remote_data" or carried(data, SOURCE, name)
+    }

@@ -304,17 +304,19 @@ def upsert_subscriptions(rows: Iterable[Row], *, customer: Customer | None = Non
     """Upsert subscription resources (a page, or the pages of one write); with ``customer``,
     only its rows."""
     counts = PullCounts()
-    mapped = _mapped(rows, subscription_map.from_remote, counts)
+    mapped = _mapped(rows, subscription_map.carried_from_remote, counts)
     if customer is not None:
-        mapped = [m for m in mapped if m["customer_remote_id"] == customer.remote_id]
+        mapped = [m for m in mapped if m.get("customer_remote_id") == customer.remote_id]
     unknown: dict[type[Any], set[Any]] = {}
     for name, model in (("product", Product), ("customer", Customer)):
-        remote_ids = {m[f"{name}_remote_id"] for m in mapped if m[f"{name}_remote_id"]}
+        key = f"{name}_remote_id"  # left out (or null) when the row does not carry it: kept
+        remote_ids = {m[key] for m in mapped if m.get(key)}
         rows_ = model._default_manager.filter(remote_id__in=remote_ids)
         local = dict(rows_.values_list("remote_id", "pk"))
         unknown[model] = remote_ids - local.keys()
         for fields in mapped:
-            fields[f"{name}_id"] = local.get(fields[f"{name}_remote_id"])
+            if key in fields:
+                fields[f"{name}_id"] = local.get(fields[key])
     _upsert(Subscription, mapped, counts)
     # Those not found may be stored meanwhile by a transaction that does not see these rows.
     for model, remote_ids in unknown.items():

@@ -21,7 +21,7 @@ from django.utils import timezone
 from .. import currencies
 from ..exceptions import BillingConfigurationError, RemoteDataError, WebhookError
 from ..mapping import subscriptions as subscription_mapping
-from ..mapping.common import as_uuid, reference, storable, ts
+from ..mapping.common import as_uuid, carried, reference, storable, ts
 from ..models import Customer, Invoice, Payment, Product, Refund, Subscription, WebhookEvent
 from ..models.base import older_than_stored
 from ..models.outbox import BLOCKING, OutboxEntry, OutboxState
@@ -172,18 +172,6 @@ def _link_unknown(record: Any) -> None:
             link_waiting(model, [remote_id])
 
 
-def carried(data: dict[str, Any], source: dict[str, str], name: str) -> bool:
-    """Whether an event's data carries a value for the field ``name`` (read from the key
-    ``source`` names, else from ``name``): present, and for a status or the id of another
-    object, neither null nor empty. A field left out, or a status, customer or product sent
-    as null, keeps what is stored: the service never takes those away."""
-    key = source.get(name, name)
-    if key not in data:
-        return False
-    kept_when_null = name == "status" or name.endswith("_remote_id")
-    return not (kept_when_null and data[key] in (None, ""))
-
-
 class EventHandler:
     """Base class of every handler: an upsert of the ``model`` row the event's ``data.id``
     names, behind the version guard. Override ``handle`` or its steps."""
@@ -315,18 +303,6 @@ class EventHandler:
         return HandlerResult("applied", {self.object_name: record, **related})
 
 
-#: Subscription field -> key in the resource, for the fields the mapping fills from another key.
-_SUBSCRIPTION_SOURCE = {
-    "remote_id": "id",
-    "remote_created": "date_created",
-    "remote_updated": "date_updated",
-    "remote_user_created": "user_created",
-    "remote_user_updated": "user_updated",
-    "product_remote_id": "product",
-    "customer_remote_id": "customer",
-}
-
-
 @handler(types.SUBSCRIPTION_RENEWAL, types.SUBSCRIPTION_CANCELED, types.SUBSCRIPTION_PAUSED)
 class SubscriptionHandler(EventHandler):
     """``subscription.*``: the data is the subscription after the change; an unknown one is
@@ -338,12 +314,7 @@ class SubscriptionHandler(EventHandler):
     FINAL = frozenset(CANCELED_STATUSES)  # "cancelled" too: both grant the grace period
 
     def fields(self, ctx: EventContext) -> dict[str, Any]:
-        mapped = subscription_mapping.from_remote(ctx.data)
-        values: dict[str, Any] = {
-            name: value
-            for name, value in mapped.items()
-            if name == "remote_data" or carried(ctx.data, _SUBSCRIPTION_SOURCE, name)
-        }
+        values = subscription_mapping.carried_from_remote(ctx.data)
         if status := self.STATUS_FOR_TYPE.get(self.event_type):
             values["status"] = status
         return {**values, "remote_updated": ctx.version, "remote_updated_ours": ctx.version_is_ours}

@@ -557,3 +557,28 @@ def test_statuses_in_capitals_or_padded_are_read_as_the_interface_spells_them(
     tamper("list_customers", lambda rows: [dict(r, status="Published") for r in rows])
     pull_customers()
     assert list(Customer.objects.values_list("status", flat=True)) == ["published"]
+
+
+def test_a_pulled_subscription_with_a_null_or_missing_customer_or_status_keeps_the_stored_one(
+    small_pages, tamper
+):
+    """A pulled row with ``customer`` or ``status`` null, empty or left out keeps what is stored
+    (the rule of the events, ``handlers.carried``): the service never takes those away."""
+    subs = pulled(small_pages)
+    before = [(s.status, s.customer_id, s.customer_remote_id) for s in subs]
+    assert all(status and customer for status, customer, _ in before)
+
+    def change(items: Any) -> Any:
+        rows = [dict(item) for item in items]
+        rows[0].update(customer=None, status=None)
+        rows[1].update(customer="", status="")
+        for key in ("customer", "status"):
+            rows[2].pop(key)
+        return rows
+
+    tamper("list_subscriptions", change)
+    counts = pull_subscriptions()
+    assert counts.errors == 0
+    for s in subs:
+        s.refresh_from_db()
+    assert [(s.status, s.customer_id, s.customer_remote_id) for s in subs] == before
