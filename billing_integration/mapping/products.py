@@ -12,7 +12,7 @@ from django.utils.translation import gettext
 
 from .. import currencies
 from ..exceptions import BillingConfigurationError, RemoteDataError
-from .common import as_decimal, normal_status, remote_meta, text, wire_amount
+from .common import as_decimal, carried, normal_status, remote_meta, text, wire_amount
 
 if TYPE_CHECKING:
     from ..models import BillingCycle, Product
@@ -167,11 +167,13 @@ def from_remote(data: dict[str, Any]) -> dict[str, Any]:
     fields = remote_meta(data) | {
         "name": text(Product, "name", data.get("name") or None),
         "description": text(Product, "description", data.get("description") or None),
-        "status": normal_status(Product, data.get("status") or None) or "draft",
+        "status": normal_status(Product, data.get("status") or None),
         "selected_currencies": _remote_currencies(data.get("selected_currencies")),
         "product_type": "one_time" if one_time else "subscription",
         "blueprint_known": one_time,
     }
+    if not carried(data, {}, "status"):  # left out or null: the stored one (new: a draft)
+        del fields["status"]
     if isinstance(bp, dict) and bp.get("billing_type"):
         fields["billing_type"] = text(Product, "billing_type", bp["billing_type"])
     if one_time:

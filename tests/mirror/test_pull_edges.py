@@ -582,3 +582,37 @@ def test_a_pulled_subscription_with_a_null_or_missing_customer_or_status_keeps_t
     for s in subs:
         s.refresh_from_db()
     assert [(s.status, s.customer_id, s.customer_remote_id) for s in subs] == before
+
+
+@pytest.mark.parametrize("status", [None, "", "left out"])
+def test_a_pulled_product_with_a_null_or_missing_status_keeps_the_stored_one(
+    billing_sandbox, tamper, status
+):
+    """The service never takes a product's status away: a row with a null, empty or missing
+    status keeps the stored one (a published product stays on sale); a new one is a draft."""
+    from billing_integration.models import Product
+
+    client = get_client()
+    body = {"name": "Plan", "description": "", "prices": [{"currency": 1, "amount": 100}]}
+    client.create_product({**body, "status": "published", "selected_currencies": ["1"]})
+    pull_products()
+    assert list(Product.objects.on_sale().values_list("name", flat=True)) == ["Plan"]
+    client.create_product(
+        {**body, "name": "New", "status": "published", "selected_currencies": ["1"]}
+    )
+
+    def no_status(rows: Any) -> Any:
+        return [
+            {k: v for k, v in r.items() if k != "status"}
+            if status == "left out"
+            else dict(r, status=status)
+            for r in rows
+        ]
+
+    tamper("list_products", no_status)
+    counts = pull_products()
+    assert counts.errors == 0
+    assert dict(Product.objects.values_list("name", "status")) == {
+        "Plan": "published",
+        "New": "draft",
+    }
