@@ -29,7 +29,6 @@ from ..models import (
     Subscription,
     SyncState,
 )
-from ..models.subscriptions import CANCELED_STATUSES
 from ..pages import render_page
 from ..sync.tasks import refresh_in_background
 
@@ -164,10 +163,7 @@ def account(request: HttpRequest) -> HttpResponse:
             "lapsed": not s.is_active and s.product_id not in held,
             # no access here, but the service may still renew it (a failed payment it may
             # retry): its renewal can be stopped (checkout.changes.cancel_at_period_end)
-            "may_renew": not s.is_active
-            and s.remote_id is not None
-            and s.status not in CANCELED_STATUSES
-            and may_renew(s),
+            "may_renew": not s.is_active and s.remote_id is not None and may_renew(s),
             "trial_ends_at": s.trial_ends_at,
             # "Subscribe now" to the product of a trial not converted yet
             "convert": s.trial_ends_at is not None
