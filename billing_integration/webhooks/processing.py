@@ -139,14 +139,15 @@ def _apply(
         else:
             ctx = _load_context(event, event.type, pulled)
             result = handler.handle(ctx)
-            event.state, event.outcome = EventState.PROCESSED, result.outcome
-            if result.outcome == DEFERRED:  # waits, received, for its object's create answer
-                event.state = EventState.RECEIVED
+            # a deferred event waits, received, for its object's create answer
+            event.state = (
+                EventState.RECEIVED if result.outcome == DEFERRED else EventState.PROCESSED
+            )
+            event.outcome = result.outcome
             if result.outcome == "applied":
                 transaction.on_commit(lambda: send_signals(event, ctx, result))
         event.save(update_fields=_OUTCOME_FIELDS)
-        deferred = event.outcome == DEFERRED
-        return ProcessResult(pk, event.state, event.outcome, retryable=deferred)
+        return ProcessResult(pk, event.state, event.outcome, retryable=event.outcome == DEFERRED)
 
 
 def _mark(pk: int, state: str, error: str, traceback: str = "") -> None:
