@@ -310,6 +310,16 @@ def holds_paid(subscriber: Any, product: Product) -> bool:
     return any(s.trial_ends_at is None for s in live_subscriptions(subscriber, product))
 
 
+def refuse_beside(subscriber: Any, product: Product) -> None:
+    """Refuse a new subscription to ``product`` (a checkout or a trial) that could be billed
+    beside one the subscriber has: its own lapsed one that may still renew (``StillRenewing``),
+    or another plan of its group (``PlanAlreadyHeld``)."""
+    if lapsed_may_renew(subscriber, product) is not None:
+        raise StillRenewing()
+    if (held := plan_to_replace(subscriber, product)) is not None:
+        raise PlanAlreadyHeld(held, product)
+
+
 def _error_codes(node: Any, depth: int = 0) -> set[str]:
     """The ``code`` strings anywhere in an error body of unknown shape."""
     if depth > 4 or not isinstance(node, dict | list):
@@ -540,10 +550,7 @@ def start_checkout(
     selection = validate_selection(product, cycle, currency)
     if not selection.product.multiple_purchases and holds_paid(subscriber, selection.product):
         raise AlreadySubscribed()
-    if lapsed_may_renew(subscriber, selection.product) is not None:
-        raise StillRenewing()
-    if (held := plan_to_replace(subscriber, selection.product)) is not None:
-        raise PlanAlreadyHeld(held, selection.product)
+    refuse_beside(subscriber, selection.product)
     _refuse_if_service_down("checkout", client)
 
     # Created if needed, then pushed within the deadline (else the outbox finishes it).

@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.utils.translation import gettext, gettext_lazy
 
 from .. import currencies
-from ..access import _is_subscriber, lapsed_may_renew, plan_to_replace
+from ..access import _is_subscriber
 from ..client import interactive_deadline
 from ..client.retry import Deadline
 from ..conf import billing_settings
@@ -29,7 +29,6 @@ from .services import (
     PlanAlreadyHeld,
     ProductUnavailable,
     ServiceUnavailable,
-    StillRenewing,
     _lock_customer,
     _refuse_if_service_down,
     _refused,
@@ -39,6 +38,7 @@ from .services import (
     checkout_in_the_way,
     fresh_product,
     holds_paid,
+    refuse_beside,
     trial_in_the_way,
 )
 
@@ -133,10 +133,7 @@ def start_trial(
     wanted = selection.product
     if holds_paid(subscriber, wanted):
         raise AlreadySubscribed()
-    if lapsed_may_renew(subscriber, wanted) is not None:
-        raise StillRenewing()
-    if (held := plan_to_replace(subscriber, wanted)) is not None:
-        raise PlanAlreadyHeld(held, wanted)
+    refuse_beside(subscriber, wanted)
     if wait:
         deadline = deadline or interactive_deadline()
     _refuse_if_service_down("trial", client, known_down=wait)

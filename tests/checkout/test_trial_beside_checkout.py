@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 
 from billing_integration import access
-from billing_integration.checkout import services, trials
+from billing_integration.checkout import services
 from billing_integration.checkout.services import (
     CheckoutError,
     CheckoutInProgress,
@@ -81,7 +81,6 @@ def test_a_trial_and_a_checkout_of_two_plans_at_the_same_moment_start_one_plan(
         return found
 
     monkeypatch.setattr(services, "plan_to_replace", plan_to_replace)
-    monkeypatch.setattr(trials, "plan_to_replace", plan_to_replace)
     results: dict[str, object] = {}
 
     def run(name, start, product) -> None:
