@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .common import normal_status, remote_meta, text
+from .common import carried, normal_status, remote_meta, text
 
 if TYPE_CHECKING:
     from ..models import Customer
 
 CREATE_FIELDS = ("identifier", "first_name", "last_name", "email")
+# read from a customer resource; one left out (or a status sent null) keeps the stored value
+FIELDS = (*CREATE_FIELDS, "status", "address_line_1", "address_line_2", "phone")
 
 
 def to_remote(customer: Customer) -> dict[str, Any]:
@@ -18,7 +20,8 @@ def to_remote(customer: Customer) -> dict[str, Any]:
 
 
 def from_remote(data: dict[str, Any]) -> dict[str, Any]:
-    """Model field values from a customer resource (``RemoteDataError`` if unstorable)."""
+    """Model field values from a customer resource (``RemoteDataError`` if unstorable), without
+    the fields it leaves out (``common.carried``)."""
     from ..models import Customer
 
     fields = remote_meta(data)
@@ -28,7 +31,7 @@ def from_remote(data: dict[str, Any]) -> dict[str, Any]:
     for name in ("address_line_1", "address_line_2", "phone"):
         value = data.get(name)
         fields[name] = None if value is None else text(Customer, name, value)
-    return fields
+    return {k: v for k, v in fields.items() if k not in FIELDS or carried(data, {}, k)}
 
 
 def differs(customer: Customer) -> list[str]:

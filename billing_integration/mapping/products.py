@@ -158,8 +158,9 @@ def not_carried(
 
 
 def from_remote(data: dict[str, Any]) -> dict[str, Any]:
-    """Product field values from a product resource (either shape); ``RemoteDataError`` if
-    unstorable (its root prices included)."""
+    """Product field values from a product resource (either shape), without the fields it
+    leaves out (``common.carried``); ``RemoteDataError`` if unstorable (its root prices
+    included)."""
     from ..models import Product
 
     bp = data.get("subscription_blueprint")
@@ -172,8 +173,9 @@ def from_remote(data: dict[str, Any]) -> dict[str, Any]:
         "product_type": "one_time" if one_time else "subscription",
         "blueprint_known": one_time,
     }
-    if not carried(data, {}, "status"):  # left out or null: the stored one (new: a draft)
-        del fields["status"]
+    for name in SCALAR_FIELDS:  # left out (a status or name null): the stored one
+        if not carried(data, {}, name):
+            del fields[name]
     if isinstance(bp, dict) and bp.get("billing_type"):
         fields["billing_type"] = text(Product, "billing_type", bp["billing_type"])
     if one_time:

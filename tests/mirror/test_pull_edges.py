@@ -616,3 +616,59 @@ def test_a_pulled_product_with_a_null_or_missing_status_keeps_the_stored_one(
         "Plan": "published",
         "New": "draft",
     }
+
+
+def test_a_pulled_product_leaving_out_its_fields_or_with_a_null_name_keeps_the_stored_ones(
+    billing_sandbox, tamper
+):
+    """A list answer of another shape (a summary without ``description`` or the currencies,
+    ``name`` null) keeps the stored values; a field sent (a description emptied) applies."""
+    from billing_integration.models import Product
+
+    client = get_client()
+    body = {"prices": [{"currency": 1, "amount": 100}], "status": "published"}
+    for name in ("One", "Two"):
+        client.create_product(
+            {**body, "name": name, "description": f"{name} plan", "selected_currencies": ["1"]}
+        )
+    pull_products()
+    stored = {p.name: (p.description, p.selected_currencies) for p in Product.objects.all()}
+    assert stored == {"One": ("One plan", [1]), "Two": ("Two plan", [1])}
+
+    def summary(rows: Any) -> Any:
+        out = []
+        for r in rows:
+            r = {k: v for k, v in r.items() if k not in ("description", "selected_currencies")}
+            out.append(dict(r, name=None) if r["name"] == "One" else dict(r, description=""))
+        return out
+
+    tamper("list_products", summary)
+    assert pull_products().errors == 0
+    after = {p.name: (p.description, p.selected_currencies) for p in Product.objects.all()}
+    assert after == {"One": ("One plan", [1]), "Two": ("", [1])}
+
+
+def test_a_pulled_customer_leaving_out_its_fields_keeps_the_stored_ones(billing_sandbox, tamper):
+    """A customer row without ``email``, ``phone`` or ``status`` keeps the stored ones; a field
+    sent applies."""
+    client = get_client()
+    client.create_customer(
+        {"identifier": "c1", "first_name": "Ada", "last_name": "B", "email": "ada@example.com"}
+    )
+    pull_customers()
+    customer = Customer.objects.get()
+    Customer.objects.filter(pk=customer.pk).update(phone="+22500000000")
+    status = customer.status
+    assert status
+
+    def summary(rows: Any) -> Any:
+        left_out = ("email", "phone", "status", "address_line_1")
+        return [
+            dict({k: v for k, v in r.items() if k not in left_out}, first_name="Al") for r in rows
+        ]
+
+    tamper("list_customers", summary)
+    assert pull_customers().errors == 0
+    customer.refresh_from_db()
+    kept = (customer.first_name, customer.email, customer.phone, customer.status)
+    assert kept == ("Al", "ada@example.com", "+22500000000", status)
