@@ -13,6 +13,8 @@ from django.db.models.functions import Coalesce, Upper
 from django.utils.translation import gettext_lazy as _
 
 from .base import trusted_until
+from .customers import Customer
+from .products import Product
 from .reports import touch_reports
 from .subscriptions import Subscription
 
@@ -186,12 +188,31 @@ def link_waiting(model: type[models.Model], remote_ids: Iterable[Any]) -> None:
         transaction.on_commit(link, using=router.db_for_write(model))
 
 
+def link_all_waiting() -> None:
+    """Link every subscription and record still waiting for an object stored here (a link
+    ``link_waiting`` could not make after its commit, say): the periodic pull's last step.
+    Reads the rows whose foreign key is null and whose object is stored, one query per link."""
+    for model in (Customer, Product, Subscription, Payment):
+        name = model._meta.model_name
+        local = model._default_manager.filter(remote_id=OuterRef(f"{name}_remote_id"))
+        ids: set[Any] = set()
+        for referrer in _referrers(name):
+            waiting = referrer._default_manager.filter(Exists(local), **{f"{name}__isnull": True})
+            ids.update(waiting.values_list(f"{name}_remote_id", flat=True))
+        if ids:
+            _link_waiting(model, list(ids))
+
+
+def _referrers(name: str | None) -> list[type[models.Model]]:
+    """The models naming a ``name`` (``customer``, ...) by its remote id."""
+    models_ = (Subscription, Invoice, Payment, Refund)
+    return [m for m in models_ if hasattr(m, f"{name}_remote_id")]
+
+
 def _link_waiting(model: type[models.Model], ids: list[Any]) -> None:
     name = model._meta.model_name
     local = model._default_manager.filter(remote_id=OuterRef(f"{name}_remote_id"))
-    for referrer in (Subscription, Invoice, Payment, Refund):
-        if not hasattr(referrer, f"{name}_remote_id"):
-            continue
+    for referrer in _referrers(name):
         named = referrer._default_manager.filter(**{f"{name}_remote_id__in": ids})
         waiting = named.filter(Exists(local), **{f"{name}__isnull": True})
         if not waiting.update(**{f"{name}_id": Subquery(local.values("pk")[:1])}):

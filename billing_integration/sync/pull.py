@@ -23,7 +23,7 @@ from ..mapping import subscriptions as subscription_map
 from ..models.base import RemoteObject, SyncState, older_than_stored
 from ..models.customers import Customer
 from ..models.products import Price, Product, ProductStatus
-from ..models.records import link_waiting
+from ..models.records import link_all_waiting, link_waiting
 from ..models.reports import touch_reports
 from ..models.subscriptions import Subscription
 from ..service import ensure_service, mirror_database
@@ -366,13 +366,15 @@ RESOURCES = ("products", "customers", "subscriptions")
 def pull_each(
     resources: Iterable[str] = RESOURCES, *, progress: Progress | None = None
 ) -> Iterator[tuple[str, PullCounts | BillingError]]:
-    """Pull each resource on its own: yields ``(resource, counts or the error)``."""
+    """Pull each resource on its own: yields ``(resource, counts or the error)``; then links
+    what still waits for an object stored here (``link_all_waiting``)."""
     for resource in resources:
         try:
             yield resource, globals()[f"pull_{resource}"](progress=progress)
         except BillingError as exc:
             logger.error("Pull of %s failed: %s", resource, exc)
             yield resource, exc
+    link_all_waiting()
 
 
 def _pull(

@@ -10,7 +10,7 @@ import uuid
 from datetime import date, timedelta
 
 import pytest
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from billing_integration.models import (
@@ -315,3 +315,37 @@ def test_a_subscription_and_its_customer_pulled_at_once_are_linked(mirror, last)
     else:  # the customer was committed while the subscription was not: none seen
         assert seen["customer"] is True and seen["subscriptions"] == []
     assert Subscription.objects.get(remote_id=rid).customer.remote_id == customer
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_link_not_made_after_its_commit_is_made_by_the_periodic_pull(
+    billing_sandbox, mirror, monkeypatch
+):
+    """A link ``link_waiting`` could not make after its commit (the connection lost, say)
+    leaves records naming objects stored here unlinked; the periodic pull links them."""
+    from billing_integration.models import records
+    from billing_integration.sync.tasks import sync_all
+
+    def lost(model, ids) -> None:
+        raise DatabaseError("connection lost")
+
+    rid = uuid.uuid4()
+    paid = pay("completed", rid, mirror.customer.remote_id, mirror.product.remote_id, hours=1)
+    monkeypatch.setattr(records, "_link_waiting", lost)
+    data = subscription_data(
+        rid, customer=mirror.customer.remote_id, product=mirror.product.remote_id, updated=T0
+    )
+    payload = envelope("subscription.renewal", data)
+    body = json.dumps(payload).encode()
+    event = store_delivery(body, {}, Verification("signature", payload["id"])).event
+    assert process_event(event.pk).state == "failed"  # after its commit: the row is stored
+    sub = Subscription.objects.get(remote_id=rid)
+    assert Payment.objects.get(remote_id=paid).subscription_id is None
+    monkeypatch.undo()
+    process_event(event.pk)  # retried: the subscription is stored already, nothing arrives
+    assert Payment.objects.get(remote_id=paid).subscription_id is None
+
+    sync_all()
+    assert Payment.objects.get(remote_id=paid).subscription_id == sub.pk
+    sub.refresh_from_db()
+    assert sub.last_payment_status == "completed"
