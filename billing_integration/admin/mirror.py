@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,8 @@ from .. import currencies, display
 from ..exceptions import BillingError
 from ..models import CheckoutSession, Customer, Subscription, SyncState, active_q, unknown_status_q
 from ..outbox.retry import retry_failed_pushes
+
+logger = logging.getLogger("billing_integration.admin")
 
 if TYPE_CHECKING:  # generic in the stubs, not subscriptable at run time
     DjangoModelAdmin = admin.ModelAdmin[Any]
@@ -44,7 +47,8 @@ class ModelAdmin(DjangoModelAdmin):
         a value the database refuses (``?amount__exact=1E%2B99999999``, past PostgreSQL's
         numeric). It runs in a savepoint, so that a value the database refused leaves the
         request's transaction usable. A POST (an admin action) is not guarded: an action's
-        error is not hidden as ``?e=1``."""
+        error is not hidden as ``?e=1``; nor is an error of the bare ``?e=1`` list (a bug, not
+        a parameter: no loop of redirects). Each refusal is logged (``billing_integration.admin``)."""
         if request.method == "POST":
             return super().changelist_view(request, extra_context)
         error = HttpResponseRedirect(f"{request.path}?{ERROR_FLAG}=1")
@@ -57,7 +61,10 @@ class ModelAdmin(DjangoModelAdmin):
         # datetime() takes (?created_at__year=99999999999); ValueError: a year lookup past 9999
         # (?created_at__year=10000), which Django turns into datetime(10000, 1, 1) where the
         # filter becomes SQL, in the list's counts.
-        except (DataError, OverflowError, ValueError):
+        except (DataError, OverflowError, ValueError) as exc:
+            logger.warning("admin list %s refused: %s", request.path, type(exc).__name__)
+            if set(request.GET) == {ERROR_FLAG}:  # the list fails without any parameter
+                raise
             return error
 
 

@@ -12,7 +12,7 @@ from django.db import DataError
 from django.urls import reverse
 
 from billing_integration.admin import mirror
-from billing_integration.models import Health, Report
+from billing_integration.models import Health, Product, Report
 
 from .conftest import make_product
 
@@ -90,3 +90,30 @@ def test_an_actions_database_error_is_not_answered_with_the_error_flag(
     data = {"action": "retry_failed_push", "_selected_action": [str(product.pk)], "index": "0"}
     with pytest.raises(DataError, match="refused by the database"):
         admin_client.post(url, data)
+
+
+def test_a_list_that_fails_without_any_parameter_is_an_error_not_a_loop(
+    admin_client, monkeypatch, caplog
+) -> None:
+    """A ``ValueError`` of the list itself (a bug, not a parameter) was answered with a
+    redirect to ``?e=1`` again and again; the bare ``?e=1`` list now raises it, and every
+    refusal is logged. A crafted parameter beside ``?e=1`` is still redirected."""
+    make_product()
+    url = reverse("admin:billing_integration_product_changelist")
+
+    def broken(self, request):
+        raise ValueError("a bug in the list's query")
+
+    monkeypatch.setattr(type(admin.site.get_model_admin(Product)), "get_queryset", broken)
+    first = admin_client.get(url)
+    assert (first.status_code, first["Location"]) == (302, f"{url}?e=1")
+    with pytest.raises(ValueError, match="a bug in the list's query"):
+        admin_client.get(f"{url}?e=1")
+    assert [r.getMessage() for r in caplog.records if r.name == "billing_integration.admin"] == [
+        f"admin list {url} refused: ValueError",
+        f"admin list {url} refused: ValueError",
+    ]
+    monkeypatch.undo()
+    crafted = admin_client.get(f"{url}?e=1&created_at__year=10000")
+    assert (crafted.status_code, crafted["Location"]) == (302, f"{url}?e=1")
+    assert admin_client.get(f"{url}?e=1").status_code == 200
