@@ -48,7 +48,8 @@ class ModelAdmin(DjangoModelAdmin):
         numeric). It runs in a savepoint, so that a value the database refused leaves the
         request's transaction usable. A POST (an admin action) is not guarded: an action's
         error is not hidden as ``?e=1``; nor is an error of the bare ``?e=1`` list (a bug, not
-        a parameter: no loop of redirects). Each refusal is logged (``billing_integration.admin``)."""
+        a parameter: no loop of redirects). Each refusal is logged
+        (``billing_integration.admin``)."""
         if request.method == "POST":
             return super().changelist_view(request, extra_context)
         error = HttpResponseRedirect(f"{request.path}?{ERROR_FLAG}=1")
