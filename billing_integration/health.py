@@ -36,7 +36,7 @@ UNRECOGNISED_WINDOW = 86400
 
 #: Cache backends whose content each process keeps to itself.
 PROCESS_LOCAL_BACKENDS = (LocMemCache, DummyCache)
-REFUSAL_REASONS = ("bad_signature", "stale_timestamp", "missing_headers")
+REFUSAL_REASONS = ("bad_signature", "stale_timestamp", "missing_headers", "too_large")
 #: Seconds of refusals the doctor counts (the last hour), in one counter per minute.
 REFUSALS_WINDOW = 3600
 _REFUSAL_BUCKET = 60
@@ -442,7 +442,7 @@ def _unrecognised(now: datetime) -> Fact:
 
 
 def _refused(now: datetime) -> Fact:
-    """A failure when signature or timestamp refusals came after the last accepted delivery
+    """A failure when signature, timestamp or size refusals came after the last accepted delivery
     (in the last hour or before it: a service that gave up sends nothing more)."""
     refused = refused_deliveries(now.timestamp())
     total = sum(r["count"] for r in refused.values())
@@ -468,6 +468,7 @@ def _refused(now: datetime) -> Fact:
         "bad_signature": _("bad signature"),
         "stale_timestamp": _("stale timestamp"),
         "missing_headers": _("missing signature headers"),
+        "too_large": _("body too large"),
     }
     hints = {
         "bad_signature": _(
@@ -480,6 +481,10 @@ def _refused(now: datetime) -> Fact:
         "missing_headers": _(
             "check that the service signs its deliveries to this callback (a request without "
             "them may also be a scanner)"
+        ),
+        "too_large": _(
+            "raise DATA_UPLOAD_MAX_MEMORY_SIZE above the size of the service's deliveries (a "
+            "body over it is not read, nor stored)"
         ),
     }
     shown = [r for r in REFUSAL_REASONS if r in reasons or r in unanswered]

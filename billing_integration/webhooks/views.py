@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 
+from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -30,7 +31,14 @@ def webhook(request: HttpRequest) -> HttpResponse:
         return HttpResponse(status=200)
     try:
         body = request.body
-    except RequestDataTooBig:
+    except RequestDataTooBig:  # not stored: logged and counted, as a refused signature is
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        logger.warning(
+            "Refused an event delivery (413): its body is over DATA_UPLOAD_MAX_MEMORY_SIZE "
+            "(%s bytes)",
+            limit,
+        )
+        record_refused("too_large")  # billing_doctor, Health page
         return JsonResponse({"error": "Body too large."}, status=413)
     try:
         verification = verify_request(body, request.headers)

@@ -423,6 +423,21 @@ def test_deliveries_refused_for_a_stale_timestamp_name_the_clock(healthy, client
     assert "stale timestamp 1" in fact["summary"] and "clock" in fact["summary"]
 
 
+def test_deliveries_refused_for_their_size_name_the_setting(healthy, client, webhook_settings):
+    """A body over DATA_UPLOAD_MAX_MEMORY_SIZE is neither read nor stored: until one is
+    accepted, the fact fails and names the setting."""
+    webhook_settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    payload = envelope("ping.test", {"id": str(uuid.uuid4()), "note": "x" * 2000})
+    assert post_signed(client, payload).status_code == 413
+    status, out = doctor(*NO_PING, "--json")
+    assert status == 1
+    fact = {f["key"]: f for f in json.loads(out)["facts"]}["refused"]
+    assert fact["status"] == "fail"
+    assert fact["data"]["reasons"] == {"too_large": 1}
+    assert "body too large 1" in fact["summary"]
+    assert "DATA_UPLOAD_MAX_MEMORY_SIZE" in fact["summary"]
+
+
 def test_refusals_older_than_the_hour_still_fail_while_none_is_accepted_since(
     healthy, client, webhook_settings, monkeypatch
 ):

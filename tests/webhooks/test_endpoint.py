@@ -518,3 +518,20 @@ def test_a_secret_that_is_not_base64_is_still_refused_by_E004(settings):
     assert [e.id for e in run_checks() if e.id == "billing_integration.E004"] == [
         "billing_integration.E004"
     ]
+
+
+def test_a_body_too_large_is_refused_with_a_trace(client, settings, stored_only, caplog):
+    """A delivery over DATA_UPLOAD_MAX_MEMORY_SIZE (a large batch, say) cannot be stored: it
+    was refused 413 with no log and no count, so the service's retries and its giving up went
+    unseen. It is logged with the limit, and counted for billing_doctor and the Health page."""
+    from billing_integration.health import refused_deliveries
+
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    payload = envelope("payment.completed", {"id": str(uuid.uuid4()), "note": "x" * 2000})
+    before = refused_deliveries()["too_large"]["count"]
+    with caplog.at_level("WARNING", logger="billing_integration.webhooks"):
+        response = post_signed(client, payload)
+    assert response.status_code == 413
+    assert not WebhookEvent.objects.exists()
+    assert "DATA_UPLOAD_MAX_MEMORY_SIZE" in caplog.text and "1000" in caplog.text
+    assert refused_deliveries()["too_large"]["count"] == before + 1
