@@ -544,3 +544,37 @@ def test_a_null_status_customer_or_product_in_a_subscription_event_keeps_the_sto
     assert sub.customer_remote_id == mirror.customer.remote_id
     assert sub.product_remote_id == mirror.product.remote_id
     assert sub.cycle_start_date == later  # the rest of the event applied
+
+
+@pytest.mark.parametrize(
+    "model, first_type, later_type",
+    [
+        (Payment, "payment.failed", "payment.completed"),
+        (Refund, "refund.initiated", "refund.approved"),
+        (Invoice, "invoice.paid", "invoice.voided"),
+    ],
+)
+@pytest.mark.parametrize("empty", [None, ""])
+def test_a_null_amount_or_currency_in_a_later_event_keeps_the_stored_one(
+    mirror, deliver, model, first_type, later_type, empty
+):
+    """A payment, refund or invoice never loses its amount or currency on the service; a later
+    event sending them null (a currency empty) is read as "not sent", as one leaving them out
+    is: revenue and refunds stay counted in their currency. The other fields apply."""
+    rid = uuid.uuid4()
+    links = {"subscription": mirror.subscription.remote_id, "customer": mirror.customer.remote_id}
+    make = {Payment: payment_data, Refund: refund_data, Invoice: invoice_data}[model]
+    if model is Refund:
+        links["payment"] = uuid.uuid4()
+    else:
+        links["product"] = mirror.product.remote_id
+    first = make(rid, status="x", **links, updated=T0)
+    assert deliver(bare(first_type, first)).outcome == "applied"
+    later = make(rid, status="x", **links, updated=T0 + timedelta(hours=1))
+    later["amount"] = None
+    later["currency"] = empty
+    event = deliver(bare(later_type, later))
+    assert event.outcome == "applied", event.error
+    record = model.objects.get(remote_id=rid)
+    assert (record.amount, record.currency) == (5000, "XOF")
+    assert record.remote_updated == T0 + timedelta(hours=1)  # the rest of the event applied
