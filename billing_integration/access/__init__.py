@@ -52,6 +52,7 @@ __all__ = [
     "plan_to_replace",
     "products_with_feature",
     "refused_feature",
+    "renews_in_place",
     "resolve_product",
     "subscribed",
     "subscription_required",
@@ -266,6 +267,31 @@ def lapsed_in_the_way(subscriptions: Iterable[Subscription], product: Product) -
     ``product`` that lapsed while it may still renew."""
     return _bought_once(product) and any(
         s.product_id == product.pk and not s.is_active and may_renew(s) for s in subscriptions
+    )
+
+
+def renews_in_place(subscriptions: Iterable[Subscription], subscription: Subscription) -> bool:
+    """Whether another of ``subscriptions`` (read with their products) may renew
+    (``may_renew``) in ``subscription``'s place: one of its product (bought once), such as a
+    trial's conversion, or another plan of its group, such as a change of plan's. Resuming
+    ``subscription`` beside it would bill both."""
+    product = subscription.product
+    if product is None:
+        return False
+    return any(
+        s.pk != subscription.pk
+        and s.product is not None
+        and may_renew(s)
+        and (
+            (s.product_id == product.pk and _bought_once(product))
+            or (
+                product.is_plan
+                and s.product.is_plan
+                and s.product_id != product.pk
+                and s.product.plan_group == product.plan_group
+            )
+        )
+        for s in subscriptions
     )
 
 

@@ -12,7 +12,13 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from .. import currencies
-from ..access import get_subscriber, lapsed_in_the_way, may_renew, plan_in_the_way
+from ..access import (
+    get_subscriber,
+    lapsed_in_the_way,
+    may_renew,
+    plan_in_the_way,
+    renews_in_place,
+)
 from ..checkout import changes
 from ..client import get_client
 from ..conf import billing_settings
@@ -174,6 +180,8 @@ def account(request: HttpRequest) -> HttpResponse:
             "trial_pending": s.remote_id is None
             and s.trial_end_date is not None
             and s.sync_state == SyncState.PENDING,
+            # another subscription renews in its place (a change's, a conversion's): no Resume
+            "replaced": not s.auto_renew and renews_in_place(subscriptions, s),
             "requests": [r for r in pending if r.subscription_id == s.pk],
             "renewal_asked": any(
                 r.subscription_id == s.pk and r.kind != "change_plan" for r in pending

@@ -13,10 +13,16 @@ from typing import Any, TypeGuard
 from django.core.mail import mail_managers
 from django.db import IntegrityError, router, transaction
 from django.utils import timezone
-from django.utils.translation import gettext_lazy
+from django.utils.translation import gettext, gettext_lazy
 
 from .. import currencies
-from ..access import _is_subscriber, live_subscriptions, may_renew, plan_to_replace
+from ..access import (
+    _is_subscriber,
+    live_subscriptions,
+    may_renew,
+    plan_to_replace,
+    renews_in_place,
+)
 from ..client import get_client, interactive_deadline
 from ..client.retry import Deadline
 from ..conf import guesses, shared_cache
@@ -306,6 +312,14 @@ def _renewal(subscription: Subscription, kind: str, client: Any) -> ChangeReques
             or subscription.auto_renew == wanted
         ):
             raise RenewalUnchanged()
+        others = Subscription.objects.for_customer(subscription.customer)
+        if wanted and renews_in_place(others.select_related("product"), subscription):
+            raise RenewalUnchanged(  # a change of plan's new plan, a trial's conversion
+                gettext(
+                    "Another subscription of yours renews in this one's place: resuming it "
+                    "would charge you for both."
+                )
+            )
         opposite = ChangeKind.STOP_RENEWAL if wanted else ChangeKind.RESUME
         _withdraw(subscription, opposite)
         pending = _pending(subscription, kind)

@@ -878,3 +878,31 @@ def test_an_inactive_subscriber_is_refused_a_change_of_plan_as_no_subscriber(
     assert response.status_code == 403
     assert 'data-error-code="no_subscriber"' in response.content.decode()
     assert billing_sandbox.requests() == [] and not ChangeRequest.objects.exists()
+
+
+def test_the_old_plan_of_a_change_cannot_be_resumed_beside_the_new_one(
+    billing_sandbox, plans, logged_in, user, settings, staff
+):
+    """After a change of plan the old plan runs to its period's end with its renewal stopped:
+    resuming it would renew both plans. The billing page offers no Resume on it, and a resume
+    is refused (409) with nothing sent and no request for staff."""
+    basic, pro = plans
+    billing_sandbox.config(change_actions=["upgrade"], patch_subscriptions=True)
+    guesses(settings, **ON)
+    old = subscribe(billing_sandbox, logged_in, user, basic)
+    request = change_plan(user, pro, "months-1", "XOF")
+    billing_sandbox.complete_checkout(str(request.checkout_session.remote_id))
+    pull(user)
+    old.refresh_from_db()
+    assert old.auto_renew is False and old.is_active
+    billing_sandbox.clear_requests()
+
+    page = logged_in.get("/billing/account/").content.decode()
+    assert f'action="/billing/account/subscriptions/{old.pk}/resume/"' not in page
+    with pytest.raises(RenewalUnchanged):
+        resume(old)
+    response = logged_in.post(f"/billing/account/subscriptions/{old.pk}/resume/")
+    assert response.status_code == 409
+    assert billing_sandbox.requests(operation="update_subscription") == []
+    assert not ChangeRequest.objects.filter(kind="resume").exists()
+    assert [s["product"] for s in renewing(billing_sandbox)] == [str(pro.remote_id)]
