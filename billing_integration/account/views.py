@@ -159,8 +159,8 @@ def account(request: HttpRequest) -> HttpResponse:
         if sub.product_id and sub.selected_billing_cycle:
             cycles[sub.product_id] = sub.selected_billing_cycle
     offers = _pay_again(payments, held, cycles, subscriptions)
-    # products held out of trial: a trial of one of them is converted
-    paid = {s.product_id for s in subscriptions if s.is_active and s.trial_ends_at is None}
+    # products bought (out of trial, or a trial renewing by itself): no "Subscribe now" for them
+    paid = {s.product_id for s in subscriptions if s.bought}
     rows = [
         {
             "subscription": s,

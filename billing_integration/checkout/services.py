@@ -305,9 +305,10 @@ def check_selection(
 
 
 def holds_paid(subscriber: Any, product: Product) -> bool:
-    """A live subscription to ``product`` out of trial: a trial alone may be converted (bought),
-    and so may a canceled subscription in its grace period."""
-    return any(s.trial_ends_at is None for s in live_subscriptions(subscriber, product))
+    """A subscription to ``product`` bought (``Subscription.bought``): a trial that does not
+    renew by itself may be converted (bought), and so may a canceled subscription in its grace
+    period."""
+    return any(s.bought for s in live_subscriptions(subscriber, product))
 
 
 def refuse_beside(subscriber: Any, product: Product) -> None:

@@ -237,6 +237,13 @@ class Subscription(RemoteObject):
         return self.is_active and self.status not in CANCELED_STATUSES
 
     @property
+    def bought(self) -> bool:
+        """Live, and out of trial or a trial that renews by itself (``auto_renew``: its end
+        bills the first period): the product held, that a checkout must not sell again (a
+        trial that does not renew is converted by buying its product)."""
+        return self.is_live and (self.trial_ends_at is None or self.auto_renew)
+
+    @property
     def on_grace_period(self) -> bool:
         """Canceled, with access until ``cycle_end_date`` (``in_grace_period``)."""
         return in_grace_period(self.status, self.cycle_end_date)

@@ -150,9 +150,10 @@ def billing_checkout_button(
     selection = _checked(check_selection, resolved, cycle, currency)
     holds = _held(context, subscriber)
     if resolved is not None and not resolved.multiple_purchases:
-        # a trial or a grace period is no purchase: the button buys (converts) the product
+        # a trial (not renewing by itself) or a grace period is no purchase: the button buys
+        # (converts) the product
         subs = holds.subscriptions
-        own = [s for s in subs if s.product_id == resolved.pk and s.is_live and not s.trial_ends_at]
+        own = [s for s in subs if s.product_id == resolved.pk and s.bought]
         held = any(_same_option(sub, cycle, currency) for sub in own)
         change = not held and (bool(own) or plan_in_the_way(subs, resolved))
     # What start_checkout would sell (a refused status change is not on sale), and beside what

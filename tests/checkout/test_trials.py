@@ -340,3 +340,46 @@ def test_a_trial_of_another_plan_is_refused_while_the_first_is_not_confirmed_yet
     with pytest.raises(PlanAlreadyHeld):
         start_trial(user, team, "months-1", "XOF", wait=False)
     assert list(Subscription.objects.values_list("product", flat=True)) == [trial_product.pk]
+
+
+def test_a_trial_that_renews_by_itself_is_not_bought_again(
+    billing_sandbox, trial_product, logged_in, user
+):
+    """A trial started with ``auto_renew`` bills its first period at its end by itself: a
+    checkout of its product beside it would be billed too. The billing page offers no
+    "Subscribe now" for it, and a checkout of the product is refused as a product held."""
+    trial = start_trial(user, trial_product, "months-1", "XOF", auto_renew=True)
+    assert trial.remote_id is not None and on_trial(user, trial_product)
+
+    html = logged_in.get(ACCOUNT).content.decode()
+    assert "Trial ends on" in html and "billing-convert-trial" not in html
+    response = logged_in.post(
+        CHECKOUT, {"product": trial_product.pk, "cycle": "months-1", "currency": "XOF"}
+    )
+    assert response.status_code == 409 and error_code(response) == "already_subscribed"
+    assert billing_sandbox.requests(operation="create_checkout_session") == []
+    assert not CheckoutSession.objects.exists()
+
+
+def test_a_trial_converted_by_checkout_cannot_be_resumed(
+    billing_sandbox, trial_product, logged_in, user, settings
+):
+    """A trial (``auto_renew`` off) converted by a checkout of its product: resuming the trial
+    would bill it beside the paid subscription. No Resume on the page; refused (409)."""
+    billing_sandbox.config(patch_subscriptions=True)
+    settings.BILLING = {**settings.BILLING, "GUESSES": {"patch_auto_renew": True}}
+    trial = start_trial(user, trial_product, "months-1", "XOF")
+    response = logged_in.post(
+        CHECKOUT, {"product": trial_product.pk, "cycle": "months-1", "currency": "XOF"}
+    )
+    assert response.status_code == 302
+    session = CheckoutSession.objects.get()
+    assert billing_sandbox.complete_checkout(str(session.remote_id)).status_code == 200
+    logged_in.get(RETURN, {"session_id": str(session.remote_id)})
+    assert Subscription.objects.filter(auto_renew=True, product=trial_product).count() == 1
+
+    html = logged_in.get(ACCOUNT).content.decode()
+    assert f'action="/billing/account/subscriptions/{trial.pk}/resume/"' not in html
+    response = logged_in.post(f"/billing/account/subscriptions/{trial.pk}/resume/")
+    assert response.status_code == 409
+    assert billing_sandbox.requests(operation="update_subscription") == []
