@@ -104,9 +104,9 @@ def test_change_plan_through_the_hosted_page_in_english_and_french(
     page.wait_for_selector("html[lang='fr']")
     text = page.inner_text("#billing-subscriptions")
     assert "Se renouvelle le" in text and "Prend fin le" in text
-    assert page.is_visible(
-        "#billing-subscriptions form.billing-resume button:has-text('Reprendre')"
-    )
+    # Basic ends: Pro renews in its place, so no Resume (it would bill both plans)
+    assert page.locator("#billing-subscriptions form.billing-resume").count() == 0
+    assert page.is_visible("#billing-subscriptions form.billing-cancel button:has-text('Annuler')")
     shots(page, "carol-account-fr")
     page.context.close()
 
