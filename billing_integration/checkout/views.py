@@ -138,17 +138,19 @@ ACTIVE, PENDING, FAILED, NONE = "active", "pending", "failed", "none"
 
 def checkout_outcome(customer: Customer | None, session: CheckoutSession | None) -> dict[str, Any]:
     """The outcome of ``session`` (or of the customer's checkouts if ``None``) from local data:
-    active (an active subscription; for a session, to its product, out of trial and not
-    canceled), failed (a failed payment, or expired), else pending."""
+    active (an active subscription; for a session, to its product, out of trial, not
+    canceled and recorded since the session started), failed (a failed payment, or expired),
+    else pending."""
     result = {"outcome": NONE, "subscription": None, "payment": None, "session": session}
     if customer is None:
         return result
     subs = Subscription.objects.active().for_customer(customer).select_related("product")
     if session is not None and session.product_id:
-        # What the checkout bought: a trial it converts, or a canceled plan in its grace
-        # period bought again, grants access but was there before; it is no outcome.
+        # What the checkout bought: a trial it converts, a canceled plan in its grace period
+        # bought again, or the plan a change of cycle replaces, grants access but was there
+        # before; it is no outcome.
         subs = (
-            subs.filter(product_id=session.product_id)
+            subs.filter(product_id=session.product_id, created_at__gte=session.created_at)
             .exclude(status__in=CANCELED_STATUSES)
             .exclude(trial_end_date__gt=timezone.now())
         )

@@ -906,3 +906,27 @@ def test_the_old_plan_of_a_change_cannot_be_resumed_beside_the_new_one(
     assert billing_sandbox.requests(operation="update_subscription") == []
     assert not ChangeRequest.objects.filter(kind="resume").exists()
     assert [s["product"] for s in renewing(billing_sandbox)] == [str(pro.remote_id)]
+
+
+def test_a_declined_change_of_cycle_is_not_shown_done_on_the_return_page(
+    billing_sandbox, plans, logged_in, user, settings
+):
+    """A change of cycle through the hosted page buys the product held: the plan held before
+    it is no outcome of that page. Declined, the return page does not say active; then paid, it
+    does."""
+    basic, _pro = plans
+    billing_sandbox.config(change_actions=["upgrade", "downgrade"])
+    guesses(settings, change_plan_action="downgrade")
+    subscribe(billing_sandbox, logged_in, user, basic)
+    request = change_plan(user, basic, "years-1", "XOF")
+    session_id = str(request.checkout_session.remote_id)
+
+    billing_sandbox.complete_checkout(session_id, phone="0700000002")  # declined
+    page = logged_in.get(RETURN, {"session_id": session_id}).content.decode()
+    assert 'data-outcome="active"' not in page  # pending: no payment event delivered here
+
+    again = change_plan(user, basic, "years-1", "XOF")  # the same page, paid this time
+    assert billing_sandbox.complete_checkout(session_id).status_code == 200
+    pull(user)  # the return page pulls at most once in RETURN_PULL_INTERVAL
+    page = logged_in.get(RETURN, {"session_id": session_id}).content.decode()
+    assert 'data-outcome="active"' in page and again.pk == request.pk
