@@ -273,26 +273,14 @@ def lapsed_in_the_way(subscriptions: Iterable[Subscription], product: Product) -
 def renews_in_place(subscriptions: Iterable[Subscription], subscription: Subscription) -> bool:
     """Whether another of ``subscriptions`` (read with their products) may renew
     (``may_renew``) in ``subscription``'s place: one of its product (bought once), such as a
-    trial's conversion, or another plan of its group, such as a change of plan's. Resuming
-    ``subscription`` beside it would bill both."""
+    trial's conversion, or another plan of its group (``plan_in_the_way``), such as a change
+    of plan's. Resuming ``subscription`` beside it would bill both."""
     product = subscription.product
     if product is None:
         return False
-    return any(
-        s.pk != subscription.pk
-        and s.product is not None
-        and may_renew(s)
-        and (
-            (s.product_id == product.pk and _bought_once(product))
-            or (
-                product.is_plan
-                and s.product.is_plan
-                and s.product_id != product.pk
-                and s.product.plan_group == product.plan_group
-            )
-        )
-        for s in subscriptions
-    )
+    others = [s for s in subscriptions if s.pk != subscription.pk and may_renew(s)]
+    same = _bought_once(product) and any(s.product_id == product.pk for s in others)
+    return same or plan_in_the_way(others, product)
 
 
 def subscription_required_url(

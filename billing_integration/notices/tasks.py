@@ -220,7 +220,8 @@ def _deliver(notice: Notice, kind: str, event: WebhookEvent | None, obj: Any) ->
 
 def trials_to_notify(at: Any = None) -> list[Subscription]:
     """Trials ending within ``notice_days`` of ``at`` (now) that have no ``trial_ending`` notice
-    yet, and were not converted (the subscriber holds no paid subscription to the product)."""
+    yet, and whose product is not bought (``holds_paid``: neither converted nor a trial that
+    renews by itself)."""
     now = at or timezone.now()
     until = now + timedelta(days=int(trial_settings()["notice_days"]))
     candidates = (

@@ -713,6 +713,17 @@ def test_probe_functions(billing_sandbox, plans, logged_in, user):
     assert ChangeRequest.objects.count() == 0
 
 
+def assert_resume_refused(billing_sandbox, logged_in, subscription) -> None:
+    """``resume`` and the resume view refuse ``subscription`` (409): nothing sent, no request
+    left for staff."""
+    with pytest.raises(RenewalUnchanged):
+        resume(subscription)
+    response = logged_in.post(f"/billing/account/subscriptions/{subscription.pk}/resume/")
+    assert response.status_code == 409
+    assert billing_sandbox.requests(operation="update_subscription") == []
+    assert not ChangeRequest.objects.filter(kind="resume").exists()
+
+
 def test_a_canceled_plan_in_its_grace_period_cannot_be_resumed(
     billing_sandbox, plans, logged_in, user, settings
 ):
@@ -727,12 +738,7 @@ def test_a_canceled_plan_in_its_grace_period_cannot_be_resumed(
     assert sub.is_active  # the grace period (ACCESS_AFTER_CANCEL "period_end")
     billing_sandbox.clear_requests()
 
-    with pytest.raises(RenewalUnchanged):
-        resume(sub)
-    response = logged_in.post(f"/billing/account/subscriptions/{sub.pk}/resume/")
-    assert response.status_code == 409
-    assert billing_sandbox.requests(operation="update_subscription") == []
-    assert not ChangeRequest.objects.filter(kind="resume").exists()
+    assert_resume_refused(billing_sandbox, logged_in, sub)
 
 
 def test_a_stop_of_renewal_whose_patch_answer_was_lost_is_not_sent_again(
@@ -899,12 +905,7 @@ def test_the_old_plan_of_a_change_cannot_be_resumed_beside_the_new_one(
 
     page = logged_in.get("/billing/account/").content.decode()
     assert f'action="/billing/account/subscriptions/{old.pk}/resume/"' not in page
-    with pytest.raises(RenewalUnchanged):
-        resume(old)
-    response = logged_in.post(f"/billing/account/subscriptions/{old.pk}/resume/")
-    assert response.status_code == 409
-    assert billing_sandbox.requests(operation="update_subscription") == []
-    assert not ChangeRequest.objects.filter(kind="resume").exists()
+    assert_resume_refused(billing_sandbox, logged_in, old)
     assert [s["product"] for s in renewing(billing_sandbox)] == [str(pro.remote_id)]
 
 
