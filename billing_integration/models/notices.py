@@ -1,4 +1,5 @@
-"""The record of each notice email: one row per (event, kind), claimed before sending."""
+"""The record of each notice email: one row per (event, kind) and per (change, kind), claimed
+before sending."""
 
 from __future__ import annotations
 
@@ -53,6 +54,9 @@ class Notice(models.Model):
         verbose_name=_("subscription"),
     )
     kind = models.CharField(_("kind"), max_length=32, choices=NoticeKind.choices)
+    #: The change the event reported (``<object id>@<its version>``): the same change sent again
+    #: under another event id gets no second notice. Empty for a trial notice.
+    change = models.CharField(_("change"), max_length=100, blank=True, default="")
     recipient = models.CharField(_("recipient"), max_length=254, blank=True, default="")
     state = models.CharField(
         _("state"), max_length=16, choices=NoticeState.choices, default=NoticeState.SENDING
@@ -68,6 +72,11 @@ class Notice(models.Model):
         ordering = ["-created_at", "-pk"]
         constraints = [
             models.UniqueConstraint(fields=["event", "kind"], name="billing_notice_once"),
+            models.UniqueConstraint(
+                fields=["change", "kind"],
+                condition=~models.Q(change=""),
+                name="billing_notice_once_per_change",
+            ),
             models.UniqueConstraint(
                 fields=["subscription", "kind"],
                 condition=models.Q(subscription__isnull=False),

@@ -4,6 +4,7 @@ framework, from event processing (signals after commit -> a Celery task)."""
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from unittest import mock
 
 import pytest
@@ -27,11 +28,13 @@ from billing_integration.webhooks import signals
 from billing_integration.webhooks.processing import process_event, replay_events
 
 from ..webhooks.conftest import (
+    T0,
     envelope,
     payment_data,
     post_signed,
     refund_data,
     subscription_data,
+    ts,
 )
 from .conftest import SITE
 
@@ -142,6 +145,36 @@ def test_redelivery_and_forced_replay_send_no_second_mail(
     assert received == [event.pk] * 4  # the signal went out four times...
     assert len(mailoutbox) == 1  # ...the mail once
     assert Notice.objects.get().state == NoticeState.SENT
+
+
+def test_the_same_change_under_a_second_event_id_sends_one_mail(
+    client, customer_email, notice_settings, billing_inline, mailoutbox
+):
+    """The service may send one change twice under two event ids: the second is applied (the
+    signal goes out again) but the customer gets one mail; a later failure of the same payment
+    (a newer ``date_updated``) gets its own."""
+    received = []
+
+    def count(sender, **kwargs):
+        received.append(kwargs["event"].pk)
+
+    first = failed_payment(customer_email)
+    again = envelope("payment.failed", dict(first["data"]))
+    later_data = {**first["data"], "date_updated": ts(T0 + timedelta(days=3))}
+    later = envelope("payment.failed", later_data)
+    signals.payment_failed.connect(count, weak=False)
+    try:
+        one, two = deliver(client, first), deliver(client, again)
+        assert len(mailoutbox) == 1
+        three = deliver(client, later)
+    finally:
+        signals.payment_failed.disconnect(count)
+
+    assert received == [one.pk, two.pk, three.pk]
+    assert len(mailoutbox) == 2
+    sent = Notice.objects.filter(state=NoticeState.SENT).order_by("pk")
+    assert [n.event_id for n in sent] == [one.pk, three.pk]
+    assert Notice.objects.count() == 2
 
 
 def test_a_redelivered_task_does_not_send_twice(
