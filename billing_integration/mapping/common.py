@@ -174,11 +174,12 @@ def normal_status(model: type[models.Model], value: Any) -> str:
 def carried(data: dict[str, Any], source: dict[str, str], name: str) -> bool:
     """Whether an event's data or a pulled resource carries a value for the field ``name``
     (read from the key ``source`` names, else from ``name``): present, and for a status, a
-    name, a record's amount or currency or the id of another object, neither null nor empty. A
-    field left out, or one of those sent as null, keeps what is stored: the service never takes
-    those away."""
+    name, a record's amount or currency, a subscription's ``auto_renew`` or the id of another
+    object, neither null nor empty. A field left out, or one of those sent as null, keeps what
+    is stored: the service never takes those away."""
     key = source.get(name, name)
     if key not in data:
         return False
-    kept_when_null = name in ("status", "name", "amount", "currency") or name.endswith("_remote_id")
+    kept = ("status", "name", "amount", "currency", "auto_renew")
+    kept_when_null = name in kept or name.endswith("_remote_id")
     return not (kept_when_null and data[key] in (None, ""))

@@ -546,6 +546,26 @@ def test_a_null_status_customer_or_product_in_a_subscription_event_keeps_the_sto
     assert sub.cycle_start_date == later  # the rest of the event applied
 
 
+@pytest.mark.parametrize("stored", [True, False])
+def test_a_null_auto_renew_in_a_subscription_event_keeps_the_stored_one(mirror, deliver, stored):
+    """``auto_renew: null`` is "not sent", as an absent one is: renewal neither stops (the
+    subscriber would be offered the plan again while it renews) nor restarts."""
+    from billing_integration.models import Subscription
+    from billing_integration.outbox import from_remote
+
+    with from_remote():
+        Subscription.objects.filter(pk=mirror.subscription.pk).update(auto_renew=stored)
+    sub = mirror.subscription
+    later = datetime.now(tz=UTC).replace(microsecond=0)
+    data = subscription_data(sub.remote_id, **refs(mirror), start=later, updated=later)
+    data["auto_renew"] = None
+    event = deliver(bare("subscription.renewal", data))
+    assert event.outcome == "applied", event.error
+    sub.refresh_from_db()
+    assert sub.auto_renew is stored
+    assert sub.cycle_start_date == later  # the rest of the event applied
+
+
 @pytest.mark.parametrize(
     "model, first_type, later_type",
     [
