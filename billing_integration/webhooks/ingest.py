@@ -259,13 +259,21 @@ def _insert(event: WebhookEvent) -> tuple[bool, WebhookEvent | None]:
 
 
 def _says_otherwise(stored: str, body: str) -> bool:
-    """Two bodies of one event id hold different JSON (key order and spacing aside)."""
+    """Two bodies of one event id hold different JSON (key order and spacing aside), and not
+    the same type and data in an envelope written again (a retry's other time or attempt)."""
     if stored == body:
         return False
     try:  # NaN read as text: NaN is never equal to itself
-        return bool(json.loads(stored, parse_constant=str) != json.loads(body, parse_constant=str))
+        before, after = json.loads(stored, parse_constant=str), json.loads(body, parse_constant=str)
     except (ValueError, RecursionError):
         return True
+    if before == after:
+        return False
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return True
+    data = _first(before, _DATA_KEYS)
+    same_event = data is not None and data == _first(after, _DATA_KEYS)
+    return not (same_event and _first(before, _TYPE_KEYS) == _first(after, _TYPE_KEYS))
 
 
 def enqueue(event_pk: int) -> None:

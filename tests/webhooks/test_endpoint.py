@@ -340,6 +340,20 @@ def test_an_event_id_delivered_again_with_another_body_is_kept_not_dropped(
     assert WebhookEvent.objects.count() == 2
 
 
+def test_a_retry_whose_envelope_alone_was_written_again_is_a_duplicate(
+    client, stored_only, django_capture_on_commit_callbacks
+):
+    """The service's retry of an event may carry the same id, type and data in an envelope
+    written again (another time, an attempt count): the same event, not a conflict."""
+    first = envelope("payment.failed", {"id": str(uuid.uuid4()), "status": "failed"})
+    retry = {**first, "created_at": "2026-01-01T00:00:05Z", "attempt": 2}
+    with django_capture_on_commit_callbacks(execute=True):
+        assert post_signed(client, first).json()["status"] == "received"
+        response = post_signed(client, retry)
+    assert response.status_code == 200 and response.json()["status"] == "duplicate"
+    assert WebhookEvent.objects.get().state != EventState.FAILED
+
+
 def test_duplicate_of_unprocessed_event_is_enqueued_again(
     client, stored_only, django_capture_on_commit_callbacks
 ):
