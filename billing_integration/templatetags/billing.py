@@ -144,7 +144,8 @@ def billing_checkout_button(
 ) -> dict[str, Any]:
     """A POST form to the checkout view; "Current plan" for the option the subscriber holds, a
     "Change plan" form (to the change view, ``checkout.changes.change_plan``) for one that would
-    change the plan held."""
+    change the plan held, a link to the billing page for a product whose lapsed subscription
+    may still renew."""
     resolved, cycle, currency, subscriber = _button_args(context, product, cycle, currency)
     held = change = False
     selection = _checked(check_selection, resolved, cycle, currency)
@@ -161,6 +162,10 @@ def billing_checkout_button(
     available = selection is not None and (
         held or change or not _in_the_way(holds, selection.product, selection)
     )
+    # its own subscription lapsed but may still renew: the billing page can stop that renewal
+    renewing = (
+        not available and resolved is not None and lapsed_in_the_way(holds.subscriptions, resolved)
+    )
     label = label or gettext("Subscribe")
     if "{price}" in label or "{cycle}" in label:
         label = _label_with_price(label, resolved, cycle, currency)
@@ -173,6 +178,8 @@ def billing_checkout_button(
         "change_action": reverse("billing_integration:change_plan"),
         "account_url": account_url(),
         "available": available,
+        "may_renew": renewing,
+        "may_renew_label": gettext("Payment being retried: see your billing page"),
         "label": label,
         "unavailable_label": unavailable_label or gettext("Not available"),
     }

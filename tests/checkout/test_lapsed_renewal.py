@@ -103,3 +103,21 @@ def test_the_renewal_of_a_lapsed_subscription_can_be_stopped(
         == 404
     )
     assert ChangeRequest.objects.count() == 1
+
+
+def test_the_pricing_button_of_a_plan_that_may_still_renew_points_to_the_billing_page(
+    billing_sandbox, product, logged_in, user
+):
+    """While the lapsed subscription may still renew, its product's button on the pricing page
+    (where the billing page's "Choose a plan" leads) is no dead end: it links to the billing
+    page, where the renewal can be stopped. Once stopped, the pricing page sells it again."""
+    sub = lapsed(user, product)
+    page = logged_in.get(ACCOUNT).content.decode()
+    assert 'class="billing-may-renew"' in page and "billing-choose-plan" in page
+    offered = button(product, user, cycle="months-1", currency="XOF")
+    assert "billing-checkout-form" not in offered and "Not available" not in offered
+    assert 'class="billing-checkout-may-renew"' in offered and f'href="{ACCOUNT}"' in offered
+
+    Subscription.objects.filter(pk=sub.pk).update(auto_renew=False)  # the service gave up
+    offered = button(product, user, cycle="months-1", currency="XOF")
+    assert "billing-checkout-form" in offered and "billing-checkout-may-renew" not in offered
