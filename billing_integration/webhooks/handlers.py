@@ -56,8 +56,7 @@ class EventContext:
     event_type: str
     data: dict[str, Any]
     occurred_at: datetime | None
-    #: The data's ``date_updated``, else the envelope's time, else the data's ``date_created``;
-    #: else (``version_is_ours``) the delivery's.
+    #: The data's date, else the envelope's; else (``version_is_ours``) the delivery's.
     version: datetime
     version_is_ours: bool = False
     pulled: set[tuple[str, uuid.UUID]] = field(default_factory=set)

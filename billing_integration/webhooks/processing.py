@@ -95,9 +95,8 @@ def _load_context(
         # A time that does not parse never becomes "no time".
         raise RemoteDataError("created_at", envelope.occurred_raw, "not a timestamp")
     data = envelope.data
-    # The change's date, else the event's: the object's creation date orders none of its events.
-    dated = ts(data.get("date_updated"), "date_updated") or occurred_at
-    dated = dated or ts(data.get("date_created"), "date_created")
+    dated = ts(data.get("date_updated"), "date_updated")
+    dated = dated or ts(data.get("date_created"), "date_created") or occurred_at
     # The webhook-timestamp the verified signature covered.
     headers = event.headers if isinstance(event.headers, dict) else {}
     stamp = webhook_header(headers, "timestamp")

@@ -16,7 +16,7 @@ import pytest
 from billing_integration.models import EventState, Invoice, Payment, Subscription
 
 from . import test_edges
-from .conftest import T0, invoice_data, payment_data, subscription_data, ts
+from .conftest import T0, invoice_data, payment_data, subscription_data
 
 bare = test_edges.bare
 deliver = test_edges.deliver  # the fixture: a signed delivery, processed inline
@@ -174,33 +174,6 @@ def test_two_subscription_events_of_the_same_version_end_the_same_in_any_order(
         assert event.state == EventState.PROCESSED, event.error
     sub.refresh_from_db()
     assert sub.status == winner
-
-
-# --- an event without date_updated is dated by its envelope, not by its object's creation -----
-def test_a_cancel_without_date_updated_is_dated_by_its_envelope_not_its_creation(mirror, deliver):
-    """An event whose data has no ``date_updated`` but the object's ``date_created`` was dated
-    by that creation date, older than any later state: a cancellation after a renewal was
-    ``stale``, silently. The envelope's ``created_at`` (the event's time) comes first."""
-    sub = mirror.subscription
-    renewed = T0 + timedelta(days=30)
-    data = subscription_data(sub.remote_id, **test_edges.refs(mirror), updated=renewed)
-    assert deliver(bare("subscription.renewal", data)).outcome == "applied"
-    cancel = {k: v for k, v in data.items() if k != "date_updated"}
-    event = deliver(
-        {**bare("subscription.canceled", cancel), "created_at": ts(renewed + timedelta(days=2))}
-    )
-    assert event.outcome == "applied", event.error
-    sub.refresh_from_db()
-    assert sub.status == "canceled"
-    # Two undated-by-data invoice events: the later envelope wins, whatever the arrival order.
-    rid = uuid.uuid4()
-    invoice = invoice_data(rid, status="paid", **links(mirror))
-    invoice.pop("date_updated")
-    voided = {**bare("invoice.voided", invoice), "created_at": ts(T0 + timedelta(days=2))}
-    paid = {**bare("invoice.paid", invoice), "created_at": ts(T0 + timedelta(days=1))}
-    assert deliver(voided).outcome == "applied"
-    assert deliver(paid).outcome == "stale"
-    assert Invoice.objects.get(remote_id=rid).status == "void"
 
 
 # --- amounts and currencies that cannot be read ----------------------------------------------
