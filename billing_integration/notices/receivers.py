@@ -24,10 +24,12 @@ def queue_notice(kind: str, event_pk: int, change: str = "") -> None:
     """Record the notice ``queued`` unless the event, or its ``change`` under another event id,
     has a row; queue ``send_notice`` on commit for the event that has it."""
     if enabled(kind):
-        lookup = {"change": change} if change else {"event_id": event_pk}
-        notice, _ = Notice.objects.get_or_create(
-            kind=kind, **lookup, defaults={"event_id": event_pk, "state": NoticeState.QUEUED}
-        )
+        notice = Notice.objects.filter(kind=kind, event_id=event_pk).first()
+        if notice is None:
+            lookup = {"change": change} if change else {"event_id": event_pk}
+            notice, _ = Notice.objects.get_or_create(
+                kind=kind, **lookup, defaults={"event_id": event_pk, "state": NoticeState.QUEUED}
+            )
         if notice.event_id is not None:
             owner = notice.event_id
             transaction.on_commit(lambda: send_notice.apply_async((owner, kind)), robust=True)

@@ -177,6 +177,23 @@ def test_the_same_change_under_a_second_event_id_sends_one_mail(
     assert Notice.objects.count() == 2
 
 
+def test_a_notice_recorded_before_its_change_was_kept_is_found_by_its_event(
+    client, customer_email, notice_settings, billing_inline, mailoutbox, caplog
+):
+    """A notice recorded before notices kept their change (``change`` empty) is still that
+    event's notice: a forced replay finds it by the event, sends nothing again, and logs no
+    error."""
+    event = deliver(client, failed_payment(customer_email))
+    Notice.objects.update(change="")
+    caplog.clear()
+    process_event(event.pk, force=True)
+
+    assert len(mailoutbox) == 1
+    notice = Notice.objects.get()
+    assert (notice.event_id, notice.state) == (event.pk, NoticeState.SENT)
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
+
+
 def test_a_redelivered_task_does_not_send_twice(
     client, customer_email, notice_settings, billing_inline, mailoutbox
 ):
