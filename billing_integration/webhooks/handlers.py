@@ -210,7 +210,7 @@ class EventHandler:
 
     def is_stale(self, ctx: EventContext, record: Any, status: str) -> bool:
         stored = record.remote_updated
-        if older_than_stored(ctx.version, stored, ctx.event.received_at):
+        if older_than_stored(ctx.version, stored):
             return True
         if ctx.version == stored and self.RANK.get(status, 0) < self.RANK.get(record.status, 0):
             return True

@@ -211,7 +211,7 @@ def test_a_payment_in_a_known_currency_id_or_code_is_stored(mirror, deliver):
 def test_a_date_far_in_the_future_does_not_make_every_later_event_stale(mirror, deliver):
     """A ``date_updated`` in 2099 (a service clock gone wrong, a typo) is stored as the
     version; every real event after it was ``stale`` for decades: a cancel never applied,
-    access kept. A stored version more than the tolerance after an event's receipt does not
+    access kept. A stored version more than the tolerance ahead of this clock does not
     make it stale."""
     sub = mirror.subscription
     refs = {"customer": mirror.customer.remote_id, "product": mirror.product.remote_id}
@@ -262,3 +262,33 @@ def test_a_payment_dated_far_in_the_future_is_not_the_newest_for_ever(mirror, de
     assert deliver(bare("payment.canceled", other)).outcome == "applied"
     sub.refresh_from_db()
     assert sub.last_payment_status == "completed"
+
+
+# --- a late replay ----------------------------------------------------------------------------
+def test_an_old_event_processed_days_after_its_receipt_is_still_stale(mirror, deliver):
+    """An event received days ago and processed only now (a replay once its type is mapped, a
+    forced replay, a retry after an outage) meets a stored version newer than itself but
+    written after its receipt: that version is not from a clock ahead (it is in this clock's
+    past), so the old event is ``stale`` and the newer state stays."""
+    from billing_integration.models import WebhookEvent
+    from billing_integration.webhooks.processing import process_event
+
+    sub = mirror.subscription
+    refs = {"customer": mirror.customer.remote_id, "product": mirror.product.remote_id}
+    now = datetime.now(UTC)
+    old = subscription_data(
+        sub.remote_id, updated=now - timedelta(days=3), status="canceled", **refs
+    )
+    first = deliver(bare("subscription.canceled", old))
+    assert first.outcome == "applied"
+    WebhookEvent.objects.filter(pk=first.pk).update(received_at=now - timedelta(days=3))
+    newer_at = now - timedelta(days=1)
+    newer = subscription_data(sub.remote_id, updated=newer_at, **refs)
+    assert deliver(bare("subscription.renewal", newer)).outcome == "applied"
+
+    process_event(first.pk, force=True)
+    first.refresh_from_db()
+    sub.refresh_from_db()
+    assert first.outcome == "stale"
+    assert sub.status == "published"
+    assert sub.remote_updated == newer_at.replace(microsecond=newer_at.microsecond // 1000 * 1000)
