@@ -192,7 +192,13 @@ def check_service_binding(
 ) -> list[CheckMessage]:
     """E010: a database Django checks holds a mirror of another service than the configured one."""
     from .models.service import ServiceBinding
-    from .service import RELINK_COMMAND, RESET_COMMAND, configured_service, recorded_service
+    from .service import (
+        RELINK_COMMAND,
+        RESET_COMMAND,
+        configured_service,
+        holds_nothing,
+        recorded_service,
+    )
 
     if not databases:
         return []
@@ -212,9 +218,10 @@ def check_service_binding(
             if ServiceBinding._meta.db_table not in connections[alias].introspection.table_names():
                 continue  # not migrated yet: nothing recorded
             recorded = recorded_service(alias)
+            unused = recorded is not None and recorded != configured and holds_nothing(alias)
         except DatabaseError:
             continue
-        if recorded is not None and recorded != configured:
+        if recorded is not None and recorded != configured and not unused:
             text = _(
                 "The billing mirror in database %(alias)r belongs to the service at "
                 "%(recorded)s, but settings.BILLING points at %(configured)s: "

@@ -235,14 +235,14 @@ def _service(client: Any | None) -> Fact:
     one read of the product list (one item, ``timeout`` per request) with the shared token, as
     pushes and pulls send it: ``BASE_URL``, which the token fact does not use."""
     from .client import API_PREFIX
-    from .service import configured_service, mismatch_message, recorded_service
+    from .service import configured_service, holds_nothing, mismatch_message, recorded_service
 
     recorded = recorded_service()
     try:
         configured = configured_service(client)
     except BillingError:  # a setting is missing: the token fact names it
         return Fact("service", WARNING, _("service: not checked, the settings are incomplete"))
-    if recorded is not None and recorded != configured:
+    if recorded is not None and recorded != configured and not holds_nothing():
         keys = ", ".join(
             f"BILLING['{key}']"
             for field, key in SERVICE_KEYS.items()

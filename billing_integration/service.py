@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.db import IntegrityError, router, transaction
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -95,8 +96,33 @@ def ensure_service(*, client: Any = None, using: str | None = None) -> ServiceId
     recorded = recorded_service(alias) or _record_first(configured, alias)
     if recorded == configured:
         return configured
+    if holds_nothing(alias):  # a service that never answered (a typo): nothing to protect
+        with transaction.atomic(using=alias):
+            _bind(configured, alias, "unused")
+        logger.warning("billing mirror held nothing of %s: now bound to %s", recorded, configured)
+        return configured
     message = mismatch_message(recorded, configured)
     raise BillingServiceMismatchError(message, recorded=recorded, configured=configured)
+
+
+def holds_nothing(using: str | None = None) -> bool:
+    """Whether the mirror in ``using`` holds nothing of any service: no row with a remote id,
+    no push being sent or in doubt (its answer lost: it may have created the object there)."""
+    from django.apps import apps
+
+    from .models import OutboxEntry
+    from .models.base import RemoteObject
+    from .models.outbox import OutboxState
+
+    alias = mirror_database(using)
+    entries = OutboxEntry.objects.using(alias)
+    if entries.filter(Q(in_doubt=True) | Q(state=OutboxState.IN_PROGRESS)).exists():
+        return False
+    return not any(
+        model._default_manager.using(alias).filter(remote_id__isnull=False).exists()
+        for model in apps.get_app_config("billing_integration").get_models()
+        if issubclass(model, RemoteObject)
+    )
 
 
 def mismatch_message(recorded: ServiceIdentity, configured: ServiceIdentity) -> str:

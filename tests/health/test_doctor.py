@@ -178,8 +178,18 @@ def test_a_wrong_base_url_fails_naming_the_setting(healthy, settings):
 
 def test_a_mirror_bound_to_another_service_address_fails_naming_the_way_out(healthy, settings):
     """BASE_URL now names another address than the mirror's service: every push, pull and
-    checkout is refused (E010, checked only by migrate), and the doctor said healthy."""
+    checkout is refused (E010, checked only by migrate), and the doctor said healthy. A mirror
+    that holds nothing yet follows the settings: no failure then."""
+    from billing_integration.sync.pull import pull_customers
+
     moved = settings.BILLING["BASE_URL"].replace("127.0.0.1", "localhost")
+    settings.BILLING = {**settings.BILLING, "BASE_URL": moved}
+    status, out = doctor(*NO_PING)
+    assert status == 0 and line(out, "service").startswith("OK"), out
+
+    settings.BILLING = {**settings.BILLING, "BASE_URL": healthy.base_url}
+    healthy.seed(customers=1)
+    assert pull_customers().created == 1  # the mirror now holds the service's customer
     settings.BILLING = {**settings.BILLING, "BASE_URL": moved}
     status, out = doctor(*NO_PING)
     assert status == 1, out

@@ -107,6 +107,52 @@ def test_the_first_pull_records_the_service(billing_sandbox):
     assert binding().base_url == billing_sandbox.base_url
 
 
+def service_check_errors() -> list[str]:
+    from django.core.checks import run_checks
+
+    return [m.id for m in run_checks(databases=["default"]) if m.id == "billing_integration.E010"]
+
+
+def test_a_service_that_never_answered_does_not_keep_an_empty_mirror(billing_sandbox, settings):
+    """A typo in ``BASE_URL``: the first pull cannot connect, so nothing came from there. Once
+    the setting is fixed, the empty mirror follows the configured service: no refusal, and the
+    database check (``migrate``) passes."""
+    from billing_integration.client import retry
+
+    good = settings.BILLING["BASE_URL"]
+    point_at(settings, BASE_URL="http://127.0.0.1:9")  # nothing listens there
+    retry_count = retry.MAX_RETRIES
+    retry.MAX_RETRIES = 0
+    try:
+        with pytest.raises(BillingError):
+            pull_products()
+    finally:
+        retry.MAX_RETRIES = retry_count
+    point_at(settings, BASE_URL=good)
+    assert service_check_errors() == []
+    billing_sandbox.seed(customers=2)
+    assert pull_customers().created == 2
+    assert binding().base_url == billing_sandbox.base_url
+
+
+def test_a_mirror_with_a_push_in_doubt_stays_with_its_service(billing_sandbox, settings):
+    """A push whose answer was lost may have created the object there: that mirror keeps its
+    service, even with no remote id yet."""
+    from billing_integration.service import ensure_service
+
+    good = settings.BILLING["BASE_URL"]
+    point_at(settings, BASE_URL=moved_url(billing_sandbox))
+    ensure_service()  # what the push does first
+    make_product("Pro plan")
+    OutboxEntry.objects.update(in_doubt=True)  # its answer lost: maybe created there
+    assert binding().base_url != good
+    point_at(settings, BASE_URL=good)
+    assert service_check_errors() == ["billing_integration.E010"]
+    billing_sandbox.clear_requests()
+    assert [push_entry(pk).status for pk in open_ids()] == [REFUSED]
+    assert billing_sandbox.requests() == []
+
+
 def test_one_binding_per_database_even_when_two_processes_record_at_once(
     billing_sandbox, monkeypatch
 ):
@@ -123,7 +169,9 @@ def test_one_binding_per_database_even_when_two_processes_record_at_once(
         ServiceBinding.objects.create(
             base_url="http://b", realm="r", client_id="c", recorded_at="2026-01-01T00:00:00Z"
         )
-    # Another process recorded another service between our read and our insert.
+    # Another process recorded another service between our read and our insert, and pulled
+    # from it (a mirror holding nothing would follow the settings).
+    Product.objects.create(remote_id=uuid.uuid4(), name="There")
     ServiceBinding.objects.create(
         base_url="http://elsewhere",
         realm="sandbox",
