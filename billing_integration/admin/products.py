@@ -34,6 +34,7 @@ from ..models import (
     ProductFeature,
     ProductStatus,
     Subscription,
+    SyncState,
     active_q,
 )
 from ..models.products import MAX_PRICE_AMOUNT, PRICE_WHOLE_DIGITS
@@ -645,13 +646,16 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
 
     @admin.display(description=_("status"), ordering="status")
     def status_column(self, obj: Product) -> Any:
-        """The status, and the service's when it refused a change of it (what is sold)."""
+        """The status, and the service's when it refused a change of it or has not confirmed
+        it yet (what is sold)."""
         if obj.confirmed_status == obj.status:
             return obj.get_status_display()
-        refused = _("refused by the service: still %(status)s there") % {
-            "status": ProductStatus(obj.confirmed_status).label
-        }
-        return format_html("{} {}", obj.get_status_display(), state_badge("failed", refused))
+        there = {"status": ProductStatus(obj.confirmed_status).label}
+        if obj.sync_state == SyncState.FAILED:
+            kind, note = "failed", _("refused by the service: still %(status)s there")
+        else:
+            kind, note = "pending", _("not confirmed by the service yet: still %(status)s there")
+        return format_html("{} {}", obj.get_status_display(), state_badge(kind, note % there))
 
     def change_view(
         self,
@@ -662,7 +666,11 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
     ) -> HttpResponse:
         if request.method == "GET":
             obj = self.get_object(request, unquote(object_id))
-            if obj is not None and obj.confirmed_status != obj.status:
+            if (
+                obj is not None
+                and obj.sync_state == SyncState.FAILED
+                and obj.confirmed_status != obj.status
+            ):
                 self.message_user(request, refused_message(obj), messages.WARNING)
         return super().change_view(request, object_id, form_url, extra_context)
 

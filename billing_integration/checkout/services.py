@@ -44,6 +44,7 @@ from ..models import (
     CycleUnit,
     OutboxEntry,
     Payment,
+    PaymentStatus,
     Product,
     ProductStatus,
     Subscription,
@@ -56,8 +57,6 @@ from ..service import ensure_service
 logger = logging.getLogger("billing_integration.checkout")
 
 ACTION_NEW = "new_subscription"
-#: Seconds an open session must have left to be reused (at most half of ``CHECKOUT_EXPIRY``).
-REUSE_MARGIN = 60.0
 
 
 class CheckoutError(BillingError):
@@ -376,9 +375,10 @@ def _lock_customer(customer: Customer) -> None:
 
 
 def _reusable_session(customer: Customer, selection: CheckoutSelection) -> CheckoutSession | None:
-    """The open session for the same choice, unexpired and with no payment for its product or
-    subscription to it since."""
-    margin = min(REUSE_MARGIN, float(billing_settings.CHECKOUT_EXPIRY) / 2)
+    """The open session for the same choice, unexpired and with no completed payment for its
+    product, nor subscription to it, since: the service sells a session until it expires, so
+    one with seconds left, or one whose payment was declined, is still payable and a second
+    one beside it could be paid too."""
     session = (
         CheckoutSession.objects.filter(
             customer=customer,
@@ -389,18 +389,19 @@ def _reusable_session(customer: Customer, selection: CheckoutSelection) -> Check
             status="open",
             completed_at__isnull=True,
             remote_id__isnull=False,
-            expires_at__gt=timezone.now() + timedelta(seconds=margin),
+            expires_at__gt=timezone.now(),
         )
         .order_by("-created_at", "-pk")
         .first()
     )
     if session is None:
         return None
-    # A payment for this product (or for one not known) since: the session was used. One for
-    # another product leaves it open, still payable where it was opened.
+    # A completed payment for this product (or for one not known) since: the session was used.
+    # One for another product, or a declined one, leaves it open, still payable.
     paid_since = Payment.objects.filter(
         Q(customer=customer) | Q(customer_remote_id=customer.remote_id),
         Q(product_remote_id=selection.product.remote_id) | Q(product_remote_id__isnull=True),
+        status=PaymentStatus.COMPLETED,
         created_at__gte=session.created_at,
     ).exists()
     subscribed_since = Subscription.objects.filter(
@@ -526,6 +527,16 @@ def trial_of_another_plan(trials: Iterable[Subscription], product: Product) -> S
     )
 
 
+def renewing_trial(trials: Iterable[Subscription], product: Product) -> bool:
+    """Whether one of ``trials`` (``_trials_in_progress``) is of ``product`` and renews by itself
+    (``auto_renew``), confirmed or not pushed yet: its end bills the first period, so a checkout
+    beside it would be billed too (``Subscription.bought`` reads confirmed statuses only)."""
+    return any(
+        t.product_id == product.pk and t.auto_renew and t.status not in CANCELED_STATUSES
+        for t in trials
+    )
+
+
 def _cache_call(method: str, *args: Any) -> Any:
     """``method`` of the shared cache; a cache that fails only loses the replay (logged)."""
     try:
@@ -577,7 +588,10 @@ def start_checkout(
             return existing
         if (rival := checkout_in_the_way(customer, selection.product, selection)) is not None:
             raise CheckoutInProgress(rival)
-        if (trial := trial_in_the_way(customer, selection.product)) is not None:
+        trials = list(_trials_in_progress(customer))
+        if not selection.product.multiple_purchases and renewing_trial(trials, selection.product):
+            raise AlreadySubscribed()
+        if (trial := trial_of_another_plan(trials, selection.product)) is not None:
             raise PlanAlreadyHeld(trial, selection.product)
         failure: CheckoutError | None = None
         try:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import redirect_to_login
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import NoReverseMatch, reverse
@@ -54,6 +55,22 @@ def _safe_next(request: HttpRequest, value: str | None) -> str | None:
     ):
         return value
     return None
+
+
+def login_first(view: View) -> View:
+    """``login_required`` for a POST-only view: the login page sends the visitor back to the
+    page the click came from (the ``Referer``, else the posted ``next``), not to this view,
+    which a GET after login could only answer 405."""
+
+    @functools.wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.user.is_authenticated:
+            return view(request, *args, **kwargs)
+        back = _safe_next(request, request.headers.get("referer"))
+        back = back or _safe_next(request, request.POST.get("next")) or account_url()
+        return redirect_to_login(back)
+
+    return wrapped
 
 
 def posted_choice(request: HttpRequest) -> tuple[Any, Any, Any]:
@@ -105,7 +122,7 @@ def refusals_as_pages(action: str, *, change: bool = False) -> Callable[[View], 
 
 
 @never_cache
-@login_required
+@login_first
 @require_POST
 @refusals_as_pages("checkout")
 def checkout(request: HttpRequest) -> HttpResponse:
@@ -122,7 +139,7 @@ def checkout(request: HttpRequest) -> HttpResponse:
 
 
 @never_cache
-@login_required
+@login_first
 @require_POST
 @refusals_as_pages("trial")
 def trial(request: HttpRequest) -> HttpResponse:

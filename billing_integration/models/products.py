@@ -58,7 +58,6 @@ class ProductQuerySet(models.QuerySet["Product"]):
     def on_sale(self) -> ProductQuerySet:
         """Published products the service is known to sell (``confirmed_status``)."""
         refused = models.Q(
-            sync_state=SyncState.FAILED,
             # the service's status as the mapping reads it: any case, spaces around
             remote_data__status__iregex=r"^\s*(draft|archived)\s*$",
         )
@@ -164,10 +163,12 @@ class Product(RemoteObject):
 
     @property
     def confirmed_status(self) -> str:
-        """The status to sell by: the service's (``remote_data``) if the last push failed."""
+        """The status to sell by: the service's (``remote_data``) if the last push failed, or
+        while a publication is not confirmed yet (the service still says draft or archived)."""
         confirmed = self.remote_data.get("status") if isinstance(self.remote_data, dict) else None
         confirmed = confirmed.strip().lower() if isinstance(confirmed, str) else None
-        if self.sync_state == SyncState.FAILED and confirmed in ProductStatus.values:
+        unconfirmed = self.sync_state == SyncState.FAILED or self.status == ProductStatus.PUBLISHED
+        if unconfirmed and confirmed in ProductStatus.values:
             return str(confirmed)
         return self.status
 

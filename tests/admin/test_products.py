@@ -579,6 +579,11 @@ def test_the_admin_says_when_the_service_refused_to_publish_again(billing_sandbo
         CHANGELIST,
         {"action": "publish", "_selected_action": [str(product.pk)], "_confirm_republish": "y"},
     )
+    # before the push: not sold, and the list says the service has not confirmed it yet
+    listing = admin_client.get(CHANGELIST).content.decode()
+    assert "not confirmed by the service yet: still Archived there" in listing
+    assert "The service refused" not in admin_client.get(change_url(product)).content.decode()
+    assert not Product.objects.on_sale().exists()
     assert push_all() == [PushOutcome.FAILED]
     product.refresh_from_db()
     assert (product.status, product.sync_state) == ("published", "failed")

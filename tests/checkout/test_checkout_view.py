@@ -160,11 +160,14 @@ def test_unpublished_product_gives_a_page_and_no_session(
 
 
 def test_product_archived_remotely_only(billing_sandbox, product, logged_in):
-    """The local row still says published (a pull not run yet): the service refuses and the
-    customer gets the same clear page."""
+    """The local row and its last answer still say published (archived on the service by
+    something else, a pull not run yet): the service refuses and the customer gets the same
+    clear page."""
     product.archive()
     push_open_entries()
-    Product.objects.filter(pk=product.pk).update(status="published")
+    product.refresh_from_db()
+    seen = {**product.remote_data, "status": "published"}
+    Product.objects.filter(pk=product.pk).update(status="published", remote_data=seen)
     response = post(logged_in, product)
     assert response.status_code == 409
     assert 'data-error-code="product_archived"' in response.content.decode()
@@ -259,12 +262,30 @@ def test_service_down_while_pushing_the_customer(billing_sandbox, product, logge
     assert billing_sandbox.requests(operation="create_checkout_session") == []
 
 
-def test_anonymous_is_sent_to_login(billing_sandbox, product, client):
-    response = post(client, product)
-    assert response.status_code == 302
-    assert response["Location"].startswith("/login") or "login" in response["Location"]
-    assert "next=/billing/checkout/" in response["Location"]
+def test_anonymous_is_sent_to_login_and_back_to_the_page_of_the_click(
+    billing_sandbox, product, client, user
+):
+    """Back after login to the page the click came from (the view only takes POSTs: sent back
+    to it, a GET would answer 405); without a ``Referer``, the posted ``next``, else the
+    billing page; never another site."""
+    from urllib.parse import parse_qs, urlsplit
+
+    def back(response) -> str:
+        assert response.status_code == 302 and "login" in response["Location"]
+        return parse_qs(urlsplit(response["Location"]).query)["next"][0]
+
+    data = {"product": product.pk, "cycle": "months-1", "currency": "XOF", "next": "/members/"}
+    assert back(client.post(URL, data, HTTP_REFERER="http://testserver/pricing/")) == (
+        "http://testserver/pricing/"
+    )
+    assert back(client.post(URL, data)) == "/members/"
+    evil = {**data, "next": "https://evil.example/"}
+    assert back(client.post(URL, evil, HTTP_REFERER="https://evil.example/x")) == (
+        "/billing/account/"
+    )
     assert billing_sandbox.requests(operation="create_checkout_session") == []
+    client.force_login(user)
+    assert client.get("/pricing/").status_code == 200  # where the login sends the visitor
 
 
 def test_get_is_refused(logged_in):

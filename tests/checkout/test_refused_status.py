@@ -84,3 +84,50 @@ def test_the_services_status_in_capitals_is_read_as_the_mapping_reads_it(billing
     product.refresh_from_db()
     assert product.confirmed_status == "archived"
     assert list(Product.objects.on_sale()) == []
+
+
+def test_a_publication_not_confirmed_yet_is_not_sold(billing_sandbox, logged_in, user):
+    """Published again here, its push still to come: the service still says archived, so it
+    is not sold until it answers (the admin's warning says so)."""
+    product = make_product("Pro plan")
+    product.archive()
+    push_open_entries()
+    product.publish()
+    product.refresh_from_db()
+    assert (product.status, product.sync_state) == ("published", "pending")
+    billing_sandbox.clear_requests()
+
+    assert product.confirmed_status == "archived"
+    assert list(Product.objects.on_sale()) == []
+    assert "<form" not in button(product, user, cycle="months-1", currency="XOF")
+    assert post(logged_in, product).status_code == 409
+    assert billing_sandbox.requests(operation="create_checkout_session") == []
+
+
+def test_a_draft_published_here_is_sold_once_the_service_confirms(billing_sandbox, user):
+    draft = make_product("Draft plan", status="draft")
+    draft.publish()
+    draft.refresh_from_db()
+    assert (draft.confirmed_status, list(Product.objects.on_sale())) == ("draft", [])
+    push_open_entries()
+    draft.refresh_from_db()
+    assert (draft.sync_state, draft.confirmed_status) == ("synced", "published")
+    assert list(Product.objects.on_sale()) == [draft]
+    assert "<form" in button(draft, user, cycle="months-1", currency="XOF")
+
+
+def test_a_refused_publication_stays_off_sale_after_another_edit(billing_sandbox, logged_in, user):
+    """An unrelated edit after the refusal (the product pending again) does not put it back
+    on sale: the service still says archived."""
+    product = republished_but_refused()
+    product.description = "New wording"
+    product.save()
+    product.refresh_from_db()
+    assert product.sync_state == "pending"
+    billing_sandbox.clear_requests()
+
+    assert product.confirmed_status == "archived"
+    assert list(Product.objects.on_sale()) == []
+    assert "<form" not in button(product, user, cycle="months-1", currency="XOF")
+    assert post(logged_in, product).status_code == 409
+    assert billing_sandbox.requests(operation="create_checkout_session") == []

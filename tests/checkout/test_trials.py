@@ -206,7 +206,9 @@ def test_trials_refused_for_a_product_not_on_sale_without_cycles_or_without_a_tr
 
 
 def test_an_anonymous_trial_goes_to_the_login_page(client, trial_product):
-    assert client.post(TRIAL, {"product": trial_product.pk}).status_code == 302
+    response = client.post(TRIAL, {"product": trial_product.pk}, HTTP_REFERER="/pricing/")
+    assert response.status_code == 302 and "login" in response["Location"]
+    assert "next=/pricing/" in response["Location"]  # back to the click's page, not a 405
     assert not Subscription.objects.exists()
 
 
@@ -353,6 +355,22 @@ def test_a_trial_that_renews_by_itself_is_not_bought_again(
 
     html = logged_in.get(ACCOUNT).content.decode()
     assert "Trial ends on" in html and "billing-convert-trial" not in html
+    response = logged_in.post(
+        CHECKOUT, {"product": trial_product.pk, "cycle": "months-1", "currency": "XOF"}
+    )
+    assert response.status_code == 409 and error_code(response) == "already_subscribed"
+    assert billing_sandbox.requests(operation="create_checkout_session") == []
+    assert not CheckoutSession.objects.exists()
+
+
+def test_a_trial_that_renews_by_itself_not_confirmed_yet_is_not_bought_again(
+    billing_sandbox, trial_product, logged_in, user
+):
+    """The same while the trial's push is left to the outbox (no status yet): the trial will
+    bill its first period once pushed, so the checkout is refused before anything is sent."""
+    trial = start_trial(user, trial_product, "months-1", "XOF", auto_renew=True, wait=False)
+    assert trial.remote_id is None and trial.status == ""
+
     response = logged_in.post(
         CHECKOUT, {"product": trial_product.pk, "cycle": "months-1", "currency": "XOF"}
     )
