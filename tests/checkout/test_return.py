@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.utils import timezone
 
 from billing_integration.models import CheckoutSession, Payment, Subscription
 
@@ -88,7 +89,10 @@ def test_failed_payment_before_this_session_does_not_count(hooked, product, logg
     first = start(logged_in, product)
     hooked.complete_checkout(str(first.remote_id), "0700000002")
     assert hooked.wait_for_deliveries(timeout=20)
+    # expired here (while it could still be paid, the same choice is sent back to it)
+    CheckoutSession.objects.filter(pk=first.pk).update(expires_at=timezone.now())
     second = start(logged_in, product)
+    assert second.pk != first.pk
     assert outcome(logged_in.get(RETURN, {"session_id": str(second.remote_id)})) == "pending"
     hooked.complete_checkout(str(second.remote_id), "0700000001")
     assert hooked.wait_for_deliveries(timeout=20)
