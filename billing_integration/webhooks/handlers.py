@@ -403,7 +403,7 @@ class PaymentHandler(EventHandler):
 
     def lock_related(self, ctx: EventContext) -> dict[str, Any]:
         sub_rid = reference(ctx.data.get("subscription"), "subscription")
-        if "subscription" not in ctx.data:  # the stored payment's
+        if sub_rid is None:  # absent, null or "": the stored payment's (``carried``)
             stored = Payment.objects.filter(remote_id=str(as_uuid(ctx.data.get("id"))))
             sub_rid = stored.values_list("subscription_remote_id", flat=True).first()
         if sub_rid is None:

@@ -598,3 +598,24 @@ def test_a_null_amount_or_currency_in_a_later_event_keeps_the_stored_one(
     record = model.objects.get(remote_id=rid)
     assert (record.amount, record.currency) == (5000, "XOF")
     assert record.remote_updated == T0 + timedelta(hours=1)  # the rest of the event applied
+
+
+@pytest.mark.parametrize("empty", [None, ""])
+def test_a_null_subscription_in_a_payment_event_still_shows_on_the_stored_one(
+    mirror, deliver, empty
+):
+    """A null or empty ``subscription`` keeps the payment's stored link, as an absent one does;
+    that subscription's ``last_payment_status`` stayed the earlier status: only an absent key
+    looked the stored payment's subscription up."""
+    rid, sub = uuid.uuid4(), mirror.subscription
+    first = payment_data(rid, status="completed", subscription=sub.remote_id, **refs(mirror))
+    assert deliver(bare("payment.completed", first)).outcome == "applied"
+    sub.refresh_from_db()
+    assert sub.last_payment_status == "completed"
+    later = dict(first, subscription=empty, date_updated=ts(T0 + timedelta(hours=1)))
+    event = deliver(bare("payment.failed", later))
+    assert (event.state, event.outcome) == (EventState.PROCESSED, "applied"), event.error
+    payment = Payment.objects.get(remote_id=rid)
+    assert (payment.status, payment.subscription_id) == ("failed", sub.pk)  # the link kept
+    sub.refresh_from_db()
+    assert sub.last_payment_status == "failed"  # its newest payment's
