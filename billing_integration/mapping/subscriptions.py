@@ -89,9 +89,9 @@ def to_remote(subscription: Subscription) -> dict[str, Any]:
 
 
 def _auto_renew(value: Any) -> bool:
-    """A boolean, 0 or 1, or its text ("true", "false" in any case, "1", "0"); null, like an
-    absent field, is the interface's default, true (a stored row keeps its own: ``carried``)."""
-    if value is None:
+    """A boolean, 0 or 1, or its text ("true", "false" in any case, "1", "0"); null or "", like
+    an absent field, is the interface's default, true (a stored row keeps its own: ``carried``)."""
+    if value is None or value == "":
         return True
     if isinstance(value, bool) or value in (0, 1):
         return bool(value)

@@ -584,15 +584,19 @@ def test_a_pulled_subscription_with_a_null_or_missing_customer_or_status_keeps_t
     assert [(s.status, s.customer_id, s.customer_remote_id) for s in subs] == before
 
 
-def test_a_pulled_null_auto_renew_keeps_the_stored_one_and_a_new_row_renews(small_pages, tamper):
-    """``auto_renew: null`` is read as "not sent": a stored subscription keeps its flag, and a
-    new one takes the interface's default (true), as when the field is left out."""
+@pytest.mark.parametrize("empty", [None, ""])
+def test_a_pulled_null_auto_renew_keeps_the_stored_one_and_a_new_row_renews(
+    small_pages, tamper, empty
+):
+    """``auto_renew`` null or "" is read as "not sent": a stored subscription keeps its flag,
+    and a new one takes the interface's default (true), as when the field is left out. ""
+    was an error ("not a boolean"): the row was not pulled."""
     subs = pulled(small_pages)
     Subscription.objects.filter(pk=subs[0].pk).update(auto_renew=False)
     assert Subscription.objects.get(pk=subs[1].pk).auto_renew is True
 
     def nulled(items: Any) -> Any:
-        return [dict(item, auto_renew=None) for item in items]
+        return [dict(item, auto_renew=empty) for item in items]
 
     tamper("list_subscriptions", nulled)
     Subscription.objects.filter(pk=subs[2].pk).delete()

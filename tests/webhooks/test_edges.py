@@ -566,6 +566,26 @@ def test_a_null_auto_renew_in_a_subscription_event_keeps_the_stored_one(mirror, 
     assert sub.cycle_start_date == later  # the rest of the event applied
 
 
+@pytest.mark.parametrize("stored", [True, False, None], ids=["stored-on", "stored-off", "new"])
+def test_an_empty_auto_renew_in_a_subscription_event_is_read_as_null(mirror, deliver, stored):
+    """``auto_renew: ""`` is null: a stored subscription keeps its flag, a new one renews (the
+    interface's default). The event failed ("auto_renew: not a boolean: ''")."""
+    from billing_integration.models import Subscription
+    from billing_integration.outbox import from_remote
+
+    remote_id = mirror.subscription.remote_id if stored is not None else uuid.uuid4()
+    with from_remote():
+        Subscription.objects.filter(remote_id=remote_id).update(auto_renew=bool(stored))
+    later = datetime.now(tz=UTC).replace(microsecond=0)
+    data = subscription_data(remote_id, **refs(mirror), start=later, updated=later)
+    data["auto_renew"] = ""
+    event = deliver(bare("subscription.renewal", data))
+    assert (event.state, event.outcome) == (EventState.PROCESSED, "applied"), event.error
+    sub = Subscription.objects.get(remote_id=remote_id)
+    assert sub.auto_renew is (True if stored is None else stored)
+    assert sub.cycle_start_date == later  # the rest of the event applied
+
+
 @pytest.mark.parametrize(
     "model, first_type, later_type",
     [
