@@ -87,8 +87,9 @@ def _locked(queryset: models.QuerySet[Any]) -> models.QuerySet[Any]:
 
 
 def _amount(value: Any) -> Decimal | None:
-    """The ``amount`` as stored; ``RemoteDataError`` when the column cannot hold it."""
-    if value is None:
+    """The ``amount`` as stored (None for null or ""); ``RemoteDataError`` when the column
+    cannot hold it."""
+    if value is None or value == "":
         return None
     try:
         dec = None if isinstance(value, bool) else Decimal(str(value))

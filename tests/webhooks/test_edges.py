@@ -586,14 +586,15 @@ def test_an_empty_auto_renew_in_a_subscription_event_is_read_as_null(mirror, del
     assert sub.cycle_start_date == later  # the rest of the event applied
 
 
-@pytest.mark.parametrize(
-    "model, first_type, later_type",
-    [
-        (Payment, "payment.failed", "payment.completed"),
-        (Refund, "refund.initiated", "refund.approved"),
-        (Invoice, "invoice.paid", "invoice.voided"),
-    ],
-)
+#: A record's model, the type of a first event of it and of a later one.
+RECORD_EVENTS = [
+    (Payment, "payment.failed", "payment.completed"),
+    (Refund, "refund.initiated", "refund.approved"),
+    (Invoice, "invoice.paid", "invoice.voided"),
+]
+
+
+@pytest.mark.parametrize("model, first_type, later_type", RECORD_EVENTS)
 @pytest.mark.parametrize("empty", [None, ""])
 def test_a_null_amount_or_currency_in_a_later_event_keeps_the_stored_one(
     mirror, deliver, model, first_type, later_type, empty
@@ -617,6 +618,23 @@ def test_a_null_amount_or_currency_in_a_later_event_keeps_the_stored_one(
     assert event.outcome == "applied", event.error
     record = model.objects.get(remote_id=rid)
     assert (record.amount, record.currency) == (5000, "XOF")
+    assert record.remote_updated == T0 + timedelta(hours=1)  # the rest of the event applied
+
+
+@pytest.mark.parametrize("model, first_type, later_type", RECORD_EVENTS)
+def test_an_empty_amount_in_a_later_event_keeps_the_stored_one(
+    mirror, deliver, model, first_type, later_type
+):
+    """``"amount": ""`` is read as null, "not sent": the stored amount stays and the rest of
+    the event applies. The event failed ("amount: not an amount: ''")."""
+    rid = uuid.uuid4()
+    first = _record(first_type, rid, mirror)
+    assert deliver(bare(first_type, first)).outcome == "applied"
+    later = dict(first, amount="", date_updated=ts(T0 + timedelta(hours=1)))
+    event = deliver(bare(later_type, later))
+    assert (event.state, event.outcome) == (EventState.PROCESSED, "applied"), event.error
+    record = model.objects.get(remote_id=rid)
+    assert record.amount == 5000
     assert record.remote_updated == T0 + timedelta(hours=1)  # the rest of the event applied
 
 
