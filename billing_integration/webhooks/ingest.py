@@ -214,7 +214,9 @@ def store_delivery(
     )
     if error:
         digest = hashlib.sha256(body).hexdigest()
-        event.event_id = clean_text(f"invalid:{verification.message_id or 'sha256'}:{digest}", 255)
+        # The webhook-id is cut so that the id keeps the whole digest within 255 characters.
+        source = (verification.message_id or "sha256")[: 255 - len(f"invalid::{digest}")]
+        event.event_id = clean_text(f"invalid:{source}:{digest}")
         event.state, event.error = EventState.REJECTED, error
     else:
         assert isinstance(payload, dict)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
 import json
 import time
@@ -242,6 +243,24 @@ def test_malformed_json_is_400_and_kept_for_inspection(client, stored_only):
     # A redelivery of the same broken body is not stored twice.
     assert post_signed(client, body=body, msg_id="msg_broken").status_code == 400
     assert WebhookEvent.objects.count() == 1
+
+
+def test_two_malformed_bodies_under_one_long_webhook_id_are_both_kept(client, stored_only):
+    """The id ``invalid:<webhook-id>:<hash of the body>`` was cut to the column's 255
+    characters: under a webhook-id longer than 182, the hash was lost, and a second body was
+    taken for a duplicate of the first and not stored. The webhook-id is cut, never the hash."""
+    msg_id = "msg_" + "x" * 246  # 250 characters
+    for body in (b"{not json 1", b"{not json 2", b"{not json 1"):
+        assert post_signed(client, body=body, msg_id=msg_id).status_code == 400
+    events = WebhookEvent.objects.order_by("pk")
+    assert [(e.body, e.state) for e in events] == [
+        ("{not json 1", EventState.REJECTED),
+        ("{not json 2", EventState.REJECTED),
+    ]
+    for event in events:
+        digest = hashlib.sha256(event.body.encode()).hexdigest()
+        assert len(event.event_id) <= 255 and event.event_id.endswith(f":{digest}")
+        assert event.event_id.startswith(f"invalid:{msg_id[:100]}")
 
 
 @pytest.mark.parametrize(
