@@ -89,6 +89,8 @@ def _load_context(
         payload = parse_body(event.body)
     except ValueError as exc:  # NaN, Infinity, a number out of range: not JSON
         raise EventDataError(f"The body is not strict JSON: {exc}") from exc
+    except RecursionError as exc:  # nested deeper than Python reads from this point of the stack
+        raise EventDataError(f"The body is nested too deep to be read: {exc}") from exc
     envelope = read_envelope(payload, message_id=None, body=event.body.encode())
     occurred_at = event.occurred_at or envelope.occurred_at
     if occurred_at is None and envelope.occurred_raw not in (None, ""):

@@ -284,6 +284,24 @@ def test_nan_and_infinity_are_stored_and_the_event_failed(mirror, deliver, const
     assert not Payment.objects.filter(remote_id=rid).exists()
 
 
+def test_a_stored_body_nested_deeper_than_processing_reads_fails_as_unreadable(mirror):
+    """The endpoint reads a body higher in the stack than processing does: one nested some
+    900 levels deep was stored (200), then failed by processing with a bare ``RecursionError``
+    and its traceback. It now fails as a body processing cannot read, as NaN does."""
+    rid = str(uuid.uuid4())
+    text = json.dumps(bare("payment.completed", {"id": rid, "amount": 1, "x": "NESTED"}))
+    text = text.replace('"NESTED"', "[" * 100_000 + "]" * 100_000)  # deeper than any stack
+    event = WebhookEvent.objects.create(
+        event_id="deep", type="payment.completed", raw_type="payment.completed", body=text
+    )
+    for force in (False, True):  # a replay fails it again
+        assert process_event(event.pk, force=force).state == EventState.FAILED
+        event.refresh_from_db()
+        assert (event.state, event.outcome) == (EventState.FAILED, "")
+        assert event.error.startswith("EventDataError: The body is nested too deep to be read")
+    assert not Payment.objects.filter(remote_id=rid).exists()
+
+
 def test_a_nul_or_a_lone_surrogate_in_a_field_no_column_holds_never_fails_the_event(
     mirror, deliver
 ):
