@@ -190,15 +190,10 @@ def _notice_errors(conf: dict[str, Any]) -> list[CheckMessage]:
 def check_service_binding(
     app_configs: Any = None, databases: Any = None, **kwargs: Any
 ) -> list[CheckMessage]:
-    """E010: a database Django checks holds a mirror of another service than the configured one."""
+    """E010: a database Django checks holds a mirror of another service than the configured one
+    (one that holds nothing yet follows the settings: ``service.holds_nothing``)."""
     from .models.service import ServiceBinding
-    from .service import (
-        RELINK_COMMAND,
-        RESET_COMMAND,
-        configured_service,
-        holds_nothing,
-        recorded_service,
-    )
+    from .service import RELINK_COMMAND, RESET_COMMAND, configured_service, recorded_service
 
     if not databases:
         return []
@@ -218,17 +213,27 @@ def check_service_binding(
             if ServiceBinding._meta.db_table not in connections[alias].introspection.table_names():
                 continue  # not migrated yet: nothing recorded
             recorded = recorded_service(alias)
-            unused = recorded is not None and recorded != configured and holds_nothing(alias)
         except DatabaseError:
             continue
-        if recorded is not None and recorded != configured and not unused:
-            text = _(
-                "The billing mirror in database %(alias)r belongs to the service at "
-                "%(recorded)s, but settings.BILLING points at %(configured)s: "
-                "pushes, pulls and checkouts are refused."
-            ) % {"alias": alias, "recorded": recorded, "configured": configured}
-            errors.append(_error("billing_integration.E010", text, hint))
+        if recorded is None or recorded == configured or _holds_nothing(alias):
+            continue
+        text = _(
+            "The billing mirror in database %(alias)r belongs to the service at "
+            "%(recorded)s, but settings.BILLING points at %(configured)s: "
+            "pushes, pulls and checkouts are refused."
+        ) % {"alias": alias, "recorded": recorded, "configured": configured}
+        errors.append(_error("billing_integration.E010", text, hint))
     return errors
+
+
+def _holds_nothing(alias: str) -> bool:
+    """``service.holds_nothing``; False when the database cannot tell (not fully migrated)."""
+    from .service import holds_nothing
+
+    try:
+        return holds_nothing(alias)
+    except DatabaseError:
+        return False
 
 
 @register(Tags.security, "billing", deploy=True)

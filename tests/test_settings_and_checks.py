@@ -1,5 +1,6 @@
 """The settings reader names the exact key to set; the system checks name the setting to fix."""
 
+import uuid
 from pathlib import Path
 
 import pytest
@@ -152,6 +153,13 @@ def test_database_checks_report_a_mirror_of_another_service(settings):
         recorded_at=timezone.now(),
     )
     assert [e for e in run_checks() if e.id == "billing_integration.E010"] == []
+    # a mirror that holds nothing yet follows the settings: nothing to report
+    assert [e for e in run_checks(databases=["default"]) if e.id.startswith("billing")] == []
+    from billing_integration.models import Customer
+    from billing_integration.outbox import from_remote
+
+    with from_remote():  # a customer of the recorded service
+        Customer.objects.create(remote_id=uuid.uuid4(), identifier="c-1")
     errors = [e for e in run_checks(databases=["default"]) if e.id == "billing_integration.E010"]
     assert len(errors) == 1
     assert "https://billing.example.com" in errors[0].msg and GOOD["BASE_URL"] in errors[0].msg
