@@ -238,17 +238,13 @@ def _label_with_price(label: str, product: Product | None, cycle: Any, currency:
             currency_id = currencies.currency_id(currency) if currency else None
         except BillingConfigurationError:
             currency_id = None
-        for candidate in product.cycles.all():
-            if cycle and candidate.code != cycle:
-                continue
-            for price in candidate.prices.all():
-                if currency_id is None or price.currency_id == currency_id:
-                    price_text = display.format_money(
-                        price.amount, currencies.label(price.currency_id)
-                    )
-                    break
-            if price_text:
-                break
+        if product.is_one_time:  # its prices are at its root
+            groups = [product.root_prices.all()]
+        else:
+            groups = [c.prices.all() for c in product.cycles.all() if not cycle or c.code == cycle]
+        found = (p for g in groups for p in g if currency_id in (None, p.currency_id))
+        if (price := next(found, None)) is not None:
+            price_text = display.format_money(price.amount, currencies.label(price.currency_id))
     return label.replace("{price}", price_text).replace(
         "{cycle}", display.cycle_label(cycle) if cycle else ""
     )

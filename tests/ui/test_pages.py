@@ -83,6 +83,28 @@ def test_checkout_button_label_with_price(rf, demo, seeded) -> None:
     assert ">Subscribe for XOF\xa050,000, Yearly</button>" in html
 
 
+def test_checkout_button_label_with_the_price_of_a_one_time_product(rf, demo) -> None:
+    """A one-time product's price is at its root (no cycle): ``{price}`` shows it."""
+    from billing_integration.models import Price
+    from billing_integration.outbox import from_remote
+
+    with from_remote():
+        ebook = Product.objects.create(
+            name="Ebook",
+            status="published",
+            product_type="one_time",
+            selected_currencies=[1],
+            remote_id=uuid.uuid4(),
+        )
+        Price.objects.create(product=ebook, currency_id=1, amount=Decimal("2500"))
+    request = RequestFactory().get("/")
+    request.user = demo
+    html = Template(
+        "{% load billing %}{% billing_checkout_button p currency='XOF' label='Buy for {price}' %}"
+    ).render(Context({"p": ebook, "request": request}))
+    assert ">Buy for XOF\xa02,500</button>" in html
+
+
 def test_return_page_in_the_sites_layout_links_the_billing_page(client, demo, seeded) -> None:
     subscription(demo, seeded["Starter"])
     client.force_login(demo)
