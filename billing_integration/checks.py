@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from typing import Any, TypeGuard
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
@@ -71,19 +71,47 @@ def _service_errors(conf: dict[str, Any]) -> list[CheckMessage]:
     ]
     for key in URL_KEYS:
         value = conf.get(key)
-        parts = urlsplit(str(value))
-        absolute = parts.scheme in ("http", "https") and parts.netloc
+        parts = _split(value)
+        absolute = parts is not None and parts.scheme in ("http", "https") and parts.hostname
         if not value:
             unset = f"BILLING['{key}'] is not set."
             errors.append(_error("billing_integration.E002", unset, _hint(key)))
-        elif not absolute or parts.query or parts.fragment:
+        elif parts is None or not absolute or parts.query or parts.fragment:
             text = f"BILLING['{key}'] is not an absolute http(s) URL without query: {value!r}."
+            errors.append(_error("billing_integration.E003", text, _hint(key)))
+        elif flaw := _url_flaw(str(value), parts):
+            text = (
+                f"BILLING['{key}'] is not an absolute http(s) URL without query: {value!r} "
+                f"({flaw})."
+            )
             errors.append(_error("billing_integration.E003", text, _hint(key)))
         elif parts.scheme == "http" and not settings.DEBUG and parts.hostname not in LOOPBACK:
             text = f"BILLING['{key}'] uses plain http outside DEBUG: {value!r}."
             hint = "Use the service's https address in production."
             errors.append(_error("billing_integration.W003", text, hint, warning=True))
     return errors
+
+
+def _split(value: Any) -> SplitResult | None:
+    """``value`` split as a URL, None when it cannot be (an unclosed ``[`` of an IPv6 host)."""
+    try:
+        return urlsplit(str(value))
+    except ValueError:
+        return None
+
+
+def _url_flaw(value: str, parts: SplitResult) -> str | None:
+    """What makes an absolute http(s) URL unreachable: whitespace after its start (requests
+    drops leading whitespace only), or a port that is not a number from 1 to 65535."""
+    if any(char.isspace() for char in value.lstrip()):
+        return "it contains whitespace"
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or out of range
+        port = 0
+    if port == 0:
+        return "its port is not a number from 1 to 65535"
+    return None
 
 
 def _webhook_errors(conf: dict[str, Any]) -> list[CheckMessage]:
@@ -264,9 +292,9 @@ def check_billing_deploy(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
         )
         errors.append(_error("billing_integration.E012", text, hint))
     for key in URL_KEYS:
-        parts = urlsplit(str(conf.get(key) or ""))
+        parts = _split(conf.get(key) or "")
         # W003 already reports a remote http URL outside DEBUG.
-        if parts.scheme == "http" and (settings.DEBUG or parts.hostname in LOOPBACK):
+        if parts and parts.scheme == "http" and (settings.DEBUG or parts.hostname in LOOPBACK):
             text = (
                 f"BILLING['{key}'] uses plain http: tokens, client credentials and billing "
                 "data would travel unencrypted."

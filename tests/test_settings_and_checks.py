@@ -102,6 +102,43 @@ def test_malformed_url(settings):
     assert "BASE_URL" in errors[0].msg
 
 
+@pytest.mark.parametrize("key", ["BASE_URL", "AUTH_URL", "CHECKOUT_URL"])
+@pytest.mark.parametrize(
+    "url, reason",
+    [
+        ("http://127.0.0.1:81OO/auth", "its port is not a number from 1 to 65535"),
+        ("http://127.0.0.1:99999/auth", "its port is not a number from 1 to 65535"),
+        ("http://127.0.0.1:0/auth", "its port is not a number from 1 to 65535"),
+        ("http://127.0.0.1:8100 /auth", "it contains whitespace"),
+        ("http://127.0.0.1:8100/auth\n", "it contains whitespace"),
+    ],
+)
+def test_a_url_that_cannot_be_reached_is_malformed(settings, key, url, reason):
+    settings.BILLING = {**GOOD, key: url}
+    errors = check_billing_settings()
+    assert ids(errors) == ["billing_integration.E003"]
+    assert errors[0].msg == (
+        f"BILLING['{key}'] is not an absolute http(s) URL without query: {url!r} ({reason})."
+    )
+
+
+@pytest.mark.parametrize("url", ["http://:8100/auth", "http://[::1/auth"])
+def test_a_url_without_a_host_is_malformed(settings, url):
+    settings.BILLING = {**GOOD, "AUTH_URL": url}
+    errors = check_billing_settings()
+    assert ids(errors) == ["billing_integration.E003"]
+    assert errors[0].msg == (
+        f"BILLING['AUTH_URL'] is not an absolute http(s) URL without query: {url!r}."
+    )
+    assert "billing_integration.E003" in ids(deploy_messages())  # check --deploy runs too
+
+
+def test_a_url_with_an_explicit_port_passes(settings):
+    urls = {"BASE_URL": "https://billing.example.com:443/", "AUTH_URL": "http://[::1]:65535/a"}
+    settings.BILLING = {**GOOD, **urls, "CHECKOUT_URL": " http://127.0.0.1:1"}
+    assert check_billing_settings() == []
+
+
 def test_malformed_webhook_secret_is_not_echoed(settings):
     settings.BILLING = {**GOOD, "WEBHOOK_SECRET": "not-a-secret-value"}
     errors = check_billing_settings()
