@@ -14,7 +14,7 @@ from django.utils.module_loading import import_string
 from django.utils.translation import gettext as _
 
 from .conf import DEFAULTS, REQUIRED, billing_settings, guesses
-from .exceptions import BillingConfigurationError
+from .exceptions import BillingConfigurationError, without_user_info
 from .health import PROCESS_LOCAL_BACKENDS
 from .schedule import PRUNE_OLDER_THAN
 from .webhooks.verification import whsec_key
@@ -71,22 +71,23 @@ def _service_errors(conf: dict[str, Any]) -> list[CheckMessage]:
     ]
     for key in URL_KEYS:
         value = conf.get(key)
+        shown = without_user_info(value)  # a password in the URL is not printed
         parts = _split(value)
         absolute = parts is not None and parts.scheme in ("http", "https") and parts.hostname
         if not value:
             unset = f"BILLING['{key}'] is not set."
             errors.append(_error("billing_integration.E002", unset, _hint(key)))
         elif parts is None or not absolute or parts.query or parts.fragment:
-            text = f"BILLING['{key}'] is not an absolute http(s) URL without query: {value!r}."
+            text = f"BILLING['{key}'] is not an absolute http(s) URL without query: {shown!r}."
             errors.append(_error("billing_integration.E003", text, _hint(key)))
         elif flaw := _url_flaw(str(value), parts):
             text = (
-                f"BILLING['{key}'] is not an absolute http(s) URL without query: {value!r} "
+                f"BILLING['{key}'] is not an absolute http(s) URL without query: {shown!r} "
                 f"({flaw})."
             )
             errors.append(_error("billing_integration.E003", text, _hint(key)))
         elif parts.scheme == "http" and not settings.DEBUG and parts.hostname not in LOOPBACK:
-            text = f"BILLING['{key}'] uses plain http outside DEBUG: {value!r}."
+            text = f"BILLING['{key}'] uses plain http outside DEBUG: {shown!r}."
             hint = "Use the service's https address in production."
             errors.append(_error("billing_integration.W003", text, hint, warning=True))
     return errors

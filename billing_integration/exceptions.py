@@ -17,6 +17,9 @@ _SECRET_TEXT = re.compile(r"((?:secret|token)[\"']?\s*[=:]\s*[\"']?)[^\"'&\s,}]+
 _MAX_BODY = 2000  # characters of an answer kept on an error
 _MAX_PAGE = 64_000  # characters of a page (an HTML answer) read for its text
 EXCERPT_CHARS = 300  # characters of the answer an error's text quotes
+# The user info of a URL (``user:password@``): after ``scheme://`` (or ``//``, or at the start of
+# a value without them), up to the last ``@`` before the path, query or fragment.
+_USER_INFO = re.compile(r"^(\s*(?:[A-Za-z][A-Za-z0-9+.-]*:)?//)?[^/?#]*@")
 _MESSAGE_KEYS = ("error_description", "message", "error", "detail", "errors")
 # A script or style element (to its end, or the end of a body cut short), or any other tag.
 _TAG = re.compile(r"<(script|style)\b.*?(?:</\1\s*>|\Z)|<[^>]*>", re.IGNORECASE | re.DOTALL)
@@ -216,6 +219,12 @@ def without_secrets(value: Any, secrets: Collection[str]) -> Any:
     except (ValueError, RecursionError):  # a secret as short as a number or a key, or too
         # deeply nested to read back: the text, still redacted
         return text
+
+
+def without_user_info(url: Any) -> str:
+    """``url`` as written, but its user info (``user:password@``), which may hold a password,
+    left out: what a message may quote of a configured URL."""
+    return _USER_INFO.sub(lambda match: match.group(1) or "", str(url), count=1)
 
 
 def _summary(body: Any) -> str:

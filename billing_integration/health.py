@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from .conf import shared_cache
-from .exceptions import BillingError
+from .exceptions import BillingError, without_user_info
 
 logger = logging.getLogger("billing_integration.health")
 
@@ -197,7 +197,7 @@ def _token_and_service(limits: Thresholds, skip: Any) -> list[Fact]:
 
 def _token(client: Any) -> Fact:
     """Fetch a new token through the client, no retries, ``timeout`` per request."""
-    url = client.token_url
+    url = without_user_info(client.token_url)
     started = time.perf_counter()
     try:
         lifetime = client.probe_token()
@@ -254,7 +254,7 @@ def _service(client: Any | None) -> Fact:
         return Fact("service", FAIL, text, sides)
     if client is None:
         return Fact("service", WARNING, _("service: not read, no token (see token)"))
-    url = f"{client.base_url}{API_PREFIX}/products"
+    url = without_user_info(f"{client.base_url}{API_PREFIX}/products")
     if client.known_down():  # a call now would wait for the shared back-off to end
         text = _("service: not read, every process is waiting a few seconds for it (found down)")
         return Fact("service", WARNING, text, {"url": url})

@@ -139,6 +139,40 @@ def test_a_url_with_an_explicit_port_passes(settings):
     assert check_billing_settings() == []
 
 
+MALFORMED = "BILLING['AUTH_URL'] is not an absolute http(s) URL without query:"
+PORT = "(its port is not a number from 1 to 65535)"
+
+
+@pytest.mark.parametrize(
+    "url, code, msg",
+    [
+        (
+            "http://user:pw@127.0.0.1:8100/auth?x=1",
+            "E003",
+            f"{MALFORMED} 'http://127.0.0.1:8100/auth?x=1'.",
+        ),
+        (
+            "http://user:pw@127.0.0.1:81OO/auth",
+            "E003",
+            f"{MALFORMED} 'http://127.0.0.1:81OO/auth' {PORT}.",
+        ),
+        ("user:pw@127.0.0.1:8100/auth", "E003", f"{MALFORMED} '127.0.0.1:8100/auth'."),
+        (
+            "http://user:pw@billing.example.com/auth",
+            "W003",
+            "BILLING['AUTH_URL'] uses plain http outside DEBUG: 'http://billing.example.com/auth'.",
+        ),
+    ],
+)
+def test_a_url_is_echoed_without_its_user_info(settings, url, code, msg):
+    settings.DEBUG = False
+    settings.BILLING = {**GOOD, "AUTH_URL": url}
+    errors = check_billing_settings()
+    assert ids(errors) == [f"billing_integration.{code}"]
+    assert errors[0].msg == msg
+    assert "pw" not in errors[0].hint
+
+
 def test_malformed_webhook_secret_is_not_echoed(settings):
     settings.BILLING = {**GOOD, "WEBHOOK_SECRET": "not-a-secret-value"}
     errors = check_billing_settings()

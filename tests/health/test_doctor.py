@@ -157,6 +157,40 @@ def test_token_endpoint_unreachable(healthy, settings):
     assert f"127.0.0.1:{port}" in line(out, "token") and "connection failed" in line(out, "token")
 
 
+def facts_of(out: str) -> dict[str, dict]:
+    """The facts of a ``--json`` report by key."""
+    return {fact["key"]: fact for fact in json.loads(out)["facts"]}
+
+
+def test_the_token_fact_quotes_its_url_without_user_info(healthy, settings):
+    from billing_integration.conf import billing_settings
+
+    auth = f"127.0.0.1:{closed_port()}/auth"
+    settings.BILLING = {**settings.BILLING, "AUTH_URL": f"http://user:pw@{auth}"}
+    status, out = doctor(*NO_PING, "--json")
+    assert status == 1
+    token = f"http://{auth}/realms/{billing_settings.REALM}/protocol/openid-connect/token"
+    fact = facts_of(out)["token"]
+    assert fact["summary"].startswith(f"token: could not be fetched from {token}: ")
+    assert fact["data"]["url"] == token
+    assert "pw" not in out and "user" not in out
+
+
+def test_the_service_fact_quotes_its_url_without_user_info(healthy, settings):
+    from billing_integration.models import ServiceBinding
+
+    ServiceBinding.objects.all().delete()
+    base = healthy.base_url.split("://", 1)[1] + "/billing"
+    settings.BILLING = {**settings.BILLING, "BASE_URL": f"http://user:pw@{base}"}
+    status, out = doctor(*NO_PING, "--json")
+    assert status == 1
+    url = f"http://{base}/v1/api/billing/products"
+    fact = facts_of(out)["service"]
+    assert fact["summary"].startswith(f"service: {url} could not be read: ")
+    assert fact["data"] == {"url": url}
+    assert "pw" not in out and "user" not in out
+
+
 def test_a_wrong_base_url_fails_naming_the_setting(healthy, settings):
     """The token comes from AUTH_URL: a BASE_URL with a typo (a new install, nothing recorded
     yet) left every fact healthy while no push or pull could reach the service."""
@@ -427,6 +461,7 @@ def test_deliveries_refused_for_a_stale_timestamp_name_the_clock(healthy, client
     refused(client, timestamp=int(time.time()) - 3600)  # a server clock an hour off
     status, out = doctor(*NO_PING, "--json")
     assert status == 1
+    assert status == 1
     fact = {f["key"]: f for f in json.loads(out)["facts"]}["refused"]
     assert fact["status"] == "fail"
     assert fact["data"]["reasons"] == {"stale_timestamp": 1}
@@ -440,6 +475,7 @@ def test_deliveries_refused_for_their_size_name_the_setting(healthy, client, web
     payload = envelope("ping.test", {"id": str(uuid.uuid4()), "note": "x" * 2000})
     assert post_signed(client, payload).status_code == 413
     status, out = doctor(*NO_PING, "--json")
+    assert status == 1
     assert status == 1
     fact = {f["key"]: f for f in json.loads(out)["facts"]}["refused"]
     assert fact["status"] == "fail"
