@@ -198,20 +198,35 @@ def _trials_ok(value: Any) -> bool:
 
 
 def _notice_errors(conf: dict[str, Any]) -> list[CheckMessage]:
-    """Known notice kinds (E040), and ``SITE_URL`` set when one is on (E041)."""
+    """Known notice kinds (E040), and ``SITE_URL`` an absolute http(s) URL when one is on (E041):
+    set, with a host, and reachable (``_url_flaw``)."""
     notices, known = conf.get("NOTICES"), set(DEFAULTS["NOTICES"])
     if not isinstance(notices, dict) or set(notices) - known:
         text = f"BILLING['NOTICES'] must be a dict of notice kinds to True/False, not {notices!r}."
         hint = f"Known kinds: {', '.join(sorted(known))}."
         return [_error("billing_integration.E040", text, hint)]
     site = conf.get("SITE_URL")
-    on = sorted(kind for kind, value in notices.items() if value)
-    if on and not (isinstance(site, str) and site.startswith(("https://", "http://"))):
+    on = ", ".join(sorted(kind for kind, value in notices.items() if value))
+    hint = 'For example "https://app.example.com".'
+    if not on:
+        return []
+    if not site:
         text = (
-            f"BILLING['SITE_URL'] must be set when notices are on ({', '.join(on)}): "
+            f"BILLING['SITE_URL'] must be set when notices are on ({on}): "
             "the emails link to the account page with an absolute URL."
         )
-        return [_error("billing_integration.E041", text, 'For example "https://app.example.com".')]
+        return [_error("billing_integration.E041", text, hint)]
+    parts = _split(site) if isinstance(site, str) else None
+    absolute = parts is not None and parts.scheme in ("http", "https") and parts.hostname
+    flaw = _url_flaw(str(site), parts) if parts is not None and absolute else None
+    if not absolute or flaw:
+        shown = repr(without_user_info(site) if isinstance(site, str) else site)
+        shown += f" ({flaw})" if flaw else ""
+        text = (
+            f"BILLING['SITE_URL'] is not an absolute http(s) URL: {shown}; notices are on "
+            f"({on}) and the emails link to the account page with an absolute URL."
+        )
+        return [_error("billing_integration.E041", text, hint)]
     return []
 
 

@@ -173,6 +173,54 @@ def test_a_url_is_echoed_without_its_user_info(settings, url, code, msg):
     assert "pw" not in errors[0].hint
 
 
+NOTICE_ON = {"NOTICES": {"payment_failed": True, "trial_ending": True}}
+SITE_LINKS = (
+    "notices are on (payment_failed, trial_ending) and the emails link to the account page "
+    "with an absolute URL."
+)
+
+
+def test_site_url_must_be_set_when_a_notice_is_on(settings):
+    settings.BILLING = {**GOOD, **NOTICE_ON, "SITE_URL": ""}
+    errors = check_billing_settings()
+    assert ids(errors) == ["billing_integration.E041"]
+    assert errors[0].msg == (
+        "BILLING['SITE_URL'] must be set when notices are on (payment_failed, trial_ending): "
+        "the emails link to the account page with an absolute URL."
+    )
+
+
+@pytest.mark.parametrize(
+    "site, shown",
+    [
+        ("app.example.com", "'app.example.com'"),
+        ("https://", "'https://'"),
+        (
+            "https://app.example.com:99999",
+            "'https://app.example.com:99999' (its port is not a number from 1 to 65535)",
+        ),
+        ("https://app.example.com /", "'https://app.example.com /' (it contains whitespace)"),
+        (
+            "https://user:pw@app.example.com:x",
+            "'https://app.example.com:x' (its port is not a number from 1 to 65535)",
+        ),
+    ],
+)
+def test_a_site_url_set_but_not_absolute_is_said_so(settings, site, shown):
+    settings.BILLING = {**GOOD, **NOTICE_ON, "SITE_URL": site}
+    errors = check_billing_settings()
+    assert ids(errors) == ["billing_integration.E041"]
+    assert errors[0].msg == (
+        f"BILLING['SITE_URL'] is not an absolute http(s) URL: {shown}; {SITE_LINKS}"
+    )
+    assert errors[0].hint == 'For example "https://app.example.com".'
+
+
+def test_an_absolute_site_url_passes(settings):
+    settings.BILLING = {**GOOD, **NOTICE_ON, "SITE_URL": "https://app.example.com:8443/app"}
+    assert check_billing_settings() == []
+
+
 def test_malformed_webhook_secret_is_not_echoed(settings):
     settings.BILLING = {**GOOD, "WEBHOOK_SECRET": "not-a-secret-value"}
     errors = check_billing_settings()
