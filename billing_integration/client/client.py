@@ -28,6 +28,7 @@ from ..exceptions import (
     BillingAuthenticationError,
     BillingError,
     BillingIdempotencyConflict,
+    BillingNotFoundError,
     BillingTransportError,
     error_for_status,
     without_secrets,
@@ -47,6 +48,11 @@ CONNECT_TIMEOUT = 5.0  # seconds to connect, on every request
 READ_TIMEOUT = 30.0  # seconds to wait for an answer, on every request
 PAGE_SIZE = 100  # limit= of list calls
 MAX_PAGES = 100_000  # hard stop for a list that never ends
+#: The settings a failed token call names: no answer from the token URL (its host or port), no
+#: token endpoint at it (404), credentials refused (400, 401, 403).
+TOKEN_ADDRESS = "BILLING['AUTH_URL']"
+TOKEN_URL_SETTINGS = "BILLING['AUTH_URL'] and BILLING['REALM']"
+CREDENTIAL_SETTINGS = "BILLING['CLIENT_ID'] and BILLING['CLIENT_SECRET']"
 #: ``raw`` and ``raw_token`` (billing_probe): the most of one answer they read, and the time
 #: they take to read it; an answer over either is dropped (``BillingTransportError``).
 RAW_MAX_BYTES = 8 * 1024 * 1024
@@ -377,22 +383,31 @@ class BillingClient:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _send(
-        self, operation: str, deadline: Deadline | None, method: str, url: str, **kw: Any
+        self,
+        operation: str,
+        deadline: Deadline | None,
+        method: str,
+        url: str,
+        *,
+        check: str = "",
+        **kw: Any,
     ) -> requests.Response:
         """One request, a redirect not followed (it would carry the token or the secret on);
-        a timeout or connection error raises ``_Sent`` (retryable). With the deadline passed
-        (a token fetched or waited for took the time), nothing is sent."""
+        a timeout or connection error raises ``_Sent`` (retryable), its text ending with
+        ``check`` (the settings to check) when given. With the deadline passed (a token
+        fetched or waited for took the time), nothing is sent."""
         _check_time_left(deadline, operation)
         pair = self.timeout or (CONNECT_TIMEOUT, READ_TIMEOUT)
         timeout: Any = pair if deadline is None else deadline.timeout(*pair)  # requests takes both
+        hint = f": check {check}" if check else ""
         try:
             response = self.session.request(
                 method, url, timeout=timeout, allow_redirects=False, **kw
             )
         except requests.Timeout:
-            raise _Sent(BillingTransportError("timed out", operation=operation)) from None
+            raise _Sent(BillingTransportError("timed out" + hint, operation=operation)) from None
         except requests.RequestException as exc:
-            problem = f"connection failed ({type(exc).__name__})"
+            problem = f"connection failed ({type(exc).__name__}){hint}"
             raise _Sent(BillingTransportError(problem, operation=operation)) from None
         logger.debug("billing %s %s -> %s", operation, method, response.status_code)
         return response
@@ -405,16 +420,27 @@ class BillingClient:
 
         def attempt() -> dict[str, Any]:
             response = self._send(
-                "token", deadline, "POST", self.token_url, data=form, headers=_FORM_HEADERS
+                "token",
+                deadline,
+                "POST",
+                self.token_url,
+                check=TOKEN_ADDRESS,
+                data=form,
+                headers=_FORM_HEADERS,
             )
             data, status = _body(response), response.status_code
+            if status == 404:
+                problem = f"no token endpoint at this URL (check {TOKEN_URL_SETTINGS})"
+                raise BillingNotFoundError(
+                    status=status, operation="token", body=data, message=problem, sent=sent
+                )
             if status >= 300 and status not in (400, 401, 403):
                 _answer(response, "token", sent)  # raises the error (retried when retryable)
             token = data.get("access_token") if isinstance(data, dict) else None
             if status >= 400 or not isinstance(token, str) or not _SENDABLE.fullmatch(token):
                 problem = "token response without an access_token a header can carry"
                 if status >= 400:
-                    problem = "credentials refused (check CLIENT_ID and CLIENT_SECRET)"
+                    problem = f"credentials refused (check {CREDENTIAL_SETTINGS})"
                 raise BillingAuthenticationError(
                     status=status, operation="token", body=data, message=problem, sent=sent
                 )

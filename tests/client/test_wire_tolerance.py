@@ -7,6 +7,7 @@ import logging
 import time
 
 import pytest
+import requests
 import responses
 from django.core.cache import caches
 
@@ -286,3 +287,55 @@ def test_an_error_text_keeps_its_own_words_whatever_the_token():
     with pytest.raises(BillingAPIError) as info:
         make_client().get_product("p1")
     assert str(info.value) == "get_product failed with HTTP 302: redirected to /elsewhere"
+
+
+@pytest.mark.parametrize(
+    ("failure", "text"),
+    [
+        (requests.ConnectionError("refused"), "connection failed (ConnectionError)"),
+        (requests.ConnectTimeout("no answer"), "timed out"),
+    ],
+)
+@responses.activate
+def test_a_token_call_that_reaches_nothing_names_the_setting_to_check(failure, text):
+    responses.post(AUTH_URL, body=failure)
+    with pytest.raises(BillingTransportError) as info:
+        make_client(retry=RetryPolicy(max_retries=0)).get_product("p1")
+    assert str(info.value) == f"token: {text}: check BILLING['AUTH_URL']"
+
+
+@responses.activate
+def test_another_call_that_reaches_nothing_names_no_token_setting():
+    responses.post(AUTH_URL, json={"access_token": TOKEN, "expires_in": 300})
+    responses.get(API + "/products/p1", body=requests.ConnectionError("refused"))
+    with pytest.raises(BillingTransportError) as info:
+        make_client(retry=RetryPolicy(max_retries=0)).get_product("p1")
+    assert str(info.value) == "get_product: connection failed (ConnectionError)"
+
+
+@responses.activate
+def test_a_token_url_not_found_names_the_settings_to_check():
+    responses.post(AUTH_URL, status=404, json={"error": "Realm does not exist"})
+    with pytest.raises(BillingAPIError) as info:
+        make_client().get_product("p1")
+    assert type(info.value).__name__ == "BillingNotFoundError" and not info.value.retryable
+    assert str(info.value) == (
+        "token failed with HTTP 404: no token endpoint at this URL "
+        "(check BILLING['AUTH_URL'] and BILLING['REALM']): Realm does not exist"
+    )
+    assert len(responses.calls) == 1
+
+
+@pytest.mark.parametrize("status", [400, 401, 403])
+@responses.activate
+def test_refused_credentials_name_the_settings_to_check(status):
+    body = {"error": "unauthorized_client", "error_description": "Invalid client secret"}
+    responses.post(AUTH_URL, status=status, json=body)
+    with pytest.raises(BillingAPIError) as info:
+        make_client().get_product("p1")
+    assert type(info.value).__name__ == "BillingAuthenticationError"
+    assert str(info.value) == (
+        f"token failed with HTTP {status}: credentials refused "
+        "(check BILLING['CLIENT_ID'] and BILLING['CLIENT_SECRET']): Invalid client secret"
+    )
+    assert SECRET not in str(info.value) + repr(info.value.body)

@@ -191,6 +191,44 @@ def test_the_service_fact_quotes_its_url_without_user_info(healthy, settings):
     assert "pw" not in out and "user" not in out
 
 
+@pytest.mark.parametrize(
+    ("setting", "value", "error"),
+    [
+        (
+            "AUTH_URL",
+            "closed port",
+            "token: connection failed (ConnectionError): check BILLING['AUTH_URL']",
+        ),
+        (
+            "REALM",
+            "nowhere",
+            "token failed with HTTP 404: no token endpoint at this URL "
+            "(check BILLING['AUTH_URL'] and BILLING['REALM']): ",
+        ),
+        (
+            "CLIENT_SECRET",
+            "wrong-s3cr3t",
+            "token failed with HTTP 401: credentials refused "
+            "(check BILLING['CLIENT_ID'] and BILLING['CLIENT_SECRET']): ",
+        ),
+    ],
+)
+def test_the_token_fact_names_the_settings_to_check(healthy, settings, setting, value, error):
+    from billing_integration.conf import billing_settings
+
+    if setting == "AUTH_URL":
+        value = f"http://127.0.0.1:{closed_port()}/auth"
+    settings.BILLING = {**settings.BILLING, setting: value}
+    status, out = doctor(*NO_PING, "--json")
+    assert status == 1
+    fact = facts_of(out)["token"]
+    url = f"{billing_settings.AUTH_URL}/realms/{billing_settings.REALM}"
+    url += "/protocol/openid-connect/token"
+    assert fact["summary"].startswith(f"token: could not be fetched from {url}: {error}")
+    assert fact["data"]["error"].startswith(error)
+    assert "s3cr3t" not in out
+
+
 def test_a_wrong_base_url_fails_naming_the_setting(healthy, settings):
     """The token comes from AUTH_URL: a BASE_URL with a typo (a new install, nothing recorded
     yet) left every fact healthy while no push or pull could reach the service."""
