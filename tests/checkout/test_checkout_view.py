@@ -436,3 +436,22 @@ def test_a_nul_character_is_a_clear_4xx_not_a_crash(
 ):
     """PostgreSQL refuses a query with a NUL in a text: it never reaches the database."""
     refused_before_the_service(billing_sandbox, product, logged_in, url, fields, status, code)
+
+
+@pytest.mark.parametrize("change", [False, True])
+def test_the_503_page_says_once_that_nothing_was_charged(user, change):
+    from django.test import RequestFactory
+
+    from billing_integration.checkout.services import ServiceUnavailable
+    from billing_integration.checkout.views import error_page
+
+    request = RequestFactory().get("/")
+    request.user = user
+    page = error_page(request, ServiceUnavailable(), change=change).content.decode()
+    section = page.split('<section class="billing-checkout-error"', 1)[1].split("</section>")[0]
+    text = " ".join(re.sub(r"<[^>]+>", " ", section.split(">", 1)[1]).split())
+    heading = "We could not make this change" if change else "We could not start your checkout"
+    assert text == (
+        f"{heading} The payment service is temporarily unavailable. Nothing was charged; "
+        "please try again in a few minutes. Return to the home page ."
+    )
