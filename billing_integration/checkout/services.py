@@ -160,9 +160,10 @@ class CheckoutInProgress(CheckoutError):
         until = formats.time_format(timezone.localtime(session.expires_at))
         super().__init__(
             gettext(
+                # No period after %(time)s: an English time ends with one ("3:50 a.m.").
                 "You have started buying %(plan)s, and its payment page stays open until "
-                "%(time)s. Finish that payment, or choose again after %(time)s: paying both "
-                "would buy both."
+                "%(time)s, so finish that payment or choose again once it has closed: paying "
+                "both would buy both."
             )
             % {"plan": self.open_name, "time": until}
         )

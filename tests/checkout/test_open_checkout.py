@@ -157,3 +157,30 @@ def test_a_plan_sold_more_than_once_is_not_in_its_own_way(billing_sandbox, plans
     assert post(logged_in, starter, cycle="years-1").status_code == 302
     assert post(logged_in, pro).status_code == 409
     assert sessions_sent(billing_sandbox) == 2
+
+
+@pytest.mark.parametrize(
+    ("language", "message"),
+    [
+        (
+            "en",
+            "You have started buying Starter, and its payment page stays open until 3:50 a.m., "
+            "so finish that payment or choose again once it has closed: paying both would buy "
+            "both.",
+        ),
+        (
+            "fr",
+            "Vous avez commencé l'achat de Starter, et sa page de paiement reste ouverte "
+            "jusqu'à 03:50 : terminez ce paiement, ou choisissez à nouveau une fois qu'elle "
+            "sera fermée, car payer les deux achèterait les deux.",
+        ),
+    ],
+)
+def test_the_open_checkout_message_has_no_double_period_whatever_the_time_format(language, message):
+    """English times end with "a.m."/"p.m.": "until 3:50 a.m.. Finish" had two periods."""
+    from django.utils import translation
+
+    closes = timezone.make_aware(timezone.datetime(2030, 1, 2, 3, 50))
+    session = CheckoutSession(product=Product(name="Starter"), expires_at=closes)
+    with translation.override(language):
+        assert CheckoutInProgress(session).message == message
