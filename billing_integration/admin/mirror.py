@@ -18,6 +18,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
 from .. import currencies, display
 from ..exceptions import BillingError
@@ -25,6 +26,9 @@ from ..models import CheckoutSession, Customer, Subscription, SyncState, active_
 from ..outbox.retry import retry_failed_pushes
 
 logger = logging.getLogger("billing_integration.admin")
+
+if TYPE_CHECKING:
+    from ..sync.pull import PullCounts  # imported where a pull runs (as the actions do)
 
 if TYPE_CHECKING:  # generic in the stubs, not subscriptable at run time
     DjangoModelAdmin = admin.ModelAdmin[Any]
@@ -135,6 +139,36 @@ def changelist_link(model: type[models.Model], label: Any, **params: Any) -> Saf
     return format_html('<a href="{}?{}">{}</a>', url, query, label)
 
 
+def pull_summary(counts: PullCounts) -> str:
+    """What a pull did, for a message: "0 created, 2 updated, 5 unchanged", then the rows
+    skipped, stale or not applied when there are some."""
+    shown = [
+        (counts.created, ngettext("%(n)d created", "%(n)d created", counts.created)),
+        (counts.updated, ngettext("%(n)d updated", "%(n)d updated", counts.updated)),
+        (counts.unchanged, ngettext("%(n)d unchanged", "%(n)d unchanged", counts.unchanged)),
+    ]
+    if counts.skipped:
+        text = ngettext(
+            "%(n)d skipped (local changes pending)",
+            "%(n)d skipped (local changes pending)",
+            counts.skipped,
+        )
+        shown.append((counts.skipped, text))
+    if counts.stale:
+        text = ngettext(
+            "%(n)d stale (older than the stored state)",
+            "%(n)d stale (older than the stored state)",
+            counts.stale,
+        )
+        shown.append((counts.stale, text))
+    if counts.errors:
+        text = ngettext(
+            "%(n)d not applied (bad data)", "%(n)d not applied (bad data)", counts.errors
+        )
+        shown.append((counts.errors, text))
+    return ", ".join(text % {"n": n} for n, text in shown)
+
+
 class SyncStateAdminMixin(ModelAdmin):
     """Sync state badge, last error and the retry action for admins of ``RemoteObject`` models."""
 
@@ -156,13 +190,14 @@ class SyncStateAdminMixin(ModelAdmin):
         return (error[:80] + "…") if len(error) > 80 else error
 
     def pull_now(self, request: HttpRequest, pull: Any, done: Any) -> bool:
-        """Run ``pull()`` and say how it went (``done`` takes its counts)."""
+        """Run ``pull()`` and say how it went (``done`` takes ``pull_summary`` of its counts
+        as ``counts``)."""
         try:
             counts = pull()
         except BillingError as exc:
             self.message_user(request, _("Pull failed: %s") % exc, messages.ERROR)
             return False
-        self.message_user(request, done % counts.as_dict(), messages.SUCCESS)
+        self.message_user(request, done % {"counts": pull_summary(counts)}, messages.SUCCESS)
         return True
 
     @admin.action(description=_("Retry failed push"), permissions=["change"])
@@ -257,7 +292,7 @@ class CustomerAdmin(NoDeleteMixin, SyncStateAdminMixin, ModelAdmin):
     def sync_now(self, request: HttpRequest, queryset: models.QuerySet[Customer]) -> None:
         from ..sync.pull import pull_customers
 
-        self.pull_now(request, pull_customers, _("Customers pulled: %s"))
+        self.pull_now(request, pull_customers, _("Customers pulled: %(counts)s."))
 
 
 class AccessFilter(admin.SimpleListFilter):

@@ -842,7 +842,7 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
     def sync_now(self, request: HttpRequest, queryset: models.QuerySet[Product]) -> None:
         from ..sync.pull import products_without_cycles, pull_products
 
-        if not self.pull_now(request, pull_products, _("Products pulled: %s")):
+        if not self.pull_now(request, pull_products, _("Products pulled: %(counts)s.")):
             return
         if unsellable := products_without_cycles():
             self.message_user(
