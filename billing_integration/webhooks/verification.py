@@ -32,6 +32,17 @@ class StaleTimestampError(WebhookVerificationError):
     status, reason = 401, "stale_timestamp"  # webhook-timestamp outside the tolerance
 
 
+class BadSignatureError(WebhookVerificationError):
+    """No signature of the delivery matches a configured secret."""
+
+    status, reason = 401, "bad_signature"
+    #: For the log line only: the answer, which the sender reads, names no setting.
+    log_hint = (
+        "Check BILLING['WEBHOOK_SECRET']: it must be the secret the billing service signs "
+        "this callback's deliveries with."
+    )
+
+
 class BasicAuthError(WebhookVerificationError):
     status = 401  # wrong HTTP basic credentials: the answer carries a Basic challenge
 
@@ -122,7 +133,7 @@ def verify_signature(
         for digest in expected:  # every comparison made: the time taken reveals no match
             valid |= version == "v1" and hmac.compare_digest(digest, given)
     if not valid:
-        raise WebhookVerificationError("No valid webhook signature.")
+        raise BadSignatureError("No valid webhook signature.")
     return Verification("signature", message_id=msg_id)
 
 

@@ -44,7 +44,9 @@ def webhook(request: HttpRequest) -> HttpResponse:
         verification = verify_request(body, request.headers)
     except WebhookVerificationError as exc:
         status = getattr(exc, "status", 401)
-        logger.warning("Refused an event delivery (%s): %s", status, exc)
+        hint = getattr(exc, "log_hint", "")  # for the log only: the answer names no setting
+        shown = f"{exc} {hint}" if hint else str(exc)
+        logger.warning("Refused an event delivery (%s): %s", status, shown)
         record_refused(getattr(exc, "reason", "bad_signature"))  # billing_doctor, Health page
         response = JsonResponse({"error": str(exc)}, status=status)
         if isinstance(exc, BasicAuthError):

@@ -568,3 +568,33 @@ def test_a_body_too_large_is_refused_with_a_trace(client, settings, stored_only,
     assert not WebhookEvent.objects.exists()
     assert "DATA_UPLOAD_MAX_MEMORY_SIZE" in caplog.text and "1000" in caplog.text
     assert refused_deliveries()["too_large"]["count"] == before + 1
+
+
+LOGGER = "billing_integration.webhooks"
+
+
+def test_a_bad_signature_is_logged_naming_the_secret_setting_not_answered_so(
+    client, stored_only, caplog
+):
+    """The log line says which setting to check; the answer, which the sender (perhaps an
+    attacker) reads, stays as it was; no secret is written anywhere."""
+    with caplog.at_level("WARNING", logger="billing_integration.webhooks"):
+        response = post_signed(client, envelope("invoice.paid", {}), secret=OTHER_SECRET)
+    assert response.status_code == 401
+    assert response.json() == {"error": "No valid webhook signature."}
+    assert [r.getMessage() for r in caplog.records if r.name == LOGGER] == [
+        "Refused an event delivery (401): No valid webhook signature. Check "
+        "BILLING['WEBHOOK_SECRET']: it must be the secret the billing service signs this "
+        "callback's deliveries with."
+    ]
+    assert SECRET not in caplog.text and OTHER_SECRET not in caplog.text
+    assert SECRET.removeprefix("whsec_") not in caplog.text
+
+
+def test_other_refusals_are_logged_as_before(client, stored_only, caplog):
+    with caplog.at_level("WARNING", logger="billing_integration.webhooks"):
+        stale = post_signed(client, envelope("invoice.paid", {}), timestamp=int(time.time()) - 320)
+    assert stale.status_code == 401
+    [record] = [r for r in caplog.records if r.name == LOGGER]
+    assert record.getMessage().startswith("Refused an event delivery (401): webhook-timestamp is ")
+    assert "BILLING[" not in record.getMessage()
