@@ -30,7 +30,7 @@ logger = logging.getLogger("billing_integration.admin")
 if TYPE_CHECKING:
     from ..sync.pull import PullCounts  # imported where a pull runs (as the actions do)
 
-if TYPE_CHECKING:  # generic in the stubs, not subscriptable at run time
+    # generic in the stubs, not subscriptable at run time
     DjangoModelAdmin = admin.ModelAdmin[Any]
     TabularInline = admin.TabularInline[Any, Any]
     ModelForm = forms.ModelForm[Any]
