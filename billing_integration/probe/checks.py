@@ -169,7 +169,10 @@ def token(probe: Probe) -> Iterator[Finding]:
         if _unavailable(answer):
             yield Finding("token_fields", UNKNOWN, assumed, seen, relied_on=False)
         else:
-            seen += " (check CLIENT_ID, CLIENT_SECRET, AUTH_URL and REALM)"
+            seen += (
+                " (check BILLING['CLIENT_ID'], BILLING['CLIENT_SECRET'], BILLING['AUTH_URL'] "
+                "and BILLING['REALM'])"
+            )
             yield Finding("token_fields", CONTRADICTED, assumed, seen, "CLIENT_SECRET")
         return
     probe.token = body["access_token"]

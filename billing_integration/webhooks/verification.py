@@ -45,6 +45,11 @@ class BadSignatureError(WebhookVerificationError):
 
 class BasicAuthError(WebhookVerificationError):
     status = 401  # wrong HTTP basic credentials: the answer carries a Basic challenge
+    #: For the log line only, as ``BadSignatureError.log_hint``.
+    log_hint = (
+        "Check BILLING['WEBHOOK_BASIC_AUTH']: it must be the user:password the billing "
+        "service sends with this callback's deliveries."
+    )
 
 
 @dataclass(frozen=True)

@@ -186,7 +186,7 @@ def _basic(user_pass: str) -> dict[str, str]:
     return {"HTTP_AUTHORIZATION": "Basic " + base64.b64encode(user_pass.encode()).decode()}
 
 
-def test_basic_auth_alternative(client, settings, stored_only):
+def test_basic_auth_alternative(client, settings, stored_only, caplog):
     settings.BILLING = {
         **settings.BILLING,
         "WEBHOOK_SECRET": None,
@@ -195,9 +195,13 @@ def test_basic_auth_alternative(client, settings, stored_only):
     body = json.dumps(envelope("invoice.paid", {"id": str(uuid.uuid4())})).encode()
     ok = client.post(URL, data=body, content_type="application/json", **_basic("hook:s3cr3t"))
     assert ok.status_code == 200
-    bad = client.post(URL, data=body, content_type="application/json", **_basic("hook:wrong"))
+    with caplog.at_level("WARNING", logger="billing_integration.webhooks"):
+        bad = client.post(URL, data=body, content_type="application/json", **_basic("hook:wrong"))
     assert bad.status_code == 401 and bad["WWW-Authenticate"].startswith("Basic")
-    assert "s3cr3t" not in bad.content.decode()
+    assert "s3cr3t" not in bad.content.decode() and "BILLING[" not in bad.content.decode()
+    # the log (not the answer) says which setting to check, never its value
+    assert "Check BILLING['WEBHOOK_BASIC_AUTH']" in caplog.text
+    assert "s3cr3t" not in caplog.text and "hook:wrong" not in caplog.text
     none = client.post(URL, data=body, content_type="application/json")
     assert none.status_code == 400
     event = WebhookEvent.objects.get()
