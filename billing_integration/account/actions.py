@@ -3,7 +3,6 @@ wrappers around ``checkout.changes``."""
 
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.views.decorators.cache import never_cache
@@ -12,12 +11,12 @@ from django.views.decorators.http import require_POST
 from ..access import get_subscriber
 from ..checkout import changes
 from ..checkout.services import NoSubscriber
-from ..checkout.views import account_url, posted_choice, refusals_as_pages
+from ..checkout.views import account_url, login_first, posted_choice, refusals_as_pages
 from ..models import Subscription
 
 
 @never_cache
-@login_required
+@login_first
 @require_POST
 @refusals_as_pages("change of plan", change=True)
 def change_plan(request: HttpRequest) -> HttpResponse:
@@ -41,14 +40,14 @@ def _renewal(request: HttpRequest, pk: int, resume: bool) -> HttpResponse:
 
 
 @never_cache
-@login_required
+@login_first
 @require_POST
 def stop_renewal(request: HttpRequest, pk: int) -> HttpResponse:
     return _renewal(request, pk, resume=False)
 
 
 @never_cache
-@login_required
+@login_first
 @require_POST
 def resume_renewal(request: HttpRequest, pk: int) -> HttpResponse:
     return _renewal(request, pk, resume=True)

@@ -259,13 +259,11 @@ def _feature(element: Any) -> tuple[str, int | None] | None:
     if not isinstance(element, dict) or not _enabled(element.get("enabled", True)):
         return None
     key = next((k for k in (feature_key(element.get(f)) for f in FEATURE_NAME_FIELDS) if k), "")
-    limit = None
-    for field in (f for f in FEATURE_VALUE_FIELDS if f in element):
-        granted, limit = _feature_number(element[field])
-        if not granted:
-            return None
-        if limit is not None:
-            break
+    # false in any of the value fields withdraws; else the first number is the limit
+    read = [_feature_number(element[field]) for field in FEATURE_VALUE_FIELDS if field in element]
+    if not all(granted for granted, _ in read):
+        return None
+    limit = next((number for _, number in read if number is not None), None)
     return (key, limit) if key else None
 
 

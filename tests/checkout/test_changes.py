@@ -931,3 +931,25 @@ def test_a_declined_change_of_cycle_is_not_shown_done_on_the_return_page(
     pull(user)  # the return page pulls at most once in RETURN_PULL_INTERVAL
     page = logged_in.get(RETURN, {"session_id": session_id}).content.decode()
     assert 'data-outcome="active"' in page and again.pk == request.pk
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/billing/account/change-plan/",
+        "/billing/account/subscriptions/1/stop-renewal/",
+        "/billing/account/subscriptions/1/resume/",
+    ],
+)
+def test_an_anonymous_action_goes_to_login_and_back_to_the_billing_page(client, user, path):
+    """Logged out (an expired session on the billing page): after login the visitor is back
+    on the page of the click, not on the POST-only action (a GET there answers 405)."""
+    from urllib.parse import parse_qs, urlsplit
+
+    answer = client.post(path, HTTP_REFERER="http://testserver/billing/account/")
+    assert answer.status_code == 302 and "login" in answer["Location"]
+    back = parse_qs(urlsplit(answer["Location"]).query)["next"][0]
+    assert back == "http://testserver/billing/account/"
+    assert ChangeRequest.objects.count() == 0
+    client.force_login(user)
+    assert client.get(back).status_code == 200

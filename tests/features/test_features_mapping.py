@@ -31,6 +31,10 @@ from billing_integration.mapping.products import features_from_remote, from_remo
                 "y:false",
                 {"name": "reports", "enabled": "false"},
                 {"name": "seats", "enabled": " False", "limit": 5},
+                # false in any value field withdraws, beside a number in another
+                {"key": "a", "limit": 0, "value": False},
+                {"key": "b", "limit": 5, "value": "false"},
+                {"key": "c", "value": 3, "quantity": False},
             ],
             {},
         ),
