@@ -17,7 +17,7 @@ from typing import Any
 from django.db import DatabaseError
 
 from ..client import BillingClient, RawAnswer, RetryPolicy
-from ..exceptions import BillingError, redact, without_secrets
+from ..exceptions import BillingError, redact, without_secrets, without_user_info
 
 CONFIRMED, CONTRADICTED, UNKNOWN = "confirmed", "contradicted", "unknown"
 #: A finding's ``setting`` when no setting changes the guess.
@@ -121,7 +121,8 @@ class Probe:
                 if isinstance(answer.body.get(key), str):
                     self._secrets.add(answer.body[key])
         form = {"grant_type": "client_credentials", "client_id": self.client.client_id}
-        self._record("token", "POST", self.client.token_url, None, form, answer)
+        token_url = without_user_info(self.client.token_url)
+        self._record("token", "POST", token_url, None, form, answer)
         return answer
 
     def _record(
@@ -204,7 +205,7 @@ def run_probe(client: BillingClient | None = None, *, write: bool = False) -> Pr
             text = probe.scrubbed(f"{type(exc).__name__}: {exc}")[:200]
             probe.findings.append(not_checked(entry.name, f"an answer it did not expect ({text})"))
     answers = probe.scrubbed(probe.answers)
-    return ProbeReport(probe.findings, write, client.base_url, answers)
+    return ProbeReport(probe.findings, write, without_user_info(client.base_url), answers)
 
 
 def save_answers(report: ProbeReport, path: Path) -> Path:

@@ -375,3 +375,24 @@ def test_a_superscript_digit_is_a_currency_code_not_an_id():
     assert found["currency_ids"].verdict == "contradicted", found["currency_ids"]
     assert "²" in found["currency_ids"].seen
     assert found["subscription_currency_form"].verdict == "contradicted"
+
+
+@responses.activate
+def test_the_report_quotes_the_service_urls_without_their_user_info(tmp_path):
+    """A password written in BASE_URL or AUTH_URL (``http://user:pw@host``) is in no report."""
+    responses.post(re.compile(r"http://auth\.test/.*"), json=TOKEN)
+    responses.get(re.compile(API + r"/.*"), json={"data": []})
+    client = BillingClient(
+        base_url="http://ops:base-pw@billing.test",
+        auth_url="http://ops:auth-pw@auth.test",
+        checkout_url="http://pay.test",
+        client_id="app",
+        client_secret="the-secret",
+        retry=RetryPolicy(max_retries=0),
+    )
+    report = run_probe(client)
+    saved = save_answers(report, tmp_path / "answers.json").read_text()
+    assert report.base_url == "http://billing.test"
+    assert "billing.test" in saved
+    for secret in ("base-pw", "auth-pw", "ops:", "the-secret"):
+        assert secret not in saved and secret not in str(report.as_dict())
