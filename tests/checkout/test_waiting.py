@@ -115,7 +115,7 @@ def test_outage_answers_503_at_once(billing_sandbox, logged_in, product, waits, 
     response = post(logged_in, product)
     assert response.status_code == 503
     html = response.content.decode()
-    assert 'data-error-code="service_unavailable"' in html and "not been charged" in html
+    assert 'data-error-code="service_unavailable"' in html and "Nothing was charged" in html
     assert waits == []
     sent = [r["operation"] for r in billing_sandbox.requests()]
     assert sent == (["create_customer"] if token_cached else ["token"])
