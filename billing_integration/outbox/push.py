@@ -145,6 +145,7 @@ def _claim(entry_id: int) -> PushResult | tuple[OutboxEntry, Any, list[Any]]:
                 return entry, obj, deps
             entry.operation, body, note = _build(entry, obj)
             if body is None:
+                _lock(obj)  # as in ``_record``
                 state = settled_state(note, not _done(entry, note))
                 _rows(obj).update(sync_state=state, sync_error=note)
                 return PushResult(PushOutcome.DONE, entry_id)
@@ -218,6 +219,7 @@ def _enqueue_next(entry: OutboxEntry) -> bool:
 def _record(entry: OutboxEntry, obj: Any, data: dict[str, Any]) -> PushResult:
     try:
         with transaction.atomic():
+            _lock(obj)  # an edit saved meanwhile waits: its entry is seen, or comes after
             others_open = _done(entry, in_doubt=False)
             _apply_response(obj, data, not others_open, entry.changed_fields, entry.started_at)
             if isinstance(obj, Product):
@@ -310,6 +312,14 @@ def _call(entry: OutboxEntry, obj: Any, client: BillingClient) -> dict[str, Any]
 def _rows(obj: Any) -> QuerySet[Any]:
     rows: QuerySet[Any] = type(obj)._default_manager.filter(pk=obj.pk)
     return rows
+
+
+def _lock(obj: Any) -> None:
+    """Lock ``obj``'s row until the transaction ends, before reading whether other entries of
+    it are open. An edit saved meanwhile writes its entry and sets the row pending in one
+    transaction (``signals.record_change``): committed before, its entry is seen here;
+    otherwise its row update waits for this lock and sets the row pending after this."""
+    list(_rows(obj).select_for_update().values_list("pk", flat=True))
 
 
 def settled_state(note: str, synced: bool) -> str:

@@ -113,6 +113,61 @@ def test_two_pushers_racing_one_entry_make_one_call(billing_sandbox):
     assert len(billing_sandbox.requests(operation="create_customer")) == 1
 
 
+@pytest.mark.postgresql
+def test_an_edit_committed_while_the_answer_is_recorded_is_not_lost(billing_sandbox):
+    """A worker records a push's answer (its product marked synced when no other entry is
+    open) while a request saves another edit of the product. The edit must not be marked
+    synced: the next pull would overwrite it with the service's older state, and its own
+    entry would then find nothing to send. The edit's save waits for the record (the row
+    lock), then leaves the product pending; the edit reaches the service."""
+    from billing_integration.models import Product
+    from billing_integration.sync.pull import pull_products
+
+    product = make_product("Plan")
+    assert [r.status for r in push_entries(open_ids())] == [PushOutcome.DONE]
+    product.refresh_from_db()
+    product.name = "Plan v1"
+    product.save()
+    (first,) = open_ids()
+    real_done = push._done
+    edit: dict[str, object] = {}
+
+    def edit_elsewhere() -> None:
+        try:
+            other = Product.objects.get(pk=product.pk)
+            other.name = "Plan v2"
+            edit["started"] = True
+            other.save()
+            edit["saved"] = True
+        finally:
+            connection.close()
+
+    def done_then_edit(entry, note="", **fields):
+        others_open = real_done(entry, note, **fields)
+        if entry.pk == first and "thread" not in edit:
+            edit["thread"] = thread = threading.Thread(target=edit_elsewhere)
+            thread.start()
+            thread.join(timeout=1)  # the edit runs while this record's transaction is open
+            edit["saved_before_record"] = edit.get("saved", False)
+        return others_open
+
+    with mock.patch.object(push, "_done", side_effect=done_then_edit):
+        assert push_entry(first).status == PushOutcome.DONE
+    edit["thread"].join(timeout=30)  # type: ignore[attr-defined]
+    assert edit.get("started") and edit.get("saved")  # the race happened
+    assert edit["saved_before_record"] is False  # the edit waited for the record
+    product.refresh_from_db()
+    assert (product.name, product.sync_state) == ("Plan v2", "pending")
+
+    pull_products()  # the hourly pull, before the edit is pushed: the local edit is kept
+    product.refresh_from_db()
+    assert product.name == "Plan v2"
+    assert [r.status for r in push_entries(open_ids())] == [PushOutcome.DONE]
+    assert [p["name"] for p in billing_sandbox.objects("product")] == ["Plan v2"]
+    bodies = [c["body"].get("name") for c in billing_sandbox.requests(operation="update_product")]
+    assert bodies == ["Plan v1", "Plan v2"]
+
+
 def test_a_claim_lost_to_another_pusher_between_its_read_and_its_update_calls_nothing(
     billing_sandbox,
 ):
