@@ -18,7 +18,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import ngettext
+from django.utils.translation import ngettext_lazy
 
 from .. import currencies, display
 from ..exceptions import BillingError
@@ -139,34 +139,34 @@ def changelist_link(model: type[models.Model], label: Any, **params: Any) -> Saf
     return format_html('<a href="{}?{}">{}</a>', url, query, label)
 
 
+#: A pull's counts in its message: the first three always, the others when not 0.
+PULL_COUNTS = (
+    ("created", ngettext_lazy("%(n)d created", "%(n)d created", "n")),
+    ("updated", ngettext_lazy("%(n)d updated", "%(n)d updated", "n")),
+    ("unchanged", ngettext_lazy("%(n)d unchanged", "%(n)d unchanged", "n")),
+    (
+        "skipped",
+        ngettext_lazy(
+            "%(n)d skipped (local changes pending)", "%(n)d skipped (local changes pending)", "n"
+        ),
+    ),
+    (
+        "stale",
+        ngettext_lazy(
+            "%(n)d stale (older than the stored state)",
+            "%(n)d stale (older than the stored state)",
+            "n",
+        ),
+    ),
+    ("errors", ngettext_lazy("%(n)d not applied (bad data)", "%(n)d not applied (bad data)", "n")),
+)
+
+
 def pull_summary(counts: PullCounts) -> str:
     """What a pull did, for a message: "0 created, 2 updated, 5 unchanged", then the rows
     skipped, stale or not applied when there are some."""
-    shown = [
-        (counts.created, ngettext("%(n)d created", "%(n)d created", counts.created)),
-        (counts.updated, ngettext("%(n)d updated", "%(n)d updated", counts.updated)),
-        (counts.unchanged, ngettext("%(n)d unchanged", "%(n)d unchanged", counts.unchanged)),
-    ]
-    if counts.skipped:
-        text = ngettext(
-            "%(n)d skipped (local changes pending)",
-            "%(n)d skipped (local changes pending)",
-            counts.skipped,
-        )
-        shown.append((counts.skipped, text))
-    if counts.stale:
-        text = ngettext(
-            "%(n)d stale (older than the stored state)",
-            "%(n)d stale (older than the stored state)",
-            counts.stale,
-        )
-        shown.append((counts.stale, text))
-    if counts.errors:
-        text = ngettext(
-            "%(n)d not applied (bad data)", "%(n)d not applied (bad data)", counts.errors
-        )
-        shown.append((counts.errors, text))
-    return ", ".join(text % {"n": n} for n, text in shown)
+    numbers = [(getattr(counts, name), text) for name, text in PULL_COUNTS]
+    return ", ".join(str(text % {"n": n}) for i, (n, text) in enumerate(numbers) if n or i < 3)
 
 
 class SyncStateAdminMixin(ModelAdmin):

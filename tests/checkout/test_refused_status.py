@@ -86,6 +86,16 @@ def test_the_services_status_in_capitals_is_read_as_the_mapping_reads_it(billing
     assert list(Product.objects.on_sale()) == []
 
 
+def assert_sold_as_archived(product, billing_sandbox, logged_in, user) -> None:
+    """Not on sale anywhere, and a checkout of it is refused before anything is sent."""
+    billing_sandbox.clear_requests()
+    assert product.confirmed_status == "archived"
+    assert list(Product.objects.on_sale()) == []
+    assert "<form" not in button(product, user, cycle="months-1", currency="XOF")
+    assert post(logged_in, product).status_code == 409
+    assert billing_sandbox.requests(operation="create_checkout_session") == []
+
+
 def test_a_publication_not_confirmed_yet_is_not_sold(billing_sandbox, logged_in, user):
     """Published again here, its push still to come: the service still says archived, so it
     is not sold until it answers (the admin's warning says so)."""
@@ -95,13 +105,7 @@ def test_a_publication_not_confirmed_yet_is_not_sold(billing_sandbox, logged_in,
     product.publish()
     product.refresh_from_db()
     assert (product.status, product.sync_state) == ("published", "pending")
-    billing_sandbox.clear_requests()
-
-    assert product.confirmed_status == "archived"
-    assert list(Product.objects.on_sale()) == []
-    assert "<form" not in button(product, user, cycle="months-1", currency="XOF")
-    assert post(logged_in, product).status_code == 409
-    assert billing_sandbox.requests(operation="create_checkout_session") == []
+    assert_sold_as_archived(product, billing_sandbox, logged_in, user)
 
 
 def test_a_draft_published_here_is_sold_once_the_service_confirms(billing_sandbox, user):
@@ -124,10 +128,4 @@ def test_a_refused_publication_stays_off_sale_after_another_edit(billing_sandbox
     product.save()
     product.refresh_from_db()
     assert product.sync_state == "pending"
-    billing_sandbox.clear_requests()
-
-    assert product.confirmed_status == "archived"
-    assert list(Product.objects.on_sale()) == []
-    assert "<form" not in button(product, user, cycle="months-1", currency="XOF")
-    assert post(logged_in, product).status_code == 409
-    assert billing_sandbox.requests(operation="create_checkout_session") == []
+    assert_sold_as_archived(product, billing_sandbox, logged_in, user)
