@@ -71,22 +71,14 @@ def _service_errors(conf: dict[str, Any]) -> list[CheckMessage]:
     ]
     for key in URL_KEYS:
         value = conf.get(key)
-        shown = without_user_info(value)  # a password in the URL is not printed
-        parts = _split(value)
-        absolute = parts is not None and parts.scheme in ("http", "https") and parts.hostname
         if not value:
             unset = f"BILLING['{key}'] is not set."
             errors.append(_error("billing_integration.E002", unset, _hint(key)))
-        elif parts is None or not absolute or parts.query or parts.fragment:
-            text = f"BILLING['{key}'] is not an absolute http(s) URL without query: {shown!r}."
+        elif (problem := _url_problem(value, query=False)) is not None:
+            text = f"BILLING['{key}'] is not an absolute http(s) URL without query: {problem}."
             errors.append(_error("billing_integration.E003", text, _hint(key)))
-        elif flaw := _url_flaw(str(value), parts):
-            text = (
-                f"BILLING['{key}'] is not an absolute http(s) URL without query: {shown!r} "
-                f"({flaw})."
-            )
-            errors.append(_error("billing_integration.E003", text, _hint(key)))
-        elif parts.scheme == "http" and not settings.DEBUG and parts.hostname not in LOOPBACK:
+        elif _remote_http(value) and not settings.DEBUG:
+            shown = without_user_info(value)  # a password in the URL is not printed
             text = f"BILLING['{key}'] uses plain http outside DEBUG: {shown!r}."
             hint = "Use the service's https address in production."
             errors.append(_error("billing_integration.W003", text, hint, warning=True))
@@ -101,18 +93,31 @@ def _split(value: Any) -> SplitResult | None:
         return None
 
 
-def _url_flaw(value: str, parts: SplitResult) -> str | None:
-    """What makes an absolute http(s) URL unreachable: whitespace after its start (requests
-    drops leading whitespace only), or a port that is not a number from 1 to 65535."""
+def _remote_http(value: str) -> bool:
+    """A plain http URL to another host than this one."""
+    parts = urlsplit(value)
+    return parts.scheme == "http" and parts.hostname not in LOOPBACK
+
+
+def _url_problem(value: Any, *, query: bool = True) -> str | None:
+    """None for an absolute http(s) URL that can be reached (without query nor fragment unless
+    ``query``); else the value quoted without its user info (a password is not printed), with
+    what makes it unreachable: whitespace after its start (requests drops leading whitespace
+    only), or a port that is not a number from 1 to 65535."""
+    if not isinstance(value, str):
+        return repr(value)
+    parts, shown = _split(value), repr(without_user_info(value))
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        return shown
+    if not query and (parts.query or parts.fragment):
+        return shown
     if any(char.isspace() for char in value.lstrip()):
-        return "it contains whitespace"
+        return f"{shown} (it contains whitespace)"
     try:
         port = parts.port
     except ValueError:  # not a number, or out of range
         port = 0
-    if port == 0:
-        return "its port is not a number from 1 to 65535"
-    return None
+    return f"{shown} (its port is not a number from 1 to 65535)" if port == 0 else None
 
 
 def _webhook_errors(conf: dict[str, Any]) -> list[CheckMessage]:
@@ -199,7 +204,7 @@ def _trials_ok(value: Any) -> bool:
 
 def _notice_errors(conf: dict[str, Any]) -> list[CheckMessage]:
     """Known notice kinds (E040), and ``SITE_URL`` an absolute http(s) URL when one is on (E041):
-    set, with a host, and reachable (``_url_flaw``)."""
+    set, with a host, and reachable (``_url_problem``)."""
     notices, known = conf.get("NOTICES"), set(DEFAULTS["NOTICES"])
     if not isinstance(notices, dict) or set(notices) - known:
         text = f"BILLING['NOTICES'] must be a dict of notice kinds to True/False, not {notices!r}."
@@ -216,14 +221,9 @@ def _notice_errors(conf: dict[str, Any]) -> list[CheckMessage]:
             "the emails link to the account page with an absolute URL."
         )
         return [_error("billing_integration.E041", text, hint)]
-    parts = _split(site) if isinstance(site, str) else None
-    absolute = parts is not None and parts.scheme in ("http", "https") and parts.hostname
-    flaw = _url_flaw(str(site), parts) if parts is not None and absolute else None
-    if not absolute or flaw:
-        shown = repr(without_user_info(site) if isinstance(site, str) else site)
-        shown += f" ({flaw})" if flaw else ""
+    if (problem := _url_problem(site)) is not None:
         text = (
-            f"BILLING['SITE_URL'] is not an absolute http(s) URL: {shown}; notices are on "
+            f"BILLING['SITE_URL'] is not an absolute http(s) URL: {problem}; notices are on "
             f"({on}) and the emails link to the account page with an absolute URL."
         )
         return [_error("billing_integration.E041", text, hint)]
