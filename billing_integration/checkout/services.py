@@ -12,6 +12,7 @@ from typing import Any
 from django.contrib.contenttypes.models import ContentType
 from django.db import connections, router, transaction
 from django.db.models import Exists, F, OuterRef, Q, QuerySet
+from django.db.models.functions import Lower
 from django.http import HttpResponseRedirect
 from django.utils import formats, timezone
 from django.utils.translation import gettext, gettext_lazy
@@ -57,6 +58,9 @@ from ..service import ensure_service
 logger = logging.getLogger("billing_integration.checkout")
 
 ACTION_NEW = "new_subscription"
+#: Session statuses that say it can no longer be paid (compared in lower case): such a session
+#: is not reused. Any other status, ``open`` in any spelling or one not known, is payable.
+CLOSED_SESSION = ("expired", "completed", "complete", "canceled", "cancelled")
 
 
 class CheckoutError(BillingError):
@@ -379,7 +383,9 @@ def _reusable_session(customer: Customer, selection: CheckoutSelection) -> Check
     """The open session for the same choice, unexpired and with no completed payment for its
     product, nor subscription to it, since: the service sells a session until it expires, so
     one with seconds left, or one whose payment was declined, is still payable and a second
-    one beside it could be paid too."""
+    one beside it could be paid too. Any ``status`` but a closed one (``CLOSED_SESSION``, in any
+    case) is open: a session answered ``OPEN``, ``pending`` or with none is payable all the
+    same, and a second one beside it too."""
     session = (
         CheckoutSession.objects.filter(
             customer=customer,
@@ -387,11 +393,12 @@ def _reusable_session(customer: Customer, selection: CheckoutSelection) -> Check
             action=ACTION_NEW,
             selected_billing_cycle=selection.cycle_code,
             selected_currency=selection.currency_id,
-            status="open",
             completed_at__isnull=True,
             remote_id__isnull=False,
             expires_at__gt=timezone.now(),
         )
+        .annotate(status_lower=Lower("status"))
+        .exclude(status_lower__in=CLOSED_SESSION)
         .order_by("-created_at", "-pk")
         .first()
     )

@@ -99,3 +99,19 @@ def test_a_session_answered_as_an_array_of_one_still_sends_the_customer_to_pay(
     assert response.status_code == 302, response.content[:500]
     session = CheckoutSession.objects.get()
     assert response["Location"].endswith(f"/checkout/{session.remote_id}")
+
+
+@pytest.mark.parametrize("status", ["OPEN", "pending", ""])
+def test_a_double_click_on_a_session_answered_in_another_status_spelling_makes_one_session(
+    billing_sandbox, logged_in, session_answer, status
+):
+    """The session is still payable whatever its status says (sessions are never read back):
+    the second click is sent to it, never to a second session that could be paid too."""
+    product = make_product("Pro")
+    session_answer(lambda answer: {**answer, "status": status})
+    first = post(logged_in, product)
+    second = post(logged_in, product)
+    assert first.status_code == second.status_code == 302, second.content[:500]
+    assert second["Location"] == first["Location"]
+    assert len(billing_sandbox.requests(operation="create_checkout_session")) == 1
+    assert CheckoutSession.objects.count() == 1
