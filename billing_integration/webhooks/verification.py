@@ -159,11 +159,19 @@ def verify_basic_auth(headers: Mapping[str, str], credentials: str) -> Verificat
 
 def verify_request(body: bytes, headers: Mapping[str, str]) -> Verification:
     """Authenticate one delivery by ``WEBHOOK_SECRET`` or ``WEBHOOK_BASIC_AUTH``; with neither
-    set, refused unless ``WEBHOOK_ALLOW_UNVERIFIED`` (then accepted with a warning)."""
+    set, refused unless ``WEBHOOK_ALLOW_UNVERIFIED`` (then accepted with a warning). A delivery
+    that carries the other method's proof (signed with no secret set, or basic credentials
+    unsigned with none set) is refused as a bad signature, not as missing headers: it is the
+    service's delivery and the settings are wrong (``billing_doctor`` fails on it)."""
     conf = billing_settings.as_dict()
     secrets, basic = conf.get("WEBHOOK_SECRET"), conf.get("WEBHOOK_BASIC_AUTH")
     may_be_basic = basic and headers.get("authorization")
     signed = webhook_header(headers, "signature") is not None
+    unverified = conf.get("WEBHOOK_ALLOW_UNVERIFIED")
+    if signed and not secrets and not may_be_basic and not unverified:
+        raise BadSignatureError("A signed delivery, but no signing secret is configured.")
+    if secrets and not signed and not basic and headers.get("authorization"):
+        raise BadSignatureError("Basic credentials, but deliveries must be signed.")
     if secrets and (signed or not may_be_basic):
         try:
             return verify_signature(body, headers, secrets)
@@ -172,7 +180,7 @@ def verify_request(body: bytes, headers: Mapping[str, str]) -> Verification:
                 raise
     if basic:
         return verify_basic_auth(headers, str(basic))
-    if conf.get("WEBHOOK_ALLOW_UNVERIFIED"):
+    if unverified:
         logger.warning(
             "Accepting an unverified event delivery (BILLING['WEBHOOK_ALLOW_UNVERIFIED'] is True)."
         )

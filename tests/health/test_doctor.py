@@ -642,3 +642,36 @@ def test_help_says_zero_means_no_limit_only_for_the_ages():
 def test_a_negative_or_not_finite_limit_is_a_usage_error(option, value):
     with pytest.raises(CommandError, match="non-negative number"):
         call_command("billing_doctor", option, value)
+
+
+def test_signed_deliveries_refused_for_want_of_a_secret_fail(healthy, client, webhook_settings):
+    """Only basic credentials are set, and the service signs its deliveries instead: every
+    delivery is refused. It is no scanner's request (it carries a signature), so the fact
+    fails until one is accepted, as for a wrong secret; it did only warn, then turned green."""
+    webhook_settings.BILLING = {
+        **{k: v for k, v in webhook_settings.BILLING.items() if k != "WEBHOOK_SECRET"},
+        "WEBHOOK_BASIC_AUTH": "billing:s3cret",
+    }
+    response = post_signed(client, envelope("ping.test", {"id": str(uuid.uuid4())}))
+    assert response.status_code == 401, response.content
+    status, out = doctor(*NO_PING)
+    assert status == 1, out
+    row = line(out, "refused deliveries")
+    assert "bad signature 1" in row and "none accepted since" in row
+    assert "s3cret" not in out
+
+
+def test_basic_credentials_refused_for_want_of_the_setting_fail(healthy, client, webhook_settings):
+    """Only a secret is set, and the service sends basic credentials, unsigned: refused, and
+    the fact fails (it did only warn, as for a scanner's request without headers)."""
+    response = client.post(
+        reverse("billing_integration:webhook"),
+        data=json.dumps(envelope("ping.test", {"id": str(uuid.uuid4())})),
+        content_type="application/json",
+        HTTP_AUTHORIZATION="Basic YmlsbGluZzpzM2NyZXQ=",  # billing:s3cret
+    )
+    assert response.status_code == 401, response.content
+    status, out = doctor(*NO_PING)
+    assert status == 1, out
+    row = line(out, "refused deliveries")
+    assert "bad signature 1" in row and "none accepted since" in row
