@@ -48,6 +48,8 @@ from ..models import (
     PaymentStatus,
     Product,
     ProductStatus,
+    Refund,
+    RefundStatus,
     Subscription,
 )
 from ..models.base import SyncState
@@ -126,6 +128,16 @@ class StillRenewing(AlreadySubscribed):
         "Your subscription to this product may still renew: the payment service may try its "
         "payment again, so a new purchase could be charged beside it. Stop its renewal from "
         "your billing page, then buy it again."
+    )
+
+
+class AlreadyBought(AlreadySubscribed):
+    """A one-time product bought once (``bought_once``): a second purchase is a second charge."""
+
+    code = "already_bought"
+    default_message = gettext_lazy(
+        "You have already bought this product, so there is nothing to buy. Your billing page "
+        "shows your payments."
     )
 
 
@@ -313,6 +325,29 @@ def holds_paid(subscriber: Any, product: Product) -> bool:
     renew by itself may be converted (bought), and so may a canceled subscription in its grace
     period."""
     return any(s.bought for s in live_subscriptions(subscriber, product))
+
+
+def bought_once(subscriber: Any, product: Product) -> bool:
+    """Whether ``subscriber`` paid for ``product``, a one-time product sold once (not
+    ``multiple_purchases``): a completed payment of its customer for it, not refunded (an
+    approved refund). No subscription ever holds a one-time product: its payment does."""
+    if not product.is_one_time or product.multiple_purchases:
+        return False
+    customer = Customer.objects.filter(subscriber=subscriber).first()
+    if customer is None:
+        return False
+    mine = Q(customer=customer)
+    if customer.remote_id is not None:
+        mine |= Q(customer_remote_id=customer.remote_id)
+    its = Q(product=product)
+    if product.remote_id is not None:
+        its |= Q(product_remote_id=product.remote_id)
+    refunded = Refund.objects.filter(
+        Q(payment=OuterRef("pk")) | Q(payment_remote_id=OuterRef("remote_id")),
+        status=RefundStatus.APPROVED,
+    )
+    paid = Payment.objects.filter(mine, its, status=PaymentStatus.COMPLETED)
+    return paid.exclude(Exists(refunded)).exists()
 
 
 def refuse_beside(subscriber: Any, product: Product) -> None:
@@ -570,6 +605,8 @@ def start_checkout(
     selection = validate_selection(product, cycle, currency)
     if not selection.product.multiple_purchases and holds_paid(subscriber, selection.product):
         raise AlreadySubscribed()
+    if bought_once(subscriber, selection.product):
+        raise AlreadyBought()
     refuse_beside(subscriber, selection.product)
     _refuse_if_service_down("checkout", client)
 

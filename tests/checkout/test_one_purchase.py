@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from billing_integration.checkout.services import AlreadySubscribed, start_checkout
 from billing_integration.customers import ensure_customer_pushed, get_or_create_customer
-from billing_integration.models import CheckoutSession, Payment, Subscription
+from billing_integration.models import CheckoutSession, Payment, Refund, Subscription
 from billing_integration.outbox import from_remote
 
 from .conftest import make_product
@@ -276,3 +276,48 @@ def test_short_expiry_still_reuses_within_half_of_it(billing_sandbox, product, l
     settings.BILLING = {**settings.BILLING, "CHECKOUT_EXPIRY": 60}
     assert post(logged_in, product)["Location"] == post(logged_in, product)["Location"]
     assert len(billing_sandbox.requests(operation="create_checkout_session")) == 1
+
+
+def buy_once(billing_sandbox, client, product) -> CheckoutSession:
+    """Buy ``product`` on the hosted page; the service's payment events reach the app."""
+    response = client.post(URL, {"product": product.pk, "currency": "XOF"})
+    assert response.status_code == 302, response.content[:500]
+    session = CheckoutSession.objects.order_by("-pk").first()
+    assert billing_sandbox.complete_checkout(str(session.remote_id)).status_code == 200
+    for event in billing_sandbox.events("payment.completed"):
+        assert billing_sandbox.deliver(client, event).status_code == 200
+    return session
+
+
+def test_a_one_time_product_paid_once_is_not_sold_again(billing_sandbox, logged_in, user, eager):
+    """A one-time product without ``multiple_purchases`` is bought once: its completed payment
+    holds it (no subscription ever does), and a second purchase would be a second charge."""
+    ebook = make_product("Ebook", one_time=True)
+    buy_once(billing_sandbox, logged_in, ebook)
+    assert Payment.objects.filter(status="completed", product=ebook).count() == 1
+    again = logged_in.post(URL, {"product": ebook.pk, "currency": "XOF"})
+    assert again.status_code == 409, again.content[:500]
+    assert len(billing_sandbox.requests(operation="create_checkout_session")) == 1
+    api = logged_in.post(API, {"product": str(ebook.pk)}, content_type="application/json")
+    assert api.status_code == 409 and api.json()["code"] == "already_bought"
+    with pytest.raises(AlreadySubscribed):
+        start_checkout(user, ebook, currency="XOF")
+    assert len(billing_sandbox.requests(operation="create_checkout_session")) == 1
+
+
+def test_a_one_time_product_refunded_or_sold_many_times_may_be_bought_again(
+    billing_sandbox, logged_in, user, eager
+):
+    ebook = make_product("Ebook", one_time=True)
+    pack = make_product("Credit pack", one_time=True)
+    pack.multiple_purchases = True
+    pack.save(update_fields=["multiple_purchases"])
+    buy_once(billing_sandbox, logged_in, pack)
+    buy_once(billing_sandbox, logged_in, pack)
+    session = buy_once(billing_sandbox, logged_in, ebook)
+    paid = Payment.objects.get(status="completed", product=ebook)
+    Refund.objects.create(
+        remote_id=uuid.uuid4(), status="approved", payment=paid, customer=session.customer
+    )
+    assert logged_in.post(URL, {"product": ebook.pk, "currency": "XOF"}).status_code == 302
+    assert len(billing_sandbox.requests(operation="create_checkout_session")) == 4
