@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import hmac
 import logging
@@ -143,7 +144,9 @@ def verify_signature(
 
 
 def verify_basic_auth(headers: Mapping[str, str], credentials: str) -> Verification:
-    """Check ``Authorization: Basic`` against ``"user:password"`` in constant time."""
+    """Check ``Authorization: Basic`` against ``"user:password"`` in constant time, written in
+    UTF-8 or in ISO-8859-1 (RFC 7617 leaves the charset to the sender; many clients, requests
+    among them, send ISO-8859-1)."""
     authorization = headers.get("authorization") or ""
     scheme, _, value = authorization.partition(" ")
     if scheme.lower() != "basic" or not value or len(value) > _MAX_HEADER:
@@ -152,7 +155,13 @@ def verify_basic_auth(headers: Mapping[str, str], credentials: str) -> Verificat
         given = base64.b64decode(value.strip(), validate=True)
     except (binascii.Error, ValueError):
         raise MissingHeadersError("Malformed HTTP basic credentials.") from None
-    if not hmac.compare_digest(given, credentials.encode("utf-8")):
+    forms = [credentials.encode("utf-8")]
+    with contextlib.suppress(UnicodeEncodeError):  # a character ISO-8859-1 does not have
+        forms.append(credentials.encode("latin-1"))
+    valid = False
+    for form in forms:  # every comparison made: the time taken reveals no match
+        valid |= hmac.compare_digest(given, form)
+    if not valid:
         raise BasicAuthError("Invalid HTTP basic credentials.")
     return Verification("basic")
 

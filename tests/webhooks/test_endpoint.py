@@ -602,3 +602,27 @@ def test_other_refusals_are_logged_as_before(client, stored_only, caplog):
     [record] = [r for r in caplog.records if r.name == LOGGER]
     assert record.getMessage().startswith("Refused an event delivery (401): webhook-timestamp is ")
     assert "BILLING[" not in record.getMessage()
+
+
+def test_basic_credentials_with_a_non_ascii_password_in_either_charset(
+    client, settings, stored_only
+):
+    """RFC 7617 leaves the charset to the sender: UTF-8, or ISO-8859-1 (what many clients,
+    requests among them, send). Both are the configured credentials; a wrong password is
+    still refused in either."""
+    settings.BILLING = {
+        **settings.BILLING,
+        "WEBHOOK_SECRET": None,
+        "WEBHOOK_BASIC_AUTH": "hook:pässwörd",
+    }
+
+    def sent(user_pass: bytes):
+        body = json.dumps(envelope("invoice.paid", {"id": str(uuid.uuid4())})).encode()
+        auth = "Basic " + base64.b64encode(user_pass).decode()
+        return client.post(URL, data=body, content_type="application/json", HTTP_AUTHORIZATION=auth)
+
+    assert sent("hook:pässwörd".encode()).status_code == 200
+    assert sent("hook:pässwörd".encode("latin-1")).status_code == 200
+    assert sent("hook:passwörd".encode("latin-1")).status_code == 401
+    assert sent("hook:pässwörd ".encode("latin-1")).status_code == 401
+    assert WebhookEvent.objects.count() == 2
