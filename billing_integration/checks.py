@@ -139,6 +139,13 @@ def _webhook_errors(conf: dict[str, Any]) -> list[CheckMessage]:
         text = "BILLING['WEBHOOK_BASIC_AUTH'] must be 'user:password'."
         hint = "Set it to the credentials you registered with the callback URL."
         errors.append(_error("billing_integration.E005", text, hint))
+    elif basic and basic != basic.strip():  # every delivery would be refused (401)
+        text = (
+            "BILLING['WEBHOOK_BASIC_AUTH'] has whitespace at its start or end (a newline read "
+            "from the environment?): the service's credentials would never match it."
+        )
+        hint = "Set it to the credentials you registered with the callback URL, nothing around."
+        errors.append(_error("billing_integration.E005", text, hint))
     if conf.get("WEBHOOK_ALLOW_UNVERIFIED"):
         text = (
             "BILLING['WEBHOOK_ALLOW_UNVERIFIED'] is True: unsigned event deliveries are "

@@ -228,6 +228,17 @@ def test_malformed_webhook_secret_is_not_echoed(settings):
     assert "not-a-secret-value" not in errors[0].msg + errors[0].hint
 
 
+@pytest.mark.parametrize("basic", ["hook:s3cr3t\n", " hook:s3cr3t", "hook:s3cr3t\t"])
+def test_basic_credentials_with_whitespace_at_an_end_are_an_error(settings, basic):
+    """A newline read from the environment: every delivery would be refused (401), so the
+    check says so, without echoing the credentials."""
+    settings.BILLING = {**GOOD, "WEBHOOK_BASIC_AUTH": basic}
+    errors = check_billing_settings()
+    assert ids(errors) == ["billing_integration.E005"]
+    assert "whitespace" in errors[0].msg
+    assert "s3cr3t" not in errors[0].msg + errors[0].hint
+
+
 def test_no_verification_outside_debug_is_an_error(settings):
     settings.DEBUG = False
     settings.BILLING = {k: v for k, v in GOOD.items() if k != "WEBHOOK_SECRET"}
