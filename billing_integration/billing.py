@@ -64,6 +64,7 @@ from .exceptions import (
     WebhookError,
     WebhookVerificationError,
 )
+from .sync.signals import subscription_status_pulled
 from .testing.helpers import SandboxHandle, deliver_event, sign_webhook, start_sandbox
 from .testing.inline import after_commit_inline
 from .webhooks.handlers import (
@@ -115,4 +116,5 @@ __all__ = [
     "refund_approved", "refund_initiated", "refund_rejected", "refused_feature", "resume",
     "sign_webhook", "start_checkout", "start_sandbox", "start_trial", "subscribed",
     "subscription_canceled", "subscription_paused", "subscription_renewal", "subscription_required",
+    "subscription_status_pulled",
 ]  # fmt: skip

@@ -28,6 +28,7 @@ def test_every_task_of_the_app_is_named_billing_integration_dot():
     # The ones beat runs, those sent on a change, an event and a notice: all registered.
     sent = {"billing_integration.push_entry", "billing_integration.process_webhook_event"}
     sent |= {"billing_integration.send_notice", "billing_integration.send_trial_notice"}
+    sent |= {"billing_integration.send_pulled_notice"}
     assert beat | sent <= set(tasks)
     assert [name for name in tasks if not name.startswith("billing_integration.")] == []
 

@@ -1,5 +1,5 @@
-"""The record of each notice email: one row per (event, kind) and per (change, kind), claimed
-before sending."""
+"""The record of each notice email: one row per (event, kind), per (change, kind) and per
+trial, claimed before sending."""
 
 from __future__ import annotations
 
@@ -44,7 +44,8 @@ class Notice(models.Model):
         related_name="notices",
         verbose_name=_("event"),
     )
-    #: The subscription of a notice no event sends (``trial_ending``): one per trial.
+    #: The subscription of a notice no event sends: ``trial_ending`` (one per trial), or a
+    #: cancellation or pause a pull found.
     subscription = models.ForeignKey(
         Subscription,
         on_delete=models.CASCADE,
@@ -54,8 +55,10 @@ class Notice(models.Model):
         verbose_name=_("subscription"),
     )
     kind = models.CharField(_("kind"), max_length=32, choices=NoticeKind.choices)
-    #: The change the event reported (``<object id>@<its version>``): the same change sent again
-    #: under another event id gets no second notice. Empty for a trial notice.
+    #: The change (``<object id>@<its date_updated>``) of an event or a pulled row dated by the
+    #: service: the same change sent again under another event id, or found by a pull, gets no
+    #: second notice. Empty for a change without that date (a notice is then recorded only when
+    #: the object moved into the state it tells of) and for a trial notice.
     change = models.CharField(_("change"), max_length=100, blank=True, default="")
     recipient = models.CharField(_("recipient"), max_length=254, blank=True, default="")
     state = models.CharField(
@@ -77,10 +80,11 @@ class Notice(models.Model):
                 condition=~models.Q(change=""),
                 name="billing_notice_once_per_change",
             ),
+            # One trial notice per trial; a pull may find one subscription canceled twice.
             models.UniqueConstraint(
                 fields=["subscription", "kind"],
-                condition=models.Q(subscription__isnull=False),
-                name="billing_notice_once_per_subscription",
+                condition=models.Q(subscription__isnull=False, kind="trial_ending"),
+                name="billing_notice_once_per_trial",
             ),
         ]
         indexes = [

@@ -194,13 +194,44 @@ def sweep_notices() -> int:
     kinds = [kind for kind in KINDS if enabled(kind)]
     cutoff = timezone.now() - SWEEP_AFTER
     stale = Notice.objects.filter(state=NoticeState.QUEUED, kind__in=kinds, created_at__lt=cutoff)
-    stale = stale.filter(event__isnull=False).order_by("created_at")
-    pairs = list(stale.values_list("event_id", "kind")[:SWEEP_BATCH])
-    for event_pk, kind in pairs:
-        send_notice.apply_async((event_pk, kind))
-    if pairs:
-        logger.warning("Queued %d notice(s) again whose task was lost or never queued", len(pairs))
-    return len(pairs)
+    stale = stale.filter(models.Q(event__isnull=False) | models.Q(subscription__isnull=False))
+    rows = list(stale.order_by("created_at").values_list("pk", "event_id", "kind")[:SWEEP_BATCH])
+    for pk, event_pk, kind in rows:
+        if event_pk is not None:
+            send_notice.apply_async((event_pk, kind))
+        else:  # found by a pull: its subscription's
+            send_pulled_notice.apply_async((pk,))
+    if rows:
+        logger.warning("Queued %d notice(s) again whose task was lost or never queued", len(rows))
+    return len(rows)
+
+
+@shared_task(bind=True, name="billing_integration.send_pulled_notice", acks_late=True)  # type: ignore[untyped-decorator]
+def send_pulled_notice(self: Any, notice_pk: int) -> str:
+    """Send notice ``notice_pk``, one no event has (a pull found its subscription canceled or
+    paused), once (claimed as ``send_notice`` claims an event's); retried with backoff,
+    ``MAX_ATTEMPTS`` attempts in all."""
+    row = Notice.objects.filter(pk=notice_pk).values_list("kind", flat=True).first()
+    if row not in KINDS or not enabled(row):
+        return "off"
+    taken = Notice.objects.filter(
+        pk=notice_pk, state__in=(NoticeState.QUEUED, NoticeState.FAILED)
+    ).update(state=NoticeState.SENDING, attempts=F("attempts") + 1)
+    if not taken:
+        return "done"
+    notice = Notice.objects.select_related("subscription").get(pk=notice_pk)
+    if notice.subscription is None:
+        return _finish(notice, NoticeState.SKIPPED, error="No local object.")
+    try:
+        return _deliver(notice, notice.kind, None, notice.subscription)
+    except Exception as exc:
+        if notice.attempts < MAX_ATTEMPTS:
+            logger.warning("Notice %s (%s) failed: %s", notice_pk, notice.kind, exc)
+            countdown = min(30 * 2**self.request.retries, 3600)
+            # ``notice.attempts`` decides; Celery's own limit (3 retries) would cut it short.
+            raise self.retry(countdown=countdown, max_retries=MAX_ATTEMPTS) from exc
+        logger.error("Notice %s (%s) failed for good: %s", notice_pk, notice.kind, exc)
+        return NoticeState.FAILED
 
 
 def _deliver(notice: Notice, kind: str, event: WebhookEvent | None, obj: Any) -> str:

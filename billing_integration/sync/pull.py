@@ -27,6 +27,7 @@ from ..models.records import link_all_waiting, link_waiting
 from ..models.reports import touch_reports
 from ..models.subscriptions import Subscription
 from ..service import ensure_service, mirror_database
+from .signals import subscription_status_pulled
 
 logger = logging.getLogger("billing_integration.sync")
 
@@ -216,6 +217,7 @@ def _write(
     to_create: list[Any] = []
     to_update: list[Any] = []
     update_fields = {"last_synced_at", "updated_at"}
+    moved: list[tuple[Any, str, Any]] = []  # subscriptions known here whose status changed
     for fields in mapped:
         obj = existing.get(fields["remote_id"])
         if obj is None:
@@ -230,6 +232,8 @@ def _write(
         if not changed:
             counts.unchanged += not kept
             continue
+        if model is Subscription and "status" in changed and obj.remote_id is not None:
+            moved.append((obj, obj.status, fields.get("remote_updated")))
         for name in changed:
             setattr(obj, name, fields[name])
         obj.last_synced_at = obj.updated_at = now
@@ -245,6 +249,10 @@ def _write(
         model._default_manager.bulk_create(to_create)
     if to_update:
         model._default_manager.bulk_update(to_update, sorted(update_fields))
+    for obj, previous, date_updated in moved:  # in the transaction: a notice commits with it
+        subscription_status_pulled.send(
+            Subscription, subscription=obj, previous_status=previous, date_updated=date_updated
+        )
     # bulk writes send no signals: the reporting rollups are told here (one statement)
     touch_reports([*to_create, *to_update])
     link_waiting(model, arrived)

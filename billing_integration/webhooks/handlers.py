@@ -77,6 +77,9 @@ class HandlerResult:
 
     outcome: str = "applied"
     objects: dict[str, Any] = field(default_factory=dict)
+    #: The record's status before the event ("" or None for a record new here, or when the
+    #: handler does not say): the notices tell a change of status from a restatement of it.
+    previous_status: str | None = None
 
 
 def _locked(queryset: models.QuerySet[Any]) -> models.QuerySet[Any]:
@@ -293,6 +296,7 @@ class EventHandler:
         # The status the event sets ("" for none: such an event never leaves a final state).
         if record is not None and self.is_stale(ctx, record, values.get("status", "")):
             return HandlerResult("stale", {self.object_name: record, **related})
+        previous = record.status if record is not None else None
         if record is None:
             record = self.new(remote_id)
         self.resolve_links(ctx, record, values, related)
@@ -301,7 +305,8 @@ class EventHandler:
         self.save(record)
         _link_unknown(record)
         self.after_save(ctx, record, related)
-        return HandlerResult("applied", {self.object_name: record, **related})
+        objects = {self.object_name: record, **related}
+        return HandlerResult("applied", objects, previous_status=previous)
 
 
 @handler(types.SUBSCRIPTION_RENEWAL, types.SUBSCRIPTION_CANCELED, types.SUBSCRIPTION_PAUSED)

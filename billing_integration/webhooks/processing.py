@@ -219,6 +219,7 @@ def send_signals(event: WebhookEvent, ctx: EventContext, result: HandlerResult) 
     """Send the type's signal and ``billing_event_received``; a receiver's error is logged."""
     kwargs = {k: v for k, v in result.objects.items() if k not in ("event", "data", "sender")}
     kwargs.update(event=event, event_type=ctx.event_type, data=ctx.data, objects=result.objects)
+    kwargs.update(previous_status=result.previous_status)
     for signal in filter(None, (SIGNALS.get(ctx.event_type), billing_event_received)):
         for receiver, response in signal.send_robust(WebhookEvent, **kwargs):
             if isinstance(response, Exception):

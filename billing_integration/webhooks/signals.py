@@ -1,6 +1,7 @@
 """Signals sent on commit once an event is applied (``sender=WebhookEvent``): ``SIGNALS[type]``
 and ``billing_event_received``, with ``event``, ``event_type``, ``data``, ``objects`` (the
-local objects touched, by name) and those objects as keyword arguments."""
+local objects touched, by name), those objects as keyword arguments and ``previous_status``
+(the status of the event's object before it; None for an object new here)."""
 
 from __future__ import annotations
 
