@@ -22,7 +22,16 @@ from .. import currencies
 from ..exceptions import BillingConfigurationError, RemoteDataError, WebhookError
 from ..mapping import subscriptions as subscription_mapping
 from ..mapping.common import as_uuid, carried, reference, storable, ts
-from ..models import Customer, Invoice, Payment, Product, Refund, Subscription, WebhookEvent
+from ..models import (
+    Customer,
+    EventState,
+    Invoice,
+    Payment,
+    Product,
+    Refund,
+    Subscription,
+    WebhookEvent,
+)
 from ..models.base import older_than_stored
 from ..models.outbox import BLOCKING, OutboxEntry, OutboxState
 from ..models.records import link_waiting, show_newest_payment
@@ -216,9 +225,29 @@ class EventHandler:
         stored = record.remote_updated
         if older_than_stored(ctx.version, stored):
             return True
-        if ctx.version == stored and self.RANK.get(status, 0) < self.RANK.get(record.status, 0):
-            return True
+        if ctx.version == stored:
+            later = self.later_than_stored(ctx, record)
+            if later is not None:
+                return not later
+            if self.RANK.get(status, 0) < self.RANK.get(record.status, 0):
+                return True
         return ctx.version_is_ours and record.status in self.FINAL and status not in self.FINAL
+
+    def later_than_stored(self, ctx: EventContext, record: Any) -> bool | None:
+        """Of two events of one object whose data carries no ``date_updated`` (their version,
+        the object's ``date_created``, is the same in each), the envelope's time says which
+        came later: True (this one: it applies), False (the one stored: this one is stale);
+        None when the times do not tell (one missing, or equal; then the rank decides)."""
+        if ctx.data.get("date_updated") not in (None, "") or ctx.occurred_at is None:
+            return None
+        applied = WebhookEvent.objects.filter(
+            object_id=str(record.remote_id), state=EventState.PROCESSED, outcome="applied"
+        ).exclude(pk=ctx.event.pk)
+        stored = applied.order_by("-processed_at", "-pk").values_list("occurred_at", flat=True)
+        before = stored.first()
+        if before is None or before == ctx.occurred_at:
+            return None
+        return ctx.occurred_at > before
 
     def lock_related(self, ctx: EventContext) -> dict[str, Any]:
         """Lock rows this event also changes, before the record (override)."""

@@ -292,3 +292,52 @@ def test_an_old_event_processed_days_after_its_receipt_is_still_stale(mirror, de
     assert first.outcome == "stale"
     assert sub.status == "published"
     assert sub.remote_updated == newer_at.replace(microsecond=newer_at.microsecond // 1000 * 1000)
+
+
+# --- data without date_updated: events tie on date_created --------------------------------------
+def created_only(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` dated by its ``date_created`` only (the object's creation, the same in every
+    event of it)."""
+    return {k: v for k, v in data.items() if k != "date_updated"}
+
+
+def dated_envelope(event_type: str, data: dict[str, Any], hours: int) -> dict[str, Any]:
+    return dict(bare(event_type, data), created_at=(T0 + timedelta(hours=hours)).isoformat())
+
+
+def test_a_resume_after_a_cancel_without_date_updated_is_not_dropped(mirror, deliver):
+    """Two events of one subscription whose data carries only ``date_created`` tie on it; the
+    envelope's time says the resume came after the cancel: it applies (it was ``stale``: the
+    cancel's rank won the tie, and the subscription stayed canceled for good)."""
+    sub = mirror.subscription
+    data = created_only(
+        subscription_data(
+            sub.remote_id, customer=mirror.customer.remote_id, product=mirror.product.remote_id
+        )
+    )
+    cancel = deliver(dated_envelope("subscription.canceled", dict(data, status="canceled"), 1))
+    assert cancel.outcome == "applied"
+    resume = deliver(dated_envelope("subscription.renewal", dict(data, status="published"), 2))
+    assert resume.outcome == "applied"
+    sub.refresh_from_db()
+    assert sub.status == "published"
+    # An old renewal sent again late (its envelope before the cancel) stays stale.
+    cancel_again = deliver(
+        dated_envelope("subscription.canceled", dict(data, status="canceled"), 3)
+    )
+    assert cancel_again.outcome == "applied"
+    late = deliver(dated_envelope("subscription.renewal", dict(data, status="published"), 2))
+    assert late.outcome == "stale"
+    sub.refresh_from_db()
+    assert sub.status == "canceled"
+
+
+def test_a_payment_failing_after_it_completed_without_date_updated_ends_failed(mirror, deliver):
+    """Received out of order (the failure first, then the completion it came after), the
+    envelope's times decide, not the order of reception."""
+    rid = uuid.uuid4()
+    data = created_only(payment_data(rid, status="completed", **links(mirror)))
+    deliver(dated_envelope("payment.failed", dict(data, status="failed"), 2))
+    late = deliver(dated_envelope("payment.completed", data, 1))
+    assert late.outcome == "stale"
+    assert Payment.objects.get(remote_id=rid).status == "failed"
