@@ -81,8 +81,23 @@ for _kind in KINDS:  # each kind is named after the signal that queues it
 
 
 def kind_of_status(status: str) -> str | None:
-    """The notice a pull that finds a subscription in ``status`` sends, if any."""
+    """The notice a subscription moved into ``status`` by a pull or a ``subscription.renewal``
+    gets, if any."""
     return next((k for k in PULLED_KINDS if status in NOTICED_STATUSES[k]), None)
+
+
+def _renewal(sender: Any, event: Any = None, subscription: Any = None, **kwargs: Any) -> None:
+    """A ``subscription.renewal`` whose data moved the subscription into ``canceled`` or
+    ``paused``: the notice its own event type would have sent (only on the move: a renewal of a
+    subscription already canceled tells nothing new)."""
+    kind = kind_of_status(getattr(subscription, "status", ""))
+    if not kind or event is None or event.pk is None:
+        return
+    if entered(kind, kwargs.get("previous_status")):
+        queue_notice(kind, event.pk, change_of(subscription, kwargs.get("data")))
+
+
+signals.subscription_renewal.connect(_renewal, weak=False, dispatch_uid="billing_notice_renewal")
 
 
 def _pulled(

@@ -290,3 +290,44 @@ def test_a_pulled_notice_whose_task_was_lost_is_sent_once_by_the_sweep(
     assert Notice.objects.get().state == NoticeState.SENT
     assert send_pulled_notice.delay(notice.pk).get() == "done"
     assert len(mailoutbox) == 1
+
+
+@pytest.mark.parametrize("dated", [True, False], ids=["dated", "undated"])
+def test_a_renewal_that_moves_a_subscription_into_canceled_sends_the_cancel_notice_once(
+    client, customer_email, notice_settings, billing_inline, mailoutbox, dated
+):
+    """Whichever event moves it: a ``subscription.renewal`` whose data says ``canceled``, then
+    the ``subscription.canceled`` of the same change: one mail. A renewal of a subscription
+    already canceled sends none."""
+    data = sub_data(customer_email, "canceled", date_updated=ts(at(1)))
+    data = data if dated else undated(data)
+    deliver(client, envelope("subscription.renewal", dict(data), created_at=at(1)))
+    assert kinds_sent() == ["subscription_canceled"]
+    deliver(client, envelope("subscription.canceled", dict(data), created_at=at(2)))
+    deliver(client, envelope("subscription.renewal", dict(data), created_at=at(3)))
+    assert len(mailoutbox) == 1
+
+
+def test_a_date_created_only_cancel_after_a_resume_gets_its_own_mail(
+    client, customer_email, notice_settings, billing_inline, mailoutbox
+):
+    """Events dated by date_created only (they tie on it): the envelope's times order them, so
+    the resume applies and the second cancel is a change."""
+    data = undated(sub_data(customer_email, "canceled"))
+    data["date_created"] = ts(T0)
+    deliver(client, envelope("subscription.canceled", dict(data), created_at=at(1)))
+    resume = deliver(
+        client, envelope("subscription.renewal", dict(data, status="published"), created_at=at(2))
+    )
+    assert resume.outcome == "applied"
+    deliver(client, envelope("subscription.canceled", dict(data), created_at=at(3)))
+    assert kinds_sent() == ["subscription_canceled", "subscription_canceled"]
+
+
+def test_a_pull_that_only_respells_canceled_sends_nothing(
+    customer_email, notice_settings, billing_inline, mailoutbox
+):
+    pulled(customer_email, "canceled", date_updated=ts(at(1)))
+    pulled(customer_email, "cancelled", date_updated=ts(at(2)))
+    assert Subscription.objects.get().status == "cancelled"
+    assert len(mailoutbox) == 1
