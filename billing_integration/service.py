@@ -250,7 +250,8 @@ def reset_mirror(*, using: str | None = None) -> ResetCounts:
         for model in (Product, Customer):
             rows = model._default_manager.using(alias)
             pks = list(rows.order_by("pk").values_list("pk", flat=True))
-            rows.update(**cleared)
+            # a product's cycles: the new service has confirmed none
+            rows.update(**cleared, **({"confirmed_cycles": {}} if model is Product else {}))
             ct = ContentType.objects.db_manager(alias).get_for_model(model)
             entries += [OutboxEntry(content_type=ct, object_id=pk, operation=create) for pk in pks]
             setattr(counts, f"{model._meta.model_name}s", len(pks))  # products, customers

@@ -54,14 +54,11 @@ def pricing(request: HttpRequest) -> HttpResponse:
     )
     plans: list[dict[str, Any]] = []
     for product in products:
+        # the prices the service confirmed (its hosted page charges them), no other
         options = [
-            {
-                "cycle": cycle,
-                "price": price,
-                "currency": _currency(price.currency_id),
-            }
+            {"cycle": cycle, "amount": amount, "currency": _currency(currency_id)}
             for cycle in product.cycles.all()
-            for price in cycle.prices.all()
+            for currency_id, amount in product.sold_prices(cycle).items()
         ]
         plans.append({"product": product, "options": options})
     current: set[int] = set()

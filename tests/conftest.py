@@ -103,3 +103,25 @@ def eager():
     current_app.conf.task_always_eager = True
     yield
     current_app.conf.task_always_eager = before
+
+
+def mark_pushed(*products):
+    """Make each product pushed without a service: a remote id (unless it has one), and its
+    cycles and prices (a one-time product's root prices) the service's, as the answer to a
+    push of them records them (``Product.confirmed_prices``: checkout sells those only)."""
+    import uuid
+
+    from billing_integration.mapping import products as product_map
+    from billing_integration.models import Product
+
+    for product in products:
+        body = product_map.to_remote(product)
+        fields = {"remote_id": product.remote_id or uuid.uuid4()}
+        if product.is_one_time:
+            fields["remote_data"] = {**(product.remote_data or {}), "prices": body["prices"]}
+        else:
+            fields["confirmed_cycles"] = product_map.confirmed_cycles(
+                body["subscription_blueprint"]
+            )
+        Product.objects.filter(pk=product.pk).update(**fields)
+        product.refresh_from_db()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from billing_integration.models import Product
+from tests.conftest import mark_pushed
 
 from .install import readme
 
@@ -49,6 +50,7 @@ def test_the_readme_checkout_button_renders_as_written():
         )
         monthly = BillingCycle.objects.create(product=product, unit="months", frequency=1)
         Price.objects.create(cycle=monthly, currency_id=1, amount=Decimal("10000"))
+    mark_pushed(product)
     html = Template(block.code).render(Context({"product": product, "user": AnonymousUser()}))
     assert 'action="/billing/checkout/"' in html and 'method="post"' in html
     assert 'value="months-1"' in html and 'value="XOF"' in html

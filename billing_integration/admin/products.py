@@ -99,10 +99,41 @@ DECLARED_WARNING = _(
 )
 
 
-class DeclaredBadgeMixin:
-    @admin.display(description=_("origin"))
-    def declared_badge(self, obj: BillingCycle) -> Any:
-        return state_badge("declared", str(DECLARED_LABEL)) if obj.declared else "-"
+#: Why prices differ from the service's, by the product's sync state (else not confirmed yet).
+UNCONFIRMED_WHY: dict[str, Any] = {
+    SyncState.FAILED: _("refused by the service"),
+    SyncState.NOT_SENT: _("not sent (the service cannot receive it)"),
+    SyncState.PENDING: _("not confirmed by the service yet"),
+}
+
+
+def unconfirmed_badge(product: Product, local: dict[int, Decimal], there: Any) -> Any:
+    """A badge when the prices ``local`` differ from the service's, ``there`` (None: it does
+    not hold them), else "-"."""
+    if local == there:
+        return "-"
+    kind = product.sync_state if product.sync_state in UNCONFIRMED_WHY else str(SyncState.PENDING)
+    where = (
+        _("not sold there")
+        if there is None
+        else _("still %(prices)s there") % {"prices": format_amounts(there)}
+    )
+    return state_badge(
+        kind, _("%(why)s: %(where)s") % {"why": UNCONFIRMED_WHY[kind], "where": where}
+    )
+
+
+class CycleBadgeMixin:
+    @admin.display(description=_("on the service"))
+    def cycle_badge(self, obj: BillingCycle) -> Any:
+        """Declared (sold as declared), or not confirmed by the service yet (not sold; a
+        changed price is sold at the service's)."""
+        if obj.declared:
+            return state_badge("declared", str(DECLARED_LABEL))
+        if obj.pk is None:
+            return "-"
+        local = {price.currency_id: price.amount for price in obj.prices.all()}
+        return unconfirmed_badge(obj.product, local, obj.product.confirmed_prices(obj))
 
 
 def is_deleted(formset: Any, form: Any) -> bool:
@@ -174,9 +205,13 @@ def parse_prices(text: str, stored: Iterable[int] = ()) -> dict[int, Decimal]:
 
 def format_prices(prices: list[Price]) -> str:
     """The compact text of prices (inverse of ``parse_prices``)."""
+    return format_amounts({p.currency_id: p.amount for p in prices})
+
+
+def format_amounts(amounts: dict[int, Decimal]) -> str:
+    """``format_prices`` of ``{currency id: amount}``."""
     names = currencies.known()
-    rows = sorted((p.currency_id, p.amount) for p in prices)
-    return ", ".join(f"{names.get(cid, cid)} {amount}" for cid, amount in rows)
+    return ", ".join(f"{names.get(cid, cid)} {amount}" for cid, amount in sorted(amounts.items()))
 
 
 class CycleForm(ModelForm):
@@ -325,19 +360,19 @@ class RootPriceFormSet(NeverSentRowsFormSet, PriceFormSet):
     empty_message = NO_PRICE_ERROR
 
 
-class BillingCycleInline(DeclaredBadgeMixin, TabularInline):
+class BillingCycleInline(CycleBadgeMixin, TabularInline):
     model = BillingCycle
     form = BillingCycleForm
     formset = CycleFormSet
-    fields = ("unit", "frequency", "prices", "declared_badge")
-    readonly_fields = ("declared_badge",)
+    fields = ("unit", "frequency", "prices", "cycle_badge")
+    readonly_fields = ("cycle_badge",)
     extra = 1
     show_change_link = True
     verbose_name = _("billing cycle")
     verbose_name_plural = _("billing cycles (subscription products)")
 
     def get_queryset(self, request: HttpRequest) -> models.QuerySet[BillingCycle]:
-        return super().get_queryset(request).prefetch_related("prices")
+        return super().get_queryset(request).select_related("product").prefetch_related("prices")
 
     @admin.display(description=_("prices"))
     def prices(self, obj: BillingCycle) -> str:
@@ -374,16 +409,33 @@ class CyclePriceInline(TabularInline):
     fk_name = "cycle"
     form = PriceInlineForm
     formset: type[PriceFormSet] = CyclePriceFormSet
-    fields = ("currency_id", "amount")
+    fields = ["currency_id", "amount"]
     extra = 1
 
 
 class RootPriceInline(CyclePriceInline):
     fk_name = "product"
     formset = RootPriceFormSet
+    fields = ["currency_id", "amount", "price_badge"]
+    readonly_fields = ("price_badge",)
     extra = 0
     verbose_name = _("price")
     verbose_name_plural = _("prices (one-time products)")
+
+    def get_queryset(self, request: HttpRequest) -> models.QuerySet[Price]:
+        return super().get_queryset(request).select_related("product")
+
+    @admin.display(description=_("on the service"))
+    def price_badge(self, obj: Price) -> Any:
+        """Whether the service has this price (its last answer's root ``prices``)."""
+        if obj.product is None or obj.pk is None:
+            return "-"
+        there = obj.product.confirmed_prices()
+        held = None if there is None or obj.currency_id not in there else there[obj.currency_id]
+        local = {obj.currency_id: obj.amount}
+        return unconfirmed_badge(
+            obj.product, local, None if held is None else {obj.currency_id: held}
+        )
 
 
 class ProductFeatureForm(ModelForm):
@@ -931,10 +983,10 @@ def refused_message(product: Product) -> str:
 
 
 @admin.register(BillingCycle)
-class BillingCycleAdmin(DeclaredBadgeMixin, PricingConfirmationAdmin):
+class BillingCycleAdmin(CycleBadgeMixin, PricingConfirmationAdmin):
     form = CycleForm
-    fields = ("product_link", "unit", "frequency", "declared_badge")
-    readonly_fields = ("product_link", "declared_badge")
+    fields = ("product_link", "unit", "frequency", "cycle_badge")
+    readonly_fields = ("product_link", "cycle_badge")
     inlines = (CyclePriceInline,)
     list_select_related = ("product",)
 

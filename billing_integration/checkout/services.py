@@ -219,6 +219,16 @@ def _unknown_cycle(code: str) -> InvalidChoice:
     )
 
 
+def _not_confirmed() -> ProductUnavailable:
+    return ProductUnavailable(
+        gettext(
+            "This billing option is not on sale yet: the payment service has not confirmed "
+            "it. Please try again later."
+        ),
+        code="option_not_confirmed",
+    )
+
+
 def validate_selection(product: Any, cycle: Any = None, currency: Any = None) -> CheckoutSelection:
     """Check a product / cycle / currency choice against the local catalogue, the product
     read afresh (``check_selection``)."""
@@ -269,9 +279,7 @@ def check_selection(
         )
 
     chosen_cycle: BillingCycle | None = None
-    if resolved.is_one_time:
-        prices = list(resolved.root_prices.all())
-    else:
+    if not resolved.is_one_time:
         if isinstance(cycle, BillingCycle):
             if cycle.product_id != resolved.pk:  # another product's: never this one's only cycle
                 raise _unknown_cycle(cycle.code)
@@ -292,13 +300,18 @@ def check_selection(
                 chosen_cycle = next(found, None)
             if chosen_cycle is None:
                 raise _unknown_cycle(code)
-        prices = list(chosen_cycle.prices.all())
 
     offered = [int(c) for c in (resolved.selected_currencies or []) if currencies.is_id(c)]
+    prices = resolved.root_prices.all() if chosen_cycle is None else chosen_cycle.prices.all()
     priced = {price.currency_id for price in prices}
+    # What the service confirmed holding (its hosted page charges that): a cycle or price
+    # added or changed here is sold once the push that carried it is acknowledged.
+    sold = resolved.sold_prices(chosen_cycle)
     if currency in (None, ""):
-        usable = [c for c in offered if c in priced]
+        usable = [c for c in offered if c in sold]
         if not usable:
+            if any(c in priced for c in offered):
+                raise _not_confirmed()
             raise InvalidChoice(
                 gettext("This product has no price in any currency."), code="no_price"
             )
@@ -317,6 +330,8 @@ def check_selection(
                 gettext("This product is not sold in %(currency)s.") % {"currency": code_text},
                 code="unknown_currency",
             )
+        if currency_id not in sold:
+            raise _not_confirmed()
     return CheckoutSelection(product=resolved, cycle=chosen_cycle, currency_id=currency_id)
 
 

@@ -47,6 +47,17 @@ def blueprint(product: Product) -> dict[str, Any]:
     }
 
 
+def confirmed_cycles(blueprint: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """``Product.confirmed_cycles`` of a request's blueprint the service acknowledged:
+    ``{"months-1": {"1": "5000.00"}}``."""
+    return {
+        f"{c['cycle']}-{c['frequency']}": {
+            str(p["currency"]): str(as_decimal(p["amount"])) for p in c["prices"]
+        }
+        for c in blueprint.get("billing_cycles") or []
+    }
+
+
 def currencies_from_wire(values: Iterable[Any] | None) -> list[int]:
     out = []
     for value in values or []:
@@ -139,6 +150,8 @@ def not_carried(
             "remote": labels[service_type],
         }
     if product.is_one_time:
+        from ..models.products import root_prices_from_remote
+
         local = {int(p.currency_id): as_decimal(p.amount) for p in product.root_prices.all()}
         service = None
         with suppress(TypeError, ValueError, ArithmeticError):
@@ -197,7 +210,7 @@ def _remote_currencies(value: Any) -> list[int]:
 
 def _check_root_prices(data: dict[str, Any]) -> None:
     """``RemoteDataError`` unless every root price can be stored as a ``Price``."""
-    from ..models.products import MAX_PRICE_AMOUNT
+    from ..models.products import MAX_PRICE_AMOUNT, root_prices_from_remote
 
     prices = data.get("prices")
     try:
@@ -211,15 +224,6 @@ def _check_root_prices(data: dict[str, Any]) -> None:
             raise RemoteDataError("prices", prices, "a currency id out of range")
         if not amount.is_finite() or abs(amount) >= MAX_PRICE_AMOUNT:
             raise RemoteDataError("prices", prices, "an amount out of range")
-
-
-def root_prices_from_remote(data: dict[str, Any]) -> list[tuple[int, Decimal]]:
-    """``(currency_id, amount)`` of the root-level prices (one-time products); [] when null."""
-    return [
-        (int(p["currency"]), as_decimal(p["amount"]))
-        for p in (data.get("prices") or [])
-        if isinstance(p, dict) and "currency" in p and "amount" in p
-    ]
 
 
 #: Element fields naming a feature, then those carrying its number, in order of preference.

@@ -99,6 +99,17 @@ class Product(RemoteObject):
         _("currencies"), default=list, blank=True, help_text=_("Integer currency ids.")
     )
     billing_type = models.CharField(max_length=32, default="flat-rate")
+    confirmed_cycles = models.JSONField(
+        _("billing cycles confirmed by the service"),
+        default=dict,
+        blank=True,
+        editable=False,
+        help_text=_(
+            "The billing cycles and prices of the last blueprint the service acknowledged "
+            '(a 2xx answer to the push that carried it), e.g. {"months-1": {"1": '
+            '"5000.00"}}: checkout sells these.'
+        ),
+    )
     blueprint_known = models.BooleanField(
         _("billing cycles known to match the service"),
         default=True,
@@ -172,6 +183,35 @@ class Product(RemoteObject):
             return str(confirmed)
         return self.status
 
+    def confirmed_prices(self, cycle: BillingCycle | None = None) -> dict[int, Decimal] | None:
+        """``{currency id: amount}`` of ``cycle`` (None: a one-time product's root prices) as
+        the service holds them; None when it is not known to hold them. A cycle's are those
+        of the last blueprint the service acknowledged (``confirmed_cycles``), a declared
+        cycle's its own (declared to describe the service's), a one-time product's the root
+        ``prices`` of the service's last answer (``remote_data``)."""
+        if cycle is None:
+            remote = self.remote_data if isinstance(self.remote_data, dict) else {}
+            if not self.is_one_time or not isinstance(remote.get("prices"), list):
+                return None
+            try:
+                return dict(root_prices_from_remote(remote))
+            except (TypeError, ValueError, ArithmeticError):
+                return None
+        if cycle.declared:
+            return {price.currency_id: price.amount for price in cycle.prices.all()}
+        held = (self.confirmed_cycles or {}).get(cycle.code)
+        return None if held is None else {int(c): Decimal(a) for c, a in held.items()}
+
+    def sold_prices(self, cycle: BillingCycle | None = None) -> dict[int, Decimal]:
+        """What checkout sells of ``cycle`` (None: a one-time product): ``{currency id:
+        amount}`` of the currencies priced here whose price the service confirmed, at the
+        service's amount (the one its hosted page charges)."""
+        confirmed = self.confirmed_prices(cycle) or {}
+        prices = self.root_prices.all() if cycle is None else cycle.prices.all()
+        return {
+            p.currency_id: confirmed[p.currency_id] for p in prices if p.currency_id in confirmed
+        }
+
     def delete(self, *args: Any, **kwargs: Any) -> Any:
         raise ProductDeletionRefused([self])
 
@@ -212,6 +252,16 @@ class Product(RemoteObject):
             return False
         super().save(update_fields=["selected_currencies", "updated_at"])
         return True
+
+
+def root_prices_from_remote(data: dict[str, Any]) -> list[tuple[int, Decimal]]:
+    """``(currency_id, amount)`` of a product resource's root-level prices (one-time
+    products); [] when null."""
+    return [
+        (int(p["currency"]), Decimal(str(p["amount"])).quantize(Decimal("0.01")))
+        for p in (data.get("prices") or [])
+        if isinstance(p, dict) and "currency" in p and "amount" in p
+    ]
 
 
 def _with(currencies: Any, more: set[int]) -> list[int]:

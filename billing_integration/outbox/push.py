@@ -223,7 +223,7 @@ def _record(entry: OutboxEntry, obj: Any, data: dict[str, Any]) -> PushResult:
             others_open = _done(entry, in_doubt=False)
             _apply_response(obj, data, not others_open, entry.changed_fields, entry.started_at)
             if isinstance(obj, Product):
-                _confirm_declared_cycles(obj, entry.payload or {})
+                _confirm_cycles(obj, entry.payload or {})
     except IntegrityError as exc:  # no id, or a remote id already taken
         return _failed_in_doubt(entry, f"Pushed, but the answer could not be stored: {exc}")
     name = f"{entry.operation} {type(obj).__name__}#{obj.pk}"
@@ -398,20 +398,23 @@ def _answer_fields(obj: Any, data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in mapped.items() if k in keep}
 
 
-def _confirm_declared_cycles(product: Product, body: dict[str, Any]) -> None:
-    """After a push of a blueprint: the cycles sent as they are now are confirmed, and the
-    product's blueprint is known."""
+def _confirm_cycles(product: Product, body: dict[str, Any]) -> None:
+    """After a push of a blueprint: the service holds its cycles and prices (what checkout
+    sells), the declared cycles sent as they are now are confirmed, and the product's
+    blueprint is known."""
     blueprint = body.get("subscription_blueprint")
     if not isinstance(blueprint, dict):
         return
     sent = blueprint.get("billing_cycles") or []
     cycles = product.cycles.filter(declared=True).prefetch_related("prices")
     confirmed = [c.pk for c in cycles if product_map.cycle_to_wire(c) in sent]
+    product.confirmed_cycles = product_map.confirmed_cycles(blueprint)
+    product.blueprint_known = True
     with from_remote():
         BillingCycle.objects.filter(pk__in=confirmed).update(declared=False)
-        if not product.blueprint_known:
-            Product.objects.filter(pk=product.pk).update(blueprint_known=True)
-            product.blueprint_known = True
+        Product.objects.filter(pk=product.pk).update(
+            confirmed_cycles=product.confirmed_cycles, blueprint_known=True
+        )
 
 
 def open_entry_for(obj: Any) -> OutboxEntry:

@@ -22,7 +22,7 @@ from ..mapping import products as product_map
 from ..mapping import subscriptions as subscription_map
 from ..models.base import RemoteObject, SyncState, older_than_stored
 from ..models.customers import Customer
-from ..models.products import Price, Product, ProductStatus
+from ..models.products import Price, Product, ProductStatus, root_prices_from_remote
 from ..models.records import link_all_waiting, link_waiting
 from ..models.reports import touch_reports
 from ..models.subscriptions import Subscription
@@ -277,7 +277,7 @@ def upsert_products(rows: Iterable[Row]) -> PullCounts:
     prices = [
         Price(product=product, currency_id=currency, amount=amount)
         for product in created  # its remote_data: the row it was created from
-        for currency, amount in product_map.root_prices_from_remote(product.remote_data)
+        for currency, amount in root_prices_from_remote(product.remote_data)
     ]
     if prices:
         with transaction.atomic(), from_remote():

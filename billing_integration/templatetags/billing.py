@@ -231,7 +231,8 @@ def _same_option(subscription: Any, cycle: Any, currency: Any) -> bool:
 
 
 def _label_with_price(label: str, product: Product | None, cycle: Any, currency: Any) -> str:
-    """``label`` with ``{price}`` and ``{cycle}`` filled in (empty when not found)."""
+    """``label`` with ``{price}`` (the price sold: ``Product.sold_prices``) and ``{cycle}``
+    filled in (empty when not found)."""
     price_text = ""
     if product is not None:
         try:
@@ -239,12 +240,13 @@ def _label_with_price(label: str, product: Product | None, cycle: Any, currency:
         except BillingConfigurationError:
             currency_id = None
         if product.is_one_time:  # its prices are at its root
-            groups = [product.root_prices.all()]
+            groups = [product.sold_prices()]
         else:
-            groups = [c.prices.all() for c in product.cycles.all() if not cycle or c.code == cycle]
-        found = (p for g in groups for p in g if currency_id in (None, p.currency_id))
+            cycles = [c for c in product.cycles.all() if not cycle or c.code == cycle]
+            groups = [product.sold_prices(c) for c in cycles]
+        found = ((c, a) for g in groups for c, a in g.items() if currency_id in (None, c))
         if (price := next(found, None)) is not None:
-            price_text = display.format_money(price.amount, currencies.label(price.currency_id))
+            price_text = display.format_money(price[1], currencies.label(price[0]))
     return label.replace("{price}", price_text).replace(
         "{cycle}", display.cycle_label(cycle) if cycle else ""
     )

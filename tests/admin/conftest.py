@@ -68,6 +68,8 @@ def make_product(
             selected_currencies=[1],
             remote_id=uuid.uuid4() if remote else None,
             sync_state="synced" if remote else "pending",
+            # pushed: the service acknowledged its cycle (the answer to the push records it)
+            confirmed_cycles={"months-1": {"1": str(Decimal(amount))}} if remote else {},
         )
         cycle = BillingCycle.objects.create(product=product, unit="months", frequency=1)
         Price.objects.create(cycle=cycle, currency_id=1, amount=Decimal(amount))

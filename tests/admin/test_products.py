@@ -646,3 +646,26 @@ def test_archiving_again_a_product_whose_archive_the_service_refused_says_so(adm
         "and it is sold as such (checkout and the pricing page show it as published)."
     ]
     assert not OutboxEntry.objects.exists()
+
+
+def test_a_cycle_or_price_not_confirmed_by_the_service_is_shown_so(admin_client):
+    """Checkout sells the cycles and prices the service acknowledged: the product page says
+    which are not confirmed yet, or refused, and what the service still has."""
+    product = make_product(remote=True, status="published", amount="10000.00")
+    page = admin_client.get(reverse("admin:billing_integration_product_change", args=[product.pk]))
+    assert "not confirmed by the service" not in page.content.decode()
+
+    with from_remote():  # a cycle added, a price changed: their push waits
+        cycle = BillingCycle.objects.create(product=product, unit="years", frequency=1)
+        Price.objects.create(cycle=cycle, currency_id=1, amount=Decimal("100000"))
+        Price.objects.filter(cycle__unit="months").update(amount=Decimal("12000"))
+    url = reverse("admin:billing_integration_product_change", args=[product.pk])
+    html = admin_client.get(url).content.decode()
+    assert "not confirmed by the service yet: not sold there" in html  # the new cycle
+    assert "not confirmed by the service yet: still XOF 10000.00 there" in html  # the price
+    assert "billing-badge-pending" in html
+
+    Product.objects.filter(pk=product.pk).update(sync_state="failed")  # the service refused
+    html = admin_client.get(url).content.decode()
+    assert "refused by the service: not sold there" in html
+    assert "refused by the service: still XOF 10000.00 there" in html

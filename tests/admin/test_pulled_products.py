@@ -190,11 +190,16 @@ def test_send_declared_cycles_button_pushes_the_blueprint_and_confirms(
     pulled.refresh_from_db()
     assert cycle.declared is False and pulled.blueprint_known is True
     assert pulled.sync_state == "synced"
-    # From now on the blueprint is the one sent: a price change is pushed as usual.
+    assert pulled.confirmed_cycles == {"months-1": {"1": "7500.00"}}  # what checkout sells
+    # From now on the blueprint is the one sent: a price change is pushed as usual, and shown
+    # not confirmed until the service acknowledges it.
     admin_client.post(
         change_url(pulled), product_form_data(pulled, **{"cycles-0-prices": "XOF 8000"})
     )
+    pending = "not confirmed by the service yet: still XOF 7500.00 there"
+    assert pending in admin_client.get(change_url(pulled)).content.decode()
     assert push_all() == [PushOutcome.DONE]
+    assert pending not in admin_client.get(change_url(pulled)).content.decode()
     assert blueprint_patches(billing_sandbox)[-1]["body"]["subscription_blueprint"][
         "billing_cycles"
     ][0]["prices"] == [{"currency": 1, "amount": 8000}]

@@ -19,6 +19,7 @@ from billing_integration.access import (
 )
 from billing_integration.models import Customer, Product, Subscription
 from billing_integration.outbox import from_remote
+from tests.conftest import mark_pushed
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.checkout.urls")]
 
@@ -112,6 +113,7 @@ def on_sale(product: Product) -> Product:
         for currency_id in (1, 2):
             Price.objects.create(cycle=cycle, currency_id=currency_id, amount=Decimal("10"))
     product.refresh_from_db()
+    mark_pushed(product)
     return product
 
 

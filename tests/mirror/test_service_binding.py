@@ -394,6 +394,7 @@ def test_reset_pushes_products_and_customers_anew_and_detaches_old_subscriptions
     customer.refresh_from_db()
     for obj in (product, customer):
         assert (obj.remote_id, obj.remote_data, obj.sync_state) == (None, None, "pending")
+    assert product.confirmed_cycles == {}  # the new service holds none of its cycles yet
     for sub in Subscription.objects.all():
         assert sub.status == "detached" and "reset" in sub.sync_error
     assert Subscription.objects.active().count() == 0  # no access from the old service
@@ -408,6 +409,7 @@ def test_reset_pushes_products_and_customers_anew_and_detaches_old_subscriptions
     product.refresh_from_db()
     customer.refresh_from_db()
     assert str(product.remote_id) == created_product["id"] != str(old_product_id)
+    assert set(product.confirmed_cycles) == {"months-1"}  # acknowledged by the new service
     assert str(customer.remote_id) == created_customer["id"]
     assert other_sandbox.requests("create_subscription") == []  # never re-pushed
     assert billing_sandbox.requests() == []  # nothing went to the old service

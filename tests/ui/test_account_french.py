@@ -12,6 +12,7 @@ from django.utils.formats import date_format
 
 from billing_integration.checkout.services import ServiceUnavailable
 from billing_integration.models import Product, Subscription
+from tests.conftest import mark_pushed
 
 from .conftest import invoice, payment, refund, subscription
 from .test_account import URL, section, text
@@ -98,8 +99,7 @@ def test_checkout_errors_in_french(client, demo, seeded) -> None:
 def test_the_example_sites_pages_in_french(client, demo, seeded) -> None:
     """The example project's language switch and its own strings (example_project/locale)."""
     client.force_login(demo)
-    for product in seeded.values():  # pushed: "S'abonner" buttons, not "Not available"
-        Product.objects.filter(pk=product.pk).update(remote_id=uuid.uuid4())
+    mark_pushed(*seeded.values())  # pushed: "S'abonner" buttons, not "Not available"
     html = client.get("/pricing/", headers={"accept-language": "fr"}).content.decode()
     assert '<html lang="fr">' in html and "<h1>Tarifs</h1>" in html
     assert 'action="/i18n/setlang/"' in html and '<option value="fr" selected>' in html

@@ -15,6 +15,7 @@ from billing_integration import display
 from billing_integration.checkout import views as checkout_views
 from billing_integration.checkout.services import ServiceUnavailable
 from billing_integration.models import Product
+from tests.conftest import mark_pushed
 
 from .conftest import subscription
 from .test_account import text
@@ -64,6 +65,7 @@ def test_template_filters(seeded) -> None:
 
 
 def test_pricing_page_shows_money_and_cycles_humanly(client, seeded) -> None:
+    mark_pushed(*seeded.values())
     html = text(client.get("/pricing/").content.decode())
     assert "XOF 5,000 · Monthly" in html and "USD 9.00 · Monthly" in html
     assert "XOF 50,000 · Yearly" in html
@@ -74,8 +76,7 @@ def test_checkout_button_label_with_price(rf, demo, seeded) -> None:
     request = RequestFactory().get("/")
     request.user = demo
     # pushed: a product the service does not know yet is not offered ("Not available")
-    Product.objects.filter(pk=seeded["Starter"].pk).update(remote_id=uuid.uuid4())
-    seeded["Starter"].refresh_from_db()
+    mark_pushed(seeded["Starter"])
     html = Template(
         "{% load billing %}{% billing_checkout_button p cycle='years-1' currency='XOF' "
         "label='Subscribe for {price}, {cycle}' %}"
@@ -97,6 +98,7 @@ def test_checkout_button_label_with_the_price_of_a_one_time_product(rf, demo) ->
             remote_id=uuid.uuid4(),
         )
         Price.objects.create(product=ebook, currency_id=1, amount=Decimal("2500"))
+    mark_pushed(ebook)
     request = RequestFactory().get("/")
     request.user = demo
     html = Template(
@@ -117,7 +119,7 @@ def test_return_page_in_the_sites_layout_links_the_billing_page(client, demo, se
 
 
 def test_error_pages_in_the_sites_layout(client, demo, seeded) -> None:
-    Product.objects.filter(pk=seeded["Starter"].pk).update(remote_id=uuid.uuid4())  # pushed
+    mark_pushed(seeded["Starter"])
     subscription(demo, seeded["Starter"])
     client.force_login(demo)
     held = client.post(
@@ -177,6 +179,7 @@ def _plan(name: str) -> Product:
         for unit in ("months", "years"):
             cycle = BillingCycle.objects.create(product=product, unit=unit, frequency=1)
             Price.objects.create(cycle=cycle, currency_id=1, amount=Decimal("5000"))
+    mark_pushed(product)
     return product
 
 
@@ -185,6 +188,7 @@ def test_the_pricing_pages_queries_do_not_grow_with_the_plans(
 ) -> None:
     """Each plan's trial and checkout buttons ask what the subscriber holds (a live plan, one
     that may renew, a trial had): read once per page, not once per button."""
+    mark_pushed(*seeded.values())  # on sale: buttons for each option
     subscription(demo, seeded["Starter"])
     subscription(demo, seeded["Pro"], status="canceled")  # in its paid period: no plan held
     client.force_login(demo)
