@@ -345,6 +345,10 @@ def test_repricing_a_pushed_one_time_product_is_kept_and_shown_not_sent(
     assert "local 3000 XOF, service 2500 XOF" in product.sync_error
     html = admin_client.get(CHANGELIST).content.decode()
     assert "billing-badge-not_sent" in html and "Not sent" in html
+    # the price row: checkout sells the service's price
+    page = admin_client.get(change_url(product)).content.decode()
+    assert "not sent (the service cannot receive it): still XOF 2500.00 there" in page
+    assert product.sold_prices() == {1: Decimal("2500.00")}
     assert [
         p.pk
         for p in admin_client.get(CHANGELIST + "?sync_state__exact=not_sent")
