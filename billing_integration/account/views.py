@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
@@ -29,7 +30,6 @@ from ..models import (
     Customer,
     Invoice,
     Payment,
-    Price,
     ProductStatus,
     Refund,
     Subscription,
@@ -54,8 +54,9 @@ def pricing_url() -> str:
         return "/"
 
 
-def _price_of(sub: Subscription) -> Price | None:
-    """The product's price for the subscription's cycle and currency (prefetched)."""
+def _price_of(sub: Subscription) -> Decimal | None:
+    """The amount of the subscription's cycle and currency (prefetched): the one the service
+    confirmed holding (``Product.confirmed_prices``: what it charges), else the price here."""
     if sub.product is None or not sub.selected_billing_cycle or not sub.selected_currency:
         return None
     try:
@@ -64,9 +65,12 @@ def _price_of(sub: Subscription) -> Price | None:
         return None
     for cycle in sub.product.cycles.all():
         if cycle.code == sub.selected_billing_cycle:
+            confirmed = sub.product.confirmed_prices(cycle) or {}
+            if currency_id in confirmed:
+                return confirmed[currency_id]
             for price in cycle.prices.all():
                 if price.currency_id == currency_id:
-                    return price
+                    return price.amount
     return None
 
 

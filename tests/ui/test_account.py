@@ -239,3 +239,22 @@ def test_the_example_projects_account_page_is_the_apps(client, demo, seeded) -> 
     assert '<table id="billing-subscriptions">' in html
     nav = client.get("/").content.decode().split("</nav>")[0]
     assert 'href="/account/"' in nav
+
+
+def test_a_subscriptions_price_is_the_one_the_service_confirmed(client, demo, seeded) -> None:
+    """A price changed here whose push the service has not acknowledged yet is not what the
+    service charges: the page shows the confirmed one (``Product.confirmed_prices``)."""
+    from billing_integration.models import Price, Product
+
+    from ..conftest import mark_pushed
+
+    starter = seeded["Starter"]
+    mark_pushed(starter)  # the service holds XOF 5,000 a month
+    Price.objects.filter(cycle__product=starter, cycle__unit="months", currency_id=1).update(
+        amount=Decimal("6000")
+    )
+    subscription(demo, Product.objects.get(pk=starter.pk), cycle="months-1", currency="XOF")
+    client.force_login(demo)
+    subs = text(section(client.get(URL).content.decode(), "billing-subscriptions"))
+    assert "Starter Active XOF 5,000 Monthly" in subs
+    assert "6,000" not in subs
