@@ -1,6 +1,12 @@
 """Control endpoints under ``/_sandbox/`` (JSON, no auth): what tests and developers use to
 drive the sandbox. Not subject to faults and not written to the request log.
 
+A request that changes something (POST, DELETE) sent by a page of another site is refused 403
+(its ``Origin`` or ``Sec-Fetch-Site`` says so): any page a developer visits could otherwise
+post JSON as ``text/plain`` to ``http://127.0.0.1:8100/_sandbox/config`` and set the hosted
+page's return URL to its own site, the callback URL or the webhook secret, or wipe the data.
+Scripts and tests send neither header; the dashboard's forms are of the sandbox's own origin.
+
 No answer carries the webhook secret (``SandboxConfig.public_dict``): whoever could read it
 could sign events the app accepts. It can be set (``POST /_sandbox/config``); whoever starts the
 sandbox knows it (``BILLING_SANDBOX_WEBHOOK_SECRET``, the start-up printout, or
@@ -14,6 +20,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from html import escape
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from werkzeug.routing import Rule
 from werkzeug.wrappers import Request, Response
@@ -71,11 +78,26 @@ def _body(request: Request) -> dict[str, Any]:
     return value
 
 
+def cross_site(request: Request) -> bool:
+    """A browser sent ``request`` from a page of another origin than the sandbox's."""
+    if request.headers.get("Sec-Fetch-Site", "").lower() in ("cross-site", "same-site"):
+        return True
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return False  # not sent by a browser's page (a script, a test, curl)
+    parts = urlsplit(origin)
+    return origin == "null" or (parts.scheme, parts.netloc) != (request.scheme, request.host)
+
+
 class Control:
     def __init__(self, app: SandboxApp) -> None:
         self.app = app
 
     def dispatch(self, endpoint: str, request: Request, args: dict[str, Any]) -> Response:
+        if request.method not in ("GET", "HEAD", "OPTIONS") and cross_site(request):
+            return error_response(
+                403, "cross_site", "The sandbox takes no change from a page of another site."
+            )
         try:
             body = _body(request) if request.method in ("POST", "PUT") else {}
         except ValueError as exc:

@@ -4,6 +4,7 @@ command line."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
@@ -369,3 +370,32 @@ def test_token_with_form_client_credentials_still_works(sandbox):
     assert answer.status_code == 200 and answer.json()["token_type"] == "Bearer"
     missing = _token(sandbox, data={"grant_type": "client_credentials"})
     assert missing.status_code == 401 and missing.json()["error"] == "invalid_client"
+
+
+# --- the control endpoints: no cross-site request changes the sandbox ------------------------
+@pytest.mark.parametrize(
+    "headers",
+    [
+        # a form or fetch() of another site: text/plain needs no preflight, and the body is JSON
+        {"Origin": "https://evil.example", "Content-Type": "text/plain"},
+        {"Origin": "null", "Content-Type": "text/plain"},
+        {"Sec-Fetch-Site": "cross-site", "Content-Type": "text/plain"},
+    ],
+)
+def test_control_endpoints_refuse_cross_site_requests(sandbox, headers):
+    before = sandbox.config()["return_url"]
+    evil = json.dumps({"return_url": "https://evil.example/steal"})
+    refused = requests.post(f"{sandbox.url}/_sandbox/config", data=evil, headers=headers, timeout=5)
+    assert refused.status_code == 403
+    assert requests.get(f"{sandbox.url}/_sandbox/config", timeout=5).json()["return_url"] == before
+    gone = requests.post(f"{sandbox.url}/_sandbox/reset", data="{}", headers=headers, timeout=5)
+    assert gone.status_code == 403
+
+
+def test_control_endpoints_take_their_own_pages_and_scripts(sandbox):
+    own = {"Origin": sandbox.url, "Sec-Fetch-Site": "same-origin"}
+    body = {"return_url": "http://platform.test/back/"}
+    answer = requests.post(f"{sandbox.url}/_sandbox/config", json=body, headers=own, timeout=5)
+    assert answer.status_code == 200 and answer.json()["return_url"] == body["return_url"]
+    script = requests.post(f"{sandbox.url}/_sandbox/config", json={"return_url": None}, timeout=5)
+    assert script.status_code == 200 and script.json()["return_url"] is None
