@@ -14,7 +14,9 @@ from typing import Any
 
 from celery import shared_task
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.mail import EmailMultiAlternatives
+from django.core.validators import validate_email
 from django.db import IntegrityError, models, transaction
 from django.db.models import F
 from django.template.loader import render_to_string
@@ -68,9 +70,15 @@ def account_url() -> str:
 
 
 def recipient_for(customer: Any, subscriber: Any) -> str | None:
-    """The customer's ``email``, else the subscriber's; None (the notice is skipped)."""
+    """The customer's ``email``, else the subscriber's; None (the notice is skipped). Only one
+    valid address counts: ``"a@x.com, b@y.com"`` (from a sign-up form, or the service) would
+    reach both through an email service's API, which splits the To header at commas."""
     for email in (getattr(customer, "email", None), getattr(subscriber, "email", None)):
         if isinstance(email, str) and email.strip():
+            try:
+                validate_email(email.strip())
+            except ValidationError:
+                continue
             return email.strip()
     return None
 

@@ -244,6 +244,40 @@ def test_the_subscribers_email_when_the_customer_has_none(
     assert [m.to for m in mailoutbox] == [["user@example.com"]]
 
 
+@pytest.mark.parametrize(
+    "address",
+    [
+        "ada@example.com, mallory@evil.example",  # an email service's API sends to both
+        "ada@example.com;mallory@evil.example",
+        "Ada <ada@example.com>, mallory@evil.example",
+        "ada@example.com\nBcc: mallory@evil.example",
+    ],
+)
+def test_an_address_that_names_more_than_one_mailbox_is_not_mailed(
+    client, mirror, notice_settings, billing_inline, mailoutbox, django_user_model, address
+):
+    """The customer's email comes from the subscriber or the service: one that is not a single
+    valid address is no address (the subscriber's is used, else the notice is skipped)."""
+    from billing_integration.outbox import from_remote
+
+    with from_remote():
+        mirror.customer.email = address
+        mirror.customer.save()
+    deliver(client, failed_payment(mirror))
+    assert mailoutbox == []
+    notice = Notice.objects.get()
+    assert (notice.state, notice.recipient) == ("skipped", "")
+    assert "evil" not in notice.error
+
+    user = django_user_model.objects.create(username="ada", email="user@example.com")
+    with from_remote():
+        mirror.customer.subscriber = user
+        mirror.customer.save()
+    deliver(client, failed_payment(mirror))
+    assert [m.to for m in mailoutbox] == [["user@example.com"]]
+    assert "evil" not in str(mailoutbox[0].message())
+
+
 def test_the_sender_is_default_from_email(
     client, customer_email, notice_settings, billing_inline, mailoutbox
 ):
