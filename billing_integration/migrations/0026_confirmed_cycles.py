@@ -60,7 +60,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='product',
             name='confirmed_cycles',
-            field=models.JSONField(blank=True, default=dict, editable=False, help_text='The billing cycles and prices of the last blueprint the service acknowledged (a 2xx answer to the push that carried it), e.g. {"months-1": {"1": "5000.00"}}: checkout sells these.', verbose_name='billing cycles confirmed by the service'),
+            field=models.JSONField(blank=True, default=None, editable=False, help_text='The billing cycles and prices of the last blueprint the service acknowledged (a 2xx answer to the push that carried it), e.g. {"months-1": {"1": "5000.00"}}: checkout sells these. Empty until a push records it: the cycles of a product made pushed without one (an import) are sold as they are here.', null=True, verbose_name='billing cycles confirmed by the service'),
         ),
         migrations.RunPython(confirm_pushed_cycles, migrations.RunPython.noop),
     ]

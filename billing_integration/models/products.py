@@ -101,13 +101,15 @@ class Product(RemoteObject):
     billing_type = models.CharField(max_length=32, default="flat-rate")
     confirmed_cycles = models.JSONField(
         _("billing cycles confirmed by the service"),
-        default=dict,
+        null=True,
+        default=None,
         blank=True,
         editable=False,
         help_text=_(
             "The billing cycles and prices of the last blueprint the service acknowledged "
             '(a 2xx answer to the push that carried it), e.g. {"months-1": {"1": '
-            '"5000.00"}}: checkout sells these.'
+            '"5000.00"}}: checkout sells these. Empty until a push records it: the cycles '
+            "of a product made pushed without one (an import) are sold as they are here."
         ),
     )
     blueprint_known = models.BooleanField(
@@ -188,18 +190,22 @@ class Product(RemoteObject):
         the service holds them; None when it is not known to hold them. A cycle's are those
         of the last blueprint the service acknowledged (``confirmed_cycles``), a declared
         cycle's its own (declared to describe the service's), a one-time product's the root
-        ``prices`` of the service's last answer (``remote_data``)."""
+        ``prices`` of the service's last answer (``remote_data``). Where nothing was recorded
+        (``confirmed_cycles`` null: no push from here, a remote id set by an import; an
+        answer without root ``prices``), the prices here."""
         if cycle is None:
             remote = self.remote_data if isinstance(self.remote_data, dict) else {}
-            if not self.is_one_time or not isinstance(remote.get("prices"), list):
+            if not self.is_one_time:
                 return None
+            if not isinstance(remote.get("prices"), list):
+                return {price.currency_id: price.amount for price in self.root_prices.all()}
             try:
                 return dict(root_prices_from_remote(remote))
             except (TypeError, ValueError, ArithmeticError):
                 return None
-        if cycle.declared:
+        if cycle.declared or self.confirmed_cycles is None:
             return {price.currency_id: price.amount for price in cycle.prices.all()}
-        held = (self.confirmed_cycles or {}).get(cycle.code)
+        held = self.confirmed_cycles.get(cycle.code)
         return None if held is None else {int(c): Decimal(a) for c, a in held.items()}
 
     def sold_prices(self, cycle: BillingCycle | None = None) -> dict[int, Decimal]:

@@ -139,3 +139,26 @@ def test_a_one_time_product_is_sold_at_the_services_root_prices(billing_sandbox,
     html = button(product, user, currency="XOF", label="Buy for {price}")
     assert "Buy for XOF\xa05,000" in html and "6,000" not in html
     assert_refused_locally(billing_sandbox, logged_in, user, product, "", "USD")
+
+
+def test_a_product_made_pushed_by_hand_sells_its_cycles_as_they_are(user):
+    """A remote id set without a push from here (a data import, a host's test fixture): what
+    the service holds was never recorded (``confirmed_cycles`` null), so its cycles and a
+    one-time product's root prices are sold as they are here, as before the record existed;
+    its first acknowledged push records them."""
+    import uuid
+
+    with transaction.atomic():
+        plan = Product.objects.create(name="Imported", status="published", selected_currencies=[1])
+        add_cycle(plan, "months-1", **{"1": "7000"})
+        ebook = Product.objects.create(
+            name="Imported ebook", status="published", product_type="one_time"
+        )
+        Price.objects.create(product=ebook, currency_id=1, amount=Decimal("300"))
+    for product in (plan, ebook):
+        Product.objects.filter(pk=product.pk).update(remote_id=uuid.uuid4(), sync_state="synced")
+    plan.refresh_from_db()
+    ebook.refresh_from_db()
+    assert plan.confirmed_cycles is None
+    assert plan.sold_prices(plan.cycles.get()) == {1: Decimal("7000.00")}
+    assert ebook.sold_prices() == {1: Decimal("300.00")}

@@ -1,7 +1,7 @@
 """Migration 0026: an upgrade sells what it sold before. A pushed product whose last push was
 answered has its cycles as they are now confirmed; one whose push waits or failed has the
 blueprint of its last push the service acknowledged; products not pushed, and products pulled
-from the service (their cycles are declared), have none."""
+from the service (their cycles are declared), have none recorded (null)."""
 
 import uuid
 
@@ -81,6 +81,6 @@ def test_pushed_products_keep_selling_their_cycles():
     assert confirmed[synced] == now
     assert confirmed[waiting] == {"months-1": {"1": "9000.00"}}  # its last acknowledged push
     assert confirmed[refused] == now  # no acknowledged push kept: as it was sold before
-    assert confirmed[unpushed] == confirmed[pulled] == confirmed[one_time] == {}
+    assert confirmed[unpushed] is confirmed[pulled] is confirmed[one_time] is None  # not recorded
     executor.loader.build_graph()
     executor.migrate(executor.loader.graph.leaf_nodes())
