@@ -12,6 +12,7 @@ from typing import Any, TypeGuard
 
 from django.core.mail import mail_managers
 from django.db import IntegrityError, router, transaction
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext, gettext_lazy
 
@@ -35,6 +36,8 @@ from ..models import (
     ChangeVia,
     CheckoutSession,
     Customer,
+    Payment,
+    PaymentStatus,
     Price,
     Product,
     ProductType,
@@ -51,6 +54,7 @@ from .services import (
     _create_session,
     _lock_customer,
     checkout_in_the_way,
+    session_closed,
     validate_selection,
 )
 
@@ -206,8 +210,12 @@ def change_plan(
             pending.target_cycle,
             pending.target_currency,
         ) == (selection.product.pk, selection.cycle_code, code):
-            pending.checkout_url = _session_url(pending, client)
-            return pending  # asked already: nothing sent twice
+            if not _page_closed(pending):
+                pending.checkout_url = _session_url(pending, client)
+                return pending  # asked already: nothing sent twice
+            if _page_paid(pending):
+                return pending  # paid: shown done once the service shows it (no URL)
+            # its page closed unpaid: a new request with a new page (and a new key)
         _within_quota(held.customer)
         request = ChangeRequest(
             customer=held.customer,
@@ -266,6 +274,35 @@ def _change_session(
         raise
     except BillingError as exc:
         raise ServiceUnavailable() from exc
+
+
+def _page_closed(request: ChangeRequest) -> bool:
+    """Whether ``request`` went through a hosted page that can no longer be paid
+    (``session_closed``: expired, completed or of a closed status)."""
+    session = request.checkout_session
+    return request.via == ChangeVia.CHECKOUT and session is not None and session_closed(session)
+
+
+def _page_paid(request: ChangeRequest) -> bool:
+    """Whether the mirror shows ``request``'s page paid: since it was created, a completed
+    payment of the customer for the new plan (not of the plan held: a renewal) or a
+    subscription to it. A second page for the same change could be paid too."""
+    session, held, target = request.checkout_session, request.subscription, request.target_product
+    if session is None or target is None:
+        return False
+    since = session.created_at
+    its = Q(product=target)
+    if target.remote_id is not None:
+        its |= Q(product_remote_id=target.remote_id)
+    paid = Payment.objects.filter(
+        its, customer=request.customer, status=PaymentStatus.COMPLETED, created_at__gte=since
+    ).exclude(subscription=held)
+    if held.remote_id is not None:
+        paid = paid.exclude(subscription_remote_id=held.remote_id)
+    subscribed = Subscription.objects.filter(
+        customer=request.customer, product=target, created_at__gte=since
+    ).exclude(pk=held.pk)
+    return paid.exists() or subscribed.exists()
 
 
 def _session_url(request: ChangeRequest, client: Any) -> str | None:

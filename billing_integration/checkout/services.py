@@ -468,6 +468,16 @@ def _reusable_session(customer: Customer, selection: CheckoutSelection) -> Check
     return None if paid_since or subscribed_since else session
 
 
+def session_closed(session: CheckoutSession) -> bool:
+    """Whether ``session`` can no longer be paid, so is never reused: expired here
+    (``expires_at`` passed), completed, or of a closed status (``CLOSED_SESSION``, any case)."""
+    return (
+        session.completed_at is not None
+        or (session.expires_at is not None and session.expires_at <= timezone.now())
+        or session.status.strip().lower() in CLOSED_SESSION
+    )
+
+
 def checkout_in_the_way(
     customer: Customer,
     product: Product,

@@ -20,6 +20,7 @@ from ..conf import billing_settings
 from ..customers import ensure_customer_pushed, ensure_pushed, get_or_create_customer
 from ..exceptions import BillingError
 from ..models import Product, Subscription
+from ..models.subscriptions import KNOWN_INACTIVE_STATUSES
 from .services import (
     AlreadySubscribed,
     CheckoutError,
@@ -48,6 +49,9 @@ logger = logging.getLogger("billing_integration.checkout")
 TRIAL_DEFAULTS: dict[str, Any] = {"repeat": False, "notice_days": 3}
 #: The longest trial ``start_trial`` starts, in days.
 MAX_TRIAL_DAYS = 366
+#: Statuses of a trial closed on the service: a new start does not return it (``paused`` may
+#: be resumed: not closed).
+CLOSED_TRIAL = tuple(s for s in KNOWN_INACTIVE_STATUSES if s != "paused")
 
 
 class TrialNotOffered(CheckoutError):
@@ -148,7 +152,9 @@ def start_trial(
     # One trial per customer and product at a time: a double click finds the first one's.
     with transaction.atomic(using=router.db_for_write(Subscription)):
         _lock_customer(customer)
-        existing = _trials_in_progress(customer).for_product(wanted).first()
+        # a trial the service closed before its end is no double click's to return
+        running = _trials_in_progress(customer).exclude(status__in=CLOSED_TRIAL)
+        existing = running.for_product(wanted).first()
         if existing is not None:
             existing.reused = True
             return existing

@@ -39,6 +39,7 @@ from billing_integration.models import (
     ChangeVia,
     CheckoutSession,
     Customer,
+    Payment,
     Price,
     Product,
     Subscription,
@@ -953,3 +954,82 @@ def test_an_anonymous_action_goes_to_login_and_back_to_the_billing_page(client, 
     assert ChangeRequest.objects.count() == 0
     client.force_login(user)
     assert client.get(back).status_code == 200
+
+
+def _expire(billing_sandbox, session) -> None:
+    """``session`` (a page of 60 seconds) expires unpaid: on the sandbox's clock, and here."""
+    assert billing_sandbox.advance(seconds=61)["expired_sessions"] == 1
+    CheckoutSession.objects.filter(pk=session.pk).update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+
+
+@pytest.mark.parametrize("closed", ["expired", "EXPIRED", "Canceled", "completed"])
+def test_the_same_change_after_its_page_closed_unpaid_gets_a_new_page(
+    billing_sandbox, plans, logged_in, user, settings, closed
+):
+    """A change whose hosted page closed unpaid (expired, or a closed status in any case) is
+    asked again: a new page with a new key (a new request, not a retry), not the closed one's
+    link; paying it completes the change."""
+    basic, pro = plans
+    billing_sandbox.config(change_actions=["upgrade"])
+    guesses(settings, **ON)
+    subscribe(billing_sandbox, logged_in, user, basic)
+    settings.BILLING = {**settings.BILLING, "CHECKOUT_EXPIRY": 60}
+    first = change_plan(user, pro, "months-1", "XOF")
+    settings.BILLING = {**settings.BILLING, "CHECKOUT_EXPIRY": 300}
+    if closed == "expired":
+        _expire(billing_sandbox, first.checkout_session)
+    else:
+        CheckoutSession.objects.filter(pk=first.checkout_session.pk).update(status=closed)
+
+    again = change_plan(user, pro, "months-1", "XOF")
+
+    assert again.checkout_session_id != first.checkout_session_id
+    assert again.checkout_url.endswith(str(again.checkout_session.remote_id))
+    *_, one, two = billing_sandbox.requests(operation="create_checkout_session")
+    assert one["headers"]["x-idempotency-id"] != two["headers"]["x-idempotency-id"]
+    assert two["body"]["action"] == "upgrade"
+    assert ChangeRequest.objects.filter(state=ChangeState.PENDING).get().pk == again.pk
+    # a double click on the new page finds it
+    assert change_plan(user, pro, "months-1", "XOF").pk == again.pk
+    assert len(billing_sandbox.requests(operation="create_checkout_session")) == 3
+
+    page = billing_sandbox.complete_checkout(str(again.checkout_session.remote_id))
+    assert page.status_code == 200
+    pull(user)
+    again.refresh_from_db()
+    assert again.state == ChangeState.CONFIRMED and again.new_subscription.product == pro
+
+
+def test_the_same_change_after_its_page_was_paid_opens_no_second_page(
+    billing_sandbox, plans, logged_in, user, settings
+):
+    """A change paid on its page, the page then expired, and the new plan not shown here yet
+    (no pull): asking again opens no second page, which could be paid too."""
+    basic, pro = plans
+    billing_sandbox.config(change_actions=["upgrade"])
+    guesses(settings, **ON)
+    subscribe(billing_sandbox, logged_in, user, basic)
+    first = change_plan(user, pro, "months-1", "XOF")
+    page = billing_sandbox.complete_checkout(str(first.checkout_session.remote_id))
+    assert page.status_code == 200
+    # its payment event arrived; the new subscription is not pulled yet
+    [paid] = [p for p in billing_sandbox.objects("payment") if p["product"] == str(pro.remote_id)]
+    Payment.objects.create(
+        remote_id=paid["id"],
+        status="completed",
+        customer=first.customer,
+        product=pro,
+        product_remote_id=pro.remote_id,
+        subscription_remote_id=paid["subscription"],
+    )
+    CheckoutSession.objects.filter(pk=first.checkout_session.pk).update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    calls = len(billing_sandbox.requests(operation="create_checkout_session"))
+
+    again = change_plan(user, pro, "months-1", "XOF")
+
+    assert again.pk == first.pk and again.checkout_url is None  # the billing page shows it
+    assert len(billing_sandbox.requests(operation="create_checkout_session")) == calls

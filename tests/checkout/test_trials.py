@@ -401,3 +401,23 @@ def test_a_trial_converted_by_checkout_cannot_be_resumed(
     response = logged_in.post(f"/billing/account/subscriptions/{trial.pk}/resume/")
     assert response.status_code == 409
     assert billing_sandbox.requests(operation="update_subscription") == []
+
+
+@pytest.mark.parametrize("status", ["canceled", "expired", "ended"])
+def test_a_trial_closed_before_its_end_is_not_the_trial_a_new_start_finds(
+    billing_sandbox, trial_product, logged_in, user, settings, status
+):
+    """A trial the service closed before its ``trial_end_date`` (canceled, expired, ended) is
+    no double click's trial to return: a new start is refused as a second trial, or with
+    repeat trials allowed, starts a new one."""
+    assert post_trial(logged_in, trial_product).status_code == 302
+    Subscription.objects.update(status=status)
+
+    refused = post_trial(logged_in, trial_product)
+    assert refused.status_code == 409 and error_code(refused) == "trial_used"
+
+    settings.BILLING = {**settings.BILLING, "TRIALS": {"repeat": True}}
+    trial = start_trial(user, trial_product, "months-1", "XOF")
+    assert not getattr(trial, "reused", False) and trial.remote_id is not None
+    assert Subscription.objects.count() == 2
+    assert len(billing_sandbox.requests(operation="create_subscription")) == 2
