@@ -348,21 +348,44 @@ def bought_once(subscriber: Any, product: Product) -> bool:
     approved refund). No subscription ever holds a one-time product: its payment does."""
     if not product.is_one_time or product.multiple_purchases:
         return False
-    customer = Customer.objects.filter(subscriber=subscriber).first()
-    if customer is None:
-        return False
-    mine = Q(customer=customer)
-    if customer.remote_id is not None:
-        mine |= Q(customer_remote_id=customer.remote_id)
+    paid = _kept_payments(Customer.objects.filter(subscriber=subscriber).first())
     its = Q(product=product)
     if product.remote_id is not None:
         its |= Q(product_remote_id=product.remote_id)
+    return paid.filter(its).exists()
+
+
+def bought_products(customer: Customer | None) -> set[Any]:
+    """What ``bought_once`` reads, for a page of buttons in one query: the pks and the remote
+    ids of the products ``customer`` paid for, not refunded (``is_bought`` asks it)."""
+    rows = _kept_payments(customer)
+    found: set[Any] = set()
+    for pk, remote_id in rows.values_list("product_id", "product_remote_id"):
+        found |= {key for key in (pk, remote_id) if key is not None}
+    return found
+
+
+def is_bought(bought: set[Any], product: Product) -> bool:
+    """``bought_once`` over ``bought`` (``bought_products``)."""
+    if not product.is_one_time or product.multiple_purchases:
+        return False
+    return product.pk in bought or (product.remote_id is not None and product.remote_id in bought)
+
+
+def _kept_payments(customer: Customer | None) -> QuerySet[Payment]:
+    """The completed payments of ``customer`` (by row or remote id) not refunded (an approved
+    refund)."""
+    if customer is None:
+        return Payment.objects.none()
+    mine = Q(customer=customer)
+    if customer.remote_id is not None:
+        mine |= Q(customer_remote_id=customer.remote_id)
     refunded = Refund.objects.filter(
         Q(payment=OuterRef("pk")) | Q(payment_remote_id=OuterRef("remote_id")),
         status=RefundStatus.APPROVED,
     )
-    paid = Payment.objects.filter(mine, its, status=PaymentStatus.COMPLETED)
-    return paid.exclude(Exists(refunded)).exists()
+    paid = Payment.objects.filter(mine, status=PaymentStatus.COMPLETED)
+    return paid.exclude(Exists(refunded))
 
 
 def refuse_beside(subscriber: Any, product: Product) -> None:

@@ -22,7 +22,9 @@ from ..access import (
 from ..checkout.services import (
     CheckoutError,
     _trials_in_progress,
+    bought_products,
     check_selection,
+    is_bought,
     open_sessions,
     session_in_the_way,
     trial_of_another_plan,
@@ -70,17 +72,19 @@ def _checked(check: Any, product: Product | None, cycle: Any, currency: Any) -> 
 class Held(NamedTuple):
     """What the subscriber holds, read once per page (a pricing page has buttons per plan and
     option): its subscriptions and its customer's trials in progress and open checkout
-    sessions (with their products), and the products it had a trial of."""
+    sessions (with their products), the products it had a trial of, and those it paid for
+    (``bought_products``: a one-time product bought once is held by its payment)."""
 
     subscriptions: list[Subscription]
     trials_had: set[int]
     trials_running: list[Subscription]
     sessions: list[CheckoutSession]
+    bought: set[Any]
 
 
 def _held(context: template.Context, subscriber: Any) -> Held:
     if not _is_subscriber(subscriber):
-        return Held([], set(), [], [])
+        return Held([], set(), [], [], set())
     key = f"billing_held:{subscriber.pk}"
     if key not in context.render_context:
         rows = Subscription.objects.for_subscriber(subscriber).select_related("product")
@@ -90,6 +94,7 @@ def _held(context: template.Context, subscriber: Any) -> Held:
             trial_products(subscriber),
             list(_trials_in_progress(customer)) if customer is not None else [],
             list(open_sessions(customer)) if customer is not None else [],
+            bought_products(customer),
         )
     held: Held = context.render_context[key]
     return held
@@ -141,11 +146,13 @@ def billing_checkout_button(
     unavailable_label: str | None = None,
     current_label: str | None = None,
     change_label: str | None = None,
+    bought_label: str | None = None,
 ) -> dict[str, Any]:
-    """A POST form to the checkout view; "Current plan" for the option the subscriber holds, a
-    "Change plan" form (to the change view, ``checkout.changes.change_plan``) for one that would
-    change the plan held, a link to the billing page for a product whose lapsed subscription
-    may still renew."""
+    """A POST form to the checkout view; "Current plan" for the option the subscriber holds,
+    "Already bought" for a one-time product it bought once (``bought_once``: checkout refuses
+    it), a "Change plan" form (to the change view, ``checkout.changes.change_plan``) for one
+    that would change the plan held, a link to the billing page for a product whose lapsed
+    subscription may still renew."""
     resolved, cycle, currency, subscriber = _button_args(context, product, cycle, currency)
     held = change = False
     selection = _checked(check_selection, resolved, cycle, currency)
@@ -157,6 +164,7 @@ def billing_checkout_button(
         own = [s for s in subs if s.product_id == resolved.pk and s.bought]
         held = any(_same_option(sub, cycle, currency) for sub in own)
         change = not held and (bool(own) or plan_in_the_way(subs, resolved))
+    bought = resolved is not None and is_bought(holds.bought, resolved)
     # What start_checkout would sell (a refused status change is not on sale), and beside what
     # the subscriber holds (the "Change plan" form goes to the change view instead).
     available = selection is not None and (
@@ -172,8 +180,10 @@ def billing_checkout_button(
     return {
         **_form(context, "checkout", resolved, cycle, currency, next, css_class),
         "held": held,
+        "bought": bought,
         "change": change,
         "current_label": current_label or gettext("Current plan"),
+        "bought_label": bought_label or gettext("Already bought"),
         "change_label": change_label or gettext("Change plan"),
         "change_action": reverse("billing_integration:change_plan"),
         "account_url": account_url(),

@@ -321,3 +321,72 @@ def test_a_one_time_product_refunded_or_sold_many_times_may_be_bought_again(
     )
     assert logged_in.post(URL, {"product": ebook.pk, "currency": "XOF"}).status_code == 302
     assert len(billing_sandbox.requests(operation="create_checkout_session")) == 4
+
+
+def test_the_button_says_bought_for_a_one_time_product_paid_once(
+    billing_sandbox, logged_in, user, other_user, eager
+):
+    """The checkout button of a one-time product bought once says so, as "Current plan" for a
+    held plan: a click would be refused 409 ``already_bought``. Not for another subscriber,
+    nor once refunded, nor for a product sold many times."""
+    from django.utils import translation
+
+    ebook = make_product("Ebook", one_time=True)
+    assert "<form" in button(ebook, user, currency="XOF")
+    session = buy_once(billing_sandbox, logged_in, ebook)
+
+    html = button(ebook, user, currency="XOF")
+    assert "<form" not in html and "<button" not in html
+    assert '<p class="billing-checkout-bought">Already bought</p>' in html
+    assert "Yours" in button(ebook, user, currency="XOF", bought_label="Yours")
+    with translation.override("fr"):
+        assert "Déjà acheté" in button(ebook, user, currency="XOF")
+    assert "<form" in button(ebook, other_user, currency="XOF")
+    clicked = logged_in.post(URL, {"product": ebook.pk, "currency": "XOF"})
+    assert clicked.status_code == 409
+
+    ebook.multiple_purchases = True
+    ebook.save(update_fields=["multiple_purchases"])
+    assert "<form" in button(ebook, user, currency="XOF")
+    ebook.multiple_purchases = False
+    ebook.save(update_fields=["multiple_purchases"])
+    paid = Payment.objects.get(status="completed", product=ebook)
+    Refund.objects.create(
+        remote_id=uuid.uuid4(), status="approved", payment=paid, customer=session.customer
+    )
+    assert "<form" in button(ebook, user, currency="XOF")
+    assert logged_in.post(URL, {"product": ebook.pk, "currency": "XOF"}).status_code == 302
+
+
+def test_bought_buttons_read_the_payments_once_per_page(
+    billing_sandbox, user, django_assert_max_num_queries
+):
+    """A page of one-time products, each bought (its payment named by product or by remote
+    id only): the payments are read once per page, not once per button."""
+    from django.db.models import Prefetch
+
+    from billing_integration.models import Price, Product
+
+    customer = ensure_customer_pushed(get_or_create_customer(user)[0])
+    products = [make_product(f"Ebook {i}", one_time=True) for i in range(5)]
+    for i, item in enumerate(products):
+        link = {"product": item} if i % 2 else {"product_remote_id": item.remote_id}
+        Payment.objects.create(
+            remote_id=uuid.uuid4(), status="completed", customer=customer, **link
+        )
+    page = engines["django"].from_string(
+        "{% load billing %}{% for p in products %}"
+        "{% billing_checkout_button p currency='XOF' %}{% endfor %}"
+    )
+    request = RequestFactory().get("/pricing/")
+    request.user = user
+
+    def render(count: int) -> str:
+        rows = Product.objects.filter(pk__in=[p.pk for p in products[:count]])
+        rows = rows.prefetch_related(Prefetch("root_prices", queryset=Price.objects.all()))
+        return page.render({"products": rows}, request=request)
+
+    with django_assert_max_num_queries(1000) as captured:
+        assert render(1).count("billing-checkout-bought") == 1
+    with django_assert_max_num_queries(len(captured)):
+        assert render(5).count("billing-checkout-bought") == 5
