@@ -22,8 +22,8 @@ from ..models import Product, ProductType, Subscription
 from ..models.subscriptions import (
     CANCELED_STATUSES,
     active_q,
-    active_statuses,
     in_grace_period,
+    renewing_statuses,
 )
 
 __all__ = [
@@ -204,22 +204,23 @@ def plan_in_the_way(subscriptions: Iterable[Subscription], product: Product) -> 
 
 
 def may_renew(subscription: Subscription) -> bool:
-    """Whether ``subscription`` may still renew on the service (status active, ``auto_renew``
-    on), whether or not its paid period ended here."""
-    return subscription.auto_renew and subscription.status in active_statuses()
+    """Whether ``subscription`` may still renew on the service (``auto_renew`` on, status
+    active or ``paused``: the service may resume a paused one), whether or not its paid period
+    ended here."""
+    return subscription.auto_renew and subscription.status in renewing_statuses()
 
 
 def plan_may_renew(subscriber: Any, product: ProductRef) -> Subscription | None:
-    """Another plan of ``product``'s group of the subscriber that may still renew (status
-    active, ``auto_renew`` on), even past its period end: a new subscription beside it could
-    be billed twice."""
+    """Another plan of ``product``'s group of the subscriber that may still renew (``may_renew``:
+    ``auto_renew`` on, status active or paused), even past its period end: a new subscription
+    beside it could be billed twice."""
     resolved = resolve_product(product)
     if resolved is None or not resolved.is_plan or not _is_subscriber(subscriber):
         return None
     return (
         Subscription.objects.for_subscriber(subscriber)
         .filter(
-            status__in=active_statuses(),
+            status__in=renewing_statuses(),
             auto_renew=True,
             product__product_type=ProductType.SUBSCRIPTION,
             product__add_on=False,
@@ -247,7 +248,8 @@ def _bought_once(product: Product) -> bool:
 def lapsed_may_renew(subscriber: Any, product: ProductRef) -> Subscription | None:
     """The subscriber's own subscription to ``product`` (recurring, bought once: not
     ``multiple_purchases``) whose access ended here while it may still renew on the service
-    (``may_renew``: a failed payment the service may try again). A new subscription to
+    (``may_renew``: a failed payment the service may try again, or a pause it may end). A
+    new subscription to
     ``product`` beside it could be billed twice: checkout and trials refuse it until its
     renewal stops. A live one is the product held (``live_subscriptions``)."""
     resolved = resolve_product(product)
@@ -255,7 +257,7 @@ def lapsed_may_renew(subscriber: Any, product: ProductRef) -> Subscription | Non
         return None
     return (
         Subscription.objects.for_subscriber(subscriber)
-        .filter(product=resolved, status__in=active_statuses(), auto_renew=True)
+        .filter(product=resolved, status__in=renewing_statuses(), auto_renew=True)
         .exclude(active_q())
         .order_by("-cycle_start_date", "-pk")
         .first()

@@ -35,6 +35,7 @@ from ..models import (
     Subscription,
     SyncState,
 )
+from ..models.subscriptions import PAUSED_STATUS
 from ..pages import render_page
 from ..sync.tasks import refresh_in_background
 
@@ -174,6 +175,8 @@ def account(request: HttpRequest) -> HttpResponse:
             # no access here, but the service may still renew it (a failed payment it may
             # retry): its renewal can be stopped (checkout.changes.cancel_at_period_end)
             "may_renew": not s.is_active and s.remote_id is not None and may_renew(s),
+            # paused: the service may resume it (and bill it); its renewal can be stopped too
+            "paused": s.status == PAUSED_STATUS,
             "trial_ends_at": s.trial_ends_at,
             # "Subscribe now" to the product of a trial not converted yet
             "convert": s.trial_ends_at is not None

@@ -44,7 +44,7 @@ from ..models import (
     Subscription,
     SwitchedOffGuess,
 )
-from ..models.subscriptions import CANCELED_STATUSES
+from ..models.subscriptions import CANCELED_STATUSES, PAUSED_STATUS
 from .services import (
     CheckoutError,
     CheckoutInProgress,
@@ -370,7 +370,10 @@ def _renewal(subscription: Subscription, kind: str, client: Any) -> ChangeReques
             kind=kind,
             via=ChangeVia.REQUEST,
         )
-        if guess_on(PATCH_AUTO_RENEW) and _patch(subscription, wanted, client):
+        # a paused subscription is left to staff: a service may refuse to change it while
+        # paused (the sandbox does, 400), which would switch the guess off for every one
+        paused = subscription.status == PAUSED_STATUS
+        if not paused and guess_on(PATCH_AUTO_RENEW) and _patch(subscription, wanted, client):
             request.via = ChangeVia.PATCH
         request.save()
     if request.via == ChangeVia.REQUEST:

@@ -53,7 +53,7 @@ from ..models import (
     Subscription,
 )
 from ..models.base import SyncState
-from ..models.subscriptions import CANCELED_STATUSES, SubscriptionQuerySet
+from ..models.subscriptions import CANCELED_STATUSES, PAUSED_STATUS, SubscriptionQuerySet
 from ..outbox import from_remote
 from ..service import ensure_service
 
@@ -122,12 +122,18 @@ class AlreadySubscribed(CheckoutError):
 
 class StillRenewing(AlreadySubscribed):
     """The subscriber's subscription to the product lapsed here but may still renew on the
-    service (``access.lapsed_may_renew``): a second one could be billed beside it (409)."""
+    service (``access.lapsed_may_renew``): a second one could be billed beside it (409). One
+    paused (``paused``) says so: the service may resume it."""
 
     default_message = gettext_lazy(
         "Your subscription to this product may still renew: the payment service may try its "
         "payment again, so a new purchase could be charged beside it. Stop its renewal from "
         "your billing page, then buy it again."
+    )
+    paused_message = gettext_lazy(
+        "Your subscription to this product is paused, and the payment service may resume it: "
+        "a new purchase would then be charged beside it. Stop its renewal from your billing "
+        "page, then buy it again."
     )
 
 
@@ -151,15 +157,21 @@ class PlanAlreadyHeld(CheckoutError):
         self.held = held
         self.held_name = held.product.name if held.product is not None else ""
         self.wanted_name = wanted.name
-        super().__init__(
-            gettext(
+        if held.status == PAUSED_STATUS:  # no access, but the service may resume it
+            text = gettext(
+                "Your %(held)s plan is paused, and the payment service may resume it: "
+                "%(wanted)s would then be a second plan charged beside it, so it was not "
+                "bought. Stop the renewal of %(held)s from your billing page, then buy "
+                "%(wanted)s, or ask us to change your plan."
+            )
+        else:
+            text = gettext(
                 "You already have the %(held)s plan, and you can hold one plan at a time: "
                 "%(wanted)s would be a second plan beside it, so it was not bought. To move "
                 "to %(wanted)s, ask us to change your plan; your billing page shows the plan "
                 "you have."
             )
-            % {"held": self.held_name, "wanted": self.wanted_name}
-        )
+        super().__init__(text % {"held": self.held_name, "wanted": self.wanted_name})
 
 
 class CheckoutInProgress(CheckoutError):
@@ -391,9 +403,11 @@ def _kept_payments(customer: Customer | None) -> QuerySet[Payment]:
 def refuse_beside(subscriber: Any, product: Product) -> None:
     """Refuse a new subscription to ``product`` (a checkout or a trial) that could be billed
     beside one the subscriber has: its own lapsed one that may still renew (``StillRenewing``),
-    or another plan of its group (``PlanAlreadyHeld``)."""
-    if lapsed_may_renew(subscriber, product) is not None:
-        raise StillRenewing()
+    or another plan of its group (``PlanAlreadyHeld``); a paused one with ``auto_renew`` on
+    counts (``access.may_renew``: the service may resume it), and its refusal says so."""
+    if (lapsed := lapsed_may_renew(subscriber, product)) is not None:
+        paused = lapsed.status == PAUSED_STATUS
+        raise StillRenewing(str(StillRenewing.paused_message) if paused else None)
     if (held := plan_to_replace(subscriber, product)) is not None:
         raise PlanAlreadyHeld(held, product)
 

@@ -32,6 +32,9 @@ __all__ += ["grace_q", "grants_access", "in_grace_period", "is_known_status", "u
 KNOWN_INACTIVE_STATUSES = ("canceled", "cancelled", "paused", "ended", "expired", "detached")
 #: Statuses of a canceled subscription (the grace period's); ``paused`` is not one.
 CANCELED_STATUSES = ("canceled", "cancelled")
+#: The status of a subscription paused on the service: no access, but the service may resume
+#: it, so with ``auto_renew`` on it may still bill (``renewing_statuses``).
+PAUSED_STATUS = "paused"
 #: The values of ``BILLING['ACCESS_AFTER_CANCEL']``.
 ACCESS_AFTER_CANCEL_CHOICES = ("period_end", "immediately")
 
@@ -55,6 +58,12 @@ def active_statuses() -> tuple[str, ...]:
             setting="BILLING['ACTIVE_STATUSES']",
         )
     return _normalised(tuple(configured))
+
+
+def renewing_statuses() -> tuple[str, ...]:
+    """The statuses of a subscription that may still renew on the service when its
+    ``auto_renew`` is on: the active ones, and ``paused`` (the service may resume it)."""
+    return (*active_statuses(), PAUSED_STATUS)
 
 
 def is_known_status(status: str) -> bool:

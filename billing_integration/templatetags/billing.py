@@ -33,6 +33,7 @@ from ..checkout.trials import check_trial, trial_products, trial_settings
 from ..checkout.views import account_url
 from ..exceptions import BillingConfigurationError
 from ..models import BillingCycle, CheckoutSession, Customer, Product, Subscription
+from ..models.subscriptions import PAUSED_STATUS
 
 register = template.Library()
 
@@ -174,6 +175,14 @@ def billing_checkout_button(
     renewing = (
         not available and resolved is not None and lapsed_in_the_way(holds.subscriptions, resolved)
     )
+    # paused on the service, which may resume it: the billing page can stop that renewal too
+    paused = renewing and any(
+        resolved is not None
+        and s.product_id == resolved.pk
+        and s.status == PAUSED_STATUS
+        and s.auto_renew
+        for s in holds.subscriptions
+    )
     label = label or gettext("Subscribe")
     if "{price}" in label or "{cycle}" in label:
         label = _label_with_price(label, resolved, cycle, currency)
@@ -189,7 +198,11 @@ def billing_checkout_button(
         "account_url": account_url(),
         "available": available,
         "may_renew": renewing,
-        "may_renew_label": gettext("Payment being retried: see your billing page"),
+        "may_renew_label": (
+            gettext("Paused: see your billing page")
+            if paused
+            else gettext("Payment being retried: see your billing page")
+        ),
         "label": label,
         "unavailable_label": unavailable_label or gettext("Not available"),
     }
