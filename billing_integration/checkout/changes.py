@@ -278,9 +278,10 @@ def _change_session(
 
 def _page_closed(request: ChangeRequest) -> bool:
     """Whether ``request`` went through a hosted page that can no longer be paid
-    (``session_closed``: expired, completed or of a closed status)."""
+    (``session_closed``: expired, completed or of a closed status), or whose session row is
+    gone (deleted: no link to hand out)."""
     session = request.checkout_session
-    return request.via == ChangeVia.CHECKOUT and session is not None and session_closed(session)
+    return request.via == ChangeVia.CHECKOUT and (session is None or session_closed(session))
 
 
 def _page_paid(request: ChangeRequest) -> bool:

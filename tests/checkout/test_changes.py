@@ -964,7 +964,7 @@ def _expire(billing_sandbox, session) -> None:
     )
 
 
-@pytest.mark.parametrize("closed", ["expired", "EXPIRED", "Canceled", "completed"])
+@pytest.mark.parametrize("closed", ["expired", "EXPIRED", "Canceled", "completed", "deleted"])
 def test_the_same_change_after_its_page_closed_unpaid_gets_a_new_page(
     billing_sandbox, plans, logged_in, user, settings, closed
 ):
@@ -980,6 +980,8 @@ def test_the_same_change_after_its_page_closed_unpaid_gets_a_new_page(
     settings.BILLING = {**settings.BILLING, "CHECKOUT_EXPIRY": 300}
     if closed == "expired":
         _expire(billing_sandbox, first.checkout_session)
+    elif closed == "deleted":  # its row deleted (in the admin): no link to hand out
+        CheckoutSession.objects.filter(pk=first.checkout_session.pk).delete()
     else:
         CheckoutSession.objects.filter(pk=first.checkout_session.pk).update(status=closed)
 
