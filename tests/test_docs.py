@@ -4,7 +4,8 @@ The site itself is built by ``make docs`` (part of ``make test``, warnings as er
 tests pin what a build cannot see: every setting has a description (the settings reference is
 generated from them), every system check id in the code is explained in troubleshooting.md
 and no page names an id the code does not have, and the event payloads of events.md are
-processed by the app and have the fields the sandbox sends.
+processed by the app and have the fields the sandbox sends, and every name the pages' code
+uses (public imports, command options, make targets, template tags) exists.
 """
 
 from __future__ import annotations
@@ -293,3 +294,145 @@ def test_the_testing_page_lists_what_advance_returns(billing_sandbox):
     [row] = [line for line in page.splitlines() if line.startswith("| `advance(")]
     documented = re.search(r"`\{(.*?)\}`", row)[1]
     assert sorted(re.findall(r'"(\w+)"', documented)) == sorted(billing_sandbox.advance(1))
+
+
+# --- code a reader pastes ---------------------------------------------------------------------
+#
+# README.md and docs/*.md show imports, calls, commands and template tags to copy. Each name
+# they use exists: the public module exports it, the management command takes the option, the
+# Makefile has the target, the template library has the tag or filter.
+
+PAGES = [ROOT / "README.md", *sorted(DOCS_DIR.glob("*.md"))]
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+PUBLIC_IMPORT = re.compile(r"from billing_integration\.billing import (?:\(([^)]*)\)|([^\n]*))")
+PUBLIC_ATTRIBUTE = re.compile(r"(?<![\w./])billing\.([A-Za-z_]\w*)\b(?!\.)")
+COMMAND = re.compile(r"\b(billing_[a-z_]+)\b([^\n`|#]*)")
+MAKE = re.compile(r"(?<![\w-])make ([a-z][\w-]*)")
+
+
+def _page_text(path: Path) -> str:
+    """The page's text; README's "Upgrading" (names that are gone, on purpose) left out."""
+    text = path.read_text(encoding="utf-8")
+    if path.name == "README.md":
+        before, _, after = text.partition("\n## Upgrading\n")
+        text = before + "\n## " + after.partition("\n## ")[2]
+    return text
+
+
+def _code(text: str, langs: tuple[str, ...] | None = None) -> list[str]:
+    """The fenced blocks (of ``langs``, or all) and, with ``langs`` None, the inline spans."""
+    found = [code for lang, code in FENCE.findall(text) if langs is None or lang in langs]
+    if langs is None:
+        found += re.findall(r"`([^`\n]+)`", FENCE.sub("", text))
+    return found
+
+
+def public_names_used(text: str) -> set[str]:
+    """What code on a page takes from ``billing_integration.billing``: the names it imports and
+    the attributes it reads of ``billing`` (``from billing_integration import billing``)."""
+    names: set[str] = set()
+    for code in _code(text):
+        for group, line in PUBLIC_IMPORT.findall(code):
+            for part in re.sub(r"#[^\n]*", "", group or line).split(","):
+                if part.strip():
+                    names.add(part.split()[0])
+        names |= set(PUBLIC_ATTRIBUTE.findall(code)) - {"py"}  # billing.py: a file
+    return names
+
+
+def command_options_used(text: str, commands: set[str]) -> set[tuple[str, str]]:
+    """``(command, --option)`` for each option written after one of the app's commands."""
+    used = set()
+    for code in _code(text):
+        for name, rest in COMMAND.findall(code):
+            if name in commands:
+                used |= {(name, option) for option in re.findall(r"(?<!\w)--[a-z][\w-]*", rest)}
+    return used
+
+
+def make_targets_used(text: str) -> set[str]:
+    return {target for code in _code(text) for target in MAKE.findall(code)}
+
+
+def template_names_used(text: str) -> tuple[set[str], set[str]]:
+    """The tags (``{% name``) and filters (``|name``) of the Django template code on a page."""
+    tags: set[str] = set()
+    filters: set[str] = set()
+    for code in _code(text):
+        for tag in re.findall(r"\{%\s*(.*?)\s*%\}", code):
+            tags.add(tag.split()[0])
+            filters |= set(re.findall(r"\|(\w+)", tag))
+        for variable in re.findall(r"\{\{(.*?)\}\}", code):
+            filters |= set(re.findall(r"\|(\w+)", variable))
+    return tags, filters
+
+
+def test_the_extractors_see_a_wrong_name():
+    page = """Call `billing.nope(user)`, then `billing_sync --nope`, and `make nope`:
+
+```python
+from billing_integration.billing import (
+    subscribed,  # a comment
+    Nope as Other,
+)
+from billing_integration.billing import sign_webhook
+```
+
+```django
+{% load billing %}{% nope_tag product %}{{ user|nope_filter:"x" }}
+```
+"""
+    assert public_names_used(page) == {"nope", "subscribed", "Nope", "sign_webhook"}
+    assert command_options_used(page, {"billing_sync"}) == {("billing_sync", "--nope")}
+    assert make_targets_used(page) == {"nope"}
+    assert template_names_used(page) == ({"load", "nope_tag"}, {"nope_filter"})
+    assert public_names_used("`billing.py`, `billing.subscription.renewal`") == set()
+
+
+def test_every_public_name_the_pages_use_is_exported():
+    from billing_integration import billing
+
+    used = {path.name: public_names_used(_page_text(path)) for path in PAGES}
+    assert len(set().union(*used.values())) > 20
+    unknown = {page: sorted(names - set(billing.__all__)) for page, names in used.items()}
+    assert {page: names for page, names in unknown.items() if names} == {}
+
+
+def test_every_command_option_the_pages_use_exists():
+    from django.core.management import get_commands, load_command_class
+
+    commands = {name for name, app in get_commands().items() if app == "billing_integration"}
+    used = set().union(*(command_options_used(_page_text(path), commands) for path in PAGES))
+    assert {("billing_sync", "--push"), ("billing_doctor", "--json")} <= used
+    unknown = []
+    for name, option in sorted(used):
+        parser = load_command_class("billing_integration", name).create_parser("manage.py", name)
+        if option not in parser._option_string_actions:
+            unknown.append(f"{name} {option}")
+    assert unknown == []
+
+
+def test_every_make_target_the_pages_use_exists():
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    targets = set(re.findall(r"^([a-z][\w-]*):", makefile, re.M))
+    used = set().union(*(make_targets_used(_page_text(path)) for path in PAGES))
+    assert {"demo", "test", "docs"} <= used
+    assert sorted(used - targets) == []
+
+
+def test_every_template_tag_and_filter_the_pages_use_exists():
+    from django.template import engines
+
+    engine = engines["django"].engine
+    libraries = [*engine.template_builtins, *engine.template_libraries.values()]
+    tags = set().union(*(library.tags for library in libraries))
+    filters = set().union(*(library.filters for library in libraries))
+    tags |= {f"end{tag}" for tag in tags} | {"else", "elif", "empty", "plural"}
+    used_tags: set[str] = set()
+    used_filters: set[str] = set()
+    for path in PAGES:
+        found_tags, found_filters = template_names_used(_page_text(path))
+        used_tags |= found_tags
+        used_filters |= found_filters
+    assert {"billing_checkout_button", "if_feature"} <= used_tags and "has_feature" in used_filters
+    assert sorted(used_tags - tags) == [] and sorted(used_filters - filters) == []
