@@ -1,10 +1,10 @@
 """The example tests of docs/testing.md and docs/events.md, run as they are written.
 
-Every Python block of those pages that defines a ``test_`` function is executed into this
-module, so pytest collects and runs it here with the real fixtures (``billing_sandbox``,
-``live_server``, ...). What the page leaves to the reader is provided below: Celery running
-eagerly (the page's stated test setting), a ``product`` fixture, and an ``envelope`` from
-docs/events.md.
+Every Python block of those pages that defines a ``test_`` function or method is executed into
+this module, so pytest collects and runs it here (a Django ``TestCase`` too) with the real
+fixtures (``billing_sandbox``, ``live_server``, ...). What the page leaves to the reader is
+provided below: Celery running eagerly (the page's stated test setting), a ``product``
+fixture, and an ``envelope`` from docs/events.md.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def example_blocks(page: Path = PAGE) -> list[str]:
     """The page's Python blocks that define a test."""
     text = page.read_text(encoding="utf-8")
     blocks = re.findall(r"^```python\n(.*?)^```", text, re.S | re.M)
-    return [block for block in blocks if re.search(r"^def test_", block, re.M)]
+    return [block for block in blocks if re.search(r"^\s*def test_", block, re.M)]
 
 
 #: What docs/testing.md's hand-made event example posts: the events page's invoice.paid.
@@ -65,6 +65,8 @@ def product(billing_sandbox, transactional_db) -> Product:
 
 def test_the_page_has_its_examples():
     assert len(example_blocks()) >= 3
+    # "Outside pytest": a Django TestCase, collected here as pytest collects any TestCase
+    assert any("(TestCase):" in block for block in example_blocks())
     assert len(example_blocks(EVENTS)) == 1  # a handler of a type of one's own, and its test
 
 
