@@ -5,7 +5,8 @@ tests pin what a build cannot see: every setting has a description (the settings
 generated from them), every system check id in the code is explained in troubleshooting.md
 and no page names an id the code does not have, and the event payloads of events.md are
 processed by the app and have the fields the sandbox sends, and every name the pages' code
-uses (public imports, command options, make targets, template tags) exists.
+uses (public imports, command options, make targets, template tags, Celery task, permission
+and URL names, settings keys) exists.
 """
 
 from __future__ import annotations
@@ -436,3 +437,73 @@ def test_every_template_tag_and_filter_the_pages_use_exists():
         used_filters |= found_filters
     assert {"billing_checkout_button", "if_feature"} <= used_tags and "has_feature" in used_filters
     assert sorted(used_tags - tags) == [] and sorted(used_filters - filters) == []
+
+
+DOTTED = re.compile(r"(?<![\w/])billing_integration\.([a-z_]+)\b(?![./])")
+URL_NAME = re.compile(r"billing_integration:([a-z_]+)")
+SETTING_KEY = re.compile(r"""BILLING\[["']([A-Z_]+)["']\]""")
+
+
+def dotted_names_used(text: str) -> set[str]:
+    """``billing_integration.<name>`` that is no module: a Celery task or a permission."""
+    import importlib
+
+    names = set()
+    for name in set(DOTTED.findall(text)):
+        try:
+            importlib.import_module(f"billing_integration.{name}")
+        except ImportError:
+            names.add(name)
+    return names
+
+
+def test_the_name_extractors_see_a_wrong_name():
+    page = "`billing_integration.nope_task`, `billing_integration.models`, `E001`, "
+    page += "`billing_integration.E001`, `reverse('billing_integration:nope')`, `BILLING['NOPE']`"
+    assert dotted_names_used(page) == {"nope_task"}  # check ids are upper case
+    assert set(URL_NAME.findall(page)) == {"nope"} and SETTING_KEY.findall(page) == ["NOPE"]
+
+
+def test_every_task_permission_and_url_name_the_pages_use_exists():
+    """``billing_integration.sync_all`` (a Celery task, in a beat schedule or a route),
+    ``billing_integration.view_report`` (a permission), ``billing_integration:checkout`` (a URL
+    name): each is the app's."""
+    from celery import current_app
+    from django.apps import apps
+    from django.urls import get_resolver
+
+    current_app.loader.import_default_modules()
+    prefix = "billing_integration."
+    tasks = {name.removeprefix(prefix) for name in current_app.tasks if name.startswith(prefix)}
+    permissions = set()
+    for model in apps.get_app_config("billing_integration").get_models():
+        permissions |= {codename for codename, _ in model._meta.permissions}
+        actions = model._meta.default_permissions
+        permissions |= {f"{action}_{model._meta.model_name}" for action in actions}
+    urls = get_resolver().namespace_dict["billing_integration"][1].reverse_dict
+    url_names = {key for key in urls if isinstance(key, str)}
+    dotted, named = set(), set()
+    for path in PAGES:
+        text = _page_text(path)
+        dotted |= dotted_names_used(text)
+        named |= set(URL_NAME.findall(text))
+    assert {"sync_all", "view_report"} <= dotted and {"checkout", "webhook"} <= named
+    assert sorted(dotted - tasks - permissions) == [] and sorted(named - url_names) == []
+
+
+def test_every_setting_the_pages_name_is_a_key_of_billing():
+    """``BILLING['KEY']`` and the keys of ``BILLING = {...}`` blocks are keys of
+    ``conf.DEFAULTS``; a removed key is named only where E000's refusal of it is explained."""
+    from billing_integration.conf import REMOVED
+
+    unknown = {}
+    for path in PAGES:
+        text = _page_text(path)
+        keys = set(SETTING_KEY.findall(text))
+        for code in _code(text, ("python",)):
+            if re.search(r"^BILLING = \{", code, re.M):
+                keys |= set(re.findall(r'^\s+"([A-Z_]+)":', code, re.M))
+        allowed = set(DEFAULTS) | (set(REMOVED) if path.name == "troubleshooting.md" else set())
+        if keys - allowed:
+            unknown[path.name] = sorted(keys - allowed)
+    assert unknown == {}
