@@ -78,3 +78,38 @@ def test_the_readme_using_it_code_runs(django_user_model):
     request.user = django_user_model.objects.create_user("ada", password="pw")
     response = namespace["members"](request)  # no subscription: sent to the pricing page
     assert response.status_code == 302
+
+
+@pytest.mark.django_db
+def test_the_readme_change_view_answers_a_refused_change(django_user_model):
+    """Pasted as it is, the README's ``change`` view shows a refusal (here: no plan held to
+    change) as a page with the error's status, as its ``subscribe`` view does, never a 500."""
+    import uuid
+    from decimal import Decimal
+
+    from django.http import HttpResponse
+
+    from billing_integration.models import BillingCycle, Price, Product
+    from billing_integration.outbox import from_remote
+
+    with from_remote():  # "Pro", on sale yearly in XOF: the change's choice is valid
+        product = Product.objects.create(
+            name="Pro", status="published", remote_id=uuid.uuid4(), selected_currencies=[1]
+        )
+        yearly = BillingCycle.objects.create(product=product, unit="years", frequency=1)
+        Price.objects.create(cycle=yearly, currency_id=1, amount=Decimal("100000"))
+    namespace: dict = {}
+    exec(compile(_using_it_code(), "README.md: Using it", "exec"), namespace)
+    rendered = []
+
+    def render(request, template, context, status=200):  # the project's pricing.html
+        rendered.append((template, context))
+        return HttpResponse(status=status)
+
+    namespace["render"] = render
+    request = RequestFactory().post("/change/")
+    request.user = django_user_model.objects.create_user("ada", password="pw")
+    response = namespace["change"](request)
+    assert response.status_code == billing.NoPlanToChange.status
+    [(template, context)] = rendered
+    assert template == "pricing.html" and context["error"]
