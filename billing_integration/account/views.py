@@ -6,7 +6,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
-from django.db.models import Prefetch
+from django.db.models import Prefetch, prefetch_related_objects
 from django.http import HttpRequest, HttpResponse
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.cache import never_cache
@@ -30,6 +30,7 @@ from ..models import (
     Customer,
     Invoice,
     Payment,
+    Product,
     ProductStatus,
     Refund,
     Subscription,
@@ -102,11 +103,24 @@ def _pay_again(
         ):
             continue
         cycle = payment.subscription.selected_billing_cycle if payment.subscription else ""
-        offers[payment.pk] = {
-            "cycle": "" if product.is_one_time else (cycle or cycles.get(product.pk, "")),
-            "currency": payment.currency,
-        }
+        cycle = "" if product.is_one_time else (cycle or cycles.get(product.pk, ""))
+        if not _sold(product, cycle, payment.currency):
+            continue  # checkout refuses it: a cycle or price the service has not confirmed
+        offers[payment.pk] = {"cycle": cycle, "currency": payment.currency}
     return offers
+
+
+def _sold(product: Product, cycle_code: str, currency: str) -> bool:
+    """Whether checkout sells ``product`` in that cycle (none: its only one) and currency
+    (``Product.sold_prices``: what the service confirmed holding; prefetched)."""
+    try:
+        currency_id = currencies.currency_id(currency)
+    except BillingConfigurationError:
+        return False
+    if product.is_one_time:
+        return currency_id in product.sold_prices()
+    found = [c for c in product.cycles.all() if c.code == cycle_code or not cycle_code]
+    return len(found) == 1 and currency_id in product.sold_prices(found[0])
 
 
 def _records(model: Any, customer: Customer, *related: str) -> list[Any]:
@@ -140,6 +154,8 @@ def account(request: HttpRequest) -> HttpResponse:
             .order_by("-created_at", "-pk")
         )
         payments = _records(Payment, customer, "product", "subscription")
+        # what "Pay again" needs to know what is sold (``_sold``): three queries for all payments
+        prefetch_related_objects(payments, priced, "product__root_prices")
         invoices = _records(Invoice, customer, "product")
         refunds = _records(Refund, customer, "payment")
     # The page reads the mirror only. While the service is known down, it says the mirror may

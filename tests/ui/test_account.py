@@ -258,3 +258,29 @@ def test_a_subscriptions_price_is_the_one_the_service_confirmed(client, demo, se
     subs = text(section(client.get(URL).content.decode(), "billing-subscriptions"))
     assert "Starter Active XOF 5,000 Monthly" in subs
     assert "6,000" not in subs
+
+
+def test_no_pay_again_for_a_cycle_the_service_has_not_confirmed(client, demo, seeded) -> None:
+    """Pro's yearly cycle was added here and its push is not acknowledged: checkout refuses it
+    (409 option_not_confirmed), so the page does not offer to pay it again until it is."""
+    from billing_integration.models import Product, Subscription
+
+    from ..conftest import mark_pushed
+
+    pro = seeded["Pro"]
+    mark_pushed(pro)
+    confirmed = Product.objects.get(pk=pro.pk).confirmed_cycles
+    Product.objects.filter(pk=pro.pk).update(
+        confirmed_cycles={k: v for k, v in confirmed.items() if k != "years-1"}
+    )
+    lapsed = subscription(demo, pro, lapsed=True, cycle="years-1", currency="USD")
+    Subscription.objects.filter(pk=lapsed.pk).update(auto_renew=False)
+    payment(lapsed, "failed", "250", "USD", reason="declined")
+    client.force_login(demo)
+    assert forms(section(client.get(URL).content.decode(), "billing-payments")) == []
+
+    Product.objects.filter(pk=pro.pk).update(confirmed_cycles=confirmed)  # acknowledged
+    offers = forms(section(client.get(URL).content.decode(), "billing-payments"))
+    assert [(o["product"], o["cycle"], o["currency"]) for o in offers] == [
+        (str(pro.pk), "years-1", "USD")
+    ]
