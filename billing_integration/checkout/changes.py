@@ -5,6 +5,7 @@ mirror (an event or a pull) shows it; see docs/changes.md."""
 from __future__ import annotations
 
 import logging
+import re
 from contextlib import suppress
 from datetime import timedelta
 from decimal import Decimal
@@ -28,7 +29,12 @@ from ..client import get_client, interactive_deadline
 from ..client.retry import Deadline
 from ..conf import guesses, shared_cache
 from ..customers import ensure_customer_pushed
-from ..exceptions import BillingAPIError, BillingConfigurationError, BillingError
+from ..exceptions import (
+    BillingAPIError,
+    BillingConfigurationError,
+    BillingError,
+    BillingIdempotencyConflict,
+)
 from ..models import (
     ChangeKind,
     ChangeRequest,
@@ -50,6 +56,7 @@ from .services import (
     CheckoutInProgress,
     CheckoutSelection,
     NoSubscriber,
+    ProductUnavailable,
     ServiceUnavailable,
     _create_session,
     _lock_customer,
@@ -60,10 +67,24 @@ from .services import (
 
 logger = logging.getLogger("billing_integration.changes")
 
-#: The statuses of an answer that switch a guess off: the service does not know it.
-REFUSED = (400, 404, 405)
 #: The guesses a refusal switches off, by name.
 CHANGE_ACTION, PATCH_AUTO_RENEW = "change_plan_action", "patch_auto_renew"
+#: An answer that switches a guess off: no such route or method (the service does not know it).
+NO_SUCH_OPERATION = (404, 405)
+#: A refused body: this request goes to staff; the guess is switched off only when the error
+#: names the guess's field unknown or unsupported (``refuses_guess``).
+REFUSED_BODY = (400, 422)
+#: The fields each guess adds to what the app sends.
+GUESSED_FIELDS = {
+    CHANGE_ACTION: ("action", "upgrade_to", "downgrade_to"),
+    PATCH_AUTO_RENEW: ("auto_renew",),
+}
+# What an error says of a field the service does not take at all (``_`` and ``-`` read as
+# spaces); an error that says something is not found is about an object (a target).
+_UNKNOWN = re.compile(
+    r"\b(?:unknown|unrecogni[sz]ed|unsupported|not (?:supported|allowed|permitted)"
+    r"|invalid (?:value|choice|field|parameter))\b"
+)
 UPGRADE, DOWNGRADE = "upgrade", "downgrade"
 #: Seconds between two urgent notices about the same pair of renewing plans.
 ALERT_EVERY = 86400
@@ -125,8 +146,58 @@ def switch_off(name: str, error: BillingAPIError) -> None:
         )
 
 
-def _refused(exc: BaseException | None) -> TypeGuard[BillingAPIError]:
-    return isinstance(exc, BillingAPIError) and exc.status in REFUSED
+def refuses_guess(name: str, status: int, body: Any) -> bool:
+    """Whether an answer (``status``, the error ``body``) says the service does not know the
+    guess ``name``: a 404 or 405, or a 400 or 422 one of whose errors names a field of the
+    guess (its ``field`` or ``param``, else anywhere in it) unknown, unsupported, not allowed
+    or an invalid value or choice, and nothing not found. Any other 400 or 422 is about this
+    request (an object's state, a value such as an expiry): the guess stays on."""
+    if status in NO_SUCH_OPERATION:
+        return True
+    if status not in REFUSED_BODY:
+        return False
+    fields = "|".join(f.replace("_", "[_-]") for f in GUESSED_FIELDS[name])
+    named = re.compile(rf"\b(?:{fields})\b", re.IGNORECASE)
+    for error in _errors(body):
+        where = [error[k] for k in ("field", "param") if error.get(k)] or [error]
+        words = _text(error).lower().replace("_", " ").replace("-", " ")
+        if named.search(_text(where)) and _UNKNOWN.search(words) and "not found" not in words:
+            return True
+    return False
+
+
+def _errors(body: Any) -> list[dict[str, Any]]:
+    """The errors of an error body, whatever its shape (the interface shows none): the items
+    of its ``errors``, ``error`` or ``detail`` when a list or an object, else the body."""
+    if isinstance(body, dict):
+        inner = next((body[k] for k in ("errors", "error", "detail") if k in body), None)
+        body = inner if isinstance(inner, (list, dict)) else body
+    items = body if isinstance(body, list) else [body]
+    return [item if isinstance(item, dict) else {"message": item} for item in items]
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        return " ".join(_text(v) for v in value)
+    return "" if value is None else str(value)
+
+
+def _refused(name: str, exc: BaseException | None) -> TypeGuard[BillingAPIError]:
+    """Whether the guessed call of ``name`` was refused (the request then goes to staff): a
+    refusal of the guess switches it off (``refuses_guess``); another 400 or 422 is logged with
+    the service's message and refuses this request only. An idempotency conflict is in doubt
+    (the call may have been applied): not a refusal."""
+    if not isinstance(exc, BillingAPIError) or isinstance(exc, BillingIdempotencyConflict):
+        return False
+    if refuses_guess(name, exc.status, exc.body):
+        switch_off(name, exc)
+        return True
+    if exc.status in REFUSED_BODY:
+        logger.warning("billing guess %s refused for this request only, kept on: %s", name, exc)
+        return True
+    return False
 
 
 # --- the plan held and the direction of a change ---------------------------------------------
@@ -254,7 +325,7 @@ def _change_session(
     request: ChangeRequest, selection: CheckoutSelection, client: Any, deadline: Deadline | None
 ) -> CheckoutSession | None:
     """The checkout session of the guessed change action; ``None`` when the service refuses
-    the guess (switched off: the request goes to staff)."""
+    it (``_refused``: the request goes to staff)."""
     client = client or get_client()
     deadline = deadline or interactive_deadline()
     held = request.subscription
@@ -268,8 +339,7 @@ def _change_session(
             customer, selection, client, deadline, action=config[CHANGE_ACTION], **fields
         )
     except CheckoutError as exc:
-        if _refused(exc.__cause__):
-            switch_off(CHANGE_ACTION, exc.__cause__)
+        if not isinstance(exc, ProductUnavailable) and _refused(CHANGE_ACTION, exc.__cause__):
             return None
         raise
     except BillingError as exc:
@@ -372,7 +442,7 @@ def _renewal(subscription: Subscription, kind: str, client: Any) -> ChangeReques
             via=ChangeVia.REQUEST,
         )
         # a paused subscription is left to staff: a service may refuse to change it while
-        # paused (the sandbox does, 400), which would switch the guess off for every one
+        # paused (the sandbox does, 400)
         paused = subscription.status == PAUSED_STATUS
         if not paused and guess_on(PATCH_AUTO_RENEW) and _patch(subscription, wanted, client):
             request.via = ChangeVia.PATCH
@@ -383,8 +453,8 @@ def _renewal(subscription: Subscription, kind: str, client: Any) -> ChangeReques
 
 
 def _patch(subscription: Subscription, auto_renew: bool, client: Any) -> bool:
-    """The guessed PATCH; False when the service refuses the guess (switched off), or when it
-    may have been applied unanswered: staff check it, as a new PATCH would be a second write."""
+    """The guessed PATCH; False when the service refuses it (``_refused``), or when it may
+    have been applied unanswered: staff check it, as a new PATCH would be a second write."""
     client = client or get_client()
     try:
         client.update_subscription(
@@ -393,8 +463,7 @@ def _patch(subscription: Subscription, auto_renew: bool, client: Any) -> bool:
             deadline=interactive_deadline(),
         )
     except BillingError as exc:
-        if _refused(exc):
-            switch_off(PATCH_AUTO_RENEW, exc)
+        if _refused(PATCH_AUTO_RENEW, exc):
             return False
         if exc.retryable or exc.in_doubt:
             logger.error("subscription %s: PATCH in doubt (%s)", subscription.remote_id, exc)
@@ -571,26 +640,31 @@ def probe_change_action(
     client: Any = None,
 ) -> bool | None:
     """Is ``action`` accepted by ``POST /checkout_sessions``? Creates one session (it expires
-    unpaid; by default for the product's first cycle). True: accepted; False: refused with
-    400/404/405; None: no answer to go by."""
+    unpaid; by default for the product's first cycle). True: accepted; False: refused as the
+    app switches the guess off (``refuses_guess``); None: no answer to go by."""
     first = product.cycles.order_by("pk").first()
     selection = validate_selection(product, cycle or (first.code if first else None), currency)
     client = client or get_client()
     try:
         _create_session(customer, selection, client, interactive_deadline(), action=action)
     except CheckoutError as exc:
-        return False if _refused(exc.__cause__) else None
+        return False if _refuses(CHANGE_ACTION, exc.__cause__) else None
     return True
 
 
 def probe_patch_subscription(subscription: Subscription, *, client: Any = None) -> bool | None:
     """Does ``PATCH /subscriptions/{id}`` exist? Sends the subscription's own ``auto_renew``
-    (a change of nothing). True: answered 2xx; False: 400/404/405; None: no answer to go by."""
+    (a change of nothing). True: answered 2xx; False: refused as the app switches the guess
+    off (``refuses_guess``); None: no answer to go by."""
     client = client or get_client()
     try:
         client.update_subscription(
             str(subscription.remote_id), {"auto_renew": bool(subscription.auto_renew)}
         )
     except BillingError as exc:
-        return False if _refused(exc) else None
+        return False if _refuses(PATCH_AUTO_RENEW, exc) else None
     return True
+
+
+def _refuses(name: str, exc: BaseException | None) -> bool:
+    return isinstance(exc, BillingAPIError) and refuses_guess(name, exc.status, exc.body)

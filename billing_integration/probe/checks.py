@@ -14,6 +14,7 @@ from typing import Any
 from django.db.models import Count
 
 from .. import currencies
+from ..checkout.changes import CHANGE_ACTION, PATCH_AUTO_RENEW, refuses_guess
 from ..client.client import PAGE_SIZE
 from ..conf import billing_settings, guesses
 from ..exceptions import BillingError
@@ -664,7 +665,7 @@ def _change_action(probe: Probe, product_id: str, currency: int) -> Iterator[Fin
     payload = {**_session(customer, product_id, currency, action), "upgrade_to": product_id}
     answer = probe.call("change checkout", "POST", "/checkout_sessions", payload=payload)
     seen = f"HTTP {answer.status}: {_code(answer.body) or _excerpt(_data(answer).get('id'))}"
-    verdict = _accepted(answer.status)
+    verdict = _accepted(answer, CHANGE_ACTION)
     data = _data(answer)
     carried = (data.get("action"), data.get("upgrade_to")) == (action, product_id)
     if verdict == CONFIRMED and not data:  # the answer lost, or unreadable
@@ -700,7 +701,8 @@ def patch_subscription(probe: Probe) -> Iterator[Finding]:
         body = {"auto_renew": first["auto_renew"]}
         path = f"/subscriptions/{first['id']}"
         answer = probe.call("PATCH subscription", "PATCH", path, payload=body)
-        verdict, seen = _accepted(answer.status), f"HTTP {answer.status}: {_code(answer.body)}"
+        verdict = _accepted(answer, PATCH_AUTO_RENEW)
+        seen = f"HTTP {answer.status}: {_code(answer.body)}"
     yield Finding("patch_subscription", verdict, assumed, seen, _PATCH, relied_on)
 
 
@@ -708,11 +710,13 @@ _ACTION = "GUESSES['change_plan_action']"
 _PATCH = "GUESSES['patch_auto_renew']"
 
 
-def _accepted(status: int) -> str:
-    """2xx: confirmed; refused as the app takes a refusal (400, 404, 405, 422): contradicted."""
-    if status < 300:
+def _accepted(answer: Any, guess: str) -> str:
+    """2xx: confirmed; refused as the app switches the guess off (``refuses_guess``: 404, 405,
+    or a 400 or 422 naming the guessed field unknown): contradicted; otherwise (a 400 about the
+    object or a value, no answer) unknown."""
+    if answer.status < 300:
         return CONFIRMED
-    return CONTRADICTED if status in (400, 404, 405, 422) else UNKNOWN
+    return CONTRADICTED if refuses_guess(guess, answer.status, answer.body) else UNKNOWN
 
 
 def _data_list(answer: Any) -> list[dict[str, Any]]:

@@ -195,3 +195,28 @@ def test_the_plan_change_guesses_are_reported_as_the_sandbox_answers(sandbox, se
         r for r in sandbox.requests() if r["method"] == "PATCH" and "/subscriptions/" in r["path"]
     ]
     assert patches and all(set(r["body"]) == {"auto_renew"} for r in patches)
+
+
+def test_a_refusal_about_one_object_leaves_a_plan_change_guess_unknown(sandbox, settings, tmp_path):
+    """As the app takes it (docs/changes.md): a 400 about the object or a value (the PATCH of
+    a paused subscription, an ``expires_at`` in the past for the sandbox's clock) does not
+    contradict the guess; a 404 (no PATCH route) and a 400 naming the action do."""
+    guesses = {"change_plan_action": "upgrade", "patch_auto_renew": True}
+    settings.BILLING = {**settings.BILLING, "GUESSES": guesses}
+    sandbox.config(change_actions=["upgrade"], patch_subscriptions=True)
+    for sub in sandbox.objects("subscription"):
+        sandbox.trigger("subscription.paused", sub["id"])
+    sandbox.advance(seconds=3600)  # the sandbox an hour ahead: the probe's session expired
+
+    _, report, _ = probe(tmp_path, "--write")
+
+    found = {f["guess"]: f for f in report["findings"]}
+    assert found["patch_subscription"]["verdict"] == "unknown", found["patch_subscription"]
+    assert "HTTP 400: invalid_state" in found["patch_subscription"]["seen"]
+    assert found["change_plan_action"]["verdict"] == "unknown", found["change_plan_action"]
+    assert "HTTP 400: in_the_past" in found["change_plan_action"]["seen"]
+    sandbox.config(change_actions=[], patch_subscriptions=False)
+    _, report, _ = probe(tmp_path, "--write")
+    found = {f["guess"]: f for f in report["findings"]}
+    assert found["patch_subscription"]["verdict"] == "contradicted"  # 404
+    assert found["change_plan_action"]["verdict"] == "contradicted"  # 400 naming the action
