@@ -20,7 +20,7 @@ from billing_integration.checkout.changes import (
     guess_on,
     refuses_guess,
 )
-from billing_integration.checkout.services import CheckoutRefused
+from billing_integration.checkout.services import CheckoutRefused, ProductUnavailable
 from billing_integration.models import ChangeRequest, ChangeVia, SwitchedOffGuess
 
 from . import test_changes
@@ -220,6 +220,26 @@ def test_an_idempotency_conflict_is_not_handed_to_staff(
     with (
         answered(billing_sandbox, "POST", "/checkout_sessions", 422, conflict),
         pytest.raises(CheckoutRefused),
+    ):
+        change_plan(user, pro, "months-1", "XOF")
+
+    assert not ChangeRequest.objects.exists() and mail.outbox == []
+    assert guess_on(CHANGE_ACTION)
+
+
+def test_a_product_the_service_does_not_sell_is_refused_not_handed_to_staff(
+    billing_sandbox, plans, logged_in, user, settings, staff
+):
+    """400 ``product_archived``: the new plan is not on sale there, as checkout says; neither
+    a staff request nor the guess switched off."""
+    basic, pro = plans
+    guesses(settings, **ON)
+    subscribe(billing_sandbox, logged_in, user, basic)
+    archived = entry("The product is archived.", "product_archived", "product")
+
+    with (
+        answered(billing_sandbox, "POST", "/checkout_sessions", 400, archived),
+        pytest.raises(ProductUnavailable),
     ):
         change_plan(user, pro, "months-1", "XOF")
 
