@@ -8,6 +8,7 @@ import functools
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, connections, router, transaction
@@ -143,17 +144,32 @@ def _existing(model: type[RemoteObject], mapped: list[Row]) -> dict[Any, Any]:
     return existing
 
 
+def _written_since(obj: Any, read_at: datetime) -> bool:
+    """``obj`` was written here at or after ``read_at``: by an event, another pull or a local
+    edit (``updated_at``), or a push's answer (``last_synced_at``)."""
+    return any(at is not None and at >= read_at for at in (obj.updated_at, obj.last_synced_at))
+
+
 def _applicable(
-    obj: Any, fields: Row, local_owned: tuple[str, ...], counts: PullCounts
+    obj: Any,
+    fields: Row,
+    local_owned: tuple[str, ...],
+    counts: PullCounts,
+    read_at: datetime | None = None,
 ) -> tuple[Row, bool] | None:
-    """The fields to write on ``obj`` and whether its local changes are kept; None if stale
-    (older than the stored version: a pushed change's answer, another pull, an event)."""
+    """The fields to write on ``obj`` and whether its local changes are kept; None if stale:
+    older than the stored version (a pushed change's answer, another pull, an event), or
+    read (the page's request began at ``read_at``) before ``obj`` was written here and not
+    strictly newer than its stored version (the same version, none, or one of our clock)."""
+    version = fields.get("remote_updated") or fields.get("remote_created")
+    ours = getattr(obj, "remote_updated_ours", None)  # subscriptions only
+    stored = obj.remote_updated or obj.remote_created
+    newer = version is not None and stored is not None and version > stored and not ours
+    late = read_at is not None and obj.remote_id is not None and _written_since(obj, read_at)
+    if (older_than_stored(version, obj.remote_updated) and not ours) or (late and not newer):
+        counts.stale += 1
+        return None
     if obj.remote_updated is not None:
-        ours = getattr(obj, "remote_updated_ours", None)  # subscriptions only
-        version = fields.get("remote_updated") or fields.get("remote_created")
-        if older_than_stored(version, obj.remote_updated) and not ours:
-            counts.stale += 1
-            return None
         if fields.get("remote_updated") is None:
             fields = {k: v for k, v in fields.items() if k != "remote_updated"}
         elif ours is not None:
@@ -172,8 +188,10 @@ def _upsert(
     *,
     local_owned: tuple[str, ...] = (),
     create_only: tuple[str, ...] = (),
+    read_at: datetime | None = None,
 ) -> tuple[list[Any], list[Any]]:
-    """Upsert mapped rows (a page, or the pages of one write); returns the created and the
+    """Upsert mapped rows (a page, or the pages of one write) read from ``read_at`` on (None:
+    no row is held back for being written here meanwhile); returns the created and the
     updated rows."""
     counts.pages += 1
     if not mapped:
@@ -185,7 +203,7 @@ def _upsert(
         # event changed it; that event waits for the commit, then its own guard decides.
         done = PullCounts()
         with transaction.atomic(using=router.db_for_write(model)), from_remote():
-            written = _write(model, mapped, done, local_owned, create_only)
+            written = _write(model, mapped, done, local_owned, create_only, read_at)
         counts.add(done)
         return written
 
@@ -204,6 +222,7 @@ def _write(
     counts: PullCounts,
     local_owned: tuple[str, ...],
     create_only: tuple[str, ...],
+    read_at: datetime | None,
 ) -> tuple[list[Any], list[Any]]:
     """``_upsert`` in its transaction: read the rows (locked), decide, write."""
     now = timezone.now()
@@ -224,7 +243,7 @@ def _write(
             to_create.append(model(**fields, sync_state=SyncState.SYNCED, last_synced_at=now))
             continue
         fields = {k: v for k, v in fields.items() if k not in create_only}
-        applicable = _applicable(obj, fields, local_owned, counts)
+        applicable = _applicable(obj, fields, local_owned, counts, read_at)
         if applicable is None:
             continue
         fields, kept = applicable
@@ -264,14 +283,19 @@ PRODUCT_LOCAL = ("name", "description", "status", "selected_currencies", "billin
 CUSTOMER_LOCAL = ("identifier", "first_name", "last_name", "email")
 
 
-def upsert_products(rows: Iterable[Row]) -> PullCounts:
-    """Upsert product resources (a page, or the pages of one write), new ones with their root
-    prices."""
+def upsert_products(rows: Iterable[Row], *, read_at: datetime | None = None) -> PullCounts:
+    """Upsert product resources (a page, or the pages of one write, read from ``read_at`` on),
+    new ones with their root prices."""
     counts = PullCounts()
     mapped = _mapped(rows, product_map.from_remote, counts)
     create_only = ("product_type", "blueprint_known")
     created, updated = _upsert(
-        Product, mapped, counts, local_owned=PRODUCT_LOCAL, create_only=create_only
+        Product,
+        mapped,
+        counts,
+        local_owned=PRODUCT_LOCAL,
+        create_only=create_only,
+        read_at=read_at,
     )
     _settle_not_carried(updated)
     prices = [
@@ -301,16 +325,18 @@ def _settle_not_carried(products: list[Product]) -> None:
             Product.objects.bulk_update(changed, ["sync_state", "sync_error"])
 
 
-def upsert_customers(rows: Iterable[Row]) -> PullCounts:
+def upsert_customers(rows: Iterable[Row], *, read_at: datetime | None = None) -> PullCounts:
     counts = PullCounts()
     mapped = _mapped(rows, customer_map.from_remote, counts)
-    _upsert(Customer, mapped, counts, local_owned=CUSTOMER_LOCAL)
+    _upsert(Customer, mapped, counts, local_owned=CUSTOMER_LOCAL, read_at=read_at)
     return counts
 
 
-def upsert_subscriptions(rows: Iterable[Row], *, customer: Customer | None = None) -> PullCounts:
-    """Upsert subscription resources (a page, or the pages of one write); with ``customer``,
-    only its rows."""
+def upsert_subscriptions(
+    rows: Iterable[Row], *, customer: Customer | None = None, read_at: datetime | None = None
+) -> PullCounts:
+    """Upsert subscription resources (a page, or the pages of one write, read from ``read_at``
+    on); with ``customer``, only its rows."""
     counts = PullCounts()
     mapped = _mapped(rows, subscription_map.carried_from_remote, counts)
     if customer is not None:
@@ -325,7 +351,7 @@ def upsert_subscriptions(rows: Iterable[Row], *, customer: Customer | None = Non
         for fields in mapped:
             if key in fields:
                 fields[f"{name}_id"] = local.get(fields[key])
-    _upsert(Subscription, mapped, counts)
+    _upsert(Subscription, mapped, counts, read_at=read_at)
     # Those not found may be stored meanwhile by a transaction that does not see these rows.
     for model, remote_ids in unknown.items():
         link_waiting(model, remote_ids)
@@ -386,7 +412,7 @@ def pull_each(
 
 
 def _pull(
-    resource: str, upsert: Callable[[list[Row]], PullCounts], client: Any, progress: Any
+    resource: str, upsert: Callable[..., PullCounts], client: Any, progress: Any
 ) -> PullCounts:
     ensure_service(client=client)  # refuse before any request if the service is another one
     if client is None:
@@ -394,8 +420,8 @@ def _pull(
 
         client = get_client()
     total = PullCounts()
-    for rows, pages in _batches(client.iter_pages(resource), _batch_rows()):
-        counts = upsert(rows)
+    for rows, pages, read_at in _batches(client.iter_pages(resource), _batch_rows()):
+        counts = upsert(rows, read_at=read_at)
         counts.pages = pages
         total.add(counts)
         if progress:
@@ -412,21 +438,25 @@ def _batch_rows() -> int:
     return PULL_BATCH_ROWS if cap is None else max(1, min(PULL_BATCH_ROWS, cap // 3))
 
 
-def _batches(pages: Iterator[list[Row]], size: int) -> Iterator[tuple[list[Row], int]]:
-    """Consecutive pages joined until they hold ``size`` rows: ``(rows, pages)``. When
-    reading a page fails, the pages read before it are yielded first, then the error raised."""
+def _batches(pages: Iterator[list[Row]], size: int) -> Iterator[tuple[list[Row], int, datetime]]:
+    """Consecutive pages joined until they hold ``size`` rows: ``(rows, pages, read_at)``,
+    ``read_at`` the time the request of the first of them began (``pages`` is read lazily).
+    When reading a page fails, the pages read before it are yielded first, then the error
+    raised."""
     rows: list[Row] = []
     read = 0
+    read_at = timezone.now()
     try:
         for page in pages:
             rows += page
             read += 1
             if len(rows) >= size:
-                yield rows, read
+                yield rows, read, read_at
                 rows, read = [], 0
+                read_at = timezone.now()  # before the next page's request
     except Exception:
         if read:
-            yield rows, read
+            yield rows, read, read_at
         raise
     if read:
-        yield rows, read
+        yield rows, read, read_at

@@ -18,7 +18,15 @@ from django.urls import reverse
 from django.utils import timezone
 
 from billing_integration.client import get_client
-from billing_integration.models import Customer, EventState, Product, Subscription, WebhookEvent
+from billing_integration.models import (
+    Customer,
+    EventState,
+    Notice,
+    NoticeKind,
+    Product,
+    Subscription,
+    WebhookEvent,
+)
 from billing_integration.sync import pull
 from billing_integration.sync.pull import pull_customers, pull_products, pull_subscriptions
 from billing_integration.sync.tasks import sync_all
@@ -257,6 +265,63 @@ def test_a_customer_pulled_while_an_older_pull_writes_is_never_taken_back(sandbo
     customer = Customer.objects.get(remote_id=remote_id)
     assert customer.phone == "+221770000001"
     assert customer.remote_updated == parse_timestamp(ahead)
+
+
+def without_date_updated(monkeypatch) -> None:
+    """The client's list pages as from a service that sends no ``date_updated`` (the
+    interface does not promise it): each row's version is its ``date_created``."""
+    client = get_client()
+    real = client._call
+
+    def undated(operation, *args, **kwargs):
+        items = real(operation, *args, **kwargs)
+        if not operation.startswith("list_") or not isinstance(items, list):
+            return items
+        return [{k: v for k, v in item.items() if k != "date_updated"} for item in items]
+
+    monkeypatch.setattr(client, "_call", undated)
+
+
+def apply_undated_event(envelope: dict) -> None:
+    """Store and process ``envelope`` here and now, its data without ``date_updated``."""
+    data = {k: v for k, v in envelope["data"].items() if k != "date_updated"}
+    body = json.dumps({**envelope, "data": data}).encode()
+    stored = store_delivery(body, {}, Verification("signature", envelope["id"]))
+    result = process_event(stored.event.pk)
+    assert (result.state, result.outcome) == (EventState.PROCESSED, "applied")
+
+
+def test_a_page_read_before_an_event_never_takes_it_back_without_date_updated(
+    sandbox, monkeypatch, settings
+):
+    """Rows and events carry only ``date_created``: every version of a subscription ties. A
+    page read before a cancellation event was applied, written after it, set the subscription
+    back to active; the next pull found it canceled again and sent a second notice. The row
+    changed here after the page was read keeps the event's state; the page fills in the rest."""
+    settings.BILLING = {**settings.BILLING, "NOTICES": {"subscription_canceled": True}}
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    sandbox.seed(customers=2, subscriptions=2)
+    without_date_updated(monkeypatch)
+    pull_products(), pull_customers(), pull_subscriptions()
+    canceled, paused = (str(s.remote_id) for s in Subscription.objects.order_by("pk"))
+    sandbox.trigger("subscription.paused", paused)  # no event of it here: the pull brings it
+
+    def cancel() -> None:
+        apply_undated_event(sandbox.trigger("subscription.canceled", canceled))
+        assert Subscription.objects.get(remote_id=canceled).status == "canceled"
+
+    order = between_read_and_write(monkeypatch, cancel)
+    counts = pull_subscriptions()
+    assert order == ["pull read", "newer applied", "pull wrote"]  # the race happened
+    assert (counts.updated, counts.stale) == (1, 1)
+    assert Subscription.objects.get(remote_id=canceled).status == "canceled"
+    assert Subscription.objects.get(remote_id=paused).status == "paused"
+    # The next pull reads the cancellation: nothing moves, no second notice.
+    again = pull_subscriptions()
+    assert (again.updated, again.stale, again.unchanged) == (0, 0, 2)
+    assert Subscription.objects.get(remote_id=canceled).status == "canceled"
+    notices = Notice.objects.filter(kind=NoticeKind.SUBSCRIPTION_CANCELED)
+    assert notices.count() == 1 and notices.get().event is not None
 
 
 def fail_products(sandbox) -> None:

@@ -156,3 +156,37 @@ def test_the_query_count_does_not_grow_with_the_page(existing):
 
     # (SQLite splits a statement past 999 parameters: 40 rows stay within one.)
     assert run(2, 0) == run(40, 100)
+
+
+def test_a_row_written_here_after_the_read_takes_only_a_newer_version():
+    """A page read before an event (or a push's answer, another pull) wrote a row here: the
+    row is not written over when the versions tie (only ``date_created``) or the stored one
+    is of our clock; a strictly newer ``date_updated`` still applies, and the page still fills
+    in the rows not written since its read."""
+    now = timezone.now()
+    created = _ts(now - timedelta(days=1))
+    rows = [
+        {"id": str(uuid.UUID(int=i + 1)), "status": "published", "date_created": created}
+        for i in range(2)
+    ]
+    assert upsert_subscriptions(rows).created == 2
+    read_at = timezone.now()  # the page below is read now, then an event cancels the first
+    touched = Subscription.objects.get(remote_id=uuid.UUID(int=1))
+    touched.status, touched.remote_updated = "canceled", touched.remote_created
+    touched.save()
+    page = [{**row, "status": "paused"} for row in rows]
+    counts = upsert_subscriptions(page, read_at=read_at)
+    assert (counts.updated, counts.stale) == (1, 1)
+    statuses = dict(Subscription.objects.values_list("remote_id", "status"))
+    assert statuses == {uuid.UUID(int=1): "canceled", uuid.UUID(int=2): "paused"}
+    # A version of our clock (an undated event's) orders nothing, even an earlier one.
+    Subscription.objects.filter(pk=touched.pk).update(
+        remote_updated=now - timedelta(hours=1), remote_updated_ours=True
+    )
+    dated = {**page[0], "date_updated": _ts(now)}
+    assert upsert_subscriptions([dated], read_at=read_at).stale == 1
+    assert Subscription.objects.get(pk=touched.pk).status == "canceled"
+    # The service's newer version applies, even read before the row was written here.
+    Subscription.objects.filter(pk=touched.pk).update(remote_updated_ours=False)
+    assert upsert_subscriptions([dated], read_at=read_at).updated == 1
+    assert Subscription.objects.get(pk=touched.pk).status == "paused"
