@@ -21,6 +21,7 @@ from ..access import (
     renews_in_place,
 )
 from ..checkout import changes
+from ..checkout.services import bought_products, is_bought
 from ..client import get_client
 from ..conf import billing_settings
 from ..exceptions import BillingConfigurationError
@@ -81,12 +82,14 @@ def _pay_again(
     held: set[int],
     cycles: dict[int, str],
     subscriptions: list[Subscription],
+    bought: set[Any],
 ) -> dict[int, dict[str, str]]:
     """Payment pk -> the checkout form's fields, for the latest failed payment of each
-    product that is on sale (the status the service last confirmed), not held now, not beside
-    a subscription of it that may still renew (``access.lapsed_in_the_way``: checkout refuses
-    it), and not a second plan beside one of ``subscriptions`` (``access.plan_in_the_way``;
-    ``payments`` newest first)."""
+    product that is on sale (the status the service last confirmed), not held now (nor, a
+    one-time product, bought: ``is_bought`` over ``bought``), not beside a subscription of it
+    that may still renew (``access.lapsed_in_the_way``: checkout refuses it), and not a second
+    plan beside one of ``subscriptions`` (``access.plan_in_the_way``; ``payments`` newest
+    first)."""
     offers: dict[int, dict[str, str]] = {}
     seen: set[int] = set()
     for payment in payments:
@@ -98,6 +101,7 @@ def _pay_again(
             payment.status not in PAY_AGAIN_STATUSES
             or product.confirmed_status != ProductStatus.PUBLISHED
             or (product.pk in held and not product.multiple_purchases)
+            or is_bought(bought, product)  # a one-time product paid for (409 already_bought)
             or lapsed_in_the_way(subscriptions, product)
             or plan_in_the_way(subscriptions, product)
         ):
@@ -179,7 +183,7 @@ def account(request: HttpRequest) -> HttpResponse:
     for sub in reversed(subscriptions):  # oldest first: the latest wins
         if sub.product_id and sub.selected_billing_cycle:
             cycles[sub.product_id] = sub.selected_billing_cycle
-    offers = _pay_again(payments, held, cycles, subscriptions)
+    offers = _pay_again(payments, held, cycles, subscriptions, bought_products(customer))
     # products bought (out of trial, or a trial renewing by itself): no "Subscribe now" for them
     paid = {s.product_id for s in subscriptions if s.bought}
     rows = [

@@ -284,3 +284,43 @@ def test_no_pay_again_for_a_cycle_the_service_has_not_confirmed(client, demo, se
     assert [(o["product"], o["cycle"], o["currency"]) for o in offers] == [
         (str(pro.pk), "years-1", "USD")
     ]
+
+
+def test_no_pay_again_for_a_one_time_product_already_bought(client, demo) -> None:
+    """An ebook bought once (a completed payment, not refunded), then a second attempt that
+    failed: checkout refuses a second purchase (409 already_bought), so no "Pay again"; once
+    the purchase is refunded, the failed attempt may be paid again."""
+    from billing_integration.models import Price, Product, Refund
+
+    from ..conftest import mark_pushed
+
+    ebook = Product.objects.create(
+        name="Ebook", status="published", product_type="one_time", selected_currencies=[1]
+    )
+    Price.objects.create(product=ebook, currency_id=1, amount=Decimal("3000"))
+    mark_pushed(ebook)
+    customer = customer_of(demo)
+    now = timezone.now()
+
+    def paid(status: str, minutes_ago: int) -> Payment:
+        return Payment.objects.create(
+            remote_id=uuid.uuid4(),
+            status=status,
+            amount=Decimal("3000"),
+            currency="XOF",
+            customer=customer,
+            product=ebook,
+            remote_created=now - timezone.timedelta(minutes=minutes_ago),
+        )
+
+    bought = paid("completed", 10)
+    paid("failed", 1)
+    client.force_login(demo)
+    assert forms(section(client.get(URL).content.decode(), "billing-payments")) == []
+
+    Refund.objects.create(
+        remote_id=uuid.uuid4(), payment=bought, customer=customer, status="approved",
+        amount=Decimal("3000"), currency="XOF",
+    )  # fmt: skip
+    offers = forms(section(client.get(URL).content.decode(), "billing-payments"))
+    assert [(o["product"], o["currency"]) for o in offers] == [(str(ebook.pk), "XOF")]
