@@ -537,6 +537,7 @@ class CheckoutSessionAdmin(SessionAdmin):
                     "currency_display",
                     "expires_at",
                     "completed_at",
+                    "returned_at",
                     "upgrade_to",
                     "downgrade_to",
                 )

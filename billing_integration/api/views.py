@@ -15,6 +15,7 @@ from ..checkout.services import (
     AlreadySubscribed,
     CheckoutError,
     CheckoutInProgress,
+    PaymentBeingConfirmed,
     PlanAlreadyHeld,
     ServiceUnavailable,
     start_checkout,
@@ -54,7 +55,7 @@ class CheckoutSessionCreate(APIView):
             url = get_client().checkout_url(str(session.remote_id))
         except CheckoutError as exc:
             error: dict[str, Any] = {"detail": exc.message, "code": exc.code}
-            if isinstance(exc, (AlreadySubscribed, PlanAlreadyHeld)):
+            if isinstance(exc, (AlreadySubscribed, PlanAlreadyHeld, PaymentBeingConfirmed)):
                 error["account_url"] = account_url()
             if isinstance(exc, PlanAlreadyHeld):
                 error["held_plan"] = exc.held_name

@@ -56,11 +56,13 @@ from .services import (
     CheckoutInProgress,
     CheckoutSelection,
     NoSubscriber,
+    PaymentBeingConfirmed,
     ProductUnavailable,
     ServiceUnavailable,
     _create_session,
     _lock_customer,
     checkout_in_the_way,
+    confirming_in_the_way,
     session_closed,
     validate_selection,
 )
@@ -301,6 +303,9 @@ def change_plan(
         failure: CheckoutError | None = None
         if guess_on(CHANGE_ACTION):
             action = guesses()[CHANGE_ACTION]
+            # an earlier page, the customer came back from, may have been paid: not recorded yet
+            if (paying := confirming_in_the_way(held.customer, selection.product)) is not None:
+                raise PaymentBeingConfirmed(paying)
             rival = checkout_in_the_way(held.customer, selection.product, selection, action)
             if rival is not None:  # an earlier change's or purchase's page: both could be paid
                 raise CheckoutInProgress(rival)

@@ -48,6 +48,7 @@ from ..models import (
     PaymentStatus,
     Product,
     ProductStatus,
+    ProductType,
     Refund,
     RefundStatus,
     Subscription,
@@ -63,6 +64,10 @@ ACTION_NEW = "new_subscription"
 #: Session statuses that say it can no longer be paid (compared in lower case): such a session
 #: is not reused. Any other status, ``open`` in any spelling or one not known, is payable.
 CLOSED_SESSION = ("expired", "completed", "complete", "canceled", "cancelled")
+#: How long after its hosted page closed (``expires_at``) a session the customer came back from
+#: (``returned_at``) holds back a purchase that could double it while its outcome is not
+#: recorded here (``confirming_sessions``): its events may be late, and no wait is for good.
+CONFIRMING_FOR = timedelta(minutes=30)
 
 
 class CheckoutError(BillingError):
@@ -200,6 +205,32 @@ class CheckoutInProgress(CheckoutError):
     def open_url(self) -> str:
         """The open session's hosted payment page."""
         return str(get_client().checkout_url(str(self.session.remote_id)))
+
+
+class PaymentBeingConfirmed(CheckoutError):
+    """A session of the subscriber it came back from may have been paid, and its outcome is
+    not recorded here yet (``confirming_sessions``): buying ``session``'s product again, or
+    another plan of its group, could charge twice (409)."""
+
+    status = 409
+    code = "payment_confirming"
+
+    def __init__(self, session: CheckoutSession) -> None:
+        self.session = session
+        self.product_name = session.product.name if session.product is not None else ""
+        until = session.expires_at + CONFIRMING_FOR if session.expires_at else timezone.now()
+        super().__init__(
+            gettext(
+                # No period after %(time)s: an English time ends with one ("3:50 a.m.").
+                "Your payment for %(product)s is being confirmed, so this purchase was not "
+                "started: both could be charged. Your billing page shows it once it is "
+                "confirmed; if it was not taken, you can buy again after %(time)s"
+            )
+            % {
+                "product": self.product_name,
+                "time": formats.time_format(timezone.localtime(until)),
+            }
+        )
 
 
 class CheckoutRefused(CheckoutError):
@@ -552,6 +583,51 @@ def open_sessions(customer: Customer) -> QuerySet[CheckoutSession]:
     )
 
 
+def confirming_sessions(customer: Customer) -> QuerySet[CheckoutSession]:
+    """The customer's sessions that may have been paid while the mirror does not show it yet:
+    sessions it came back from (``returned_at``, the return page) until ``CONFIRMING_FOR``
+    after their page closed, with no outcome recorded since they started: no subscription to
+    their product, no completed payment for a one-time product (its payment holds it,
+    ``bought_once``), no failed or canceled payment for it unless a completed one too (a
+    subscription's completed payment is not its subscription yet)."""
+    mine = Q(customer=customer)
+    if customer.remote_id is not None:  # (``=None`` would match every unlinked payment)
+        mine |= Q(customer_remote_id=customer.remote_id)
+    since = OuterRef("created_at")
+    payments = Payment.objects.filter(
+        mine,
+        Q(product=OuterRef("product")) | Q(product_remote_id=OuterRef("product__remote_id")),
+        created_at__gte=since,
+    )
+    paid = Exists(payments.filter(status=PaymentStatus.COMPLETED))
+    declined = Exists(payments.filter(status__in=(PaymentStatus.FAILED, PaymentStatus.CANCELED)))
+    subscribed = Exists(
+        Subscription.objects.filter(
+            customer=customer, product=OuterRef("product"), created_at__gte=since
+        )
+    )
+    return (
+        CheckoutSession.objects.filter(
+            customer=customer,
+            returned_at__isnull=False,
+            remote_id__isnull=False,
+            expires_at__gt=timezone.now() - CONFIRMING_FOR,
+        )
+        .exclude(subscribed)
+        .exclude(paid & Q(product__product_type=ProductType.ONE_TIME))
+        .exclude(declined & ~paid)
+        .select_related("product")
+        .order_by("-expires_at", "-pk")
+    )
+
+
+def confirming_in_the_way(customer: Customer, product: Product) -> CheckoutSession | None:
+    """The customer's session that may have been paid (``confirming_sessions``) that buying
+    ``product`` could double: of ``product`` itself (unless it may be bought more than once,
+    whatever the cycle, currency or action) or of another plan of its group."""
+    return session_in_the_way(confirming_sessions(customer), product)
+
+
 def session_in_the_way(
     sessions: Iterable[CheckoutSession],
     product: Product,
@@ -684,6 +760,8 @@ def start_checkout(
     # One checkout per customer at a time: a double click finds the first one's session.
     with transaction.atomic(using=router.db_for_write(CheckoutSession)):
         _lock_customer(customer)
+        if (paying := confirming_in_the_way(customer, selection.product)) is not None:
+            raise PaymentBeingConfirmed(paying)
         existing = _reusable_session(customer, selection)
         if existing is not None:
             existing.reused = True

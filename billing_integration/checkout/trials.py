@@ -27,6 +27,7 @@ from .services import (
     CheckoutInProgress,
     CheckoutSelection,
     NoSubscriber,
+    PaymentBeingConfirmed,
     PlanAlreadyHeld,
     ProductUnavailable,
     ServiceUnavailable,
@@ -37,6 +38,7 @@ from .services import (
     _trials_in_progress,
     check_selection,
     checkout_in_the_way,
+    confirming_in_the_way,
     fresh_product,
     holds_paid,
     refuse_beside,
@@ -160,6 +162,8 @@ def start_trial(
             return existing
         if (other := trial_in_the_way(customer, wanted)) is not None:
             raise PlanAlreadyHeld(other, wanted)
+        if (paying := confirming_in_the_way(customer, wanted)) is not None:
+            raise PaymentBeingConfirmed(paying)
         if (rival := checkout_in_the_way(customer, wanted)) is not None:
             raise CheckoutInProgress(rival)
         if not trial_settings()["repeat"] and had_trial(subscriber, wanted):

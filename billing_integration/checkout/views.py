@@ -246,6 +246,13 @@ def checkout_return(request: HttpRequest) -> HttpResponse:
     refreshed = _refresh(customer, deadline) if customer is not None else True
     ref = request.GET.get("session_id") or request.GET.get("session")
     session = _session_for(customer, ref)
+    if session is not None and session.returned_at is None:
+        # Back from its page, it may have been paid: a purchase that could double it waits for
+        # its outcome (``confirming_sessions``). Only ever more careful, and only its own.
+        session.returned_at = timezone.now()
+        CheckoutSession.objects.filter(pk=session.pk, returned_at__isnull=True).update(
+            returned_at=session.returned_at
+        )
     context = checkout_outcome(customer, session)
     next_url = None
     if hasattr(request, "session"):

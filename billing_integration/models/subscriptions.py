@@ -299,6 +299,11 @@ class CheckoutSession(RemoteObject):
     )
     upgrade_to = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
     downgrade_to = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
+    #: When the customer first came back from its hosted page to the return page (which names
+    #: it, else the customer's latest session): it may have been paid. Never grants anything.
+    returned_at = models.DateTimeField(
+        _("back from its page at"), null=True, blank=True, editable=False
+    )
     #: Set by ``start_checkout``: True when an earlier identical request's open session is returned.
     reused = False
 

@@ -24,6 +24,7 @@ from ..checkout.services import (
     _trials_in_progress,
     bought_products,
     check_selection,
+    confirming_sessions,
     is_bought,
     open_sessions,
     session_in_the_way,
@@ -74,18 +75,20 @@ class Held(NamedTuple):
     """What the subscriber holds, read once per page (a pricing page has buttons per plan and
     option): its subscriptions and its customer's trials in progress and open checkout
     sessions (with their products), the products it had a trial of, and those it paid for
-    (``bought_products``: a one-time product bought once is held by its payment)."""
+    (``bought_products``: a one-time product bought once is held by its payment), and the
+    sessions that may have been paid (``confirming_sessions``)."""
 
     subscriptions: list[Subscription]
     trials_had: set[int]
     trials_running: list[Subscription]
     sessions: list[CheckoutSession]
     bought: set[Any]
+    confirming: list[CheckoutSession]
 
 
 def _held(context: template.Context, subscriber: Any) -> Held:
     if not _is_subscriber(subscriber):
-        return Held([], set(), [], [], set())
+        return Held([], set(), [], [], set(), [])
     key = f"billing_held:{subscriber.pk}"
     if key not in context.render_context:
         rows = Subscription.objects.for_subscriber(subscriber).select_related("product")
@@ -96,6 +99,7 @@ def _held(context: template.Context, subscriber: Any) -> Held:
             list(_trials_in_progress(customer)) if customer is not None else [],
             list(open_sessions(customer)) if customer is not None else [],
             bought_products(customer),
+            list(confirming_sessions(customer)) if customer is not None else [],
         )
     held: Held = context.render_context[key]
     return held
@@ -105,12 +109,13 @@ def _in_the_way(held: Held, product: Product, selection: Any = None) -> bool:
     """Whether ``start_checkout`` and ``start_trial`` refuse ``product`` for a plan of its
     group held (or that may renew), a subscription of it that lapsed but may renew, or a trial
     or an open checkout beside it (``session_in_the_way``; ``selection``'s own session is no
-    rival)."""
+    rival), or a session that may have been paid (``confirming_sessions``, its own too)."""
     return (
         plan_in_the_way(held.subscriptions, product)
         or lapsed_in_the_way(held.subscriptions, product)
         or trial_of_another_plan(held.trials_running, product) is not None
         or session_in_the_way(held.sessions, product, selection) is not None
+        or session_in_the_way(held.confirming, product) is not None
     )
 
 
