@@ -201,3 +201,39 @@ def test_a_change_of_plan_paid_and_back_is_not_asked_again(
     assert info.value.session == changed
     assert sessions_sent(billing_sandbox) == 2  # Starter's and the change's
     assert paid_checkouts(billing_sandbox) == 2
+
+
+def test_a_product_sold_more_than_once_is_not_held(billing_sandbox, logged_in):
+    ebook = make_product("Ebook", one_time=True)
+    Product.objects.filter(pk=ebook.pk).update(multiple_purchases=True)
+    session = pay_and_come_back(billing_sandbox, logged_in, ebook)
+    page_closed(session)
+    assert logged_in.post(URL, {"product": ebook.pk, "currency": "XOF"}).status_code == 302
+    assert sessions_sent(billing_sandbox) == 2
+
+
+@pytest.mark.parametrize(
+    ("language", "message"),
+    [
+        (
+            "en",
+            "Your payment for Starter is being confirmed, so this purchase was not started: "
+            "both could be charged. Your billing page shows it once it is confirmed; if it was "
+            "not taken, you can buy again after 4:20 a.m.",
+        ),
+        (
+            "fr",
+            "Votre paiement pour Starter est en cours de confirmation, cet achat n'a donc pas "
+            "été commencé : les deux pourraient être débités. Votre page de facturation "
+            "l'affiche dès qu'il est confirmé ; s'il n'a pas été pris, vous pourrez acheter à "
+            "nouveau après 04:20",
+        ),
+    ],
+)
+def test_the_message_gives_the_end_of_the_wait(language, message):
+    from django.utils import translation
+
+    closes = timezone.make_aware(timezone.datetime(2030, 1, 2, 3, 50))
+    session = CheckoutSession(product=Product(name="Starter"), expires_at=closes)
+    with translation.override(language):
+        assert PaymentBeingConfirmed(session).message == message
