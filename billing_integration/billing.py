@@ -31,6 +31,7 @@ from .checkout.changes import (
     resume,
 )
 from .checkout.services import (
+    AlreadyBought,
     AlreadySubscribed,
     CheckoutError,
     CheckoutInProgress,
@@ -41,6 +42,7 @@ from .checkout.services import (
     PlanAlreadyHeld,
     ProductUnavailable,
     ServiceUnavailable,
+    StillRenewing,
     checkout_redirect,
     checkout_url,
     start_checkout,
@@ -97,7 +99,7 @@ from .webhooks.signals import (
 )
 
 __all__ = [
-    "SIGNALS", "AlreadySubscribed", "BillingAPIError", "BillingAnswerLostError",
+    "SIGNALS", "AlreadyBought", "AlreadySubscribed", "BillingAPIError", "BillingAnswerLostError",
     "BillingAuthenticationError", "BillingConfigurationError", "BillingConflictError",
     "BillingError", "BillingIdempotencyConflict", "BillingNotFoundError", "BillingRateLimitError",
     "BillingServerError", "BillingServiceMismatchError", "BillingTransportError",
@@ -107,8 +109,8 @@ __all__ = [
     "NoSubscriber", "PaymentBeingConfirmed", "PaymentHandler", "PlanAlreadyHeld",
     "ProductUnavailable", "RefundHandler",
     "RemoteDataError", "RenewalUnchanged", "SamePlan", "SandboxHandle", "ServiceUnavailable",
-    "SubscriptionHandler", "SubscriptionRequiredMixin", "TooManyChanges", "TrialAlreadyUsed",
-    "TrialNotOffered",
+    "StillRenewing", "SubscriptionHandler", "SubscriptionRequiredMixin", "TooManyChanges",
+    "TrialAlreadyUsed", "TrialNotOffered",
     "WebhookError", "WebhookVerificationError", "active_subscriptions", "after_commit_inline",
     "billing_event_received", "cancel_at_period_end", "change_plan", "checkout_redirect",
     "checkout_url", "deliver_event", "feature_limit", "feature_required", "features_for",
