@@ -249,9 +249,8 @@ def lapsed_may_renew(subscriber: Any, product: ProductRef) -> Subscription | Non
     """The subscriber's own subscription to ``product`` (recurring, bought once: not
     ``multiple_purchases``) whose access ended here while it may still renew on the service
     (``may_renew``: a failed payment the service may try again, or a pause it may end). A
-    new subscription to
-    ``product`` beside it could be billed twice: checkout and trials refuse it until its
-    renewal stops. A live one is the product held (``live_subscriptions``)."""
+    new subscription to ``product`` beside it could be billed twice: checkout and trials
+    refuse it until its renewal stops. A live one is the product held (``live_subscriptions``)."""
     resolved = resolve_product(product)
     if resolved is None or not _bought_once(resolved) or not _is_subscriber(subscriber):
         return None

@@ -430,12 +430,9 @@ class RootPriceInline(CyclePriceInline):
         """Whether the service has this price (its last answer's root ``prices``)."""
         if obj.product is None or obj.pk is None:
             return "-"
-        there = obj.product.confirmed_prices()
-        held = None if there is None or obj.currency_id not in there else there[obj.currency_id]
-        local = {obj.currency_id: obj.amount}
-        return unconfirmed_badge(
-            obj.product, local, None if held is None else {obj.currency_id: held}
-        )
+        held = (obj.product.confirmed_prices() or {}).get(obj.currency_id)
+        there = None if held is None else {obj.currency_id: held}
+        return unconfirmed_badge(obj.product, {obj.currency_id: obj.amount}, there)
 
 
 class ProductFeatureForm(ModelForm):

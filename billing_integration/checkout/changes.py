@@ -13,7 +13,6 @@ from typing import Any, TypeGuard
 
 from django.core.mail import mail_managers
 from django.db import IntegrityError, router, transaction
-from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext, gettext_lazy
 
@@ -50,6 +49,7 @@ from ..models import (
     Subscription,
     SwitchedOffGuess,
 )
+from ..models.records import of_product
 from ..models.subscriptions import CANCELED_STATUSES, PAUSED_STATUS
 from .services import (
     CheckoutError,
@@ -367,11 +367,11 @@ def _page_paid(request: ChangeRequest) -> bool:
     if session is None or target is None:
         return False
     since = session.created_at
-    its = Q(product=target)
-    if target.remote_id is not None:
-        its |= Q(product_remote_id=target.remote_id)
     paid = Payment.objects.filter(
-        its, customer=request.customer, status=PaymentStatus.COMPLETED, created_at__gte=since
+        of_product(target),
+        customer=request.customer,
+        status=PaymentStatus.COMPLETED,
+        created_at__gte=since,
     ).exclude(subscription=held)
     if held.remote_id is not None:
         paid = paid.exclude(subscription_remote_id=held.remote_id)

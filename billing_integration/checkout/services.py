@@ -54,6 +54,7 @@ from ..models import (
     Subscription,
 )
 from ..models.base import SyncState
+from ..models.records import of_customer, of_product
 from ..models.subscriptions import CANCELED_STATUSES, PAUSED_STATUS, SubscriptionQuerySet
 from ..outbox import from_remote
 from ..service import ensure_service
@@ -392,10 +393,7 @@ def bought_once(subscriber: Any, product: Product) -> bool:
     if not product.is_one_time or product.multiple_purchases:
         return False
     paid = _kept_payments(Customer.objects.filter(subscriber=subscriber).first())
-    its = Q(product=product)
-    if product.remote_id is not None:
-        its |= Q(product_remote_id=product.remote_id)
-    return paid.filter(its).exists()
+    return paid.filter(of_product(product)).exists()
 
 
 def bought_products(customer: Customer | None) -> set[Any]:
@@ -420,14 +418,11 @@ def _kept_payments(customer: Customer | None) -> QuerySet[Payment]:
     refund)."""
     if customer is None:
         return Payment.objects.none()
-    mine = Q(customer=customer)
-    if customer.remote_id is not None:
-        mine |= Q(customer_remote_id=customer.remote_id)
     refunded = Refund.objects.filter(
         Q(payment=OuterRef("pk")) | Q(payment_remote_id=OuterRef("remote_id")),
         status=RefundStatus.APPROVED,
     )
-    paid = Payment.objects.filter(mine, status=PaymentStatus.COMPLETED)
+    paid = Payment.objects.filter(of_customer(customer), status=PaymentStatus.COMPLETED)
     return paid.exclude(Exists(refunded))
 
 
@@ -590,12 +585,9 @@ def confirming_sessions(customer: Customer) -> QuerySet[CheckoutSession]:
     their product, no completed payment for a one-time product (its payment holds it,
     ``bought_once``), no failed or canceled payment for it unless a completed one too (a
     subscription's completed payment is not its subscription yet)."""
-    mine = Q(customer=customer)
-    if customer.remote_id is not None:  # (``=None`` would match every unlinked payment)
-        mine |= Q(customer_remote_id=customer.remote_id)
     since = OuterRef("created_at")
     payments = Payment.objects.filter(
-        mine,
+        of_customer(customer),
         Q(product=OuterRef("product")) | Q(product_remote_id=OuterRef("product__remote_id")),
         created_at__gte=since,
     )

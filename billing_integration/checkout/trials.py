@@ -20,7 +20,7 @@ from ..conf import billing_settings
 from ..customers import ensure_customer_pushed, ensure_pushed, get_or_create_customer
 from ..exceptions import BillingError
 from ..models import Product, Subscription
-from ..models.subscriptions import KNOWN_INACTIVE_STATUSES
+from ..models.subscriptions import KNOWN_INACTIVE_STATUSES, PAUSED_STATUS
 from .services import (
     AlreadySubscribed,
     CheckoutError,
@@ -53,7 +53,7 @@ TRIAL_DEFAULTS: dict[str, Any] = {"repeat": False, "notice_days": 3}
 MAX_TRIAL_DAYS = 366
 #: Statuses of a trial closed on the service: a new start does not return it (``paused`` may
 #: be resumed: not closed).
-CLOSED_TRIAL = tuple(s for s in KNOWN_INACTIVE_STATUSES if s != "paused")
+CLOSED_TRIAL = tuple(s for s in KNOWN_INACTIVE_STATUSES if s != PAUSED_STATUS)
 
 
 class TrialNotOffered(CheckoutError):

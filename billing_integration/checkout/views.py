@@ -23,6 +23,7 @@ from ..client import get_client, interactive_deadline
 from ..client.retry import Deadline
 from ..exceptions import BillingError
 from ..models import CheckoutSession, Customer, Payment, Subscription
+from ..models.records import of_customer
 from ..models.subscriptions import CANCELED_STATUSES
 from ..pages import render_page
 from ..sync.coalesce import note_window, once_per_window, window_note
@@ -176,11 +177,8 @@ def checkout_outcome(customer: Customer | None, session: CheckoutSession | None)
         return {**result, "outcome": ACTIVE, "subscription": sub}
     if session is None:
         return result
-    mine = Q(customer=customer)
-    if customer.remote_id is not None:  # (``=None`` would match every unlinked payment)
-        mine |= Q(customer_remote_id=customer.remote_id)
     payments = Payment.objects.filter(
-        mine, status__in=("failed", "canceled"), created_at__gte=session.created_at
+        of_customer(customer), status__in=("failed", "canceled"), created_at__gte=session.created_at
     )
     if session.product is not None and session.product.remote_id is not None:
         payments = payments.filter(

@@ -55,7 +55,16 @@ class WebhookEvent(models.Model):
         verbose_name = _("event delivery")
         verbose_name_plural = _("event deliveries")
         ordering = ("-received_at", "-id")
-        indexes = [models.Index(fields=["state", "received_at"], name="billing_event_state_idx")]
+        indexes = [
+            models.Index(fields=["state", "received_at"], name="billing_event_state_idx"),
+            # The last event applied to an object (``EventHandler.later_than_stored``, on a tie
+            # of versions); partial: written when an event is processed, not on ingest.
+            models.Index(
+                fields=["object_id", "processed_at"],
+                condition=models.Q(state="processed", outcome="applied"),
+                name="billing_event_applied_idx",
+            ),
+        ]
         # Not ``unique=True``: on PostgreSQL that adds a second (LIKE) index, paid on ingest.
         constraints = [models.UniqueConstraint(fields=["event_id"], name="billing_event_id_unique")]
 

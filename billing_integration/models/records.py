@@ -154,6 +154,19 @@ class Refund(EventRecord):
         indexes = [models.Index(Coalesce("remote_created", "created_at"), name="refund_at")]
 
 
+def of_customer(customer: Customer) -> models.Q:
+    """A record (payment, invoice, refund) of ``customer``: linked to its row, or naming its
+    remote id while not linked yet (``=None`` would match every unlinked record)."""
+    mine = models.Q(customer=customer)
+    return mine | models.Q(customer_remote_id=customer.remote_id) if customer.remote_id else mine
+
+
+def of_product(product: Any) -> models.Q:
+    """A record of ``product``: linked to its row, or naming its remote id while not linked."""
+    its = models.Q(product=product)
+    return its | models.Q(product_remote_id=product.remote_id) if product.remote_id else its
+
+
 def show_newest_payment(
     subscriptions: models.QuerySet[Subscription], payment: Payment | None = None
 ) -> int:

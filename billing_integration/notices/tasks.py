@@ -217,28 +217,35 @@ def sweep_notices() -> int:
 @shared_task(bind=True, name="billing_integration.send_pulled_notice", acks_late=True)  # type: ignore[untyped-decorator]
 def send_pulled_notice(self: Any, notice_pk: int) -> str:
     """Send notice ``notice_pk``, one no event has (a pull found its subscription canceled or
-    paused), once (claimed as ``send_notice`` claims an event's); retried with backoff,
-    ``MAX_ATTEMPTS`` attempts in all."""
-    row = Notice.objects.filter(pk=notice_pk).values_list("kind", flat=True).first()
-    if row not in KINDS or not enabled(row):
+    paused), once (``_send_subscription_notice``)."""
+    kind = Notice.objects.filter(pk=notice_pk).values_list("kind", flat=True).first()
+    if kind not in KINDS or not enabled(kind):
         return "off"
-    taken = Notice.objects.filter(
-        pk=notice_pk, state__in=(NoticeState.QUEUED, NoticeState.FAILED)
-    ).update(state=NoticeState.SENDING, attempts=F("attempts") + 1)
+    rows = Notice.objects.filter(pk=notice_pk)
+    return _send_subscription_notice(self, rows, f"Notice {notice_pk} ({kind})")
+
+
+def _send_subscription_notice(task: Any, rows: models.QuerySet[Notice], name: str) -> str:
+    """Send the one notice of ``rows`` about its subscription (no event): claimed as
+    ``send_notice`` claims an event's (``queued`` or ``failed`` -> ``sending``, else ``done``),
+    retried with backoff by ``task``, ``MAX_ATTEMPTS`` attempts in all."""
+    taken = rows.filter(state__in=(NoticeState.QUEUED, NoticeState.FAILED)).update(
+        state=NoticeState.SENDING, attempts=F("attempts") + 1
+    )
     if not taken:
         return "done"
-    notice = Notice.objects.select_related("subscription").get(pk=notice_pk)
+    notice = rows.select_related("subscription").get()
     if notice.subscription is None:
         return _finish(notice, NoticeState.SKIPPED, error="No local object.")
     try:
         return _deliver(notice, notice.kind, None, notice.subscription)
     except Exception as exc:
         if notice.attempts < MAX_ATTEMPTS:
-            logger.warning("Notice %s (%s) failed: %s", notice_pk, notice.kind, exc)
-            countdown = min(30 * 2**self.request.retries, 3600)
+            logger.warning("%s failed: %s", name, exc)
+            countdown = min(30 * 2**task.request.retries, 3600)
             # ``notice.attempts`` decides; Celery's own limit (3 retries) would cut it short.
-            raise self.retry(countdown=countdown, max_retries=MAX_ATTEMPTS) from exc
-        logger.error("Notice %s (%s) failed for good: %s", notice_pk, notice.kind, exc)
+            raise task.retry(countdown=countdown, max_retries=MAX_ATTEMPTS) from exc
+        logger.error("%s failed for good: %s", name, exc)
         return NoticeState.FAILED
 
 
@@ -308,27 +315,9 @@ def notify_trials_ending() -> int:
 
 @shared_task(bind=True, name="billing_integration.send_trial_notice", acks_late=True)  # type: ignore[untyped-decorator]
 def send_trial_notice(self: Any, subscription_pk: int) -> str:
-    """Send the ``trial_ending`` notice of subscription ``subscription_pk`` once (claimed as
-    ``send_notice`` claims an event's); retried with backoff, ``MAX_ATTEMPTS`` in all."""
+    """Send the ``trial_ending`` notice of subscription ``subscription_pk`` once
+    (``_send_subscription_notice``)."""
     if not enabled(TRIAL_ENDING):
         return "off"
-    taken = Notice.objects.filter(
-        subscription_id=subscription_pk,
-        kind=TRIAL_ENDING,
-        state__in=(NoticeState.QUEUED, NoticeState.FAILED),
-    ).update(state=NoticeState.SENDING, attempts=F("attempts") + 1)
-    if not taken:
-        return "done"
-    notice = Notice.objects.select_related("subscription").get(
-        subscription_id=subscription_pk, kind=TRIAL_ENDING
-    )
-    try:
-        return _deliver(notice, TRIAL_ENDING, None, notice.subscription)
-    except Exception as exc:
-        if notice.attempts < MAX_ATTEMPTS:
-            logger.warning("Trial notice of subscription %s failed: %s", subscription_pk, exc)
-            countdown = min(30 * 2**self.request.retries, 3600)
-            # ``notice.attempts`` decides; Celery's own limit (3 retries) would cut it short.
-            raise self.retry(countdown=countdown, max_retries=MAX_ATTEMPTS) from exc
-        logger.error("Trial notice of subscription %s failed for good: %s", subscription_pk, exc)
-        return NoticeState.FAILED
+    rows = Notice.objects.filter(subscription_id=subscription_pk, kind=TRIAL_ENDING)
+    return _send_subscription_notice(self, rows, f"Trial notice of subscription {subscription_pk}")
