@@ -50,8 +50,8 @@ def _request_subscriber(context: template.Context) -> Any:
 def _button_args(
     context: template.Context, product: Any, cycle: Any, currency: Any
 ) -> tuple[Product | None, str | None, str | None, Any]:
-    """A button's product (an instance, a pk or a slug), cycle code, currency code and the
-    subscriber of the request."""
+    """A button's product (an instance, a pk, a remote id or a name), cycle code, currency
+    code and the subscriber of the request."""
     resolved = product if isinstance(product, Product) else resolve_product(product)
     if isinstance(cycle, BillingCycle):
         cycle = cycle.code
