@@ -170,8 +170,8 @@ DOCS: dict[str, str] = {
     "CUSTOMER_FIELDS": "Dotted path of a callable(subscriber) -> the customer's `identifier`, "
     "`first_name`, `last_name` and `email`.",
     "CHECKOUT_EXPIRY": "Seconds a checkout session stays open (sent as `expires_at`).",
-    "INTERACTIVE_DEADLINE": "Seconds a request a person waits on (checkout, the return page) "
-    "may spend on the service in all, retries and waits included.",
+    "INTERACTIVE_DEADLINE": "Seconds a request a person waits on (checkout, a trial, the return "
+    "page) may spend on the service in all, retries and waits included.",
     "BASE_TEMPLATE": "The template the app's pages extend; it must define the blocks `title` "
     'and `content` (the example project sets `"base.html"`).',
     "TRIALS": '`"repeat"`: whether a subscriber may start a second trial of a product they '
