@@ -673,7 +673,7 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         """No synchronisation state on the add form (nothing is saved yet)."""
-        return self.fieldsets if obj is not None else self.fieldsets[:1]
+        return self.fieldsets if obj is not None else self.fieldsets[:-1]
 
     def get_object_or_404(self, request: HttpRequest, object_id: str) -> Product:
         obj: Product | None = self.get_object(request, unquote(object_id))

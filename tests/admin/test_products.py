@@ -608,6 +608,35 @@ def test_add_on_and_plan_group_are_set_in_the_admin_and_not_pushed(admin_client)
     assert not OutboxEntry.objects.exists()  # kept here only: nothing to send
 
 
+def test_add_on_plan_group_and_trial_are_set_on_the_add_form(admin_client):
+    html = admin_client.get(ADD).content.decode()
+    for name in ("add_on", "plan_group", "multiple_purchases", "trial_days"):
+        assert f'name="{name}"' in html, name
+    assert 'name="sync_state"' not in html and "Synchronisation" not in html
+    data = product_form_data(
+        name="Extra seats",
+        add_on="on",
+        plan_group="seats",
+        multiple_purchases="on",
+        trial_days="7",
+        **{
+            "cycles-TOTAL_FORMS": "1",
+            "cycles-0-unit": "months",
+            "cycles-0-frequency": "1",
+            "cycles-0-prices": "XOF 1000",
+        },
+    )
+    response = admin_client.post(ADD, data)
+    assert response.status_code == 302, response.content.decode()[:3000]
+    product = Product.objects.get(name="Extra seats")
+    assert (product.add_on, product.plan_group, product.multiple_purchases) == (
+        True,
+        "seats",
+        True,
+    )
+    assert product.trial_days == 7
+
+
 def test_the_change_form_does_not_publish_an_archived_product_unwarned(admin_client):
     archived = make_product("Old plan", remote=True, status="archived")
     data = product_form_data(archived, status="published")
