@@ -458,8 +458,9 @@ def _renewal(subscription: Subscription, kind: str, client: Any) -> ChangeReques
 
 
 def _patch(subscription: Subscription, auto_renew: bool, client: Any) -> bool:
-    """The guessed PATCH; False when the service refuses it (``_refused``), or when it may
-    have been applied unanswered: staff check it, as a new PATCH would be a second write."""
+    """The guessed PATCH; False when the service refuses it (``_refused``) or has no such
+    subscription (``_no_such_subscription``), or when it may have been applied unanswered:
+    staff check it, as a new PATCH would be a second write."""
     client = client or get_client()
     try:
         client.update_subscription(
@@ -468,6 +469,8 @@ def _patch(subscription: Subscription, auto_renew: bool, client: Any) -> bool:
             deadline=interactive_deadline(),
         )
     except BillingError as exc:
+        if _no_such_subscription(subscription, exc, client):
+            return False
         if _refused(PATCH_AUTO_RENEW, exc):
             return False
         if exc.retryable or exc.in_doubt:
@@ -475,6 +478,36 @@ def _patch(subscription: Subscription, auto_renew: bool, client: Any) -> bool:
             return False
         raise ServiceUnavailable() from exc
     return True
+
+
+def _no_such_subscription(subscription: Subscription, exc: BillingError, client: Any) -> bool:
+    """Whether a 404 on the guessed PATCH may be about this subscription, not the route: the
+    documented list (``GET /subscriptions``) does not show it, or could not be read. That
+    request goes to staff and the guess stays on; a 404 for a subscription the list shows is
+    no such route (``_refused`` switches the guess off)."""
+    if not isinstance(exc, BillingAPIError) or exc.status != 404:
+        return False
+    remote_id = str(subscription.remote_id)
+    try:
+        found = client.find_subscription(remote_id, deadline=interactive_deadline())
+    except BillingError as error:
+        logger.warning(
+            "billing guess %s kept on: PATCH of subscription %s answered 404, and the list "
+            "of subscriptions could not be read to tell why (%s)",
+            PATCH_AUTO_RENEW,
+            remote_id,
+            error,
+        )
+        return True
+    if found is None:
+        logger.warning(
+            "billing guess %s kept on: subscription %s is not on the service (PATCH answered "
+            "404, the list of subscriptions does not show it)",
+            PATCH_AUTO_RENEW,
+            remote_id,
+        )
+        return True
+    return False
 
 
 # --- requests: pending, withdrawn, told to staff, settled by the mirror ----------------------

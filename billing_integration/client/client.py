@@ -200,6 +200,14 @@ class BillingClient:
                 return item
         return None
 
+    def find_subscription(self, remote_id: str, *, deadline: DeadlineArg = None) -> Item | None:
+        """The remote subscription whose ``id`` is ``remote_id``, or ``None`` (the interface
+        has no single read: this reads the list, ``GET /subscriptions``)."""
+        for item in self.list_subscriptions(deadline=deadline):
+            if isinstance(item, dict) and str(item.get("id")) == remote_id:
+                return item
+        return None
+
     def iter_pages(self, resource: str, *, deadline: DeadlineArg = None) -> Iterator[list[Item]]:
         """The list of ``resource`` page by page (``limit``/``offset``), within one deadline.
         A row seen on an earlier page comes again only if it changed since (the list moved

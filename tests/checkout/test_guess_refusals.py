@@ -1,5 +1,6 @@
 """One object's refusal does not switch a guess off for every customer. A 404 or 405 (no such
-route or method) switches the guess off; a 400 or 422 sends that one request to staff and
+route or method) switches the guess off (a 404 on the PATCH of a subscription only when the
+list of subscriptions shows it); a 400 or 422 sends that one request to staff and
 leaves the guess on, unless the error names the guessed field unknown or unsupported. The
 real sandbox where it answers so (a paused subscription, an expiry in the past, an unknown
 target); ``responses`` plays the other answers."""
@@ -171,6 +172,26 @@ def test_a_change_whose_target_the_service_does_not_know_goes_to_staff(
     assert guess_on(CHANGE_ACTION)
 
 
+def test_a_patch_of_a_subscription_the_service_does_not_have_goes_to_staff(
+    billing_sandbox, plans, user, settings, staff
+):
+    """The sandbox takes PATCH but has no such subscription (404 ``not_found``): the app reads
+    the list of subscriptions, does not find it there, and keeps the guess on."""
+    basic, _pro = plans
+    billing_sandbox.config(patch_subscriptions=True)
+    guesses(settings, patch_auto_renew=True)
+    sub = hold(user, basic)  # a remote id the sandbox never saw
+    listed = len(billing_sandbox.requests(operation="list_subscriptions"))
+
+    request = cancel_at_period_end(sub)
+
+    [call] = billing_sandbox.requests(operation="update_subscription")
+    assert call["status"] == 404
+    assert len(billing_sandbox.requests(operation="list_subscriptions")) > listed
+    assert request.via == ChangeVia.REQUEST and len(mail.outbox) == 1
+    assert not SwitchedOffGuess.objects.exists() and guess_on(PATCH_AUTO_RENEW)
+
+
 # --- answers the sandbox does not give (``responses``) -------------------------------------
 def answered(sandbox, method: str, path: str, status: int, body) -> responses.RequestsMock:
     """``method path`` answered ``status`` / ``body``; every other call reaches the sandbox."""
@@ -250,6 +271,8 @@ def test_a_product_the_service_does_not_sell_is_refused_not_handed_to_staff(
 @pytest.mark.parametrize(
     ("status", "body", "switched_off"),
     [
+        # a 404 for a subscription the list shows: no such route
+        (404, {"message": "Not Found"}, True),
         (405, "Method Not Allowed", True),
         (400, entry("auto_renew is not supported.", "unsupported", "auto_renew"), True),
         (400, entry("The subscription is past_due.", "invalid_state", "auto_renew"), False),
@@ -269,3 +292,21 @@ def test_a_refused_patch(
     assert request.via == ChangeVia.REQUEST and len(mail.outbox) == 1
     assert guess_on(PATCH_AUTO_RENEW) is not switched_off
     assert SwitchedOffGuess.objects.filter(name=PATCH_AUTO_RENEW).exists() is switched_off
+
+
+def test_a_404_on_the_patch_keeps_the_guess_when_the_list_cannot_be_read(
+    billing_sandbox, plans, logged_in, user, settings, staff
+):
+    """404 on the PATCH, and the list of subscriptions refused (403): nothing tells the route
+    from the subscription, so that request goes to staff and the guess stays on."""
+    basic, _pro = plans
+    billing_sandbox.config(patch_subscriptions=True)
+    guesses(settings, patch_auto_renew=True)
+    sub = subscribe(billing_sandbox, logged_in, user, basic)
+
+    with answered(billing_sandbox, "PATCH", f"/subscriptions/{sub.remote_id}", 404, {}) as mock:
+        mock.add("GET", f"{billing_sandbox.api_url}/subscriptions", status=403, json={})
+        request = cancel_at_period_end(sub)
+
+    assert request.via == ChangeVia.REQUEST and len(mail.outbox) == 1
+    assert not SwitchedOffGuess.objects.exists() and guess_on(PATCH_AUTO_RENEW)
