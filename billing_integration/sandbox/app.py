@@ -1,4 +1,6 @@
 """The sandbox's WSGI application: routing, the request log, faults, auth and idempotency.
+A request whose ``Host`` is not a name the sandbox is served as is refused first (400
+``unknown_host``, ``control.served_as``).
 
 Every token, billing and checkout-page request goes through ``_operation``:
 
@@ -33,7 +35,7 @@ from .checkout import CheckoutPages
 from .clock import Clock
 from .config import SandboxConfig
 from .control import RULES as CONTROL_RULES
-from .control import Control
+from .control import Control, served_as
 from .delivery import DeliveryWorker
 from .events import EventBus
 from .faults import Decision, FaultInjector
@@ -108,6 +110,9 @@ class SandboxApp:
         self.log = RequestLog()
         self.control = Control(self)
         self.quiet = False
+        #: Host names the sandbox answers as beside loopback ones (``served_as``; lower case):
+        #: the ``--host`` it was started on and each ``--allowed-host``.
+        self.hosts: set[str] = set()
 
     # -- state -----------------------------------------------------------------------------
     def reset(self, config: bool = False) -> None:
@@ -145,6 +150,14 @@ class SandboxApp:
         return response(environ, start_response)
 
     def dispatch(self, request: Request) -> Response:
+        if not served_as(request, self.hosts):
+            return error_response(
+                400,
+                "unknown_host",
+                f"The sandbox is not served as {request.host!r}: it answers a loopback name or "
+                "address, the --host it was started on, or an --allowed-host (a page of "
+                "another site whose name points here is refused).",
+            )
         adapter = URLS.bind_to_environ(request.environ)
         try:
             endpoint, args = adapter.match()

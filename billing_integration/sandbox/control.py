@@ -7,6 +7,12 @@ post JSON as ``text/plain`` to ``http://127.0.0.1:8100/_sandbox/config`` and set
 page's return URL to its own site, the callback URL or the webhook secret, or wipe the data.
 Scripts and tests send neither header; the dashboard's forms are of the sandbox's own origin.
 
+Every request (control, API, token, checkout page) whose ``Host`` is not a name the sandbox is
+served as (``served_as``: a loopback name or address, the ``--host`` it was started on, an
+``--allowed-host``) is refused 400 ``unknown_host`` before anything else: a page of another
+site whose name was made to resolve to 127.0.0.1 (DNS rebinding) is of the same origin as the
+sandbox for the browser, but sends its own name.
+
 No answer carries the webhook secret (``SandboxConfig.public_dict``): whoever could read it
 could sign events the app accepts. It can be set (``POST /_sandbox/config``); whoever starts the
 sandbox knows it (``BILLING_SANDBOX_WEBHOOK_SECRET``, the start-up printout, or
@@ -15,8 +21,9 @@ sandbox knows it (``BILLING_SANDBOX_WEBHOOK_SECRET``, the start-up printout, or
 
 from __future__ import annotations
 
+import ipaddress
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import UTC, datetime
 from html import escape
 from typing import TYPE_CHECKING, Any
@@ -87,6 +94,22 @@ def cross_site(request: Request) -> bool:
         return False  # not sent by a browser's page (a script, a test, curl)
     parts = urlsplit(origin)
     return origin == "null" or (parts.scheme, parts.netloc) != (request.scheme, request.host)
+
+
+def served_as(request: Request, names: Collection[str]) -> bool:
+    """Whether ``request``'s ``Host`` (its name, the port aside) is a loopback name or address
+    (``localhost``, ``*.localhost``, ``127.0.0.0/8``, ``::1``) or one of ``names`` (lower
+    case). No one but this machine answers for those; any other name may be a DNS rebinding."""
+    try:
+        name = (urlsplit(f"//{request.host}").hostname or "").rstrip(".")
+    except ValueError:
+        return False  # not a host name at all
+    if name == "localhost" or name.endswith(".localhost") or name in names:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 
 class Control:

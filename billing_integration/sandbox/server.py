@@ -8,7 +8,7 @@ benchmarks' floors pay the same.
         --port 8100 [--host H] [--data FILE] [--reset]
         [--client-id ID] [--client-secret S] [--token-lifetime SECONDS]
         [--callback-url URL] [--retry-schedule 1,5,30]
-        [--max-attempts N] [--return-url URL] [--memory] [--quiet]
+        [--max-attempts N] [--return-url URL] [--allowed-host NAME ...] [--memory] [--quiet]
 
 The webhook secret comes from the environment (``BILLING_SANDBOX_WEBHOOK_SECRET``), never from
 the command line, which every user of the machine can read (``ps``); without it the secret
@@ -24,6 +24,7 @@ import socket
 import struct
 import sys
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,7 @@ class SandboxServer:
         *,
         reset: bool = False,
         quiet: bool = False,
+        allowed_hosts: Iterable[str] = (),
         **settings: Any,
     ) -> None:
         self.store = Store(data, reset=reset)
@@ -102,6 +104,8 @@ class SandboxServer:
         )
         self.httpd.daemon_threads = True  # type: ignore[attr-defined]  # threaded=True makes a ThreadedWSGIServer; the stub types it as its base
         self.host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host  # noqa: S104
+        # the names it answers as, beside loopback ones (a request naming another is refused)
+        self.app.hosts = {n.strip("[]").lower() for n in (self.host, *allowed_hosts)}
         self.port = self.httpd.server_port
         self._thread: threading.Thread | None = None
 
@@ -177,6 +181,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--return-url", help="where checkout sends the customer back ({session_id} replaced)"
     )
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name requests may name beside loopback ones and --host (repeatable); "
+        "others are refused 400",
+    )
     parser.add_argument("--quiet", action="store_true", help="do not log each request")
 
 
@@ -220,6 +232,7 @@ def run(options: dict[str, Any]) -> int:
         retry_schedule=options.get("retry_schedule"),
         max_attempts=options.get("max_attempts"),
         return_url=options.get("return_url"),
+        allowed_hosts=options.get("allowed_host") or (),
     )
     for key, value in server.env().items():
         print(f"{key}={value}")

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import requests
@@ -399,3 +400,50 @@ def test_control_endpoints_take_their_own_pages_and_scripts(sandbox):
     assert answer.status_code == 200 and answer.json()["return_url"] == body["return_url"]
     script = requests.post(f"{sandbox.url}/_sandbox/config", json={"return_url": None}, timeout=5)
     assert script.status_code == 200 and script.json()["return_url"] is None
+
+
+# --- the Host header: no page of another site, its name pointed here, drives the sandbox ---
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/_sandbox/config"),
+        ("POST", "/_sandbox/reset"),
+        ("POST", "/auth/realms/sandbox/protocol/openid-connect/token"),
+        ("GET", "/v1/api/billing/products"),
+        ("GET", "/checkout/anything"),
+    ],
+)
+@pytest.mark.parametrize("host", ["evil.example", "rebind.evil.example:{port}", "10.0.0.1"])
+def test_a_request_naming_another_host_is_refused(sandbox, method, path, host):
+    """DNS rebinding: a page of ``evil.example``, the name then resolved to 127.0.0.1, is of
+    the sandbox's origin for the browser, but sends ``Host: evil.example``."""
+    sandbox.config(return_url="http://platform.test/back/")
+    headers = {
+        "Host": host.format(port=urlsplit(sandbox.url).port),
+        "Content-Type": "application/json",
+    }
+    answer = requests.request(method, f"{sandbox.url}{path}", headers=headers, timeout=5)
+    assert answer.status_code == 400
+    assert answer.json()["errors"][0]["code"] == "unknown_host"
+    assert sandbox.config()["return_url"] == "http://platform.test/back/"  # nothing reset
+
+
+@pytest.mark.parametrize(
+    "host", ["127.0.0.1:{port}", "localhost:{port}", "LOCALHOST", "app.localhost", "[::1]:{port}"]
+)
+def test_loopback_names_are_served(sandbox, host):
+    headers = {"Host": host.format(port=urlsplit(sandbox.url).port)}
+    answer = requests.get(f"{sandbox.url}/_sandbox/health", headers=headers, timeout=5)
+    assert answer.status_code == 200
+
+
+def test_allowed_hosts_are_served():
+    server = SandboxServer("127.0.0.1", 0, None, quiet=True, allowed_hosts=["Sandbox.Test"]).start()
+    try:
+        for host, status in [("sandbox.test", 200), ("SANDBOX.test:80", 200), ("other.test", 400)]:
+            answer = requests.get(
+                f"{server.url}/_sandbox/health", headers={"Host": host}, timeout=5
+            )
+            assert answer.status_code == status, host
+    finally:
+        server.stop()
