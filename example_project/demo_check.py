@@ -197,7 +197,10 @@ class Browser:
             first.status_code == 200 and "I entered my PIN" in first.text,
             f"{phone}: the PIN step follows",
         )
-        return self.http.post(checkout_url, data={"step": "confirm", "phone": phone}, timeout=30)
+        token = re.search(r'name="form_token" value="([0-9a-f]+)"', first.text)
+        check(token is not None, f"{phone}: the PIN step's form carries its token")
+        confirm = {"step": "confirm", "phone": phone, "form_token": token.group(1) if token else ""}
+        return self.http.post(checkout_url, data=confirm, timeout=30)
 
 
 def run_checks(web: str, sandbox: str) -> None:

@@ -10,11 +10,19 @@ and shows the result, linking (and redirecting after a few seconds) to the sandb
 by the session id. A ``return_url`` parameter on the page is never followed: the configured one
 (as configured, or with the session id filled in) is accepted, any other answers 400, so the
 page is no open redirect. Expired sessions answer 410, completed ones say so.
+
+The POST that pays (``step=confirm``) must carry the PIN step's hidden ``form_token``: an HMAC
+of the session id under a key kept in the store (``form_token``), so only a page that read the
+PIN step can send it; a page of another site cannot read it (same-origin policy) and its
+POST is refused 403 (``data-outcome="invalid_form"``), nothing paid.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
+import secrets
 from html import escape
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -59,6 +67,21 @@ class CheckoutPages:
         self.store = store
         self.config = config
         self.ledger = ledger
+        # kept in the store: a page shown before a restart can still be confirmed after it
+        key = store.get_config("form_key")
+        if not isinstance(key, str) or not key:
+            key = secrets.token_hex(32)
+            store.set_config("form_key", key)
+        self._form_key = key.encode()
+
+    def form_token(self, session_id: str) -> str:
+        """The hidden field the paying form carries (the PIN step's)."""
+        return hmac.new(self._form_key, session_id.encode(), hashlib.sha256).hexdigest()
+
+    def _forged(self, request: Request, session_id: str) -> bool:
+        """A POST without the PIN step's ``form_token`` (a page of another site)."""
+        sent = request.form.get("form_token") or ""
+        return not hmac.compare_digest(sent.encode(), self.form_token(session_id).encode())
 
     def return_url(self, session_id: str) -> str | None:
         """The configured return URL for this session, or None (none, or not http(s))."""
@@ -166,8 +189,19 @@ class CheckoutPages:
                     f'<form method="post" action="{action}">'
                     '<input type="hidden" name="step" value="confirm">'
                     f'<input type="hidden" name="phone" value="{escape(phone)}">'
+                    '<input type="hidden" name="form_token" '
+                    f'value="{self.form_token(session_id)}">'
                     '<button type="submit">I entered my PIN</button></form>',
                     outcome="pin",
+                )
+            if self._forged(request, session_id):
+                return page(
+                    "Please confirm on this page",
+                    summary + "<p>This confirmation was not sent from this checkout page, "
+                    "so nothing was paid.</p>"
+                    f'<p><a href="{action}">Start the payment again</a></p>',
+                    status=403,
+                    outcome="invalid_form",
                 )
             return self._confirm(session, phone, summary, action, return_url, back)
         return self._phone_form(summary, action)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
@@ -249,4 +250,7 @@ class SandboxHandle:
         first = self.http.post(page, data={"step": "phone", "phone": phone, **extra}, timeout=30)
         if first.status_code != 200:
             return first
+        # the PIN step's hidden token: the confirming POST is refused without it
+        token = re.search(r'name="form_token" value="([0-9a-f]+)"', first.text)
+        extra["form_token"] = token.group(1) if token else ""
         return self.http.post(page, data={"step": "confirm", "phone": phone, **extra}, timeout=30)

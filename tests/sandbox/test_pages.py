@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 import requests
 
 from .test_checkout_events import outcome_of
@@ -28,8 +29,45 @@ def test_a_reload_of_the_pin_step_stays_on_it(api, sandbox):
         assert 'name="step" value="confirm"' in shown.text
     # nothing was paid by showing the step
     assert requests.get(page, timeout=5).status_code == 200
-    confirmed = requests.post(page, data={"step": "confirm", "phone": "0700000001"}, timeout=5)
+    confirm = {"step": "confirm", "phone": "0700000001", "form_token": form_token(shown.text)}
+    confirmed = requests.post(page, data=confirm, timeout=5)
     assert outcome_of(confirmed) == "success"
+
+
+def form_token(html: str) -> str:
+    return re.search(r'name="form_token" value="([0-9a-f]+)"', html).group(1)
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [
+        {},  # a page of another site: it cannot read the PIN step
+        {"form_token": ""},
+        {"form_token": "0" * 64},
+        {"form_token": "of another session"},
+    ],
+)
+def test_a_confirmation_without_the_pin_step_token_pays_nothing(api, sandbox, sent):
+    """A cross-site form POSTs ``step=confirm`` straight to the page: refused 403, the
+    session still open and no payment; the page's own form then pays."""
+    session = api.session(api.customer(), api.product())
+    other = api.session(api.customer(), api.product())
+    page = f"{sandbox.checkout_url}/checkout/{session['id']}"
+    if sent.get("form_token") == "of another session":
+        shown = requests.get(
+            f"{sandbox.checkout_url}/checkout/{other['id']}",
+            params={"step": "pin", "phone": "0700000001"},
+            timeout=5,
+        )
+        sent = {"form_token": form_token(shown.text)}
+    data = {"step": "confirm", "phone": "0700000001", **sent}
+    forged = requests.post(page, data=data, headers={"Origin": "https://evil.example"}, timeout=5)
+    assert forged.status_code == 403 and outcome_of(forged) == "invalid_form"
+    assert sandbox.object("checkout_session", session["id"])["status"] == "open"
+    assert sandbox.objects("payment") == [] and sandbox.objects("subscription") == []
+
+    assert outcome_of(sandbox.complete_checkout(session["id"], "0700000001")) == "success"
+    assert sandbox.object("checkout_session", session["id"])["status"] == "completed"
 
 
 def test_an_empty_phone_number_gets_a_clear_message(api, sandbox):
