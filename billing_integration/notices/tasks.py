@@ -177,22 +177,9 @@ def send_notice(self: Any, event_pk: int, kind: str) -> str:
     if obj is None:
         return _finish(notice, NoticeState.SKIPPED, error=f"No local object {event.object_id!r}.")
     try:
-        context = notice_context(kind, event, obj)
-        recipient = recipient_for(context["customer"], context["subscriber"])
-        if recipient is None:
-            return _finish(notice, NoticeState.SKIPPED, error="No address to send it to.")
-        build_message(kind, context, recipient).send(fail_silently=False)
+        return _deliver(notice, kind, event, obj)
     except Exception as exc:
-        message = f"{type(exc).__name__}: {exc}"
-        _finish(notice, NoticeState.FAILED, error=message)
-        if notice.attempts < MAX_ATTEMPTS:
-            logger.warning("Notice %s of event %s failed: %s", kind, event_pk, message)
-            countdown = min(30 * 2**self.request.retries, 3600)
-            # ``notice.attempts`` decides; Celery's own limit (3 retries) would cut it short.
-            raise self.retry(countdown=countdown, max_retries=MAX_ATTEMPTS) from exc
-        logger.error("Notice %s of event %s failed for good: %s", kind, event_pk, message)
-        return NoticeState.FAILED
-    return _finish(notice, NoticeState.SENT, recipient=recipient)
+        return _retry(self, notice, f"Notice {kind} of event {event_pk}", exc)
 
 
 @shared_task(name="billing_integration.sweep_notices")  # type: ignore[untyped-decorator]
@@ -240,28 +227,35 @@ def _send_subscription_notice(task: Any, rows: models.QuerySet[Notice], name: st
     try:
         return _deliver(notice, notice.kind, None, notice.subscription)
     except Exception as exc:
-        if notice.attempts < MAX_ATTEMPTS:
-            logger.warning("%s failed: %s", name, exc)
-            countdown = min(30 * 2**task.request.retries, 3600)
-            # ``notice.attempts`` decides; Celery's own limit (3 retries) would cut it short.
-            raise task.retry(countdown=countdown, max_retries=MAX_ATTEMPTS) from exc
-        logger.error("%s failed for good: %s", name, exc)
-        return NoticeState.FAILED
+        return _retry(task, notice, name, exc)
 
 
 def _deliver(notice: Notice, kind: str, event: WebhookEvent | None, obj: Any) -> str:
     """Render and send ``notice`` (claimed); its state after the attempt. Raises on a failure
-    (recorded ``failed``) so the caller may retry."""
-    context = notice_context(kind, event, obj)
-    recipient = recipient_for(context["customer"], context["subscriber"])
-    if recipient is None:
-        return _finish(notice, NoticeState.SKIPPED, error="No address to send it to.")
+    (recorded ``failed``, so that a retry claims it again) so the caller may retry."""
     try:
+        context = notice_context(kind, event, obj)
+        recipient = recipient_for(context["customer"], context["subscriber"])
+        if recipient is None:
+            return _finish(notice, NoticeState.SKIPPED, error="No address to send it to.")
         build_message(kind, context, recipient).send(fail_silently=False)
     except Exception as exc:
         _finish(notice, NoticeState.FAILED, error=f"{type(exc).__name__}: {exc}")
         raise
     return _finish(notice, NoticeState.SENT, recipient=recipient)
+
+
+def _retry(task: Any, notice: Notice, name: str, exc: Exception) -> str:
+    """After a failed attempt at ``notice`` (``name`` in the log): ``task`` retried with
+    backoff, ``MAX_ATTEMPTS`` attempts in all; then ``failed`` for good."""
+    message = f"{type(exc).__name__}: {exc}"
+    if notice.attempts < MAX_ATTEMPTS:
+        logger.warning("%s failed: %s", name, message)
+        countdown = min(30 * 2**task.request.retries, 3600)
+        # ``notice.attempts`` decides; Celery's own limit (3 retries) would cut it short.
+        raise task.retry(countdown=countdown, max_retries=MAX_ATTEMPTS) from exc
+    logger.error("%s failed for good: %s", name, message)
+    return NoticeState.FAILED
 
 
 def trials_to_notify(at: Any = None) -> list[Subscription]:

@@ -494,6 +494,31 @@ def test_a_failing_trial_notice_is_tried_max_attempts_times_in_all(
     assert (notice.state, notice.attempts) == ("failed", notice_tasks.MAX_ATTEMPTS)
 
 
+def test_a_trial_notice_that_failed_before_its_send_is_retried_and_sent(
+    customer_email, notice_settings, mailoutbox, monkeypatch
+):
+    """A failure in reading what the mail says (not only in sending it) is recorded
+    ``failed``, so that the retry claims the notice again and sends it."""
+    notice_settings.BILLING = {**notice_settings.BILLING, "NOTICES": {"trial_ending": True}}
+    subscription = customer_email.subscription
+    Notice.objects.create(subscription=subscription, kind="trial_ending", state="queued")
+    real, failures = notice_tasks.notice_context, [ConnectionError("database went away")]
+
+    def flaky_context(*args):
+        if failures:
+            raise failures.pop()
+        return real(*args)
+
+    monkeypatch.setattr(notice_tasks, "notice_context", flaky_context)
+    with pytest.raises(Retry):
+        send_trial_notice.apply(args=(subscription.pk,), throw=True)
+    notice = Notice.objects.get()
+    assert (notice.state, notice.attempts) == ("failed", 1)
+    assert notice.error == "ConnectionError: database went away"
+    assert send_trial_notice.apply(args=(subscription.pk,), retries=1).get() == "sent"
+    assert len(mailoutbox) == 1
+
+
 # --- issue 23: a notice whose task could not be queued is swept, still sent once ------------
 def broker_down(*args, **kwargs):
     raise OperationalError("[Errno 111] Connection refused")
