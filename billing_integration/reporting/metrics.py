@@ -155,10 +155,6 @@ def came_back(at: datetime) -> Q:
     return Q(Exists(churned)) & ~Q(Exists(holding))
 
 
-def active_at(t: datetime) -> Q:
-    return Q(started__lte=t) & (Q(ended__isnull=True) | Q(ended__gt=t))
-
-
 def currency_code_of_id(field_name: str) -> Case:
     return Case(
         *[When(**{field_name: cid}, then=Value(code)) for cid, code in currencies.known().items()],

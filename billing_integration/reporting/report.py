@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from ..display import format_money
 from ..models import Product
+from ..models.reports import AMOUNT_FIELDS, COUNT_FIELDS
 from . import metrics
 from . import rollups as rollups_module
 from .metrics import Period, Rows
@@ -44,19 +45,10 @@ class Table:
         return [[row.get(c.key) for c in self.columns] for row in self.rows]
 
 
-COUNTS = (
-    "new",
-    "reactivated",
-    "cancellations",
-    "trials_ended",
-    "trials_converted",
-    "payments_completed",
-    "payments_failed",
-    "payments_canceled",
-    "refunds",
-    "refunds_pending",
-)
-AMOUNTS = ("mrr", "paid_amount", "failed_amount", "refunded_amount")
+#: The counts of a month (the rollups' but the subscriptions at its start and end, and those
+#: paying at its end, which MRR stands for) and its amounts.
+COUNTS = tuple(n for n in COUNT_FIELDS if n not in ("active_start", "active_end", "paying_end"))
+AMOUNTS = ("mrr", *AMOUNT_FIELDS)
 MONTHLY = (*COUNTS, *AMOUNTS, "active_start", "active_end")
 
 PRODUCT, CURRENCY = Column("product", "Product", "text"), Column("currency", "Currency", "text")
@@ -275,7 +267,7 @@ def build_report(
             _merge(row, r, ("active", "trialing", "unpriced", "mrr"))
     for r in by_product.values():
         for row in overview_rows_of(r):
-            _merge(row, r, tuple(k for k in (*COUNTS, *AMOUNTS) if k != "mrr"))
+            _merge(row, r, (*COUNTS, *AMOUNT_FIELDS))
             if r["month"] == months[0]:
                 row["active_start"] += r["active_start"]
     overview_rows = sorted(

@@ -7,6 +7,7 @@ large data, plain on purpose; not used by the app."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -36,13 +37,16 @@ from billing_integration.models import (
 )
 from billing_integration.reporting.metrics import (
     Period,
-    active_at,
     ended_at,
     money,
     month_key,
     price_table,
     started_at,
 )
+
+
+def active_at(t: datetime) -> Q:
+    return Q(started__lte=t) & (Q(ended__isnull=True) | Q(ended__gt=t))
 
 
 def _subscriptions(period: Period, qs: QuerySet | None = None) -> QuerySet:
