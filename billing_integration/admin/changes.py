@@ -14,7 +14,7 @@ from django.utils.translation import ngettext
 
 from ..checkout import changes
 from ..models import ChangeRequest, SwitchedOffGuess
-from .mirror import ModelAdmin, NoDeleteMixin, admin_link, state_badge
+from .mirror import ModelAdmin, NoDeleteMixin, admin_link, state_label
 
 
 @admin.register(ChangeRequest)
@@ -61,9 +61,7 @@ class ChangeRequestAdmin(NoDeleteMixin, ModelAdmin):
     def summary(self, obj: ChangeRequest) -> str:
         return changes.describe(obj)
 
-    @admin.display(description=_("state"), ordering="state")
-    def state_label(self, obj: ChangeRequest) -> SafeString:
-        return state_badge(obj.state, str(obj.get_state_display()))
+    state_label = state_label
 
     @admin.action(description=_("Done on the service"), permissions=["change"])
     def mark_done(self, request: HttpRequest, queryset: QuerySet[ChangeRequest]) -> None:

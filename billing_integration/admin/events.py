@@ -19,7 +19,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..exceptions import redact
 from ..models import EventState, WebhookEvent
-from .mirror import ModelAdmin, state_badge
+from .mirror import ModelAdmin, state_label
 
 #: Characters of a body shown as raw text (not JSON, or nested too deep to be parsed).
 RAW_TEXT_LIMIT = 20_000
@@ -174,9 +174,7 @@ class WebhookEventAdmin(ModelAdmin):
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         """Never write a delivery from the admin."""
 
-    @admin.display(description=_("state"), ordering="state")
-    def state_badge(self, obj: WebhookEvent) -> SafeString:
-        return state_badge(obj.state, obj.get_state_display())
+    state_badge = state_label
 
     @admin.display(description=_("error"))
     def error_short(self, obj: WebhookEvent) -> str:

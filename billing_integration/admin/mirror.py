@@ -113,6 +113,12 @@ def state_badge(value: str, label: str | None = None) -> SafeString:
     )
 
 
+@admin.display(description=_("state"), ordering="state")
+def state_label(self: Any, obj: Any) -> SafeString:
+    """A row's ``state`` as a badge (an admin's ``state_label = state_label``)."""
+    return state_badge(obj.state, str(obj.get_state_display()))
+
+
 def admin_link(
     obj: models.Model | None, label: Any = None, missing: Any = None
 ) -> SafeString | str:

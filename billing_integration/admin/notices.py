@@ -8,7 +8,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from ..models import Notice
-from .mirror import ModelAdmin, ReadOnlyAdminMixin, admin_link, state_badge
+from .mirror import ModelAdmin, ReadOnlyAdminMixin, admin_link, state_label
 
 
 @admin.register(Notice)
@@ -38,9 +38,7 @@ class NoticeAdmin(ReadOnlyAdminMixin, ModelAdmin):
         "created_at",
     ]
 
-    @admin.display(description=_("state"), ordering="state")
-    def state_label(self, obj: Notice) -> SafeString:
-        return state_badge(obj.state, str(obj.get_state_display()))
+    state_label = state_label
 
     @admin.display(description=_("event"))
     def event_link(self, obj: Notice) -> SafeString | str:
