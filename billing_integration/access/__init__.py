@@ -177,14 +177,18 @@ def held_plan(subscriber: Any, product: ProductRef) -> Subscription | None:
     resolved = resolve_product(product)
     if resolved is None or not resolved.is_plan:
         return None
+    return _other_plan(live_subscriptions(subscriber), resolved)
+
+
+def _other_plan(rows: QuerySet[Subscription], plan: Product) -> Subscription | None:
+    """The latest of ``rows`` that is of another plan of ``plan``'s group."""
     return (
-        live_subscriptions(subscriber)
-        .filter(
+        rows.filter(
             product__product_type=ProductType.SUBSCRIPTION,
             product__add_on=False,
-            product__plan_group=resolved.plan_group,
+            product__plan_group=plan.plan_group,
         )
-        .exclude(product=resolved)
+        .exclude(product=plan)
         .order_by("-cycle_start_date", "-pk")
         .first()
     )
@@ -217,20 +221,8 @@ def plan_may_renew(subscriber: Any, product: ProductRef) -> Subscription | None:
     resolved = resolve_product(product)
     if resolved is None or not resolved.is_plan or not _is_subscriber(subscriber):
         return None
-    return (
-        Subscription.objects.for_subscriber(subscriber)
-        .filter(
-            status__in=renewing_statuses(),
-            auto_renew=True,
-            product__product_type=ProductType.SUBSCRIPTION,
-            product__add_on=False,
-            product__plan_group=resolved.plan_group,
-        )
-        .exclude(product=resolved)
-        .select_related("product")
-        .order_by("-cycle_start_date", "-pk")
-        .first()
-    )
+    rows = Subscription.objects.for_subscriber(subscriber).select_related("product")
+    return _other_plan(rows.filter(status__in=renewing_statuses(), auto_renew=True), resolved)
 
 
 def plan_to_replace(subscriber: Any, product: ProductRef) -> Subscription | None:
