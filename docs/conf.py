@@ -45,7 +45,7 @@ html_copy_source = False
 # The API page's signatures name types of Python, Django and requests (the build is offline:
 # no intersphinx) and of the package's private modules (not on the site).
 nitpick_ignore_regex = [
-    ("py:class", r"(uuid|datetime|collections\.abc|django|requests)\..+"),
+    ("py:class", r"(uuid|datetime|decimal|collections\.abc|django|requests)\..+"),
     ("py:class", r"billing_integration\.(models|client|access\.features|sandbox)\..+"),
     ("py:class", r"SandboxServer"),  # the sandbox's private server class, named unqualified
     # Sphinx cuts HandlerResult's signature (a dataclass default "<factory>") at a comma.

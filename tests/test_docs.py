@@ -399,6 +399,26 @@ def test_every_public_name_the_pages_use_is_exported():
     assert {page: names for page, names in unknown.items() if names} == {}
 
 
+# A page for users imports from the public module only; a settings module, read before the
+# apps load, imports the beat schedule from ``billing_integration.schedule`` (it imports nothing).
+# CONTRACTS.md is for contributors: it names the private modules.
+HOST_IMPORT = re.compile(
+    r"^\s*(?:from billing_integration\.(\w+)|import billing_integration\.(\w+))", re.M
+)
+
+
+def test_the_pages_import_from_the_public_module_only():
+    found = {}
+    for path in PAGES:
+        if path.name == "CONTRACTS.md":
+            continue
+        for code in _code(_page_text(path), ("python", "py", "")):
+            modules = {a or b for a, b in HOST_IMPORT.findall(code)} - {"billing", "schedule"}
+            if modules:
+                found.setdefault(path.name, set()).update(modules)
+    assert found == {}
+
+
 def test_every_command_option_the_pages_use_exists():
     from django.core.management import get_commands, load_command_class
 

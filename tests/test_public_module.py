@@ -50,6 +50,7 @@ def test_the_public_module_names_what_a_host_uses():
         "on_grace_period", "in_grace_period", "TrialAlreadyUsed", "TrialNotOffered",
         "change_plan",
         "cancel_at_period_end", "resume", "NoPlanToChange", "SamePlan", "RenewalUnchanged",
+        "Product", "BillingCycle", "Price", "Customer", "Subscription", "WebhookEvent",
     }  # fmt: skip
     assert wanted <= set(billing.__all__)
     assert not [n for n in billing.__all__ if n.startswith("_")]
