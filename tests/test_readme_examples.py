@@ -31,7 +31,8 @@ def test_the_readme_product_is_pushed_whole(billing_sandbox, billing_inline):
 
 @pytest.mark.django_db
 def test_the_readme_checkout_button_renders_as_written():
-    """The template block loads the tag library it uses, so it renders pasted as it is."""
+    """The template block loads the tag library it uses and names its product, so it renders
+    pasted as it is into any page, with nothing more in its context than the user."""
     import uuid
     from decimal import Decimal
 
@@ -51,6 +52,6 @@ def test_the_readme_checkout_button_renders_as_written():
         monthly = BillingCycle.objects.create(product=product, unit="months", frequency=1)
         Price.objects.create(cycle=monthly, currency_id=1, amount=Decimal("10000"))
     mark_pushed(product)
-    html = Template(block.code).render(Context({"product": product, "user": AnonymousUser()}))
+    html = Template(block.code).render(Context({"user": AnonymousUser()}))
     assert 'action="/billing/checkout/"' in html and 'method="post"' in html
     assert 'value="months-1"' in html and 'value="XOF"' in html
