@@ -125,7 +125,9 @@ def verify_signature(
         raise StaleTimestampError(
             f"webhook-timestamp is {when}: more than the tolerance of {tolerance} s."
         )
-    keys = [_decode_secret(s) for s in ([secrets] if isinstance(secrets, str) else secrets) if s]
+    # A key of no bytes (``whsec_`` alone) is no secret: anyone can sign with it.
+    listed = [secrets] if isinstance(secrets, str) else secrets
+    keys = [key for key in (_decode_secret(s) for s in listed if s) if key]
     if not keys:
         raise WebhookVerificationError("No webhook secret is configured.")
     signed = f"{msg_id}.{ts}.".encode() + body
