@@ -61,10 +61,11 @@ def webhook(request: HttpRequest) -> HttpResponse:
     except DatabaseError:  # the service's retry stores the rest (the stored are duplicates)
         logger.exception("Could not store an event delivery")
         return JsonResponse({"error": "The event could not be stored; retry later."}, status=503)
-    for stored in results:
-        if stored.pk is not None and stored.state == EventState.RECEIVED:
-            # New, or a redelivery of one not processed yet (its message may have been lost).
-            enqueue(stored.pk)
+    # New, or a redelivery of one not processed yet (its message may have been lost); an event
+    # an array repeats is sent once.
+    for pk in dict.fromkeys(s.pk for s in results if s.state == EventState.RECEIVED):
+        if pk is not None:
+            enqueue(pk)
     if batch is not None:
         statuses = {stored.status for stored in results}
         status = next(s for s in ("conflict", "received", "duplicate") if s in statuses)

@@ -322,6 +322,21 @@ def test_a_json_array_of_events_stores_each_as_its_own_event(
     assert WebhookEvent.objects.count() == 2 and stored_only.call_count == 2
 
 
+def test_an_event_repeated_in_one_array_is_handed_to_processing_once(
+    client, stored_only, django_capture_on_commit_callbacks
+):
+    """An array that repeats one event (up to ``MAX_BATCH`` times) stores it once and sends one
+    task for it, not one per copy."""
+    event = envelope("invoice.paid", {"id": str(uuid.uuid4())})
+    body = json.dumps([event] * 50).encode()
+    with django_capture_on_commit_callbacks(execute=True):
+        response = post_signed(client, body=body, msg_id="msg_repeat")
+    assert response.status_code == 200
+    assert response.json() == {"status": "received", "ids": [event["id"]] * 50}
+    assert WebhookEvent.objects.count() == 1
+    assert stored_only.call_count == 1
+
+
 @pytest.mark.parametrize(
     "payload",
     [
