@@ -139,6 +139,13 @@ def _webhook_errors(conf: dict[str, Any]) -> list[CheckMessage]:
         text = "BILLING['WEBHOOK_BASIC_AUTH'] must be 'user:password'."
         hint = "Set it to the credentials you registered with the callback URL."
         errors.append(_error("billing_integration.E005", text, hint))
+    elif basic and not basic.partition(":")[2]:  # anyone could send them: all refused (401)
+        text = (
+            "BILLING['WEBHOOK_BASIC_AUTH'] has no password: every delivery is refused, as "
+            "anyone could send such credentials."
+        )
+        hint = "Set it to the credentials you registered with the callback URL."
+        errors.append(_error("billing_integration.E005", text, hint))
     elif basic and basic != basic.strip():  # every delivery would be refused (401)
         text = (
             "BILLING['WEBHOOK_BASIC_AUTH'] has whitespace at its start or end (a newline read "

@@ -239,6 +239,16 @@ def test_basic_credentials_with_whitespace_at_an_end_are_an_error(settings, basi
     assert "s3cr3t" not in errors[0].msg + errors[0].hint
 
 
+@pytest.mark.parametrize("basic", ["hook:", ":"])
+def test_basic_credentials_without_a_password_are_an_error(settings, basic):
+    """Anyone could send credentials with an empty password: deliveries are refused, and the
+    check says so."""
+    settings.BILLING = {**GOOD, "WEBHOOK_BASIC_AUTH": basic}
+    errors = check_billing_settings()
+    assert ids(errors) == ["billing_integration.E005"]
+    assert "password" in errors[0].msg
+
+
 def test_no_verification_outside_debug_is_an_error(settings):
     settings.DEBUG = False
     settings.BILLING = {k: v for k, v in GOOD.items() if k != "WEBHOOK_SECRET"}

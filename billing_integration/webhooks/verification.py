@@ -148,7 +148,9 @@ def verify_signature(
 def verify_basic_auth(headers: Mapping[str, str], credentials: str) -> Verification:
     """Check ``Authorization: Basic`` against ``"user:password"`` in constant time, written in
     UTF-8 or in ISO-8859-1 (RFC 7617 leaves the charset to the sender; many clients, requests
-    among them, send ISO-8859-1)."""
+    among them, send ISO-8859-1). Credentials without a password verify nothing."""
+    if not credentials.partition(":")[2]:  # no password: anyone can send these credentials
+        raise WebhookVerificationError("The HTTP basic credentials configured have no password.")
     authorization = headers.get("authorization") or ""
     scheme, _, value = authorization.partition(" ")
     if scheme.lower() != "basic" or not value or len(value) > _MAX_HEADER:

@@ -227,6 +227,22 @@ def test_basic_auth_alternative(client, settings, stored_only, caplog):
     assert event.verified_by == "basic" and event.headers["authorization"] == "[redacted]"
 
 
+@pytest.mark.parametrize("configured", ["hook:", ":"])
+def test_basic_credentials_without_a_password_verify_nothing(
+    client, settings, stored_only, configured
+):
+    """``WEBHOOK_BASIC_AUTH`` with an empty password is no secret: the credentials it names
+    (anyone can send them) are refused, 401, and nothing is stored."""
+    settings.BILLING = {
+        **settings.BILLING,
+        "WEBHOOK_SECRET": None,
+        "WEBHOOK_BASIC_AUTH": configured,
+    }
+    body = json.dumps(envelope("invoice.paid", {"id": str(uuid.uuid4())})).encode()
+    answer = client.post(URL, data=body, content_type="application/json", **_basic(configured))
+    assert answer.status_code == 401 and WebhookEvent.objects.count() == 0
+
+
 def test_unverified_refused_unless_explicitly_allowed(client, settings, stored_only, caplog):
     settings.BILLING = {**settings.BILLING, "WEBHOOK_SECRET": None, "WEBHOOK_BASIC_AUTH": None}
     body = json.dumps(envelope("invoice.paid", {"id": str(uuid.uuid4())})).encode()
