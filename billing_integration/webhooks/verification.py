@@ -15,11 +15,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from django.views.decorators.debug import sensitive_variables
+
 from ..conf import billing_settings
 from ..exceptions import WebhookVerificationError
 from ..timestamps import TOLERANCE
 
 logger = logging.getLogger("billing_integration.webhooks")
+#: Django's error reports (and tools that follow its marks) hide every local variable of these
+#: calls and of what they call: the secrets, the credentials and the settings that hold them.
+_secret_frames = sensitive_variables()
 
 _SECRET_PREFIX = "whsec_"
 _MAX_HEADER = 4096
@@ -81,6 +86,7 @@ def _decode_secret(secret: str) -> bytes:
         return secret.removeprefix(_SECRET_PREFIX).encode("utf-8")
 
 
+@_secret_frames
 def sign(body: bytes, secret: str, msg_id: str, timestamp: int) -> str:
     """The ``webhook-signature`` value for a body (``v1,<base64>``)."""
     digest = hmac.new(
@@ -94,6 +100,7 @@ def webhook_header(headers: Mapping[str, str], name: str) -> str | None:
     return headers.get(f"webhook-{name}") or headers.get(f"svix-{name}")
 
 
+@_secret_frames
 def verify_signature(
     body: bytes,
     headers: Mapping[str, str],
@@ -145,6 +152,7 @@ def verify_signature(
     return Verification("signature", message_id=msg_id)
 
 
+@_secret_frames
 def verify_basic_auth(headers: Mapping[str, str], credentials: str) -> Verification:
     """Check ``Authorization: Basic`` against ``"user:password"`` in constant time, written in
     UTF-8 or in ISO-8859-1 (RFC 7617 leaves the charset to the sender; many clients, requests
@@ -170,6 +178,7 @@ def verify_basic_auth(headers: Mapping[str, str], credentials: str) -> Verificat
     return Verification("basic")
 
 
+@_secret_frames
 def verify_request(body: bytes, headers: Mapping[str, str]) -> Verification:
     """Authenticate one delivery by ``WEBHOOK_SECRET`` or ``WEBHOOK_BASIC_AUTH``; with neither
     set, refused unless ``WEBHOOK_ALLOW_UNVERIFIED`` (then accepted with a warning). A delivery

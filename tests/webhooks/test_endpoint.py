@@ -243,6 +243,40 @@ def test_basic_credentials_without_a_password_verify_nothing(
     assert answer.status_code == 401 and WebhookEvent.objects.count() == 0
 
 
+@pytest.mark.parametrize("method", ["signature", "basic"])
+def test_an_error_report_from_verification_shows_no_secret(settings, method):
+    """An unexpected error while verifying (here: the comparison failing) is reported, by
+    Django's error mails or a tool that follows its marks, without the values of the frames
+    that hold the secrets, the credentials or the settings."""
+    from django.views.debug import ExceptionReporter
+
+    from billing_integration.webhooks.verification import verify_request
+
+    settings.DEBUG = False  # Django's reports hide marked frames outside DEBUG
+    password, client_secret = uuid.uuid4().hex, uuid.uuid4().hex
+    settings.BILLING = {
+        **settings.BILLING,
+        "WEBHOOK_SECRET": SECRET if method == "signature" else None,
+        "WEBHOOK_BASIC_AUTH": f"hook:{password}",
+        "CLIENT_SECRET": client_secret,
+    }
+    body = json.dumps(envelope("invoice.paid", {"id": str(uuid.uuid4())})).encode()
+    headers = sign(body) if method == "signature" else {}
+    if method == "basic":
+        encoded = base64.b64encode(f"hook:{password}".encode()).decode()
+        headers["authorization"] = f"Basic {encoded}"
+    failing = mock.patch("hmac.compare_digest", side_effect=RuntimeError("boom"))
+    with failing, pytest.raises(RuntimeError) as raised:
+        verify_request(body, headers)
+    # from verify_request on (the test's own frame holds the values)
+    tb = raised.tb.tb_next
+    report = ExceptionReporter(None, raised.type, raised.value, tb).get_traceback_html()
+    assert "boom" in report and f"verify_{method}" in report
+    key = base64.b64decode(SECRET.removeprefix("whsec_")).decode()
+    for secret in (password, client_secret, SECRET.removeprefix("whsec_"), key):
+        assert secret not in report
+
+
 def test_unverified_refused_unless_explicitly_allowed(client, settings, stored_only, caplog):
     settings.BILLING = {**settings.BILLING, "WEBHOOK_SECRET": None, "WEBHOOK_BASIC_AUTH": None}
     body = json.dumps(envelope("invoice.paid", {"id": str(uuid.uuid4())})).encode()
