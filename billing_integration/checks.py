@@ -337,9 +337,35 @@ def check_billing_deploy(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
 
 @register("billing")
 def check_wiring(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """Celery, the shared cache, DRF and beat as the app needs them, and aware datetimes
+    """Celery, the shared cache, DRF, CSRF and beat as the app needs them, and aware datetimes
     (settings only)."""
-    return [*_check_celery(), *_check_cache(), *_check_drf(), *_check_use_tz()]
+    return [*_check_celery(), *_check_cache(), *_check_drf(), *_check_csrf(), *_check_use_tz()]
+
+
+def _check_csrf() -> list[CheckMessage]:
+    """W022: the billing forms are routed but ``CsrfViewMiddleware`` (or a subclass) is not in
+    ``MIDDLEWARE``: their POSTs rely on it against cross-site requests."""
+    from django.middleware.csrf import CsrfViewMiddleware
+    from django.urls import reverse
+
+    try:
+        reverse("billing_integration:checkout")
+    except Exception:  # not routed (NoReverseMatch), or a URLconf Django's checks report
+        return []
+    for name in settings.MIDDLEWARE:
+        try:
+            middleware = import_string(name)
+        except ImportError:  # Django's own start-up reports it
+            continue
+        if isinstance(middleware, type) and issubclass(middleware, CsrfViewMiddleware):
+            return []
+    text = (
+        "billing_integration.urls routes the billing forms (checkout, trial, change of plan, "
+        "stop renewal, resume), but django.middleware.csrf.CsrfViewMiddleware is not in "
+        "MIDDLEWARE: another site can post them for a signed-in customer."
+    )
+    hint = "Add 'django.middleware.csrf.CsrfViewMiddleware' to MIDDLEWARE."
+    return [_error("billing_integration.W022", text, hint, warning=True)]
 
 
 def _check_use_tz() -> list[CheckMessage]:

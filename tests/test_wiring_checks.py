@@ -1,7 +1,7 @@
 """System checks of the wiring a host project must provide (``check_wiring``): a Celery app
 and broker (E020, E021), the shared cache (W020, E023), DRF installed where its API is routed
-(E022), the beat schedule (W021), USE_TZ on (E025). None of them touches the database, the
-broker or a cache."""
+(E022), CSRF where the billing forms are routed (W022), the beat schedule (W021), USE_TZ on
+(E025). None of them touches the database, the broker or a cache."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from billing_integration.schedule import BEAT_SCHEDULE
 ROOT = Path(__file__).resolve().parents[1]
 LOCMEM = "django.core.cache.backends.locmem.LocMemCache"
 DUMMY = "django.core.cache.backends.dummy.DummyCache"
-WIRING = ("E020", "E021", "E022", "E023", "E025", "W020", "W021")
+WIRING = ("E020", "E021", "E022", "E023", "E025", "W020", "W021", "W022")
 
 
 def ids(errors) -> list[str]:
@@ -89,7 +89,7 @@ def test_a_bare_host_project_is_refused_by_name(tmp_path):
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
-    for check_id in ("E020", "E022", "W020"):
+    for check_id in ("E020", "E022", "W020", "W022"):
         assert f"billing_integration.{check_id}" in out, out
     assert "No Celery app is loaded" in out
     # The hint says what to create, in this project's package (not a hard-coded "proj").
@@ -251,9 +251,53 @@ def test_routed_api_without_rest_framework_installed_E022(client, django_user_mo
     assert wiring(check_wiring()) == []
 
 
+CSRF = "django.middleware.csrf.CsrfViewMiddleware"
+
+
+@pytest.mark.django_db
+def test_routed_pages_without_the_csrf_middleware_W022(django_user_model):
+    """The billing forms (checkout, trial, change of plan, stop renewal, resume) rely on the
+    project's ``CsrfViewMiddleware``: without it another site can post them for a signed-in
+    customer (here: a stop-renewal request reaches the view, 404 for want of a
+    subscription, where the middleware answers 403). The check says so."""
+    from django.test import Client
+
+    user = django_user_model.objects.create_user("u", password="p")
+
+    def cross_site() -> Client:  # a client loads the middleware on its first request
+        client = Client(enforce_csrf_checks=True)
+        client.force_login(user)
+        return client
+
+    stop = "/billing/account/subscriptions/1/stop-renewal/"
+    assert cross_site().post(stop).status_code == 403
+    with modify_settings(MIDDLEWARE={"remove": [CSRF]}):
+        errors = check_wiring()
+        assert cross_site().post(stop).status_code == 404
+    assert wiring(errors) == ["W022"]
+    assert CSRF in errors[0].msg and "MIDDLEWARE" in errors[0].hint
+    assert wiring(check_wiring()) == []
+
+
+def test_a_subclass_of_the_csrf_middleware_counts(settings):
+    from django.middleware.csrf import CsrfViewMiddleware
+
+    global SiteCsrf
+
+    class SiteCsrf(CsrfViewMiddleware):
+        pass
+
+    settings.MIDDLEWARE = [
+        f"{__name__}.SiteCsrf" if name == CSRF else name for name in settings.MIDDLEWARE
+    ]
+    assert wiring(check_wiring()) == []
+
+
 def test_an_unrouted_api_needs_no_rest_framework(settings):
     settings.ROOT_URLCONF = __name__  # ``urlpatterns`` below: the admin only
     with modify_settings(INSTALLED_APPS={"remove": ["rest_framework"]}):
+        assert wiring(check_wiring()) == []
+    with modify_settings(MIDDLEWARE={"remove": [CSRF]}):  # no billing form routed either
         assert wiring(check_wiring()) == []
 
 
