@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django.contrib.contenttypes.models import ContentType
 from django.db import IntegrityError, connections, router, transaction
-from django.db.models import Q, prefetch_related_objects
+from django.db.models import Exists, OuterRef, Q, prefetch_related_objects
 from django.utils import timezone
 
 from ..context import from_remote
@@ -23,6 +24,7 @@ from ..mapping import products as product_map
 from ..mapping import subscriptions as subscription_map
 from ..models.base import RemoteObject, SyncState, older_than_stored
 from ..models.customers import Customer
+from ..models.outbox import BLOCKING, OutboxEntry, OutboxOperation
 from ..models.products import Price, Product, ProductStatus, root_prices_from_remote
 from ..models.records import link_all_waiting, link_waiting
 from ..models.reports import touch_reports
@@ -287,7 +289,7 @@ def upsert_products(rows: Iterable[Row], *, read_at: datetime | None = None) -> 
     """Upsert product resources (a page, or the pages of one write, read from ``read_at`` on),
     new ones with their root prices."""
     counts = PullCounts()
-    mapped = _mapped(rows, product_map.from_remote, counts)
+    mapped = _without_creates_in_doubt(_mapped(rows, product_map.from_remote, counts), counts)
     create_only = ("product_type", "blueprint_known")
     created, updated = _upsert(
         Product,
@@ -307,6 +309,37 @@ def upsert_products(rows: Iterable[Row], *, read_at: datetime | None = None) -> 
         with transaction.atomic(), from_remote():
             Price.objects.bulk_create(prices)
     return counts
+
+
+def _without_creates_in_doubt(mapped: list[Row], counts: PullCounts) -> list[Row]:
+    """``mapped`` without the products new here named as a local product whose create is in
+    doubt (applied, its answer lost): a product has no key of ours to adopt it by, and a row
+    made for it here would take the remote id the create's retry (same key) links the local
+    product to. Such a row is counted skipped; a later pull creates it if still unlinked."""
+    doubtful = Product.objects.filter(
+        Exists(
+            OutboxEntry.objects.filter(
+                BLOCKING,
+                content_type=ContentType.objects.get_for_model(Product),
+                object_id=OuterRef("pk"),
+                operation=OutboxOperation.CREATE,
+                in_doubt=True,
+            )
+        ),
+        remote_id__isnull=True,
+    )
+    names = set(doubtful.values_list("name", flat=True))
+    if not names:
+        return mapped
+    new = [m for m in mapped if m.get("name") in names]
+    known = set(
+        Product.objects.filter(remote_id__in=[m["remote_id"] for m in new]).values_list(
+            "remote_id", flat=True
+        )
+    )
+    held = {m["remote_id"] for m in new} - known
+    counts.skipped += len(held)
+    return [m for m in mapped if m["remote_id"] not in held]
 
 
 def _settle_not_carried(products: list[Product]) -> None:

@@ -430,3 +430,43 @@ def test_a_create_answered_303_is_in_doubt_and_retried_with_its_key(
     retried_with_its_key(entry, key)
     assert keys_of(billing_sandbox.requests(operation="create_product")) == {str(key)}
     assert len(billing_sandbox.objects("product")) == 1
+
+
+def test_a_pull_while_a_product_create_is_in_doubt_makes_no_second_local_product(
+    billing_sandbox, monkeypatch
+):
+    """The create was applied and its answer lost; a pull then read the new product: it made a
+    second local product for it, and the create's retry (same key, replayed) could not link the
+    first one (its remote id taken) and failed in doubt at every retry. The pull now leaves a
+    new product named as a create in doubt to that create's retry."""
+    monkeypatch.setattr("billing_integration.client.retry.MAX_RETRIES", 0)
+    billing_sandbox.faults(operation="create_product", lose_first_answer=True)
+    product = make_product()
+    entry = OutboxEntry.objects.get()
+    assert push_entry(entry.pk).status == PushOutcome.RETRY
+    (remote,) = billing_sandbox.objects("product")  # applied, answer lost
+
+    counts = pull_products()
+    assert counts.skipped == 1 and Product.objects.count() == 1
+
+    OutboxEntry.objects.filter(pk=entry.pk).update(next_attempt_at=None)
+    assert push_entry(entry.pk).status == PushOutcome.DONE
+    product.refresh_from_db()
+    assert str(product.remote_id) == remote["id"] and product.sync_state == "synced"
+    assert len(keys_of(billing_sandbox.requests(operation="create_product"))) == 1
+    assert pull_products().created == 0 and Product.objects.count() == 1
+
+
+def test_a_pull_still_makes_a_product_of_another_name_beside_a_create_in_doubt(
+    billing_sandbox, monkeypatch
+):
+    monkeypatch.setattr("billing_integration.client.retry.MAX_RETRIES", 0)
+    billing_sandbox.faults(operation="create_product", lose_first_answer=True, count=1)
+    make_product()
+    assert push_entry(OutboxEntry.objects.get().pk).status == PushOutcome.RETRY
+    (sent,) = billing_sandbox.requests(operation="create_product")
+    other = get_client().create_product({**sent["body"], "name": "Made on the service"})
+
+    counts = pull_products()
+    assert (counts.created, counts.skipped) == (1, 1)
+    assert Product.objects.get(remote_id=other["id"]).name == "Made on the service"
