@@ -312,10 +312,11 @@ def upsert_products(rows: Iterable[Row], *, read_at: datetime | None = None) -> 
 
 
 def _without_creates_in_doubt(mapped: list[Row], counts: PullCounts) -> list[Row]:
-    """``mapped`` without the products new here named as a local product whose create is in
-    doubt (applied, its answer lost): a product has no key of ours to adopt it by, and a row
-    made for it here would take the remote id the create's retry (same key) links the local
-    product to. Such a row is counted skipped; a later pull creates it if still unlinked."""
+    """``mapped`` without the products new here named as a local product whose create was sent
+    and not answered yet or is in doubt (its answer on its way, or lost): a product has no key
+    of ours to adopt it by, and a row made for it here would take the remote id the create's
+    answer or retry (same key) links the local product to. Such a row is counted skipped; a
+    later pull creates it if still unlinked."""
     doubtful = Product.objects.filter(
         Exists(
             OutboxEntry.objects.filter(
@@ -323,7 +324,7 @@ def _without_creates_in_doubt(mapped: list[Row], counts: PullCounts) -> list[Row
                 content_type=ContentType.objects.get_for_model(Product),
                 object_id=OuterRef("pk"),
                 operation=OutboxOperation.CREATE,
-                in_doubt=True,
+                attempts__gt=0,  # sent: in progress, or pending or failed in doubt
             )
         ),
         remote_id__isnull=True,

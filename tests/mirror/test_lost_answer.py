@@ -470,3 +470,25 @@ def test_a_pull_still_makes_a_product_of_another_name_beside_a_create_in_doubt(
     counts = pull_products()
     assert (counts.created, counts.skipped) == (1, 1)
     assert Product.objects.get(remote_id=other["id"]).name == "Made on the service"
+
+
+def test_a_pull_during_a_product_create_makes_no_second_local_product(billing_sandbox, monkeypatch):
+    """A pull that reads the new product while its create's answer is on its way (the entry in
+    progress): the row it made took the remote id, and the push failed in doubt."""
+    session = get_client().session
+    real = session.request
+    pulled = []
+
+    def request(method, url, **kwargs):
+        response = real(method, url, **kwargs)
+        if method == "POST" and url.endswith("/products") and not pulled:
+            pulled.append(pull_products())
+        return response
+
+    monkeypatch.setattr(session, "request", request)
+    product = make_product()
+    assert push_entry(OutboxEntry.objects.get().pk).status == PushOutcome.DONE
+    assert pulled[0].skipped == 1
+    (remote,) = billing_sandbox.objects("product")
+    product.refresh_from_db()
+    assert str(product.remote_id) == remote["id"] and Product.objects.count() == 1
