@@ -864,13 +864,17 @@ def _create_session(
         if not _keep_key(remembered, key, expires):
             _cache_call("delete", remembered)
         raise ServiceUnavailable()
-    _cache_call("delete", remembered)
 
     for name, value in remote.items():
         if value is not None or name not in ("expires_at", "selected_currency"):
             setattr(session, name, value)
     session.sync_state = SyncState.SYNCED
     session.last_synced_at = timezone.now()
-    with transaction.atomic(), from_remote():
-        session.save()
+    try:
+        with transaction.atomic(), from_remote():
+            session.save()
+    except Exception:  # created there, not stored here: the next attempt replays the key
+        _keep_key(remembered, key, expires)
+        raise
+    _cache_call("delete", remembered)
     return session

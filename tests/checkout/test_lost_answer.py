@@ -196,3 +196,37 @@ def test_a_session_answered_with_an_id_that_is_not_a_uuid_is_not_created_again(
     assert second.status_code == 302 and second["Location"].endswith(f"/checkout/{remote['id']}")
     assert str(CheckoutSession.objects.get().remote_id) == remote["id"]
     assert len(keys_of(billing_sandbox.requests(operation="create_checkout_session"))) == 1
+
+
+def test_a_session_created_there_but_not_stored_here_is_not_created_again(
+    billing_sandbox, product, user, monkeypatch, settings
+):
+    """The service created the session, and storing it here failed (the database): the key
+    was forgotten before the row was written, so the next click sent a new one and the service
+    held two payable sessions. The key is now kept unless the session is stored (in a cache
+    outside the database, as Redis: the database cache's write rolls back with the request)."""
+    from django.db import DatabaseError
+
+    locmem = "django.core.cache.backends.locmem.LocMemCache"
+    settings.CACHES = {**settings.CACHES, "outside": {"BACKEND": locmem, "LOCATION": "h10"}}
+    settings.BILLING = {**settings.BILLING, "CACHE": "outside"}
+
+    real_save = CheckoutSession.save
+    failed: list[int] = []
+
+    def save(self, *args, **kwargs):
+        if not failed:
+            failed.append(1)
+            raise DatabaseError("the database went away")
+        return real_save(self, *args, **kwargs)
+
+    monkeypatch.setattr(CheckoutSession, "save", save)
+    with pytest.raises(DatabaseError):
+        start_checkout(user, product, "months-1", "XOF")
+    assert failed and not CheckoutSession.objects.exists()
+    assert len(billing_sandbox.objects("checkout_session")) == 1
+
+    session = start_checkout(user, product, "months-1", "XOF")
+    (remote,) = billing_sandbox.objects("checkout_session")
+    assert str(session.remote_id) == remote["id"]
+    assert len(keys_of(billing_sandbox.requests(operation="create_checkout_session"))) == 1
