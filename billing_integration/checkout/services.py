@@ -805,10 +805,17 @@ def checkout_redirect(
 def _keep_key(remembered: str, key: str, expires: datetime) -> bool:
     """Remember the key of a session in doubt until it would expire (the next attempt for the
     same choice replays it); False when it has expired already."""
+    if not _remember(remembered, key, expires):
+        return False
+    logger.warning("checkout: session %s in doubt, kept for a replay", key)
+    return True
+
+
+def _remember(remembered: str, key: str, expires: datetime) -> bool:
+    """``_keep_key`` without its warning."""
     seconds = int((expires - timezone.now()).total_seconds())
     if seconds <= 0:
         return False
-    logger.warning("checkout: session %s in doubt, kept for a replay", key)
     _cache_call("set", remembered, {"key": key, "expires_at": expires.isoformat()}, seconds)
     return True
 
@@ -876,5 +883,7 @@ def _create_session(
     except Exception:  # created there, not stored here: the next attempt replays the key
         _keep_key(remembered, key, expires)
         raise
-    _cache_call("delete", remembered)
+    # forgotten once the row is committed (the caller's transaction may still roll it back)
+    _remember(remembered, key, expires)
+    transaction.on_commit(lambda: _cache_call("delete", remembered))
     return session

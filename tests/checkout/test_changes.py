@@ -1035,3 +1035,41 @@ def test_the_same_change_after_its_page_was_paid_opens_no_second_page(
 
     assert again.pk == first.pk and again.checkout_url is None  # the billing page shows it
     assert len(billing_sandbox.requests(operation="create_checkout_session")) == calls
+
+
+def test_a_change_whose_request_could_not_be_stored_makes_no_second_page(
+    billing_sandbox, plans, logged_in, user, settings, monkeypatch
+):
+    """The change's session was created and stored, then storing its request failed (the
+    database): the session row rolled back with it, its key was already forgotten, and the
+    next click created a second payable page. The key is now forgotten on commit only."""
+    from django.db import DatabaseError
+
+    locmem = "django.core.cache.backends.locmem.LocMemCache"
+    settings.CACHES = {**settings.CACHES, "outside": {"BACKEND": locmem, "LOCATION": "h10c"}}
+    settings.BILLING = {**settings.BILLING, "CACHE": "outside"}
+    basic, pro = plans
+    billing_sandbox.config(change_actions=["upgrade"])
+    guesses(settings, **ON)
+    subscribe(billing_sandbox, logged_in, user, basic)
+    before = len(billing_sandbox.objects("checkout_session"))
+    real_save = ChangeRequest.save
+    failed: list[int] = []
+
+    def save(self, *args, **kwargs):
+        if not failed:
+            failed.append(1)
+            raise DatabaseError("the database went away")
+        return real_save(self, *args, **kwargs)
+
+    monkeypatch.setattr(ChangeRequest, "save", save)
+    with pytest.raises(DatabaseError):
+        change_plan(user, pro, "months-1", "XOF")
+    assert failed and not ChangeRequest.objects.exists()
+    assert len(billing_sandbox.objects("checkout_session")) == before + 1
+
+    request = change_plan(user, pro, "months-1", "XOF")
+    assert request.via == ChangeVia.CHECKOUT
+    assert len(billing_sandbox.objects("checkout_session")) == before + 1
+    calls = billing_sandbox.requests(operation="create_checkout_session")[-2:]
+    assert calls[0]["headers"]["x-idempotency-id"] == calls[1]["headers"]["x-idempotency-id"]
