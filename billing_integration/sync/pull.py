@@ -13,7 +13,7 @@ from typing import Any
 
 from django.contrib.contenttypes.models import ContentType
 from django.db import IntegrityError, connections, router, transaction
-from django.db.models import Exists, OuterRef, Q, prefetch_related_objects
+from django.db.models import Q, prefetch_related_objects
 from django.utils import timezone
 
 from ..context import from_remote
@@ -312,24 +312,19 @@ def upsert_products(rows: Iterable[Row], *, read_at: datetime | None = None) -> 
 
 
 def _without_creates_in_doubt(mapped: list[Row], counts: PullCounts) -> list[Row]:
-    """``mapped`` without the products new here named as a local product whose create was sent
-    and not answered yet or is in doubt (its answer on its way, or lost): a product has no key
+    """``mapped`` without the products new here named as the create of a local product that was
+    sent and not answered yet or is in doubt (its answer on its way, or lost): a product has no key
     of ours to adopt it by, and a row made for it here would take the remote id the create's
     answer or retry (same key) links the local product to. Such a row is counted skipped; a
     later pull creates it if still unlinked."""
-    doubtful = Product.objects.filter(
-        Exists(
-            OutboxEntry.objects.filter(
-                BLOCKING,
-                content_type=ContentType.objects.get_for_model(Product),
-                object_id=OuterRef("pk"),
-                operation=OutboxOperation.CREATE,
-                attempts__gt=0,  # sent: in progress, or pending or failed in doubt
-            )
-        ),
-        remote_id__isnull=True,
+    sent = OutboxEntry.objects.filter(
+        BLOCKING,
+        content_type=ContentType.objects.get_for_model(Product),
+        object_id__in=Product.objects.filter(remote_id__isnull=True).values("pk"),
+        operation=OutboxOperation.CREATE,
+        attempts__gt=0,  # sent: in progress, or pending or failed in doubt
     )
-    names = set(doubtful.values_list("name", flat=True))
+    names = set(sent.values_list("payload__name", flat=True))  # as sent, renamed since or not
     if not names:
         return mapped
     new = [m for m in mapped if m.get("name") in names]

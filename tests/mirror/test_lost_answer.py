@@ -445,15 +445,20 @@ def test_a_pull_while_a_product_create_is_in_doubt_makes_no_second_local_product
     entry = OutboxEntry.objects.get()
     assert push_entry(entry.pk).status == PushOutcome.RETRY
     (remote,) = billing_sandbox.objects("product")  # applied, answer lost
+    product.name = "Pro plan, renamed"  # the name sent is the one the service holds
+    product.save()
 
     counts = pull_products()
     assert counts.skipped == 1 and Product.objects.count() == 1
 
     OutboxEntry.objects.filter(pk=entry.pk).update(next_attempt_at=None)
     assert push_entry(entry.pk).status == PushOutcome.DONE
+    for pk in OutboxEntry.objects.open().values_list("pk", flat=True):  # the rename
+        assert push_entry(pk).status == PushOutcome.DONE
     product.refresh_from_db()
     assert str(product.remote_id) == remote["id"] and product.sync_state == "synced"
     assert len(keys_of(billing_sandbox.requests(operation="create_product"))) == 1
+    assert billing_sandbox.object("product", remote["id"])["name"] == "Pro plan, renamed"
     assert pull_products().created == 0 and Product.objects.count() == 1
 
 
