@@ -23,7 +23,7 @@ from ..timestamps import TOLERANCE
 
 logger = logging.getLogger("billing_integration.webhooks")
 #: Django's error reports (and tools that follow its marks) hide every local variable of these
-#: calls and of what they call: the secrets, the credentials and the settings that hold them.
+#: calls (not of what they call): the secrets, the credentials and the settings holding them.
 _secret_frames = sensitive_variables()
 
 _SECRET_PREFIX = "whsec_"
