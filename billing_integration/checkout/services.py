@@ -802,22 +802,12 @@ def checkout_redirect(
     return HttpResponseRedirect(checkout_url(subscriber, product, cycle, currency, **kwargs))
 
 
-def _keep_key(remembered: str, key: str, expires: datetime) -> bool:
-    """Remember the key of a session in doubt until it would expire (the next attempt for the
-    same choice replays it); False when it has expired already."""
-    if not _remember(remembered, key, expires):
-        return False
-    logger.warning("checkout: session %s in doubt, kept for a replay", key)
-    return True
-
-
-def _remember(remembered: str, key: str, expires: datetime) -> bool:
-    """``_keep_key`` without its warning."""
+def _remember(remembered: str, key: str, expires: datetime) -> None:
+    """Keep the key of an attempt in the shared cache until its session would expire (the
+    next attempt for the same choice replays it)."""
     seconds = int((expires - timezone.now()).total_seconds())
-    if seconds <= 0:
-        return False
-    _cache_call("set", remembered, {"key": key, "expires_at": expires.isoformat()}, seconds)
-    return True
+    if seconds > 0:
+        _cache_call("set", remembered, {"key": key, "expires_at": expires.isoformat()}, seconds)
 
 
 def _create_session(
@@ -855,12 +845,16 @@ def _create_session(
         downgrade_to=downgrade_to,
     )
     payload = checkout_map.to_remote(session)
+    # Kept until the session's row commits here: an answer lost, or a row not stored (or
+    # rolled back with the caller's transaction), replays the key on the next attempt.
+    _remember(remembered, key, expires)
     try:
         data = client.create_checkout_session(payload, idempotency_key=key, deadline=deadline)
     except BillingError as exc:
         in_doubt = exc.retryable or exc.in_doubt or isinstance(exc, BillingIdempotencyConflict)
-        if not (in_doubt and _keep_key(remembered, key, expires)):
-            # refused (nothing was created) or expired: the next attempt starts afresh
+        if in_doubt:
+            logger.warning("checkout: session %s in doubt, kept for a replay", key)
+        else:  # refused: nothing was created, the next attempt starts afresh
             _cache_call("delete", remembered)
         raise _translate(exc, "create_checkout_session") from exc
     remote = checkout_map.from_remote(data) if isinstance(data, dict) else {}
@@ -868,8 +862,6 @@ def _create_session(
         # A 2xx naming the session by no UUID (no hosted page to go to): probably created
         # there, so a lost answer as one without an id (the client's), kept for a replay.
         logger.error("checkout: the service answered without a session id that is a UUID")
-        if not _keep_key(remembered, key, expires):
-            _cache_call("delete", remembered)
         raise ServiceUnavailable()
 
     for name, value in remote.items():
@@ -877,13 +869,7 @@ def _create_session(
             setattr(session, name, value)
     session.sync_state = SyncState.SYNCED
     session.last_synced_at = timezone.now()
-    try:
-        with transaction.atomic(), from_remote():
-            session.save()
-    except Exception:  # created there, not stored here: the next attempt replays the key
-        _keep_key(remembered, key, expires)
-        raise
-    # forgotten once the row is committed (the caller's transaction may still roll it back)
-    _remember(remembered, key, expires)
+    with transaction.atomic(), from_remote():
+        session.save()
     transaction.on_commit(lambda: _cache_call("delete", remembered))
     return session

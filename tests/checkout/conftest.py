@@ -102,3 +102,25 @@ def other_user(transactional_db):
 def logged_in(client, user):
     client.force_login(user)
     return client
+
+
+def first_save_fails(monkeypatch, settings, model) -> list[int]:
+    """The next ``model.save()`` raises ``DatabaseError`` (the database went away; the list
+    returned holds one item once it has), with ``BILLING['CACHE']`` outside the database, as
+    Redis is (the database cache's writes roll back with the failed transaction)."""
+    from django.db import DatabaseError
+
+    locmem = "django.core.cache.backends.locmem.LocMemCache"
+    settings.CACHES = {**settings.CACHES, "outside": {"BACKEND": locmem, "LOCATION": "outside"}}
+    settings.BILLING = {**settings.BILLING, "CACHE": "outside"}
+    real_save = model.save
+    failed: list[int] = []
+
+    def save(self, *args, **kwargs):
+        if not failed:
+            failed.append(1)
+            raise DatabaseError("the database went away")
+        return real_save(self, *args, **kwargs)
+
+    monkeypatch.setattr(model, "save", save)
+    return failed

@@ -11,6 +11,7 @@ from io import StringIO
 import pytest
 from django.core import mail
 from django.core.management import call_command
+from django.db import DatabaseError
 from django.utils import timezone
 
 from billing_integration.access import subscribed
@@ -47,7 +48,7 @@ from billing_integration.models import (
 )
 from billing_integration.sync.pull import pull_subscriptions
 
-from .conftest import make_product, push_open_entries
+from .conftest import first_save_fails, make_product, push_open_entries
 from .test_one_purchase import RETURN, button, hold, post
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -1043,26 +1044,12 @@ def test_a_change_whose_request_could_not_be_stored_makes_no_second_page(
     """The change's session was created and stored, then storing its request failed (the
     database): the session row rolled back with it, its key was already forgotten, and the
     next click created a second payable page. The key is now forgotten on commit only."""
-    from django.db import DatabaseError
-
-    locmem = "django.core.cache.backends.locmem.LocMemCache"
-    settings.CACHES = {**settings.CACHES, "outside": {"BACKEND": locmem, "LOCATION": "h10c"}}
-    settings.BILLING = {**settings.BILLING, "CACHE": "outside"}
     basic, pro = plans
     billing_sandbox.config(change_actions=["upgrade"])
     guesses(settings, **ON)
     subscribe(billing_sandbox, logged_in, user, basic)
     before = len(billing_sandbox.objects("checkout_session"))
-    real_save = ChangeRequest.save
-    failed: list[int] = []
-
-    def save(self, *args, **kwargs):
-        if not failed:
-            failed.append(1)
-            raise DatabaseError("the database went away")
-        return real_save(self, *args, **kwargs)
-
-    monkeypatch.setattr(ChangeRequest, "save", save)
+    failed = first_save_fails(monkeypatch, settings, ChangeRequest)
     with pytest.raises(DatabaseError):
         change_plan(user, pro, "months-1", "XOF")
     assert failed and not ChangeRequest.objects.exists()

@@ -6,9 +6,12 @@ from __future__ import annotations
 from contextlib import suppress
 
 import pytest
+from django.db import DatabaseError
 
 from billing_integration.checkout.services import CheckoutError, ServiceUnavailable, start_checkout
 from billing_integration.models import CheckoutSession, Customer
+
+from .conftest import first_save_fails
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -205,22 +208,7 @@ def test_a_session_created_there_but_not_stored_here_is_not_created_again(
     was forgotten before the row was written, so the next click sent a new one and the service
     held two payable sessions. The key is now kept unless the session is stored (in a cache
     outside the database, as Redis: the database cache's write rolls back with the request)."""
-    from django.db import DatabaseError
-
-    locmem = "django.core.cache.backends.locmem.LocMemCache"
-    settings.CACHES = {**settings.CACHES, "outside": {"BACKEND": locmem, "LOCATION": "h10"}}
-    settings.BILLING = {**settings.BILLING, "CACHE": "outside"}
-
-    real_save = CheckoutSession.save
-    failed: list[int] = []
-
-    def save(self, *args, **kwargs):
-        if not failed:
-            failed.append(1)
-            raise DatabaseError("the database went away")
-        return real_save(self, *args, **kwargs)
-
-    monkeypatch.setattr(CheckoutSession, "save", save)
+    failed = first_save_fails(monkeypatch, settings, CheckoutSession)
     with pytest.raises(DatabaseError):
         start_checkout(user, product, "months-1", "XOF")
     assert failed and not CheckoutSession.objects.exists()
