@@ -2,13 +2,24 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import task_postrun, task_prerun
+from celery.signals import setup_logging, task_postrun, task_prerun
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "example_project.settings")
 
 app = Celery("example_project")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@setup_logging.connect
+def use_django_logging(**kwargs: Any) -> None:
+    """A worker logs through settings.LOGGING, as the web process does, instead of adding
+    Celery's handler to the root logger (which printed every app line twice)."""
+    from logging.config import dictConfig
+
+    from django.conf import settings
+
+    dictConfig(settings.LOGGING)
 
 
 @task_prerun.connect

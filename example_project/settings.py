@@ -180,11 +180,15 @@ VAR_DIR.mkdir(exist_ok=True)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "formatters": {"plain": {"format": "[%(asctime)s: %(levelname)s/%(name)s] %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "loggers": {
         "billing_integration": {
             "handlers": ["console"],
             "level": env("BILLING_LOG_LEVEL", default="INFO"),
-        }
+        },
+        # the worker's own lines (tasks received, succeeded): example_project/celery.py has the
+        # worker use this configuration instead of Celery's
+        "celery": {"handlers": ["console"], "level": "INFO"},
     },
 }
