@@ -17,7 +17,7 @@ from .conf import DEFAULTS, REQUIRED, billing_settings, guesses
 from .exceptions import BillingConfigurationError, without_user_info
 from .health import PROCESS_LOCAL_BACKENDS
 from .schedule import PRUNE_OLDER_THAN
-from .webhooks.verification import whsec_key
+from .webhooks.verification import MIN_KEY_BYTES, whsec_key
 
 URL_KEYS = ("BASE_URL", "AUTH_URL", "CHECKOUT_URL")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -126,9 +126,11 @@ def _webhook_errors(conf: dict[str, Any]) -> list[CheckMessage]:
     listed = isinstance(conf.get("WEBHOOK_SECRET"), (list, tuple))
     for index, secret in enumerate(secrets):
         key = whsec_key(secret)
-        if key is None or len(key) < 16:
+        if key is None or len(key) < MIN_KEY_BYTES:
             label = "BILLING['WEBHOOK_SECRET']" + (f"[{index}]" if listed else "")
             text = f"{label} is not of the form 'whsec_<base64>'."
+            if key is not None:  # verifies nothing (401): a short key can be guessed
+                text = f"{label} decodes to {len(key)} bytes: at least {MIN_KEY_BYTES} are needed."
             hint = (
                 "Copy the secret exactly as the service (or the sandbox) prints it "
                 "(environment variable BILLING_WEBHOOK_SECRET)."

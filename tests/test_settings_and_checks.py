@@ -221,6 +221,14 @@ def test_an_absolute_site_url_passes(settings):
     assert check_billing_settings() == []
 
 
+def test_a_short_webhook_secret_is_an_error_that_says_its_length(settings):
+    settings.BILLING = {**GOOD, "WEBHOOK_SECRET": "whsec_" + "eHh4eHh4eHh4eHh4eHh4"}  # 15 bytes
+    errors = check_billing_settings()
+    assert ids(errors) == ["billing_integration.E004"]
+    assert "decodes to 15 bytes: at least 16 are needed" in errors[0].msg
+    assert "eHh4" not in errors[0].msg + errors[0].hint
+
+
 def test_malformed_webhook_secret_is_not_echoed(settings):
     settings.BILLING = {**GOOD, "WEBHOOK_SECRET": "not-a-secret-value"}
     errors = check_billing_settings()
