@@ -42,18 +42,27 @@ class StaleTimestampError(WebhookVerificationError):
 
 
 class BadSignatureError(WebhookVerificationError):
-    """No signature of the delivery matches a configured secret."""
+    """No signature of the delivery matches a configured secret (or the settings cannot
+    verify it: the answer is the same, ``log_hint`` says why)."""
 
     status, reason = 401, "bad_signature"
+    message = "No valid webhook signature."
     #: For the log line only: the answer, which the sender reads, names no setting.
     log_hint = (
         "Check BILLING['WEBHOOK_SECRET']: it must be the secret the billing service signs "
         "this callback's deliveries with."
     )
 
+    def __init__(self, log_hint: str | None = None) -> None:
+        super().__init__(self.message)
+        if log_hint is not None:
+            self.log_hint = log_hint
 
-class BasicAuthError(WebhookVerificationError):
-    status = 401  # wrong HTTP basic credentials: the answer carries a Basic challenge
+
+class BasicAuthError(BadSignatureError):
+    """Wrong HTTP basic credentials: the answer carries a Basic challenge."""
+
+    message = "Invalid HTTP basic credentials."
     #: For the log line only, as ``BadSignatureError.log_hint``.
     log_hint = (
         "Check BILLING['WEBHOOK_BASIC_AUTH']: it must be the user:password the billing "
@@ -139,8 +148,9 @@ def verify_signature(
     listed = [secrets] if isinstance(secrets, str) else secrets
     keys = [key for key in (_decode_secret(s) for s in listed if s) if len(key) >= MIN_KEY_BYTES]
     if not keys:
-        raise WebhookVerificationError(
-            f"No webhook secret of at least {MIN_KEY_BYTES} bytes is configured."
+        raise BadSignatureError(
+            f"BILLING['WEBHOOK_SECRET'] holds no key of at least {MIN_KEY_BYTES} bytes: it "
+            "verifies nothing."
         )
     signed = f"{msg_id}.{ts}.".encode() + body
     expected = [hmac.new(key, signed, hashlib.sha256).digest() for key in keys]
@@ -153,7 +163,7 @@ def verify_signature(
         for digest in expected:  # every comparison made: the time taken reveals no match
             valid |= version == "v1" and hmac.compare_digest(digest, given)
     if not valid:
-        raise BadSignatureError("No valid webhook signature.")
+        raise BadSignatureError()
     return Verification("signature", message_id=msg_id)
 
 
@@ -163,7 +173,7 @@ def verify_basic_auth(headers: Mapping[str, str], credentials: str) -> Verificat
     UTF-8 or in ISO-8859-1 (RFC 7617 leaves the charset to the sender; many clients, requests
     among them, send ISO-8859-1). Credentials without a password verify nothing."""
     if not credentials.partition(":")[2]:  # no password: anyone can send these credentials
-        raise WebhookVerificationError("The HTTP basic credentials configured have no password.")
+        raise BasicAuthError("BILLING['WEBHOOK_BASIC_AUTH'] has no password: it verifies nothing.")
     authorization = headers.get("authorization") or ""
     scheme, _, value = authorization.partition(" ")
     if scheme.lower() != "basic" or not value or len(value) > _MAX_HEADER:
@@ -179,7 +189,7 @@ def verify_basic_auth(headers: Mapping[str, str], credentials: str) -> Verificat
     for form in forms:  # every comparison made: the time taken reveals no match
         valid |= hmac.compare_digest(given, form)
     if not valid:
-        raise BasicAuthError("Invalid HTTP basic credentials.")
+        raise BasicAuthError()
     return Verification("basic")
 
 
@@ -196,9 +206,15 @@ def verify_request(body: bytes, headers: Mapping[str, str]) -> Verification:
     signed = webhook_header(headers, "signature") is not None
     unverified = conf.get("WEBHOOK_ALLOW_UNVERIFIED")
     if signed and not secrets and not may_be_basic and not unverified:
-        raise BadSignatureError("A signed delivery, but no signing secret is configured.")
+        raise BadSignatureError(
+            "A signed delivery, but BILLING['WEBHOOK_SECRET'] is not set: set it to the "
+            "secret the billing service signs this callback's deliveries with."
+        )
     if secrets and not signed and not basic and headers.get("authorization"):
-        raise BadSignatureError("Basic credentials, but deliveries must be signed.")
+        raise BadSignatureError(
+            "Basic credentials, but only BILLING['WEBHOOK_SECRET'] is set: set "
+            "BILLING['WEBHOOK_BASIC_AUTH'] if the billing service sends credentials."
+        )
     if secrets and (signed or not may_be_basic):
         try:
             return verify_signature(body, headers, secrets)
@@ -212,7 +228,7 @@ def verify_request(body: bytes, headers: Mapping[str, str]) -> Verification:
             "Accepting an unverified event delivery (BILLING['WEBHOOK_ALLOW_UNVERIFIED'] is True)."
         )
         return Verification("none", message_id=webhook_header(headers, "id"))
-    raise WebhookVerificationError(
+    raise BadSignatureError(
         "Event deliveries cannot be verified: set BILLING['WEBHOOK_SECRET'] or "
         "BILLING['WEBHOOK_BASIC_AUTH']."
     )

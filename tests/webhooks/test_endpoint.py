@@ -718,3 +718,46 @@ def test_basic_credentials_with_a_non_ascii_password_in_either_charset(
     assert sent("hook:passwörd".encode("latin-1")).status_code == 401
     assert sent("hook:pässwörd ".encode("latin-1")).status_code == 401
     assert WebhookEvent.objects.count() == 2
+
+
+@pytest.mark.parametrize(
+    "configured, headers",
+    [
+        # signed, but no signing secret is set (only basic credentials, or nothing)
+        ({"WEBHOOK_BASIC_AUTH": "hook:pw"}, "signed"),
+        ({}, "signed"),
+        # basic credentials, but only a secret is set
+        ({"WEBHOOK_SECRET": SECRET}, "basic"),
+        # a secret of no bytes, or credentials without a password
+        ({"WEBHOOK_SECRET": "whsec_"}, "signed"),
+        ({"WEBHOOK_BASIC_AUTH": "hook:"}, "basic"),
+        # nothing set at all
+        ({}, "none"),
+    ],
+)
+def test_a_refusal_for_the_settings_tells_the_sender_nothing_of_them(
+    client, settings, stored_only, caplog, configured, headers
+):
+    """The answer, which anyone who reaches the URL reads, is that of a wrong signature or
+    wrong credentials: it never says what is (not) configured nor names a setting; the log
+    line does."""
+    settings.BILLING = {
+        **settings.BILLING,
+        "WEBHOOK_SECRET": None,
+        "WEBHOOK_BASIC_AUTH": None,
+        **configured,
+    }
+    body = json.dumps(envelope("invoice.paid", {"id": str(uuid.uuid4())})).encode()
+    extra = {
+        "signed": as_meta(sign(body, OTHER_SECRET)),
+        "basic": _basic("hook:guess"),
+        "none": {},
+    }[headers]
+    with caplog.at_level("WARNING", logger=LOGGER):
+        answer = client.post(URL, data=body, content_type="application/json", **extra)
+    assert answer.status_code == 401 and WebhookEvent.objects.count() == 0
+    assert answer.json()["error"] in (
+        "No valid webhook signature.",
+        "Invalid HTTP basic credentials.",
+    )
+    assert "BILLING[" in caplog.text  # the log says which setting to look at
