@@ -41,34 +41,24 @@ else:
 
 
 class ModelAdmin(DjangoModelAdmin):
-    """The base of the app's admins. Its list answers the crafted parameters Django's list would
-    fail on with a 500 as Django answers any bad one: a redirect to ``?e=1``."""
+    """The base of the app's admins: its list answers a crafted parameter that would fail with a
+    500 as Django answers any bad one, with a redirect to ``?e=1`` (see docs/admin.md)."""
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
-        """The list, answered with a redirect to ``?e=1`` when a parameter has a NUL character
-        (PostgreSQL refuses it in text), a date part past ``datetime``'s range
-        (``?created_at__year=99999999999``, the date hierarchy's ``__month`` and ``__day``) or
-        a value the database refuses (``?amount__exact=1E%2B99999999``, past PostgreSQL's
-        numeric). It runs in a savepoint, so that a value the database refused leaves the
-        request's transaction usable. A POST (an admin action) is not guarded: an action's
-        error is not hidden as ``?e=1``; nor is an error of the bare ``?e=1`` list (a bug, not
-        a parameter: no loop of redirects). Each refusal is logged
-        (``billing_integration.admin``)."""
-        if request.method == "POST":
+        if request.method == "POST":  # an action's error is not hidden as ?e=1
             return super().changelist_view(request, extra_context)
         error = HttpResponseRedirect(f"{request.path}?{ERROR_FLAG}=1")
         if any("\x00" in value for _, values in request.GET.lists() for value in values):
-            return error
+            return error  # PostgreSQL refuses a NUL in text
         try:
+            # A savepoint: a value the database refused leaves the request's transaction usable.
             with transaction.atomic(using=router.db_for_read(self.model)):
                 return super().changelist_view(request, extra_context)
         # DataError: a value the database refuses; OverflowError: a date part past what
-        # datetime() takes (?created_at__year=99999999999); ValueError: a year lookup past 9999
-        # (?created_at__year=10000), which Django turns into datetime(10000, 1, 1) where the
-        # filter becomes SQL, in the list's counts.
+        # datetime() takes; ValueError: a year past 9999 (Django's datetime(10000, 1, 1)).
         except (DataError, OverflowError, ValueError) as exc:
             logger.warning("admin list %s refused: %s", request.path, type(exc).__name__)
-            if set(request.GET) == {ERROR_FLAG}:  # the list fails without any parameter
+            if set(request.GET) == {ERROR_FLAG}:  # a bug, not a parameter: no loop of redirects
                 raise
             return error
 
