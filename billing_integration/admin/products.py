@@ -684,6 +684,7 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
         return obj
 
     def get_queryset(self, request: HttpRequest) -> models.QuerySet[Product]:
+        """Counted for the list's columns (the change page's object comes from here too)."""
         products: models.QuerySet[Product] = super().get_queryset(request)
         return products.annotate(
             _subscriber_count=Count(
@@ -728,12 +729,7 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
         """Flags a subscription product with no known cycle, and one with declared cycles."""
         if obj.is_one_time:
             return "-"
-        total = getattr(obj, "_cycle_count", None)
-        if total is None:
-            total = obj.cycles.count()
-        declared = getattr(obj, "_declared_count", None)
-        if declared is None:
-            declared = obj.cycles.filter(declared=True).count()
+        total, declared = obj._cycle_count, obj._declared_count  # type: ignore[attr-defined]
         if not total:
             return state_badge("no-cycles", str(NO_CYCLES_LABEL))
         if declared:
@@ -744,9 +740,7 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
 
     @admin.display(description=_("subscriptions"), ordering="_subscriber_count")
     def subscriber_count(self, obj: Product) -> Any:
-        count = getattr(obj, "_subscriber_count", None)
-        if count is None:
-            count = obj.subscriptions.active().count()
+        count = obj._subscriber_count  # type: ignore[attr-defined]
         return changelist_link(Subscription, count, product__id__exact=obj.pk) if count else 0
 
     @admin.display(description=_("subscriptions"))
