@@ -214,6 +214,14 @@ def format_amounts(amounts: dict[int, Decimal]) -> str:
     return ", ".join(f"{names.get(cid, cid)} {amount}" for cid, amount in sorted(amounts.items()))
 
 
+def currency_choices(stored: Iterable[int]) -> list[tuple[int, Any]]:
+    """The currencies of ``BILLING['CURRENCIES']``, then the ``stored`` ids it lacks (pulled as
+    received: offered too, else a save drops them)."""
+    known = currencies.known()
+    unknown = sorted(set(stored) - set(known))
+    return [*sorted(known.items()), *((c, UNKNOWN_CURRENCY_LABEL % {"id": c}) for c in unknown)]
+
+
 class CycleForm(ModelForm):
     """A billing cycle's unit and frequency (the service refuses a frequency below 1)."""
 
@@ -259,15 +267,10 @@ class BillingCycleForm(CycleForm):
         raise ValidationError(NO_PRICE_ERROR)
 
     def save(self, commit: bool = True) -> BillingCycle:
+        """Also makes the cycle's prices those of the field, writing only the rows that differ."""
         cycle: BillingCycle = super().save(commit=commit)
-        if commit:
-            self.save_prices(cycle)
-        return cycle
-
-    def save_prices(self, cycle: BillingCycle) -> None:
-        """Make the cycle's prices those of the field, writing only the rows that differ."""
-        if "prices" not in self.changed_data and not self.was_new:
-            return
+        if not commit or ("prices" not in self.changed_data and not self.was_new):
+            return cycle
         wanted: dict[int, Decimal] = self.cleaned_data.get("prices") or {}
         existing = {p.currency_id: p for p in cycle.prices.all()}
         for cid, price in existing.items():
@@ -279,6 +282,7 @@ class BillingCycleForm(CycleForm):
         for cid, amount in wanted.items():
             if cid not in existing:
                 Price.objects.create(cycle=cycle, currency_id=cid, amount=amount)
+        return cycle
 
 
 class PriceFormSet(BaseInlineFormSet):
@@ -391,12 +395,9 @@ class PriceInlineForm(ModelForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        stored = self.instance.currency_id
         field = cast(forms.ChoiceField, self.fields["currency_id"])
-        known = currencies.known()
-        field.choices = [("", "---------"), *sorted(known.items())]
-        # A stored id the table lacks (pulled as received) is offered too, else no save passes.
-        if (stored := self.instance.currency_id) is not None and stored not in known:
-            field.choices += [(stored, UNKNOWN_CURRENCY_LABEL % {"id": stored})]
+        field.choices = [("", "---------"), *currency_choices([] if stored is None else [stored])]
 
     def clean_amount(self) -> Decimal | None:
         """As in ``parse_prices`` (the service refuses an amount below 0)."""
@@ -483,17 +484,11 @@ class ProductForm(ModelForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        field = cast(forms.ChoiceField, self.fields["selected_currencies"])
-        known = currencies.known()
-        field.choices = sorted(known.items())
+        stored = [int(c) for c in self.instance.selected_currencies or []]
         if self.instance.pk is not None:
-            stored = [int(c) for c in self.instance.selected_currencies or []]
             self.initial["selected_currencies"] = stored
-            # An id the table lacks (pulled as received) is offered too, else a save drops it.
-            field.choices += [
-                (cid, UNKNOWN_CURRENCY_LABEL % {"id": cid})
-                for cid in sorted(set(stored) - set(known))
-            ]
+        field = cast(forms.ChoiceField, self.fields["selected_currencies"])
+        field.choices = currency_choices(stored)
 
     def clean_trial_days(self) -> int | None:
         """At most ``MAX_TRIAL_DAYS``, the longest trial ``start_trial`` starts."""
