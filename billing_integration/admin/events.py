@@ -11,7 +11,6 @@ from django.contrib.admin.utils import flatten_fieldsets
 from django.core.exceptions import PermissionDenied
 from django.db import models
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -154,22 +153,18 @@ class WebhookEventAdmin(ModelAdmin):
             return HttpResponseRedirect(request.path)
         found = unrecognised_types()
         rows = [{"type": row, "sample": pretty_json(row.sample)} for row in found]
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.opts,
-            "title": _("Unrecognised events"),
-            "subtitle": None,
-            "rows": rows,
-            "total": sum(row.count for row in found),
-            "can_replay": self.has_change_permission(request),
-            "changelist_url": reverse(
-                f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_changelist"
-            )
-            + "?state__exact=unrecognised",
-        }
-        request.current_app = self.admin_site.name
-        template = "admin/billing_integration/webhookevent/unrecognised.html"
-        return TemplateResponse(request, template, context)
+        changelist = (
+            f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_changelist"
+        )
+        return self.page(
+            request,
+            "admin/billing_integration/webhookevent/unrecognised.html",
+            title=_("Unrecognised events"),
+            rows=rows,
+            total=sum(row.count for row in found),
+            can_replay=self.has_change_permission(request),
+            changelist_url=reverse(changelist) + "?state__exact=unrecognised",
+        )
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         """Never write a delivery from the admin."""

@@ -7,7 +7,6 @@ from typing import Any
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
-from django.template.response import TemplateResponse
 from django.utils.translation import gettext as _
 
 from ..health import FAIL, OK, Thresholds, diagnose
@@ -30,14 +29,10 @@ class HealthAdmin(ReadOnlyAdminMixin, ModelAdmin):
             for fact in report.facts
         ]
         context = {
-            **self.admin_site.each_context(request),
-            "opts": self.model._meta,
             "title": _("Billing health"),
-            "subtitle": None,
             "report": report,
             "facts": facts,
             "thresholds": thresholds,
             **(extra_context or {}),
         }
-        request.current_app = self.admin_site.name
-        return TemplateResponse(request, "admin/billing_integration/health/health.html", context)
+        return self.page(request, "admin/billing_integration/health/health.html", **context)

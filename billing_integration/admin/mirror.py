@@ -13,6 +13,7 @@ from django.contrib.admin.utils import flatten_fieldsets
 from django.contrib.admin.views.main import ERROR_FLAG
 from django.db import DataError, models, router, transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
@@ -61,6 +62,12 @@ class ModelAdmin(DjangoModelAdmin):
             if set(request.GET) == {ERROR_FLAG}:  # a bug, not a parameter: no loop of redirects
                 raise
             return error
+
+    def page(self, request: HttpRequest, template: str, **context: Any) -> TemplateResponse:
+        """A page of this admin's own views: ``template`` with the admin's context."""
+        request.current_app = self.admin_site.name
+        context = {**self.admin_site.each_context(request), "opts": self.opts, **context}
+        return TemplateResponse(request, template, context)
 
 
 #: Colours of the badges (sync states, event states, record statuses).

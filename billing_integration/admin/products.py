@@ -16,7 +16,6 @@ from django.db import models, transaction
 from django.db.models import Count
 from django.forms.formsets import DELETION_FIELD_NAME
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
-from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
@@ -555,12 +554,6 @@ class PricingConfirmationAdmin(ModelAdmin):
             changes.insert(0, _("change cycle %s") % obj)
         return product, changes
 
-    def page(self, request: HttpRequest, template: str, **context: Any) -> TemplateResponse:
-        context = {**self.admin_site.each_context(request), "opts": self.opts, **context}
-        return TemplateResponse(
-            request, f"admin/billing_integration/product/{template}.html", context
-        )
-
     def changeform_view(
         self,
         request: HttpRequest,
@@ -584,7 +577,7 @@ class PricingConfirmationAdmin(ModelAdmin):
             return None  # declared cycles reach no subscription (sending them asks instead)
         return self.page(
             request,
-            "confirm_pricing_change",
+            "admin/billing_integration/product/confirm_pricing_change.html",
             title=_("Confirm the change of prices or billing cycles"),
             object=product,
             opts=Product._meta,
@@ -784,7 +777,7 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
             return HttpResponseRedirect(change_url)
         return self.page(
             request,
-            "send_declared_cycles",
+            "admin/billing_integration/product/send_declared_cycles.html",
             title=_("Send the declared cycles of %s") % obj,
             object=obj,
             change_url=change_url,
@@ -802,7 +795,7 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
             return HttpResponseRedirect(change_url)
         return self.page(
             request,
-            "archive_confirmation",
+            "admin/billing_integration/product/archive_confirmation.html",
             title=_("Archive %s") % obj,
             object=obj,
             change_url=change_url,
@@ -857,7 +850,7 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
         if archived and not request.POST.get(REPUBLISH_FIELD):
             return self.page(
                 request,
-                "republish_confirmation",
+                "admin/billing_integration/product/republish_confirmation.html",
                 title=_("Publish archived products again?"),
                 archived=archived,
                 selected=queryset.values_list("pk", flat=True),

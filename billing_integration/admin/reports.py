@@ -8,7 +8,6 @@ from typing import Any
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
-from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.text import slugify
 from django.utils.translation import gettext
@@ -141,10 +140,7 @@ class ReportAdmin(ReadOnlyAdminMixin, ModelAdmin):
         query = request.GET.copy()
         query.pop("export", None)
         context = {
-            **self.admin_site.each_context(request),
-            "opts": self.model._meta,
             "title": gettext("Billing reports"),
-            "subtitle": None,
             "period": period,
             "report": report,
             "charts": charts(report),
@@ -158,5 +154,4 @@ class ReportAdmin(ReadOnlyAdminMixin, ModelAdmin):
             "query": query.urlencode(),
             **(extra_context or {}),
         }
-        request.current_app = self.admin_site.name
-        return TemplateResponse(request, "admin/billing_integration/report/dashboard.html", context)
+        return self.page(request, "admin/billing_integration/report/dashboard.html", **context)
