@@ -87,9 +87,7 @@ class WebhookEventAdmin(ModelAdmin):
         (_("Error"), {"fields": ("error", "traceback_pre")}),
         (_("Delivery"), {"fields": ("body_pretty", "headers_pretty")}),
     )
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return flatten_fieldsets(self.fieldsets)
+    readonly_fields = flatten_fieldsets(fieldsets)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
