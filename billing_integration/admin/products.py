@@ -327,16 +327,15 @@ class NeverSentRowsFormSet(BaseInlineFormSet):
             return
         if not rows and self.sends_rows(product):
             raise ValidationError(self.empty_message)
-        if not product.selected_currencies and not any(map(self.currencies, rows)):
+        if not product.selected_currencies and not any(map(self.priced, rows)):
             raise ValidationError(NO_CURRENCY_ERROR)
 
     def sends_rows(self, product: Product) -> bool:
         return product.remote_id is None
 
-    def currencies(self, form: Any) -> set[int]:
-        """The currencies ``form`` prices in."""
-        currency = form.cleaned_data.get("currency_id")
-        return set() if currency is None else {currency}
+    def priced(self, form: Any) -> bool:
+        """Whether ``form`` prices in a currency."""
+        return form.cleaned_data.get("currency_id") is not None
 
 
 class CycleFormSet(NeverSentRowsFormSet):
@@ -350,8 +349,8 @@ class CycleFormSet(NeverSentRowsFormSet):
     def sends_rows(self, product: Product) -> bool:
         return product.remote_id is None or product.blueprint_known
 
-    def currencies(self, form: Any) -> set[int]:
-        return set(form.cleaned_data.get("prices") or ())
+    def priced(self, form: Any) -> bool:
+        return bool(form.cleaned_data.get("prices"))
 
 
 class RootPriceFormSet(NeverSentRowsFormSet, PriceFormSet):
