@@ -202,9 +202,11 @@ class BillingClient:
 
     def find_subscription(self, remote_id: str, *, deadline: DeadlineArg = None) -> Item | None:
         """The remote subscription whose ``id`` is ``remote_id``, or ``None`` (the interface
-        has no single read: this reads the list, ``GET /subscriptions``)."""
+        has no single read: this reads the list, ``GET /subscriptions``); the id in any
+        spelling of the same UUID (capitals, braces) is the same."""
+        wanted = _uuid(remote_id) or remote_id
         for item in self.list_subscriptions(deadline=deadline):
-            if isinstance(item, dict) and str(item.get("id")) == remote_id:
+            if isinstance(item, dict) and (_uuid(item.get("id")) or str(item.get("id"))) == wanted:
                 return item
         return None
 
@@ -490,6 +492,14 @@ def _new_session() -> requests.Session:
     session.mount("https://", adapter)
     session.trust_env = False  # no proxies or netrc credentials slipping in
     return session
+
+
+def _uuid(value: Any) -> str | None:
+    """``value`` as a UUID in its one spelling, None when it is none."""
+    try:
+        return str(uuid.UUID(str(value)))
+    except ValueError:
+        return None
 
 
 def _quoted(value: str) -> str:

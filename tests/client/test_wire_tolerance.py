@@ -339,3 +339,14 @@ def test_refused_credentials_name_the_settings_to_check(status):
         "(check BILLING['CLIENT_ID'] and BILLING['CLIENT_SECRET']): Invalid client secret"
     )
     assert SECRET not in str(info.value) + repr(info.value.body)
+
+
+@responses.activate
+def test_find_subscription_knows_its_id_in_any_spelling_of_the_uuid():
+    """The mapping reads an id in capitals as the same UUID: the lookup of one does too (a
+    subscription the list shows was taken for one the service does not have)."""
+    remote_id = "0b6b6a2e-5b0c-4f7e-9a51-3c1f0e6d2a10"
+    responses.post(AUTH_URL, json={"access_token": TOKEN, "expires_in": 300})
+    row = {"id": remote_id.upper(), "status": "published"}
+    responses.get(API + "/subscriptions", json={"data": [row]})
+    assert make_client().find_subscription(remote_id) == row
