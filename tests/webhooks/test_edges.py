@@ -564,6 +564,33 @@ def test_a_null_status_customer_or_product_in_a_subscription_event_keeps_the_sto
     assert sub.cycle_start_date == later  # the rest of the event applied
 
 
+@pytest.mark.parametrize("empty", [None, ""])
+@pytest.mark.parametrize("nulled", ["selected_billing_cycle", "selected_currency"])
+def test_a_null_cycle_or_currency_in_a_subscription_event_keeps_the_stored_one(
+    mirror, deliver, nulled, empty
+):
+    """A subscription always has a cycle and a currency (the interface types both as strings,
+    never null): a null or empty one is "not sent". It cleared the stored one, so the
+    subscriber's plan showed no price and the checkout button no longer knew the plan held."""
+    from billing_integration.models import Subscription
+    from billing_integration.outbox import from_remote
+
+    sub = mirror.subscription
+    before = ("months-1", "XOF")
+    with from_remote():
+        Subscription.objects.filter(pk=sub.pk).update(
+            selected_billing_cycle=before[0], selected_currency=before[1]
+        )
+    later = datetime.now(tz=UTC).replace(microsecond=0)
+    data = subscription_data(sub.remote_id, **refs(mirror), start=later, updated=later)
+    data[nulled] = empty
+    event = deliver(bare("subscription.renewal", data))
+    assert event.outcome == "applied", event.error
+    sub.refresh_from_db()
+    assert (sub.selected_billing_cycle, sub.selected_currency) == before
+    assert sub.cycle_start_date == later  # the rest of the event applied
+
+
 @pytest.mark.parametrize("stored", [True, False])
 def test_a_null_auto_renew_in_a_subscription_event_keeps_the_stored_one(mirror, deliver, stored):
     """``auto_renew: null`` is "not sent", as an absent one is: renewal neither stops (the
