@@ -174,13 +174,14 @@ def normal_status(model: type[models.Model], value: Any) -> str:
 def carried(data: dict[str, Any], source: dict[str, str], name: str) -> bool:
     """Whether an event's data or a pulled resource carries a value for the field ``name``
     (read from the key ``source`` names, else from ``name``): present, and for a status, a
-    name, a record's amount or currency, a subscription's ``auto_renew``, cycle or currency or
-    the id of another object, neither null nor empty. A field left out, or one of those sent as
-    null, keeps what is stored: the service never takes those away."""
+    name, a record's amount or currency, a subscription's ``auto_renew``, cycle or currency, a
+    product's ``selected_currencies`` or the id of another object, neither null nor empty. A
+    field left out, or one of those sent as null, keeps what is stored: the service never takes
+    those away (an empty list of currencies applies)."""
     key = source.get(name, name)
     if key not in data:
         return False
     kept: tuple[str, ...] = ("status", "name", "amount", "currency", "auto_renew")
-    kept += ("selected_billing_cycle", "selected_currency")
+    kept += ("selected_billing_cycle", "selected_currency", "selected_currencies")
     kept_when_null = name in kept or name.endswith("_remote_id")
     return not (kept_when_null and data[key] in (None, ""))

@@ -694,3 +694,17 @@ def test_a_pulled_customer_leaving_out_its_fields_keeps_the_stored_ones(billing_
     customer.refresh_from_db()
     kept = (customer.first_name, customer.email, customer.phone, customer.status)
     assert kept == ("Al", "ada@example.com", "+22500000000", status)
+
+
+def test_a_pulled_product_with_null_currencies_keeps_the_stored_ones(billing_sandbox, tamper):
+    """``selected_currencies`` is an array in the interface: null is "not sent" (a service may
+    answer null for a list the account may not read), as a field left out is. It emptied the
+    stored list, and checkout then refused the product ("no price in any currency")."""
+    from billing_integration.models import Product
+
+    body = {"prices": [{"currency": 1, "amount": 100}], "status": "published"}
+    get_client().create_product({**body, "name": "One", "selected_currencies": ["1"]})
+    pull_products()
+    tamper("list_products", lambda rows: [dict(r, selected_currencies=None) for r in rows])
+    assert pull_products().errors == 0
+    assert Product.objects.get().selected_currencies == [1]
