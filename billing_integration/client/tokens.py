@@ -135,8 +135,15 @@ class TokenProvider:
         """A new token from the service."""
         started = time.time()
         data = self._fetch(deadline)
-        lifetime = expires_in(data) or DEFAULT_LIFETIME
-        logger.info("billing token obtained (expires_in=%ss)", int(lifetime))
+        lifetime = expires_in(data)
+        if lifetime is None:
+            lifetime = DEFAULT_LIFETIME
+            logger.warning(
+                "billing token obtained; the answer has no usable expires_in: kept %ss",
+                int(lifetime),
+            )
+        else:
+            logger.info("billing token obtained (expires_in=%ss)", int(lifetime))
         return Token(
             str(data["access_token"]), started + lifetime * REFRESH_RATIO, started + lifetime
         )

@@ -350,3 +350,16 @@ def test_find_subscription_knows_its_id_in_any_spelling_of_the_uuid():
     row = {"id": remote_id.upper(), "status": "published"}
     responses.get(API + "/subscriptions", json={"data": [row]})
     assert make_client().find_subscription(remote_id) == row
+
+
+@pytest.mark.parametrize("answer", [{}, {"expires_in": "soon"}], ids=["missing", "unreadable"])
+@responses.activate
+def test_a_token_answer_without_a_usable_expires_in_is_logged_as_such(answer, caplog):
+    """The log said "expires_in=60s" as if the service had said so."""
+    responses.post(AUTH_URL, json={"access_token": TOKEN, **answer})
+    responses.get(API + "/products/p1", json={"data": {"id": "p1"}})
+    with caplog.at_level(logging.INFO, logger="billing_integration.client"):
+        make_client().get_product("p1")
+    (line,) = [r.getMessage() for r in caplog.records if "token" in r.getMessage()]
+    assert "no usable expires_in" in line and "60s" in line
+    assert TOKEN not in caplog.text
