@@ -8,6 +8,7 @@ import re
 import uuid
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from functools import lru_cache
 from typing import Any
 
 from django.db import models
@@ -34,6 +35,12 @@ MAX_JSON_DEPTH = 100
 #: (year 1, the year 9999 "forever") is stored as this bound, the same answer at any time.
 EARLIEST = datetime.min.replace(tzinfo=UTC) + timedelta(days=1)
 LATEST = datetime.max.replace(tzinfo=UTC) - timedelta(days=1)
+
+
+@lru_cache(maxsize=1000)
+def log_once(message: str, value: str) -> None:
+    """A warning about ``value`` logged once per process (a value the settings do not know)."""
+    logger.warning(message, value)
 
 
 def as_uuid(value: Any) -> uuid.UUID | None:

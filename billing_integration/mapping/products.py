@@ -12,7 +12,7 @@ from django.utils.translation import gettext
 
 from .. import currencies
 from ..exceptions import BillingConfigurationError, RemoteDataError
-from .common import as_decimal, carried, normal_status, remote_meta, text, wire_amount
+from .common import as_decimal, carried, log_once, normal_status, remote_meta, text, wire_amount
 
 if TYPE_CHECKING:
     from ..models import BillingCycle, Product
@@ -175,6 +175,7 @@ def from_remote(data: dict[str, Any]) -> dict[str, Any]:
     leaves out (``common.carried``); ``RemoteDataError`` if unstorable (its root prices
     included)."""
     from ..models import Product
+    from ..models.products import ProductStatus
 
     bp = data.get("subscription_blueprint")
     one_time = bp in (None, "")
@@ -189,6 +190,9 @@ def from_remote(data: dict[str, Any]) -> dict[str, Any]:
     for name in SCALAR_FIELDS:  # left out (a status or name null): the stored one
         if not carried(data, {}, name):
             del fields[name]
+    if fields.get("status", "draft") not in ProductStatus.values:
+        message = "Unknown product status %r: stored as received, the product is not sold."
+        log_once(message, fields["status"][:80])
     if isinstance(bp, dict) and bp.get("billing_type"):
         fields["billing_type"] = text(Product, "billing_type", bp["billing_type"])
     if one_time:

@@ -4,14 +4,22 @@ stored as received (logged once). Statuses are stripped and lower-cased here, on
 
 from __future__ import annotations
 
-import logging
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from .. import currencies
 from ..conf import guesses
 from ..exceptions import BillingConfigurationError, RemoteDataError
-from .common import carried, normal_status, reference, remote_meta, storable, text, ts, wire_ts
+from .common import (
+    carried,
+    log_once,
+    normal_status,
+    reference,
+    remote_meta,
+    storable,
+    text,
+    ts,
+    wire_ts,
+)
 
 if TYPE_CHECKING:
     from ..models import Subscription
@@ -20,13 +28,6 @@ DATES = ("cycle_start_date", "cycle_end_date", "next_billing_date", "trial_end_d
 #: Fields owned by the service: a pull or event always overwrites them.
 REMOTE_OWNED: tuple[str, ...] = ("status", *DATES, "auto_renew", "selected_billing_cycle")
 REMOTE_OWNED += ("selected_currency", "product_remote_id", "customer_remote_id", "discount_coupon")
-
-logger = logging.getLogger("billing_integration.mapping")
-
-
-@lru_cache(maxsize=1000)
-def _log_once(message: str, value: str) -> None:
-    logger.warning(message, value)
 
 
 def currency_code(value: Any) -> str:
@@ -52,7 +53,7 @@ def _remote_currency(value: Any) -> str:
     except BillingConfigurationError:
         received = str(value)
         message = "Subscription currency %r is not in BILLING['CURRENCIES']; stored as received."
-        _log_once(message, received[:80])
+        log_once(message, received[:80])
         return received
 
 
@@ -64,7 +65,7 @@ def _remote_status(value: Any, present: bool) -> str:
         raise RemoteDataError("status", value, "not a string")
     status = normal_status(Subscription, value)
     if present and not is_known_status(status):
-        _log_once(
+        log_once(
             "Unknown subscription status %r: stored, grants no access (add it to "
             "BILLING['ACTIVE_STATUSES'] if it means a live subscription).",
             status[:80],

@@ -41,9 +41,9 @@ def customer(db) -> Customer:
 
 
 def test_an_unknown_status_is_stored_normalised_and_logged_once(customer, caplog, settings):
-    from billing_integration.mapping import subscriptions as mapping
+    from billing_integration.mapping.common import log_once
 
-    mapping._log_once.cache_clear()  # a fresh process: nothing logged yet
+    log_once.cache_clear()  # a fresh process: nothing logged yet
     with caplog.at_level(logging.WARNING, logger="billing_integration.mapping"):
         counts = upsert_subscriptions(
             [

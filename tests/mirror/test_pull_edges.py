@@ -5,6 +5,7 @@ not applied and is reported; a pull never moves a subscription back nor nulls it
 from __future__ import annotations
 
 import io
+import logging
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -708,3 +709,20 @@ def test_a_pulled_product_with_null_currencies_keeps_the_stored_ones(billing_san
     tamper("list_products", lambda rows: [dict(r, selected_currencies=None) for r in rows])
     assert pull_products().errors == 0
     assert Product.objects.get().selected_currencies == [1]
+
+
+def test_a_pulled_product_status_the_interface_does_not_list_is_stored_and_logged(
+    billing_sandbox, tamper, caplog
+):
+    """A status other than draft, published or archived is stored as received and the product
+    is not sold; the log says so (it was silent: the product just vanished from sale)."""
+    from billing_integration.models import Product
+
+    body = {"prices": [{"currency": 1, "amount": 100}], "selected_currencies": ["1"]}
+    get_client().create_product({**body, "name": "One", "status": "published"})
+    tamper("list_products", lambda rows: [dict(r, status="Active") for r in rows])
+    with caplog.at_level(logging.WARNING, logger="billing_integration.mapping"):
+        assert pull_products().errors == 0
+    assert Product.objects.get().status == "active"
+    assert not Product.objects.on_sale().exists()
+    assert "Unknown product status 'active'" in caplog.text
