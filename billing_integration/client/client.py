@@ -214,7 +214,8 @@ class BillingClient:
         """The list of ``resource`` page by page (``limit``/``offset``), within one deadline.
         A row seen on an earlier page comes again only if it changed since (the list moved
         while it was read: the caller keeps the newer copy). Stops on an empty page, or a page
-        with no id not seen before (a server ignoring the parameters); a short page does not
+        with no id not seen before (a server ignoring the parameters; a full one is logged: a
+        server ignoring only ``offset`` leaves the rest unread); a short page does not
         end the list (a service may answer fewer rows than ``limit`` asks). ``"data": null``
         is an empty page. A list still going at ``MAX_PAGES`` pages raises ``BillingAPIError``
         (the pages before it given)."""
@@ -247,6 +248,13 @@ class BillingClient:
             if fresh:
                 yield fresh
             if not new:
+                if offset and len(items) == size:  # limit honoured, offset not: more unread
+                    logger.warning(
+                        "billing list_%s: the page at offset %d repeats rows read before (the "
+                        "service may ignore offset): the list may not be read to its end",
+                        resource,
+                        offset,
+                    )
                 return
             offset += len(items)
         problem = f"more than {MAX_PAGES} pages: the list was not read to its end"

@@ -363,3 +363,28 @@ def test_a_token_answer_without_a_usable_expires_in_is_logged_as_such(answer, ca
     (line,) = [r.getMessage() for r in caplog.records if "token" in r.getMessage()]
     assert "no usable expires_in" in line and "60s" in line
     assert TOKEN not in caplog.text
+
+
+@responses.activate
+def test_a_list_whose_next_page_repeats_a_full_page_warns_it_may_be_cut(caplog):
+    """A service that honours ``limit`` but not ``offset`` answers its first page again and
+    again: the list ends there (nothing new), and the log says the rest may be unread; it was
+    silent (a pull reported success with the first page only)."""
+    responses.post(AUTH_URL, json={"access_token": TOKEN, "expires_in": 300})
+    rows = [{"id": "c1"}, {"id": "c2"}]
+    responses.get(API + "/customers", json={"data": rows})
+    with caplog.at_level(logging.WARNING, logger="billing_integration.client"):
+        assert list(make_client(page_size=2).list_customers()) == rows
+    assert "may ignore offset" in caplog.text and "list_customers" in caplog.text
+
+
+@responses.activate
+def test_a_list_answered_whole_on_every_page_does_not_warn(caplog):
+    """A service that ignores both ``limit`` and ``offset`` answers the whole list each time:
+    read once, nothing to warn about."""
+    responses.post(AUTH_URL, json={"access_token": TOKEN, "expires_in": 300})
+    rows = [{"id": "c1"}, {"id": "c2"}, {"id": "c3"}]
+    responses.get(API + "/customers", json={"data": rows})
+    with caplog.at_level(logging.WARNING, logger="billing_integration.client"):
+        assert list(make_client(page_size=2).list_customers()) == rows
+    assert "offset" not in caplog.text
