@@ -13,7 +13,7 @@ from django.db import DatabaseError, connections, router
 from django.utils.module_loading import import_string
 from django.utils.translation import gettext as _
 
-from .conf import DEFAULTS, REQUIRED, billing_settings, guesses
+from .conf import DEFAULTS, REMOVED, REQUIRED, billing_settings, guesses
 from .exceptions import BillingConfigurationError, without_user_info
 from .health import PROCESS_LOCAL_BACKENDS
 from .schedule import PRUNE_OLDER_THAN
@@ -58,9 +58,19 @@ def check_billing_settings(app_configs: Any = None, **kwargs: Any) -> list[Check
     try:
         conf = billing_settings.as_dict()
     except BillingConfigurationError as exc:
-        return [Error(str(exc), hint=f"Fix {exc.setting}.", id="billing_integration.E000")]
+        hint = _unreadable_hint(exc.setting or "BILLING")
+        return [Error(str(exc), hint=hint, id="billing_integration.E000")]
     parts = (_service_errors, _webhook_errors, _value_errors, _notice_errors)
     return [error for part in parts for error in part(conf)]
+
+
+def _unreadable_hint(setting: str) -> str:
+    """What to do about ``setting`` (``BILLING`` or one of its keys) that ``as_dict`` refused."""
+    if setting == "BILLING":
+        return 'Set BILLING = {"BASE_URL": ..., ...} (docs/settings.md).'
+    if setting[len("BILLING['") : -len("']")] in REMOVED:
+        return f"Remove {setting} from settings.BILLING."
+    return f"Correct the name of {setting}, or remove it."
 
 
 def _service_errors(conf: dict[str, Any]) -> list[CheckMessage]:

@@ -194,10 +194,13 @@ class BillingSettings:
 
     def as_dict(self) -> dict[str, Any]:
         if self._cache is None:
-            user = getattr(settings, "BILLING", None) or {}
+            user = getattr(settings, "BILLING", None)
+            if user is None:
+                user = {}
             if not isinstance(user, dict):
                 raise BillingConfigurationError(
-                    "settings.BILLING must be a dict.", setting="BILLING"
+                    f"settings.BILLING must be a dict, not {type(user).__name__}.",
+                    setting="BILLING",
                 )
             for key in sorted(user):
                 setting = f"BILLING['{key}']"

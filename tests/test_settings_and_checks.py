@@ -12,6 +12,7 @@ from billing_integration import currencies
 from billing_integration.checks import check_billing_settings
 from billing_integration.conf import DEFAULTS, REMOVED, billing_settings
 from billing_integration.exceptions import BillingConfigurationError
+from billing_integration.models.customers import subscriber_model_label
 
 GOOD = {
     "BASE_URL": "http://127.0.0.1:8100",
@@ -47,6 +48,7 @@ def test_unknown_key_is_refused(settings):
     errors = check_billing_settings()
     assert ids(errors) == ["billing_integration.E000"]
     assert "BILLING['CLIENT_SECERT']" in errors[0].msg
+    assert errors[0].hint == "Correct the name of BILLING['CLIENT_SECERT'], or remove it."
     with pytest.raises(BillingConfigurationError) as info:
         billing_settings.REALM
     assert info.value.setting == "BILLING['CLIENT_SECERT']"
@@ -63,7 +65,7 @@ def test_a_removed_key_says_what_replaced_it(settings, key):
     errors = check_billing_settings()
     assert ids(errors) == ["billing_integration.E000"]
     assert errors[0].msg == f"BILLING[{key!r}] was removed: {REMOVED[key]}."
-    assert errors[0].hint == f"Fix BILLING['{key}']."
+    assert errors[0].hint == f"Remove BILLING['{key}'] from settings.BILLING."
 
 
 def test_the_old_cache_aliases_point_to_cache(settings):
@@ -431,3 +433,19 @@ def test_removed_checkout_retry_settings_are_refused(settings):
     assert errors[0].msg == (
         "BILLING['CHECKOUT_MAX_RETRIES'] was removed: use BILLING['INTERACTIVE_DEADLINE']."
     )
+
+
+@pytest.mark.parametrize("value", [[], (), "BASE_URL", ["BASE_URL"]])
+def test_billing_that_is_not_a_dict_is_e000(settings, value):
+    # Empty or not, a BILLING that is not a dict is said to be one, not read as unset keys.
+    settings.BILLING = value
+    errors = check_billing_settings()
+    assert ids(errors) == ["billing_integration.E000"]
+    assert errors[0].msg == f"settings.BILLING must be a dict, not {type(value).__name__}."
+    assert errors[0].hint == 'Set BILLING = {"BASE_URL": ..., ...} (docs/settings.md).'
+
+
+def test_the_subscriber_model_of_a_billing_that_is_not_a_dict_is_the_user(settings):
+    # Read when the models load, before any check runs: E000 must get to say what is wrong.
+    settings.BILLING = "BASE_URL"
+    assert subscriber_model_label() == settings.AUTH_USER_MODEL

@@ -14,7 +14,9 @@ __all__ = ["Customer"]
 
 def subscriber_model_label() -> str:
     """``app_label.ModelName`` of the subscriber model (``BILLING['SUBSCRIBER_MODEL']``)."""
-    billing = getattr(settings, "BILLING", None) or {}
+    billing = getattr(settings, "BILLING", None)
+    if not isinstance(billing, dict):  # the models load before E000 can say so
+        return settings.AUTH_USER_MODEL
     return billing.get("SUBSCRIBER_MODEL") or settings.AUTH_USER_MODEL
 
 
