@@ -11,14 +11,14 @@ from django.utils.translation import gettext as _
 
 from ..health import FAIL, OK, Thresholds, diagnose
 from ..models import Health
-from .mirror import ModelAdmin, ReadOnlyAdminMixin, state_badge
+from .mirror import ModelAdmin, PageAdmin, state_badge
 
 #: Badge colours (``state_badge``) and labels of the fact statuses.
 STATUS_BADGES = {OK: ("processed", "OK"), "warning": ("received", "WARN"), FAIL: ("failed", "FAIL")}
 
 
 @admin.register(Health)
-class HealthAdmin(ReadOnlyAdminMixin, ModelAdmin):
+class HealthAdmin(PageAdmin, ModelAdmin):
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied

@@ -14,7 +14,7 @@ from django.contrib.admin.views.main import ERROR_FLAG
 from django.db import DataError, models, router, transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import NoReverseMatch, reverse
+from django.urls import NoReverseMatch, URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
@@ -232,6 +232,15 @@ class ReadOnlyAdminMixin(NoDeleteMixin):
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         return flatten_fieldsets(self.get_fieldsets(request, obj))
+
+
+class PageAdmin(ReadOnlyAdminMixin):
+    """A page of its own over a proxy model (Health, Reports): its changelist view only, so
+    an object's change or history URL is a 404."""
+
+    def get_urls(self) -> list[URLPattern]:
+        name = f"{self.opts.app_label}_{self.opts.model_name}_changelist"
+        return [path("", self.admin_site.admin_view(self.changelist_view), name=name)]
 
 
 @admin.register(Customer)

@@ -18,7 +18,7 @@ from ..reporting.charts import bar_chart, line_chart
 from ..reporting.csv import TABLES, table_csv
 from ..reporting.report import Period, Table, build_report, display
 from ..reporting.report import Report as ReportData
-from .mirror import ModelAdmin, ReadOnlyAdminMixin
+from .mirror import ModelAdmin, PageAdmin
 
 MAX_MONTHS = 36
 
@@ -111,7 +111,7 @@ def charts(report: ReportData) -> list[dict[str, Any]]:
 
 
 @admin.register(Report)
-class ReportAdmin(ReadOnlyAdminMixin, ModelAdmin):
+class ReportAdmin(PageAdmin, ModelAdmin):
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied

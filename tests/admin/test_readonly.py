@@ -9,13 +9,17 @@ from decimal import Decimal
 import pytest
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from billing_integration.models import (
     CheckoutSession,
     Customer,
+    Health,
+    Heartbeat,
     Invoice,
     Payment,
     Refund,
+    Report,
     Subscription,
 )
 from billing_integration.outbox import from_remote
@@ -192,3 +196,14 @@ def test_no_secret_is_shown(rows, admin_client, settings):
         obj = model.objects.order_by("pk").first()
         for page in (url(model, "changelist"), url(model, "change", obj.pk)):
             assert "s3cr3t-value-xyz" not in admin_client.get(page).content.decode()
+
+
+@pytest.mark.parametrize("view", ["change", "history"])
+def test_the_health_and_report_pages_have_no_object_pages(rows, admin_client, view):
+    # Both are pages over a proxy model: a typed object URL answers 404, not a server error.
+    heartbeat = Heartbeat.objects.create(name="beat:drain_outbox", at=timezone.now())
+    subscription = rows["subscription"][0]
+    for model, pk in ((Health, heartbeat.pk), (Report, subscription.pk)):
+        assert admin_client.get(url(model, "changelist")).status_code == 200
+        path = f"{url(model, 'changelist')}{pk}/{view}/"
+        assert admin_client.get(path).status_code == 404
