@@ -107,7 +107,7 @@ REMOVED: dict[str, str] = {
     "EVENT_RETENTION": "set the age in the kwargs of the 'billing-prune-events' entry of "
     "CELERY_BEAT_SCHEDULE ({'older_than': '90d'}; remove the entry to keep every delivery); "
     "the billing_prune_events command takes --older-than",
-    "OUTBOX_PUSH_CONCURRENCY": f"{_CONCURRENCY} (celery worker --concurrency N)",
+    "OUTBOX_PUSH_CONCURRENCY": f"{_CONCURRENCY} (celery -A proj worker --concurrency N)",
     "KICK_TTL": "wake-ups are gone: every change enqueues its Celery task",
     "NOTICE_FROM_EMAIL": "notices are sent from settings.DEFAULT_FROM_EMAIL",
     "NOTICE_RECIPIENT": "notices go to the customer's email, else the subscriber's email",
