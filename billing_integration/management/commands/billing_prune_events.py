@@ -41,9 +41,10 @@ class Command(BaseCommand):
             raise CommandError(f"--older-than: {exc}") from exc
         if options["dry_run"]:
             count = prune.count_prunable(older_than)
+            age = str(options["older_than"]).strip()  # as given: "90d", not "90 days, 0:00:00"
             self.stdout.write(
                 _("%(count)s event delivery(ies) received more than %(age)s ago would be deleted.")
-                % {"count": count, "age": older_than}
+                % {"count": count, "age": f"{age}s" if age.isdigit() else age}
             )
             return
         result = prune.prune_events(
