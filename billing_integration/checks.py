@@ -68,8 +68,11 @@ def _unreadable_hint(setting: str) -> str:
     """What to do about ``setting`` (``BILLING`` or one of its keys) that ``as_dict`` refused."""
     if setting == "BILLING":
         return 'Set BILLING = {"BASE_URL": ..., ...} (docs/settings.md).'
-    if setting[len("BILLING['") : -len("']")] in REMOVED:
+    key = setting[len("BILLING['") : -len("']")]
+    if key in REMOVED:
         return f"Remove {setting} from settings.BILLING."
+    if key in DEFAULTS:
+        return f"Fix the value of {setting} (docs/settings.md)."
     return f"Correct the name of {setting}, or remove it."
 
 

@@ -213,7 +213,15 @@ class BillingSettings:
             merged = {**DEFAULTS, **user}
             if merged["SUBSCRIBER_MODEL"] is None:
                 merged["SUBSCRIBER_MODEL"] = settings.AUTH_USER_MODEL
-            merged["CURRENCIES"] = {int(k): str(v) for k, v in merged["CURRENCIES"].items()}
+            table = merged["CURRENCIES"]
+            try:
+                merged["CURRENCIES"] = {int(k): str(v) for k, v in table.items()}
+            except (AttributeError, TypeError, ValueError):
+                raise BillingConfigurationError(
+                    "BILLING['CURRENCIES'] must be a dict of the service's integer currency ids "
+                    f"to ISO codes, such as {{1: 'XOF'}}, not {table!r}.",
+                    setting="BILLING['CURRENCIES']",
+                ) from None
             self._cache = merged
         return self._cache
 

@@ -449,3 +449,13 @@ def test_the_subscriber_model_of_a_billing_that_is_not_a_dict_is_the_user(settin
     # Read when the models load, before any check runs: E000 must get to say what is wrong.
     settings.BILLING = "BASE_URL"
     assert subscriber_model_label() == settings.AUTH_USER_MODEL
+
+
+@pytest.mark.parametrize("value", [["XOF"], {"x": "XOF"}, "XOF"])
+def test_a_currency_table_that_cannot_be_read_is_e000_naming_it(settings, value):
+    # Was a traceback out of manage.py check (int() of a key, .items() of a list).
+    settings.BILLING = {**GOOD, "CURRENCIES": value}
+    errors = check_billing_settings()
+    assert ids(errors) == ["billing_integration.E000"]
+    assert errors[0].msg.startswith("BILLING['CURRENCIES'] must be a dict of the service's ")
+    assert errors[0].hint == "Fix the value of BILLING['CURRENCIES'] (docs/settings.md)."
