@@ -153,7 +153,8 @@ DOCS: dict[str, str] = {
     "WEBHOOK_SECRET": '`"whsec_<base64>"`, or a list of them while rotating (any one verifies).',
     "WEBHOOK_BASIC_AUTH": '`"user:password"`: HTTP basic auth on the callback URL (no signature).',
     "WEBHOOK_ALLOW_UNVERIFIED": "With neither `WEBHOOK_SECRET` nor `WEBHOOK_BASIC_AUTH` set, "
-    "accept deliveries unverified (check `W001` warns, each one is logged). Never in production.",
+    "accept deliveries unverified (check `W001` warns, each one is logged). Never in production. "
+    "`True` or `False` only (`E000` otherwise).",
     "EVENT_TYPE_ALIASES": "Extra spellings of event types, mapped to a canonical type.",
     "SUBSCRIBER_MODEL": "What a customer belongs to; `None` means `AUTH_USER_MODEL`. Set it "
     "before the first `migrate`.",
@@ -211,6 +212,12 @@ class BillingSettings:
                     text = f"Unknown key BILLING[{key!r}]. Known keys: {', '.join(DEFAULTS)}."
                     raise BillingConfigurationError(text, setting=setting)
             merged = {**DEFAULTS, **user}
+            if not isinstance(merged["WEBHOOK_ALLOW_UNVERIFIED"], bool):  # "False" is truthy
+                raise BillingConfigurationError(
+                    "BILLING['WEBHOOK_ALLOW_UNVERIFIED'] must be True or False, "
+                    f"not {merged['WEBHOOK_ALLOW_UNVERIFIED']!r}.",
+                    setting="BILLING['WEBHOOK_ALLOW_UNVERIFIED']",
+                )
             if merged["SUBSCRIBER_MODEL"] is None:
                 merged["SUBSCRIBER_MODEL"] = settings.AUTH_USER_MODEL
             table = merged["CURRENCIES"]

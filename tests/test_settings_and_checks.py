@@ -459,3 +459,15 @@ def test_a_currency_table_that_cannot_be_read_is_e000_naming_it(settings, value)
     assert ids(errors) == ["billing_integration.E000"]
     assert errors[0].msg.startswith("BILLING['CURRENCIES'] must be a dict of the service's ")
     assert errors[0].hint == "Fix the value of BILLING['CURRENCIES'] (docs/settings.md)."
+
+
+@pytest.mark.parametrize("value", ["False", "no", 0, 1])
+def test_allow_unverified_that_is_not_a_bool_is_e000_naming_it(settings, value):
+    # env("BILLING_WEBHOOK_ALLOW_UNVERIFIED", default=False) without cast=bool reads "False":
+    # that text was truthy, so unsigned deliveries were accepted.
+    settings.BILLING = {**GOOD, "WEBHOOK_ALLOW_UNVERIFIED": value}
+    errors = check_billing_settings()
+    assert ids(errors) == ["billing_integration.E000"]
+    assert errors[0].msg == (
+        f"BILLING['WEBHOOK_ALLOW_UNVERIFIED'] must be True or False, not {value!r}."
+    )

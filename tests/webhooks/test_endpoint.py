@@ -14,6 +14,7 @@ import pytest
 from django.core.checks import run_checks
 from django.core.management import call_command
 from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.test import Client
 from django.urls import reverse
 
 from billing_integration.models import EventState, WebhookEvent
@@ -296,6 +297,20 @@ def test_unverified_refused_unless_explicitly_allowed(client, settings, stored_o
         assert client.post(URL, data=body, content_type="application/json").status_code == 200
     assert "unverified" in caplog.text
     assert WebhookEvent.objects.get().verified_by == "none"
+
+
+def test_allow_unverified_as_text_accepts_nothing_unsigned(settings, stored_only):
+    # "False" read from the environment without cast=bool is truthy: it accepted the delivery.
+    settings.BILLING = {
+        **settings.BILLING,
+        "WEBHOOK_SECRET": None,
+        "WEBHOOK_BASIC_AUTH": None,
+        "WEBHOOK_ALLOW_UNVERIFIED": "False",
+    }
+    body = json.dumps(envelope("invoice.paid", {"id": str(uuid.uuid4())})).encode()
+    client = Client(raise_request_exception=False)
+    assert client.post(URL, data=body, content_type="application/json").status_code != 200
+    assert WebhookEvent.objects.count() == 0
 
 
 def test_unverified_setting_raises_a_system_check_warning(settings):
