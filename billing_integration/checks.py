@@ -218,7 +218,25 @@ def _value_errors(conf: dict[str, Any]) -> list[CheckMessage]:
     if not _trials_ok(conf.get("TRIALS")):
         text = "a dict with 'repeat' (True/False) and 'notice_days' (a positive integer)"
         errors.append(bad("billing_integration.E051", "TRIALS", text))
+    for key in ("SUBSCRIBER_RESOLVER", "CUSTOMER_FIELDS"):
+        if (problem := _not_callable(conf.get(key))) is not None:
+            text = f"BILLING['{key}'] is not the dotted path of a callable: {problem}."
+            hint = "Set it to 'package.module.function', or leave it out."
+            errors.append(_error("billing_integration.E015", text, hint))
     return errors
+
+
+def _not_callable(value: Any) -> str | None:
+    """None for None, a callable or the dotted path of one; else what is wrong with it."""
+    if value is None or callable(value):
+        return None
+    if not isinstance(value, str):
+        return repr(value)
+    try:
+        target = import_string(value)
+    except ImportError as exc:
+        return str(exc)
+    return None if callable(target) else f"{value!r} names {type(target).__name__}"
 
 
 def _trials_ok(value: Any) -> bool:

@@ -471,3 +471,23 @@ def test_allow_unverified_that_is_not_a_bool_is_e000_naming_it(settings, value):
     assert errors[0].msg == (
         f"BILLING['WEBHOOK_ALLOW_UNVERIFIED'] must be True or False, not {value!r}."
     )
+
+
+@pytest.mark.parametrize("key", ["SUBSCRIBER_RESOLVER", "CUSTOMER_FIELDS"])
+@pytest.mark.parametrize("path", ["proj.nowhere.resolver", "billing_integration.conf.NOPE", 5])
+def test_a_callable_setting_that_does_not_import_is_e015(settings, key, path):
+    # It failed only at the first checkout or access check, with ImportError (a 500).
+    settings.BILLING = {**GOOD, key: path}
+    errors = check_billing_settings()
+    assert ids(errors) == ["billing_integration.E015"]
+    assert errors[0].msg.startswith(f"BILLING['{key}'] is not the dotted path of a callable: ")
+    assert errors[0].hint == "Set it to 'package.module.function', or leave it out."
+
+
+def test_callable_settings_that_import_pass(settings):
+    settings.BILLING = {
+        **GOOD,
+        "SUBSCRIBER_RESOLVER": "billing_integration.access.get_subscriber",
+        "CUSTOMER_FIELDS": currencies.currency_code,  # a callable itself is accepted too
+    }
+    assert check_billing_settings() == []
