@@ -370,20 +370,29 @@ def check_billing_deploy(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
 
 @register("billing")
 def check_wiring(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """Celery, the shared cache, DRF, CSRF and beat as the app needs them, and aware datetimes
-    (settings only)."""
-    return [*_check_celery(), *_check_cache(), *_check_drf(), *_check_csrf(), *_check_use_tz()]
+    """Celery, the shared cache, DRF, CSRF, staff email and beat as the app needs them, and
+    aware datetimes (settings only)."""
+    checks = (_check_celery, _check_cache, _check_drf, _check_csrf, _check_managers, _check_use_tz)
+    return [message for check in checks for message in check()]
+
+
+def _forms_routed() -> bool:
+    """Whether ``billing_integration.urls`` routes the billing forms."""
+    from django.urls import reverse
+
+    try:
+        reverse("billing_integration:checkout")
+    except Exception:  # not routed (NoReverseMatch), or a URLconf Django's checks report
+        return False
+    return True
 
 
 def _check_csrf() -> list[CheckMessage]:
     """W022: the billing forms are routed but ``CsrfViewMiddleware`` (or a subclass) is not in
     ``MIDDLEWARE``: their POSTs rely on it against cross-site requests."""
     from django.middleware.csrf import CsrfViewMiddleware
-    from django.urls import reverse
 
-    try:
-        reverse("billing_integration:checkout")
-    except Exception:  # not routed (NoReverseMatch), or a URLconf Django's checks report
+    if not _forms_routed():
         return []
     for name in settings.MIDDLEWARE:
         try:
@@ -399,6 +408,20 @@ def _check_csrf() -> list[CheckMessage]:
     )
     hint = "Add 'django.middleware.csrf.CsrfViewMiddleware' to MIDDLEWARE."
     return [_error("billing_integration.W022", text, hint, warning=True)]
+
+
+def _check_managers() -> list[CheckMessage]:
+    """W023: the billing forms are routed but ``MANAGERS`` is empty: a change the service is not
+    asked for itself (stop renewal, resume, change of plan) is emailed to no one."""
+    if settings.MANAGERS or not _forms_routed():
+        return []
+    text = (
+        "settings.MANAGERS is empty: a customer's request to stop renewal, resume or change "
+        "plan that staff must do on the billing service is emailed to no one (it is only "
+        "listed in the admin's Change requests), and the customer is billed as before."
+    )
+    hint = 'Set MANAGERS = [("Billing staff", "billing@example.com")] (and Django\'s email).'
+    return [_error("billing_integration.W023", text, hint, warning=True)]
 
 
 def _check_use_tz() -> list[CheckMessage]:

@@ -1,7 +1,8 @@
 """System checks of the wiring a host project must provide (``check_wiring``): a Celery app
 and broker (E020, E021), the shared cache (W020, E023), DRF installed where its API is routed
-(E022), CSRF where the billing forms are routed (W022), the beat schedule (W021), USE_TZ on
-(E025). None of them touches the database, the broker or a cache."""
+(E022), CSRF and MANAGERS where the billing forms are routed (W022, W023; W023 is shown with
+its effect in tests/checkout/test_changes.py), the beat schedule (W021), USE_TZ on (E025).
+None of them touches the database, the broker or a cache."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from billing_integration.schedule import BEAT_SCHEDULE
 ROOT = Path(__file__).resolve().parents[1]
 LOCMEM = "django.core.cache.backends.locmem.LocMemCache"
 DUMMY = "django.core.cache.backends.dummy.DummyCache"
-WIRING = ("E020", "E021", "E022", "E023", "E025", "W020", "W021", "W022")
+WIRING = ("E020", "E021", "E022", "E023", "E025", "W020", "W021", "W022", "W023")
 
 
 def ids(errors) -> list[str]:
@@ -89,7 +90,7 @@ def test_a_bare_host_project_is_refused_by_name(tmp_path):
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
-    for check_id in ("E020", "E022", "W020", "W022"):
+    for check_id in ("E020", "E022", "W020", "W022", "W023"):
         assert f"billing_integration.{check_id}" in out, out
     assert "No Celery app is loaded" in out
     # The hint says what to create, in this project's package (not a hard-coded "proj").

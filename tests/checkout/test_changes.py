@@ -580,6 +580,22 @@ def test_stopping_and_resuming_back_and_forth_is_capped_per_customer(
     assert Subscription.objects.get(pk=sub.pk).auto_renew is False
 
 
+def test_without_managers_a_request_to_staff_reaches_no_one_and_W023_says_so(
+    billing_sandbox, plans, logged_in, user, settings
+):
+    from billing_integration.checks import check_wiring
+
+    basic, _pro = plans
+    sub = subscribe(billing_sandbox, logged_in, user, basic)
+    settings.MANAGERS = []
+    request = cancel_at_period_end(sub)
+    assert request.via == ChangeVia.REQUEST and mail.outbox == []
+    [warning] = [m for m in check_wiring() if m.id == "billing_integration.W023"]
+    assert "MANAGERS" in warning.msg and "MANAGERS" in warning.hint
+    settings.MANAGERS = [("Billing staff", "billing@example.com")]
+    assert [m for m in check_wiring() if m.id == "billing_integration.W023"] == []
+
+
 def test_cancel_and_resume_as_requests_done_by_hand(billing_sandbox, plans, logged_in, user, staff):
     basic, _pro = plans
     sub = subscribe(billing_sandbox, logged_in, user, basic)
