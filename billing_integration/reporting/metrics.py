@@ -61,6 +61,8 @@ Rows = list[dict[str, Any]]
 Prices = dict[tuple[Any, str, str], Decimal]
 #: Invoices not in these states (nor uncollectable) still wait for their money.
 SETTLED_INVOICE_STATUSES = (InvoiceStatus.PAID, InvoiceStatus.VOID, InvoiceStatus.DELETED)
+#: The figures of ``subscription_history``'s rows (and MRR).
+HISTORY_COUNTS = ("active_start", "active_end", "new", "reactivated", "cancellations")
 
 
 def month_starts(months: int, now: datetime | None = None) -> list[datetime]:
@@ -155,14 +157,6 @@ def came_back(at: datetime) -> Q:
     return Q(Exists(churned)) & ~Q(Exists(holding))
 
 
-def currency_code_of_id(field_name: str) -> Case:
-    return Case(
-        *[When(**{field_name: cid}, then=Value(code)) for cid, code in currencies.known().items()],
-        default=Value(""),
-        output_field=CharField(),
-    )
-
-
 def price_table() -> Prices:
     """Monthly price by ``(product pk, cycle code, currency code)``, one query (a Subquery in
     the grouped queries would run once per subscription)."""
@@ -182,7 +176,11 @@ def price_table() -> Prices:
                 Cast("cycle__frequency", CharField()),
                 output_field=CharField(),
             ),
-            code=currency_code_of_id("currency_id"),
+            code=Case(
+                *[When(currency_id=i, then=Value(c)) for i, c in currencies.known().items()],
+                default=Value(""),
+                output_field=CharField(),
+            ),
             # ``* 1.0``: exact numeric on PostgreSQL, no integer division on SQLite
             monthly=ExpressionWrapper(F("amount") * RawSQL("1.0", ()) / months, output_field=MONEY),
         )
@@ -229,12 +227,6 @@ def money(value: Any) -> Decimal:
     return (Decimal(value) if value is not None else Decimal(0)).quantize(CENT)
 
 
-def blank_row(key: tuple[Any, Any, str], *counts: str, **amounts: Any) -> dict[str, Any]:
-    """A blank row of ``(product_id, currency, month)`` with zero counts and amounts."""
-    row = dict(zip(("product_id", "currency", "month"), key, strict=True))
-    return {**row, **dict.fromkeys(counts, 0), **{k: Decimal(v) for k, v in amounts.items()}}
-
-
 def _merge_codes(rows: Any, keys: tuple[str, ...], counts: tuple[str, ...]) -> Rows:
     """Rows grouped on the stored currency, added up per ``keys`` + ``code`` (as ``currency``):
     "usd" and "USD" are one currency."""
@@ -267,21 +259,27 @@ def current_subscriptions(
         )
     )
     prices = price_table() if prices is None else prices
+    merged = _merge_codes(rows, ("product_id", "selected_billing_cycle"), ("active", "trialing"))
+    keys = ("product_id", "selected_billing_cycle", "currency")
     return [
-        {
-            "product_id": r["product_id"],
-            "cycle": r["selected_billing_cycle"],
-            "currency": r["currency"],
-            "active": r["active"],
-            "trialing": r["trialing"],
-            "unpriced": 0 if monthly is not None else r["active"],
-            "mrr": money((r["active"] - r["trialing"]) * (monthly or 0)),
-        }
-        for r in _merge_codes(
-            rows, ("product_id", "selected_billing_cycle"), ("active", "trialing")
-        )
-        for monthly in [prices.get((r["product_id"], r["selected_billing_cycle"], r["currency"]))]
+        current_row(tuple(r[k] for k in keys), r["active"], r["trialing"], prices) for r in merged
     ]
+
+
+def current_row(key: tuple[Any, ...], active: int, trialing: int, prices: Prices) -> dict[str, Any]:
+    """A row of ``current_subscriptions`` of ``(product_id, cycle, currency)``: MRR from the
+    subscriptions out of trial."""
+    product_id, cycle, currency = key
+    monthly = prices.get(key)
+    return {
+        "product_id": product_id,
+        "cycle": cycle,
+        "currency": currency,
+        "active": active,
+        "trialing": trialing,
+        "unpriced": 0 if monthly is not None else active,
+        "mrr": money((active - trialing) * (monthly or 0)),
+    }
 
 
 class PointsBefore(Func):
@@ -322,14 +320,15 @@ def subscription_history(period: Period, prices: Prices | None = None) -> Rows:
     return with_mrr(subscription_counts(period), price_table() if prices is None else prices)
 
 
-def with_mrr(counts: Rows, prices: Prices) -> Rows:
-    """Rows of ``subscription_counts`` added up per product, currency and month, with MRR:
-    the subscriptions paying at the month's end times their cycle's monthly price."""
+def with_mrr(counts: Rows, prices: Prices, names: tuple[str, ...] = HISTORY_COUNTS) -> Rows:
+    """``names`` of rows per cycle (``subscription_counts``, the rollups) added up per product,
+    currency and month, with MRR: the subscriptions paying at the month's end times their
+    cycle's monthly price."""
     out: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in counts:
         key = (r["product_id"], r["currency"], r["month"])
-        names = ("active_start", "active_end", "new", "reactivated", "cancellations")
-        row = out.setdefault(key, blank_row(key, *names, mrr=0))
+        blank = dict(zip(("product_id", "currency", "month"), key, strict=True))
+        row = out.setdefault(key, {**blank, **dict.fromkeys(names, 0), "mrr": Decimal(0)})
         for name in names:
             row[name] += r[name]
         monthly = prices.get((r["product_id"], r["cycle"], r["currency"]), Decimal(0))
@@ -478,6 +477,7 @@ def payment_history(period: Period, after: datetime | None = None) -> Rows:
     """Per product, currency and month: payments completed / failed / canceled and amounts.
     One query (a UNION ALL of one index range per month). ``after``: only the payments after
     that instant."""
+    completed, failed = Q(status=PaymentStatus.COMPLETED), Q(status=PaymentStatus.FAILED)
     parts = []
     bounds = period.bounds()
     for i, (start, end) in enumerate(bounds):
@@ -488,31 +488,30 @@ def payment_history(period: Period, after: datetime | None = None) -> Rows:
             qs = qs.filter(at__lt=end)
         parts.append(
             qs.annotate(month=Value(i, output_field=IntegerField()))
-            .values("product_id", "code", "status", "month")
-            .annotate(n=Count("status"), amount=Sum("amount"))
+            .values("product_id", "code", "month")
+            .annotate(
+                # status, not pk: the covering index has it (an index-only scan)
+                completed=Count("status", filter=completed),
+                failed=Count("status", filter=failed),
+                canceled=Count("status", filter=Q(status=PaymentStatus.CANCELED)),
+                paid=Sum("amount", filter=completed),
+                failed_amount=Sum("amount", filter=failed),
+            )
         )
-    columns = {
-        PaymentStatus.COMPLETED: ("payments_completed", "paid_amount"),
-        PaymentStatus.FAILED: ("payments_failed", "failed_amount"),
-        PaymentStatus.CANCELED: ("payments_canceled", None),
-    }
     months = [month_key(start) for start, _end in bounds]
-    out: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for r in parts[0].union(*parts[1:], all=True):
-        month = months[r["month"]]
-        key = (r["product_id"], r["code"], month)
-        counts = ("payments_completed", "payments_failed", "payments_canceled")
-        row = out.setdefault(key, blank_row(key, *counts, paid_amount=0, failed_amount=0))
-        count_key, amount_key = columns.get(r["status"], (None, None))
-        if count_key:
-            row[count_key] += r["n"]
-        if amount_key and r["amount"] is not None:
-            row[amount_key] += Decimal(r["amount"])
-    for row in out.values():
-        row["paid_amount"], row["failed_amount"] = map(
-            money, (row["paid_amount"], row["failed_amount"])
-        )
-    return list(out.values())
+    return [
+        {
+            "product_id": r["product_id"],
+            "currency": r["code"],
+            "month": months[r["month"]],
+            "payments_completed": r["completed"],
+            "payments_failed": r["failed"],
+            "payments_canceled": r["canceled"],
+            "paid_amount": money(r["paid"]),
+            "failed_amount": money(r["failed_amount"]),
+        }
+        for r in parts[0].union(*parts[1:], all=True)
+    ]
 
 
 def refund_history(period: Period, after: datetime | None = None) -> Rows:

@@ -13,7 +13,6 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import date, datetime
-from decimal import Decimal
 from itertools import groupby
 from operator import itemgetter
 from typing import Any
@@ -404,10 +403,9 @@ def closed_months(
         qs = qs.filter(currency=period.currency)
     names = (*COUNT_FIELDS, *AMOUNT_FIELDS)
     flow_names = tuple(n for n in names if n not in SUBSCRIPTION_FIELDS)
-    zeros = dict.fromkeys(AMOUNT_FIELDS, "0.00")
     carried: dict[tuple[Any, ...], dict[str, Any]] = {}  # per cycle: see current_month
     flows: Rows = []  # the current month's trials, payments and refunds up to ``since``
-    out: dict[tuple[Any, ...], dict[str, Any]] = {}
+    shown_rows: Rows = []
     for r in qs.order_by().values("month", "product_id", "cycle", "currency", *names):
         key3 = (r["product_id"], r["cycle"], r["currency"])
         if r["month"] == end:
@@ -419,17 +417,12 @@ def closed_months(
             continue
         if r["month"] == last and since is None and r["cycle"]:
             carried[key3] = r
-        if r["month"] < shown:
-            continue
-        month = r["month"].strftime("%Y-%m")
-        key = (r["product_id"], r["currency"], month)
-        row = out.setdefault(key, metrics.blank_row(key, *COUNT_FIELDS, **zeros, mrr=0))
-        for name in names:
-            row[name] += r[name]
-        monthly = prices.get((r["product_id"], r["cycle"], r["currency"]), Decimal(0))
-        row["mrr"] += r["paying_end"] * monthly
-    for row in out.values():
-        row["mrr"] = metrics.money(row["mrr"])
+        if r["month"] >= shown:
+            shown_rows.append({**r, "month": r["month"].strftime("%Y-%m")})
+    out = {
+        (r["product_id"], r["currency"], r["month"]): r
+        for r in metrics.with_mrr(shown_rows, prices, names)
+    }
     for correction in _lapsed_in_trial(period, basis):
         fixed = out.get((correction["product_id"], correction["currency"], correction["month"]))
         if fixed is not None:
@@ -496,19 +489,9 @@ def current_subscriptions(period: Period, prices: Prices, counts: Rows) -> Rows:
     but not paying; plus the active subscriptions that start after now (one index range)."""
     rows = metrics.current_subscriptions(period, prices, future_only=True)
     for r in counts:
-        active, paying = r["active_end"], r["paying_end"]
-        monthly = prices.get((r["product_id"], r["cycle"], r["currency"]))
-        rows.append(
-            {
-                "product_id": r["product_id"],
-                "cycle": r["cycle"],
-                "currency": r["currency"],
-                "active": active,
-                "trialing": active - paying,
-                "unpriced": 0 if monthly is not None else active,
-                "mrr": metrics.money(paying * (monthly or 0)),
-            }
-        )
+        active, trialing = r["active_end"], r["active_end"] - r["paying_end"]
+        key = (r["product_id"], r["cycle"], r["currency"])
+        rows.append(metrics.current_row(key, active, trialing, prices))
     return rows
 
 
