@@ -310,7 +310,9 @@ def currency_checks(probe: Probe) -> Iterator[Finding]:
         else:
             listed = ", ".join(f"{i} = {table.get(i, '?')}" for i in sorted(theirs, key=str))
             disagree.append(f"a subscription in {code} of a product in {listed}")
-    assumed = f"currency ids are those of BILLING['CURRENCIES'] ({_ids(table)})"
+    in_setting = ", ".join(f"{k} = {v}" for k, v in list(table.items())[:4])
+    in_setting += ", ..." if len(table) > 4 else ""
+    assumed = f"currency ids are those of BILLING['CURRENCIES'] ({in_setting})"
     unknown_ids = sorted((i for i in ids if i not in table), key=str)
     listed = f"ids {', '.join(map(str, sorted(ids, key=str)))} (written as {', '.join(forms)})"
     if unknown_ids:
@@ -354,12 +356,6 @@ def currency_checks(probe: Probe) -> Iterator[Finding]:
 
 
 _FORM = "GUESSES['subscription_currency_form']"
-
-
-def _ids(table: dict[int, str]) -> str:
-    return ", ".join(f"{k} = {v}" for k, v in list(table.items())[:4]) + (
-        ", ..." if len(table) > 4 else ""
-    )
 
 
 # --- pagination -----------------------------------------------------------------------------
