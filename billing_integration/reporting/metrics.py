@@ -3,6 +3,7 @@ rows. The rules are those of docs/reporting.md."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -673,7 +674,7 @@ def _at_risk(period: Period) -> tuple[QuerySet[Any], dict[str, Any]]:
     )
     return customers, {
         "failing_subscriptions": _count(subs),
-        "unpaid_invoices": _count(invoices),
+        "unsettled_invoices": _count(invoices),
         "uncollectable_invoices": _count(invoices.filter(status=InvoiceStatus.UNCOLLECTABLE)),
     }
 
@@ -695,41 +696,28 @@ def customers_at_risk(period: Period, limit: int | None = 50) -> Rows:
         qs = qs[:limit]
     return [
         at_risk_row(
-            customer_id=r["pk"],
-            identifier=r["identifier"],
-            name=f"{r['first_name']} {r['last_name']}".strip(),
-            email=r["email"],
-            failing=r["failing_subscriptions"],
-            unsettled=r["unpaid_invoices"],
-            uncollectable=r["uncollectable_invoices"],
+            {**r, "customer_id": r["pk"], "name": f"{r['first_name']} {r['last_name']}".strip()}
         )
         for r in qs
     ]
 
 
-def at_risk_row(
-    *,
-    customer_id: int,
-    identifier: str,
-    name: str,
-    email: str,
-    failing: int,
-    unsettled: int,
-    uncollectable: int,
-) -> dict[str, Any]:
-    """A row of the customers at risk table: ``unsettled`` counts every invoice not paid,
-    void or deleted (``uncollectable`` ones too)."""
-    unpaid = unsettled - uncollectable
+def at_risk_row(r: Mapping[str, Any]) -> dict[str, Any]:
+    """A row of the customers at risk table from ``customer_id``, ``identifier``, ``name``,
+    ``email`` and the counts ``failing_subscriptions``, ``unsettled_invoices`` (every invoice
+    not paid, void or deleted, the uncollectable ones too) and ``uncollectable_invoices``."""
+    failing, uncollectable = r["failing_subscriptions"], r["uncollectable_invoices"]
+    unpaid = r["unsettled_invoices"] - uncollectable
     reasons = [
         ("failed payment", failing),
         ("uncollectable invoice", uncollectable),
         ("unpaid invoice", unpaid),
     ]
     return {
-        "customer_id": customer_id,
-        "identifier": identifier,
-        "name": name,
-        "email": email,
+        "customer_id": r["customer_id"],
+        "identifier": r["identifier"],
+        "name": r["name"],
+        "email": r["email"],
         "failing_subscriptions": failing,
         "unpaid_invoices": unpaid,
         "uncollectable_invoices": uncollectable,

@@ -139,10 +139,8 @@ class Report:
 
     def totals(self, currency: str) -> dict[str, Any]:
         """The "All products" overview row of one currency."""
-        rows = self.overview
-        return next(
-            (r for r in rows if r["product"] == ALL_PRODUCTS and r["currency"] == currency), {}
-        )
+        all_products = (r for r in self.overview if r["product"] == ALL_PRODUCTS)
+        return next((r for r in all_products if r["currency"] == currency), {})
 
     def series(self, currency: str, key: str) -> list[tuple[str, Any]]:
         """``[(month, value), ...]`` of one monthly figure of one currency (all products)."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import date, datetime
 from itertools import groupby
@@ -68,10 +67,6 @@ def _months_between(first: date, end: date) -> int:
     return (end.year - first.year) * 12 + end.month - first.month
 
 
-def _key_month(key: str) -> date:
-    return datetime.strptime(key, "%Y-%m").date()
-
-
 # --- computing -------------------------------------------------------------------------------
 def compute(first: date, end: date, at: datetime) -> list[ReportMonth]:
     """The rollup rows of the months ``first`` .. ``end`` (excluded), the active rule judged
@@ -91,7 +86,8 @@ def _rollup_rows(subscriptions: Rows, flows: Rows) -> list[ReportMonth]:
     rows: dict[tuple[Any, ...], ReportMonth] = {}
 
     for r in [*subscriptions, *flows]:
-        month, cycle = _key_month(r["month"]), r.get("cycle", "")  # flows have no cycle
+        month = datetime.strptime(r["month"], "%Y-%m").date()
+        cycle = r.get("cycle", "")  # flows have no cycle
         key = (month, r["product_id"], cycle, r["currency"])
         if key not in rows:
             rows[key] = ReportMonth(
@@ -231,9 +227,12 @@ def refresh(
             done = 0
             if first is not None:
                 ReportMonth.objects.filter(month__gte=first).delete()
-                for start, stop in _batches(first, end):
+                start = first
+                while start < end:  # ``BATCH_MONTHS`` at a time
+                    stop = min(_add_months(start, BATCH_MONTHS), end)
                     ReportMonth.objects.bulk_create(compute(start, stop, basis), batch_size=1000)
                     done += _months_between(start, stop)
+                    start = stop
                 compute_customers(now)
             _snapshot_current_month(now)
             compute_at_risk(now)
@@ -253,7 +252,11 @@ def _snapshot_current_month(now: datetime) -> None:
     refresh, since the month goes on."""
     end = basis_of(now).date()
     period = Period(months=1, now=now)
-    closing = _month_rows(_add_months(end, -1))
+    closed = ReportMonth.objects.filter(month=_add_months(end, -1)).exclude(cycle="").order_by()
+    closing = {  # the last closed month's subscription figures, per cycle
+        (r["product_id"], r["cycle"], r["currency"]): r
+        for r in closed.values("product_id", "cycle", "currency", *SUBSCRIPTION_FIELDS)
+    }
     rows = _rollup_rows(current_month(period, closing), metrics.flow_history(period))
     ReportMonth.objects.filter(month__gte=end).delete()
     ReportMonth.objects.bulk_create(rows, batch_size=1000)
@@ -320,24 +323,6 @@ def compute_at_risk(now: datetime) -> None:
         batch_size=1000,
     )
     ReportState.objects.update_or_create(name=ReportState.AT_RISK, defaults={"verified_at": now})
-
-
-def _month_rows(month: date) -> dict[tuple[Any, ...], dict[str, Any]]:
-    """The subscription figures of the rollup rows of ``month`` per (product, cycle,
-    currency)."""
-    qs = ReportMonth.objects.filter(month=month).exclude(cycle="")
-    return {
-        (r["product_id"], r["cycle"], r["currency"]): r
-        for r in qs.order_by().values("product_id", "cycle", "currency", *SUBSCRIPTION_FIELDS)
-    }
-
-
-def _batches(first: date, end: date) -> Iterator[tuple[date, date]]:
-    start = first
-    while start < end:
-        stop = min(_add_months(start, BATCH_MONTHS), end)
-        yield start, stop
-        start = stop
 
 
 def rebuild(since: date | None = None, now: datetime | None = None) -> Refreshed | None:
@@ -515,18 +500,7 @@ def customers_at_risk(period: Period, limit: int) -> tuple[Rows, int]:
     key = {"product_id": period.product or None, "currency": period.currency or ""}
     total = ReportAtRiskCount.objects.filter(**key).values_list("customers", flat=True).first() or 0
     listed = ReportAtRisk.objects.filter(**key, position__lte=max(limit, 0)).order_by("position")
-    rows = [
-        metrics.at_risk_row(
-            customer_id=r.customer_id,
-            identifier=r.identifier,
-            name=r.name,
-            email=r.email,
-            failing=r.failing_subscriptions,
-            unsettled=r.unsettled_invoices,
-            uncollectable=r.uncollectable_invoices,
-        )
-        for r in listed
-    ]
+    rows = [metrics.at_risk_row(r) for r in listed.values()]
     return rows, total
 
 
