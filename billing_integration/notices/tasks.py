@@ -184,8 +184,9 @@ def send_notice(self: Any, event_pk: int, kind: str) -> str:
 
 @shared_task(name="billing_integration.sweep_notices")  # type: ignore[untyped-decorator]
 def sweep_notices() -> int:
-    """Queue ``send_notice`` again for each notice still ``queued`` ``SWEEP_AFTER`` after it
-    was recorded (its task lost or never queued); the claim keeps it to one email."""
+    """Queue ``send_notice`` (``send_pulled_notice`` for a notice without an event: a pull's or
+    a trial's) again for each notice still ``queued`` ``SWEEP_AFTER`` after it was recorded
+    (its task lost or never queued), ``SWEEP_BATCH`` at most; the claim keeps it to one email."""
     kinds = [kind for kind in KINDS if enabled(kind)]
     cutoff = timezone.now() - SWEEP_AFTER
     stale = Notice.objects.filter(state=NoticeState.QUEUED, kind__in=kinds, created_at__lt=cutoff)
