@@ -77,8 +77,10 @@ REMOVED: dict[str, str] = {
     **_constant(
         "billing_integration.outbox",
         *("OUTBOX_MAX_ATTEMPTS", "OUTBOX_RETRY_BASE", "OUTBOX_RETRY_MAX", "OUTBOX_STALE_AFTER"),
-        *("OUTBOX_LEASE", "OUTBOX_DEFER_DELAY", "OUTBOX_REQUEUE_BATCH"),
+        *("OUTBOX_LEASE", "OUTBOX_REQUEUE_BATCH"),
     ),
+    "OUTBOX_DEFER_DELAY": "remove it: a push waiting behind an older one of its object is "
+    "enqueued when that one is settled",
     **_constant("300 s, the Standard Webhooks default", "WEBHOOK_TOLERANCE"),
     **_constant("billing_integration.webhooks", "WEBHOOK_MAX_ATTEMPTS"),
     **_constant("billing_integration.notices", "NOTICE_MAX_ATTEMPTS"),

@@ -68,6 +68,29 @@ def test_a_removed_key_says_what_replaced_it(settings, key):
     assert errors[0].hint == f"Remove BILLING['{key}'] from settings.BILLING."
 
 
+def test_a_removed_key_said_to_be_a_constant_has_one_where_it_says():
+    """``it is a constant now (billing_integration.X)``: a module of that package holds a
+    constant of the same meaning (its name ends as the key does: ``..._BATCH``, ``..._MAX``)."""
+    import importlib
+    import pkgutil
+    import re
+
+    wrong = []
+    for key, message in REMOVED.items():
+        named = re.fullmatch(r"it is a constant now \((billing_integration[\w.]*)\)", message)
+        if named is None:
+            continue
+        package = importlib.import_module(named[1])
+        modules = [package]
+        for info in pkgutil.iter_modules(getattr(package, "__path__", [])):
+            modules.append(importlib.import_module(f"{named[1]}.{info.name}"))
+        suffix = key.rsplit("_", 1)[-1]
+        names = {name for module in modules for name in vars(module) if name.isupper()}
+        if not any(name == suffix or name.endswith(f"_{suffix}") for name in names):
+            wrong.append(key)
+    assert wrong == []
+
+
 def test_the_old_cache_aliases_point_to_cache(settings):
     settings.BILLING = {**GOOD, "TOKEN_CACHE": "tokens"}
     with pytest.raises(BillingConfigurationError) as info:
