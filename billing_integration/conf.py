@@ -102,8 +102,8 @@ REMOVED: dict[str, str] = {
     "SUBSCRIPTION_REQUIRED_URL": "use BILLING['PRICING_URL']",
     "ACCOUNT_URL": "the app's billing page (billing_integration:account) is linked; "
     "route it where you want it",
-    "MULTIPLE_PURCHASE_PRODUCTS": "tick the product's 'may be bought again while held' "
-    "(Product.multiple_purchases) in the admin",
+    "MULTIPLE_PURCHASE_PRODUCTS": "tick the product's 'multiple purchases' (may be bought "
+    "again while held: Product.multiple_purchases) in the admin",
     "OUTBOX_QUEUE": _ROUTE,
     "QUEUE": _ROUTE,
     "EVENT_RETENTION": "set the age in the kwargs of the 'billing-prune-events' entry of "
