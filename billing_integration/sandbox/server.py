@@ -95,7 +95,10 @@ class SandboxServer:
         allowed_hosts: Iterable[str] = (),
         **settings: Any,
     ) -> None:
-        self.store = Store(data, reset=reset)
+        try:
+            self.store = Store(data, reset=reset)
+        except ValueError as exc:  # --data names a file that is not the sandbox's
+            raise SandboxStartError(str(exc)) from None
         self.config = SandboxConfig.load(self.store, settings)
         self.app = SandboxApp(self.store, self.config)
         self.app.quiet = quiet

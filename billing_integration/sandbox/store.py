@@ -74,12 +74,37 @@ def public(doc: dict[str, Any] | None) -> dict[str, Any] | None:
     return {k: v for k, v in doc.items() if not k.startswith("_")}
 
 
+def refuse_other_file(path: Path) -> None:
+    """``ValueError`` when ``path`` holds something other than a sandbox data file: a file that
+    is not SQLite, or a SQLite database with tables and no ``objects`` and ``config`` ones
+    (e.g. the project's own database). The sandbox neither writes into it nor, on reset,
+    deletes it. A missing or empty file, or a database without tables, is fine."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            tables = {
+                r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            }
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError:
+        tables = {"(not a SQLite database)"}
+    if tables and not {"objects", "config"} <= tables:
+        raise ValueError(
+            f"{path} is not a sandbox data file (it holds other data): it is neither used nor "
+            "deleted. Choose another --data."
+        )
+
+
 class Store:
     """The sandbox's database. ``path`` ``None`` or ``":memory:"`` keeps it in memory."""
 
     def __init__(self, path: str | Path | None = None, *, reset: bool = False) -> None:
         self.path = None if path in (None, ":memory:") else Path(path)
         if self.path is not None:
+            refuse_other_file(self.path)
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if reset:
                 for suffix in ("", "-wal", "-shm"):

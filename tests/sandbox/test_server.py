@@ -217,3 +217,29 @@ def test_fixture_resets_between_tests(sandbox, api, _):
     sandbox.faults(operation="list_products", status=503)
     sandbox.advance(10)
     time.sleep(0)
+
+
+@pytest.mark.parametrize("reset", [False, True])
+def test_data_naming_another_file_is_refused_and_kept(tmp_path, reset):
+    """``--data db.sqlite3 --reset`` (the project's database) or a source file: refused with
+    a message, the file neither written into nor deleted."""
+    import sqlite3
+
+    from billing_integration.sandbox.server import SandboxStartError
+
+    project_db = tmp_path / "db.sqlite3"
+    conn = sqlite3.connect(project_db)
+    conn.execute("CREATE TABLE auth_user (id INTEGER PRIMARY KEY)")
+    conn.commit()
+    conn.close()
+    source = tmp_path / "settings.py"
+    source.write_text("DEBUG = True\n")
+    for path in (project_db, source):
+        before = path.read_bytes()
+        with pytest.raises(SandboxStartError, match="not a sandbox data file"):
+            SandboxServer("127.0.0.1", 0, path, quiet=True, reset=reset)
+        assert path.read_bytes() == before
+    conn = sqlite3.connect(project_db)
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    conn.close()
+    assert tables == {"auth_user"}
