@@ -15,6 +15,13 @@ _CYCLE = re.compile(r"^(?P<unit>[a-z]+)-(?P<frequency>[0-9]+)$")
 FALLBACK_LOCALE = "en"
 
 
+def printable(text: Any) -> str:
+    """``text`` for a terminal: each control or format character (an escape sequence's ESC,
+    a newline, a right-to-left override) shown as ``?``, so a name a customer chose cannot
+    move the cursor, recolour, hide or retitle what a command prints."""
+    return "".join(c if c.isprintable() else "?" for c in str(text))
+
+
 @lru_cache(maxsize=32)
 def _parse_locale(name: str) -> Locale:
     try:

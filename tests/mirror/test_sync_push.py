@@ -63,3 +63,10 @@ def test_push_ignores_the_retry_time_and_reports_errors(billing_sandbox, setting
 
 def test_push_with_nothing_open():
     assert "outbox: 0 open entries pushed now: nothing open" in sync("--push")
+
+
+def test_push_prints_no_escape_sequence_from_a_name(billing_sandbox):
+    make_product("Evil\x1b[2J\x1b]0;owned\x07 plan")
+    output = sync("--push")
+    assert "“Evil?[2J?]0;owned? plan”: pushed" in output
+    assert "\x1b" not in output and "\x07" not in output

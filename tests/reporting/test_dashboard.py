@@ -338,3 +338,13 @@ def test_the_reactivated_label_is_translated():
             "Réactivés",
             "réactivés",
         )
+
+
+def test_command_prints_no_escape_sequence_from_a_name(world):
+    """A name a customer chose cannot drive the terminal of whoever runs ``billing_report``."""
+    Customer.objects.update(first_name="\x1b]0;owned\x07Eve\x1b[2J", last_name="\u202eevil")
+    out = io.StringIO()
+    call_command("billing_report", "--at", NOW.isoformat(), stdout=out)
+    text = out.getvalue()
+    assert "?]0;owned?Eve?[2J ?evil" in text  # the at-risk table's names
+    assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text

@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from ...display import printable
 from ...models import Product
 from ...reporting import rollups
 from ...reporting.csv import TABLES, table_csv
@@ -21,7 +22,7 @@ def format_table(table: Table) -> str:
     """A plain-text table: a title, a header, aligned columns (numbers on the right)."""
     header = [c.label for c in table.columns]
     rows = [
-        [display(v, c.kind) for v, c in zip(row, table.columns, strict=True)]
+        [printable(display(v, c.kind)) for v, c in zip(row, table.columns, strict=True)]
         for row in table.values()
     ]
     widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)]
@@ -105,7 +106,7 @@ class Command(BaseCommand):
         scope = f"last {period.months} months ({report.months[0]} .. {report.months[-1]})"
         self.stdout.write(
             f"Billing report, {scope}"
-            + (f", product {report.product_name(product)}" if product else "")
+            + (f", product {printable(report.product_name(product))}" if product else "")
             + (f", {period.currency}" if period.currency else "")
             + "\n"
         )

@@ -10,6 +10,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from ...display import printable
 from ...exceptions import BillingError, BillingServiceMismatchError
 from ...service import ensure_service
 
@@ -105,10 +106,10 @@ class Command(BaseCommand):
         for entry, result in results:
             what = f"{entry.content_type.model} {entry.object_id}"
             if entry.target is not None:
-                what += f" “{str(entry.target)[:60]}”"
+                what += f" “{printable(str(entry.target)[:60])}”"
             line = f"  {entry.get_operation_display().lower()} {what}: {words[result.status]}"
             if result.error is not None and result.status != PushOutcome.DONE:
-                line += f" ({type(result.error).__name__}: {str(result.error)[:200]})"
+                line += f" ({type(result.error).__name__}: {printable(str(result.error)[:200])})"
             style = self.style.SUCCESS if result.status == PushOutcome.DONE else self.style.WARNING
             self.stdout.write(style(line))
         summary = ", ".join(f"{n} {words[s]}" for s, n in counts.items()) or "nothing open"
@@ -124,7 +125,7 @@ class Command(BaseCommand):
         )
         self.stdout.write(self.style.WARNING(text))
         for product in products:
-            self.stdout.write(f"  - {product.name} (remote id {product.remote_id})")
+            self.stdout.write(f"  - {printable(product.name)} (remote id {product.remote_id})")
         self.stdout.write(
             "  To sell them, declare their billing cycles and prices on each product's admin "
             "page (Billing > Products, filter 'billing cycles: no known cycles'); they are "
