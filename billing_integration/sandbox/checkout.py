@@ -32,6 +32,7 @@ from werkzeug.wrappers import Request, Response
 from .config import SandboxConfig
 from .ledger import NEVER, SUCCESS, Ledger
 from .store import Store
+from .web import html_response
 
 _PHONE = re.compile(r"^\+?[0-9][0-9 \-.()]{6,19}$")
 _CSS = (
@@ -59,7 +60,7 @@ def page(
         f'<main data-outcome="{escape(outcome)}"><h1>{escape(title)}</h1>{body}</main>'
         f"</body></html>"
     )
-    return Response(html, status=status, mimetype="text/html")
+    return html_response(html, status)
 
 
 class CheckoutPages:

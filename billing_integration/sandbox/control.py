@@ -33,7 +33,7 @@ from werkzeug.routing import Rule
 from werkzeug.wrappers import Request, Response
 
 from .store import public
-from .web import error_response, json_response
+from .web import error_response, html_response, json_response
 
 if TYPE_CHECKING:
     from .app import SandboxApp
@@ -276,7 +276,7 @@ class Control:
             "repository; test phone numbers 0700000001 (succeeds), 0700000002 (declined), "
             "0700000003 (insufficient funds).</p>",
         )
-        return Response(html, mimetype="text/html")
+        return html_response(html)
 
     def do_dashboard(self, request: Request, body: dict[str, Any]) -> Response:
         app = self.app
@@ -304,7 +304,7 @@ class Control:
             "<th>attempts</th><th>url</th><th>created</th><th>last attempt</th></tr>"
             f"{rows}</table>",
         )
-        return Response(html, mimetype="text/html")
+        return html_response(html)
 
 
 def _subscription_row(sub: dict[str, Any], app: SandboxApp) -> str:

@@ -1,4 +1,4 @@
-"""Small HTTP helpers shared by the sandbox's handlers: JSON responses and error bodies.
+"""Small HTTP helpers shared by the sandbox's handlers: JSON and HTML responses, error bodies.
 
 Error body (the sandbox's decision, the interface shows none)::
 
@@ -21,6 +21,13 @@ def json_response(body: Any, status: int = 200, headers: dict[str, str] | None =
     return Response(
         json.dumps(body), status=status, headers=headers or {}, mimetype="application/json"
     )
+
+
+def html_response(html: str, status: int = 200) -> Response:
+    """A page for people, which no other site may show in a frame: a page of its own could
+    otherwise lay the dashboard's "Stop renewal" or the checkout's "Pay" under a decoy and
+    have the developer click it (clickjacking)."""
+    return Response(html, status=status, mimetype="text/html", headers={"X-Frame-Options": "DENY"})
 
 
 def error_entry(message: str, code: str, field: str | None = None) -> dict[str, Any]:

@@ -114,3 +114,12 @@ def test_the_root_is_an_index_page(sandbox):
     assert answer.status_code == 200 and answer.headers["Content-Type"].startswith("text/html")
     assert 'href="/_sandbox/"' in answer.text and "/v1/api/billing/" in answer.text
     assert "docs/sandbox.md" in answer.text
+
+
+def test_no_other_site_may_frame_the_pages(api, sandbox):
+    """The dashboard's forms and the checkout's buttons cannot be laid under a decoy."""
+    session = api.session(api.customer(), api.product())
+    for path in ("/", "/_sandbox/", f"/checkout/{session['id']}", "/checkout/unknown"):
+        page = requests.get(sandbox.url + path, timeout=5)
+        assert page.headers["Content-Type"].startswith("text/html")
+        assert page.headers.get("X-Frame-Options") == "DENY", path
