@@ -447,6 +447,17 @@ def test_relink_and_reset_ask_for_confirmation(billing_sandbox, settings, monkey
     assert binding().base_url == billing_sandbox.base_url
     product.refresh_from_db()
     assert product.remote_id is not None
+
+    def no_terminal(prompt=""):
+        raise EOFError  # stdin closed: a script that forgot --yes
+
+    monkeypatch.setattr("builtins.input", no_terminal)
+    for action in ("relink", "reset"):
+        with pytest.raises(CommandError, match="Cancelled"):
+            call_command("billing_service", action, stdout=StringIO())
+    assert binding().base_url == billing_sandbox.base_url
+    product.refresh_from_db()
+    assert product.remote_id is not None
     monkeypatch.setattr("builtins.input", lambda prompt="": "yes")
     call_command("billing_service", "relink", stdout=StringIO())
     assert binding().base_url == moved_url(billing_sandbox)

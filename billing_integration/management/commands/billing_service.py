@@ -156,5 +156,9 @@ class Command(BaseCommand):
         self.stdout.write(question)
         if not options["interactive"]:
             return
-        if input(_("Type 'yes' to continue: ")).strip().lower() != "yes":
+        try:
+            answer = input(_("Type 'yes' to continue: "))
+        except EOFError:  # no one to ask (a script without --yes): no answer is no
+            answer = ""
+        if answer.strip().lower() != "yes":
             raise CommandError(_("Cancelled; nothing changed."))
