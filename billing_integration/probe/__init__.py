@@ -8,6 +8,7 @@ secrets and tokens removed (``save_answers``)."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
@@ -208,10 +209,19 @@ def run_probe(client: BillingClient | None = None, *, write: bool = False) -> Pr
     return ProbeReport(probe.findings, write, without_user_info(client.base_url), answers)
 
 
+#: The mode of the answers file the probe creates: read and write for its owner only.
+PRIVATE = 0o600
+
+
 def save_answers(report: ProbeReport, path: Path) -> Path:
-    """Write the report and its raw answers (secrets and tokens removed) to ``path``."""
+    """Write the report and its raw answers (secrets and tokens removed) to ``path``; a file
+    it creates is readable by its owner only (``PRIVATE``): the answers hold a page of the
+    service's customers."""
     document = {**report.as_dict(), "answers": report.answers}
-    path.write_text(json.dumps(document, indent=2, default=str) + "\n", encoding="utf-8")
+    with open(
+        os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE), "w", encoding="utf-8"
+    ) as f:
+        f.write(json.dumps(document, indent=2, default=str) + "\n")
     return path
 
 

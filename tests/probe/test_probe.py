@@ -220,3 +220,19 @@ def test_a_refusal_about_one_object_leaves_a_plan_change_guess_unknown(sandbox, 
     found = {f["guess"]: f for f in report["findings"]}
     assert found["patch_subscription"]["verdict"] == "contradicted"  # 404
     assert found["change_plan_action"]["verdict"] == "contradicted"  # 400 naming the action
+
+
+def test_the_answers_file_is_readable_by_its_owner_only(sandbox, tmp_path):
+    """It holds a page of the service's customers (names, emails): no other user of the
+    machine may read it, whatever the umask."""
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        probe(tmp_path)
+    finally:
+        os.umask(old)
+    saved = tmp_path / "answers.json"
+    assert "customers" in saved.read_text()
+    assert stat.S_IMODE(saved.stat().st_mode) == 0o600

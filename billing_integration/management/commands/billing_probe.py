@@ -4,13 +4,21 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...conf import billing_settings
-from ...probe import CONFIRMED, CONTRADICTED, default_output, run_probe, save_answers
+from ...probe import (
+    CONFIRMED,
+    CONTRADICTED,
+    PRIVATE,
+    default_output,
+    run_probe,
+    save_answers,
+)
 
 LABELS = {CONFIRMED: "confirmed   ", CONTRADICTED: "CONTRADICTED", "unknown": "unknown     "}
 
@@ -85,8 +93,7 @@ def _setting(setting: str) -> str:
 def _writable(path: Path) -> None:
     """Refuse (exit 2) an output file that cannot be written."""
     try:
-        with path.open("a", encoding="utf-8"):
-            pass
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE))
     except OSError as exc:
         raise CommandError(_cannot_write(path, exc), returncode=2) from None
 
