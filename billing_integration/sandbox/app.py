@@ -40,7 +40,7 @@ from .delivery import DeliveryWorker
 from .events import EventBus
 from .faults import Decision, FaultInjector
 from .ledger import Ledger
-from .reqlog import RequestLog
+from .reqlog import RequestLog, forget_credentials
 from .store import Store
 from .web import (
     DropConnection,
@@ -254,7 +254,10 @@ class SandboxApp:
         if op == "token":
             if args["realm"] != "sandbox":
                 return error_response(404, "realm_not_found", f"Realm {args['realm']!r} not found.")
-            return self.tokens.issue(request)
+            response = self.tokens.issue(request)
+            if response.status_code != 200:  # refused: maybe real credentials sent by mistake
+                forget_credentials(entry)
+            return response
         if op == "checkout_page":
             return self.checkout.handle(request, args["session_id"])
         account, reason = self.tokens.account_for_token(request.headers.get("x-kc-token"))

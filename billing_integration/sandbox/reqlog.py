@@ -2,7 +2,8 @@
 
 Tests across the project assert on what the service received (headers, bodies, keys), so each
 entry keeps the method, path, query, headers, parsed body, operation name, response status and
-outcome (``answered``, ``fault``, ``timeout``, ``reset``, ``reset_after_commit``).
+outcome (``answered``, ``fault``, ``timeout``, ``reset``, ``reset_after_commit``). A token
+request the sandbox refuses keeps no client secret (``forget_credentials``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,17 @@ def parsed_body(request: Request) -> Any:
         return json.loads(raw)
     except ValueError:
         return raw.decode("utf-8", "replace")
+
+
+def forget_credentials(entry: dict[str, Any]) -> None:
+    """Replace a token request's client secret in its ``entry`` (the form field or JSON key,
+    the ``Authorization`` header) by ``[redacted]``: for a request the sandbox did not answer
+    with a token, whose credentials may be real ones sent here by mistake."""
+    body = entry.get("body")
+    if isinstance(body, dict) and "client_secret" in body:
+        entry["body"] = {**body, "client_secret": "[redacted]"}
+    if "authorization" in entry["headers"]:
+        entry["headers"] = {**entry["headers"], "authorization": "[redacted]"}
 
 
 class RequestLog:

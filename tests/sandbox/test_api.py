@@ -692,3 +692,29 @@ def test_empty_selected_currencies_are_refused(api):
     assert patched.status_code == 400
     assert patched.json()["errors"][0]["field"] == "selected_currencies"
     assert api.get(f"/products/{product['id']}").json()["data"]["selected_currencies"] == ["1", "2"]
+
+
+def test_refused_credentials_are_not_kept_in_the_request_log(sandbox):
+    """An app pointed at the sandbox with its real credentials: the log any local process
+    reads (``GET /_sandbox/requests``) keeps no client secret the sandbox refused."""
+    token_request(sandbox, client_secret="real-production-secret")
+    requests.post(
+        sandbox.token_url,
+        data={"grant_type": "client_credentials"},
+        auth=("real-client", "real-basic-secret"),
+        timeout=5,
+    )
+    requests.post(
+        sandbox.token_url,
+        json={"grant_type": "client_credentials", "client_secret": "real-json-secret"},
+        timeout=5,
+    )
+    log = requests.get(sandbox.url + "/_sandbox/requests?operation=token", timeout=5)
+    assert [e["status"] for e in log.json()["data"]] == [401, 401, 400]
+    assert "real-production-secret" not in log.text and "real-json-secret" not in log.text
+    basic = log.json()["data"][1]["headers"]["authorization"]
+    assert basic == "[redacted]"
+    # an accepted request is kept as sent (tests assert what the app sent)
+    token_request(sandbox)
+    accepted = requests.get(sandbox.url + "/_sandbox/requests?operation=token", timeout=5)
+    assert accepted.json()["data"][-1]["body"]["client_secret"] == "sandbox-secret"
