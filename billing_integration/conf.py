@@ -189,6 +189,49 @@ DOCS: dict[str, str] = {
 }
 
 
+def _text(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+def _text_or_none(value: Any) -> bool:
+    return value is None or isinstance(value, str)
+
+
+def _aliases(value: Any) -> bool:
+    return value is None or (
+        isinstance(value, dict) and all(_text(k) and _text(v) for k, v in value.items())
+    )
+
+
+def _code(value: Any) -> str:
+    """A currency code of ``CURRENCIES``: a non-empty string (``str(None)`` is no code)."""
+    if not _text(value):
+        raise ValueError(value)
+    return str(value)
+
+
+#: Keys whose value must have a shape: a test of the value, and what it must be (E000 else).
+#: The other keys are checked by their own system checks (checks.py).
+_SHAPES: dict[str, tuple[Any, str]] = {
+    # "" or "a/b" would request tokens from another path than the realm's.
+    "REALM": (
+        lambda v: _text(v) and v == v.strip() and "/" not in v,
+        "the realm's name, such as 'sandbox' (no '/' nor spaces)",
+    ),
+    "CLIENT_ID": (_text_or_none, "a string"),
+    "CLIENT_SECRET": (_text_or_none, "a string"),
+    "SUBSCRIBER_MODEL": (
+        lambda v: v is None or (isinstance(v, str) and v.count(".") == 1 and v.strip() == v),
+        "None or a model's 'app_label.ModelName'",
+    ),
+    "EVENT_TYPE_ALIASES": (_aliases, "a dict of event type spellings to event types (strings)"),
+    "PRICING_URL": (_text_or_none, "a URL name or a path (a string)"),
+    "BASE_TEMPLATE": (_text_or_none, "a template name (a string)"),
+    "SITE_URL": (_text_or_none, "the site's absolute base URL (a string)"),
+    "CACHE": (_text, "the alias of a cache in settings.CACHES, such as 'default'"),
+}
+
+
 class BillingSettings:
     """Attribute access to ``settings.BILLING`` merged over ``DEFAULTS``."""
 
@@ -220,11 +263,16 @@ class BillingSettings:
                     f"not {merged['WEBHOOK_ALLOW_UNVERIFIED']!r}.",
                     setting="BILLING['WEBHOOK_ALLOW_UNVERIFIED']",
                 )
+            for key, (ok, what) in _SHAPES.items():
+                if not ok(merged[key]):
+                    shown = type(merged[key]).__name__ if key == "CLIENT_SECRET" else None
+                    text = f"BILLING[{key!r}] must be {what}, not {shown or repr(merged[key])}."
+                    raise BillingConfigurationError(text, setting=f"BILLING['{key}']")
             if merged["SUBSCRIBER_MODEL"] is None:
                 merged["SUBSCRIBER_MODEL"] = settings.AUTH_USER_MODEL
             table = merged["CURRENCIES"]
             try:
-                merged["CURRENCIES"] = {int(k): str(v) for k, v in table.items()}
+                merged["CURRENCIES"] = {int(k): _code(v) for k, v in table.items()}
             except (AttributeError, TypeError, ValueError):
                 raise BillingConfigurationError(
                     "BILLING['CURRENCIES'] must be a dict of the service's integer currency ids "

@@ -514,3 +514,76 @@ def test_callable_settings_that_import_pass(settings):
         "CUSTOMER_FIELDS": currencies.currency_code,  # a callable itself is accepted too
     }
     assert check_billing_settings() == []
+
+
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        # "" or None requested tokens from {AUTH_URL}/realms//protocol/..., "a/b" another path.
+        ("REALM", ""),
+        ("REALM", None),
+        ("REALM", "a/b"),
+        ("REALM", " sandbox"),
+        ("REALM", 1),
+        # A list or dict crashed manage.py check (unhashable, in E023's `in settings.CACHES`).
+        ("CACHE", ["default"]),
+        ("CACHE", {}),
+        ("CACHE", ""),
+        ("CLIENT_ID", 1),
+        ("CLIENT_ID", ["id"]),
+        # 1 crashed every command as the models loaded (OneToOneField(1)).
+        ("SUBSCRIBER_MODEL", 1),
+        ("SUBSCRIBER_MODEL", ""),
+        ("SUBSCRIBER_MODEL", "auth"),
+        # Read with str() or `.items()` at the first event, page or notice, not at check time.
+        ("EVENT_TYPE_ALIASES", ["x"]),
+        ("EVENT_TYPE_ALIASES", {"subscription.cancelled": None}),
+        ("EVENT_TYPE_ALIASES", {1: "subscription.canceled"}),
+        ("PRICING_URL", 1),
+        ("BASE_TEMPLATE", ["base.html"]),
+        ("SITE_URL", 0),
+        # str(None) was read as the currency code "None".
+        ("CURRENCIES", {1: None}),
+        ("CURRENCIES", {1: ""}),
+    ],
+)
+def test_a_value_of_the_wrong_shape_is_e000_naming_the_key(settings, key, value):
+    settings.BILLING = {**GOOD, key: value}
+    errors = check_billing_settings()
+    assert ids(errors) == ["billing_integration.E000"]
+    assert errors[0].msg.startswith(f"BILLING['{key}'] must be ")
+    assert errors[0].hint == f"Fix the value of BILLING['{key}'] (docs/settings.md)."
+    with pytest.raises(BillingConfigurationError) as info:  # where checks do not run
+        billing_settings.BASE_URL
+    assert info.value.setting == f"BILLING['{key}']"
+
+
+def test_a_client_secret_of_the_wrong_shape_is_not_echoed(settings):
+    settings.BILLING = {**GOOD, "CLIENT_SECRET": ["s3cr3t-value"]}
+    errors = check_billing_settings()
+    assert ids(errors) == ["billing_integration.E000"]
+    assert errors[0].msg == "BILLING['CLIENT_SECRET'] must be a string, not list."
+
+
+def test_the_subscriber_model_of_a_label_that_is_not_text_is_the_user(settings):
+    # Read when the models load, before any check runs: E000 must get to say what is wrong.
+    settings.BILLING = {**GOOD, "SUBSCRIBER_MODEL": 1}
+    assert subscriber_model_label() == settings.AUTH_USER_MODEL
+
+
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("REALM", "billing-prod"),
+        ("SUBSCRIBER_MODEL", "auth.User"),
+        ("EVENT_TYPE_ALIASES", {"sub.gone": "subscription.canceled"}),
+        ("EVENT_TYPE_ALIASES", None),
+        ("PRICING_URL", None),
+        ("BASE_TEMPLATE", ""),
+        ("SITE_URL", None),
+        ("CLIENT_ID", None),
+    ],
+)
+def test_values_of_the_documented_shapes_pass(settings, key, value):
+    settings.BILLING = {**GOOD, key: value}
+    assert [e.id for e in check_billing_settings() if e.id != "billing_integration.E001"] == []

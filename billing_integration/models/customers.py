@@ -15,9 +15,10 @@ __all__ = ["Customer"]
 def subscriber_model_label() -> str:
     """``app_label.ModelName`` of the subscriber model (``BILLING['SUBSCRIBER_MODEL']``)."""
     billing = getattr(settings, "BILLING", None)
-    if not isinstance(billing, dict):  # the models load before E000 can say so
+    if not isinstance(billing, dict):  # the models load before E000 can say so (same below)
         return settings.AUTH_USER_MODEL
-    return billing.get("SUBSCRIBER_MODEL") or settings.AUTH_USER_MODEL
+    label = billing.get("SUBSCRIBER_MODEL")
+    return label if isinstance(label, str) and label else settings.AUTH_USER_MODEL
 
 
 class Customer(RemoteObject):
