@@ -475,10 +475,10 @@ def _check_celery() -> list[CheckMessage]:
         hint = "Set CELERY_BROKER_URL (e.g. redis://host:6379/0), even to "
         hint += "amqp://guest@localhost// if that is really your broker."
         errors.append(_error("billing_integration.E021", text, hint))
-    errors += _prune_age_errors(conf.beat_schedule or {})
+    beat = conf.beat_schedule if isinstance(conf.beat_schedule, dict) else {}
+    errors += _prune_age_errors(beat)
     if str(conf.beat_scheduler or "").startswith("celery.beat"):  # others keep theirs elsewhere
-        schedule = (conf.beat_schedule or {}).values()
-        scheduled = {_job(e) for e in schedule if isinstance(e, dict)}
+        scheduled = {_job(e) for e in beat.values() if isinstance(e, dict)}
         # Without the prune entry every delivery is kept: a choice, not a gap.
         wanted = [_job(e) for e in BEAT_SCHEDULE.values() if e["task"] != PRUNE_TASK]
         missing = list(dict.fromkeys(job for job in wanted if job not in scheduled))
@@ -497,16 +497,17 @@ def _check_celery() -> list[CheckMessage]:
 def _job(entry: dict[str, Any]) -> str:
     """A beat entry's task; the rollups' refresh names its reconciliation apart (the same task
     with ``recent_months``)."""
-    task = str(entry.get("task"))
+    task, kwargs = str(entry.get("task")), entry.get("kwargs")
     if task == REFRESH_TASK and (
-        entry.get("args") or (entry.get("kwargs") or {}).get("recent_months")
+        entry.get("args") or (isinstance(kwargs, dict) and kwargs.get("recent_months"))
     ):
         return f"{task} (with recent_months: the reconciliation)"
     return task
 
 
 def _prune_age_errors(schedule: dict[str, Any]) -> list[CheckMessage]:
-    """E024: the ``older_than`` of each beat entry running the prune is a positive duration."""
+    """E024: the ``older_than`` of each beat entry running the prune is a positive duration
+    (its ``args`` a list or tuple, its ``kwargs`` a dict: Celery could not call it else)."""
     from .webhooks.prune import parse_duration
 
     errors: list[CheckMessage] = []
@@ -514,6 +515,14 @@ def _prune_age_errors(schedule: dict[str, Any]) -> list[CheckMessage]:
         if not isinstance(entry, dict) or entry.get("task") != PRUNE_TASK:
             continue
         args, kwargs = entry.get("args") or (), entry.get("kwargs") or {}
+        if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict):
+            text = (
+                f"The args of Celery beat's {name!r} entry ({PRUNE_TASK}) must be a list or "
+                f"tuple and its kwargs a dict, not args={args!r}, kwargs={kwargs!r}."
+            )
+            hint = f"For example 'kwargs': {{'older_than': {PRUNE_OLDER_THAN!r}}}."
+            errors.append(_error("billing_integration.E024", text, hint))
+            continue
         age = args[0] if args else kwargs.get("older_than", PRUNE_OLDER_THAN)
         try:
             parse_duration(age)

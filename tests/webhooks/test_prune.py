@@ -288,6 +288,32 @@ def test_a_bad_age_in_the_beat_entry_fails_the_system_check(beat_schedule, value
 
 
 @pytest.mark.parametrize(
+    "fields",
+    # args=5 or a kwargs list crashed manage.py check; args="90d" was read as "9" (9 seconds),
+    # and Celery would call the task with the arguments "9", "0", "d".
+    [{"args": 5}, {"args": "90d"}, {"kwargs": ["older_than"]}, {"kwargs": 5}],
+)
+def test_beat_arguments_of_the_wrong_shape_fail_the_system_check(beat_schedule, fields):
+    beat_schedule({**schedule.BEAT_SCHEDULE, **prune_entry(**fields)})
+    errors = [m for m in run_checks() if m.id == "billing_integration.E024"]
+    assert len(errors) == 1
+    assert errors[0].msg.startswith(
+        "The args of Celery beat's 'billing-prune-events' entry (billing_integration."
+        "prune_events) must be a list or tuple and its kwargs a dict, not "
+    )
+    assert errors[0].hint == "For example 'kwargs': {'older_than': '90d'}."
+
+
+def test_a_beat_schedule_that_is_not_a_dict_is_not_a_traceback(beat_schedule):
+    beat_schedule(["billing-prune-events"])
+    ids = {message.id for message in run_checks()}
+    assert "billing_integration.W021" in ids  # none of the app's tasks is scheduled
+    refresh = {**schedule.BEAT_SCHEDULE["billing-refresh-report-rollups"], "kwargs": 5}
+    beat_schedule({**schedule.BEAT_SCHEDULE, "billing-refresh-report-rollups": refresh})
+    run_checks()  # kwargs=5 was .get() on an int
+
+
+@pytest.mark.parametrize(
     "fields", [{}, {"kwargs": {}}, {"args": ["12h"]}, {"kwargs": {"older_than": 3600}}]
 )
 def test_a_good_beat_entry_passes_the_system_check(beat_schedule, fields):
