@@ -218,11 +218,40 @@ def _value_errors(conf: dict[str, Any]) -> list[CheckMessage]:
     if not _trials_ok(conf.get("TRIALS")):
         text = "a dict with 'repeat' (True/False) and 'notice_days' (a positive integer)"
         errors.append(bad("billing_integration.E051", "TRIALS", text))
+    errors += _names_nothing(conf)
     for key in ("SUBSCRIBER_RESOLVER", "CUSTOMER_FIELDS"):
         if (problem := _not_callable(conf.get(key))) is not None:
             text = f"BILLING['{key}'] is not the dotted path of a callable: {problem}."
             hint = "Set it to 'package.module.function', or leave it out."
             errors.append(_error("billing_integration.E015", text, hint))
+    return errors
+
+
+def _names_nothing(conf: dict[str, Any]) -> list[CheckMessage]:
+    """E000: ``SUBSCRIBER_MODEL`` names an installed model, ``BASE_TEMPLATE`` (when set) a
+    template the loaders find; else every billing page would fail (``TemplateDoesNotExist``)."""
+    from django.apps import apps
+    from django.template import TemplateDoesNotExist, TemplateSyntaxError
+    from django.template.loader import get_template
+
+    def named(key: str, text: str) -> CheckMessage:
+        setting = f"BILLING['{key}']"
+        return _error("billing_integration.E000", f"{setting} {text}", _unreadable_hint(setting))
+
+    errors: list[CheckMessage] = []
+    label = conf["SUBSCRIBER_MODEL"]
+    try:
+        apps.get_model(label)
+    except LookupError:
+        errors.append(named("SUBSCRIBER_MODEL", f"names the model {label!r}, not installed."))
+    base = conf["BASE_TEMPLATE"]
+    try:
+        if base:
+            get_template(base)
+    except TemplateDoesNotExist:
+        errors.append(named("BASE_TEMPLATE", f"names the template {base!r}, which is not found."))
+    except TemplateSyntaxError as exc:
+        errors.append(named("BASE_TEMPLATE", f"names the template {base!r}, invalid: {exc}."))
     return errors
 
 

@@ -587,3 +587,29 @@ def test_the_subscriber_model_of_a_label_that_is_not_text_is_the_user(settings):
 def test_values_of_the_documented_shapes_pass(settings, key, value):
     settings.BILLING = {**GOOD, key: value}
     assert [e.id for e in check_billing_settings() if e.id != "billing_integration.E001"] == []
+
+
+@pytest.mark.parametrize(
+    "key,value,text",
+    [
+        # Every billing page failed with TemplateDoesNotExist; the checks said nothing.
+        ("BASE_TEMPLATE", "nowhere/base.html", "names the template 'nowhere/base.html', "),
+        # Django's fields.E300 named Customer.subscriber, not the setting to fix.
+        ("SUBSCRIBER_MODEL", "shop.Account", "names the model 'shop.Account', not installed."),
+    ],
+)
+def test_a_value_that_names_nothing_is_e000_naming_the_key(settings, key, value, text):
+    settings.BILLING = {**GOOD, key: value}
+    errors = check_billing_settings()
+    assert ids(errors) == ["billing_integration.E000"]
+    assert errors[0].msg.startswith(f"BILLING['{key}'] {text}")
+    assert errors[0].hint == f"Fix the value of BILLING['{key}'] (docs/settings.md)."
+
+
+def test_a_base_template_that_does_not_compile_is_e000(settings, tmp_path):
+    (tmp_path / "broken.html").write_text("{% block title %}", encoding="utf-8")
+    settings.TEMPLATES = [{**settings.TEMPLATES[0], "DIRS": [tmp_path]}]
+    settings.BILLING = {**GOOD, "BASE_TEMPLATE": "broken.html"}
+    errors = check_billing_settings()
+    assert ids(errors) == ["billing_integration.E000"]
+    assert errors[0].msg.startswith("BILLING['BASE_TEMPLATE'] names the template 'broken.html', ")
