@@ -13,6 +13,7 @@ from django.db import DatabaseError, connections, router
 from django.utils.module_loading import import_string
 from django.utils.translation import gettext as _
 
+from .checkout.trials import TRIALS_SHAPE, trials_ok
 from .conf import DEFAULTS, REMOVED, REQUIRED, billing_settings, guesses
 from .exceptions import BillingConfigurationError, without_user_info
 from .health import PROCESS_LOCAL_BACKENDS
@@ -215,9 +216,8 @@ def _value_errors(conf: dict[str, Any]) -> list[CheckMessage]:
         hint = "'period_end' keeps a canceled subscription's access until its cycle_end_date."
         text = "'period_end' or 'immediately'"
         errors.append(bad("billing_integration.E050", "ACCESS_AFTER_CANCEL", text, hint))
-    if not _trials_ok(conf.get("TRIALS")):
-        text = "a dict with 'repeat' (True/False) and 'notice_days' (a positive integer)"
-        errors.append(bad("billing_integration.E051", "TRIALS", text))
+    if not trials_ok(conf.get("TRIALS")):
+        errors.append(bad("billing_integration.E051", "TRIALS", TRIALS_SHAPE))
     errors += _names_nothing(conf)
     for key in ("SUBSCRIBER_RESOLVER", "CUSTOMER_FIELDS"):
         if (problem := _not_callable(conf.get(key))) is not None:
@@ -266,16 +266,6 @@ def _not_callable(value: Any) -> str | None:
     except ImportError as exc:
         return str(exc)
     return None if callable(target) else f"{value!r} names {type(target).__name__}"
-
-
-def _trials_ok(value: Any) -> bool:
-    """``BILLING['TRIALS']``: known keys only, ``repeat`` a bool, ``notice_days`` >= 1."""
-    if not isinstance(value, dict) or set(value) - {"repeat", "notice_days"}:
-        return False
-    days = value.get("notice_days", 1)
-    return isinstance(value.get("repeat", False), bool) and (
-        isinstance(days, int) and not isinstance(days, bool) and days >= 1
-    )
 
 
 def _notice_errors(conf: dict[str, Any]) -> list[CheckMessage]:

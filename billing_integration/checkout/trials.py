@@ -18,7 +18,7 @@ from ..client import interactive_deadline
 from ..client.retry import Deadline
 from ..conf import billing_settings
 from ..customers import ensure_customer_pushed, ensure_pushed, get_or_create_customer
-from ..exceptions import BillingError
+from ..exceptions import BillingConfigurationError, BillingError
 from ..models import Product, Subscription
 from ..models.subscriptions import KNOWN_INACTIVE_STATUSES, PAUSED_STATUS
 from .services import (
@@ -70,10 +70,30 @@ class TrialAlreadyUsed(CheckoutError):
     )
 
 
+#: What ``BILLING['TRIALS']`` must be (check E051).
+TRIALS_SHAPE = "a dict with 'repeat' (True/False) and 'notice_days' (a positive integer)"
+
+
+def trials_ok(value: Any) -> bool:
+    """``BILLING['TRIALS']``: known keys only, ``repeat`` a bool, ``notice_days`` >= 1."""
+    if not isinstance(value, dict) or set(value) - set(TRIAL_DEFAULTS):
+        return False
+    days = value.get("notice_days", 1)
+    return isinstance(value.get("repeat", False), bool) and (
+        isinstance(days, int) and not isinstance(days, bool) and days >= 1
+    )
+
+
 def trial_settings() -> dict[str, Any]:
-    """``BILLING['TRIALS']`` over ``TRIAL_DEFAULTS``."""
+    """``BILLING['TRIALS']`` over ``TRIAL_DEFAULTS``; raises on a malformed one (a ``"False"``
+    read from the environment is truthy: it would allow repeated trials)."""
     configured = billing_settings.TRIALS
-    return {**TRIAL_DEFAULTS, **(configured if isinstance(configured, dict) else {})}
+    if not trials_ok(configured):
+        raise BillingConfigurationError(
+            f"BILLING['TRIALS'] must be {TRIALS_SHAPE}, not {configured!r}.",
+            setting="BILLING['TRIALS']",
+        )
+    return {**TRIAL_DEFAULTS, **configured}
 
 
 def trial_products(subscriber: Any) -> set[int]:

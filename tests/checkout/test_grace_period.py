@@ -115,3 +115,17 @@ def test_a_bad_value_is_refused_by_the_checks_and_at_run_time(settings, user):
     assert not {"billing_integration.E050", "billing_integration.E051"} & {
         e.id for e in check_billing_settings()
     }
+
+
+@pytest.mark.parametrize("bad", [{"repeat": "False"}, {"notice_days": "3"}, ["repeat"], None])
+def test_bad_trials_are_refused_at_run_time_too(settings, bad):
+    # Where the checks do not run (gunicorn): {"repeat": "False"} (read from the environment
+    # without cast=bool) was truthy and allowed a second trial of a product.
+    from billing_integration.checkout.trials import trial_settings
+    from billing_integration.exceptions import BillingConfigurationError
+
+    settings.BILLING = {**settings.BILLING, "TRIALS": bad}
+    with pytest.raises(BillingConfigurationError, match=r"BILLING\['TRIALS'\] must be a dict"):
+        trial_settings()
+    settings.BILLING = {**settings.BILLING, "TRIALS": {"notice_days": 7}}
+    assert trial_settings() == {"repeat": False, "notice_days": 7}
