@@ -269,10 +269,14 @@ def _not_callable(value: Any) -> str | None:
 
 
 def _notice_errors(conf: dict[str, Any]) -> list[CheckMessage]:
-    """Known notice kinds (E040), and ``SITE_URL`` an absolute http(s) URL when one is on (E041):
-    set, with a host, and reachable (``_url_problem``)."""
+    """Known notice kinds, each True or False (E040), and ``SITE_URL`` an absolute http(s)
+    URL when one is on (E041): set, with a host, and reachable (``_url_problem``)."""
     notices, known = conf.get("NOTICES"), set(DEFAULTS["NOTICES"])
-    if not isinstance(notices, dict) or set(notices) - known:
+    if (
+        not isinstance(notices, dict)
+        or set(notices) - known
+        or not all(isinstance(on, bool) for on in notices.values())  # "True" sends nothing
+    ):
         text = f"BILLING['NOTICES'] must be a dict of notice kinds to True/False, not {notices!r}."
         hint = f"Known kinds: {', '.join(sorted(known))}."
         return [_error("billing_integration.E040", text, hint)]

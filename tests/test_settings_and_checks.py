@@ -613,3 +613,15 @@ def test_a_base_template_that_does_not_compile_is_e000(settings, tmp_path):
     errors = check_billing_settings()
     assert ids(errors) == ["billing_integration.E000"]
     assert errors[0].msg.startswith("BILLING['BASE_TEMPLATE'] names the template 'broken.html', ")
+
+
+@pytest.mark.parametrize("value", ["True", 1, None])
+def test_a_notice_that_is_not_true_or_false_is_e040(settings, value):
+    # Only True sends: "True" from the environment passed the checks and sent nothing.
+    settings.BILLING = {**GOOD, "NOTICES": {"payment_failed": value}}
+    errors = check_billing_settings()
+    assert ids(errors) == ["billing_integration.E040"]
+    assert errors[0].msg == (
+        "BILLING['NOTICES'] must be a dict of notice kinds to True/False, "
+        f"not {{'payment_failed': {value!r}}}."
+    )
