@@ -7,6 +7,7 @@ import hashlib
 from typing import Any, TypeGuard
 from urllib.parse import SplitResult, urlsplit
 
+import django
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import DatabaseError, connections, router
@@ -433,13 +434,28 @@ def _check_csrf() -> list[CheckMessage]:
     return [_error("billing_integration.W022", text, hint, warning=True)]
 
 
+def _managers_ok(managers: Any) -> bool:
+    """``MANAGERS`` as ``mail_managers`` takes it: (name, email) pairs; from Django 6.0 email
+    strings too."""
+    if not isinstance(managers, (list, tuple)):
+        return False
+    strings = django.VERSION >= (6, 0)
+    return all(
+        (isinstance(m, (list, tuple)) and len(m) == 2) or (strings and isinstance(m, str))
+        for m in managers
+    )
+
+
 def _check_managers() -> list[CheckMessage]:
-    """W023: the billing forms are routed but ``MANAGERS`` is empty: a change the service is not
-    asked for itself (stop renewal, resume, change of plan) is emailed to no one."""
-    if settings.MANAGERS or not _forms_routed():
+    """W023: the billing forms are routed but ``MANAGERS`` is empty, or not what
+    ``mail_managers`` takes (it raises): a change the service is not asked for itself (stop
+    renewal, resume, change of plan) is emailed to no one."""
+    managers = settings.MANAGERS
+    if (managers and _managers_ok(managers)) or not _forms_routed():
         return []
+    what = "is empty" if not managers else f"is not a list of (name, email) pairs: {managers!r}"
     text = (
-        "settings.MANAGERS is empty: a customer's request to stop renewal, resume or change "
+        f"settings.MANAGERS {what}: a customer's request to stop renewal, resume or change "
         "plan that staff must do on the billing service is emailed to no one (it is only "
         "listed in the admin's Change requests), and the customer is billed as before."
     )

@@ -596,6 +596,25 @@ def test_without_managers_a_request_to_staff_reaches_no_one_and_W023_says_so(
     assert [m for m in check_wiring() if m.id == "billing_integration.W023"] == []
 
 
+@pytest.mark.parametrize("managers", ["billing@example.com", [("billing@example.com",)]])
+def test_managers_that_mail_managers_refuses_reach_no_one_and_W023_says_so(
+    billing_sandbox, plans, logged_in, user, settings, managers, caplog
+):
+    # Django refuses them (ValueError): the request was logged unsent; the checks said nothing.
+    from billing_integration.checks import check_wiring
+
+    basic, _pro = plans
+    sub = subscribe(billing_sandbox, logged_in, user, basic)
+    settings.MANAGERS = managers
+    request = cancel_at_period_end(sub)
+    assert request.via == ChangeVia.REQUEST and mail.outbox == []
+    assert "staff email not sent" in caplog.text
+    [warning] = [m for m in check_wiring() if m.id == "billing_integration.W023"]
+    assert warning.msg.startswith(
+        f"settings.MANAGERS is not a list of (name, email) pairs: {managers!r}: "
+    )
+
+
 def test_cancel_and_resume_as_requests_done_by_hand(billing_sandbox, plans, logged_in, user, staff):
     basic, _pro = plans
     sub = subscribe(billing_sandbox, logged_in, user, basic)
