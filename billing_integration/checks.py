@@ -230,7 +230,8 @@ def _value_errors(conf: dict[str, Any]) -> list[CheckMessage]:
 
 def _names_nothing(conf: dict[str, Any]) -> list[CheckMessage]:
     """E000: ``SUBSCRIBER_MODEL`` names an installed model, ``BASE_TEMPLATE`` (when set) a
-    template the loaders find; else every billing page would fail (``TemplateDoesNotExist``)."""
+    template the loaders find (else every billing page would fail, ``TemplateDoesNotExist``),
+    ``PRICING_URL`` a path or a URL name that reverses (else a person is sent to ``/``)."""
     from django.apps import apps
     from django.template import TemplateDoesNotExist, TemplateSyntaxError
     from django.template.loader import get_template
@@ -253,7 +254,24 @@ def _names_nothing(conf: dict[str, Any]) -> list[CheckMessage]:
         errors.append(named("BASE_TEMPLATE", f"names the template {base!r}, which is not found."))
     except TemplateSyntaxError as exc:
         errors.append(named("BASE_TEMPLATE", f"names the template {base!r}, invalid: {exc}."))
+    pricing = conf["PRICING_URL"]
+    if pricing and "/" not in pricing and not _reverses(pricing):
+        text = f"is neither a path nor the name of a URL pattern: {pricing!r}."
+        errors.append(named("PRICING_URL", text))
     return errors
+
+
+def _reverses(name: str) -> bool:
+    """Whether the URL name reverses (True when the URLconf does not load: Django reports it)."""
+    from django.urls import NoReverseMatch, reverse
+
+    try:
+        reverse(name)
+    except NoReverseMatch:
+        return False
+    except Exception:  # a URLconf that does not load
+        return True
+    return True
 
 
 def _not_callable(value: Any) -> str | None:

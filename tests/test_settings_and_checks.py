@@ -579,6 +579,8 @@ def test_the_subscriber_model_of_a_label_that_is_not_text_is_the_user(settings):
         ("EVENT_TYPE_ALIASES", {"sub.gone": "subscription.canceled"}),
         ("EVENT_TYPE_ALIASES", None),
         ("PRICING_URL", None),
+        ("PRICING_URL", "pricing"),
+        ("PRICING_URL", "/plans/?ref=x"),
         ("BASE_TEMPLATE", ""),
         ("SITE_URL", None),
         ("CLIENT_ID", None),
@@ -596,6 +598,8 @@ def test_values_of_the_documented_shapes_pass(settings, key, value):
         ("BASE_TEMPLATE", "nowhere/base.html", "names the template 'nowhere/base.html', "),
         # Django's fields.E300 named Customer.subscriber, not the setting to fix.
         ("SUBSCRIBER_MODEL", "shop.Account", "names the model 'shop.Account', not installed."),
+        # The account page linked to "/", the access redirect went to the relative "pricng".
+        ("PRICING_URL", "pricng", "is neither a path nor the name of a URL pattern: 'pricng'."),
     ],
 )
 def test_a_value_that_names_nothing_is_e000_naming_the_key(settings, key, value, text):
