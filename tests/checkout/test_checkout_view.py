@@ -455,3 +455,19 @@ def test_the_503_page_says_once_that_nothing_was_charged(user, change):
         f"{heading} The payment service is temporarily unavailable. Nothing was charged; "
         "please try again in a few minutes. Return to the home page ."
     )
+
+
+@pytest.mark.parametrize(
+    "key,value", [("CHECKOUT_EXPIRY", -1), ("INTERACTIVE_DEADLINE", 0), ("CHECKOUT_EXPIRY", "300")]
+)
+def test_a_bad_checkout_setting_refuses_the_checkout_naming_it(
+    billing_sandbox, product, logged_in, settings, key, value, caplog
+):
+    # Where the checks do not run (gunicorn): CHECKOUT_EXPIRY=-1 opened a session already
+    # expired, INTERACTIVE_DEADLINE=0 failed every checkout as if the service were slow.
+    settings.BILLING = {**settings.BILLING, key: value}
+    response = post(logged_in, product)
+    assert response.status_code == 503  # the service shown unavailable, the reason logged
+    assert f"checkout failed: BILLING['{key}'] must be " in caplog.text
+    assert billing_sandbox.requests(operation="create_checkout_session") == []
+    assert CheckoutSession.objects.filter(remote_id__isnull=False).count() == 0
