@@ -297,7 +297,7 @@ def _notice_errors(conf: dict[str, Any]) -> list[CheckMessage]:
         or not all(isinstance(on, bool) for on in notices.values())  # "True" sends nothing
     ):
         text = f"BILLING['NOTICES'] must be a dict of notice kinds to True/False, not {notices!r}."
-        hint = f"Known kinds: {', '.join(sorted(known))}."
+        hint = f"Known kinds: {', '.join(sorted(known))}; each True or False."
         return [_error("billing_integration.E040", text, hint)]
     site = conf.get("SITE_URL")
     on = ", ".join(sorted(kind for kind, value in notices.items() if value))

@@ -629,3 +629,4 @@ def test_a_notice_that_is_not_true_or_false_is_e040(settings, value):
         "BILLING['NOTICES'] must be a dict of notice kinds to True/False, "
         f"not {{'payment_failed': {value!r}}}."
     )
+    assert errors[0].hint.endswith("; each True or False.")
