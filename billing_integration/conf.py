@@ -273,6 +273,8 @@ class BillingSettings:
             table = merged["CURRENCIES"]
             try:
                 merged["CURRENCIES"] = {int(k): _code(v) for k, v in table.items()}
+                if not merged["CURRENCIES"]:  # every checkout and price would be refused
+                    raise ValueError(table)
             except (AttributeError, TypeError, ValueError):
                 raise BillingConfigurationError(
                     "BILLING['CURRENCIES'] must be a dict of the service's integer currency ids "

@@ -545,6 +545,8 @@ def test_callable_settings_that_import_pass(settings):
         # str(None) was read as the currency code "None".
         ("CURRENCIES", {1: None}),
         ("CURRENCIES", {1: ""}),
+        # Every currency was unknown: each checkout refused at run time, the checks silent.
+        ("CURRENCIES", {}),
     ],
 )
 def test_a_value_of_the_wrong_shape_is_e000_naming_the_key(settings, key, value):
