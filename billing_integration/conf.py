@@ -334,8 +334,15 @@ def guesses() -> dict[str, Any]:
 
 
 def shared_cache() -> BaseCache:
-    """The Django cache every process shares (``BILLING['CACHE']``)."""
-    return caches[billing_settings.CACHE]
+    """The Django cache every process shares (``BILLING['CACHE']``); an alias not in
+    ``CACHES`` raises naming the key (check E023), not Django's "connection doesn't exist"."""
+    alias = billing_settings.CACHE
+    if alias not in settings.CACHES:
+        raise BillingConfigurationError(
+            f"BILLING['CACHE'] names the cache {alias!r}, which is not in settings.CACHES.",
+            setting="BILLING['CACHE']",
+        )
+    return caches[alias]
 
 
 def _reload(*, setting: str, **kwargs: Any) -> None:

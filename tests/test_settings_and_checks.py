@@ -632,3 +632,15 @@ def test_a_notice_that_is_not_true_or_false_is_e040(settings, value):
         f"not {{'payment_failed': {value!r}}}."
     )
     assert errors[0].hint.endswith("; each True or False.")
+
+
+def test_a_cache_alias_not_in_caches_names_the_key_where_checks_do_not_run(settings):
+    # Was Django's "The connection 'nowhere' doesn't exist.", logged as the cache being down.
+    from billing_integration.conf import shared_cache
+
+    settings.BILLING = {**GOOD, "CACHE": "nowhere"}
+    with pytest.raises(BillingConfigurationError) as info:
+        shared_cache()
+    assert str(info.value) == (
+        "BILLING['CACHE'] names the cache 'nowhere', which is not in settings.CACHES."
+    )

@@ -439,3 +439,15 @@ def test_an_error_answer_nested_deeply_is_reported_cut(billing_sandbox, monkeypa
     with pytest.raises(BillingValidationError, match="nested too deeply") as caught:
         client.create_customer({"identifier": "x", "first_name": "A", "last_name": "B"})
     assert caught.value.status == 422
+
+
+def test_a_cache_alias_not_in_caches_refuses_calls_naming_the_key(billing_sandbox, settings):
+    # Where the checks (E023) do not run, the missing alias was taken for a cache outage: each
+    # process fetched its own token, a warning said "The connection 'nowhere' doesn't exist.".
+    from billing_integration.exceptions import BillingConfigurationError
+
+    settings.BILLING = {**settings.BILLING, "CACHE": "nowhere"}
+    with pytest.raises(BillingConfigurationError) as info:
+        BillingClient().get_product(str(uuid.uuid4()))
+    assert info.value.setting == "BILLING['CACHE']"
+    assert billing_sandbox.requests(operation="token") == []
