@@ -229,6 +229,8 @@ _SHAPES: dict[str, tuple[Any, str]] = {
     "BASE_TEMPLATE": (_text_or_none, "a template name (a string)"),
     "SITE_URL": (_text_or_none, "the site's absolute base URL (a string)"),
     "CACHE": (_text, "the alias of a cache in settings.CACHES, such as 'default'"),
+    # the text "False" (read from the environment without cast=bool) is true
+    "WEBHOOK_ALLOW_UNVERIFIED": (lambda v: isinstance(v, bool), "True or False"),
 }
 
 
@@ -257,12 +259,6 @@ class BillingSettings:
                     text = f"Unknown key BILLING[{key!r}]. Known keys: {', '.join(DEFAULTS)}."
                     raise BillingConfigurationError(text, setting=setting)
             merged = {**DEFAULTS, **user}
-            if not isinstance(merged["WEBHOOK_ALLOW_UNVERIFIED"], bool):  # "False" is truthy
-                raise BillingConfigurationError(
-                    "BILLING['WEBHOOK_ALLOW_UNVERIFIED'] must be True or False, "
-                    f"not {merged['WEBHOOK_ALLOW_UNVERIFIED']!r}.",
-                    setting="BILLING['WEBHOOK_ALLOW_UNVERIFIED']",
-                )
             for key, (ok, what) in _SHAPES.items():
                 if not ok(merged[key]):
                     shown = type(merged[key]).__name__ if key == "CLIENT_SECRET" else None
