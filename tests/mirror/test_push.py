@@ -105,10 +105,13 @@ def test_two_pushers_racing_one_entry_make_one_call(billing_sandbox):
             other = threading.Thread(target=run)  # while this pusher holds the row
             other.start()
             other.join(timeout=30)
+            while_held.extend(results)  # the other's answer, given before this one went on
         return real(entry, obj)
 
+    while_held: list[str] = []
     with mock.patch.object(push, "_build", side_effect=build):
         results.append(push_entry(pk).status)
+    assert while_held == [PushOutcome.BUSY]  # skipped the locked row, did not wait for it
     assert results == [PushOutcome.BUSY, PushOutcome.DONE]  # the race happened, one won
     assert len(billing_sandbox.requests(operation="create_customer")) == 1
 
