@@ -11,6 +11,7 @@ import threading
 import uuid
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from unittest import mock
 
 import pytest
@@ -219,6 +220,34 @@ def test_a_worker_leaves_an_object_whose_older_event_another_worker_holds(mirror
         assert a.result(timeout=30) == EventState.PROCESSED
     assert applied.pks() == [first, second]
     assert {a_thread for _, a_thread in applied.done} == {applied.done[0][1]}  # all by A
+    assert Invoice.objects.get(remote_id=inv).status == "void"
+
+
+@pytest.mark.django_db
+def test_an_older_event_stored_after_a_worker_listed_its_object_is_applied_first(mirror, applied):
+    """Worker B lists an invoice's received events (only event 2) just before event 1, received
+    earlier, commits (two deliveries stored at once): B leaves event 2; event 1's worker
+    applies both, event 1 first. The race is proven: B had chosen event 2 when event 1 came."""
+    inv = uuid.uuid4()
+    second = store(envelope("invoice.voided", invoice_data(inv, status="void", **refs(mirror))))
+    received = WebhookEvent.objects.get(pk=second).received_at
+    chosen: list[int] = []
+    first: list[int] = []
+
+    def event_one_commits_now(pk: int, **kwargs):
+        if not chosen:
+            chosen.append(pk)
+            paid = envelope("invoice.paid", invoice_data(inv, status="paid", **refs(mirror)))
+            first.append(store(paid))
+            earlier = received - timedelta(seconds=1)
+            WebhookEvent.objects.filter(pk=first[0]).update(received_at=earlier)
+        return applied.process_event(pk, **kwargs)
+
+    with mock.patch.object(processing, "process_event", side_effect=event_one_commits_now):
+        assert processing.process_in_order(second).state == EventState.RECEIVED
+    assert chosen == [second] and applied.pks() == []  # the race: B left event 2
+    assert processing.process_in_order(first[0]).state == EventState.PROCESSED
+    assert applied.pks() == [first[0], second]
     assert Invoice.objects.get(remote_id=inv).status == "void"
 
 
