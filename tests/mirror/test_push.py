@@ -454,3 +454,49 @@ def test_an_answer_without_a_version_keeps_the_stored_one(billing_sandbox):
     sub = Subscription.objects.get()
     assert versions[0] is not None and sub.remote_updated == versions[0]
     assert sub.remote_updated_ours and sub.status == "published" and sub.sync_state == "synced"
+
+
+@pytest.mark.postgresql
+def test_an_edit_saved_while_a_pusher_claims_the_entry_gets_an_entry_of_its_own(billing_sandbox):
+    """A pusher holds an unbuilt entry's row (building its body) when a request saves another
+    edit of the product: the edit does not extend that entry (its body would not carry the
+    edit), nor wait for the pusher (``SKIP LOCKED``); it writes an entry of its own, and the
+    service ends with the edit."""
+    from billing_integration.models import Product
+
+    product = make_product("Plan")
+    push_entries(open_ids())
+    product.name = "Plan rev 1"
+    product.save()
+    (first,) = open_ids()
+    real = push._build
+    edit: dict[str, object] = {}
+
+    def edit_elsewhere() -> None:
+        try:
+            other = Product.objects.get(pk=product.pk)
+            other.name = "Plan rev 2"
+            other.save()
+            edit["saved"] = True
+        finally:
+            connection.close()
+
+    def build(entry, obj):
+        if "thread" not in edit:  # the edit is saved while this pusher holds the entry's row
+            edit["thread"] = thread = threading.Thread(target=edit_elsewhere)
+            thread.start()
+            thread.join(timeout=10)
+            edit["saved_while_held"] = edit.get("saved", False)
+        return real(entry, obj)
+
+    with mock.patch.object(push, "_build", side_effect=build):
+        assert push_entry(first).status == PushOutcome.DONE
+    edit["thread"].join(timeout=30)  # type: ignore[attr-defined]
+    assert edit["saved_while_held"] is True  # the race happened; the edit did not wait
+    ids = open_ids()
+    assert len(ids) == 1 and ids[0] > first  # the edit's own entry
+    assert [r.status for r in push_entries(ids)] == [PushOutcome.DONE]
+    sent = [c["body"].get("name") for c in billing_sandbox.requests(operation="update_product")]
+    assert sent == ["Plan rev 1", "Plan rev 2"]
+    (remote,) = billing_sandbox.objects("product")
+    assert remote["name"] == "Plan rev 2"
