@@ -20,6 +20,7 @@ from django.db import connection
 from billing_integration.models import EventState, Invoice, Payment, WebhookEvent
 from billing_integration.schedule import BEAT_SCHEDULE
 from billing_integration.webhooks import processing, signals
+from billing_integration.webhooks.handlers import get_handler
 from billing_integration.webhooks.ingest import enqueue, store_delivery
 from billing_integration.webhooks.tasks import (
     process_pending_webhook_events,
@@ -27,7 +28,7 @@ from billing_integration.webhooks.tasks import (
 )
 from billing_integration.webhooks.verification import Verification
 
-from .conftest import T0, envelope, invoice_data, payment_data
+from .conftest import T0, envelope, invoice_data, payment_data, subscription_data
 from .test_ordering import actual_state, deliveries, expected_state, make_events, make_world
 
 
@@ -249,6 +250,47 @@ def test_an_older_event_stored_after_a_worker_listed_its_object_is_applied_first
     assert processing.process_in_order(first[0]).state == EventState.PROCESSED
     assert applied.pks() == [first[0], second]
     assert Invoice.objects.get(remote_id=inv).status == "void"
+
+
+@pytest.mark.postgresql
+@pytest.mark.django_db(transaction=True)
+def test_a_newer_event_processed_while_an_older_one_is_being_applied_is_not_taken_back(mirror):
+    """Two events of one subscription taken by two workers at once (their own rows, no
+    order between them): the older one's handler holds the subscription's row from its version
+    check to its save, so the newer one waits, then applies over it; otherwise the older one
+    saved over the newer. The race is proven: the newer began while the older held the row."""
+    sub = mirror.subscription
+    ids = {"customer": mirror.customer.remote_id, "product": mirror.product.remote_id}
+    hour = timedelta(hours=1)
+    paused = subscription_data(sub.remote_id, **ids, updated=T0 + hour)
+    canceled = subscription_data(sub.remote_id, **ids, updated=T0 + 2 * hour)
+    older = store(envelope("subscription.paused", paused))
+    newer = store(envelope("subscription.canceled", canceled))
+    handler_class = type(get_handler("subscription.paused"))
+    real_save = handler_class.save
+    other: dict[str, object] = {}
+
+    def process_newer() -> None:
+        try:
+            other["state"] = processing.process_event(newer).state
+        finally:
+            connection.close()
+
+    def save(self, record) -> None:
+        if "thread" not in other:  # the older event's handler checked the version: now save
+            other["thread"] = thread = threading.Thread(target=process_newer)
+            thread.start()
+            thread.join(timeout=5)
+            other["done_while_held"] = "state" in other
+        real_save(self, record)
+
+    with mock.patch.object(handler_class, "save", save):
+        assert processing.process_event(older).state == EventState.PROCESSED
+    other["thread"].join(timeout=30)  # type: ignore[attr-defined]
+    assert other["done_while_held"] is False  # the race: the newer waited on the row
+    assert other["state"] == EventState.PROCESSED
+    sub.refresh_from_db()
+    assert (sub.status, sub.remote_updated) == ("canceled", T0 + 2 * hour)
 
 
 @pytest.mark.slow
