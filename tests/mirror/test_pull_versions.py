@@ -352,3 +352,21 @@ def test_sync_all_pulls_the_other_resources_then_raises(sandbox):
     with pytest.raises(BillingError):
         sync_all()
     assert Customer.objects.count() == 2
+
+
+def test_a_pulled_copy_older_than_the_stored_version_is_stale(sandbox):
+    """The service's list answers a copy older than the version stored here well before the
+    pull began (an event applied a newer state): the pull counts it stale and keeps the row."""
+    sandbox.seed(customers=1, subscriptions=1)
+    pull_products(), pull_customers(), pull_subscriptions()
+    sub = Subscription.objects.get()
+    remote = sandbox.object("subscription", str(sub.remote_id))
+    pulled = sub.remote_updated or sub.remote_created  # the copy's version
+    assert pulled is not None
+    newer = pulled + timedelta(seconds=1)
+    Subscription.objects.filter(pk=sub.pk).update(status="canceled", remote_updated=newer)
+    counts = pull_subscriptions()
+    assert (counts.updated, counts.stale) == (0, 1)
+    sub.refresh_from_db()
+    assert (sub.status, sub.remote_updated) == ("canceled", newer)
+    assert remote["status"] != "canceled"  # the pulled copy would have taken it back
