@@ -270,6 +270,35 @@ def test_failure_is_recorded_with_traceback_and_replayed(mirror):
     assert Invoice.objects.get(remote_id=inv).status == "paid"
 
 
+def test_a_failure_is_not_written_over_the_event_another_worker_processed_meanwhile(mirror):
+    """Worker A's attempt fails and rolls back; before A records the failure, worker B
+    processes the event. A's record leaves it processed: the state is checked where the
+    failure is written, not read before."""
+    inv = uuid.uuid4()
+    event = store(envelope("invoice.paid", invoice_data(inv, status="paid", **refs(mirror))))
+    raced: list[str] = []
+
+    class OtherWorkerFirst(RuntimeError):
+        def __str__(self) -> str:  # A words its failure after its rollback: B runs then
+            if not raced:
+                raced.append("B")  # B's handler succeeds
+                raced.append(process_event(event.pk).state)
+            return "handler bug"
+
+    class FailsUntilRaced(InvoiceHandler):
+        def handle(self, ctx):
+            if not raced:
+                raise OtherWorkerFirst()
+            return super().handle(ctx)
+
+    with mock.patch.dict(HANDLERS, {"invoice.paid": FailsUntilRaced}):
+        assert process_event(event.pk).state == EventState.FAILED  # what A saw
+    assert raced == ["B", EventState.PROCESSED]  # B applied it after A's rollback
+    event.refresh_from_db()
+    assert (event.state, event.error, event.attempts) == (EventState.PROCESSED, "", 1)
+    assert Invoice.objects.get(remote_id=inv).status == "paid"
+
+
 def test_host_subclass_overrides_one_event(mirror):
     Counting.calls.clear()
     paid, void = uuid.uuid4(), uuid.uuid4()
