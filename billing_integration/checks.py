@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any, TypeGuard
+from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
 import django
@@ -15,7 +15,17 @@ from django.utils.module_loading import import_string
 from django.utils.translation import gettext as _
 
 from .checkout.trials import TRIALS_SHAPE, trials_ok
-from .conf import DEFAULTS, REMOVED, REQUIRED, billing_settings, guesses
+from .conf import (
+    DEADLINE,
+    DEFAULTS,
+    EXPIRY,
+    REMOVED,
+    REQUIRED,
+    billing_settings,
+    deadline_ok,
+    expiry_ok,
+    guesses,
+)
 from .exceptions import BillingConfigurationError, without_user_info
 from .health import PROCESS_LOCAL_BACKENDS
 from .schedule import PRUNE_OLDER_THAN
@@ -192,13 +202,9 @@ def _value_errors(conf: dict[str, Any]) -> list[CheckMessage]:
         message = f"BILLING['{key}'] must be {text}, not {conf.get(key)!r}."
         return _error(code, message, f"{hint} The default is {DEFAULTS[key]!r}.".strip())
 
-    def number(value: Any) -> TypeGuard[float]:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-
     errors: list[CheckMessage] = []
-    expiry = conf.get("CHECKOUT_EXPIRY")
-    if not number(expiry) or not isinstance(expiry, int) or expiry < 0:
-        errors.append(bad("billing_integration.E007", "CHECKOUT_EXPIRY", "a non-negative integer"))
+    if not expiry_ok(conf.get("CHECKOUT_EXPIRY")):
+        errors.append(bad("billing_integration.E007", "CHECKOUT_EXPIRY", EXPIRY))
     active = conf.get("ACTIVE_STATUSES")
     statuses = active if isinstance(active, (list, tuple)) else ()
     if not statuses or not all(isinstance(s, str) and s.strip() for s in statuses):
@@ -209,10 +215,8 @@ def _value_errors(conf: dict[str, Any]) -> list[CheckMessage]:
     except BillingConfigurationError as exc:
         hint = "See docs/changes.md for each guess and its values."
         errors.append(_error("billing_integration.E013", str(exc), hint))
-    deadline = conf.get("INTERACTIVE_DEADLINE")
-    if not number(deadline) or deadline <= 0:
-        text = "a positive number of seconds"
-        errors.append(bad("billing_integration.E014", "INTERACTIVE_DEADLINE", text))
+    if not deadline_ok(conf.get("INTERACTIVE_DEADLINE")):
+        errors.append(bad("billing_integration.E014", "INTERACTIVE_DEADLINE", DEADLINE))
     if conf.get("ACCESS_AFTER_CANCEL") not in ("period_end", "immediately"):
         hint = "'period_end' keeps a canceled subscription's access until its cycle_end_date."
         text = "'period_end' or 'immediately'"

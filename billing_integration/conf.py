@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -210,6 +211,37 @@ def _code(value: Any) -> str:
     return str(value)
 
 
+EXPIRY = "a non-negative integer"
+DEADLINE = "a positive number of seconds"
+
+
+def expiry_ok(value: Any) -> bool:
+    """``CHECKOUT_EXPIRY``: a non-negative integer (check E007; -1 opens expired sessions)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def deadline_ok(value: Any) -> bool:
+    """``INTERACTIVE_DEADLINE``: a positive number (check E014; 0 fails every checkout)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def refuse(key: str, value: Any, what: str) -> BillingConfigurationError:
+    """The error for ``BILLING[key]`` holding ``value`` where ``what`` is needed (the client
+    secret's value is never shown)."""
+    shown = type(value).__name__ if key == "CLIENT_SECRET" else repr(value)
+    text = f"BILLING[{key!r}] must be {what}, not {shown}."
+    return BillingConfigurationError(text, setting=f"BILLING['{key}']")
+
+
+def checked(key: str, ok: Callable[[Any], bool], what: str) -> Any:
+    """``BILLING[key]``, refused (``BillingConfigurationError`` naming it) unless ``ok``: for the
+    keys whose system check (not E000) reports a bad value, where checks do not run."""
+    value = getattr(billing_settings, key)
+    if not ok(value):
+        raise refuse(key, value, what)
+    return value
+
+
 #: Keys whose value must have a shape: a test of the value, and what it must be (E000 else).
 #: The other keys are checked by their own system checks (checks.py).
 _SHAPES: dict[str, tuple[Any, str]] = {
@@ -261,9 +293,7 @@ class BillingSettings:
             merged = {**DEFAULTS, **user}
             for key, (ok, what) in _SHAPES.items():
                 if not ok(merged[key]):
-                    shown = type(merged[key]).__name__ if key == "CLIENT_SECRET" else None
-                    text = f"BILLING[{key!r}] must be {what}, not {shown or repr(merged[key])}."
-                    raise BillingConfigurationError(text, setting=f"BILLING['{key}']")
+                    raise refuse(key, merged[key], what)
             if merged["SUBSCRIBER_MODEL"] is None:
                 merged["SUBSCRIBER_MODEL"] = settings.AUTH_USER_MODEL
             table = merged["CURRENCIES"]

@@ -27,7 +27,7 @@ from ..access import (
 )
 from ..client import get_client, interactive_deadline
 from ..client.retry import Deadline
-from ..conf import billing_settings, shared_cache
+from ..conf import EXPIRY, checked, expiry_ok, shared_cache
 from ..customers import ensure_customer_pushed, get_or_create_customer
 from ..exceptions import (
     BillingAPIError,
@@ -719,18 +719,6 @@ def _cache_call(method: str, *args: Any) -> Any:
         return None
 
 
-def checkout_expiry() -> int:
-    """``BILLING['CHECKOUT_EXPIRY']``; raises on one that is not a non-negative integer (check
-    E007): -1 would open sessions already expired."""
-    seconds = billing_settings.CHECKOUT_EXPIRY
-    if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds < 0:
-        raise BillingConfigurationError(
-            f"BILLING['CHECKOUT_EXPIRY'] must be a non-negative integer, not {seconds!r}.",
-            setting="BILLING['CHECKOUT_EXPIRY']",
-        )
-    return seconds
-
-
 def start_checkout(
     subscriber: Any,
     product: Any,
@@ -844,7 +832,7 @@ def _create_session(
         key, expires = str(earlier["key"]), datetime.fromisoformat(earlier["expires_at"])
     else:
         key = str(uuid.uuid4())  # one key per attempt; the client's retries reuse it
-        expires = now + timedelta(seconds=checkout_expiry())
+        expires = now + timedelta(seconds=checked("CHECKOUT_EXPIRY", expiry_ok, EXPIRY))
         expires = expires.replace(microsecond=expires.microsecond // 1000 * 1000)
     session = CheckoutSession(
         customer=customer,

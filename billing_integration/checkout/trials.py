@@ -16,9 +16,9 @@ from .. import currencies
 from ..access import _is_subscriber
 from ..client import interactive_deadline
 from ..client.retry import Deadline
-from ..conf import billing_settings
+from ..conf import checked
 from ..customers import ensure_customer_pushed, ensure_pushed, get_or_create_customer
-from ..exceptions import BillingConfigurationError, BillingError
+from ..exceptions import BillingError
 from ..models import Product, Subscription
 from ..models.subscriptions import KNOWN_INACTIVE_STATUSES, PAUSED_STATUS
 from .services import (
@@ -87,13 +87,7 @@ def trials_ok(value: Any) -> bool:
 def trial_settings() -> dict[str, Any]:
     """``BILLING['TRIALS']`` over ``TRIAL_DEFAULTS``; raises on a malformed one (a ``"False"``
     read from the environment is truthy: it would allow repeated trials)."""
-    configured = billing_settings.TRIALS
-    if not trials_ok(configured):
-        raise BillingConfigurationError(
-            f"BILLING['TRIALS'] must be {TRIALS_SHAPE}, not {configured!r}.",
-            setting="BILLING['TRIALS']",
-        )
-    return {**TRIAL_DEFAULTS, **configured}
+    return {**TRIAL_DEFAULTS, **checked("TRIALS", trials_ok, TRIALS_SHAPE)}
 
 
 def trial_products(subscriber: Any) -> set[int]:

@@ -9,8 +9,7 @@ from typing import Any
 
 from django.core.signals import setting_changed
 
-from ..conf import billing_settings
-from ..exceptions import BillingConfigurationError
+from ..conf import DEADLINE, checked, deadline_ok
 from .backoff import SharedBackoff, clear_shared_backoff
 from .client import API_PREFIX, BillingClient, RawAnswer
 from .retry import PAGE_MARGIN, Deadline, RetryPolicy
@@ -45,13 +44,7 @@ def get_client() -> BillingClient:
 def interactive_deadline() -> Deadline:
     """The deadline of a request a person waits on, started now (call it first in the view):
     ``INTERACTIVE_DEADLINE`` less ``PAGE_MARGIN`` kept for the page after the last call."""
-    seconds = billing_settings.INTERACTIVE_DEADLINE
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
-        raise BillingConfigurationError(  # 0 would fail every checkout at once (check E014)
-            "BILLING['INTERACTIVE_DEADLINE'] must be a positive number of seconds, "
-            f"not {seconds!r}.",
-            setting="BILLING['INTERACTIVE_DEADLINE']",
-        )
+    seconds = checked("INTERACTIVE_DEADLINE", deadline_ok, DEADLINE)
     return Deadline(max(seconds - PAGE_MARGIN, seconds / 2))
 
 
