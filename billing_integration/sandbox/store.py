@@ -16,7 +16,7 @@ import json
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -82,16 +82,13 @@ def refuse_other_file(path: Path) -> None:
     if not path.is_file() or path.stat().st_size == 0:
         return
     try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-        try:
-            tables = {
-                r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-            }
-        finally:
-            conn.close()
-    except sqlite3.DatabaseError:
-        tables = {"(not a SQLite database)"}
-    if tables and not {"objects", "config"} <= tables:
+        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as conn:
+            rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            tables = {row[0] for row in rows}
+        ours = not tables or {"objects", "config"} <= tables
+    except sqlite3.DatabaseError:  # not a SQLite database
+        ours = False
+    if not ours:
         raise ValueError(
             f"{path} is not a sandbox data file (it holds other data): it is neither used nor "
             "deleted. Choose another --data."

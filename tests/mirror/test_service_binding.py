@@ -440,24 +440,18 @@ def test_relink_refuses_a_service_that_does_not_know_the_mirror(
 def test_relink_and_reset_ask_for_confirmation(billing_sandbox, settings, monkeypatch):
     product = pushed_product()
     point_at(settings, BASE_URL=moved_url(billing_sandbox))
-    monkeypatch.setattr("builtins.input", lambda prompt="": "no")
-    for action in ("relink", "reset"):
-        with pytest.raises(CommandError, match="Cancelled"):
-            call_command("billing_service", action, stdout=StringIO())
-    assert binding().base_url == billing_sandbox.base_url
-    product.refresh_from_db()
-    assert product.remote_id is not None
 
     def no_terminal(prompt=""):
         raise EOFError  # stdin closed: a script that forgot --yes
 
-    monkeypatch.setattr("builtins.input", no_terminal)
-    for action in ("relink", "reset"):
-        with pytest.raises(CommandError, match="Cancelled"):
-            call_command("billing_service", action, stdout=StringIO())
-    assert binding().base_url == billing_sandbox.base_url
-    product.refresh_from_db()
-    assert product.remote_id is not None
+    for answer in (lambda prompt="": "no", no_terminal):
+        monkeypatch.setattr("builtins.input", answer)
+        for action in ("relink", "reset"):
+            with pytest.raises(CommandError, match="Cancelled"):
+                call_command("billing_service", action, stdout=StringIO())
+        assert binding().base_url == billing_sandbox.base_url
+        product.refresh_from_db()
+        assert product.remote_id is not None
     monkeypatch.setattr("builtins.input", lambda prompt="": "yes")
     call_command("billing_service", "relink", stdout=StringIO())
     assert binding().base_url == moved_url(billing_sandbox)
