@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db.models import QuerySet
 from rest_framework import generics, permissions, status
+from rest_framework.exceptions import ParseError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -41,7 +42,11 @@ class CheckoutSessionCreate(APIView):
 
     def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         deadline = interactive_deadline()  # first: the whole request ends by it
-        incoming = CheckoutSessionCreateSerializer(data=request.data)
+        try:
+            body = request.data
+        except RecursionError:  # DRF's JSON parser turns only ValueError into a 400
+            raise ParseError("JSON parse error - the body is nested too deeply.") from None
+        incoming = CheckoutSessionCreateSerializer(data=body)
         incoming.is_valid(raise_exception=True)
         data = incoming.validated_data
         try:

@@ -94,6 +94,18 @@ def test_create_missing_product_is_400(logged_in):
     assert response.status_code == 400 and "product" in response.json()
 
 
+def test_a_body_nested_too_deep_is_400_not_a_server_error(logged_in):
+    """Any signed-in user could post ``[[[[...`` (100 KB): DRF's JSON parser lets Python's
+    RecursionError through (it turns only ValueError into a 400), so the endpoint answered 500,
+    a traceback logged (and mailed to ADMINS) per request."""
+    logged_in.raise_request_exception = False
+    for body in ("[" * 100_000, '{"product": ' * 50_000):
+        response = logged_in.post(SESSIONS, body, content_type="application/json")
+        assert response.status_code == 400, response.content[:200]
+        assert "nested" in response.json()["detail"]
+    assert not CheckoutSession.objects.exists() and not Customer.objects.exists()
+
+
 def test_create_during_outage_is_503(billing_sandbox, product, logged_in):
     billing_sandbox.faults(outage_seconds=30)
     response = logged_in.post(
