@@ -114,3 +114,62 @@ def test_the_readme_change_view_answers_a_refused_change(django_user_model):
     assert response.status_code == billing.NoPlanToChange.status
     [(template, context)] = rendered
     assert template == "pricing.html" and context["error"]
+
+
+@pytest.mark.django_db
+def test_the_readme_views_that_buy_or_change_refuse_a_get(django_user_model, mailoutbox):
+    """A signed-in customer's browser sends the session cookie with a top-level GET from
+    another site (a link, a redirect: SameSite=Lax lets it through, and CSRF checks only
+    POST). Pasted as they were, the README's ``change`` and ``subscribe`` views took that GET:
+    any page could ask for a change of the visitor's plan (an email to staff, who then bill
+    the new plan) or open a checkout. They take POST only."""
+    import uuid
+    from datetime import timedelta
+    from decimal import Decimal
+
+    from django.http import HttpResponse
+    from django.utils import timezone
+
+    from billing_integration.models import (
+        BillingCycle,
+        ChangeRequest,
+        CheckoutSession,
+        Customer,
+        Price,
+        Product,
+        Subscription,
+    )
+    from billing_integration.outbox import from_remote
+
+    user = django_user_model.objects.create_user("ada", password="pw")
+    with from_remote():  # Basic held, Pro on sale yearly in XOF
+        plans = {}
+        for name, unit in (("Basic", "months"), ("Pro", "years")):
+            plans[name] = Product.objects.create(
+                name=name, status="published", remote_id=uuid.uuid4(), selected_currencies=[1]
+            )
+            cycle = BillingCycle.objects.create(product=plans[name], unit=unit, frequency=1)
+            Price.objects.create(cycle=cycle, currency_id=1, amount=Decimal("100000"))
+        customer = Customer.objects.create(
+            subscriber=user, identifier=f"auth.user:{user.pk}", remote_id=uuid.uuid4()
+        )
+        end = timezone.now() + timedelta(days=20)
+        Subscription.objects.create(
+            remote_id=uuid.uuid4(),
+            customer=customer,
+            product=plans["Basic"],
+            status="published",  # the service's active status
+            cycle_start_date=end - timedelta(days=30),
+            cycle_end_date=end,
+            selected_billing_cycle="months-1",
+            selected_currency="XOF",
+        )
+    namespace: dict = {}
+    exec(compile(_using_it_code(), "README.md: Using it", "exec"), namespace)
+    namespace["render"] = lambda request, template, context, status=200: HttpResponse(status=status)
+    for view, path in (("change", "/change/"), ("subscribe", "/subscribe/")):
+        request = RequestFactory().get(path)
+        request.user = user
+        assert namespace[view](request).status_code == 405, view
+    assert not ChangeRequest.objects.exists() and not mailoutbox
+    assert not CheckoutSession.objects.exists()
