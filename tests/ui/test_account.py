@@ -324,3 +324,37 @@ def test_no_pay_again_for_a_one_time_product_already_bought(client, demo) -> Non
     )  # fmt: skip
     offers = forms(section(client.get(URL).content.decode(), "billing-payments"))
     assert [(o["product"], o["currency"]) for o in offers] == [(str(ebook.pk), "XOF")]
+
+
+def test_another_subscribers_records_and_forms_are_never_on_the_page(client, demo, seeded) -> None:
+    """What an attacker signed in as another user sees of the demo's billing: nothing. The
+    page has no id in its URL to change; its rows and forms are the request's subscriber's."""
+    from django.contrib.auth import get_user_model
+
+    starter = seeded["Starter"]
+    mine = subscription(demo, starter)
+    eve = get_user_model().objects.create_user("eve", password="pw")
+    theirs = subscription(eve, seeded["Pro"], cycle="years-1", currency="USD")
+    paid = payment(theirs, "completed", "250", "USD")
+    failed = payment(theirs, "failed", "250", "USD", reason="declined")
+    bill = invoice(theirs, "250", "USD")
+    back = refund(paid, "10")
+
+    client.force_login(demo)
+    html = client.get(URL).content.decode()
+    assert f'data-subscription="{mine.pk}"' in html
+    assert f'data-subscription="{theirs.pk}"' not in html
+    for marker in (
+        f'data-payment="{paid.pk}"',
+        f'data-payment="{failed.pk}"',
+        f'data-invoice="{bill.pk}"',
+        f'data-refund="{back.pk}"',
+        f"/subscriptions/{theirs.pk}/",
+    ):
+        assert marker not in html, marker
+    assert all(form["action"] != "/billing/checkout/" for form in forms(html))  # no pay again
+
+    client.force_login(eve)
+    html = client.get(URL).content.decode()
+    assert f'data-subscription="{theirs.pk}"' in html and f'data-payment="{failed.pk}"' in html
+    assert f'data-subscription="{mine.pk}"' not in html
