@@ -9,11 +9,12 @@ the database cache) whatever the outer environment says.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
-from .readme import files
+from .readme import file_block, files
 
 OUTER = ("DATABASE_URL", "CELERY_BROKER_URL", "CACHE_URL", "DJANGO_SETTINGS_MODULE")
 
@@ -41,3 +42,11 @@ def test_the_readme_settings_pass_the_database_checks_on_sqlite(tmp_path: Path) 
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "System check identified no issues" in done.stdout + done.stderr, done.stderr
+
+    # The settings' comment names the folders the filesystem broker uses: they are there.
+    named = re.search(
+        r"^# Default broker: folders under (\S+) ", file_block("proj/settings.py"), re.M
+    )
+    assert named, "the README's settings no longer say where the default broker's folders are"
+    folder = project / named[1]
+    assert sorted(p.name for p in folder.iterdir()) == ["control", "queue"], named[1]
