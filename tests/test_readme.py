@@ -92,3 +92,13 @@ def test_the_line_count_of_the_package_is_the_one_the_readme_gives():
     assert f"**The package is {lines:,} lines of Python** outside the sandbox and migrations" in (
         README
     )
+
+
+def test_where_things_live_names_every_package_of_the_app():
+    """ "Where things live" names each subpackage of ``billing_integration`` but Django's own
+    kinds of folder (migrations, management commands, template tags)."""
+    section = README.partition("\n## Where things live\n")[2].partition("\n## ")[0]
+    listed = set(re.findall(r"^  (\w+)/", section, re.M))
+    package = ROOT / "billing_integration"
+    packages = {p.parent.name for p in package.glob("*/__init__.py")}
+    assert sorted(packages - {"migrations", "management", "templatetags"} - listed) == []
