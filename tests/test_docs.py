@@ -527,3 +527,17 @@ def test_every_setting_the_pages_name_is_a_key_of_billing():
         if keys - allowed:
             unknown[path.name] = sorted(keys - allowed)
     assert unknown == {}
+
+
+def test_the_pages_install_the_package_from_a_checkout_or_a_wheel():
+    """The package is not on PyPI: a ``pip install`` of it names a path (a checkout, ``.``,
+    or a wheel), never the bare name, which pip would look up on PyPI."""
+    bare = []
+    for path in PAGES:
+        for line in _page_text(path).splitlines():
+            for spec in re.findall(
+                r"pip install (?:-e )?'?([^\s'`]*billing_integration[^\s'`]*)", line
+            ):
+                if "/" not in spec and not spec.startswith("."):
+                    bare.append(f"{path.name}: {spec}")
+    assert bare == []
