@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 import requests
@@ -16,6 +18,8 @@ from standardwebhooks.webhooks import WebhookVerificationError
 from billing_integration.testing import sign_webhook
 
 from .conftest import TS_RE, UUID_RE
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Receiver:
@@ -220,6 +224,37 @@ def test_deliveries_are_signed_per_standard_webhooks(api, sandbox, receiver):
         timestamp=int(headers["webhook-timestamp"]),
     )
     assert mine["webhook-signature"] == headers["webhook-signature"]
+
+
+def _listed_keys(text: str) -> tuple[list[str], list[str]]:
+    """The keys a page lists for a delivery (``each ... {"seq", "id", ...}``) and for an item of
+    its ``log`` (up to ``webhook-timestamp``), in the page's order."""
+    found = re.search(r'each\s+(?:item\s+)?`\{.*?webhook-timestamp["`]', text, re.S)
+    assert found, "the page no longer lists a delivery's keys"
+    listed = re.sub(r"\(`pending`[^)]*\)", "", found[0])  # the status values
+    delivery, _, log = listed.partition("}")
+    keys = re.findall(r'"([\w-]+)"', delivery)
+    return keys, [k for k in re.findall(r'[`"]([a-z][\w-]*)[`"]', log) if k != "log"]
+
+
+def test_the_pages_list_the_keys_of_a_delivery(api, sandbox, receiver):
+    """README ("In your own tests") and docs/sandbox.md list what ``deliveries()`` returns."""
+    sandbox.set_callback(receiver.url)
+    sub = api.post(
+        "/subscriptions",
+        {
+            "customer": api.customer()["id"],
+            "product": api.product()["id"],
+            "selected_currency": "XOF",
+            "selected_billing_cycle": "months-1",
+        },
+    ).json()["data"][0]
+    sandbox.trigger("subscription.canceled", sub["id"])
+    assert sandbox.wait_for_deliveries(5)
+    [delivery] = sandbox.deliveries()
+    for page in (ROOT / "README.md", ROOT / "docs" / "sandbox.md"):
+        keys, log = _listed_keys(page.read_text())
+        assert (keys, log) == (list(delivery), list(delivery["log"][0])), page.name
 
 
 class FakeDeliveryClock:
