@@ -541,3 +541,15 @@ def test_the_pages_install_the_package_from_a_checkout_or_a_wheel():
                 if "/" not in spec and not spec.startswith("."):
                     bare.append(f"{path.name}: {spec}")
     assert bare == []
+
+
+def test_the_settings_page_names_every_key_the_reader_refuses_by_its_shape():
+    """docs/settings.md lists the keys whose wrong shape is E000 (``conf._SHAPES``, and the
+    currency table read beside them)."""
+    from billing_integration.conf import _SHAPES
+
+    page = (DOCS_DIR / "settings.md").read_text(encoding="utf-8")
+    listed = re.search(r"a value of the wrong shape \((.*?): see", page, re.S)
+    assert listed, "docs/settings.md no longer lists the keys read by their shape"
+    named = set(re.findall(r"`([A-Z_]+)`", listed[1]))
+    assert sorted({*_SHAPES, "CURRENCIES"} - named) == [] and sorted(named - set(DEFAULTS)) == []
