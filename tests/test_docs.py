@@ -553,3 +553,14 @@ def test_the_settings_page_names_every_key_the_reader_refuses_by_its_shape():
     assert listed, "docs/settings.md no longer lists the keys read by their shape"
     named = set(re.findall(r"`([A-Z_]+)`", listed[1]))
     assert sorted({*_SHAPES, "CURRENCIES"} - named) == [] and sorted(named - set(DEFAULTS)) == []
+
+
+def test_the_quick_start_names_every_marker_a_ci_run_refuses_to_skip():
+    """docs/quickstart.md says which markers skip without their server or tool and fail under
+    CI: every one of ``tests/conftest.py``'s ``BACKENDS``."""
+    from tests.conftest import BACKENDS
+
+    page = (DOCS_DIR / "quickstart.md").read_text(encoding="utf-8")
+    sentence = re.search(r"^- Tests marked (.*?) are\s+skipped", page, re.M | re.S)
+    assert sentence, "docs/quickstart.md no longer says which tests are skipped"
+    assert sorted(set(BACKENDS) - set(re.findall(r"`(\w+)`", sentence[1]))) == []
