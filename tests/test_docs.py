@@ -564,3 +564,21 @@ def test_the_quick_start_names_every_marker_a_ci_run_refuses_to_skip():
     sentence = re.search(r"^- Tests marked (.*?) are\s+skipped", page, re.M | re.S)
     assert sentence, "docs/quickstart.md no longer says which tests are skipped"
     assert sorted(set(BACKENDS) - set(re.findall(r"`(\w+)`", sentence[1]))) == []
+
+
+def test_the_contracts_page_names_every_operation_of_the_client():
+    """docs/CONTRACTS.md's client block lists each public method of ``BillingClient``: the
+    names the other layers (checkout, pages, the probe, the doctor) call it by."""
+    from billing_integration.client import BillingClient
+
+    page = (DOCS_DIR / "CONTRACTS.md").read_text(encoding="utf-8")
+    block = re.search(r"^## Client .*?^```python\n(.*?)^```", page, re.S | re.M)
+    assert block, "docs/CONTRACTS.md no longer has the client's block"
+    named = set(re.findall(r"^client\.(\w+)\(", block[1], re.M))
+    named |= set(re.findall(r" / client\.(\w+)\(", block[1]))
+    methods = {
+        name
+        for name, value in vars(BillingClient).items()
+        if not name.startswith("_") and callable(value)
+    }
+    assert sorted(methods - named) == []
