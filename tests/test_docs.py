@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import importlib.util
+import inspect
 import json
 import re
 from datetime import UTC, datetime
@@ -582,3 +583,71 @@ def test_the_contracts_page_names_every_operation_of_the_client():
         if not name.startswith("_") and callable(value)
     }
     assert sorted(methods - named) == []
+
+
+def _documented_params(params: str) -> inspect.Signature | None:
+    """The signature a page writes as ``name(params)``, None when it is no Python parameter list."""
+    namespace: dict[str, object] = {}
+    try:
+        exec(f"def documented({params}): pass", namespace)  # the page's text, not a call
+    except SyntaxError:
+        return None
+    return inspect.signature(namespace["documented"])  # type: ignore[arg-type]
+
+
+def test_the_contracts_page_writes_the_mirror_functions_as_they_are_called():
+    """The names and kinds (keyword-only or not) of the parameters docs/CONTRACTS.md gives the
+    mirror's functions are theirs, and it leaves out no parameter they require."""
+    import importlib
+
+    modules = [
+        importlib.import_module(f"billing_integration.{name}")
+        for name in (
+            "mapping.products",
+            "mapping.subscriptions",
+            "mapping.checkout",
+            "sync.pull",
+            "customers",
+            "outbox.push",
+            "outbox.tasks",
+            "outbox.signals",
+            "outbox.retry",
+            "service",
+        )
+    ]
+    page = (DOCS_DIR / "CONTRACTS.md").read_text(encoding="utf-8")
+    block = re.search(r"^## Mirror .*?^```python\n(.*?)^```", page, re.S | re.M)
+    assert block, "docs/CONTRACTS.md no longer has the mirror's block"
+    code = re.sub(r"#[^\n]*", "", block[1])
+    wrong, seen = [], 0
+    for name, params in re.findall(r"(?<![\w\"])([a-z_][\w.]*)\(([^()]*)\)", code):
+        written = _documented_params(params)
+        real = [getattr(m, name.rsplit(".", 1)[-1], None) for m in modules]
+        real = [f for f in real if callable(f) and not isinstance(f, type)]
+        if written is None or not real:
+            continue
+        seen += 1
+
+        def agrees(function: object) -> bool:
+            """Positional parameters by position (a page may name them for what they are),
+            keyword-only ones by name; none the function requires left out."""
+            kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+            actual = inspect.signature(function).parameters.values()
+            positional = [p for p in actual if p.kind in kinds]
+            keyword = {p.name: p for p in actual if p.kind is inspect.Parameter.KEYWORD_ONLY}
+            given = [p for p in written.parameters.values() if p.kind in kinds]
+            named = [p for p in written.parameters.values() if p.kind not in kinds]
+            required = [p for p in positional if p.default is inspect.Parameter.empty]
+            return (
+                len(required) <= len(given) <= len(positional)
+                and all(p.name in keyword for p in named)
+                and all(
+                    p.default is not inspect.Parameter.empty or p.name in {n.name for n in named}
+                    for p in keyword.values()
+                )
+            )
+
+        if not any(agrees(function) for function in real):
+            wrong.append(f"{name}({params})")
+    assert seen > 15
+    assert wrong == [], "\n".join(wrong)
