@@ -36,7 +36,7 @@ UNRECOGNISED_WINDOW = 86400
 
 #: Cache backends whose content each process keeps to itself.
 PROCESS_LOCAL_BACKENDS = (LocMemCache, DummyCache)
-REFUSAL_REASONS = ("bad_signature", "stale_timestamp", "missing_headers", "too_large")
+REFUSAL_REASONS = ("bad_signature", "stale_timestamp", "missing_headers", "too_large", "redirected")
 #: Seconds of refusals the doctor counts (the last hour), in one counter per minute.
 REFUSALS_WINDOW = 3600
 _REFUSAL_BUCKET = 60
@@ -469,6 +469,7 @@ def _refused(now: datetime) -> Fact:
         "stale_timestamp": _("stale timestamp"),
         "missing_headers": _("missing signature headers"),
         "too_large": _("body too large"),
+        "redirected": _("redirected into a GET"),
     }
     hints = {
         "bad_signature": _(
@@ -486,6 +487,12 @@ def _refused(now: datetime) -> Fact:
             "raise DATA_UPLOAD_MAX_MEMORY_SIZE above the size of the service's deliveries (a "
             "body over it is not read, nor stored)"
         ),
+        "redirected": _(
+            "register the callback URL with the service exactly as this site serves it "
+            "(%(path)s: its trailing slash, https): a redirect turns the service's POST into a "
+            "GET without its body"
+        )
+        % {"path": webhook_path()},
     }
     shown = [r for r in REFUSAL_REASONS if r in reasons or r in unanswered]
     last_at = max(refused[r]["last"] or 0.0 for r in shown)
@@ -519,6 +526,17 @@ def _refused(now: datetime) -> Fact:
         "ago: %(hints)s"
     )
     return Fact("refused", WARNING, text % values, data)
+
+
+def webhook_path() -> str:
+    """The path the event callback is served at (``billing_integration:webhook``), or a
+    sentence saying it is not routed."""
+    from django.urls import reverse
+
+    try:
+        return reverse("billing_integration:webhook")
+    except Exception:  # NoReverseMatch, or a URLconf that does not load: the facts still show
+        return _("not routed: include billing_integration.urls")
 
 
 def _pull(limits: Thresholds, now: datetime) -> Fact:

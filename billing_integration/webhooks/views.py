@@ -1,7 +1,9 @@
 """The event callback: verify the raw body, store it, answer (processing comes after commit).
 ``POST``: 200 stored (or already; a JSON array of objects: each of them), 400 bad signature
 headers or not a JSON object, 401 bad signature, stale timestamp or wrong credentials, 413 too
-large, 503 not stored. ``HEAD``, ``GET``: 200 (reachability probes)."""
+large, 503 not stored. ``HEAD``, ``GET``: 200 (reachability probes), but 400 with a delivery's
+``webhook-*`` headers: a POST redirected here (the callback registered without its trailing
+slash, or with http for https) comes as a GET without its body."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from ..exceptions import WebhookVerificationError
 from ..health import record_refused
 from ..models import EventState
 from .ingest import enqueue, split_batch, store_delivery
-from .verification import BasicAuthError, verify_request
+from .verification import BasicAuthError, verify_request, webhook_header
 
 logger = logging.getLogger("billing_integration.webhooks")
 
@@ -28,6 +30,8 @@ logger = logging.getLogger("billing_integration.webhooks")
 @require_http_methods(["POST", "HEAD", "GET"])
 def webhook(request: HttpRequest) -> HttpResponse:
     if request.method != "POST":
+        if webhook_header(request.headers, "id") or webhook_header(request.headers, "signature"):
+            return _redirected(request)
         return HttpResponse(status=200)
     try:
         body = request.body
@@ -74,3 +78,20 @@ def webhook(request: HttpRequest) -> HttpResponse:
     if stored.state == EventState.REJECTED:
         return JsonResponse({"error": stored.error or "Malformed body."}, status=400)
     return JsonResponse({"status": stored.status, "id": stored.event_id if stored.pk else None})
+
+
+def _redirected(request: HttpRequest) -> HttpResponse:
+    """A delivery that came as a GET or HEAD: a redirect (APPEND_SLASH, or to https) dropped its
+    body. Refused (400, the service retries), logged and counted: answered 200 as a probe, the
+    service would count it delivered and the event would be lost unseen."""
+    url = request.build_absolute_uri(request.path)
+    logger.warning(
+        "Refused an event delivery (400): it came as a %s, without its body: the service's "
+        "POST was redirected here. Register the callback URL exactly as %s (its trailing "
+        "slash, its scheme) with the billing service.",
+        request.method,
+        url,
+    )
+    record_refused("redirected")  # billing_doctor, Health page
+    text = "A delivery must be POSTed to this URL; this one came as a %s (redirected?)."
+    return JsonResponse({"error": text % request.method}, status=400)

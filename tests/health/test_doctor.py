@@ -675,3 +675,30 @@ def test_basic_credentials_refused_for_want_of_the_setting_fail(healthy, client,
     assert status == 1, out
     row = line(out, "refused deliveries")
     assert "bad signature 1" in row and "none accepted since" in row
+
+
+def test_a_delivery_redirected_into_a_get_is_refused_and_fails_naming_the_callback_path(
+    healthy, live_server, eager
+):
+    """The callback is registered without its trailing slash: Django redirects the POST
+    (APPEND_SLASH), and the service's HTTP client follows the redirect as a GET, without the
+    body. That GET was answered 200, like a reachability probe: the service counted the event
+    delivered, the event was lost, and every fact stayed green."""
+    healthy.set_callback(live_server.url + "/billing/webhooks")  # no trailing slash
+    healthy.seed(customers=1, subscriptions=1)
+    sub = healthy.objects("subscription")[0]
+    envelope_sent = healthy.trigger("subscription.renewal", sub["id"])
+
+    def first_attempt():
+        (delivery,) = healthy.deliveries()
+        return delivery["log"][0] if delivery["log"] else None
+
+    attempt = wait_for(first_attempt, timeout=20)
+    assert attempt["status_code"] == 400  # not 200: the service retries, and can tell
+    assert not WebhookEvent.objects.filter(event_id=envelope_sent["id"]).exists()
+    status, out = doctor(*NO_PING)
+    assert status == 1, out
+    row = line(out, "refused deliveries")
+    assert row.startswith("FAIL") and "(redirected into a GET " in row  # and its retries
+    assert "none accepted since" in row and "/billing/webhooks/" in row
+    assert healthy.webhook_secret not in out
