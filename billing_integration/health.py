@@ -11,7 +11,7 @@ from typing import Any
 from django.core.cache.backends.dummy import DummyCache
 from django.core.cache.backends.locmem import LocMemCache
 from django.db import transaction
-from django.db.models import Count, Max
+from django.db.models import Count, Max, Min
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -399,21 +399,51 @@ def _events(limits: Thresholds, now: datetime) -> list[Fact]:
     oldest = waiting.values_list("received_at", flat=True).first()
     failed = events.filter(state=EventState.FAILED).count()
     lag = _age(now, oldest) if oldest else 0.0
-    data = {"last_received": last, "oldest_unprocessed": oldest, "lag": lag}
+    data: dict[str, Any] = {"last_received": last, "oldest_unprocessed": oldest, "lag": lag}
     received = _("none received yet")
     if last:
         received = _("the last was received %(age)s ago") % {"age": duration(_age(now, last))}
-    values = {"received": received, "lag": duration(lag), "limit": duration(limits.max_event_lag)}
+    values: dict[str, Any] = {"received": received, "lag": duration(lag)}
+    values["limit"] = duration(limits.max_event_lag)
     if limits.max_event_lag and lag > limits.max_event_lag:
         text = _(
             "events: %(received)s; the oldest unprocessed has waited %(lag)s, more than %(limit)s"
         )
         flow = Fact("events", FAIL, text % values, data)
+    elif unheard := _returns_unheard(limits, now, last):
+        count, first = unheard
+        text = _(
+            "events: %(received)s, though %(count)d checkout(s) came back from the service's "
+            "page since, the first %(age)s ago: its deliveries do not seem to reach this site. "
+            "Check that the callback URL registered with the service is this site's "
+            "%(path)s, and the web server's log (a 404 there: another path)"
+        )
+        values.update(count=count, age=duration(_age(now, first)), path=webhook_path())
+        data.update(checkouts_unheard=count, callback_path=webhook_path())
+        flow = Fact("events", WARNING, text % values, data)
     else:
         flow = Fact("events", OK, _("events: %(received)s; processing lag %(lag)s") % values, data)
     text = _("failed events: %(count)d (admin: Event deliveries, 'Replay')")
     status = FAIL if failed > limits.max_failed_events else OK
     return [flow, Fact("events_failed", status, text % {"count": failed}, {"failed": failed})]
+
+
+def _returns_unheard(
+    limits: Thresholds, now: datetime, last: datetime | None
+) -> tuple[int, datetime] | None:
+    """Checkout sessions a customer came back from (the return page) after the last delivery
+    received, longer ago than ``max_event_lag``: (how many, the first return), or None. The
+    service had something to tell (a payment, completed or failed), and told nothing."""
+    from .models.subscriptions import CheckoutSession
+
+    if not limits.max_event_lag:
+        return None
+    since = now - timedelta(seconds=limits.max_event_lag)
+    returned = CheckoutSession.objects.filter(returned_at__lte=since)
+    if last is not None:
+        returned = returned.filter(returned_at__gt=last)
+    found = returned.aggregate(n=Count("pk"), first=Min("returned_at"))
+    return (found["n"], found["first"]) if found["n"] else None
 
 
 def _unrecognised(now: datetime) -> Fact:

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from tests.checkout.conftest import logged_in, product, user  # noqa: F401  (a checkout)
 from tests.mirror.conftest import celery_worker_process  # noqa: F401  (a real worker)
 from tests.webhooks.conftest import webhook_settings  # noqa: F401  (signed deliveries)
 

@@ -27,7 +27,13 @@ from billing_integration.health import (
     record_run,
     refused_deliveries,
 )
-from billing_integration.models import Customer, Heartbeat, OutboxEntry, WebhookEvent
+from billing_integration.models import (
+    Customer,
+    Heartbeat,
+    OutboxEntry,
+    Subscription,
+    WebhookEvent,
+)
 
 from ..mirror.conftest import ROOT, wait_for
 from ..webhooks.conftest import OTHER_SECRET, SECRET, envelope, post_signed
@@ -702,3 +708,40 @@ def test_a_delivery_redirected_into_a_get_is_refused_and_fails_naming_the_callba
     assert row.startswith("FAIL") and "(redirected into a GET " in row  # and its retries
     assert "none accepted since" in row and "/billing/webhooks/" in row
     assert healthy.webhook_secret not in out
+
+
+def test_customers_back_from_checkout_with_no_event_since_warn_naming_the_callback_path(
+    healthy, live_server, eager, product, logged_in, monkeypatch
+):
+    """The callback is registered at a path the site does not route: every delivery is a 404,
+    nothing reaches the app, so nothing is refused. The customer pays and comes back (the return
+    page pulls the subscription), and the events fact said 'none received yet', in green."""
+    from django.utils import timezone as tz
+
+    from ..checkout.test_return import RETURN, start
+
+    healthy.set_callback(live_server.url + "/billing/hooks/")  # not routed here: 404
+    session = start(logged_in, product)
+    page = healthy.complete_checkout(str(session.remote_id), "0700000001")
+    assert 'data-outcome="success"' in page.text
+    assert logged_in.get(RETURN, {"session_id": str(session.remote_id)}).status_code == 200
+    attempts = wait_for(lambda: [d["log"][0] for d in healthy.deliveries() if d["log"]])
+    assert {a["status_code"] for a in attempts} == {404}
+    assert not WebhookEvent.objects.exists()
+    real_now = tz.now
+    monkeypatch.setattr(tz, "now", lambda: real_now() + timedelta(minutes=10))
+    limits = ("--max-beat-age", "0", "--max-pull-age", "0")
+
+    _, out = doctor(*NO_PING, *limits)
+    row = line(out, "events")
+    assert row.startswith("WARN"), out
+    assert "none received yet" in row and "1 checkout" in row
+    assert "/billing/webhooks/" in row and "registered" in row
+    assert line(out, "refused deliveries").startswith("OK")
+
+    healthy.set_callback(live_server.url + "/billing/webhooks/")  # fixed: one gets through
+    pulled = Subscription.objects.get()  # by the return page
+    renewal = healthy.trigger("subscription.renewal", str(pulled.remote_id))
+    wait_for(lambda: WebhookEvent.objects.filter(event_id=renewal["id"]).exists())
+    _, out = doctor(*NO_PING, *limits)
+    assert line(out, "events").startswith("OK"), out
