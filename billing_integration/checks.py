@@ -416,10 +416,40 @@ def check_billing_deploy(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
 
 @register("billing")
 def check_wiring(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """Celery, the shared cache, DRF, CSRF, staff email and beat as the app needs them, and
-    aware datetimes (settings only)."""
-    checks = (_check_celery, _check_cache, _check_drf, _check_csrf, _check_managers, _check_use_tz)
+    """Celery, the shared cache, DRF, CSRF, staff email and beat as the app needs them, aware
+    datetimes, and the event callback routed (settings and the URLconf only)."""
+    checks = [_check_celery, _check_cache, _check_drf, _check_csrf, _check_managers]
+    checks += [_check_use_tz, _check_webhook_routed]
     return [message for check in checks for message in check()]
+
+
+def _check_webhook_routed() -> list[CheckMessage]:
+    """W024: no URL serves the event callback (``billing_integration:webhook``, or the view
+    routed by the host under a name of its own)."""
+    from django.urls import NoReverseMatch, reverse
+
+    from .webhooks.views import webhook
+
+    if _reverses("billing_integration:webhook"):
+        return []
+    try:
+        reverse(webhook)
+    except NoReverseMatch:
+        pass
+    except Exception:  # a URLconf that does not load: Django reports it
+        return []
+    else:
+        return []
+    text = (
+        "No URL serves the event callback (billing_integration:webhook): every delivery of the "
+        "billing service gets a 404, and no payment, renewal or cancellation reaches the site "
+        "by event (nothing is refused or counted, so the Health page cannot see it)."
+    )
+    hint = (
+        "Include billing_integration.urls (path('billing/', include('billing_integration.urls'))"
+        ") and register https://<your host>/billing/webhooks/ with the service."
+    )
+    return [_error("billing_integration.W024", text, hint, warning=True)]
 
 
 def _forms_routed() -> bool:

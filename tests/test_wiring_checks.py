@@ -1,7 +1,8 @@
 """System checks of the wiring a host project must provide (``check_wiring``): a Celery app
 and broker (E020, E021), the shared cache (W020, E023), DRF installed where its API is routed
 (E022), CSRF and MANAGERS where the billing forms are routed (W022, W023; W023 is shown with
-its effect in tests/checkout/test_changes.py), the beat schedule (W021), USE_TZ on (E025).
+its effect in tests/checkout/test_changes.py), the beat schedule (W021), USE_TZ on (E025), the
+event callback routed (W024).
 None of them touches the database, the broker or a cache."""
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from billing_integration.schedule import BEAT_SCHEDULE
 ROOT = Path(__file__).resolve().parents[1]
 LOCMEM = "django.core.cache.backends.locmem.LocMemCache"
 DUMMY = "django.core.cache.backends.dummy.DummyCache"
-WIRING = ("E020", "E021", "E022", "E023", "E025", "W020", "W021", "W022", "W023")
+WIRING = ("E020", "E021", "E022", "E023", "E025", "W020", "W021", "W022", "W023", "W024")
 
 
 def ids(errors) -> list[str]:
@@ -297,9 +298,34 @@ def test_a_subclass_of_the_csrf_middleware_counts(settings):
 def test_an_unrouted_api_needs_no_rest_framework(settings):
     settings.ROOT_URLCONF = __name__  # ``urlpatterns`` below: the admin only
     with modify_settings(INSTALLED_APPS={"remove": ["rest_framework"]}):
-        assert wiring(check_wiring()) == []
+        assert wiring(check_wiring()) == ["W024"]  # the event callback is not routed either
     with modify_settings(MIDDLEWARE={"remove": [CSRF]}):  # no billing form routed either
-        assert wiring(check_wiring()) == []
+        assert wiring(check_wiring()) == ["W024"]
+
+
+def test_an_unrouted_event_callback_is_a_warning(settings, client):
+    """No URL serves the event callback: every delivery of the service is a 404, nothing
+    reaches the app to be refused or counted, and the checks said nothing."""
+    settings.ROOT_URLCONF = __name__  # the admin only
+    response = client.post("/billing/webhooks/", b"{}", content_type="application/json")
+    assert response.status_code == 404
+    [warning] = [m for m in check_wiring() if m.id == "billing_integration.W024"]
+    assert "billing_integration:webhook" in warning.msg and "404" in warning.msg
+    assert "billing_integration.urls" in warning.hint
+
+
+def test_the_event_callback_routed_by_its_view_is_enough(settings, client):
+    """A host may route the view itself, at a path and under a name of its own."""
+    settings.ROOT_URLCONF = OwnRoute  # a URLconf may be any object with ``urlpatterns``
+    response = client.post("/hooks/billing/", b"{}", content_type="application/json")
+    assert response.status_code != 404
+    assert wiring(check_wiring()) == []
+
+
+class OwnRoute:
+    from billing_integration.webhooks.views import webhook
+
+    urlpatterns = [path("hooks/billing/", webhook, name="billing_events")]
 
 
 urlpatterns = [path("admin/", admin.site.urls)]
