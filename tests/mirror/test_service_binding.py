@@ -475,3 +475,16 @@ def test_show_tells_recorded_and_configured(billing_sandbox, settings):
 def test_billing_service_names_an_unknown_database_clearly(action):
     with pytest.raises(CommandError, match="nope"):
         call_command("billing_service", action, "--yes", "--database", "nope", stdout=StringIO())
+
+
+def test_show_counts_failed_outbox_entries_beside_the_pending(billing_sandbox):
+    """A push the service refused for good is neither pending nor pushed: show counted only
+    the pending, so a mirror whose pushes all fail looked settled."""
+    from billing_integration.models import OutboxEntry
+
+    pushed_product()
+    make_product("Team plan")
+    OutboxEntry.objects.filter(state="pending").update(state="failed")  # refused for good
+    out = StringIO()
+    call_command("billing_service", stdout=out)
+    assert "0 outbox entries pending, 1 failed (billing_sync --retry-failed" in out.getvalue()

@@ -67,13 +67,18 @@ class Command(BaseCommand):
             self.stdout.write(self.style.ERROR(text % commands))
         text = _(
             "mirror: %(products)d products and %(customers)d customers with remote ids; "
-            "%(pending)d outbox entries pending"
+            "%(pending)d outbox entries pending, %(failed)d failed (billing_sync "
+            "--retry-failed once the cause is fixed; their errors are in the admin)"
         )
         pushed = {"remote_id__isnull": False}
-        products = Product.objects.using(alias).filter(**pushed).count()
-        customers = Customer.objects.using(alias).filter(**pushed).count()
-        pending = OutboxEntry.objects.using(alias).pending().count()
-        self.stdout.write(text % {"products": products, "customers": customers, "pending": pending})
+        entries = OutboxEntry.objects.using(alias)
+        values = {
+            "products": Product.objects.using(alias).filter(**pushed).count(),
+            "customers": Customer.objects.using(alias).filter(**pushed).count(),
+            "pending": entries.pending().count(),
+            "failed": entries.failed().count(),
+        }
+        self.stdout.write(text % values)
         text = _(
             "before: %(url)s (realm %(realm)r, client id %(client_id)r) until %(until)s "
             "(%(action)s)"
