@@ -745,3 +745,11 @@ def test_customers_back_from_checkout_with_no_event_since_warn_naming_the_callba
     wait_for(lambda: WebhookEvent.objects.filter(event_id=renewal["id"]).exists())
     _, out = doctor(*NO_PING, *limits)
     assert line(out, "events").startswith("OK"), out
+
+
+def test_skip_given_twice_skips_both_facts(healthy):
+    """``--skip workers --skip beat`` skipped the beat only (the last one given): the worker
+    ping still failed the run of an operator who asked to leave it out."""
+    status, out = doctor("--skip", "workers", "--skip", "beat", "--max-pull-age", "0")
+    assert "workers:" not in out and "beat:" not in out
+    assert status == 0, out

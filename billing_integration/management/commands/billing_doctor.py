@@ -52,9 +52,15 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--json", action="store_true", help="print the report as JSON")
-        skip = f"facts not to check: {', '.join(FACTS)}"
+        skip = f"facts not to check (one or more, the option repeatable): {', '.join(FACTS)}"
         parser.add_argument(
-            "--skip", nargs="+", choices=FACTS, default=[], metavar="FACT", help=skip
+            "--skip",
+            nargs="+",
+            action="extend",
+            choices=FACTS,
+            default=[],
+            metavar="FACT",
+            help=skip,
         )
         defaults = Thresholds()
         for f in fields(Thresholds):
