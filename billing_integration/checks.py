@@ -145,6 +145,19 @@ def _url_problem(value: Any, *, query: bool = True) -> str | None:
     return f"{shown} (its port is not a number from 1 to 65535)" if port == 0 else None
 
 
+def _secret_form(secret: object) -> str:
+    """What keeps ``secret`` from the form ``whsec_<base64>`` (never any of its characters)."""
+    if not isinstance(secret, str):
+        return f": it is a {type(secret).__name__}, not a string"
+    if secret != secret.strip():
+        return ": it has whitespace at its start or end (a newline read from the environment?)"
+    if not secret.startswith("whsec_"):
+        return ": it does not start with 'whsec_'"
+    if set(secret.removeprefix("whsec_")) & {"-", "_"}:
+        return ": its key is base64url ('-' or '_'), not base64 ('+' and '/')"
+    return ": its key is not base64"
+
+
 def _webhook_errors(conf: dict[str, Any]) -> list[CheckMessage]:
     errors: list[CheckMessage] = []
     secrets = _secrets(conf)
@@ -153,7 +166,7 @@ def _webhook_errors(conf: dict[str, Any]) -> list[CheckMessage]:
         key = whsec_key(secret)
         if key is None or len(key) < MIN_KEY_BYTES:
             label = "BILLING['WEBHOOK_SECRET']" + (f"[{index}]" if listed else "")
-            text = f"{label} is not of the form 'whsec_<base64>'."
+            text = f"{label} is not of the form 'whsec_<base64>'{_secret_form(secret)}."
             if key is not None:  # verifies nothing (401): a short key can be guessed
                 text = f"{label} decodes to {len(key)} bytes: at least {MIN_KEY_BYTES} are needed."
             hint = (

@@ -644,3 +644,22 @@ def test_a_cache_alias_not_in_caches_names_the_key_where_checks_do_not_run(setti
     assert str(info.value) == (
         "BILLING['CACHE'] names the cache 'nowhere', which is not in settings.CACHES."
     )
+
+
+@pytest.mark.parametrize(
+    ("secret", "said"),
+    [
+        ("whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3\n", "whitespace at its start or end"),
+        ("MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3", "does not start with 'whsec_'"),
+        ("whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NT-_", "base64url"),
+    ],
+)
+def test_a_webhook_secret_in_another_encoding_says_what_is_wrong(settings, secret, said):
+    """A newline from the environment, the key without its prefix, the URL-safe alphabet: each
+    was 'not of the form whsec_<base64>', which an operator looking at a secret of that form
+    could not act on; it still says nothing of the secret itself."""
+    settings.BILLING = {**GOOD, "WEBHOOK_SECRET": secret}
+    errors = check_billing_settings()
+    assert ids(errors) == ["billing_integration.E004"]
+    assert said in errors[0].msg
+    assert "MDEy" not in errors[0].msg + errors[0].hint
