@@ -24,6 +24,9 @@ OK, WARNING, FAIL = "ok", "warning", "fail"
 
 #: The names the beat tasks record (``billing_integration.schedule.BEAT_SCHEDULE``).
 PERIODIC_JOBS = ("drain_outbox", "process_pending_webhook_events", "sync_all")
+#: The jobs beat runs every minute, each the only retry of a lost message (the hourly
+#: ``sync_all`` is watched by the ``pull`` fact).
+MINUTE_JOBS = ("drain_outbox", "process_pending_webhook_events")
 #: Each full pull records ``pull:<resource>`` when it ends.
 PULLED_RESOURCES = ("products", "customers", "subscriptions")
 
@@ -347,6 +350,14 @@ def _beat(limits: Thresholds, now: datetime) -> Fact:
     if limits.max_beat_age and age > limits.max_beat_age:
         text = _("beat: the last periodic run was %(age)s ago, more than %(limit)s (%(each)s)")
         return Fact("beat", FAIL, text % values, data)
+    if never := [name for name in MINUTE_JOBS if name not in jobs]:
+        text = _(
+            "beat: the last periodic run was %(age)s ago (%(each)s), but %(never)s never "
+            "ran: is it in the beat schedule (billing_integration.schedule.BEAT_SCHEDULE)? "
+            "Without it a lost push or event message is never sent again"
+        )
+        values["never"] = ", ".join(never)
+        return Fact("beat", WARNING, text % values, {**data, "never_ran": never})
     text = _("beat: the last periodic run was %(age)s ago (%(each)s)")
     return Fact("beat", OK, text % values, data)
 

@@ -753,3 +753,15 @@ def test_skip_given_twice_skips_both_facts(healthy):
     status, out = doctor("--skip", "workers", "--skip", "beat", "--max-pull-age", "0")
     assert "workers:" not in out and "beat:" not in out
     assert status == 0, out
+
+
+def test_a_minute_job_that_never_ran_beside_the_others_is_named(healthy):
+    """Beat runs, but its schedule lacks the event sweep (another scheduler than Celery's own,
+    where W021 cannot look): the newest run was fresh, so the fact was green and the job's
+    absence unsaid; a lost event message would never be retried."""
+    Heartbeat.objects.filter(name="process_pending_webhook_events").delete()
+    status, out = doctor(*NO_PING)
+    row = line(out, "beat")
+    assert row.startswith("WARN"), out
+    assert "process_pending_webhook_events never ran" in row and "schedule" in row
+    assert status == 0, out
