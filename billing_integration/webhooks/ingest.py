@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import hashlib
 import json
@@ -154,36 +155,57 @@ class StoreResult:
         return "conflict" if self.conflict else "received" if self.created else "duplicate"
 
 
-def _read(body: bytes) -> tuple[str, object, str]:
-    """The body as text (without a leading byte order mark), its JSON value, and why it cannot
-    be stored as an event ("" if it can)."""
+def _read(body: bytes, charset: str | None = None) -> tuple[str, object, str]:
+    """The body as text (UTF-8, without a leading byte order mark; else in the ``charset`` its
+    Content-Type names, when it reads as JSON in that one), its JSON value, and why it cannot be
+    stored as an event ("" if it can)."""
+    text, payload, error = _parse(body, "utf-8-sig")
     try:
-        text = body.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        return body.decode("utf-8", "replace"), None, "The body is not UTF-8."
-    try:
-        # Python's reading takes NaN and Infinity: processing refuses them (strict JSON).
-        payload = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        return text, None, f"Malformed JSON: {str(exc)[:200]}"
+        other = charset if charset and codecs.lookup(charset).name != "utf-8" else None
+    except LookupError:  # a charset Python does not know: UTF-8 only
+        other = None
+    if error and other:
+        alternative = _parse(body, other)
+        if text is None or not alternative[2]:
+            text, payload, error = alternative
+    if text is None:
+        names = f"neither UTF-8 nor {other[:40]}" if other else "not UTF-8"
+        return body.decode("utf-8", "replace"), None, f"The body is {names}."
     if isinstance(payload, list):
         return text, payload, f"The body is a JSON list, not 1 to {MAX_BATCH} objects."
-    if not isinstance(payload, dict):
+    if not error and not isinstance(payload, dict):
         return text, payload, f"The body is a JSON {type(payload).__name__}, not an object."
-    return text, payload, ""
+    return text, payload, error
+
+
+def _parse(body: bytes, encoding: str) -> tuple[str | None, object, str]:
+    """The body decoded (None if it is not in ``encoding``), its JSON value, and why it is no
+    JSON ("" if it is)."""
+    try:
+        text = body.decode(encoding)
+    except (UnicodeError, LookupError):  # LookupError: no text encoding (hex, zlib)
+        return None, None, "not decoded"
+    try:
+        # Python's reading takes NaN and Infinity: processing refuses them (strict JSON).
+        return text, json.loads(text), ""
+    except (ValueError, RecursionError) as exc:
+        return text, None, f"Malformed JSON: {str(exc)[:200]}"
 
 
 #: Events one delivery may carry as a JSON array (a longer array is rejected whole).
 MAX_BATCH = 1000
 
 
-def split_batch(body: bytes, verification: Verification) -> list[tuple[bytes, Verification]] | None:
+def split_batch(
+    body: bytes, verification: Verification, charset: str | None = None
+) -> list[tuple[bytes, Verification]] | None:
     """Each event of a body that is a JSON array of 1 to ``MAX_BATCH`` objects (several events
-    in one delivery), as its own body; one without an id takes ``<webhook-id>#<index>`` (the
-    same on the service's retry). None for any other body."""
+    in one delivery), as its own body (``charset``: as ``store_delivery`` reads it); one
+    without an id takes ``<webhook-id>#<index>`` (the same on the service's retry). None for
+    any other body (an array in UTF-16 or UTF-32 too)."""
     if body.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] != b"[":
         return None
-    payload = _read(body)[1]
+    payload = _read(body, charset)[1]
     if not isinstance(payload, list) or not 0 < len(payload) <= MAX_BATCH:
         return None
     if not all(isinstance(element, dict) for element in payload):
@@ -202,11 +224,15 @@ def split_batch(body: bytes, verification: Verification) -> list[tuple[bytes, Ve
 
 
 def store_delivery(
-    body: bytes, headers: Mapping[str, str], verification: Verification
+    body: bytes,
+    headers: Mapping[str, str],
+    verification: Verification,
+    charset: str | None = None,
 ) -> StoreResult:
-    """Store one verified delivery (``DatabaseError`` if it cannot be). A body that is not a
-    JSON object is stored ``rejected``; a redelivery (same event id) gives ``created=False``."""
-    text, payload, error = _read(body)
+    """Store one verified delivery (``DatabaseError`` if it cannot be), read as UTF-8, else in
+    ``charset`` (the one its Content-Type names). A body that is not a JSON object is stored
+    ``rejected``; a redelivery (same event id) gives ``created=False``."""
+    text, payload, error = _read(body, charset)
     event = WebhookEvent(
         body=clean_text(text),
         headers=safe_headers(headers),

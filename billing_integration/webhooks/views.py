@@ -56,10 +56,12 @@ def webhook(request: HttpRequest) -> HttpResponse:
         if isinstance(exc, BasicAuthError):
             response["WWW-Authenticate"] = 'Basic realm="billing webhooks"'
         return response
-    batch = split_batch(body, verification)  # several events in one delivery: each stored
+    charset = request.encoding  # the Content-Type's, when Python knows it: read after UTF-8
+    # several events in one delivery: each stored
+    batch = split_batch(body, verification, charset)
     try:
         results = [
-            store_delivery(part, request.headers, verified)
+            store_delivery(part, request.headers, verified, charset)
             for part, verified in batch or [(body, verification)]
         ]
     except DatabaseError:  # the service's retry stores the rest (the stored are duplicates)

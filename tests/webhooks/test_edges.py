@@ -17,10 +17,12 @@ from billing_integration.webhooks.processing import process_event
 
 from .conftest import (
     T0,
+    as_meta,
     invoice_data,
     payment_data,
     post_signed,
     refund_data,
+    sign,
     subscription_data,
     ts,
 )
@@ -28,6 +30,7 @@ from .conftest import (
 pytestmark = pytest.mark.django_db
 
 OLD = datetime(2020, 1, 1, tzinfo=UTC)
+URL = "/billing/webhooks/"
 
 
 @pytest.fixture
@@ -473,6 +476,64 @@ def test_a_body_starting_with_a_byte_order_mark_is_read(mirror, deliver):
     assert (event.state, event.outcome) == (EventState.PROCESSED, "applied"), event.error
     sub.refresh_from_db()
     assert sub.status == "canceled"
+
+
+@pytest.mark.parametrize(
+    ("encoding", "content_type"),
+    [
+        ("latin-1", "application/json; charset=ISO-8859-1"),
+        ("cp1252", "application/json; charset=windows-1252"),
+        ("utf-16", "application/json; charset=utf-16"),
+        ("utf-16-le", "application/json; charset=utf-16le"),  # no byte order mark
+    ],
+)
+def test_a_body_in_the_charset_its_content_type_names_is_read(
+    mirror, client, webhook_settings, django_capture_on_commit_callbacks, encoding, content_type
+):
+    """A verified delivery whose text is not UTF-8 was rejected (400, "The body is not UTF-8")
+    though its Content-Type named its charset, and a rejected delivery is never processed nor
+    replayed: the failed payment was lost."""
+    rid = uuid.uuid4()
+    data = payment_data(
+        rid,
+        status="failed",
+        subscription=mirror.subscription.remote_id,
+        failure_reason="Crédit insuffisant",
+        **refs(mirror),
+    )
+    body = json.dumps(bare("payment.failed", data), ensure_ascii=False).encode(encoding)
+    headers = as_meta(sign(body))
+    with django_capture_on_commit_callbacks(execute=True):
+        # generic(): the test client's post() would encode the body again in the charset
+        response = client.generic("POST", URL, body, content_type=content_type, **headers)
+    assert response.status_code == 200, response.content
+    event = WebhookEvent.objects.get(event_id=response.json()["id"])
+    assert (event.state, event.outcome) == (EventState.PROCESSED, "applied"), event.error
+    assert Payment.objects.get(remote_id=rid).failure_reason == "Crédit insuffisant"
+
+
+def test_a_body_neither_utf_8_nor_in_the_charset_named_is_rejected_naming_both(
+    client, webhook_settings
+):
+    body = '{"type": "payment.failed", "data": {"id": "é"}}'.encode("latin-1")
+    headers = as_meta(sign(body))
+    response = client.generic("POST", URL, body, content_type="application/json", **headers)
+    assert response.status_code == 400
+    assert response.json() == {"error": "The body is not UTF-8."}
+    body = b'{"data": {"id": "\x81"}}'  # 0x81 has no character in windows-1252
+    headers = as_meta(sign(body))
+    content_type = "application/json; charset=windows-1252"
+    response = client.generic("POST", URL, body, content_type=content_type, **headers)
+    assert response.status_code == 400
+    assert response.json() == {"error": "The body is neither UTF-8 nor windows-1252."}
+    # a codec Python knows that is no text encoding (hex, zlib), or fails otherwise (idna)
+    for charset in ("hex", "zlib", "idna"):
+        content_type = f"application/json; charset={charset}"
+        body = '{"data": {"id": "é"}}'.encode("latin-1")
+        headers = as_meta(sign(body))
+        response = client.generic("POST", URL, body, content_type=content_type, **headers)
+        assert response.status_code == 400, charset
+        assert response.json() == {"error": f"The body is neither UTF-8 nor {charset}."}
 
 
 # --- data that carries only some fields --------------------------------------------------------
