@@ -1,7 +1,8 @@
 """The one conversion between the service's currency ids and ISO codes
-(``BILLING['CURRENCIES']``): an id is an ``int`` (not a ``bool``) or ASCII digits, anything
-else a code (any case); an unknown one raises ``BillingConfigurationError``, except in
-``label()``, for display, which shows it as it is."""
+(``BILLING['CURRENCIES']``): an id is an ``int`` (not a ``bool``) or ASCII digits (to
+``currency_id``, a float with no fraction too), anything else a code (any case); an unknown
+one raises ``BillingConfigurationError``, except in ``label()``, for display, which shows it
+as it is."""
 
 from __future__ import annotations
 
@@ -23,9 +24,15 @@ def is_id(value: Any) -> bool:
     return isinstance(value, str) and value.isascii() and value.isdigit()
 
 
+def whole(value: Any) -> Any:
+    """``value``, but a float with no fraction as the integer it is (``1.0``: the JSON number 1
+    as some writers put it)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def currency_id(value: Any) -> int:
-    """The service's id of a currency given by its id or its code."""
-    text = value.strip() if isinstance(value, str) else value
+    """The service's id of a currency given by its id (``1.0`` too: ``whole``) or its code."""
+    text = value.strip() if isinstance(value, str) else whole(value)
     table = known()
     if is_id(text):
         try:

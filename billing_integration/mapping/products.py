@@ -63,6 +63,7 @@ def currencies_from_wire(values: Iterable[Any] | None) -> list[int]:
     for value in values or []:
         if isinstance(value, dict):  # tolerate {"id": ...} elements
             value = value.get("id")
+        value = currencies.whole(value)
         out.append(int(value) if currencies.is_id(value) else currencies.currency_id(value))
     return out
 

@@ -117,7 +117,7 @@ def _currency(value: Any, known: bool) -> str:
     ``RemoteDataError`` when ``known``, else kept as received (``_text``)."""
     received = _text(value, 64, "currency")
     try:
-        return currencies.currency_code(received) if received else ""
+        return currencies.currency_code(currencies.whole(value)) if received else ""
     except BillingConfigurationError:
         if known:
             raise RemoteDataError("currency", value, "not in BILLING['CURRENCIES']") from None

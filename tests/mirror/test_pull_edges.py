@@ -711,6 +711,24 @@ def test_a_pulled_product_with_null_currencies_keeps_the_stored_ones(billing_san
     assert Product.objects.get().selected_currencies == [1]
 
 
+def test_currency_ids_written_with_a_zero_fraction_are_those_ids(billing_sandbox, tamper):
+    """1.0 is the JSON number 1 as some writers put it: the product was not applied
+    ("Currency 1.0 is not in BILLING['CURRENCIES']") and a subscription stored "1.0"."""
+    from billing_integration.models import Product
+
+    body = {"prices": [{"currency": 1, "amount": 100}], "status": "published"}
+    get_client().create_product({**body, "name": "One", "selected_currencies": ["1"]})
+    tamper("list_products", lambda rows: [dict(r, selected_currencies=[1.0, 99.0]) for r in rows])
+    assert pull_products().errors == 0
+    assert Product.objects.get().selected_currencies == [1, 99]  # 99 kept, as an id 99 is
+    billing_sandbox.seed(customers=1, subscriptions=1)
+    pull_products()
+    pull_customers()
+    tamper("list_subscriptions", rows_changed(**{"0": {"selected_currency": 1.0}}))
+    assert pull_subscriptions().errors == 0
+    assert Subscription.objects.get().selected_currency == "XOF"
+
+
 def test_a_pulled_product_status_the_interface_does_not_list_is_stored_and_logged(
     billing_sandbox, tamper, caplog
 ):

@@ -263,6 +263,21 @@ def test_an_unknown_currency_id_is_kept_as_received_and_a_cancel_still_cancels(m
     assert sub.status == "canceled" and sub.selected_currency == "77"
 
 
+def test_a_currency_id_written_with_a_zero_fraction_is_that_id(mirror, deliver):
+    """1.0 is the JSON number 1 as some writers put it: a payment in it failed ("currency: not
+    in BILLING['CURRENCIES']: '1.0'") and a subscription stored "1.0", a currency nobody knows."""
+    sub, rid = mirror.subscription, uuid.uuid4()
+    data = payment_data(rid, status="completed", subscription=sub.remote_id, **refs(mirror))
+    payment = deliver(bare("payment.completed", dict(data, currency=1.0)))
+    assert payment.outcome == "applied", payment.error
+    assert Payment.objects.get(remote_id=rid).currency == "XOF"
+    data = subscription_data(sub.remote_id, **refs(mirror), updated=T0 + timedelta(days=30))
+    renewal = deliver(bare("subscription.renewal", dict(data, selected_currency=1.0)))
+    assert renewal.outcome == "applied", renewal.error
+    sub.refresh_from_db()
+    assert sub.selected_currency == "XOF"
+
+
 # --- bodies that are not JSON --------------------------------------------------------------
 @pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity", "1e400"])
 def test_nan_and_infinity_are_stored_and_the_event_failed(mirror, deliver, constant):
