@@ -194,9 +194,13 @@ class BillingClient:
 
     def find_customer(self, identifier: str, *, deadline: DeadlineArg = None) -> Item | None:
         """The remote customer whose ``identifier`` is ``identifier``, or ``None`` (the
-        interface has no filter: this reads the list)."""
+        interface has no filter: this reads the list); one of digits listed as a JSON number
+        (``42`` for ``"42"``) is the same."""
         for item in self.list_customers(deadline=deadline):
-            if isinstance(item, dict) and item.get("identifier") == identifier:
+            found = item.get("identifier") if isinstance(item, dict) else None
+            if isinstance(found, int) and not isinstance(found, bool):
+                found = str(found)
+            if found == identifier:
                 return item
         return None
 

@@ -206,6 +206,34 @@ def test_a_customer_that_may_exist_is_looked_up_before_it_is_created_again(
     assert Customer.objects.count() == 1
 
 
+def test_a_customer_listed_with_its_identifier_as_a_number_is_found_not_created_again(
+    billing_sandbox, monkeypatch
+):
+    """The service may answer an identifier of digits as a JSON number: the lookup compared
+    42 with "42", found nothing, and created the customer a second time."""
+    monkeypatch.setattr("billing_integration.client.retry.MAX_RETRIES", 0)
+    customer = Customer.objects.create(identifier="1042", first_name="Ann")
+    entry = OutboxEntry.objects.for_object(customer).get()
+    billing_sandbox.faults(operation="create_customer", lose_first_answer=True)
+    assert push_entry(entry.pk).status == PushOutcome.RETRY
+    client = get_client()
+    real = client._call
+
+    def as_numbers(operation: str, *args: object, **kwargs: object) -> object:
+        answer = real(operation, *args, **kwargs)
+        if operation == "list_customers" and isinstance(answer, list):
+            answer = [dict(row, identifier=int(row["identifier"])) for row in answer]
+        return answer
+
+    monkeypatch.setattr(client, "_call", as_numbers)
+    billing_sandbox.clear_requests()
+    assert push_entry(entry.pk).status == PushOutcome.DONE
+    assert billing_sandbox.requests(operation="create_customer") == []  # found, not re-sent
+    (remote,) = billing_sandbox.objects("customer")
+    customer.refresh_from_db()
+    assert str(customer.remote_id) == remote["id"]
+
+
 def test_sync_error_keeps_an_excerpt_of_an_html_error_page(billing_sandbox, settings, monkeypatch):
     """A proxy's 500 page (the sandbox answers JSON, so ``responses`` plays the proxy): the
     entry and the product keep the status, the request id and a bounded excerpt."""
