@@ -10,7 +10,7 @@ from django.db.models.deletion import ProtectedError
 from django.utils.translation import gettext_lazy as _
 
 from ..context import is_from_remote
-from ..currencies import is_id, label
+from ..currencies import is_id, label, whole
 from ..exceptions import BillingError
 from .base import AtomicSaveMixin, RemoteObject, SyncState
 
@@ -262,12 +262,20 @@ class Product(RemoteObject):
 
 def root_prices_from_remote(data: dict[str, Any]) -> list[tuple[int, Decimal]]:
     """``(currency_id, amount)`` of a product resource's root-level prices (one-time
-    products); [] when null."""
+    products); [] when null; ``ValueError`` for a currency that is no id (``1.5``, ``true``)."""
     return [
-        (int(p["currency"]), Decimal(str(p["amount"])).quantize(Decimal("0.01")))
+        (_currency_id(p["currency"]), Decimal(str(p["amount"])).quantize(Decimal("0.01")))
         for p in (data.get("prices") or [])
         if isinstance(p, dict) and "currency" in p and "amount" in p
     ]
+
+
+def _currency_id(value: Any) -> int:
+    """A price's currency id (an integer, its digits, ``1.0``), else ``ValueError``."""
+    value = whole(value)
+    if not is_id(value):
+        raise ValueError(f"not a currency id: {str(value)[:40]!r}")
+    return int(value)
 
 
 def _with(currencies: Any, more: set[int]) -> list[int]:

@@ -729,6 +729,23 @@ def test_currency_ids_written_with_a_zero_fraction_are_those_ids(billing_sandbox
     assert Subscription.objects.get().selected_currency == "XOF"
 
 
+@pytest.mark.parametrize("currency", [1.5, True])
+def test_a_root_price_in_a_currency_that_is_no_id_is_reported_not_read_as_another(
+    billing_sandbox, tamper, currency
+):
+    """int() read 1.5 and true as the currency 1: the product was stored with a price in a
+    currency the service never named."""
+    from billing_integration.models import Price, Product
+
+    body = {"prices": [{"currency": 1, "amount": 100}], "status": "published"}
+    get_client().create_product({**body, "name": "One", "selected_currencies": ["1"]})
+    prices = [{"currency": currency, "amount": 100}]
+    tamper("list_products", lambda rows: [dict(r, prices=prices) for r in rows])
+    counts = pull_products()
+    assert counts.errors == 1 and "prices" in counts.error_messages[0]
+    assert not Product.objects.exists() and not Price.objects.exists()
+
+
 def test_a_pulled_product_status_the_interface_does_not_list_is_stored_and_logged(
     billing_sandbox, tamper, caplog
 ):
