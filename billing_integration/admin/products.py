@@ -87,6 +87,10 @@ NO_PRICE_ARCHIVE_ERROR = _(
     "Not archived, no price (the service refuses a new product without one; give it a "
     "price on its page first): %s."
 )
+PUBLISH_WAITING = _(
+    "Already published, not confirmed by the service yet (its push is waiting); nothing "
+    "sent again: %s."
+)
 UNKNOWN_CURRENCY_LABEL = _("id %(id)s (not in BILLING['CURRENCIES'])")
 DECLARED_LABEL = _("declared here, not confirmed by the service")
 NO_CYCLES_LABEL = _("no known cycles")
@@ -829,9 +833,13 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
             self.message_user(request, done % len(rows), messages.SUCCESS)
         changed = {product.pk for product in rows}
         unchanged = [p for p in queryset.order_by("name") if p.pk not in changed]
-        for product in unchanged:  # in this status here, but the service refused it: say so
-            if product.confirmed_status != status:
+        unconfirmed = [p for p in unchanged if p.confirmed_status != status]
+        for product in unconfirmed:  # in this status here, but the service refused it: say so
+            if product.sync_state == SyncState.FAILED:
                 self.message_user(request, refused_message(product), messages.WARNING)
+        # Else its push is waiting (only a publication is, see Product.confirmed_status).
+        if waiting := [p.name for p in unconfirmed if p.sync_state != SyncState.FAILED]:
+            self.message_user(request, PUBLISH_WAITING % ", ".join(waiting), messages.INFO)
         if already := [p.name for p in unchanged if p.confirmed_status == status]:
             left = (
                 _("Already archived, nothing sent: %s.")

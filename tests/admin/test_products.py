@@ -677,6 +677,28 @@ def test_archiving_again_a_product_whose_archive_the_service_refused_says_so(adm
     assert not OutboxEntry.objects.exists()
 
 
+def test_publishing_again_while_the_publication_is_pending_says_it_is_not_refused(admin_client):
+    """Published here, its push not done yet (the service still says draft): the action said
+    "The service refused to make “Pending” published", which nothing had; nothing is sent
+    again either way."""
+    pending = make_product("Pending", remote=True, status="draft")
+    Product.objects.filter(pk=pending.pk).update(remote_data={"status": "draft"})
+    data = {"action": "publish", "_selected_action": [str(pending.pk)], "index": "0"}
+    admin_client.post(CHANGELIST, data, follow=True)  # its message read
+    pending.refresh_from_db()
+    assert pending.status == "published" and pending.sync_state == "pending"
+    entries = list(OutboxEntry.objects.values_list("pk", flat=True))
+    assert len(entries) == 1
+
+    response = admin_client.post(CHANGELIST, data, follow=True)
+    said = [f"{m.level_tag}: {m}" for m in response.context["messages"]]
+    assert said == [
+        "info: Already published, not confirmed by the service yet (its push is waiting); "
+        "nothing sent again: Pending."
+    ]
+    assert list(OutboxEntry.objects.values_list("pk", flat=True)) == entries
+
+
 def test_a_cycle_or_price_not_confirmed_by_the_service_is_shown_so(admin_client):
     """Checkout sells the cycles and prices the service acknowledged: the product page says
     which are not confirmed yet, or refused, and what the service still has."""
