@@ -143,7 +143,10 @@ def _claim(entry_id: int) -> PushResult | tuple[OutboxEntry, Any, list[Any]]:
         if entry.payload is None:
             if deps := _dependencies_missing(obj):
                 return entry, obj, deps
-            entry.operation, body, note = _build(entry, obj)
+            try:
+                entry.operation, body, note = _build(entry, obj)
+            except BillingError as exc:  # no body to send (a setting lacks a value): failed
+                return _record_failure(entry, obj, exc)
             if body is None:
                 _lock(obj)  # as in ``_record``
                 state = settled_state(note, not _done(entry, note))

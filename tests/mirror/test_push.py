@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from billing_integration.mapping.products import to_remote
-from billing_integration.models import Customer, OutboxEntry, Subscription
+from billing_integration.models import Customer, OutboxEntry, Product, Subscription
 from billing_integration.outbox import push
 from billing_integration.outbox.push import PushOutcome, push_entry
 from billing_integration.sync.pull import pull_subscriptions
@@ -500,3 +500,36 @@ def test_an_edit_saved_while_a_pusher_claims_the_entry_gets_an_entry_of_its_own(
     assert sent == ["Plan rev 1", "Plan rev 2"]
     (remote,) = billing_sandbox.objects("product")
     assert remote["name"] == "Plan rev 2"
+
+
+def test_a_body_that_cannot_be_built_fails_the_entry_naming_the_setting(billing_sandbox):
+    """A pushed product holding a currency id BILLING['CURRENCIES'] lacks (pulled as received)
+    and edited: building its body raised out of push_entry, so the entry stayed pending with
+    no error, retried by every sweep, the product "Pending push" for ever. It fails, nothing
+    sent, saying which setting to fix (docs/admin.md); the next entry of the product waits
+    for no one."""
+    product = make_product()
+    assert [r.status for r in push_entries(open_ids())] == [PushOutcome.DONE]
+    Product.objects.filter(pk=product.pk).update(selected_currencies=[1, 2, 9])
+    product.refresh_from_db()
+    product.description = "Now with more"
+    product.save()
+    billing_sandbox.clear_requests()
+
+    [entry_id] = open_ids()
+    result = push_entry(entry_id)
+
+    assert result.status == PushOutcome.FAILED
+    entry = OutboxEntry.objects.get(pk=entry_id)
+    assert entry.state == "failed" and not entry.in_doubt
+    assert "Currency 9 is not in BILLING['CURRENCIES']" in entry.last_error
+    product.refresh_from_db()
+    assert product.sync_state == "failed"
+    assert "Currency 9 is not in BILLING['CURRENCIES']" in product.sync_error
+    assert billing_sandbox.requests(operation="update_product") == []
+    # Once the product can be sent (the currency unticked), its next change goes out.
+    product.selected_currencies = [1, 2]
+    product.save()
+    assert [r.status for r in push_entries(open_ids())] == [PushOutcome.DONE]
+    product.refresh_from_db()
+    assert product.sync_state == "synced"
