@@ -502,14 +502,15 @@ class ProductForm(ModelForm):
         return days
 
     def clean_status(self) -> str:
-        """A product the service knows: archived, it is published again only by the action;
-        published or archived there, it never goes back to draft. (``self.instance`` is still
-        the stored row here: the form's values reach it after the fields are cleaned.)"""
+        """A product the service knows: archived (there, or here and not refused there), it is
+        published again only by the action; published or archived there, it never goes back
+        to draft. (``self.instance`` is still the stored row here: the form's values reach it
+        after the fields are cleaned.)"""
         status: str = self.cleaned_data["status"]
         stored = self.instance
         if stored.pk is None or stored.remote_id is None:
             return status
-        if status == ProductStatus.PUBLISHED and stored.status == ProductStatus.ARCHIVED:
+        if status == ProductStatus.PUBLISHED and stored.confirmed_status == ProductStatus.ARCHIVED:
             raise ValidationError(REPUBLISH_FORM_ERROR)
         if status == ProductStatus.DRAFT and stored.confirmed_status != ProductStatus.DRAFT:
             raise ValidationError(BACK_TO_DRAFT_FORM_ERROR)
@@ -852,8 +853,10 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
     def publish(
         self, request: HttpRequest, queryset: models.QuerySet[Product]
     ) -> HttpResponse | None:
-        """Publish; an archived product the service knows asks for confirmation first."""
-        archived = list(queryset.filter(status=ProductStatus.ARCHIVED, remote_id__isnull=False))
+        """Publish; a product archived on the service (or here, not refused there) asks for
+        confirmation first."""
+        known = queryset.filter(status=ProductStatus.ARCHIVED, remote_id__isnull=False)
+        archived = [p for p in known if p.confirmed_status == ProductStatus.ARCHIVED]
         if archived and not request.POST.get(REPUBLISH_FIELD):
             return self.page(
                 request,

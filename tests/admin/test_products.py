@@ -660,6 +660,35 @@ def test_the_change_form_does_not_publish_an_archived_product_unwarned(admin_cli
     assert draft.status == local.status == "published"
 
 
+def test_a_product_whose_archive_the_service_refused_is_published_again_unasked(admin_client):
+    """Archived here, its archive refused (the service still has it draft or published): the
+    form refused to publish it ("This product is archived on the service") and the action
+    asked to confirm a republication the service "may refuse", though the service holds no
+    archived product: a draft one is published as any draft, a published one stays so."""
+    products = []
+    for name, there in (("Was draft", "draft"), ("Was live", "published")):
+        product = make_product(name, remote=True, status="archived")
+        Product.objects.filter(pk=product.pk).update(
+            sync_state="failed", remote_data={"status": there}
+        )
+        product.refresh_from_db()
+        products.append(product)
+    was_draft, was_live = products
+
+    response = admin_client.post(
+        change_url(was_draft), product_form_data(was_draft, status="published")
+    )
+    assert response.status_code == 302, response.content.decode()
+    was_draft.refresh_from_db()
+    assert was_draft.status == "published"
+    assert list(OutboxEntry.objects.values_list("object_id", flat=True)) == [was_draft.pk]
+
+    response = action(admin_client, "publish", was_live)
+    assert response.status_code == 302  # no confirmation page
+    was_live.refresh_from_db()
+    assert was_live.status == "published"
+
+
 def test_archiving_again_a_product_whose_archive_the_service_refused_says_so(admin_client):
     """Archived here, still published on the service (its push refused): the action said
     "Already archived, nothing sent", as if the product were off sale there too."""
