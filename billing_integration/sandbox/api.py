@@ -352,16 +352,13 @@ class BillingAPI:
                 )
             else:
                 blueprint = self._blueprint(chk.body["subscription_blueprint"], chk)
-        if chk.has("prices"):
-            if doc["subscription_blueprint"] is not None:
-                chk.fail(
-                    "prices",
-                    "Root prices are for one-time products; change the "
-                    "subscription_blueprint's cycles instead.",
-                    "not_allowed",
-                )
-            else:
-                changes["prices"] = self._price_list(chk.body["prices"], "prices", chk)
+        if chk.has("prices"):  # not a field of the update (interface 4.5)
+            chk.fail(
+                "prices",
+                "prices cannot be changed: a PATCH takes status, name, description, "
+                "selected_currencies and subscription_blueprint.",
+                "not_allowed",
+            )
         chk.check()
         with self.store.transaction():
             if blueprint is not None:

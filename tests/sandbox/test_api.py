@@ -168,6 +168,24 @@ def test_one_time_product_has_root_prices_and_no_blueprint(api):
     assert product["prices"] == [{"currency": 1, "amount": 1500}]
 
 
+def test_a_patch_does_not_change_a_one_time_product_s_prices(api):
+    """PATCH /products/{id} takes status, name, description, selected_currencies and
+    subscription_blueprint (interface 4.5), as the app sends it (a repriced one-time product
+    is "Not sent"): the sandbox took ``prices`` too, so a test against it could pass a PATCH
+    the service has no field for."""
+    body = product_body()
+    del body["subscription_blueprint"]
+    body["prices"] = [{"currency": 1, "amount": 1500}]
+    product = api.post("/products", body).json()["data"]
+    response = api.patch(f"/products/{product['id']}", {"prices": [{"currency": 1, "amount": 9}]})
+    assert response.status_code == 400
+    [error] = response.json()["errors"]
+    assert (error["field"], error["code"]) == ("prices", "not_allowed")
+    assert api.get(f"/products/{product['id']}").json()["data"]["prices"] == [
+        {"currency": 1, "amount": 1500}
+    ]
+
+
 def test_status_defaults_to_draft(api):
     body = product_body()
     del body["status"]
