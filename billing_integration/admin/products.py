@@ -36,7 +36,7 @@ from ..models import (
     SyncState,
     active_q,
 )
-from ..models.products import MAX_PRICE_AMOUNT, PRICE_WHOLE_DIGITS
+from ..models.products import MAX_PRICE_AMOUNT, PRICE_WHOLE_DIGITS, root_prices_from_remote
 from .mirror import (
     REMOTE_STATE_READONLY,
     BaseInlineFormSet,
@@ -74,6 +74,10 @@ BACK_TO_DRAFT_FORM_ERROR = _(
 )
 NO_CYCLE_ERROR = _(
     "A subscription product has at least one billing cycle: the service refuses one without."
+)
+ONE_TIME_PRICES_ERROR = _(
+    "The service has no way to change the prices of a one-time product it has: they stay "
+    "%(prices)s there. To sell at other prices, add a new product and archive this one."
 )
 NO_PRICE_ERROR = _("Give at least one price: the service refuses a price list without one.")
 NO_CURRENCY_ERROR = _(
@@ -358,12 +362,38 @@ class CycleFormSet(NeverSentRowsFormSet):
 
 
 class RootPriceFormSet(NeverSentRowsFormSet, PriceFormSet):
+    """A one-time product's price rows; changed, they must be the prices the service holds
+    once it has the product (PATCH takes no ``prices``)."""
+
     refuse_for_one_time = False
     message = _(
         "A subscription product's prices go on its billing cycles (root prices "
         "would not be sent): remove them here."
     )
     empty_message = NO_PRICE_ERROR
+
+    def clean(self) -> None:
+        super().clean()
+        product = self.instance
+        if not product.is_one_time or product.remote_id is None or not self.has_changed():
+            return
+        held = service_root_prices(product)
+        rows = filled_forms(self)
+        wanted = {f.cleaned_data.get("currency_id"): f.cleaned_data.get("amount") for f in rows}
+        if held is not None and wanted != held:
+            raise ValidationError(ONE_TIME_PRICES_ERROR % {"prices": format_amounts(held)})
+
+
+def service_root_prices(product: Product) -> dict[int, Decimal] | None:
+    """The root prices of the service's last answer of ``product``; None when it states none
+    (its prices are not known: the ones here are sold)."""
+    remote = product.remote_data if isinstance(product.remote_data, dict) else {}
+    if not isinstance(remote.get("prices"), list):
+        return None
+    try:
+        return dict(root_prices_from_remote(remote))
+    except (TypeError, ValueError, ArithmeticError):
+        return None
 
 
 class BillingCycleInline(CycleBadgeMixin, TabularInline):

@@ -290,9 +290,8 @@ def test_cycles_of_a_one_time_product_and_root_prices_of_a_subscription_are_refu
 
 
 # --- changes no request can carry ------------------------------------------------------------
-def test_repricing_a_pushed_one_time_product_is_kept_and_shown_not_sent(
-    billing_sandbox, admin_client
-):
+def pushed_setup_fee(admin_client: Client) -> Product:
+    """A one-time product at XOF 2500 added in the admin and pushed."""
     add = reverse("admin:billing_integration_product_add")
     admin_client.post(
         add,
@@ -309,9 +308,69 @@ def test_repricing_a_pushed_one_time_product_is_kept_and_shown_not_sent(
     assert push_all() == [PushOutcome.DONE]
     product = Product.objects.get()
     assert product.remote_id is not None and product.sync_state == "synced"
+    return product
+
+
+def root_price_rows(product: Product, *rows: tuple[str, str]) -> dict[str, Any]:
+    """The product form's POST with ``rows`` (currency id, amount) as its price rows, the
+    stored ones first."""
+    stored = list(product.root_prices.all())
+    data = product_form_data(product)
+    data.update({"root_prices-TOTAL_FORMS": str(len(rows)), "root_prices-INITIAL_FORMS": "0"})
+    data["root_prices-INITIAL_FORMS"] = str(min(len(stored), len(rows)))
+    for i, (currency, amount) in enumerate(rows):
+        if i < len(stored):
+            data[f"root_prices-{i}-id"] = str(stored[i].pk)
+        data[f"root_prices-{i}-product"] = str(product.pk)
+        data[f"root_prices-{i}-currency_id"] = currency
+        data[f"root_prices-{i}-amount"] = amount
+    return data
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [[("1", "3000")], [("1", "2500"), ("2", "4")], [("2", "2500")]],
+    ids=["repriced", "a currency added", "another currency"],
+)
+def test_the_prices_of_a_one_time_product_the_service_has_are_not_changed(
+    billing_sandbox, admin_client, rows
+):
+    """PATCH /products/{id} has no ``prices``: the form saved the new prices, kept here only
+    ("Not sent", a warning after the save), never sold. Refused before anything is saved,
+    naming the prices the service keeps and what to do instead."""
+    product = pushed_setup_fee(admin_client)
+    billing_sandbox.clear_requests()
+    response = admin_client.post(change_url(product), root_price_rows(product, *rows))
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert (
+        "The service has no way to change the prices of a one-time product it has: they stay "
+        "XOF 2500.00 there. To sell at other prices, add a new product and archive this one."
+    ) in html
+    assert list(product.root_prices.values_list("currency_id", "amount")) == [(1, Decimal("2500"))]
+    assert not OutboxEntry.objects.open().exists()
+    # Its other fields are still changed, with the prices as the service has them.
+    data = root_price_rows(product, ("1", "2500.00"))
+    data["name"] = "Setup fee (2027)"
+    assert admin_client.post(change_url(product), data).status_code == 302
+    assert push_all() == [PushOutcome.DONE]
+    [patch] = billing_sandbox.requests(operation="update_product")
+    assert patch["body"] == {"name": "Setup fee (2027)"}
+    product.refresh_from_db()
+    assert product.sync_state == "synced"
+
+
+def test_repricing_a_pushed_one_time_product_in_code_is_kept_and_shown_not_sent(
+    billing_sandbox, admin_client
+):
+    """The admin refuses it (above); a save in code (an import, a shell) is kept locally and
+    shown "Not sent"."""
+    product = pushed_setup_fee(admin_client)
     billing_sandbox.clear_requests()
 
     price = product.root_prices.get()
+    price.amount = Decimal("3000")
+    price.save()
     data = product_form_data(
         product,
         **{
@@ -323,7 +382,7 @@ def test_repricing_a_pushed_one_time_product_is_kept_and_shown_not_sent(
             "root_prices-0-amount": "3000",
         },
     )
-    response = admin_client.post(change_url(product), data)
+    response = admin_client.post(change_url(product), data)  # a save of the page says so
     assert response.status_code == 302
     warnings = [str(m) for m in get_messages(response.wsgi_request) if m.level_tag == "warning"]
     assert any(
