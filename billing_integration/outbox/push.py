@@ -253,7 +253,9 @@ def _record_failure(entry: OutboxEntry, obj: Any, exc: BillingError) -> PushResu
         else:
             current.state, current.completed_at = OutboxState.FAILED, now
         current.save()
-        attempted = {"sync_error": error, "last_attempt_at": entry.started_at}
+        attempted: dict[str, Any] = {"sync_error": error}
+        if entry.started_at is not None:  # else no call was made (its body could not be built)
+            attempted["last_attempt_at"] = entry.started_at
         if wait is not None:
             _rows(obj).update(**attempted)
             logger.warning("outbox entry %s failed (%s); retry in %.1fs", entry.pk, exc, wait)

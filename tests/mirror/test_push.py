@@ -512,6 +512,8 @@ def test_a_body_that_cannot_be_built_fails_the_entry_naming_the_setting(billing_
     assert [r.status for r in push_entries(open_ids())] == [PushOutcome.DONE]
     Product.objects.filter(pk=product.pk).update(selected_currencies=[1, 2, 9])
     product.refresh_from_db()
+    attempted = product.last_attempt_at
+    assert attempted is not None
     product.description = "Now with more"
     product.save()
     billing_sandbox.clear_requests()
@@ -526,6 +528,7 @@ def test_a_body_that_cannot_be_built_fails_the_entry_naming_the_setting(billing_
     product.refresh_from_db()
     assert product.sync_state == "failed"
     assert "Currency 9 is not in BILLING['CURRENCIES']" in product.sync_error
+    assert product.last_attempt_at == attempted  # no call was attempted
     assert billing_sandbox.requests(operation="update_product") == []
     # Once the product can be sent (the currency unticked), its next change goes out.
     product.selected_currencies = [1, 2]
