@@ -91,6 +91,7 @@ NO_PRICE_ARCHIVE_ERROR = _(
     "Not archived, no price (the service refuses a new product without one; give it a "
     "price on its page first): %s."
 )
+ALREADY_ARCHIVED = _("Already archived, nothing sent: %s.")
 PUBLISH_WAITING = _(
     "Already published, not confirmed by the service yet (its push is waiting); nothing "
     "sent again: %s."
@@ -821,11 +822,16 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
         )
 
     def archive_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        """GET: a confirmation page; POST: archive the product (pushed like any change)."""
+        """GET: a confirmation page (back to the change page if archived); POST: archive the
+        product (pushed like any change)."""
         obj = self.get_object_or_404(request, object_id)
         change_url = self.object_url("change", obj)
         if request.method == "POST":
             self.set_status(request, Product.objects.filter(pk=obj.pk), ProductStatus.ARCHIVED)
+            return HttpResponseRedirect(change_url)
+        if obj.status == ProductStatus.ARCHIVED:  # the change page says if the service refused
+            if obj.confirmed_status == ProductStatus.ARCHIVED:
+                self.message_user(request, ALREADY_ARCHIVED % obj.name, messages.INFO)
             return HttpResponseRedirect(change_url)
         return self.page(
             request,
@@ -872,11 +878,7 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
         if waiting := [p.name for p in unconfirmed if p.sync_state != SyncState.FAILED]:
             self.message_user(request, PUBLISH_WAITING % ", ".join(waiting), messages.INFO)
         if already := [p.name for p in unchanged if p.confirmed_status == status]:
-            left = (
-                _("Already archived, nothing sent: %s.")
-                if archiving
-                else _("Already published, nothing sent: %s.")
-            )
+            left = ALREADY_ARCHIVED if archiving else _("Already published, nothing sent: %s.")
             self.message_user(request, left % ", ".join(already), messages.INFO)
 
     @admin.action(description=_("Publish selected products"), permissions=["change"])

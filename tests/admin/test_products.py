@@ -432,6 +432,13 @@ def test_archive_button_archives_after_confirmation(admin_client, recorded_enque
         "Already archived, nothing sent: Pro."
     ]
     assert OutboxEntry.objects.count() == 1
+    # Its confirmation page (reached by its address: the change page has no button now) is
+    # not offered again: it offered to archive an archived product.
+    response = admin_client.get(url, follow=True)
+    assert response.redirect_chain == [(change_url(product), 302)]
+    assert [str(m) for m in response.context["messages"]] == [
+        "Already archived, nothing sent: Pro."
+    ]
     # A product the service has not got, with no price: its create would be refused.
     with from_remote():
         empty = Product.objects.create(name="Empty", selected_currencies=[1])
