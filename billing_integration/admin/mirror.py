@@ -281,6 +281,13 @@ class CustomerAdmin(NoDeleteMixin, SyncStateAdminMixin, ModelAdmin):
             fields = self.creation_fields + fields
         return fields
 
+    def save_model(self, request: HttpRequest, obj: Customer, form: Any, change: bool) -> None:
+        """An unchanged customer is not saved (a pushed one has nothing to change: the service
+        has no customer update)."""
+        if change and not form.has_changed():
+            return
+        super().save_model(request, obj, form, change)
+
     @admin.display(description=_("customer"), ordering="last_name")
     def display_name(self, obj: Customer) -> str:
         """Its name, else its subscriber's (never ``auth.user:4``)."""

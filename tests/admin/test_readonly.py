@@ -17,6 +17,7 @@ from billing_integration.models import (
     Health,
     Heartbeat,
     Invoice,
+    OutboxEntry,
     Payment,
     Refund,
     Report,
@@ -153,10 +154,12 @@ def test_customer_remote_owned_fields_are_read_only(rows, admin_client):
     html = page.content.decode()
     assert "+22500000000" in html and "billing-badge-failed" in html
     assert "HTTP 500 from the service" in html
-    # A forged POST changes nothing.
+    # A forged POST changes nothing, and (nothing to save) queues no push: it queued one,
+    # which, with nothing to send, showed the customer synced.
     admin_client.post(url(Customer, "change", customer.pk), {"identifier": "x", "phone": "1"})
     customer.refresh_from_db()
     assert customer.identifier == "user-0" and customer.phone == "+22500000000"
+    assert customer.sync_state == "failed" and not OutboxEntry.objects.exists()
 
     with from_remote():
         local = Customer.objects.create(identifier="not-pushed")
