@@ -1024,6 +1024,12 @@ class BillingCycleAdmin(CycleBadgeMixin, PricingConfirmationAdmin):
     def product_link(self, obj: BillingCycle) -> Any:
         return admin_link(obj.product)
 
+    def save_model(self, request: HttpRequest, obj: BillingCycle, form: Any, change: bool) -> None:
+        """An unchanged cycle is not saved: a save pushes the product's whole blueprint."""
+        if change and not form.has_changed():
+            return
+        super().save_model(request, obj, form, change)
+
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         super().save_related(request, form, formsets, change)
         cycle = form.instance

@@ -308,6 +308,20 @@ def test_the_type_of_a_pushed_product_is_not_offered_for_change(admin_client):
     assert 'name="product_type"' in admin_client.get(ADD).content.decode()
 
 
+def test_saving_a_cycle_page_with_nothing_changed_sends_nothing(admin_client):
+    """It saved the cycle all the same, which queued the product's whole blueprint for a PATCH
+    (the service takes it as a new one), with no confirmation for a product with
+    subscriptions, since nothing was changed."""
+    from .conftest import make_subscription
+
+    product = make_product(remote=True)
+    make_subscription(product)
+    cycle = product.cycles.get()
+    response = admin_client.post(cycle_url(cycle), cycle_page_data(cycle))
+    assert response.status_code == 302
+    assert not OutboxEntry.objects.exists()
+
+
 def test_a_cycle_made_the_same_as_another_on_its_page_is_a_form_error(admin_client):
     """The cycle's page has no product field, so the form skipped the once-per-product check:
     the save was an IntegrityError (a 500), where the service refuses a duplicate too."""
