@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import io
 import json
 import time
@@ -13,6 +14,7 @@ from unittest import mock
 import pytest
 from django.core.checks import run_checks
 from django.core.management import call_command
+from django.core.management.base import SystemCheckError
 from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.test import Client
 from django.urls import reverse
@@ -662,6 +664,39 @@ def test_a_secret_that_is_not_base64_is_still_refused_by_E004(settings):
     assert [e.id for e in run_checks() if e.id == "billing_integration.E004"] == [
         "billing_integration.E004"
     ]
+
+
+RAW_SECRET = "a-raw-secret-of-our-own!"  # not base64 ('-', '!'): taken as its 24 bytes
+
+
+def _post_raw_signed(client, secret: str):
+    """A delivery signed with the bytes of ``secret`` as the HMAC key (no base64 decoding)."""
+    payload = envelope("invoice.paid", {"id": str(uuid.uuid4())})
+    body, stamp = json.dumps(payload).encode(), int(time.time())
+    mac = hmac.new(secret.encode(), f"{payload['id']}.{stamp}.".encode() + body, hashlib.sha256)
+    headers = {"webhook-id": payload["id"], "webhook-timestamp": str(stamp)}
+    headers["webhook-signature"] = "v1," + base64.b64encode(mac.digest()).decode()
+    return payload, client.post(
+        reverse("billing_integration:webhook"), body, "application/json", **as_meta(headers)
+    )
+
+
+def test_a_raw_secret_is_refused_by_E004_but_verifies_once_the_check_is_silenced(client, settings):
+    """docs/troubleshooting.md (E004): a service that hands out a secret of another form is
+    read by the verifier (its bytes) once the check is silenced; a short raw one still
+    verifies nothing."""
+    settings.BILLING = {**settings.BILLING, "WEBHOOK_SECRET": RAW_SECRET}
+    with pytest.raises(SystemCheckError, match="E004"):
+        call_command("check", stdout=io.StringIO(), stderr=io.StringIO())
+    settings.SILENCED_SYSTEM_CHECKS = ["billing_integration.E004"]
+    call_command("check", stdout=io.StringIO(), stderr=io.StringIO())
+    with mock.patch.object(process_webhook_event, "delay"):
+        payload, response = _post_raw_signed(client, RAW_SECRET)
+        assert response.status_code == 200, response.content
+        assert WebhookEvent.objects.get().event_id == payload["id"]
+        settings.BILLING = {**settings.BILLING, "WEBHOOK_SECRET": "short-raw!"}
+        assert _post_raw_signed(client, "short-raw!")[1].status_code == 401
+    assert WebhookEvent.objects.count() == 1
 
 
 def test_a_body_too_large_is_refused_with_a_trace(client, settings, stored_only, caplog):
