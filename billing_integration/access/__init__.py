@@ -23,7 +23,9 @@ from ..models.subscriptions import (
     CANCELED_STATUSES,
     active_q,
     in_grace_period,
+    is_known_status,
     renewing_statuses,
+    unknown_status_q,
 )
 
 __all__ = [
@@ -209,20 +211,31 @@ def plan_in_the_way(subscriptions: Iterable[Subscription], product: Product) -> 
 
 def may_renew(subscription: Subscription) -> bool:
     """Whether ``subscription`` may still renew on the service (``auto_renew`` on, status
-    active or ``paused``: the service may resume a paused one), whether or not its paid period
-    ended here."""
-    return subscription.auto_renew and subscription.status in renewing_statuses()
+    active or ``paused``: the service may resume a paused one; or, the service's, a status the
+    app does not know, such as ``past_due``: a payment it may retry), whether or not its paid
+    period ended here (``_may_renew_q`` in SQL)."""
+    status = subscription.status
+    return subscription.auto_renew and (
+        status in renewing_statuses()
+        or (subscription.remote_id is not None and not is_known_status(status))
+    )
+
+
+def _may_renew_q() -> Q:
+    """``may_renew`` as a ``Q``."""
+    unknown = unknown_status_q() & Q(remote_id__isnull=False)
+    return Q(auto_renew=True) & (Q(status__in=renewing_statuses()) | unknown)
 
 
 def plan_may_renew(subscriber: Any, product: ProductRef) -> Subscription | None:
     """Another plan of ``product``'s group of the subscriber that may still renew (``may_renew``:
-    ``auto_renew`` on, status active or paused), even past its period end: a new subscription
-    beside it could be billed twice."""
+    ``auto_renew`` on, status active, paused or not known), even past its period end: a new
+    subscription beside it could be billed twice."""
     resolved = resolve_product(product)
     if resolved is None or not resolved.is_plan or not _is_subscriber(subscriber):
         return None
     rows = Subscription.objects.for_subscriber(subscriber).select_related("product")
-    return _other_plan(rows.filter(status__in=renewing_statuses(), auto_renew=True), resolved)
+    return _other_plan(rows.filter(_may_renew_q()), resolved)
 
 
 def plan_to_replace(subscriber: Any, product: ProductRef) -> Subscription | None:
@@ -248,7 +261,7 @@ def lapsed_may_renew(subscriber: Any, product: ProductRef) -> Subscription | Non
         return None
     return (
         Subscription.objects.for_subscriber(subscriber)
-        .filter(product=resolved, status__in=renewing_statuses(), auto_renew=True)
+        .filter(_may_renew_q(), product=resolved)
         .exclude(active_q())
         .order_by("-cycle_start_date", "-pk")
         .first()
