@@ -13,7 +13,7 @@ from typing import Any, TypeGuard
 
 from django.core.mail import mail_managers
 from django.db import IntegrityError, router, transaction
-from django.utils import timezone
+from django.utils import formats, timezone
 from django.utils.translation import gettext, gettext_lazy
 
 from .. import currencies
@@ -52,6 +52,7 @@ from ..models import (
 from ..models.records import of_product
 from ..models.subscriptions import CANCELED_STATUSES, PAUSED_STATUS
 from .services import (
+    CONFIRMING_FOR,
     CheckoutError,
     CheckoutInProgress,
     CheckoutSelection,
@@ -433,6 +434,8 @@ def _renewal(subscription: Subscription, kind: str, client: Any) -> ChangeReques
                     "would charge you for both."
                 )
             )
+        if wanted:
+            _refuse_beside_a_purchase(subscription)
         opposite = ChangeKind.STOP_RENEWAL if wanted else ChangeKind.RESUME
         _withdraw(subscription, opposite)
         pending = _pending(subscription, kind)
@@ -455,6 +458,31 @@ def _renewal(subscription: Subscription, kind: str, client: Any) -> ChangeReques
     if request.via == ChangeVia.REQUEST:
         _tell_staff(request)
     return request
+
+
+def _refuse_beside_a_purchase(subscription: Subscription) -> None:
+    """Refuse to resume ``subscription`` while a page of its customer that would renew in its
+    place may be paid: of its product (a trial's conversion) or of another plan of its group
+    (a change of plan's), open (``checkout_in_the_way``) or come back from and not recorded yet
+    (``confirming_in_the_way``). Once paid, ``renews_in_place`` refuses it."""
+    product, customer = subscription.product, subscription.customer
+    if product is None or customer is None:
+        return
+    paying = confirming_in_the_way(customer, product)
+    session = paying or checkout_in_the_way(customer, product)
+    if session is None or session.expires_at is None:
+        return
+    until = session.expires_at + CONFIRMING_FOR if paying else session.expires_at
+    name = session.product.name if session.product is not None else ""
+    raise RenewalUnchanged(
+        gettext(
+            # No period after %(time)s: an English time ends with one ("3:50 a.m.").
+            "A purchase of %(plan)s you started would renew in this one's place, so resuming "
+            "this one could charge you for both. Your billing page shows %(plan)s once it is "
+            "paid; if it is not, you can resume this one after %(time)s"
+        )
+        % {"plan": name, "time": formats.time_format(timezone.localtime(until))}
+    )
 
 
 def _patch(subscription: Subscription, auto_renew: bool, client: Any) -> bool:
