@@ -198,9 +198,11 @@ def account(request: HttpRequest) -> HttpResponse:
             # paused: the service may resume it (and bill it); its renewal can be stopped too
             "paused": s.status == PAUSED_STATUS,
             "trial_ends_at": s.trial_ends_at,
-            # "Subscribe now" to the product of a trial not converted yet
+            # "Subscribe now" to the product of a trial not converted yet, nor asked to renew
+            # by itself (a resume pending: checkout refuses it)
             "convert": s.trial_ends_at is not None
             and s.product_id not in paid
+            and not any(r.subscription_id == s.pk and r.kind == "resume" for r in pending)
             and s.product is not None
             and s.product.confirmed_status == ProductStatus.PUBLISHED,
             "grace_until": s.cycle_end_date if s.on_grace_period else None,

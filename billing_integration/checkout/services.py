@@ -40,6 +40,9 @@ from ..exceptions import (
 from ..mapping import checkout as checkout_map
 from ..models import (
     BillingCycle,
+    ChangeKind,
+    ChangeRequest,
+    ChangeState,
     CheckoutSession,
     Customer,
     CycleUnit,
@@ -665,11 +668,16 @@ def _refused() -> Q:
 
 
 def _trials_in_progress(customer: Customer) -> SubscriptionQuerySet:
-    """The customer's trials still running or not pushed yet (then with no status)."""
+    """The customer's trials still running or not pushed yet (then with no status), each with
+    ``resume_asked``: a resume of it asked (``checkout.changes.resume``) and not shown done."""
+    resume = ChangeRequest.objects.filter(
+        subscription=OuterRef("pk"), kind=ChangeKind.RESUME, state=ChangeState.PENDING
+    )
     return (
         Subscription.objects.for_customer(customer)
         .filter(trial_end_date__gt=timezone.now())
         .exclude(_refused())
+        .annotate(resume_asked=Exists(resume))
         .select_related("product")
         .order_by("-created_at", "-pk")
     )
@@ -702,10 +710,13 @@ def trial_of_another_plan(trials: Iterable[Subscription], product: Product) -> S
 
 def renewing_trial(trials: Iterable[Subscription], product: Product) -> bool:
     """Whether one of ``trials`` (``_trials_in_progress``) is of ``product`` and renews by itself
-    (``auto_renew``), confirmed or not pushed yet: its end bills the first period, so a checkout
+    (``auto_renew``, or a resume of it asked: the service may have taken it before the mirror
+    shows it), confirmed or not pushed yet: its end bills the first period, so a checkout
     beside it would be billed too (``Subscription.bought`` reads confirmed statuses only)."""
     return any(
-        t.product_id == product.pk and t.auto_renew and t.status not in CANCELED_STATUSES
+        t.product_id == product.pk
+        and (t.auto_renew or getattr(t, "resume_asked", False))
+        and t.status not in CANCELED_STATUSES
         for t in trials
     )
 
