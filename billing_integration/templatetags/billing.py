@@ -164,10 +164,11 @@ def billing_checkout_button(
     selection = _checked(check_selection, resolved, cycle, currency)
     holds = _held(context, subscriber)
     if resolved is not None and not resolved.multiple_purchases:
-        # a trial (not renewing by itself) or a grace period is no purchase: the button buys
-        # (converts) the product
+        # a trial (not renewing by itself, nor asked to: ``renewing_trial``) or a grace period
+        # is no purchase: the button buys (converts) the product
         subs = holds.subscriptions
-        own = [s for s in subs if s.product_id == resolved.pk and s.bought]
+        resumed = {t.pk for t in holds.trials_running if getattr(t, "resume_asked", False)}
+        own = [s for s in subs if s.product_id == resolved.pk and (s.bought or s.pk in resumed)]
         held = any(_same_option(sub, cycle, currency) for sub in own)
         change = not held and (bool(own) or plan_in_the_way(subs, resolved))
     bought = resolved is not None and is_bought(holds.bought, resolved)

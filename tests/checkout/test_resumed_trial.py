@@ -15,7 +15,7 @@ from billing_integration.models import ChangeRequest, CheckoutSession, Product
 
 from .conftest import make_product
 from .test_changes import guesses, pull
-from .test_one_purchase import API, post
+from .test_one_purchase import API, button, post
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -58,6 +58,8 @@ def test_a_trial_asked_to_renew_is_not_sold_again_before_the_mirror_shows_it(
     assert billing_sandbox.requests(operation="create_checkout_session") == []
     assert not CheckoutSession.objects.exists()
     assert "billing-convert-trial" not in logged_in.get(ACCOUNT).content.decode()
+    offered = button(basic, user, cycle="months-1", currency="XOF")
+    assert "billing-checkout-form" not in offered and "billing-checkout-current" in offered
 
     if patch:  # the mirror shows it renewing: refused as before
         pull(user)
