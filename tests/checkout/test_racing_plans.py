@@ -71,3 +71,73 @@ def test_two_members_buying_two_plans_at_once_start_one(
     assert len(billing_sandbox.requests(operation="create_customer")) == 1
     assert Customer.objects.get().subscriber == user
     assert CheckoutSession.objects.count() == 1
+
+
+def test_a_trial_resumed_and_converted_at_the_same_moment_renews_once(
+    billing_sandbox, user, settings, monkeypatch
+):
+    """ "Resume" and "Subscribe now" on one trial in two tabs at once: both pass the checks made
+    before the customer's lock (the barrier), then meet at the lock: one is refused, so the
+    trial does not renew beside its conversion."""
+    from billing_integration.checkout import changes
+    from billing_integration.checkout.trials import start_trial
+    from billing_integration.models import ChangeRequest, Product
+
+    from .test_changes import guesses
+
+    basic = make_product("Basic")
+    Product.objects.filter(pk=basic.pk).update(trial_days=14)
+    billing_sandbox.config(patch_subscriptions=True)
+    guesses(settings, patch_auto_renew=True)
+    trial = start_trial(user, basic, "months-1", "XOF")
+    billing_sandbox.clear_requests()
+    billing_sandbox.faults(operation="create_checkout_session", latency=0.5)
+    billing_sandbox.faults(operation="update_subscription", latency=0.5)
+    barrier = threading.Barrier(2, timeout=20)
+    passed: list[str] = []
+
+    real_holds_paid = services.holds_paid
+
+    def holds_paid(subscriber, product):
+        found = real_holds_paid(subscriber, product)
+        barrier.wait()
+        passed.append("checkout")
+        return found
+
+    def is_subscriber(subscriber):
+        found = access._is_subscriber(subscriber)
+        barrier.wait()
+        passed.append("resume")
+        return found
+
+    monkeypatch.setattr(services, "holds_paid", holds_paid)
+    monkeypatch.setattr(changes, "_is_subscriber", is_subscriber)
+    answers: dict[str, int] = {}
+
+    def click(name, path, data) -> None:
+        try:
+            client = Client()
+            client.force_login(user)
+            answers[name] = client.post(path, data).status_code
+        finally:
+            connection.close()
+
+    choice = {"product": basic.pk, "cycle": "months-1", "currency": "XOF"}
+    threads = [
+        threading.Thread(target=click, args=("checkout", "/billing/checkout/", choice)),
+        threading.Thread(
+            target=click,
+            args=("resume", f"/billing/account/subscriptions/{trial.pk}/resume/", {}),
+        ),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+
+    assert sorted(passed) == ["checkout", "resume"]  # the race happened
+    assert sorted(answers.values()) == [302, 409], answers
+    sessions = len(billing_sandbox.requests(operation="create_checkout_session"))
+    patches = len(billing_sandbox.requests(operation="update_subscription"))
+    assert sessions + patches == 1
+    assert CheckoutSession.objects.count() + ChangeRequest.objects.count() == 1
