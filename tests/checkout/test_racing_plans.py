@@ -76,7 +76,7 @@ def test_two_members_buying_two_plans_at_once_start_one(
 def test_a_trial_resumed_and_converted_at_the_same_moment_renews_once(
     billing_sandbox, user, settings, monkeypatch
 ):
-    """ "Resume" and "Subscribe now" on one trial in two tabs at once: both pass the checks made
+    """Resume and Subscribe now on one trial in two tabs at once: both pass the checks made
     before the customer's lock (the barrier), then meet at the lock: one is refused, so the
     trial does not renew beside its conversion."""
     from billing_integration.checkout import changes
