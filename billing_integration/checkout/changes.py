@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import logging
 import re
+import uuid
 from contextlib import suppress
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any, TypeGuard
 
 from django.core.mail import mail_managers
-from django.db import IntegrityError, router, transaction
+from django.db import DatabaseError, IntegrityError, router, transaction
 from django.utils import formats, timezone
 from django.utils.translation import gettext, gettext_lazy
 
@@ -60,6 +61,7 @@ from .services import (
     PaymentBeingConfirmed,
     ProductUnavailable,
     ServiceUnavailable,
+    _cache_call,
     _create_session,
     _lock_customer,
     checkout_in_the_way,
@@ -94,6 +96,9 @@ ALERT_EVERY = 86400
 #: Requests (changes of plan, stops, resumes) a customer may make in 24 hours; past it a change
 #: or a resume is refused (a stop of renewal never is, though it counts).
 MAX_REQUESTS_PER_DAY = 10
+#: Seconds a stop's or resume's PATCH key is kept while its request is not stored here (the
+#: next click resends it, ``_renewal``).
+PATCH_KEY_KEPT_FOR = 86400
 
 
 class NoPlanToChange(CheckoutError):
@@ -452,9 +457,19 @@ def _renewal(subscription: Subscription, kind: str, client: Any) -> ChangeReques
         # a paused subscription is left to staff: a service may refuse to change it while
         # paused (the sandbox does, 400)
         paused = subscription.status == PAUSED_STATUS
+        failure: CheckoutError | None = None
         if not paused and guess_on(PATCH_AUTO_RENEW) and _patch(subscription, wanted, client):
             request.via = ChangeVia.PATCH
-        request.save()
+        try:
+            with transaction.atomic():
+                request.save()
+                transaction.on_commit(lambda: _cache_call("delete", _patch_kept(subscription)))
+        except DatabaseError as exc:
+            # raised after the commit: the PATCH's key is kept for the next click
+            logger.error("change request of subscription %s not stored: %s", subscription.pk, exc)
+            failure = ServiceUnavailable()
+    if failure is not None:
+        raise failure
     if request.via == ChangeVia.REQUEST:
         _tell_staff(request)
     return request
@@ -485,15 +500,40 @@ def _refuse_beside_a_purchase(subscription: Subscription) -> None:
     )
 
 
+def _patch_kept(subscription: Subscription) -> str:
+    """Where the shared cache keeps the key of ``subscription``'s last PATCH (``_patch_key``)."""
+    return f"billing:renewal:in-doubt:{subscription.pk}"
+
+
+def _patch_key(subscription: Subscription, auto_renew: bool) -> str:
+    """The PATCH's idempotency key, kept in the shared cache until its request is stored: the
+    key of the last PATCH of the same ``auto_renew`` whose request was not stored (the
+    database failed) while the subscription's row is unchanged since, else a new one. A row
+    changed since (an event, a pull) makes it a new write, not a retry."""
+    remembered, version = _patch_kept(subscription), str(subscription.remote_updated)
+    earlier = _cache_call("get", remembered)
+    if (
+        isinstance(earlier, dict)
+        and earlier.get("auto_renew") is auto_renew
+        and earlier.get("version") == version
+    ):
+        return str(earlier["key"])
+    key = str(uuid.uuid4())
+    kept = {"key": key, "auto_renew": auto_renew, "version": version}
+    _cache_call("set", remembered, kept, PATCH_KEY_KEPT_FOR)
+    return key
+
+
 def _patch(subscription: Subscription, auto_renew: bool, client: Any) -> bool:
-    """The guessed PATCH; False when the service refuses it (``_refused``) or has no such
-    subscription (``_no_such_subscription``), or when it may have been applied unanswered:
-    staff check it, as a new PATCH would be a second write."""
+    """The guessed PATCH (its key: ``_patch_key``); False when the service refuses it
+    (``_refused``) or has no such subscription (``_no_such_subscription``), or when it may have
+    been applied unanswered: staff check it, as a new PATCH would be a second write."""
     client = client or get_client()
     try:
         client.update_subscription(
             str(subscription.remote_id),
             {"auto_renew": auto_renew},
+            idempotency_key=_patch_key(subscription, auto_renew),
             deadline=interactive_deadline(),
         )
     except BillingError as exc:
@@ -504,6 +544,7 @@ def _patch(subscription: Subscription, auto_renew: bool, client: Any) -> bool:
         if exc.retryable or exc.in_doubt:
             logger.error("subscription %s: PATCH in doubt (%s)", subscription.remote_id, exc)
             return False
+        _cache_call("delete", _patch_kept(subscription))  # refused: the next click sends anew
         raise ServiceUnavailable() from exc
     return True
 

@@ -104,15 +104,21 @@ def logged_in(client, user):
     return client
 
 
-def first_save_fails(monkeypatch, settings, model) -> list[int]:
-    """The next ``model.save()`` raises ``DatabaseError`` (the database went away; the list
-    returned holds one item once it has), with ``BILLING['CACHE']`` outside the database, as
-    Redis is (the database cache's writes roll back with the failed transaction)."""
+def first_save_fails(monkeypatch, settings, model, *, cache: str = "outside") -> list[int]:
+    """The next ``model.save()`` raises ``DatabaseError`` (the list returned holds one item
+    once it has), with ``BILLING['CACHE']`` outside the database, as Redis is, or (``cache=
+    "database"``) the tests' database cache, whose writes go in the same transaction."""
     from django.db import DatabaseError
 
-    locmem = "django.core.cache.backends.locmem.LocMemCache"
-    settings.CACHES = {**settings.CACHES, "outside": {"BACKEND": locmem, "LOCATION": "outside"}}
-    settings.BILLING = {**settings.BILLING, "CACHE": "outside"}
+    assert cache in ("outside", "database")
+    if cache == "outside":
+        locmem = "django.core.cache.backends.locmem.LocMemCache"
+        outside = {"BACKEND": locmem, "LOCATION": "outside"}
+        settings.CACHES = {**settings.CACHES, "outside": outside}
+        settings.BILLING = {**settings.BILLING, "CACHE": "outside"}
+    else:
+        backend = settings.CACHES[settings.BILLING.get("CACHE", "default")]["BACKEND"]
+        assert backend.endswith("DatabaseCache"), backend
     real_save = model.save
     failed: list[int] = []
 

@@ -1095,3 +1095,64 @@ def test_a_change_whose_request_could_not_be_stored_makes_no_second_page(
     assert len(billing_sandbox.objects("checkout_session")) == before + 1
     calls = billing_sandbox.requests(operation="create_checkout_session")[-2:]
     assert calls[0]["headers"]["x-idempotency-id"] == calls[1]["headers"]["x-idempotency-id"]
+
+
+@pytest.mark.parametrize("cache", ["outside", "database"])
+@pytest.mark.parametrize("kind", ["stop", "resume"])
+def test_a_renewal_patch_whose_request_could_not_be_stored_is_resent_with_its_key(
+    billing_sandbox, plans, logged_in, user, settings, monkeypatch, kind, cache
+):
+    """The PATCH was applied and answered, then storing its request failed (the database): the
+    next click sent a second PATCH with a new key. The click now answers 503 and the next one
+    resends the first one's key and body (kept in ``BILLING['CACHE']``, committed with the
+    database cache too, until the request is stored)."""
+    basic, _pro = plans
+    billing_sandbox.config(patch_subscriptions=True)
+    guesses(settings, patch_auto_renew=True)
+    sub = subscribe(billing_sandbox, logged_in, user, basic)
+    act = cancel_at_period_end
+    if kind == "resume":
+        cancel_at_period_end(Subscription.objects.get(pk=sub.pk))
+        pull(user)
+        act = resume
+    billing_sandbox.clear_requests()
+    failed = first_save_fails(monkeypatch, settings, ChangeRequest, cache=cache)
+    with pytest.raises(ServiceUnavailable):
+        act(Subscription.objects.get(pk=sub.pk))
+    assert failed and not ChangeRequest.objects.filter(state=ChangeState.PENDING).exists()
+
+    request = act(Subscription.objects.get(pk=sub.pk))
+    assert request.via == ChangeVia.PATCH and request.state == ChangeState.PENDING
+    calls = billing_sandbox.requests(operation="update_subscription")
+    assert len({c["headers"]["x-idempotency-id"] for c in calls}) == 1  # a 401 resends it too
+    assert len(calls) >= 2 and all(c["body"] == calls[0]["body"] for c in calls)
+    assert billing_sandbox.objects("subscription")[0]["auto_renew"] is (kind == "resume")
+
+    # the request stored, the key is forgotten: the next stop or resume is a new PATCH
+    pull(user)
+    (resume if kind == "stop" else cancel_at_period_end)(Subscription.objects.get(pk=sub.pk))
+    calls = billing_sandbox.requests(operation="update_subscription")
+    assert len({c["headers"]["x-idempotency-id"] for c in calls}) == 2
+
+
+def test_a_refused_renewal_patch_is_sent_with_a_new_key_on_the_next_click(
+    billing_sandbox, plans, logged_in, user, settings
+):
+    """A PATCH refused (409, nothing applied) forgets its kept key, even in a cache outside
+    the database: the next click is a new PATCH, not a replay of the refusal."""
+    basic, _pro = plans
+    billing_sandbox.config(patch_subscriptions=True)
+    guesses(settings, patch_auto_renew=True)
+    sub = subscribe(billing_sandbox, logged_in, user, basic)
+    locmem = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "out"}
+    settings.CACHES = {**settings.CACHES, "outside": locmem}
+    settings.BILLING = {**settings.BILLING, "CACHE": "outside"}
+    billing_sandbox.clear_requests()
+    billing_sandbox.faults(operation="update_subscription", status=409, error_rate=1, count=1)
+    with pytest.raises(ServiceUnavailable):
+        cancel_at_period_end(Subscription.objects.get(pk=sub.pk))
+    request = cancel_at_period_end(Subscription.objects.get(pk=sub.pk))
+    assert request.via == ChangeVia.PATCH
+    calls = billing_sandbox.requests(operation="update_subscription")
+    assert [c["status"] for c in calls] == [409, 200]
+    assert len({c["headers"]["x-idempotency-id"] for c in calls}) == 2
