@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import re
 import uuid
+from collections.abc import Callable
 from contextlib import suppress
 from datetime import timedelta
 from decimal import Decimal
@@ -315,13 +316,17 @@ def change_plan(
             rival = checkout_in_the_way(held.customer, selection.product, selection, action)
             if rival is not None:  # an earlier change's or purchase's page: both could be paid
                 raise CheckoutInProgress(rival)
+
+            def store(session: CheckoutSession) -> None:  # with its session, or neither
+                request.checkout_session, request.via = session, ChangeVia.CHECKOUT
+                _withdraw(held, ChangeKind.CHANGE_PLAN)
+                request.save()
+
             try:
-                request.checkout_session = _change_session(request, selection, client, deadline)
+                _change_session(request, selection, client, deadline, store)
             except CheckoutError as exc:
                 failure = exc  # raised after the commit: what it remembered must not roll back
-            if request.checkout_session is not None:
-                request.via = ChangeVia.CHECKOUT
-        if failure is None:
+        if failure is None and request.pk is None:  # no session: a request to staff
             _withdraw(held, ChangeKind.CHANGE_PLAN)
             request.save()
     if failure is not None:
@@ -333,10 +338,14 @@ def change_plan(
 
 
 def _change_session(
-    request: ChangeRequest, selection: CheckoutSelection, client: Any, deadline: Deadline | None
+    request: ChangeRequest,
+    selection: CheckoutSelection,
+    client: Any,
+    deadline: Deadline | None,
+    store: Callable[[CheckoutSession], None],
 ) -> CheckoutSession | None:
-    """The checkout session of the guessed change action; ``None`` when the service refuses
-    it (``_refused``: the request goes to staff)."""
+    """The checkout session of the guessed change action, stored with ``store`` (the request);
+    ``None`` when the service refuses it (``_refused``: the request goes to staff)."""
     client = client or get_client()
     deadline = deadline or interactive_deadline()
     held = request.subscription
@@ -347,7 +356,13 @@ def _change_session(
     try:
         customer = ensure_customer_pushed(request.customer, deadline=deadline)
         return _create_session(
-            customer, selection, client, deadline, action=config[CHANGE_ACTION], **fields
+            customer,
+            selection,
+            client,
+            deadline,
+            action=config[CHANGE_ACTION],
+            store=store,
+            **fields,
         )
     except CheckoutError as exc:
         if not isinstance(exc, ProductUnavailable) and _refused(CHANGE_ACTION, exc.__cause__):

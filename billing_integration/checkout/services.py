@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.contenttypes.models import ContentType
-from django.db import connections, router, transaction
+from django.db import DatabaseError, connections, router, transaction
 from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.db.models.functions import Lower
 from django.http import HttpResponseRedirect
@@ -830,9 +830,11 @@ def _create_session(
     action: str = ACTION_NEW,
     upgrade_to: str | None = None,
     downgrade_to: str | None = None,
+    store: Callable[[CheckoutSession], None] | None = None,
 ) -> CheckoutSession:
     """Create the remote session, then record it locally (never a half-made session). A plan
-    change (``checkout.changes``) gives its guessed ``action`` and its target."""
+    change (``checkout.changes``) gives its guessed ``action`` and its target, and in
+    ``store`` what it stores with the session (its request): both are stored, or neither."""
     remembered = (
         f"billing:checkout:in-doubt:{customer.pk}:{selection.product.pk}:"
         f"{selection.cycle_code}:{selection.currency_id}:{action}:{upgrade_to}:{downgrade_to}"
@@ -880,7 +882,16 @@ def _create_session(
             setattr(session, name, value)
     session.sync_state = SyncState.SYNCED
     session.last_synced_at = timezone.now()
-    with transaction.atomic(), from_remote():
-        session.save()
+    try:
+        with transaction.atomic():
+            with from_remote():
+                session.save()
+            if store is not None:
+                store(session)
+    except DatabaseError as exc:
+        # Created there, not stored here: a 503 raised once the caller's transaction commits
+        # (the key kept, in the database cache too) so the next attempt replays the session.
+        logger.error("checkout: session %s created, not stored here: %s", key, exc)
+        raise ServiceUnavailable() from exc
     transaction.on_commit(lambda: _cache_call("delete", remembered))
     return session

@@ -11,7 +11,6 @@ from io import StringIO
 import pytest
 from django.core import mail
 from django.core.management import call_command
-from django.db import DatabaseError
 from django.utils import timezone
 
 from billing_integration.access import subscribed
@@ -1073,21 +1072,26 @@ def test_the_same_change_after_its_page_was_paid_opens_no_second_page(
     assert len(billing_sandbox.requests(operation="create_checkout_session")) == calls
 
 
+@pytest.mark.parametrize("cache", ["outside", "database"])
+@pytest.mark.parametrize("model", [ChangeRequest, CheckoutSession])
 def test_a_change_whose_request_could_not_be_stored_makes_no_second_page(
-    billing_sandbox, plans, logged_in, user, settings, monkeypatch
+    billing_sandbox, plans, logged_in, user, settings, monkeypatch, cache, model
 ):
-    """The change's session was created and stored, then storing its request failed (the
+    """The change's session was created, then storing it or its request failed (the
     database): the session row rolled back with it, its key was already forgotten, and the
-    next click created a second payable page. The key is now forgotten on commit only."""
+    next click created a second payable page. The key is now forgotten on commit only, and
+    the click answers 503 once its transaction committed (the database cache's key with it)."""
     basic, pro = plans
     billing_sandbox.config(change_actions=["upgrade"])
     guesses(settings, **ON)
     subscribe(billing_sandbox, logged_in, user, basic)
     before = len(billing_sandbox.objects("checkout_session"))
-    failed = first_save_fails(monkeypatch, settings, ChangeRequest)
-    with pytest.raises(DatabaseError):
+    sessions = CheckoutSession.objects.count()
+    failed = first_save_fails(monkeypatch, settings, model, cache=cache)
+    with pytest.raises(ServiceUnavailable):
         change_plan(user, pro, "months-1", "XOF")
     assert failed and not ChangeRequest.objects.exists()
+    assert CheckoutSession.objects.count() == sessions
     assert len(billing_sandbox.objects("checkout_session")) == before + 1
 
     request = change_plan(user, pro, "months-1", "XOF")
