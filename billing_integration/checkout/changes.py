@@ -55,6 +55,7 @@ from ..models.records import of_product
 from ..models.subscriptions import CANCELED_STATUSES, PAUSED_STATUS
 from .services import (
     CONFIRMING_FOR,
+    Attempt,
     CheckoutError,
     CheckoutInProgress,
     CheckoutSelection,
@@ -65,8 +66,10 @@ from .services import (
     _cache_call,
     _create_session,
     _lock_customer,
+    attempt_for,
     checkout_in_the_way,
     confirming_in_the_way,
+    forget_unsent,
     session_closed,
     validate_selection,
 )
@@ -281,6 +284,30 @@ def change_plan(
         and currencies.label(held.selected_currency) == code
     ):
         raise SamePlan()
+    way = direction(held, selection)
+    # Kept before the transaction: a database cache keeps it if the transaction is lost.
+    attempt = None
+    if guess_on(CHANGE_ACTION):
+        up, down = _change_target(held, selection, way)
+        attempt = attempt_for(held.customer, selection, guesses()[CHANGE_ACTION], up, down)
+    try:
+        return _change(held, selection, code, way, client, deadline, attempt)
+    finally:
+        forget_unsent(attempt)
+
+
+def _change(
+    held: Subscription,
+    selection: CheckoutSelection,
+    code: str,
+    way: str,
+    client: Any,
+    deadline: Deadline | None,
+    attempt: Attempt | None,
+) -> ChangeRequest:
+    """``change_plan`` of ``held`` to ``selection`` (``code``: its currency), ``way`` up or
+    down, its session sent with ``attempt`` (``attempt_for``)."""
+    assert held.customer is not None
     # One change per customer at a time: a double click finds the first one's request.
     with transaction.atomic(using=router.db_for_write(ChangeRequest)):
         _lock_customer(held.customer)
@@ -305,7 +332,7 @@ def change_plan(
             target_product=selection.product,
             target_cycle=selection.cycle_code,
             target_currency=code,
-            direction=direction(held, selection),
+            direction=way,
         )
         failure: CheckoutError | None = None
         if guess_on(CHANGE_ACTION):
@@ -323,7 +350,7 @@ def change_plan(
                 request.save()
 
             try:
-                _change_session(request, selection, client, deadline, store)
+                _change_session(request, selection, client, deadline, store, attempt)
             except CheckoutError as exc:
                 failure = exc  # raised after the commit: what it remembered must not roll back
         if failure is None and request.pk is None:  # no session: a request to staff
@@ -343,16 +370,14 @@ def _change_session(
     client: Any,
     deadline: Deadline | None,
     store: Callable[[CheckoutSession], None],
+    attempt: Attempt | None,
 ) -> CheckoutSession | None:
-    """The checkout session of the guessed change action, stored with ``store`` (the request);
-    ``None`` when the service refuses it (``_refused``: the request goes to staff)."""
+    """The checkout session of the guessed change action, sent with ``attempt`` and stored
+    with ``store`` (the request); ``None`` when the service refuses it (``_refused``: the
+    request goes to staff)."""
     client = client or get_client()
     deadline = deadline or interactive_deadline()
-    held = request.subscription
-    config = guesses()
-    target = held.remote_id if config["change_plan_target"] == "subscription" else None
-    target = target or selection.product.remote_id
-    fields = {f"{request.direction}_to": str(target)}
+    up, down = _change_target(request.subscription, selection, request.direction)
     try:
         customer = ensure_customer_pushed(request.customer, deadline=deadline)
         return _create_session(
@@ -360,9 +385,11 @@ def _change_session(
             selection,
             client,
             deadline,
-            action=config[CHANGE_ACTION],
+            action=guesses()[CHANGE_ACTION],
+            upgrade_to=up,
+            downgrade_to=down,
             store=store,
-            **fields,
+            attempt=attempt,
         )
     except CheckoutError as exc:
         if not isinstance(exc, ProductUnavailable) and _refused(CHANGE_ACTION, exc.__cause__):
@@ -370,6 +397,16 @@ def _change_session(
         raise
     except BillingError as exc:
         raise ServiceUnavailable() from exc
+
+
+def _change_target(
+    held: Subscription, selection: CheckoutSelection, way: str
+) -> tuple[str | None, str | None]:
+    """The guessed action's ``upgrade_to`` and ``downgrade_to`` (one of them, by ``way``): the
+    held subscription's id or the new product's (``change_plan_target``)."""
+    held_id = held.remote_id if guesses()["change_plan_target"] == "subscription" else None
+    target = str(held_id or selection.product.remote_id)
+    return (target, None) if way == UPGRADE else (None, target)
 
 
 def _page_closed(request: ChangeRequest) -> bool:
@@ -431,58 +468,67 @@ def _renewal(subscription: Subscription, kind: str, client: Any) -> ChangeReques
     wanted = kind == ChangeKind.RESUME
     if wanted and not _is_subscriber(subscription.customer.subscriber):
         raise NoSubscriber()  # as checkout: no access, so no billing restarted
-    # One change per customer at a time, as change_plan: a double click (or a burst of
-    # requests) finds the first one's request, and nothing is sent or emailed twice.
-    with transaction.atomic(using=router.db_for_write(ChangeRequest)):
-        _lock_customer(subscription.customer)
-        subscription.refresh_from_db()
-        # a stop is taken while the subscription may still renew on the service, its paid
-        # period over here or not (a failed payment it may retry); a resume only while active
-        open_to = subscription.is_active if wanted else may_renew(subscription)
-        if (
-            subscription.remote_id is None
-            or not open_to
-            or subscription.status in CANCELED_STATUSES  # in its grace period: renews no more
-            or subscription.auto_renew == wanted
-        ):
-            raise RenewalUnchanged()
-        others = Subscription.objects.for_customer(subscription.customer)
-        if wanted and renews_in_place(others.select_related("product"), subscription):
-            raise RenewalUnchanged(  # a change of plan's new plan, a trial's conversion
-                gettext(
-                    "Another subscription of yours renews in this one's place: resuming it "
-                    "would charge you for both."
+    # The PATCH's key, kept before the transaction: a database cache keeps it too when the
+    # transaction is lost (the process dies during the call); see ``_patch_key``.
+    key = _patch_key(subscription, wanted) if guess_on(PATCH_AUTO_RENEW) else None
+    try:
+        # One change per customer at a time, as change_plan: a double click (or a burst of
+        # requests) finds the first one's request, and nothing is sent or emailed twice.
+        with transaction.atomic(using=router.db_for_write(ChangeRequest)):
+            _lock_customer(subscription.customer)
+            subscription.refresh_from_db()
+            # a stop is taken while the subscription may still renew on the service, its paid
+            # period over here or not (a failed payment it may retry); a resume only while active
+            open_to = subscription.is_active if wanted else may_renew(subscription)
+            if (
+                subscription.remote_id is None
+                or not open_to
+                or subscription.status in CANCELED_STATUSES  # in its grace period: renews no more
+                or subscription.auto_renew == wanted
+            ):
+                raise RenewalUnchanged()
+            others = Subscription.objects.for_customer(subscription.customer)
+            if wanted and renews_in_place(others.select_related("product"), subscription):
+                raise RenewalUnchanged(  # a change of plan's new plan, a trial's conversion
+                    gettext(
+                        "Another subscription of yours renews in this one's place: resuming it "
+                        "would charge you for both."
+                    )
                 )
+            if wanted:
+                _refuse_beside_a_purchase(subscription)
+            opposite = ChangeKind.STOP_RENEWAL if wanted else ChangeKind.RESUME
+            _withdraw(subscription, opposite)
+            pending = _pending(subscription, kind)
+            if pending is not None:
+                return pending
+            if kind != ChangeKind.STOP_RENEWAL:  # stopping being billed is never refused
+                _within_quota(subscription.customer)
+            request = ChangeRequest(
+                customer=subscription.customer,
+                subscription=subscription,
+                kind=kind,
+                via=ChangeVia.REQUEST,
             )
-        if wanted:
-            _refuse_beside_a_purchase(subscription)
-        opposite = ChangeKind.STOP_RENEWAL if wanted else ChangeKind.RESUME
-        _withdraw(subscription, opposite)
-        pending = _pending(subscription, kind)
-        if pending is not None:
-            return pending
-        if kind != ChangeKind.STOP_RENEWAL:  # stopping being billed is never refused
-            _within_quota(subscription.customer)
-        request = ChangeRequest(
-            customer=subscription.customer,
-            subscription=subscription,
-            kind=kind,
-            via=ChangeVia.REQUEST,
-        )
-        # a paused subscription is left to staff: a service may refuse to change it while
-        # paused (the sandbox does, 400)
-        paused = subscription.status == PAUSED_STATUS
-        failure: CheckoutError | None = None
-        if not paused and guess_on(PATCH_AUTO_RENEW) and _patch(subscription, wanted, client):
-            request.via = ChangeVia.PATCH
-        try:
-            with transaction.atomic():
-                request.save()
-                transaction.on_commit(lambda: _cache_call("delete", _patch_kept(subscription)))
-        except DatabaseError as exc:
-            # raised after the commit: the PATCH's key is kept for the next click
-            logger.error("change request of subscription %s not stored: %s", subscription.pk, exc)
-            failure = ServiceUnavailable()
+            # a paused subscription is left to staff: a service may refuse to change it while
+            # paused (the sandbox does, 400)
+            paused = subscription.status == PAUSED_STATUS
+            failure: CheckoutError | None = None
+            if not paused and key is not None and _patch(subscription, wanted, client, key):
+                request.via = ChangeVia.PATCH
+            try:
+                with transaction.atomic():
+                    request.save()
+                    transaction.on_commit(lambda: _cache_call("delete", _patch_kept(subscription)))
+            except DatabaseError as exc:
+                # raised after the commit: the PATCH's key is kept for the next click
+                logger.error(
+                    "change request of subscription %s not stored: %s", subscription.pk, exc
+                )
+                failure = ServiceUnavailable()
+    except ServiceUnavailable:  # the PATCH refused (rolled back): the next click sends anew
+        _cache_call("delete", _patch_kept(subscription))
+        raise
     if failure is not None:
         raise failure
     if request.via == ChangeVia.REQUEST:
@@ -539,16 +585,16 @@ def _patch_key(subscription: Subscription, auto_renew: bool) -> str:
     return key
 
 
-def _patch(subscription: Subscription, auto_renew: bool, client: Any) -> bool:
-    """The guessed PATCH (its key: ``_patch_key``); False when the service refuses it
-    (``_refused``) or has no such subscription (``_no_such_subscription``), or when it may have
-    been applied unanswered: staff check it, as a new PATCH would be a second write."""
+def _patch(subscription: Subscription, auto_renew: bool, client: Any, key: str) -> bool:
+    """The guessed PATCH, sent with ``key`` (``_patch_key``); False when the service refuses
+    it (``_refused``) or has no such subscription (``_no_such_subscription``), or when it may
+    have been applied unanswered: staff check it, as a new PATCH would be a second write."""
     client = client or get_client()
     try:
         client.update_subscription(
             str(subscription.remote_id),
             {"auto_renew": auto_renew},
-            idempotency_key=_patch_key(subscription, auto_renew),
+            idempotency_key=key,
             deadline=interactive_deadline(),
         )
     except BillingError as exc:
@@ -559,7 +605,6 @@ def _patch(subscription: Subscription, auto_renew: bool, client: Any) -> bool:
         if exc.retryable or exc.in_doubt:
             logger.error("subscription %s: PATCH in doubt (%s)", subscription.remote_id, exc)
             return False
-        _cache_call("delete", _patch_kept(subscription))  # refused: the next click sends anew
         raise ServiceUnavailable() from exc
     return True
 

@@ -760,6 +760,22 @@ def start_checkout(
     if customer.remote_id is None:  # pragma: no cover - ensure_customer_pushed raises instead
         raise ServiceUnavailable()
 
+    # Kept before the transaction: a database cache keeps it if the transaction is lost.
+    attempt = attempt_for(customer, selection)
+    try:
+        return _start(customer, selection, client, deadline, attempt)
+    finally:
+        forget_unsent(attempt)
+
+
+def _start(
+    customer: Customer,
+    selection: CheckoutSelection,
+    client: Any,
+    deadline: Deadline,
+    attempt: Attempt,
+) -> CheckoutSession:
+    """``start_checkout`` once the customer is pushed: the session, reused or new."""
     # One checkout per customer at a time: a double click finds the first one's session.
     with transaction.atomic(using=router.db_for_write(CheckoutSession)):
         _lock_customer(customer)
@@ -783,7 +799,9 @@ def start_checkout(
             raise PlanAlreadyHeld(trial, selection.product)
         failure: CheckoutError | None = None
         try:
-            session = _create_session(customer, selection, client or get_client(), deadline)
+            session = _create_session(
+                customer, selection, client or get_client(), deadline, attempt=attempt
+            )
         except CheckoutError as exc:
             failure = exc  # raised after the commit: what it remembered must not roll back
     if failure is not None:
@@ -813,12 +831,64 @@ def checkout_redirect(
     return HttpResponseRedirect(checkout_url(subscriber, product, cycle, currency, **kwargs))
 
 
-def _remember(remembered: str, key: str, expires: datetime) -> None:
-    """Keep the key of an attempt in the shared cache until its session would expire (the
-    next attempt for the same choice replays it)."""
+@dataclass
+class Attempt:
+    """A session's idempotency key and expiry (its body's ``expires_at``), kept in the shared
+    cache under ``remembered`` until the session is stored here (``attempt_for``). ``new``:
+    made by this request, not an earlier attempt's; ``sent``: its call was made."""
+
+    remembered: str
+    key: str
+    expires: datetime
+    new: bool
+    sent: bool = False
+
+
+def attempt_for(
+    customer: Customer,
+    selection: CheckoutSelection,
+    action: str = ACTION_NEW,
+    upgrade_to: str | None = None,
+    downgrade_to: str | None = None,
+) -> Attempt:
+    """The attempt of a session for this choice: an earlier attempt's kept in the shared cache
+    (until its session would expire: the next attempt for the same choice replays it), else a
+    new key and expiry, kept there at once. Taken before the checkout's transaction, so a
+    database cache keeps it when that transaction rolls back or its process dies after the
+    call; the caller forgets one it did not send (``forget_unsent``)."""
+    remembered = (
+        f"billing:checkout:in-doubt:{customer.pk}:{selection.product.pk}:"
+        f"{selection.cycle_code}:{selection.currency_id}:{action}:{upgrade_to}:{downgrade_to}"
+    )
+    earlier = _kept_attempt(remembered)
+    if earlier is not None:
+        return earlier
+    key = str(uuid.uuid4())  # one key per attempt; the client's retries reuse it
+    expires = timezone.now() + timedelta(seconds=checked("CHECKOUT_EXPIRY", expiry_ok, EXPIRY))
+    expires = expires.replace(microsecond=expires.microsecond // 1000 * 1000)
     seconds = int((expires - timezone.now()).total_seconds())
-    if seconds > 0:
-        _cache_call("set", remembered, {"key": key, "expires_at": expires.isoformat()}, seconds)
+    kept = {"key": key, "expires_at": expires.isoformat()}
+    if seconds > 0 and _cache_call("add", remembered, kept, seconds) is False:
+        # another request for the same choice kept its attempt first: one key for both
+        if (earlier := _kept_attempt(remembered)) is not None:
+            return earlier
+        _cache_call("set", remembered, kept, seconds)  # what it kept was no attempt
+    return Attempt(remembered, key, expires, new=True)
+
+
+def _kept_attempt(remembered: str) -> Attempt | None:
+    earlier = _cache_call("get", remembered)
+    if isinstance(earlier, dict) and datetime.fromisoformat(earlier["expires_at"]) > timezone.now():
+        expires = datetime.fromisoformat(earlier["expires_at"])
+        return Attempt(remembered, str(earlier["key"]), expires, new=False)
+    return None
+
+
+def forget_unsent(attempt: Attempt | None) -> None:
+    """Forget ``attempt`` if this request made it and never sent it (a double click's session
+    reused, a checkout refused before the call): a later attempt gets a full expiry."""
+    if attempt is not None and attempt.new and not attempt.sent:
+        _cache_call("delete", attempt.remembered)
 
 
 def _create_session(
@@ -831,22 +901,15 @@ def _create_session(
     upgrade_to: str | None = None,
     downgrade_to: str | None = None,
     store: Callable[[CheckoutSession], None] | None = None,
+    attempt: Attempt | None = None,
 ) -> CheckoutSession:
-    """Create the remote session, then record it locally (never a half-made session). A plan
-    change (``checkout.changes``) gives its guessed ``action`` and its target, and in
-    ``store`` what it stores with the session (its request): both are stored, or neither."""
-    remembered = (
-        f"billing:checkout:in-doubt:{customer.pk}:{selection.product.pk}:"
-        f"{selection.cycle_code}:{selection.currency_id}:{action}:{upgrade_to}:{downgrade_to}"
-    )
-    earlier = _cache_call("get", remembered)
-    now = timezone.now()
-    if isinstance(earlier, dict) and datetime.fromisoformat(earlier["expires_at"]) > now:
-        key, expires = str(earlier["key"]), datetime.fromisoformat(earlier["expires_at"])
-    else:
-        key = str(uuid.uuid4())  # one key per attempt; the client's retries reuse it
-        expires = now + timedelta(seconds=checked("CHECKOUT_EXPIRY", expiry_ok, EXPIRY))
-        expires = expires.replace(microsecond=expires.microsecond // 1000 * 1000)
+    """Create the remote session with ``attempt`` (``attempt_for``, taken now when none), then
+    record it locally (never a half-made session). A plan change (``checkout.changes``) gives
+    its guessed ``action`` and its target, and in ``store`` what it stores with the session
+    (its request): both are stored, or neither."""
+    if attempt is None:
+        attempt = attempt_for(customer, selection, action, upgrade_to, downgrade_to)
+    remembered, key, expires = attempt.remembered, attempt.key, attempt.expires
     session = CheckoutSession(
         customer=customer,
         product=selection.product,
@@ -860,7 +923,7 @@ def _create_session(
     payload = checkout_map.to_remote(session)
     # Kept until the session's row commits here: an answer lost, or a row not stored (or
     # rolled back with the caller's transaction), replays the key on the next attempt.
-    _remember(remembered, key, expires)
+    attempt.sent = True
     try:
         data = client.create_checkout_session(payload, idempotency_key=key, deadline=deadline)
     except BillingError as exc:

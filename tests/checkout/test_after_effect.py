@@ -41,6 +41,11 @@ FAULTS = ["502", "504", "303", "html200", "timeout", "reset"]
 CASES = [(fault, 1) for fault in FAULTS] + [("303", 2), ("html200", 2), ("reset", 2)]
 
 
+class ProcessDied(BaseException):
+    """The process ended between the call and recording its answer (killed, a worker
+    timeout): nothing after the call runs, its open transaction rolls back."""
+
+
 def lose_answers(fault: str, method: str, path: str, count: int = 1) -> list[int]:
     """The next ``count`` matching calls reach the service (applied), then their answer is
     replaced by ``fault``. Returns the list of faulted calls (appended to)."""
@@ -53,6 +58,8 @@ def lose_answers(fault: str, method: str, path: str, count: int = 1) -> list[int
         if m != method or not url.split("?")[0].endswith(path) or len(done) >= count:
             return response
         done.append(response.status_code)
+        if fault == "dies":
+            raise ProcessDied()
         if fault == "timeout":
             raise requests.ReadTimeout("read timed out")
         if fault == "reset":
@@ -208,3 +215,47 @@ def test_change_plan_session(billing_sandbox, plans, logged_in, user, settings, 
     assert len(keys(billing_sandbox.requests("create_checkout_session"))) == 1
     assert ChangeRequest.objects.count() == 1
     assert Product.objects.count() == 2
+
+
+def test_session_create_process_dies(billing_sandbox, product, user):
+    """With the database cache (the tests' and the demo's): the attempt's key was written in
+    the checkout's transaction, which rolled back with the process, and the next click made a
+    second session with a new key."""
+    lose_answers("dies", "POST", "/checkout_sessions")
+    with pytest.raises(ProcessDied):
+        start_checkout(user, product, "months-1", "XOF")
+    session = start_checkout(user, product, "months-1", "XOF")
+    assert [s["id"] for s in billing_sandbox.objects("checkout_session")] == [
+        str(session.remote_id)
+    ]
+    assert len(keys(billing_sandbox.requests("create_checkout_session"))) == 1
+
+
+def test_change_plan_session_process_dies(billing_sandbox, plans, logged_in, user, settings):  # noqa: F811
+    basic, pro = plans
+    billing_sandbox.config(change_actions=["upgrade"])
+    guesses(settings, **ON)
+    subscribe(billing_sandbox, logged_in, user, basic)
+    before = len(billing_sandbox.objects("checkout_session"))
+    billing_sandbox.clear_requests()
+    lose_answers("dies", "POST", "/checkout_sessions")
+    with pytest.raises(ProcessDied):
+        change_plan(user, pro, "months-1", "XOF")
+    request = change_plan(user, pro, "months-1", "XOF")
+    assert request.via == ChangeVia.CHECKOUT
+    assert len(billing_sandbox.objects("checkout_session")) == before + 1
+    assert len(keys(billing_sandbox.requests("create_checkout_session"))) == 1
+
+
+def test_stop_renewal_patch_process_dies(billing_sandbox, plans, logged_in, user, settings):  # noqa: F811
+    basic, _pro = plans
+    billing_sandbox.config(patch_subscriptions=True)
+    guesses(settings, patch_auto_renew=True)
+    sub = subscribe(billing_sandbox, logged_in, user, basic)
+    billing_sandbox.clear_requests()
+    lose_answers("dies", "PATCH", f"/subscriptions/{sub.remote_id}")
+    with pytest.raises(ProcessDied):
+        cancel_at_period_end(Subscription.objects.get(pk=sub.pk))
+    request = cancel_at_period_end(Subscription.objects.get(pk=sub.pk))
+    assert request.via == ChangeVia.PATCH
+    assert len(keys(billing_sandbox.requests("update_subscription"))) == 1

@@ -4,8 +4,10 @@ idempotency key): a second click never makes a second customer or a second sessi
 from __future__ import annotations
 
 from contextlib import suppress
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from billing_integration.checkout.services import CheckoutError, ServiceUnavailable, start_checkout
 from billing_integration.models import CheckoutSession, Customer
@@ -219,3 +221,24 @@ def test_a_session_created_there_but_not_stored_here_is_not_created_again(
     (remote,) = billing_sandbox.objects("checkout_session")
     assert str(session.remote_id) == remote["id"]
     assert len(keys_of(billing_sandbox.requests(operation="create_checkout_session"))) == 1
+
+
+def test_a_double_clicks_unsent_attempt_leaves_no_key_for_the_next_session(
+    billing_sandbox, product, user, settings
+):
+    """The attempt's key and expiry are kept before the checkout's transaction; a double click
+    whose session is reused never sends its own, which is forgotten: the next session, once
+    the first has expired, is a new attempt with the expiry configured then, not the double
+    click's."""
+    settings.BILLING = {**settings.BILLING, "CHECKOUT_EXPIRY": 60}
+    first = start_checkout(user, product, "months-1", "XOF")
+    settings.BILLING = {**settings.BILLING, "CHECKOUT_EXPIRY": 7200}
+    assert start_checkout(user, product, "months-1", "XOF").pk == first.pk  # reused, not sent
+    settings.BILLING = {**settings.BILLING, "CHECKOUT_EXPIRY": 300}
+    CheckoutSession.objects.filter(pk=first.pk).update(expires_at=timezone.now())
+
+    second = start_checkout(user, product, "months-1", "XOF")
+    assert second.pk != first.pk
+    assert second.expires_at < timezone.now() + timedelta(seconds=600)
+    one, two = billing_sandbox.requests(operation="create_checkout_session")
+    assert one["headers"]["x-idempotency-id"] != two["headers"]["x-idempotency-id"]
