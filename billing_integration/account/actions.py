@@ -3,6 +3,7 @@ wrappers around ``checkout.changes``."""
 
 from __future__ import annotations
 
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.views.decorators.cache import never_cache
@@ -15,6 +16,7 @@ from ..checkout.views import account_url, login_first, posted_choice, refusals_a
 from ..models import Subscription
 
 
+@transaction.non_atomic_requests  # calls the service: see docs/production.md
 @never_cache
 @login_first
 @require_POST
@@ -39,6 +41,7 @@ def _renewal(request: HttpRequest, pk: int, resume: bool) -> HttpResponse:
     return HttpResponseRedirect(account_url())
 
 
+@transaction.non_atomic_requests
 @never_cache
 @login_first
 @require_POST
@@ -46,6 +49,7 @@ def stop_renewal(request: HttpRequest, pk: int) -> HttpResponse:
     return _renewal(request, pk, resume=False)
 
 
+@transaction.non_atomic_requests
 @never_cache
 @login_first
 @require_POST

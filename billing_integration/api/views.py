@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from django.db import transaction
 from django.db.models import QuerySet
+from django.utils.decorators import method_decorator
 from rest_framework import generics, permissions, status
 from rest_framework.exceptions import ParseError
 from rest_framework.request import Request
@@ -37,6 +39,7 @@ else:
     ListAPIView = generics.ListAPIView
 
 
+@method_decorator(transaction.non_atomic_requests, name="dispatch")  # see docs/production.md
 class CheckoutSessionCreate(APIView):
     permission_classes = [permissions.IsAuthenticated]
 

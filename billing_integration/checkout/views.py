@@ -10,6 +10,7 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import redirect_to_login
+from django.db import transaction
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import NoReverseMatch, reverse
@@ -122,6 +123,7 @@ def refusals_as_pages(action: str, *, change: bool = False) -> Callable[[View], 
     return decorate
 
 
+@transaction.non_atomic_requests  # calls the service: see docs/production.md
 @never_cache
 @login_first
 @require_POST
@@ -139,6 +141,7 @@ def checkout(request: HttpRequest) -> HttpResponse:
     return HttpResponseRedirect(url)
 
 
+@transaction.non_atomic_requests  # calls the service: see docs/production.md
 @never_cache
 @login_first
 @require_POST

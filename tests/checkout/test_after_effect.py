@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import requests
+from django.db import connection
 
 from billing_integration.checkout.changes import cancel_at_period_end, change_plan
 from billing_integration.checkout.services import CheckoutError, start_checkout
@@ -259,3 +260,19 @@ def test_stop_renewal_patch_process_dies(billing_sandbox, plans, logged_in, user
     request = cancel_at_period_end(Subscription.objects.get(pk=sub.pk))
     assert request.via == ChangeVia.PATCH
     assert len(keys(billing_sandbox.requests("update_subscription"))) == 1
+
+
+def test_checkout_view_under_atomic_requests_process_dies(
+    billing_sandbox, product, logged_in, monkeypatch
+):
+    """With ``ATOMIC_REQUESTS`` the view ran inside the request's transaction, so the attempt's
+    key (the database cache) went with it when the process died after the call: the next click
+    made a second session. The views that call the service opt out of it, as the callback."""
+    monkeypatch.setitem(connection.settings_dict, "ATOMIC_REQUESTS", True)
+    lose_answers("dies", "POST", "/checkout_sessions")
+    with pytest.raises(ProcessDied):
+        logged_in.post("/billing/checkout/", {"product": product.pk, "cycle": "months-1"})
+    again = logged_in.post("/billing/checkout/", {"product": product.pk, "cycle": "months-1"})
+    (remote,) = billing_sandbox.objects("checkout_session")
+    assert again.status_code == 302 and again["Location"].endswith(f"/checkout/{remote['id']}")
+    assert len(keys(billing_sandbox.requests("create_checkout_session"))) == 1
