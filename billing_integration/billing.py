@@ -47,7 +47,7 @@ from .checkout.services import (
     checkout_url,
     start_checkout,
 )
-from .checkout.trials import TrialAlreadyUsed, TrialNotOffered, start_trial
+from .checkout.trials import TooManyTrials, TrialAlreadyUsed, TrialNotOffered, start_trial
 from .client import get_client
 from .exceptions import (
     BillingAnswerLostError,
@@ -122,7 +122,8 @@ __all__ = [
     "PaymentBeingConfirmed", "PaymentHandler", "PlanAlreadyHeld", "Price", "Product",
     "ProductUnavailable", "Refund", "RefundHandler", "RemoteDataError", "RenewalUnchanged",
     "SamePlan", "SandboxHandle", "ServiceUnavailable", "StillRenewing", "Subscription",
-    "SubscriptionHandler", "SubscriptionRequiredMixin", "TooManyChanges", "TrialAlreadyUsed",
+    "SubscriptionHandler", "SubscriptionRequiredMixin", "TooManyChanges", "TooManyTrials",
+    "TrialAlreadyUsed",
     "TrialNotOffered", "WebhookError", "WebhookEvent", "WebhookVerificationError",
     "active_subscriptions", "after_commit_inline", "billing_event_received",
     "cancel_at_period_end", "change_plan", "checkout_redirect", "checkout_url", "deliver_event",

@@ -19,7 +19,7 @@ from ..client.retry import Deadline
 from ..conf import checked
 from ..customers import ensure_customer_pushed, ensure_pushed, get_or_create_customer
 from ..exceptions import BillingError
-from ..models import Product, Subscription
+from ..models import Customer, Product, Subscription
 from ..models.subscriptions import KNOWN_INACTIVE_STATUSES, PAUSED_STATUS
 from .services import (
     AlreadySubscribed,
@@ -54,6 +54,9 @@ MAX_TRIAL_DAYS = 366
 #: Statuses of a trial closed on the service: a new start does not return it (``paused`` may
 #: be resumed: not closed).
 CLOSED_TRIAL = tuple(s for s in KNOWN_INACTIVE_STATUSES if s != PAUSED_STATUS)
+#: Trials the service refused a customer may have in 24 hours; past it a start is refused here
+#: (each one calls the service and stores a failed trial and its outbox entry).
+MAX_REFUSED_TRIALS_PER_DAY = 5
 
 
 class TrialNotOffered(CheckoutError):
@@ -68,6 +71,28 @@ class TrialAlreadyUsed(CheckoutError):
     default_message = gettext_lazy(
         "You have already had a free trial of this product. You can subscribe to it."
     )
+
+
+class TooManyTrials(CheckoutError):
+    status = 429
+    code = "too_many_trials"
+    default_message = gettext_lazy(
+        "You have tried to start too many free trials in the last 24 hours. "
+        "Please try again tomorrow, or contact us."
+    )
+
+
+def _within_quota(customer: Customer) -> None:
+    """Refuse a new trial once the service refused ``MAX_REFUSED_TRIALS_PER_DAY`` of
+    ``customer``'s in 24 hours. Called under the customer's lock."""
+    since = timezone.now() - timedelta(days=1)
+    trials = Subscription.objects.for_customer(customer).filter(
+        trial_end_date__isnull=False, created_at__gte=since
+    )
+    refused = trials.filter(_refused()).count()
+    if refused >= MAX_REFUSED_TRIALS_PER_DAY:
+        logger.warning("customer %s: trial refused, %s refused in 24 hours", customer.pk, refused)
+        raise TooManyTrials()
 
 
 #: What ``BILLING['TRIALS']`` must be (check E051).
@@ -182,6 +207,7 @@ def start_trial(
             raise CheckoutInProgress(rival)
         if not trial_settings()["repeat"] and had_trial(subscriber, wanted):
             raise TrialAlreadyUsed()
+        _within_quota(customer)
         end = timezone.now() + timedelta(days=length)
         subscription = Subscription(
             customer=customer,

@@ -29,7 +29,7 @@ from billing_integration.models import (
 from billing_integration.reporting import metrics
 from billing_integration.sync.pull import pull_subscriptions
 
-from .conftest import make_product
+from .conftest import make_product, push_open_entries
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -421,3 +421,47 @@ def test_a_trial_closed_before_its_end_is_not_the_trial_a_new_start_finds(
     assert not getattr(trial, "reused", False) and trial.remote_id is not None
     assert Subscription.objects.count() == 2
     assert len(billing_sandbox.requests(operation="create_subscription")) == 2
+
+
+def test_trials_the_service_refuses_are_capped_per_customer_and_day(
+    billing_sandbox, trial_product, logged_in, user, other_user
+):
+    """The product archived on the service, not yet pulled here: each start is sent and refused,
+    and leaves a failed trial and its outbox entry. Past ``MAX_REFUSED_TRIALS_PER_DAY`` refusals
+    in 24 hours the customer is refused here (429): nothing more is sent or stored. Another
+    customer is not held back; refusals older than 24 hours no longer count."""
+    from billing_integration.checkout.trials import MAX_REFUSED_TRIALS_PER_DAY
+
+    trial_product.archive()
+    push_open_entries()
+    seen = {**trial_product.remote_data, "status": "published"}
+    Product.objects.filter(pk=trial_product.pk).update(status="published", remote_data=seen)
+    entries = OutboxEntry.objects.count()
+    for _ in range(MAX_REFUSED_TRIALS_PER_DAY):
+        refused = post_trial(logged_in, trial_product)
+        assert refused.status_code == 409 and error_code(refused) == "product_archived"
+    sent = len(billing_sandbox.requests())
+    assert len(billing_sandbox.requests(operation="create_subscription")) == (
+        MAX_REFUSED_TRIALS_PER_DAY
+    )
+
+    capped = post_trial(logged_in, trial_product)
+    assert capped.status_code == 429 and error_code(capped) == "too_many_trials"
+    assert "too many free trials" in capped.content.decode()
+    assert post_trial(logged_in, trial_product).status_code == 429
+    assert len(billing_sandbox.requests()) == sent, "nothing more sent to the service"
+    trials = Subscription.objects.filter(trial_end_date__isnull=False)
+    assert trials.count() == MAX_REFUSED_TRIALS_PER_DAY
+    # one entry per refused trial, and the customer's
+    assert OutboxEntry.objects.count() == entries + MAX_REFUSED_TRIALS_PER_DAY + 1
+
+    # another customer still reaches the service (and is refused by it)
+    logged_in.force_login(other_user)
+    assert error_code(post_trial(logged_in, trial_product)) == "product_archived"
+    assert len(billing_sandbox.requests(operation="create_subscription")) == (
+        MAX_REFUSED_TRIALS_PER_DAY + 1
+    )
+    # a day later the first customer's refusals no longer count
+    trials.update(created_at=timezone.now() - timedelta(days=1, minutes=1))
+    logged_in.force_login(user)
+    assert error_code(post_trial(logged_in, trial_product)) == "product_archived"
