@@ -18,7 +18,7 @@ from django.utils.module_loading import import_string
 from django.views import View
 
 from ..conf import billing_settings
-from ..models import Product, ProductType, Subscription
+from ..models import Customer, Product, ProductType, Subscription
 from ..models.subscriptions import (
     CANCELED_STATUSES,
     active_q,
@@ -71,7 +71,7 @@ def get_subscriber(request: HttpRequest) -> Any | None:
     else ``request.user``; ``None`` for anonymous and inactive users (or when the resolver
     finds none)."""
     user = getattr(request, "user", None)
-    if not _is_subscriber(user):
+    if not _is_account(user):
         return None
     resolver = billing_settings.SUBSCRIBER_RESOLVER
     if resolver:
@@ -109,13 +109,28 @@ def resolve_product(product: ProductRef) -> Product | None:
     return None if lookup is None else Product.objects.filter(lookup).first()
 
 
-def _is_subscriber(subscriber: Any) -> bool:
+def _is_account(obj: Any) -> bool:
     """A saved instance, neither anonymous nor inactive (``is_active`` false: as Django's
     permissions and DRF's authentication, a deactivated account is refused)."""
-    if subscriber is None or getattr(subscriber, "pk", None) is None:
+    if obj is None or getattr(obj, "pk", None) is None:
         return False
     flags = ("is_authenticated", "is_active")
-    return all(getattr(subscriber, flag, True) is not False for flag in flags)
+    return all(getattr(obj, flag, True) is not False for flag in flags)
+
+
+def _is_subscriber(subscriber: Any) -> bool:
+    """``_is_account``, of ``BILLING['SUBSCRIBER_MODEL']``: any other saved instance (a user
+    where the subscriber is a team) raises ``TypeError``, before any row or call."""
+    if not _is_account(subscriber):
+        return False
+    expected = Customer._meta.get_field("subscriber").related_model
+    if not isinstance(subscriber, expected):
+        raise TypeError(
+            f"A subscriber must be an instance of BILLING['SUBSCRIBER_MODEL'] "
+            f"({expected._meta.label!r}), not {type(subscriber).__name__}: "
+            "pass get_subscriber(request)."
+        )
+    return True
 
 
 def active_subscriptions(subscriber: Any, product: ProductRef = None) -> QuerySet[Subscription]:

@@ -77,6 +77,14 @@ def test_subscriptions_for_a_team(team_facts: dict) -> None:
     assert team_facts["for_other_team"] == []
 
 
+def test_a_user_passed_for_the_team_is_refused_naming_the_model(team_facts: dict) -> None:
+    refused = team_facts["user_refused"]
+    assert refused.startswith("TypeError: "), refused
+    assert "BILLING['SUBSCRIBER_MODEL'] ('teams.Team')" in refused and "User" in refused
+    assert "get_subscriber(request)" in refused
+    assert team_facts["customers_after_refusal"] == 0
+
+
 def test_no_missing_migration_under_the_team_setting(team_facts: dict) -> None:
     proc = run(
         ["manage.py", "makemigrations", "--check", "--dry-run", "billing_integration", "teams"],

@@ -47,7 +47,22 @@ def facts() -> dict[str, Any]:
         relations = connection.introspection.get_relations(cursor, table)
     referenced = relations.get(column)
 
+    # a user passed where the subscriber is a team: refused before anything is written
+    from django.contrib.auth import get_user_model
+
+    from billing_integration.billing import checkout_url
+
+    user = get_user_model().objects.create_user("alice")
+    customers = Customer.objects.count()
+    try:
+        checkout_url(user, "Pro", "months-1", "XOF")
+        user_refused = "not refused"
+    except Exception as exc:  # the kind of error is a fact too
+        user_refused = f"{type(exc).__name__}: {exc}"
+
     return {
+        "user_refused": user_refused,
+        "customers_after_refusal": Customer.objects.count() - customers,
         "subscriber_setting": settings.BILLING["SUBSCRIBER_MODEL"],
         "field_target": Customer._meta.get_field("subscriber").related_model._meta.label,
         "fk_column": column,
