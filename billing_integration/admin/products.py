@@ -1020,6 +1020,14 @@ class BillingCycleAdmin(CycleBadgeMixin, PricingConfirmationAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # removed on the product page (with the subscriptions confirmation)
 
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Also the product's change permission: a cycle's change pushes its product."""
+        product_admin = self.admin_site.get_model_admin(Product)
+        product = obj.product if obj is not None else None
+        if not super().has_change_permission(request, obj):
+            return False
+        return product_admin.has_change_permission(request, product)
+
     @admin.display(description=_("product"))
     def product_link(self, obj: BillingCycle) -> Any:
         return admin_link(obj.product)

@@ -756,3 +756,43 @@ def test_a_cycle_or_price_not_confirmed_by_the_service_is_shown_so(admin_client)
     html = admin_client.get(url).content.decode()
     assert "refused by the service: not sold there" in html
     assert "refused by the service: still XOF 10000.00 there" in html
+
+
+def test_cycle_page_needs_the_change_product_permission(db):
+    """A cycle's change pushes its product's prices: the cycle permissions alone (the product
+    only viewed) change nothing, even by a forged, confirmed POST to the cycle's page."""
+    client = Client()
+    client.force_login(
+        staff_with(
+            "view_product",
+            "view_billingcycle",
+            "change_billingcycle",
+            "view_price",
+            "add_price",
+            "change_price",
+            "delete_price",
+        )
+    )
+    product = make_product(remote=True)
+    cycle = product.cycles.get()
+    price = cycle.prices.get()
+    url = reverse("admin:billing_integration_billingcycle_change", args=[cycle.pk])
+    data = {
+        "unit": "months",
+        "frequency": "1",
+        "prices-TOTAL_FORMS": "1",
+        "prices-INITIAL_FORMS": "1",
+        "prices-MIN_NUM_FORMS": "0",
+        "prices-MAX_NUM_FORMS": "1000",
+        "prices-0-id": str(price.pk),
+        "prices-0-cycle": str(cycle.pk),
+        "prices-0-currency_id": "1",
+        "prices-0-amount": "1",
+        "_save": "Save",
+        CONFIRM_FIELD: "1",
+    }
+    assert client.post(url, data).status_code == 403
+    assert Price.objects.get().amount == Decimal("10000")
+    assert not OutboxEntry.objects.exists()
+    html = client.get(url).content.decode()
+    assert 'name="prices-0-amount"' not in html and 'name="_save"' not in html
