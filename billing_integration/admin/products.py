@@ -689,9 +689,13 @@ class ProductAdmin(NoDeleteMixin, SyncStateAdminMixin, PricingConfirmationAdmin)
     )
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        """The type, once the service has the product: no request changes it there."""
+        """The type, once the service has the product: no request changes it there. The status
+        on the add form of a user who may not change products: a draft (publishing and
+        archiving take the change permission)."""
         if obj is not None and obj.remote_id is not None:
             return (*self.readonly_fields, "product_type")
+        if obj is None and not self.has_change_permission(request):
+            return (*self.readonly_fields, "status")
         return self.readonly_fields
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:

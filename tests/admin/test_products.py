@@ -796,3 +796,26 @@ def test_cycle_page_needs_the_change_product_permission(db):
     assert not OutboxEntry.objects.exists()
     html = client.get(url).content.decode()
     assert 'name="prices-0-amount"' not in html and 'name="_save"' not in html
+
+
+def test_add_only_staff_cannot_create_a_product_published(db):
+    """Publishing needs the change permission: a staff user who may add products but not
+    change them adds drafts only (the status is not on the add form, a forged one is ignored)."""
+    client = Client()
+    client.force_login(staff_with("add_product", "view_product", "add_billingcycle", "add_price"))
+    page = client.get(ADD)
+    assert page.status_code == 200 and 'name="status"' not in page.content.decode()
+    data = product_form_data(
+        name="Sneaky",
+        status="published",
+        **{
+            "cycles-TOTAL_FORMS": "1",
+            "cycles-0-unit": "months",
+            "cycles-0-frequency": "1",
+            "cycles-0-prices": "XOF 10000",
+        },
+    )
+    assert client.post(ADD, data).status_code == 302
+    product = Product.objects.get(name="Sneaky")
+    assert product.status == "draft"
+    assert OutboxEntry.objects.get().operation == "create"  # pushed as the draft it is
