@@ -762,17 +762,16 @@ def test_cycle_page_needs_the_change_product_permission(db):
     """A cycle's change pushes its product's prices: the cycle permissions alone (the product
     only viewed) change nothing, even by a forged, confirmed POST to the cycle's page."""
     client = Client()
-    client.force_login(
-        staff_with(
-            "view_product",
-            "view_billingcycle",
-            "change_billingcycle",
-            "view_price",
-            "add_price",
-            "change_price",
-            "delete_price",
-        )
+    user = staff_with(
+        "view_product",
+        "view_billingcycle",
+        "change_billingcycle",
+        "view_price",
+        "add_price",
+        "change_price",
+        "delete_price",
     )
+    client.force_login(user)
     product = make_product(remote=True)
     cycle = product.cycles.get()
     price = cycle.prices.get()
@@ -796,6 +795,11 @@ def test_cycle_page_needs_the_change_product_permission(db):
     assert not OutboxEntry.objects.exists()
     html = client.get(url).content.decode()
     assert 'name="prices-0-amount"' not in html and 'name="_save"' not in html
+    # With the product's change permission too, the same POST changes the price.
+    user.user_permissions.add(Permission.objects.get(codename="change_product"))
+    client.force_login(user)
+    assert client.post(url, data).status_code == 302
+    assert Price.objects.get().amount == Decimal("1")
 
 
 def test_add_only_staff_cannot_create_a_product_published(db):
