@@ -28,6 +28,7 @@ from ..checkout.services import holds_paid
 from ..checkout.trials import trial_settings
 from ..conf import billing_settings
 from ..models import Notice, NoticeState, Payment, Refund, Subscription, WebhookEvent
+from ..models.records import PaymentStatus
 
 logger = logging.getLogger("billing_integration.notices")
 
@@ -176,6 +177,9 @@ def send_notice(self: Any, event_pk: int, kind: str) -> str:
         obj = None
     if obj is None:
         return _finish(notice, NoticeState.SKIPPED, error=f"No local object {event.object_id!r}.")
+    if kind == "payment_failed" and getattr(obj, "status", "") == PaymentStatus.COMPLETED:
+        # Paid since (the customer paid again): no mail asking for a payment that was made.
+        return _finish(notice, NoticeState.SKIPPED, error="The payment has completed since.")
     try:
         return _deliver(notice, kind, event, obj)
     except Exception as exc:
