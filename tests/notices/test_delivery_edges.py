@@ -3,7 +3,10 @@ server that accepted the message and then failed to say goodbye, two workers on 
 
 from __future__ import annotations
 
+import socket
+import threading
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -38,3 +41,69 @@ def test_a_payment_failure_that_completed_before_its_mail_went_out_is_not_mailed
 
     deliver(client, failed_payment(customer_email))  # another payment, still failed
     assert len(mailoutbox) == 1
+
+
+class SlowToConfirmSMTP:
+    """An SMTP server on 127.0.0.1 that keeps every message it is given and, the first
+    ``silent`` times, does not answer the end of the message (its ``250``): the client times
+    out not knowing the message was taken."""
+
+    def __init__(self, silent: int = 1) -> None:
+        self.messages: list[bytes] = []
+        self.silent = silent
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn, conn.makefile("rb") as lines:
+                self._session(conn, lines)
+
+    def _session(self, conn: socket.socket, lines: Any) -> None:
+        conn.sendall(b"220 test\r\n")
+        for line in lines:
+            verb = line[:4].upper()
+            if verb == b"DATA":
+                conn.sendall(b"354 go on\r\n")
+                body = b"".join(iter(lambda: lines.readline(), b".\r\n"))
+                self.messages.append(body)
+                if self.silent > 0:
+                    self.silent -= 1
+                    lines.readline()  # wait for the client to give up
+                    return
+                conn.sendall(b"250 queued\r\n")
+            elif verb == b"QUIT":
+                conn.sendall(b"221 bye\r\n")
+                return
+            else:
+                conn.sendall(b"250 ok\r\n")
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_a_mail_taken_by_a_server_that_timed_out_before_confirming_is_sent_again(
+    client, customer_email, notice_settings, billing_inline
+):
+    """At least once, as documented: the mail server took the message but its confirmation
+    never came (the connection timed out); the task cannot tell that from a message not
+    taken, records ``failed`` and its retry sends the notice again."""
+    server = SlowToConfirmSMTP(silent=1)
+    notice_settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    notice_settings.EMAIL_HOST, notice_settings.EMAIL_PORT = "127.0.0.1", server.port
+    notice_settings.EMAIL_TIMEOUT = 1
+    try:
+        event = deliver(client, failed_payment(customer_email))  # the first attempt
+        notice = Notice.objects.get()
+        assert (notice.state, notice.attempts) == (NoticeState.FAILED, 1)
+        assert len(server.messages) == 1  # ...which the server had taken
+        assert send_notice.apply(args=(event.pk, "payment_failed"), retries=1).get() == "sent"
+    finally:
+        server.close()
+    assert len(server.messages) == 2  # the customer has it twice
