@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import connections
 
 from billing_integration.models import Notice, NoticeState
 from billing_integration.notices.tasks import send_notice
@@ -107,3 +108,40 @@ def test_a_mail_taken_by_a_server_that_timed_out_before_confirming_is_sent_again
     finally:
         server.close()
     assert len(server.messages) == 2  # the customer has it twice
+
+
+@pytest.mark.postgresql
+@pytest.mark.parametrize("row", ["queued", "none"])
+def test_two_workers_on_one_notice_send_it_once(
+    client, customer_email, notice_settings, billing_inline, mailoutbox, monkeypatch, row
+):
+    """Two workers run the same notice's task at once (a redelivered task beside the sweep's,
+    a replay beside a retry), released together by a barrier, on PostgreSQL: the claim (one
+    conditional UPDATE of the ``queued`` row, or one INSERT the unique constraint lets win
+    when there is no row) gives the notice to one of them; one mail each."""
+    with monkeypatch.context() as patch:
+        patch.setattr(send_notice, "apply_async", broker_down)
+        events = [deliver(client, failed_payment(customer_email)) for _ in range(10)]
+    if row == "none":
+        Notice.objects.all().delete()
+    results: list[str] = []
+    for event in events:
+        start = threading.Barrier(2, timeout=30)
+
+        def worker(pk: int = event.pk, start: threading.Barrier = start) -> None:
+            try:
+                start.wait()
+                results.append(send_notice.apply(args=(pk, "payment_failed")).get())
+            finally:
+                connections.close_all()
+
+        threads = [threading.Thread(target=worker) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+
+    assert sorted(results) == ["done"] * 10 + ["sent"] * 10
+    assert len(mailoutbox) == 10
+    sent = Notice.objects.values_list("state", "attempts")
+    assert list(sent) == [(NoticeState.SENT, 1)] * 10
