@@ -10,6 +10,7 @@ import logging
 import uuid
 from datetime import timedelta
 from decimal import Decimal
+from smtplib import SMTPRecipientsRefused
 from typing import Any
 
 from celery import shared_task
@@ -250,11 +251,20 @@ def _deliver(notice: Notice, kind: str, event: WebhookEvent | None, obj: Any) ->
     return _finish(notice, NoticeState.SENT, recipient=recipient)
 
 
+def refused_for_good(exc: Exception) -> bool:
+    """The mail server refused the address with a permanent error (5xx to ``RCPT TO``, such
+    as "no such mailbox"): a retry would get the same answer."""
+    if not isinstance(exc, SMTPRecipientsRefused) or not exc.recipients:
+        return False
+    return all(code >= 500 for code, _ in exc.recipients.values())
+
+
 def _retry(task: Any, notice: Notice, name: str, exc: Exception) -> str:
     """After a failed attempt at ``notice`` (``name`` in the log): ``task`` retried with
-    backoff, ``MAX_ATTEMPTS`` attempts in all; then ``failed`` for good."""
+    backoff, ``MAX_ATTEMPTS`` attempts in all; then ``failed`` for good (at once for an
+    address ``refused_for_good``)."""
     message = f"{type(exc).__name__}: {exc}"
-    if notice.attempts < MAX_ATTEMPTS:
+    if notice.attempts < MAX_ATTEMPTS and not refused_for_good(exc):
         logger.warning("%s failed: %s", name, message)
         countdown = min(30 * 2**task.request.retries, 3600)
         # ``notice.attempts`` decides; Celery's own limit (3 retries) would cut it short.

@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from celery.exceptions import Retry
 from django.db import connections
 
 from billing_integration.models import Notice, NoticeState
@@ -47,11 +48,11 @@ def test_a_payment_failure_that_completed_before_its_mail_went_out_is_not_mailed
 class SlowToConfirmSMTP:
     """An SMTP server on 127.0.0.1 that keeps every message it is given and, the first
     ``silent`` times, does not answer the end of the message (its ``250``): the client times
-    out not knowing the message was taken."""
+    out not knowing the message was taken. ``rcpt`` is its answer to each recipient."""
 
-    def __init__(self, silent: int = 1) -> None:
+    def __init__(self, silent: int = 0, rcpt: bytes = b"250 ok") -> None:
         self.messages: list[bytes] = []
-        self.silent = silent
+        self.silent, self.rcpt, self.rcpts = silent, rcpt, 0
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.thread = threading.Thread(target=self._serve, daemon=True)
@@ -79,6 +80,9 @@ class SlowToConfirmSMTP:
                     lines.readline()  # wait for the client to give up
                     return
                 conn.sendall(b"250 queued\r\n")
+            elif verb == b"RCPT":
+                self.rcpts += 1
+                conn.sendall(self.rcpt + b"\r\n")
             elif verb == b"QUIT":
                 conn.sendall(b"221 bye\r\n")
                 return
@@ -145,3 +149,29 @@ def test_two_workers_on_one_notice_send_it_once(
     assert len(mailoutbox) == 10
     sent = Notice.objects.values_list("state", "attempts")
     assert list(sent) == [(NoticeState.SENT, 1)] * 10
+
+
+def test_an_address_the_mail_server_refuses_for_good_is_failed_at_once_not_retried(
+    client, customer_email, notice_settings, billing_inline, mailoutbox, monkeypatch
+):
+    """A well-formed address the mail server refuses with a permanent error (``550``: no such
+    mailbox) is recorded ``failed`` with the server's answer after one attempt: retrying in
+    30 s, 60 s... would get the same answer. A refusal for now (``450``) is retried."""
+    server = SlowToConfirmSMTP(rcpt=b"550 5.1.1 no such mailbox")
+    notice_settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    notice_settings.EMAIL_HOST, notice_settings.EMAIL_PORT = "127.0.0.1", server.port
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(send_notice, "apply_async", broker_down)
+            event = deliver(client, failed_payment(customer_email))
+        assert send_notice.apply(args=(event.pk, "payment_failed")).get() == NoticeState.FAILED
+        notice = Notice.objects.get()
+        assert (notice.state, notice.attempts) == (NoticeState.FAILED, 1)
+        assert "550" in notice.error and "no such mailbox" in notice.error
+
+        server.rcpt = b"450 4.2.1 try again later"
+        with pytest.raises(Retry):
+            send_notice.apply(args=(event.pk, "payment_failed"), retries=1).get()
+    finally:
+        server.close()
+    assert server.rcpts == 2 and server.messages == []
