@@ -15,7 +15,7 @@ from django.db.models import Count, Max, Min
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from .conf import shared_cache
+from .conf import billing_settings, shared_cache
 from .exceptions import BillingError, without_user_info
 
 logger = logging.getLogger("billing_integration.health")
@@ -33,9 +33,16 @@ PULLED_RESOURCES = ("products", "customers", "subscriptions")
 #: The facts, in report order (``--skip`` takes these names).
 FACTS: tuple[str, ...] = ("token", "service", "broker", "workers", "beat", "outbox")
 FACTS += ("outbox_failed",)
-FACTS += ("events", "events_failed", "events_unrecognised", "refused", "pull", "guesses", "plans")
+FACTS += ("events", "events_failed", "events_unrecognised", "notices")
+FACTS += ("refused", "pull", "guesses", "plans")
 #: Seconds back the ``events_unrecognised`` fact counts unrecognised events (a day).
 UNRECOGNISED_WINDOW = 86400
+#: Seconds back the ``notices`` fact looks (a day): older notices no longer warn.
+NOTICES_WINDOW = 86400
+#: A notice ``sending`` longer than this (its worker died while sending it) is stuck.
+NOTICE_STUCK_AFTER = 3600
+#: A notice still ``queued`` longer than this was not picked up by the sweep (every 5 minutes).
+NOTICE_QUEUED_AFTER = 900
 
 #: Cache backends whose content each process keeps to itself.
 PROCESS_LOCAL_BACKENDS = (LocMemCache, DummyCache)
@@ -160,6 +167,7 @@ def diagnose(
         (("outbox", "outbox_failed"), lambda: _outbox(limits, now)),
         (("events", "events_failed"), lambda: _events(limits, now)),
         (("events_unrecognised",), lambda: [_unrecognised(now)]),
+        (("notices",), lambda: [_notices(now)]),
         (("refused",), lambda: [_refused(now)]),
         (("pull",), lambda: [_pull(limits, now)]),
         (("guesses",), lambda: [_guesses()]),
@@ -480,6 +488,33 @@ def _unrecognised(now: datetime) -> Fact:
     )
     types = ", ".join(f"{name} {n}" for name, n in list(counts.items())[:10])
     return Fact("events_unrecognised", WARNING, text % {"count": total, "types": types}, data)
+
+
+def _notices(now: datetime) -> Fact:
+    """A warning when notice emails of the last day failed, are stuck ``sending`` or are still
+    ``queued`` (a kind that is on) long after they were recorded: customers not told."""
+    from .models.notices import Notice, NoticeState
+
+    notices = billing_settings.NOTICES
+    on = [k for k, v in notices.items() if v is True] if isinstance(notices, dict) else []
+    recent = Notice.objects.filter(created_at__gte=now - timedelta(seconds=NOTICES_WINDOW))
+    stuck = now - timedelta(seconds=NOTICE_STUCK_AFTER)
+    waiting = now - timedelta(seconds=NOTICE_QUEUED_AFTER)
+    data = {
+        "failed": recent.filter(state=NoticeState.FAILED).count(),
+        "stuck": recent.filter(state=NoticeState.SENDING, created_at__lt=stuck).count(),
+        "queued": recent.filter(
+            state=NoticeState.QUEUED, kind__in=on, created_at__lt=waiting
+        ).count(),
+    }
+    if not any(data.values()):
+        return Fact("notices", OK, _("notices: none failed or stuck in the last day"), data)
+    text = _(
+        "notices: in the last day %(failed)d failed, %(stuck)d stuck sending (a worker died "
+        "while sending: not sent again), %(queued)d still queued (is sweep_notices scheduled?) "
+        "(admin: Notices, by state; the error says why)"
+    )
+    return Fact("notices", WARNING, text % data, data)
 
 
 def _refused(now: datetime) -> Fact:

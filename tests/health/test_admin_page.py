@@ -60,6 +60,7 @@ def test_the_page_shows_each_fact_and_names_the_fault(healthy, issued_tokens):
         "events",
         "events_failed",
         "events_unrecognised",
+        "notices",
         "refused",
         "pull",
         "guesses",

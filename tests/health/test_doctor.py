@@ -429,6 +429,7 @@ def test_json_output(healthy, issued_tokens):
         "events",
         "events_failed",
         "events_unrecognised",
+        "notices",
         "refused",
         "pull",
         "guesses",

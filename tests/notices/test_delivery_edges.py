@@ -175,3 +175,39 @@ def test_an_address_the_mail_server_refuses_for_good_is_failed_at_once_not_retri
     finally:
         server.close()
     assert server.rcpts == 2 and server.messages == []
+
+
+def test_notices_that_failed_for_good_or_stuck_sending_are_a_warning_on_the_health_report(
+    client, customer_email, notice_settings, billing_inline, mailoutbox, monkeypatch
+):
+    """Staff see a notice that will not reach its customer without opening the Notices list:
+    the ``notices`` fact of ``billing_doctor`` and the Health page warns of the last day's
+    ``failed`` ones, those stuck ``sending`` (a worker died while sending: not sent again) and
+    those still ``queued`` long after (the sweep not scheduled)."""
+    from django.db.models import F
+
+    from billing_integration.health import FACTS, NOTICE_STUCK_AFTER, WARNING, diagnose
+
+    def fact():
+        [found] = diagnose(skip=[f for f in FACTS if f != "notices"]).facts
+        return found
+
+    assert (fact().status, fact().data) == ("ok", {"failed": 0, "stuck": 0, "queued": 0})
+    server = SlowToConfirmSMTP(rcpt=b"550 5.1.1 no such mailbox")
+    notice_settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    notice_settings.EMAIL_HOST, notice_settings.EMAIL_PORT = "127.0.0.1", server.port
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(send_notice, "apply_async", broker_down)
+            refused = deliver(client, failed_payment(customer_email))
+            dying = deliver(client, failed_payment(customer_email))
+            deliver(client, failed_payment(customer_email))  # its task lost, never swept
+        send_notice.apply(args=(refused.pk, "payment_failed")).get()
+    finally:
+        server.close()
+    Notice.objects.filter(event=dying).update(state=NoticeState.SENDING)  # the worker died
+    Notice.objects.update(created_at=F("created_at") - timedelta(seconds=NOTICE_STUCK_AFTER + 1))
+
+    found = fact()
+    assert (found.status, found.data) == (WARNING, {"failed": 1, "stuck": 1, "queued": 1})
+    assert "1 failed, 1 stuck sending" in found.summary
