@@ -30,6 +30,7 @@ from ..checkout.trials import trial_settings
 from ..conf import billing_settings
 from ..models import Notice, NoticeState, Payment, Refund, Subscription, WebhookEvent
 from ..models.records import PaymentStatus
+from ..models.subscriptions import CANCELED_STATUSES, active_statuses
 
 logger = logging.getLogger("billing_integration.notices")
 
@@ -151,6 +152,19 @@ def claim(event: WebhookEvent, kind: str) -> Notice | None:
         return None
 
 
+def superseded(kind: str, obj: Any) -> str:
+    """Why the ``kind`` notice of ``obj`` would mislead now, read when its task runs ("" when
+    it would not): its payment completed since, or its subscription canceled or paused is
+    active again."""
+    status = getattr(obj, "status", "")
+    if kind == "payment_failed" and status == PaymentStatus.COMPLETED:
+        return "The payment has completed since."
+    told = {"subscription_canceled": CANCELED_STATUSES, "subscription_paused": ("paused",)}
+    if kind in told and status not in told[kind] and status in active_statuses():
+        return "Active again since."
+    return ""
+
+
 def _finish(notice: Notice, state: str, *, recipient: str = "", error: str = "") -> str:
     notice.state, notice.recipient, notice.error = state, recipient, error[:2000]
     notice.sent_at = timezone.now() if state == NoticeState.SENT else None
@@ -178,9 +192,8 @@ def send_notice(self: Any, event_pk: int, kind: str) -> str:
         obj = None
     if obj is None:
         return _finish(notice, NoticeState.SKIPPED, error=f"No local object {event.object_id!r}.")
-    if kind == "payment_failed" and getattr(obj, "status", "") == PaymentStatus.COMPLETED:
-        # Paid since (the customer paid again): no mail asking for a payment that was made.
-        return _finish(notice, NoticeState.SKIPPED, error="The payment has completed since.")
+    if since := superseded(kind, obj):
+        return _finish(notice, NoticeState.SKIPPED, error=since)
     try:
         return _deliver(notice, kind, event, obj)
     except Exception as exc:
@@ -230,6 +243,8 @@ def _send_subscription_notice(task: Any, rows: models.QuerySet[Notice], name: st
     notice = rows.select_related("subscription").get()
     if notice.subscription is None:
         return _finish(notice, NoticeState.SKIPPED, error="No local object.")
+    if since := superseded(notice.kind, notice.subscription):
+        return _finish(notice, NoticeState.SKIPPED, error=since)
     try:
         return _deliver(notice, notice.kind, None, notice.subscription)
     except Exception as exc:

@@ -211,3 +211,39 @@ def test_notices_that_failed_for_good_or_stuck_sending_are_a_warning_on_the_heal
     found = fact()
     assert (found.status, found.data) == (WARNING, {"failed": 1, "stuck": 1, "queued": 1})
     assert "1 failed, 1 stuck sending" in found.summary
+
+
+def test_a_cancellation_resumed_before_its_mail_went_out_is_not_mailed(
+    client, customer_email, notice_settings, billing_inline, mailoutbox, monkeypatch
+):
+    """Canceled, then resumed (active again) before the notice's task ran: no "your
+    subscription was canceled" mail about a subscription that runs; recorded ``skipped``."""
+    from .test_one_per_change import at, sub_data
+
+    with monkeypatch.context() as patch:
+        patch.setattr(send_notice, "apply_async", broker_down)
+        cancel = sub_data(customer_email, "canceled", date_updated=ts(at(1)))
+        event = deliver(client, envelope("subscription.canceled", cancel))
+        resume = sub_data(customer_email, "published", date_updated=ts(at(2)))
+        deliver(client, envelope("subscription.renewal", resume))
+
+    assert send_notice.delay(event.pk, "subscription_canceled").get() == NoticeState.SKIPPED
+    assert mailoutbox == []
+    notice = Notice.objects.get()
+    assert (notice.state, notice.error) == (NoticeState.SKIPPED, "Active again since.")
+
+
+def test_a_pulled_pause_resumed_before_its_mail_went_out_is_not_mailed(
+    customer_email, notice_settings, billing_inline, mailoutbox, monkeypatch
+):
+    from billing_integration.notices.tasks import send_pulled_notice
+
+    from .test_one_per_change import at, pulled
+
+    with monkeypatch.context() as patch:
+        patch.setattr(send_pulled_notice, "apply_async", broker_down)
+        pulled(customer_email, "paused", date_updated=ts(at(1)))
+        pulled(customer_email, "published", date_updated=ts(at(2)))
+    notice = Notice.objects.get()
+    assert send_pulled_notice.delay(notice.pk).get() == NoticeState.SKIPPED
+    assert mailoutbox == []
