@@ -154,8 +154,14 @@ def claim(event: WebhookEvent, kind: str) -> Notice | None:
 
 def superseded(kind: str, obj: Any) -> str:
     """Why the ``kind`` notice of ``obj`` would mislead now, read when its task runs ("" when
-    it would not): its payment completed since, or its subscription canceled or paused is
-    active again."""
+    it would not): its payment completed since, its subscription canceled or paused is
+    active again, or its trial's product was bought (``holds_paid``)."""
+    if kind == TRIAL_ENDING:
+        customer = getattr(obj, "customer", None)
+        subscriber = getattr(customer, "subscriber", None)
+        product = getattr(obj, "product", None)
+        bought = subscriber is not None and product is not None and holds_paid(subscriber, product)
+        return "Bought since." if bought else ""
     status = getattr(obj, "status", "")
     if kind == "payment_failed" and status == PaymentStatus.COMPLETED:
         return "The payment has completed since."

@@ -85,3 +85,23 @@ def test_the_notice_is_off_by_default_translated_and_not_sent_for_a_converted_tr
     with from_remote():
         paid.save()
     assert trials_to_notify() == []
+
+
+def test_a_trial_bought_before_its_notice_went_out_is_not_mailed(
+    billing_sandbox, notices_on, trial_product, user
+):
+    """The notice recorded, its task run later (the sweep's): the customer bought the product
+    meanwhile, so no "your trial ends soon" mail; the notice is recorded ``skipped``."""
+    from billing_integration.notices.tasks import send_trial_notice
+    from billing_integration.outbox import from_remote
+
+    trial = start_trial(user, trial_product, "months-1", "XOF", days=1)
+    Notice.objects.create(subscription=trial, kind="trial_ending", state="queued")
+    paid = Subscription.objects.get(pk=trial.pk)
+    paid.pk, paid.remote_id, paid.trial_end_date = None, None, None
+    with from_remote():
+        paid.save()
+
+    assert send_trial_notice.delay(trial.pk).get() == "skipped"
+    assert mail.outbox == []
+    assert Notice.objects.get().error == "Bought since."
