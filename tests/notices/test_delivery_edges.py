@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from celery.exceptions import Retry
 from django.db import connections
+from django.db.models import F
 
 from billing_integration.models import Notice, NoticeState
 from billing_integration.notices.tasks import send_notice
@@ -184,8 +185,6 @@ def test_notices_that_failed_for_good_or_stuck_sending_are_a_warning_on_the_heal
     the ``notices`` fact of ``billing_doctor`` and the Health page warns of the last day's
     ``failed`` ones, those stuck ``sending`` (a worker died while sending: not sent again) and
     those still ``queued`` long after (the sweep not scheduled)."""
-    from django.db.models import F
-
     from billing_integration.health import FACTS, NOTICE_STUCK_AFTER, WARNING, diagnose
 
     def fact():
@@ -247,3 +246,26 @@ def test_a_pulled_pause_resumed_before_its_mail_went_out_is_not_mailed(
     notice = Notice.objects.get()
     assert send_pulled_notice.delay(notice.pk).get() == NoticeState.SKIPPED
     assert mailoutbox == []
+
+
+def test_a_notice_queued_before_its_kind_was_turned_off_waits_and_is_sent_once_on_again(
+    client, customer_email, notice_settings, billing_inline, mailoutbox, monkeypatch
+):
+    """Turning a kind off holds its notices still ``queued`` (the task answers ``off``, the
+    sweep passes them by); turning it on again lets the sweep send each, once."""
+    from billing_integration.notices.tasks import SWEEP_AFTER, sweep_notices
+
+    on = notice_settings.BILLING
+    with monkeypatch.context() as patch:
+        patch.setattr(send_notice, "apply_async", broker_down)
+        event = deliver(client, failed_payment(customer_email))
+    notice_settings.BILLING = {**on, "NOTICES": {"refund_approved": True}}
+    assert send_notice.delay(event.pk, "payment_failed").get() == "off"
+    Notice.objects.update(created_at=F("created_at") - SWEEP_AFTER - SWEEP_AFTER)
+    assert sweep_notices() == 0
+    assert (mailoutbox, Notice.objects.get().state) == ([], NoticeState.QUEUED)
+
+    notice_settings.BILLING = on
+    assert sweep_notices() == 1
+    assert sweep_notices() == 0
+    assert len(mailoutbox) == 1
