@@ -26,9 +26,11 @@ class NoticeState(models.TextChoices):
     #: Claimed by a task (one that died while sending: never sent again).
     SENDING = "sending", _("Sending")
     SENT = "sent", _("Sent")
-    #: The last attempt failed; the task retries it.
+    #: The last attempt failed; the task retries it, ``MAX_ATTEMPTS`` in all (none after an
+    #: address the mail server refused for good).
     FAILED = "failed", _("Failed")
-    #: Nothing to send: no address (or no local object).
+    #: Nothing to send: no address, no local object, or superseded before it went out (a
+    #: payment completed, a subscription active again, a trial bought).
     SKIPPED = "skipped", _("Skipped")
 
 
