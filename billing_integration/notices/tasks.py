@@ -14,6 +14,7 @@ from smtplib import SMTPRecipientsRefused
 from typing import Any
 
 from celery import shared_task
+from celery.exceptions import Reject
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.mail import EmailMultiAlternatives
@@ -283,13 +284,18 @@ def refused_for_good(exc: Exception) -> bool:
 def _retry(task: Any, notice: Notice, name: str, exc: Exception) -> str:
     """After a failed attempt at ``notice`` (``name`` in the log): ``task`` retried with
     backoff, ``MAX_ATTEMPTS`` attempts in all; then ``failed`` for good (at once for an
-    address ``refused_for_good``)."""
+    address ``refused_for_good``). A retry Celery could not queue leaves the notice
+    ``queued`` for the sweep."""
     message = f"{type(exc).__name__}: {exc}"
     if notice.attempts < MAX_ATTEMPTS and not refused_for_good(exc):
         logger.warning("%s failed: %s", name, message)
         countdown = min(30 * 2**task.request.retries, 3600)
-        # ``notice.attempts`` decides; Celery's own limit (3 retries) would cut it short.
-        raise task.retry(countdown=countdown, max_retries=MAX_ATTEMPTS) from exc
+        try:  # ``notice.attempts`` decides; Celery's own limit (3 retries) would cut it short.
+            raise task.retry(countdown=countdown, max_retries=MAX_ATTEMPTS) from exc
+        except Reject:  # the retry could not be queued (the broker down): the sweep's now
+            rows = Notice.objects.filter(pk=notice.pk, state=NoticeState.FAILED)
+            rows.update(state=NoticeState.QUEUED)
+            raise
     logger.error("%s failed for good: %s", name, message)
     return NoticeState.FAILED
 

@@ -269,3 +269,40 @@ def test_a_notice_queued_before_its_kind_was_turned_off_waits_and_is_sent_once_o
     assert sweep_notices() == 1
     assert sweep_notices() == 0
     assert len(mailoutbox) == 1
+
+
+def test_a_retry_that_could_not_be_queued_leaves_the_notice_to_the_sweep(
+    client, customer_email, notice_settings, billing_inline, mailoutbox, monkeypatch
+):
+    """A send failed for now and the broker is down when the task asks for its retry: Celery
+    rejects the message (``Reject``, not requeued), so nothing would try the notice again. It
+    is ``queued`` again instead, and the sweep sends it once."""
+    from celery.exceptions import Reject
+
+    from billing_integration.notices.tasks import SWEEP_AFTER, sweep_notices
+
+    server = SlowToConfirmSMTP(rcpt=b"451 4.3.0 try again later")
+    notice_settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    notice_settings.EMAIL_HOST, notice_settings.EMAIL_PORT = "127.0.0.1", server.port
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(send_notice, "apply_async", broker_down)
+            event = deliver(client, failed_payment(customer_email))
+            # the task as a worker runs it (not eagerly): its retry is published, and fails
+            send_notice.push_request(id="a-task", retries=0, called_directly=False)
+            try:
+                with pytest.raises(Reject):
+                    send_notice.run(event.pk, "payment_failed")
+            finally:
+                send_notice.pop_request()
+    finally:
+        server.close()
+    notice = Notice.objects.get()
+    assert (notice.state, notice.attempts) == (NoticeState.QUEUED, 1)
+    assert "451" in notice.error
+
+    notice_settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    Notice.objects.update(created_at=F("created_at") - SWEEP_AFTER - SWEEP_AFTER)
+    assert sweep_notices() == 1
+    assert len(mailoutbox) == 1
+    assert (Notice.objects.get().state, Notice.objects.get().attempts) == (NoticeState.SENT, 2)
