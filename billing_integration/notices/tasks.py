@@ -258,6 +258,14 @@ def _send_subscription_notice(task: Any, rows: models.QuerySet[Notice], name: st
         return _retry(task, notice, name, exc)
 
 
+def _no_address(context: dict[str, Any]) -> str:
+    """Why a notice has no recipient, without repeating the address on record."""
+    given = (getattr(context[key], "email", None) for key in ("customer", "subscriber"))
+    if any(isinstance(email, str) and email.strip() for email in given):
+        return "No valid address: the email on record is not one valid address."
+    return "No address to send it to."
+
+
 def _deliver(notice: Notice, kind: str, event: WebhookEvent | None, obj: Any) -> str:
     """Render and send ``notice`` (claimed); its state after the attempt. Raises on a failure
     (recorded ``failed``, so that a retry claims it again) so the caller may retry."""
@@ -265,7 +273,7 @@ def _deliver(notice: Notice, kind: str, event: WebhookEvent | None, obj: Any) ->
         context = notice_context(kind, event, obj)
         recipient = recipient_for(context["customer"], context["subscriber"])
         if recipient is None:
-            return _finish(notice, NoticeState.SKIPPED, error="No address to send it to.")
+            return _finish(notice, NoticeState.SKIPPED, error=_no_address(context))
         build_message(kind, context, recipient).send(fail_silently=False)
     except Exception as exc:
         _finish(notice, NoticeState.FAILED, error=f"{type(exc).__name__}: {exc}")

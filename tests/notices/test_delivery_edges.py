@@ -306,3 +306,27 @@ def test_a_retry_that_could_not_be_queued_leaves_the_notice_to_the_sweep(
     assert sweep_notices() == 1
     assert len(mailoutbox) == 1
     assert (Notice.objects.get().state, Notice.objects.get().attempts) == (NoticeState.SENT, 2)
+
+
+@pytest.mark.parametrize(
+    ("address", "error"),
+    [
+        ("", "No address to send it to."),
+        ("ada@example", "No valid address: the email on record is not one valid address."),
+    ],
+)
+def test_a_customer_without_a_valid_address_is_skipped_once_saying_which(
+    client, mirror, notice_settings, billing_inline, mailoutbox, address, error
+):
+    """No email, or one that is not a valid address: one attempt, recorded ``skipped`` with
+    which of the two it was (the address itself not repeated), no retry."""
+    from billing_integration.outbox import from_remote
+
+    with from_remote():
+        mirror.customer.email = address
+        mirror.customer.save()
+    event = deliver(client, failed_payment(mirror))
+    notice = Notice.objects.get()
+    assert (notice.state, notice.attempts, notice.error) == (NoticeState.SKIPPED, 1, error)
+    assert send_notice.apply(args=(event.pk, "payment_failed"), retries=1).get() == "done"
+    assert mailoutbox == []
