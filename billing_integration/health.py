@@ -603,14 +603,15 @@ def _refused(now: datetime) -> Fact:
 
 
 def webhook_path() -> str:
-    """The path the event callback is served at (``billing_integration:webhook``), or a
-    sentence saying it is not routed."""
+    """The path the event callback is served at (``billing_integration:webhook``), or, when
+    that name does not reverse (the view routed under a name of the host's, or not at all:
+    W024), words for it."""
     from django.urls import reverse
 
     try:
         return reverse("billing_integration:webhook")
     except Exception:  # NoReverseMatch, or a URLconf that does not load: the facts still show
-        return _("not routed: include billing_integration.urls")
+        return _("the path your URLconf routes the webhook view at")
 
 
 def _pull(limits: Thresholds, now: datetime) -> Fact:

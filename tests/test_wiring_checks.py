@@ -320,6 +320,10 @@ def test_the_event_callback_routed_by_its_view_is_enough(settings, client):
     response = client.post("/hooks/billing/", b"{}", content_type="application/json")
     assert response.status_code != 404
     assert wiring(check_wiring()) == []
+    # The Health page's hints do not call it unrouted (they named the missing include).
+    from billing_integration.health import webhook_path
+
+    assert webhook_path() == "the path your URLconf routes the webhook view at"
 
 
 class OwnRoute:
