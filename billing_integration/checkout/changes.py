@@ -588,7 +588,7 @@ def _patch_key(subscription: Subscription, auto_renew: bool) -> str:
 def _patch(subscription: Subscription, auto_renew: bool, client: Any, key: str) -> bool:
     """The guessed PATCH, sent with ``key`` (``_patch_key``); False when the service refuses
     it (``_refused``) or has no such subscription (``_no_such_subscription``), or when it may
-    have been applied unanswered: staff check it, as a new PATCH would be a second write."""
+    have been applied unanswered: then the request goes to staff, who check the service."""
     client = client or get_client()
     try:
         client.update_subscription(

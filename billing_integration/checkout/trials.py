@@ -82,7 +82,7 @@ class TooManyTrials(CheckoutError):
     )
 
 
-def _within_quota(customer: Customer) -> None:
+def _within_trial_quota(customer: Customer) -> None:
     """Refuse a new trial once the service refused ``MAX_REFUSED_TRIALS_PER_DAY`` of
     ``customer``'s in 24 hours. Called under the customer's lock."""
     since = timezone.now() - timedelta(days=1)
@@ -207,7 +207,7 @@ def start_trial(
             raise CheckoutInProgress(rival)
         if not trial_settings()["repeat"] and had_trial(subscriber, wanted):
             raise TrialAlreadyUsed()
-        _within_quota(customer)
+        _within_trial_quota(customer)
         end = timezone.now() + timedelta(days=length)
         subscription = Subscription(
             customer=customer,
