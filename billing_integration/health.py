@@ -11,7 +11,7 @@ from typing import Any
 from django.core.cache.backends.dummy import DummyCache
 from django.core.cache.backends.locmem import LocMemCache
 from django.db import transaction
-from django.db.models import Count, Max, Min, Q
+from django.db.models import Count, Exists, Max, Min, OuterRef, Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -451,14 +451,21 @@ def _returns_unheard(
     limits: Thresholds, now: datetime, last: datetime | None
 ) -> tuple[int, datetime] | None:
     """Checkout sessions a customer came back from (the return page) after the last delivery
-    received, longer ago than ``max_event_lag``: (how many, the first return), or None. The
-    service had something to tell (a payment, completed or failed), and told nothing."""
-    from .models.subscriptions import CheckoutSession
+    received, longer ago than ``max_event_lag``, and paid: the mirror holds a subscription of
+    their customer and product made since the session (the return page's pull found it).
+    (How many, the first return), or None. The service had a payment to tell of, and told
+    nothing; a page left unpaid may have nothing to tell, and is not counted."""
+    from .models.subscriptions import CheckoutSession, Subscription
 
     if not limits.max_event_lag:
         return None
     since = now - timedelta(seconds=limits.max_event_lag)
-    returned = CheckoutSession.objects.filter(returned_at__lte=since)
+    paid = Subscription.objects.filter(
+        customer=OuterRef("customer"),
+        product=OuterRef("product"),
+        created_at__gte=OuterRef("created_at"),
+    )
+    returned = CheckoutSession.objects.filter(Exists(paid), returned_at__lte=since)
     if last is not None:
         returned = returned.filter(returned_at__gt=last)
     found = returned.aggregate(n=Count("pk"), first=Min("returned_at"))

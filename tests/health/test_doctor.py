@@ -748,6 +748,24 @@ def test_customers_back_from_checkout_with_no_event_since_warn_naming_the_callba
     assert line(out, "events").startswith("OK"), out
 
 
+def test_a_checkout_left_unpaid_is_no_sign_of_lost_deliveries(
+    healthy, live_server, eager, product, logged_in, monkeypatch
+):
+    """A customer who came back without paying may have nothing for the service to tell: the
+    events fact warned 'its deliveries do not seem to reach this site' on a quiet site."""
+    from django.utils import timezone as tz
+
+    from ..checkout.test_return import RETURN, start
+
+    session = start(logged_in, product)
+    assert logged_in.get(RETURN, {"session_id": str(session.remote_id)}).status_code == 200
+    assert not Subscription.objects.exists()
+    real_now = tz.now
+    monkeypatch.setattr(tz, "now", lambda: real_now() + timedelta(minutes=10))
+    _, out = doctor(*NO_PING, "--max-beat-age", "0", "--max-pull-age", "0")
+    assert line(out, "events").startswith("OK"), out
+
+
 def test_skip_given_twice_skips_both_facts(healthy):
     """``--skip workers --skip beat`` skipped the beat only (the last one given): the worker
     ping still failed the run of an operator who asked to leave it out."""
