@@ -31,7 +31,7 @@ from billing_integration.models import (
 from billing_integration.outbox.push import push_entry
 from billing_integration.outbox.retry import retry_failed
 
-from .conftest import make_product
+from .conftest import make_product, use_database_cache
 from .test_changes import ON, guesses, plans, subscribe  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -218,10 +218,11 @@ def test_change_plan_session(billing_sandbox, plans, logged_in, user, settings, 
     assert Product.objects.count() == 2
 
 
-def test_session_create_process_dies(billing_sandbox, product, user):
-    """With the database cache (the tests' and the demo's): the attempt's key was written in
-    the checkout's transaction, which rolled back with the process, and the next click made a
-    second session with a new key."""
+def test_session_create_process_dies(billing_sandbox, product, user, settings):
+    """With a database cache (the demo's): the attempt's key was written in the checkout's
+    transaction, which rolled back with the process, and the next click made a second session
+    with a new key."""
+    use_database_cache(settings)
     lose_answers("dies", "POST", "/checkout_sessions")
     with pytest.raises(ProcessDied):
         start_checkout(user, product, "months-1", "XOF")
@@ -237,6 +238,7 @@ def test_change_plan_session_process_dies(billing_sandbox, plans, logged_in, use
     billing_sandbox.config(change_actions=["upgrade"])
     guesses(settings, **ON)
     subscribe(billing_sandbox, logged_in, user, basic)
+    use_database_cache(settings)
     before = len(billing_sandbox.objects("checkout_session"))
     billing_sandbox.clear_requests()
     lose_answers("dies", "POST", "/checkout_sessions")
@@ -253,6 +255,7 @@ def test_stop_renewal_patch_process_dies(billing_sandbox, plans, logged_in, user
     billing_sandbox.config(patch_subscriptions=True)
     guesses(settings, patch_auto_renew=True)
     sub = subscribe(billing_sandbox, logged_in, user, basic)
+    use_database_cache(settings)
     billing_sandbox.clear_requests()
     lose_answers("dies", "PATCH", f"/subscriptions/{sub.remote_id}")
     with pytest.raises(ProcessDied):
@@ -263,12 +266,13 @@ def test_stop_renewal_patch_process_dies(billing_sandbox, plans, logged_in, user
 
 
 def test_checkout_view_under_atomic_requests_process_dies(
-    billing_sandbox, product, logged_in, monkeypatch
+    billing_sandbox, product, logged_in, monkeypatch, settings
 ):
     """With ``ATOMIC_REQUESTS`` the view ran inside the request's transaction, so the attempt's
     key (the database cache) went with it when the process died after the call: the next click
     made a second session. The views that call the service opt out of it, as the callback."""
     monkeypatch.setitem(connection.settings_dict, "ATOMIC_REQUESTS", True)
+    use_database_cache(settings)
     lose_answers("dies", "POST", "/checkout_sessions")
     with pytest.raises(ProcessDied):
         logged_in.post("/billing/checkout/", {"product": product.pk, "cycle": "months-1"})
