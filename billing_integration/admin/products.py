@@ -36,7 +36,7 @@ from ..models import (
     SyncState,
     active_q,
 )
-from ..models.products import MAX_PRICE_AMOUNT, PRICE_WHOLE_DIGITS, root_prices_from_remote
+from ..models.products import MAX_PRICE_AMOUNT, PRICE_WHOLE_DIGITS
 from .mirror import (
     REMOTE_STATE_READONLY,
     BaseInlineFormSet,
@@ -378,23 +378,14 @@ class RootPriceFormSet(NeverSentRowsFormSet, PriceFormSet):
         product = self.instance
         if not product.is_one_time or product.remote_id is None or not self.has_changed():
             return
-        held = service_root_prices(product)
+        # Held as the service's last answer states them; an answer without root prices
+        # leaves the prices here the ones sold, free to change.
+        remote = product.remote_data if isinstance(product.remote_data, dict) else {}
+        held = product.confirmed_prices() if isinstance(remote.get("prices"), list) else None
         rows = filled_forms(self)
         wanted = {f.cleaned_data.get("currency_id"): f.cleaned_data.get("amount") for f in rows}
         if held is not None and wanted != held:
             raise ValidationError(ONE_TIME_PRICES_ERROR % {"prices": format_amounts(held)})
-
-
-def service_root_prices(product: Product) -> dict[int, Decimal] | None:
-    """The root prices of the service's last answer of ``product``; None when it states none
-    (its prices are not known: the ones here are sold)."""
-    remote = product.remote_data if isinstance(product.remote_data, dict) else {}
-    if not isinstance(remote.get("prices"), list):
-        return None
-    try:
-        return dict(root_prices_from_remote(remote))
-    except (TypeError, ValueError, ArithmeticError):
-        return None
 
 
 class BillingCycleInline(CycleBadgeMixin, TabularInline):
