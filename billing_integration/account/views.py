@@ -27,6 +27,7 @@ from ..conf import billing_settings
 from ..exceptions import BillingConfigurationError
 from ..models import (
     BillingCycle,
+    ChangeKind,
     CheckoutSession,
     Customer,
     Invoice,
@@ -202,7 +203,7 @@ def account(request: HttpRequest) -> HttpResponse:
             # by itself (a resume pending: checkout refuses it)
             "convert": s.trial_ends_at is not None
             and s.product_id not in paid
-            and not any(r.subscription_id == s.pk and r.kind == "resume" for r in pending)
+            and not any(r.subscription_id == s.pk and r.kind == ChangeKind.RESUME for r in pending)
             and s.product is not None
             and s.product.confirmed_status == ProductStatus.PUBLISHED,
             "grace_until": s.cycle_end_date if s.on_grace_period else None,
